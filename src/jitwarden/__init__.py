@@ -1,0 +1,20 @@
+"""jitwarden: keeps GPU JIT kernel caches honest.
+
+The package root imports only the standard library, so that ``import jitwarden``
+and :func:`activate` are safe in any process, before or after torch.
+"""
+
+__version__ = "0.1.0"
+
+
+def activate(**kwargs):
+    """Partition and guard this process's kernel caches; never raises.
+
+    See :func:`jitwarden.activation.activate` for the parameters.
+    """
+    from .activation import activate as _activate
+
+    return _activate(**kwargs)
+
+
+__all__ = ["__version__", "activate"]

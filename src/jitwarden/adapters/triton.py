@@ -1,0 +1,614 @@
+"""Triton cache adapter: where the roots are, what an entry holds, and what is wrong with it.
+
+Stdlib only (the guarded cache manager judges entries with the same code).
+Reading is split from judging: :func:`read_entry` touches the disk and never
+follows a symlink; :func:`judge_entry` is a pure function of the facts read and
+a :class:`Judge`, so every command reaches the same verdict.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import getpass
+import json
+import os
+import re
+import stat
+import sysconfig
+import tempfile
+from dataclasses import dataclass, field
+
+from .. import elf, seal
+from ..findings import Finding
+from ..layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, is_reserved
+from ..ptx import parse_header
+
+KIND = "triton"
+_ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
+_TMP_DIR = re.compile(r"^tmp\.pid_\d+_")
+_PTX_HEAD = 16384
+
+_HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRoot:
+    """A directory Triton uses as its cache dir (or a jitwarden partition of one)."""
+
+    kind: str
+    path: str
+    source: str  # TRITON_CACHE_DIR, TRITON_HOME, default, inductor, vllm, cli, partition
+    partition: str | None = None
+    base: str | None = None  # the user-visible root a partition lives in
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """What entries are judged against; built once per command from the environment."""
+
+    target_arch: int | None = None
+    triton_version: str | None = None
+    host_machine: str | None = None
+    orphan_age: float = 3600.0
+    now: float = 0.0
+    check_seals: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFacts:
+    """What :func:`read_entry` found on disk, before any judgement."""
+
+    path: str
+    id: str
+    is_symlink: bool = False
+    symlink_target: str | None = None
+    mode: int = 0
+    uid: int = -1
+    files: tuple[tuple[str, int, float, int, int], ...] = ()  # name, size, mtime, mode, uid
+    links: tuple[tuple[str, str, bool], ...] = ()  # name, target, leaves entry
+    tmp_dirs: tuple[tuple[str, float], ...] = ()
+    other_dirs: tuple[str, ...] = ()
+    metadata: dict | None = None
+    metadata_file: str | None = None
+    groups: tuple[tuple[str, dict | None], ...] = ()
+    cubin: elf.Elf | None = None
+    cubin_file: str | None = None
+    ptx_head: bytes | None = None
+    ptx_file: str | None = None
+    launchers: tuple[tuple[str, elf.Elf | None], ...] = ()
+    read_errors: tuple[tuple[str, str], ...] = ()  # name, why (unparseable / unreadable)
+    seal_problems: tuple[str, ...] | None = None  # None: no seal
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One Triton cache entry with its findings; the unit every command reports on."""
+
+    kind: str
+    root: str
+    id: str
+    path: str
+    type: str  # kernel, launcher, autotune, partial, empty, other, link
+    name: str | None
+    arch: int | None
+    bytes: int
+    mtime: float
+    triton_version: str | None = None
+    cubin_sm: int | None = None
+    ptx_version: str | None = None
+    ptx_target: str | None = None
+    producer: str | None = None
+    sealed: bool = False
+    findings: tuple[Finding, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "root": self.root,
+            "id": self.id,
+            "path": self.path,
+            "type": self.type,
+            "name": self.name,
+            "arch": self.arch,
+            "bytes": self.bytes,
+            "mtime": self.mtime,
+            "triton_version": self.triton_version,
+            "cubin_sm": self.cubin_sm,
+            "ptx_version": self.ptx_version,
+            "ptx_target": self.ptx_target,
+            "producer": self.producer,
+            "sealed": self.sealed,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+# ---------------------------------------------------------------- roots
+
+
+def default_cache_dir(env=os.environ) -> tuple[str, str]:
+    """Triton's own choice: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``."""
+    if env.get("TRITON_CACHE_DIR"):
+        return env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
+    if env.get("TRITON_HOME"):
+        return os.path.join(env["TRITON_HOME"], ".triton", "cache"), "TRITON_HOME"
+    return os.path.join(os.path.expanduser("~"), ".triton", "cache"), "default"
+
+
+def inductor_cache_dir(env=os.environ) -> str:
+    """TorchInductor's cache dir, as ``torch._inductor.runtime.cache_dir_utils`` picks it."""
+    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+        return env["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        user = "unknown"
+    user = re.sub(r'[\\/:*?"<>|]', "_", user)
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+
+
+def vllm_cache_root(env=os.environ) -> str:
+    if env.get("VLLM_CACHE_ROOT"):
+        return env["VLLM_CACHE_ROOT"]
+    xdg = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "vllm")
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """Every Triton cache dir on this machine that the environment points at, existing ones only."""
+    roots: list[CacheRoot] = []
+    path, source = default_cache_dir(env)
+    roots.append(CacheRoot(KIND, path, source))
+    if source != "default":
+        roots.append(CacheRoot(KIND, os.path.join(os.path.expanduser("~"), ".triton", "cache"), "default"))
+    for d in _subdirs(os.path.join(inductor_cache_dir(env), "triton")):
+        roots.append(CacheRoot(KIND, d, "inductor"))
+    vllm = vllm_cache_root(env)
+    for h in _subdirs(os.path.join(vllm, "torch_compile_cache")):
+        for rank in _subdirs(h):
+            for d in _subdirs(os.path.join(rank, "inductor_cache", "triton")):
+                roots.append(CacheRoot(KIND, d, "vllm"))
+    return [r for r in dedupe(roots) if os.path.isdir(r.path)]
+
+
+def dedupe(roots: list[CacheRoot]) -> list[CacheRoot]:
+    seen, out = set(), []
+    for r in roots:
+        key = os.path.realpath(r.path)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
+    """The root itself plus each jitwarden partition inside it (``<root>/jitwarden-v1/<digest>``)."""
+    out = [root]
+    pdir = os.path.join(root.path, PARTITIONS_DIR)
+    if os.path.isdir(pdir) and not os.path.islink(pdir):
+        for d in _subdirs(pdir):
+            out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
+    # A root that is itself a partition (TRITON_CACHE_DIR set by activation) keeps its label.
+    if os.path.basename(os.path.dirname(root.path.rstrip(os.sep))) == PARTITIONS_DIR and root.partition is None:
+        base = os.path.dirname(os.path.dirname(root.path.rstrip(os.sep)))
+        out[0] = CacheRoot(root.kind, root.path, root.source, os.path.basename(root.path.rstrip(os.sep)), base)
+    return out
+
+
+def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(entry directory names, stray top-level items as (name, why)) of a root; reserved names skipped."""
+    names, strays = [], []
+    with os.scandir(root) as it:
+        for e in it:
+            if is_reserved(e.name):
+                continue
+            if e.is_dir(follow_symlinks=False) or e.is_symlink():
+                names.append(e.name)
+            elif e.is_file(follow_symlinks=False):
+                strays.append((e.name, "file"))
+    names.sort()
+    return names, strays
+
+
+def root_findings(path: str, uid: int | None = None) -> list[Finding]:
+    """Problems of the root directory itself: writable by others, or owned by another user."""
+    out = []
+    try:
+        st = os.stat(path)
+    except OSError:
+        return out
+    uid = os.getuid() if uid is None else uid
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        out.append(Finding("unsafe", f"cache root is world-writable (mode {stat.filemode(st.st_mode)}): anyone can plant kernels"))
+    elif st.st_mode & stat.S_IWOTH:
+        out.append(Finding("unsafe", f"cache root is world-writable (mode {stat.filemode(st.st_mode)}, sticky): others can add entries"))
+    if uid != 0 and st.st_uid != uid:
+        out.append(Finding("unsafe", f"cache root is owned by uid {st.st_uid}, not by you (uid {uid})"))
+    return out
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _read(path: str, limit: int | None = None) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        if limit is None:
+            chunks = []
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+            return b"".join(chunks)
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _leaves(base: str, link_path: str, target: str) -> bool:
+    resolved = os.path.normpath(os.path.join(os.path.dirname(link_path), target))
+    real = os.path.realpath(link_path)
+    base_real = os.path.realpath(base)
+    return not (_inside(resolved, base) or _inside(real, base_real))
+
+
+def _inside(path: str, base: str) -> bool:
+    base = base.rstrip(os.sep) + os.sep
+    return path.startswith(base)
+
+
+def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
+    """Read one entry directory without following any symlink and without writing anything."""
+    path = os.path.join(root, name)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return EntryFacts(path, name, read_errors=(("", f"cannot stat: {exc.strerror}"),))
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return EntryFacts(path, name, is_symlink=True, symlink_target=target, mode=st.st_mode, uid=st.st_uid,
+                          links=((name, target, _leaves(root, path, target)),))
+    files, links, tmps, others, errors = [], [], [], [], []
+    try:
+        it = os.scandir(path)
+    except OSError as exc:
+        return EntryFacts(path, name, mode=st.st_mode, uid=st.st_uid, read_errors=(("", f"cannot list: {exc.strerror}"),))
+    with it:
+        for e in it:
+            try:
+                est = e.stat(follow_symlinks=False)
+            except OSError as exc:
+                errors.append((e.name, f"cannot stat: {exc.strerror}"))
+                continue
+            if stat.S_ISLNK(est.st_mode):
+                try:
+                    target = os.readlink(e.path)
+                except OSError:
+                    target = "?"
+                links.append((e.name, target, _leaves(path, e.path, target)))
+            elif stat.S_ISDIR(est.st_mode):
+                if _TMP_DIR.match(e.name):
+                    tmps.append((e.name, est.st_mtime))
+                else:
+                    others.append(e.name)
+            elif stat.S_ISREG(est.st_mode):
+                files.append((e.name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
+    files.sort()
+    names = {f[0] for f in files}
+
+    groups = []
+    metadata = metadata_file = cubin = cubin_file = ptx_head = ptx_file = None
+    launchers = []
+    for fname in sorted(names):
+        if fname.startswith("__grp__") and fname.endswith(".json"):
+            try:
+                doc = json.loads(_read(os.path.join(path, fname)))
+                groups.append((fname, doc if isinstance(doc, dict) else None))
+                if not isinstance(doc, dict):
+                    errors.append((fname, "group file is not a JSON object"))
+            except OSError as exc:
+                groups.append((fname, None))
+                errors.append((fname, f"unreadable: {exc.strerror}"))
+            except (ValueError, UnicodeDecodeError):
+                groups.append((fname, None))
+                errors.append((fname, "group file is not valid JSON"))
+    # The metadata is the group's own name without the __grp__ prefix.
+    for gname, _doc in groups:
+        mname = gname[len("__grp__"):]
+        if mname in names:
+            metadata_file = mname
+            break
+    if metadata_file is None:
+        candidates = [f for f in names if f.endswith(".json") and not f.startswith("__grp__")
+                      and not f.endswith(".autotune.json") and f != SEAL_FILE]
+        if len(candidates) == 1:
+            metadata_file = candidates[0]
+    if metadata_file is not None:
+        try:
+            doc = json.loads(_read(os.path.join(path, metadata_file)))
+            if isinstance(doc, dict):
+                metadata = doc
+            else:
+                errors.append((metadata_file, "metadata is not a JSON object"))
+        except OSError as exc:
+            errors.append((metadata_file, f"unreadable: {exc.strerror}"))
+        except (ValueError, UnicodeDecodeError):
+            errors.append((metadata_file, "metadata is not valid JSON"))
+    stem = metadata_file[: -len(".json")] if metadata_file else None
+    cubins = sorted(f for f in names if f.endswith(".cubin"))
+    if cubins:
+        cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
+        try:
+            cubin = elf.parse(_read(os.path.join(path, cubin_file)))
+        except OSError as exc:
+            errors.append((cubin_file, f"unreadable: {exc.strerror}"))
+        except elf.ElfError as exc:
+            errors.append((cubin_file, f"not a valid cubin: {exc}"))
+    ptxs = sorted(f for f in names if f.endswith(".ptx"))
+    if ptxs:
+        ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
+        try:
+            ptx_head = _read(os.path.join(path, ptx_file), _PTX_HEAD)
+        except OSError as exc:
+            errors.append((ptx_file, f"unreadable: {exc.strerror}"))
+    for fname in sorted(names):
+        if fname.endswith(".so"):
+            try:
+                launchers.append((fname, elf.parse(_read(os.path.join(path, fname)))))
+            except OSError as exc:
+                errors.append((fname, f"unreadable: {exc.strerror}"))
+            except elf.ElfError as exc:
+                launchers.append((fname, None))
+                errors.append((fname, f"not a valid shared object: {exc}"))
+        elif fname.endswith(".autotune.json"):
+            try:
+                json.loads(_read(os.path.join(path, fname)))
+            except OSError as exc:
+                errors.append((fname, f"unreadable: {exc.strerror}"))
+            except (ValueError, UnicodeDecodeError):
+                errors.append((fname, "autotune record is not valid JSON"))
+
+    seal_problems = None
+    if check_seal and SEAL_FILE in names:
+        try:
+            s = seal.read(path)
+            present = [f for f in names if f != SEAL_FILE]
+            seal_problems = tuple(seal.check(path, s, present)) if s else None
+        except seal.SealError as exc:
+            seal_problems = (str(exc),)
+
+    return EntryFacts(
+        path, name, False, None, st.st_mode, st.st_uid, tuple(files), tuple(links), tuple(tmps), tuple(others),
+        metadata, metadata_file, tuple(groups), cubin, cubin_file, ptx_head, ptx_file, tuple(launchers),
+        tuple(errors), seal_problems,
+    )
+
+
+# ---------------------------------------------------------------- judging
+
+
+def entry_id_for_hash(hash_hex: str) -> str | None:
+    try:
+        return base64.b32encode(bytes.fromhex(hash_hex)).decode().rstrip("=")
+    except (ValueError, TypeError):
+        return None
+
+
+def metadata_arch(metadata: dict | None) -> int | None:
+    if not metadata:
+        return None
+    target = metadata.get("target")
+    arch = target.get("arch") if isinstance(target, dict) else None
+    if isinstance(target, (list, tuple)) and len(target) >= 2:  # older Triton: [backend, arch, warp]
+        arch = target[1]
+    if isinstance(arch, int):
+        return arch
+    if isinstance(arch, str) and arch.isdigit():
+        return int(arch)
+    return None
+
+
+def _ext_suffix_machine(fname: str) -> str | None:
+    m = re.search(r"\.cpython-\d+[a-z]*-([a-z0-9_]+)-linux", fname)
+    if not m:
+        return None
+    return _HOST_MACHINES.get(m.group(1), m.group(1))
+
+
+def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None) -> Entry:
+    """Decide the findings of one entry from its facts alone (pure)."""
+    out: list[Finding] = []
+    add = out.append
+    size = sum(x[1] for x in f.files)
+    mtime = max((x[2] for x in f.files), default=0.0)
+
+    if f.is_symlink:
+        if f.links and f.links[0][2]:
+            add(Finding("unsafe", f"entry is a symlink leaving the cache root (-> {f.symlink_target}); not followed"))
+        else:
+            add(Finding("unsafe", f"entry is a symlink (-> {f.symlink_target}); Triton would follow it, jitwarden does not"))
+        return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=tuple(out))
+
+    for name, why in f.read_errors:
+        add(Finding("corrupt", f"{name}: {why}" if name else why))
+    if f.mode & stat.S_IWOTH:
+        add(Finding("unsafe", f"entry directory is world-writable (mode {stat.filemode(f.mode)})"))
+    if root_uid is not None and f.uid not in (-1, root_uid):
+        add(Finding("unsafe", f"entry directory is owned by uid {f.uid}, the cache root by uid {root_uid}"))
+    for name, _size, _mtime, mode, uid in f.files:
+        if mode & stat.S_IWOTH:
+            add(Finding("unsafe", f"{name} is world-writable"))
+        if root_uid is not None and uid != root_uid:
+            add(Finding("unsafe", f"{name} is owned by uid {uid}, the cache root by uid {root_uid}"))
+    for name, target, leaves in f.links:
+        if leaves:
+            add(Finding("unsafe", f"{name} is a symlink leaving the entry (-> {target}); not followed"))
+        else:
+            add(Finding("unsafe", f"{name} is a symlink (-> {target}); Triton writes no symlinks"))
+    for name, mt in f.tmp_dirs:
+        if j.now - mt >= j.orphan_age:
+            add(Finding("orphan", f"{name}: leftover of an interrupted write, {int((j.now - mt) // 60)} min old"))
+
+    names = {x[0] for x in f.files}
+    sizes = {x[0]: x[1] for x in f.files}
+    md = f.metadata
+    arch = metadata_arch(md)
+    kname = md.get("name") if md and isinstance(md.get("name"), str) else None
+    tv = md.get("triton_version") if md else None
+
+    # Group files: every child must be a file of this very entry.
+    for gname, doc in f.groups:
+        if doc is None:
+            continue
+        children = doc.get("child_paths")
+        if not isinstance(children, dict):
+            add(Finding("corrupt", f"{gname}: no child_paths mapping"))
+            continue
+        for child, cpath in children.items():
+            if not isinstance(cpath, str) or not isinstance(child, str):
+                add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
+                continue
+            cdir, cbase = os.path.split(os.path.normpath(cpath))
+            if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not _same_dir(cdir, f.path):
+                where = "exists there: Triton loads it from that tree" if os.path.lexists(cpath) else "missing there"
+                add(Finding("foreign-path", f"{gname}: {child} points outside the entry to {cpath} ({where})"))
+            elif cbase != child:
+                add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
+            if child not in names:
+                add(Finding("incomplete", f"{gname} lists {child}, which is missing"))
+            elif sizes.get(child) == 0:
+                add(Finding("corrupt", f"{child} is empty"))
+
+    etype = _entry_type(f, names)
+    if etype == "partial":
+        age = j.now - mtime if mtime else 0
+        if age >= j.orphan_age:
+            add(Finding("orphan", f"files without a group file ({', '.join(sorted(names)[:4])}): an interrupted compile, never loaded"))
+
+    if md is not None:
+        if kname is None or arch is None:
+            add(Finding("corrupt", f"{f.metadata_file}: metadata lacks {'name' if kname is None else 'target arch'}"))
+        h = md.get("hash")
+        if isinstance(h, str) and _ENTRY_ID.match(f.id):
+            if entry_id_for_hash(h) != f.id:
+                add(Finding("mismatch", f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one"))
+        if tv and j.triton_version and tv != j.triton_version:
+            add(Finding("stale", f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it"))
+        if arch is not None and j.target_arch is not None and arch != j.target_arch and md.get("target", {}).get("backend", "cuda") == "cuda":
+            add(Finding("foreign-arch", f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here"))
+
+    cubin_sm = None
+    producer = None
+    if f.cubin is not None:
+        if f.cubin.machine != elf.EM_CUDA:
+            add(Finding("mismatch", f"{f.cubin_file} is an ELF for {f.cubin.machine_name}, not a CUDA cubin"))
+        else:
+            cubin_sm = elf.cubin_sm(f.cubin)
+            if arch is not None and cubin_sm != arch:
+                add(Finding("mismatch", f"{f.cubin_file} is assembled for sm_{cubin_sm}, metadata says sm_{arch}"))
+            try:
+                syms = f.cubin.function_symbols()
+                if kname and kname not in syms:
+                    shown = ", ".join(s for s in syms if not s.startswith("__")) or "none"
+                    add(Finding("mismatch", f"{f.cubin_file} does not define kernel {kname} (defines: {shown})"))
+            except elf.ElfError as exc:
+                add(Finding("corrupt", f"{f.cubin_file}: {exc}"))
+            try:
+                tk = elf.tkinfo(f.cubin)
+                if tk:
+                    producer = next((s for s in tk if "release" in s), None)
+            except Exception:  # noqa: BLE001 - a damaged note is reported by the rebuild, not here
+                producer = None
+    ptx_version = ptx_target = None
+    if f.ptx_head is not None:
+        hdr = parse_header(f.ptx_head)
+        ptx_version, ptx_target = hdr.version, hdr.target
+        if hdr.target is None or hdr.version is None:
+            add(Finding("corrupt", f"{f.ptx_file}: no PTX .version/.target header"))
+        elif arch is not None and hdr.target_arch != arch:
+            add(Finding("mismatch", f"{f.ptx_file} targets {hdr.target}, metadata says sm_{arch}"))
+        if kname and hdr.entries and kname not in hdr.entries:
+            add(Finding("mismatch", f"{f.ptx_file} defines {', '.join(hdr.entries)}, metadata names {kname}"))
+
+    host = _HOST_MACHINES.get(j.host_machine or "", j.host_machine)
+    for fname, so in f.launchers:
+        if so is None:
+            continue
+        so_machine = so.machine_name
+        claimed = _ext_suffix_machine(fname)
+        if claimed and claimed != so_machine:
+            add(Finding("mismatch", f"{fname} is named for {claimed} but is an ELF for {so_machine}"))
+        elif host and so_machine != host:
+            add(Finding("foreign-arch", f"{fname} is built for {so_machine}, this host is {host}: unreachable here"))
+
+    if f.seal_problems:
+        for p in f.seal_problems:
+            add(Finding("corrupt", f"seal: {p}"))
+
+    # One finding per (code, message): repeated groups can say the same thing twice.
+    findings = tuple(dict.fromkeys(out))
+    return Entry(
+        KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime, tv, cubin_sm,
+        ptx_version, ptx_target, producer, f.seal_problems is not None or SEAL_FILE in names, findings,
+    )
+
+
+def _same_dir(cdir: str, entry_path: str) -> bool:
+    if cdir == entry_path or cdir == os.path.normpath(entry_path):
+        return True
+    try:
+        return os.path.realpath(cdir) == os.path.realpath(entry_path)
+    except OSError:
+        return False
+
+
+def _launcher_name(f: EntryFacts) -> str | None:
+    if f.launchers:
+        return f.launchers[0][0].split(".")[0]
+    return None
+
+
+def _entry_type(f: EntryFacts, names: set[str]) -> str:
+    if f.groups:
+        return "kernel"
+    if f.launchers:
+        return "launcher"
+    real = {n for n in names if n != SEAL_FILE and n != "lock"}
+    if not real:
+        return "empty"
+    if all(n.endswith(".autotune.json") for n in real):
+        return "autotune"
+    if any(n.endswith((".cubin", ".ptx", ".source", ".ttir", ".ttgir", ".llir", ".json", ".hsaco", ".amdgcn")) for n in real):
+        return "partial"
+    return "other"
+
+
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+    """Read and judge one entry: the unit of work of the scanner and the guarded cache manager."""
+    return judge_entry(root, read_entry(root, name, check_seal=j.check_seals), j, root_uid)
+
+
+def host_machine() -> str:
+    import platform
+
+    return _HOST_MACHINES.get(platform.machine(), platform.machine())
+
+
+def ext_suffix() -> str:
+    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def is_missing(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOENT, errno.ENOTDIR)

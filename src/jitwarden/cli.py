@@ -1,0 +1,70 @@
+"""``jitwarden <verb>``: a thin argparse layer over the command modules.
+
+Every command module in :mod:`jitwarden.commands` exposes ``register(subparsers)``
+(which sets ``func``) and ``run(args) -> int``. One handler maps exceptions to
+exit codes, so no user ever sees a traceback unless ``JITWARDEN_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from . import __version__
+from .errors import EXIT_INTERNAL, EXIT_USAGE, JitwardenError
+
+COMMANDS = ("status", "ls", "verify", "fingerprint", "run", "quarantine")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as for every other usage error
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="jitwarden", description="Keep GPU JIT kernel caches honest.")
+    parser.add_argument("--version", action="version", version=f"jitwarden {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.endswith(f"commands.{name}"):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except JitwardenError as exc:
+        print(f"jitwarden: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("jitwarden: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `jitwarden ls -q | head`: the reader left; nothing is wrong.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into exit 3
+        if os.environ.get("JITWARDEN_DEBUG"):
+            raise
+        print(f"jitwarden: internal error: {type(exc).__name__}: {exc} (set JITWARDEN_DEBUG=1 for a traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Exceptions the CLI maps to exit codes (design.md: 0 ok, 1 findings, 2 usage, 3 internal)."""
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+class JitwardenError(Exception):
+    """An expected failure with a message meant for the user."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class UsageError(JitwardenError):
+    """Bad input: a missing path, a malformed option, a file that is not what it should be."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,36 @@
+"""PTX header facts: ``.version``, ``.target`` and the ``.entry`` names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
+_TARGET = re.compile(rb"^\s*\.target\s+([A-Za-z0-9_]+)", re.MULTILINE)
+_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class PtxHeader:
+    version: str | None
+    target: str | None
+    entries: tuple[str, ...]
+
+    @property
+    def target_arch(self) -> int | None:
+        if self.target:
+            m = re.match(r"sm_(\d+)", self.target)
+            if m:
+                return int(m.group(1))
+        return None
+
+
+def parse_header(data: bytes) -> PtxHeader:
+    """Read the header facts from the head of a PTX file (the first few KiB suffice)."""
+    v = _VERSION.search(data)
+    t = _TARGET.search(data)
+    return PtxHeader(
+        v.group(1).decode() if v else None,
+        t.group(1).decode() if t else None,
+        tuple(m.decode() for m in _ENTRY.findall(data)),
+    )
