@@ -137,3 +137,23 @@ def build_cache(cache_dir: str, jobs: list[dict] | None = None, env: dict | None
         job["id"] = entry_id(job["hash"])
         job["path"] = os.path.join(cache_dir, job["id"])
     return built
+
+
+def copy_cache(src: str, dst: str) -> str:
+    """Copy a cache tree and point its group files at the copy, as if it had been built there."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    for name in os.listdir(dst):
+        entry = os.path.join(dst, name)
+        if not os.path.isdir(entry):
+            continue
+        for fname in os.listdir(entry):
+            if fname.startswith("__grp__"):
+                gpath = os.path.join(entry, fname)
+                with open(gpath) as f:
+                    doc = json.load(f)
+                doc["child_paths"] = {c: os.path.join(entry, os.path.basename(p)) for c, p in doc["child_paths"].items()}
+                with open(gpath, "w") as f:
+                    json.dump(doc, f)
+    return dst

@@ -1,0 +1,65 @@
+"""Options and steps shared by the commands that scan caches (ls, verify, status)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import scan as scanner
+from ..arch import parse_arch
+from ..errors import UsageError
+
+
+def add_scan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH", help="cache roots or entry directories (default: every root found)")
+    p.add_argument("--target", metavar="ARCH", help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--orphan-age", type=float, default=None, metavar="SECONDS",
+                   help="tmp.pid_* leftovers older than this are orphans (default 3600, env JITWARDEN_ORPHAN_AGE)")
+    p.add_argument("--long", action="store_true", help="show full paths in tables")
+
+
+def fingerprint_or_none():
+    """The current fingerprint, or None when it cannot be computed (never fatal for a scan)."""
+    try:
+        from .. import fingerprint
+
+        return fingerprint.collect()
+    except Exception as exc:  # noqa: BLE001 - a scan must not fail because NVML or a package is odd
+        print(f"jitwarden: warning: fingerprint unavailable: {exc}", file=sys.stderr)
+        return None
+
+
+def resolve_target(arg: str | None, fp) -> scanner.Target:
+    if arg:
+        try:
+            return scanner.Target(parse_arch(arg), "cli")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    archs = fp.device_archs() if fp is not None else ()
+    if archs:
+        return scanner.Target(archs[0], "gpu")
+    return scanner.Target(None, "none")
+
+
+def orphan_age(args) -> float:
+    if args.orphan_age is not None:
+        if args.orphan_age < 0:
+            raise UsageError("--orphan-age must be zero or more seconds")
+        return args.orphan_age
+    raw = os.environ.get("JITWARDEN_ORPHAN_AGE")
+    if raw:
+        try:
+            return float(raw)
+        except ValueError:
+            raise UsageError(f"JITWARDEN_ORPHAN_AGE={raw!r} is not a number of seconds") from None
+    return 3600.0
+
+
+def run_scan(args, fp=None):
+    """Resolve roots and target from ``args`` and scan; returns the report."""
+    target = resolve_target(args.target, fp)
+    roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots()
+    judge = scanner.make_judge(target.arch, orphan_age(args))
+    return scanner.scan(roots, judge, target)

@@ -1,0 +1,74 @@
+"""``jitwarden verify``: judge every entry; ``--quick`` reads, ``--rebuild`` re-assembles.
+
+Exit status: 0 when nothing is at error level, 1 otherwise (design.md section 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from .. import report as out
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..findings import Severity
+from . import _common
+
+# Entries whose files are already known broken are not rebuilt: the finding says enough.
+_NO_REBUILD = {"corrupt", "incomplete", "foreign-path", "unsafe"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="check cache entries for damage and mismatches",
+                       description="Check every cache entry; exit 1 when any finding is at error level.")
+    _common.add_scan_arguments(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="structural checks only (default)")
+    try:
+        from .. import rebuild
+    except ImportError:
+        rebuild = None
+    if rebuild is not None:
+        rebuild.add_arguments(p, mode)
+    p.add_argument("--all", action="store_true", help="list every entry, not only those with findings")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    fp = _common.fingerprint_or_none() if not args.target else None
+    report = _common.run_scan(args, fp)
+    if getattr(args, "rebuild", False):
+        report = _rebuild(report, args)
+    if args.format == "json":
+        out.print_json(out.to_json(report, getattr(fp, "digest", None), "verify --rebuild" if getattr(args, "rebuild", False) else "verify --quick"))
+    else:
+        con = out.console()
+        shown = report.entries if args.all else [
+            e for e in report.entries if any(f.severity > Severity.INFO for f in report.findings_of(e))
+        ]
+        for c in report.caches:
+            for f in c.findings:
+                con.print(f"[bold red]{f.code}[/bold red] {out.short_path(c.root.path)}: {f.message}")
+            if c.error:
+                con.print(f"[bold red]error[/bold red] {c.error}")
+        if shown:
+            con.print(out.entries_table(report, shown, long=args.long, details=True))
+        con.print(f"[dim]{out.summary_line(report)}[/dim]")
+    return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
+
+
+def _rebuild(report, args):
+    from .. import rebuild
+
+    candidates = [
+        e for e in report.entries
+        if e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)
+    ]
+    results = rebuild.verify_entries(
+        candidates,
+        jobs=args.jobs,
+        extra_ptxas=args.ptxas or [],
+        keep_dir=args.keep,
+        progress=rebuild.progress_callback(len(candidates)) if hasattr(rebuild, "progress_callback") else None,
+    )
+    extra = {path: r.findings for path, r in results.items()}
+    return dataclasses.replace(report, extra=extra)
