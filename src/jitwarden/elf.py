@@ -116,20 +116,20 @@ def parse(data: bytes) -> Elf:
         return Elf(machine, ident[8], flags, (), data)
     if shentsize != _SHDR.size or shoff + shnum * shentsize > len(data):
         raise ElfError(f"section table ends past the file ({len(data)} bytes): truncated")
-    raw = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
-    for name_off, stype, _f, _a, off, size, *_ in raw:
-        if stype != SHT_NOBITS and off + size > len(data):
-            raise ElfError(f"a section ends past the file ({len(data)} bytes): truncated")
+    raw = list(_SHDR.iter_unpack(data[shoff : shoff + shnum * shentsize]))
     if shstrndx >= shnum:
         raise ElfError("section name table index out of range")
-    _n, _t, _f, _a, str_off, str_size, *_ = raw[shstrndx]
+    str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]
     names = data[str_off : str_off + str_size]
+    limit = len(data)
     sections = []
     for name_off, stype, sflags, _addr, off, size, link, _info, _align, entsize in raw:
+        if stype != SHT_NOBITS and off + size > limit:
+            raise ElfError(f"a section ends past the file ({limit} bytes): truncated")
         end = names.find(b"\0", name_off)
         if end < 0:
             raise ElfError("section name runs past its string table")
-        sections.append(Section(names[name_off:end].decode("utf-8", "replace"), stype, sflags, off, size, link, entsize))
+        sections.append(Section(names[name_off:end].decode("ascii", "replace"), stype, sflags, off, size, link, entsize))
     return Elf(machine, ident[8], flags, tuple(sections), data)
 
 
