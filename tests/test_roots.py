@@ -1,0 +1,77 @@
+"""Root discovery follows Triton's and TorchInductor's own rules, and status/ls find them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from jitwarden.adapters import triton as tri
+from jitwarden.cli import main
+
+import kernels
+
+
+def test_triton_precedence():
+    assert tri.default_cache_dir({"TRITON_CACHE_DIR": "/a", "TRITON_HOME": "/h"}) == ("/a", "TRITON_CACHE_DIR")
+    assert tri.default_cache_dir({"TRITON_HOME": "/h"}) == ("/h/.triton/cache", "TRITON_HOME")
+    path, source = tri.default_cache_dir({})
+    assert path == os.path.join(os.path.expanduser("~"), ".triton", "cache") and source == "default"
+
+
+def test_inductor_dir_defaults_to_tmp_per_user():
+    assert tri.inductor_cache_dir({"TORCHINDUCTOR_CACHE_DIR": "/x"}) == "/x"
+    assert os.path.basename(tri.inductor_cache_dir({})).startswith("torchinductor_")
+
+
+def test_discovers_default_inductor_and_vllm_roots(isolated_env, tmp_path, monkeypatch, built_cache):
+    src, manifest = built_cache
+    triton_root = isolated_env / ".triton" / "cache"
+    kernels.copy_cache(src, str(triton_root))
+    ind = tmp_path / "inductor" / "triton" / "0"
+    kernels.copy_cache(src, str(ind))
+    vllm = tmp_path / "vllm"
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(vllm))
+    vroot = vllm / "torch_compile_cache" / "abc123" / "rank_0_0" / "inductor_cache" / "triton" / "0"
+    kernels.copy_cache(src, str(vroot))
+    roots = tri.discover_roots(os.environ)
+    assert [(r.path, r.source) for r in roots] == [
+        (str(triton_root), "default"),
+        (str(ind), "inductor"),
+        (str(vroot), "vllm"),
+    ]
+
+
+def test_triton_cache_dir_wins_and_default_is_still_listed(isolated_env, tmp_path, monkeypatch, built_cache, capsys):
+    src, manifest = built_cache
+    custom = tmp_path / "custom"
+    kernels.copy_cache(src, str(custom))
+    kernels.copy_cache(src, str(isolated_env / ".triton" / "cache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(custom))
+    assert main(["status", "--format", "json", "--target", "90"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(c["root"], c["source"], c["entries"]) for c in doc["caches"]] == [
+        (str(custom), "TRITON_CACHE_DIR", len(manifest)),
+        (str(isolated_env / ".triton" / "cache"), "default", len(manifest)),
+    ]
+    assert doc["fingerprint"]["digest"] == doc["fingerprint_digest"]
+
+
+def test_status_table_and_ls_table(isolated_env, built_cache, capsys):
+    src, manifest = built_cache
+    kernels.copy_cache(src, str(isolated_env / ".triton" / "cache"))
+    assert main(["status", "--target", "90"]) == 0
+    text = capsys.readouterr().out
+    assert "~/.triton/cache" in text and str(len(manifest)) in text
+    assert main(["ls", "--target", "90"]) == 0
+    text = capsys.readouterr().out
+    assert "matmul_kernel" in text and "foreign-arch" in text and "sm_121" in text
+
+
+def test_no_roots_and_no_gpu_are_said_plainly(isolated_env, capsys):
+    assert main(["status"]) == 0
+    text = capsys.readouterr().out
+    assert "no Triton cache roots found" in text
+    assert main(["verify", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    if doc["target"]["source"] == "none":
+        assert doc["target"]["arch"] is None
