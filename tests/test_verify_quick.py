@@ -149,7 +149,7 @@ def test_copied_cache_is_foreign_path(built_cache, tmp_path, capsys):
     codes = findings_by_id(doc)
     assert all("foreign-path" in codes[j["id"]] for j in manifest)
     msg = next(f["message"] for f in doc["entries"][0]["findings"] if f["code"] == "foreign-path")
-    assert "Triton loads it from that tree" in msg
+    assert "Triton loads them from that tree" in msg
 
 
 def test_missing_listed_file_is_incomplete(cache, capsys):

@@ -476,20 +476,27 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         if not isinstance(children, dict):
             add(Finding("corrupt", f"{gname}: no child_paths mapping"))
             continue
+        outside: list[str] = []
         for child, cpath in children.items():
             if not isinstance(cpath, str) or not isinstance(child, str):
                 add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
                 continue
             cdir, cbase = os.path.split(os.path.normpath(cpath))
             if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not _same_dir(cdir, f.path):
-                where = "exists there: Triton loads it from that tree" if os.path.lexists(cpath) else "missing there"
-                add(Finding("foreign-path", f"{gname}: {child} points outside the entry to {cpath} ({where})"))
+                outside.append(cpath)
             elif cbase != child:
                 add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
             if child not in names:
                 add(Finding("incomplete", f"{gname} lists {child}, which is missing"))
             elif sizes.get(child) == 0:
                 add(Finding("corrupt", f"{child} is empty"))
+        if outside:
+            there = [p for p in outside if os.path.lexists(p)]
+            dirs = sorted({os.path.dirname(p) for p in outside})
+            where = (f"{len(there)} exist there: Triton loads them from that tree" if there
+                     else "none exist there: Triton drops them and recompiles")
+            add(Finding("foreign-path", f"{gname} points {len(outside)} of {len(children)} files outside the entry, "
+                                        f"into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} ({where})"))
 
     etype = _entry_type(f, names)
     if etype == "partial":
