@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from .layout import SEAL_FILE
+from .layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
 
@@ -100,16 +100,30 @@ def check(entry_dir: str, seal: Seal, present=None) -> list[str]:
         elif digest != rec["sha256"]:
             problems.append(f"{name} does not match its sealed sha256")
     if present is not None:
-        extra = sorted(set(present) - set(seal.files))
+        # jitwarden's own files (seal, lock files, records) are never covered by a seal.
+        extra = sorted(n for n in set(present) - set(seal.files) if not is_reserved(n))
         if extra:
             problems.append(f"not covered by the seal: {', '.join(extra)}")
     return problems
+
+
+_UMASK: list[int] = []
+
+
+def umask() -> int:
+    """The process umask, read once (reading it means setting it)."""
+    if not _UMASK:
+        old = os.umask(0o022)
+        os.umask(old)
+        _UMASK.append(old)
+    return _UMASK[0]
 
 
 def write(entry_dir: str, seal: Seal) -> str:
     """Write the seal atomically (temp file in the entry, then rename)."""
     fd, tmp = tempfile.mkstemp(prefix=".jitwarden-seal.", suffix=".tmp", dir=entry_dir)
     try:
+        os.fchmod(fd, 0o666 & ~umask())  # readable like Triton's own files, not mkstemp's 0600
         with os.fdopen(fd, "w") as f:
             json.dump(seal.to_json(), f, sort_keys=True)
         dest = os.path.join(entry_dir, SEAL_FILE)

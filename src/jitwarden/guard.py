@@ -1,0 +1,414 @@
+"""The guarded Triton cache manager: seal on write, verify on read, miss + quarantine on mismatch.
+
+Use it as ``TRITON_CACHE_MANAGER=jitwarden.guard:GuardedCacheManager``
+(:func:`jitwarden.activate` sets it). This is the only jitwarden module that
+imports Triton, and only Triton imports it. It relies on nothing but
+``FileCacheManager.__init__/get_file/put/get_group/put_group/_make_path/cache_dir``,
+which Triton 3.4 to 3.9 all have.
+
+Per entry, two lock files (``.jitwarden-*`` names, which the scanner skips):
+
+- ``.jitwarden-lock``: shared while verifying, exclusive while sealing or quarantining;
+- ``.jitwarden-writers``: every writer holds it shared from its first ``put`` to the
+  end of its ``put_group`` (never blocking anyone). A reader that sees a checksum
+  mismatch quarantines only when it can take this one exclusively without waiting,
+  i.e. when no writer is mid-group; otherwise it reports a plain miss, compiles,
+  and its own ``put_group`` leaves a consistent, sealed entry.
+
+A writer keeps the bytes it wrote until its ``put_group``; under the exclusive lock
+it republishes any file another writer replaced with different bytes, then seals
+its own digests, so the entry always ends as one writer's complete, sealed set.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import os
+import time
+
+from triton.runtime.cache import FileCacheManager
+
+from . import __version__, elf
+from . import quarantine as _quarantine
+from . import seal as _seal
+from .adapters import triton as _adapter
+from .findings import Severity
+from .partition import split
+
+LOCK_FILE = ".jitwarden-lock"
+WRITERS_FILE = ".jitwarden-writers"
+_STANDALONE = (".so", ".autotune.json")
+_log = logging.getLogger("jitwarden")
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _producer() -> dict:
+    try:
+        import triton
+
+        tv = triton.__version__
+    except Exception:  # noqa: BLE001
+        tv = None
+    return {"triton": tv, "jitwarden": __version__}
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_for(root: str) -> str | None:
+    """The fingerprint digest entries of ``root`` are sealed under: its partition name, else the env's."""
+    s = split(root)
+    return s[1] if s else (os.environ.get("JITWARDEN_FINGERPRINT") or None)
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    return _adapter.host_machine()
+
+
+def _lock(entry_dir: str, name: str, mode: int, block: bool = True) -> int | None:
+    """An fd holding flock ``mode`` on ``entry_dir/name``; None when ``block`` is False and it is taken.
+
+    Re-checks after locking that the file is still the one at that path: the entry
+    may have been renamed into quarantine while we waited.
+    """
+    path = os.path.join(entry_dir, name)
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW, 0o644)
+        except FileNotFoundError:
+            os.makedirs(entry_dir, exist_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, mode if block else mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise OSError(f"cannot lock {path}: it keeps moving")
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the last fd of the open file description releases the flock
+
+
+def _same_dir(a: str, b: str) -> bool:
+    if a == b or os.path.normpath(a) == os.path.normpath(b):
+        return True
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+class _Verdict:
+    __slots__ = ("state", "code", "details", "result")
+
+    def __init__(self, state: str, code: str = "", details=(), result=None):
+        self.state, self.code, self.details, self.result = state, code, tuple(details), result
+
+
+class GuardedCacheManager(FileCacheManager):
+    """A FileCacheManager that seals what it writes and trusts only what still matches its seal."""
+
+    def __init__(self, key, override=False, dump=False):
+        super().__init__(key, override=override, dump=dump)
+        self._plain = bool(override or dump or not self.cache_dir)  # override/dump dirs: exactly the parent
+        self._pending: dict[str, tuple[bytes, str]] = {}
+        self._writers_fd: int | None = None
+
+    def __del__(self):
+        fd, self._writers_fd = getattr(self, "_writers_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ helpers
+
+    @property
+    def _digest(self) -> str | None:
+        return _digest_for(os.path.dirname(os.path.normpath(self.cache_dir)))
+
+    def _begin_write(self) -> None:
+        if self._writers_fd is None:
+            self._writers_fd = _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_SH)
+
+    def _end_write(self) -> None:
+        fd, self._writers_fd = self._writers_fd, None
+        _unlock(fd)
+        self._pending.clear()
+
+    def _no_writer(self) -> int | None:
+        """An fd holding the writers lock exclusively when nobody is mid-group, else None."""
+        return _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_EX, block=False)
+
+    def _quarantine(self, code: str, details) -> None:
+        try:
+            rec = _quarantine.move(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
+            _log.warning("jitwarden: quarantined Triton cache entry %s (%s: %s); recompiling. Restore with "
+                         "`jitwarden quarantine restore %s`", rec.entry_id, code, "; ".join(details) or "-", rec.id)
+        except FileNotFoundError:
+            pass  # another process moved it first
+        os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
+
+    def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
+        """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
+        try:
+            s = _seal.read(self.cache_dir)
+        except _seal.SealError as exc:
+            return _Verdict("bad", "corrupt", [str(exc)])
+        if s is None:
+            return _Verdict("legacy")
+        missing = sorted(set(names) - set(s.files))
+        if missing:
+            return _Verdict("bad", "corrupt", [f"not covered by the seal: {', '.join(missing)}"])
+        sub = _seal.Seal({n: s.files[n] for n in names}, s.fingerprint)
+        problems = _seal.check(self.cache_dir, sub)
+        if problems:
+            return _Verdict("bad", "corrupt", problems)
+        mine = self._digest
+        if also_fingerprint and mine and s.fingerprint and s.fingerprint != mine:
+            return _Verdict("bad", "mismatch", [f"sealed under fingerprint {s.fingerprint}, this partition is {mine}"])
+        return None
+
+    # ------------------------------------------------------------ groups (kernels)
+
+    def _judge_group(self, grp_name: str) -> _Verdict:
+        grp_path = self._make_path(grp_name)
+        try:
+            with open(grp_path, "rb") as f:
+                doc = json.loads(f.read())
+        except FileNotFoundError:
+            return _Verdict("gone")
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            return _Verdict("bad", "corrupt", [f"{grp_name}: unreadable group file ({type(exc).__name__})"])
+        children = doc.get("child_paths") if isinstance(doc, dict) else None
+        if not isinstance(children, dict):
+            return _Verdict("bad", "corrupt", [f"{grp_name}: no child_paths mapping"])
+        for c, p in children.items():
+            if not isinstance(p, str) or not isinstance(c, str):
+                return _Verdict("bad", "corrupt", [f"{grp_name}: child {c!r} has no path"])
+            d, b = os.path.split(p)
+            if b != c or not _same_dir(d, self.cache_dir):
+                return _Verdict("bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"])
+        v = self._check_seal(list(children) + [grp_name])
+        if v is not None:
+            return v
+        return _Verdict("ok", result=dict(children))
+
+    def _legacy_ok(self) -> _Verdict:
+        """Structural checks of an unsealed entry (the scanner's own judgement)."""
+        root, name = os.path.split(os.path.normpath(self.cache_dir))
+        judge = _adapter.Judge(host_machine=_host(), now=time.time(), check_seals=False)
+        entry = _adapter.inspect_entry(root, name, judge)
+        errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
+        if errors:
+            return _Verdict("bad", errors[0].code, [f.message for f in errors])
+        return _Verdict("ok")
+
+    def get_group(self, filename: str):
+        if self._plain:
+            return super().get_group(filename)
+        grp_name = f"__grp__{filename}"
+        if not os.path.exists(self._make_path(grp_name)):
+            return None
+        try:
+            return self._verified_group(grp_name)
+        except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
+            _log.warning("jitwarden: cannot verify Triton cache entry %s (%s: %s); treating it as a miss",
+                         self.key, type(exc).__name__, exc)
+            return None
+
+    def _verified_group(self, grp_name: str):
+        try:
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
+        except PermissionError:  # read-only cache: verify without locks, never write
+            v = self._judge_group(grp_name)
+            return v.result if v.state == "ok" else None
+        try:
+            v = self._judge_group(grp_name)
+        finally:
+            _unlock(fd)
+        if v.state == "ok":
+            return v.result
+        if v.state == "gone":
+            return None
+        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            v = self._judge_group(grp_name)  # the world may have moved while we waited
+            if v.state == "legacy":
+                lv = self._legacy_ok()
+                if lv.state == "ok":
+                    self._seal_legacy(grp_name)
+                    v = self._judge_group(grp_name)
+                else:
+                    v = lv
+            if v.state == "ok":
+                return v.result
+            if v.state == "bad":
+                wfd = self._no_writer()
+                if wfd is None:
+                    return None  # a writer is mid-group: a plain miss; its put_group seals a consistent entry
+                try:
+                    self._quarantine(v.code, v.details)
+                finally:
+                    _unlock(wfd)
+            return None
+        finally:
+            _unlock(fd)
+
+    def _seal_legacy(self, grp_name: str) -> None:
+        with open(self._make_path(grp_name), "rb") as f:
+            children = json.loads(f.read())["child_paths"]
+        s = _seal.compute(self.cache_dir, list(children) + [grp_name], self._digest, dict(_producer(), legacy=True))
+        _seal.write(self.cache_dir, s)
+
+    def put(self, data, filename, binary=True) -> str:
+        if self._plain:
+            return super().put(data, filename, binary)
+        raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
+        standalone = filename.endswith(_STANDALONE)
+        if standalone:
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+            try:
+                path = super().put(raw, filename, binary=True)
+                self._seal_files({filename: raw}, merge=True)
+                return path
+            finally:
+                _unlock(fd)
+        self._begin_write()
+        self._pending[filename] = (raw, hashlib.sha256(raw).hexdigest())
+        return super().put(raw, filename, binary=True)
+
+    def put_group(self, filename: str, group):
+        if self._plain:
+            return super().put_group(filename, group)
+        grp_name = f"__grp__{filename}"
+        self._begin_write()
+        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            # Republish what another writer replaced with different bytes: one writer's set, never a mix.
+            for name in group:
+                mine = self._pending.get(name)
+                if mine is None:
+                    continue
+                try:
+                    same = _seal.file_digest(self._make_path(name))[0] == mine[1]
+                except OSError:
+                    same = False
+                if not same:
+                    super().put(mine[0], name, binary=True)
+            path = super().put_group(filename, group)  # calls self.put: recorded in _pending
+            files = {}
+            for name in list(group) + [grp_name]:
+                mine = self._pending.get(name)
+                if mine is not None:
+                    files[name] = {"sha256": mine[1], "size": len(mine[0])}
+                else:
+                    d, n = _seal.file_digest(self._make_path(name))
+                    files[name] = {"sha256": d, "size": n}
+            _seal.write(self.cache_dir, _seal.Seal(files, self._digest, _producer(), time.time()))
+            return path
+        finally:
+            _unlock(fd)
+            self._end_write()
+
+    # ------------------------------------------------------------ single files (launchers, autotune records)
+
+    def _seal_files(self, data: dict, merge: bool) -> None:
+        files = {}
+        if merge:
+            try:
+                old = _seal.read(self.cache_dir)
+            except _seal.SealError:
+                old = None
+            if old is not None:
+                files.update(old.files)
+        for name, raw in data.items():
+            files[name] = {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+        _seal.write(self.cache_dir, _seal.Seal(files, self._digest, _producer(), time.time()))
+
+    def _judge_file(self, filename: str) -> _Verdict:
+        v = self._check_seal([filename], also_fingerprint=False)
+        if v is not None and v.state != "legacy":
+            return v
+        path = self._make_path(filename)
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+            try:
+                raw = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            return _Verdict("gone")
+        except OSError as exc:
+            return _Verdict("bad", "unsafe" if os.path.islink(path) else "corrupt", [f"{filename}: {exc.strerror}"])
+        if filename.endswith(".so"):
+            try:
+                so = elf.parse(raw)
+            except elf.ElfError as exc:
+                return _Verdict("bad", "corrupt", [f"{filename}: not a valid shared object ({exc})"])
+            if so.machine_name != _host():
+                return _Verdict("bad", "mismatch", [f"{filename} is an ELF for {so.machine_name}, this host is {_host()}"])
+        elif filename.endswith(".json"):
+            try:
+                json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                return _Verdict("bad", "corrupt", [f"{filename}: not valid JSON"])
+        return _Verdict("legacy", result=raw) if v is not None else _Verdict("ok")
+
+    def get_file(self, filename):
+        if self._plain or not filename.endswith(_STANDALONE):
+            return super().get_file(filename)
+        path = self._make_path(filename)
+        if not os.path.exists(path):
+            return None
+        try:
+            return self._verified_file(filename, path)
+        except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
+            _log.warning("jitwarden: cannot verify Triton cache file %s/%s (%s: %s); treating it as a miss",
+                         self.key, filename, type(exc).__name__, exc)
+            return None
+
+    def _verified_file(self, filename: str, path: str):
+        try:
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
+        except PermissionError:
+            return path if self._judge_file(filename).state == "ok" else None
+        try:
+            v = self._judge_file(filename)
+        finally:
+            _unlock(fd)
+        if v.state == "ok":
+            return path
+        if v.state == "gone":
+            return None
+        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            v = self._judge_file(filename)
+            if v.state == "legacy":
+                self._seal_files({filename: v.result}, merge=True)
+                return path
+            if v.state == "ok":
+                return path
+            if v.state == "bad":
+                wfd = self._no_writer()
+                if wfd is not None:
+                    try:
+                        self._quarantine(v.code, v.details)
+                    finally:
+                        _unlock(wfd)
+            return None
+        finally:
+            _unlock(fd)

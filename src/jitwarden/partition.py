@@ -1,0 +1,104 @@
+"""Fingerprint partitions: ``<root>/jitwarden-v1/<digest>/`` inside the roots users persist (stdlib only).
+
+A partition is a complete cache dir of its own (Triton, Inductor or vLLM point
+straight at it), so entries built by different fingerprints never share a
+directory. ``.jitwarden-partition.json`` inside records which fingerprint it
+belongs to and when it was last used, for ``status`` and pruning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+from .layout import PARTITION_INFO, PARTITIONS_DIR
+from .seal import umask
+
+SCHEMA = 1
+TOUCH_EVERY_S = 60.0
+"""Last use is rewritten at most once a minute: activation stays a read on the warm path."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    digest: str
+    headline: str | None
+    created: float
+    last_used: float
+    kinds: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "digest": self.digest, "headline": self.headline,
+                "created": self.created, "last_used": self.last_used, "kinds": list(self.kinds)}
+
+
+def path_for(base: str, digest: str) -> str:
+    """The partition of ``digest`` inside the user-visible root ``base``."""
+    return os.path.join(base, PARTITIONS_DIR, digest)
+
+
+def split(path: str) -> tuple[str, str] | None:
+    """(base, digest) when ``path`` is itself a partition dir, else None (pure)."""
+    p = os.path.normpath(path)
+    parent, digest = os.path.split(p)
+    if os.path.basename(parent) == PARTITIONS_DIR and digest:
+        return os.path.dirname(parent), digest
+    return None
+
+
+def base_of(path: str) -> str:
+    """The user-visible root behind ``path``: never nest a partition inside a partition."""
+    s = split(path)
+    return s[0] if s else path
+
+
+def read_info(partition: str) -> PartitionInfo | None:
+    try:
+        with open(os.path.join(partition, PARTITION_INFO), "rb") as f:
+            doc = json.loads(f.read())
+        return PartitionInfo(str(doc["digest"]), doc.get("headline"), float(doc.get("created") or 0),
+                             float(doc.get("last_used") or 0), tuple(doc.get("kinds") or ()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_atomic(path: str, doc: dict) -> None:
+    d = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-partition.", suffix=".tmp", dir=d)
+    try:
+        os.fchmod(fd, 0o666 & ~umask())
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def ensure(partition: str, digest: str, headline: str | None, kind: str, now: float | None = None) -> PartitionInfo:
+    """Create the partition dir if needed and record its last use (at most once a minute)."""
+    now = time.time() if now is None else now
+    os.makedirs(partition, exist_ok=True)
+    old = read_info(partition)
+    if old and old.digest == digest and kind in old.kinds and now - old.last_used < TOUCH_EVERY_S:
+        return old
+    kinds = tuple(sorted(set(old.kinds if old else ()) | {kind}))
+    info = PartitionInfo(digest, headline or (old.headline if old else None), old.created if old else now, now, kinds)
+    _write_atomic(os.path.join(partition, PARTITION_INFO), info.to_json())
+    return info
+
+
+def list_partitions(base: str) -> list[tuple[str, PartitionInfo | None]]:
+    """Every partition inside ``base`` with its info (None when the info file is missing or damaged)."""
+    pdir = os.path.join(base, PARTITIONS_DIR)
+    try:
+        names = sorted(e.name for e in os.scandir(pdir) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    return [(os.path.join(pdir, n), read_info(os.path.join(pdir, n))) for n in names]
