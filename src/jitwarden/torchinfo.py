@@ -94,7 +94,7 @@ def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | No
             version = None
     vp = {}
     try:
-        with open(os.path.join(d, "version.py"), encoding="utf-8") as f:
+        with open(os.path.join(d, "version.py"), encoding="utf-8", errors="replace") as f:
             vp = parse_version_py(f.read())
     except OSError:
         pass

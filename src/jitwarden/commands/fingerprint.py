@@ -79,7 +79,8 @@ def _run_diff(args, old, new) -> int:
     from rich.markup import escape
 
     t = Table(title=f"fingerprint {old.digest} → {new.digest}: {len(changes)} change(s)", title_justify="left")
-    for col in ("component", "old", "new", "why it matters"):
+    t.add_column("component", no_wrap=True)
+    for col in ("old", "new", "why it matters"):
         t.add_column(col, overflow="fold")
     for c in changes:
         t.add_row(*(escape(x) for x in (c.component, c.old, c.new, c.why)))
