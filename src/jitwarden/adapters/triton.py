@@ -332,7 +332,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
             break
     if metadata_file is None:
         candidates = [f for f in names if f.endswith(".json") and not f.startswith("__grp__")
-                      and not f.endswith(".autotune.json") and f != SEAL_FILE]
+                      and not f.endswith(".autotune.json") and not is_reserved(f)]
         if len(candidates) == 1:
             metadata_file = candidates[0]
     if metadata_file is not None:
@@ -384,7 +384,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if check_seal and SEAL_FILE in names:
         try:
             s = seal.read(path)
-            present = [f for f in names if f != SEAL_FILE]
+            present = [f for f in names if not is_reserved(f)]
             seal_problems = tuple(seal.check(path, s, present)) if s else None
         except seal.SealError as exc:
             seal_problems = (str(exc),)
@@ -592,7 +592,7 @@ def _entry_type(f: EntryFacts, names: set[str]) -> str:
         return "kernel"
     if f.launchers:
         return "launcher"
-    real = {n for n in names if n != SEAL_FILE and n != "lock"}
+    real = {n for n in names if not is_reserved(n) and n != "lock"}
     if not real:
         return "empty"
     if all(n.endswith(".autotune.json") for n in real):
