@@ -417,3 +417,46 @@ def test_activation_path_stays_stdlib_only(tmp_path):
             "assert not bad, bad; print('ok')")
     r = subprocess.run([sys.executable, "-c", prog], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def _fake_torch_site(tmp_path) -> str:
+    """A site dir holding a torch the fingerprint must read without importing: version.py,
+    a dist-info RECORD, lib/libtorch_cuda.so with a fatbin, and bin/ptxas."""
+    site = tmp_path / "site"
+    pkg = site / "torch"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "bin").mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('torch must not be imported by the fingerprint')\n")
+    (pkg / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
+                                    "git_version = '0123abcd'\n")
+    fat = _fatbin_container([(2, 80, b"a"), (2, 90, b"b"), (1, 90, b"c")])
+    (pkg / "lib" / "libtorch_cuda.so").write_bytes(_elf_with_section(b".nv_fatbin", fat))
+    shutil.copy(_wrapper(tmp_path), pkg / "bin" / "ptxas")
+    dist = site / "torch-2.11.0+cu130.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n")
+    (dist / "RECORD").write_text("torch/__init__.py,sha256=abc,10\n")
+    return str(site)
+
+
+@needs_ptxas
+def test_fake_torch_is_read_without_import(tmp_path):
+    site = _fake_torch_site(tmp_path)
+    prog = ("import json, sys, jitwarden.fingerprint as f; fp = f.collect(); "
+            "assert 'torch' not in sys.modules; print(json.dumps(fp.to_json()))")
+    env = _env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), site])
+    r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    torch = next(p for p in doc["packages"] if p["name"] == "torch")
+    assert torch["version"] == "2.11.0+cu130" and torch["cuda"] == "13.0" and torch["git_version"] == "0123abcd"
+    assert torch["arch_list"] == ["sm_80", "compute_90", "sm_90"]
+    assert len(torch["identity"]) == 64
+    roles = {p["role"]: p for p in doc["toolchain"]["ptxas"]}
+    assert roles["inductor"]["path"] == os.path.join(site, "torch", "bin", "ptxas")
+    # Inductor hands torch's ptxas to Triton only when the user did not choose one
+    env["TRITON_PTXAS_PATH"] = REAL_PTXAS
+    r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "inductor" not in {p["role"] for p in json.loads(r.stdout)["toolchain"]["ptxas"]}

@@ -129,12 +129,15 @@ def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[s
             key = None
         if key and memo is not None and isinstance(memo.get(key), list):
             return tuple(memo[key])
-        found = fatbin_arches(lib)
+        unreadable = bool(key and memo is not None and memo.get(key) == "unreadable")
+        found = None if unreadable else fatbin_arches(lib)
         if found is not None:
             result = normalize_arches(found)
             if key and memo is not None:
                 memo[key] = list(result)
             return result
+        if key and memo is not None:
+            memo[key] = "unreadable"  # do not pay the capped walk again at every start
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
