@@ -117,8 +117,7 @@ class Fingerprint:
         """Everything that decides compiled code, and nothing volatile (uuids, paths, order)."""
         py = dict(self.python)
         return {
-            "gpu": sorted([g.name, list(g.capability) if g.capability else None]
-                          for g in {(g.name, g.capability): g for g in self.gpus}.values()),
+            "gpu": sorted({f"{g.name}|{'%d.%d' % g.capability if g.capability else '?'}" for g in self.gpus}),
             "driver": self.driver_version,
             "ptxas": sorted([r, i.sha256, i.version_text] for r, i in self.ptxas),
             "packages": sorted([p.name, p.version, p.identity, p.cuda, p.git_version,
@@ -223,10 +222,13 @@ class Fingerprint:
         out = []
         torch = self.package("torch")
         for arch in self.device_archs():
-            role = "triton-blackwell" if arch >= 100 else "triton"
-            info = self.ptxas_for(role)
-            if info is not None and ptxas.can_target(info, arch) is False:
-                out.append(f"the resolved ptxas ({info.path}, release {info.release}) cannot target sm_{arch}")
+            # Inductor hands torch's ptxas to Triton through TRITON_PTXAS_PATH: arch < 100 only.
+            roles = ("triton-blackwell",) if arch >= 100 else ("triton", "inductor")
+            for role in roles:
+                info = self.ptxas_for(role)
+                if info is not None and ptxas.can_target(info, arch) is False:
+                    out.append(f"the resolved ptxas[{role}] ({info.path}, release {info.release}) "
+                               f"cannot target sm_{arch}")
             if torch and torch.arch_list is not None and torch.cuda and not _torch_runs_on(torch.arch_list, arch):
                 out.append(f"torch {torch.version} was not compiled for sm_{arch} "
                            f"(arch list: {' '.join(torch.arch_list) or 'empty'}): its own kernels "
@@ -277,6 +279,13 @@ def _s(v) -> str:
     return "(none)" if v is None or v == "" else str(v)
 
 
+def _ptxas_label(info: PtxasInfo | None) -> str:
+    if info is None:
+        return "(none)"
+    lines = info.version_text.splitlines()
+    return info.build or info.release or (lines[-1] if lines else "(no version)")
+
+
 def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
     """What differs from ``a`` (old) to ``b`` (new), and why each difference matters."""
     out: list[Change] = []
@@ -304,10 +313,10 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
         x, y = pa.get(role), pb.get(role)
         comp = f"ptxas[{role}]"
         if x is None or y is None:
-            out.append(Change(comp, _s(x and x.version_text.splitlines()[-1]), _s(y and y.version_text.splitlines()[-1]),
+            out.append(Change(comp, _ptxas_label(x), _ptxas_label(y),
                               "a ptxas appeared or disappeared: kernels are assembled by a different binary"))
         elif x.version_text != y.version_text:
-            out.append(Change(comp, _s(x.build or x.release), _s(y.build or y.release),
+            out.append(Change(comp, _ptxas_label(x), _ptxas_label(y),
                               "another ptxas release assembles PTX into different machine code; Triton keys "
                               "kernels by this version text, so its old entries become dead weight"))
         elif x.sha256 != y.sha256:
@@ -532,6 +541,7 @@ def _gpu_key(proc_root: str, cvd: str | None) -> str | None:
 
 
 def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
+    """NVML's answer memoised by the /proc GPU listing and driver version, else a fresh probe."""
     section = memo.setdefault("gpu", _Section())
     key = _gpu_key(proc_root, env.get("CUDA_VISIBLE_DEVICES"))
     if key and key in section:
@@ -544,7 +554,7 @@ def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
         except (KeyError, TypeError, ValueError):
             pass
     p = nvml.probe(proc_root, env)
-    if key:
+    if key and p.source == "nvml":  # /proc answers are cheap, and NVML may load next time
         section[key] = {"source": p.source, "gpus": [_gpu_json(g) for g in p.gpus],
                         "driver_version": p.driver_version, "cuda_driver_version": p.cuda_driver_version,
                         "note": p.note}

@@ -192,7 +192,9 @@ def selected(env=None, memo: dict | None = None) -> list[tuple[str, str]]:
     """(role, path) of every ptxas this environment's compilers would use.
 
     ``triton``: arch < 100; ``triton-blackwell``: arch >= 100; ``inductor``: torch's own
-    ``torch/bin/ptxas``, which TorchInductor sets as ``TRITON_PTXAS_PATH`` when unset.
+    ``torch/bin/ptxas``, which TorchInductor's codecache sets as ``TRITON_PTXAS_PATH`` when
+    unset (so, in a process that compiles through Inductor, it replaces ``triton`` for
+    arch < 100; ``TRITON_PTXAS_BLACKWELL_PATH`` is left alone).
     """
     env = os.environ if env is None else env
     out: list[tuple[str, str]] = []
