@@ -1,0 +1,292 @@
+"""Compare a cached cubin with a rebuilt one: what decides behaviour, and nothing else.
+
+Whole-file equality is the fast path. Otherwise both files are parsed and compared
+part by part: the ELF header (all but the table offsets, which move when a debug
+section changes size), the program headers (all but ``p_offset``), every section's
+header and content by name, and the symbol table by meaning (name, binding, type,
+section, value, size) rather than by raw string-table offsets.
+
+Only the sections in :data:`IGNORED_SECTIONS` (and their relocation and Blackwell
+``.nv.merc`` twins) are left out, each for a stated reason. Their differences are
+still reported back (``Comparison.ignored``) so the caller can say what it ignored.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+# Sections whose content cannot change what the GPU runs. The CUDA driver's loader
+# reads code (.text.*), kernel info (.nv.info*), constant banks (.nv.constant*),
+# shared/global reservations (.nv.shared*, .nv.global*), the call graph, the compat
+# and cuinfo notes and the symbol table; the DWARF-style sections below are read
+# only by debuggers and profilers (cuda-gdb, Nsight's source view) to map SASS back
+# to PTX and source lines. A difference there changes which file/line a debugger
+# shows, never an instruction, a register count or a launch parameter.
+IGNORED_SECTIONS: dict[str, str] = {
+    ".debug_line": "DWARF line table (source line <-> SASS address); its file entries record the source "
+                   "directories, names and the source file's mtime/size as ptxas stats it at assembly time "
+                   "(shown: touching the kernel's .py changes 2 LEB128 bytes here and nothing else)",
+    ".debug_frame": "DWARF call-frame info, only for unwinding in a debugger",
+    ".debug_info": "DWARF debug info (-g, DISABLE_PTXAS_OPT): names, types, directories",
+    ".debug_abbrev": "DWARF abbreviation table for .debug_info",
+    ".debug_str": "DWARF string pool (file and directory names)",
+    ".debug_loc": "DWARF variable locations for a debugger",
+    ".debug_ranges": "DWARF address ranges for a debugger",
+    ".debug_aranges": "DWARF address-range lookup table for a debugger",
+    ".debug_pubnames": "DWARF name lookup table for a debugger",
+    ".debug_macinfo": "DWARF macro info for a debugger",
+    ".nv_debug_line_sass": "NVIDIA SASS-level line table, used by cuda-gdb/Nsight to map SASS to PTX lines",
+    ".nv_debug_ptx_txt": "the PTX text embedded for the debugger's PTX view",
+    ".nv_debug_info_reg_sass": "register-location debug info for cuda-gdb",
+    ".nv_debug_info_reg_type": "register-type debug info for cuda-gdb",
+    ".note.nv.tkinfo": "tool note: ptxas name, version and its command line, which holds temporary file paths; "
+                       "its release/build strings are compared separately (TKINFO_VERSION_STRINGS)",
+}
+# Relocations of an ignored section (``.rela.debug_line``) only patch that section;
+# ``.nv.merc.<name>`` is the Blackwell (sm_100+) "mercury" twin of ``<name>``.
+# Whether the tool versions in .note.nv.tkinfo must agree: yes, a different ptxas build is a different producer.
+TKINFO_VERSION_STRINGS = True
+
+SHT_SYMTAB = 2
+SHT_RELA = 4
+SHT_REL = 9
+SHT_NOBITS = 8
+SHF_INFO_LINK = 0x40
+
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_PHDR = struct.Struct("<IIQQQQQQ")
+_SYM = struct.Struct("<IBBHQQ")
+
+
+class NotElf(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Sec:
+    index: int
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    align: int
+    entsize: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    header: tuple
+    phdrs: tuple
+    sections: tuple[_Sec, ...]
+    data: bytes
+
+    def content(self, s: _Sec) -> bytes:
+        return b"" if s.type == SHT_NOBITS else self.data[s.offset:s.offset + s.size]
+
+    def name_of(self, index: int) -> str:
+        if 0 <= index < len(self.sections):
+            return self.sections[index].name
+        return f"#{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The result of comparing two cubins."""
+
+    identical: bool  # byte for byte
+    equal: bool  # equal in everything but IGNORED_SECTIONS
+    differences: tuple[str, ...] = ()  # human descriptions, most telling first
+    first_section: str | None = None  # where the first behaviour-relevant difference is
+    first_offset: int | None = None  # file offset of that first differing byte in the cached cubin
+    ignored: tuple[str, ...] = ()  # ignored sections that did differ
+
+    def summary(self) -> str:
+        if self.identical:
+            return "byte-identical"
+        if self.equal:
+            return "equal except debug-only sections (" + ", ".join(self.ignored) + ")" if self.ignored else "equal"
+        return "; ".join(self.differences[:3]) + (f" (+{len(self.differences) - 3} more)" if len(self.differences) > 3 else "")
+
+
+def is_ignored(name: str) -> bool:
+    """Whether ``name`` is an ignored section or one of its relocation / ``.nv.merc`` twins."""
+    base = name
+    if base.startswith(".nv.merc."):
+        base = base[len(".nv.merc"):]
+    for prefix in (".rela", ".rel"):
+        if base.startswith(prefix + "."):
+            base = base[len(prefix):]
+            break
+    return base in IGNORED_SECTIONS
+
+
+def _parse(data: bytes) -> _Parsed:
+    if len(data) < _EHDR.size or data[:4] != b"\x7fELF":
+        raise NotElf("not an ELF file")
+    if data[4] != 2 or data[5] != 1:
+        raise NotElf("not a 64-bit little-endian ELF file")
+    h = _EHDR.unpack_from(data, 0)
+    ident, etype, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum, shentsize, shnum, shstrndx = h
+    header = (("e_ident", ident), ("e_type", etype), ("e_machine", machine), ("e_version", version),
+              ("e_entry", entry), ("e_flags", flags), ("e_ehsize", ehsize), ("e_phentsize", phentsize),
+              ("e_phnum", phnum), ("e_shentsize", shentsize))
+    phdrs = []
+    if phnum:
+        if phentsize != _PHDR.size or phoff + phnum * phentsize > len(data):
+            raise NotElf("program headers end past the file")
+        for i in range(phnum):
+            ptype, pflags, _off, vaddr, paddr, filesz, memsz, palign = _PHDR.unpack_from(data, phoff + i * phentsize)
+            phdrs.append((ptype, pflags, vaddr, paddr, filesz, memsz, palign))
+    secs = []
+    if shnum:
+        if shentsize != _SHDR.size or shoff + shnum * shentsize > len(data):
+            raise NotElf("section table ends past the file")
+        raw = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+        if shstrndx >= shnum:
+            raise NotElf("section name table index out of range")
+        so, ss = raw[shstrndx][4], raw[shstrndx][5]
+        names = data[so:so + ss]
+        for i, (n, t, f, a, o, s, link, info, al, es) in enumerate(raw):
+            if t != SHT_NOBITS and o + s > len(data):
+                raise NotElf("a section ends past the file")
+            end = names.find(b"\0", n)
+            if end < 0:
+                raise NotElf("section name runs past its string table")
+            secs.append(_Sec(i, names[n:end].decode("utf-8", "replace"), t, f, a, o, s, link, info, al, es))
+    return _Parsed(header, tuple(phdrs), tuple(secs), data)
+
+
+def _symbols(p: _Parsed, s: _Sec) -> list[tuple]:
+    strtab = p.content(p.sections[s.link]) if s.link < len(p.sections) else b""
+    table = p.content(s)
+    out = []
+    for off in range(0, len(table) - _SYM.size + 1, _SYM.size):
+        st_name, st_info, st_other, shndx, value, size = _SYM.unpack_from(table, off)
+        end = strtab.find(b"\0", st_name)
+        name = strtab[st_name:end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+        sec = p.name_of(shndx) if 0 < shndx < 0xFF00 else shndx
+        out.append((name, st_info, st_other, sec, value, size))
+    return out
+
+
+def _tk_versions(p: _Parsed) -> tuple[str, ...]:
+    for s in p.sections:
+        if s.name == ".note.nv.tkinfo":
+            strings = [x.decode("utf-8", "replace") for x in p.content(s).split(b"\0") if x]
+            return tuple(x for x in strings if "release" in x or x.startswith("Build "))
+    return ()
+
+
+def _first_diff(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _link_name(p: _Parsed, s: _Sec, field: int, as_index: bool) -> object:
+    return p.name_of(field) if as_index else field
+
+
+def compare(cached: bytes, rebuilt: bytes) -> Comparison:
+    """Compare ``cached`` with ``rebuilt``; see the module docstring for what counts."""
+    if cached == rebuilt:
+        return Comparison(True, True)
+    try:
+        a = _parse(cached)
+    except NotElf as exc:
+        return Comparison(False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0)
+    try:
+        b = _parse(rebuilt)
+    except NotElf as exc:  # pragma: no cover - ptxas wrote garbage
+        return Comparison(False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0)
+
+    diffs: list[tuple[str, str | None, int | None]] = []
+
+    def note(msg: str, section: str | None, offset: int | None) -> None:
+        diffs.append((msg, section, offset))
+
+    for (field, va), (_f, vb) in zip(a.header, b.header):
+        if va != vb:
+            if field == "e_ident":
+                i = _first_diff(va, vb)
+                note(f"ELF header e_ident byte {i} differs ({va[i]:#x} vs {vb[i]:#x})", "ELF header", i)
+            else:
+                what = ""
+                if field == "e_version":
+                    what = f" (CUDA {va // 10}.{va % 10} vs {vb // 10}.{vb % 10} toolchain stamp)"
+                note(f"ELF header {field} differs: {va:#x} vs {vb:#x}{what}", "ELF header", None)
+    if a.phdrs != b.phdrs:
+        note(f"program headers differ ({len(a.phdrs)} vs {len(b.phdrs)} segments)", "program headers", None)
+
+    ta = _tk_versions(a)
+    tb = _tk_versions(b)
+    if TKINFO_VERSION_STRINGS and ta != tb:
+        note(f".note.nv.tkinfo names another ptxas: {' '.join(ta) or 'none'} vs {' '.join(tb) or 'none'}",
+             ".note.nv.tkinfo", None)
+
+    ignored: list[str] = []
+    ka = [s for s in a.sections if not is_ignored(s.name)]
+    kb = [s for s in b.sections if not is_ignored(s.name)]
+    for s in a.sections:
+        if is_ignored(s.name):
+            o = next((x for x in b.sections if x.name == s.name), None)
+            if o is None or a.content(s) != b.content(o) or s.size != o.size:
+                ignored.append(s.name)
+    for s in b.sections:
+        if is_ignored(s.name) and not any(x.name == s.name for x in a.sections):
+            ignored.append(s.name)
+
+    names_a = [s.name for s in ka]
+    names_b = [s.name for s in kb]
+    if names_a != names_b:
+        only_a = [n for n in names_a if n not in names_b]
+        only_b = [n for n in names_b if n not in names_a]
+        if only_a or only_b:
+            note("sections differ: " + ", ".join([f"only cached: {n}" for n in only_a] + [f"only rebuilt: {n}" for n in only_b]),
+                 (only_a or only_b)[0], None)
+        else:
+            note("sections are in another order", None, None)
+    bmap = {s.name: s for s in kb}
+    for sa in ka:
+        sb = bmap.get(sa.name)
+        if sb is None:
+            continue
+        index_link = sa.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or sa.link != 0
+        index_info = sa.type in (SHT_RELA, SHT_REL) or bool(sa.flags & SHF_INFO_LINK)
+        ha = (sa.type, sa.flags, sa.addr, sa.size, sa.align, sa.entsize,
+              _link_name(a, sa, sa.link, index_link), _link_name(a, sa, sa.info, index_info))
+        hb = (sb.type, sb.flags, sb.addr, sb.size, sb.align, sb.entsize,
+              _link_name(b, sb, sb.link, index_link), _link_name(b, sb, sb.info, index_info))
+        if sa.type == SHT_SYMTAB:
+            syma, symb = _symbols(a, sa), _symbols(b, sb)
+            if syma != symb:
+                k = next((i for i, (x, y) in enumerate(zip(syma, symb)) if x != y), min(len(syma), len(symb)))
+                which = syma[k][0] if k < len(syma) else (symb[k][0] if k < len(symb) else "?")
+                note(f"symbol table differs at symbol {k} ({which!r}): "
+                     f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
+                     sa.name, sa.offset + k * _SYM.size)
+            continue
+        ca, cb = a.content(sa), b.content(sb)
+        if ca != cb:
+            i = _first_diff(ca, cb)
+            size = f", size {sa.size} vs {sb.size}" if sa.size != sb.size else ""
+            note(f"section {sa.name} differs at section offset {i:#x} (file offset {sa.offset + i:#x}){size}",
+                 sa.name, sa.offset + i)
+        elif ha != hb:
+            note(f"section {sa.name} header differs: {ha} vs {hb}", sa.name, None)
+    if not diffs:
+        return Comparison(False, True, (), None, None, tuple(ignored))
+    # Code-section differences first (most telling), then the rest in file order.
+    diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
+    msg0, sec, off = diffs[0]
+    return Comparison(False, False, tuple(d[0] for d in diffs), sec, off, tuple(ignored))

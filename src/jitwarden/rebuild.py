@@ -1,0 +1,653 @@
+"""``jitwarden verify --rebuild``: re-assemble each cached kernel's PTX and compare.
+
+Like ``nix build --check``, a rebuild proves an entry: its PTX is re-assembled with
+exactly the ptxas command Triton 3.6 ran (``make_cubin`` in
+``triton/backends/nvidia/compiler.py``), reconstructed from the entry's metadata
+and the cache-invalidating env vars recorded in it, and the result is compared with
+the cached cubin (:mod:`jitwarden.cubin_compare`).
+
+Verdicts (one :class:`RebuildResult` per kernel entry):
+
+- ``verified`` (no finding): a ptxas this environment's compilers use reproduces it:
+  the one Triton picks for the arch (``ptxas`` below sm_100, ``ptxas-blackwell``
+  from sm_100, or ``TRITON_PTXAS_PATH`` / ``TRITON_PTXAS_BLACKWELL_PATH``), torch's
+  ``torch/bin/ptxas`` (TorchInductor hands it to Triton), or one given with ``--ptxas``.
+- ``stale`` (warn): only another ptxas on this machine reproduces it (CUDA_HOME,
+  PATH, /usr/local/cuda*, nvidia wheels, or the *other* bundled Triton ptxas).
+  A cubin assembled by ``ptxas-blackwell`` under an sm_90 key therefore lands here,
+  never in ``verified``: its bytes (the ELF ``e_version`` stamp and the
+  CUDA-version attribute in ``.nv.info``) name another toolchain than the one
+  Triton runs for sm_90.
+- ``not-reproducible`` (error): candidates of the entry's own ptxas release assemble
+  the PTX and none reproduces the cubin: a substituted, damaged or wrapper-built binary.
+- ``unverifiable`` (warn): nothing to rebuild from (no metadata, PTX or cubin), no
+  candidate can assemble the PTX, or no ptxas of the entry's release is here (a
+  rebuild by another release is expected to differ, so it proves nothing either way).
+
+The engine is stdlib only; the CLI progress bar (rich) is built in
+:func:`progress_callback` and reaches the engine as a plain callback.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from . import cubin_compare, ptxas
+from .errors import UsageError
+from .findings import Finding
+from .ptx import parse_header
+
+VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
+PTXAS_TIMEOUT_S = 900.0
+
+_TRUE = {"1", "true", "yes", "on", "y"}
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    verdict: str  # verified | stale | not-reproducible | unverifiable
+    ptxas: str | None  # the ptxas that reproduced the entry, when one did
+    message: str
+    findings: tuple[Finding, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "ptxas": self.ptxas, "message": self.message,
+                "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ptxas to try. ``environment``: one this environment's compilers use."""
+
+    path: str
+    info: ptxas.PtxasInfo
+    role: str  # triton, triton-blackwell, inductor, cli, machine
+    environment: bool
+
+    @property
+    def label(self) -> str:
+        rel = self.info.build or self.info.release or "?"
+        return f"{self.path} ({self.role}, {rel})"
+
+
+# ---------------------------------------------------------------- what Triton ran
+
+
+def _env_true(md: dict, key: str) -> bool:
+    v = md.get(key)
+    if isinstance(v, bool):
+        return v
+    return isinstance(v, (str, int)) and str(v).strip().lower() in _TRUE
+
+
+def ptxas_flags(md: dict) -> tuple[int, list[str]]:
+    """(arch, flags) of Triton 3.6's ``make_cubin`` for this metadata: all but ptxas, input and ``-o``."""
+    target = md.get("target")
+    arch = target.get("arch") if isinstance(target, dict) else None
+    if isinstance(arch, str) and arch.isdigit():
+        arch = int(arch)
+    if not isinstance(arch, int):
+        raise ValueError("metadata has no integer target arch")
+    if _env_true(md, "TRITON_DISABLE_LINE_INFO"):
+        debug = ["-lineinfo", "-suppress-debug-info"]
+    elif _env_true(md, "DISABLE_PTXAS_OPT"):
+        debug = ["-g"]
+    else:
+        debug = ["-lineinfo"]
+    fmad = [] if md.get("enable_fp_fusion", True) else ["--fmad=false"]
+    disable_opt = ["--opt-level", "0"] if _env_true(md, "DISABLE_PTXAS_OPT") else []
+    opts = md.get("ptx_options")
+    extra = opts.split(" ") if isinstance(opts, str) and opts else []
+    gpu = f"--gpu-name=sm_{arch}{'a' if arch >= 90 else ''}"
+    return arch, [*debug, *fmad, "-v", *disable_opt, *extra, gpu]
+
+
+def releases_for_ptx(version: str | None) -> frozenset[str]:
+    """CUDA releases whose ptxas Triton pairs with PTX ``.version`` (inverse of ``ptx_get_version``)."""
+    if not version:
+        return frozenset()
+    try:
+        major, minor = (int(x) for x in version.split("."))
+    except ValueError:
+        return frozenset()
+    v = major * 10 + minor
+    out = set()
+    for cmaj, cmin in [(11, m) for m in range(10)] + [(12, m) for m in range(10)] + [(13, m) for m in range(10)] + [(14, m) for m in range(10)]:
+        if cmaj == 12:
+            p = 80 + cmin if cmin < 6 else 80 + cmin - 1
+        elif cmaj == 11:
+            p = 70 + cmin
+        else:
+            p = 90 + (cmaj - 13) * 10 + cmin
+        if p == v:
+            out.add(f"{cmaj}.{cmin}")
+    return frozenset(out)
+
+
+def cubin_producer(data: bytes) -> tuple[str | None, str | None]:
+    """(release, build) the cached cubin names: ``.note.nv.tkinfo`` where present, else ELF ``e_version``."""
+    try:
+        from . import elf
+
+        e = elf.parse(data)
+        tk = elf.tkinfo(e)
+    except Exception:  # noqa: BLE001 - a damaged cubin names no producer
+        return None, None
+    if tk:
+        for s in tk:
+            rel, build = ptxas.parse_version(s)
+            if rel:
+                return rel, build
+    # ptxas stamps its CUDA version into e_version (12.8 -> 128, 13.0 -> 130).
+    v = int.from_bytes(data[20:24], "little") if len(data) >= 24 else 0
+    if 100 <= v < 1000:
+        return f"{v // 10}.{v % 10}", None
+    return None, None
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def _validate_extra(paths) -> list[str]:
+    out = []
+    for p in paths or ():
+        if not os.path.isfile(p):
+            raise UsageError(f"--ptxas {p}: no such file")
+        if not os.access(p, os.X_OK):
+            raise UsageError(f"--ptxas {p}: not executable")
+        info = ptxas.inspect(p)
+        if info is None or info.release is None:
+            raise UsageError(f"--ptxas {p}: `{p} --version` does not name a CUDA release; is it a ptxas?")
+        out.append(p)
+    return out
+
+
+def _validate_keep(keep_dir: str | None) -> str | None:
+    if keep_dir is None:
+        return None
+    try:
+        os.makedirs(keep_dir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--keep {keep_dir}: cannot create: {exc.strerror or exc}") from None
+    if not os.access(keep_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--keep {keep_dir}: not writable")
+    return keep_dir
+
+
+class _Pool:
+    """Every ptxas we may try, identified once (``--version`` + sha256, memoised by ptxas.inspect)."""
+
+    def __init__(self, env, extra: list[str], machine: list[str] | None):
+        self.env = env
+        self._infos: dict[str, ptxas.PtxasInfo | None] = {}
+        self.extra = extra
+        sel = ptxas.selected(env)
+        self.inductor = [p for role, p in sel if role == "inductor"]
+        self.machine_paths = ptxas.machine_candidates(env) if machine is None else list(machine)
+        self._per_arch: dict[int, list[Candidate]] = {}
+        self._lock = threading.Lock()
+
+    def info(self, path: str) -> ptxas.PtxasInfo | None:
+        if path not in self._infos:
+            self._infos[path] = ptxas.inspect(path)
+        return self._infos[path]
+
+    def environment_for(self, arch: int) -> list[str]:
+        """What this environment's compilers would use for ``arch``, for messages."""
+        return [c.label for c in self.for_arch(arch) if c.environment]
+
+    def for_arch(self, arch: int) -> list[Candidate]:
+        with self._lock:
+            if arch in self._per_arch:
+                return self._per_arch[arch]
+            cands: list[Candidate] = []
+            seen: set[str] = set()
+
+            def add(path: str | None, role: str, environment: bool) -> None:
+                if not path:
+                    return
+                info = self.info(path)
+                if info is None or info.sha256 in seen:
+                    return
+                seen.add(info.sha256)
+                cands.append(Candidate(path, info, role, environment))
+
+            add(ptxas.for_arch(arch, self.env), "triton-blackwell" if arch >= 100 else "triton", True)
+            for p in self.inductor:
+                add(p, "inductor", True)
+            for p in self.extra:
+                add(p, "cli", True)
+            for p in self.machine_paths:
+                add(p, "machine", False)
+            self._per_arch[arch] = cands
+            return cands
+
+
+# ---------------------------------------------------------------- the engine
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass
+class _Attempt:
+    ok: bool
+    cubin: bytes | None
+    error: str | None
+    seconds: float = 0.0
+
+
+@dataclass
+class _Work:
+    path: str
+    id: str
+    name: str | None
+    arch: int | None = None
+    result: RebuildResult | None = None
+    kept: tuple[str, str] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _read_nofollow(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _first_error_line(text: str) -> str:
+    for line in text.splitlines():
+        if "fatal" in line or "error" in line.lower():
+            return line.strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+class _Engine:
+    def __init__(self, tmp: str, pool: _Pool, keep_dir: str | None):
+        self.tmp = tmp
+        self.pool = pool
+        self.keep_dir = keep_dir
+        self.lock = threading.Lock()
+        self.attempts: dict[tuple, cf.Future] = {}
+        self.ptx_files: dict[str, str] = {}
+        self.procs: set[subprocess.Popen] = set()
+        self.cancelled = threading.Event()
+        self.runs = 0
+        self.ptxas_seconds = 0.0
+        self._counter = 0
+
+    # -- ptxas runs, one per (ptxas binary, PTX, flags) however many entries share them
+
+    def _ptx_file(self, digest: str, data: bytes) -> str:
+        with self.lock:
+            p = self.ptx_files.get(digest)
+            if p is not None:
+                return p
+            # Same shape of name as Triton's NamedTemporaryFile ("tmpXXXXXXXX.ptx").
+            p = os.path.join(self.tmp, f"tmp{secrets.token_hex(4)}.ptx")
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self.ptx_files[digest] = p
+            return p
+
+    def assemble(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str]) -> _Attempt:
+        key = (cand.info.sha256, digest, tuple(flags))
+        with self.lock:
+            fut = self.attempts.get(key)
+            owner = fut is None
+            if owner:
+                fut = cf.Future()
+                self.attempts[key] = fut
+        if owner:
+            try:
+                fut.set_result(self._run(cand, digest, ptx, flags))
+            except BaseException as exc:
+                fut.set_exception(exc)
+                raise
+        return fut.result()
+
+    def _run(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str]) -> _Attempt:
+        import time
+
+        src = self._ptx_file(digest, ptx)
+        with self.lock:
+            self._counter += 1
+            out = f"{src}.{self._counter}.o"
+        cmd = [cand.path, *flags, src, "-o", out]
+        t0 = time.perf_counter()
+        with self.lock:
+            if self.cancelled.is_set():
+                raise _Cancelled()
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    cwd=self.tmp, close_fds=True)
+            self.procs.add(proc)
+        try:
+            try:
+                text, _ = proc.communicate(timeout=PTXAS_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                return _Attempt(False, None, f"timed out after {PTXAS_TIMEOUT_S:.0f} s")
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+        dt = time.perf_counter() - t0
+        with self.lock:
+            self.runs += 1
+            self.ptxas_seconds += dt
+        if self.cancelled.is_set():
+            raise _Cancelled()
+        msg = text.decode("utf-8", "replace")
+        if proc.returncode != 0:
+            _unlink(out)
+            return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
+        try:
+            data = _read_nofollow(out)
+        except OSError as exc:
+            return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
+        finally:
+            _unlink(out)
+        return _Attempt(True, data, None, dt)
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled.set()
+            procs = list(self.procs)
+        for p in procs:
+            try:
+                p.kill()
+            except OSError:
+                pass
+
+    # -- one entry
+
+    def verify(self, w: _Work) -> RebuildResult:
+        try:
+            return self._verify(w)
+        except _Cancelled:
+            raise
+        except OSError as exc:
+            return _unverifiable(f"cannot rebuild: {exc}")
+
+    def _verify(self, w: _Work) -> RebuildResult:
+        from .adapters import triton as tri
+
+        root, name = os.path.dirname(w.path), os.path.basename(w.path)
+        facts = tri.read_entry(root, name, check_seal=False)
+        if facts.is_symlink:
+            return _unverifiable("the entry is a symlink; not followed")
+        md = facts.metadata
+        if md is None:
+            return _unverifiable("no readable metadata JSON: nothing says how it was built")
+        backend = (md.get("target") or {}).get("backend", "cuda") if isinstance(md.get("target"), dict) else None
+        if backend != "cuda":
+            return _unverifiable(f"not a CUDA entry (backend {backend!r}): no ptxas rebuild applies")
+        if facts.ptx_file is None:
+            return _unverifiable("no PTX in the entry: nothing to rebuild from")
+        if facts.cubin_file is None:
+            return _unverifiable("no cubin in the entry: nothing to compare with")
+        try:
+            arch, flags = ptxas_flags(md)
+        except ValueError as exc:
+            return _unverifiable(f"{facts.metadata_file}: {exc}")
+        w.arch = arch
+        try:
+            ptx = _read_nofollow(os.path.join(w.path, facts.ptx_file))
+        except OSError as exc:
+            return _unverifiable(f"cannot read {facts.ptx_file}: {exc.strerror}")
+        try:
+            cached = _read_nofollow(os.path.join(w.path, facts.cubin_file))
+        except OSError as exc:
+            return _unverifiable(f"cannot read {facts.cubin_file}: {exc.strerror}")
+        if not ptx.strip():
+            return _unverifiable(f"{facts.ptx_file} is empty: nothing to rebuild from")
+        digest = hashlib.sha256(ptx).hexdigest()
+        hdr = parse_header(ptx[:16384])
+
+        # Who built it: Triton derives the PTX .version from the release of the ptxas it
+        # runs (unless ptx_version is forced), so the PTX names the release to expect;
+        # the cubin's tkinfo note / e_version stamp names the one that actually assembled it.
+        ptx_rels = releases_for_ptx(hdr.version) if md.get("ptx_version") is None else frozenset()
+        cub_rel, cub_build = cubin_producer(cached)
+        expected = ptx_rels or (frozenset({cub_rel}) if cub_rel else frozenset())
+        producer = _producer_text(hdr.version, ptx_rels, cub_rel, cub_build)
+
+        cands = self.pool.for_arch(arch)
+        if not cands:
+            return _unverifiable(f"no ptxas found for sm_{arch} (none in the environment or on this machine)")
+
+        def rank(c: Candidate) -> tuple:
+            hint = 0 if (cub_build and c.info.build == cub_build) else 1 if c.info.release in expected or c.info.release == cub_rel else 2
+            return (0 if c.environment else 1, hint)
+
+        ordered = sorted(cands, key=rank)  # stable: environment first, producer-like first within each
+        tried: list[tuple[Candidate, _Attempt]] = []
+        skipped: list[str] = []
+        for c in ordered:
+            if ptxas.can_target(c.info, arch) is False:
+                skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
+                continue
+            att = self.assemble(c, digest, ptx, flags)
+            tried.append((c, att))
+            if not att.ok:
+                continue
+            cmp = cubin_compare.compare(cached, att.cubin)
+            if cmp.equal:
+                return self._matched(w, c, cmp, cached, arch, producer, tried)
+
+        assembled = [(c, a) for c, a in tried if a.ok]
+        if not assembled:
+            why = "; ".join([f"{c.path} ({c.info.release}): {a.error}" for c, a in tried] + skipped)
+            return _unverifiable(f"no ptxas here can assemble this PTX (.version {hdr.version}, sm_{arch}): {why}")
+        same = [(c, a) for c, a in assembled if c.info.release in expected] if expected else assembled
+        if not same:
+            rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
+            return _unverifiable(
+                f"built by a CUDA {'/'.join(sorted(expected))} ptxas ({producer}); none is here, and a rebuild by "
+                f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
+                f"{'/'.join(sorted(expected))} ptxas")
+        ref_c, ref_a = same[0]
+        cmp = cubin_compare.compare(cached, ref_a.cubin)
+        kept = self._keep(w, cached, ref_a.cubin)
+        version_note = (
+            f"same release as the entry's producer ({producer})" if ref_c.info.release == cub_rel or cub_rel is None and ref_c.info.release in expected
+            else f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})")
+        where = f"first difference in {cmp.first_section}" + (f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else "")
+        others = [c.path for c, _ in assembled if c is not ref_c]
+        msg = (f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
+               + (f"; also differs from {', '.join(others)}" if others else "")
+               + _diff_hint(kept))
+        return RebuildResult("not-reproducible", None, msg, (Finding("not-reproducible", msg),))
+
+    def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.Comparison, cached: bytes, arch: int,
+                 producer: str, tried) -> RebuildResult:
+        how = "byte for byte" if cmp.identical else f"{cmp.summary()}"
+        if c.environment:
+            return RebuildResult("verified", c.path, f"reproduced {how} by {c.label}")
+        env = [x for x in self.pool.for_arch(arch) if x.environment]
+        env_att = next((a for x, a in tried if x.environment and a.ok), None)
+        kept = self._keep(w, cached, env_att.cubin) if env_att is not None else None
+        would = ", ".join(x.label for x in env) or "no ptxas (none found)"
+        msg = (f"reproduced {how} only by {c.label}, which this environment's compilers do not use; for sm_{arch} "
+               f"they would use {would} ({producer})" + _diff_hint(kept))
+        return RebuildResult("stale", c.path, msg, (Finding("stale", msg),))
+
+    def _keep(self, w: _Work, cached: bytes, rebuilt: bytes | None) -> tuple[str, str] | None:
+        if not self.keep_dir or rebuilt is None:
+            return None
+        stem = f"{w.id}.{w.name or 'kernel'}"
+        a = os.path.join(self.keep_dir, f"{stem}.cached.cubin")
+        b = os.path.join(self.keep_dir, f"{stem}.rebuilt.cubin")
+        for p, data in ((a, cached), (b, rebuilt)):
+            tmp = f"{p}.tmp{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, p)
+        w.kept = (a, b)
+        return a, b
+
+
+def _producer_text(ptx_version, ptx_rels, cub_rel, cub_build) -> str:
+    parts = []
+    if cub_rel:
+        parts.append(f"cubin names CUDA {cub_build or cub_rel}")
+    if ptx_version:
+        parts.append(f"PTX .version {ptx_version}" + (f" pairs with CUDA {'/'.join(sorted(ptx_rels))}" if ptx_rels else ""))
+    return ", ".join(parts) or "producer unknown"
+
+
+def _diff_hint(kept: tuple[str, str] | None) -> str:
+    if not kept:
+        return "; rerun with --keep DIR to keep both cubins for nvdisasm/cuobjdump"
+    bindir = ptxas.triton_bin_dir() or ""
+    nvd = os.path.join(bindir, "nvdisasm") if bindir else "nvdisasm"
+    a, b = kept
+    return (f"; kept {a} and {b}: diff <({nvd} -c -g {a}) <({nvd} -c -g {b}) "
+            f"(or {os.path.join(bindir, 'cuobjdump') if bindir else 'cuobjdump'} -sass -elf)")
+
+
+def _unverifiable(reason: str) -> RebuildResult:
+    return RebuildResult("unverifiable", None, reason, (Finding("unverifiable", reason),))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _ptx_size(e) -> int:
+    try:
+        return os.stat(os.path.join(e.path, f"{e.name}.ptx")).st_size
+    except (OSError, TypeError):
+        return 0
+
+
+# ---------------------------------------------------------------- public API
+
+
+def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir: str | None = None,
+                   env=None, progress=None, machine_ptxas: list[str] | None = None,
+                   stats: dict | None = None) -> dict[str, RebuildResult]:
+    """Rebuild every kernel entry; return {entry path: RebuildResult} in the order given.
+
+    ``progress(done, total)`` is called from the calling thread after each entry.
+    ``machine_ptxas`` replaces the machine search (tests); ``stats`` receives counters.
+    Raises UsageError for a bad ``--ptxas`` or ``--keep``; KeyboardInterrupt kills the
+    running ptxas children, removes the temp dir and propagates.
+    """
+    env = os.environ if env is None else env
+    extra = _validate_extra(extra_ptxas)
+    keep_dir = _validate_keep(keep_dir)
+    jobs = jobs or os.cpu_count() or 1
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: must be at least 1")
+    work = [_Work(e.path, e.id, e.name) for e in entries if getattr(e, "type", "kernel") == "kernel"]
+    sizes = {e.path: _ptx_size(e) for e in entries}
+    total = len(work)
+    results: dict[str, RebuildResult] = {}
+    if not work:
+        return results
+    pool = _Pool(env, extra, machine_ptxas)
+    tmp = tempfile.mkdtemp(prefix="jitwarden-rebuild-")  # mode 0700
+    engine = _Engine(tmp, pool, keep_dir)
+    ex = cf.ThreadPoolExecutor(max_workers=min(jobs, total), thread_name_prefix="jw-rebuild")
+    futs: dict[cf.Future, _Work] = {}
+    try:
+        # Largest PTX first: the long ptxas runs start early and the tail stays short.
+        for w in sorted(work, key=lambda w: -sizes.get(w.path, 0)):
+            futs[ex.submit(engine.verify, w)] = w
+        done = 0
+        for fut in cf.as_completed(futs):
+            w = futs[fut]
+            w.result = fut.result()
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    except BaseException:
+        engine.cancel()
+        close = getattr(progress, "close", None)
+        if close is not None:
+            close()
+        for f in futs:
+            f.cancel()
+        ex.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    ex.shutdown(wait=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if stats is not None:
+        stats.update(ptxas_runs=engine.runs, ptxas_seconds=engine.ptxas_seconds, entries=total, jobs=jobs)
+    for w in work:
+        results[w.path] = w.result
+    return results
+
+
+def add_arguments(parser, mode=None) -> None:
+    """Add ``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep`` to the ``verify`` sub-parser.
+
+    ``mode``: the mutually exclusive group ``--quick`` lives in, if any.
+    """
+    (mode or parser).add_argument(
+        "--rebuild", action="store_true",
+        help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached cubin")
+    parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                        help="ptxas processes at once for --rebuild (default: all cores)")
+    parser.add_argument("--ptxas", action="append", default=None, metavar="PATH",
+                        help="another ptxas this environment uses (repeatable); a match verifies")
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="leave <id>.<name>.cached.cubin and .rebuilt.cubin in DIR for entries that differ")
+
+
+def progress_callback(total: int, *, force: bool | None = None, stream=None):
+    """A rich progress bar on stderr for ``total`` entries, or None when stderr is not a TTY.
+
+    ``force`` (or ``JITWARDEN_PROGRESS=1``) shows it anyway. The bar closes itself at the end.
+    """
+    stream = sys.stderr if stream is None else stream
+    if force is None:
+        force = os.environ.get("JITWARDEN_PROGRESS", "").lower() in _TRUE or None
+    if not total or (force is None and not (hasattr(stream, "isatty") and stream.isatty())) or force is False:
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("rebuild"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(file=stream), transient=True)
+    task = bar.add_task("rebuild", total=total)
+    bar.start()
+
+    def cb(done: int, tot: int) -> None:
+        bar.update(task, completed=done, total=tot)
+        if done >= tot:
+            bar.stop()
+
+    cb.close = bar.stop  # type: ignore[attr-defined]
+    return cb
+
+
+def summarize(results: dict[str, RebuildResult]) -> dict[str, int]:
+    out = {v: 0 for v in VERDICTS}
+    for r in results.values():
+        out[r.verdict] = out.get(r.verdict, 0) + 1
+    return out

@@ -1,0 +1,310 @@
+"""``verify --rebuild`` on real Triton caches compiled on the CPU, with real ptxas (no mocks)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import kernels  # noqa: E402
+
+from jitwarden import cubin_compare, elf, ptxas, rebuild  # noqa: E402
+from jitwarden.adapters import triton as tri  # noqa: E402
+from jitwarden.errors import UsageError  # noqa: E402
+
+BIN = ptxas.triton_bin_dir()
+PTXAS = os.path.join(BIN, "ptxas")
+PTXAS_BW = os.path.join(BIN, "ptxas-blackwell")
+CUDA13 = "/usr/local/cuda-13.0/bin/ptxas"
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rebuild")
+    root = str(base / "cache")
+    manifest = kernels.build_cache(root)
+    # Two env-var variants Triton feeds to ptxas: -g --opt-level 0, and -lineinfo -suppress-debug-info.
+    one = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] == "add"]
+    extra = {}
+    for var in ("DISABLE_PTXAS_OPT", "TRITON_DISABLE_LINE_INFO"):
+        r = str(base / f"cache_{var}")
+        extra[var] = (r, kernels.build_cache(r, jobs=[dict(j) for j in one], env={var: "1"}))
+    return root, {j["label"]: j for j in manifest}, extra
+
+
+def scan(root):
+    names, _ = tri.list_entry_names(root)
+    return [tri.inspect_entry(root, n, tri.Judge()) for n in names]
+
+
+def verify(root, **kw):
+    kw.setdefault("jobs", 2)
+    kw.setdefault("extra_ptxas", [])
+    kw.setdefault("keep_dir", None)
+    return rebuild.verify_entries(scan(root), **kw)
+
+
+def copy(built, tmp_path, name="c"):
+    root, manifest, _ = built
+    dst = str(tmp_path / name)
+    shutil.copytree(root, dst, symlinks=True)
+    return dst, {k: dict(v, path=os.path.join(dst, v["id"])) for k, v in manifest.items()}
+
+
+def cubin_path(job):
+    return os.path.join(job["path"], f"{job['name']}.cubin")
+
+
+def ptx_path(job):
+    return os.path.join(job["path"], f"{job['name']}.ptx")
+
+
+# ---------------------------------------------------------------- clean caches
+
+
+def test_every_clean_entry_verifies_with_the_ptxas_triton_picks(built):
+    root, manifest, _ = built
+    res = verify(root)
+    assert len(res) == len(manifest) == 24
+    by_path = {j["path"]: j for j in manifest.values()}
+    for path, r in res.items():
+        job = by_path[path]
+        assert r.verdict == "verified", (job["label"], r.message)
+        assert r.findings == ()
+        assert r.ptxas == (PTXAS_BW if job["arch"] >= 100 else PTXAS), job["label"]
+    archs = {by_path[p]["arch"] for p in res}
+    variants = {by_path[p]["variant"] for p in res}
+    assert archs == {80, 90, 120, 121}
+    assert {"add_debug", "add_nofma", "matmul"} <= variants
+
+
+def test_debug_true_entry_verifies(built):
+    root, manifest, _ = built
+    res = verify(root)
+    for arch in (80, 90, 120, 121):
+        job = manifest[f"add_debug_sm{arch}"]
+        md = json.load(open(os.path.join(job["path"], f"{job['name']}.json")))
+        assert md["debug"] is True
+        assert res[job["path"]].verdict == "verified", res[job["path"]].message
+
+
+@pytest.mark.parametrize("var,flag", [("DISABLE_PTXAS_OPT", "-g"), ("TRITON_DISABLE_LINE_INFO", "-suppress-debug-info")])
+def test_env_var_flags_are_reconstructed_and_verify(built, var, flag):
+    _, _, extra = built
+    root, man = extra[var]
+    job = man[0]
+    md = json.load(open(os.path.join(job["path"], f"{job['name']}.json")))
+    assert var in md
+    _arch, flags = rebuild.ptxas_flags(md)
+    assert flag in flags
+    res = verify(root)
+    assert [r.verdict for r in res.values()] == ["verified"], [r.message for r in res.values()]
+
+
+def test_flags_match_triton_make_cubin():
+    md = {"target": {"backend": "cuda", "arch": 90}, "enable_fp_fusion": False, "ptx_options": "--maxrregcount 64"}
+    assert rebuild.ptxas_flags(md) == (90, ["-lineinfo", "--fmad=false", "-v", "--maxrregcount", "64", "--gpu-name=sm_90a"])
+    md = {"target": {"arch": 80}, "DISABLE_PTXAS_OPT": "true"}
+    assert rebuild.ptxas_flags(md) == (80, ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_80"])
+    md = {"target": {"arch": 120}, "TRITON_DISABLE_LINE_INFO": "1", "DISABLE_PTXAS_OPT": "1"}
+    assert rebuild.ptxas_flags(md)[1][:2] == ["-lineinfo", "-suppress-debug-info"]
+    assert rebuild.releases_for_ptx("8.7") == {"12.8"}
+    assert rebuild.releases_for_ptx("9.0") == {"13.0"}
+    assert rebuild.releases_for_ptx("8.5") == {"12.5", "12.6"}
+
+
+# ---------------------------------------------------------------- damage
+
+
+@pytest.mark.parametrize("arch", [80, 90, 120])
+def test_cubin_of_other_constexpr_is_not_reproducible(built, tmp_path, arch):
+    root, man = copy(built, tmp_path)
+    shutil.copyfile(cubin_path(man[f"add_b256_sm{arch}"]), cubin_path(man[f"add_sm{arch}"]))
+    res = verify(root)
+    r = res[man[f"add_sm{arch}"]["path"]]
+    assert r.verdict == "not-reproducible", r.message
+    assert [f.code for f in r.findings] == ["not-reproducible"]
+    assert r.findings[0].severity.name == "ERROR"
+    assert "same release as the entry's producer" in r.message
+    assert "first difference in" in r.message
+    others = [x for p, x in res.items() if p != man[f"add_sm{arch}"]["path"]]
+    assert all(x.verdict == "verified" for x in others)
+
+
+@pytest.mark.parametrize("label", ["matmul_sm90", "add_sm121", "add_debug_sm80"])
+def test_one_flipped_byte_in_code_is_not_reproducible(built, tmp_path, label):
+    root, man = copy(built, tmp_path)
+    job = man[label]
+    data = bytearray(open(cubin_path(job), "rb").read())
+    text = elf.parse(bytes(data)).section(f".text.{job['name']}")
+    off = text.offset + text.size // 2
+    data[off] ^= 0x10
+    open(cubin_path(job), "wb").write(data)
+    assert elf.parse(bytes(data)).section(f".text.{job['name']}").size == text.size  # still a valid ELF
+    r = verify(root)[job["path"]]
+    assert r.verdict == "not-reproducible", r.message
+    assert f".text.{job['name']}" in r.message
+    assert f"{off:#x}" in r.message
+
+
+def _blackwell_cubin_over_sm90(man):
+    job = man["add_sm90"]
+    md = json.load(open(os.path.join(job["path"], f"{job['name']}.json")))
+    _arch, flags = rebuild.ptxas_flags(md)
+    out = cubin_path(job) + ".bw"
+    subprocess.run([PTXAS_BW, *flags, ptx_path(job), "-o", out], check=True, capture_output=True)
+    assert open(out, "rb").read() != open(cubin_path(job), "rb").read()
+    os.replace(out, cubin_path(job))
+    return job
+
+
+def test_cubin_from_other_bundled_ptxas_is_never_verified(built, tmp_path):
+    root, man = copy(built, tmp_path)
+    job = _blackwell_cubin_over_sm90(man)
+    # Default machine search finds ptxas-blackwell as "another ptxas on this machine": stale.
+    r = verify(root)[job["path"]]
+    assert r.verdict != "verified"
+    assert r.verdict == "stale", r.message
+    assert r.ptxas == PTXAS_BW
+    assert PTXAS in r.message  # names the one this environment would use
+    # Even when ptxas-blackwell is passed as an environment ptxas for *other* archs, it does not verify sm_90
+    # unless the user says it is used: with no machine candidates it is not reproducible.
+    r = verify(root, machine_ptxas=[])[job["path"]]
+    assert r.verdict == "not-reproducible", r.message
+
+
+def test_keep_leaves_both_cubins(built, tmp_path):
+    root, man = copy(built, tmp_path)
+    job = man["sub_sm90"]
+    shutil.copyfile(cubin_path(man["add_sm90"]), cubin_path(job))
+    keep = str(tmp_path / "keep" / "sub")
+    r = verify(root, keep_dir=keep)[job["path"]]
+    assert r.verdict == "not-reproducible"
+    cached = os.path.join(keep, f"{job['id']}.{job['name']}.cached.cubin")
+    rebuilt = os.path.join(keep, f"{job['id']}.{job['name']}.rebuilt.cubin")
+    assert open(cached, "rb").read() == open(cubin_path(job), "rb").read()
+    # The rebuild is the genuine sub_kernel (debug line table aside: it stamps the source's mtime).
+    assert cubin_compare.compare(open(rebuilt, "rb").read(), open(cubin_path(built[1]["sub_sm90"]), "rb").read()).equal
+    assert "nvdisasm" in r.message and cached in r.message
+    assert sorted(os.listdir(keep)) == sorted([os.path.basename(cached), os.path.basename(rebuilt)])
+
+
+# ---------------------------------------------------------------- unverifiable
+
+
+def test_ptx_every_candidate_rejects_is_unverifiable(built, tmp_path):
+    root, man = copy(built, tmp_path)
+    job = man["add_sm90"]
+    ptx = open(ptx_path(job)).read()
+    open(ptx_path(job), "w").write(ptx.replace(".version 8.7", ".version 9.9", 1))
+    r = verify(root)[job["path"]]
+    assert r.verdict == "unverifiable", r.message
+    assert [f.code for f in r.findings] == ["unverifiable"]
+    assert "can assemble" in r.message and "9.9" in r.message
+
+
+def test_missing_ptx_is_unverifiable(built, tmp_path):
+    root, man = copy(built, tmp_path)
+    job = man["matmul_sm120"]
+    os.unlink(ptx_path(job))
+    r = verify(root)[job["path"]]
+    assert r.verdict == "unverifiable"
+    assert "no PTX" in r.message
+
+
+@pytest.mark.skipif(not os.access(CUDA13, os.X_OK), reason="needs a CUDA 13 ptxas at /usr/local/cuda-13.0")
+def test_ptx_90_from_another_toolchain(built, tmp_path):
+    """An Inductor-like entry: assembled by a CUDA 13 ptxas (PTX .version 9.0), which Triton's 12.8 rejects."""
+    root = str(tmp_path / "c13")
+    jobs = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] in ("add", "add_debug")]
+    man = kernels.build_cache(root, jobs=jobs, env={"TRITON_PTXAS_PATH": CUDA13})
+    paths = [j["path"] for j in man]
+    # Used by this environment (TRITON_PTXAS_PATH, as Inductor sets it): verified.
+    env = dict(os.environ, TRITON_PTXAS_PATH=CUDA13)
+    res = verify(root, env=env)
+    assert [res[p].verdict for p in paths] == ["verified"] * 2, [r.message for r in res.values()]
+    assert all(res[p].ptxas == CUDA13 for p in paths)
+    # Given with --ptxas: verified.
+    res = verify(root, extra_ptxas=[CUDA13], machine_ptxas=[])
+    assert [res[p].verdict for p in paths] == ["verified"] * 2
+    # Only on the machine: stale.
+    res = verify(root, machine_ptxas=[CUDA13])
+    assert [res[p].verdict for p in paths] == ["stale"] * 2
+    # Nowhere: Triton's 12.8 rejects PTX 9.0 -> unverifiable, never not-reproducible.
+    res = verify(root, machine_ptxas=[])
+    for p in paths:
+        assert res[p].verdict == "unverifiable", res[p].message
+        assert "Unsupported .version 9.0" in res[p].message
+
+
+# ---------------------------------------------------------------- inputs, interrupts, comparison
+
+
+def test_bad_inputs_are_usage_errors(built, tmp_path):
+    root, _, _ = built
+    with pytest.raises(UsageError, match="no such file"):
+        verify(root, extra_ptxas=[str(tmp_path / "nope")])
+    f = tmp_path / "notexec"
+    f.write_text("x")
+    with pytest.raises(UsageError, match="not executable"):
+        verify(root, extra_ptxas=[str(f)])
+    with pytest.raises(UsageError, match="--keep"):
+        verify(root, keep_dir=str(f / "sub"))
+
+
+def test_ctrl_c_removes_temp_dir_and_propagates(built, tmp_path, monkeypatch):
+    root, _ = copy(built, tmp_path)
+    tdir = tmp_path / "tmp"
+    tdir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tdir))
+
+    def progress(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        verify(root, progress=progress, jobs=2)
+    assert os.listdir(tdir) == []
+    # And after a normal run as well.
+    verify(root, jobs=2)
+    assert os.listdir(tdir) == []
+
+
+def test_same_ptx_is_assembled_once(built, tmp_path):
+    root, man = copy(built, tmp_path)
+    src = man["matmul_sm80"]["path"]
+    for i in range(3):
+        shutil.copytree(src, os.path.join(root, f"DUP{i}"))
+    st = {}
+    res = verify(root, stats=st)
+    assert len(res) == 27 and all(r.verdict == "verified" for r in res.values())
+    assert st["ptxas_runs"] == 24
+
+
+def test_compare_ignores_only_debug_sections(built):
+    _, man, _ = built
+    data = open(cubin_path(man["add_debug_sm120"]), "rb").read()
+    e = elf.parse(data)
+    for name, ignored in ((".debug_line", True), (".nv_debug_ptx_txt", True), (".nv.merc.debug_line", True),
+                          (f".nv.info.{man['add_debug_sm120']['name']}", False),
+                          (f".nv.constant0.{man['add_debug_sm120']['name']}", False),
+                          (f".nv.capmerc.text.{man['add_debug_sm120']['name']}", False)):
+        s = e.section(name)
+        assert s is not None and s.size > 0, name
+        mod = bytearray(data)
+        mod[s.offset + s.size - 1] ^= 1
+        c = cubin_compare.compare(data, bytes(mod))
+        assert not c.identical
+        assert c.equal is ignored, (name, c)
+        if not ignored:
+            assert name in c.summary()
+    # A different toolchain stamp in the ELF header is a difference.
+    mod = bytearray(data)
+    mod[20] += 1
+    assert not cubin_compare.compare(data, bytes(mod)).equal
