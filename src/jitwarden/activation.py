@@ -1,0 +1,228 @@
+"""``jitwarden.activate()``: partition this process's kernel caches by fingerprint and guard Triton's.
+
+Standard library only, no torch, no CUDA initialisation, a few milliseconds
+warm, and it never raises into the host program.
+
+What it changes in ``env`` (``os.environ`` by default, in place):
+
+- ``TRITON_CACHE_DIR`` -> ``<triton root>/jitwarden-v1/<digest>``;
+- ``TORCHINDUCTOR_CACHE_DIR`` -> ``<inductor root>/jitwarden-v1/<digest>``: Inductor's FX-graph
+  and autotune caches are not keyed by GPU arch either;
+- ``VLLM_CACHE_ROOT`` -> ``<vllm root>/jitwarden-v1/<digest>``: vLLM has no separate variable for
+  its ``torch_compile_cache`` (keyed by GPU name, not compute capability or driver); the
+  rest of its root (model-info and asset caches) is small and rebuilt on demand;
+  (Inductor and vLLM roots only when torch, respectively vLLM, is installed.)
+- ``TRITON_CACHE_MANAGER`` -> ``jitwarden.guard:GuardedCacheManager``, unless the user set
+  another manager (then one warning, and it stays).
+
+A root the user set explicitly is kept and partitioned *inside* (a Docker volume on
+``~/.triton`` keeps working); an already partitioned value is never nested again.
+``JITWARDEN_PARTITION=0`` leaves every root as it is (the guard is still installed);
+``JITWARDEN_DISABLE=1`` makes activation do nothing at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+from . import partition
+
+MANAGER = "jitwarden.guard:GuardedCacheManager"
+KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"))
+_log = logging.getLogger("jitwarden")
+_SAID: set[str] = set()
+_LAST: dict[int, tuple["Activation", dict]] = {}
+
+
+@dataclass(frozen=True)
+class Activation:
+    """What one activation did: the fingerprint digest, each redirected variable, and why anything was not."""
+
+    digest: str | None
+    partitions: dict = field(default_factory=dict)  # env var -> partition path
+    cache_manager: str | None = None  # the TRITON_CACHE_MANAGER in effect
+    warnings: tuple[str, ...] = ()
+    skipped: dict = field(default_factory=dict)  # what -> why it was not done
+    headline: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.digest is not None
+
+    def to_json(self) -> dict:
+        return {"schema": 1, "digest": self.digest, "partitions": dict(self.partitions),
+                "cache_manager": self.cache_manager, "warnings": list(self.warnings),
+                "skipped": dict(self.skipped), "headline": self.headline}
+
+
+def _off(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("0", "false", "no", "off")
+
+
+def _on(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def default_base(kind: str, env) -> str:
+    """The root each tool would use when nothing is set (honouring TRITON_HOME, XDG_CACHE_HOME, …)."""
+    from .adapters import triton as adapter  # stdlib only
+
+    if kind == "triton":
+        return adapter.default_cache_dir(env)[0]
+    if kind == "inductor":
+        return adapter.inductor_cache_dir(env)
+    return adapter.vllm_cache_root(env)
+
+
+def _triton_knobs():
+    """``triton.knobs.cache`` when Triton is already imported (never imports it), else None."""
+    mod = sys.modules.get("triton")
+    knobs = getattr(mod, "knobs", None) if mod is not None else None
+    return getattr(knobs, "cache", None)
+
+
+def _current(kind: str, var: str, env, knobs) -> str | None:
+    """The value in effect: a Python-level ``triton.knobs.cache.dir`` overrides the variable."""
+    if kind == "triton" and knobs is not None and "dir" in vars(knobs):
+        return vars(knobs)["dir"]
+    return env.get(var) or None
+
+
+def _usable_base(base: str) -> str | None:
+    """None when ``base`` is safe to hold partitions, else why not (creates it if missing)."""
+    from .adapters.triton import root_findings
+
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create it: {exc.strerror}"
+    problems = [f.message for f in root_findings(base)]
+    if problems:
+        return problems[0]
+    if not os.access(base, os.W_OK | os.X_OK):
+        return "not writable"
+    return None
+
+
+def _private_base(kind: str, env) -> str:
+    from .fingerprint import memo_dir
+
+    return os.path.join(memo_dir(env), "roots", kind)
+
+
+def _say(msg: str, quiet: bool) -> None:
+    if not quiet and msg not in _SAID:
+        _SAID.add(msg)
+        _log.warning("jitwarden: %s", msg)
+
+
+def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = False) -> Activation:
+    """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
+
+    ``roots``: which cache kinds to partition. Idempotent: a second call on the same
+    environment returns the same record and changes nothing. On any internal error
+    the environment is left exactly as it was and one warning is logged.
+    """
+    target = os.environ if env is None else env
+    touched = [var for _k, var in KINDS] + ["TRITON_CACHE_MANAGER"]
+    before = {k: target.get(k) for k in touched}
+    knobs = _triton_knobs() if target is os.environ else None
+    knob_before = dict(vars(knobs)) if knobs is not None else None
+    try:
+        last = _LAST.get(id(target))
+        if last is not None and all(target.get(k) == v for k, v in last[1].items()):
+            return last[0]
+        rec = _activate(target, tuple(roots), quiet, knobs)
+        _LAST[id(target)] = (rec, {k: target.get(k) for k in touched})
+        return rec
+    except Exception as exc:  # noqa: BLE001 - activation must never break the host program
+        for k, v in before.items():
+            if v is None:
+                target.pop(k, None)
+            else:
+                target[k] = v
+        if knobs is not None and knob_before is not None:
+            for k in ("dir", "manager_class"):
+                if k in knob_before:
+                    vars(knobs)[k] = knob_before[k]
+                else:
+                    vars(knobs).pop(k, None)
+        _say(f"activation skipped ({type(exc).__name__}: {exc}); caches are unguarded in this process", False)
+        return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
+
+
+def _activate(env, roots, quiet, knobs) -> Activation:
+    from . import startup_checks
+    from .fingerprint import collect
+
+    if _on(env.get("JITWARDEN_DISABLE")):
+        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": "JITWARDEN_DISABLE is set"})
+    fp = collect(use_memo=True, env=env)
+    digest = fp.digest
+    warnings: list[str] = []
+    skipped: dict = {}
+    changes: dict = {}
+    partitions: dict = {}
+    unpartitioned_triton = None
+
+    no_partition = _off(env.get("JITWARDEN_PARTITION"))
+    for kind, var in KINDS:
+        if kind not in roots:
+            continue
+        cur = _current(kind, var, env, knobs)
+        needs = {"inductor": "torch", "vllm": "vllm"}.get(kind)
+        if needs and fp.package(needs) is None:
+            skipped[var] = f"{needs} is not installed"
+            continue
+        if no_partition:
+            skipped[var] = "JITWARDEN_PARTITION=0"
+            if kind == "triton":
+                unpartitioned_triton = cur or default_base(kind, env)
+            continue
+        base = partition.base_of(cur) if cur else default_base(kind, env)
+        why = _usable_base(base)
+        if why is not None:
+            private = _private_base(kind, env)
+            pwhy = _usable_base(private)
+            if pwhy is not None:
+                warnings.append(startup_checks.unsafe_root(base, why, None))
+                skipped[var] = f"{base}: {why}; private root {private}: {pwhy}"
+                if kind == "triton":
+                    unpartitioned_triton = cur or base
+                continue
+            warnings.append(startup_checks.unsafe_root(base, why, partition.path_for(private, digest)))
+            base = private
+        path = partition.path_for(base, digest)
+        partition.ensure(path, digest, fp.headline(), kind)
+        partitions[var] = path
+        if cur != path:
+            changes[var] = path
+
+    manager = env.get("TRITON_CACHE_MANAGER") or None
+    if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
+        cls = vars(knobs)["manager_class"]
+        manager = f"{cls.__module__}:{cls.__qualname__}"
+    if manager and manager != MANAGER:
+        warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
+                        "sealed or verified (unset it to let jitwarden guard them)")
+        skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
+    elif manager != MANAGER:
+        changes["TRITON_CACHE_MANAGER"] = MANAGER
+        manager = MANAGER
+
+    warnings += startup_checks.torch_arch(fp)
+    warnings += startup_checks.ptxas_target(fp)
+    if unpartitioned_triton:
+        warnings += startup_checks.shared_root(fp, unpartitioned_triton)
+
+    for var, value in changes.items():
+        env[var] = value
+    if knobs is not None:  # a Python-level knob would hide the variable from Triton
+        if "TRITON_CACHE_DIR" in changes and "dir" in vars(knobs):
+            vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
+    for w in warnings:
+        _say(w, quiet)
+    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline())
