@@ -76,7 +76,9 @@ def filter_visible(gpus: tuple[Gpu, ...], cvd: str | None) -> tuple[Gpu, ...]:
 
     Entries are indices or (prefixes of) ``GPU-`` UUIDs; like CUDA, the list stops at
     the first entry that matches nothing. ``MIG-`` entries cannot be mapped without
-    MIG queries, so a list holding one leaves the GPUs unfiltered.
+    MIG queries, so a list holding one leaves the GPUs unfiltered. Indices are NVML's
+    (PCI bus) order, which is CUDA's when ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or when the
+    GPUs are alike; the digest only holds the set of (name, capability) anyway.
     """
     if cvd is None:
         return tuple(gpus)
