@@ -193,7 +193,7 @@ class _Pool:
         sel = ptxas.selected(env)
         self.inductor = [p for role, p in sel if role == "inductor"]
         self.machine_paths = ptxas.machine_candidates(env) if machine is None else list(machine)
-        self._per_arch: dict[int, list[Candidate]] = {}
+        self._per_arch: dict[tuple, list[Candidate]] = {}
         self._lock = threading.Lock()
 
     def info(self, path: str) -> ptxas.PtxasInfo | None:
@@ -201,35 +201,45 @@ class _Pool:
             self._infos[path] = ptxas.inspect(path)
         return self._infos[path]
 
-    def environment_for(self, arch: int) -> list[str]:
-        """What this environment's compilers would use for ``arch``, for messages."""
-        return [c.label for c in self.for_arch(arch) if c.environment]
+    def _build(self, arch: int, machine: bool) -> list[Candidate]:
+        cands: list[Candidate] = []
+        seen: set[str] = set()
 
-    def for_arch(self, arch: int) -> list[Candidate]:
-        with self._lock:
-            if arch in self._per_arch:
-                return self._per_arch[arch]
-            cands: list[Candidate] = []
-            seen: set[str] = set()
-
-            def add(path: str | None, role: str, environment: bool) -> None:
-                if not path:
-                    return
-                info = self.info(path)
-                if info is None or info.sha256 in seen:
-                    return
-                seen.add(info.sha256)
+        def add(path: str | None, role: str, environment: bool) -> None:
+            if not path:
+                return
+            info = self.info(path)
+            if info is None or info.sha256 in seen:
+                return
+            seen.add(info.sha256)
+            if environment or machine:
                 cands.append(Candidate(path, info, role, environment))
 
-            add(ptxas.for_arch(arch, self.env), "triton-blackwell" if arch >= 100 else "triton", True)
-            for p in self.inductor:
-                add(p, "inductor", True)
-            for p in self.extra:
-                add(p, "cli", True)
+        add(ptxas.for_arch(arch, self.env), "triton-blackwell" if arch >= 100 else "triton", True)
+        for p in self.inductor:
+            add(p, "inductor", True)
+        for p in self.extra:
+            add(p, "cli", True)
+        if machine:
             for p in self.machine_paths:
                 add(p, "machine", False)
-            self._per_arch[arch] = cands
-            return cands
+        return cands
+
+    def environment(self, arch: int) -> list[Candidate]:
+        """The ptxas this environment's compilers use for ``arch`` (plus ``--ptxas``)."""
+        with self._lock:
+            key = (arch, False)
+            if key not in self._per_arch:
+                self._per_arch[key] = self._build(arch, False)
+            return self._per_arch[key]
+
+    def machine(self, arch: int) -> list[Candidate]:
+        """Every other ptxas on this machine; identified only when an entry needs it."""
+        with self._lock:
+            key = (arch, True)
+            if key not in self._per_arch:
+                self._per_arch[key] = [c for c in self._build(arch, True) if not c.environment]
+            return self._per_arch[key]
 
 
 # ---------------------------------------------------------------- the engine
@@ -431,18 +441,18 @@ class _Engine:
         expected = ptx_rels or (frozenset({cub_rel}) if cub_rel else frozenset())
         producer = _producer_text(hdr.version, ptx_rels, cub_rel, cub_build)
 
-        cands = self.pool.for_arch(arch)
-        if not cands:
-            return _unverifiable(f"no ptxas found for sm_{arch} (none in the environment or on this machine)")
+        def rank(c: Candidate) -> int:
+            return 0 if (cub_build and c.info.build == cub_build) else 1 if c.info.release in expected or c.info.release == cub_rel else 2
 
-        def rank(c: Candidate) -> tuple:
-            hint = 0 if (cub_build and c.info.build == cub_build) else 1 if c.info.release in expected or c.info.release == cub_rel else 2
-            return (0 if c.environment else 1, hint)
+        def ordered():
+            # Environment first (a match there verifies), the producer's release first within each group;
+            # the machine's other ptxas are looked up only when the environment's do not reproduce it.
+            yield from sorted(self.pool.environment(arch), key=rank)
+            yield from sorted(self.pool.machine(arch), key=rank)
 
-        ordered = sorted(cands, key=rank)  # stable: environment first, producer-like first within each
         tried: list[tuple[Candidate, _Attempt]] = []
         skipped: list[str] = []
-        for c in ordered:
+        for c in ordered():
             if ptxas.can_target(c.info, arch) is False:
                 skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
                 continue
@@ -455,6 +465,8 @@ class _Engine:
                 return self._matched(w, c, cmp, cached, arch, producer, tried)
 
         assembled = [(c, a) for c, a in tried if a.ok]
+        if not tried and not skipped:
+            return _unverifiable(f"no ptxas found for sm_{arch} (none in the environment or on this machine)")
         if not assembled:
             why = "; ".join([f"{c.path} ({c.info.release}): {a.error}" for c, a in tried] + skipped)
             return _unverifiable(f"no ptxas here can assemble this PTX (.version {hdr.version}, sm_{arch}): {why}")
@@ -483,12 +495,12 @@ class _Engine:
         how = "byte for byte" if cmp.identical else f"{cmp.summary()}"
         if c.environment:
             return RebuildResult("verified", c.path, f"reproduced {how} by {c.label}")
-        env = [x for x in self.pool.for_arch(arch) if x.environment]
+        env = self.pool.environment(arch)
         env_att = next((a for x, a in tried if x.environment and a.ok), None)
         kept = self._keep(w, cached, env_att.cubin) if env_att is not None else None
         would = ", ".join(x.label for x in env) or "no ptxas (none found)"
         msg = (f"reproduced {how} only by {c.label}, which this environment's compilers do not use; for sm_{arch} "
-               f"they would use {would} ({producer})" + _diff_hint(kept))
+               f"they would use {would} ({producer})" + (_diff_hint(kept) if env_att is not None else ""))
         return RebuildResult("stale", c.path, msg, (Finding("stale", msg),))
 
     def _keep(self, w: _Work, cached: bytes, rebuilt: bytes | None) -> tuple[str, str] | None:
