@@ -57,8 +57,11 @@ def run(args) -> int:
 
 
 def _rebuild(report, args):
+    import time
+
     from .. import rebuild
 
+    start = time.perf_counter()
     candidates = [
         e for e in report.entries
         if e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)
@@ -68,7 +71,7 @@ def _rebuild(report, args):
         jobs=args.jobs,
         extra_ptxas=args.ptxas or [],
         keep_dir=args.keep,
-        progress=rebuild.progress_callback(len(candidates)) if hasattr(rebuild, "progress_callback") else None,
+        progress=rebuild.progress_callback(len(candidates)),
     )
     extra = {path: r.findings for path, r in results.items()}
-    return dataclasses.replace(report, extra=extra)
+    return dataclasses.replace(report, extra=extra, elapsed=report.elapsed + time.perf_counter() - start)
