@@ -246,28 +246,9 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     for entry_id in ids:
         assert_sound(root, entry_id)
     assert quarantined(root) == []
-    try:
-        from jitwarden import rebuild
-    except ImportError:
-        return
-    if hasattr(rebuild, "verify_entries"):
-        bad = _rebuild_errors(rebuild, root, ids)
-        assert bad == [], bad
+    from jitwarden import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
 
-
-def _rebuild_errors(rebuild, root, ids):
-    """Run the rebuild verifier if another engineer has landed it (its signature is theirs)."""
-    import inspect
-
-    sig = inspect.signature(rebuild.verify_entries)
     entries = [adapter.inspect_entry(root, i, adapter.Judge(host_machine=adapter.host_machine())) for i in ids]
-    try:
-        res = rebuild.verify_entries(entries) if len(sig.parameters) >= 1 else []
-    except TypeError:
-        pytest.skip(f"rebuild.verify_entries{sig} takes other arguments")
-    bad = []
-    for e in res or []:
-        for f in getattr(e, "findings", ()) or ():
-            if getattr(f, "severity", 0) >= Severity.ERROR:
-                bad.append((getattr(e, "id", e), f))
-    return bad
+    results = rebuild.verify_entries(entries, jobs=2)
+    assert len(results) == len(ids)
+    assert {r.verdict for r in results.values()} == {"verified"}, {p: r.message for p, r in results.items()}

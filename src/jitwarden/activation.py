@@ -66,15 +66,23 @@ def _on(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _home(env) -> str:
+    return env.get("HOME") or os.path.expanduser("~")
+
+
 def default_base(kind: str, env) -> str:
-    """The root each tool would use when nothing is set (honouring TRITON_HOME, XDG_CACHE_HOME, …)."""
+    """The root each tool would use when nothing is set, read from ``env`` (its HOME too, not ours)."""
     from .adapters import triton as adapter  # stdlib only
 
     if kind == "triton":
-        return adapter.default_cache_dir(env)[0]
+        if env.get("TRITON_CACHE_DIR"):
+            return env["TRITON_CACHE_DIR"]
+        return os.path.join(env.get("TRITON_HOME") or _home(env), ".triton", "cache")
     if kind == "inductor":
         return adapter.inductor_cache_dir(env)
-    return adapter.vllm_cache_root(env)
+    if env.get("VLLM_CACHE_ROOT"):
+        return os.path.expanduser(env["VLLM_CACHE_ROOT"])
+    return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(_home(env), ".cache"), "vllm")
 
 
 def _triton_knobs():

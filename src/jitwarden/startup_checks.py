@@ -16,19 +16,9 @@ SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
 
 
-def _torch_runs_on(arch_list, arch: int) -> bool:
-    """An ``sm_`` cubin of the same major and not newer minor, or PTX not newer, in torch's list."""
-    for a in arch_list:
-        kind, _, num = a.partition("_")
-        try:
-            n = int(num.rstrip("af"))
-        except ValueError:
-            continue
-        if kind == "sm" and n // 10 == arch // 10 and n <= arch:
-            return True
-        if kind == "compute" and n <= arch:
-            return True
-    return False
+def _compiled_for(arch_list, arch: int) -> bool:
+    """``sm_<arch>`` (or its ``a``/``f`` variant) is in torch's list: torch ships real cubins for it."""
+    return any(a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch) for a in arch_list)
 
 
 def torch_arch(fp) -> list[str]:
@@ -38,7 +28,7 @@ def torch_arch(fp) -> list[str]:
         return []
     out = []
     for arch in fp.device_archs():
-        if not _torch_runs_on(torch.arch_list, arch):
+        if not _compiled_for(torch.arch_list, arch):
             shown = " ".join(torch.arch_list) or "empty"
             out.append(f"sm_{arch} is not in torch {torch.version}'s compiled arch list ({shown}): torch's own "
                        f"kernels run through driver PTX JIT or fail; install a torch build for sm_{arch} "

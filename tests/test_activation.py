@@ -1,0 +1,218 @@
+"""``jitwarden.activate()``: partitions, the guard, idempotence, refusals, start-up warnings.
+
+Real fingerprints (real ptxas binaries, real installed packages), real Triton compiles
+where a cache is needed; environments are private copies under tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import kernels
+from jitwarden import activation, partition, ptxas, startup_checks
+from jitwarden.fingerprint import Fingerprint, Package
+from jitwarden.layout import PARTITION_INFO
+from jitwarden.nvml import Gpu
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+MANAGER = "jitwarden.guard:GuardedCacheManager"
+
+
+def clean_env(tmp_path, **extra) -> dict:
+    """A private environment: HOME, caches and the memo all under tmp_path."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "XDG_"))}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               PYTHONPATH=SRC)
+    env.update(extra)
+    return env
+
+
+def py(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_activation_imports_only_the_stdlib_and_never_cuda(tmp_path):
+    proc = py('''
+        import json, sys
+        import jitwarden
+        rec = jitwarden.activate()
+        maps = open("/proc/self/maps").read()
+        print(json.dumps({"heavy": sorted(m for m in ("torch", "triton", "rich", "numpy") if m in sys.modules),
+                          "cuda_libs": "libcuda" in maps or "libnvidia-ml" in maps, "digest": rec.digest}))
+    ''', clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out == {"heavy": [], "cuda_libs": False, "digest": out["digest"]} and out["digest"]
+
+
+def test_partitions_guard_and_last_use(tmp_path):
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=env)
+    home = env["HOME"]
+    want = os.path.join(home, ".triton", "cache", "jitwarden-v1", rec.digest)
+    assert rec.partitions["TRITON_CACHE_DIR"] == want == env["TRITON_CACHE_DIR"]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(str(tmp_path / "inductor"), "jitwarden-v1", rec.digest) \
+        or "TORCHINDUCTOR_CACHE_DIR" in rec.skipped  # only when torch is installed
+    assert env["TRITON_CACHE_MANAGER"] == MANAGER == rec.cache_manager
+    info = partition.read_info(want)
+    assert info.digest == rec.digest and "triton" in info.kinds and info.last_used > 0
+    assert os.path.isfile(os.path.join(want, PARTITION_INFO))
+
+
+def test_idempotent_and_never_nested(tmp_path):
+    env = clean_env(tmp_path)
+    first = activation.activate(env=env)
+    snapshot = dict(env)
+    assert activation.activate(env=env) is first
+    assert env == snapshot
+    # A child process inherits the activated environment and lands in the same partition.
+    child = py('''
+        import json, os, jitwarden
+        rec = jitwarden.activate()
+        print(json.dumps([rec.digest, os.environ["TRITON_CACHE_DIR"]]))
+    ''', dict(env))
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == [first.digest, env["TRITON_CACHE_DIR"]]
+
+
+def test_explicit_cache_dir_is_partitioned_inside_or_left_alone(tmp_path):
+    mine = str(tmp_path / "volume")
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=mine)
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_DIR"] == os.path.join(mine, "jitwarden-v1", rec.digest)
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=mine, JITWARDEN_PARTITION="0")
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_DIR"] == mine and rec.skipped["TRITON_CACHE_DIR"] == "JITWARDEN_PARTITION=0"
+    assert env["TRITON_CACHE_MANAGER"] == MANAGER
+
+
+def test_user_cache_manager_is_left_with_a_warning(tmp_path, caplog):
+    env = clean_env(tmp_path, TRITON_CACHE_MANAGER="mypkg.cache:Manager")
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_MANAGER"] == "mypkg.cache:Manager" == rec.cache_manager
+    assert any("TRITON_CACHE_MANAGER=mypkg.cache:Manager is set" in w for w in rec.warnings)
+
+
+def test_world_writable_root_is_refused_for_a_private_partition(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=str(shared))
+    rec = activation.activate(env=env)
+    private = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "roots", "triton", "jitwarden-v1", rec.digest)
+    assert env["TRITON_CACHE_DIR"] == private
+    assert any(w.startswith(f"refusing cache root {shared}") and "world-writable" in w for w in rec.warnings)
+    assert not (shared / "jitwarden-v1").exists()
+
+
+def test_unusable_everything_warns_and_leaves_the_root(tmp_path):
+    env = clean_env(tmp_path, HOME="/dev/null/home", XDG_CACHE_HOME="/dev/null/cache", TRITON_CACHE_DIR="/dev/null/t")
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_DIR"] == "/dev/null/t" and "TRITON_CACHE_DIR" in rec.skipped
+    assert any("refusing cache root /dev/null/t" in w for w in rec.warnings)
+
+
+class _Flaky(dict):
+    """An environment that fails to take the cache manager (as a read-only mapping would)."""
+
+    def __setitem__(self, k, v):
+        if k == "TRITON_CACHE_MANAGER":
+            raise PermissionError("read-only environment")
+        super().__setitem__(k, v)
+
+
+def test_never_raises_and_restores_the_environment(tmp_path, caplog):
+    env = _Flaky(clean_env(tmp_path))
+    before = dict(env)
+    rec = activation.activate(env=env)
+    assert rec.digest is None and "PermissionError" in rec.skipped["all"]
+    assert dict(env) == before
+    assert any("activation skipped" in r.getMessage() for r in caplog.records)
+
+
+def _real_ptxas() -> str:
+    path = ptxas.for_arch(90)
+    if not path:
+        pytest.skip("no runnable ptxas (Triton's bundled one is missing)")
+    return path
+
+
+def test_ptxas_binary_decides_the_partition(tmp_path):
+    real = _real_ptxas()
+    wrapper = tmp_path / "ptxas-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    same_text = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True).stdout
+    assert same_text == subprocess.run([real, "--version"], capture_output=True, text=True).stdout
+    plain = activation.activate(env=clean_env(tmp_path))
+    again = activation.activate(env=clean_env(tmp_path))
+    wrapped = activation.activate(env=clean_env(tmp_path, TRITON_PTXAS_PATH=str(wrapper)))
+    assert plain.digest == again.digest
+    assert wrapped.digest != plain.digest
+    assert wrapped.partitions["TRITON_CACHE_DIR"] != plain.partitions["TRITON_CACHE_DIR"]
+
+
+def test_python_level_knob_is_followed_when_triton_is_imported(tmp_path):
+    mine = str(tmp_path / "knob")
+    proc = py(f'''
+        import json, os
+        import triton
+        triton.knobs.cache.dir = {mine!r}
+        import jitwarden
+        rec = jitwarden.activate()
+        print(json.dumps([rec.digest, triton.knobs.cache.dir, triton.knobs.cache.manager_class.__name__]))
+    ''', clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    digest, knob_dir, cls = json.loads(proc.stdout)
+    assert knob_dir == os.path.join(mine, "jitwarden-v1", digest) and cls == "GuardedCacheManager"
+
+
+# ------------------------------------------------------------------ start-up warnings
+
+
+def _fp(cap, torch_archs=None, cuda="12.8", release="12.8"):
+    info = ptxas.PtxasInfo("/opt/ptxas", "/opt/ptxas", f"Cuda compilation tools, release {release}", release, None, "0" * 64, 1)
+    pk = (Package("torch", "torch", "2.9.0", None, cuda, None, tuple(torch_archs)),) if torch_archs is not None else ()
+    role = "triton-blackwell" if cap[0] * 10 + cap[1] >= 100 else "triton"
+    return Fingerprint("nvml", (Gpu(0, "NVIDIA GB10", cap, None, None),), "580.1", "13.0", ((role, info),), pk,
+                       (), (), ())
+
+
+def test_warns_when_torch_lacks_the_device_arch():
+    ws = startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_90", "sm_100", "sm_120"]))
+    assert len(ws) == 1 and ws[0].startswith("sm_121 is not in torch 2.9.0's compiled arch list (sm_80 sm_90 sm_100 sm_120)")
+    assert "TORCH_CUDA_ARCH_LIST" in ws[0] and "PTX JIT" in ws[0]
+    assert startup_checks.torch_arch(_fp((12, 0), ["sm_80", "sm_120"])) == []
+    assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121a"])) == []
+    assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121"], cuda=None)) == []  # a CPU torch: nothing to say
+
+
+def test_warns_when_ptxas_cannot_target_the_device():
+    ws = startup_checks.ptxas_target(_fp((12, 1), release="12.8"))
+    assert len(ws) == 1 and "cannot target sm_121" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
+    assert startup_checks.ptxas_target(_fp((12, 1), release="12.9")) == []
+
+
+def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
+    root = str(tmp_path / "shared")
+    kernels.build_cache(root, kernels.jobs_for(archs=(80,), variants=kernels.VARIANTS[:2]))
+    fp = _fp((9, 0))
+    ws = startup_checks.shared_root(fp, root)
+    assert len(ws) == 1 and "entries built for sm_80" in ws[0] and "JITWARDEN_PARTITION" in ws[0]
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0")
+    rec = activation.activate(env=env)  # the live fingerprint has no GPU: Triton version is what can differ
+    assert env["TRITON_CACHE_DIR"] == root and rec.skipped
+    metas = startup_checks.sample_metadata(root)
+    assert len(metas) == 2 and startup_checks.foreign_entries(metas, (80,), metas[0]["triton_version"]) == []
+    assert startup_checks.foreign_entries(metas, (), "3.4.0") == [f"Triton {metas[0]['triton_version']}"]
