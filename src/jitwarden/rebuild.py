@@ -428,6 +428,7 @@ class _Engine:
             cached = _read_nofollow(os.path.join(w.path, facts.cubin_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.cubin_file}: {exc.strerror}")
+        stamp = _stamp(w.path, facts.ptx_file, facts.cubin_file)
         if not ptx.strip():
             return _unverifiable(f"{facts.ptx_file} is empty: nothing to rebuild from")
         digest = hashlib.sha256(ptx).hexdigest()
@@ -477,6 +478,14 @@ class _Engine:
                 f"built by a CUDA {'/'.join(sorted(expected))} ptxas ({producer}); none is here, and a rebuild by "
                 f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
                 f"{'/'.join(sorted(expected))} ptxas")
+        if _stamp(w.path, facts.ptx_file, facts.cubin_file) != stamp:
+            # Triton writes a group file by file: a writer still at work can pair one compile's
+            # PTX with another's cubin. Judge only what stood still while we read it.
+            if w.extra.get("retried"):
+                return _unverifiable("the entry's PTX or cubin changed while it was being verified "
+                                     "(a process is still writing it); rerun when it is idle")
+            w.extra["retried"] = True
+            return self._verify(w)
         ref_c, ref_a = same[0]
         cmp = cubin_compare.compare(cached, ref_a.cubin)
         kept = self._keep(w, cached, ref_a.cubin)
@@ -516,6 +525,17 @@ class _Engine:
             os.replace(tmp, p)
         w.kept = (a, b)
         return a, b
+
+
+def _stamp(path: str, *names: str) -> tuple:
+    out = []
+    for n in names:
+        try:
+            st = os.lstat(os.path.join(path, n))
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def _producer_text(ptx_version, ptx_rels, cub_rel, cub_build) -> str:
