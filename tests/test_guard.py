@@ -252,3 +252,41 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     results = rebuild.verify_entries(entries, jobs=2)
     assert len(results) == len(ids)
     assert {r.verdict for r in results.values()} == {"verified"}, {p: r.message for p, r in results.items()}
+
+
+def _truncate_ptx(root, out):
+    p = os.path.join(root, out["add_sm90"]["id"], "add_kernel.ptx")
+    with open(p, "r+b") as f:
+        f.truncate(100)
+
+
+def test_truncated_ir_text_is_caught_on_the_hit_path(tmp_path, reference):
+    root = str(tmp_path / "cache")
+    out = compile_jobs(root)
+    _truncate_ptx(root, out)
+    again = compile_jobs(root)
+    assert again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
+    assert [r.entry_id for r in quarantined(root)] == [out["add_sm90"]["id"]]
+    assert_sound(root, out["add_sm90"]["id"])
+
+
+def test_mismatch_while_a_writer_is_mid_group_is_a_plain_miss(tmp_path, reference):
+    """A reader never quarantines an entry another process is (re)writing: it misses, compiles, and
+    its own put_group leaves the entry consistent and sealed."""
+    import fcntl
+
+    from jitwarden import guard
+
+    root = str(tmp_path / "cache")
+    out = compile_jobs(root)
+    entry = os.path.join(root, out["add_sm90"]["id"])
+    _swap_other_kernel(root, out)
+    fd = os.open(os.path.join(entry, guard.WRITERS_FILE), os.O_RDONLY | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # exactly what a writer holds from its first put to its seal
+        again = compile_jobs(root)
+    finally:
+        os.close(fd)
+    assert again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
+    assert quarantined(root) == []
+    assert_sound(root, out["add_sm90"]["id"])

@@ -23,7 +23,6 @@ A root the user set explicitly is kept and partitioned *inside* (a Docker volume
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ from . import partition
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"))
-_log = logging.getLogger("jitwarden")
 _SAID: set[str] = set()
 _LAST: dict[int, tuple["Activation", dict]] = {}
 
@@ -70,16 +68,31 @@ def _home(env) -> str:
     return env.get("HOME") or os.path.expanduser("~")
 
 
+def _inductor_default(env) -> str:
+    """TorchInductor's default: ``<tempdir>/torchinductor_<user>`` (as the adapter computes it, minus
+    its imports of tempfile and getpass, which would double activation's warm cost)."""
+    tmp = next((env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k) and os.path.isdir(env[k])), "/tmp")
+    user = next((env[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if env.get(k)), None)
+    if user is None:
+        try:
+            import pwd
+
+            user = pwd.getpwuid(os.getuid()).pw_name
+        except (ImportError, KeyError):
+            user = "unknown"
+    for ch in '\\/:*?"<>|':
+        user = user.replace(ch, "_")
+    return os.path.join(tmp, f"torchinductor_{user}")
+
+
 def default_base(kind: str, env) -> str:
     """The root each tool would use when nothing is set, read from ``env`` (its HOME too, not ours)."""
-    from .adapters import triton as adapter  # stdlib only
-
     if kind == "triton":
         if env.get("TRITON_CACHE_DIR"):
             return env["TRITON_CACHE_DIR"]
         return os.path.join(env.get("TRITON_HOME") or _home(env), ".triton", "cache")
     if kind == "inductor":
-        return adapter.inductor_cache_dir(env)
+        return env.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default(env)
     if env.get("VLLM_CACHE_ROOT"):
         return os.path.expanduser(env["VLLM_CACHE_ROOT"])
     return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(_home(env), ".cache"), "vllm")
@@ -99,17 +112,29 @@ def _current(kind: str, var: str, env, knobs) -> str | None:
     return env.get(var) or None
 
 
+def root_problem(path: str, uid: int | None = None) -> str | None:
+    """Why ``path`` must not hold shared kernels: writable by others or owned by someone else (pure stat).
+
+    Same rule as the scanner's ``root_findings`` (kept here so activation imports nothing heavy).
+    """
+    st = os.stat(path)
+    uid = os.getuid() if uid is None else uid
+    if st.st_mode & 0o002:
+        return f"world-writable (mode {st.st_mode & 0o7777:o}): anyone can plant kernels"
+    if uid != 0 and st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not by you (uid {uid})"
+    return None
+
+
 def _usable_base(base: str) -> str | None:
     """None when ``base`` is safe to hold partitions, else why not (creates it if missing)."""
-    from .adapters.triton import root_findings
-
     try:
         os.makedirs(base, exist_ok=True)
+        why = root_problem(base)
     except OSError as exc:
         return f"cannot create it: {exc.strerror}"
-    problems = [f.message for f in root_findings(base)]
-    if problems:
-        return problems[0]
+    if why:
+        return why
     if not os.access(base, os.W_OK | os.X_OK):
         return "not writable"
     return None
@@ -123,8 +148,10 @@ def _private_base(kind: str, env) -> str:
 
 def _say(msg: str, quiet: bool) -> None:
     if not quiet and msg not in _SAID:
+        import logging
+
         _SAID.add(msg)
-        _log.warning("jitwarden: %s", msg)
+        logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
 
 
 def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = False) -> Activation:

@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import time
 
 from triton.runtime.cache import FileCacheManager
@@ -37,12 +38,19 @@ from . import quarantine as _quarantine
 from . import seal as _seal
 from .adapters import triton as _adapter
 from .findings import Severity
+from .layout import SEAL_FILE
 from .partition import split
 
 LOCK_FILE = ".jitwarden-lock"
 WRITERS_FILE = ".jitwarden-writers"
 _STANDALONE = (".so", ".autotune.json")
+_IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
+"""Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
+``JITWARDEN_GUARD_HASH_ALL=1``; the group, metadata and binaries are always hashed. ``jitwarden
+verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
+_HASH_ALL = os.environ.get("JITWARDEN_GUARD_HASH_ALL", "").strip().lower() in ("1", "true", "yes", "on")
 _log = logging.getLogger("jitwarden")
+_loads = json.JSONDecoder().decode
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -104,6 +112,69 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)  # closing the last fd of the open file description releases the flock
 
 
+def _read(path: str, size_hint: int = 0) -> bytes:
+    """Whole file, never through a symlink, in as few syscalls as possible (the hit path)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW)
+    try:
+        if size_hint:
+            data = os.read(fd, size_hint + 1)
+            if len(data) <= size_hint:
+                return data
+            chunks = [data]
+        else:
+            chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
+    finally:
+        os.close(fd)
+
+
+def _seal_problems(entry_dir: str, files: dict, names) -> list[str]:
+    """Like :func:`jitwarden.seal.check` for ``names``, one open and one read per file (the hit path)."""
+    problems = []
+    sha256 = hashlib.sha256
+    for name in names:
+        rec = files[name]
+        try:
+            size = rec["size"]
+            data = _read(os.path.join(entry_dir, name), size)
+        except FileNotFoundError:
+            problems.append(f"{name} is sealed but missing")
+            continue
+        except OSError as exc:
+            problems.append(f"{name} unreadable: {exc.strerror or exc}")  # ELOOP: a symlink in place of a file
+            continue
+        except (TypeError, KeyError):
+            problems.append(f"{name}: malformed seal record")
+            continue
+        if len(data) != size:
+            problems.append(f"{name} is {len(data)} bytes, sealed as {size}")
+        elif sha256(data).hexdigest() != rec.get("sha256"):
+            problems.append(f"{name} does not match its sealed sha256")
+    return problems
+
+
+def _read_seal(entry_dir: str):
+    """(files, fingerprint) of the entry's seal; None when unsealed; SealError when damaged."""
+    try:
+        raw = _read(os.path.join(entry_dir, SEAL_FILE), 4096)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _seal.SealError(f"seal unreadable: {exc.strerror}") from None
+    try:
+        doc = json.loads(raw)
+        files = doc["files"]
+        if doc.get("schema") != _seal.SCHEMA or not isinstance(files, dict):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise _seal.SealError("seal is not a valid jitwarden seal") from None
+    return files, doc.get("fingerprint")
+
+
 def _same_dir(a: str, b: str) -> bool:
     if a == b or os.path.normpath(a) == os.path.normpath(b):
         return True
@@ -138,7 +209,7 @@ class GuardedCacheManager(FileCacheManager):
 
     @property
     def _digest(self) -> str | None:
-        return _digest_for(os.path.dirname(os.path.normpath(self.cache_dir)))
+        return _digest_for(os.path.dirname(self.cache_dir.rstrip(os.sep)))
 
     def _begin_write(self) -> None:
         if self._writers_fd is None:
@@ -165,21 +236,21 @@ class GuardedCacheManager(FileCacheManager):
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
         try:
-            s = _seal.read(self.cache_dir)
+            got = _read_seal(self.cache_dir)
         except _seal.SealError as exc:
             return _Verdict("bad", "corrupt", [str(exc)])
-        if s is None:
+        if got is None:
             return _Verdict("legacy")
-        missing = sorted(set(names) - set(s.files))
+        files, fingerprint = got
+        missing = [n for n in names if n not in files]
         if missing:
-            return _Verdict("bad", "corrupt", [f"not covered by the seal: {', '.join(missing)}"])
-        sub = _seal.Seal({n: s.files[n] for n in names}, s.fingerprint)
-        problems = _seal.check(self.cache_dir, sub)
+            return _Verdict("bad", "corrupt", [f"not covered by the seal: {', '.join(sorted(missing))}"])
+        problems = _seal_problems(self.cache_dir, files, names)
         if problems:
             return _Verdict("bad", "corrupt", problems)
         mine = self._digest
-        if also_fingerprint and mine and s.fingerprint and s.fingerprint != mine:
-            return _Verdict("bad", "mismatch", [f"sealed under fingerprint {s.fingerprint}, this partition is {mine}"])
+        if also_fingerprint and mine and fingerprint and fingerprint != mine:
+            return _Verdict("bad", "mismatch", [f"sealed under fingerprint {fingerprint}, this partition is {mine}"])
         return None
 
     # ------------------------------------------------------------ groups (kernels)
@@ -187,8 +258,7 @@ class GuardedCacheManager(FileCacheManager):
     def _judge_group(self, grp_name: str) -> _Verdict:
         grp_path = self._make_path(grp_name)
         try:
-            with open(grp_path, "rb") as f:
-                doc = json.loads(f.read())
+            doc = json.loads(_read(grp_path, 4096))
         except FileNotFoundError:
             return _Verdict("gone")
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -200,7 +270,7 @@ class GuardedCacheManager(FileCacheManager):
             if not isinstance(p, str) or not isinstance(c, str):
                 return _Verdict("bad", "corrupt", [f"{grp_name}: child {c!r} has no path"])
             d, b = os.path.split(p)
-            if b != c or not _same_dir(d, self.cache_dir):
+            if b != c or (d != self.cache_dir and not _same_dir(d, self.cache_dir)):
                 return _Verdict("bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"])
         v = self._check_seal(list(children) + [grp_name])
         if v is not None:
@@ -221,8 +291,19 @@ class GuardedCacheManager(FileCacheManager):
         if self._plain:
             return super().get_group(filename)
         grp_name = f"__grp__{filename}"
-        if not os.path.exists(self._make_path(grp_name)):
-            return None
+        prefix = self.cache_dir + os.sep
+        try:
+            grp_raw = _read(prefix + grp_name, 4096)
+        except FileNotFoundError:
+            return None  # a plain miss
+        except OSError:
+            grp_raw = None
+        try:
+            fast = self._fast_group(prefix, grp_name, grp_raw) if grp_raw is not None else None
+        except Exception:  # noqa: BLE001 - anything odd (unsealed, missing, damaged) goes the careful way
+            fast = None
+        if fast is not None:
+            return fast
         try:
             return self._verified_group(grp_name)
         except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
@@ -230,23 +311,46 @@ class GuardedCacheManager(FileCacheManager):
                          self.key, type(exc).__name__, exc)
             return None
 
+    def _fast_group(self, prefix: str, grp_name: str, grp_raw: bytes):
+        """The hit path, lock-free: the group and every child match the seal byte for byte.
+
+        Returns None whenever anything is not exactly right; :meth:`_verified_group` then
+        decides under the entry lock (so a writer mid-seal never causes a quarantine).
+        """
+        children = _loads(grp_raw.decode())["child_paths"]
+        sealed = _loads(_read(prefix + SEAL_FILE, 4096).decode())
+        files = sealed["files"]
+        if sealed.get("schema") != _seal.SCHEMA:
+            return None
+        sha256 = hashlib.sha256
+        rec = files[grp_name]
+        if rec["size"] != len(grp_raw) or rec["sha256"] != sha256(grp_raw).hexdigest():
+            return None
+        for c, p in children.items():
+            if p != prefix + c:
+                return None
+            rec = files[c]
+            if not _HASH_ALL and c.endswith(_IR_TEXT):
+                st = os.lstat(p)
+                if st.st_size != rec["size"] or not stat.S_ISREG(st.st_mode):
+                    return None
+                continue
+            data = _read(p, rec["size"])
+            if len(data) != rec["size"] or sha256(data).hexdigest() != rec["sha256"]:
+                return None
+        mine = self._digest
+        if mine and sealed.get("fingerprint") not in (None, mine):
+            return None
+        return dict(children)
+
     def _verified_group(self, grp_name: str):
         try:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
-        except PermissionError:  # read-only cache: verify without locks, never write
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        except PermissionError:  # read-only cache: judge without locks, never write
             v = self._judge_group(grp_name)
             return v.result if v.state == "ok" else None
         try:
-            v = self._judge_group(grp_name)
-        finally:
-            _unlock(fd)
-        if v.state == "ok":
-            return v.result
-        if v.state == "gone":
-            return None
-        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
-        try:
-            v = self._judge_group(grp_name)  # the world may have moved while we waited
+            v = self._judge_group(grp_name)  # judged under the lock: no writer is sealing meanwhile
             if v.state == "legacy":
                 lv = self._legacy_ok()
                 if lv.state == "ok":
@@ -412,3 +516,22 @@ class GuardedCacheManager(FileCacheManager):
             return None
         finally:
             _unlock(fd)
+
+
+def _pin_knob() -> None:
+    """Resolve ``TRITON_CACHE_MANAGER`` once: Triton re-imports the class on every compile (~9 us a hit).
+
+    Only when the variable names this class, and only through Triton's own knob (a
+    Python-level value, which Triton reads before the variable).
+    """
+    try:
+        from triton import knobs
+
+        if os.environ.get("TRITON_CACHE_MANAGER") == f"{__name__}:GuardedCacheManager" \
+                and "manager_class" not in vars(knobs.cache):
+            vars(knobs.cache)["manager_class"] = GuardedCacheManager
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
+
+
+_pin_knob()

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 
 from .layout import PARTITION_INFO, PARTITIONS_DIR
-from .seal import umask
 
 SCHEMA = 1
 TOUCH_EVERY_S = 60.0
@@ -66,6 +64,10 @@ def read_info(partition: str) -> PartitionInfo | None:
 
 
 def _write_atomic(path: str, doc: dict) -> None:
+    import tempfile  # off the warm path: activation writes at most once a minute
+
+    from .seal import umask
+
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".jitwarden-partition.", suffix=".tmp", dir=d)
     try:
