@@ -290,3 +290,36 @@ def test_mismatch_while_a_writer_is_mid_group_is_a_plain_miss(tmp_path, referenc
     assert again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
     assert quarantined(root) == []
     assert_sound(root, out["add_sm90"]["id"])
+
+
+def _cli(args, **kw):
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "jitwarden", *args], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, **kw)
+
+
+def test_quarantine_command_lists_and_restores(tmp_path, reference):
+    base = str(tmp_path / "volume")
+    root = os.path.join(base, "jitwarden-v1", "0123456789abcdef")  # a partition, as activation makes them
+    out = compile_jobs(root)
+    _truncate_cubin(root, out)
+    compile_jobs(root)
+    listed = _cli(["quarantine", "list", "--root", base, "--format", "json"])
+    assert listed.returncode == 0, listed.stderr
+    (rec,) = json.loads(listed.stdout)["quarantined"]
+    assert rec["entry_id"] == out["add_sm90"]["id"] and rec["reason"] == "corrupt" and rec["fingerprint"] == "0123456789abcdef"
+    table = _cli(["quarantine", "list", "--root", base])
+    assert rec["id"] in table.stdout and "corrupt" in table.stdout
+    asked = _cli(["quarantine", "restore", rec["id"][:20], "--root", base, "--replace"])
+    assert asked.returncode == 2 and "pass -y" in asked.stderr  # not a terminal: never assumes yes
+    refused = _cli(["quarantine", "restore", rec["id"], "--root", base, "-y"])
+    assert refused.returncode == 2 and "--replace" in refused.stderr
+    dry = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "--dry-run"])
+    assert dry.returncode == 0 and f"restore {rec['id']}" in dry.stderr
+    assert len(quarantined(root)) == 1
+    done = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "-y", "--format", "json"])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["done"] == [rec["id"]]
+    assert [r.reason for r in quarantined(root)] == ["replaced"]  # the rebuilt entry moved aside
+    purge = _cli(["quarantine", "purge", "--all", "--root", base, "-y"])
+    assert purge.returncode == 0 and quarantined(root) == []

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
-
 from .layout import PARTITION_INFO, PARTITIONS_DIR
 
 SCHEMA = 1
@@ -20,13 +18,27 @@ TOUCH_EVERY_S = 60.0
 """Last use is rewritten at most once a minute: activation stays a read on the warm path."""
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    digest: str
-    headline: str | None
-    created: float
-    last_used: float
-    kinds: tuple[str, ...] = ()
+class PartitionInfo(tuple):
+    """(digest, headline, created, last_used, kinds), immutable.
+
+    A tuple subclass rather than a frozen dataclass: activation imports this module in
+    every process, and building a dataclass costs more than the rest of this module.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()):
+        return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds)))
+
+    digest = property(lambda self: self[0])
+    headline = property(lambda self: self[1])
+    created = property(lambda self: self[2])
+    last_used = property(lambda self: self[3])
+    kinds = property(lambda self: self[4])
+
+    def __repr__(self) -> str:
+        return (f"PartitionInfo(digest={self.digest!r}, headline={self.headline!r}, created={self.created!r}, "
+                f"last_used={self.last_used!r}, kinds={self.kinds!r})")
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "digest": self.digest, "headline": self.headline,
