@@ -7,7 +7,6 @@ design.md describe, and the next compile must return a fresh kernel, not the dam
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil

@@ -8,10 +8,9 @@ import signal
 import subprocess
 import sys
 
-import pytest
 
 from jitwarden import seal
-from test_activation import SRC, clean_env
+from test_activation import clean_env
 from test_guard import JOBS, _DRIVER, kernel_dir
 
 

@@ -32,7 +32,7 @@ from . import partition
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"))
 _SAID: set[str] = set()
-_LAST: dict[int, tuple["Activation", dict]] = {}
+_LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
 
 @dataclass(frozen=True)
@@ -167,11 +167,11 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = Fa
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
     try:
-        last = _LAST.get(id(target))
-        if last is not None and all(target.get(k) == v for k, v in last[1].items()):
-            return last[0]
+        for env_obj, rec, left in _LAST:
+            if env_obj is target and all(target.get(k) == v for k, v in left.items()):
+                return rec
         rec = _activate(target, tuple(roots), quiet, knobs)
-        _LAST[id(target)] = (rec, {k: target.get(k) for k in touched})
+        _LAST[:] = [x for x in _LAST if x[0] is not target][-7:] + [(target, rec, {k: target.get(k) for k in touched})]
         return rec
     except Exception as exc:  # noqa: BLE001 - activation must never break the host program
         for k, v in before.items():

@@ -22,6 +22,7 @@ its own digests, so the entry always ends as one writer's complete, sealed set.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import hashlib
@@ -50,6 +51,7 @@ _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
 _HASH_ALL = os.environ.get("JITWARDEN_GUARD_HASH_ALL", "").strip().lower() in ("1", "true", "yes", "on")
 _log = logging.getLogger("jitwarden")
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _loads = json.JSONDecoder().decode
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -67,9 +69,13 @@ def _producer() -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _digest_for(root: str) -> str | None:
-    """The fingerprint digest entries of ``root`` are sealed under: its partition name, else the env's."""
+    """The fingerprint digest entries of ``root`` are sealed under: its partition name, else None.
+
+    Unpartitioned roots (``JITWARDEN_PARTITION=0``) are never judged by fingerprint: two
+    environments sharing one would quarantine each other's entries in turn.
+    """
     s = split(root)
-    return s[1] if s else (os.environ.get("JITWARDEN_FINGERPRINT") or None)
+    return s[1] if s else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -346,7 +352,9 @@ class GuardedCacheManager(FileCacheManager):
     def _verified_group(self, grp_name: str):
         try:
             fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
-        except PermissionError:  # read-only cache: judge without locks, never write
+        except OSError as exc:  # read-only cache: judge without locks, never write
+            if exc.errno not in _READ_ONLY:
+                raise
             v = self._judge_group(grp_name)
             return v.result if v.state == "ok" else None
         try:
@@ -488,7 +496,9 @@ class GuardedCacheManager(FileCacheManager):
     def _verified_file(self, filename: str, path: str):
         try:
             fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
-        except PermissionError:
+        except OSError as exc:  # read-only cache: judge without locks, never write
+            if exc.errno not in _READ_ONLY:
+                raise
             return path if self._judge_file(filename).state == "ok" else None
         try:
             v = self._judge_file(filename)
