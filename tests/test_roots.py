@@ -75,3 +75,39 @@ def test_no_roots_and_no_gpu_are_said_plainly(isolated_env, capsys):
     doc = json.loads(capsys.readouterr().out)
     if doc["target"]["source"] == "none":
         assert doc["target"]["arch"] is None
+
+
+def test_partitions_and_private_roots_are_discovered(isolated_env, tmp_path, monkeypatch, built_cache, capsys):
+    src, manifest = built_cache
+    digest = "0123456789abcdef"
+    tri_part = isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest
+    kernels.copy_cache(src, str(tri_part))
+    ind_part = tmp_path / "inductor" / "jitwarden-v1" / digest / "triton" / "0"
+    kernels.copy_cache(src, str(ind_part))
+    vllm = isolated_env / ".cache" / "vllm"
+    v_part = vllm / "jitwarden-v1" / digest / "torch_compile_cache" / "h" / "rank_0_0" / "inductor_cache" / "triton" / "0"
+    kernels.copy_cache(src, str(v_part))
+    monkeypatch.setenv("JITWARDEN_HOME", str(tmp_path / "jwhome"))
+    private = tmp_path / "jwhome" / "roots" / "triton" / "jitwarden-v1" / digest
+    kernels.copy_cache(src, str(private))
+    # As under activation: TRITON_CACHE_DIR names the partition itself.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tri_part))
+    found = {(r.path, r.source, r.partition) for r in tri.discover_roots(os.environ)}
+    assert (str(isolated_env / ".triton" / "cache"), "TRITON_CACHE_DIR", None) in found
+    assert (str(ind_part), "inductor", digest) in found
+    assert (str(v_part), "vllm", digest) in found
+    assert (str(tmp_path / "jwhome" / "roots" / "triton"), "private", None) in found
+    assert main(["ls", "-q", "--long"]) == 0
+    listed = capsys.readouterr().out.split()
+    for base in (tri_part, ind_part, v_part, private):
+        assert os.path.join(str(base), manifest[0]["id"]) in listed
+
+
+def test_status_lists_every_partition(isolated_env, tmp_path, monkeypatch, built_cache, capsys):
+    src, manifest = built_cache
+    for digest in ("aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"):
+        kernels.copy_cache(src, str(isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest))
+    assert main(["status", "--format", "json", "--target", "90"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    parts = sorted((c["partition"], c["entries"]) for c in doc["caches"] if c["partition"])
+    assert parts == [("aaaaaaaaaaaaaaaa", len(manifest)), ("bbbbbbbbbbbbbbbb", len(manifest))]

@@ -126,13 +126,17 @@ class Entry:
 # ---------------------------------------------------------------- roots
 
 
+def _home(env) -> str:
+    return env.get("HOME") or os.path.expanduser("~")
+
+
 def default_cache_dir(env=os.environ) -> tuple[str, str]:
     """Triton's own choice: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``."""
     if env.get("TRITON_CACHE_DIR"):
         return env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
     if env.get("TRITON_HOME"):
         return os.path.join(env["TRITON_HOME"], ".triton", "cache"), "TRITON_HOME"
-    return os.path.join(os.path.expanduser("~"), ".triton", "cache"), "default"
+    return os.path.join(_home(env), ".triton", "cache"), "default"
 
 
 def inductor_cache_dir(env=os.environ) -> str:
@@ -149,8 +153,8 @@ def inductor_cache_dir(env=os.environ) -> str:
 
 def vllm_cache_root(env=os.environ) -> str:
     if env.get("VLLM_CACHE_ROOT"):
-        return env["VLLM_CACHE_ROOT"]
-    xdg = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.expanduser(env["VLLM_CACHE_ROOT"])
+    xdg = env.get("XDG_CACHE_HOME") or os.path.join(_home(env), ".cache")
     return os.path.join(xdg, "vllm")
 
 
@@ -162,20 +166,64 @@ def _subdirs(path: str) -> list[str]:
         return []
 
 
+def user_base(path: str) -> str:
+    """The directory a user set or persists: ``path`` itself, or the root a partition path lives in."""
+    path = path.rstrip(os.sep) or os.sep
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) == PARTITIONS_DIR:
+        return os.path.dirname(parent)
+    return path
+
+
+def _with_partitions(base: str) -> list[tuple[str, str | None]]:
+    """``base`` and each ``base/jitwarden-v1/<digest>`` in it, as (dir, digest or None)."""
+    out: list[tuple[str, str | None]] = [(base, None)]
+    for d in _subdirs(os.path.join(base, PARTITIONS_DIR)):
+        out.append((d, os.path.basename(d)))
+    return out
+
+
+def _inductor_roots(base: str, source: str) -> list[CacheRoot]:
+    """Triton trees of an Inductor cache dir: ``<dir>/triton/<device>``, in the dir and in its partitions."""
+    return [CacheRoot(KIND, t, source, digest, base if digest else None)
+            for d, digest in _with_partitions(base) for t in _subdirs(os.path.join(d, "triton"))]
+
+
+def _vllm_roots(base: str, source: str) -> list[CacheRoot]:
+    """vLLM's per-model Inductor trees: ``torch_compile_cache/<hash>/rank_*/inductor_cache/triton/<device>``."""
+    out = []
+    for d, digest in _with_partitions(base):
+        for h in _subdirs(os.path.join(d, "torch_compile_cache")):
+            for rank in _subdirs(h):
+                for t in _subdirs(os.path.join(rank, "inductor_cache", "triton")):
+                    out.append(CacheRoot(KIND, t, source, digest, base if digest else None))
+    return out
+
+
 def discover_roots(env=os.environ) -> list[CacheRoot]:
-    """Every Triton cache dir on this machine that the environment points at, existing ones only."""
+    """Every Triton cache dir that this environment points at, plus jitwarden's partitions and private roots.
+
+    Triton roots are listed without their partitions (the scanner expands those);
+    Inductor and vLLM trees are listed one by one, partitioned or not. Existing dirs only.
+    """
     roots: list[CacheRoot] = []
     path, source = default_cache_dir(env)
-    roots.append(CacheRoot(KIND, path, source))
+    # Under activation TRITON_CACHE_DIR names a partition: list the root it lives in (and so every partition).
+    roots.append(CacheRoot(KIND, user_base(path), source))
     if source != "default":
-        roots.append(CacheRoot(KIND, os.path.join(os.path.expanduser("~"), ".triton", "cache"), "default"))
-    for d in _subdirs(os.path.join(inductor_cache_dir(env), "triton")):
-        roots.append(CacheRoot(KIND, d, "inductor"))
-    vllm = vllm_cache_root(env)
-    for h in _subdirs(os.path.join(vllm, "torch_compile_cache")):
-        for rank in _subdirs(h):
-            for d in _subdirs(os.path.join(rank, "inductor_cache", "triton")):
-                roots.append(CacheRoot(KIND, d, "vllm"))
+        roots.append(CacheRoot(KIND, os.path.join(_home(env), ".triton", "cache"), "default"))
+    roots += _inductor_roots(user_base(inductor_cache_dir(env)), "inductor")
+    roots += _vllm_roots(user_base(vllm_cache_root(env)), "vllm")
+    try:
+        from ..fingerprint import memo_dir
+
+        private = os.path.join(memo_dir(env), "roots")
+    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
+        private = None
+    if private:
+        roots.append(CacheRoot(KIND, os.path.join(private, "triton"), "private"))
+        roots += _inductor_roots(os.path.join(private, "inductor"), "private")
+        roots += _vllm_roots(os.path.join(private, "vllm"), "private")
     return [r for r in dedupe(roots) if os.path.isdir(r.path)]
 
 
