@@ -215,3 +215,176 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
     metas = startup_checks.sample_metadata(root)
     assert len(metas) == 2 and startup_checks.foreign_entries(metas, (80,), metas[0]["triton_version"]) == []
     assert startup_checks.foreign_entries(metas, (), "3.4.0") == [f"Triton {metas[0]['triton_version']}"]
+
+
+# ------------------------------------------------------------------ warm path (activation memo)
+
+WARM_PROBE = '''
+    import json, sys
+    import jitwarden
+    from jitwarden import activation_memo
+    rec = jitwarden.activate()
+    heavy = ("dataclasses", "inspect", "ctypes", "hashlib", "_hashlib", "subprocess", "torch", "triton", "rich",
+             "numpy", "jitwarden.fingerprint", "jitwarden.ptxas", "jitwarden.nvml", "jitwarden.torchinfo",
+             "jitwarden.startup_checks")
+    print(json.dumps({"rec": rec.to_json(), "memo": activation_memo.last,
+                      "heavy": sorted(m for m in heavy if m in sys.modules)}))
+'''
+
+
+def warm_run(env: dict) -> dict:
+    proc = py(WARM_PROBE, env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_warm_path_gives_the_slow_paths_record_and_imports_nothing_heavy(tmp_path):
+    env = clean_env(tmp_path)
+    cold = warm_run(dict(env))
+    assert cold["memo"] == "stored" and "jitwarden.fingerprint" in cold["heavy"]
+    warm = warm_run(dict(env))
+    assert warm["memo"] == "hit"
+    assert warm["rec"] == cold["rec"] and warm["rec"]["digest"]
+    assert warm["heavy"] == []  # no dataclasses, ctypes, hashlib, torch, triton, rich, fingerprint layer
+    # The memoised digest is the one the fingerprint computes right now.
+    from jitwarden import fingerprint
+
+    assert fingerprint.collect(use_memo=False, env=env).digest == warm["rec"]["digest"]
+
+
+def test_ptxas_replaced_behind_the_same_path_changes_the_digest(tmp_path):
+    """TRITON_PTXAS_PATH keeps pointing at the same path; the binary there becomes a wrapper
+    with the same ``--version`` text (Triton's own key would not notice)."""
+    real = _real_ptxas()
+    bindir = tmp_path / "cuda" / "bin"
+    bindir.mkdir(parents=True)
+    ptx = bindir / "ptxas"
+    ptx.symlink_to(real)
+    env = clean_env(tmp_path, TRITON_PTXAS_PATH=str(ptx))
+    first = warm_run(dict(env))
+    again = warm_run(dict(env))
+    assert again["memo"] == "hit" and again["rec"]["digest"] == first["rec"]["digest"]
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    os.replace(wrapper, ptx)
+    assert subprocess.run([str(ptx), "--version"], capture_output=True).stdout == \
+        subprocess.run([real, "--version"], capture_output=True).stdout
+    swapped = warm_run(dict(env))
+    assert swapped["rec"]["digest"] != first["rec"]["digest"]
+    assert swapped["rec"]["partitions"]["TRITON_CACHE_DIR"] != first["rec"]["partitions"]["TRITON_CACHE_DIR"]
+    # A file changed within the racy window is not trusted by stat: not memoised yet.
+    assert swapped["memo"] == f"not stored: {ptx} changed just now"
+    assert warm_run(dict(env))["rec"]["digest"] == swapped["rec"]["digest"]
+
+
+def test_code_changing_env_var_changes_the_digest_and_both_stay_memoised(tmp_path):
+    plain_env = clean_env(tmp_path)
+    fused_env = clean_env(tmp_path, TRITON_DEFAULT_FP_FUSION="0")
+    plain = warm_run(dict(plain_env))
+    fused = warm_run(dict(fused_env))
+    assert fused["memo"] == "stored" and fused["rec"]["digest"] != plain["rec"]["digest"]
+    assert warm_run(dict(plain_env)) == {**plain, "memo": "hit", "heavy": []}
+    assert warm_run(dict(fused_env)) == {**fused, "memo": "hit", "heavy": []}
+    # CUDA_VISIBLE_DEVICES decides which GPUs count: a new value is a miss (same digest without GPUs).
+    cvd = warm_run(clean_env(tmp_path, CUDA_VISIBLE_DEVICES="1"))
+    assert cvd["memo"] == "stored"
+
+
+@pytest.mark.parametrize("garbage", [b"\x00garbage{{{", b"[]", b'{"schema": 1, "kind": "jitwarden-activation-memo"}',
+                                     b'{"schema": 1, "kind": "jitwarden-activation-memo", "entries": [1, {}, []]}'])
+def test_garbage_activation_memo_is_ignored_and_rewritten(tmp_path, garbage):
+    env = clean_env(tmp_path)
+    good = warm_run(dict(env))
+    memo = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "activation-memo.json")
+    with open(memo, "wb") as f:
+        f.write(garbage)
+    out = warm_run(dict(env))
+    assert out["rec"] == good["rec"] and out["memo"] == "stored"
+    assert warm_run(dict(env))["memo"] == "hit"
+
+
+def test_a_memoised_digest_that_is_not_a_digest_is_refused(tmp_path):
+    env = clean_env(tmp_path)
+    good = warm_run(dict(env))
+    memo = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "activation-memo.json")
+    doc = json.load(open(memo))
+    doc["entries"][0]["fp"]["digest"] = "../../../../tmp/x"
+    json.dump(doc, open(memo, "w"))
+    out = warm_run(dict(env))
+    assert out["rec"] == good["rec"] and out["memo"] == "stored"
+
+
+def _tamper_entry(entry, what):
+    if what == "env":
+        entry["env"]["TRITON_DEFAULT_FP_FUSION"] = "0"
+    elif what == "file":
+        entry["files"][0][1][3] += 1  # mtime_ns of a recorded file
+    elif what == "dir":
+        entry["dirs"][-1][1] = None  # stat not trusted: the names decide
+        entry["dirs"][-1][2] = (entry["dirs"][-1][2] or []) + ["vllm-0.0.1.dist-info"]
+    elif what == "proc":
+        entry["proc"][1] = ["NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.0.0", ["0000:01:00.0"], [None]]
+    elif what == "key":
+        entry["key"][1] = "3.0.0 (some other python)"
+    elif what == "fingerprint memo":
+        entry["files"][-1][1] = None
+
+
+@pytest.mark.parametrize("what", ["env", "file", "dir", "proc", "key", "fingerprint memo"])
+def test_any_recorded_fact_that_no_longer_holds_is_a_miss(tmp_path, what):
+    from jitwarden import activation_memo
+
+    env = clean_env(tmp_path)
+    facts = activation_memo.compute(env)
+    assert activation_memo.lookup(env).to_json() == facts.to_json() and activation_memo.last == "hit"
+    path = activation_memo.memo_path(env)
+    doc = json.load(open(path))
+    _tamper_entry(doc["entries"][0], what)
+    json.dump(doc, open(path, "w"))
+    assert activation_memo.lookup(env) is None and activation_memo.last.startswith("miss: ")
+
+
+def test_sys_path_dirs_are_judged_by_the_package_names_they_hold(tmp_path, monkeypatch):
+    from jitwarden import activation_memo
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    monkeypatch.syspath_prepend(str(extra))
+    env = clean_env(tmp_path)
+    activation_memo.compute(env)
+    (extra / "notes.txt").write_text("unrelated churn")  # e.g. a cwd that is written to
+    assert activation_memo.lookup(env) is not None
+    (extra / "vllm-0.0.1.dist-info").mkdir()
+    assert activation_memo.lookup(env) is None and "lists other packages" in activation_memo.last
+
+
+def test_nvml_failing_with_a_driver_present_is_never_memoised(tmp_path, monkeypatch):
+    from jitwarden import activation_memo, nvml
+
+    monkeypatch.setattr(nvml, "probe", lambda proc_root="/proc", env=None, use_nvml=True:
+                        nvml.Probe("proc", (), "580.1", None, "nvml: transient"))
+    env = clean_env(tmp_path)
+    facts = activation_memo.compute(env)
+    assert facts.digest and activation_memo.last.startswith("not stored: NVML failed")
+    assert activation_memo.lookup(env) is None
+
+
+def test_memo_dir_agrees_with_the_fingerprints():
+    from jitwarden import activation_memo, fingerprint
+
+    for env in ({"JITWARDEN_HOME": "/a", "XDG_CACHE_HOME": "/b"}, {"XDG_CACHE_HOME": "/b"}, {}):
+        assert activation_memo.memo_dir(env) == fingerprint.memo_dir(env)
+
+
+def test_activation_record_is_immutable_and_serialisable():
+    rec = activation.Activation("0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ("w",), {}, "h")
+    with pytest.raises(AttributeError):
+        rec.digest = "other"
+    with pytest.raises(AttributeError):
+        del rec.headline
+    assert rec == activation.Activation("0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ["w"], {}, "h")
+    assert rec.active and not activation.Activation(None).active
+    assert rec.to_json() == {"schema": 1, "digest": "0123456789abcdef", "partitions": {"TRITON_CACHE_DIR": "/x"},
+                             "cache_manager": MANAGER, "warnings": ["w"], "skipped": {}, "headline": "h"}
+    assert "digest='0123456789abcdef'" in repr(rec)

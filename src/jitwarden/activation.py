@@ -19,13 +19,19 @@ A root the user set explicitly is kept and partitioned *inside* (a Docker volume
 ``~/.triton`` keeps working); an already partitioned value is never nested again.
 ``JITWARDEN_PARTITION=0`` leaves every root as it is (the guard is still installed);
 ``JITWARDEN_DISABLE=1`` makes activation do nothing at all.
+
+Warm path: the fingerprint facts (digest, headline, packages, archs, fingerprint-derived
+warnings) come from ``activation_memo``, which checks by stat and by value everything the
+fingerprint was computed from, importing only ``os``, ``sys`` and ``json``; any change is a
+miss and the fingerprint is computed again (and memoised). Everything about the cache
+roots (unsafe-root refusal, private fallback, partition last use, shared-root sample) is
+not memoised: it runs live on both paths.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 
 from . import partition
 
@@ -35,16 +41,43 @@ _SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
 
-@dataclass(frozen=True)
 class Activation:
-    """What one activation did: the fingerprint digest, each redirected variable, and why anything was not."""
+    """What one activation did: the fingerprint digest, each redirected variable, and why anything was not.
 
-    digest: str | None
-    partitions: dict = field(default_factory=dict)  # env var -> partition path
-    cache_manager: str | None = None  # the TRITON_CACHE_MANAGER in effect
-    warnings: tuple[str, ...] = ()
-    skipped: dict = field(default_factory=dict)  # what -> why it was not done
-    headline: str | None = None
+    Immutable. A ``__slots__`` class rather than a frozen dataclass: ``dataclasses`` (and the
+    ``inspect`` it imports) would cost more than the rest of a warm activation.
+    """
+
+    __slots__ = ("digest", "partitions", "cache_manager", "warnings", "skipped", "headline")
+
+    def __init__(self, digest: str | None, partitions: dict | None = None, cache_manager: str | None = None,
+                 warnings: tuple[str, ...] = (), skipped: dict | None = None, headline: str | None = None):
+        put = object.__setattr__
+        put(self, "digest", digest)
+        put(self, "partitions", {} if partitions is None else partitions)  # env var -> partition path
+        put(self, "cache_manager", cache_manager)  # the TRITON_CACHE_MANAGER in effect
+        put(self, "warnings", tuple(warnings))
+        put(self, "skipped", {} if skipped is None else skipped)  # what -> why it was not done
+        put(self, "headline", headline)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}: Activation is immutable")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"cannot delete field {name!r}: Activation is immutable")
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # holds dicts, like the frozen dataclass it replaces (whose hash raised)
+
+    def __repr__(self) -> str:
+        return "Activation(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
     @property
     def active(self) -> bool:
@@ -141,7 +174,7 @@ def _usable_base(base: str) -> str | None:
 
 
 def _private_base(kind: str, env) -> str:
-    from .fingerprint import memo_dir
+    from .activation_memo import memo_dir
 
     return os.path.join(memo_dir(env), "roots", kind)
 
@@ -189,13 +222,17 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = Fa
         return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
-def _activate(env, roots, quiet, knobs) -> Activation:
-    from . import startup_checks
-    from .fingerprint import collect
+def _fingerprint(env):
+    """The fingerprint facts activation needs: memoised when nothing they came from changed."""
+    from . import activation_memo
 
+    return activation_memo.lookup(env) or activation_memo.compute(env)
+
+
+def _activate(env, roots, quiet, knobs) -> Activation:
     if _on(env.get("JITWARDEN_DISABLE")):
         return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": "JITWARDEN_DISABLE is set"})
-    fp = collect(use_memo=True, env=env)
+    fp = _fingerprint(env)
     digest = fp.digest
     warnings: list[str] = []
     skipped: dict = {}
@@ -222,6 +259,8 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         if why is not None:
             private = _private_base(kind, env)
             pwhy = _usable_base(private)
+            from . import startup_checks  # only here: refusals are rare, and it imports ptxas
+
             if pwhy is not None:
                 warnings.append(startup_checks.unsafe_root(base, why, None))
                 skipped[var] = f"{base}: {why}; private root {private}: {pwhy}"
@@ -248,9 +287,10 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         changes["TRITON_CACHE_MANAGER"] = MANAGER
         manager = MANAGER
 
-    warnings += startup_checks.torch_arch(fp)
-    warnings += startup_checks.ptxas_target(fp)
+    warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
     if unpartitioned_triton:
+        from . import startup_checks
+
         warnings += startup_checks.shared_root(fp, unpartitioned_triton)
 
     for var, value in changes.items():

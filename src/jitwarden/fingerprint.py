@@ -561,6 +561,38 @@ def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
     return p
 
 
+def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/proc") -> dict:
+    """What :func:`collect` reads, as names to watch, for activation's warm memo (``activation_memo``).
+
+    Whatever changes the digest changes one of these: ``env`` (the code-changing variables
+    and ``CUDA_VISIBLE_DEVICES``); ``files``, identified by stat (this layer's own modules,
+    ``sys.executable``, every ptxas candidate, torch's version.py / libtorch_cuda.so /
+    bin/ptxas, each found dist-info's RECORD); ``path_dirs`` (every ``sys.path`` entry, which
+    decides which dist-infos and which triton/torch are found: only entry names holding one
+    of ``names`` matter); ``proc`` (the /proc/driver/nvidia dir: driver version, GPU listing
+    and information files, the GPU memo's key); ``memo`` (the fingerprint memo file).
+    """
+    env = os.environ if env is None else env
+    if memo_path is None:
+        memo_path = os.path.join(memo_dir(env), "fingerprint-memo.json")
+    files = [sys.modules[__name__].__file__, ptxas.__file__, nvml.__file__, torchinfo.__file__, sys.executable]
+    tb = ptxas.triton_bin_dir()
+    for var, binary in (("TRITON_PTXAS_PATH", "ptxas"), ("TRITON_PTXAS_BLACKWELL_PATH", "ptxas-blackwell")):
+        if env.get(var):
+            files.append(env[var])
+        if tb:
+            files.append(os.path.join(tb, binary))
+    td = torchinfo.torch_dir()
+    if td:
+        files += [os.path.join(td, "version.py"), os.path.join(td, "bin", "ptxas"),
+                  os.path.join(td, "lib", "libtorch_cuda.so")]
+    prefixes = {d for _, ds in PACKAGES for d in ds}
+    files += [os.path.join(d, "RECORD") for d, _v in _find_dists(prefixes).values()]
+    return {"env": list(CODEGEN_ENV_VARS) + ["CUDA_VISIBLE_DEVICES"], "files": files, "memo": memo_path,
+            "path_dirs": [e or "." for e in sys.path], "names": sorted(prefixes | {"triton", "torch"}),
+            "proc": os.path.join(proc_root, "driver", "nvidia")}
+
+
 _PROCESS_MEMO: dict = {}
 
 
