@@ -1,5 +1,5 @@
 """The fingerprint layer on real binaries and real files: Triton's bundled ptxas, a
-wrapper around it, fake /proc trees, synthetic and nvcc-built fatbins, the CLI."""
+wrapper around it, fake /proc trees, torch arch flags read from synthetic and compiled libraries, the CLI."""
 
 from __future__ import annotations
 
@@ -304,15 +304,6 @@ def test_parse_torch_version_py():
     assert torchinfo.normalize_arches(["sm_90a", "compute_90", "sm_100", "sm_90", "junk"]) == ("compute_90", "sm_90", "sm_100")
 
 
-def _fatbin_container(entries) -> bytes:
-    body = b""
-    for kind, arch, payload in entries:
-        padded = payload + b"\0" * (-len(payload) % 8)
-        header = struct.pack("<HHIQIIHHI", kind, 0x0101, 64, len(padded), len(payload), 0, 0, 0, arch)
-        body += header + b"\0" * (64 - len(header)) + padded
-    return struct.pack("<IHHQ", torchinfo.FATBIN_MAGIC, 1, 16, len(body)) + body
-
-
 def _elf_with_section(name: bytes, content: bytes) -> bytes:
     """A minimal ELF64: header, one data section, .shstrtab, section table."""
     shstr = b"\0" + name + b"\0.shstrtab\0"
@@ -328,43 +319,35 @@ def _elf_with_section(name: bytes, content: bytes) -> bytes:
     return body
 
 
-def test_fatbin_reader_on_synthetic_elf(tmp_path):
-    fat = (_fatbin_container([(2, 80, b"\x7fELF" + b"x" * 13), (2, 90, b"y" * 8), (1, 90, b".version 8.0")])
-           + b"\0" * 16 + _fatbin_container([(2, 120, b"z" * 3)]))
-    lib = tmp_path / "libfake.so"
-    lib.write_bytes(_elf_with_section(b".nv_fatbin", fat))
-    assert torchinfo.fatbin_arches(str(lib)) == {"sm_80", "sm_90", "compute_90", "sm_120"}
+FLAGS_RODATA = b"\x01\x02junk\0sm_90\0another string sm_80 sm_90\0sm_75 sm_80 sm_86 sm_90 sm_100 sm_120\0tail\0"
+
+
+def test_arch_flags_from_rodata_of_synthetic_elf(tmp_path):
+    lib = tmp_path / "libtorch_python.so"
+    lib.write_bytes(_elf_with_section(b".rodata", FLAGS_RODATA))
+    # The whole flags string, not a lone token nor a token run inside another sentence.
+    assert torchinfo.arch_flags(str(lib)) == ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
     with open(lib, "rb") as f:
-        assert set(torchinfo.elf_sections(f)) == {".nv_fatbin", ".shstrtab"}
-    bad = tmp_path / "libbad.so"
-    bad.write_bytes(_elf_with_section(b".nv_fatbin", b"\x01\x02\x03\x04" + fat))
-    assert torchinfo.fatbin_arches(str(bad)) is None
-    none = tmp_path / "libnone.so"
-    none.write_bytes(_elf_with_section(b".data", fat))
-    assert torchinfo.fatbin_arches(str(none)) is None
-    assert torchinfo.fatbin_arches(str(tmp_path / "missing.so")) is None
+        assert set(torchinfo.elf_sections(f)) == {".rodata", ".shstrtab"}
+    other = tmp_path / "libother.so"
+    other.write_bytes(_elf_with_section(b".data", FLAGS_RODATA))
+    assert torchinfo.arch_flags(str(other)) is None
+    assert torchinfo.arch_flags(str(tmp_path / "missing.so")) is None
     (tmp_path / "notelf").write_bytes(b"hello" * 20)
-    assert torchinfo.fatbin_arches(str(tmp_path / "notelf")) is None
-    many = tmp_path / "libmany.so"
-    many.write_bytes(_elf_with_section(b".nv_fatbin", _fatbin_container([(2, 80, b"")] * 50)))
-    with open(many, "rb") as f:
-        off, size = torchinfo.elf_sections(f)[".nv_fatbin"]
-        assert torchinfo.walk_fatbin(f, off, size, max_entries=10) is None  # capped, not guessed
+    assert torchinfo.arch_flags(str(tmp_path / "notelf")) is None
+    (tmp_path / "truncated.so").write_bytes(lib.read_bytes()[:70])
+    assert torchinfo.arch_flags(str(tmp_path / "truncated.so")) is None
 
 
-@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not installed")
-def test_fatbin_reader_on_nvcc_library(tmp_path):
-    src = tmp_path / "k.cu"
-    src.write_text('__global__ void k(float*x){x[threadIdx.x]+=1.f;}\nextern "C" void launch(float*x){k<<<1,32>>>(x);}\n')
-    lib = tmp_path / "libk.so"
-    r = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-Xfatbin", "-compress-all",
-                        "-gencode", "arch=compute_80,code=sm_80",
-                        "-gencode", "arch=compute_90,code=[sm_90,compute_90]",
-                        "-gencode", "arch=compute_120,code=sm_120",
-                        "-o", str(lib), str(src)], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        pytest.skip(f"nvcc failed: {r.stderr[-300:]}")
-    assert torchinfo.fatbin_arches(str(lib)) == {"sm_80", "sm_90", "compute_90", "sm_120"}
+@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")
+def test_arch_flags_from_a_compiled_library(tmp_path):
+    # How torch embeds it: C10_STRINGIZE(CUDA_ARCH_FLAGS) becomes a string literal in .rodata.
+    src = tmp_path / "m.c"
+    src.write_text('#define S(x) #x\n#define STR(x) S(x)\nconst char *arch_flags(void) { return STR(FLAGS); }\n'
+                   'const char *other(void) { return "compute sm_90 is great"; }\n')
+    lib = tmp_path / "libtorch_python.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", '-DFLAGS=sm_80 sm_90 sm_120', "-o", str(lib), str(src)], check=True)
+    assert torchinfo.arch_flags(str(lib)) == ("sm_80", "sm_90", "sm_120")
 
 
 # --- CLI and the activation path ----------------------------------------------------
@@ -421,7 +404,7 @@ def test_activation_path_stays_stdlib_only(tmp_path):
 
 def _fake_torch_site(tmp_path) -> str:
     """A site dir holding a torch the fingerprint must read without importing: version.py,
-    a dist-info RECORD, lib/libtorch_cuda.so with a fatbin, and bin/ptxas."""
+    a dist-info RECORD, lib/libtorch_python.so with its arch flags, and bin/ptxas."""
     site = tmp_path / "site"
     pkg = site / "torch"
     (pkg / "lib").mkdir(parents=True)
@@ -429,8 +412,7 @@ def _fake_torch_site(tmp_path) -> str:
     (pkg / "__init__.py").write_text("raise RuntimeError('torch must not be imported by the fingerprint')\n")
     (pkg / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
                                     "git_version = '0123abcd'\n")
-    fat = _fatbin_container([(2, 80, b"a"), (2, 90, b"b"), (1, 90, b"c")])
-    (pkg / "lib" / "libtorch_cuda.so").write_bytes(_elf_with_section(b".nv_fatbin", fat))
+    (pkg / "lib" / "libtorch_python.so").write_bytes(_elf_with_section(b".rodata", b"\0sm_80 sm_90a compute_90\0"))
     shutil.copy(_wrapper(tmp_path), pkg / "bin" / "ptxas")
     dist = site / "torch-2.11.0+cu130.dist-info"
     dist.mkdir()

@@ -10,7 +10,7 @@ read (:func:`jitwarden.fingerprint.dependencies`), each as a cheap fact:
   (``os.uname``, libc), whether torch is imported (torch's arch list falls back to it);
 - the value of every code-changing env var and ``CUDA_VISIBLE_DEVICES`` (set or not);
 - a stat tuple (dev, inode, size, mtime_ns, ctime_ns, mode) of each file: every ptxas
-  candidate, the RECORD of every found package, torch's version.py / libtorch_cuda.so /
+  candidate, the RECORD of every found package, torch's version.py / libtorch_python.so /
   bin/ptxas, the fingerprint modules themselves, ``sys.executable``, the fingerprint memo;
 - each ``sys.path`` directory by stat, and the names in it that could be a tracked
   package or dist-info (compared only when the stat moved: cwd churn is not a miss);

@@ -566,7 +566,7 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
 
     Whatever changes the digest changes one of these: ``env`` (the code-changing variables
     and ``CUDA_VISIBLE_DEVICES``); ``files``, identified by stat (this layer's own modules,
-    ``sys.executable``, every ptxas candidate, torch's version.py / libtorch_cuda.so /
+    ``sys.executable``, every ptxas candidate, torch's version.py / libtorch_python.so /
     bin/ptxas, each found dist-info's RECORD); ``path_dirs`` (every ``sys.path`` entry, which
     decides which dist-infos and which triton/torch are found: only entry names holding one
     of ``names`` matter); ``proc`` (the /proc/driver/nvidia dir: driver version, GPU listing
@@ -585,7 +585,7 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     td = torchinfo.torch_dir()
     if td:
         files += [os.path.join(td, "version.py"), os.path.join(td, "bin", "ptxas"),
-                  os.path.join(td, "lib", "libtorch_cuda.so")]
+                  os.path.join(td, "lib", "libtorch_python.so")]
     prefixes = {d for _, ds in PACKAGES for d in ds}
     files += [os.path.join(d, "RECORD") for d, _v in _find_dists(prefixes).values()]
     return {"env": list(CODEGEN_ENV_VARS) + ["CUDA_VISIBLE_DEVICES"], "files": files, "memo": memo_path,

@@ -1,9 +1,15 @@
 """Facts about the installed torch, read from its files without importing it.
 
 Importing torch costs seconds and may touch CUDA; the activation path must do
-neither. The compiled arch list (which GPUs torch's own kernels were built for)
-comes from the fatbinary in ``torch/lib/libtorch_cuda.so``, read by seeking over
-its ELF section table and fatbin headers, never reading the whole ~1 GB file.
+neither. The compiled arch list (which GPUs torch's own kernels were built for) is
+the string ``torch.cuda.get_arch_list()`` returns: ``CUDA_ARCH_FLAGS``, compiled into
+``torch/lib/libtorch_python.so`` as a C string (e.g. ``"sm_75 sm_80 sm_86 sm_90 sm_100
+sm_120"``), read from that library's ``.rodata`` by seeking over its ELF section table.
+
+Not the fatbinary of ``libtorch_cuda.so``: on the H200 (torch 2.11+cu130) its entries
+span sm_75..sm_121 because bundled third-party kernels carry their own archs, while
+torch's own kernels cover ``sm_75 sm_80 sm_86 sm_90 sm_100 sm_120`` only; the union
+would hide exactly the GB10 (sm_121) case this list exists to catch.
 
 Standard library only: this module is on the activation path.
 """
@@ -15,14 +21,10 @@ import os
 import re
 import struct
 import sys
-import time
 from dataclasses import dataclass
 
-FATBIN_MAGIC = 0xBA55ED50
-FATBIN_KIND_PTX = 1
-FATBIN_KIND_ELF = 2
-MAX_ENTRIES = 200_000
-MAX_SECONDS = 2.0
+MAX_RODATA = 256 << 20
+_FLAGS = re.compile(rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +61,11 @@ def torch_bin_ptxas() -> str | None:
     return p if os.path.isfile(p) else None
 
 
-def libtorch_cuda_path(directory: str | None = None) -> str | None:
+def libtorch_python_path(directory: str | None = None) -> str | None:
     d = directory or torch_dir()
     if not d:
         return None
-    p = os.path.join(d, "lib", "libtorch_cuda.so")
+    p = os.path.join(d, "lib", "libtorch_python.so")
     return p if os.path.isfile(p) else None
 
 
@@ -80,7 +82,7 @@ def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | No
     """What we know about the installed torch, or None when torch is not installed.
 
     ``version`` saves a metadata lookup when the caller already read the dist-info.
-    The arch list is memoised in ``memo`` by (path, size, mtime_ns) of libtorch_cuda.so.
+    The arch list is memoised in ``memo`` by (path, size, mtime_ns) of libtorch_python.so.
     """
     d = torch_dir()
     if not d:
@@ -114,30 +116,31 @@ def normalize_arches(names) -> tuple[str, ...]:
 
 
 def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[str, ...] | None:
-    """torch's compiled arch list: from libtorch_cuda.so's fatbin (memoised), else torch itself.
+    """torch's compiled arch list, as ``torch.cuda.get_arch_list()`` gives it, without importing torch.
 
-    The fatbin is preferred even when torch is already imported, so the answer (and the
-    fingerprint digest) does not depend on whether torch was imported first;
-    ``torch._C._cuda_getArchFlags()`` (which does not initialise CUDA) is the fallback.
+    Read from libtorch_python.so (memoised by its stat), so the answer and the fingerprint
+    digest do not depend on whether torch was imported first; a torch already imported is
+    asked (``torch._C._cuda_getArchFlags()``, which does not initialise CUDA) only when the
+    library holds no such string. None: a CPU build, or unknown.
     """
-    lib = libtorch_cuda_path(directory)
+    lib = libtorch_python_path(directory)
     if lib:
         try:
             st = os.stat(lib)
-            key = f"{os.path.realpath(lib)}|{st.st_size}|{st.st_mtime_ns}"
+            key = f"flags|{os.path.realpath(lib)}|{st.st_size}|{st.st_mtime_ns}"
         except OSError:
             key = None
         if key and memo is not None and isinstance(memo.get(key), list):
             return tuple(memo[key])
         unreadable = bool(key and memo is not None and memo.get(key) == "unreadable")
-        found = None if unreadable else fatbin_arches(lib)
+        found = None if unreadable else arch_flags(lib)
         if found is not None:
             result = normalize_arches(found)
             if key and memo is not None:
                 memo[key] = list(result)
             return result
         if key and memo is not None:
-            memo[key] = "unreadable"  # do not pay the capped walk again at every start
+            memo[key] = "unreadable"  # do not read the library again at every start
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
@@ -147,6 +150,28 @@ def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[s
         except Exception:  # noqa: BLE001 - a CPU build or an odd torch: unknown
             pass
     return None
+
+
+def arch_flags(path: str) -> tuple[str, ...] | None:
+    """The ``CUDA_ARCH_FLAGS`` string compiled into a library's ``.rodata``, split; None if absent.
+
+    The flags are a whole C string of ``sm_XX``/``compute_XX`` tokens separated by single
+    spaces; the longest such string wins (a lone token elsewhere is not taken for it).
+    """
+    try:
+        with open(path, "rb") as f:
+            sections = elf_sections(f)
+            if not sections or ".rodata" not in sections:
+                return None
+            off, size = sections[".rodata"]
+            if size > MAX_RODATA:
+                return None
+            f.seek(off)
+            data = f.read(size) + b"\0"
+    except (OSError, ValueError, struct.error):
+        return None
+    best = max((m.group(1) for m in _FLAGS.finditer(data)), key=lambda b: (b.count(b" "), len(b)), default=None)
+    return tuple(best.decode("ascii").split()) if best else None
 
 
 # --- seek-based ELF section table ----------------------------------------------------
@@ -201,87 +226,3 @@ def elf_sections(f) -> dict[str, tuple[int, int]] | None:
         if name and r[1] != 8:  # SHT_NOBITS has no file content
             out[name] = (r[off_i], r[size_i])
     return out
-
-
-# --- fatbin walk ---------------------------------------------------------------------
-
-
-def walk_fatbin(f, start: int, size: int, *, max_entries: int = MAX_ENTRIES,
-                max_seconds: float = MAX_SECONDS) -> set[str] | None:
-    """``sm_XX`` / ``compute_XX`` of every entry in the fatbin containers at ``[start, start+size)``.
-
-    Container header: u32 magic 0xBA55ED50, u16 version, u16 header size, u64 fat size.
-    Entry header: u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload size, ...,
-    u32 arch at offset 28. Payloads are skipped by seeking. None on anything unexpected
-    or when the caps are hit.
-    """
-    deadline = time.monotonic() + max_seconds
-    end = start + size
-    pos = start
-    arches: set[str] = set()
-    entries = 0
-    while pos + 16 <= end:
-        f.seek(pos)
-        head = f.read(16)
-        if len(head) < 16:
-            return None
-        magic, _version, hsize, fat_size = struct.unpack("<IHHQ", head)
-        if magic != FATBIN_MAGIC:
-            if head == b"\0" * 16 or magic == 0:  # padding between containers
-                nxt = _skip_zeros(f, pos, end)
-                if nxt is None:
-                    break
-                pos = nxt
-                continue
-            return None
-        if hsize < 16:
-            return None
-        epos, cend = pos + hsize, pos + hsize + fat_size
-        if cend > end:
-            return None
-        while epos + 32 <= cend:
-            entries += 1
-            if entries > max_entries or (entries & 0x3FF == 0 and time.monotonic() > deadline):
-                return None
-            f.seek(epos)
-            e = f.read(32)
-            if len(e) < 32:
-                return None
-            kind, _u, ehsize, payload = struct.unpack_from("<HHIQ", e, 0)
-            arch, = struct.unpack_from("<I", e, 28)
-            if ehsize < 32:
-                return None
-            if kind == FATBIN_KIND_ELF:
-                arches.add(f"sm_{arch}")
-            elif kind == FATBIN_KIND_PTX:
-                arches.add(f"compute_{arch}")
-            epos += ehsize + payload
-        pos = cend
-    return arches
-
-
-def _skip_zeros(f, pos: int, end: int) -> int | None:
-    """The offset of the first non-zero byte at or after ``pos``; None at ``end``."""
-    while pos < end:
-        f.seek(pos)
-        chunk = f.read(min(1 << 16, end - pos))
-        if not chunk:
-            return None
-        stripped = chunk.lstrip(b"\0")
-        if stripped:
-            return pos + len(chunk) - len(stripped)
-        pos += len(chunk)
-    return None
-
-
-def fatbin_arches(path: str) -> set[str] | None:
-    """Arches in the ``.nv_fatbin`` section of the ELF file at ``path``; None when unreadable."""
-    try:
-        with open(path, "rb") as f:
-            sections = elf_sections(f)
-            if not sections or ".nv_fatbin" not in sections:
-                return None
-            off, size = sections[".nv_fatbin"]
-            return walk_fatbin(f, off, size)
-    except (OSError, ValueError, struct.error):
-        return None
