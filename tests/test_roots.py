@@ -111,3 +111,18 @@ def test_status_lists_every_partition(isolated_env, tmp_path, monkeypatch, built
     doc = json.loads(capsys.readouterr().out)
     parts = sorted((c["partition"], c["entries"]) for c in doc["caches"] if c["partition"])
     assert parts == [("aaaaaaaaaaaaaaaa", len(manifest)), ("bbbbbbbbbbbbbbbb", len(manifest))]
+
+
+def test_status_marks_this_environments_partition(isolated_env, built_cache, capsys):
+    from jitwarden import fingerprint
+
+    src, manifest = built_cache
+    mine = fingerprint.collect().digest
+    for digest in (mine, "bbbbbbbbbbbbbbbb"):
+        kernels.copy_cache(src, str(isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest))
+    assert main(["status", "--format", "json", "--target", "90"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {c["partition"]: c["current"] for c in doc["caches"] if c["partition"]} == {mine: True, "bbbbbbbbbbbbbbbb": False}
+    assert main(["status", "--target", "90"]) == 0
+    text = capsys.readouterr().out
+    assert f"{mine[:12]}*" in text and "bbbbbbbbbbbb*" not in text

@@ -34,7 +34,7 @@ def to_json(report: ScanReport, fingerprint_digest: str | None, command: str, en
         "command": command,
         "fingerprint_digest": fingerprint_digest,
         "target": report.target.to_json(),
-        "caches": [c.to_json() for c in report.caches],
+        "caches": [c.to_json(fingerprint_digest) for c in report.caches],
         "entries": out_entries,
         "summary": report.summary(),
         "elapsed_s": round(report.elapsed, 3),
@@ -123,7 +123,8 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     return t
 
 
-def caches_table(report: ScanReport, long: bool = False):
+def caches_table(report: ScanReport, long: bool = False, current_digest: str | None = None):
+    """One row per root; a partition of this environment's fingerprint is marked ``*``."""
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
@@ -140,7 +141,7 @@ def caches_table(report: ScanReport, long: bool = False):
         t.add_row(
             c.root.path if long else short_path(c.root.path),
             c.root.source,
-            (c.root.partition or "-")[:12],
+            "-" if not c.root.partition else c.root.partition[:12] + ("*" if c.root.partition == current_digest else ""),
             str(len(c.entries)),
             human_bytes(c.bytes),
             f"[bold red]{errs}[/bold red]" if errs else "0",

@@ -33,12 +33,13 @@ class CacheScan:
     def bytes(self) -> int:
         return sum(e.bytes for e in self.entries)
 
-    def to_json(self) -> dict:
+    def to_json(self, current_digest: str | None = None) -> dict:
         return {
             "kind": self.root.kind,
             "root": self.root.path,
             "source": self.root.source,
             "partition": self.root.partition,
+            "current": (self.root.partition == current_digest) if self.root.partition and current_digest else None,
             "entries": len(self.entries),
             "bytes": self.bytes,
             "findings": [f.to_json() for f in self.findings],

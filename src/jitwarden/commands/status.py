@@ -26,7 +26,10 @@ def run(args) -> int:
         con = out.console()
         con.print(f"[bold]{fp.headline() if fp is not None else 'fingerprint unavailable'}[/bold]")
         if report.caches:
-            con.print(out.caches_table(report, long=args.long))
+            digest = getattr(fp, "digest", None)
+            con.print(out.caches_table(report, long=args.long, current_digest=digest))
+            if any(c.root.partition == digest for c in report.caches):
+                con.print("[dim]* this environment's partition; other partitions belong to other environments[/dim]")
         else:
             con.print("no Triton cache roots found")
         for c in report.caches:
