@@ -308,3 +308,150 @@ def test_compare_ignores_only_debug_sections(built):
     mod = bytearray(data)
     mod[20] += 1
     assert not cubin_compare.compare(data, bytes(mod)).equal
+
+
+# ---------------------------------------------------------------- nondeterministic ptxas
+
+
+def _ctrl_variants(built, label="matmul_sm90"):
+    """A real cubin and two 'attempts' differing in one byte of .text, as a nondeterministic ptxas gives.
+
+    On the H200 two runs of one ptxas differed at .text offset 0x72: byte 2 of the upper 8-byte
+    word of an instruction, where Hopper keeps scheduling-control bits.
+    """
+    _, man, _ = built
+    job = man[label]
+    data = open(cubin_path(job), "rb").read()
+    text = elf.parse(data).section(f".text.{job['name']}")
+    assert text.size >= 0x200
+    ctrl = text.offset + 0x72
+    a, b = bytearray(data), bytearray(data)
+    a[ctrl] ^= 0x01
+    b[ctrl] ^= 0x02
+    return job, data, text, ctrl, bytes(a), bytes(b)
+
+
+def test_attempts_one_equal_to_cached_reproduces(built):
+    _job, data, _text, _ctrl, a, b = _ctrl_variants(built)
+    j = cubin_compare.judge_attempts(a, [b, a])
+    assert j.verdict == "reproduced" and j.matched == 1 and j.distinct == 2
+    # The genuine output among the attempts, too.
+    assert cubin_compare.judge_attempts(data, [a, b, data]).matched == 2
+
+
+def test_attempts_vary_where_cached_differs_is_unverifiable(built):
+    _job, data, text, ctrl, a, b = _ctrl_variants(built)
+    # The cached cubin is a third value at the byte that varies between runs: not proven either way.
+    j = cubin_compare.judge_attempts(data, [a, b, a, b, a])
+    assert j.verdict == "varies-confined", j.reason
+    assert (j.distinct, j.attempts, j.differing_bytes, j.varying_bytes) == (2, 5, 1, 1)
+    assert "2 distinct results in 5 attempts, none identical" in j.reason
+    assert "confined to bytes that vary between runs" in j.reason
+
+
+def test_attempts_vary_but_cached_differs_where_they_agree_is_not_reproducible(built):
+    _job, data, text, ctrl, a, b = _ctrl_variants(built)
+    # A flipped byte elsewhere in .text, where every attempt holds the same byte.
+    for tamper_base in (a, data):
+        t = bytearray(tamper_base)
+        off = text.offset + text.size // 2
+        assert off != ctrl
+        t[off] ^= 0x10
+        j = cubin_compare.judge_attempts(bytes(t), [a, b, a, b, a])
+        assert j.verdict == "varies-differs", j.reason
+        assert j.first_section == text.name and j.first_offset == off - text.offset
+        assert "where all 5 same-layout attempts agree" in j.reason
+    # The same kernel with another constexpr: other layout, differs structurally.
+    _, man, _ = built
+    other = open(cubin_path(man["matmul_sm90"]), "rb").read()
+    _j2, d2, _t2, _c2, a2, b2 = _ctrl_variants(built, "add_sm90")
+    j = cubin_compare.judge_attempts(other, [a2, b2])
+    assert j.verdict == "varies-differs"
+
+
+def test_deterministic_attempts_that_differ(built):
+    _job, data, _text, _ctrl, a, _b = _ctrl_variants(built)
+    j = cubin_compare.judge_attempts(data, [a] * 5)
+    assert j.verdict == "differs" and j.distinct == 1 and "same output in all 5 runs" in j.reason
+    # Differences only in ignored (debug-only) sections do not count as distinct outputs.
+    _, man, _ = built
+    dbg = open(cubin_path(man["add_debug_sm90"]), "rb").read()
+    s = elf.parse(dbg).section(".debug_line")
+    m = bytearray(dbg)
+    m[s.offset + s.size - 1] ^= 1
+    assert cubin_compare.judge_attempts(dbg, [bytes(m)]).verdict == "reproduced"
+
+
+def test_deterministic_candidate_runs_once_per_entry_and_retries_only_on_mismatch(built, tmp_path):
+    root, man = copy(built, tmp_path)
+    st = {}
+    res = verify(root, stats=st, machine_ptxas=[])
+    assert all(r.verdict == "verified" for r in res.values())
+    assert st["ptxas_runs"] == len(res) == 24 and st["ptxas_retries"] == 0
+    # One damaged entry: its (deterministic) producer ptxas gets PTXAS_RETRIES more runs, and only it.
+    job = man["add_sm90"]
+    data = bytearray(open(cubin_path(job), "rb").read())
+    text = elf.parse(bytes(data)).section(f".text.{job['name']}")
+    data[text.offset + text.size // 2] ^= 0x10
+    open(cubin_path(job), "wb").write(data)
+    st = {}
+    res = verify(root, stats=st, machine_ptxas=[])
+    r = res[job["path"]]
+    assert r.verdict == "not-reproducible", r.message
+    assert f"gave the same output in all {1 + rebuild.PTXAS_RETRIES} runs" in r.message
+    assert st["ptxas_retries"] == rebuild.PTXAS_RETRIES
+    assert st["ptxas_runs"] == 24 + rebuild.PTXAS_RETRIES
+
+
+def test_engine_keeps_every_output_and_matches_a_later_run(built, tmp_path, monkeypatch):
+    """The engine path: a real ptxas whose first output differs from the cached cubin, a later one equal.
+
+    A wrapper (a real ptxas, no mock of its output) alternates its result by flipping the
+    H200's varying control byte on odd runs, the way the nondeterministic 12.8 ptxas behaved.
+    """
+    root, man = copy(built, tmp_path)
+    job = man["add_sm90"]
+    text = elf.parse(open(cubin_path(job), "rb").read()).section(f".text.{job['name']}")
+    counter = tmp_path / "runs"
+    wrapper = tmp_path / "ptxas-flaky"
+    wrapper.write_text(f"""#!{sys.executable}
+import os, subprocess, sys
+r = subprocess.run([{PTXAS!r}, *sys.argv[1:]])
+if "-o" not in sys.argv:  # --version
+    sys.exit(r.returncode)
+n = int(open({str(counter)!r}).read() or 0) if os.path.exists({str(counter)!r}) else 0
+open({str(counter)!r}, "w").write(str(n + 1))
+if r.returncode == 0 and n % 2 == 0:
+    out = sys.argv[sys.argv.index("-o") + 1]
+    d = bytearray(open(out, "rb").read())
+    d[{text.offset + 0x72}] ^= 1
+    open(out, "wb").write(d)
+sys.exit(r.returncode)
+""")
+    wrapper.chmod(0o755)
+    only = str(tmp_path / "only")
+    os.makedirs(only)
+    shutil.copytree(job["path"], os.path.join(only, job["id"]))
+    env = dict(os.environ, TRITON_PTXAS_PATH=str(wrapper))
+    st = {}
+    r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[], stats=st)[os.path.join(only, job["id"])]
+    assert r.verdict == "verified", r.message
+    assert r.ptxas == str(wrapper)
+    assert "output varies between runs for this kernel: run 2 matched after 1 differing run(s)" in r.message
+    assert st["ptxas_runs"] == 2 and st["ptxas_retries"] == 1
+    # A cached cubin equal to neither output, differing only at that byte: unverifiable, never an error.
+    c = bytearray(open(cubin_path(job), "rb").read())
+    c[text.offset + 0x72] ^= 2
+    open(os.path.join(only, job["id"], f"{job['name']}.cubin"), "wb").write(c)
+    counter.unlink()
+    r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
+    assert r.verdict == "unverifiable", r.message
+    assert f"2 distinct results in {1 + rebuild.PTXAS_RETRIES} attempts, none identical" in r.message
+    # And a flipped code byte elsewhere: not-reproducible even though ptxas varies.
+    c = bytearray(open(cubin_path(job), "rb").read())
+    c[text.offset + text.size // 2] ^= 0x10
+    open(os.path.join(only, job["id"], f"{job['name']}.cubin"), "wb").write(c)
+    counter.unlink()
+    r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
+    assert r.verdict == "not-reproducible", r.message
+    assert "same-layout attempts agree" in r.message

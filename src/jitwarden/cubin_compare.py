@@ -290,3 +290,163 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
     diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
     msg0, sec, off = diffs[0]
     return Comparison(False, False, tuple(d[0] for d in diffs), sec, off, tuple(ignored))
+
+
+# ---------------------------------------------------------------- several rebuilds of one PTX
+
+#: the verdicts of :func:`judge_attempts`
+ATTEMPT_VERDICTS = ("reproduced", "differs", "varies-confined", "varies-differs")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptsJudgement:
+    """What several assemblies of one PTX by one ptxas say about a cached cubin."""
+
+    verdict: str  # one of ATTEMPT_VERDICTS
+    attempts: int  # assemblies judged (those that wrote a cubin)
+    distinct: int  # distinct outputs among them, by the comparison rules of :func:`compare`
+    matched: int | None = None  # index of the first attempt equal to the cached cubin
+    nearest: int | None = None  # index of the attempt closest to the cached cubin
+    differing_bytes: int = 0  # bytes where the cached cubin differs from the nearest attempt
+    varying_bytes: int = 0  # bytes that vary among the attempts (same layout as the cached cubin)
+    first_section: str | None = None  # first difference that varying bytes do not explain ...
+    first_offset: int | None = None  # ... its section offset (None: a structural difference)
+    reason: str = ""  # one line for the finding message
+
+
+def _view(data: bytes):
+    """(skeleton, {section: content}) of everything :func:`compare` considers, or None when not a cubin.
+
+    The skeleton is all but the section contents: ELF header (no table offsets), program
+    headers (no offsets), tkinfo tool versions, the order of compared sections, each one's
+    header, and the symbol table by meaning. ``compare(x, y).equal`` holds exactly when both
+    parts are equal.
+    """
+    try:
+        p = _parse(data)
+    except NotElf:
+        return None
+    kept = [s for s in p.sections if not is_ignored(s.name)]
+    heads = []
+    contents: dict[str, bytes] = {}
+    for s in kept:
+        index_link = s.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or s.link != 0
+        index_info = s.type in (SHT_RELA, SHT_REL) or bool(s.flags & SHF_INFO_LINK)
+        heads.append((s.name, s.type, s.flags, s.addr, s.size, s.align, s.entsize,
+                      _link_name(p, s, s.link, index_link), _link_name(p, s, s.info, index_info)))
+        if s.type == SHT_SYMTAB:
+            heads.append(("symbols", s.name, tuple(_symbols(p, s))))
+        else:
+            contents[s.name] = p.content(s)
+    skeleton = (p.header, p.phdrs, _tk_versions(p) if TKINFO_VERSION_STRINGS else (), tuple(heads))
+    return skeleton, contents
+
+
+def _diff_positions(a: bytes, b: bytes) -> list[int]:
+    if a == b:
+        return []
+    out = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    out.extend(range(min(len(a), len(b)), max(len(a), len(b))))
+    return out
+
+
+def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
+    """Judge ``cached`` against several outputs of one ptxas on one PTX with one command line.
+
+    ptxas is not deterministic for every kernel (seen on the H200: 5 runs of the same
+    ptxas 12.8 on one Inductor ``triton_bmm`` PTX gave 2 outputs differing in one byte of
+    scheduling-control bits in ``.text``), so one rebuild that differs proves nothing alone.
+    The rule, over exactly what :func:`compare` considers (ELF header, program headers,
+    tkinfo tool versions, every non-debug section's header and content, the symbol table
+    by meaning; :data:`IGNORED_SECTIONS` stay ignored):
+
+    1. ``reproduced``: some attempt is equal to ``cached`` (``compare(...).equal``);
+       ``matched`` is the first such attempt.
+    2. ``differs``: every attempt is equal to every other (one distinct output) and
+       ``cached`` differs: a deterministic assembler that never yields this binary.
+    3. Otherwise the attempts vary. Only attempts with the same *skeleton* as ``cached``
+       (everything but section contents: same sections, sizes, headers, symbols) let bytes
+       be compared position by position. A byte position (section, offset) *varies* when
+       those attempts do not all hold the same byte there. Among them, ``nearest`` is the
+       attempt with the fewest differing bytes.
+
+       - ``varies-confined``: every byte where ``cached`` differs from ``nearest`` is a byte
+         that varies among the attempts. ``cached`` may be one more output of this
+         nondeterministic ptxas, or damage hidden in bytes ptxas itself does not fix:
+         neither proven nor disproven (the caller reports ``unverifiable``).
+       - ``varies-differs``: ``cached`` differs in its skeleton from every attempt, or differs
+         from ``nearest`` at a byte where all same-skeleton attempts agree (``first_section``,
+         ``first_offset``): a substituted kernel or a flipped code byte always shows up in a
+         place ptxas reproduces every time (the caller reports ``not-reproducible``).
+
+    Attempts that are not valid cubins count as distinct outputs and never explain a byte.
+    """
+    n = len(attempts)
+    for i, a in enumerate(attempts):
+        if compare(cached, a).equal:
+            distinct = _count_distinct(attempts[:i + 1])
+            return AttemptsJudgement("reproduced", i + 1, distinct, matched=i,
+                                     reason=f"attempt {i + 1} of {i + 1} matched ({distinct} distinct outputs so far)")
+    views = [_view(a) for a in attempts]
+    distinct = _count_distinct(attempts, views)
+    cv = _view(cached)
+    if distinct <= 1:
+        c = compare(cached, attempts[0]) if attempts else None
+        return AttemptsJudgement("differs", n, distinct, nearest=0 if attempts else None,
+                                 first_section=c.first_section if c else None,
+                                 first_offset=c.first_offset if c else None,
+                                 reason=f"the same output in all {n} runs" if n > 1 else "one run")
+    same = [i for i, v in enumerate(views) if v is not None and cv is not None and v[0] == cv[0]]
+    if not same:
+        c = compare(cached, attempts[0])
+        return AttemptsJudgement(
+            "varies-differs", n, distinct, nearest=0, first_section=c.first_section, first_offset=None,
+            reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached "
+                   f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
+                   f"bytes that vary")
+    contents = cv[1]
+    varying: dict[str, set[int]] = {}
+    for name in contents:
+        pos: set[int] = set()
+        first = views[same[0]][1][name]
+        for i in same[1:]:
+            pos.update(_diff_positions(first, views[i][1][name]))
+        varying[name] = pos
+    best = None
+    for i in same:
+        d = {name: _diff_positions(contents[name], views[i][1][name]) for name in contents}
+        k = sum(len(v) for v in d.values())
+        if best is None or k < best[0]:
+            best = (k, i, d)
+    k, nearest, d = best
+    nvar = sum(len(v) for v in varying.values())
+    unexplained = [(name, off) for name, offs in d.items() for off in offs if off not in varying[name]]
+    if not unexplained:
+        secs = sorted(name for name, offs in d.items() if offs)
+        return AttemptsJudgement(
+            "varies-confined", n, distinct, nearest=nearest, differing_bytes=k, varying_bytes=nvar,
+            reason=f"ptxas output varies between runs for this kernel: {distinct} distinct results in {n} attempts, "
+                   f"none identical; the differences are confined to bytes that vary between runs ({k} byte(s) in "
+                   f"{', '.join(secs)} differ from the nearest attempt, all among the {nvar} byte(s) that vary)")
+    # Code sections first, as in compare().
+    unexplained.sort(key=lambda t: (0 if t[0].startswith((".text.", ".nv.capmerc.text.")) else 1, t[0], t[1]))
+    sec, off = unexplained[0]
+    return AttemptsJudgement(
+        "varies-differs", n, distinct, nearest=nearest, differing_bytes=k, varying_bytes=nvar,
+        first_section=sec, first_offset=off,
+        reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached cubin "
+               f"differs from every attempt where all {len(same)} same-layout attempts agree: {len(unexplained)} of "
+               f"{k} differing byte(s) lie outside the {nvar} byte(s) that vary, first in {sec} at section offset "
+               f"{off:#x}")
+
+
+def _count_distinct(attempts: list[bytes], views=None) -> int:
+    views = [_view(a) for a in attempts] if views is None else views
+    seen: list = []
+    n = 0
+    for v, a in zip(views, attempts):
+        key = v if v is not None else ("raw", a)
+        if key not in seen:
+            seen.append(key)
+            n += 1
+    return n

@@ -48,6 +48,10 @@ from .ptx import parse_header
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
 PTXAS_TIMEOUT_S = 900.0
+#: Extra assemblies of the same PTX by the same ptxas when its first output differs from the
+#: cached cubin: ptxas is not deterministic for every kernel (see cubin_compare.judge_attempts).
+#: A clean, deterministic entry never pays for them.
+PTXAS_RETRIES = 4
 
 _TRUE = {"1", "true", "yes", "on", "y"}
 
@@ -296,11 +300,14 @@ class _Engine:
         self.pool = pool
         self.keep_dir = keep_dir
         self.lock = threading.Lock()
-        self.attempts: dict[tuple, cf.Future] = {}
+        # (ptxas sha256, PTX digest, flags) -> futures of its 1st, 2nd, ... assembly: the set of
+        # outputs one ptxas gave for one PTX, shared by every entry with that PTX.
+        self.attempts: dict[tuple, list[cf.Future]] = {}
         self.ptx_files: dict[str, str] = {}
         self.procs: set[subprocess.Popen] = set()
         self.cancelled = threading.Event()
         self.runs = 0
+        self.retry_runs = 0
         self.ptxas_seconds = 0.0
         self._counter = 0
 
@@ -319,23 +326,25 @@ class _Engine:
             self.ptx_files[digest] = p
             return p
 
-    def assemble(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str]) -> _Attempt:
+    def assemble(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], index: int = 0) -> _Attempt:
+        """The ``index``-th assembly (0: the first) of this PTX by ``cand`` with ``flags``, run at most once."""
         key = (cand.info.sha256, digest, tuple(flags))
-        with self.lock:
-            fut = self.attempts.get(key)
-            owner = fut is None
+        for i in range(index + 1):
+            with self.lock:
+                futs = self.attempts.setdefault(key, [])
+                owner = i == len(futs)
+                if owner:
+                    futs.append(cf.Future())
+                fut = futs[i]
             if owner:
-                fut = cf.Future()
-                self.attempts[key] = fut
-        if owner:
-            try:
-                fut.set_result(self._run(cand, digest, ptx, flags))
-            except BaseException as exc:
-                fut.set_exception(exc)
-                raise
+                try:
+                    fut.set_result(self._run(cand, digest, ptx, flags, retry=i > 0))
+                except BaseException as exc:
+                    fut.set_exception(exc)
+                    raise
         return fut.result()
 
-    def _run(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str]) -> _Attempt:
+    def _run(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], retry: bool = False) -> _Attempt:
         import time
 
         src = self._ptx_file(digest, ptx)
@@ -363,6 +372,7 @@ class _Engine:
         dt = time.perf_counter() - t0
         with self.lock:
             self.runs += 1
+            self.retry_runs += retry
             self.ptxas_seconds += dt
         if self.cancelled.is_set():
             raise _Cancelled()
@@ -445,25 +455,46 @@ class _Engine:
         def rank(c: Candidate) -> int:
             return 0 if (cub_build and c.info.build == cub_build) else 1 if c.info.release in expected or c.info.release == cub_rel else 2
 
-        def ordered():
-            # Environment first (a match there verifies), the producer's release first within each group;
-            # the machine's other ptxas are looked up only when the environment's do not reproduce it.
-            yield from sorted(self.pool.environment(arch), key=rank)
-            yield from sorted(self.pool.machine(arch), key=rank)
+        def same_release(c: Candidate) -> bool:
+            return not expected or c.info.release in expected
 
         tried: list[tuple[Candidate, _Attempt]] = []
         skipped: list[str] = []
-        for c in ordered():
-            if ptxas.can_target(c.info, arch) is False:
-                skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
-                continue
-            att = self.assemble(c, digest, ptx, flags)
-            tried.append((c, att))
-            if not att.ok:
-                continue
-            cmp = cubin_compare.compare(cached, att.cubin)
-            if cmp.equal:
-                return self._matched(w, c, cmp, cached, arch, producer, tried)
+        outputs: dict[str, list[bytes]] = {}  # candidate path -> every cubin it wrote for this PTX
+        # Environment first (a match there verifies), the producer's release first within each group;
+        # the machine's other ptxas are looked up only when the environment's do not reproduce it.
+        for group in (self.pool.environment, self.pool.machine):
+            firsts: list[Candidate] = []
+            for c in sorted(group(arch), key=rank):
+                if ptxas.can_target(c.info, arch) is False:
+                    skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
+                    continue
+                att = self.assemble(c, digest, ptx, flags)
+                tried.append((c, att))
+                if not att.ok:
+                    continue
+                firsts.append(c)
+                outputs[c.path] = [att.cubin]
+                cmp = cubin_compare.compare(cached, att.cubin)
+                if cmp.equal:
+                    return self._matched(w, c, cmp, cached, arch, producer, tried)
+            # None of this group reproduced it in one run. ptxas is not deterministic for every
+            # kernel, so assemble again (same temp dir, this worker thread) with the ones of the
+            # producer's release before judging; clean deterministic entries never get here.
+            for c in firsts:
+                if not same_release(c):
+                    continue
+                for k in range(1, 1 + PTXAS_RETRIES):
+                    att = self.assemble(c, digest, ptx, flags, k)
+                    if not att.ok:
+                        continue
+                    outputs[c.path].append(att.cubin)
+                    cmp = cubin_compare.compare(cached, att.cubin)
+                    if cmp.equal:
+                        distinct = cubin_compare.judge_attempts(cached, outputs[c.path]).distinct
+                        note = (f"; this ptxas's output varies between runs for this kernel: run {k + 1} matched "
+                                f"after {k} differing run(s) ({distinct} distinct results)")
+                        return self._matched(w, c, cmp, cached, arch, producer, tried, note)
 
         assembled = [(c, a) for c, a in tried if a.ok]
         if not tried and not skipped:
@@ -471,7 +502,7 @@ class _Engine:
         if not assembled:
             why = "; ".join([f"{c.path} ({c.info.release}): {a.error}" for c, a in tried] + skipped)
             return _unverifiable(f"no ptxas here can assemble this PTX (.version {hdr.version}, sm_{arch}): {why}")
-        same = [(c, a) for c, a in assembled if c.info.release in expected] if expected else assembled
+        same = [(c, a) for c, a in assembled if same_release(c)]
         if not same:
             rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
             return _unverifiable(
@@ -486,22 +517,35 @@ class _Engine:
                                      "(a process is still writing it); rerun when it is idle")
             w.extra["retried"] = True
             return self._verify(w)
-        ref_c, ref_a = same[0]
-        cmp = cubin_compare.compare(cached, ref_a.cubin)
-        kept = self._keep(w, cached, ref_a.cubin)
+        # Every run of every producer-release candidate differs. Judge the set of outputs of each
+        # (cubin_compare.judge_attempts): one that varies only where the cached cubin differs
+        # leaves it unproven (unverifiable); otherwise the cubin differs where ptxas is stable.
+        judged = [(c, cubin_compare.judge_attempts(cached, outputs[c.path])) for c, _ in same]
+        confined = next(((c, j) for c, j in judged if j.verdict == "varies-confined"), None)
+        if confined is not None:
+            c, j = confined
+            kept = self._keep(w, cached, outputs[c.path][j.nearest])
+            msg = f"{j.reason}; assembled with {c.label} ({producer})" + _diff_hint(kept)
+            return _unverifiable(msg)
+        ref_c, ref_j = judged[0]
+        ref_cubin = outputs[ref_c.path][ref_j.nearest or 0]
+        cmp = cubin_compare.compare(cached, ref_cubin)
+        kept = self._keep(w, cached, ref_cubin)
         version_note = (
             f"same release as the entry's producer ({producer})" if ref_c.info.release == cub_rel or cub_rel is None and ref_c.info.release in expected
             else f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})")
         where = f"first difference in {cmp.first_section}" + (f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else "")
         others = [c.path for c, _ in assembled if c is not ref_c]
+        runs = (f"; {ref_j.reason}" if ref_j.verdict == "varies-differs"
+                else f"; {ref_c.path} gave {ref_j.reason}" if ref_j.attempts > 1 else "")
         msg = (f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
-               + (f"; also differs from {', '.join(others)}" if others else "")
+               + runs + (f"; also differs from {', '.join(others)}" if others else "")
                + _diff_hint(kept))
         return RebuildResult("not-reproducible", None, msg, (Finding("not-reproducible", msg),))
 
     def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.Comparison, cached: bytes, arch: int,
-                 producer: str, tried) -> RebuildResult:
-        how = "byte for byte" if cmp.identical else f"{cmp.summary()}"
+                 producer: str, tried, note: str = "") -> RebuildResult:
+        how = ("byte for byte" if cmp.identical else f"{cmp.summary()}") + note
         if c.environment:
             return RebuildResult("verified", c.path, f"reproduced {how} by {c.label}")
         env = self.pool.environment(arch)
@@ -629,7 +673,7 @@ def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir
     ex.shutdown(wait=True)
     shutil.rmtree(tmp, ignore_errors=True)
     if stats is not None:
-        stats.update(ptxas_runs=engine.runs, ptxas_seconds=engine.ptxas_seconds, entries=total, jobs=jobs)
+        stats.update(ptxas_runs=engine.runs, ptxas_retries=engine.retry_runs, ptxas_seconds=engine.ptxas_seconds, entries=total, jobs=jobs)
     for w in work:
         results[w.path] = w.result
     return results
