@@ -40,6 +40,8 @@ import json
 import os
 import sys
 
+from .fsutil import memo_dir
+
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"
 FILE = "activation-memo.json"
@@ -101,15 +103,6 @@ class Facts:
         if not (isinstance(ws, list) and all(isinstance(w, str) for w in ws)):
             raise ValueError("bad warnings")
         return cls(digest, headline, pk, archs, ws)
-
-
-def memo_dir(env=None) -> str:
-    """Same as :func:`jitwarden.fingerprint.memo_dir` (kept here so the warm path does not import it)."""
-    env = os.environ if env is None else env
-    if env.get("JITWARDEN_HOME"):
-        return env["JITWARDEN_HOME"]
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jitwarden")
 
 
 def memo_path(env=None) -> str:

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from . import nvml, ptxas, torchinfo
+from .fsutil import memo_dir  # noqa: F401 - re-exported: callers use fingerprint.memo_dir
 from .nvml import Gpu
 from .ptxas import PtxasInfo
 
@@ -371,15 +372,6 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
 
 
 # --- memo ----------------------------------------------------------------------------
-
-
-def memo_dir(env=None) -> str:
-    """``$JITWARDEN_HOME``, else ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
-    env = os.environ if env is None else env
-    if env.get("JITWARDEN_HOME"):
-        return env["JITWARDEN_HOME"]
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jitwarden")
 
 
 def _load_memo(path: str) -> dict:

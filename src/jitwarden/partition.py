@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from .fsutil import write_json_atomic
 from .layout import PARTITION_INFO, PARTITIONS_DIR
 
 SCHEMA = 1
@@ -75,26 +76,6 @@ def read_info(partition: str) -> PartitionInfo | None:
         return None
 
 
-def _write_atomic(path: str, doc: dict) -> None:
-    import tempfile  # off the warm path: activation writes at most once a minute
-
-    from .seal import umask
-
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-partition.", suffix=".tmp", dir=d)
-    try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def ensure(partition: str, digest: str, headline: str | None, kind: str, now: float | None = None) -> PartitionInfo:
     """Create the partition dir if needed and record its last use (at most once a minute)."""
     now = time.time() if now is None else now
@@ -104,7 +85,7 @@ def ensure(partition: str, digest: str, headline: str | None, kind: str, now: fl
         return old
     kinds = tuple(sorted(set(old.kinds if old else ()) | {kind}))
     info = PartitionInfo(digest, headline or (old.headline if old else None), old.created if old else now, now, kinds)
-    _write_atomic(os.path.join(partition, PARTITION_INFO), info.to_json())
+    write_json_atomic(os.path.join(partition, PARTITION_INFO), info.to_json(), ".jitwarden-partition.")
     return info
 
 

@@ -11,11 +11,12 @@ Standard library only: this module is on the activation path.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import sys
 from dataclasses import asdict, dataclass
+
+from .fsutil import package_dir
 
 VERSION_TIMEOUT_S = 10.0
 
@@ -139,25 +140,9 @@ def _sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def _package_dir(name: str) -> str | None:
-    """Directory of an installed top-level package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            return loc
-    if spec.origin:
-        return os.path.dirname(spec.origin)
-    return None
-
-
 def triton_bin_dir() -> str | None:
     """``<triton>/backends/nvidia/bin``, where Triton keeps its bundled ptxas."""
-    d = _package_dir("triton")
+    d = package_dir("triton")
     return os.path.join(d, "backends", "nvidia", "bin") if d else None
 
 

@@ -42,6 +42,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import cubin_compare, ptxas
+from .fsutil import read_nofollow
 from .errors import UsageError
 from .findings import Finding
 from .ptx import parse_header
@@ -272,20 +273,6 @@ class _Work:
     extra: dict = field(default_factory=dict)
 
 
-def _read_nofollow(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _first_error_line(text: str) -> str:
     for line in text.splitlines():
         if "fatal" in line or "error" in line.lower():
@@ -381,7 +368,7 @@ class _Engine:
             _unlink(out)
             return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
         try:
-            data = _read_nofollow(out)
+            data = read_nofollow(out)
         except OSError as exc:
             return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
         finally:
@@ -431,11 +418,11 @@ class _Engine:
             return _unverifiable(f"{facts.metadata_file}: {exc}")
         w.arch = arch
         try:
-            ptx = _read_nofollow(os.path.join(w.path, facts.ptx_file))
+            ptx = read_nofollow(os.path.join(w.path, facts.ptx_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.ptx_file}: {exc.strerror}")
         try:
-            cached = _read_nofollow(os.path.join(w.path, facts.cubin_file))
+            cached = read_nofollow(os.path.join(w.path, facts.cubin_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.cubin_file}: {exc.strerror}")
         stamp = _stamp(w.path, facts.ptx_file, facts.cubin_file)

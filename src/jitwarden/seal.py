@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 
+from .fsutil import write_json_atomic
 from .layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
@@ -107,31 +107,6 @@ def check(entry_dir: str, seal: Seal, present=None) -> list[str]:
     return problems
 
 
-_UMASK: list[int] = []
-
-
-def umask() -> int:
-    """The process umask, read once (reading it means setting it)."""
-    if not _UMASK:
-        old = os.umask(0o022)
-        os.umask(old)
-        _UMASK.append(old)
-    return _UMASK[0]
-
-
 def write(entry_dir: str, seal: Seal) -> str:
     """Write the seal atomically (temp file in the entry, then rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-seal.", suffix=".tmp", dir=entry_dir)
-    try:
-        os.fchmod(fd, 0o666 & ~umask())  # readable like Triton's own files, not mkstemp's 0600
-        with os.fdopen(fd, "w") as f:
-            json.dump(seal.to_json(), f, sort_keys=True)
-        dest = os.path.join(entry_dir, SEAL_FILE)
-        os.replace(tmp, dest)
-        return dest
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    return write_json_atomic(os.path.join(entry_dir, SEAL_FILE), seal.to_json(), ".jitwarden-seal.")

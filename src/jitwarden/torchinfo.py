@@ -16,12 +16,13 @@ Standard library only: this module is on the activation path.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import struct
 import sys
 from dataclasses import dataclass
+
+from .fsutil import package_dir
 
 MAX_RODATA = 256 << 20
 _FLAGS = re.compile(rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)")
@@ -40,17 +41,7 @@ class TorchInfo:
 
 def torch_dir() -> str | None:
     """The installed torch package directory, found without importing torch."""
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            return loc
-    return os.path.dirname(spec.origin) if spec.origin else None
-
+    return package_dir("torch")
 
 def torch_bin_ptxas() -> str | None:
     """``torch/bin/ptxas`` (shipped by CUDA wheels; Inductor's default ptxas) if present."""

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from .. import elf, seal
+from ..fsutil import read_nofollow
 from ..findings import Finding
 from ..layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, is_reserved
 from ..ptx import parse_header
@@ -286,22 +287,6 @@ def root_findings(path: str, uid: int | None = None) -> list[Finding]:
 # ---------------------------------------------------------------- reading
 
 
-def _read(path: str, limit: int | None = None) -> bytes:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        if limit is None:
-            chunks = []
-            while True:
-                b = os.read(fd, 1 << 20)
-                if not b:
-                    break
-                chunks.append(b)
-            return b"".join(chunks)
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
 def _leaves(base: str, link_path: str, target: str) -> bool:
     resolved = os.path.normpath(os.path.join(os.path.dirname(link_path), target))
     real = os.path.realpath(link_path)
@@ -362,7 +347,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     for fname in sorted(names):
         if fname.startswith("__grp__") and fname.endswith(".json"):
             try:
-                doc = json.loads(_read(os.path.join(path, fname)))
+                doc = json.loads(read_nofollow(os.path.join(path, fname)))
                 groups.append((fname, doc if isinstance(doc, dict) else None))
                 if not isinstance(doc, dict):
                     errors.append((fname, "group file is not a JSON object"))
@@ -385,7 +370,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
             metadata_file = candidates[0]
     if metadata_file is not None:
         try:
-            doc = json.loads(_read(os.path.join(path, metadata_file)))
+            doc = json.loads(read_nofollow(os.path.join(path, metadata_file)))
             if isinstance(doc, dict):
                 metadata = doc
             else:
@@ -399,7 +384,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if cubins:
         cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
         try:
-            cubin = elf.parse(_read(os.path.join(path, cubin_file)))
+            cubin = elf.parse(read_nofollow(os.path.join(path, cubin_file)))
         except OSError as exc:
             errors.append((cubin_file, f"unreadable: {exc.strerror}"))
         except elf.ElfError as exc:
@@ -408,13 +393,13 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if ptxs:
         ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
         try:
-            ptx_head = _read(os.path.join(path, ptx_file), _PTX_HEAD)
+            ptx_head = read_nofollow(os.path.join(path, ptx_file), _PTX_HEAD)
         except OSError as exc:
             errors.append((ptx_file, f"unreadable: {exc.strerror}"))
     for fname in sorted(names):
         if fname.endswith(".so"):
             try:
-                launchers.append((fname, elf.parse(_read(os.path.join(path, fname)))))
+                launchers.append((fname, elf.parse(read_nofollow(os.path.join(path, fname)))))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except elf.ElfError as exc:
@@ -422,7 +407,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 errors.append((fname, f"not a valid shared object: {exc}"))
         elif fname.endswith(".autotune.json"):
             try:
-                json.loads(_read(os.path.join(path, fname)))
+                json.loads(read_nofollow(os.path.join(path, fname)))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):
