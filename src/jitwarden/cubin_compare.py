@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .elf import EHDR, SHDR, SHT_NOBITS, SHT_SYMTAB, SYM
+
 # Sections whose content cannot change what the GPU runs. The CUDA driver's loader
 # reads code (.text.*), kernel info (.nv.info*), constant banks (.nv.constant*),
 # shared/global reservations (.nv.shared*, .nv.global*), the call graph, the compat
@@ -50,16 +52,11 @@ IGNORED_SECTIONS: dict[str, str] = {
 # Whether the tool versions in .note.nv.tkinfo must agree: yes, a different ptxas build is a different producer.
 TKINFO_VERSION_STRINGS = True
 
-SHT_SYMTAB = 2
 SHT_RELA = 4
 SHT_REL = 9
-SHT_NOBITS = 8
 SHF_INFO_LINK = 0x40
 
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
 _PHDR = struct.Struct("<IIQQQQQQ")
-_SYM = struct.Struct("<IBBHQQ")
 
 
 class NotElf(ValueError):
@@ -129,11 +126,11 @@ def is_ignored(name: str) -> bool:
 
 
 def _parse(data: bytes) -> _Parsed:
-    if len(data) < _EHDR.size or data[:4] != b"\x7fELF":
+    if len(data) < EHDR.size or data[:4] != b"\x7fELF":
         raise NotElf("not an ELF file")
     if data[4] != 2 or data[5] != 1:
         raise NotElf("not a 64-bit little-endian ELF file")
-    h = _EHDR.unpack_from(data, 0)
+    h = EHDR.unpack_from(data, 0)
     ident, etype, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum, shentsize, shnum, shstrndx = h
     header = (("e_ident", ident), ("e_type", etype), ("e_machine", machine), ("e_version", version),
               ("e_entry", entry), ("e_flags", flags), ("e_ehsize", ehsize), ("e_phentsize", phentsize),
@@ -147,9 +144,9 @@ def _parse(data: bytes) -> _Parsed:
             phdrs.append((ptype, pflags, vaddr, paddr, filesz, memsz, palign))
     secs = []
     if shnum:
-        if shentsize != _SHDR.size or shoff + shnum * shentsize > len(data):
+        if shentsize != SHDR.size or shoff + shnum * shentsize > len(data):
             raise NotElf("section table ends past the file")
-        raw = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+        raw = [SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
         if shstrndx >= shnum:
             raise NotElf("section name table index out of range")
         so, ss = raw[shstrndx][4], raw[shstrndx][5]
@@ -168,8 +165,8 @@ def _symbols(p: _Parsed, s: _Sec) -> list[tuple]:
     strtab = p.content(p.sections[s.link]) if s.link < len(p.sections) else b""
     table = p.content(s)
     out = []
-    for off in range(0, len(table) - _SYM.size + 1, _SYM.size):
-        st_name, st_info, st_other, shndx, value, size = _SYM.unpack_from(table, off)
+    for off in range(0, len(table) - SYM.size + 1, SYM.size):
+        st_name, st_info, st_other, shndx, value, size = SYM.unpack_from(table, off)
         end = strtab.find(b"\0", st_name)
         name = strtab[st_name:end if end >= 0 else len(strtab)].decode("utf-8", "replace")
         sec = p.name_of(shndx) if 0 < shndx < 0xFF00 else shndx
@@ -274,7 +271,7 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
                 which = syma[k][0] if k < len(syma) else (symb[k][0] if k < len(symb) else "?")
                 note(f"symbol table differs at symbol {k} ({which!r}): "
                      f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
-                     sa.name, sa.offset + k * _SYM.size)
+                     sa.name, sa.offset + k * SYM.size)
             continue
         ca, cb = a.content(sa), b.content(sb)
         if ca != cb:

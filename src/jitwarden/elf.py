@@ -23,9 +23,9 @@ SHT_NOTE = 7
 SHT_NOBITS = 8
 STT_FUNC = 2
 
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
-_SYM = struct.Struct("<IBBHQQ")
+EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+SHDR = struct.Struct("<IIQQQQIIQQ")
+SYM = struct.Struct("<IBBHQQ")
 
 
 class ElfError(ValueError):
@@ -70,14 +70,14 @@ class Elf:
         """Names of STT_FUNC symbols: a cubin's kernels (and device functions)."""
         out = []
         for s in self.sections:
-            if s.type != SHT_SYMTAB or s.entsize != _SYM.size:
+            if s.type != SHT_SYMTAB or s.entsize != SYM.size:
                 continue
             if s.link >= len(self.sections):
                 raise ElfError("symbol table links to a missing string table")
             strtab = self.section_bytes(self.sections[s.link])
             table = self.section_bytes(s)
-            for off in range(0, len(table) - _SYM.size + 1, _SYM.size):
-                st_name, st_info, _other, _shndx, _value, _size = _SYM.unpack_from(table, off)
+            for off in range(0, len(table) - SYM.size + 1, SYM.size):
+                st_name, st_info, _other, _shndx, _value, _size = SYM.unpack_from(table, off)
                 if st_info & 0xF == STT_FUNC:
                     end = strtab.find(b"\0", st_name)
                     if end < 0:
@@ -105,18 +105,18 @@ class Elf:
 
 def parse(data: bytes) -> Elf:
     """Parse an ELF64 LE file held in memory; raise ElfError on any inconsistency."""
-    if len(data) < _EHDR.size:
+    if len(data) < EHDR.size:
         raise ElfError(f"{len(data)} bytes is shorter than an ELF header")
-    ident, _etype, machine, _ver, _entry, _phoff, shoff, flags, _ehsize, _phentsize, _phnum, shentsize, shnum, shstrndx = _EHDR.unpack_from(data, 0)
+    ident, _etype, machine, _ver, _entry, _phoff, shoff, flags, _ehsize, _phentsize, _phnum, shentsize, shnum, shstrndx = EHDR.unpack_from(data, 0)
     if ident[:4] != b"\x7fELF":
         raise ElfError("no ELF magic")
     if ident[4] != 2 or ident[5] != 1:
         raise ElfError("not a 64-bit little-endian ELF file")
     if shnum == 0:
         return Elf(machine, ident[8], flags, (), data)
-    if shentsize != _SHDR.size or shoff + shnum * shentsize > len(data):
+    if shentsize != SHDR.size or shoff + shnum * shentsize > len(data):
         raise ElfError(f"section table ends past the file ({len(data)} bytes): truncated")
-    raw = list(_SHDR.iter_unpack(data[shoff : shoff + shnum * shentsize]))
+    raw = list(SHDR.iter_unpack(data[shoff : shoff + shnum * shentsize]))
     if shstrndx >= shnum:
         raise ElfError("section name table index out of range")
     str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]

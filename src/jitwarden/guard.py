@@ -239,6 +239,17 @@ class GuardedCacheManager(FileCacheManager):
             pass  # another process moved it first
         os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
 
+    def _quarantine_unless_writing(self, v: _Verdict) -> None:
+        """Quarantine a bad entry, unless a writer is mid-group: then it is a plain miss,
+        and that writer's put_group leaves a consistent, sealed entry."""
+        wfd = self._no_writer()
+        if wfd is None:
+            return
+        try:
+            self._quarantine(v.code, v.details)
+        finally:
+            _unlock(wfd)
+
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
         try:
@@ -369,13 +380,7 @@ class GuardedCacheManager(FileCacheManager):
             if v.state == "ok":
                 return v.result
             if v.state == "bad":
-                wfd = self._no_writer()
-                if wfd is None:
-                    return None  # a writer is mid-group: a plain miss; its put_group seals a consistent entry
-                try:
-                    self._quarantine(v.code, v.details)
-                finally:
-                    _unlock(wfd)
+                self._quarantine_unless_writing(v)
             return None
         finally:
             _unlock(fd)
@@ -517,12 +522,7 @@ class GuardedCacheManager(FileCacheManager):
             if v.state == "ok":
                 return path
             if v.state == "bad":
-                wfd = self._no_writer()
-                if wfd is not None:
-                    try:
-                        self._quarantine(v.code, v.details)
-                    finally:
-                        _unlock(wfd)
+                self._quarantine_unless_writing(v)
             return None
         finally:
             _unlock(fd)
