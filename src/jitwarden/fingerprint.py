@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from . import nvml, ptxas, torchinfo
-from .fsutil import memo_dir  # noqa: F401 - re-exported: callers use fingerprint.memo_dir
+from .fsutil import memo_dir, write_json_atomic  # noqa: F401 - memo_dir re-exported for callers
 from .nvml import Gpu
 from .ptxas import PtxasInfo
 
@@ -387,30 +387,16 @@ def _load_memo(path: str) -> dict:
 
 def _save_memo(path: str, memo: dict) -> None:
     """Atomic write (temp file + rename); failures are ignored: the memo is an optimisation."""
-    import tempfile
-
     data = {"schema": SCHEMA}
     for k, v in memo.items():
         if isinstance(v, dict):
             items = list(v.items())[-_MEMO_CAP:]
             data[k] = dict(items)
-    tmp = None
     try:
-        d = os.path.dirname(path) or "."
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".fingerprint-memo.", dir=d)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        write_json_atomic(path, data, ".fingerprint-memo.")
+    except (OSError, TypeError, ValueError):
         pass
-    finally:
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 class _Section(dict):
