@@ -510,15 +510,17 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             add(Finding("corrupt", f"{gname}: no child_paths mapping"))
             continue
         outside: list[str] = []
+        prefix = f.path + os.sep
         for child, cpath in children.items():
             if not isinstance(cpath, str) or not isinstance(child, str):
                 add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
                 continue
-            cdir, cbase = os.path.split(os.path.normpath(cpath))
-            if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not _same_dir(cdir, f.path):
-                outside.append(cpath)
-            elif cbase != child:
-                add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
+            if cpath != prefix + child:  # the common case, this entry's own file by its own name, needs no more
+                cdir, cbase = os.path.split(os.path.normpath(cpath))
+                if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not _same_dir(cdir, f.path):
+                    outside.append(cpath)
+                elif cbase != child:
+                    add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
             if child not in names:
                 add(Finding("incomplete", f"{gname} lists {child}, which is missing"))
             elif sizes.get(child) == 0:
