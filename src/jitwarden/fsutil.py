@@ -13,13 +13,21 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _UMASK: list[int] = []
 
 
-def read_nofollow(path: str, limit: int | None = None) -> bytes:
-    """The file's bytes (at most ``limit``); OSError (ELOOP) when ``path`` is a symlink."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+def read_nofollow(path: str, limit: int | None = None, size_hint: int = 0) -> bytes:
+    """The file's bytes (at most ``limit``); OSError (ELOOP) when ``path`` is a symlink.
+
+    ``size_hint``: the expected size, so a whole file usually takes one read (the guard's hit path).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW)
     try:
         if limit is not None:
             return os.read(fd, limit)
         chunks = []
+        if size_hint:
+            data = os.read(fd, size_hint + 1)
+            if len(data) <= size_hint:
+                return data
+            chunks.append(data)
         while True:
             b = os.read(fd, 1 << 20)
             if not b:

@@ -39,6 +39,7 @@ from . import quarantine as _quarantine
 from . import seal as _seal
 from .adapters import triton as _adapter
 from .findings import Severity
+from .fsutil import read_nofollow
 from .layout import SEAL_FILE
 from .partition import split
 
@@ -118,26 +119,6 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)  # closing the last fd of the open file description releases the flock
 
 
-def _read(path: str, size_hint: int = 0) -> bytes:
-    """Whole file, never through a symlink, in as few syscalls as possible (the hit path)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW)
-    try:
-        if size_hint:
-            data = os.read(fd, size_hint + 1)
-            if len(data) <= size_hint:
-                return data
-            chunks = [data]
-        else:
-            chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                return b"".join(chunks)
-            chunks.append(b)
-    finally:
-        os.close(fd)
-
-
 def _seal_problems(entry_dir: str, files: dict, names) -> list[str]:
     """Like :func:`jitwarden.seal.check` for ``names``, one open and one read per file (the hit path)."""
     problems = []
@@ -146,7 +127,7 @@ def _seal_problems(entry_dir: str, files: dict, names) -> list[str]:
         rec = files[name]
         try:
             size = rec["size"]
-            data = _read(os.path.join(entry_dir, name), size)
+            data = read_nofollow(os.path.join(entry_dir, name), size_hint=size)
         except FileNotFoundError:
             problems.append(f"{name} is sealed but missing")
             continue
@@ -166,7 +147,7 @@ def _seal_problems(entry_dir: str, files: dict, names) -> list[str]:
 def _read_seal(entry_dir: str):
     """(files, fingerprint) of the entry's seal; None when unsealed; SealError when damaged."""
     try:
-        raw = _read(os.path.join(entry_dir, SEAL_FILE), 4096)
+        raw = read_nofollow(os.path.join(entry_dir, SEAL_FILE), size_hint=4096)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -275,7 +256,7 @@ class GuardedCacheManager(FileCacheManager):
     def _judge_group(self, grp_name: str) -> _Verdict:
         grp_path = self._make_path(grp_name)
         try:
-            doc = json.loads(_read(grp_path, 4096))
+            doc = json.loads(read_nofollow(grp_path, size_hint=4096))
         except FileNotFoundError:
             return _Verdict("gone")
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -310,7 +291,7 @@ class GuardedCacheManager(FileCacheManager):
         grp_name = f"__grp__{filename}"
         prefix = self.cache_dir + os.sep
         try:
-            grp_raw = _read(prefix + grp_name, 4096)
+            grp_raw = read_nofollow(prefix + grp_name, size_hint=4096)
         except FileNotFoundError:
             return None  # a plain miss
         except OSError:
@@ -335,7 +316,7 @@ class GuardedCacheManager(FileCacheManager):
         decides under the entry lock (so a writer mid-seal never causes a quarantine).
         """
         children = _loads(grp_raw.decode())["child_paths"]
-        sealed = _loads(_read(prefix + SEAL_FILE, 4096).decode())
+        sealed = _loads(read_nofollow(prefix + SEAL_FILE, size_hint=4096).decode())
         files = sealed["files"]
         if sealed.get("schema") != _seal.SCHEMA:
             return None
@@ -352,7 +333,7 @@ class GuardedCacheManager(FileCacheManager):
                 if st.st_size != rec["size"] or not stat.S_ISREG(st.st_mode):
                     return None
                 continue
-            data = _read(p, rec["size"])
+            data = read_nofollow(p, size_hint=rec["size"])
             if len(data) != rec["size"] or sha256(data).hexdigest() != rec["sha256"]:
                 return None
         mine = self._digest
