@@ -338,6 +338,10 @@ def cli(*args, user=None, env=None):
         (["verify", "--orphan-age", "-5", "/tmp"], "orphan-age"),
         (["ls", "--code", "bogus", "/tmp"], "unknown finding code"),
         (["verify", "--format", "xml"], "invalid choice"),
+        (["verify", "--rebuild", "--jobs", "0", "/nonexistent/cache"], "must be at least 1"),
+        # Checked before the scan: a bad option is named even when the path is fine.
+        (["verify", "--rebuild", "--ptxas", "/nonexistent/ptxas", "/tmp"], "--ptxas /nonexistent/ptxas: no such file"),
+        (["verify", "--rebuild", "--ptxas", "/etc/hostname", "/nonexistent/cache"], "--ptxas /etc/hostname"),
     ],
 )
 def test_bad_input_one_line_exit_2(args, needle):

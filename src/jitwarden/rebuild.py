@@ -622,7 +622,8 @@ def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir
     env = os.environ if env is None else env
     extra = _validate_extra(extra_ptxas)
     keep_dir = _validate_keep(keep_dir)
-    jobs = jobs or os.cpu_count() or 1
+    if jobs is None:
+        jobs = os.cpu_count() or 1
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: must be at least 1")
     work = [_Work(e.path, e.id, e.name) for e in entries if getattr(e, "type", "kernel") == "kernel"]
@@ -666,6 +667,24 @@ def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir
     return results
 
 
+def check_arguments(args) -> None:
+    """Reject a bad ``--ptxas`` or ``--keep`` before any scanning (UsageError, exit 2)."""
+    _validate_extra(getattr(args, "ptxas", None))
+    _validate_keep(getattr(args, "keep", None))
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: must be at least 1")
+    return n
+
+
 def add_arguments(parser, mode=None) -> None:
     """Add ``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep`` to the ``verify`` sub-parser.
 
@@ -674,7 +693,7 @@ def add_arguments(parser, mode=None) -> None:
     (mode or parser).add_argument(
         "--rebuild", action="store_true",
         help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached cubin")
-    parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+    parser.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
                         help="ptxas processes at once for --rebuild (default: all cores)")
     parser.add_argument("--ptxas", action="append", default=None, metavar="PATH",
                         help="another ptxas this environment uses (repeatable); a match verifies")

@@ -34,6 +34,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if getattr(args, "rebuild", False):
+        from .. import rebuild
+
+        rebuild.check_arguments(args)
     fp = _common.fingerprint_or_none() if not args.target else None
     report = _common.run_scan(args, fp)
     if getattr(args, "rebuild", False):
