@@ -420,3 +420,57 @@ def test_unreadable_files_are_reported_not_raised(built_cache, tmp_path):
     rc, out, err = as_nobody(["verify", os.path.join(root, other["id"])])
     assert rc == 2 and "permission denied" in err and "Traceback" not in err
     shutil.rmtree(base)
+
+
+def test_old_triton_temp_files_are_orphans(cache, capsys):
+    root, recs = cache
+    rec = recs["add_sm90"]
+    leftover = file_of(rec, "cubin") + ".tmp.pid_777_5f0c4f6a7eaaaabbbbcccc"
+    shutil.copyfile(file_of(rec, "cubin"), leftover)
+    t = time.time() - 7200
+    os.utime(leftover, (t, t))
+    rc, doc = run_json(capsys, root, "--target", "90")
+    assert findings_by_id(doc)[rec["id"]] == ["orphan"] and rc == 0
+
+
+@pytest.mark.parametrize("target", [[ "cuda", 90, 32], 90])
+def test_older_metadata_layouts(cache, capsys, target):
+    root, recs = cache
+    rec = recs["add_sm90"]
+    p = file_of(rec, "json")
+    md = json.load(open(p))
+    md["target"] = target
+    json.dump(md, open(p, "w"))
+    rc, doc = run_json(capsys, root, "--target", "90")
+    assert findings_by_id(doc)[rec["id"]] == [] and rc == 0
+    rc, doc = run_json(capsys, root, "--target", "80")
+    assert findings_by_id(doc)[rec["id"]] == ["foreign-arch"]
+
+
+def test_amd_entry_is_foreign_not_corrupt(cache, capsys):
+    root, recs = cache
+    rec = recs["add_sm90"]
+    p = file_of(rec, "json")
+    md = json.load(open(p))
+    md["target"] = {"backend": "hip", "arch": "gfx942", "warp_size": 64}
+    json.dump(md, open(p, "w"))
+    os.unlink(file_of(rec, "cubin"))
+    grp = os.path.join(rec["path"], f"__grp__{rec['name']}.json")
+    doc = json.load(open(grp))
+    del doc["child_paths"][f"{rec['name']}.cubin"]
+    json.dump(doc, open(grp, "w"))
+    rc, out = run_json(capsys, root, "--target", "90")
+    e = next(e for e in out["entries"] if e["id"] == rec["id"])
+    assert [f["code"] for f in e["findings"]] == ["foreign-arch"] and "hip gfx942" in e["findings"][0]["message"]
+
+
+def test_metadata_without_a_target_is_corrupt(cache, capsys):
+    root, recs = cache
+    rec = recs["add_sm90"]
+    p = file_of(rec, "json")
+    md = json.load(open(p))
+    del md["target"]
+    md.pop("arch", None)
+    json.dump(md, open(p, "w"))
+    rc, doc = run_json(capsys, root, "--target", "90")
+    assert "corrupt" in findings_by_id(doc)[rec["id"]] and rc == 1

@@ -28,6 +28,7 @@ from ..ptx import parse_header
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 _TMP_DIR = re.compile(r"^tmp\.pid_\d+_")
+_TMP_FILE = re.compile(r"\.tmp\.pid_\d+_")  # Triton <= 3.1 wrote <file>.tmp.pid_<pid>_<uuid>, then renamed it
 _PTX_HEAD = 16384
 
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
@@ -337,7 +338,10 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 else:
                     others.append(e.name)
             elif stat.S_ISREG(est.st_mode):
-                files.append((e.name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
+                if _TMP_FILE.search(e.name):
+                    tmps.append((e.name, est.st_mtime))
+                else:
+                    files.append((e.name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
     files.sort()
     names = {f[0] for f in files}
 
@@ -439,14 +443,33 @@ def entry_id_for_hash(hash_hex: str) -> str | None:
         return None
 
 
-def metadata_arch(metadata: dict | None) -> int | None:
+def metadata_target(metadata: dict | None) -> tuple[str, object]:
+    """(backend, arch as recorded) across Triton's metadata layouts; backend "cuda" when unstated.
+
+    3.x: ``"target": {"backend", "arch", "warp_size"}``; some releases: ``[backend, arch, warp]``;
+    older ones: a bare capability, or only the option ``"arch": "sm90"``.
+    """
     if not metadata:
-        return None
+        return "cuda", None
     target = metadata.get("target")
-    arch = target.get("arch") if isinstance(target, dict) else None
-    if isinstance(target, (list, tuple)) and len(target) >= 2:  # older Triton: [backend, arch, warp]
-        arch = target[1]
-    if isinstance(arch, int):
+    if isinstance(target, dict):
+        return str(target.get("backend") or "cuda"), target.get("arch")
+    if isinstance(target, (list, tuple)) and len(target) >= 2:
+        return str(target[0] or "cuda"), target[1]
+    if isinstance(target, int) and not isinstance(target, bool):
+        return "cuda", target
+    opt = metadata.get("arch")
+    if isinstance(opt, str) and re.fullmatch(r"sm_?\d+[af]?", opt):
+        return "cuda", int(re.sub(r"\D", "", opt))
+    return "cuda", None
+
+
+def metadata_arch(metadata: dict | None) -> int | None:
+    """The CUDA compute capability an entry was built for (90 for sm_90a); None otherwise."""
+    backend, arch = metadata_target(metadata)
+    if backend != "cuda":
+        return None
+    if isinstance(arch, int) and not isinstance(arch, bool):
         return arch
     if isinstance(arch, str) and arch.isdigit():
         return int(arch)
@@ -539,16 +562,21 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         if age >= j.orphan_age:
             add(Finding("orphan", f"files without a group file ({', '.join(sorted(names)[:4])}): an interrupted compile, never loaded"))
 
+    backend, raw_arch = metadata_target(md)
     if md is not None:
-        if kname is None or arch is None:
-            add(Finding("corrupt", f"{f.metadata_file}: metadata lacks {'name' if kname is None else 'target arch'}"))
+        if kname is None:
+            add(Finding("corrupt", f"{f.metadata_file}: metadata lacks the kernel name"))
+        if backend == "cuda" and arch is None:
+            add(Finding("corrupt", f"{f.metadata_file}: metadata lacks a CUDA target arch"))
         h = md.get("hash")
         if isinstance(h, str) and _ENTRY_ID.match(f.id):
             if entry_id_for_hash(h) != f.id:
                 add(Finding("mismatch", f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one"))
         if tv and j.triton_version and tv != j.triton_version:
             add(Finding("stale", f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it"))
-        if arch is not None and j.target_arch is not None and arch != j.target_arch and md.get("target", {}).get("backend", "cuda") == "cuda":
+        if j.target_arch is not None and backend != "cuda":
+            add(Finding("foreign-arch", f"built for {backend} {raw_arch}, judged against sm_{j.target_arch}: unreachable here"))
+        elif arch is not None and j.target_arch is not None and arch != j.target_arch:
             add(Finding("foreign-arch", f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here"))
 
     cubin_sm = None
