@@ -455,3 +455,15 @@ sys.exit(r.returncode)
     r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
     assert r.verdict == "not-reproducible", r.message
     assert "same-layout attempts agree" in r.message
+
+
+def test_older_metadata_layout_is_rebuilt_the_same_way(built, tmp_path):
+    """A list-shaped target (``[backend, arch, warp]``) is read like the 3.x dict."""
+    root, recs = copy(built, tmp_path)
+    rec = recs["add_sm90"]
+    p = os.path.join(rec["path"], f"{rec['name']}.json")
+    md = json.load(open(p))
+    md["target"] = ["cuda", 90, 32]
+    json.dump(md, open(p, "w"))
+    res = verify(root)[rec["path"]]
+    assert res.verdict == "verified", res.message

@@ -42,6 +42,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import cubin_compare, ptxas
+from .adapters import triton as tri
 from .fsutil import read_nofollow
 from .errors import UsageError
 from .findings import Finding
@@ -96,11 +97,8 @@ def _env_true(md: dict, key: str) -> bool:
 
 def ptxas_flags(md: dict) -> tuple[int, list[str]]:
     """(arch, flags) of Triton 3.6's ``make_cubin`` for this metadata: all but ptxas, input and ``-o``."""
-    target = md.get("target")
-    arch = target.get("arch") if isinstance(target, dict) else None
-    if isinstance(arch, str) and arch.isdigit():
-        arch = int(arch)
-    if not isinstance(arch, int):
+    arch = tri.metadata_arch(md)
+    if arch is None:
         raise ValueError("metadata has no integer target arch")
     if _env_true(md, "TRITON_DISABLE_LINE_INFO"):
         debug = ["-lineinfo", "-suppress-debug-info"]
@@ -396,7 +394,6 @@ class _Engine:
             return _unverifiable(f"cannot rebuild: {exc}")
 
     def _verify(self, w: _Work) -> RebuildResult:
-        from .adapters import triton as tri
 
         root, name = os.path.dirname(w.path), os.path.basename(w.path)
         facts = tri.read_entry(root, name, check_seal=False)
@@ -405,7 +402,7 @@ class _Engine:
         md = facts.metadata
         if md is None:
             return _unverifiable("no readable metadata JSON: nothing says how it was built")
-        backend = (md.get("target") or {}).get("backend", "cuda") if isinstance(md.get("target"), dict) else None
+        backend, _arch = tri.metadata_target(md)
         if backend != "cuda":
             return _unverifiable(f"not a CUDA entry (backend {backend!r}): no ptxas rebuild applies")
         if facts.ptx_file is None:
