@@ -15,10 +15,9 @@ Stdlib only.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from .elf import EHDR, SHDR, SHT_NOBITS, SHT_SYMTAB, SYM
+from .elf import SHT_SYMTAB, SYM, Elf, ElfError, Section, parse
 
 # Sections whose content cannot change what the GPU runs. The CUDA driver's loader
 # reads code (.text.*), kernel info (.nv.info*), constant banks (.nv.constant*),
@@ -56,44 +55,6 @@ SHT_RELA = 4
 SHT_REL = 9
 SHF_INFO_LINK = 0x40
 
-_PHDR = struct.Struct("<IIQQQQQQ")
-
-
-class NotElf(ValueError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _Sec:
-    index: int
-    name: str
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    align: int
-    entsize: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    header: tuple
-    phdrs: tuple
-    sections: tuple[_Sec, ...]
-    data: bytes
-
-    def content(self, s: _Sec) -> bytes:
-        return b"" if s.type == SHT_NOBITS else self.data[s.offset:s.offset + s.size]
-
-    def name_of(self, index: int) -> str:
-        if 0 <= index < len(self.sections):
-            return self.sections[index].name
-        return f"#{index}"
-
-
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """The result of comparing two cubins."""
@@ -125,45 +86,9 @@ def is_ignored(name: str) -> bool:
     return base in IGNORED_SECTIONS
 
 
-def _parse(data: bytes) -> _Parsed:
-    if len(data) < EHDR.size or data[:4] != b"\x7fELF":
-        raise NotElf("not an ELF file")
-    if data[4] != 2 or data[5] != 1:
-        raise NotElf("not a 64-bit little-endian ELF file")
-    h = EHDR.unpack_from(data, 0)
-    ident, etype, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum, shentsize, shnum, shstrndx = h
-    header = (("e_ident", ident), ("e_type", etype), ("e_machine", machine), ("e_version", version),
-              ("e_entry", entry), ("e_flags", flags), ("e_ehsize", ehsize), ("e_phentsize", phentsize),
-              ("e_phnum", phnum), ("e_shentsize", shentsize))
-    phdrs = []
-    if phnum:
-        if phentsize != _PHDR.size or phoff + phnum * phentsize > len(data):
-            raise NotElf("program headers end past the file")
-        for i in range(phnum):
-            ptype, pflags, _off, vaddr, paddr, filesz, memsz, palign = _PHDR.unpack_from(data, phoff + i * phentsize)
-            phdrs.append((ptype, pflags, vaddr, paddr, filesz, memsz, palign))
-    secs = []
-    if shnum:
-        if shentsize != SHDR.size or shoff + shnum * shentsize > len(data):
-            raise NotElf("section table ends past the file")
-        raw = [SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
-        if shstrndx >= shnum:
-            raise NotElf("section name table index out of range")
-        so, ss = raw[shstrndx][4], raw[shstrndx][5]
-        names = data[so:so + ss]
-        for i, (n, t, f, a, o, s, link, info, al, es) in enumerate(raw):
-            if t != SHT_NOBITS and o + s > len(data):
-                raise NotElf("a section ends past the file")
-            end = names.find(b"\0", n)
-            if end < 0:
-                raise NotElf("section name runs past its string table")
-            secs.append(_Sec(i, names[n:end].decode("utf-8", "replace"), t, f, a, o, s, link, info, al, es))
-    return _Parsed(header, tuple(phdrs), tuple(secs), data)
-
-
-def _symbols(p: _Parsed, s: _Sec) -> list[tuple]:
-    strtab = p.content(p.sections[s.link]) if s.link < len(p.sections) else b""
-    table = p.content(s)
+def _symbols(p: Elf, s: Section) -> list[tuple]:
+    strtab = p.section_bytes(p.sections[s.link]) if s.link < len(p.sections) else b""
+    table = p.section_bytes(s)
     out = []
     for off in range(0, len(table) - SYM.size + 1, SYM.size):
         st_name, st_info, st_other, shndx, value, size = SYM.unpack_from(table, off)
@@ -174,10 +99,10 @@ def _symbols(p: _Parsed, s: _Sec) -> list[tuple]:
     return out
 
 
-def _tk_versions(p: _Parsed) -> tuple[str, ...]:
+def _tk_versions(p: Elf) -> tuple[str, ...]:
     for s in p.sections:
         if s.name == ".note.nv.tkinfo":
-            strings = [x.decode("utf-8", "replace") for x in p.content(s).split(b"\0") if x]
+            strings = [x.decode("utf-8", "replace") for x in p.section_bytes(s).split(b"\0") if x]
             return tuple(x for x in strings if "release" in x or x.startswith("Build "))
     return ()
 
@@ -190,7 +115,7 @@ def _first_diff(a: bytes, b: bytes) -> int:
     return n
 
 
-def _link_name(p: _Parsed, s: _Sec, field: int, as_index: bool) -> object:
+def _link_name(p: Elf, s: Section, field: int, as_index: bool) -> object:
     return p.name_of(field) if as_index else field
 
 
@@ -199,12 +124,12 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
     if cached == rebuilt:
         return Comparison(True, True)
     try:
-        a = _parse(cached)
-    except NotElf as exc:
+        a = parse(cached)
+    except ElfError as exc:
         return Comparison(False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0)
     try:
-        b = _parse(rebuilt)
-    except NotElf as exc:  # pragma: no cover - ptxas wrote garbage
+        b = parse(rebuilt)
+    except ElfError as exc:  # pragma: no cover - ptxas wrote garbage
         return Comparison(False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0)
 
     diffs: list[tuple[str, str | None, int | None]] = []
@@ -237,7 +162,7 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
     for s in a.sections:
         if is_ignored(s.name):
             o = next((x for x in b.sections if x.name == s.name), None)
-            if o is None or a.content(s) != b.content(o) or s.size != o.size:
+            if o is None or a.section_bytes(s) != b.section_bytes(o) or s.size != o.size:
                 ignored.append(s.name)
     for s in b.sections:
         if is_ignored(s.name) and not any(x.name == s.name for x in a.sections):
@@ -273,7 +198,7 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
                      f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
                      sa.name, sa.offset + k * SYM.size)
             continue
-        ca, cb = a.content(sa), b.content(sb)
+        ca, cb = a.section_bytes(sa), b.section_bytes(sb)
         if ca != cb:
             i = _first_diff(ca, cb)
             size = f", size {sa.size} vs {sb.size}" if sa.size != sb.size else ""
@@ -320,8 +245,8 @@ def _view(data: bytes):
     parts are equal.
     """
     try:
-        p = _parse(data)
-    except NotElf:
+        p = parse(data)
+    except ElfError:
         return None
     kept = [s for s in p.sections if not is_ignored(s.name)]
     heads = []
@@ -334,7 +259,7 @@ def _view(data: bytes):
         if s.type == SHT_SYMTAB:
             heads.append(("symbols", s.name, tuple(_symbols(p, s))))
         else:
-            contents[s.name] = p.content(s)
+            contents[s.name] = p.section_bytes(s)
     skeleton = (p.header, p.phdrs, _tk_versions(p) if TKINFO_VERSION_STRINGS else (), tuple(heads))
     return skeleton, contents
 

@@ -27,6 +27,7 @@ STT_FUNC = 2
 EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 SHDR = struct.Struct("<IIQQQQIIQQ")
 SYM = struct.Struct("<IBBHQQ")
+PHDR = struct.Struct("<IIQQQQQQ")
 
 
 class ElfError(ValueError):
@@ -43,6 +44,9 @@ class Section(NamedTuple):
     size: int
     link: int
     entsize: int
+    addr: int = 0
+    info: int = 0
+    align: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class Elf:
     flags: int
     sections: tuple[Section, ...]
     data: bytes
+    header: tuple = ()  # (field, value) of every ELF header field but the table offsets
+    phdrs: tuple = ()  # program headers without their file offsets: (type, flags, vaddr, paddr, filesz, memsz, align)
 
     @property
     def machine_name(self) -> str:
@@ -67,6 +73,12 @@ class Elf:
         if s.type == SHT_NOBITS:
             return b""
         return self.data[s.offset : s.offset + s.size]
+
+    def name_of(self, index: int) -> str:
+        """A section's name by index (``#N`` when out of range), for symbols and links."""
+        if 0 <= index < len(self.sections):
+            return self.sections[index].name
+        return f"#{index}"
 
     def function_symbols(self) -> tuple[str, ...]:
         """Names of STT_FUNC symbols: a cubin's kernels (and device functions)."""
@@ -109,30 +121,41 @@ def parse(data: bytes) -> Elf:
     """Parse an ELF64 LE file held in memory; raise ElfError on any inconsistency."""
     if len(data) < EHDR.size:
         raise ElfError(f"{len(data)} bytes is shorter than an ELF header")
-    ident, _etype, machine, _ver, _entry, _phoff, shoff, flags, _ehsize, _phentsize, _phnum, shentsize, shnum, shstrndx = EHDR.unpack_from(data, 0)
+    (ident, etype, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum, shentsize, shnum,
+     shstrndx) = EHDR.unpack_from(data, 0)
     if ident[:4] != b"\x7fELF":
         raise ElfError("no ELF magic")
     if ident[4] != 2 or ident[5] != 1:
         raise ElfError("not a 64-bit little-endian ELF file")
+    limit = len(data)
+    header = (("e_ident", ident), ("e_type", etype), ("e_machine", machine), ("e_version", version),
+              ("e_entry", entry), ("e_flags", flags), ("e_ehsize", ehsize), ("e_phentsize", phentsize),
+              ("e_phnum", phnum), ("e_shentsize", shentsize))
+    phdrs = ()
+    if phnum:
+        if phentsize != PHDR.size or phoff + phnum * phentsize > limit:
+            raise ElfError(f"program headers end past the file ({limit} bytes): truncated")
+        phdrs = tuple((t, f, va, pa, fs, ms, al) for t, f, _o, va, pa, fs, ms, al
+                      in PHDR.iter_unpack(data[phoff : phoff + phnum * phentsize]))
     if shnum == 0:
-        return Elf(machine, ident[8], flags, (), data)
-    if shentsize != SHDR.size or shoff + shnum * shentsize > len(data):
-        raise ElfError(f"section table ends past the file ({len(data)} bytes): truncated")
+        return Elf(machine, ident[8], flags, (), data, header, phdrs)
+    if shentsize != SHDR.size or shoff + shnum * shentsize > limit:
+        raise ElfError(f"section table ends past the file ({limit} bytes): truncated")
     raw = list(SHDR.iter_unpack(data[shoff : shoff + shnum * shentsize]))
     if shstrndx >= shnum:
         raise ElfError("section name table index out of range")
     str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]
     names = data[str_off : str_off + str_size]
-    limit = len(data)
     sections = []
-    for name_off, stype, sflags, _addr, off, size, link, _info, _align, entsize in raw:
+    for name_off, stype, sflags, addr, off, size, link, info, align, entsize in raw:
         if stype != SHT_NOBITS and off + size > limit:
             raise ElfError(f"a section ends past the file ({limit} bytes): truncated")
         end = names.find(b"\0", name_off)
         if end < 0:
             raise ElfError("section name runs past its string table")
-        sections.append(Section(names[name_off:end].decode("ascii", "replace"), stype, sflags, off, size, link, entsize))
-    return Elf(machine, ident[8], flags, tuple(sections), data)
+        sections.append(Section(names[name_off:end].decode("ascii", "replace"), stype, sflags, off, size, link,
+                                entsize, addr, info, align))
+    return Elf(machine, ident[8], flags, tuple(sections), data, header, phdrs)
 
 
 def cubin_sm(elf: Elf) -> int:
