@@ -126,3 +126,18 @@ def test_status_marks_this_environments_partition(isolated_env, built_cache, cap
     assert main(["status", "--target", "90"]) == 0
     text = capsys.readouterr().out
     assert f"{mine[:12]}*" in text and "bbbbbbbbbbbb*" not in text
+
+
+def test_status_counts_quarantined_entries(isolated_env, built_cache, capsys):
+    from jitwarden import quarantine
+
+    src, manifest = built_cache
+    root = isolated_env / ".triton" / "cache"
+    kernels.copy_cache(src, str(root))
+    quarantine.move(str(root / manifest[0]["id"]), "corrupt", ["test"], by="test")
+    assert main(["status", "--format", "json", "--target", "90"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (cache,) = doc["caches"]
+    assert cache["quarantined"] == 1 and cache["entries"] == len(manifest) - 1
+    assert main(["status", "--target", "90"]) == 0
+    assert "QUARANTINED" in capsys.readouterr().out

@@ -128,8 +128,9 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("ROOT", "SOURCE", "PARTITION", "ENTRIES", "SIZE", "ERRORS", "WARNINGS"):
-        t.add_column(col, justify="right" if col in ("ENTRIES", "SIZE", "ERRORS", "WARNINGS") else "left")
+    numeric = ("ENTRIES", "SIZE", "ERRORS", "WARNINGS", "QUARANTINED")
+    for col in ("ROOT", "SOURCE", "PARTITION") + numeric:
+        t.add_column(col, justify="right" if col in numeric else "left")
     for c in report.caches:
         errs = warns = 0
         for e in c.entries:
@@ -146,6 +147,7 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
             human_bytes(c.bytes),
             f"[bold red]{errs}[/bold red]" if errs else "0",
             f"[yellow]{warns}[/yellow]" if warns else "0",
+            f"[yellow]{c.quarantined}[/yellow]" if c.quarantined else "0",
         )
     return t
 

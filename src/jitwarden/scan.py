@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .adapters import triton as tri
 from .errors import UsageError
 from .findings import Finding, Severity
+from .layout import QUARANTINE_DIR
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 500
@@ -28,6 +29,7 @@ class CacheScan:
     entries: tuple[tri.Entry, ...]
     findings: tuple[Finding, ...] = ()
     error: str | None = None
+    quarantined: int = 0  # entries the guard moved to <root>/jitwarden-quarantine/
 
     @property
     def bytes(self) -> int:
@@ -44,6 +46,7 @@ class CacheScan:
             "bytes": self.bytes,
             "findings": [f.to_json() for f in self.findings],
             "error": self.error,
+            "quarantined": self.quarantined,
         }
 
 
@@ -146,6 +149,14 @@ def installed_triton_version() -> str | None:
         return None
 
 
+def _count_quarantined(root: str) -> int:
+    try:
+        with os.scandir(os.path.join(root, QUARANTINE_DIR)) as it:
+            return sum(1 for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return 0
+
+
 def _judge_chunk(args) -> list[tri.Entry]:
     root, names, judge, root_uid = args
     return [tri.inspect_entry(root, n, judge, root_uid) for n in names]
@@ -166,6 +177,7 @@ def scan(roots: list[tuple[tri.CacheRoot, list[str] | None]], judge: tri.Judge, 
     jobs = jobs or os.cpu_count() or 1
     plan: list[tuple[tri.CacheRoot, list[str], tuple[Finding, ...], str | None, int | None]] = []
     seen = set()
+    onlys: list[list[str] | None] = []
     for root, only in roots:
         subroots = tri.expand_partitions(root) if expand and only is None else [root]
         for r in subroots:
@@ -185,6 +197,7 @@ def scan(roots: list[tuple[tri.CacheRoot, list[str] | None]], judge: tri.Judge, 
             except OSError as exc:
                 error = f"cannot list {r.path}: {exc.strerror}"
             plan.append((r, names, tuple(tri.root_findings(r.path)) if only is None else (), error, root_uid))
+            onlys.append(only)
 
     total = sum(len(p[1]) for p in plan)
     results: dict[int, list[tri.Entry]] = {}
@@ -201,5 +214,6 @@ def scan(roots: list[tuple[tri.CacheRoot, list[str] | None]], judge: tri.Judge, 
         for i, (r, names, _f, _e, uid) in enumerate(plan):
             results[i] = _judge_chunk((r.path, names, judge, uid))
 
-    caches = tuple(CacheScan(r, tuple(results.get(i, ())), f, e) for i, (r, _n, f, e, _u) in enumerate(plan))
+    caches = tuple(CacheScan(r, tuple(results.get(i, ())), f, e, _count_quarantined(r.path) if only is None else 0)
+                   for i, ((r, _n, f, e, _u), only) in enumerate(zip(plan, onlys)))
     return ScanReport(caches, target, judge, time.perf_counter() - start)
