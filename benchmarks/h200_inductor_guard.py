@@ -14,7 +14,6 @@ Each step runs in a fresh process (as a restarted server would):
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess
@@ -88,8 +87,8 @@ def main() -> int:
     out["guarded_cold"] = run(jw + ["run", "--"] + py, guarded)
     out["guarded_warm"] = run(jw + ["run", "--"] + py, guarded)
 
-    cubins = sorted(glob.glob(os.path.join(home, "**", "*.cubin"), recursive=True))
-    cubins = [c for c in cubins if "jitwarden-quarantine" not in c]
+    cubins = sorted(os.path.join(d, n) for d, _s, fs in os.walk(home) for n in fs
+                    if n.endswith(".cubin") and "jitwarden-quarantine" not in d)
     sealed = [c for c in cubins if os.path.exists(os.path.join(os.path.dirname(c), ".jitwarden-seal.json"))]
     out["cubins"] = {"total": len(cubins), "sealed": len(sealed), "dirs": sorted({os.path.dirname(os.path.dirname(c)) for c in cubins})}
     for label, extra in (("verify_quick", []), ("verify_rebuild", ["--rebuild"])):
@@ -115,7 +114,7 @@ def main() -> int:
         open(target, "wb").write(bytes(data))
         out["tampered"] = {"cubin": target, "section": text.name, "offset": pos}
         out["guarded_after_tamper"] = run(jw + ["run", "--"] + py, guarded)
-        out["quarantined"] = glob.glob(os.path.join(home, "**", "jitwarden-quarantine", "*"), recursive=True)
+        out["quarantined"] = [os.path.join(d, x) for d, sub, _f in os.walk(home) if os.path.basename(d) == "jitwarden-quarantine" for x in sub]
         out["tampered_file_still_in_place"] = os.path.exists(target)
     os.makedirs(os.environ.get("OUT") or work, exist_ok=True)
     with open(os.path.join(os.environ.get("OUT") or work, "inductor_guard.json"), "w") as f:
