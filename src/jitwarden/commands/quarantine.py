@@ -146,6 +146,18 @@ def _plan_json(action, plan, done, args) -> None:
                     "plan": plan, "done": done})
 
 
+def _apply(chosen, action) -> list[str]:
+    """Run ``action`` on each record in order; the first failure stops with a one-line usage error."""
+    done = []
+    for r in chosen:
+        try:
+            action(r)
+        except q.QuarantineError as exc:
+            raise UsageError(str(exc)) from None
+        done.append(r.id)
+    return done
+
+
 def run(args) -> int:
     if args.action is None:
         raise UsageError("quarantine needs an action: list, restore or purge")
@@ -168,12 +180,7 @@ def run(args) -> int:
                 print(f"restore {p['id']} -> {p['to']}{extra}", file=sys.stderr)
         done = []
         if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
-            for r in chosen:
-                try:
-                    q.restore(r, replace=args.replace)
-                except q.QuarantineError as exc:
-                    raise UsageError(str(exc)) from None
-                done.append(r.id)
+            done = _apply(chosen, lambda r: q.restore(r, replace=args.replace))
         if args.format == "json":
             _plan_json("restore", plan, done, args)
         elif done:
@@ -194,12 +201,7 @@ def run(args) -> int:
             print("nothing to purge", file=sys.stderr)
     done = []
     if plan and _confirm(args, f"Delete {len(plan)} quarantined entr{'y' if len(plan) == 1 else 'ies'} for good?"):
-        for r in chosen:
-            try:
-                q.purge(r)
-            except q.QuarantineError as exc:
-                raise UsageError(str(exc)) from None
-            done.append(r.id)
+        done = _apply(chosen, q.purge)
     if args.format == "json":
         _plan_json("purge", plan, done, args)
     elif done:
