@@ -33,10 +33,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import partition
+from . import locations, partition
+from .locations import KINDS, default_base
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
-KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"))
 _SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
@@ -97,40 +97,6 @@ def _on(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _home(env) -> str:
-    return env.get("HOME") or os.path.expanduser("~")
-
-
-def _inductor_default(env) -> str:
-    """TorchInductor's default: ``<tempdir>/torchinductor_<user>`` (as the adapter computes it, minus
-    its imports of tempfile and getpass, which would double activation's warm cost)."""
-    tmp = next((env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k) and os.path.isdir(env[k])), "/tmp")
-    user = next((env[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if env.get(k)), None)
-    if user is None:
-        try:
-            import pwd
-
-            user = pwd.getpwuid(os.getuid()).pw_name
-        except (ImportError, KeyError):
-            user = "unknown"
-    for ch in '\\/:*?"<>|':
-        user = user.replace(ch, "_")
-    return os.path.join(tmp, f"torchinductor_{user}")
-
-
-def default_base(kind: str, env) -> str:
-    """The root each tool would use when nothing is set, read from ``env`` (its HOME too, not ours)."""
-    if kind == "triton":
-        if env.get("TRITON_CACHE_DIR"):
-            return env["TRITON_CACHE_DIR"]
-        return os.path.join(env.get("TRITON_HOME") or _home(env), ".triton", "cache")
-    if kind == "inductor":
-        return env.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default(env)
-    if env.get("VLLM_CACHE_ROOT"):
-        return os.path.expanduser(env["VLLM_CACHE_ROOT"])
-    return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(_home(env), ".cache"), "vllm")
-
-
 def _triton_knobs():
     """``triton.knobs.cache`` when Triton is already imported (never imports it), else None."""
     mod = sys.modules.get("triton")
@@ -145,25 +111,11 @@ def _current(kind: str, var: str, env, knobs) -> str | None:
     return env.get(var) or None
 
 
-def root_problem(path: str, uid: int | None = None) -> str | None:
-    """Why ``path`` must not hold shared kernels: writable by others or owned by someone else (pure stat).
-
-    Same rule as the scanner's ``root_findings`` (kept here so activation imports nothing heavy).
-    """
-    st = os.stat(path)
-    uid = os.getuid() if uid is None else uid
-    if st.st_mode & 0o002:
-        return f"world-writable (mode {st.st_mode & 0o7777:o}): anyone can plant kernels"
-    if uid != 0 and st.st_uid != uid:
-        return f"owned by uid {st.st_uid}, not by you (uid {uid})"
-    return None
-
-
 def _usable_base(base: str) -> str | None:
     """None when ``base`` is safe to hold partitions, else why not (creates it if missing)."""
     try:
         os.makedirs(base, exist_ok=True)
-        why = root_problem(base)
+        why = next(iter(locations.root_problems(base)), None)
     except OSError as exc:
         return f"cannot create it: {exc.strerror}"
     if why:

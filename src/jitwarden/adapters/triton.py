@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import base64
 import errno
-import getpass
 import json
 import os
 import re
 import stat
 import sysconfig
-import tempfile
 from dataclasses import dataclass, field
 
-from .. import elf, seal
+from .. import elf, locations, partition, seal
 from ..fsutil import read_nofollow
 from ..findings import Finding
 from ..layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, is_reserved
@@ -128,36 +126,16 @@ class Entry:
 # ---------------------------------------------------------------- roots
 
 
-def _home(env) -> str:
-    return env.get("HOME") or os.path.expanduser("~")
-
-
 def default_cache_dir(env=os.environ) -> tuple[str, str]:
-    """Triton's own choice: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``."""
-    if env.get("TRITON_CACHE_DIR"):
-        return env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
-    if env.get("TRITON_HOME"):
-        return os.path.join(env["TRITON_HOME"], ".triton", "cache"), "TRITON_HOME"
-    return os.path.join(_home(env), ".triton", "cache"), "default"
+    return locations.triton_cache_dir(env)
 
 
 def inductor_cache_dir(env=os.environ) -> str:
-    """TorchInductor's cache dir, as ``torch._inductor.runtime.cache_dir_utils`` picks it."""
-    if env.get("TORCHINDUCTOR_CACHE_DIR"):
-        return env["TORCHINDUCTOR_CACHE_DIR"]
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no passwd entry in some containers
-        user = "unknown"
-    user = re.sub(r'[\\/:*?"<>|]', "_", user)
-    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    return locations.inductor_cache_dir(env)
 
 
 def vllm_cache_root(env=os.environ) -> str:
-    if env.get("VLLM_CACHE_ROOT"):
-        return os.path.expanduser(env["VLLM_CACHE_ROOT"])
-    xdg = env.get("XDG_CACHE_HOME") or os.path.join(_home(env), ".cache")
-    return os.path.join(xdg, "vllm")
+    return locations.vllm_cache_root(env)
 
 
 def _subdirs(path: str) -> list[str]:
@@ -166,15 +144,6 @@ def _subdirs(path: str) -> list[str]:
             return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
     except OSError:
         return []
-
-
-def user_base(path: str) -> str:
-    """The directory a user set or persists: ``path`` itself, or the root a partition path lives in."""
-    path = path.rstrip(os.sep) or os.sep
-    parent = os.path.dirname(path)
-    if os.path.basename(parent) == PARTITIONS_DIR:
-        return os.path.dirname(parent)
-    return path
 
 
 def _with_partitions(base: str) -> list[tuple[str, str | None]]:
@@ -211,11 +180,11 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     roots: list[CacheRoot] = []
     path, source = default_cache_dir(env)
     # Under activation TRITON_CACHE_DIR names a partition: list the root it lives in (and so every partition).
-    roots.append(CacheRoot(KIND, user_base(path), source))
+    roots.append(CacheRoot(KIND, partition.base_of(path), source))
     if source != "default":
-        roots.append(CacheRoot(KIND, os.path.join(_home(env), ".triton", "cache"), "default"))
-    roots += _inductor_roots(user_base(inductor_cache_dir(env)), "inductor")
-    roots += _vllm_roots(user_base(vllm_cache_root(env)), "vllm")
+        roots.append(CacheRoot(KIND, os.path.join(locations.home(env), ".triton", "cache"), "default"))
+    roots += _inductor_roots(partition.base_of(inductor_cache_dir(env)), "inductor")
+    roots += _vllm_roots(partition.base_of(vllm_cache_root(env)), "vllm")
     try:
         from ..fingerprint import memo_dir
 
@@ -247,9 +216,9 @@ def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
         for d in _subdirs(pdir):
             out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
     # A root that is itself a partition (TRITON_CACHE_DIR set by activation) keeps its label.
-    if os.path.basename(os.path.dirname(root.path.rstrip(os.sep))) == PARTITIONS_DIR and root.partition is None:
-        base = os.path.dirname(os.path.dirname(root.path.rstrip(os.sep)))
-        out[0] = CacheRoot(root.kind, root.path, root.source, os.path.basename(root.path.rstrip(os.sep)), base)
+    inside = partition.split(root.path)
+    if inside and root.partition is None:
+        out[0] = CacheRoot(root.kind, root.path, root.source, inside[1], inside[0])
     return out
 
 
@@ -270,19 +239,10 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
 
 def root_findings(path: str, uid: int | None = None) -> list[Finding]:
     """Problems of the root directory itself: writable by others, or owned by another user."""
-    out = []
     try:
-        st = os.stat(path)
+        return [Finding("unsafe", f"cache root is {p}") for p in locations.root_problems(path, uid)]
     except OSError:
-        return out
-    uid = os.getuid() if uid is None else uid
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        out.append(Finding("unsafe", f"cache root is world-writable (mode {stat.filemode(st.st_mode)}): anyone can plant kernels"))
-    elif st.st_mode & stat.S_IWOTH:
-        out.append(Finding("unsafe", f"cache root is world-writable (mode {stat.filemode(st.st_mode)}, sticky): others can add entries"))
-    if uid != 0 and st.st_uid != uid:
-        out.append(Finding("unsafe", f"cache root is owned by uid {st.st_uid}, not by you (uid {uid})"))
-    return out
+        return []
 
 
 # ---------------------------------------------------------------- reading

@@ -45,30 +45,18 @@ def _common(p, destructive: bool = False) -> None:
 
 
 def cache_dirs(env=os.environ) -> list[str]:
-    """Every cache dir that can hold a quarantine: discovered roots, their partitions, private roots."""
-    from ..activation import KINDS, default_base
-    from ..fingerprint import memo_dir
+    """Every Triton cache dir holding a quarantine: the scanner's roots and their partitions.
 
-    dirs = []
-    for r in tri.discover_roots(env):
-        dirs += [x.path for x in tri.expand_partitions(r)]
-    bases = [default_base(kind, env) for kind, _var in KINDS]
-    bases += [os.path.join(memo_dir(env), "roots", kind) for kind, _var in KINDS]
-    for base in bases:
-        base = partition.base_of(base)
-        dirs.append(base)
-        for p, _info in partition.list_partitions(base):
-            dirs.append(p)
-            for sub in ("triton",):  # Inductor: <partition>/triton/<device>
-                d = os.path.join(p, sub)
-                if os.path.isdir(d):
-                    dirs += [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+    The guard quarantines only inside Triton cache dirs, and discovery already covers
+    partitioned Inductor/vLLM trees and jitwarden's private roots.
+    """
     seen, out = set(), []
-    for d in dirs:
-        k = os.path.realpath(d)
-        if k not in seen and os.path.isdir(q.quarantine_dir(d)):
-            seen.add(k)
-            out.append(d)
+    for r in tri.discover_roots(env):
+        for x in tri.expand_partitions(r):
+            k = os.path.realpath(x.path)
+            if k not in seen and os.path.isdir(q.quarantine_dir(x.path)):
+                seen.add(k)
+                out.append(x.path)
     return out
 
 

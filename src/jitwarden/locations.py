@@ -1,0 +1,80 @@
+"""Where each tool keeps its kernel cache, and whether a cache root is safe to share (stdlib ``os`` only).
+
+One answer for the scanner and for activation, read from a given ``env`` (its HOME too),
+the way each tool decides it; cheap enough for the warm activation path.
+"""
+
+from __future__ import annotations
+
+import os
+
+KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"))
+
+
+def home(env) -> str:
+    return env.get("HOME") or os.path.expanduser("~")
+
+
+def triton_cache_dir(env) -> tuple[str, str]:
+    """Triton's own choice and why: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``."""
+    if env.get("TRITON_CACHE_DIR"):
+        return env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
+    if env.get("TRITON_HOME"):
+        return os.path.join(env["TRITON_HOME"], ".triton", "cache"), "TRITON_HOME"
+    return os.path.join(home(env), ".triton", "cache"), "default"
+
+
+def inductor_cache_dir(env) -> str:
+    """TorchInductor's: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempdir>/torchinductor_<user>``.
+
+    The temp dir and user are resolved as ``tempfile.gettempdir()`` and ``getpass.getuser()``
+    do, without importing either (they would double a warm activation's cost).
+    """
+    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+        return env["TORCHINDUCTOR_CACHE_DIR"]
+    tmp = next((env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k) and os.path.isdir(env[k])), "/tmp")
+    user = next((env[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if env.get(k)), None)
+    if user is None:
+        try:
+            import pwd
+
+            user = pwd.getpwuid(os.getuid()).pw_name
+        except (ImportError, KeyError):
+            user = "unknown"
+    for ch in '\\/:*?"<>|':
+        user = user.replace(ch, "_")
+    return os.path.join(tmp, f"torchinductor_{user}")
+
+
+def vllm_cache_root(env) -> str:
+    """vLLM's: ``VLLM_CACHE_ROOT``, else ``${XDG_CACHE_HOME:-~/.cache}/vllm``."""
+    if env.get("VLLM_CACHE_ROOT"):
+        return os.path.expanduser(env["VLLM_CACHE_ROOT"])
+    return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home(env), ".cache"), "vllm")
+
+
+def default_base(kind: str, env) -> str:
+    """The root of one cache kind (``triton``, ``inductor`` or ``vllm``) for ``env``."""
+    if kind == "triton":
+        return triton_cache_dir(env)[0]
+    if kind == "inductor":
+        return inductor_cache_dir(env)
+    return vllm_cache_root(env)
+
+
+def root_problems(path: str, uid: int | None = None) -> list[str]:
+    """Why ``path`` must not hold shared kernels: writable by others, or owned by someone else.
+
+    OSError when it cannot be stat'ed. ``uid`` defaults to ours; root may use anyone's root.
+    """
+    st = os.stat(path)
+    uid = os.getuid() if uid is None else uid
+    out = []
+    mode = st.st_mode & 0o7777
+    if st.st_mode & 0o002 and not st.st_mode & 0o1000:
+        out.append(f"world-writable (mode {mode:o}): anyone can plant kernels")
+    elif st.st_mode & 0o002:
+        out.append(f"world-writable (mode {mode:o}, sticky): others can add entries")
+    if uid != 0 and st.st_uid != uid:
+        out.append(f"owned by uid {st.st_uid}, not by you (uid {uid})")
+    return out
