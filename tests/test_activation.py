@@ -215,6 +215,9 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
     metas = startup_checks.sample_metadata(root)
     assert len(metas) == 2 and startup_checks.foreign_entries(metas, (80,), metas[0]["triton_version"]) == []
     assert startup_checks.foreign_entries(metas, (), "3.4.0") == [f"Triton {metas[0]['triton_version']}"]
+    # Older layouts are read as the scanner reads them: a [backend, arch, warp] target is still sm_80.
+    older = [dict(m, target=["cuda", 80, 32]) for m in metas]
+    assert startup_checks.foreign_entries(older, (90,), metas[0]["triton_version"]) == ["sm_80"]
 
 
 # ------------------------------------------------------------------ warm path (activation memo)

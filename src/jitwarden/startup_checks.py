@@ -11,6 +11,7 @@ import json
 import os
 
 from . import ptxas as _ptxas
+from .adapters.triton import metadata_arch
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
@@ -53,9 +54,8 @@ def foreign_entries(metas, archs, triton_version) -> list[str]:
     """Why sampled entry metadata was built for another fingerprint (pure): other arch or Triton."""
     why = set()
     for md in metas:
-        tgt = md.get("target") if isinstance(md.get("target"), dict) else {}
-        arch = tgt.get("arch")
-        if archs and isinstance(arch, int) and arch not in archs and tgt.get("backend", "cuda") == "cuda":
+        arch = metadata_arch(md)  # every Triton metadata layout, as the scanner reads it
+        if archs and arch is not None and arch not in archs:
             why.add(f"sm_{arch}")
         tv = md.get("triton_version")
         if triton_version and isinstance(tv, str) and tv != triton_version:
