@@ -162,12 +162,6 @@ def _read_seal(entry_dir: str):
     return files, doc.get("fingerprint")
 
 
-def _same_dir(a: str, b: str) -> bool:
-    if a == b or os.path.normpath(a) == os.path.normpath(b):
-        return True
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 class _Verdict:
     __slots__ = ("state", "code", "details", "result")
 
@@ -268,7 +262,7 @@ class GuardedCacheManager(FileCacheManager):
             if not isinstance(p, str) or not isinstance(c, str):
                 return _Verdict("bad", "corrupt", [f"{grp_name}: child {c!r} has no path"])
             d, b = os.path.split(p)
-            if b != c or (d != self.cache_dir and not _same_dir(d, self.cache_dir)):
+            if b != c or (d != self.cache_dir and not _adapter.same_dir(d, self.cache_dir)):
                 return _Verdict("bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"])
         v = self._check_seal(list(children) + [grp_name])
         if v is not None:

@@ -500,7 +500,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
                 continue
             if cpath != prefix + child:  # the common case, this entry's own file by its own name, needs no more
                 cdir, cbase = os.path.split(os.path.normpath(cpath))
-                if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not _same_dir(cdir, f.path):
+                if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not same_dir(cdir, f.path):
                     outside.append(cpath)
                 elif cbase != child:
                     add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
@@ -595,11 +595,12 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     )
 
 
-def _same_dir(cdir: str, entry_path: str) -> bool:
-    if cdir == entry_path or cdir == os.path.normpath(entry_path):
+def same_dir(a: str, b: str) -> bool:
+    """Whether two spellings name one directory (lexically, else through symlinked parents)."""
+    if a == b or os.path.normpath(a) == os.path.normpath(b):
         return True
     try:
-        return os.path.realpath(cdir) == os.path.realpath(entry_path)
+        return os.path.realpath(a) == os.path.realpath(b)
     except OSError:
         return False
 
