@@ -474,3 +474,20 @@ def test_metadata_without_a_target_is_corrupt(cache, capsys):
     json.dump(md, open(p, "w"))
     rc, doc = run_json(capsys, root, "--target", "90")
     assert "corrupt" in findings_by_id(doc)[rec["id"]] and rc == 1
+
+
+def test_symlinked_seal_is_not_followed(cache, capsys, tmp_path):
+    from jitwarden import seal
+
+    root, recs = cache
+    rec = recs["add_sm90"]
+    seal.write(rec["path"], seal.compute(rec["path"], os.listdir(rec["path"])))
+    outside = tmp_path / "seal.json"
+    shutil.move(os.path.join(rec["path"], ".jitwarden-seal.json"), outside)
+    os.symlink(outside, os.path.join(rec["path"], ".jitwarden-seal.json"))
+    _, doc = damage_and_verify(capsys, root, rec, "unsafe")
+    e = next(e for e in doc["entries"] if e["id"] == rec["id"])
+    assert any(".jitwarden-seal.json is a symlink" in f["message"] for f in e["findings"])
+    assert e["sealed"] is False  # the seal behind the link is never read
+    with pytest.raises(seal.SealError, match="seal unreadable"):
+        seal.read(rec["path"])  # the guard's reader does not follow it either

@@ -119,49 +119,6 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)  # closing the last fd of the open file description releases the flock
 
 
-def _seal_problems(entry_dir: str, files: dict, names) -> list[str]:
-    """Like :func:`jitwarden.seal.check` for ``names``, one open and one read per file (the hit path)."""
-    problems = []
-    sha256 = hashlib.sha256
-    for name in names:
-        rec = files[name]
-        try:
-            size = rec["size"]
-            data = read_nofollow(os.path.join(entry_dir, name), size_hint=size)
-        except FileNotFoundError:
-            problems.append(f"{name} is sealed but missing")
-            continue
-        except OSError as exc:
-            problems.append(f"{name} unreadable: {exc.strerror or exc}")  # ELOOP: a symlink in place of a file
-            continue
-        except (TypeError, KeyError):
-            problems.append(f"{name}: malformed seal record")
-            continue
-        if len(data) != size:
-            problems.append(f"{name} is {len(data)} bytes, sealed as {size}")
-        elif sha256(data).hexdigest() != rec.get("sha256"):
-            problems.append(f"{name} does not match its sealed sha256")
-    return problems
-
-
-def _read_seal(entry_dir: str):
-    """(files, fingerprint) of the entry's seal; None when unsealed; SealError when damaged."""
-    try:
-        raw = read_nofollow(os.path.join(entry_dir, SEAL_FILE), size_hint=4096)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _seal.SealError(f"seal unreadable: {exc.strerror}") from None
-    try:
-        doc = json.loads(raw)
-        files = doc["files"]
-        if doc.get("schema") != _seal.SCHEMA or not isinstance(files, dict):
-            raise ValueError
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise _seal.SealError("seal is not a valid jitwarden seal") from None
-    return files, doc.get("fingerprint")
-
-
 class _Verdict:
     __slots__ = ("state", "code", "details", "result")
 
@@ -228,18 +185,15 @@ class GuardedCacheManager(FileCacheManager):
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
         try:
-            got = _read_seal(self.cache_dir)
+            sealed = _seal.read(self.cache_dir)
         except _seal.SealError as exc:
             return _Verdict("bad", "corrupt", [str(exc)])
-        if got is None:
+        if sealed is None:
             return _Verdict("legacy")
-        files, fingerprint = got
-        missing = [n for n in names if n not in files]
-        if missing:
-            return _Verdict("bad", "corrupt", [f"not covered by the seal: {', '.join(sorted(missing))}"])
-        problems = _seal_problems(self.cache_dir, files, names)
+        problems = _seal.check(self.cache_dir, sealed, names=names)
         if problems:
             return _Verdict("bad", "corrupt", problems)
+        fingerprint = sealed.fingerprint
         mine = self._digest
         if also_fingerprint and mine and fingerprint and fingerprint != mine:
             return _Verdict("bad", "mismatch", [f"sealed under fingerprint {fingerprint}, this partition is {mine}"])

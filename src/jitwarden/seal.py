@@ -7,13 +7,14 @@ checksum mismatch, which readers treat as a cache miss (ccache's rule).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
 
-from .fsutil import write_json_atomic
+from .fsutil import read_nofollow, write_json_atomic
 from .layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
@@ -40,9 +41,9 @@ class Seal:
         }
 
 
-def file_digest(path: str) -> tuple[str, int]:
-    with open(path, "rb") as f:
-        data = f.read()
+def file_digest(path: str, size_hint: int = 0) -> tuple[str, int]:
+    """(sha256, size) of a file, never through a symlink (OSError ELOOP)."""
+    data = read_nofollow(path, size_hint=size_hint)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
@@ -58,8 +59,7 @@ def read(entry_dir: str) -> Seal | None:
     """The entry's seal, None when it has none; SealError when it is damaged."""
     path = os.path.join(entry_dir, SEAL_FILE)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_nofollow(path, size_hint=4096)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -79,21 +79,27 @@ def read(entry_dir: str) -> Seal | None:
     return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0))
 
 
-def check(entry_dir: str, seal: Seal, present=None) -> list[str]:
-    """Problems between the seal and the files on disk, as sentences; empty when it holds."""
+def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
+    """Problems between the seal and the files on disk, as sentences; empty when it holds.
+
+    ``names``: check only these (each must be sealed), else every sealed file; ``present``:
+    the files on disk, any not covered by the seal is a problem too.
+    """
     problems = []
-    for name, rec in seal.files.items():
-        path = os.path.join(entry_dir, name)
+    if names is not None:
+        missing = sorted(n for n in names if n not in seal.files)
+        if missing:
+            return [f"not covered by the seal: {', '.join(missing)}"]
+    for name in seal.files if names is None else names:
+        rec = seal.files[name]
         try:
-            if os.path.islink(path):
-                problems.append(f"{name} is a symlink, the seal covers a file")
-                continue
-            digest, size = file_digest(path)
+            digest, size = file_digest(os.path.join(entry_dir, name), rec["size"])
         except FileNotFoundError:
             problems.append(f"{name} is sealed but missing")
             continue
         except OSError as exc:
-            problems.append(f"{name} unreadable: {exc.strerror}")
+            why = "is a symlink, the seal covers a file" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror}"
+            problems.append(f"{name} {why}")
             continue
         if size != rec["size"]:
             problems.append(f"{name} is {size} bytes, sealed as {rec['size']}")
