@@ -40,7 +40,7 @@ import json
 import os
 import sys
 
-from .fsutil import memo_dir
+from .fsutil import memo_dir, write_json_atomic
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"
@@ -309,20 +309,11 @@ def _store(path: str, entry: dict) -> None:
     old = [e for e in doc.get("entries", ()) if isinstance(e, dict)
            and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
-    tmp = f"{path}.{os.getpid()}.{id(entry):x}.tmp"
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, path)
-        tmp = None
+        write_json_atomic(path, data, ".activation-memo.")
         last = "stored"
     except (OSError, ValueError, TypeError) as exc:
         last = f"not stored: {type(exc).__name__}: {exc}"
-    finally:
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+
+
