@@ -70,7 +70,7 @@ def test_status_table_and_ls_table(isolated_env, built_cache, capsys):
 def test_no_roots_and_no_gpu_are_said_plainly(isolated_env, capsys):
     assert main(["status"]) == 0
     text = capsys.readouterr().out
-    assert "no Triton cache roots found" in text
+    assert "no kernel cache roots found" in text
     assert main(["verify", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     if doc["target"]["source"] == "none":

@@ -15,7 +15,7 @@ import sys
 from . import __version__
 from .errors import EXIT_INTERNAL, EXIT_USAGE, JitwardenError
 
-COMMANDS = ("status", "ls", "verify", "fingerprint", "run", "quarantine")
+COMMANDS = ("doctor", "status", "ls", "verify", "clean", "prune", "quarantine", "fingerprint", "run", "canary")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -95,6 +95,10 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
+    entries = list(entries)
+    kinds = len({e.kind for e in entries}) > 1
+    if kinds:
+        t.add_column("KIND")
     t.add_column("ID")
     t.add_column("NAME")
     t.add_column("TYPE")
@@ -107,8 +111,9 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     now = time.time()
     for e in entries:
         fs = report.findings_of(e)
-        row = [
-            e.path if long else e.id[:12],
+        row = [e.kind] if kinds else []
+        row += [
+            e.path if long else short_id(e),
             e.name or "-",
             e.type,
             f"sm_{e.arch}" if e.arch else "-",
@@ -123,13 +128,20 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     return t
 
 
+def short_id(e) -> str:
+    """An entry id short enough for a table: Triton's 52-character keys cut to 12, paths to their tail."""
+    if e.kind == "triton":
+        return e.id[:12]
+    return e.id if len(e.id) <= 40 else "…" + e.id[-39:]
+
+
 def caches_table(report: ScanReport, long: bool = False, current_digest: str | None = None):
     """One row per root; a partition of this environment's fingerprint is marked ``*``."""
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
     numeric = ("ENTRIES", "SIZE", "ERRORS", "WARNINGS", "QUARANTINED")
-    for col in ("ROOT", "SOURCE", "PARTITION") + numeric:
+    for col in ("KIND", "ROOT", "SOURCE", "PARTITION") + numeric:
         t.add_column(col, justify="right" if col in numeric else "left")
     for c in report.caches:
         errs = warns = 0
@@ -140,6 +152,7 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
             warns += sev == Severity.WARN
         errs += sum(f.severity == Severity.ERROR for f in c.findings)
         t.add_row(
+            c.root.kind,
             c.root.path if long else short_path(c.root.path),
             c.root.source,
             "-" if not c.root.partition else c.root.partition[:12] + ("*" if c.root.partition == current_digest else ""),

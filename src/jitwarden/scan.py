@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
+from . import adapters
 from .adapters import triton as tri
 from .errors import UsageError
 from .findings import Finding, Severity
 from .layout import QUARANTINE_DIR
+from .model import CacheRoot, Entry, Judge
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 500
@@ -25,8 +28,8 @@ CHUNK = 500
 class CacheScan:
     """One cache root as scanned: its entries and any problem of the root itself."""
 
-    root: tri.CacheRoot
-    entries: tuple[tri.Entry, ...]
+    root: CacheRoot
+    entries: tuple[Entry, ...]
     findings: tuple[Finding, ...] = ()
     error: str | None = None
     quarantined: int = 0  # entries the guard moved to <root>/jitwarden-quarantine/
@@ -63,15 +66,15 @@ class Target:
 class ScanReport:
     caches: tuple[CacheScan, ...]
     target: Target
-    judge: tri.Judge
+    judge: Judge
     elapsed: float = 0.0
     extra: dict = field(default_factory=dict)  # per entry path: findings added by later stages (rebuild)
 
     @property
-    def entries(self) -> list[tri.Entry]:
+    def entries(self) -> list[Entry]:
         return [e for c in self.caches for e in c.entries]
 
-    def findings_of(self, entry: tri.Entry) -> tuple[Finding, ...]:
+    def findings_of(self, entry: Entry) -> tuple[Finding, ...]:
         return entry.findings + tuple(self.extra.get(entry.path, ()))
 
     def summary(self) -> dict:
@@ -101,7 +104,7 @@ class ScanReport:
 # ---------------------------------------------------------------- roots
 
 
-def roots_from_paths(paths: list[str]) -> list[tuple[tri.CacheRoot, list[str] | None]]:
+def roots_from_paths(paths: list[str]) -> list[tuple[CacheRoot, list[str] | None]]:
     """Roots named on the command line; a path that is itself one entry scans just that entry."""
     out = []
     for p in paths:
@@ -120,24 +123,53 @@ def roots_from_paths(paths: list[str]) -> list[tuple[tri.CacheRoot, list[str] | 
             names = os.listdir(path)
         except OSError as exc:
             raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
-        if any(n.startswith("__grp__") for n in names) or any(n.endswith((".cubin", ".so")) for n in names):
-            out.append((tri.CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)]))
+        kind = adapters.kind_of_path(path)
+        if kind == tri.KIND and (any(n.startswith("__grp__") for n in names) or any(n.endswith((".cubin", ".so")) for n in names)):
+            out.append((CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)]))
         else:
-            out.append((tri.CacheRoot(tri.KIND, path, "cli"), None))
+            out.append((CacheRoot(kind, path, "cli"), None))
     return out
 
 
-def default_roots(env=os.environ) -> list[tuple[tri.CacheRoot, list[str] | None]]:
-    return [(r, None) for r in tri.discover_roots(env)]
+def default_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list[tuple[CacheRoot, list[str] | None]]:
+    return [(r, None) for r in adapters.discover_roots(env, kinds)]
 
 
 # ---------------------------------------------------------------- judging
 
 
-def make_judge(target_arch: int | None, orphan_age: float = 3600.0, triton_version: str | None = None) -> tri.Judge:
+def make_judge(target_arch: int | None, orphan_age: float = 3600.0, triton_version: str | None = None,
+               fp=None) -> Judge:
+    """The judge for this environment: its packages, GPUs and driver come from ``fp`` when given."""
+    if fp is not None:
+        versions = tuple((p.name, p.version) for p in fp.packages)
+        torch = fp.package("torch")
+        gpus = tuple(g.name for g in fp.gpus if getattr(g, "name", None))
+        driver, torch_cuda = fp.driver_version, getattr(torch, "cuda", None)
+    else:
+        versions, gpus, driver, torch_cuda = installed_versions(), (), None, None
     if triton_version is None:
-        triton_version = installed_triton_version()
-    return tri.Judge(target_arch, triton_version, tri.host_machine(), orphan_age, time.time())
+        triton_version = dict(versions).get("triton") or installed_triton_version()
+    return Judge(target_arch, triton_version, tri.host_machine(), orphan_age, time.time(), versions=versions,
+                 gpu_names=gpus, driver_version=driver, torch_cuda=torch_cuda,
+                 python_tag=f"{sys.version_info[0]}{sys.version_info[1]}", uid=os.getuid())
+
+
+def installed_versions() -> tuple[tuple[str, str], ...]:
+    """(package, version) of the packages whose caches we judge, read from installed metadata."""
+    from importlib import metadata
+
+    from .fingerprint import PACKAGES
+
+    out = []
+    for name, dists in PACKAGES:
+        for d in dists:
+            try:
+                out.append((name, metadata.version(d)))
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return tuple(out)
 
 
 def installed_triton_version() -> str | None:
@@ -157,9 +189,10 @@ def _count_quarantined(root: str) -> int:
         return 0
 
 
-def _judge_chunk(args) -> list[tri.Entry]:
-    root, names, judge, root_uid = args
-    return [tri.inspect_entry(root, n, judge, root_uid) for n in names]
+def _judge_chunk(args) -> list[Entry]:
+    kind, root, names, judge, root_uid = args
+    inspect = adapters.get(kind).inspect_entry
+    return [inspect(root, n, judge, root_uid) for n in names]
 
 
 def _pool(jobs: int):
@@ -170,18 +203,19 @@ def _pool(jobs: int):
     return ctx.Pool(jobs)
 
 
-def scan(roots: list[tuple[tri.CacheRoot, list[str] | None]], judge: tri.Judge, target: Target, jobs: int | None = None,
+def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: Target, jobs: int | None = None,
          expand: bool = True) -> ScanReport:
     """Scan every root (and the partitions inside each) and judge each entry."""
     start = time.perf_counter()
     jobs = jobs or os.cpu_count() or 1
-    plan: list[tuple[tri.CacheRoot, list[str], tuple[Finding, ...], str | None, int | None]] = []
+    plan: list[tuple[CacheRoot, list[str], tuple[Finding, ...], str | None, int | None]] = []
     seen = set()
     onlys: list[list[str] | None] = []
     for root, only in roots:
-        subroots = tri.expand_partitions(root) if expand and only is None else [root]
+        adapter = adapters.get(root.kind)
+        subroots = adapter.expand_partitions(root) if expand and only is None else [root]
         for r in subroots:
-            key = (os.path.realpath(r.path), tuple(only or ()))
+            key = (r.kind, os.path.realpath(r.path), tuple(only or ()))
             if key in seen:
                 continue
             seen.add(key)
@@ -193,26 +227,26 @@ def scan(roots: list[tuple[tri.CacheRoot, list[str] | None]], judge: tri.Judge, 
                 if only is not None:
                     names = list(only)
                 else:
-                    names, _strays = tri.list_entry_names(r.path)
+                    names, _strays = adapter.list_entry_names(r.path)
             except OSError as exc:
                 error = f"cannot list {r.path}: {exc.strerror}"
-            plan.append((r, names, tuple(tri.root_findings(r.path)) if only is None else (), error, root_uid))
+            plan.append((r, names, tuple(adapter.root_findings(r.path)) if only is None else (), error, root_uid))
             onlys.append(only)
 
     total = sum(len(p[1]) for p in plan)
-    results: dict[int, list[tri.Entry]] = {}
+    results: dict[int, list[Entry]] = {}
     if total >= PARALLEL_THRESHOLD and jobs > 1:
         tasks, owners = [], []
         for i, (r, names, _f, _e, uid) in enumerate(plan):
             for k in range(0, len(names), CHUNK):
-                tasks.append((r.path, names[k : k + CHUNK], judge, uid))
+                tasks.append((r.kind, r.path, names[k : k + CHUNK], judge, uid))
                 owners.append(i)
         with _pool(jobs) as pool:
             for i, chunk in zip(owners, pool.imap(_judge_chunk, tasks)):
                 results.setdefault(i, []).extend(chunk)
     else:
         for i, (r, names, _f, _e, uid) in enumerate(plan):
-            results[i] = _judge_chunk((r.path, names, judge, uid))
+            results[i] = _judge_chunk((r.kind, r.path, names, judge, uid))
 
     caches = tuple(CacheScan(r, tuple(results.get(i, ())), f, e, _count_quarantined(r.path) if only is None else 0)
                    for i, ((r, _n, f, e, _u), only) in enumerate(zip(plan, onlys)))

@@ -15,11 +15,12 @@ import os
 import re
 import stat
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import elf, locations, partition, seal
 from ..fsutil import read_nofollow
 from ..findings import Finding
+from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
 from ..layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, is_reserved
 from ..ptx import parse_header
 
@@ -30,29 +31,6 @@ _TMP_FILE = re.compile(r"\.tmp\.pid_\d+_")  # Triton <= 3.1 wrote <file>.tmp.pid
 _PTX_HEAD = 16384
 
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
-
-
-@dataclass(frozen=True, slots=True)
-class CacheRoot:
-    """A directory Triton uses as its cache dir (or a jitwarden partition of one)."""
-
-    kind: str
-    path: str
-    source: str  # TRITON_CACHE_DIR, TRITON_HOME, default, inductor, vllm, cli, partition
-    partition: str | None = None
-    base: str | None = None  # the user-visible root a partition lives in
-
-
-@dataclass(frozen=True, slots=True)
-class Judge:
-    """What entries are judged against; built once per command from the environment."""
-
-    target_arch: int | None = None
-    triton_version: str | None = None
-    host_machine: str | None = None
-    orphan_age: float = 3600.0
-    now: float = 0.0
-    check_seals: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,48 +57,6 @@ class EntryFacts:
     launchers: tuple[tuple[str, elf.Elf | None], ...] = ()
     read_errors: tuple[tuple[str, str], ...] = ()  # name, why (unparseable / unreadable)
     seal_problems: tuple[str, ...] | None = None  # None: no seal
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One Triton cache entry with its findings; the unit every command reports on."""
-
-    kind: str
-    root: str
-    id: str
-    path: str
-    type: str  # kernel, launcher, autotune, partial, empty, other, link
-    name: str | None
-    arch: int | None
-    bytes: int
-    mtime: float
-    triton_version: str | None = None
-    cubin_sm: int | None = None
-    ptx_version: str | None = None
-    ptx_target: str | None = None
-    producer: str | None = None
-    sealed: bool = False
-    findings: tuple[Finding, ...] = ()
-
-    def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "root": self.root,
-            "id": self.id,
-            "path": self.path,
-            "type": self.type,
-            "name": self.name,
-            "arch": self.arch,
-            "bytes": self.bytes,
-            "mtime": self.mtime,
-            "triton_version": self.triton_version,
-            "cubin_sm": self.cubin_sm,
-            "ptx_version": self.ptx_version,
-            "ptx_target": self.ptx_target,
-            "producer": self.producer,
-            "sealed": self.sealed,
-            "findings": [f.to_json() for f in self.findings],
-        }
 
 
 # ---------------------------------------------------------------- roots

@@ -61,5 +61,5 @@ def run_scan(args, fp=None):
     """Resolve roots and target from ``args`` and scan; returns the report."""
     target = resolve_target(args.target, fp)
     roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots()
-    judge = scanner.make_judge(target.arch, orphan_age(args))
+    judge = scanner.make_judge(target.arch, orphan_age(args), fp=fp)
     return scanner.scan(roots, judge, target)

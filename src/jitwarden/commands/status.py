@@ -31,7 +31,7 @@ def run(args) -> int:
             if any(c.root.partition == digest for c in report.caches):
                 con.print("[dim]* this environment's partition; other partitions belong to other environments[/dim]")
         else:
-            con.print("no Triton cache roots found")
+            con.print("no kernel cache roots found")
         for c in report.caches:
             for f in c.findings:
                 con.print(f"[bold red]{f.code}[/bold red] {out.short_path(c.root.path)}: {f.message}")
