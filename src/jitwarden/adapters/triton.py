@@ -23,6 +23,7 @@ from ..findings import Finding
 from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
 from ..layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, is_reserved
 from ..ptx import parse_header
+from ._base import expand_partitions, inside, leaves, root_findings, subdirs, with_partitions  # noqa: F401 - part of this adapter's interface
 
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
@@ -74,35 +75,19 @@ def vllm_cache_root(env=os.environ) -> str:
     return locations.vllm_cache_root(env)
 
 
-def _subdirs(path: str) -> list[str]:
-    try:
-        with os.scandir(path) as it:
-            return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
-
-
-def _with_partitions(base: str) -> list[tuple[str, str | None]]:
-    """``base`` and each ``base/jitwarden-v1/<digest>`` in it, as (dir, digest or None)."""
-    out: list[tuple[str, str | None]] = [(base, None)]
-    for d in _subdirs(os.path.join(base, PARTITIONS_DIR)):
-        out.append((d, os.path.basename(d)))
-    return out
-
-
 def _inductor_roots(base: str, source: str) -> list[CacheRoot]:
     """Triton trees of an Inductor cache dir: ``<dir>/triton/<device>``, in the dir and in its partitions."""
     return [CacheRoot(KIND, t, source, digest, base if digest else None)
-            for d, digest in _with_partitions(base) for t in _subdirs(os.path.join(d, "triton"))]
+            for d, digest in with_partitions(base) for t in subdirs(os.path.join(d, "triton"))]
 
 
 def _vllm_roots(base: str, source: str) -> list[CacheRoot]:
     """vLLM's per-model Inductor trees: ``torch_compile_cache/<hash>/rank_*/inductor_cache/triton/<device>``."""
     out = []
-    for d, digest in _with_partitions(base):
-        for h in _subdirs(os.path.join(d, "torch_compile_cache")):
-            for rank in _subdirs(h):
-                for t in _subdirs(os.path.join(rank, "inductor_cache", "triton")):
+    for d, digest in with_partitions(base):
+        for h in subdirs(os.path.join(d, "torch_compile_cache")):
+            for rank in subdirs(h):
+                for t in subdirs(os.path.join(rank, "inductor_cache", "triton")):
                     out.append(CacheRoot(KIND, t, source, digest, base if digest else None))
     return out
 
@@ -144,20 +129,6 @@ def dedupe(roots: list[CacheRoot]) -> list[CacheRoot]:
     return out
 
 
-def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
-    """The root itself plus each jitwarden partition inside it (``<root>/jitwarden-v1/<digest>``)."""
-    out = [root]
-    pdir = os.path.join(root.path, PARTITIONS_DIR)
-    if os.path.isdir(pdir) and not os.path.islink(pdir):
-        for d in _subdirs(pdir):
-            out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
-    # A root that is itself a partition (TRITON_CACHE_DIR set by activation) keeps its label.
-    inside = partition.split(root.path)
-    if inside and root.partition is None:
-        out[0] = CacheRoot(root.kind, root.path, root.source, inside[1], inside[0])
-    return out
-
-
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """(entry directory names, stray top-level items as (name, why)) of a root; reserved names skipped."""
     names, strays = [], []
@@ -173,27 +144,7 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     return names, strays
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    """Problems of the root directory itself: writable by others, or owned by another user."""
-    try:
-        return [Finding("unsafe", f"cache root is {p}") for p in locations.root_problems(path, uid)]
-    except OSError:
-        return []
-
-
 # ---------------------------------------------------------------- reading
-
-
-def _leaves(base: str, link_path: str, target: str) -> bool:
-    resolved = os.path.normpath(os.path.join(os.path.dirname(link_path), target))
-    real = os.path.realpath(link_path)
-    base_real = os.path.realpath(base)
-    return not (_inside(resolved, base) or _inside(real, base_real))
-
-
-def _inside(path: str, base: str) -> bool:
-    base = base.rstrip(os.sep) + os.sep
-    return path.startswith(base)
 
 
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
@@ -209,7 +160,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
         except OSError:
             target = "?"
         return EntryFacts(path, name, is_symlink=True, symlink_target=target, mode=st.st_mode, uid=st.st_uid,
-                          links=((name, target, _leaves(root, path, target)),))
+                          links=((name, target, leaves(root, path, target)),))
     files, links, tmps, others, errors = [], [], [], [], []
     try:
         it = os.scandir(path)
@@ -227,7 +178,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                     target = os.readlink(e.path)
                 except OSError:
                     target = "?"
-                links.append((e.name, target, _leaves(path, e.path, target)))
+                links.append((e.name, target, leaves(path, e.path, target)))
             elif stat.S_ISDIR(est.st_mode):
                 if _TMP_DIR.match(e.name):
                     tmps.append((e.name, est.st_mtime))
