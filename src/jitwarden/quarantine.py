@@ -1,26 +1,42 @@
 """Quarantine: move an entry aside by one atomic rename, restorably (stdlib only).
 
-An entry ``<root>/<id>`` moves to ``<root>/jitwarden-quarantine/<UTC stamp>-<id>/``
-(same directory tree, so the same filesystem and an atomic ``rename``), and a
-small record ``.jitwarden-quarantine.json`` inside says why and where from.
-Nothing is deleted here except by :func:`purge`, on request.
+Layout (schema 2)::
+
+    <root>/jitwarden-quarantine/<UTC stamp>-<flattened entry id>/
+        .jitwarden-quarantine.json     where it came from, why, by whom
+        <entry's own name>             the entry itself: a directory, a file or a symlink, untouched
+
+The record is written *before* the rename, so an interrupted move leaves either the
+entry in place (and an empty slot that ``empty`` removes) or the entry wholly in
+quarantine with its record; never half an entry. The rename stays inside the root,
+so it is atomic and never crosses a filesystem. Entry ids may be relative paths
+(``fxgraph/ab/<key>``); the record keeps that path and restore puts the entry back
+exactly there, refusing when the slot has been taken since.
+
+Schema 1 (the guard's earlier layout: the entry dir itself renamed into quarantine,
+record inside) is still read, restored and purged.
+
+Deleting (only on request) first renames the slot into ``<root>/.jitwarden-trash/``,
+then removes it there: a kill mid-delete never leaves half an entry where a restore
+would find it. Nothing here follows a symlink.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
 import shutil
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 from .layout import QUARANTINE_DIR
 
 RECORD = ".jitwarden-quarantine.json"
-SCHEMA = 1
+TRASH_DIR = ".jitwarden-trash"
+SCHEMA = 2
 
 
 class QuarantineError(Exception):
@@ -31,9 +47,9 @@ class QuarantineError(Exception):
 class Record:
     """One quarantined entry: where it is now, where it came from, and why."""
 
-    id: str  # the quarantine name: <stamp>-<entry id>[-n]
-    path: str
-    entry_id: str
+    id: str  # the slot's name: <stamp>-<flattened entry id>[-n]
+    path: str  # the slot: <root>/jitwarden-quarantine/<id>
+    entry_id: str  # relative to root, may contain "/"
     original_path: str
     root: str
     reason: str
@@ -44,13 +60,22 @@ class Record:
     pid: int = 0
     bytes: int = 0
     extra: dict = field(default_factory=dict)
+    payload: str | None = None  # the entry's name inside the slot (schema 2); None: the slot is the entry (schema 1)
+    kind: str | None = None  # cache kind of the entry (triton, inductor, ...)
+    present: bool = True  # False: an interrupted move left the slot without its entry
+
+    @property
+    def payload_path(self) -> str:
+        """Where the quarantined entry itself is."""
+        return os.path.join(self.path, self.payload) if self.payload else self.path
 
     def to_json(self) -> dict:
         return {
             "schema": SCHEMA, "id": self.id, "path": self.path, "entry_id": self.entry_id,
             "original_path": self.original_path, "root": self.root, "reason": self.reason,
             "details": list(self.details), "quarantined_at": self.quarantined_at, "by": self.by,
-            "fingerprint": self.fingerprint, "pid": self.pid, "bytes": self.bytes,
+            "fingerprint": self.fingerprint, "pid": self.pid, "bytes": self.bytes, "payload": self.payload,
+            "kind": self.kind, "present": self.present,
         }
 
 
@@ -62,117 +87,302 @@ def stamp(now: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
 
 
-def move(entry_path: str, reason: str, details=(), *, by: str = "jitwarden", fingerprint: str | None = None,
-         now: float | None = None) -> Record:
-    """Rename ``entry_path`` into its root's quarantine and write the record; returns it.
+def flatten(entry_id: str) -> str:
+    """One path component for an entry id: ``fxgraph/ab/KEY`` → ``fxgraph%ab%KEY`` (pure)."""
+    return entry_id.replace("%", "%25").replace(os.sep, "%")
 
-    Raises FileNotFoundError when the entry is already gone (someone else moved it).
-    """
-    now = time.time() if now is None else now
-    entry_path = os.path.normpath(entry_path)
-    root, entry_id = os.path.split(entry_path)
-    qdir = quarantine_dir(root)
-    os.makedirs(qdir, exist_ok=True)
-    base = f"{stamp(now)}-{entry_id}"
-    for n in range(1000):
-        name = base if n == 0 else f"{base}-{n}"
-        dest = os.path.join(qdir, name)
-        if os.path.lexists(dest):
-            continue
+
+# ---------------------------------------------------------------- renames that never replace
+
+_RENAME_NOREPLACE = 1
+_renameat2 = None
+
+
+def _libc_renameat2():
+    global _renameat2
+    if _renameat2 is None:
         try:
-            os.rename(entry_path, dest)
-            break
-        except OSError as exc:
-            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                continue
-            raise
-    else:  # pragma: no cover - a thousand quarantines of one entry in one second
-        raise QuarantineError(f"no free quarantine name for {entry_id}")
-    rec = Record(name, dest, entry_id, entry_path, root, reason, tuple(details), now, by, fingerprint,
-                 os.getpid(), _size(dest))
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.renameat2
+            fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+            _renameat2 = fn
+        except (OSError, AttributeError):
+            _renameat2 = False
+    return _renameat2
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """``rename(src, dst)`` that fails with FileExistsError instead of replacing ``dst``.
+
+    Plain ``rename`` silently replaces a file or an empty directory; restore must not.
+    Uses ``renameat2(RENAME_NOREPLACE)``; where the kernel or filesystem lacks it, checks first.
+    """
+    fn = _libc_renameat2()
+    if fn:
+        AT_FDCWD = -100
+        if fn(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), src, None, dst)
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+    os.rename(src, dst)
+
+
+# ---------------------------------------------------------------- moving aside
+
+
+def size_of(path: str) -> int:
+    """Bytes of regular files under ``path`` (or of ``path`` itself), never following a symlink."""
     try:
-        _write_record(dest, rec)
+        st = os.lstat(path)
     except OSError:
-        pass  # the move is what matters; `list` shows it with an unknown reason
-    return rec
-
-
-def _size(path: str) -> int:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
     total = 0
-    try:
-        with os.scandir(path) as it:
-            for e in it:
-                st = e.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode):
-                    total += st.st_size
-    except OSError:
-        pass
+    for d, dirs, files in os.walk(path, onerror=lambda e: None):
+        for n in files + dirs:
+            try:
+                s = os.lstat(os.path.join(d, n))
+            except OSError:
+                continue
+            if stat.S_ISREG(s.st_mode):
+                total += s.st_size
     return total
 
 
-def _write_record(dest: str, rec: Record) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-q.", suffix=".tmp", dir=dest)
-    with os.fdopen(fd, "w") as f:
-        json.dump(rec.to_json(), f, sort_keys=True, indent=1)
-    os.replace(tmp, os.path.join(dest, RECORD))
+def move(entry_path: str, reason: str, details=(), *, root: str | None = None, entry_id: str | None = None,
+         kind: str | None = None, by: str = "jitwarden", fingerprint: str | None = None,
+         now: float | None = None) -> Record:
+    """Rename ``entry_path`` (a directory, file or symlink) into ``root``'s quarantine; returns its record.
+
+    ``root`` defaults to the entry's parent (the guard's Triton entries). Raises
+    FileNotFoundError when the entry is already gone (someone else moved it).
+    """
+    now = time.time() if now is None else now
+    entry_path = os.path.normpath(entry_path)
+    if root is None:
+        root, default_id = os.path.split(entry_path)
+    else:
+        root = os.path.normpath(root)
+        default_id = os.path.relpath(entry_path, root)
+    entry_id = entry_id or default_id
+    if entry_id.startswith(os.pardir + os.sep) or entry_id == os.pardir or os.path.isabs(entry_id):
+        raise QuarantineError(f"{entry_path} is not inside {root}")
+    os.lstat(entry_path)  # FileNotFoundError when gone
+    qdir = quarantine_dir(root)
+    os.makedirs(qdir, exist_ok=True)
+    base = f"{stamp(now)}-{flatten(entry_id)}"[:240]
+    for n in range(1000):
+        name = base if n == 0 else f"{base}-{n}"
+        slot = os.path.join(qdir, name)
+        try:
+            os.mkdir(slot, 0o755)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - a thousand quarantines of one entry in one second
+        raise QuarantineError(f"no free quarantine name for {entry_id}")
+    payload = os.path.basename(entry_path)
+    rec = Record(name, slot, entry_id, entry_path, root, reason, tuple(details), now, by, fingerprint,
+                 os.getpid(), size_of(entry_path), payload=payload, kind=kind)
+    try:
+        _write_record(slot, rec)
+        rename_noreplace(entry_path, os.path.join(slot, payload))
+    except BaseException:
+        _drop_slot(slot)
+        raise
+    return rec
+
+
+def _drop_slot(slot: str) -> None:
+    """Remove a slot that holds only its record (an undone or interrupted move)."""
+    for n in os.listdir(slot) if os.path.isdir(slot) else ():
+        if n == RECORD or n.startswith(".jitwarden-q."):
+            try:
+                os.unlink(os.path.join(slot, n))
+            except OSError:
+                pass
+    try:
+        os.rmdir(slot)
+    except OSError:
+        pass
+
+
+def _write_record(slot: str, rec: Record) -> None:
+    from .fsutil import write_json_atomic
+
+    write_json_atomic(os.path.join(slot, RECORD), rec.to_json(), ".jitwarden-q.")
+
+
+# ---------------------------------------------------------------- reading
 
 
 def read(qpath: str) -> Record:
-    """The record of one quarantined dir; an 'unknown' record when its file is missing or damaged."""
+    """The record of one slot; an 'unknown' record when its file is missing or damaged (schema 1 guesses)."""
+    from .fsutil import read_nofollow
+
     qpath = os.path.normpath(qpath)
     qdir, name = os.path.split(qpath)
     root = os.path.dirname(qdir)
-    entry_id = name.split("-", 1)[1] if "-" in name else name
-    entry_id = entry_id.split("-", 1)[0]
+    guess = name.split("-", 1)[1] if "-" in name else name
+    guess = guess.split("-", 1)[0]
     try:
-        with open(os.path.join(qpath, RECORD), "rb") as f:
-            d = json.loads(f.read())
-        return Record(name, qpath, str(d.get("entry_id") or entry_id), str(d.get("original_path") or os.path.join(root, entry_id)),
-                      root, str(d.get("reason") or "unknown"), tuple(d.get("details") or ()),
+        d = json.loads(read_nofollow(os.path.join(qpath, RECORD)))
+        if not isinstance(d, dict):
+            raise ValueError("not an object")
+        payload = d.get("payload") or None
+        if payload is not None and (not isinstance(payload, str) or os.sep in payload or payload in (".", "..")):
+            raise ValueError("bad payload")
+        entry_id = str(d.get("entry_id") or guess)
+        where = os.path.join(qpath, payload) if payload else qpath
+        present = os.path.lexists(where)
+        return Record(name, qpath, entry_id, str(d.get("original_path") or os.path.join(root, entry_id)),
+                      root, str(d.get("reason") or "unknown"), tuple(str(x) for x in d.get("details") or ()),
                       float(d.get("quarantined_at") or 0), str(d.get("by") or ""), d.get("fingerprint"),
-                      int(d.get("pid") or 0), _size(qpath))
+                      int(d.get("pid") or 0), size_of(where) if present else 0, payload=payload,
+                      kind=d.get("kind"), present=present)
     except (OSError, ValueError, TypeError, AttributeError):
         try:
             mtime = os.lstat(qpath).st_mtime
+            held = [n for n in os.listdir(qpath) if n != RECORD and not n.startswith(".jitwarden-q.")]
         except OSError:
-            mtime = 0.0
-        return Record(name, qpath, entry_id, os.path.join(root, entry_id), root, "unknown", (), mtime, bytes=_size(qpath))
+            mtime, held = 0.0, []
+        return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), mtime, bytes=size_of(qpath),
+                      present=bool(held))
 
 
-def list_root(root: str) -> list[Record]:
-    """Quarantined entries of one cache root (or partition), oldest first."""
+def list_root(root: str, *, include_empty: bool = False) -> list[Record]:
+    """Quarantined entries of one cache root (or partition), oldest first.
+
+    Slots left empty by an interrupted move are skipped unless ``include_empty``.
+    """
     qdir = quarantine_dir(root)
     try:
-        names = sorted(e.name for e in os.scandir(qdir) if e.is_dir(follow_symlinks=False))
+        with os.scandir(qdir) as it:
+            names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
     except OSError:
         return []
-    return sorted((read(os.path.join(qdir, n)) for n in names), key=lambda r: (r.quarantined_at, r.id))
+    recs = (read(os.path.join(qdir, n)) for n in names)
+    return sorted((r for r in recs if r.present or include_empty), key=lambda r: (r.quarantined_at, r.id))
+
+
+# ---------------------------------------------------------------- restoring and deleting
+
+
+def _parent_inside(root: str, path: str) -> bool:
+    """``path``'s parent is ``root`` or a real directory below it (no symlinked component)."""
+    parent = os.path.dirname(os.path.normpath(path))
+    rel = os.path.relpath(parent, root)
+    if rel == os.curdir:
+        return True
+    if rel.startswith(os.pardir):
+        return False
+    return os.path.realpath(parent) == os.path.join(os.path.realpath(root), rel)
 
 
 def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> Record | None:
-    """Rename a quarantined entry back to where it came from.
+    """Rename a quarantined entry back to where it came from, exactly as it was.
 
-    When a new entry already lives there (Triton rebuilt it), refuse unless
-    ``replace``; then the new one is quarantined first, and its record returned.
+    When a new entry lives there now (Triton rebuilt it), refuse unless ``replace``;
+    then the new one is quarantined first, and its record returned.
     """
-    if os.path.lexists(rec.original_path) and not replace:
-        raise QuarantineError(f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out")
+    if not rec.present or not os.path.lexists(rec.payload_path):
+        raise QuarantineError(f"{rec.id} holds no entry (an interrupted move); `jitwarden quarantine empty` removes it")
+    target = rec.original_path
+    if os.path.lexists(target) and not replace:
+        raise QuarantineError(f"{target} exists (rebuilt since); pass --replace to swap it out")
     displaced = None
-    if os.path.lexists(rec.original_path):
-        displaced = move(rec.original_path, "replaced", [f"displaced by restoring {rec.id}"], by="restore", now=now)
+    if os.path.lexists(target):
+        displaced = move(target, "replaced", [f"displaced by restoring {rec.id}"], root=rec.root,
+                         entry_id=rec.entry_id, kind=rec.kind, by="restore", now=now)
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        if not _parent_inside(rec.root, parent + os.sep + "x"):
+            raise QuarantineError(f"cannot restore {rec.id}: {parent} is not a directory inside {rec.root}")
+        os.makedirs(parent, exist_ok=True)
+    if not _parent_inside(rec.root, target):
+        raise QuarantineError(f"cannot restore {rec.id}: a parent of {target} is a symlink; not followed")
+    if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
+        try:
+            os.unlink(os.path.join(rec.path, RECORD))
+        except OSError:
+            pass
     try:
-        os.unlink(os.path.join(rec.path, RECORD))
-    except OSError:
-        pass
-    try:
-        os.rename(rec.path, rec.original_path)
+        rename_noreplace(rec.payload_path, target)
+    except FileExistsError:
+        raise QuarantineError(f"{target} was taken while restoring {rec.id}; nothing changed") from None
     except OSError as exc:
         raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
+    if rec.payload is not None:
+        _drop_slot(rec.path)
     return displaced
 
 
+def _rmtree(path: str) -> None:
+    """Delete a tree without following symlinks; a directory we may not enter is made enterable first."""
+
+    def onerror(func, p, exc_info):
+        exc = exc_info[1]
+        if isinstance(exc, FileNotFoundError):
+            return
+        if isinstance(exc, PermissionError):
+            try:
+                st = os.lstat(p)
+                if stat.S_ISDIR(st.st_mode):
+                    os.chmod(p, st.st_mode | 0o700)
+                else:
+                    parent = os.path.dirname(p)
+                    os.chmod(parent, os.lstat(parent).st_mode | 0o700)
+                func(p)
+                return
+            except OSError:
+                pass
+        raise exc
+
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path, onerror=onerror)
+        if os.path.lexists(path):  # a dir made enterable only now: one more pass
+            shutil.rmtree(path)
+
+
 def purge(rec: Record) -> None:
-    """Delete one quarantined entry for good (only on request); never follows a symlink."""
+    """Delete one quarantined entry for good (only on request): rename into the trash, then remove there."""
     if os.path.islink(rec.path) or os.path.basename(os.path.dirname(rec.path)) != QUARANTINE_DIR:
         raise QuarantineError(f"refusing to delete {rec.path}: not a quarantined directory")
-    shutil.rmtree(rec.path)
+    trash = os.path.join(rec.root, TRASH_DIR)
+    os.makedirs(trash, exist_ok=True)
+    dest = os.path.join(trash, f"{rec.id}.{os.getpid()}.{time.monotonic_ns()}")
+    os.rename(rec.path, dest)
+    _rmtree(dest)
+    try:
+        os.rmdir(trash)
+    except OSError:
+        pass
+
+
+def drop_empty_slot(rec: Record) -> None:
+    """Remove a slot an interrupted move left without its entry."""
+    if rec.present:
+        raise QuarantineError(f"{rec.id} holds an entry")
+    _drop_slot(rec.path)
+
+
+def finish_trash(root: str) -> int:
+    """Finish deletions a killed purge left in ``<root>/.jitwarden-trash``; returns how many."""
+    trash = os.path.join(root, TRASH_DIR)
+    try:
+        names = os.listdir(trash)
+    except OSError:
+        return 0
+    for n in names:
+        _rmtree(os.path.join(trash, n))
+    try:
+        os.rmdir(trash)
+    except OSError:
+        pass
+    return len(names)
