@@ -1,8 +1,10 @@
-"""``jitwarden quarantine list|restore|purge``: what the guard and ``clean`` moved aside, and undoing it.
+"""``jitwarden quarantine ls|restore|empty``: what the guard, ``clean`` and ``prune`` moved aside, and undoing it.
 
 Quarantined entries live in ``<cache dir>/jitwarden-quarantine/<UTC stamp>-<entry id>/``
-beside the cache dir (or partition) they came from. ``restore`` and ``purge`` print
-their plan first, accept ``--dry-run`` and ``-y``, and default to No when asked.
+beside the cache dir (or partition) they came from, each with a record of where it came
+from and why. ``restore`` and ``empty`` print their plan first, accept ``--dry-run`` and
+``-y``, default to No when asked, and act under the root's lock. ``list`` and ``purge``
+are kept as aliases of ``ls`` and ``empty``.
 """
 
 from __future__ import annotations
@@ -11,28 +13,41 @@ import os
 import sys
 import time
 
-from .. import partition
+from .. import lock, partition
 from .. import quarantine as q
-from ..adapters import triton as tri
+from ..ages import age_arg, display, parse_age
 from ..errors import UsageError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("quarantine", help="list, restore or purge quarantined cache entries",
-                       description="List, restore or purge cache entries jitwarden moved aside.")
+    p = sub.add_parser("quarantine", help="list, restore or empty quarantined cache entries",
+                       description="List, restore or delete cache entries jitwarden moved aside.")
     qs = p.add_subparsers(dest="action", metavar="ACTION")
-    ls = qs.add_parser("list", help="list quarantined entries")
-    _common(ls)
-    rs = qs.add_parser("restore", help="move a quarantined entry back")
+    for name in ("ls", "list"):
+        ls = qs.add_parser(name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else ""))
+        _common(ls)
+    rs = qs.add_parser("restore", help="move quarantined entries back, byte for byte")
     rs.add_argument("ids", nargs="+", metavar="ID", help="quarantine id (as listed), or a unique prefix or entry id")
     rs.add_argument("--replace", action="store_true", help="quarantine a rebuilt entry in the way instead of refusing")
     _common(rs, destructive=True)
-    ps = qs.add_parser("purge", help="delete quarantined entries for good")
+    es = qs.add_parser("empty", help="delete quarantined entries for good")
+    es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: all)")
+    es.add_argument("--older-than", type=age_arg, metavar="AGE", help="only entries quarantined more than AGE ago (7d, 12h)")
+    _common(es, destructive=True)
+    ps = qs.add_parser("purge", help="delete quarantined entries for good (ids, or --all; alias of empty)")
     ps.add_argument("ids", nargs="*", metavar="ID", help="quarantine ids (default: all, with --all)")
     ps.add_argument("--all", action="store_true", help="every quarantined entry")
-    ps.add_argument("--older-than", type=float, metavar="DAYS", help="only entries quarantined more than DAYS ago")
+    ps.add_argument("--older-than", type=_days_or_age, metavar="AGE",
+                    help="only entries quarantined more than AGE ago (7d, 12h; a bare number is days)")
     _common(ps, destructive=True)
     p.set_defaults(func=run, action=None)
+
+
+def _days_or_age(text: str) -> float:
+    try:
+        return float(text) * 86400  # purge's original unit
+    except ValueError:
+        return age_arg(text)
 
 
 def _common(p, destructive: bool = False) -> None:
@@ -42,38 +57,60 @@ def _common(p, destructive: bool = False) -> None:
     if destructive:
         p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
         p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+        p.add_argument("--lock-timeout", type=age_arg, default=None, metavar="AGE",
+                       help="give up waiting for another jitwarden on the same root after AGE")
+
+
+def _discovered_roots(env) -> list:
+    try:
+        from .. import scan
+
+        return [r for r, _ in scan.default_roots(env)]
+    except Exception:  # noqa: BLE001 - listing a quarantine must not depend on every adapter working
+        from ..adapters import triton as tri
+
+        return tri.discover_roots(env)
+
+
+def _expand(root) -> list:
+    try:
+        from ..adapters import get
+
+        return get(root.kind).expand_partitions(root)
+    except (ImportError, KeyError, AttributeError):
+        from ..adapters import triton as tri
+
+        return tri.expand_partitions(root)
 
 
 def cache_dirs(env=os.environ) -> list[str]:
-    """Every Triton cache dir holding a quarantine: the scanner's roots and their partitions.
-
-    The guard quarantines only inside Triton cache dirs, and discovery already covers
-    partitioned Inductor/vLLM trees and jitwarden's private roots.
-    """
+    """Every cache dir holding a quarantine: each root found, its partitions, and the bases partitions live in."""
     seen, out = set(), []
-    for r in tri.discover_roots(env):
-        for x in tri.expand_partitions(r):
-            k = os.path.realpath(x.path)
-            if k not in seen and os.path.isdir(q.quarantine_dir(x.path)):
+    for r in _discovered_roots(env):
+        for path in [x.path for x in _expand(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else []):
+            k = os.path.realpath(path)
+            if k not in seen and os.path.isdir(q.quarantine_dir(path)):
                 seen.add(k)
-                out.append(x.path)
+                out.append(path)
     return out
 
 
-def records(args) -> list[q.Record]:
-    if args.root:
-        for r in args.root:
-            if not os.path.isdir(r):
-                raise UsageError(f"{r}: not a directory")
-        dirs = []
-        for r in args.root:
-            dirs.append(os.path.abspath(r))
-            dirs += [p for p, _ in partition.list_partitions(os.path.abspath(r))]
-    else:
-        dirs = cache_dirs()
+def _dirs(args) -> list[str]:
+    if not args.root:
+        return cache_dirs()
+    dirs = []
+    for r in args.root:
+        if not os.path.isdir(r):
+            raise UsageError(f"{display(r)}: not a directory")
+        dirs.append(os.path.abspath(r))
+        dirs += [p for p, _ in partition.list_partitions(os.path.abspath(r))]
+    return dirs
+
+
+def records(args, include_empty: bool = False) -> list[q.Record]:
     out = []
-    for d in dirs:
-        out += q.list_root(d)
+    for d in _dirs(args):
+        out += q.list_root(d, include_empty=include_empty)
     return sorted(out, key=lambda r: (r.quarantined_at, r.id))
 
 
@@ -84,18 +121,20 @@ def pick(recs: list[q.Record], ids: list[str]) -> list[q.Record]:
         exact = [r for r in recs if r.id == i]
         cands = exact or [r for r in recs if r.id.startswith(i) or r.entry_id == i]
         if not cands:
-            raise UsageError(f"no quarantined entry {i!r} (see `jitwarden quarantine list`)")
+            raise UsageError(f"no quarantined entry {display(i)!r} (see `jitwarden quarantine ls`)")
         if len(cands) > 1:
-            raise UsageError(f"{i!r} names {len(cands)} quarantined entries; give the full id")
+            raise UsageError(f"{display(i)!r} names {len(cands)} quarantined entries; give the full id")
         chosen.append(cands[0])
     return chosen
 
 
 def _print_list(recs, args) -> None:
+    from rich.markup import escape
+
     from .. import report as out
 
     if args.format == "json":
-        out.print_json({"schema": 1, "tool": out.tool(), "command": "quarantine list",
+        out.print_json({"schema": 1, "tool": out.tool(), "command": "quarantine ls",
                         "quarantined": [r.to_json() for r in recs]})
         return
     con = out.console()
@@ -110,21 +149,17 @@ def _print_list(recs, args) -> None:
     for r in recs:
         where = r.original_path if args.long else out.short_path(r.root)
         why = "; ".join(r.details) or "-"
-        t.add_row(r.id, r.reason, out.human_age(r.quarantined_at), out.human_bytes(r.bytes), where,
-                  why if args.long or len(why) < 90 else why[:87] + "...")
+        t.add_row(*(escape(display(x)) for x in (r.id, r.reason, out.human_age(r.quarantined_at),
+                                                 out.human_bytes(r.bytes), where,
+                                                 why if args.long or len(why) < 90 else why[:87] + "...")))
     con.print(t)
     con.print(f"[dim]{len(recs)} quarantined, {out.human_bytes(sum(r.bytes for r in recs))}[/dim]")
 
 
 def _confirm(args, question: str) -> bool:
-    if args.dry_run:
-        return False
-    if args.yes:
-        return True
-    if not sys.stdin.isatty():
-        raise UsageError("not a terminal: pass -y to proceed, or --dry-run to see the plan only")
-    ans = input(f"{question} [y/N] ").strip().lower()
-    return ans in ("y", "yes")
+    from .clean import confirm
+
+    return confirm(args, question)
 
 
 def _plan_json(action, plan, done, args) -> None:
@@ -134,64 +169,83 @@ def _plan_json(action, plan, done, args) -> None:
                     "plan": plan, "done": done})
 
 
-def _apply(chosen, action) -> list[str]:
-    """Run ``action`` on each record in order; the first failure stops with a one-line usage error."""
+def _apply(chosen, action, timeout) -> list[str]:
+    """Run ``action`` on each record under its root's lock; the first failure stops with a one-line usage error."""
     done = []
-    for r in chosen:
-        try:
-            action(r)
-        except q.QuarantineError as exc:
-            raise UsageError(str(exc)) from None
-        done.append(r.id)
+    with lock.hold({r.root for r in chosen}, timeout):
+        for r in chosen:
+            try:
+                action(r)
+            except q.QuarantineError as exc:
+                raise UsageError(f"{exc} (done before it: {len(done)})") from None
+            except OSError as exc:
+                raise UsageError(f"{display(r.id)}: {(exc.strerror or str(exc)).lower()} (done before it: {len(done)})") from None
+            done.append(r.id)
     return done
 
 
 def run(args) -> int:
     if args.action is None:
-        raise UsageError("quarantine needs an action: list, restore or purge")
-    recs = records(args)
-    if args.action == "list":
-        _print_list(recs, args)
+        raise UsageError("quarantine needs an action: ls, restore or empty")
+    if args.action in ("ls", "list"):
+        _print_list(records(args), args)
         return 0
     if args.action == "restore":
-        chosen = pick(recs, args.ids)
-        plan = []
-        for r in chosen:
-            conflict = os.path.lexists(r.original_path)
-            if conflict and not args.replace:
-                raise UsageError(f"{r.original_path} exists (rebuilt since {r.id} was quarantined); "
-                                 "pass --replace to quarantine it and restore this one")
-            plan.append({"id": r.id, "to": r.original_path, "replaces": conflict})
-        if args.format != "json":
-            for p in plan:
-                extra = " (the entry there is quarantined first)" if p["replaces"] else ""
-                print(f"restore {p['id']} -> {p['to']}{extra}", file=sys.stderr)
-        done = []
-        if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
-            done = _apply(chosen, lambda r: q.restore(r, replace=args.replace))
-        if args.format == "json":
-            _plan_json("restore", plan, done, args)
-        elif done:
-            print(f"restored {len(done)}", file=sys.stderr)
-        return 0
-    # purge
-    if not args.ids and not args.all:
+        return _restore(args)
+    return _empty(args)
+
+
+def _restore(args) -> int:
+    chosen = pick(records(args), args.ids)
+    plan = []
+    for r in chosen:
+        conflict = os.path.lexists(r.original_path)
+        if conflict and not args.replace:
+            raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
+                             "pass --replace to quarantine it and restore this one")
+        plan.append({"id": r.id, "to": r.original_path, "replaces": conflict})
+    if args.format != "json":
+        for p in plan:
+            extra = " (the entry there is quarantined first)" if p["replaces"] else ""
+            print(f"restore {display(p['id'])} -> {display(p['to'])}{extra}", file=sys.stderr)
+    done = []
+    if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
+        done = _apply(chosen, lambda r: q.restore(r, replace=args.replace), args.lock_timeout)
+    if args.format == "json":
+        _plan_json("restore", plan, done, args)
+    elif done:
+        print(f"restored {len(done)}", file=sys.stderr)
+    return 0
+
+
+def _empty(args) -> int:
+    if args.action == "purge" and not args.ids and not args.all:
         raise UsageError("purge needs ids or --all")
-    chosen = pick(recs, args.ids) if args.ids else list(recs)
+    recs = records(args, include_empty=True)
+    chosen = pick([r for r in recs if r.present], args.ids) if args.ids else [r for r in recs if r.present]
     if args.older_than is not None:
-        cutoff = time.time() - args.older_than * 86400
+        cutoff = time.time() - args.older_than
         chosen = [r for r in chosen if r.quarantined_at < cutoff]
+    slots = [r for r in recs if not r.present] if not args.ids else []
     plan = [{"id": r.id, "path": r.path, "bytes": r.bytes} for r in chosen]
     if args.format != "json":
         for p in plan:
-            print(f"delete {p['id']} ({p['path'] if args.long else p['bytes']} bytes)", file=sys.stderr)
-        if not plan:
-            print("nothing to purge", file=sys.stderr)
+            print(f"delete {display(p['id'])} ({display(p['path']) if args.long else p['bytes']} bytes)", file=sys.stderr)
+        if slots:
+            print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
+        if not plan and not slots:
+            print("nothing to delete", file=sys.stderr)
     done = []
-    if plan and _confirm(args, f"Delete {len(plan)} quarantined entr{'y' if len(plan) == 1 else 'ies'} for good?"):
-        done = _apply(chosen, q.purge)
+    if (plan or slots) and _confirm(args, f"Delete {len(plan)} quarantined entr{'y' if len(plan) == 1 else 'ies'} for good?"):
+        done = _apply(chosen, q.purge, args.lock_timeout)
+        with lock.hold({r.root for r in slots}, args.lock_timeout):
+            for r in slots:
+                q.drop_empty_slot(r)
+                q.finish_trash(r.root)
+        for d in {r.root for r in chosen}:
+            q.finish_trash(d)
     if args.format == "json":
-        _plan_json("purge", plan, done, args)
+        _plan_json(args.action, plan, done, args)
     elif done:
-        print(f"purged {len(done)}", file=sys.stderr)
+        print(f"deleted {len(done)}", file=sys.stderr)
     return 0

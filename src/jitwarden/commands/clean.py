@@ -1,0 +1,156 @@
+"""``jitwarden clean [PATH…]``: move bad cache entries into quarantine (``--purge``: delete them).
+
+Scan, plan (a pure function of the findings), print the plan, ask (default No; ``-y``
+skips, ``--dry-run`` stops), then under each root's lock re-scan and carry out only
+what was shown and is still selected. Exit 0 when done (skipped entries are named on
+stderr), 2 for bad input or a lock that cannot be taken.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .. import cleanplan, lock, maintenance
+from .. import report as out
+from ..ages import age_arg, display
+from ..errors import UsageError
+from ..findings import CODES
+from . import _common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("clean", help="move bad cache entries into quarantine",
+                       description="Move cache entries with findings into quarantine (default: every error-level "
+                                   "finding). Prints the plan and asks first.")
+    _common.add_scan_arguments(p)
+    sel = p.add_argument_group("what to take (codes are or'ed; --older-than and --kind narrow)")
+    sel.add_argument("--code", action="append", metavar="CODE", help="entries with this finding code (repeatable)")
+    sel.add_argument("--stale", action="store_true", help="entries built by another Triton/torch/vLLM/ptxas")
+    sel.add_argument("--foreign-arch", action="store_true", help="entries built for another GPU than --target's")
+    sel.add_argument("--orphans", action="store_true", help="leftovers of interrupted writes older than --orphan-age")
+    sel.add_argument("--older-than", type=age_arg, metavar="AGE",
+                     help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry")
+    sel.add_argument("--kind", action="append", metavar="KIND", help="only entries of this cache kind (repeatable)")
+    add_action_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_action_arguments(p) -> None:
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p.add_argument("--purge", action="store_true", help="delete instead of keeping in quarantine (after the move)")
+    p.add_argument("--lock-timeout", type=age_arg, default=None, metavar="AGE",
+                   help="give up waiting for another jitwarden on the same root after AGE (default: wait)")
+
+
+def confirm(args, question: str) -> bool:
+    """Ask on a terminal (default No); without a terminal, -y is required."""
+    if args.dry_run:
+        return False
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError("not a terminal: pass -y to proceed, or --dry-run to see the plan only")
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        ans = sys.stdin.readline().strip().lower()
+    except (EOFError, OSError):
+        ans = ""
+    return ans in ("y", "yes")
+
+
+def _kinds() -> tuple[str, ...]:
+    try:
+        from ..adapters import KINDS
+
+        return tuple(KINDS)
+    except ImportError:
+        return ("triton",)
+
+
+def selection_of(args, now: float) -> cleanplan.Selection:
+    for c in args.code or ():
+        if c not in CODES:
+            raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
+    for k in args.kind or ():
+        if k not in _kinds():
+            raise UsageError(f"unknown cache kind {k!r} (one of: {', '.join(_kinds())})")
+    return cleanplan.selection(args.code, args.stale, args.foreign_arch, args.orphans, args.older_than,
+                               args.kind, now)
+
+
+def run(args) -> int:
+    sel = selection_of(args, time.time())
+    orphan_age = _common.orphan_age(args)
+    fp = _common.fingerprint_or_none() if not args.target else None
+    report = _common.run_scan(args, fp)
+    plan = cleanplan.plan_clean(report, sel)
+    if args.format != "json":
+        print_plan(plan, long=args.long)
+    if not plan.actions or not confirm(args, f"Move {len(plan.actions)} entr{'y' if len(plan.actions) == 1 else 'ies'} "
+                                             f"({out.human_bytes(plan.bytes)}) "
+                                             f"{'aside and delete them' if args.purge else 'into quarantine'}?"):
+        if args.format == "json":
+            _json(plan, [], args)
+        elif plan.actions:
+            print("dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr)
+        return 0
+    shown = {a.path for a in plan.actions}
+    digest = getattr(fp, "digest", None)
+    with lock.hold(plan.roots, args.lock_timeout):
+        # Under the lock, judge again: act only on what was shown and is still selected.
+        again = cleanplan.plan_clean(_common.run_scan(args, fp), sel)
+        actions = [a for a in again.actions if a.path in shown]
+        gone = shown - {a.path for a in actions}
+        outcomes = maintenance.clean(actions, purge=args.purge, orphan_age=orphan_age, fingerprint=digest)
+    outcomes += [maintenance.Outcome(p, "", "skipped", "no longer selected (changed since the plan)") for p in sorted(gone)]
+    if args.format == "json":
+        _json(plan, outcomes, args)
+    else:
+        print_outcomes(outcomes, args.purge)
+    return 0
+
+
+def print_plan(plan: cleanplan.Plan, long: bool = False) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = out.console()
+    for n in plan.notes:
+        con.print(f"[yellow]note[/yellow] {escape(display(n))}")
+    if not plan.actions:
+        con.print(f"nothing to clean ({escape(plan.selection.describe())})")
+        return
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("ID", "KIND", "TYPE", "SIZE", "WHY", "DETAILS"):
+        t.add_column(col, justify="right" if col == "SIZE" else "left", overflow="fold" if col == "DETAILS" else None)
+    for a in plan.actions:
+        ident = a.path if long else (a.id if len(a.id) <= 12 or "/" in a.id else a.id[:12])
+        why = ", ".join(a.reasons) + (" (leftovers only)" if a.scope == "leftovers" else "")
+        detail = "; ".join(a.details)
+        if not long and len(detail) > 100:
+            detail = detail[:97] + "..."
+        t.add_row(*(escape(display(x)) for x in (ident, a.kind, a.type, out.human_bytes(a.bytes), why, detail)))
+    con.print(t)
+    counts = ", ".join(f"{k} {v}" for k, v in plan.by_reason().items())
+    con.print(f"[dim]plan: {len(plan.actions)} entries, {out.human_bytes(plan.bytes)} ({escape(counts)}) · "
+              f"selected: {escape(plan.selection.describe())}[/dim]")
+
+
+def print_outcomes(outcomes, purge: bool) -> None:
+    moved = [o for o in outcomes if o.status != "skipped"]
+    for o in outcomes:
+        if o.status == "skipped":
+            print(f"jitwarden: skipped {display(o.path)}: {o.why}", file=sys.stderr)
+        elif o.why:
+            print(f"jitwarden: {display(o.path)}: {o.why}", file=sys.stderr)
+    total = out.human_bytes(sum(o.bytes for o in moved))
+    verb = "deleted" if purge else "quarantined"
+    tail = "" if purge or not moved else " · undo with `jitwarden quarantine restore ID` (see `jitwarden quarantine ls`)"
+    print(f"{verb} {len(moved)} ({total}), skipped {len(outcomes) - len(moved)}{tail}")
+
+
+def _json(plan, outcomes, args) -> None:
+    out.print_json({"schema": 1, "tool": out.tool(), "command": "clean", "dry_run": bool(args.dry_run),
+                    "purge": bool(args.purge), "plan": plan.to_json(), "done": [o.to_json() for o in outcomes]})
