@@ -41,10 +41,9 @@ from .adapters import triton as _adapter
 from .findings import Severity
 from .fsutil import read_nofollow
 from .layout import SEAL_FILE
+from .entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
 from .partition import split
 
-LOCK_FILE = ".jitwarden-lock"
-WRITERS_FILE = ".jitwarden-writers"
 _STANDALONE = (".so", ".autotune.json")
 _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 """Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
@@ -54,7 +53,6 @@ _HASH_ALL = os.environ.get("JITWARDEN_GUARD_HASH_ALL", "").strip().lower() in ("
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _loads = json.JSONDecoder().decode
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,41 +80,6 @@ def _digest_for(root: str) -> str | None:
 @functools.lru_cache(maxsize=1)
 def _host() -> str:
     return _adapter.host_machine()
-
-
-def _lock(entry_dir: str, name: str, mode: int, block: bool = True) -> int | None:
-    """An fd holding flock ``mode`` on ``entry_dir/name``; None when ``block`` is False and it is taken.
-
-    Re-checks after locking that the file is still the one at that path: the entry
-    may have been renamed into quarantine while we waited.
-    """
-    path = os.path.join(entry_dir, name)
-    for _ in range(100):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW, 0o644)
-        except FileNotFoundError:
-            os.makedirs(entry_dir, exist_ok=True)
-            continue
-        try:
-            fcntl.flock(fd, mode if block else mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    raise OSError(f"cannot lock {path}: it keeps moving")
-
-
-def _unlock(fd: int | None) -> None:
-    if fd is not None:
-        os.close(fd)  # closing the last fd of the open file description releases the flock
 
 
 class _Verdict:
