@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from . import quarantine as q
 from .cleanplan import Action, PruneAction
+from .lock import LOCK_NAME
 
 _LEFTOVER = re.compile(r"^tmp\.pid_\d+_|\.tmp\.pid_\d+_")
 
@@ -145,6 +146,8 @@ def partition_facts(base: str, path: str, digest: str, last_used: float | None, 
     total, newest = 0, 0.0
     for d, dirs, files in os.walk(path, onerror=lambda e: None):
         for n in files + dirs:
+            if n == LOCK_NAME:
+                continue  # our own lock file is not a use
             try:
                 st = os.lstat(os.path.join(d, n))
             except OSError:

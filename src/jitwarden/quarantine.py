@@ -359,10 +359,11 @@ def purge(rec: Record) -> None:
     dest = os.path.join(trash, f"{rec.id}.{os.getpid()}.{time.monotonic_ns()}")
     os.rename(rec.path, dest)
     _rmtree(dest)
-    try:
-        os.rmdir(trash)
-    except OSError:
-        pass
+    for d in (trash, os.path.dirname(rec.path)):  # leave no empty dirs behind
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 
 
 def drop_empty_slot(rec: Record) -> None:

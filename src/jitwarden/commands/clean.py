@@ -32,8 +32,24 @@ def register(sub) -> None:
     sel.add_argument("--older-than", type=age_arg, metavar="AGE",
                      help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry")
     sel.add_argument("--kind", action="append", metavar="KIND", help="only entries of this cache kind (repeatable)")
+    try:
+        from .. import rebuild
+
+        rebuild.add_arguments(p)
+    except ImportError:  # pragma: no cover - rebuild is part of every install
+        pass
     add_action_arguments(p)
     p.set_defaults(func=run)
+
+
+def scan(args, fp):
+    """The scan ``verify`` would make with the same options (``--rebuild`` included)."""
+    report = _common.run_scan(args, fp)
+    if getattr(args, "rebuild", False):
+        from .verify import _rebuild
+
+        report = _rebuild(report, args)
+    return report
 
 
 def add_action_arguments(p) -> None:
@@ -82,9 +98,13 @@ def selection_of(args, now: float) -> cleanplan.Selection:
 
 def run(args) -> int:
     sel = selection_of(args, time.time())
+    if getattr(args, "rebuild", False):
+        from .. import rebuild
+
+        rebuild.check_arguments(args)
     orphan_age = _common.orphan_age(args)
     fp = _common.fingerprint_or_none() if not args.target else None
-    report = _common.run_scan(args, fp)
+    report = scan(args, fp)
     plan = cleanplan.plan_clean(report, sel)
     if args.format != "json":
         print_plan(plan, long=args.long)
@@ -100,7 +120,7 @@ def run(args) -> int:
     digest = getattr(fp, "digest", None)
     with lock.hold(plan.roots, args.lock_timeout):
         # Under the lock, judge again: act only on what was shown and is still selected.
-        again = cleanplan.plan_clean(_common.run_scan(args, fp), sel)
+        again = cleanplan.plan_clean(scan(args, fp), sel)
         actions = [a for a in again.actions if a.path in shown]
         gone = shown - {a.path for a in actions}
         outcomes = maintenance.clean(actions, purge=args.purge, orphan_age=orphan_age, fingerprint=digest)

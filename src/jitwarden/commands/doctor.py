@@ -1,0 +1,197 @@
+"""``jitwarden doctor``: the main job. Is every kernel cache on this machine sound, and what fixes it?
+
+The fingerprint's headline; every cache root found (Triton, partitions, Inductor's and
+vLLM's Triton trees, every other adapter's roots) with size and entry counts; every
+finding of ``verify --quick`` (``--rebuild``: also rebuilds) summarised by code; the
+guard's start-up warnings; and for each problem the exact command that fixes it.
+Exit 0 when nothing is at error level, 1 otherwise, 2 usage, 3 internal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from .. import report as out
+from ..ages import display
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..findings import CODES, Severity
+from . import _common
+
+_FIX = {
+    "corrupt": "jitwarden clean --code corrupt",
+    "mismatch": "jitwarden clean --code mismatch",
+    "foreign-path": "jitwarden clean --code foreign-path",
+    "incomplete": "jitwarden clean --code incomplete",
+    "not-reproducible": "jitwarden clean --rebuild --code not-reproducible",
+    "unsafe": "jitwarden clean --code unsafe",
+    "stale": "jitwarden clean --stale",
+    "foreign-arch": "jitwarden clean --foreign-arch",
+    "orphan": "jitwarden clean --orphans",
+    "unverifiable": None,
+}
+_WHAT = {
+    "corrupt": "entries with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
+    "mismatch": "entries that contradict themselves (another kernel's or another GPU's binary under this key)",
+    "foreign-path": "entries copied from another tree: Triton loads files from there",
+    "incomplete": "entries missing files their group lists",
+    "not-reproducible": "kernels whose cubin no ptxas rebuilds from their own PTX",
+    "unsafe": "entries that are symlinks, world-writable or foreign-owned",
+    "stale": "entries built by another Triton/torch/vLLM/ptxas: unreachable dead weight",
+    "foreign-arch": "entries built for another GPU: harmless here, unreachable",
+    "orphan": "leftovers of interrupted writes",
+    "unverifiable": "entries a rebuild could not check (see `jitwarden verify --rebuild` for why)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One line of the diagnosis: what is wrong, how much of it, and the command that fixes it."""
+
+    code: str
+    severity: Severity
+    count: int
+    message: str
+    fix: str | None = None
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "severity": str(self.severity), "count": self.count, "message": self.message,
+                "fix": self.fix}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check everything: fingerprint, every cache, findings, warnings, fixes",
+                       description="The main job: fingerprint this machine, check every kernel cache it uses, "
+                                   "and say what fixes each problem. Exit 1 on any error-level finding.")
+    _common.add_scan_arguments(p)
+    try:
+        from .. import rebuild
+    except ImportError:  # pragma: no cover - rebuild is part of every install
+        rebuild = None
+    if rebuild is not None:
+        rebuild.add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def problems(report, fp, current: str | None, warnings=(), paths=()) -> list[Problem]:
+    """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
+    import shlex
+
+    tgt = report.target
+    suffix = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
+    suffix += "".join(" " + shlex.quote(display(p)) for p in paths)
+    counts: dict[str, int] = {}
+    for e in report.entries:
+        for code in dict.fromkeys(f.code for f in report.findings_of(e)):
+            counts[code] = counts.get(code, 0) + 1
+    out_: list[Problem] = []
+    for code, n in counts.items():
+        fix = _FIX.get(code)
+        out_.append(Problem(code, CODES[code], n, f"{n} {_WHAT.get(code, code)}", fix + suffix if fix else None))
+    for c in report.caches:
+        path = display(c.root.path)
+        for f in c.findings:
+            out_.append(Problem(f.code, f.severity, 1, f"{path}: {f.message}",
+                                f"chmod o-w {path}" if "writable" in f.message else f"chown -R $USER {path}"))
+        if c.error:
+            out_.append(Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}"))
+    for kind, text, fix in warnings:
+        out_.append(Problem(kind, Severity.WARN, 1, text, fix))
+    others = [c for c in report.caches if c.root.partition and c.root.partition != current]
+    if others:
+        n = len({c.root.partition for c in others})
+        out_.append(Problem("partitions", Severity.INFO, n, f"{n} partition(s) of other environments "
+                            f"({out.human_bytes(sum(c.bytes for c in others))})", "jitwarden prune --older-than 30d"))
+    quarantined = sum(c.quarantined for c in report.caches)
+    if quarantined:
+        out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{quarantined} entries in quarantine",
+                            "jitwarden quarantine ls  (jitwarden quarantine empty --older-than 7d)"))
+    if tgt.arch is None:
+        out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks skipped",
+                            "jitwarden doctor --target sm_90  (the GPU these caches are for)"))
+    return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+
+
+def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
+    """The guard's start-up warnings as (kind, text, fix): torch arch list, ptxas, shared unpartitioned roots."""
+    if fp is None:
+        return []
+    from .. import startup_checks as sc
+
+    out_ = []
+    for w in sc.torch_arch(fp):
+        out_.append(("torch-arch", w, "pip install a torch build whose arch list has this GPU"))
+    for w in sc.ptxas_target(fp):
+        var = "TRITON_PTXAS_BLACKWELL_PATH" if "TRITON_PTXAS_BLACKWELL_PATH" in w else "TRITON_PTXAS_PATH"
+        out_.append(("ptxas", w, f"export {var}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"))
+    seen = set()
+    for c in report.caches:
+        if c.root.partition or c.root.source == "partition" or not c.entries or c.root.path in seen:
+            continue
+        seen.add(c.root.path)
+        try:
+            shared = sc.shared_root(fp, c.root.path)
+        except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
+            shared = []
+        for w in shared:
+            out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
+                                           "then jitwarden clean --stale"))
+    return out_
+
+
+def run(args) -> int:
+    if getattr(args, "rebuild", False):
+        from .. import rebuild
+
+        rebuild.check_arguments(args)
+    fp = _common.fingerprint_or_none()
+    report = _common.run_scan(args, fp)
+    if getattr(args, "rebuild", False):
+        from .verify import _rebuild
+
+        report = _rebuild(report, args)
+    digest = getattr(fp, "digest", None)
+    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths)
+    worst = report.worst
+    if args.format == "json":
+        doc = out.to_json(report, digest, "doctor --rebuild" if getattr(args, "rebuild", False) else "doctor", entries=[])
+        doc["headline"] = fp.headline() if fp is not None else None
+        doc["problems"] = [p.to_json() for p in probs]
+        doc["ok"] = worst != Severity.ERROR
+        out.print_json(doc)
+    else:
+        _print(report, fp, digest, probs, args)
+    return EXIT_FINDINGS if worst == Severity.ERROR else EXIT_OK
+
+
+def _print(report, fp, digest, probs, args) -> None:
+    from rich.markup import escape
+
+    con = out.console()
+    con.print(f"[bold]{escape(fp.headline()) if fp is not None else 'fingerprint unavailable'}[/bold]")
+    if report.caches:
+        con.print(out.caches_table(report, long=args.long, current_digest=digest))
+        if any(c.root.partition == digest for c in report.caches):
+            con.print("[dim]* this environment's partition[/dim]")
+    else:
+        from .. import locations
+
+        where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
+        con.print(f"no kernel caches found yet (looked in {escape(where)} and jitwarden's partitions); "
+                  "they appear after the first Triton or torch.compile run")
+    con.print(f"[dim]{escape(out.summary_line(report))}[/dim]")
+    style = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
+    for p in probs:
+        s = style[p.severity]
+        con.print(f"[{s}]{p.severity}[/{s}] [bold]{escape(p.code)}[/bold]: {escape(p.message)}")
+        if p.fix:
+            con.print(f"    fix: [bold]{escape(p.fix)}[/bold]")
+    if report.worst == Severity.ERROR:
+        con.print("[bold red]problems at error level[/bold red]: run the fix commands above "
+                  "(each prints its plan and asks first)")
+    elif not [p for p in probs if p.severity > Severity.INFO]:
+        con.print("[green]all good[/green]: no problem at warning or error level")
+    else:
+        con.print("no errors; the warnings above are worth a look")
+    sys.stdout.flush()
