@@ -1,0 +1,641 @@
+"""Proof on a real GPU (issue 7): the silent corruption, jitwarden stopping it, `canary`, and the cost.
+
+Every measured step runs in a fresh Python process, as a restarted server would:
+
+1. ``tamper``: two kernels named ``combine`` (x+y and x-y); the x-y cubin is copied under the
+   x+y key. Stock Triton: wrong numbers, no error. The same program under ``jitwarden run``
+   (entries sealed in its partition, the same substitution made there): right numbers, the
+   entry quarantined, one warning line. Also recorded: the guard without partitioning over the
+   tampered *unsealed* stock entry (a known limit: it cannot tell) and ``verify --rebuild`` on it.
+2. ``canary``: ``jitwarden canary`` (scratch, guarded) as a table and as JSON.
+3. ``workload``: a transformer block under ``torch.compile(mode=...)`` (default
+   ``max-autotune-no-cudagraphs``): cold start, then warm starts stock and guarded, interleaved,
+   ``--reps`` each; the Triton kernels it made are counted; the guard's warm-start overhead is
+   the ratio of medians.
+4. ``verify``: ``jitwarden verify --rebuild`` over the workload's real caches (stock and guarded):
+   every error-level finding on these untampered caches is a false positive.
+5. ``alternate``: two environments differing in one code-generation variable
+   (``TRITON_DEFAULT_FP_FUSION`` 1 vs 0, part of jitwarden's fingerprint) alternate ``--rounds``
+   times; with partitions (``jitwarden run``) vs wiping the caches whenever the environment
+   changes. Both timelines are reported.
+
+Writes ``gpu_proof.json`` (after every step, so a timeout still leaves data) and
+``gpu_proof.md`` into ``--out`` (default ``$OUT``)::
+
+    PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT            # full, ~6 min on an H200
+    PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT --quick    # trial: default mode, 1 rep
+    python benchmarks/gpu_proof.py --render docs/gpu_proof.json         # re-write the Markdown only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, os.pardir))
+SRC = os.path.join(REPO, "src")
+T0 = time.time()
+
+COMBINE = textwrap.dedent(
+    """
+    import sys, torch, triton, triton.language as tl
+
+    if sys.argv[1] == "add":
+        @triton.jit
+        def combine(x, y, out, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            m = o < n
+            tl.store(out + o, tl.load(x + o, mask=m) + tl.load(y + o, mask=m), mask=m)
+    else:
+        @triton.jit
+        def combine(x, y, out, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            m = o < n
+            tl.store(out + o, tl.load(x + o, mask=m) - tl.load(y + o, mask=m), mask=m)
+
+    x = torch.full((4096,), 3.0, device="cuda")
+    y = torch.full((4096,), 1.0, device="cuda")
+    out = torch.empty_like(x)
+    combine[(32,)](x, y, out, 4096, BLOCK=128)
+    torch.cuda.synchronize()
+    print("RESULT", float(out[0]), float(out.min()), float(out.max()))
+    """
+)
+
+WORKLOAD = textwrap.dedent(
+    """
+    import json, sys, time
+    t_start = time.perf_counter()
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    t_import = time.perf_counter() - t_start
+    events = []
+    try:
+        from triton import knobs
+        def _listener(*, src, metadata, metadata_group, times, cache_hit, **kw):
+            events.append(bool(cache_hit))
+        knobs.compilation.listener = _listener
+    except Exception:
+        events = None
+
+    class Block(nn.Module):
+        def __init__(self, d, h):
+            super().__init__()
+            self.h = h
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q = q.view(b, s, self.h, d // self.h).transpose(1, 2)
+            k = k.view(b, s, self.h, d // self.h).transpose(1, 2)
+            v = v.view(b, s, self.h, d // self.h).transpose(1, 2)
+            att = torch.softmax((q @ k.transpose(-1, -2)) * (d // self.h) ** -0.5, dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, s, d)
+            x = x + self.proj(y)
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    mode = sys.argv[1]
+    torch.manual_seed(0)
+    m = Block(1024, 8).cuda().half()
+    x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
+    with torch.no_grad():
+        ref = m(x)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        f = torch.compile(m, mode=None if mode == "default" else mode, dynamic=False)
+        y = f(x)
+        torch.cuda.synchronize()
+        t_first = time.perf_counter() - t0
+    err = (y.float() - ref.float()).abs().max().item()
+    print("RESULT " + json.dumps({"t_import": round(t_import, 3), "t_first": round(t_first, 3), "max_abs_err": err,
+          "triton_compiles": None if events is None else len(events),
+          "triton_cache_hits": None if events is None else sum(events)}))
+    """
+)
+
+summary: dict = {"schema": 1}
+OUT_DIR = "."
+ENVS: dict = {}  # the workload's environments, for the verify step (not saved: they hold the whole environment)
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def save():
+    summary["elapsed_s"] = round(time.time() - T0, 1)
+    p = os.path.join(OUT_DIR, "gpu_proof.json")
+    with open(p + ".tmp", "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    os.replace(p + ".tmp", p)
+    with open(os.path.join(OUT_DIR, "gpu_proof.md"), "w") as f:
+        f.write(render_md(summary))
+
+
+def sh(cmd, env=None, timeout=600) -> dict:
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except OSError as exc:
+        return {"rc": 127, "wall_s": round(time.perf_counter() - t, 3), "stdout": "", "stderr": str(exc)}
+    except subprocess.TimeoutExpired as exc:
+        rc, out, err = 124, exc.stdout or "", (exc.stderr or "") + "\n(timed out)"
+        out = out.decode() if isinstance(out, bytes) else out
+        err = err.decode() if isinstance(err, bytes) else err
+    return {"rc": rc, "wall_s": round(time.perf_counter() - t, 3), "stdout": out, "stderr": err}
+
+
+def result_of(r: dict):
+    for line in r["stdout"].splitlines():
+        if line.startswith("RESULT "):
+            rest = line[len("RESULT "):]
+            try:
+                return json.loads(rest)
+            except ValueError:
+                return [float(v) for v in rest.split()]
+    return None
+
+
+def jw_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("jitwarden:")]
+
+
+def base_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def isolated_env(root: str, **extra) -> dict:
+    """An environment whose every cache (HOME, Triton, Inductor, jitwarden's memo) lives under ``root``."""
+    os.makedirs(os.path.join(root, "home"), exist_ok=True)
+    env = dict(base_env(), HOME=os.path.join(root, "home"), XDG_CACHE_HOME=os.path.join(root, "home", ".cache"),
+               TRITON_CACHE_DIR=os.path.join(root, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"))
+    env.update(extra)
+    return env
+
+
+def cache_dirs(env: dict) -> list[str]:
+    return [env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"], os.path.join(env["HOME"], ".triton"),
+            env["XDG_CACHE_HOME"]]
+
+
+def census(root: str) -> dict:
+    """Triton entries under ``root`` (any depth), sealed ones, quarantined ones, partitions."""
+    entries = sealed = quarantined = 0
+    partitions = set()
+    fp_fusion_off = 0
+    for d, subs, files in os.walk(root):
+        base = os.path.basename(d)
+        if base == "jitwarden-quarantine":
+            quarantined += len(subs)
+            subs[:] = []
+            continue
+        if os.path.basename(os.path.dirname(d)) == "jitwarden-v1":
+            partitions.add(base)  # one fingerprint digest, whichever cache kind it partitions
+        if any(f.startswith("__grp__") for f in files) and any(f.endswith(".cubin") for f in files):
+            entries += 1
+            sealed += ".jitwarden-seal.json" in files
+            for f in files:
+                if f.endswith(".json") and not f.startswith(("__grp__", ".")):
+                    try:
+                        with open(os.path.join(d, f)) as fh:
+                            fp_fusion_off += json.load(fh).get("enable_fp_fusion") is False
+                    except (OSError, ValueError):
+                        pass
+                    break
+    return {"entries": entries, "sealed": sealed, "quarantined": quarantined, "partitions": len(partitions),
+            "fp_fusion_off": fp_fusion_off}
+
+
+def jw() -> list[str]:
+    return [sys.executable, "-m", "jitwarden"]
+
+
+# ---------------------------------------------------------------- machine
+
+
+def step_machine(args):
+    m: dict = {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+               "argv": sys.argv, "command": "PYTHONPATH=src python benchmarks/gpu_proof.py " + " ".join(sys.argv[1:])}
+    r = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"])
+    m["nvidia_smi"] = r["stdout"].strip() or r["stderr"].strip()[-300:]
+    r = sh([sys.executable, "-c", "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__,"
+            " torch.cuda.get_device_name(), torch.cuda.get_device_capability())"], env=base_env())
+    m["torch_triton"] = r["stdout"].strip() or (r["stderr"].strip().splitlines() or ["?"])[-1][-300:]
+    r = sh(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    m["git_commit"] = r["stdout"].strip() if r["rc"] == 0 else None
+    r = sh(jw() + ["--version"], env=base_env())
+    m["jitwarden"] = r["stdout"].strip()
+    r = sh(jw() + ["fingerprint", "--format", "json"], env=base_env())
+    try:
+        fp = json.loads(r["stdout"])
+        m["fingerprint_digest"] = fp.get("digest")
+    except ValueError:
+        m["fingerprint_digest"] = None
+    summary["machine"] = m
+    log("machine:", json.dumps(m)[:600])
+
+
+# ---------------------------------------------------------------- 1. tampered entry
+
+
+def _combine_entries(root: str) -> dict:
+    out = {}
+    for d, subs, files in os.walk(root):
+        if "jitwarden-quarantine" in d.split(os.sep):
+            continue
+        if "combine.json" in files and "combine.ptx" in files:
+            with open(os.path.join(d, "combine.ptx")) as f:
+                ptx = f.read()
+            out["add" if "add.f32" in ptx else "sub"] = d
+    return out
+
+
+def step_tamper(args, work):
+    res: dict = {"expected": 4.0}
+    script = os.path.join(work, "combine.py")
+    with open(script, "w") as f:
+        f.write(COMBINE)
+    py = [sys.executable, script]
+
+    stock = isolated_env(os.path.join(work, "tamper-stock"))
+    for op in ("add", "sub"):
+        r = sh(py + [op], stock)
+        res[f"stock_fresh_{op}"] = {"rc": r["rc"], "result": result_of(r)}
+    ents = _combine_entries(stock["TRITON_CACHE_DIR"])
+    if set(ents) != {"add", "sub"}:
+        raise RuntimeError(f"stock runs made no add/sub entries: {res}")
+    shutil.copyfile(os.path.join(ents["sub"], "combine.cubin"), os.path.join(ents["add"], "combine.cubin"))
+    r = sh(py + ["add"], stock)
+    res["stock_tampered"] = {"rc": r["rc"], "result": result_of(r), "stderr_lines": len(r["stderr"].strip().splitlines()),
+                             "cmd": "python combine.py add"}
+    log("tamper: stock over the substituted cubin:", res["stock_tampered"])
+
+    guarded = isolated_env(os.path.join(work, "tamper-guarded"))
+    for op in ("add", "sub"):
+        r = sh(jw() + ["run", "--"] + py + [op], guarded)
+        res[f"guarded_fresh_{op}"] = {"rc": r["rc"], "result": result_of(r), "jitwarden_lines": jw_lines(r["stderr"])}
+    ents = _combine_entries(guarded["TRITON_CACHE_DIR"])
+    if set(ents) != {"add", "sub"}:
+        raise RuntimeError(f"guarded runs made no add/sub entries: {res}")
+    res["guarded_entries_sealed"] = {k: os.path.exists(os.path.join(v, ".jitwarden-seal.json")) for k, v in ents.items()}
+    res["guarded_partitioned"] = all("jitwarden-v1" in v for v in ents.values())
+    shutil.copyfile(os.path.join(ents["sub"], "combine.cubin"), os.path.join(ents["add"], "combine.cubin"))
+    r = sh(jw() + ["run", "--"] + py + ["add"], guarded)
+    c = census(guarded["TRITON_CACHE_DIR"])
+    res["guarded_tampered"] = {"rc": r["rc"], "result": result_of(r), "quarantined": c["quarantined"],
+                               "jitwarden_lines": jw_lines(r["stderr"]),
+                               "stderr_lines": len(r["stderr"].strip().splitlines()),
+                               "cmd": "jitwarden run -- python combine.py add"}
+    log("tamper: guarded over the substituted sealed cubin:", res["guarded_tampered"])
+    r = sh(jw() + ["run", "--"] + py + ["add"], guarded)
+    res["guarded_after_quarantine"] = {"rc": r["rc"], "result": result_of(r), "jitwarden_lines": jw_lines(r["stderr"])}
+
+    # The same program under jitwarden run over the tampered stock tree: its own partition, never that entry.
+    r = sh(jw() + ["run", "--"] + py + ["add"], stock)
+    res["guarded_over_stock_tree"] = {"rc": r["rc"], "result": result_of(r), "jitwarden_lines": jw_lines(r["stderr"])}
+    # What catches an unsealed substituted entry: verify --rebuild (verify --quick cannot: same symbol, same arch).
+    for label, extra in (("verify_quick_stock", []), ("verify_rebuild_stock", ["--rebuild"])):
+        r = sh(jw() + ["verify", *extra, "--format", "json", stock["TRITON_CACHE_DIR"]], base_env())
+        try:
+            doc = json.loads(r["stdout"])
+            res[label] = {"rc": r["rc"], "errors": doc["summary"]["errors"], "by_code": doc["summary"]["by_code"]}
+        except ValueError:
+            res[label] = {"rc": r["rc"], "stderr": r["stderr"][-400:]}
+    # Known limit: the guard alone (no partition) over a pre-existing *unsealed* entry cannot prove it wrong.
+    r = sh(jw() + ["run", "--"] + py + ["add"], dict(stock, JITWARDEN_PARTITION="0"))
+    res["guard_unpartitioned_over_unsealed_tampered"] = {"rc": r["rc"], "result": result_of(r),
+                                                         "jitwarden_lines": jw_lines(r["stderr"])}
+    summary["tamper"] = res
+
+
+# ---------------------------------------------------------------- 2. canary
+
+
+def step_canary(args, work):
+    res = {}
+    env = isolated_env(os.path.join(work, "canary"))
+    r = sh(jw() + ["canary"], env, timeout=400)
+    res["table"] = {"rc": r["rc"], "stdout": r["stdout"], "stderr": r["stderr"][-1500:], "wall_s": r["wall_s"],
+                    "cmd": "jitwarden canary"}
+    log("canary:\n" + r["stdout"] + r["stderr"][-800:])
+    r = sh(jw() + ["canary", "--format", "json"], env, timeout=400)
+    try:
+        res["json"] = json.loads(r["stdout"])
+    except ValueError:
+        res["json"] = None
+    res["json_rc"] = r["rc"]
+    summary["canary"] = res
+
+
+# ---------------------------------------------------------------- 3. workload cold/warm
+
+
+def run_workload(env, guarded: bool, mode: str, script: str) -> dict:
+    cmd = ([*jw(), "run", "--"] if guarded else []) + [sys.executable, script, mode]
+    r = sh(cmd, env, timeout=600)
+    res = result_of(r) or {}
+    return {"rc": r["rc"], "wall_s": r["wall_s"], **(res if isinstance(res, dict) else {}),
+            "jitwarden_lines": jw_lines(r["stderr"])[:5], "stderr_tail": "" if r["rc"] == 0 else r["stderr"][-600:]}
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def step_workload(args, work):
+    script = os.path.join(work, "workload.py")
+    with open(script, "w") as f:
+        f.write(WORKLOAD)
+    res: dict = {"mode": args.mode, "reps": args.reps, "model": "transformer block d=1024 h=8, x 4x256x1024 fp16"}
+    stock = isolated_env(os.path.join(work, "wl-stock"))
+    guarded = isolated_env(os.path.join(work, "wl-guarded"))
+    ENVS.update(stock=stock, guarded=guarded)
+    res["stock_cold"] = run_workload(stock, False, args.mode, script)
+    log("workload stock cold:", res["stock_cold"])
+    res["guarded_cold"] = run_workload(guarded, True, args.mode, script)
+    log("workload guarded cold:", res["guarded_cold"])
+    res["stock_census"] = census(os.path.join(work, "wl-stock"))
+    res["guarded_census_after_cold"] = census(os.path.join(work, "wl-guarded"))
+    res["stock_warm"], res["guarded_warm"] = [], []
+    for i in range(args.reps):
+        res["stock_warm"].append(run_workload(stock, False, args.mode, script))
+        res["guarded_warm"].append(run_workload(guarded, True, args.mode, script))
+        log(f"workload warm {i + 1}: stock {res['stock_warm'][-1]['wall_s']} s, guarded {res['guarded_warm'][-1]['wall_s']} s")
+    res["guarded_census_after_warm"] = census(os.path.join(work, "wl-guarded"))
+    agg = {}
+    for key in ("wall_s", "t_first"):
+        s = med(r.get(key) for r in res["stock_warm"])
+        g = med(r.get(key) for r in res["guarded_warm"])
+        agg[key] = {"stock_warm_median": s, "guarded_warm_median": g, "ratio": round(g / s, 3) if s and g else None,
+                    "stock_cold": res["stock_cold"].get(key), "guarded_cold": res["guarded_cold"].get(key)}
+    res["aggregate"] = agg
+    res["kernels"] = res["stock_census"]["entries"]
+    res["warm_quarantines"] = res["guarded_census_after_warm"]["quarantined"] - res["guarded_census_after_cold"]["quarantined"]
+    res["warm_triton_compile_calls"] = {"stock": [r.get("triton_compiles") for r in res["stock_warm"]],
+                                        "guarded": [r.get("triton_compiles") for r in res["guarded_warm"]]}
+    res["all_correct"] = all(r.get("rc") == 0 and r.get("max_abs_err") is not None and r["max_abs_err"] < 0.1
+                             for r in [res["stock_cold"], res["guarded_cold"], *res["stock_warm"], *res["guarded_warm"]])
+    summary["workload"] = res
+    log("workload aggregate:", json.dumps(agg))
+
+
+# ---------------------------------------------------------------- 4. verify --rebuild over the real caches
+
+
+def step_verify(args, work):
+    res = {}
+    envs = ENVS
+    for label in ("stock", "guarded"):
+        env = envs.get(label)
+        if not env:
+            continue
+        roots = [d for d in (env["TRITON_CACHE_DIR"], os.path.join(env["TORCHINDUCTOR_CACHE_DIR"], "triton"),
+                             os.path.join(env["HOME"], ".triton", "cache")) if os.path.isdir(d)]
+        if label == "guarded":
+            # The guarded environment's own partitions, as `jitwarden run` would use them.
+            roots = [os.path.join(r, "jitwarden-v1", p) for r in roots if os.path.isdir(os.path.join(r, "jitwarden-v1"))
+                     for p in sorted(os.listdir(os.path.join(r, "jitwarden-v1")))]
+        cmd = jw() + ["verify", "--rebuild", "--format", "json", *roots]
+        r = sh(cmd, env, timeout=500)
+        try:
+            doc = json.loads(r["stdout"])
+            s = doc["summary"]
+            kernels = [e for e in doc["entries"] if e.get("type") == "kernel"]
+            res[label] = {"rc": r["rc"], "wall_s": r["wall_s"], "entries": s["entries"], "kernels": len(kernels),
+                          "errors": s["errors"], "warnings": s["warnings"], "by_code": s["by_code"],
+                          "false_positives": s["errors"], "roots": len(roots),
+                          "error_entries": [{"name": e.get("name"), "findings": [f.get("code") + ": " + f.get("message", "")[:300]
+                                                                                for f in e.get("findings", [])]}
+                                            for e in doc["entries"]
+                                            if any(f.get("severity") == "error" for f in e.get("findings", []))][:5]}
+        except (ValueError, KeyError) as exc:
+            res[label] = {"rc": r["rc"], "error": f"{type(exc).__name__}: {exc}", "stderr": r["stderr"][-800:]}
+        log(f"verify --rebuild {label}:", json.dumps(res[label])[:500])
+    summary["verify"] = res
+
+
+# ---------------------------------------------------------------- 5. alternating environments
+
+
+def step_alternate(args, work):
+    script = os.path.join(work, "workload.py")
+    if not os.path.exists(script):
+        with open(script, "w") as f:
+            f.write(WORKLOAD)
+    var = args.switch_var
+    values = args.switch_values.split(",")
+    res: dict = {"var": var, "values": values, "rounds": args.rounds, "mode": args.mode}
+    seq = [values[i % 2] for i in range(2 * args.rounds)]
+    # With partitions: `jitwarden run`, one cache tree, each environment in its own partition.
+    root = os.path.join(work, "alt-part")
+    timeline = []
+    for v in seq:
+        env = isolated_env(root, **{var: v})
+        r = run_workload(env, True, args.mode, script)
+        timeline.append({"env": f"{var}={v}", "wall_s": r["wall_s"], "t_first": r.get("t_first"), "rc": r["rc"],
+                         "max_abs_err": r.get("max_abs_err")})
+        log("alternate partitioned:", timeline[-1])
+    res["partitioned"] = timeline
+    res["partitioned_census"] = census(root)
+    # Wipe on change: stock caches, removed whenever the environment differs from the last run's.
+    root = os.path.join(work, "alt-wipe")
+    timeline, last = [], None
+    for v in seq:
+        env = isolated_env(root, **{var: v})
+        wiped = last is not None and v != last
+        if wiped:
+            for d in cache_dirs(env):
+                shutil.rmtree(d, ignore_errors=True)
+        r = run_workload(env, False, args.mode, script)
+        timeline.append({"env": f"{var}={v}", "wiped_before": wiped, "wall_s": r["wall_s"], "t_first": r.get("t_first"),
+                         "rc": r["rc"], "max_abs_err": r.get("max_abs_err")})
+        last = v
+        log("alternate wipe-on-change:", timeline[-1])
+    res["wipe_on_change"] = timeline
+    for k in ("partitioned", "wipe_on_change"):
+        res[f"{k}_total_wall_s"] = round(sum(t["wall_s"] for t in res[k]), 1)
+        res[f"{k}_after_first_round_wall_s"] = round(sum(t["wall_s"] for t in res[k][2:]), 1)
+    summary["alternate"] = res
+
+
+# ---------------------------------------------------------------- report
+
+
+def _f(x, nd=2):
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def render_md(s: dict) -> str:
+    L = ["# GPU proof (issue 7): silent corruption, jitwarden stopping it, `canary`, and the cost", ""]
+    m = s.get("machine", {})
+    L += ["Produced by a real run of `benchmarks/gpu_proof.py`; every measured step ran in a fresh Python process.",
+          "", "| | |", "|---|---|",
+          f"| command | `{m.get('command', '-')}` |",
+          f"| GPU (nvidia-smi: name, driver, memory, compute cap) | {m.get('nvidia_smi', '-')} |",
+          f"| torch, CUDA, Triton, device, capability | {m.get('torch_triton', '-')} |",
+          f"| Python, platform, CPUs | {m.get('python')} · {m.get('platform')} · {m.get('cpus')} |",
+          f"| jitwarden, commit, fingerprint | {m.get('jitwarden')} · {m.get('git_commit') or '-'} · {m.get('fingerprint_digest') or '-'} |",
+          f"| options | mode `{s.get('options', {}).get('mode')}`, {s.get('options', {}).get('reps')} warm reps, "
+          f"{s.get('options', {}).get('rounds')} alternation rounds{' (quick trial)' if s.get('options', {}).get('quick') else ''} |",
+          f"| total run time | {s.get('elapsed_s')} s |", ""]
+    t = s.get("tamper")
+    if t:
+        st, gt = t.get("stock_tampered", {}), t.get("guarded_tampered", {})
+        L += ["## 1. A tampered cache entry (another kernel's cubin under the key)", "",
+              "Two kernels named `combine` (x+y, x−y) were compiled; the x−y cubin was copied under the x+y key. "
+              "x=3, y=1: the right answer is 4.", "",
+              "| run | exit | result | quarantined | jitwarden lines on stderr |", "|---|---|---|---|---|",
+              f"| stock Triton: `{st.get('cmd')}` | {st.get('rc')} | {_res(st)} | - | - |",
+              f"| `{gt.get('cmd')}` (same substitution inside its sealed partition) | {gt.get('rc')} | {_res(gt)} | "
+              f"{gt.get('quarantined')} | {len(gt.get('jitwarden_lines', []))} |",
+              f"| the next guarded run (recompiled entry, sealed again) | {t.get('guarded_after_quarantine', {}).get('rc')} | "
+              f"{_res(t.get('guarded_after_quarantine', {}))} | - | {len(t.get('guarded_after_quarantine', {}).get('jitwarden_lines', []))} |",
+              f"| `jitwarden run` over the tampered stock tree (own partition) | {t.get('guarded_over_stock_tree', {}).get('rc')} | "
+              f"{_res(t.get('guarded_over_stock_tree', {}))} | - | {len(t.get('guarded_over_stock_tree', {}).get('jitwarden_lines', []))} |",
+              f"| known limit: guard without partition (`JITWARDEN_PARTITION=0`) over the *unsealed* tampered entry | "
+              f"{t.get('guard_unpartitioned_over_unsealed_tampered', {}).get('rc')} | "
+              f"{_res(t.get('guard_unpartitioned_over_unsealed_tampered', {}))} | - | "
+              f"{len(t.get('guard_unpartitioned_over_unsealed_tampered', {}).get('jitwarden_lines', []))} |", ""]
+        if gt.get("jitwarden_lines"):
+            L += ["The guarded run's warning:", "", "```", *gt["jitwarden_lines"], "```", ""]
+        vq, vr = t.get("verify_quick_stock", {}), t.get("verify_rebuild_stock", {})
+        L += [f"Over the tampered stock cache, `verify --quick`: exit {vq.get('rc')}, {vq.get('by_code')}; "
+              f"`verify --rebuild`: exit {vr.get('rc')}, {vr.get('by_code')}.", ""]
+    c = s.get("canary")
+    if c:
+        L += ["## 2. `jitwarden canary`", "", f"`{c['table'].get('cmd')}` → exit {c['table'].get('rc')} "
+              f"({c['table'].get('wall_s')} s):", "", "```", (c["table"].get("stdout", "") + c["table"].get("stderr", "")).rstrip(), "```", ""]
+    w = s.get("workload")
+    if w:
+        a = w.get("aggregate", {})
+        L += [f"## 3. torch.compile workload, `mode=\"{w.get('mode')}\"`: cold and warm starts", "",
+              f"{w.get('model')}. Triton kernels it made (cache entries, stock): **{w.get('kernels')}**; "
+              f"guarded partition: {w.get('guarded_census_after_cold', {}).get('entries')} entries, "
+              f"{w.get('guarded_census_after_cold', {}).get('sealed')} sealed. All results match eager within 0.1: "
+              f"{w.get('all_correct')}.", "",
+              "| seconds | stock cold | guarded cold | stock warm (median) | guarded warm (median) | guarded/stock warm |",
+              "|---|---|---|---|---|---|"]
+        for key, label in (("wall_s", "process wall time"), ("t_first", "compile call to first result")):
+            g = a.get(key, {})
+            L.append(f"| {label} | {_f(g.get('stock_cold'))} | {_f(g.get('guarded_cold'))} | {_f(g.get('stock_warm_median'))} | "
+                     f"{_f(g.get('guarded_warm_median'))} | **{_f(g.get('ratio'), 3)}** |")
+        L += ["", f"Warm runs, each: stock {[r.get('wall_s') for r in w.get('stock_warm', [])]} s, "
+              f"guarded {[r.get('wall_s') for r in w.get('guarded_warm', [])]} s. Goal: ratio ≤ 1.05.", "",
+              f"Quarantines during guarded warm starts: {w.get('warm_quarantines')}. Kernels that went through "
+              f"Triton's compile/cache-manager path in each warm start (stock / guarded): "
+              f"{w.get('warm_triton_compile_calls', {}).get('stock')} / {w.get('warm_triton_compile_calls', {}).get('guarded')}. "
+              "Where this is 0, Inductor's warm start (FX-graph cache + static CUDA launcher) loaded its cubins "
+              "without asking Triton's cache manager, so the guard did not check them on that path.", ""]
+    v = s.get("verify")
+    if v:
+        L += ["## 4. `jitwarden verify --rebuild` over the workload's real caches", "",
+              "| cache | exit | entries | kernels | errors (false positives) | warnings | findings | seconds |",
+              "|---|---|---|---|---|---|---|---|"]
+        for label, r in v.items():
+            L.append(f"| {label} | {r.get('rc')} | {r.get('entries')} | {r.get('kernels')} | **{r.get('false_positives')}** | "
+                     f"{r.get('warnings')} | {r.get('by_code') or r.get('error')} | {r.get('wall_s')} |")
+        L.append("")
+        for label, r in v.items():
+            for e in r.get("error_entries") or []:
+                L.append(f"- {label} `{e['name']}`: {'; '.join(e['findings'])}")
+        L.append("")
+    al = s.get("alternate")
+    if al:
+        L += [f"## 5. Two environments alternating on one machine (`{al['var']}` = {' / '.join(al['values'])})", "",
+              "| # | environment | partitions (`jitwarden run`): wall s | wipe on change: wall s | wiped before |",
+              "|---|---|---|---|---|"]
+        for i, (p, q) in enumerate(zip(al.get("partitioned", []), al.get("wipe_on_change", [])), 1):
+            L.append(f"| {i} | {p['env']} | {_f(p['wall_s'])} | {_f(q['wall_s'])} | {q.get('wiped_before')} |")
+        L += ["", f"Total: partitions {al.get('partitioned_total_wall_s')} s, wipe-on-change "
+              f"{al.get('wipe_on_change_total_wall_s')} s; after the first round: {al.get('partitioned_after_first_round_wall_s')} s "
+              f"vs {al.get('wipe_on_change_after_first_round_wall_s')} s. Partition census: {al.get('partitioned_census')}.", ""]
+    if s.get("skipped"):
+        L += ["## Not run", ""] + [f"- {k}: {why}" for k, why in s["skipped"].items()] + [""]
+    if s.get("errors"):
+        L += ["## Errors", ""] + [f"- {e}" for e in s["errors"]] + [""]
+    return "\n".join(L)
+
+
+def _res(d: dict) -> str:
+    r = d.get("result")
+    if isinstance(r, list) and r:
+        return _f(r[0], 1) + ("" if len(set(r)) == 1 else f" (min {r[1]}, max {r[2]})")
+    return "-" if r is None else str(r)
+
+
+def main() -> int:
+    global OUT_DIR
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or None)
+    p.add_argument("--quick", action="store_true", help="trial: default torch.compile mode, 1 warm rep")
+    p.add_argument("--mode", default=None, help="torch.compile mode (default max-autotune-no-cudagraphs; quick: default)")
+    p.add_argument("--reps", type=int, default=None, help="warm starts per side (default 3; quick 1)")
+    p.add_argument("--rounds", type=int, default=2, help="alternation rounds (each runs both environments)")
+    p.add_argument("--switch-var", default="TRITON_DEFAULT_FP_FUSION")
+    p.add_argument("--switch-values", default="1,0")
+    p.add_argument("--steps", default="tamper,canary,workload,verify,alternate")
+    p.add_argument("--budget", type=float, default=540, help="seconds; a step is skipped when too little is left")
+    p.add_argument("--render", metavar="JSON", help="only re-write the Markdown next to this JSON")
+    args = p.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            doc = json.load(f)
+        with open(os.path.splitext(args.render)[0] + ".md", "w") as f:
+            f.write(render_md(doc))
+        return 0
+    args.mode = args.mode or ("default" if args.quick else "max-autotune-no-cudagraphs")
+    args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
+    OUT_DIR = args.out or tempfile.mkdtemp(prefix="jw-proof-out-")
+    os.makedirs(OUT_DIR, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="jw-proof-")
+    summary["options"] = {"mode": args.mode, "reps": args.reps, "rounds": args.rounds, "quick": args.quick,
+                          "switch": f"{args.switch_var}={args.switch_values}", "steps": args.steps}
+    step_machine(args)
+    save()
+    # Rough costs (s) on an H200 in max-autotune mode, to skip rather than be killed mid-step.
+    need = {"tamper": 25, "canary": 40, "workload": 60 + 12 * args.reps, "verify": 40, "alternate": 120 * args.rounds}
+    for name in args.steps.split(","):
+        left = args.budget - (time.time() - T0)
+        if args.mode != "default" and need.get(name, 0) > left:
+            summary.setdefault("skipped", {})[name] = f"{left:.0f} s left of the {args.budget:.0f} s budget, step needs ~{need[name]} s"
+            log("skipping", name, summary["skipped"][name])
+            save()
+            continue
+        log("step", name)
+        try:
+            globals()[f"step_{name}"](args, work)
+        except Exception as exc:  # noqa: BLE001 - record and go on to the next step
+            import traceback
+
+            summary.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}")
+            log(traceback.format_exc())
+        save()
+    save()
+    print(render_md(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
