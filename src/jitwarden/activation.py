@@ -174,6 +174,22 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = Fa
         return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
+def _sweep(partitions: dict, digest: str, env) -> list[str]:
+    """Check this partition's TorchInductor kernels before Inductor's static launcher loads them."""
+    if _off(env.get("JITWARDEN_SWEEP")):
+        return []
+    try:
+        from . import sweep
+
+        trees = []
+        for kind, var in KINDS:
+            if kind != "triton" and var in partitions:
+                trees += sweep.tree_roots(kind, partitions[var])
+        return sweep.sweep(trees, digest)[0] if trees else []
+    except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
+        return [f"jitwarden: start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
+
+
 def _fingerprint(env):
     """The fingerprint facts activation needs: memoised when nothing they came from changed."""
     from . import activation_memo
@@ -240,6 +256,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         manager = MANAGER
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
+    warnings += _sweep(partitions, digest, env)
     if unpartitioned_triton:
         from . import startup_checks
 

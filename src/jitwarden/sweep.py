@@ -1,0 +1,165 @@
+"""The start-up sweep: TorchInductor's Triton kernels checked against their seals before Inductor loads them.
+
+TorchInductor restores kernels on an FX-graph-cache hit and launches them through its
+static CUDA launcher, which reads ``<cache>/triton/<device>/<key>/<name>.cubin`` itself and
+never asks Triton's cache manager, so the guard never sees those loads. Activation therefore
+sweeps this environment's Inductor (and vLLM) partitions first: per entry one ``scandir`` and
+two ``lstat``s when nothing changed since it was sealed (a file's ctime cannot be set back),
+a full seal check otherwise, and a structural check plus a seal for entries nobody sealed.
+A damaged entry is quarantined, and Inductor's own bundle (or a recompile) replaces it.
+
+Stdlib only, never raises into the caller: it runs on the activation path.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+from . import quarantine, seal
+from .entrylock import LOCK_FILE, WRITERS_FILE, lock, unlock
+from .findings import Severity
+from .layout import SEAL_FILE, is_reserved
+
+_BINARIES = (".cubin", ".hsaco")
+
+
+def tree_roots(kind: str, partition_path: str) -> list[str]:
+    """The Triton trees inside one partition of an Inductor or vLLM cache dir."""
+    from .adapters import triton as tri
+
+    if kind == "inductor":
+        return [r.path for r in tri._inductor_roots(partition_path, "inductor")]
+    if kind == "vllm":
+        return [r.path for r in tri._vllm_roots(partition_path, "vllm")]
+    return []
+
+
+def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]:
+    """Check every entry of ``trees``; returns (warning lines, counts)."""
+    counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
+    warnings: list[str] = []
+    for tree in trees:
+        try:
+            it = os.scandir(tree)
+        except OSError:
+            continue
+        with it:
+            names = [e.name for e in it if not is_reserved(e.name) and e.is_dir(follow_symlinks=False)
+                     and not e.name.startswith("tmp.")]
+        for name in names:
+            counts["entries"] += 1
+            try:
+                w = _entry(os.path.join(tree, name), digest, counts)
+            except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
+                w = f"jitwarden: could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
+            if w:
+                warnings.append(w)
+    return warnings, counts
+
+
+def _entry(path: str, digest: str | None, counts: dict) -> str | None:
+    seal_ctime = None
+    binaries = []
+    with os.scandir(path) as it:
+        for e in it:
+            if e.name == SEAL_FILE:
+                seal_ctime = e.stat(follow_symlinks=False).st_ctime_ns
+            elif e.name.endswith(_BINARIES):
+                binaries.append(e)
+    if seal_ctime is not None and all(b.stat(follow_symlinks=False).st_ctime_ns <= seal_ctime
+                                      and b.is_file(follow_symlinks=False) for b in binaries):
+        return None  # unchanged since it was sealed
+    try:
+        fd = lock(path, LOCK_FILE, fcntl.LOCK_EX, block=False)
+    except OSError:
+        return None  # read-only or vanished: the scanner reports it, activation goes on
+    if fd is None:
+        return None  # someone is sealing or verifying it right now
+    try:
+        if seal_ctime is not None:
+            counts["rehashed"] += 1
+            return _recheck(path, digest, counts)
+        return _seal_unsealed(path, digest, counts)
+    finally:
+        unlock(fd)
+
+
+def _present(path: str) -> list[str]:
+    with os.scandir(path) as it:
+        return [e.name for e in it if e.is_file(follow_symlinks=False) and not is_reserved(e.name)]
+
+
+def _recheck(path: str, digest: str | None, counts: dict) -> str | None:
+    try:
+        s = seal.read(path)
+    except seal.SealError as exc:
+        return _quarantine(path, "corrupt", [str(exc)], digest, counts)
+    present = _present(path)
+    problems = seal.check(path, s, present=present)
+    # Inductor's bundle rewrites a group file's absolute paths when it restores an entry
+    # elsewhere: that alone is no damage when every child still names this very entry.
+    problems = [p for p in problems if not _relocated_group(path, p)]
+    if problems:
+        return _quarantine(path, "corrupt", problems, digest, counts)
+    _reseal(path, s)  # refresh the seal's ctime: the next start is two lstats again
+    return None
+
+
+def _relocated_group(path: str, problem: str) -> bool:
+    name = problem.split(" ", 1)[0]
+    if not (name.startswith("__grp__") and ("does not match its sealed sha256" in problem or ", sealed as " in problem)):
+        return False
+    import json
+
+    from .fsutil import read_nofollow
+
+    try:
+        children = json.loads(read_nofollow(os.path.join(path, name)))["child_paths"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
+
+
+def _reseal(path: str, s: seal.Seal) -> None:
+    present = _present(path)
+    fresh = seal.compute(path, present, s.fingerprint, s.producer)
+    try:
+        seal.write(path, fresh)
+    except OSError:
+        pass
+
+
+def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
+    from .adapters import triton as tri
+
+    root, name = os.path.split(path)
+    judge = tri.Judge(host_machine=tri.host_machine(), now=time.time(), check_seals=False)
+    entry = tri.inspect_entry(root, name, judge)
+    errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
+    if errors:
+        return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts)
+    if entry.type != "kernel":
+        return None
+    try:
+        seal.write(path, seal.compute(path, _present(path), digest, {"legacy": True, "by": "sweep"}))
+        counts["sealed"] += 1
+    except OSError:
+        pass
+    return None
+
+
+def _quarantine(path: str, code: str, details, digest: str | None, counts: dict) -> str | None:
+    wfd = lock(path, WRITERS_FILE, fcntl.LOCK_EX, block=False)
+    if wfd is None:
+        return None  # a writer is mid-entry: its own seal will settle it
+    try:
+        rec = quarantine.move(path, code, details, by="sweep", fingerprint=digest)
+    except FileNotFoundError:
+        return None
+    finally:
+        unlock(wfd)
+    counts["quarantined"] += 1
+    return (f"jitwarden: quarantined TorchInductor kernel {rec.entry_id[:12]}… ({code}: {'; '.join(details) or '-'}); "
+            f"Inductor will restore or recompile it. Restore with `jitwarden quarantine restore {rec.id}`")

@@ -1,0 +1,150 @@
+"""The start-up sweep of TorchInductor's Triton trees (jitwarden.sweep), on real sealed kernels.
+
+TorchInductor's static CUDA launcher reads ``<inductor cache>/triton/<device>/<key>/<name>.cubin``
+itself on an FX-graph-cache hit (torch/_inductor/runtime/triton_heuristics.py,
+``reload_cubin_path``), so these entries must be checked at activation, before it does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import kernels
+from jitwarden import activation, quarantine, seal, sweep
+from jitwarden.layout import SEAL_FILE
+from test_activation import clean_env
+from test_guard import JOBS, compile_jobs
+
+
+@pytest.fixture(scope="module")
+def sealed_tree(tmp_path_factory):
+    """An Inductor-style Triton tree, every kernel compiled and sealed through the guard."""
+    d = tmp_path_factory.mktemp("ind") / "triton" / "0"
+    compile_jobs(str(d), guarded=True)
+    return str(d)
+
+
+def entries(tree):
+    return sorted(n for n in os.listdir(tree) if len(n) == 52)
+
+
+def snapshot(tree):
+    out = {}
+    for n in entries(tree):
+        for f in sorted(os.listdir(os.path.join(tree, n))):
+            if not f.startswith(".jitwarden"):
+                with open(os.path.join(tree, n, f), "rb") as fh:
+                    out[(n, f)] = fh.read()
+    return out
+
+
+def kernel_entry(tree, name="add_kernel"):
+    return next(n for n in entries(tree) if os.path.exists(os.path.join(tree, n, f"{name}.cubin")))
+
+
+def flip(path, offset=3000):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_unchanged_sealed_tree_costs_no_hashing_and_changes_nothing(sealed_tree, tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)
+    kernels_before = snapshot(tree)
+    sweep.sweep([tree])  # the copy gave every file a new ctime: first pass rehashes and reseals
+    warnings, counts = sweep.sweep([tree])
+    assert warnings == [] and counts["rehashed"] == 0 and counts["quarantined"] == 0
+    assert counts["entries"] == len(entries(tree)) >= 3
+    assert snapshot(tree) == kernels_before
+
+
+def test_a_flipped_byte_in_a_sealed_cubin_is_quarantined_before_inductor_loads_it(sealed_tree, tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)
+    sweep.sweep([tree])
+    victim = kernel_entry(tree)
+    others = {k: v for k, v in snapshot(tree).items() if k[0] != victim}
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    warnings, counts = sweep.sweep([tree], digest="0123456789abcdef")
+    assert counts["quarantined"] == 1 and len(warnings) == 1
+    assert "add_kernel.cubin does not match its sealed sha256" in warnings[0]
+    assert victim not in entries(tree)
+    recs = quarantine.list_root(tree)
+    assert [r.entry_id for r in recs] == [victim] and recs[0].by == "sweep"
+    assert {k: v for k, v in snapshot(tree).items()} == others
+
+
+def test_an_entry_restored_elsewhere_by_inductors_bundle_passes_and_is_resealed(sealed_tree, tmp_path):
+    """The bundle writes every file anew (new ctimes) and rewrites the group's absolute paths."""
+    tree = str(tmp_path / "moved" / "triton" / "0")
+    kernels.copy_cache(sealed_tree, tree)
+    for n in entries(tree):  # as the bundle does: each file written anew, after the seal
+        for f in os.listdir(os.path.join(tree, n)):
+            if f.endswith(".cubin"):
+                p = os.path.join(tree, n, f)
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                with open(p, "wb") as fh:
+                    fh.write(data)
+    warnings, counts = sweep.sweep([tree])
+    assert warnings == [] and counts["quarantined"] == 0 and counts["rehashed"] == len(entries(tree))
+    for n in entries(tree):
+        s = seal.read(os.path.join(tree, n))
+        assert seal.check(os.path.join(tree, n), s) == []
+    assert sweep.sweep([tree])[1]["rehashed"] == 0
+
+
+def test_a_group_pointing_into_another_tree_is_not_excused(sealed_tree, tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)  # group files still name sealed_tree: a copied cache
+    victim = kernel_entry(tree)
+    grp = os.path.join(tree, victim, "__grp__add_kernel.json")
+    with open(grp) as f:
+        text = f.read()
+    with open(grp, "w") as f:
+        f.write(text.replace(sealed_tree, "/elsewhere"))
+    cubin = os.path.join(tree, victim, "add_kernel.cubin")
+    with open(cubin, "rb") as fh:
+        data = fh.read()
+    with open(cubin, "wb") as fh:  # rewritten with the same bytes: the sweep looks again
+        fh.write(data)
+    warnings, counts = sweep.sweep([tree])
+    assert counts["quarantined"] == 1 and victim not in entries(tree)
+
+
+def test_unsealed_entries_are_judged_then_sealed_and_bad_ones_quarantined(tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    compile_jobs(tree, guarded=False)
+    assert not any(os.path.exists(os.path.join(tree, n, SEAL_FILE)) for n in entries(tree))
+    add, sub = kernel_entry(tree, "add_kernel"), kernel_entry(tree, "sub_kernel")
+    shutil.copyfile(os.path.join(tree, sub, "sub_kernel.cubin"), os.path.join(tree, add, "add_kernel.cubin"))
+    warnings, counts = sweep.sweep([tree])
+    assert counts["quarantined"] == 1 and "mismatch" in warnings[0] and add not in entries(tree)
+    assert counts["sealed"] >= 2
+    for n in entries(tree):
+        if os.path.exists(os.path.join(tree, n, "sub_kernel.cubin")) or n == sub:
+            assert seal.read(os.path.join(tree, n)) is not None
+
+
+def test_activation_sweeps_the_inductor_partition_and_can_be_turned_off(sealed_tree, tmp_path):
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=dict(env), quiet=True)
+    part = rec.partitions.get("TORCHINDUCTOR_CACHE_DIR")
+    if part is None:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    tree = os.path.join(part, "triton", "0")
+    shutil.copytree(sealed_tree, tree)
+    assert activation.activate(env=dict(env), quiet=True).warnings == ()
+    victim = kernel_entry(tree)
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    off = activation.activate(env=dict(env, JITWARDEN_SWEEP="0"), quiet=True)
+    assert off.warnings == () and victim in entries(tree)
+    on = activation.activate(env=dict(env), quiet=True)
+    assert any("quarantined TorchInductor kernel" in w for w in on.warnings), on.warnings
+    assert victim not in entries(tree)
