@@ -78,3 +78,22 @@ def root_problems(path: str, uid: int | None = None) -> list[str]:
     if uid != 0 and st.st_uid != uid:
         out.append(f"owned by uid {st.st_uid}, not by you (uid {uid})")
     return out
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def inductor_triton_trees(cache_dir: str) -> list[str]:
+    """Triton cache dirs inside one TorchInductor cache dir: ``<dir>/triton/<device>``."""
+    return _subdirs(os.path.join(cache_dir, "triton"))
+
+
+def vllm_triton_trees(cache_root: str) -> list[str]:
+    """vLLM's per-model Inductor Triton trees: ``torch_compile_cache/<hash>/rank_*/inductor_cache/triton/<device>``."""
+    return [t for h in _subdirs(os.path.join(cache_root, "torch_compile_cache")) for rank in _subdirs(h)
+            for t in inductor_triton_trees(os.path.join(rank, "inductor_cache"))]

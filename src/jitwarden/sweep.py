@@ -17,22 +17,22 @@ import fcntl
 import os
 import time
 
-from . import quarantine, seal
+from . import locations
 from .entrylock import LOCK_FILE, WRITERS_FILE, lock, unlock
-from .findings import Severity
 from .layout import SEAL_FILE, is_reserved
+
+# Checking, sealing and quarantining import more (hashlib, dataclasses): only on the slow path,
+# so a warm start with nothing changed stays at the standard library's cheapest modules.
 
 _BINARIES = (".cubin", ".hsaco")
 
 
 def tree_roots(kind: str, partition_path: str) -> list[str]:
     """The Triton trees inside one partition of an Inductor or vLLM cache dir."""
-    from .adapters import triton as tri
-
     if kind == "inductor":
-        return [r.path for r in tri._inductor_roots(partition_path, "inductor")]
+        return locations.inductor_triton_trees(partition_path)
     if kind == "vllm":
-        return [r.path for r in tri._vllm_roots(partition_path, "vllm")]
+        return locations.vllm_triton_trees(partition_path)
     return []
 
 
@@ -92,6 +92,8 @@ def _present(path: str) -> list[str]:
 
 
 def _recheck(path: str, digest: str | None, counts: dict) -> str | None:
+    from . import seal
+
     try:
         s = seal.read(path)
     except seal.SealError as exc:
@@ -122,7 +124,9 @@ def _relocated_group(path: str, problem: str) -> bool:
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
 
 
-def _reseal(path: str, s: seal.Seal) -> None:
+def _reseal(path: str, s) -> None:
+    from . import seal
+
     present = _present(path)
     fresh = seal.compute(path, present, s.fingerprint, s.producer)
     try:
@@ -132,7 +136,9 @@ def _reseal(path: str, s: seal.Seal) -> None:
 
 
 def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
+    from . import seal
     from .adapters import triton as tri
+    from .findings import Severity
 
     root, name = os.path.split(path)
     judge = tri.Judge(host_machine=tri.host_machine(), now=time.time(), check_seals=False)
@@ -151,6 +157,8 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
 
 
 def _quarantine(path: str, code: str, details, digest: str | None, counts: dict) -> str | None:
+    from . import quarantine
+
     wfd = lock(path, WRITERS_FILE, fcntl.LOCK_EX, block=False)
     if wfd is None:
         return None  # a writer is mid-entry: its own seal will settle it

@@ -78,18 +78,13 @@ def vllm_cache_root(env=os.environ) -> str:
 def _inductor_roots(base: str, source: str) -> list[CacheRoot]:
     """Triton trees of an Inductor cache dir: ``<dir>/triton/<device>``, in the dir and in its partitions."""
     return [CacheRoot(KIND, t, source, digest, base if digest else None)
-            for d, digest in with_partitions(base) for t in subdirs(os.path.join(d, "triton"))]
+            for d, digest in with_partitions(base) for t in locations.inductor_triton_trees(d)]
 
 
 def _vllm_roots(base: str, source: str) -> list[CacheRoot]:
-    """vLLM's per-model Inductor trees: ``torch_compile_cache/<hash>/rank_*/inductor_cache/triton/<device>``."""
-    out = []
-    for d, digest in with_partitions(base):
-        for h in subdirs(os.path.join(d, "torch_compile_cache")):
-            for rank in subdirs(h):
-                for t in subdirs(os.path.join(rank, "inductor_cache", "triton")):
-                    out.append(CacheRoot(KIND, t, source, digest, base if digest else None))
-    return out
+    """vLLM's per-model Inductor trees (see :func:`locations.vllm_triton_trees`), in the root and its partitions."""
+    return [CacheRoot(KIND, t, source, digest, base if digest else None)
+            for d, digest in with_partitions(base) for t in locations.vllm_triton_trees(d)]
 
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
