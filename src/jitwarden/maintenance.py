@@ -143,18 +143,7 @@ def partition_facts(base: str, path: str, digest: str, last_used: float | None, 
     """Facts of one partition dir for :func:`jitwarden.cleanplan.plan_prune` (walks it, never following links)."""
     from .cleanplan import PartitionFacts
 
-    total, newest = 0, 0.0
-    for d, dirs, files in os.walk(path, onerror=lambda e: None):
-        for n in files + dirs:
-            if n == LOCK_NAME:
-                continue  # our own lock file is not a use
-            try:
-                st = os.lstat(os.path.join(d, n))
-            except OSError:
-                continue
-            newest = max(newest, st.st_mtime)
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
+    total, newest = q.tree_stats(path, skip=frozenset({LOCK_NAME}))  # our own lock file is not a use
     if not last_used:
         try:
             last_used = os.lstat(path).st_mtime

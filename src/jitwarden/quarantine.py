@@ -135,22 +135,66 @@ def rename_noreplace(src: str, dst: str) -> None:
 
 def size_of(path: str) -> int:
     """Bytes of regular files under ``path`` (or of ``path`` itself), never following a symlink."""
+    return tree_stats(path)[0]
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+
+
+def tree_stats(path: str, skip: frozenset = frozenset()) -> tuple[int, float]:
+    """(bytes of regular files, newest mtime) under ``path``, without recursion or following links.
+
+    Walks by directory fds, so a 10,000-deep chain (paths far beyond PATH_MAX) costs no
+    stack and one fd per level still holding unvisited siblings. Unreadable parts are skipped.
+    """
     try:
         st = os.lstat(path)
     except OSError:
-        return 0
+        return 0, 0.0
     if not stat.S_ISDIR(st.st_mode):
-        return st.st_size if stat.S_ISREG(st.st_mode) else 0
-    total = 0
-    for d, dirs, files in os.walk(path, onerror=lambda e: None):
-        for n in files + dirs:
+        return (st.st_size if stat.S_ISREG(st.st_mode) else 0), st.st_mtime
+    total, newest = 0, 0.0
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return 0, st.st_mtime
+    stack = [(fd, [])]
+    first = True
+    while stack:
+        fd, todo = stack[-1]
+        if first:
+            first = False
             try:
-                s = os.lstat(os.path.join(d, n))
+                with os.scandir(fd) as it:
+                    for e in it:
+                        if e.name in skip:
+                            continue
+                        try:
+                            s = e.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        newest = max(newest, s.st_mtime)
+                        if stat.S_ISDIR(s.st_mode):
+                            todo.append(e.name)
+                        elif stat.S_ISREG(s.st_mode):
+                            total += s.st_size
             except OSError:
-                continue
-            if stat.S_ISREG(s.st_mode):
-                total += s.st_size
-    return total
+                pass
+        if not todo:
+            os.close(fd)
+            stack.pop()
+            continue
+        name = todo.pop()
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            continue
+        if not todo:  # the last child: this level is done, its fd need not stay open
+            os.close(fd)
+            stack.pop()
+        stack.append((child, []))
+        first = True
+    return total, newest
 
 
 def move(entry_path: str, reason: str, details=(), *, root: str | None = None, entry_id: str | None = None,
@@ -322,32 +366,45 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
 
 
 def _rmtree(path: str) -> None:
-    """Delete a tree without following symlinks; a directory we may not enter is made enterable first."""
+    """Delete ``path`` (inside the trash) without recursion and without following a symlink.
 
-    def onerror(func, p, exc_info):
-        exc = exc_info[1]
-        if isinstance(exc, FileNotFoundError):
-            return
-        if isinstance(exc, PermissionError):
-            try:
-                st = os.lstat(p)
-                if stat.S_ISDIR(st.st_mode):
-                    os.chmod(p, st.st_mode | 0o700)
+    Each subdirectory is first renamed up beside ``path`` in the trash, then emptied on its
+    own: any depth (a 10,000-deep chain) takes no stack, no long paths and one fd at a time.
+    A directory we may not enter or change is made so first (it is ours, and going).
+    """
+    trash = os.path.dirname(path)
+    work = [path]
+    n = 0
+    while work:
+        p = work.pop()
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(p)
+            continue
+        if st.st_mode & 0o700 != 0o700:
+            os.chmod(p, st.st_mode | 0o700)
+        fd = os.open(p, _DIR_FLAGS)
+        try:
+            with os.scandir(fd) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            for name, is_dir in names:  # noqa: B007
+                if is_dir:
+                    n += 1
+                    flat = f"{os.path.basename(path)}.d{n}"
+                    try:
+                        os.rename(name, os.path.join(trash, flat), src_dir_fd=fd)
+                    except PermissionError:  # moving a dir needs write access to it (its "..")
+                        os.chmod(name, 0o700, dir_fd=fd)
+                        os.rename(name, os.path.join(trash, flat), src_dir_fd=fd)
+                    work.append(os.path.join(trash, flat))
                 else:
-                    parent = os.path.dirname(p)
-                    os.chmod(parent, os.lstat(parent).st_mode | 0o700)
-                func(p)
-                return
-            except OSError:
-                pass
-        raise exc
-
-    if os.path.islink(path) or not os.path.isdir(path):
-        os.unlink(path)
-    else:
-        shutil.rmtree(path, onerror=onerror)
-        if os.path.lexists(path):  # a dir made enterable only now: one more pass
-            shutil.rmtree(path)
+                    os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(p)
 
 
 def purge(rec: Record) -> None:
