@@ -1,0 +1,452 @@
+"""TorchInductor cache adapter: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempdir>/torchinductor_<user>`` (stdlib only).
+
+Layout, as torch 2.13 writes it (``torch/_inductor/codecache.py``, ``runtime/cache_dir_utils.py``,
+``runtime/autotune_cache.py``, ``_functorch/_aot_autograd/autograd_cache.py``):
+
+- ``fxgraph/<key[1:3]>/<key>/<content hash>``: pickled ``CompiledFxGraph`` (its output code inside);
+- ``aotautograd/<key>/<content hash>``: pickled AOTAutograd results, naming the FX graphs they load;
+- ``<basename[1:3]>/<basename>.<ext>``: generated code by content hash: Triton kernel sources
+  (``.py``, whose ``triton_meta`` holds ``DeviceProperties(..., cc=90, ...)``), output code (``.py``),
+  ``.best_config`` autotune results (JSON), C++ kernels (``.cpp``) and their ``.so``, cubins;
+- ``cache/``: local autotune caches (JSON naming the GPU) and ``inductor_on_disk_cache``;
+- ``locks/``: FileLock files; ``triton/<device>/``: a Triton cache (the Triton adapter's);
+- temporary files ``.<pid>.<thread>.tmp`` of ``write_atomic``.
+
+Entries are judged by reading bytes only: pickles are checked for their framing (PROTO at
+the start, STOP at the end) and searched as bytes, never unpickled; Python sources are
+searched as text, never imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .. import elf, locations, partition
+from ..findings import Finding
+from ..fsutil import memo_dir, read_nofollow
+from ..layout import is_reserved
+from ..model import CacheRoot, Entry, Judge
+from . import _base
+from ._base import expand_partitions, survey, survey_findings, with_partitions  # noqa: F401 - part of the interface
+
+KIND = "inductor"
+TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
+SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
+TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
+DEVPROPS = re.compile(
+    rb"DeviceProperties\(type='(\w+)', index=(?:\d+|None), multi_processor_count=(\d+), cc=(\d+|'[^']*')"
+    rb"(?:, major=(\d+|None))?")
+KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
+FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
+TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
+ELF_MAGIC = b"\x7fELF"
+
+PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
+
+
+# ---------------------------------------------------------------- roots
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """Inductor's own cache dir (partitions are expanded by the scanner) and jitwarden's private root."""
+    source = "TORCHINDUCTOR_CACHE_DIR" if env.get("TORCHINDUCTOR_CACHE_DIR") else "default"
+    roots = [CacheRoot(KIND, partition.base_of(locations.inductor_cache_dir(env)), source)]
+    try:
+        roots.append(CacheRoot(KIND, os.path.join(memo_dir(env), "roots", KIND), "private"))
+    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
+        pass
+    out, seen = [], set()
+    for r in roots:
+        key = os.path.realpath(r.path)
+        if key not in seen and os.path.isdir(r.path):
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def looks_like_root(path: str) -> bool:
+    """An Inductor cache dir holds ``fxgraph/`` or ``aotautograd/``, or ``locks/`` beside ``triton/``."""
+    def isdir(name):
+        p = os.path.join(path, name)
+        return os.path.isdir(p) and not os.path.islink(p)
+
+    return isdir("fxgraph") or isdir("aotautograd") or (isdir("locks") and isdir(TRITON_DIR))
+
+
+def root_findings(path: str, uid: int | None = None) -> list[Finding]:
+    """A root others can write or own is unsafe: Inductor unpickles its entries, which runs their code."""
+    return [Finding("unsafe", f"{f.message}; Inductor unpickles entries from it, so loading one runs their code")
+            for f in _base.root_findings(path, uid)]
+
+
+# ---------------------------------------------------------------- entries
+
+
+def _dirs_and_files(path: str) -> tuple[list[str], list[str]]:
+    dirs, files = [], []
+    with os.scandir(path) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                dirs.append(e.name)
+            else:
+                files.append(e.name)
+    return sorted(dirs), sorted(files)
+
+
+def list_entry_names(root: str, skip: tuple[str, ...] = (TRITON_DIR,)) -> tuple[list[str], list[tuple[str, str]]]:
+    """Entry ids of an Inductor cache dir (relative paths); ``triton/`` and jitwarden's names left out.
+
+    ``fxgraph/<xx>/<key>`` and ``aotautograd/<key>`` are one entry per key; each file of a
+    shard dir ``<xx>/`` is one entry; ``cache/`` one per child; ``locks/`` one; any other
+    top-level dir or file one.
+    """
+    names: list[str] = []
+    dirs, files = _dirs_and_files(root)
+    for d in dirs:
+        if is_reserved(d) or d in skip:
+            continue
+        p = os.path.join(root, d)
+        try:
+            if d == "fxgraph":
+                for shard in _dirs_and_files(p)[0]:
+                    sd, sf = _dirs_and_files(os.path.join(p, shard))
+                    names += [f"fxgraph/{shard}/{k}" for k in sd + sf]
+                names += [f"fxgraph/{f}" for f in _dirs_and_files(p)[1]]
+            elif d in ("aotautograd", "cache"):
+                sd, sf = _dirs_and_files(p)
+                names += [f"{d}/{k}" for k in sd + sf]
+            elif SHARD.match(d):
+                sd, sf = _dirs_and_files(p)
+                names += [f"{d}/{k}" for k in sd + sf]
+            else:
+                names.append(d)
+        except OSError:
+            names.append(d)  # unreadable: judged (and reported) as one entry
+    names += [f for f in files if not is_reserved(f)]
+    return sorted(names), []
+
+
+# ---------------------------------------------------------------- reading bytes
+
+
+def pickle_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a whole pickle, judged by its framing only (nothing is unpickled); None when it looks whole."""
+    if not data:
+        return "empty"
+    if len(data) < 3 or data[0] != 0x80 or data[1] > 5:
+        return "not a pickle (no PROTO opcode at the start)"
+    if data[-1:] != b".":
+        return "truncated: the pickle does not end with STOP"
+    if data[1] >= 4 and data[2] == 0x95 and len(data) >= 11:  # protocol 4+ opens with a FRAME and its length
+        flen = int.from_bytes(data[3:11], "little")
+        if 11 + flen > len(data):
+            return f"truncated: its first frame needs {11 + flen} bytes, the file has {len(data)}"
+    return None
+
+
+def device_props(data: bytes) -> list[tuple[str, object, int | None]]:
+    """Every ``DeviceProperties(type=..., cc=...)`` Inductor wrote into ``data`` (source or pickle): (type, cc, SMs)."""
+    out = []
+    for m in DEVPROPS.finditer(data):
+        cc_raw = m.group(3).decode()
+        cc: object = int(cc_raw) if cc_raw.isdigit() else cc_raw.strip("'")
+        out.append((m.group(1).decode(), cc, int(m.group(2))))
+    return list(dict.fromkeys(out))
+
+
+def arch_findings(props, judge: Judge, what: str) -> tuple[int | None, list[Finding]]:
+    """(the CUDA arch named, foreign-arch findings) for device properties read from ``what``."""
+    archs = sorted({cc for t, cc, _ in props if t == "cuda" and isinstance(cc, int)})
+    others = sorted({f"{t} {cc}" for t, cc, _ in props if t != "cuda"})
+    out = []
+    if judge.target_arch is not None:
+        foreign = [a for a in archs if a != judge.target_arch]
+        if foreign:
+            out.append(Finding("foreign-arch", f"{what} generated for sm_{', sm_'.join(map(str, foreign))} "
+                                               f"(triton_meta cc), judged against sm_{judge.target_arch}: unreachable here"))
+        if others:
+            out.append(Finding("foreign-arch", f"{what} generated for {', '.join(others)}, judged against "
+                                               f"sm_{judge.target_arch}: unreachable here"))
+    return (archs[0] if len(archs) == 1 else None), out
+
+
+def elf_problem(data: bytes, size: int) -> tuple[int | None, str | None]:
+    """(e_machine, why the ELF is damaged) from the header alone: section table beyond the file = truncated."""
+    if len(data) < 64 or data[:4] != ELF_MAGIC:
+        return None, "not an ELF file"
+    if data[4] != 2 or data[5] != 1:
+        return None, "not a 64-bit little-endian ELF"
+    machine = int.from_bytes(data[18:20], "little")
+    shoff = int.from_bytes(data[40:48], "little")
+    shentsize = int.from_bytes(data[58:60], "little")
+    shnum = int.from_bytes(data[60:62], "little")
+    if shoff and shoff + shentsize * shnum > size:
+        return machine, f"truncated: its section table ends at byte {shoff + shentsize * shnum}, the file has {size}"
+    return machine, None
+
+
+def _host(judge: Judge) -> str | None:
+    return judge.host_machine
+
+
+def _age_min(judge: Judge, mtime: float) -> int:
+    return int(max(0.0, judge.now - mtime) // 60)
+
+
+class _Facts:
+    """What the judging of one file found (mutable while judging one entry)."""
+
+    __slots__ = ("type", "name", "arch", "extra", "findings")
+
+    def __init__(self):
+        self.type = "other"
+        self.name = None
+        self.arch = None
+        self.extra: dict = {}
+        self.findings: list[Finding] = []
+
+
+def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, kind: str = "") -> None:
+    """Judge one generated file of an Inductor cache by its bytes (``kind``: fxgraph, aotautograd or "" for by name)."""
+    add = facts.findings.append
+    base = os.path.basename(rel)
+    if kind in ("fxgraph", "aotautograd") or base.endswith((".pkl", ".pickle")):
+        why = pickle_problem(data)
+        if why:
+            add(Finding("corrupt", f"{rel}: {why}"))
+            return
+        arch, fs = arch_findings(device_props(data), judge, rel)
+        facts.findings += fs
+        if arch is not None:
+            facts.arch = arch
+        return
+    if base.endswith(".py"):
+        if not data.strip():
+            add(Finding("corrupt", f"{rel} is empty"))
+            return
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            add(Finding("corrupt", f"{rel} is not UTF-8 text"))
+            return
+        if not data.endswith(b"\n"):
+            add(Finding("corrupt", f"{rel}: truncated (no final newline; Inductor writes whole files)"))
+        props = device_props(data)
+        m = KERNEL_DEF.search(data)
+        if m and b"triton_meta=" in data:
+            facts.type, facts.name = "kernel", m.group(1).decode()
+            if not props:
+                add(Finding("corrupt", f"{rel}: triton_meta names no DeviceProperties"))
+        elif b"@triton.jit" in data:
+            facts.type = "kernel"
+            add(Finding("corrupt", f"{rel}: @triton.jit is not followed by a kernel definition"))
+        else:
+            facts.type = "output-code"
+        arch, fs = arch_findings(props, judge, rel)
+        facts.findings += fs
+        if arch is not None:
+            facts.arch = arch
+            facts.extra["cc"] = arch
+        if props:
+            facts.extra["device"] = props[0][0]
+            facts.extra["multi_processor_count"] = props[0][2]
+        return
+    if base.endswith(".best_config") or base.endswith(".json"):
+        facts.type = "autotune" if base.endswith(".best_config") else "json"
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            add(Finding("corrupt", f"{rel} is not valid JSON"))
+            return
+        if facts.type == "autotune" and not (isinstance(doc, dict) and "num_warps" in doc):
+            add(Finding("corrupt", f"{rel}: not an autotune result (no num_warps)"))
+        elif facts.type == "autotune" and doc.get("triton_cache_hash"):
+            facts.extra["triton_cache_hash"] = doc["triton_cache_hash"]
+        return
+    if base.endswith(".cubin"):
+        facts.type = "cubin"
+        try:
+            sm = elf.cubin_sm(elf.parse(data))
+        except elf.ElfError as exc:
+            add(Finding("corrupt", f"{rel}: not a valid cubin: {exc}"))
+            return
+        facts.arch = sm
+        if judge.target_arch is not None and sm != judge.target_arch:
+            add(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against sm_{judge.target_arch}: unreachable here"))
+        return
+    if base.endswith((".so", ".o")) or data[:4] == ELF_MAGIC:
+        facts.type = "library" if base.endswith(".so") else "object"
+        machine, why = elf_problem(data, size)
+        if why:
+            add(Finding("corrupt", f"{rel}: {why}"))
+            return
+        mname = elf.MACHINE_NAMES.get(machine, f"e_machine={machine}")
+        facts.extra["machine"] = mname
+        host = _host(judge)
+        if host and mname != host:
+            add(Finding("foreign-arch", f"{rel} is built for {mname}, this host is {host}: unreachable here"))
+        return
+    if base.endswith(".lock"):
+        facts.type = "lock"
+        return
+    if base.endswith((".cpp", ".h", ".cu", ".c")):
+        facts.type = "source"
+        if size == 0:
+            add(Finding("corrupt", f"{rel} is empty"))
+        return
+
+
+_ELF_HEAD_ONLY = (".so", ".o")
+_SKIP_CONTENT = (".lock", ".cpp", ".h", ".cu", ".c", ".txt", ".log")
+
+
+def read_blob(path: str, rel: str, size: int) -> bytes:
+    """The bytes judging needs: the ELF header of libraries, nothing of sources and locks, else the whole file."""
+    if rel.endswith(_SKIP_CONTENT):
+        return b""
+    if rel.endswith(_ELF_HEAD_ONLY):
+        return read_nofollow(path, 64)
+    return read_nofollow(path, size_hint=size)
+
+
+# ---------------------------------------------------------------- judging
+
+
+def _group(name: str) -> str:
+    """Which part of the cache an entry id belongs to."""
+    head = name.split("/", 1)[0]
+    if head in PICKLE_DIRS or head in ("cache", "locks"):
+        return head
+    if SHARD.match(head) and "/" in name:
+        return "shard"
+    return "other"
+
+
+def judge_tree(root: str, name: str, s: _base.Survey, judge: Judge, group: str, facts: _Facts) -> None:
+    """Judge every file of one surveyed entry (a file or a dir); shared with the vLLM adapter."""
+    kind = group if group in PICKLE_DIRS else ""
+    tmps = []
+    real = []
+    for rel, size, mtime, _mode, _uid in s.files:
+        base = os.path.basename(rel)
+        if TMP.match(base) or base.endswith(".tmp"):
+            tmps.append((rel or base, mtime))
+            continue
+        if base.startswith(".") and group in PICKLE_DIRS:
+            continue  # Inductor itself skips dot files in key dirs
+        real.append((rel, size))
+    for rel, mtime in tmps:
+        if judge.now - mtime >= judge.orphan_age:
+            facts.findings.append(Finding("orphan", f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old"))
+    for rel, size in real:
+        path = os.path.join(s.path, rel) if s.is_dir else s.path
+        shown = f"{name}/{rel}" if s.is_dir else name
+        try:
+            data = read_blob(path, rel, size)
+        except OSError as exc:
+            facts.findings.append(Finding("corrupt", f"{shown}: unreadable: {exc.strerror}"))
+            continue
+        judge_blob(shown if not s.is_dir else rel, data, size, judge, facts, kind)
+        if group == "aotautograd":
+            _aot_refs(root, rel, data, facts)
+    if group in PICKLE_DIRS:
+        facts.type = group
+        if not real:
+            newest = s.newest
+            if tmps or judge.now - newest >= judge.orphan_age:
+                if not tmps:
+                    facts.findings.append(Finding("orphan", f"{group} key directory holds no graph: an interrupted write, "
+                                                            f"{_age_min(judge, newest)} min old"))
+            facts.type = "empty"
+
+
+def _aot_refs(root: str, rel: str, data: bytes, facts: _Facts) -> None:
+    """An AOTAutograd result that loads its graphs from ``fxgraph/``: each named graph must be there."""
+    for m in FX_KEY_AFTER_INFO.finditer(data):
+        key = m.group(1).decode()
+        facts.extra.setdefault("fx_graphs", []).append(key)
+        if not os.path.isdir(os.path.join(root, "fxgraph", key[1:3], key)):
+            facts.findings.append(Finding("incomplete", f"{rel} loads FX graph {key}, which is missing from fxgraph/"))
+
+
+def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
+    """``cache/<system hash>``: JSON ``{"system": {"device": {"name"}, "version": {...}}, "cache": {...}}``."""
+    if not data.lstrip()[:1] == b"{":
+        return
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        facts.findings.append(Finding("corrupt", f"{rel} is not valid JSON"))
+        return
+    facts.type = "local-cache"
+    system = doc.get("system") if isinstance(doc, dict) else None
+    dev = system.get("device") if isinstance(system, dict) else None
+    gpu = dev.get("name") if isinstance(dev, dict) else None
+    if gpu:
+        facts.extra["gpu_name"] = gpu
+        facts.name = gpu
+        if judge.gpu_names and gpu not in judge.gpu_names:
+            facts.findings.append(Finding("stale", f"autotune results for {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}"))
+    ver = system.get("version") if isinstance(system, dict) else None
+    if isinstance(ver, dict) and ver.get("cuda"):
+        facts.extra["cuda"] = ver["cuda"]
+        if judge.torch_cuda and ver["cuda"] != judge.torch_cuda:
+            facts.findings.append(Finding("stale", f"written by a torch built with CUDA {ver['cuda']}; this torch uses CUDA {judge.torch_cuda}"))
+
+
+def entry_of(kind: str, root: str, name: str, s: _base.Survey, facts: _Facts, findings: list[Finding]) -> Entry:
+    mtime = s.newest if s.files else s.mtime
+    return Entry(kind, root, name, s.path, facts.type, facts.name, facts.arch, s.bytes, mtime,
+                 findings=tuple(dict.fromkeys(findings)), extra=tuple(sorted(facts.extra.items())))
+
+
+def link_findings(s: _base.Survey, tool: str = "Inductor") -> list[Finding]:
+    if s.links and s.links[0][2]:
+        return [Finding("unsafe", f"entry is a symlink leaving the cache root (-> {s.symlink_target}); not followed")]
+    return [Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); {tool} would follow it, jitwarden does not")]
+
+
+def owner_findings(s: _base.Survey, root_uid: int | None) -> list[Finding]:
+    """A directory entry owned by someone other than the root's owner (files are checked by survey_findings)."""
+    out = []
+    if s.is_dir and root_uid is not None and s.uid not in (-1, root_uid) and root_uid != 0 and s.uid != 0:
+        out.append(Finding("unsafe", f"entry directory is owned by uid {s.uid}, the cache root by uid {root_uid}"))
+    return out
+
+
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
+    """Read (never following a symlink, never unpickling) and judge one entry of an Inductor cache dir."""
+    return inspect_as(KIND, root, root, name, name, judge, root_uid)
+
+
+def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str, judge: Judge,
+               root_uid: int | None) -> Entry:
+    """Judge ``root/name`` of an Inductor cache dir, reported as entry ``shown_name`` of ``shown_root`` (vLLM nests them)."""
+    s = survey(root, name)
+    facts = _Facts()
+    if s.is_symlink:
+        facts.type = "link"
+        return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))
+    findings = survey_findings(s, root_uid) + owner_findings(s, root_uid)
+    group = _group(name)
+    if group == "locks":
+        facts.type = "locks"
+    elif group == "cache":
+        judge_tree(root, name, s, judge, group, facts)
+        if not s.is_dir and s.files:
+            try:
+                data = read_nofollow(s.path, size_hint=s.files[0][1])
+            except OSError:
+                data = b""
+            _local_cache(name, data, judge, facts)
+        facts.type = facts.type if facts.type != "other" else "local-cache"
+    elif s.errors and not s.files and not s.is_dir:
+        pass  # could not stat: survey_findings says so
+    else:
+        judge_tree(root, name, s, judge, group, facts)
+        if group == "other" and s.is_dir:
+            facts.type = "other"
+    return entry_of(kind, shown_root, shown_name, s, facts, findings + facts.findings)
+

@@ -1,0 +1,470 @@
+"""vLLM cache adapter: ``VLLM_CACHE_ROOT``, else ``${XDG_CACHE_HOME:-~/.cache}/vllm`` (stdlib only).
+
+Layout, as vLLM writes it (0.34.0: ``vllm/envs.py``, ``vllm/compilation/backends.py``,
+``compiler_interface.py``, ``decorators.py``, ``caching.py``; 0.11.1-0.13.0 for the old AOT place):
+
+- ``torch_compile_cache/<hash>/rank_<r>_<dp>/<prefix>/``: ``cache_key_factors.json`` (env, config
+  with vLLM's version, compiler factors with the GPU name and torch's CUDA), ``vllm_compile_cache.py``
+  (a Python literal mapping each graph to ``graph_handle = (key, absolute path)``), the artifacts
+  (``artifact_compile_range_<a>_<b>_subgraph_<i>``: CRC-checked ``BytesWriter`` files, or
+  "unpacked" Inductor cache dirs), ``computation_graph.py``, ``transformed_code.py``;
+- ``torch_compile_cache/<hash>/rank_<r>_<dp>/inductor_cache/``: a whole Inductor cache dir (judged by
+  the Inductor adapter's code); ``.../triton_cache/`` and ``inductor_cache/triton/``: Triton's;
+- AOT: ``torch_compile_cache/torch_aot_compile/<sha256>/{inductor_cache/, rank_<r>_<dp>/model}`` (0.34),
+  ``torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.11.1-0.13); ``model`` is a pickle;
+- ``deep_gemm/`` (vLLM points ``DG_JIT_CACHE_DIR`` there) and
+  ``flashinfer_autotune_cache/<flashinfer version>/<archs>/<hash>/autotune_configs*.json``.
+
+vLLM's compile-cache key holds the GPU *name*, never its compute capability or driver, and the
+AOT key (without the mega artifact) no GPU identity at all: partitioning the root by
+fingerprint (activation) is what keeps a GB10's kernels from another device of that name.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import zlib
+
+from .. import elf, locations, partition
+from ..findings import Finding
+from ..fsutil import memo_dir, read_nofollow
+from ..layout import is_reserved
+from ..model import CacheRoot, Entry, Judge
+from . import _base, inductor
+from ._base import expand_partitions, survey, survey_findings  # noqa: F401 - part of the interface
+
+KIND = "vllm"
+COMPILE = "torch_compile_cache"
+AOT = "torch_aot_compile"
+INDUCTOR = "inductor_cache"
+TRITON_DIRS = ("triton_cache",)  # Triton cache dirs vLLM sets TRITON_CACHE_DIR to (the Triton adapter's)
+DEEP_GEMM = "deep_gemm"
+FLASHINFER = "flashinfer_autotune_cache"
+RANK = re.compile(r"^rank_\d+_\d+$")
+ARTIFACT_HEADERS = (b"CacheCompiledArtifact", b"AOTCompiledArtifact")
+_ARCH = re.compile(r"(\d+)[af]?")
+
+
+# ---------------------------------------------------------------- roots
+
+
+def root_source(env) -> str:
+    if env.get("VLLM_CACHE_ROOT"):
+        return "VLLM_CACHE_ROOT"
+    return "XDG_CACHE_HOME" if env.get("XDG_CACHE_HOME") else "default"
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """vLLM's cache root (its partitions are expanded by the scanner) and jitwarden's private vLLM root."""
+    roots = [CacheRoot(KIND, partition.base_of(locations.vllm_cache_root(env)), root_source(env))]
+    try:
+        roots.append(CacheRoot(KIND, os.path.join(memo_dir(env), "roots", KIND), "private"))
+    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
+        pass
+    out, seen = [], set()
+    for r in roots:
+        key = os.path.realpath(r.path)
+        if key not in seen and os.path.isdir(r.path):
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def looks_like_root(path: str) -> bool:
+    return any(os.path.isdir(os.path.join(path, d)) and not os.path.islink(os.path.join(path, d))
+               for d in (COMPILE, AOT, FLASHINFER))
+
+
+def root_findings(path: str, uid: int | None = None) -> list[Finding]:
+    return [Finding("unsafe", f"{f.message}; vLLM and Inductor unpickle entries from it, so loading one runs their code")
+            for f in _base.root_findings(path, uid)]
+
+
+# ---------------------------------------------------------------- entries
+
+
+def _subdirs(path: str) -> list[str]:
+    return [os.path.basename(d) for d in _base.subdirs(path)]
+
+
+def _children(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _inductor_names(root: str, rel: str) -> list[str]:
+    """Entries of a nested Inductor cache dir, as ids of this root (its ``triton/`` left to the Triton adapter)."""
+    try:
+        names, _ = inductor.list_entry_names(os.path.join(root, rel))
+    except OSError:
+        return [rel]
+    return [f"{rel}/{n}" for n in names]
+
+
+def _rank_names(root: str, rank_rel: str, aot: bool) -> list[str]:
+    out = []
+    rank = os.path.join(root, rank_rel)
+    if aot:
+        return [rank_rel]
+    for c in _children(rank):
+        p = os.path.join(rank, c)
+        if c in TRITON_DIRS or is_reserved(c):
+            continue
+        if c == INDUCTOR and not os.path.islink(p) and os.path.isdir(p):
+            out += _inductor_names(root, f"{rank_rel}/{c}")
+        else:
+            out.append(f"{rank_rel}/{c}")  # a prefix dir (backbone, ...), or a loose file of prefix ""
+    return out
+
+
+def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Entry ids (relative paths) of a vLLM cache root: compile dirs, AOT models, nested Inductor entries, DeepGEMM and FlashInfer autotune results."""
+    os.scandir(root).close()  # an unreadable root is the scanner's error, not an empty list
+    names: list[str] = []
+    cc = os.path.join(root, COMPILE)
+    for h in _subdirs(cc):
+        hrel = f"{COMPILE}/{h}"
+        if h == AOT:
+            names += _aot_names(root, hrel)
+            continue
+        for r in _subdirs(os.path.join(cc, h)):
+            names += _rank_names(root, f"{hrel}/{r}", aot=False)
+        names += [f"{hrel}/{f}" for f in _children(os.path.join(cc, h)) if not os.path.isdir(os.path.join(cc, h, f))]
+    names += _aot_names(root, AOT)  # vLLM 0.11.1-0.13: <root>/torch_aot_compile/<hash>/rank_*/model
+    dg = os.path.join(root, DEEP_GEMM)
+    if os.path.isdir(os.path.join(dg, "cache")):
+        names += [f"{DEEP_GEMM}/cache/{c}" for c in _children(os.path.join(dg, "cache"))]
+        names += [f"{DEEP_GEMM}/{c}" for c in _children(dg) if c != "cache"]
+    else:
+        names += [f"{DEEP_GEMM}/{c}" for c in _children(dg)]
+    fi = os.path.join(root, FLASHINFER)
+    for ver in _children(fi):
+        vp = os.path.join(fi, ver)
+        if not os.path.isdir(vp) or os.path.islink(vp):
+            names.append(f"{FLASHINFER}/{ver}")
+            continue
+        for arch in _children(vp):
+            ap = os.path.join(vp, arch)
+            if not os.path.isdir(ap) or os.path.islink(ap):
+                names.append(f"{FLASHINFER}/{ver}/{arch}")
+                continue
+            names += [f"{FLASHINFER}/{ver}/{arch}/{h}" for h in _children(ap)]
+    return sorted(names), []
+
+
+def _aot_names(root: str, rel: str) -> list[str]:
+    out = []
+    for h in _subdirs(os.path.join(root, rel)):
+        hrel = f"{rel}/{h}"
+        for c in _children(os.path.join(root, hrel)):
+            p = os.path.join(root, hrel, c)
+            if c == INDUCTOR and os.path.isdir(p) and not os.path.islink(p):
+                out += _inductor_names(root, f"{hrel}/{c}")
+            elif c in TRITON_DIRS or is_reserved(c):
+                continue
+            else:
+                out.append(f"{hrel}/{c}")
+    return out
+
+
+# ---------------------------------------------------------------- reading
+
+
+def artifact_problem(data: bytes) -> tuple[str | None, str | None]:
+    """(header, why damaged) of a binary standalone-compile artifact (torch ``BytesWriter``: CRC32, length-prefixed fields)."""
+    if len(data) < 12:
+        return None, "truncated: shorter than its checksum and first field"
+    if zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
+        return None, "checksum (CRC32) does not match: damaged or truncated"
+    i, fields = 4, []
+    while i < len(data):
+        if i + 8 > len(data):
+            return None, "truncated inside a length field"
+        n = int.from_bytes(data[i:i + 8], "big")
+        i += 8
+        if i + n > len(data):
+            return None, f"a field of {n} bytes runs past the end of the file"
+        fields.append((i, n))
+        i += n
+    header = data[fields[0][0]:fields[0][0] + fields[0][1]] if fields else b""
+    if header not in ARTIFACT_HEADERS:
+        return None, "not a standalone-compile artifact (unknown header)"
+    want = 4 if header == b"CacheCompiledArtifact" else 3
+    if len(fields) != want:
+        return header.decode(), f"{header.decode()} with {len(fields)} fields, expected {want}"
+    return header.decode(), None
+
+
+def _pairs(x):
+    """vLLM's normalize_value turns mappings into sorted (key, value) pairs: read either form as a dict."""
+    if isinstance(x, dict):
+        return x
+    if isinstance(x, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in x):
+        return dict(x)
+    return None
+
+
+def factors_facts(doc) -> dict:
+    """vLLM version, GPU name, torch's CUDA and Triton from ``cache_key_factors.json`` (any of vLLM's layouts)."""
+    out = {}
+    if not isinstance(doc, dict):
+        return out
+    cfg = _pairs(doc.get("config"))
+    if cfg and isinstance(cfg.get("version"), str):
+        out["vllm_version"] = cfg["version"]
+    comp = _pairs(doc.get("compiler"))
+    ind = comp.get("inductor") if comp else None
+    stack = [ind] if ind is not None else []
+    while stack:  # find the system factors {"device": {"name"}, "version": {"cuda", "triton"}} wherever they sit
+        x = stack.pop()
+        d = _pairs(x)
+        if d is not None and "device" in d:
+            dev = _pairs(d["device"])
+            if dev and isinstance(dev.get("name"), str):
+                out["gpu_name"] = dev["name"]
+            ver = _pairs(d.get("version"))
+            if ver:
+                if isinstance(ver.get("cuda"), str):
+                    out["cuda"] = ver["cuda"]
+                if isinstance(ver.get("triton"), str):
+                    out["triton_key"] = ver["triton"][:24]
+            break
+        if isinstance(x, (list, tuple)):
+            stack += list(x)
+        elif isinstance(x, dict):
+            stack += list(x.values())
+    return out
+
+
+def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
+    out = []
+    v, mine = facts.get("vllm_version"), judge.version("vllm")
+    if v and mine and v != mine:
+        out.append(Finding("stale", f"compiled by vLLM {v}; vLLM {mine} is installed and keys its cache by its own version"))
+    gpu = facts.get("gpu_name")
+    if gpu and judge.gpu_names and gpu not in judge.gpu_names:
+        out.append(Finding("stale", f"compiled for a {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}"))
+    cuda = facts.get("cuda")
+    if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
+        out.append(Finding("stale", f"compiled by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}"))
+    return out
+
+
+def _handles(src: bytes) -> list[tuple[str, str]]:
+    """(key, path) of every ``graph_handle`` in ``vllm_compile_cache.py``; ValueError when it is no literal."""
+    doc = ast.literal_eval(src.decode("utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError("not a dict")
+    out = []
+    for v in doc.values():
+        h = v.get("graph_handle") if isinstance(v, dict) else None
+        if isinstance(h, (tuple, list)) and len(h) == 2 and all(isinstance(x, str) for x in h):
+            out.append((h[0], h[1]))
+    return out
+
+
+# ---------------------------------------------------------------- judging
+
+
+def _orphans(s: _base.Survey, judge: Judge, facts) -> list[str]:
+    """Report old temp files; return the files that are not temp files."""
+    real = []
+    for rel, _size, mtime, _m, _u in s.files:
+        base = os.path.basename(rel)
+        if base.endswith(".tmp"):
+            if judge.now - mtime >= judge.orphan_age:
+                facts.findings.append(Finding("orphan", f"{rel or base}: leftover of an interrupted write, "
+                                                        f"{int((judge.now - mtime) // 60)} min old"))
+        else:
+            real.append(rel)
+    return real
+
+
+def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -> None:
+    """One ``torch_compile_cache/<hash>/rank_*/<prefix>`` dir."""
+    facts.type = "compile"
+    facts.name = os.path.basename(name)
+    real = _orphans(s, judge, facts)
+    files = {f[0]: f for f in s.files}
+    add = facts.findings.append
+    if "cache_key_factors.json" in files:
+        try:
+            doc = json.loads(read_nofollow(os.path.join(s.path, "cache_key_factors.json")))
+            got = factors_facts(doc)
+            facts.extra.update(got)
+            facts.findings += _version_findings(got, judge)
+        except OSError as exc:
+            add(Finding("corrupt", f"cache_key_factors.json: unreadable: {exc.strerror}"))
+        except (ValueError, UnicodeDecodeError):
+            add(Finding("corrupt", "cache_key_factors.json is not valid JSON"))
+    rank_dir = os.path.dirname(s.path)
+    if "vllm_compile_cache.py" in files:
+        try:
+            handles = _handles(read_nofollow(os.path.join(s.path, "vllm_compile_cache.py")))
+        except OSError as exc:
+            handles = []
+            add(Finding("corrupt", f"vllm_compile_cache.py: unreadable: {exc.strerror}"))
+        except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+            handles = []
+            add(Finding("corrupt", "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)"))
+        facts.extra["graphs"] = len(handles)
+        outside, missing = [], []
+        for key, path in handles:
+            p = os.path.normpath(path)
+            if not os.path.isabs(p) or not (_base.inside(p, rank_dir) or _same_tree(p, rank_dir)):
+                outside.append(p)
+            elif not os.path.lexists(p):
+                missing.append(key)
+        if outside:
+            dirs = sorted({os.path.dirname(p) for p in outside})
+            there = sum(os.path.lexists(p) for p in outside)
+            add(Finding("foreign-path", f"vllm_compile_cache.py points {len(outside)} of {len(handles)} graphs outside this "
+                                        f"rank's directory, into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} "
+                                        f"({there} exist there: vLLM loads them from that tree)"))
+        if missing:
+            add(Finding("incomplete", f"vllm_compile_cache.py lists {len(missing)} artifact(s) that are missing: "
+                                      f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}"))
+    for rel in real:
+        top = rel.split("/", 1)[0]
+        path = os.path.join(s.path, rel)
+        size = files[rel][1]
+        if top.startswith("artifact_") and "/" not in rel:
+            try:
+                data = read_nofollow(path, size_hint=size)
+            except OSError as exc:
+                add(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                continue
+            header, why = artifact_problem(data)
+            if why:
+                add(Finding("corrupt", f"{rel}: {why}"))
+            else:
+                arch, fs = inductor.arch_findings(inductor.device_props(data), judge, rel)
+                facts.findings += fs
+                if arch is not None:
+                    facts.arch = arch
+        elif top.startswith("artifact_"):
+            # "unpacked" format: the artifact is an Inductor cache dir of its own
+            sub = rel.split("/", 1)[1]
+            group = sub.split("/", 1)[0]
+            try:
+                data = inductor.read_blob(path, rel, size)
+            except OSError as exc:
+                add(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                continue
+            saved = facts.type
+            inductor.judge_blob(rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else "")
+            facts.type = saved
+        elif rel.endswith(".py") and size == 0:
+            add(Finding("corrupt", f"{rel} is empty"))
+
+
+def _same_tree(p: str, base: str) -> bool:
+    try:
+        return _base.inside(os.path.realpath(p), os.path.realpath(base))
+    except OSError:
+        return False
+
+
+def _judge_aot(name: str, s: _base.Survey, judge: Judge, facts) -> None:
+    """An AOT ``rank_<r>_<dp>`` dir: ``model`` (a pickle of the compiled function) and its temp files."""
+    facts.type = "aot"
+    facts.extra["key_has_gpu"] = False
+    real = _orphans(s, judge, facts)
+    if s.is_dir and "model" not in real:
+        tmps = [f[0] for f in s.files if f[0].endswith(".tmp")]
+        if not tmps or all(judge.now - f[2] >= judge.orphan_age for f in s.files if f[0].endswith(".tmp")):
+            facts.findings.append(Finding("incomplete", "no model file: the AOT compile was never saved"
+                                          + (" (only temp files)" if tmps else "")))
+    for rel in real:
+        path = os.path.join(s.path, rel) if s.is_dir else s.path
+        try:
+            data = read_nofollow(path)
+        except OSError as exc:
+            facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+            continue
+        if os.path.basename(rel) == "model":
+            why = inductor.pickle_problem(data)
+            if why:
+                facts.findings.append(Finding("corrupt", f"{rel}: {why}"))
+                continue
+            arch, fs = inductor.arch_findings(inductor.device_props(data), judge, rel)
+            facts.findings += fs
+            facts.arch = arch
+
+
+def _judge_files(s: _base.Survey, judge: Judge, facts, kind: str) -> None:
+    """DeepGEMM kernels and FlashInfer autotune results: cubins by ELF, JSON by parsing."""
+    facts.type = kind
+    real = _orphans(s, judge, facts)
+    for rel in real:
+        path = os.path.join(s.path, rel) if s.is_dir else s.path
+        if rel.endswith(".cubin"):
+            try:
+                sm = elf.cubin_sm(elf.parse(read_nofollow(path)))
+            except OSError as exc:
+                facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                continue
+            except elf.ElfError as exc:
+                facts.findings.append(Finding("corrupt", f"{rel}: not a valid cubin: {exc}"))
+                continue
+            facts.arch = sm
+            if judge.target_arch is not None and sm != judge.target_arch:
+                facts.findings.append(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against "
+                                                              f"sm_{judge.target_arch}: unreachable here"))
+        elif rel.endswith(".json"):
+            try:
+                json.loads(read_nofollow(path))
+            except OSError as exc:
+                facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+            except (ValueError, UnicodeDecodeError):
+                facts.findings.append(Finding("corrupt", f"{rel} is not valid JSON"))
+
+
+def _flashinfer_facts(name: str, judge: Judge, facts) -> None:
+    """``flashinfer_autotune_cache/<flashinfer version>/<archs>/<hash>``: the path names both."""
+    parts = name.split("/")
+    if len(parts) < 4:
+        return
+    ver, archs = parts[1], parts[2]
+    facts.name = f"{ver}/{archs}"
+    facts.extra["flashinfer_version"] = ver
+    facts.extra["archs"] = archs
+    mine = judge.version("flashinfer")
+    if mine and ver != mine and re.match(r"^\d+\.\d+", ver):
+        facts.findings.append(Finding("stale", f"tuned by FlashInfer {ver}; FlashInfer {mine} is installed"))
+    built = [int(m.group(1)) for m in _ARCH.finditer(archs)]
+    if judge.target_arch is not None and built and judge.target_arch not in built:
+        facts.findings.append(Finding("foreign-arch", f"tuned under FlashInfer's workspace for sm_{archs}, judged against "
+                                                      f"sm_{judge.target_arch}: unreachable here"))
+
+
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
+    """Read (never following a symlink, never unpickling) and judge one entry of a vLLM cache root."""
+    parts = name.split("/")
+    if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
+        i = parts.index(INDUCTOR)
+        sub_root = os.path.join(root, *parts[: i + 1])
+        return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid)
+    s = survey(root, name)
+    facts = inductor._Facts()
+    if s.is_symlink:
+        facts.type = "link"
+        return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))
+    findings = survey_findings(s, root_uid) + inductor.owner_findings(s, root_uid)
+    if parts[0] == COMPILE and len(parts) >= 3 and parts[1] == AOT or parts[0] == AOT:
+        _judge_aot(name, s, judge, facts)
+    elif parts[0] == COMPILE and len(parts) == 4 and RANK.match(parts[2]) and s.is_dir:
+        _judge_compile(root, name, s, judge, facts)
+    elif parts[0] == DEEP_GEMM:
+        _judge_files(s, judge, facts, "deepgemm")
+    elif parts[0] == FLASHINFER:
+        _judge_files(s, judge, facts, "flashinfer-autotune")
+        _flashinfer_facts(name, judge, facts)
+    else:
+        _orphans(s, judge, facts)
+    return inductor.entry_of(KIND, root, name, s, facts, findings + facts.findings)
