@@ -1,0 +1,276 @@
+"""torch C++/CUDA extension adapter: ``torch.utils.cpp_extension.load`` build directories (stdlib only).
+
+Where torch puts them (``torch/utils/cpp_extension.py``, ``_get_build_directory``):
+``$TORCH_EXTENSIONS_DIR/<name>/`` when the variable is set (no tag directory), else
+``<user cache>/torch_extensions/py<XY><abiflags>_<cuZZZ|rocmXY|cpu>/<name>/`` where the
+user cache is ``$XDG_CACHE_HOME`` or ``~/.cache`` (``torch/_appdirs.py``, ``user_cache_dir``).
+
+One build directory holds ``build.ninja``, objects (``<src>.o``, ``<src>.cuda.o``),
+``<name>.so`` and, when the sources or flags changed within one process, ``<name>_v<N>.so``
+(``_jit_compile`` renames the module, not the directory). ``lock`` is torch's
+``FileBaton``: created with O_EXCL for the build and removed after; a ``lock`` that
+outlives its build makes every later ``load()`` of that name wait forever.
+
+Read here: file names, ELF headers, and the text of ``build.ninja`` (compiler, Python
+include dir, ``-gencode`` targets). Nothing is imported or executed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..findings import Finding
+from ..fsutil import read_nofollow
+from ..model import CacheRoot, Entry, Judge
+from ..layout import is_reserved
+from ._base import (
+    elf_head,
+    expand_partitions,  # noqa: F401 - part of this adapter's interface
+    older_than,
+    so_findings,
+    survey,
+    survey_findings,
+)
+from ._base import root_findings as _root_findings
+
+KIND = "torch-ext"
+TAG = re.compile(r"^py(\d)(\d+)([a-z]*)_(cpu|cu\d+|rocm\d+|xpu)$")
+_NINJA_MAX = 1 << 20
+_PY_INCLUDE = re.compile(r"/include/python(\d)\.(\d+)([a-z]*)\b")
+_GENCODE = re.compile(r"-gencode[= ]arch=compute_(\d+)[a-z]?,code=(sm|compute)_(\d+)[a-z]?")
+_SO_NAME = re.compile(r"^(.+?)(?:_v(\d+))?\.so$")
+
+
+# ---------------------------------------------------------------- roots
+
+
+def default_root(env=os.environ) -> str:
+    """``<user_cache_dir>/torch_extensions`` as torch computes it on Linux (realpath'd, as torch does)."""
+    from .. import locations
+
+    cache = env["XDG_CACHE_HOME"] if "XDG_CACHE_HOME" in env else os.path.join(locations.home(env), ".cache")
+    return os.path.realpath(os.path.join(cache, "torch_extensions"))
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """``$TORCH_EXTENSIONS_DIR`` (a flat dir of builds) when set, and the default tagged root; existing dirs only.
+
+    torch reads ``TORCH_EXTENSIONS_DIR`` with ``os.environ.get(...) is None``; an empty value
+    would make torch build into the working directory, which is no cache root: it is skipped.
+    """
+    out = []
+    if env.get("TORCH_EXTENSIONS_DIR"):
+        out.append(CacheRoot(KIND, os.path.abspath(os.path.expanduser(env["TORCH_EXTENSIONS_DIR"])), "TORCH_EXTENSIONS_DIR"))
+    out.append(CacheRoot(KIND, default_root(env), "default"))
+    seen, res = set(), []
+    for r in out:
+        key = os.path.realpath(r.path)
+        if key not in seen and os.path.isdir(r.path):
+            seen.add(key)
+            res.append(r)
+    return res
+
+
+def looks_like_root(path: str) -> bool:
+    """A ``torch_extensions`` dir, or a dir holding tag dirs (``py311_cu128``) or build dirs with ``build.ninja``."""
+    if os.path.basename(os.path.normpath(path)) == "torch_extensions":
+        return True
+    try:
+        with os.scandir(path) as it:
+            kids = [e for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return False
+    if not kids:
+        return False
+    if any(TAG.match(e.name) for e in kids):
+        return True
+    if os.path.isfile(os.path.join(path, "build.ninja")):
+        return False  # one build dir, not a root
+    return any(os.path.isfile(os.path.join(e.path, "build.ninja")) and not os.path.isfile(os.path.join(e.path, "kernel.cu"))
+               for e in kids[:64])
+
+
+def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """``<tag>/<name>`` for every build under a tag dir, ``<name>`` for a build directly in the root."""
+    names, strays = [], []
+    with os.scandir(root) as it:
+        kids = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it if not is_reserved(e.name))
+    for name, is_dir, is_link in kids:
+        if is_dir and TAG.match(name):
+            try:
+                with os.scandir(os.path.join(root, name)) as it:
+                    for e in it:
+                        if not is_reserved(e.name) and (e.is_dir(follow_symlinks=False) or e.is_symlink()):
+                            names.append(f"{name}/{e.name}")
+                        elif e.is_file(follow_symlinks=False):
+                            strays.append((f"{name}/{e.name}", "file"))
+            except OSError as exc:
+                strays.append((name, f"cannot list: {exc.strerror}"))
+        elif is_dir or is_link:
+            names.append(name)
+        else:
+            strays.append((name, "file"))
+    names.sort()
+    return names, strays
+
+
+def root_findings(path: str, uid: int | None = None) -> list[Finding]:
+    return _root_findings(path, uid)
+
+
+# ---------------------------------------------------------------- judging
+
+
+def current_tag(j: Judge) -> tuple[str | None, str | None]:
+    """(``py311``, ``cu128``/``cpu``) of the running interpreter and torch, each None when unknown.
+
+    The accelerator comes from the judge's ``torch_cuda`` (the fingerprint), else from the
+    local part of torch's version (``2.13.0+cpu``, ``2.6.0+cu124``); a bare version says nothing.
+    """
+    py = f"py{j.python_tag}" if j.python_tag else None
+    acc = None
+    if j.torch_cuda:
+        acc = "cu" + j.torch_cuda.replace(".", "")
+    else:
+        tv = j.version("torch")
+        if tv and "+" in tv:
+            local = tv.split("+", 1)[1]
+            if local == "cpu" or re.fullmatch(r"cu\d+|rocm[\d.]+", local):
+                acc = local.replace(".", "")
+    return py, acc
+
+
+def parse_ninja(text: str) -> dict:
+    """Facts of a torch ``build.ninja``: python include version, CUDA build, ``-gencode`` targets, default target."""
+    py = _PY_INCLUDE.search(text)
+    sms, ptx = [], []
+    for _arch, kind, num in _GENCODE.findall(text):
+        (sms if kind == "sm" else ptx).append(int(num))
+    arch_flags = re.findall(r"--generate-code=arch=compute_(\d+)[a-z]?,code=\[?([a-z_0-9,]+)\]?", text)
+    for _arch, codes in arch_flags:
+        for c in codes.split(","):
+            m = re.match(r"(sm|compute)_(\d+)", c)
+            if m:
+                (sms if m.group(1) == "sm" else ptx).append(int(m.group(2)))
+    default = re.search(r"^default\s+(\S+)", text, re.MULTILINE)
+    return {
+        "python": f"py{py.group(1)}{py.group(2)}{py.group(3)}" if py else None,
+        "cuda": bool(re.search(r"^\s*nvcc\s*=", text, re.MULTILINE) or re.search(r"^\s*cuda_cflags\s*=", text, re.MULTILINE)),
+        "sm": tuple(sorted(set(sms))),
+        "ptx": tuple(sorted(set(ptx))),
+        "default": default.group(1) if default else None,
+    }
+
+
+def _covers(sms, ptx, arch: int) -> bool:
+    """Whether a fat binary with these cubins and PTX can run on ``arch`` (same-major cubin at or below it, or PTX at or below it)."""
+    if any(s // 10 == arch // 10 and s <= arch for s in sms):
+        return True
+    return any(p <= arch for p in ptx)
+
+
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+    """Read one build directory (file names, ELF headers, build.ninja text) and judge it."""
+    s = survey(root, name)
+    path = os.path.join(root, name)
+    out = survey_findings(s, root_uid, "build directory")
+    tag, _, mod = name.rpartition("/")
+    extra: dict = {"module": mod, "tag": tag or None}
+    if s.is_symlink:
+        if not s.links or not s.links[0][2]:
+            out.append(Finding("unsafe", f"build directory is a symlink (-> {s.symlink_target}); not followed"))
+        return Entry(KIND, root, name, path, "link", mod, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
+    if not s.is_dir:
+        return Entry(KIND, root, name, path, "other", mod, None, s.bytes, s.mtime, findings=tuple(out),
+                     extra=tuple(extra.items()))
+    files = {f[0]: f for f in s.files}
+    host = j.host_machine
+
+    # Shared objects: <name>.so, or <name>_v<N>.so after an in-process rebuild.
+    sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
+    own = [f for f in sos if (m := _SO_NAME.match(f)) and m.group(1) == mod]
+    extra["modules"] = own
+    so_machines = set()
+    for rel in sos:
+        try:
+            head = elf_head(os.path.join(path, rel), files[rel][1])
+        except OSError as exc:
+            out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+            continue
+        out += so_findings(rel, head, host)
+        if not head.problem:
+            so_machines.add(head.machine_name)
+    obj_machines = set()
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
+        try:
+            head = elf_head(os.path.join(path, rel), files[rel][1])
+        except OSError:
+            continue
+        if head.problem:
+            out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
+        else:
+            obj_machines.add(head.machine_name)
+    if so_machines and obj_machines and not (so_machines & obj_machines):
+        out.append(Finding("mismatch", f"the module is built for {', '.join(sorted(so_machines))} but its objects for "
+                                       f"{', '.join(sorted(obj_machines))}: the .so was not linked from them"))
+    if so_machines:
+        extra["machine"] = sorted(so_machines)[0]
+
+    ninja = None
+    if "build.ninja" in files:
+        try:
+            ninja = parse_ninja(read_nofollow(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
+        except OSError as exc:
+            out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
+
+    # Half-built: torch creates the directory, writes build.ninja, then runs ninja.
+    etype = "extension"
+    newest = s.newest
+    if not own:
+        if older_than(newest, j):
+            what = "build.ninja but no" if ninja is not None else "neither build.ninja nor"
+            out.append(Finding("incomplete", f"build directory has {what} {mod}.so: an interrupted build "
+                                             f"({int((j.now - newest) // 60)} min old); torch rebuilds it on the next load()"))
+            etype = "partial"
+        else:
+            etype = "building"
+    if "lock" in files and older_than(files["lock"][2], j):
+        out.append(Finding("orphan", f"lock: left by an interrupted build, {int((j.now - files['lock'][2]) // 60)} min old; "
+                                     f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed"))
+        etype = "partial"  # the build it guarded never finished: clean takes the whole directory
+
+    # Tags: the tag directory names the Python and accelerator torch built for; build.ninja says what it really used.
+    py_now, acc_now = current_tag(j)
+    m = TAG.match(tag) if tag else None
+    if m:
+        py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
+        extra.update(python=py_tag, accelerator=acc_tag)
+        if ninja and ninja["python"] and ninja["python"] != py_tag:
+            out.append(Finding("mismatch", f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                                           f"headers but sits under {tag}"))
+        if ninja and acc_tag == "cpu" and ninja["cuda"]:
+            out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
+        if py_now and py_tag != py_now:
+            out.append(Finding("stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/"))
+        elif acc_now and acc_tag != acc_now:
+            out.append(Finding("stale", f"built for {acc_tag}, the installed torch is {acc_now}: torch never looks in {tag}/"))
+    elif ninja and ninja["python"]:
+        extra["python"] = ninja["python"]
+        if py_now and ninja["python"] != py_now:
+            out.append(Finding("stale", f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                                        f"headers, this is {py_now}: loading it fails or rebuilds"))
+
+    arch = None
+    if ninja and (ninja["sm"] or ninja["ptx"]):
+        extra["sm"] = list(ninja["sm"])
+        extra["ptx"] = list(ninja["ptx"])
+        if j.target_arch is not None and not _covers(ninja["sm"], ninja["ptx"], j.target_arch):
+            shown = ", ".join([f"sm_{x}" for x in ninja["sm"]] + [f"compute_{x}" for x in ninja["ptx"]])
+            out.append(Finding("foreign-arch", f"built for {shown}, judged against sm_{j.target_arch}: "
+                                               "no kernel image for this GPU"))
+        arch = max(ninja["sm"] or ninja["ptx"])
+
+    size = s.bytes
+    return Entry(KIND, root, name, path, etype, mod, arch, size, newest, findings=tuple(dict.fromkeys(out)),
+                 extra=tuple(extra.items()))

@@ -1,0 +1,196 @@
+"""torch-ext adapter on a REAL ``torch.utils.cpp_extension.load`` build, copied into every layout and damaged.
+
+Layout and precedence followed: torch 2.13 ``torch/utils/cpp_extension.py`` (``_get_build_directory``:
+``$TORCH_EXTENSIONS_DIR/<name>`` when set, else ``get_default_build_root()/py<XY><abiflags>_<cuZZZ|cpu>/<name>``;
+``_jit_compile``: ``<name>_v<N>`` module names and the ``lock`` FileBaton in the build dir),
+``torch/_appdirs.py`` (``user_cache_dir``: ``$XDG_CACHE_HOME`` or ``~/.cache``),
+``torch/utils/_cpp_extension_versioner.py`` (in-process version bumps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import otherkinds as ok
+from jitwarden.adapters import torch_ext
+
+SRC = textwrap.dedent(
+    """
+    #include <torch/extension.h>
+    int64_t jw_add(int64_t a, int64_t b) { return a + b; }
+    PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add", &jw_add); }
+    """
+)
+PY = f"py{sys.version_info[0]}{sys.version_info[1]}"
+
+
+@pytest.fixture(scope="session")
+def real_ext(tmp_path_factory):
+    """One real build: ``TORCH_EXTENSIONS_DIR=<tmp>/ext``, ``load(name='jwext')``; returns the build dir."""
+    base = tmp_path_factory.mktemp("torchext")
+    src = base / "jwext.cpp"
+    src.write_text(SRC)
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(base / "ext"))
+    code = ("from torch.utils.cpp_extension import load\n"
+            f"m = load(name='jwext', sources=[{str(src)!r}])\n"
+            "assert m.add(2, 3) == 5\nprint(m.__file__)")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    build = base / "ext" / "jwext"
+    assert (build / "jwext.so").is_file() and (build / "build.ninja").is_file()
+    return str(build)
+
+
+@pytest.fixture
+def tagged(real_ext, tmp_path):
+    """A default-layout root ``torch_extensions/py<XY>_cpu/jwext`` holding a copy of the real build."""
+    root = tmp_path / "torch_extensions"
+    ok.copytree(real_ext, str(root / f"{PY}_cpu" / "jwext"))
+    return str(root)
+
+
+def _rewrite_ninja(build_dir: str, old: str, new: str) -> None:
+    p = os.path.join(build_dir, "build.ninja")
+    text = open(p).read()
+    assert old in text
+    open(p, "w").write(text.replace(old, new))
+
+
+def test_real_build_in_torch_extensions_dir_is_clean(real_ext, capsys):
+    root = os.path.dirname(real_ext)
+    rc, doc = ok.verify(capsys, root, "--target", "90")
+    assert rc == 0, doc
+    assert doc["caches"][0]["kind"] == "torch-ext"
+    (e,) = doc["entries"]
+    assert e["id"] == "jwext" and e["type"] == "extension" and e["findings"] == []
+    assert e["extra"]["python"] == PY and e["extra"]["machine"] == "x86_64" and e["extra"]["modules"] == ["jwext.so"]
+
+
+def test_discovery_matches_torch_itself(tmp_path, monkeypatch):
+    """The default root is what torch's own _get_build_directory picks, for XDG_CACHE_HOME and for HOME."""
+    for xdg in (str(tmp_path / "xdg"), None):
+        env = {k: v for k, v in os.environ.items() if k not in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME")}
+        env["HOME"] = str(tmp_path / "home")
+        if xdg:
+            env["XDG_CACHE_HOME"] = xdg
+        out = subprocess.run([sys.executable, "-c", "from torch.utils.cpp_extension import _get_build_directory as g;"
+                              "print(g('probe', False))"], env=env, capture_output=True, text=True, check=True)
+        torch_dir = out.stdout.strip().splitlines()[-1]
+        roots = torch_ext.discover_roots(env)
+        assert [r.source for r in roots] == ["default"]
+        assert os.path.join(roots[0].path, os.path.basename(os.path.dirname(torch_dir)), "probe") == torch_dir
+        assert os.path.basename(os.path.dirname(torch_dir)) == f"{PY}_cpu"
+
+
+def test_discovery_torch_extensions_dir_first(tmp_path):
+    env = {"HOME": str(tmp_path / "home"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    os.makedirs(tmp_path / "ext")
+    assert [(r.path, r.source) for r in torch_ext.discover_roots(env)] == [(str(tmp_path / "ext"), "TORCH_EXTENSIONS_DIR")]
+    os.makedirs(tmp_path / "home" / ".cache" / "torch_extensions")
+    assert [r.source for r in torch_ext.discover_roots(env)] == ["TORCH_EXTENSIONS_DIR", "default"]
+    assert torch_ext.discover_roots({"HOME": str(tmp_path / "nohome")}) == []
+
+
+def test_tagged_layout_and_stale_tags(tagged, capsys):
+    """Another Python (build.ninja really compiled against it) and another accelerator tag are stale, never read."""
+    other_py = os.path.join(tagged, "py310_cpu", "jwext")
+    ok.copytree(os.path.join(tagged, f"{PY}_cpu", "jwext"), other_py)
+    _rewrite_ninja(other_py, f"python{sys.version_info[0]}.{sys.version_info[1]}", "python3.10")
+    ok.copytree(os.path.join(tagged, f"{PY}_cpu", "jwext"), os.path.join(tagged, f"{PY}_cu128", "jwext"))
+    rc, doc = ok.verify(capsys, tagged, "--target", "90")
+    c = ok.codes(doc)
+    assert c == {f"{PY}_cpu/jwext": [], "py310_cpu/jwext": ["stale"], f"{PY}_cu128/jwext": ["stale"]}, c
+    assert rc == 0
+
+
+def test_build_ninja_contradicting_its_tag_is_mismatch(tagged, capsys):
+    d = os.path.join(tagged, f"{PY}_cpu", "jwext")
+    _rewrite_ninja(d, f"python{sys.version_info[0]}.{sys.version_info[1]}", "python3.9")
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == ["mismatch"] and rc == 1
+
+
+def test_truncated_so_is_corrupt(tagged, capsys):
+    ok.truncate(os.path.join(tagged, f"{PY}_cpu", "jwext", "jwext.so"))
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == ["corrupt"] and rc == 1
+
+
+def test_so_for_another_cpu(tagged, capsys):
+    """A build of another CPU (module and objects) is foreign-arch; a module whose objects differ is a mismatch."""
+    d = os.path.join(tagged, f"{PY}_cpu", "jwext")
+    ok.set_machine(os.path.join(d, "jwext.so"), ok.EM_AARCH64)
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == ["foreign-arch", "mismatch"] and rc == 1
+    ok.set_machine(os.path.join(d, "jwext.o"), ok.EM_AARCH64)
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == ["foreign-arch"] and rc == 0
+
+
+def test_half_built_dir_is_incomplete_only_when_old(tagged, capsys):
+    d = os.path.join(tagged, f"{PY}_cpu", "jwext")
+    os.remove(os.path.join(d, "jwext.so"))
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == [] and doc["entries"][0]["type"] == "building"
+    ok.set_age(d, 7200)
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == ["incomplete"] and rc == 1
+
+
+def test_left_lock_is_orphan_only_when_old(tagged, capsys):
+    d = os.path.join(tagged, f"{PY}_cpu", "jwext")
+    open(os.path.join(d, "lock"), "w").close()
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == []
+    ok.set_age(os.path.join(d, "lock"), 7200)
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == ["orphan"] and rc == 0
+
+
+def test_versioned_module_name_is_own(tagged, capsys):
+    """``_jit_compile`` renames the module ``<name>_v1`` in the same build dir when inputs change in one process."""
+    d = os.path.join(tagged, f"{PY}_cpu", "jwext")
+    os.rename(os.path.join(d, "jwext.so"), os.path.join(d, "jwext_v1.so"))
+    rc, doc = ok.verify(capsys, tagged)
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == [] and doc["entries"][0]["extra"]["modules"] == ["jwext_v1.so"]
+
+
+def test_unsafe_file_and_symlink(tagged, tmp_path, capsys):
+    d = os.path.join(tagged, f"{PY}_cpu", "jwext")
+    os.chmod(os.path.join(d, "jwext.so"), 0o777)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(str(tmp_path / "elsewhere"), os.path.join(tagged, f"{PY}_cpu", "evil"))
+    rc, doc = ok.verify(capsys, tagged)
+    c = ok.codes(doc)
+    assert c[f"{PY}_cpu/jwext"] == ["unsafe"] and c[f"{PY}_cpu/evil"] == ["unsafe"] and rc == 1
+
+
+def test_clean_quarantines_stale_and_broken_builds(tagged):
+    ok.copytree(os.path.join(tagged, f"{PY}_cpu", "jwext"), os.path.join(tagged, "py310_cpu", "jwext"))
+    ok.truncate(os.path.join(tagged, f"{PY}_cpu", "jwext", "jwext.so"))
+    plan, outcomes = ok.clean_codes(tagged, "torch-ext", ("stale", "corrupt", "mismatch"))
+    assert sorted(a.id for a in plan.actions) == sorted([f"{PY}_cpu/jwext", "py310_cpu/jwext"])
+    assert {o.status for o in outcomes} == {"quarantined"}
+    assert not os.path.exists(os.path.join(tagged, "py310_cpu", "jwext"))
+    from jitwarden import quarantine
+
+    assert len(quarantine.list_root(tagged)) == 2
+    plan, _ = ok.clean_codes(tagged, "torch-ext", ("stale", "corrupt", "mismatch"))
+    assert plan.actions == ()
+
+
+def test_ls_and_status_show_the_kind(tagged, capsys, isolated_env, monkeypatch):
+    from jitwarden.cli import main
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", os.path.join(tagged, f"{PY}_cpu"))
+    assert main(["ls", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(c["kind"] == "torch-ext" and c["source"] == "TORCH_EXTENSIONS_DIR" for c in doc["caches"])
+    assert main(["status"]) == 0
+    assert "torch-ext" in capsys.readouterr().out
