@@ -1,0 +1,208 @@
+"""DeepGEMM adapter: ``$DG_JIT_CACHE_DIR`` or ``~/.deep_gemm`` (stdlib only).
+
+Followed sources (deepseek-ai/DeepGEMM):
+
+- ``csrc/jit/compiler.hpp`` (``Compiler::Compiler``, ``Compiler::build``): the root is
+  ``$DG_JIT_CACHE_DIR`` when non-empty, else ``$HOME/.deep_gemm``; a kernel lives in
+  ``cache/kernel.<name>.<hex digest of name, compiler signature, flags, code>/`` holding
+  ``kernel.cu`` and ``kernel.cubin`` (``kernel.ptx``/``kernel.sass`` with the dump knobs). It is
+  compiled into ``tmp/<uuid>/`` and renamed into place as a whole; a loser of the rename race
+  removes its ``tmp/<uuid>``, a crash leaves it behind. ``--gpu-architecture=sm_<arch>``
+  comes from ``device_runtime.hpp`` ``get_arch``: ``90a``, ``100a``/``100f`` for every 10.x
+  but 10.1, ``120f`` for every 12.x.
+- ``csrc/jit/kernel_runtime.hpp`` (``check_validity``): a cache dir without both
+  ``kernel.cu`` and ``kernel.cubin`` aborts the process ("Corrupted JIT cache directory").
+- The 1.0.0 release on PyPI (``deep_gemm/jit/compiler.py``, ``runtime.py``): root
+  ``$DG_CACHE_DIR`` or ``~/.deep_gemm``; ``cache/kernel.<name>.<md5[:12]>/`` with
+  ``kernel.cu``, ``kernel.args`` and ``kernel.so`` (an nvcc ``-shared`` host library for
+  sm_90a), the ``.so`` compiled to ``tmp/nvcc.tmp.<uuid>.<hash>.so`` and renamed; the other
+  files written through ``tmp/file.tmp.<uuid>.<hash>``.
+
+What is read: names, sizes, ELF headers (cubin SM, ``.so`` machine), the head of
+``kernel.ptx``. ``kernel.args`` is Python source DeepGEMM ``eval``s: never evaluated here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..elf import EM_CUDA
+from ..findings import Finding
+from ..fsutil import read_nofollow
+from ..layout import is_reserved
+from ..model import CacheRoot, Entry, Judge
+from ..ptx import parse_header
+from ._base import (
+    elf_head,
+    expand_partitions,  # noqa: F401 - part of this adapter's interface
+    older_than,
+    so_findings,
+    survey,
+    survey_findings,
+)
+from ._base import root_findings as _root_findings
+
+KIND = "deepgemm"
+ENTRY = re.compile(r"^kernel\.(.+)\.([0-9a-f]{8,64})$")
+_FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whole family
+
+
+# ---------------------------------------------------------------- roots
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """``DG_JIT_CACHE_DIR`` (DeepGEMM 2.x), ``DG_CACHE_DIR`` (1.0.0), and ``$HOME/.deep_gemm``; existing dirs only."""
+    from .. import locations
+
+    cands = []
+    if env.get("DG_JIT_CACHE_DIR"):
+        cands.append((env["DG_JIT_CACHE_DIR"], "DG_JIT_CACHE_DIR"))
+    if env.get("DG_CACHE_DIR"):
+        cands.append((env["DG_CACHE_DIR"], "DG_CACHE_DIR"))
+    cands.append((os.path.join(locations.home(env), ".deep_gemm"), "default"))
+    out, seen = [], set()
+    for p, src in cands:
+        p = os.path.abspath(os.path.expanduser(p))
+        if os.path.isdir(p) and os.path.realpath(p) not in seen:
+            seen.add(os.path.realpath(p))
+            out.append(CacheRoot(KIND, p, src))
+    return out
+
+
+def looks_like_root(path: str) -> bool:
+    """A dir with ``cache/kernel.*`` entries (or named ``.deep_gemm`` with a ``cache`` or ``tmp`` dir)."""
+    cache = os.path.join(path, "cache")
+    if os.path.basename(os.path.normpath(path)) == ".deep_gemm" and (os.path.isdir(cache) or os.path.isdir(os.path.join(path, "tmp"))):
+        return True
+    try:
+        with os.scandir(cache) as it:
+            return any(ENTRY.match(e.name) for e in it)
+    except OSError:
+        return False
+
+
+def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """``cache/kernel.<name>.<hash>`` for every kernel, ``tmp/<item>`` for every temp leftover."""
+    names, strays = [], []
+    with os.scandir(root) as it:
+        tops = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
+    for top, is_dir in tops:
+        if top in ("cache", "tmp") and is_dir:
+            with os.scandir(os.path.join(root, top)) as it:
+                for e in it:
+                    if not is_reserved(e.name):
+                        names.append(f"{top}/{e.name}")
+        else:
+            strays.append((top, "not part of DeepGEMM's layout"))
+    names.sort()
+    return names, strays
+
+
+def root_findings(path: str, uid: int | None = None) -> list[Finding]:
+    return _root_findings(path, uid)
+
+
+# ---------------------------------------------------------------- judging
+
+
+def reachable(sm: int, target: int) -> bool:
+    """Whether DeepGEMM's cubin for ``sm`` is the one it loads on a ``target`` GPU (``get_arch``)."""
+    if sm == target:
+        return True
+    return sm // 10 == target // 10 and sm // 10 in _FAMILY_MAJORS and sm % 10 == 0 and not (target == 101)
+
+
+def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
+    out = survey_findings(s, root_uid, "temp item")
+    mtime = s.newest
+    if older_than(mtime, j):
+        out.append(Finding("orphan", f"{name}: leftover of an interrupted compile, {int((j.now - mtime) // 60)} min old; "
+                                     "DeepGEMM never reads it"))
+    # "partial" (an interrupted write, never loaded): clean takes the item whole.
+    return Entry(KIND, root, name, s.path, "partial", None, None, s.bytes, mtime, findings=tuple(out),
+                 extra=(("tmp", True),))
+
+
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+    """Read one kernel dir (names, ELF headers, PTX head) or temp leftover, and judge it."""
+    s = survey(root, name)
+    if name.startswith("tmp/"):
+        return _tmp_entry(root, name, s, j, root_uid)
+    out = survey_findings(s, root_uid, "kernel directory")
+    path = s.path
+    base = name.rpartition("/")[2]
+    m = ENTRY.match(base)
+    kname = m.group(1) if m else None
+    extra: dict = {"kernel": kname, "hash": m.group(2) if m else None}
+    if s.is_symlink:
+        if not s.links or not s.links[0][2]:
+            out.append(Finding("unsafe", f"kernel directory is a symlink (-> {s.symlink_target}); not followed"))
+        return Entry(KIND, root, name, path, "link", kname, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
+    if not s.is_dir:
+        return Entry(KIND, root, name, path, "other", kname, None, s.bytes, s.mtime, findings=tuple(out),
+                     extra=tuple(extra.items()))
+    if m is None:
+        out.append(Finding("corrupt", f"{base} is not named kernel.<name>.<hash>: DeepGEMM never looks it up"))
+    files = {f[0]: f for f in s.files}
+    newest = s.newest
+    cubin_sm = arch = None
+    etype = "kernel"
+
+    if "kernel.so" in files or "kernel.args" in files:
+        # DeepGEMM 1.0.0: kernel.cu and kernel.args written in place, kernel.so renamed in last.
+        etype = "kernel-so"
+        missing = [f for f in ("kernel.cu", "kernel.args", "kernel.so") if f not in files]
+        if missing and older_than(newest, j):
+            out.append(Finding("incomplete", f"missing {', '.join(missing)}: an interrupted compile; DeepGEMM 1.0.0 "
+                                             "treats the directory as a miss and compiles it again"))
+        if "kernel.so" in files:
+            try:
+                out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"][1]), j.host_machine)
+            except OSError as exc:
+                out.append(Finding("corrupt", f"kernel.so: unreadable: {exc.strerror}"))
+            arch = 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
+            if j.target_arch is not None and j.target_arch != 90:
+                out.append(Finding("foreign-arch", f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}"))
+    else:
+        missing = [f for f in ("kernel.cu", "kernel.cubin") if f not in files]
+        if missing:
+            out.append(Finding("incomplete", f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
+                                             "whole, so this one was damaged after; loading it aborts the process"))
+        if "kernel.cu" in files and files["kernel.cu"][1] == 0:
+            out.append(Finding("corrupt", "kernel.cu is empty"))
+        if "kernel.cubin" in files:
+            try:
+                head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"][1])
+            except OSError as exc:
+                head = None
+                out.append(Finding("corrupt", f"kernel.cubin: unreadable: {exc.strerror}"))
+            if head is not None:
+                if head.problem:
+                    out.append(Finding("corrupt", f"kernel.cubin: not a valid cubin: {head.problem}"))
+                elif head.machine != EM_CUDA:
+                    out.append(Finding("mismatch", f"kernel.cubin is an ELF for {head.machine_name}, not a CUDA cubin"))
+                else:
+                    cubin_sm = arch = head.sm
+        ptx_target = ptx_version = None
+        if "kernel.ptx" in files:
+            try:
+                hdr = parse_header(read_nofollow(os.path.join(path, "kernel.ptx"), 16384))
+                ptx_target, ptx_version = hdr.target, hdr.version
+                if hdr.target is None:
+                    out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
+                elif cubin_sm is not None and hdr.target_arch is not None and hdr.target_arch != cubin_sm:
+                    out.append(Finding("mismatch", f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}"))
+            except OSError as exc:
+                out.append(Finding("corrupt", f"kernel.ptx: unreadable: {exc.strerror}"))
+        if ptx_target:
+            extra.update(ptx_target=ptx_target, ptx_version=ptx_version)
+        if cubin_sm is not None and j.target_arch is not None and not reachable(cubin_sm, j.target_arch):
+            out.append(Finding("foreign-arch", f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
+                                               "DeepGEMM builds another target there, this one is unreachable"))
+    extra_files = sorted(f for f in files if f not in ("kernel.cu", "kernel.cubin", "kernel.ptx", "kernel.sass",
+                                                        "kernel.args", "kernel.so"))
+    if extra_files:
+        extra["other_files"] = extra_files[:8]
+    return Entry(KIND, root, name, path, etype, kname, arch, s.bytes, newest, cubin_sm=cubin_sm,
+                 findings=tuple(dict.fromkeys(out)), extra=tuple(extra.items()))
