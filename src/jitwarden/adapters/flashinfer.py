@@ -1,0 +1,240 @@
+"""FlashInfer adapter: ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` (stdlib only).
+
+Followed sources:
+
+- flashinfer-python 0.7.4 ``flashinfer/jit/env.py``: the base is ``$FLASHINFER_WORKSPACE_BASE``
+  or ``Path.home()``; the workspace is ``<base>/.cache/flashinfer/<flashinfer version>/<archs>/``,
+  ``<archs>`` being the sorted ``<major><minor>`` of every target joined by ``_`` after
+  ``CompilationContext._normalize_cuda_arch`` (``flashinfer/compilation_context.py``): ``90a``
+  for 9.x, ``100a`` for 10.x, ``120f`` (CUDA >= 12.9) or ``120a`` for 12.0, ``121a`` for 12.1,
+  no suffix below 9; from the visible devices or ``FLASHINFER_CUDA_ARCH_LIST``.
+  Each op builds in ``<workspace>/cached_ops/<name>/`` (``jit/core.py``: ``build.ninja``,
+  objects ``<dir>_<stem>.o``/``.cuda.o`` per ``jit/cpp_ext.py``, ``<name>.so``); locks and the
+  batch ninja file live in ``cached_ops/tmp/``; generated sources in ``<workspace>/generated/``.
+  Downloaded cubins go to ``<base>/.cache/flashinfer/cubins/`` (``FLASHINFER_CUBIN_DIR``).
+- flashinfer-python 0.2.0.post1 / 0.2.5 ``flashinfer/jit/env.py`` (the older, unversioned layout):
+  ``<base>/.cache/flashinfer/<archs>/cached_ops/<name>/`` with ``<archs>`` the sorted
+  ``compute_XX`` numbers of torch's arch flags (``80_90``, no suffix) or ``noarch``; 0.2.0 used
+  ``Path.home()`` only, 0.2.5 added ``FLASHINFER_WORKSPACE_BASE``; locks were
+  ``cached_ops/<name>.lock``; modules were built by ``torch.utils.cpp_extension.load``.
+
+Entries: ``<version>/<archs>/cached_ops/<name>`` (or ``<archs>/cached_ops/<name>``), and
+``…/generated`` as one entry. Read: names, ELF headers of the ``.so``, ``build.ninja`` text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..findings import Finding
+from ..fsutil import read_nofollow
+from ..layout import is_reserved
+from ..model import CacheRoot, Entry, Judge
+from ._base import (
+    elf_head,
+    expand_partitions,  # noqa: F401 - part of this adapter's interface
+    older_than,
+    so_findings,
+    survey,
+    survey_findings,
+)
+from ._base import root_findings as _root_findings
+
+KIND = "flashinfer"
+ARCHS = re.compile(r"^(?:noarch|\d+[af]?(?:_\d+[af]?)*)$")
+VERSION = re.compile(r"^\d+\.\d+[0-9A-Za-z.+_-]*$")
+_ONE_ARCH = re.compile(r"(\d+)([af]?)")
+_GENCODE = re.compile(r"(?:-gencode[= ]|--generate-code=)arch=compute_(\d+)([af]?),code=\[?(?:sm|compute)_(\d+)([af]?)")
+_SKIP = frozenset({"tmp"})  # cached_ops/tmp: lock files and the batch ninja file, not an op
+_NINJA_MAX = 1 << 20
+
+
+# ---------------------------------------------------------------- roots
+
+
+def cache_dir(env=os.environ) -> tuple[str, str]:
+    from .. import locations
+
+    if env.get("FLASHINFER_WORKSPACE_BASE"):
+        return os.path.join(env["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer"), "FLASHINFER_WORKSPACE_BASE"
+    return os.path.join(locations.home(env), ".cache", "flashinfer"), "default"
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` when set, and ``~/.cache/flashinfer``; existing dirs only."""
+    from .. import locations
+
+    cands = [cache_dir(env)]
+    if cands[0][1] != "default":
+        cands.append((os.path.join(locations.home(env), ".cache", "flashinfer"), "default"))
+    out, seen = [], set()
+    for p, src in cands:
+        p = os.path.abspath(os.path.expanduser(p))
+        if os.path.isdir(p) and os.path.realpath(p) not in seen:
+            seen.add(os.path.realpath(p))
+            out.append(CacheRoot(KIND, p, src))
+    return out
+
+
+def _workspaces(root: str) -> list[tuple[str, str | None, str]]:
+    """(relative workspace dir, version or None, archs) for every workspace under ``root``."""
+    out = []
+    try:
+        with os.scandir(root) as it:
+            tops = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not is_reserved(e.name))
+    except OSError:
+        return out
+    for top in tops:
+        if ARCHS.match(top):
+            out.append((top, None, top))
+        elif VERSION.match(top):
+            try:
+                with os.scandir(os.path.join(root, top)) as it:
+                    subs = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            out += [(f"{top}/{a}", top, a) for a in subs if ARCHS.match(a)]
+    return out
+
+
+def looks_like_root(path: str) -> bool:
+    """``.cache/flashinfer``, or a dir whose workspaces hold ``cached_ops``."""
+    p = os.path.normpath(path)
+    if os.path.basename(p) == "flashinfer" and os.path.basename(os.path.dirname(p)) == ".cache":
+        return True
+    return any(os.path.isdir(os.path.join(path, ws, "cached_ops")) for ws, _v, _a in _workspaces(path)[:32])
+
+
+def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """``<ws>/cached_ops/<name>`` for every op build and ``<ws>/generated`` for generated sources."""
+    names, strays = [], []
+    os.listdir(root)  # OSError for an unreadable root, as the scanner expects
+    for ws, _v, _a in _workspaces(root):
+        ops = os.path.join(root, ws, "cached_ops")
+        try:
+            with os.scandir(ops) as it:
+                for e in it:
+                    if e.name in _SKIP or is_reserved(e.name):
+                        continue
+                    if e.is_dir(follow_symlinks=False) or e.is_symlink():
+                        names.append(f"{ws}/cached_ops/{e.name}")
+                    elif not e.name.endswith(".lock"):
+                        strays.append((f"{ws}/cached_ops/{e.name}", "file"))
+        except OSError:
+            pass
+        if os.path.isdir(os.path.join(root, ws, "generated")):
+            names.append(f"{ws}/generated")
+    names.sort()
+    return names, strays
+
+
+def root_findings(path: str, uid: int | None = None) -> list[Finding]:
+    return _root_findings(path, uid)
+
+
+# ---------------------------------------------------------------- judging
+
+
+def parse_archs(archs: str) -> tuple[tuple[int, str], ...]:
+    """``80_90a_120f`` -> ((80, ''), (90, 'a'), (120, 'f')); ``noarch`` -> ()."""
+    return tuple((int(n), suf) for n, suf in _ONE_ARCH.findall(archs)) if archs != "noarch" else ()
+
+
+def arch_runs_on(arch: int, suffix: str, target: int) -> bool:
+    """Whether code built for ``sm_<arch><suffix>`` runs on ``target``: ``a`` exact, ``f`` same family, plain same major."""
+    if suffix == "a":
+        return arch == target
+    return arch // 10 == target // 10 and arch <= target
+
+
+def _named(n: int, suf: str, parsed) -> bool:
+    """Whether the arch dir names target ``sm_<n><suf>``: the same number, or an ``f`` family target of a
+    directory arch in that family (SM107 builds sm_100f, ``compilation_context.py``)."""
+    return any(a == n or (suf == "f" and a // 10 == n // 10 and a >= n) for a, _s in parsed)
+
+
+def version_matches(dir_version: str, installed: str) -> bool:
+    """The directory is named by ``flashinfer.__version__``; dist metadata may add or drop a ``+local`` part."""
+    return dir_version == installed or dir_version.split("+")[0] == installed.split("+")[0] and (
+        "+" not in dir_version or "+" not in installed)
+
+
+def _split(name: str) -> tuple[str | None, str, str, str | None]:
+    """(version, archs, workspace, op name or None for generated) of an entry id."""
+    parts = name.split("/")
+    if parts[-1] == "generated":
+        ws = parts[:-1]
+        op = None
+    else:
+        ws = parts[:-2]
+        op = parts[-1]
+    if len(ws) == 2:
+        return ws[0], ws[1], "/".join(ws), op
+    return None, ws[0] if ws else "", "/".join(ws), op
+
+
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+    """Read one op build dir (or a workspace's generated sources) and judge it."""
+    version, archs, ws, op = _split(name)
+    s = survey(root, name)
+    path = s.path
+    out = survey_findings(s, root_uid, "op directory" if op else "generated directory")
+    extra: dict = {"version": version, "archs": archs, "layout": "versioned" if version else "unversioned"}
+    if s.is_symlink:
+        if not s.links or not s.links[0][2]:
+            out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); not followed"))
+        return Entry(KIND, root, name, path, "link", op, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
+    if not s.is_dir:
+        return Entry(KIND, root, name, path, "other", op, None, s.bytes, s.mtime, findings=tuple(out),
+                     extra=tuple(extra.items()))
+    files = {f[0]: f for f in s.files}
+    newest = s.newest
+    etype = "op" if op else "generated"
+
+    # Version and layout: FlashInfer reads only <its version>/<archs>/ (0.2.x read <archs>/).
+    installed = j.version("flashinfer")
+    if installed:
+        if version is not None and not version_matches(version, installed):
+            out.append(Finding("stale", f"built by FlashInfer {version}; FlashInfer {installed} is installed and reads "
+                                        f"{installed}/<archs>/ only"))
+        elif version is None and not installed.startswith("0.2."):
+            out.append(Finding("stale", f"unversioned layout of FlashInfer 0.2.x; FlashInfer {installed} reads "
+                                        f"{installed}/<archs>/ only"))
+
+    # Arch directory against the GPU judged for.
+    parsed = parse_archs(archs)
+    arch = max((a for a, _s in parsed), default=None)
+    if j.target_arch is not None and parsed and not any(arch_runs_on(a, suf, j.target_arch) for a, suf in parsed):
+        out.append(Finding("foreign-arch", f"built for {archs}, judged against sm_{j.target_arch}: unreachable here"))
+
+    if op is not None:
+        sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
+        for rel in sos:
+            try:
+                out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel][1]), j.host_machine)
+            except OSError as exc:
+                out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+        if f"{op}.so" not in files:
+            if older_than(newest, j):
+                what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
+                out.append(Finding("incomplete", f"op directory has {what} {op}.so: an interrupted build "
+                                                 f"({int((j.now - newest) // 60)} min old)"))
+                etype = "partial"
+            else:
+                etype = "building"
+        if "build.ninja" in files and parsed:
+            try:
+                text = read_nofollow(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
+                targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
+                if targets:
+                    extra["gencode"] = [f"sm_{n}{suf}" for n, suf in targets]
+                    # Compare numbers: FlashInfer spells 12.0 as 120f or 120a depending on the CUDA toolkit.
+                    foreign = [f"sm_{n}{suf}" for n, suf in targets if not _named(n, suf, parsed)]
+                    if foreign:
+                        out.append(Finding("mismatch", f"build.ninja compiles for {', '.join(foreign)}, which the "
+                                                       f"arch directory {archs} does not name"))
+            except OSError as exc:
+                out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
+    return Entry(KIND, root, name, path, etype, op, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
+                 extra=tuple(extra.items()))
