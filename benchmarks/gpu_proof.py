@@ -372,17 +372,27 @@ def step_workload(args, work):
     stock = isolated_env(os.path.join(work, "wl-stock"))
     guarded = isolated_env(os.path.join(work, "wl-guarded"))
     ENVS.update(stock=stock, guarded=guarded)
-    res["stock_cold"] = run_workload(stock, False, args.mode, script)
+    sides = args.sides.split(",")
+    res["sides"] = sides
+    summary["workload"] = res
+    empty = {"rc": None, "wall_s": None}
+    res["stock_cold"] = run_workload(stock, False, args.mode, script) if "stock" in sides else empty
     log("workload stock cold:", res["stock_cold"])
-    res["guarded_cold"] = run_workload(guarded, True, args.mode, script)
+    save()
+    res["guarded_cold"] = run_workload(guarded, True, args.mode, script) if "guarded" in sides else empty
     log("workload guarded cold:", res["guarded_cold"])
+    save()
     res["stock_census"] = census(os.path.join(work, "wl-stock"))
     res["guarded_census_after_cold"] = census(os.path.join(work, "wl-guarded"))
     res["stock_warm"], res["guarded_warm"] = [], []
     for i in range(args.reps):
-        res["stock_warm"].append(run_workload(stock, False, args.mode, script))
-        res["guarded_warm"].append(run_workload(guarded, True, args.mode, script))
-        log(f"workload warm {i + 1}: stock {res['stock_warm'][-1]['wall_s']} s, guarded {res['guarded_warm'][-1]['wall_s']} s")
+        if "stock" in sides:
+            res["stock_warm"].append(run_workload(stock, False, args.mode, script))
+        if "guarded" in sides:
+            res["guarded_warm"].append(run_workload(guarded, True, args.mode, script))
+        log(f"workload warm {i + 1}: stock {[r['wall_s'] for r in res['stock_warm']]} s, "
+            f"guarded {[r['wall_s'] for r in res['guarded_warm']]} s")
+        save()
     res["guarded_census_after_warm"] = census(os.path.join(work, "wl-guarded"))
     agg = {}
     for key in ("wall_s", "t_first"):
@@ -391,12 +401,13 @@ def step_workload(args, work):
         agg[key] = {"stock_warm_median": s, "guarded_warm_median": g, "ratio": round(g / s, 3) if s and g else None,
                     "stock_cold": res["stock_cold"].get(key), "guarded_cold": res["guarded_cold"].get(key)}
     res["aggregate"] = agg
-    res["kernels"] = res["stock_census"]["entries"]
+    res["kernels"] = max(res["stock_census"]["entries"], res["guarded_census_after_cold"]["entries"])
     res["warm_quarantines"] = res["guarded_census_after_warm"]["quarantined"] - res["guarded_census_after_cold"]["quarantined"]
     res["warm_triton_compile_calls"] = {"stock": [r.get("triton_compiles") for r in res["stock_warm"]],
                                         "guarded": [r.get("triton_compiles") for r in res["guarded_warm"]]}
     res["all_correct"] = all(r.get("rc") == 0 and r.get("max_abs_err") is not None and r["max_abs_err"] < 0.1
-                             for r in [res["stock_cold"], res["guarded_cold"], *res["stock_warm"], *res["guarded_warm"]])
+                             for r in [res["stock_cold"], res["guarded_cold"], *res["stock_warm"], *res["guarded_warm"]]
+                             if r.get("rc") is not None)
     summary["workload"] = res
     log("workload aggregate:", json.dumps(agg))
 
@@ -409,7 +420,7 @@ def step_verify(args, work):
     envs = ENVS
     for label in ("stock", "guarded"):
         env = envs.get(label)
-        if not env:
+        if not env or census(os.path.dirname(env["TRITON_CACHE_DIR"]))["entries"] == 0:
             continue
         roots = [d for d in (env["TRITON_CACHE_DIR"], os.path.join(env["TORCHINDUCTOR_CACHE_DIR"], "triton"),
                              os.path.join(env["HOME"], ".triton", "cache")) if os.path.isdir(d)]
@@ -457,6 +468,9 @@ def step_alternate(args, work):
         timeline.append({"env": f"{var}={v}", "wall_s": r["wall_s"], "t_first": r.get("t_first"), "rc": r["rc"],
                          "max_abs_err": r.get("max_abs_err")})
         log("alternate partitioned:", timeline[-1])
+        res["partitioned"] = timeline
+        summary["alternate"] = res
+        save()
     res["partitioned"] = timeline
     res["partitioned_census"] = census(root)
     # Wipe on change: stock caches, removed whenever the environment differs from the last run's.
@@ -473,6 +487,8 @@ def step_alternate(args, work):
                          "rc": r["rc"], "max_abs_err": r.get("max_abs_err")})
         last = v
         log("alternate wipe-on-change:", timeline[-1])
+        res["wipe_on_change"] = timeline
+        save()
     res["wipe_on_change"] = timeline
     for k in ("partitioned", "wipe_on_change"):
         res[f"{k}_total_wall_s"] = round(sum(t["wall_s"] for t in res[k]), 1)
@@ -499,7 +515,11 @@ def render_md(s: dict) -> str:
           f"| jitwarden, commit, fingerprint | {m.get('jitwarden')} · {m.get('git_commit') or '-'} · {m.get('fingerprint_digest') or '-'} |",
           f"| options | mode `{s.get('options', {}).get('mode')}`, {s.get('options', {}).get('reps')} warm reps, "
           f"{s.get('options', {}).get('rounds')} alternation rounds{' (quick trial)' if s.get('options', {}).get('quick') else ''} |",
-          f"| total run time | {s.get('elapsed_s')} s |", ""]
+          f"| total run time | {s.get('elapsed_s')} s |"]
+    for e in s.get("earlier_runs") or []:
+        L.append(f"| earlier run merged in (sections not re-run come from it) | `{(e.get('machine') or {}).get('command')}` "
+                 f"on {(e.get('machine') or {}).get('nvidia_smi')}, {(e.get('machine') or {}).get('torch_triton')} |")
+    L.append("")
     t = s.get("tamper")
     if t:
         st, gt = t.get("stock_tampered", {}), t.get("guarded_tampered", {})
@@ -531,7 +551,7 @@ def render_md(s: dict) -> str:
     if w:
         a = w.get("aggregate", {})
         L += [f"## 3. torch.compile workload, `mode=\"{w.get('mode')}\"`: cold and warm starts", "",
-              f"{w.get('model')}. Triton kernels it made (cache entries, stock): **{w.get('kernels')}**; "
+              f"{w.get('model')}. Triton kernels it made (cache entries): **{w.get('kernels')}**; sides run: {w.get('sides', ['stock', 'guarded'])}; "
               f"guarded partition: {w.get('guarded_census_after_cold', {}).get('entries')} entries, "
               f"{w.get('guarded_census_after_cold', {}).get('sealed')} sealed. All results match eager within 0.1: "
               f"{w.get('all_correct')}.", "",
@@ -563,14 +583,20 @@ def render_md(s: dict) -> str:
         L.append("")
     al = s.get("alternate")
     if al:
-        L += [f"## 5. Two environments alternating on one machine (`{al['var']}` = {' / '.join(al['values'])})", "",
-              "| # | environment | partitions (`jitwarden run`): wall s | wipe on change: wall s | wiped before |",
+        L += [f"## 5. Two environments alternating on one machine (`{al['var']}` = {' / '.join(al['values'])}, "
+              f"mode `{al.get('mode')}`)", "",
+              "Seconds per run: process wall time, and in brackets the compile call to first result.", "",
+              "| # | environment | partitions (`jitwarden run`) | wipe on change | wiped before |",
               "|---|---|---|---|---|"]
         for i, (p, q) in enumerate(zip(al.get("partitioned", []), al.get("wipe_on_change", [])), 1):
-            L.append(f"| {i} | {p['env']} | {_f(p['wall_s'])} | {_f(q['wall_s'])} | {q.get('wiped_before')} |")
-        L += ["", f"Total: partitions {al.get('partitioned_total_wall_s')} s, wipe-on-change "
+            L.append(f"| {i} | {p['env']} | {_f(p['wall_s'])} ({_f(p.get('t_first'))}) | {_f(q['wall_s'])} "
+                     f"({_f(q.get('t_first'))}) | {q.get('wiped_before')} |")
+        tf = {k: round(sum(t.get("t_first") or 0 for t in al.get(k, [])[2:]), 1) for k in ("partitioned", "wipe_on_change")}
+        L += ["", f"Total wall: partitions {al.get('partitioned_total_wall_s')} s, wipe-on-change "
               f"{al.get('wipe_on_change_total_wall_s')} s; after the first round: {al.get('partitioned_after_first_round_wall_s')} s "
-              f"vs {al.get('wipe_on_change_after_first_round_wall_s')} s. Partition census: {al.get('partitioned_census')}.", ""]
+              f"vs {al.get('wipe_on_change_after_first_round_wall_s')} s wall, {tf['partitioned']} s vs {tf['wipe_on_change']} s "
+              f"compile-to-first-result. Partition census: {al.get('partitioned_census')} "
+              "(`fp_fusion_off`: entries whose metadata says `enable_fp_fusion: false`).", ""]
     if s.get("skipped"):
         L += ["## Not run", ""] + [f"- {k}: {why}" for k, why in s["skipped"].items()] + [""]
     if s.get("errors"):
@@ -598,6 +624,9 @@ def main() -> int:
     p.add_argument("--steps", default="tamper,canary,workload,verify,alternate")
     p.add_argument("--budget", type=float, default=540, help="seconds; a step is skipped when too little is left")
     p.add_argument("--render", metavar="JSON", help="only re-write the Markdown next to this JSON")
+    p.add_argument("--append", metavar="JSON", help="start from this earlier gpu_proof.json: steps run now replace "
+                   "its sections (the old one is kept as <step>_earlier), the rest is kept")
+    p.add_argument("--sides", default="stock,guarded", help="workload sides to run (stock, guarded or both)")
     args = p.parse_args()
     if args.render:
         with open(args.render) as f:
@@ -610,12 +639,21 @@ def main() -> int:
     OUT_DIR = args.out or tempfile.mkdtemp(prefix="jw-proof-out-")
     os.makedirs(OUT_DIR, exist_ok=True)
     work = tempfile.mkdtemp(prefix="jw-proof-")
+    if args.append:
+        with open(args.append) as f:
+            summary.update(json.load(f))
+        summary.setdefault("earlier_runs", []).append({"options": summary.get("options"), "machine": summary.get("machine")})
+        for name in args.steps.split(","):
+            if name in summary:
+                summary[f"{name}_earlier"] = summary.pop(name)
+        summary.pop("skipped", None)
+        summary.pop("errors", None)
     summary["options"] = {"mode": args.mode, "reps": args.reps, "rounds": args.rounds, "quick": args.quick,
                           "switch": f"{args.switch_var}={args.switch_values}", "steps": args.steps}
     step_machine(args)
     save()
     # Rough costs (s) on an H200 in max-autotune mode, to skip rather than be killed mid-step.
-    need = {"tamper": 25, "canary": 40, "workload": 60 + 12 * args.reps, "verify": 40, "alternate": 120 * args.rounds}
+    need = {"tamper": 45, "canary": 30, "workload": 100 + 50 * args.reps, "verify": 20, "alternate": 200 * args.rounds}
     for name in args.steps.split(","):
         left = args.budget - (time.time() - T0)
         if args.mode != "default" and need.get(name, 0) > left:
