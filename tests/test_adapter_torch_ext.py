@@ -185,12 +185,40 @@ def test_clean_quarantines_stale_and_broken_builds(tagged):
     assert plan.actions == ()
 
 
-def test_ls_and_status_show_the_kind(tagged, capsys, isolated_env, monkeypatch):
+def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
+    """One home with all four caches at their default places: ls, verify and status name each kind."""
+    import shutil
+
     from jitwarden.cli import main
 
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", os.path.join(tagged, f"{PY}_cpu"))
-    assert main(["ls", "--format", "json"]) == 0
+    home = str(isolated_env)
+    for k in ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "DG_JIT_CACHE_DIR", "DG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+        monkeypatch.delenv(k, raising=False)
+    ok.copytree(real_ext, os.path.join(home, ".cache", "torch_extensions", f"{PY}_cpu", "jwext"))
+    cc = os.path.join(home, ".nv", "ComputeCache")
+    os.makedirs(os.path.join(cc, "4", "c"))
+    open(os.path.join(cc, "index"), "wb").write(os.urandom(256))
+    open(os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"), "wb").write(os.urandom(2048))
+    arts = ok.triton_artifacts(str(tmp_path / "arts"), (90,))
+    dg = os.path.join(home, ".deep_gemm", "cache", "kernel.sm90_gemm.00112233445566778899aabbccddeeff")
+    os.makedirs(dg)
+    open(os.path.join(dg, "kernel.cu"), "w").write("// DeepGEMM kernel\n")
+    shutil.copy(arts[90]["cubin"], os.path.join(dg, "kernel.cubin"))
+    op = os.path.join(home, ".cache", "flashinfer", "0.7.4", "90a", "cached_ops", "norm")
+    os.makedirs(op)
+    shutil.copy(os.path.join(real_ext, "jwext.so"), os.path.join(op, "norm.so"))
+
+    assert main(["ls", "--format", "json", "--target", "90"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert any(c["kind"] == "torch-ext" and c["source"] == "TORCH_EXTENSIONS_DIR" for c in doc["caches"])
+    kinds = {c["kind"]: c for c in doc["caches"]}
+    assert {"cuda-compute", "flashinfer", "deepgemm", "torch-ext"} <= set(kinds)
+    ids = {(e["kind"], e["id"]) for e in doc["entries"]}
+    assert {("cuda-compute", "4/c/5e6f7a8b9c0d1e2f"), ("flashinfer", "0.7.4/90a/cached_ops/norm"),
+            ("deepgemm", "cache/" + os.path.basename(dg)), ("torch-ext", f"{PY}_cpu/jwext")} <= ids
+    assert all(not e["findings"] for e in doc["entries"] if e["kind"] != "triton" and e["kind"] != "inductor")
+    assert main(["verify", "--target", "90"]) == 0
+    capsys.readouterr()
     assert main(["status"]) == 0
-    assert "torch-ext" in capsys.readouterr().out
+    status = capsys.readouterr().out
+    for kind in ("cuda-compute", "flashinfer", "deepgemm", "torch-ext"):
+        assert kind in status
