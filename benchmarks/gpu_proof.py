@@ -520,6 +520,7 @@ def render_md(s: dict) -> str:
         L.append(f"| earlier run merged in (sections not re-run come from it) | `{(e.get('machine') or {}).get('command')}` "
                  f"on {(e.get('machine') or {}).get('nvidia_smi')}, {(e.get('machine') or {}).get('torch_triton')} |")
     L.append("")
+    L += ["## Headlines", ""] + [f"- {h}" for h in headlines(s)] + [""]
     t = s.get("tamper")
     if t:
         st, gt = t.get("stock_tampered", {}), t.get("guarded_tampered", {})
@@ -547,10 +548,12 @@ def render_md(s: dict) -> str:
     if c:
         L += ["## 2. `jitwarden canary`", "", f"`{c['table'].get('cmd')}` → exit {c['table'].get('rc')} "
               f"({c['table'].get('wall_s')} s):", "", "```", (c["table"].get("stdout", "") + c["table"].get("stderr", "")).rstrip(), "```", ""]
-    w = s.get("workload")
-    if w:
+    for wkey, wtitle in (("workload", ""), ("workload_earlier", " (earlier run)")):
+        w = s.get(wkey)
+        if not w:
+            continue
         a = w.get("aggregate", {})
-        L += [f"## 3. torch.compile workload, `mode=\"{w.get('mode')}\"`: cold and warm starts", "",
+        L += [f"## 3. torch.compile workload, `mode=\"{w.get('mode')}\"`: cold and warm starts{wtitle}", "",
               f"{w.get('model')}. Triton kernels it made (cache entries): **{w.get('kernels')}**; sides run: {w.get('sides', ['stock', 'guarded'])}; "
               f"guarded partition: {w.get('guarded_census_after_cold', {}).get('entries')} entries, "
               f"{w.get('guarded_census_after_cold', {}).get('sealed')} sealed. All results match eager within 0.1: "
@@ -568,9 +571,11 @@ def render_md(s: dict) -> str:
               f"{w.get('warm_triton_compile_calls', {}).get('stock')} / {w.get('warm_triton_compile_calls', {}).get('guarded')}. "
               "Where this is 0, Inductor's warm start (FX-graph cache + static CUDA launcher) loaded its cubins "
               "without asking Triton's cache manager, so the guard did not check them on that path.", ""]
-    v = s.get("verify")
-    if v:
-        L += ["## 4. `jitwarden verify --rebuild` over the workload's real caches", "",
+    for vkey, vtitle in (("verify", ""), ("verify_earlier", " (earlier run)")):
+        v = s.get(vkey)
+        if not v:
+            continue
+        L += [f"## 4. `jitwarden verify --rebuild` over the workload's real caches{vtitle}", "",
               "| cache | exit | entries | kernels | errors (false positives) | warnings | findings | seconds |",
               "|---|---|---|---|---|---|---|---|"]
         for label, r in v.items():
@@ -602,6 +607,45 @@ def render_md(s: dict) -> str:
     if s.get("errors"):
         L += ["## Errors", ""] + [f"- {e}" for e in s["errors"]] + [""]
     return "\n".join(L)
+
+
+def headlines(s: dict) -> list[str]:
+    """One line per step, from the data alone."""
+    H = []
+    t = s.get("tamper") or {}
+    if t.get("stock_tampered"):
+        st, gt = t["stock_tampered"], t.get("guarded_tampered", {})
+        H.append(f"Tampered entry: stock Triton returned {_res(st)} (4 expected) with exit {st.get('rc')} and no error; "
+                 f"under `jitwarden run` {_res(gt)}, {gt.get('quarantined')} entry quarantined, "
+                 f"{len(gt.get('jitwarden_lines', []))} warning line(s).")
+    c = (s.get("canary") or {}).get("json") or {}
+    if c.get("counts"):
+        H.append(f"`jitwarden canary`: {c['counts']['pass']} passed, {c['counts']['FAIL']} failed, "
+                 f"{c['counts']['skipped']} skipped, each kernel compiled then loaded from the cache.")
+    for key in ("workload", "workload_earlier"):
+        w = s.get(key)
+        if not w:
+            continue
+        a = w.get("aggregate", {})
+        r1, r2 = a.get("wall_s", {}).get("ratio"), a.get("t_first", {}).get("ratio")
+        warm = (f"guarded/stock warm start {r1} (process wall), {r2} (compile to first result), "
+                f"median of {w.get('reps')}" if r1 else "warm-start ratio not measured in this run")
+        calls = (w.get("warm_triton_compile_calls") or {}).get("guarded") or []
+        H.append(f"`{w.get('mode')}` workload: {w.get('kernels')} Triton kernels, cold {a.get('t_first', {}).get('guarded_cold')} s "
+                 f"compile-to-first-result (guarded); {warm}"
+                 + (f"; guarded warm starts sent {calls} kernels through Triton's cache manager" if calls else "") + ".")
+    for key in ("verify", "verify_earlier"):
+        for label, r in (s.get(key) or {}).items():
+            if "kernels" in r:
+                H.append(f"`verify --rebuild` over the {label} workload cache: {r['kernels']} kernels, "
+                         f"{r['false_positives']} false positives, {r['wall_s']} s.")
+    al = s.get("alternate") or {}
+    if len(al.get("partitioned") or []) > 2:
+        tf = {k: round(sum(x.get("t_first") or 0 for x in al[k][2:]), 1) for k in ("partitioned", "wipe_on_change")}
+        H.append(f"Alternating `{al['var']}` after the first round: partitions {tf['partitioned']} s vs wipe-on-change "
+                 f"{tf['wipe_on_change']} s compile-to-first-result; process wall {al.get('partitioned_after_first_round_wall_s')} s "
+                 f"vs {al.get('wipe_on_change_after_first_round_wall_s')} s.")
+    return H
 
 
 def _res(d: dict) -> str:
