@@ -33,12 +33,27 @@ def test_discovers_default_inductor_and_vllm_roots(isolated_env, tmp_path, monke
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(vllm))
     vroot = vllm / "torch_compile_cache" / "abc123" / "rank_0_0" / "inductor_cache" / "triton" / "0"
     kernels.copy_cache(src, str(vroot))
+    flat = vllm / "torch_compile_cache" / "def456" / "rank_0_0" / "triton_cache"  # vLLM's own TRITON_CACHE_DIR
+    kernels.copy_cache(src, str(flat))
     roots = tri.discover_roots(os.environ)
     assert [(r.path, r.source) for r in roots] == [
         (str(triton_root), "default"),
         (str(ind), "inductor"),
         (str(vroot), "vllm"),
+        (str(flat), "vllm"),
     ]
+
+
+def test_inductor_dir_without_a_user_name_is_torchs_uid_fallback(monkeypatch):
+    import pwd
+
+    from jitwarden import locations
+
+    def no_user(uid):
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_user)
+    assert locations.inductor_cache_dir({"TMPDIR": "/tmp"}) == f"/tmp/torchinductor_uid_{os.getuid()}"
 
 
 def test_triton_cache_dir_wins_and_default_is_still_listed(isolated_env, tmp_path, monkeypatch, built_cache, capsys):

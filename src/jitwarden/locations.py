@@ -40,7 +40,7 @@ def inductor_cache_dir(env) -> str:
 
             user = pwd.getpwuid(os.getuid()).pw_name
         except (ImportError, KeyError):
-            user = "unknown"
+            user = f"uid_{os.getuid()}"  # torch's own fallback when getpass.getuser() fails (cache_dir_utils.py)
     for ch in '\\/:*?"<>|':
         user = user.replace(ch, "_")
     return os.path.join(tmp, f"torchinductor_{user}")
@@ -94,6 +94,17 @@ def inductor_triton_trees(cache_dir: str) -> list[str]:
 
 
 def vllm_triton_trees(cache_root: str) -> list[str]:
-    """vLLM's per-model Inductor Triton trees: ``torch_compile_cache/<hash>/rank_*/inductor_cache/triton/<device>``."""
-    return [t for h in _subdirs(os.path.join(cache_root, "torch_compile_cache")) for rank in _subdirs(h)
-            for t in inductor_triton_trees(os.path.join(rank, "inductor_cache"))]
+    """vLLM's per-model Triton caches, in ``torch_compile_cache/<hash>/rank_*/``:
+
+    ``triton_cache`` (vLLM sets ``TRITON_CACHE_DIR`` there: always in 0.10-0.13, in 0.34 unless it is
+    already set; ``vllm/compilation/compiler_interface.py``) and ``inductor_cache/triton/<device>``
+    (where Inductor chose, e.g. 0.34's ``torch_aot_compile/<sha>/inductor_cache``).
+    """
+    out = []
+    for h in _subdirs(os.path.join(cache_root, "torch_compile_cache")):
+        for rank in _subdirs(h):
+            flat = os.path.join(rank, "triton_cache")
+            if os.path.isdir(flat) and not os.path.islink(flat):
+                out.append(flat)
+            out += inductor_triton_trees(os.path.join(rank, "inductor_cache"))
+    return out
