@@ -148,3 +148,19 @@ def test_activation_sweeps_the_inductor_partition_and_can_be_turned_off(sealed_t
     on = activation.activate(env=dict(env), quiet=True)
     assert any("quarantined TorchInductor kernel" in w for w in on.warnings), on.warnings
     assert victim not in entries(tree)
+
+
+def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(sealed_tree, tmp_path):
+    """With TRITON_CACHE_DIR set (activation sets it), Inductor's kernels live in the Triton partition."""
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=dict(env), quiet=True)
+    if "TORCHINDUCTOR_CACHE_DIR" not in rec.partitions:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    tree = rec.partitions["TRITON_CACHE_DIR"]
+    for n in entries(sealed_tree):
+        shutil.copytree(os.path.join(sealed_tree, n), os.path.join(tree, n))
+    victim = kernel_entry(tree)
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    on = activation.activate(env=dict(env), quiet=True)
+    assert any("quarantined TorchInductor kernel" in w for w in on.warnings), on.warnings
+    assert victim not in entries(tree) and len(entries(tree)) == len(entries(sealed_tree)) - 1

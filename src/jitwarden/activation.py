@@ -185,6 +185,9 @@ def _sweep(partitions: dict, digest: str, env) -> list[str]:
         for kind, var in KINDS:
             if kind != "triton" and var in partitions:
                 trees += sweep.tree_roots(kind, partitions[var])
+        # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
+        if "TORCHINDUCTOR_CACHE_DIR" in partitions and "TRITON_CACHE_DIR" in partitions:
+            trees.append(partitions["TRITON_CACHE_DIR"])
         return sweep.sweep(trees, digest)[0] if trees else []
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
         return [f"jitwarden: start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]

@@ -1,9 +1,11 @@
 """The start-up sweep: TorchInductor's Triton kernels checked against their seals before Inductor loads them.
 
 TorchInductor restores kernels on an FX-graph-cache hit and launches them through its
-static CUDA launcher, which reads ``<cache>/triton/<device>/<key>/<name>.cubin`` itself and
-never asks Triton's cache manager, so the guard never sees those loads. Activation therefore
-sweeps this environment's Inductor (and vLLM) partitions first: per entry one ``scandir`` and
+static CUDA launcher, which reads ``<triton cache dir>/<key>/<name>.cubin`` itself
+(``TRITON_CACHE_DIR`` when set, as under activation, else ``<inductor cache>/triton/<device>``;
+``torch/_inductor/runtime/triton_heuristics.py: reload_cubin_path``) and never asks Triton's
+cache manager, so the guard never sees those loads. Activation therefore sweeps this
+environment's Triton, Inductor and vLLM partitions first (when torch is installed): per entry one ``scandir`` and
 two ``lstat``s when nothing changed since it was sealed (a file's ctime cannot be set back),
 a full seal check otherwise, and a structural check plus a seal for entries nobody sealed.
 A damaged entry is quarantined, and Inductor's own bundle (or a recompile) replaces it.
