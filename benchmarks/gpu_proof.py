@@ -359,6 +359,33 @@ def run_workload(env, guarded: bool, mode: str, script: str) -> dict:
             "jitwarden_lines": jw_lines(r["stderr"])[:5], "stderr_tail": "" if r["rc"] == 0 else r["stderr"][-600:]}
 
 
+def tamper_warm(root: str, env: dict, mode: str, script: str) -> dict:
+    """Flip one byte in the code of the largest sealed Inductor kernel, then one more guarded warm start.
+
+    Inductor's warm start loads cubins through its static launcher, not Triton's cache manager;
+    jitwarden's start-up sweep must catch the change before that load.
+    """
+    sys.path.insert(0, SRC)
+    from jitwarden import elf
+
+    cubins = [os.path.join(d, n) for d, subs, fs in os.walk(root) if "jitwarden-quarantine" not in d
+              for n in fs if n.endswith(".cubin") and ".jitwarden-seal.json" in fs]
+    if not cubins:
+        return {"skipped": "no sealed cubin"}
+    target = max(cubins, key=os.path.getsize)
+    data = bytearray(open(target, "rb").read())
+    text = next(sec for sec in elf.parse(bytes(data)).sections if sec.name.startswith(".text."))
+    pos = text.offset + text.size // 2
+    data[pos] ^= 0xFF
+    with open(target, "r+b") as f:
+        f.seek(pos)
+        f.write(bytes([data[pos]]))
+    before = census(root)["quarantined"]
+    r = run_workload(env, True, mode, script)
+    return {"cubin": os.path.relpath(target, root), "section": text.name, "offset": pos, "run": r,
+            "quarantined": census(root)["quarantined"] - before, "tampered_file_still_in_place": os.path.exists(target)}
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return round(statistics.median(xs), 3) if xs else None
@@ -394,6 +421,10 @@ def step_workload(args, work):
             f"guarded {[r['wall_s'] for r in res['guarded_warm']]} s")
         save()
     res["guarded_census_after_warm"] = census(os.path.join(work, "wl-guarded"))
+    if "guarded" in sides and args.tamper_warm:
+        res["tampered_warm"] = tamper_warm(os.path.join(work, "wl-guarded"), guarded, args.mode, script)
+        log("workload guarded warm after tampering a sealed Inductor kernel:", res["tampered_warm"])
+        save()
     agg = {}
     for key in ("wall_s", "t_first"):
         s = med(r.get(key) for r in res["stock_warm"])
@@ -570,7 +601,16 @@ def render_md(s: dict) -> str:
               f"Triton's compile/cache-manager path in each warm start (stock / guarded): "
               f"{w.get('warm_triton_compile_calls', {}).get('stock')} / {w.get('warm_triton_compile_calls', {}).get('guarded')}. "
               "Where this is 0, Inductor's warm start (FX-graph cache + static CUDA launcher) loaded its cubins "
-              "without asking Triton's cache manager, so the guard did not check them on that path.", ""]
+              "without asking Triton's cache manager; jitwarden's start-up sweep checks them against their seals "
+              "before that load instead.", ""]
+        tw = w.get("tampered_warm") or {}
+        if tw.get("run"):
+            r = tw["run"]
+            L += [f"**One byte flipped** in the code (`{tw.get('section')}`, offset {tw.get('offset')}) of the largest "
+                  f"sealed Inductor kernel (`{tw.get('cubin')}`), then one more guarded warm start: exit {r.get('rc')}, "
+                  f"max abs error vs eager {r.get('max_abs_err')}, {tw.get('quarantined')} entr(y/ies) quarantined, "
+                  f"tampered file still in place: {tw.get('tampered_file_still_in_place')}. jitwarden said:", "", "```",
+                  *(r.get("jitwarden_lines") or ["(nothing)"]), "```", ""]
     for vkey, vtitle in (("verify", ""), ("verify_earlier", " (earlier run)")):
         v = s.get(vkey)
         if not v:
@@ -634,6 +674,11 @@ def headlines(s: dict) -> list[str]:
         H.append(f"`{w.get('mode')}` workload: {w.get('kernels')} Triton kernels, cold {a.get('t_first', {}).get('guarded_cold')} s "
                  f"compile-to-first-result (guarded); {warm}"
                  + (f"; guarded warm starts sent {calls} kernels through Triton's cache manager" if calls else "") + ".")
+        tw = w.get("tampered_warm") or {}
+        if tw.get("run"):
+            r = tw["run"]
+            H.append(f"A byte flipped in a sealed Inductor kernel, then a guarded warm start: exit {r.get('rc')}, max abs "
+                     f"error {r.get('max_abs_err')}, {tw.get('quarantined')} quarantined by the start-up sweep.")
     for key in ("verify", "verify_earlier"):
         for label, r in (s.get(key) or {}).items():
             if "kernels" in r:
@@ -670,6 +715,8 @@ def main() -> int:
     p.add_argument("--render", metavar="JSON", help="only re-write the Markdown next to this JSON")
     p.add_argument("--append", metavar="JSON", help="start from this earlier gpu_proof.json: steps run now replace "
                    "its sections (the old one is kept as <step>_earlier), the rest is kept")
+    p.add_argument("--no-tamper-warm", dest="tamper_warm", action="store_false",
+                   help="skip the guarded warm start after flipping a byte in a sealed Inductor kernel")
     p.add_argument("--sides", default="stock,guarded", help="workload sides to run (stock, guarded or both)")
     args = p.parse_args()
     if args.render:
