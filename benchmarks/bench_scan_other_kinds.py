@@ -74,11 +74,12 @@ def templates(work: str) -> dict:
 def make_tree(dst: str, n: int, tpl: dict) -> dict[str, str]:
     per = n // 4
     roots = {k: os.path.join(dst, k) for k in ("cuda-compute", "flashinfer", "deepgemm", "torch-ext")}
-    # cuda-compute: <hex>/<hex>/<hash> files of 4 KiB, and the driver's index
+    # cuda-compute: <hex>/<hex>/<hash> files, each a real driver JIT entry, and the driver's index
     cc = roots["cuda-compute"]
     os.makedirs(cc)
-    open(os.path.join(cc, "index"), "wb").write(os.urandom(4096))
-    blob = os.urandom(4096)
+    real = os.path.join(HERE, os.pardir, "tests", "data", "cuda_compute_h200", "ComputeCache")
+    shutil.copy(os.path.join(real, "index"), os.path.join(cc, "index"))
+    blob = open(os.path.join(real, "2", "4", "aca7d279b8280d"), "rb").read()  # a real H200 driver JIT entry
     for i in range(per):
         h = f"{i:016x}"
         d = os.path.join(cc, h[-1], h[-2])

@@ -1,24 +1,27 @@
-"""cuda-compute adapter: the driver's JIT cache (``$CUDA_CACHE_PATH`` or ``~/.nv/ComputeCache``).
+"""cuda-compute adapter on a REAL driver JIT cache (``$CUDA_CACHE_PATH`` or ``~/.nv/ComputeCache``).
 
-Only the driver writes this cache, and only when it JIT-compiles PTX on a GPU, so this machine cannot
-make one. The fixture follows the layout the CUDA Programming Guide ("CUDA Environment Variables":
-``CUDA_CACHE_PATH``, ``CUDA_CACHE_MAXSIZE``, ``CUDA_CACHE_DISABLE``) and real caches show: an ``index``
-file and opaque files in one-hex-digit subdirectories. The files' bytes are opaque to jitwarden, so the
-fixture's bytes are arbitrary; everything judged here is what the filesystem says (names, sizes, mtimes,
-modes, links) and the environment. ``JITWARDEN_LIBCUDA`` stands in for the installed libcuda, whose mtime
-is the evidence of when the driver was built.
+Only the driver writes this cache, when it JIT-compiles PTX on a GPU. ``tests/data/cuda_compute_h200`` is one
+the H200's driver 580.159.04 (CUDA 13.0) wrote when ``benchmarks/h200_compute_cache_probe.py`` loaded six
+PTX modules through ``cuModuleLoadData`` (``facts.json`` records the run). Env vars and defaults follow the
+CUDA Programming Guide, "CUDA Environment Variables" (``CUDA_CACHE_PATH``, ``CUDA_CACHE_MAXSIZE``,
+``CUDA_CACHE_DISABLE``). ``JITWARDEN_LIBCUDA`` points at a stand-in libcuda (its mtime) beside a stand-in
+``libnvidia-ptxjitcompiler.so.1`` (its one build date): the installed driver's evidence, which this machine lacks.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
 import otherkinds as ok
 from jitwarden.adapters import cuda_compute as cc
 
-FILES = ("0/3/9d1c2f7a5e0b4a8c", "0/7/1b2c3d4e5f60718a", "a/e/77aa00ff11ee22dd", "f/1/0a0b0c0d0e0f1011")
+DATA = os.path.join(os.path.dirname(__file__), "data", "cuda_compute_h200", "ComputeCache")
+FILES = ("2/4/aca7d279b8280d", "8/7/c971455a5e9bf5", "9/e/3710c30a7d4cc1", "9/f/bcc7849198d3d1",
+         "b/4/51b1336e4e60a5", "e/f/ea6eb703b79df1")
+ENTRY_BYTES = 3884
 
 
 @pytest.fixture(autouse=True)
@@ -32,55 +35,100 @@ def fresh(monkeypatch, tmp_path):
 
 @pytest.fixture
 def compute_cache(tmp_path):
+    """A copy of the real H200 cache at ``<home>/.nv/ComputeCache``."""
     root = tmp_path / "home" / ".nv" / "ComputeCache"
-    root.mkdir(parents=True)
-    (root / "index").write_bytes(os.urandom(512))
-    for i, rel in enumerate(FILES):
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(os.urandom(4096 * (i + 1)))
+    shutil.copytree(DATA, root)
     return str(root)
 
 
-def libcuda(tmp_path, monkeypatch, age_s: float) -> str:
-    """A stand-in libcuda built ``age_s`` ago, named through JITWARDEN_LIBCUDA."""
-    p = tmp_path / "libcuda.so.1"
+def libcuda(tmp_path, monkeypatch, age_s: float | None, jit_date: bytes | None = None) -> str:
+    """A stand-in libcuda built ``age_s`` ago (None: mtime 1, as in the Nix store), named through JITWARDEN_LIBCUDA,
+    with a stand-in libnvidia-ptxjitcompiler.so.1 carrying ``jit_date`` beside it."""
+    d = tmp_path / "driver"
+    d.mkdir(exist_ok=True)
+    p = d / "libcuda.so.1"
     p.write_bytes(b"\x7fELF")
-    ok.set_age(str(p), age_s)
+    if age_s is None:
+        os.utime(p, (1, 1))
+    else:
+        ok.set_age(str(p), age_s)
+    if jit_date is not None:
+        (d / "libnvidia-ptxjitcompiler.so.1").write_bytes(b"\x7fELF\0" + os.urandom(64) + jit_date + b"\0" + os.urandom(64))
     monkeypatch.setenv("JITWARDEN_LIBCUDA", str(p))
     cc.reset_driver_evidence()
     return str(p)
 
 
-def test_entries_are_the_hashed_files(compute_cache, capsys):
+def test_real_cache_entries(compute_cache, capsys):
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     assert doc["caches"][0]["kind"] == "cuda-compute" and rc == 0
-    assert sorted(ok.codes(doc)) == sorted(FILES)
-    assert all(c == [] for c in ok.codes(doc).values())
-    assert doc["caches"][0]["bytes"] == sum(4096 * (i + 1) for i in range(len(FILES)))
+    assert ok.codes(doc) == {f: [] for f in FILES}
+    e = doc["entries"][0]
+    assert e["arch"] == 90 and e["cubin_sm"] == 90 and e["type"] == "jit" and e["bytes"] == ENTRY_BYTES
+    assert e["extra"] == {"jit_date": "Apr 29 2026", "jit_time": "17:12:06", "target": "sm_90"}
+    assert doc["caches"][0]["bytes"] == len(FILES) * ENTRY_BYTES  # the index is the root's, not an entry
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "80")
+    assert ok.codes(doc) == {f: ["foreign-arch"] for f in FILES} and rc == 0
+
+
+def test_truncated_and_self_contradicting_entries(compute_cache, capsys):
+    ok.truncate(os.path.join(compute_cache, FILES[0]), 0.7)
+    p = os.path.join(compute_cache, FILES[1])
+    data = open(p, "rb").read()
+    open(p, "wb").write(data.replace(b"HOST64sm_90", b"HOST64sm_80", 1))  # the record says sm_80, the cubin is sm_90
+    with open(os.path.join(compute_cache, FILES[2]), "r+b") as f:  # the cubin's section table runs past the end
+        f.seek(316 + 40)
+        f.write((10 ** 6).to_bytes(8, "little"))
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    c = ok.codes(doc)
+    assert set(c[FILES[0]]) == {"corrupt"} and c[FILES[1]] == ["mismatch"] and c[FILES[2]] == ["corrupt"], c
+    assert c[FILES[3]] == [] and rc == 1
+
+
+def test_unknown_format_is_listed_not_judged(compute_cache, capsys):
+    os.makedirs(os.path.join(compute_cache, "0", "1"))
+    open(os.path.join(compute_cache, "0", "1", "00aa11bb22cc33"), "wb").write(os.urandom(1000))
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    e = next(e for e in doc["entries"] if e["id"] == "0/1/00aa11bb22cc33")
+    assert e["findings"] == [] and e["extra"] == {"format": "unknown"}
+
+
+def test_jit_compiler_of_another_driver_is_stale(compute_cache, tmp_path, monkeypatch, capsys):
+    libcuda(tmp_path, monkeypatch, None, b"Apr 29 2026")
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    assert ok.codes(doc) == {f: [] for f in FILES}
+    libcuda(tmp_path, monkeypatch, None, b"Mar  5 2027")
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    assert ok.codes(doc) == {f: ["stale"] for f in FILES} and rc == 0
+    msg = doc["entries"][0]["findings"][0]["message"]
+    assert "built Apr 29 2026" in msg and "built Mar 5 2027" in msg
 
 
 def test_written_before_the_driver_is_stale(compute_cache, tmp_path, monkeypatch, capsys):
+    """No JIT compiler to read: an entry older than libcuda's mtime was written by an earlier driver."""
     for rel in FILES[:2]:
         ok.set_age(os.path.join(compute_cache, rel), 30 * 86400)
     libcuda(tmp_path, monkeypatch, 10 * 86400)
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     c = ok.codes(doc)
-    assert [c[r] for r in FILES] == [["stale"], ["stale"], [], []], c
+    assert [c[r] for r in FILES] == [["stale"], ["stale"], [], [], [], []], c
     msg = next(e for e in doc["entries"] if e["id"] == FILES[0])["findings"][0]["message"]
     assert "before the installed driver existed" in msg and "libcuda.so.1" in msg
     assert rc == 0  # stale is a warning
 
 
-def test_newer_than_the_driver_is_not_judged(compute_cache, tmp_path, monkeypatch, capsys):
-    """After the driver was built says nothing: an older driver may have written it after that date. Not flagged."""
+def test_mtimes_that_say_nothing(compute_cache, tmp_path, monkeypatch, capsys):
+    """Newer than libcuda says nothing (an older driver may have written it later); Nix's mtime 1 says nothing."""
     libcuda(tmp_path, monkeypatch, 400 * 86400)
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    assert all(c == [] for c in ok.codes(doc).values())
+    libcuda(tmp_path, monkeypatch, None)
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     assert all(c == [] for c in ok.codes(doc).values())
 
 
 def test_size_against_maxsize_and_disable(compute_cache, monkeypatch, capsys):
-    total = sum(4096 * (i + 1) for i in range(len(FILES))) + 512  # entries + index
+    total = len(FILES) * ENTRY_BYTES + os.path.getsize(os.path.join(compute_cache, "index"))
     rc, doc = ok.verify(capsys, compute_cache)
     assert ok.root_codes(doc) == []
     monkeypatch.setenv("CUDA_CACHE_MAXSIZE", str(total - 1))
@@ -107,10 +155,10 @@ def test_maxsize_parsing():
 
 def test_unsafe_files_and_links(compute_cache, tmp_path, capsys):
     os.chmod(os.path.join(compute_cache, FILES[0]), 0o666)
-    os.symlink(str(tmp_path), os.path.join(compute_cache, "0", "3", "evil"))
+    os.symlink(str(tmp_path), os.path.join(compute_cache, "2", "4", "evil"))
     rc, doc = ok.verify(capsys, compute_cache)
     c = ok.codes(doc)
-    assert c[FILES[0]] == ["unsafe"] and c["0/3/evil"] == ["unsafe"] and rc == 1
+    assert c[FILES[0]] == ["unsafe"] and c["2/4/evil"] == ["unsafe"] and rc == 1
 
 
 def test_world_writable_root(compute_cache, capsys):

@@ -230,11 +230,15 @@ def elf_head(path: str, size: int) -> ElfHead:
 
     OSError propagates (the caller reports it as it reports unreadable files).
     """
-    import struct
-
     from ..fsutil import read_nofollow
 
-    head = read_nofollow(path, _EHDR_HEAD)
+    return elf_head_bytes(read_nofollow(path, _EHDR_HEAD), size)
+
+
+def elf_head_bytes(head: bytes, size: int) -> ElfHead:
+    """:func:`elf_head` of bytes already read: the first 64 bytes of an ELF file of ``size`` bytes."""
+    import struct
+
     if len(head) < _EHDR_HEAD:
         return ElfHead(problem=f"{len(head)} bytes is shorter than an ELF header")
     if head[:4] != b"\x7fELF":

@@ -6,32 +6,44 @@ default ``~/.nv/ComputeCache`` on Linux; ``CUDA_CACHE_MAXSIZE`` in bytes, defaul
 desktop/server platforms and 256 MiB on embedded ones, at most 4 GiB; ``CUDA_CACHE_DISABLE=1``
 turns it off). The guide also says the cache is invalidated when the driver is upgraded.
 
-The files are the driver's own, opaque format: an ``index`` file and hashed files in
-one-hex-digit subdirectories. What jitwarden can tell, and how:
+Layout, as the H200's driver 580.159.04 (CUDA 13.0) wrote it (``benchmarks/h200_compute_cache_probe.py``,
+kept in ``tests/data/cuda_compute_h200``): an ``index`` file (entry hashes and sizes) and one file per JIT
+result at ``<h0>/<h1>/<rest of the 16-hex-digit hash>``. An entry file is a 28-byte header (u32 0x41,
+u32 text length, u32 0, u32 ELF length, u32 0, u64 hash) followed by text (the JIT compiler's
+``__DATE__``/``__TIME__`` stamp, ``HOST64``, the target ``sm_90``, the PTX) and the cubin ELF.
+This format is undocumented: an entry whose header is not this one is listed, not judged.
+What jitwarden can tell, and how:
 
 - size against ``CUDA_CACHE_MAXSIZE`` (a root finding: near or over it the driver evicts,
   and JIT work is redone: thrashing), and ``CUDA_CACHE_DISABLE=1`` (nothing here is read);
-- written under another driver: a file whose mtime is older than the installed driver's
-  own files (``libcuda.so.1``'s mtime, the kernel module's build date in
-  ``/proc/driver/nvidia/version``) was certainly written by an earlier driver, which the
-  driver's invalidation makes dead weight. A file written after that moment may still be
-  from an older driver (a driver installed long after it was built): not flagged;
+- an entry's own consistency: sizes in its header against its length (truncated: ``corrupt``),
+  its cubin's ELF header, the cubin's SM against the ``sm_XX`` it records (``mismatch``), and
+  against the GPU judged for (``foreign-arch``);
+- written under another driver: the JIT compiler's build date recorded in the entry against the
+  one the installed ``libnvidia-ptxjitcompiler.so.1`` carries (read once per process), else a file
+  whose mtime is older than the installed driver's files (``libcuda.so.1``'s mtime, the kernel
+  module's build date in ``/proc/driver/nvidia/version``): written by an earlier driver, which the
+  driver's invalidation makes dead weight. Mtimes before 2000 (Nix store files carry 1) say nothing.
 - unsafe permissions and symlinks, unreadable files.
 
-What it cannot tell: which GPU or PTX an entry belongs to, or whether its bytes are intact
-(no checksum is readable without the driver's format).
+What it cannot tell: which application an entry belongs to, or whether its bytes are intact
+(the header's hash is of the driver's own key; no checksum of the content is known).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import struct
 import time
 
 from ..findings import Finding
 from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
+from ..elf import EM_CUDA
+from ..fsutil import read_nofollow
 from ._base import (
+    elf_head_bytes,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
     survey,
     survey_findings,
@@ -54,6 +66,11 @@ LIBCUDA_PATHS = (
 )
 PROC_VERSION = "/proc/driver/nvidia/version"
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
+_STAMP = re.compile(rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)?")
+_ENTRY_MAGIC = 0x41
+_HEADER = struct.Struct("<IIIIIQ")
+_HEAD_READ = 65536
+PLAUSIBLE = 946684800.0  # 2000-01-01: older mtimes are normalised ones (Nix: 1), not build times
 _MODULE_DATE = re.compile(r"Kernel Module\s+(\S+)\s+(\w{3} \w{3}\s+\d+ \d\d:\d\d:\d\d \w+ \d{4})")
 
 # ---------------------------------------------------------------- roots
@@ -215,7 +232,8 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
             st = os.stat(p)
         except OSError:
             continue
-        found.append((st.st_mtime, f"{os.path.realpath(p)} was built {time.strftime('%Y-%m-%d', time.gmtime(st.st_mtime))}"))
+        if st.st_mtime >= PLAUSIBLE:
+            found.append((st.st_mtime, f"{os.path.realpath(p)} was built {time.strftime('%Y-%m-%d', time.gmtime(st.st_mtime))}"))
         break
     if not env.get("JITWARDEN_LIBCUDA"):
         try:
@@ -232,9 +250,70 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
     return _DRIVER[0]
 
 
+_STAMPS: list = []
+
+
+def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
+    """(build date, file) of the installed PTX JIT compiler: the one ``__DATE__`` in ``libnvidia-ptxjitcompiler.so.1``.
+
+    It sits beside libcuda (``JITWARDEN_LIBCUDA``'s directory first). None when not found or not unique.
+    Read once per process (a 40 MB file; about 0.2 s).
+    """
+    if _STAMPS:
+        return _STAMPS[0]
+    dirs = ([os.path.dirname(env["JITWARDEN_LIBCUDA"])] if env.get("JITWARDEN_LIBCUDA") else []) + \
+        [os.path.dirname(p) for p in LIBCUDA_PATHS]
+    stamp = None
+    for d in dirs:
+        p = os.path.join(d, "libnvidia-ptxjitcompiler.so.1")
+        try:
+            with open(p, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        dates = {m.group(1) for m in _STAMP.finditer(data)}
+        if len(dates) == 1:
+            stamp = (_norm_date(dates.pop()), os.path.realpath(p))
+        break
+    _STAMPS.append(stamp)
+    return stamp
+
+
+def _norm_date(raw: bytes) -> str:
+    return " ".join(raw.decode("ascii", "replace").split())
+
+
 def reset_driver_evidence() -> None:
-    """Forget what :func:`driver_evidence` read (tests, or a long-lived process after a driver upgrade)."""
+    """Forget what :func:`driver_evidence` and :func:`driver_jit_stamp` read (tests; a process after a driver upgrade)."""
     _DRIVER.clear()
+    _STAMPS.clear()
+
+
+def parse_entry(head: bytes, size: int) -> dict:
+    """Facts of one entry file from its first bytes (see the module docstring); ``format`` is None when unknown."""
+    if len(head) < _HEADER.size:
+        return {"format": None, "problem": f"{size} bytes is shorter than an entry header"}
+    magic, text_len, _z, elf_len, _z2, key = _HEADER.unpack_from(head, 0)
+    if magic != _ENTRY_MAGIC:
+        return {"format": None}
+    out: dict = {"format": magic, "key": f"{key:016x}"}
+    elf_off = _HEADER.size + text_len
+    if elf_off + elf_len != size:
+        out["problem"] = f"header says {elf_off + elf_len} bytes, the file has {size}: truncated or overwritten"
+    text = head[_HEADER.size:min(elf_off, len(head))]
+    m = _STAMP.search(text[:64])
+    if m:
+        out["jit_date"] = _norm_date(m.group(1))
+        if m.group(2):
+            out["jit_time"] = m.group(2).decode()
+    t = re.search(rb"HOST(32|64)(sm_\d+[af]?)", text[:128])
+    if t:
+        out["target"] = t.group(2).decode()
+    if elf_off + 64 <= len(head):
+        out["elf"] = elf_head_bytes(head[elf_off:elf_off + 64], min(elf_len, max(size - elf_off, 0)))
+    elif "problem" not in out:
+        out["problem"] = "no cubin after the header"
+    return out
 
 
 # ---------------------------------------------------------------- judging
@@ -251,12 +330,44 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return Entry(KIND, root, name, s.path, "link", None, None, 0, 0.0, findings=tuple(out))
     etype = "jit" if s.files else ("empty" if s.is_dir else "other")
     mtime = s.newest
+    facts: dict = {}
+    if s.files and not s.is_dir:
+        try:
+            facts = parse_entry(read_nofollow(s.path, _HEAD_READ), s.files[0][1])
+        except OSError as exc:
+            out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))
+    sm = None
+    if facts.get("format"):
+        extra.update({k: facts[k] for k in ("jit_date", "jit_time", "target") if k in facts})
+        if facts.get("problem"):
+            out.append(Finding("corrupt", facts["problem"]))
+        head = facts.get("elf")
+        if head is not None:
+            if head.problem:
+                out.append(Finding("corrupt", f"cached cubin: {head.problem}"))
+            elif head.machine != EM_CUDA:
+                out.append(Finding("mismatch", f"cached code is an ELF for {head.machine_name}, not a cubin"))
+            else:
+                sm = head.sm
+                want = facts.get("target")
+                if want and int(re.sub(r"\D", "", want)) != sm:
+                    out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {want}"))
+                if j.target_arch is not None and sm != j.target_arch:
+                    out.append(Finding("foreign-arch", f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
+                                                       "unreachable here"))
+        stamp = driver_jit_stamp() if facts.get("jit_date") else None
+        if stamp is not None and facts["jit_date"] != stamp[0]:
+            drv = f" (driver {j.driver_version})" if j.driver_version else ""
+            out.append(Finding("stale", f"JIT-compiled by a driver built {facts['jit_date']}; the installed JIT compiler "
+                                        f"was built {stamp[0]}{drv}: the driver invalidates its cache on upgrade"))
+    elif s.files and not s.is_dir:
+        extra["format"] = "unknown"
     ev = driver_evidence()
-    if ev is not None and s.files:
+    if ev is not None and s.files and not any(f.code == "stale" for f in out):
         extra["driver_since"] = ev[0]
         if mtime < ev[0]:
             drv = f" (driver {j.driver_version} now)" if j.driver_version else ""
             out.append(Finding("stale", f"written {time.strftime('%Y-%m-%d', time.gmtime(mtime))}, before the installed "
                                         f"driver existed ({ev[1]}){drv}: the driver invalidates its cache on upgrade"))
-    return Entry(KIND, root, name, s.path, etype, None, None, s.bytes, mtime, findings=tuple(dict.fromkeys(out)),
-                 extra=tuple(extra.items()))
+    return Entry(KIND, root, name, s.path, etype, None, sm, s.bytes, mtime, cubin_sm=sm,
+                 findings=tuple(dict.fromkeys(out)), extra=tuple(extra.items()))

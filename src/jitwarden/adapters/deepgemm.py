@@ -117,7 +117,7 @@ def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
     out = survey_findings(s, root_uid, "temp item")
     mtime = s.newest
     if older_than(mtime, j):
-        out.append(Finding("orphan", f"{name}: leftover of an interrupted compile, {int((j.now - mtime) // 60)} min old; "
+        out.append(Finding("orphan", f"leftover of an interrupted compile, {int((j.now - mtime) // 60)} min old; "
                                      "DeepGEMM never reads it"))
     # "partial" (an interrupted write, never loaded): clean takes the item whole.
     return Entry(KIND, root, name, s.path, "partial", None, None, s.bytes, mtime, findings=tuple(out),
