@@ -185,11 +185,9 @@ def test_clean_quarantines_stale_and_broken_builds(tagged):
     assert plan.actions == ()
 
 
-def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
-    """One home with all four caches at their default places: ls, verify and status name each kind."""
+def _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch) -> dict[str, str]:
+    """One home with all four caches at their default places, one clean entry each; returns their entry dirs."""
     import shutil
-
-    from jitwarden.cli import main
 
     home = str(isolated_env)
     for k in ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "DG_JIT_CACHE_DIR", "DG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
@@ -198,7 +196,8 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
     cc = os.path.join(home, ".nv", "ComputeCache")
     os.makedirs(os.path.join(cc, "4", "c"))
     open(os.path.join(cc, "index"), "wb").write(os.urandom(256))
-    open(os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"), "wb").write(os.urandom(2048))
+    real = os.path.join(os.path.dirname(__file__), "data", "cuda_compute_h200", "ComputeCache")
+    shutil.copy(os.path.join(real, "2", "4", "aca7d279b8280d"), os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"))
     arts = ok.triton_artifacts(str(tmp_path / "arts"), (90,))
     dg = os.path.join(home, ".deep_gemm", "cache", "kernel.sm90_gemm.00112233445566778899aabbccddeeff")
     os.makedirs(dg)
@@ -208,6 +207,16 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
     os.makedirs(op)
     shutil.copy(os.path.join(real_ext, "jwext.so"), os.path.join(op, "norm.so"))
 
+    return {"torch-ext": os.path.join(home, ".cache", "torch_extensions", f"{PY}_cpu", "jwext"),
+            "cuda-compute": os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"), "deepgemm": dg, "flashinfer": op}
+
+
+def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
+    """One home with all four caches at their default places: ls, verify and status name each kind."""
+    from jitwarden.cli import main
+
+    dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
+    dg, home = dirs["deepgemm"], str(isolated_env)
     assert main(["ls", "--format", "json", "--target", "90"]) == 0
     doc = json.loads(capsys.readouterr().out)
     kinds = {c["kind"]: c for c in doc["caches"]}
@@ -222,3 +231,43 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
     status = capsys.readouterr().out
     for kind in ("cuda-compute", "flashinfer", "deepgemm", "torch-ext"):
         assert kind in status
+
+
+def test_doctor_and_clean_on_every_kind(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
+    """doctor names each kind; clean -y quarantines one broken entry of each and leaves the good ones."""
+    from jitwarden import quarantine
+    from jitwarden.cli import main
+
+    dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
+    assert main(["doctor", "--target", "90"]) in (0, 1)
+    doctor = capsys.readouterr().out
+    for kind in dirs:
+        assert kind in doctor
+    broken = {}
+    for kind, d in dirs.items():  # a second entry of each kind, cut short
+        copy = {"torch-ext": os.path.join(os.path.dirname(d), "jwextx"), "deepgemm": d[:-1] + "0"}.get(kind, d + "x")
+        if os.path.isdir(d):
+            ok.copytree(d, copy)
+        else:
+            import shutil
+
+            shutil.copy(d, copy)
+        victim = {"torch-ext": os.path.join(copy, "jwext.so"), "cuda-compute": copy,
+                  "deepgemm": os.path.join(copy, "kernel.cubin"), "flashinfer": os.path.join(copy, "norm.so")}[kind]
+        if kind == "torch-ext":
+            os.rename(os.path.join(copy, "jwext.so"), os.path.join(copy, "jwextx.so"))
+            victim = os.path.join(copy, "jwextx.so")
+        if kind == "flashinfer":
+            os.rename(os.path.join(copy, "norm.so"), os.path.join(copy, "normx.so"))
+            victim = os.path.join(copy, "normx.so")
+        ok.truncate(victim, 0.3)
+        broken[kind] = copy
+    assert main(["clean", "--target", "90", "-y"]) == 0
+    capsys.readouterr()
+    for kind, copy in broken.items():
+        assert not os.path.exists(copy), kind
+        assert os.path.exists(dirs[kind]), kind
+    roots = {os.path.join(isolated_env, ".cache", "torch_extensions"), os.path.join(isolated_env, ".nv", "ComputeCache"),
+             os.path.join(isolated_env, ".deep_gemm"), os.path.join(isolated_env, ".cache", "flashinfer")}
+    assert sum(len(quarantine.list_root(r)) for r in roots) == 4
+    assert main(["verify", "--target", "90"]) == 0
