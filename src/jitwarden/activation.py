@@ -190,7 +190,7 @@ def _sweep(partitions: dict, digest: str, env) -> list[str]:
             trees.append(partitions["TRITON_CACHE_DIR"])
         return sweep.sweep(trees, digest)[0] if trees else []
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
-        return [f"jitwarden: start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
+        return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
 
 
 def _fingerprint(env):

@@ -55,7 +55,7 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
             try:
                 w = _entry(os.path.join(tree, name), digest, counts)
             except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
-                w = f"jitwarden: could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
+                w = f"could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
             if w:
                 warnings.append(w)
     return warnings, counts
@@ -171,5 +171,5 @@ def _quarantine(path: str, code: str, details, digest: str | None, counts: dict)
     finally:
         unlock(wfd)
     counts["quarantined"] += 1
-    return (f"jitwarden: quarantined TorchInductor kernel {rec.entry_id[:12]}… ({code}: {'; '.join(details) or '-'}); "
+    return (f"quarantined TorchInductor kernel {rec.entry_id[:12]}… ({code}: {'; '.join(details) or '-'}); "
             f"Inductor will restore or recompile it. Restore with `jitwarden quarantine restore {rec.id}`")
