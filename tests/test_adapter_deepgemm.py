@@ -164,3 +164,10 @@ def test_clean_quarantines_broken_entries_and_old_leftovers(dg, capsys):
     assert not os.path.exists(old) and not os.path.exists(os.path.join(dg, "cache", NAME[90]))
     rc, doc = ok.verify(capsys, dg, "--target", "90")
     assert rc == 0 and len(doc["entries"]) == 2
+
+
+def test_rebuild_leaves_deepgemm_alone(dg, capsys):
+    """``verify --rebuild`` re-assembles Triton entries; a DeepGEMM cubin has no Triton metadata to rebuild from."""
+    rc, doc = ok.verify(capsys, dg, "--target", "90", "--rebuild")
+    assert ok.codes(doc)[f"cache/{NAME[90]}"] == [] and rc == 0
+    assert next(e for e in doc["entries"] if e["id"] == f"cache/{NAME[90]}")["type"] == "cubin"

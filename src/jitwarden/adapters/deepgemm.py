@@ -147,7 +147,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     files = {f[0]: f for f in s.files}
     newest = s.newest
     cubin_sm = arch = None
-    etype = "kernel"
+    etype = "cubin"  # not "kernel": that type means a Triton entry to the rebuild
 
     if "kernel.so" in files or "kernel.args" in files:
         # DeepGEMM 1.0.0: kernel.cu and kernel.args written in place, kernel.so renamed in last.
