@@ -209,6 +209,9 @@ def root_findings(path: str, uid: int | None = None) -> list[Finding]:
         out += size_findings(_tree_bytes(path), os.environ)
     except OSError:
         pass
+    # Read the driver's evidence here, in the scanning process, so forked judging workers inherit it.
+    driver_evidence()
+    driver_jit_stamp()
     return out
 
 
