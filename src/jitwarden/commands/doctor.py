@@ -33,12 +33,12 @@ _FIX = {
 }
 _WHAT = {
     "corrupt": "entries with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
-    "mismatch": "entries that contradict themselves (another kernel's or another GPU's binary under this key)",
-    "foreign-path": "entries copied from another tree: Triton loads files from there",
-    "incomplete": "entries missing files their group lists",
+    "mismatch": "entries that contradict themselves (e.g. another kernel's or another GPU's binary under this key)",
+    "foreign-path": "entries copied from another tree: the tool would load files from there",
+    "incomplete": "entries missing files they list or need (an interrupted write)",
     "not-reproducible": "kernels whose cubin no ptxas rebuilds from their own PTX",
     "unsafe": "entries that are symlinks, world-writable or foreign-owned",
-    "stale": "entries built by another Triton/torch/vLLM/ptxas: unreachable dead weight",
+    "stale": "entries built by another toolchain, package version or driver than this environment's: dead weight",
     "foreign-arch": "entries built for another GPU: harmless here, unreachable",
     "orphan": "leftovers of interrupted writes",
     "unverifiable": "entries a rebuild could not check (see `jitwarden verify --rebuild` for why)",

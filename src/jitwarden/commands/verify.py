@@ -68,7 +68,7 @@ def _rebuild(report, args):
     start = time.perf_counter()
     candidates = [
         e for e in report.entries
-        if e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)
+        if e.kind == "triton" and e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)
     ]
     results = rebuild.verify_entries(
         candidates,
