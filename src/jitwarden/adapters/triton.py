@@ -185,7 +185,8 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 else:
                     files.append((e.name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
     files.sort()
-    names = {f[0] for f in files}
+    sizes = {f[0]: f[1] for f in files}  # one read() per file: the size is known from the stat
+    names = sizes.keys()
 
     groups = []
     metadata = metadata_file = cubin = cubin_file = ptx_head = ptx_file = None
@@ -193,7 +194,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     for fname in sorted(names):
         if fname.startswith("__grp__") and fname.endswith(".json"):
             try:
-                doc = json.loads(read_nofollow(os.path.join(path, fname)))
+                doc = json.loads(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))
                 groups.append((fname, doc if isinstance(doc, dict) else None))
                 if not isinstance(doc, dict):
                     errors.append((fname, "group file is not a JSON object"))
@@ -216,7 +217,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
             metadata_file = candidates[0]
     if metadata_file is not None:
         try:
-            doc = json.loads(read_nofollow(os.path.join(path, metadata_file)))
+            doc = json.loads(read_nofollow(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
             if isinstance(doc, dict):
                 metadata = doc
             else:
@@ -230,7 +231,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if cubins:
         cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
         try:
-            cubin = elf.parse(read_nofollow(os.path.join(path, cubin_file)))
+            cubin = elf.parse(read_nofollow(os.path.join(path, cubin_file), size_hint=sizes[cubin_file]))
         except OSError as exc:
             errors.append((cubin_file, f"unreadable: {exc.strerror}"))
         except elf.ElfError as exc:
@@ -245,7 +246,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     for fname in sorted(names):
         if fname.endswith(".so"):
             try:
-                launchers.append((fname, elf.parse(read_nofollow(os.path.join(path, fname)))))
+                launchers.append((fname, elf.parse(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except elf.ElfError as exc:
