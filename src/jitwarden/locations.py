@@ -80,7 +80,8 @@ def root_problems(path: str, uid: int | None = None) -> list[str]:
     return out
 
 
-def _subdirs(path: str) -> list[str]:
+def subdirs(path: str) -> list[str]:
+    """Real subdirectories of ``path`` (symlinks excluded), sorted; empty when unreadable."""
     try:
         with os.scandir(path) as it:
             return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
@@ -90,7 +91,7 @@ def _subdirs(path: str) -> list[str]:
 
 def inductor_triton_trees(cache_dir: str) -> list[str]:
     """Triton cache dirs inside one TorchInductor cache dir: ``<dir>/triton/<device>``."""
-    return _subdirs(os.path.join(cache_dir, "triton"))
+    return subdirs(os.path.join(cache_dir, "triton"))
 
 
 def vllm_triton_trees(cache_root: str) -> list[str]:
@@ -101,8 +102,8 @@ def vllm_triton_trees(cache_root: str) -> list[str]:
     (where Inductor chose, e.g. 0.34's ``torch_aot_compile/<sha>/inductor_cache``).
     """
     out = []
-    for h in _subdirs(os.path.join(cache_root, "torch_compile_cache")):
-        for rank in _subdirs(h):
+    for h in subdirs(os.path.join(cache_root, "torch_compile_cache")):
+        for rank in subdirs(h):
             flat = os.path.join(rank, "triton_cache")
             if os.path.isdir(flat) and not os.path.islink(flat):
                 out.append(flat)

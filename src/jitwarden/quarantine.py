@@ -27,7 +27,6 @@ import ctypes
 import errno
 import json
 import os
-import shutil
 import stat
 import time
 from dataclasses import dataclass, field

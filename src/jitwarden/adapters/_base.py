@@ -20,12 +20,28 @@ MAX_DEPTH = 64
 """A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
 
 
-def subdirs(path: str) -> list[str]:
-    """Real subdirectories of ``path`` (symlinks excluded), sorted; empty when unreadable."""
+subdirs = locations.subdirs
+
+
+def existing(kind: str, candidates) -> list[CacheRoot]:
+    """Roots of ``kind`` from (path, source) candidates in precedence order: existing dirs, each real path once."""
+    out, seen = [], set()
+    for p, src in candidates:
+        p = os.path.abspath(os.path.expanduser(p))
+        key = os.path.realpath(p)
+        if key not in seen and os.path.isdir(p):
+            seen.add(key)
+            out.append(CacheRoot(kind, p, src))
+    return out
+
+
+def private_root(kind: str, env) -> list[tuple[str, str]]:
+    """jitwarden's private root of ``kind`` (where activation goes when the user's root is unsafe), as a candidate."""
     try:
-        with os.scandir(path) as it:
-            return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
-    except OSError:
+        from ..fingerprint import memo_dir
+
+        return [(os.path.join(memo_dir(env), "roots", kind), "private")]
+    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
         return []
 
 

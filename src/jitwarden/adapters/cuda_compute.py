@@ -43,6 +43,7 @@ from ..model import CacheRoot, Entry, Judge
 from ..elf import EM_CUDA
 from ..fsutil import read_nofollow
 from ._base import (
+    existing,
     elf_head_bytes,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
     survey,
@@ -91,13 +92,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     cands = [cache_path(env)]
     if cands[0][1] != "default":
         cands.append((os.path.join(locations.home(env), ".nv", "ComputeCache"), "default"))
-    out, seen = [], set()
-    for p, src in cands:
-        p = os.path.abspath(p)
-        if os.path.isdir(p) and os.path.realpath(p) not in seen:
-            seen.add(os.path.realpath(p))
-            out.append(CacheRoot(KIND, p, src))
-    return out
+    return existing(KIND, cands)
 
 
 def looks_like_root(path: str) -> bool:

@@ -34,6 +34,7 @@ from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
 from ..ptx import parse_header
 from ._base import (
+    existing,
     elf_head,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
     older_than,
@@ -61,13 +62,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     if env.get("DG_CACHE_DIR"):
         cands.append((env["DG_CACHE_DIR"], "DG_CACHE_DIR"))
     cands.append((os.path.join(locations.home(env), ".deep_gemm"), "default"))
-    out, seen = [], set()
-    for p, src in cands:
-        p = os.path.abspath(os.path.expanduser(p))
-        if os.path.isdir(p) and os.path.realpath(p) not in seen:
-            seen.add(os.path.realpath(p))
-            out.append(CacheRoot(KIND, p, src))
-    return out
+    return existing(KIND, cands)
 
 
 def looks_like_root(path: str) -> bool:

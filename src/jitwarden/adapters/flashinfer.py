@@ -32,6 +32,7 @@ from ..fsutil import read_nofollow
 from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
 from ._base import (
+    existing,
     elf_head,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
     older_than,
@@ -68,13 +69,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     cands = [cache_dir(env)]
     if cands[0][1] != "default":
         cands.append((os.path.join(locations.home(env), ".cache", "flashinfer"), "default"))
-    out, seen = [], set()
-    for p, src in cands:
-        p = os.path.abspath(os.path.expanduser(p))
-        if os.path.isdir(p) and os.path.realpath(p) not in seen:
-            seen.add(os.path.realpath(p))
-            out.append(CacheRoot(KIND, p, src))
-    return out
+    return existing(KIND, cands)
 
 
 def _workspaces(root: str) -> list[tuple[str, str | None, str]]:

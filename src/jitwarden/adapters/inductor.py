@@ -25,11 +25,11 @@ import re
 
 from .. import elf, locations, partition
 from ..findings import Finding
-from ..fsutil import memo_dir, read_nofollow
+from ..fsutil import read_nofollow
 from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
 from . import _base
-from ._base import expand_partitions, survey, survey_findings, with_partitions  # noqa: F401 - part of the interface
+from ._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
 
 KIND = "inductor"
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
@@ -52,18 +52,7 @@ PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """Inductor's own cache dir (partitions are expanded by the scanner) and jitwarden's private root."""
     source = "TORCHINDUCTOR_CACHE_DIR" if env.get("TORCHINDUCTOR_CACHE_DIR") else "default"
-    roots = [CacheRoot(KIND, partition.base_of(locations.inductor_cache_dir(env)), source)]
-    try:
-        roots.append(CacheRoot(KIND, os.path.join(memo_dir(env), "roots", KIND), "private"))
-    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
-        pass
-    out, seen = [], set()
-    for r in roots:
-        key = os.path.realpath(r.path)
-        if key not in seen and os.path.isdir(r.path):
-            seen.add(key)
-            out.append(r)
-    return out
+    return existing(KIND, [(partition.base_of(locations.inductor_cache_dir(env)), source)] + private_root(KIND, env))
 
 
 def looks_like_root(path: str) -> bool:

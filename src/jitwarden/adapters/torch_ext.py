@@ -25,6 +25,7 @@ from ..fsutil import read_nofollow
 from ..model import CacheRoot, Entry, Judge
 from ..layout import is_reserved
 from ._base import (
+    existing,
     elf_head,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
     older_than,
@@ -59,17 +60,11 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     torch reads ``TORCH_EXTENSIONS_DIR`` with ``os.environ.get(...) is None``; an empty value
     would make torch build into the working directory, which is no cache root: it is skipped.
     """
-    out = []
+    cands = []
     if env.get("TORCH_EXTENSIONS_DIR"):
-        out.append(CacheRoot(KIND, os.path.abspath(os.path.expanduser(env["TORCH_EXTENSIONS_DIR"])), "TORCH_EXTENSIONS_DIR"))
-    out.append(CacheRoot(KIND, default_root(env), "default"))
-    seen, res = set(), []
-    for r in out:
-        key = os.path.realpath(r.path)
-        if key not in seen and os.path.isdir(r.path):
-            seen.add(key)
-            res.append(r)
-    return res
+        cands.append((env["TORCH_EXTENSIONS_DIR"], "TORCH_EXTENSIONS_DIR"))
+    cands.append((default_root(env), "default"))
+    return existing(KIND, cands)
 
 
 def looks_like_root(path: str) -> bool:

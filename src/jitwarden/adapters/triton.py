@@ -21,9 +21,9 @@ from .. import elf, locations, partition, seal
 from ..fsutil import read_nofollow
 from ..findings import Finding
 from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
-from ..layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, is_reserved
+from ..layout import SEAL_FILE, is_reserved
 from ..ptx import parse_header
-from ._base import expand_partitions, inside, leaves, root_findings, subdirs, with_partitions  # noqa: F401 - part of this adapter's interface
+from ._base import expand_partitions, leaves, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
 
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
@@ -351,8 +351,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             add(Finding("unsafe", f"{name} is world-writable"))
         if root_uid is not None and uid != root_uid:
             add(Finding("unsafe", f"{name} is owned by uid {uid}, the cache root by uid {root_uid}"))
-    for name, target, leaves in f.links:
-        if leaves:
+    for name, target, outside in f.links:
+        if outside:
             add(Finding("unsafe", f"{name} is a symlink leaving the entry (-> {target}); not followed"))
         else:
             add(Finding("unsafe", f"{name} is a symlink (-> {target}); Triton writes no symlinks"))

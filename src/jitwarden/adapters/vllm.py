@@ -30,11 +30,11 @@ import zlib
 
 from .. import elf, locations, partition
 from ..findings import Finding
-from ..fsutil import memo_dir, read_nofollow
+from ..fsutil import read_nofollow
 from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
 from . import _base, inductor
-from ._base import expand_partitions, survey, survey_findings  # noqa: F401 - part of the interface
+from ._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
 
 KIND = "vllm"
 COMPILE = "torch_compile_cache"
@@ -59,18 +59,7 @@ def root_source(env) -> str:
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """vLLM's cache root (its partitions are expanded by the scanner) and jitwarden's private vLLM root."""
-    roots = [CacheRoot(KIND, partition.base_of(locations.vllm_cache_root(env)), root_source(env))]
-    try:
-        roots.append(CacheRoot(KIND, os.path.join(memo_dir(env), "roots", KIND), "private"))
-    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
-        pass
-    out, seen = [], set()
-    for r in roots:
-        key = os.path.realpath(r.path)
-        if key not in seen and os.path.isdir(r.path):
-            seen.add(key)
-            out.append(r)
-    return out
+    return existing(KIND, [(partition.base_of(locations.vllm_cache_root(env)), root_source(env))] + private_root(KIND, env))
 
 
 def looks_like_root(path: str) -> bool:

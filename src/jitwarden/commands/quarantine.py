@@ -15,7 +15,7 @@ import time
 
 from .. import lock, partition
 from .. import quarantine as q
-from ..ages import age_arg, display, parse_age
+from ..ages import age_arg, display
 from ..errors import UsageError
 
 

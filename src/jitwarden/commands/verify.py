@@ -6,7 +6,6 @@ Exit status: 0 when nothing is at error level, 1 otherwise (design.md section 3)
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from .. import report as out
 from ..errors import EXIT_FINDINGS, EXIT_OK
