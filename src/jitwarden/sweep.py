@@ -171,5 +171,6 @@ def _quarantine(path: str, code: str, details, digest: str | None, counts: dict)
     finally:
         unlock(wfd)
     counts["quarantined"] += 1
-    return (f"quarantined TorchInductor kernel {rec.entry_id[:12]}… ({code}: {'; '.join(details) or '-'}); "
-            f"Inductor will restore or recompile it. Restore with `jitwarden quarantine restore {rec.id}`")
+    return (f"quarantined Triton cache entry {rec.entry_id[:12]}… at start-up ({code}: {'; '.join(details) or '-'}); "
+            f"it is rebuilt (or restored from Inductor's own bundle) when next used. "
+            f"Restore with `jitwarden quarantine restore {rec.id}`")
