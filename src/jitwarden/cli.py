@@ -23,11 +23,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv`` naming a command, only that command's module is imported (start-up cost)."""
     parser = _Parser(prog="jitwarden", description="Keep GPU JIT kernel caches honest.")
     parser.add_argument("--version", action="version", version=f"jitwarden {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    first = next((a for a in (argv or ()) if not a.startswith("-")), None)
+    for name in (first,) if first in COMMANDS else COMMANDS:
         try:
             module = importlib.import_module(f".commands.{name}", __package__)
         except ModuleNotFoundError as exc:
@@ -39,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

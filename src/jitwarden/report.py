@@ -10,9 +10,13 @@ import os
 import sys
 import time
 
+from typing import TYPE_CHECKING
+
 from . import __version__
 from .findings import Severity
-from .scan import ScanReport
+
+if TYPE_CHECKING:  # building the CLI imports this module; the scanner is imported when a command runs
+    from .scan import ScanReport
 
 SCHEMA = 1
 

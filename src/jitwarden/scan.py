@@ -7,7 +7,6 @@ nothing here writes to a cache.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import time
@@ -156,19 +155,15 @@ def make_judge(target_arch: int | None, orphan_age: float = 3600.0, triton_versi
 
 
 def installed_versions() -> tuple[tuple[str, str], ...]:
-    """(package, version) of the packages whose caches we judge, read from installed metadata."""
-    from importlib import metadata
+    """(package, version) of the packages whose caches we judge, from their dist-info names on sys.path."""
+    from .fingerprint import PACKAGES, _find_dists
 
-    from .fingerprint import PACKAGES
-
+    dists = _find_dists({d for _, ds in PACKAGES for d in ds})
     out = []
-    for name, dists in PACKAGES:
-        for d in dists:
-            try:
-                out.append((name, metadata.version(d)))
-                break
-            except metadata.PackageNotFoundError:
-                continue
+    for name, candidates in PACKAGES:
+        hit = next((d for d in candidates if d in dists), None)
+        if hit is not None:
+            out.append((name, dists[hit][1]))
     return tuple(out)
 
 
@@ -197,6 +192,8 @@ def _judge_chunk(args) -> list[Entry]:
 
 def _pool(jobs: int):
     try:
+        import multiprocessing
+
         ctx = multiprocessing.get_context("fork")
     except ValueError:
         ctx = multiprocessing.get_context()

@@ -33,9 +33,9 @@ def register(sub) -> None:
                      help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry")
     sel.add_argument("--kind", action="append", metavar="KIND", help="only entries of this cache kind (repeatable)")
     try:
-        from .. import rebuild
+        from .. import rebuild_args
 
-        rebuild.add_arguments(p)
+        rebuild_args.add_arguments(p)
     except ImportError:  # pragma: no cover - rebuild is part of every install
         pass
     add_action_arguments(p)
@@ -103,7 +103,7 @@ def run(args) -> int:
 
         rebuild.check_arguments(args)
     orphan_age = _common.orphan_age(args)
-    fp = _common.fingerprint_or_none() if not args.target else None
+    fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
     report = scan(args, fp)
     plan = cleanplan.plan_clean(report, sel)
     if args.format != "json":

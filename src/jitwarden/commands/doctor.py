@@ -66,7 +66,7 @@ def register(sub) -> None:
                                    "and say what fixes each problem. Exit 1 on any error-level finding.")
     _common.add_scan_arguments(p)
     try:
-        from .. import rebuild
+        from .. import rebuild_args as rebuild
     except ImportError:  # pragma: no cover - rebuild is part of every install
         rebuild = None
     if rebuild is not None:

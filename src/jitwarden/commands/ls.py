@@ -32,7 +32,7 @@ def run(args) -> int:
     for c in args.code or ():
         if c not in CODES:
             raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
-    fp = _common.fingerprint_or_none() if not args.target else None
+    fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)
     if args.quiet:

@@ -23,7 +23,7 @@ def register(sub) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="structural checks only (default)")
     try:
-        from .. import rebuild
+        from .. import rebuild_args as rebuild
     except ImportError:
         rebuild = None
     if rebuild is not None:
@@ -37,7 +37,7 @@ def run(args) -> int:
         from .. import rebuild
 
         rebuild.check_arguments(args)
-    fp = _common.fingerprint_or_none() if not args.target else None
+    fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     if getattr(args, "rebuild", False):
         report = _rebuild(report, args)
