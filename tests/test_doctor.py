@@ -74,3 +74,22 @@ def test_rebuild_flag_and_bad_input(env):
     p = cli("doctor", "--rebuild", env=env)
     assert p.returncode == 0, p.stderr
     assert json.loads(cli("doctor", "--rebuild", "--format", "json", env=env).stdout)["command"] == "doctor --rebuild"
+
+
+def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitute(built_cache, env, tmp_path):
+    """A cubin of another kernel under the same name passes every structural check: only a rebuild tells."""
+    src, manifest = built_cache
+    root = env["TRITON_CACHE_DIR"]
+    kernels.copy_cache(src, root)
+    by = {j["label"]: os.path.join(root, j["id"]) for j in manifest}
+    # the 256-wide add_kernel's cubin under the 128-wide add_kernel's key: same symbol, same arch
+    import shutil
+
+    shutil.copyfile(os.path.join(by["add_b256_sm90"], "add_kernel.cubin"), os.path.join(by["add_sm90"], "add_kernel.cubin"))
+    quick = json.loads(cli("doctor", "--target", "90", "--format", "json", env=env).stdout)
+    probs = {x["code"]: x for x in quick["problems"]}
+    assert quick["summary"]["errors"] == 0 and probs["unsealed"]["fix"] == "jitwarden doctor --rebuild --target sm_90"
+    p = cli("doctor", "--rebuild", "--target", "90", "--format", "json", env=env)
+    assert p.returncode == 1
+    rebuilt = {x["code"]: x for x in json.loads(p.stdout)["problems"]}
+    assert rebuilt["not-reproducible"]["count"] == 1 and "unsealed" not in rebuilt

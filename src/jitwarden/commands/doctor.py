@@ -74,7 +74,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def problems(report, fp, current: str | None, warnings=(), paths=()) -> list[Problem]:
+def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False) -> list[Problem]:
     """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
     import shlex
 
@@ -107,6 +107,13 @@ def problems(report, fp, current: str | None, warnings=(), paths=()) -> list[Pro
     if quarantined:
         out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{quarantined} entries in quarantine",
                             "jitwarden quarantine ls  (jitwarden quarantine empty --older-than 7d)"))
+    unsealed = [e for e in report.entries if e.kind == "triton" and e.type == "kernel" and not e.sealed
+                and not any(f.severity >= Severity.ERROR for f in report.findings_of(e))]
+    if unsealed and not rebuilt:
+        out_.append(Problem("unsealed", Severity.INFO, len(unsealed),
+                            f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "
+                            "under the same name passes every structural check, only a rebuild tells",
+                            "jitwarden doctor --rebuild" + suffix))
     if tgt.arch is None:
         out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks skipped",
                             "jitwarden doctor --target sm_90  (the GPU these caches are for)"))
@@ -152,7 +159,7 @@ def run(args) -> int:
 
         report = _rebuild(report, args)
     digest = getattr(fp, "digest", None)
-    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths)
+    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, getattr(args, "rebuild", False))
     worst = report.worst
     if args.format == "json":
         doc = out.to_json(report, digest, "doctor --rebuild" if getattr(args, "rebuild", False) else "doctor", entries=[])
