@@ -125,11 +125,35 @@ def run(args) -> int:
         gone = shown - {a.path for a in actions}
         outcomes = maintenance.clean(actions, purge=args.purge, orphan_age=orphan_age, fingerprint=digest)
     outcomes += [maintenance.Outcome(p, "", "skipped", "no longer selected (changed since the plan)") for p in sorted(gone)]
+    outcomes += _cascade(args, fp, sel, shown, plan.roots, orphan_age, digest)
     if args.format == "json":
         _json(plan, outcomes, args)
     else:
         print_outcomes(outcomes, args.purge)
     return 0
+
+
+def _cascade(args, fp, sel, shown: set, roots: list, orphan_age: float, digest, rounds: int = 3) -> list:
+    """Entries that fail only because what they depended on was just moved (an AOTAutograd result whose
+    FX graph is gone, a vLLM graph list whose artifact was taken): shown as a plan of their own, asked
+    again (``-y`` answers), and moved the same way. At most ``rounds`` rounds; ``--dry-run`` never gets here."""
+    done = []
+    for _ in range(rounds):
+        with lock.hold(roots, args.lock_timeout):
+            plan = cleanplan.plan_clean(scan(args, fp), sel)
+            actions = [a for a in plan.actions if a.path not in shown and a.root in roots]
+            if not actions:
+                return done
+            follow = cleanplan.Plan(tuple(actions), plan.selection, ())
+            if args.format != "json":
+                print(f"jitwarden: {len(actions)} more entr{'y' if len(actions) == 1 else 'ies'} now fail because "
+                      "what they depend on was moved:", file=sys.stderr)
+                print_plan(follow, long=args.long)
+            if not confirm(args, f"Move these {len(actions)} too?"):
+                return done
+            shown |= {a.path for a in actions}
+            done += maintenance.clean(actions, purge=args.purge, orphan_age=orphan_age, fingerprint=digest)
+    return done
 
 
 def print_plan(plan: cleanplan.Plan, long: bool = False) -> None:
