@@ -685,7 +685,7 @@ def headlines(s: dict) -> list[str]:
                 H.append(f"`verify --rebuild` over the {label} workload cache: {r['kernels']} kernels, "
                          f"{r['false_positives']} false positives, {r['wall_s']} s.")
     al = s.get("alternate") or {}
-    if len(al.get("partitioned") or []) > 2:
+    if len(al.get("partitioned") or []) > 2 and len(al.get("wipe_on_change") or []) > 2:
         tf = {k: round(sum(x.get("t_first") or 0 for x in al[k][2:]), 1) for k in ("partitioned", "wipe_on_change")}
         H.append(f"Alternating `{al['var']}` after the first round: partitions {tf['partitioned']} s vs wipe-on-change "
                  f"{tf['wipe_on_change']} s compile-to-first-result; process wall {al.get('partitioned_after_first_round_wall_s')} s "
