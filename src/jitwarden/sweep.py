@@ -70,7 +70,8 @@ def _entry(path: str, digest: str | None, counts: dict) -> str | None:
                 seal_ctime = e.stat(follow_symlinks=False).st_ctime_ns
             elif e.name.endswith(_BINARIES):
                 binaries.append(e)
-    if seal_ctime is not None and all(b.stat(follow_symlinks=False).st_ctime_ns <= seal_ctime
+    # Strictly older: a file changed in the same clock tick as the seal is looked at again (once: it is resealed).
+    if seal_ctime is not None and all(b.stat(follow_symlinks=False).st_ctime_ns < seal_ctime
                                       and b.is_file(follow_symlinks=False) for b in binaries):
         return None  # unchanged since it was sealed
     try:
