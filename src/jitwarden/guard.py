@@ -38,7 +38,6 @@ from . import __version__, elf
 from . import quarantine as _quarantine
 from . import seal as _seal
 from .adapters import triton as _adapter
-from .findings import Severity
 from .fsutil import read_nofollow
 from .layout import SEAL_FILE
 from .entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
@@ -188,10 +187,7 @@ class GuardedCacheManager(FileCacheManager):
 
     def _legacy_ok(self) -> _Verdict:
         """Structural checks of an unsealed entry (the scanner's own judgement)."""
-        root, name = os.path.split(os.path.normpath(self.cache_dir))
-        judge = _adapter.Judge(host_machine=_host(), now=time.time(), check_seals=False)
-        entry = _adapter.inspect_entry(root, name, judge)
-        errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
+        errors, _type = _adapter.structural_errors(self.cache_dir, _host())
         if errors:
             return _Verdict("bad", errors[0].code, [f.message for f in errors])
         return _Verdict("ok")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 
 from . import locations
 from .entrylock import LOCK_FILE, WRITERS_FILE, lock, unlock
@@ -141,15 +140,11 @@ def _reseal(path: str, s) -> None:
 def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
     from . import seal
     from .adapters import triton as tri
-    from .findings import Severity
 
-    root, name = os.path.split(path)
-    judge = tri.Judge(host_machine=tri.host_machine(), now=time.time(), check_seals=False)
-    entry = tri.inspect_entry(root, name, judge)
-    errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
+    errors, kind = tri.structural_errors(path)
     if errors:
         return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts)
-    if entry.type != "kernel":
+    if kind != "kernel":
         return None
     try:
         seal.write(path, seal.compute(path, _present(path), digest, {"legacy": True, "by": "sweep"}))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .. import elf, locations, partition, seal
 from ..fsutil import read_nofollow
-from ..findings import Finding
+from ..findings import Finding, Severity
 from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
 from ..layout import SEAL_FILE, is_reserved
 from ..ptx import parse_header
@@ -512,6 +512,19 @@ def _entry_type(f: EntryFacts, names: set[str]) -> str:
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
     """Read and judge one entry: the unit of work of the scanner and the guarded cache manager."""
     return judge_entry(root, read_entry(root, name, check_seal=j.check_seals), j, root_uid)
+
+
+def structural_errors(path: str, host: str | None = None) -> tuple[list[Finding], str]:
+    """(error-level findings, entry type) of one entry by the scanner's own checks, seals aside.
+
+    What the guard and the start-up sweep require of an entry nobody sealed before sealing it.
+    """
+    import time
+
+    root, name = os.path.split(os.path.normpath(path))
+    judge = Judge(host_machine=host or host_machine(), now=time.time(), check_seals=False)
+    entry = inspect_entry(root, name, judge)
+    return [f for f in entry.findings if f.severity >= Severity.ERROR], entry.type
 
 
 def host_machine() -> str:
