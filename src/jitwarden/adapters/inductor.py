@@ -56,12 +56,14 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
 
 
 def looks_like_root(path: str) -> bool:
-    """An Inductor cache dir holds ``fxgraph/`` or ``aotautograd/``, or ``locks/`` beside ``triton/``."""
+    """An Inductor cache dir: named ``torchinductor_<user>``, or holding ``fxgraph/``, ``aotautograd/``,
+    ``precompiled_headers/`` (CPU builds), or ``locks/`` beside ``triton/``."""
     def isdir(name):
         p = os.path.join(path, name)
         return os.path.isdir(p) and not os.path.islink(p)
 
-    return isdir("fxgraph") or isdir("aotautograd") or (isdir("locks") and isdir(TRITON_DIR))
+    return (isdir("fxgraph") or isdir("aotautograd") or isdir("precompiled_headers") or (isdir("locks") and isdir(TRITON_DIR))
+            or os.path.basename(os.path.normpath(path)).startswith("torchinductor_"))
 
 
 def root_findings(path: str, uid: int | None = None) -> list[Finding]:
