@@ -55,3 +55,12 @@ def test_the_captured_triton_tree_moved_here_points_back_to_the_h200s_path(captu
     assert kernels and all(e["cubin_sm"] == 90 for e in kernels)
     assert all([f["code"] for f in e["findings"]] == ["foreign-path"] for e in kernels)
     assert all("/tmp/cap/ind/triton/0" in e["findings"][0]["message"] for e in kernels)
+
+
+def test_kind_narrows_what_is_scanned(captured, capsys):
+    both = [str(captured), str(captured / "triton" / "0")]
+    rc, doc = verify(capsys, "--target", "90", "--kind", "inductor", *both)
+    assert rc == 0 and {c["kind"] for c in doc["caches"]} == {"inductor"}
+    rc, doc = verify(capsys, "--target", "90", "--kind", "triton", *both)
+    assert rc == 1 and {e["kind"] for e in doc["entries"]} == {"triton"}
+    assert main(["verify", "--kind", "nonsense", str(captured)]) == 2

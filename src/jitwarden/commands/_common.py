@@ -18,6 +18,9 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--orphan-age", type=float, default=None, metavar="SECONDS",
                    help="tmp.pid_* leftovers older than this are orphans (default 3600, env JITWARDEN_ORPHAN_AGE)")
     p.add_argument("--long", action="store_true", help="show full paths in tables")
+    p.add_argument("--kind", action="append", metavar="KIND",
+                   help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
+                        "deepgemm, torch-ext")
 
 
 def fingerprint_or_none():
@@ -60,6 +63,20 @@ def orphan_age(args) -> float:
 def run_scan(args, fp=None):
     """Resolve roots and target from ``args`` and scan; returns the report."""
     target = resolve_target(args.target, fp)
-    roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots()
+    kinds = kinds_of(args)
+    roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
+    if kinds:
+        roots = [(r, only) for r, only in roots if r.kind in kinds]
     judge = scanner.make_judge(target.arch, orphan_age(args), fp=fp)
     return scanner.scan(roots, judge, target)
+
+
+def kinds_of(args) -> tuple[str, ...] | None:
+    """The ``--kind`` values, checked against the adapters there are; None when not given."""
+    from ..adapters import KINDS
+
+    kinds = tuple(dict.fromkeys(getattr(args, "kind", None) or ()))
+    for k in kinds:
+        if k not in KINDS:
+            raise UsageError(f"unknown cache kind {k!r} (one of: {', '.join(KINDS)})")
+    return kinds or None

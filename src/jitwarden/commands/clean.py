@@ -31,7 +31,6 @@ def register(sub) -> None:
     sel.add_argument("--orphans", action="store_true", help="leftovers of interrupted writes older than --orphan-age")
     sel.add_argument("--older-than", type=age_arg, metavar="AGE",
                      help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry")
-    sel.add_argument("--kind", action="append", metavar="KIND", help="only entries of this cache kind (repeatable)")
     try:
         from .. import rebuild_args
 
@@ -76,24 +75,12 @@ def confirm(args, question: str) -> bool:
     return ans in ("y", "yes")
 
 
-def _kinds() -> tuple[str, ...]:
-    try:
-        from ..adapters import KINDS
-
-        return tuple(KINDS)
-    except ImportError:
-        return ("triton",)
-
-
 def selection_of(args, now: float) -> cleanplan.Selection:
     for c in args.code or ():
         if c not in CODES:
             raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
-    for k in args.kind or ():
-        if k not in _kinds():
-            raise UsageError(f"unknown cache kind {k!r} (one of: {', '.join(_kinds())})")
     return cleanplan.selection(args.code, args.stale, args.foreign_arch, args.orphans, args.older_than,
-                               args.kind, now)
+                               _common.kinds_of(args), now)
 
 
 def run(args) -> int:
