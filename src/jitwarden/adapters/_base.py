@@ -87,6 +87,14 @@ def leaves(base: str, link_path: str, target: str) -> bool:
     return not (inside(resolved, base) or inside(real, os.path.realpath(base)))
 
 
+def link_target(path: str) -> str:
+    """Where the symlink at ``path`` points, as written; ``?`` when it cannot be read."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
 @dataclass(frozen=True, slots=True)
 class Survey:
     """What one entry (a file or a directory tree) holds, read without following anything.
@@ -128,10 +136,7 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH) -> Survey:
     except OSError as exc:
         return Survey(path, False, errors=(("", f"cannot stat: {exc.strerror}"),))
     if stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
+        target = link_target(path)
         return Survey(path, False, True, target, st.st_mode, st.st_uid, st.st_mtime,
                       links=(("", target, leaves(root, path, target)),))
     if not stat.S_ISDIR(st.st_mode):
@@ -157,10 +162,7 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH) -> Survey:
                     errors.append((relp, f"cannot stat: {exc.strerror}"))
                     continue
                 if stat.S_ISLNK(est.st_mode):
-                    try:
-                        target = os.readlink(e.path)
-                    except OSError:
-                        target = "?"
+                    target = link_target(e.path)
                     links.append((relp, target, leaves(root, e.path, target)))
                 elif stat.S_ISDIR(est.st_mode):
                     if depth + 1 >= max_depth:

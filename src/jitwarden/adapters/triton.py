@@ -23,7 +23,7 @@ from ..findings import Finding, Severity
 from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
 from ..layout import SEAL_FILE, is_reserved
 from ..ptx import parse_header
-from ._base import expand_partitions, leaves, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
+from ._base import expand_partitions, leaves, link_target, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
 
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
@@ -150,10 +150,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     except OSError as exc:
         return EntryFacts(path, name, read_errors=(("", f"cannot stat: {exc.strerror}"),))
     if stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
+        target = link_target(path)
         return EntryFacts(path, name, is_symlink=True, symlink_target=target, mode=st.st_mode, uid=st.st_uid,
                           links=((name, target, leaves(root, path, target)),))
     files, links, tmps, others, errors = [], [], [], [], []
@@ -169,10 +166,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 errors.append((e.name, f"cannot stat: {exc.strerror}"))
                 continue
             if stat.S_ISLNK(est.st_mode):
-                try:
-                    target = os.readlink(e.path)
-                except OSError:
-                    target = "?"
+                target = link_target(e.path)
                 links.append((e.name, target, leaves(path, e.path, target)))
             elif stat.S_ISDIR(est.st_mode):
                 if _TMP_DIR.match(e.name):
