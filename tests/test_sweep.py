@@ -164,3 +164,21 @@ def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(
     on = activation.activate(env=dict(env), quiet=True)
     assert any("at start-up" in w for w in on.warnings), on.warnings
     assert victim not in entries(tree) and len(entries(tree)) == len(entries(sealed_tree)) - 1
+
+
+def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
+    """JITWARDEN_PARTITION=0: Inductor still loads from TRITON_CACHE_DIR behind the guard's back."""
+    own = tmp_path / "own-triton"
+    env = clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(own))
+    shutil.copytree(sealed_tree, own)
+    rec = activation.activate(env=dict(env), quiet=True)
+    if "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped or "torch" in rec.skipped["TORCHINDUCTOR_CACHE_DIR"]:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    assert rec.partitions == {}
+    victim = kernel_entry(str(own))
+    flip(os.path.join(own, victim, "add_kernel.cubin"))
+    on = activation.activate(env=dict(env), quiet=True)
+    assert any("at start-up" in w for w in on.warnings), on.warnings
+    assert victim not in entries(str(own))
+    (rec_,) = quarantine.list_root(str(own))
+    assert rec_.fingerprint is None  # not a partition: sealed and judged under no fingerprint

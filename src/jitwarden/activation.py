@@ -174,21 +174,28 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = Fa
         return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
-def _sweep(partitions: dict, digest: str, env) -> list[str]:
-    """Check this partition's TorchInductor kernels before Inductor's static launcher loads them."""
-    if _off(env.get("JITWARDEN_SWEEP")):
+def _sweep(in_use: dict, digest: str, env) -> list[str]:
+    """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
+
+    ``in_use``: variable -> the dir that kind's cache is in now (a partition, or the user's own dir
+    under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in a partition
+    are sealed under its digest, others under none (as the guard does).
+    """
+    if _off(env.get("JITWARDEN_SWEEP")) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
         from . import sweep
 
         trees = []
         for kind, var in KINDS:
-            if kind != "triton" and var in partitions:
-                trees += sweep.tree_roots(kind, partitions[var])
+            if kind != "triton" and var in in_use:
+                trees += sweep.tree_roots(kind, in_use[var])
         # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
-        if "TORCHINDUCTOR_CACHE_DIR" in partitions and "TRITON_CACHE_DIR" in partitions:
-            trees.append(partitions["TRITON_CACHE_DIR"])
-        return sweep.sweep(trees, digest)[0] if trees else []
+        if "TRITON_CACHE_DIR" in in_use:
+            trees.append(in_use["TRITON_CACHE_DIR"])
+        mine = [t for t in trees if digest and partition.path_for("", digest) in t]
+        others = [t for t in trees if t not in mine]
+        return sweep.sweep(mine, digest)[0] + sweep.sweep(others, None)[0]
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
 
@@ -211,6 +218,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     partitions: dict = {}
     unpartitioned_triton = None
 
+    in_use: dict = {}
     no_partition = _off(env.get("JITWARDEN_PARTITION"))
     for kind, var in KINDS:
         if kind not in roots:
@@ -222,8 +230,9 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             continue
         if no_partition:
             skipped[var] = "JITWARDEN_PARTITION=0"
+            in_use[var] = cur or default_base(kind, env)
             if kind == "triton":
-                unpartitioned_triton = cur or default_base(kind, env)
+                unpartitioned_triton = in_use[var]
             continue
         base = partition.base_of(cur) if cur else default_base(kind, env)
         why = _usable_base(base)
@@ -242,7 +251,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             base = private
         path = partition.path_for(base, digest)
         partition.ensure(path, digest, fp.headline(), kind)
-        partitions[var] = path
+        partitions[var] = in_use[var] = path
         if cur != path:
             changes[var] = path
 
@@ -259,7 +268,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         manager = MANAGER
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
-    warnings += _sweep(partitions, digest, env)
+    warnings += _sweep(in_use, digest, env)
     if unpartitioned_triton:
         from . import startup_checks
 
