@@ -33,6 +33,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tests"))
 import inductor_real  # noqa: E402
 
 
+from bench_scan import timed  # noqa: E402 - one way to time a CLI run for every scan benchmark
+
 def _key(prefix: str, i: int) -> str:
     return prefix + hashlib.sha256(f"{prefix}-{i}".encode()).hexdigest()[:51]
 
@@ -105,12 +107,6 @@ def inductor_real_entries(d: str) -> list[str]:
     from jitwarden.adapters import inductor
 
     return inductor.list_entry_names(d)[0]
-
-
-def timed(cmd: list[str]) -> float:
-    t = time.perf_counter()
-    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
 
 
 def main() -> int:
