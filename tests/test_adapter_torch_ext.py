@@ -271,3 +271,30 @@ def test_doctor_and_clean_on_every_kind(real_ext, tmp_path, capsys, isolated_env
              os.path.join(isolated_env, ".deep_gemm"), os.path.join(isolated_env, ".cache", "flashinfer")}
     assert sum(len(quarantine.list_root(r)) for r in roots) == 4
     assert main(["verify", "--target", "90"]) == 0
+
+
+def test_activation_partitions_torch_extensions_and_the_scanner_finds_the_partition(real_ext, tmp_path):
+    """Extension builds carry no GPU identity in torch's key: under jitwarden each fingerprint builds its own."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "TORCH_EXTENSIONS",
+                                                                        "JITWARDEN_", "XDG_"))}
+    env.update(HOME=str(home), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+               PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    where = subprocess.run([sys.executable, "-m", "jitwarden", "run", "--", sys.executable, "-c",
+                            "from torch.utils.cpp_extension import _get_build_directory as g; print(g('jwext', False))"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert where.returncode == 0, where.stderr
+    build_dir = where.stdout.strip().splitlines()[-1]
+    base = os.path.realpath(home / ".cache" / "torch_extensions")
+    assert build_dir.startswith(os.path.join(base, "jitwarden-v1") + os.sep) and build_dir.endswith(os.sep + "jwext")
+    import shutil
+
+    shutil.copytree(real_ext, build_dir, dirs_exist_ok=True)  # what that build would leave there (torch made the dir)
+    ls = subprocess.run([sys.executable, "-m", "jitwarden", "ls", "--kind", "torch-ext", "--format", "json"],
+                        env=env, capture_output=True, text=True, timeout=300)
+    doc = json.loads(ls.stdout)
+    (e,) = doc["entries"]
+    assert e["path"] == build_dir and e["findings"] == []
+    (c,) = [c for c in doc["caches"] if c["entries"]]
+    assert c["partition"] == os.path.basename(os.path.dirname(build_dir)) and c["current"] is True

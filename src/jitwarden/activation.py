@@ -139,7 +139,7 @@ def _say(msg: str, quiet: bool) -> None:
         logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
 
 
-def activate(*, env=None, roots=("triton", "inductor", "vllm"), quiet: bool = False) -> Activation:
+def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), quiet: bool = False) -> Activation:
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
 
     ``roots``: which cache kinds to partition. Idempotent: a second call on the same
@@ -224,7 +224,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)
-        needs = {"inductor": "torch", "vllm": "vllm"}.get(kind)
+        needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch"}.get(kind)
         if needs and fp.package(needs) is None:
             skipped[var] = f"{needs} is not installed"
             continue

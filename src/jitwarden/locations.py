@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 
-KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"))
+KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"),
+         ("torch-ext", "TORCH_EXTENSIONS_DIR"))
+"""The cache kinds activation partitions, each by the variable its tool reads."""
 
 
 def home(env) -> str:
@@ -53,12 +55,21 @@ def vllm_cache_root(env) -> str:
     return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home(env), ".cache"), "vllm")
 
 
+def torch_extensions_dir(env) -> str:
+    """Where torch builds C++/CUDA extensions without ``TORCH_EXTENSIONS_DIR``: ``<user cache dir>/torch_extensions``
+    (torch adds a ``py<XY>_<cuda>`` level below it; with the variable set it builds directly inside)."""
+    cache = env["XDG_CACHE_HOME"] if "XDG_CACHE_HOME" in env else os.path.join(home(env), ".cache")  # as torch's appdirs
+    return os.path.join(cache, "torch_extensions")
+
+
 def default_base(kind: str, env) -> str:
-    """The root of one cache kind (``triton``, ``inductor`` or ``vllm``) for ``env``."""
+    """The root of one cache kind of :data:`KINDS` for ``env``."""
     if kind == "triton":
         return triton_cache_dir(env)[0]
     if kind == "inductor":
         return inductor_cache_dir(env)
+    if kind == "torch-ext":
+        return torch_extensions_dir(env)
     return vllm_cache_root(env)
 
 

@@ -50,8 +50,7 @@ def default_root(env=os.environ) -> str:
     """``<user_cache_dir>/torch_extensions`` as torch computes it on Linux (realpath'd, as torch does)."""
     from .. import locations
 
-    cache = env["XDG_CACHE_HOME"] if "XDG_CACHE_HOME" in env else os.path.join(locations.home(env), ".cache")
-    return os.path.realpath(os.path.join(cache, "torch_extensions"))
+    return os.path.realpath(locations.torch_extensions_dir(env))
 
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
@@ -60,9 +59,11 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     torch reads ``TORCH_EXTENSIONS_DIR`` with ``os.environ.get(...) is None``; an empty value
     would make torch build into the working directory, which is no cache root: it is skipped.
     """
+    from .. import partition
+
     cands = []
-    if env.get("TORCH_EXTENSIONS_DIR"):
-        cands.append((env["TORCH_EXTENSIONS_DIR"], "TORCH_EXTENSIONS_DIR"))
+    if env.get("TORCH_EXTENSIONS_DIR"):  # under activation a partition: list the root it lives in (and so every partition)
+        cands.append((partition.base_of(env["TORCH_EXTENSIONS_DIR"]), "TORCH_EXTENSIONS_DIR"))
     cands.append((default_root(env), "default"))
     return existing(KIND, cands)
 
