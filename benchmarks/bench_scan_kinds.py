@@ -22,8 +22,6 @@ import json
 import os
 import pprint
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tests"))
 import inductor_real  # noqa: E402
 
 
-from bench_scan import timed  # noqa: E402 - one way to time a CLI run for every scan benchmark
+from bench_scan import measure, report  # noqa: E402 - one way to measure and report every scan benchmark
 
 def _key(prefix: str, i: int) -> str:
     return prefix + hashlib.sha256(f"{prefix}-{i}".encode()).hexdigest()[:51]
@@ -124,13 +122,7 @@ def main() -> int:
             make_inductor(ind, args.n // 2, real["inductor"])
             make_vllm(vll, args.n // 2, real)
             print(f"built in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-        jw = [sys.executable, "-m", "jitwarden", "verify", "--quick", "--format", "json", "--target", "90", ind, vll]
-        du = ["du", "-s", ind, vll]
-        timed(du)
-        timed(jw)  # warm both page caches and the fingerprint memo
-        du_t = statistics.median(timed(du) for _ in range(args.repeat))
-        jw_t = statistics.median(timed(jw) for _ in range(args.repeat))
-        doc = json.loads(subprocess.run(jw, capture_output=True, text=True).stdout)
+        du_t, jw_t, doc = measure([ind, vll], args.repeat)
         n = doc["summary"]["entries"]
         by_kind: dict[str, int] = {}
         for e in doc["entries"]:
@@ -138,12 +130,7 @@ def main() -> int:
         files = sum(len(fs) for d in (ind, vll) for _b, _d, fs in os.walk(d))
         print(f"tree: {n} entries, {files} files; {os.cpu_count()} cores")
         print("entries by kind:type: " + ", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())))
-        print(f"du -s                    {du_t * 1000:8.1f} ms   {n / du_t:10.0f} entries/s")
-        print(f"jitwarden verify --quick {jw_t * 1000:8.1f} ms   {n / jw_t:10.0f} entries/s  (whole CLI run, median of {args.repeat})")
-        print(f"ratio jitwarden / du:    {jw_t / du_t:.2f}x")
-        print(f"findings on the clean tree: errors={doc['summary']['errors']} warnings={doc['summary']['warnings']} "
-              f"{doc['summary']['by_code']}")
-        print(f"goal >= 10000 entries/s: {'met' if n / jw_t >= 10_000 else 'NOT met'}")
+        report(n, du_t, jw_t, args.repeat, doc["summary"])
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -13,10 +13,8 @@ stats each). Then, in one run with warm page caches: ``du -s`` over the four roo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +45,7 @@ default {name}.so
 """
 
 
-from bench_scan import timed  # noqa: E402 - one way to time a CLI run for every scan benchmark
+from bench_scan import measure, report  # noqa: E402 - one way to measure and report every scan benchmark
 
 def templates(work: str) -> dict:
     """Real artifacts: a torch extension build dir, an sm_90a cubin, a g++ .so/.o."""
@@ -136,24 +134,13 @@ def main() -> int:
             make_tree(tree, args.n, tpl)
             print(f"built {args.n} entries in {time.perf_counter() - t:.1f}s", file=sys.stderr)
         roots = [os.path.join(tree, k) for k in sorted(os.listdir(tree))]
-        jw = [sys.executable, "-m", "jitwarden", "verify", "--quick", "--format", "json", "--target", "90", *roots]
-        du = ["du", "-s", *roots]
-        timed(du)
-        timed(jw)  # warm both page caches and the fingerprint memo
-        du_t = statistics.median(timed(du) for _ in range(args.repeat))
-        jw_t = statistics.median(timed(jw) for _ in range(args.repeat))
-        doc = json.loads(subprocess.run(jw, capture_output=True, text=True).stdout)
+        du_t, jw_t, doc = measure(roots, args.repeat)
         n = doc["summary"]["entries"]
         files = sum(len(fs) for r in roots for _d, _s, fs in os.walk(r))
         by_kind = {c["kind"]: c["entries"] for c in doc["caches"]}
         print(f"tree: {n} entries ({', '.join(f'{k} {v}' for k, v in sorted(by_kind.items()))}), {files} files; "
               f"{os.cpu_count()} cores")
-        print(f"du -s                    {du_t * 1000:8.1f} ms   {n / du_t:10.0f} entries/s")
-        print(f"jitwarden verify --quick {jw_t * 1000:8.1f} ms   {n / jw_t:10.0f} entries/s  (whole CLI run, median of {args.repeat})")
-        print(f"ratio jitwarden / du:    {jw_t / du_t:.2f}x")
-        print(f"findings on the clean tree: errors={doc['summary']['errors']} warnings={doc['summary']['warnings']} "
-              f"{doc['summary']['by_code']}")
-        print(f"goal >= 10000 entries/s: {'met' if n / jw_t >= 10_000 else 'NOT met'}")
+        report(n, du_t, jw_t, args.repeat, doc["summary"])
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
