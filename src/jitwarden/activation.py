@@ -174,28 +174,27 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
         return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
-def _sweep(in_use: dict, digest: str, env) -> list[str]:
+def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
     """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
 
     ``in_use``: variable -> the dir that kind's cache is in now (a partition, or the user's own dir
-    under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in a partition
-    are sealed under its digest, others under none (as the guard does).
+    under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in one of
+    ``partitions`` are sealed under its digest, others under none (as the guard does).
     """
     if _off(env.get("JITWARDEN_SWEEP")) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
         from . import sweep
 
-        trees = []
+        out: list[str] = []
         for kind, var in KINDS:
-            if kind != "triton" and var in in_use:
-                trees += sweep.tree_roots(kind, in_use[var])
-        # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
-        if "TRITON_CACHE_DIR" in in_use:
-            trees.append(in_use["TRITON_CACHE_DIR"])
-        mine = [t for t in trees if digest and partition.path_for("", digest) in t]
-        others = [t for t in trees if t not in mine]
-        return sweep.sweep(mine, digest)[0] + sweep.sweep(others, None)[0]
+            if var not in in_use:
+                continue
+            # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
+            trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
+            if trees:
+                out += sweep.sweep(trees, digest if var in partitions else None)[0]
+        return out
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
 
@@ -268,7 +267,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         manager = MANAGER
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
-    warnings += _sweep(in_use, digest, env)
+    warnings += _sweep(in_use, partitions, digest, env)
     if unpartitioned_triton:
         from . import startup_checks
 

@@ -148,7 +148,7 @@ def make_judge(target_arch: int | None, orphan_age: float = 3600.0, triton_versi
     else:
         versions, gpus, driver, torch_cuda = installed_versions(), (), None, None
     if triton_version is None:
-        triton_version = dict(versions).get("triton") or installed_triton_version()
+        triton_version = dict(versions).get("triton")
     return Judge(target_arch, triton_version, tri.host_machine(), orphan_age, time.time(), versions=versions,
                  gpu_names=gpus, driver_version=driver, torch_cuda=torch_cuda,
                  python_tag=f"{sys.version_info[0]}{sys.version_info[1]}", uid=os.getuid())
@@ -165,15 +165,6 @@ def installed_versions() -> tuple[tuple[str, str], ...]:
         if hit is not None:
             out.append((name, dists[hit][1]))
     return tuple(out)
-
-
-def installed_triton_version() -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _count_quarantined(root: str) -> int:

@@ -107,7 +107,7 @@ def _recheck(path: str, digest: str | None, counts: dict) -> str | None:
     problems = [p for p in problems if not _relocated_group(path, p)]
     if problems:
         return _quarantine(path, "corrupt", problems, digest, counts)
-    _reseal(path, s)  # refresh the seal's ctime: the next start is two lstats again
+    _reseal(path, s, present)  # refresh the seal's ctime: the next start is two lstats again
     return None
 
 
@@ -126,10 +126,9 @@ def _relocated_group(path: str, problem: str) -> bool:
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
 
 
-def _reseal(path: str, s) -> None:
+def _reseal(path: str, s, present: list[str]) -> None:
     from . import seal
 
-    present = _present(path)
     fresh = seal.compute(path, present, s.fingerprint, s.producer)
     try:
         seal.write(path, fresh)
