@@ -16,22 +16,14 @@ import hashlib
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
 
-ACTIVATE = "import jitwarden; jitwarden.activate()"
-
-
-def once(code: str, env: dict) -> float:
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t
+from bench_activate import ACTIVATE, once  # noqa: E402 - one fresh-interpreter timer for every start-up benchmark
 
 
 def main(argv=None) -> int:
