@@ -138,7 +138,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return Entry(KIND, root, name, path, "other", kname, None, s.bytes, s.mtime, findings=tuple(out),
                      extra=tuple(extra.items()))
     if m is None:
-        out.append(Finding("corrupt", f"{base} is not named kernel.<name>.<hash>: DeepGEMM never looks it up"))
+        # A name DeepGEMM 1.0 never writes is a layout we do not know, not evidence of damage.
+        out.append(Finding("unrecognised", f"{base} is not named kernel.<name>.<hash> as DeepGEMM 1.0 names its "
+                                           "kernels: not a layout jitwarden knows"))
     files = {f[0]: f for f in s.files}
     newest = s.newest
     cubin_sm = arch = None
