@@ -145,20 +145,53 @@ def source_problem(data: bytes, rel: str) -> Finding | None:
     than this Python reads: ``unrecognised``. A missing final newline is no evidence at all:
     Inductor writes ``triton_mm`` templates without one.
     """
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(data, rel, "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST: parse, never run
-    except SyntaxError as exc:
+    if data.endswith(b"\n"):
+        return None  # cut exactly after a line: nothing says so (a known limit); parsing would cost ~1 s/MiB
+    if _ends_whole(data):
+        return None  # its last statement parses on its own: not cut mid-statement (parsing all costs ~1 s/MiB)
+    exc = _parses(data, rel)
+    if exc is None:
+        return None
+    if isinstance(exc, SyntaxError):
         last = data.rstrip().count(b"\n") + 1
         if exc.lineno is None or exc.lineno >= last or "EOF" in str(exc.msg) or "never closed" in str(exc.msg):
             return Finding("corrupt", f"{rel}: truncated: the source stops mid-statement (line {exc.lineno}: {exc.msg})")
         return Finding("unrecognised", f"{rel}: does not parse as this Python's syntax (line {exc.lineno}: "
                                        f"{exc.msg}); not judged")
-    except (ValueError, MemoryError, RecursionError) as exc:
-        return Finding("unrecognised", f"{rel}: cannot be parsed here ({type(exc).__name__}); not judged")
+    return Finding("unrecognised", f"{rel}: cannot be parsed here ({type(exc).__name__}); not judged")
+
+
+TAIL_LINES = 40
+
+
+def _ends_whole(data: bytes) -> bool:
+    """Whether the last lines of ``data`` (up to :data:`TAIL_LINES`, dedented) parse on their own.
+
+    A cheap first look: a file cut inside a bracket, string or statement fails it, and only then is
+    the whole file parsed to decide (so a tail that fails to parse alone is never the verdict).
+    """
+    lines = data.rsplit(b"\n", TAIL_LINES)
+    for start in range(len(lines) - 1, 0, -1):
+        chunk = lines[start:]
+        body = [ln for ln in chunk if ln.strip()]
+        if not body:
+            continue
+        indent = min(len(ln) - len(ln.lstrip(b" ")) for ln in body)
+        if _parses(b"\n".join(ln[indent:] for ln in chunk)) is None:
+            return True
+    return False
+
+
+def _parses(data: bytes, rel: str = "<tail>") -> Exception | None:
+    """None when ``data`` parses as Python (an AST only: nothing runs), else the error."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(data, rel, "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        return exc
     return None
 
 
