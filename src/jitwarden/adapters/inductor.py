@@ -172,6 +172,9 @@ def _ends_whole(data: bytes) -> bool:
     """
     lines = data.rsplit(b"\n", TAIL_LINES)
     for start in range(len(lines) - 1, 0, -1):
+        before = lines[start - 1].strip()
+        if before.startswith(b"@") or before.endswith((b",", b"(", b"[", b"{", b"\\", b":")):
+            continue  # the chunk would continue a decorator, a bracket or a block header: take that line too
         chunk = lines[start:]
         body = [ln for ln in chunk if ln.strip()]
         if not body:
