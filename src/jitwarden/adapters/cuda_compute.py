@@ -422,8 +422,10 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
         sum_ok = fnv1a64(out) == out_hash
         if name and len(name) == 16 and _HEX.match(name):
             key_ok = fnv1a64(text) == int(name, 16)
+    if not whole:
+        unknown.append(f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read")
     producer = _producer(inp, options, output) if not unknown else None
-    if producer is None and not unknown and whole:
+    if producer is None and not unknown:
         unknown.append(f"{inp} in, {output} out with options {options!r}: a producer jitwarden does not know")
     return ComputeEntry(magic, size, problem, tuple(unknown), date, time_, target, inp, options, output, producer,
                         elf, ptx_target, key_ok, sum_ok, f"{out_hash:016x}")
