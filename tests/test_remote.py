@@ -272,3 +272,32 @@ def test_value_checks_are_exact():
     hdr_flip[12] ^= 1  # inside the header JSON
     with pytest.raises(remote.Rejected):
         remote.open_value(key, bytes(hdr_flip), trusted)
+
+
+def test_redis_acl_roles(tmp_path, server, keypair):
+    """Serving nodes with a Redis user that can only read: hits work; a misconfigured writer is refused, not stuck."""
+    server.call("ACL", "SETUSER", "builder", "on", ">wpw", "~jitwarden:*", "+@all")
+    server.call("ACL", "SETUSER", "reader", "on", ">rpw", "~jitwarden:*", "+@read", "+@connection")
+    url = server.url.replace("redis://", "redis://{}@")
+
+    class At:
+        def __init__(self, who):
+            self.url = url.format(who)
+
+    w = node(tmp_path, "builder", At("builder:wpw"), keypair, "writer")
+    part_w, built = build(w)
+    n = server.call("DBSIZE")
+    assert n > 0
+    r = node(tmp_path, "reader", At("reader:rpw"), keypair, "writer")  # wrongly told it may write
+    r["JITWARDEN_SIGNING_KEY"] = keypair[0]
+    more = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] == "add_b256"]
+    part_r, got = build(r, SMALL_JOBS + more)
+    c = counters(r)
+    assert server.call("DBSIZE") == n  # the ACL kept it from writing
+    assert c.get("refused", 0) >= 1 and c.get("hit", 0) >= 2 * 3 and "unavailable" not in c, c
+    from jitwarden import resp
+
+    cl = resp.Client(resp.parse_url(url.format("reader:rpw")))
+    with pytest.raises(resp.RespError, match="NOPERM"):
+        cl.execute("SET", "jitwarden:v1:x", "y")
+    cl.close()

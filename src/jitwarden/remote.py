@@ -163,7 +163,11 @@ class _State:
         try:
             with self.lock:
                 return self.client.execute(*args)
-        except (OSError, resp.RespError) as exc:
+        except resp.RespError as exc:  # the server answered: e.g. NOPERM for a read-only user's SET
+            self.count("refused")
+            _say(f"remote cache {self.addr.display()} refused {args[0]}: {exc}")
+            return None
+        except OSError as exc:
             self.down_until = time.monotonic() + self.retry
             self.count("unavailable")
             _say(f"remote cache {self.addr.display()} unavailable ({exc}); compiling locally, "
