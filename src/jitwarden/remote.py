@@ -107,6 +107,35 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
     return data, head
 
 
+ENTRY_PREFIX = "__entry__"
+"""A whole kernel entry (group file and children) is stored as one value under ``__entry__<group name>``:
+one round trip, and readers see one writer's complete set, never a mix of two writers' files."""
+
+
+def pack_entry(files: dict) -> bytes:
+    names = sorted(files)
+    index = json.dumps([[n, len(files[n])] for n in names], separators=(",", ":")).encode()
+    return struct.pack(">I", len(index)) + index + b"".join(files[n] for n in names)
+
+
+def unpack_entry(data: bytes) -> dict:
+    """{name: bytes}; ValueError when ``data`` is not a packed entry of plain file names."""
+    try:
+        (n,) = struct.unpack(">I", data[:4])
+        index = json.loads(data[4:4 + n])
+        out, pos = {}, 4 + n
+        for name, size in index:
+            if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or size < 0:
+                raise ValueError(f"bad file name {name!r}")
+            out[name] = data[pos:pos + size]
+            pos += size
+        if pos != len(data):
+            raise ValueError("sizes do not add up")
+        return out
+    except (struct.error, TypeError, KeyError) as exc:
+        raise ValueError(f"not a packed entry ({exc})") from None
+
+
 # ---------------------------------------------------------------- process state
 
 
@@ -328,6 +357,25 @@ class GuardedRemoteBackend(RemoteCacheBackend):
             st.count("hit")
             out[name] = data
         return out
+
+    # -- whole entries: one value, one round trip, one signature (RemoteGuardedCacheManager) --
+
+    def get_entry(self, filename: str) -> dict | None:
+        """{file: data} of the whole kernel entry stored under ``filename`` (the group's name), or None; never raises."""
+        got = self.get([ENTRY_PREFIX + filename])
+        raw = got.get(ENTRY_PREFIX + filename)
+        if raw is None:
+            return None
+        try:
+            return unpack_entry(raw)
+        except ValueError as exc:  # signed but not an entry: a writer bug, not an attack; still a miss
+            self._st.count("reject:malformed")
+            _say(f"remote cache entry {filename} not used: {exc}")
+            return None
+
+    def put_entry(self, filename: str, files: dict) -> None:
+        """Store every file of one kernel entry as one signed value (writer role only); never raises."""
+        self.put(ENTRY_PREFIX + filename, pack_entry(files))
 
     def put(self, filename: str, data) -> None:
         """Store ``data`` signed (writer role only); never raises."""

@@ -3,7 +3,8 @@
 ``TRITON_CACHE_MANAGER=jitwarden.remote_manager:RemoteGuardedCacheManager``. The local
 partition is asked first, through the guard (seal checked on every hit); only on a local
 miss is the remote cache asked (:class:`jitwarden.remote.GuardedRemoteBackend`, every
-value checked), and what it returns is written through the guard's own ``put`` and
+value checked; a kernel entry is one value: one round trip, one signature, never a mix of two
+writers' files), and what it returns is written through the guard's own ``put`` and
 ``put_group``, so it lands sealed like a local compile. A builder (writer role) stores
 what it compiles. Like :mod:`jitwarden.guard`, only Triton imports this module.
 """
@@ -53,19 +54,16 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
 
     def _fetch_group(self, filename: str) -> bool:
         grp = f"__grp__{filename}"
-        got = self._remote.get([grp])
-        if grp not in got:
+        files = self._remote.get_entry(filename)
+        if not files or grp not in files:
             return False
-        kids = json.loads(got[grp]).get("child_paths")
+        kids = json.loads(files[grp]).get("child_paths")
         names = sorted(kids) if isinstance(kids, (list, dict)) else []
-        if not names or any(os.sep in n or n.startswith(".") for n in names):
-            return False
-        data = self._remote.get(names)
-        if set(data) != set(names):
-            return False  # part of the entry is missing or rejected: compile instead
+        if not names or set(names) | {grp} != set(files):
+            return False  # an entry whose group does not list exactly its files: compile instead
         self._fetching = True
         try:
-            paths = {n: self.put(data[n], n) for n in names}
+            paths = {n: self.put(files[n], n) for n in names}
             super().put_group(filename, paths)
         finally:
             self._fetching = False
@@ -75,9 +73,9 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
         path = super().put_group(filename, group)
         if self._remote is not None and self._remote.writer and not self._fetching:
             try:
-                for name, p in group.items():
-                    self._remote.put(name, read_nofollow(p))
-                self._remote.put(f"__grp__{filename}", json.dumps({"child_paths": sorted(group)}).encode())
+                files = {name: read_nofollow(p) for name, p in group.items()}
+                files[f"__grp__{filename}"] = json.dumps({"child_paths": sorted(group)}).encode()
+                self._remote.put_entry(filename, files)
             except OSError as exc:
                 _log.warning("jitwarden: remote cache: entry %s not stored (%s)", self.key, exc)
         return path
