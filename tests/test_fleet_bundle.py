@@ -266,3 +266,28 @@ def test_member_the_manifest_does_not_list_is_refused(fleet, tmp_path):
     rc, _, err = jw(env_b, "import", bad)
     assert rc == 1 and "not a file the manifest lists" in err
     assert entries(triton_partition(env_b)) == []
+
+
+def test_no_trusted_keys_configured_says_where_to_put_them(fleet, tmp_path):
+    env_b = node_env(str(tmp_path / "b"))  # no JITWARDEN_TRUSTED_KEYS, empty config dir
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 1 and "none are configured" in err and "JITWARDEN_TRUSTED_KEYS" in err
+
+
+def test_trusted_keys_from_the_config_dir(fleet, tmp_path):
+    env_b = node_env(str(tmp_path / "b"))
+    d = tmp_path / "b" / ".config" / "jitwarden" / "trusted-keys"
+    d.mkdir(parents=True)
+    (d / "builder.pub").write_text(open(fleet["pub"]).read())
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 0, err
+
+
+def test_read_only_cache_volume_is_one_line_not_a_traceback(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    part = triton_partition(env_b)
+    os.makedirs(os.path.dirname(part))
+    with open(part, "w") as f:  # the partition path is taken by a file: makedirs fails like on a broken volume
+        f.write("x")
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 1 and "cannot install" in err and "Traceback" not in err

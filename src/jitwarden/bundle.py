@@ -300,7 +300,6 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False) -> tuple[tarfi
             sig = _read_member(tar, second, 4096) if second is not None and second.name == SIGNATURE else None
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise BundleRefused(f"not a readable jitwarden bundle ({exc})") from None
-        manifest = parse_manifest(mbytes)
         signed_by, note = None, ""
         if sig is None:
             if not allow_unsigned:
@@ -321,6 +320,7 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False) -> tuple[tarfi
                 note = f"signature rejected ({why}), installed anyway by --allow-unsigned"
             else:
                 signed_by, note = kid, f"signed by trusted key {kid}"
+        manifest = parse_manifest(mbytes)  # only after the signature: nothing unsigned is interpreted first
         return tar, Opened(manifest, signed_by, note)
     except BaseException:
         tar.close()
@@ -342,7 +342,7 @@ def _present(dest: str, e: BundleEntry) -> str | None:
     """None when nothing is at ``dest``; "present" when the same files are there; else why it is in the way."""
     try:
         os.lstat(dest)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     try:
         names = entry_files(dest)

@@ -85,8 +85,11 @@ class TrustedKeys:
     def verify(self, kid: str, signature: bytes, message: bytes) -> str | None:
         """None when ``signature`` is a valid signature of ``message`` by trusted key ``kid``, else why not."""
         raw = self.keys.get(kid)
+        if raw is None and not self.keys:
+            return (f"signed by key {kid}, which is not among the trusted keys: none are configured "
+                    "(set JITWARDEN_TRUSTED_KEYS, or put *.pub files into <config>/trusted-keys)")
         if raw is None:
-            return f"signed by key {kid}, which is not among the trusted keys"
+            return f"signed by key {kid}, which is not among the trusted keys ({', '.join(self.sources) or 'none'})"
         obj = self._objs.get(kid)
         if obj is None:
             obj = self._objs[kid] = _ed25519().Ed25519PublicKey.from_public_bytes(raw)

@@ -337,6 +337,10 @@ class GuardedRemoteBackend(RemoteCacheBackend):
             st.down_until = float("inf")
             _say(f"remote cache off: cannot check signatures ({exc})")
             return {}
+        if not trusted.keys:
+            st.down_until = float("inf")
+            _say("remote cache off: no trusted public keys (set JITWARDEN_TRUSTED_KEYS), so no value could be checked")
+            return {}
         out = {}
         for name, rkey, raw in zip(filenames, rkeys, raws):
             if raw is None:

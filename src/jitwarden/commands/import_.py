@@ -80,6 +80,11 @@ def run(args) -> int:
                 rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
                                           refused=str(exc), dry_run=False)
                 return _finish(rep, args, EXIT_FINDINGS)
+            except OSError as exc:  # a read-only or full cache volume: one line, never a traceback
+                where = f" ({exc.filename})" if exc.filename else ""
+                rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
+                                          refused=f"cannot install: {exc.strerror or exc}{where}", dry_run=False)
+                return _finish(rep, args, EXIT_FINDINGS)
             _touch_partitions(dests, digest, fp.headline())
         rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note, (),
                                   tuple(outcomes), dry_run=args.dry_run)
