@@ -291,3 +291,29 @@ def test_read_only_cache_volume_is_one_line_not_a_traceback(fleet, tmp_path):
         f.write("x")
     rc, _, err = jw(env_b, "import", fleet["bundle"])
     assert rc == 1 and "cannot install" in err and "Traceback" not in err
+
+
+def test_export_rebuild_proves_first_and_kind_selects(fleet, tmp_path):
+    out = str(tmp_path / "proven.tar")
+    rc, so, err = jw(fleet["env_a"], "export", "-o", out, "--rebuild", "--kind", "triton", "--format", "json")
+    assert rc == 0, err
+    assert json.loads(so)["entries"] == 2 and list(json.loads(so)["partitions"]) == ["triton"]
+    rc, so, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "x.tar"), "--kind", "inductor", "--format", "json")
+    assert rc == 1 and json.loads(so)["entries"] == 0 and not os.path.exists(tmp_path / "x.tar")
+    rc, _, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "y.tar"), "--kind", "cuda-compute")
+    assert rc == 2 and "only partitioned kinds" in err
+
+
+def test_entries_that_fail_verify_stay_home(fleet, tmp_path):
+    import shutil
+
+    home = str(tmp_path / "a2")
+    env = dict(fleet["env_a"], HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"),
+               XDG_CONFIG_HOME=os.path.join(home, ".config"), TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"))
+    part = triton_partition(env)
+    os.makedirs(os.path.dirname(part))
+    shutil.copytree(fleet["part_a"], part)  # same digest: the group files now point into node A's tree
+    rc, so, err = jw(env, "export", "-o", str(tmp_path / "z.tar"), "--format", "json")
+    doc = json.loads(so)
+    assert rc == 1 and doc["entries"] == 0
+    assert {s["why"] for s in doc["skipped"]} == {"verify: foreign-path"}
