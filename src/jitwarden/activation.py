@@ -37,6 +37,7 @@ from . import locations, partition
 from .locations import KINDS, default_base
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
+_REMOTE_MANAGER = "jitwarden.remote_manager:RemoteGuardedCacheManager"  # remote_wiring.REMOTE_MANAGER
 _SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
@@ -258,13 +259,16 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
         cls = vars(knobs)["manager_class"]
         manager = f"{cls.__module__}:{cls.__qualname__}"
-    if manager and manager != MANAGER:
+    if manager and manager not in (MANAGER, _REMOTE_MANAGER):
         warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
                         "sealed or verified (unset it to let jitwarden guard them)")
         skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
     elif manager != MANAGER:
         changes["TRITON_CACHE_MANAGER"] = MANAGER
         manager = MANAGER
+    from .remote_wiring import wire  # fleets: JITWARDEN_REMOTE, and Inductor's unguarded remote caches
+
+    manager = wire(env, manager, MANAGER, changes, partitions, warnings)
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
     warnings += _sweep(in_use, partitions, digest, env)

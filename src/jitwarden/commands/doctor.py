@@ -173,6 +173,11 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
         for w in shared:
             out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
                                            "then jitwarden clean --stale"))
+    from ..remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
+
+    for w in unguarded(os.environ):
+        out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
+                                            "fingerprint) or signed bundles (jitwarden export / import) instead"))
     return out_
 
 
