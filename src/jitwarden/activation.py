@@ -131,6 +131,64 @@ def _private_base(kind: str, env) -> str:
     return os.path.join(memo_dir(env), "roots", kind)
 
 
+def _runtime_base(kind: str, env) -> str:
+    """A per-user private root off the (maybe read-only) home: ``$XDG_RUNTIME_DIR``, else the temp dir."""
+    run = env.get("XDG_RUNTIME_DIR")
+    if run and os.path.isabs(run):
+        return os.path.join(run, "jitwarden", "roots", kind)
+    tmp = env.get("TMPDIR") or "/tmp"
+    return os.path.join(tmp, f"jitwarden-{os.getuid()}", "roots", kind)
+
+
+def _fresh_base(kind: str, env) -> str | None:
+    """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
+    import tempfile
+
+    for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
+        if tmp and os.path.isdir(tmp):
+            try:
+                return tempfile.mkdtemp(prefix=f"jitwarden-{kind}-", dir=tmp)
+            except OSError:
+                continue
+    return None
+
+
+def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> tuple[str | None, str | None]:
+    """(partition path, warning or None): the first usable one of ``base``, the private roots, a fresh dir.
+
+    Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
+    not a directory) never leaves the cache unpartitioned while any private place can hold one.
+    """
+    first_why = None
+    tried = []
+    for i, cand in enumerate((base, _private_base(kind, env), _runtime_base(kind, env), None)):
+        if cand is None:
+            cand = _fresh_base(kind, env)
+            if cand is None:
+                break
+        if cand in tried:
+            continue
+        tried.append(cand)
+        why = _usable_base(cand)
+        if why is None:
+            path = partition.path_for(cand, digest)
+            try:
+                partition.ensure(path, digest, headline, kind)
+            except OSError as exc:
+                why = f"cannot use its partition: {exc.strerror or exc}"
+            else:
+                if i == 0:
+                    return path, None
+                from . import startup_checks  # only here: refusals are rare, and it imports ptxas
+
+                return path, startup_checks.unsafe_root(base, first_why, path)
+        if first_why is None:
+            first_why = why
+    from . import startup_checks
+
+    return None, startup_checks.unsafe_root(base, f"{first_why}; no private place for a partition either", None)
+
+
 def _say(msg: str, quiet: bool) -> None:
     if not quiet and msg not in _SAID:
         import logging
@@ -143,8 +201,9 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
 
     ``roots``: which cache kinds to partition. Idempotent: a second call on the same
-    environment returns the same record and changes nothing. On any internal error
-    the environment is left exactly as it was and one warning is logged.
+    environment returns the same record and changes nothing. On any internal error it
+    fails closed: the cache dirs are left as they were, the Triton guard is still
+    installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
     touched = [var for _k, var in KINDS] + ["TRITON_CACHE_MANAGER"]
@@ -170,8 +229,17 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
                     vars(knobs)[k] = knob_before[k]
                 else:
                     vars(knobs).pop(k, None)
-        _say(f"activation skipped ({type(exc).__name__}: {exc}); caches are unguarded in this process", False)
-        return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
+        manager = before.get("TRITON_CACHE_MANAGER")
+        if not manager and not (knobs is not None and vars(knobs).get("manager_class") is not None):
+            try:
+                target["TRITON_CACHE_MANAGER"] = MANAGER  # fail closed: the guard stays on
+                manager = MANAGER
+            except Exception:  # noqa: BLE001 - an environment that takes nothing
+                pass
+        guard = "the Triton guard is still on" if manager == MANAGER else "the Triton cache is not guarded"
+        _say(f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
+             f"{guard}", False)
+        return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
 def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
@@ -234,22 +302,14 @@ def _activate(env, roots, quiet, knobs) -> Activation:
                 unpartitioned_triton = in_use[var]
             continue
         base = partition.base_of(cur) if cur else default_base(kind, env)
-        why = _usable_base(base)
-        if why is not None:
-            private = _private_base(kind, env)
-            pwhy = _usable_base(private)
-            from . import startup_checks  # only here: refusals are rare, and it imports ptxas
-
-            if pwhy is not None:
-                warnings.append(startup_checks.unsafe_root(base, why, None))
-                skipped[var] = f"{base}: {why}; private root {private}: {pwhy}"
-                if kind == "triton":
-                    unpartitioned_triton = cur or base
-                continue
-            warnings.append(startup_checks.unsafe_root(base, why, partition.path_for(private, digest)))
-            base = private
-        path = partition.path_for(base, digest)
-        partition.ensure(path, digest, fp.headline(), kind)
+        path, warning = _partition(kind, base, env, digest, fp.headline())
+        if warning:
+            warnings.append(warning)
+        if path is None:
+            skipped[var] = warning
+            if kind == "triton":
+                unpartitioned_triton = cur or base
+            continue
         partitions[var] = in_use[var] = path
         if cur != path:
             changes[var] = path
