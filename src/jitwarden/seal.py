@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .fsutil import read_regular, write_json_atomic
+from .fsutil import read_regular
 from .layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
@@ -127,6 +127,44 @@ def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
     return problems
 
 
-def write(entry_dir: str, seal: Seal) -> str:
-    """Write the seal atomically (temp file in the entry, then rename)."""
-    return write_json_atomic(os.path.join(entry_dir, SEAL_FILE), seal.to_json(), ".jitwarden-seal.")
+def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
+    """Write the seal atomically (temp file in the entry, then rename).
+
+    The seal records ``fs_time_ns``: the ctime its temp file got when created, i.e. the file
+    system's clock at sealing. Every file sealed is older or of the same tick; any later change
+    to one gives it a ctime at least that. ``after_ns``: the newest ctime among the sealed files;
+    the recorded time is pushed past it (by touching the temp file for up to a few clock ticks)
+    so that an unchanged entry is told apart from one changed in the same tick.
+    """
+    import tempfile
+
+    from .fsutil import umask
+
+    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-seal.", suffix=".tmp", dir=entry_dir)
+    try:
+        mode = 0o666 & ~umask()  # readable like Triton's own files, not mkstemp's 0600
+        os.fchmod(fd, mode)
+        fs_now = os.fstat(fd).st_ctime_ns
+        for _ in range(50):
+            if fs_now > after_ns:
+                break
+            time.sleep(0.001)
+            os.fchmod(fd, mode)  # a metadata change: ctime moves to the clock's current tick
+            fs_now = os.fstat(fd).st_ctime_ns
+        doc = seal.to_json()
+        if fs_now > after_ns:
+            doc["fs_time_ns"] = fs_now
+        with os.fdopen(fd, "w") as f:
+            fd = -1
+            json.dump(doc, f, sort_keys=True)
+        path = os.path.join(entry_dir, SEAL_FILE)
+        os.replace(tmp, path)
+        return path
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
