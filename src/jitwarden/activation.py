@@ -242,6 +242,36 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
         return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
+def reduced_protection(env=None) -> list[tuple[str, str, str]]:
+    """Every setting in ``env`` that lowers what activation protects, as (setting, what it costs, how to undo).
+
+    Pure over the environment: ``doctor`` and ``status`` report these so that a protection
+    turned off (for a test, a benchmark, a workaround) is never forgotten.
+    """
+    env = os.environ if env is None else env
+    out = []
+    if _on(env.get("JITWARDEN_DISABLE")):
+        out.append((f"JITWARDEN_DISABLE={env['JITWARDEN_DISABLE']}",
+                    "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
+                    "unset JITWARDEN_DISABLE"))
+    if _off(env.get("JITWARDEN_PARTITION")):
+        out.append((f"JITWARDEN_PARTITION={env['JITWARDEN_PARTITION']}",
+                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
+                    "driver or GPU built into the shared root",
+                    "unset JITWARDEN_PARTITION"))
+    if _off(env.get("JITWARDEN_SWEEP")):
+        out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
+                    "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
+                    "Triton guard never sees",
+                    "unset JITWARDEN_SWEEP"))
+    manager = env.get("TRITON_CACHE_MANAGER")
+    if manager and manager != MANAGER:
+        out.append((f"TRITON_CACHE_MANAGER={manager}",
+                    "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
+                    "unset TRITON_CACHE_MANAGER"))
+    return out
+
+
 def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
     """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
 

@@ -145,8 +145,8 @@ class _Served:
 
         shutil.rmtree(d, ignore_errors=True)
 
-    def serve(self, blobs: dict, fallback: str) -> dict:
-        """Write ``blobs`` (name -> bytes) to a fresh private dir; name -> path. OSError when it cannot."""
+    def new_dir(self, fallback: str) -> str:
+        """A fresh private dir for one hit or one compile; the thread's previous one is removed."""
         with self.mutex:
             if self.dir is None or not os.path.isdir(self.dir):
                 self.dir = self._make(fallback)
@@ -158,18 +158,24 @@ class _Served:
         d = os.path.join(base, str(next(self.count)))
         os.mkdir(d, 0o700)
         self.local.prev = d
-        out = {}
-        for name, data in blobs.items():
-            path = os.path.join(d, name)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            out[name] = path
-        return out
+        return d
+
+    @staticmethod
+    def write(d: str, name: str, data: bytes) -> str:
+        path = os.path.join(d, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return path
+
+    def serve(self, blobs: dict, fallback: str) -> dict:
+        """Write ``blobs`` (name -> bytes) to a fresh private dir; name -> path. OSError when it cannot."""
+        d = self.new_dir(fallback)
+        return {name: self.write(d, name, data) for name, data in blobs.items()}
 
 
 _SERVED = _Served()
@@ -213,10 +219,17 @@ class GuardedCacheManager(FileCacheManager):
     """A FileCacheManager that seals what it writes and trusts only what still matches its seal."""
 
     def __init__(self, key, override=False, dump=False):
-        super().__init__(key, override=override, dump=dump)
+        for attempt in range(3):
+            try:
+                super().__init__(key, override=override, dump=dump)
+                break
+            except FileExistsError:  # the entry was moved away (``clean``) between makedirs' mkdir and its check
+                if attempt == 2:
+                    raise
         self._plain = bool(override or dump or not self.cache_dir)  # override/dump dirs: exactly the parent
         self._pending: dict[str, tuple[bytes, str]] = {}
         self._writers_fd: int | None = None
+        self._put_dir: str | None = None
 
     def __del__(self):
         fd, self._writers_fd = getattr(self, "_writers_fd", None), None
@@ -475,19 +488,43 @@ class GuardedCacheManager(FileCacheManager):
         if standalone:
             fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
             try:
-                path = super().put(raw, filename, binary=True)
+                path = self._put_file(raw, filename)
                 self._seal_files({filename: raw}, merge=True)
-                return path
             finally:
                 _unlock(fd)
+            return self._private(filename, raw, path)
         self._begin_write()
         self._pending[filename] = (raw, hashlib.sha256(raw).hexdigest())
-        return super().put(raw, filename, binary=True)
+        path = self._put_file(raw, filename)
+        return path if filename.startswith("__grp__") else self._private(filename, raw, path)
+
+    def _put_file(self, raw: bytes, filename: str) -> str:
+        """Triton's own put, again when the entry was moved away (``clean``) while it wrote."""
+        for attempt in range(3):
+            try:
+                return super().put(raw, filename, binary=True)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _private(self, filename: str, raw: bytes, path: str) -> str:
+        """A private copy of bytes just written: Triton reads back what ``put`` returns (a compile's result,
+        a launcher it imports), and the cache file may be replaced by then."""
+        try:
+            if self._put_dir is None:
+                self._put_dir = _SERVED.new_dir(os.path.dirname(self.cache_dir.rstrip(os.sep)))
+            return _SERVED.write(self._put_dir, filename, raw)
+        except OSError as exc:
+            _say_once("serve-put", "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
+                      "them back from the cache dir", exc.strerror or exc)
+            return path
 
     def put_group(self, filename: str, group):
         if self._plain:
             return super().put_group(filename, group)
         grp_name = f"__grp__{filename}"
+        group = {name: self._make_path(name) for name in group}  # the cache's own paths, not private copies
         self._begin_write()
         fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
         try:
@@ -501,7 +538,7 @@ class GuardedCacheManager(FileCacheManager):
                 except OSError:
                     same = False
                 if not same:
-                    super().put(mine[0], name, binary=True)
+                    self._put_file(mine[0], name)
             path = super().put_group(filename, group)  # calls self.put: recorded in _pending
             try:  # the kernel is compiled and published: failing to seal it must not fail the compile
                 files = {}
