@@ -115,7 +115,18 @@ def ensure(partition: str, digest: str, headline: str | None, kind: str, now: fl
     import errno
 
     now = time.time() if now is None else now
-    os.makedirs(partition, mode=0o755, exist_ok=True)
+    parent, name = os.path.split(partition)
+    try:
+        os.mkdir(parent, 0o755)
+    except FileExistsError:
+        pass
+    pfd = os.open(parent, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))  # ELOOP: a symlink
+    try:
+        os.mkdir(name, 0o755, dir_fd=pfd)
+    except FileExistsError:
+        pass
+    finally:
+        os.close(pfd)
     why = unusable(partition)
     if why is not None:
         raise OSError(errno.EPERM, why, partition)

@@ -147,11 +147,11 @@ def _relocated_group(path: str, problem: str) -> bool:
         return False
     import json
 
-    from .fsutil import read_nofollow
+    from .fsutil import read_regular
 
     try:
-        children = json.loads(read_nofollow(os.path.join(path, name)))["child_paths"]
-    except (OSError, ValueError, KeyError, TypeError):
+        children = json.loads(read_regular(os.path.join(path, name), 1 << 20))["child_paths"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
 

@@ -274,3 +274,17 @@ def test_read_only_home_and_cache_fall_back_to_a_private_writable_partition(tmp_
     where = next(ln.split("=", 1)[1] for ln in proc.stderr.splitlines() if ln.startswith("jitwarden: TRITON_CACHE_DIR="))
     assert where.startswith(str(run) + os.sep), where
     assert proc.stderr.count(f"refusing cache root {ro}/triton") == 1
+
+
+def test_a_partitions_dir_symlinked_out_of_the_root_is_not_written_through(tmp_path):
+    root = tmp_path / "triton"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / "jitwarden-v1")
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=str(root))
+    out = _activate(env)
+    _assert_partitioned_and_guarded(out)
+    assert os.listdir(outside) == []  # no partition, no info file made out there
+    assert not out["dir"].startswith(str(root) + os.sep)  # a private partition instead
+    assert "refusing cache root" in out["stderr"] and "symlink" in out["stderr"]
