@@ -211,7 +211,7 @@ def _launcher(root):
 
 def _cached(root, loaded):
     """The cache's own file behind the private copy Triton imported (the guard serves verified copies)."""
-    name = os.path.basename(loaded)
+    name = os.path.basename(loaded).split(".", 1)[1]  # "<n>.<name>": one private copy per use
     assert not loaded.startswith(root + os.sep), "Triton imported the cache's file, not the verified copy"
     (so,) = [os.path.join(root, e, name) for e in os.listdir(root) if os.path.exists(os.path.join(root, e, name))]
     assert open(so, "rb").read() == open(loaded, "rb").read() if os.path.exists(loaded) else True

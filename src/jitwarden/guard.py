@@ -77,10 +77,11 @@ class _Served:
 
     Triton re-opens every path a cache manager returns; returning the cache's own paths would let
     anyone who can write the cache swap a file between the check and that read. The copies live
-    in one directory per process (mode 0700, in the temp dir, else beside the cache), under a
-    fresh subdirectory per hit; a thread's previous hit is removed at its next one (Triton reads
-    every file before ``compile`` returns), the rest at exit, and the leftovers of killed
-    processes (their lock is free) when a later process starts.
+    in one directory per process (mode 0700; in ``$XDG_RUNTIME_DIR`` or ``/dev/shm`` when there,
+    memory-backed and cheap, else the temp dir, else beside the cache), one set of files per hit
+    named ``<n>.<name>`` (the suffix is what Triton looks at). A thread's previous set is removed
+    at its next one (Triton reads every file before ``compile`` returns), the rest at exit, and
+    the leftovers of killed processes (their lock is free) when a later process starts.
     """
 
     PREFIX = "jitwarden-served-"
@@ -95,11 +96,20 @@ class _Served:
         self.local = threading.local()
         self.mutex = threading.Lock()
 
+    def _parents(self, fallback: str) -> list:
+        import tempfile
+
+        out = []
+        run = os.environ.get("XDG_RUNTIME_DIR")
+        if run and os.path.isabs(run):
+            out.append(run)
+        return out + ["/dev/shm", tempfile.gettempdir(), fallback]
+
     def _make(self, fallback: str) -> str:
         import atexit
         import tempfile
 
-        for parent in (tempfile.gettempdir(), fallback):
+        for parent in self._parents(fallback):
             try:
                 d = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getuid()}-", dir=parent)
                 fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -114,8 +124,6 @@ class _Served:
 
     def _reap(self, parent: str, mine: str) -> None:
         """Remove the copies of processes that died without cleaning up (their lock is free)."""
-        import shutil
-
         try:
             names = [n for n in os.listdir(parent) if n.startswith(f"{self.PREFIX}{os.getuid()}-")]
         except OSError:
@@ -137,7 +145,7 @@ class _Served:
                 continue  # alive
             finally:
                 os.close(fd)
-            shutil.rmtree(d, ignore_errors=True)
+            self._remove(d)
 
     @staticmethod
     def _remove(d: str) -> None:
@@ -145,25 +153,24 @@ class _Served:
 
         shutil.rmtree(d, ignore_errors=True)
 
-    def new_dir(self, fallback: str) -> str:
-        """A fresh private dir for one hit or one compile; the thread's previous one is removed."""
+    def begin(self, fallback: str) -> tuple[str, str]:
+        """(dir, prefix) for a fresh set of copies; the calling thread's previous set is removed."""
         with self.mutex:
             if self.dir is None or not os.path.isdir(self.dir):
                 self.dir = self._make(fallback)
             base = self.dir
-        prev = getattr(self.local, "prev", None)
-        if prev is not None:
-            self.local.prev = None
-            self._remove(prev)
-        d = os.path.join(base, str(next(self.count)))
-        os.mkdir(d, 0o700)
-        self.local.prev = d
-        return d
+        for path in getattr(self.local, "prev", ()):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self.local.prev = []
+        return base, f"{next(self.count)}."
 
-    @staticmethod
-    def write(d: str, name: str, data: bytes) -> str:
-        path = os.path.join(d, name)
+    def write(self, where: tuple[str, str], name: str, data: bytes) -> str:
+        path = os.path.join(where[0], where[1] + name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        self.local.prev.append(path)
         try:
             view = memoryview(data)
             while view:
@@ -173,9 +180,9 @@ class _Served:
         return path
 
     def serve(self, blobs: dict, fallback: str) -> dict:
-        """Write ``blobs`` (name -> bytes) to a fresh private dir; name -> path. OSError when it cannot."""
-        d = self.new_dir(fallback)
-        return {name: self.write(d, name, data) for name, data in blobs.items()}
+        """Write ``blobs`` (name -> bytes) as a fresh private set; name -> path. OSError when it cannot."""
+        where = self.begin(fallback)
+        return {name: self.write(where, name, data) for name, data in blobs.items()}
 
 
 _SERVED = _Served()
@@ -229,7 +236,7 @@ class GuardedCacheManager(FileCacheManager):
         self._plain = bool(override or dump or not self.cache_dir)  # override/dump dirs: exactly the parent
         self._pending: dict[str, tuple[bytes, str]] = {}
         self._writers_fd: int | None = None
-        self._put_dir: str | None = None
+        self._put_dir: tuple[str, str] | None = None
 
     def __del__(self):
         fd, self._writers_fd = getattr(self, "_writers_fd", None), None
@@ -513,7 +520,7 @@ class GuardedCacheManager(FileCacheManager):
         a launcher it imports), and the cache file may be replaced by then."""
         try:
             if self._put_dir is None:
-                self._put_dir = _SERVED.new_dir(os.path.dirname(self.cache_dir.rstrip(os.sep)))
+                self._put_dir = _SERVED.begin(os.path.dirname(self.cache_dir.rstrip(os.sep)))
             return _SERVED.write(self._put_dir, filename, raw)
         except OSError as exc:
             _say_once("serve-put", "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
