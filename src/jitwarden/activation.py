@@ -131,13 +131,40 @@ def _private_base(kind: str, env) -> str:
     return os.path.join(memo_dir(env), "roots", kind)
 
 
+def _private_top(env) -> str:
+    from .activation_memo import memo_dir
+
+    return memo_dir(env)
+
+
 def _runtime_base(kind: str, env) -> str:
     """A per-user private root off the (maybe read-only) home: ``$XDG_RUNTIME_DIR``, else the temp dir."""
+    return os.path.join(_runtime_top(env), "roots", kind)
+
+
+def _runtime_top(env) -> str:
     run = env.get("XDG_RUNTIME_DIR")
     if run and os.path.isabs(run):
-        return os.path.join(run, "jitwarden", "roots", kind)
-    tmp = env.get("TMPDIR") or "/tmp"
-    return os.path.join(tmp, f"jitwarden-{os.getuid()}", "roots", kind)
+        return os.path.join(run, "jitwarden")
+    return os.path.join(env.get("TMPDIR") or "/tmp", f"jitwarden-{os.getuid()}")
+
+
+def _not_ours(top: str) -> str | None:
+    """None when ``top`` (made 0700 if missing) is a directory of ours nobody else can write, else why not.
+
+    The private roots live below it: whoever can rename entries in it could swap our root for theirs.
+    """
+    import stat
+
+    try:
+        os.makedirs(top, mode=0o700, exist_ok=True)
+        st = os.stat(top)
+    except OSError as exc:
+        return f"{top}: {exc.strerror or exc}"
+    others_write = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getgid())
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or others_write:
+        return f"{top} is not a private directory of yours (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})"
+    return None
 
 
 def _fresh_base(kind: str, env) -> str | None:
@@ -169,7 +196,9 @@ def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> 
         if cand in tried:
             continue
         tried.append(cand)
-        why = _usable_base(cand)
+        top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
+        why = _not_ours(top()) if top is not None else None
+        why = why or _usable_base(cand)
         if why is None:
             path = partition.path_for(cand, digest)
             try:

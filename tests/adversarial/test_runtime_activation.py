@@ -288,3 +288,17 @@ def test_a_partitions_dir_symlinked_out_of_the_root_is_not_written_through(tmp_p
     assert os.listdir(outside) == []  # no partition, no info file made out there
     assert not out["dir"].startswith(str(root) + os.sep)  # a private partition instead
     assert "refusing cache root" in out["stderr"] and "symlink" in out["stderr"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a directory owned by another user needs root")
+def test_a_private_root_dir_planted_by_another_user_is_not_used(tmp_path):
+    tmp = tmp_path / "tmp"
+    planted = tmp / f"jitwarden-{os.getuid()}"
+    planted.mkdir(parents=True)
+    os.chown(planted, 12345, 12345)
+    env = clean_env(tmp_path, HOME="/dev/null/home", XDG_CACHE_HOME="/dev/null/cache", TRITON_CACHE_DIR="/dev/null/t",
+                    TMPDIR=str(tmp))
+    out = _activate(env)
+    _assert_partitioned_and_guarded(out)
+    assert os.listdir(planted) == []
+    assert out["dir"].startswith(str(tmp / "jitwarden-triton-"))  # a fresh 0700 dir of its own
