@@ -5,9 +5,15 @@ static CUDA launcher, which reads ``<triton cache dir>/<key>/<name>.cubin`` itse
 (``TRITON_CACHE_DIR`` when set, as under activation, else ``<inductor cache>/triton/<device>``;
 ``torch/_inductor/runtime/triton_heuristics.py: reload_cubin_path``) and never asks Triton's
 cache manager, so the guard never sees those loads. Activation therefore sweeps this
-environment's Triton, Inductor and vLLM partitions first (when torch is installed): per entry one ``scandir`` and
-two ``lstat``s when nothing changed since it was sealed (a file's ctime cannot be set back),
-a full seal check otherwise, and a structural check plus a seal for entries nobody sealed.
+environment's Triton, Inductor and vLLM partitions first (when torch is installed): per entry one ``scandir``,
+an ``lstat`` per file and one small read of the seal when nothing changed since it was sealed, a full
+seal check otherwise, and a structural check plus a seal for entries nobody sealed.
+
+"Nothing changed" means every file's ctime is older than the file-system time recorded *inside*
+the seal when it was written (``fs_time_ns``): a file's ctime moves forward on any change to it
+(content, mode, owner, rename, link) and cannot be set back, and the recorded time does not
+move when the seal's own metadata does (``chmod`` or ``touch`` of the seal cannot hide a changed
+file). It assumes the clock stamping ctimes is not stepped back between sealing and a change.
 A damaged entry is quarantined, and Inductor's own bundle (or a recompile) replaces it.
 
 Stdlib only, never raises into the caller: it runs on the activation path.
@@ -60,19 +66,43 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
     return warnings, counts
 
 
+def _sealed_at_ns(path: str) -> int | None:
+    """The file-system time recorded inside the entry's seal (ns); None when there is none to read."""
+    import json
+
+    from .fsutil import read_regular
+
+    try:
+        at = json.loads(read_regular(os.path.join(path, SEAL_FILE), 4 << 20, size_hint=4096))["fs_time_ns"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return at if type(at) is int else None
+
+
+def _unchanged(path: str, files: list) -> bool:
+    """Whether no file of the entry changed since its seal was written (by the time inside the seal)."""
+    at = _sealed_at_ns(path)
+    if at is None:
+        return False
+    for e in files:
+        if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_ctime_ns >= at:
+            return False
+    return True
+
+
 def _entry(path: str, digest: str | None, counts: dict) -> str | None:
-    seal_ctime = None
-    binaries = []
+    sealed = False
+    files = []
     with os.scandir(path) as it:
         for e in it:
             if e.name == SEAL_FILE:
-                seal_ctime = e.stat(follow_symlinks=False).st_ctime_ns
-            elif e.name.endswith(_BINARIES):
-                binaries.append(e)
-    # Strictly older: a file changed in the same clock tick as the seal is looked at again (once: it is resealed).
-    if seal_ctime is not None and all(b.stat(follow_symlinks=False).st_ctime_ns < seal_ctime
-                                      and b.is_file(follow_symlinks=False) for b in binaries):
+                sealed = True
+            elif not is_reserved(e.name) and not e.is_dir(follow_symlinks=False):
+                files.append(e)  # a writer's tmp.pid_* dir is not sealed content
+    if sealed and any(e.name.endswith(_BINARIES) for e in files) and _unchanged(path, files):
         return None  # unchanged since it was sealed
+    if sealed and not any(e.name.endswith(_BINARIES) for e in files):
+        return None  # no kernel binary for Inductor's launcher to load: the guard judges the rest on use
     try:
         fd = lock(path, LOCK_FILE, fcntl.LOCK_EX, block=False)
     except OSError:
@@ -80,7 +110,7 @@ def _entry(path: str, digest: str | None, counts: dict) -> str | None:
     if fd is None:
         return None  # someone is sealing or verifying it right now
     try:
-        if seal_ctime is not None:
+        if sealed:
             counts["rehashed"] += 1
             return _recheck(path, digest, counts)
         return _seal_unsealed(path, digest, counts)
@@ -117,13 +147,23 @@ def _relocated_group(path: str, problem: str) -> bool:
         return False
     import json
 
-    from .fsutil import read_nofollow
+    from .fsutil import read_regular
 
     try:
-        children = json.loads(read_nofollow(os.path.join(path, name)))["child_paths"]
-    except (OSError, ValueError, KeyError, TypeError):
+        children = json.loads(read_regular(os.path.join(path, name), 1 << 20))["child_paths"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
+
+
+def _newest_ctime(path: str, names: list[str]) -> int:
+    newest = -1
+    for n in names:
+        try:
+            newest = max(newest, os.lstat(os.path.join(path, n)).st_ctime_ns)
+        except OSError:
+            pass
+    return newest
 
 
 def _reseal(path: str, s, present: list[str]) -> None:
@@ -131,7 +171,7 @@ def _reseal(path: str, s, present: list[str]) -> None:
 
     fresh = seal.compute(path, present, s.fingerprint, s.producer)
     try:
-        seal.write(path, fresh)
+        seal.write(path, fresh, _newest_ctime(path, present))
     except OSError:
         pass
 
@@ -146,7 +186,8 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
     if kind != "kernel":
         return None
     try:
-        seal.write(path, seal.compute(path, _present(path), digest, {"legacy": True, "by": "sweep"}))
+        present = _present(path)
+        seal.write(path, seal.compute(path, present, digest, {"legacy": True, "by": "sweep"}), _newest_ctime(path, present))
         counts["sealed"] += 1
     except OSError:
         pass

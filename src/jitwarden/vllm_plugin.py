@@ -41,7 +41,9 @@ def register() -> None:
             log.info("jitwarden: kernel caches partitioned by fingerprint %s (Triton: %s; guard: %s)",
                      rec.digest, where, "on" if rec.cache_manager == "jitwarden.guard:GuardedCacheManager" else "off")
         else:
-            log.warning("jitwarden: not active in this process (%s)", "; ".join(rec.skipped.values()) or "unknown")
+            guard = "on" if rec.cache_manager == "jitwarden.guard:GuardedCacheManager" else "off"
+            log.warning("jitwarden: caches not partitioned in this process (%s); Triton guard: %s",
+                        "; ".join(rec.skipped.values()) or "unknown", guard)
         _DONE[os.getpid()] = rec.digest or ""
     except Exception as exc:  # noqa: BLE001 - a plugin exception would abort vLLM
         try:

@@ -195,6 +195,7 @@ def run(args) -> int:
     digest = getattr(fp, "digest", None)
     probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, getattr(args, "rebuild", False),
                      startup_not_run(fp, report))
+    probs = sorted(probs + protection_problems(report), key=lambda p: (-int(p.severity), p.code))
     worst = report.worst
     if args.format == "json":
         doc = out.to_json(report, digest, "doctor --rebuild" if getattr(args, "rebuild", False) else "doctor", entries=[])
@@ -247,3 +248,15 @@ def _print(report, fp, digest, probs, args) -> None:
     else:
         con.print("no errors; the warnings above are worth a look")
     sys.stdout.flush()
+
+
+# --- reduced protection and leftover trash (the runtime's own report; see `status`) -------------
+
+
+def protection_problems(report, env=None) -> list[Problem]:
+    """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
+    the environment and the roots the scan found)."""
+    from .status import protection_lines
+
+    return [Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
+            for n in protection_lines(report, env)]
