@@ -23,7 +23,9 @@ def rt_env(isolated_env, tmp_path):
 
 def test_nothing_reduced_nothing_reported(rt_env):
     p = cli("doctor", env=rt_env)
-    assert p.returncode == 0 and "all good" in p.stdout and "reduced protection" not in p.stdout.lower()
+    # On this CPU torch the torch-arch start-up check cannot run, so doctor says that instead of "all good".
+    assert p.returncode == 0 and "no problem at warning or error level" in p.stdout
+    assert "reduced protection" not in p.stdout.lower()
     assert json.loads(cli("status", "--format", "json", env=rt_env).stdout)["protection"] == []
 
 
