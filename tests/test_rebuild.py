@@ -467,3 +467,72 @@ def test_older_metadata_layout_is_rebuilt_the_same_way(built, tmp_path):
     json.dump(md, open(p, "w"))
     res = verify(root)[rec["path"]]
     assert res.verdict == "verified", res.message
+
+
+# ---------------------------------------------------------------- untrusted ptx_options
+
+
+def _set_md(rec, **kw):
+    p = os.path.join(rec["path"], f"{rec['name']}.json")
+    md = json.load(open(p))
+    md.update(kw)
+    json.dump(md, open(p, "w"))
+
+
+@pytest.mark.parametrize("opts", ["--options-file {secret}", "-optf {secret}", "--maxrregcount=32 --options-file={secret}",
+                                  "--output-file {secret}", "--maxrregcount {secret}", "--fmad=false; cat {secret}"])
+def test_ptx_options_outside_the_allow_list_never_reach_ptxas(built, tmp_path, opts):
+    """Issue 12: `--options-file /etc/shadow` in a cache's metadata printed the file's lines into the report."""
+    root, man = copy(built, tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text("root:SECRET-HASH-jw:19000:0:99999:7:::\n")
+    rec = man["add_sm90"]
+    _set_md(rec, ptx_options=opts.format(secret=secret))
+    only = str(tmp_path / "only")
+    os.makedirs(only)
+    shutil.copytree(rec["path"], os.path.join(only, rec["id"]))
+    kernels.copy_cache(only, str(tmp_path / "alone"))  # group file pointing into the copy
+    only = str(tmp_path / "alone")
+    st = {}
+    r = rebuild.verify_entries(scan(only), jobs=1, machine_ptxas=[], stats=st)[os.path.join(only, rec["id"])]
+    assert r.verdict == "unverifiable", r.message
+    assert "it was not run" in r.message and "SECRET" not in r.message
+    assert st["ptxas_runs"] == 0
+    out = subprocess.run([sys.executable, "-m", "jitwarden", "verify", "--rebuild", "--target", "sm_90",
+                          "--format", "json", only], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr  # unverifiable is a warning, never an error
+    assert "SECRET" not in out.stdout + out.stderr
+    codes = [f["code"] for e in json.loads(out.stdout)["entries"] for f in e["findings"]]
+    assert codes == ["unverifiable"]
+
+
+def test_allow_listed_ptx_options_are_passed_as_triton_passed_them(tmp_path):
+    """A real kernel compiled with PTXAS_OPTIONS-style ptx_options verifies with the same options."""
+    job = dict(kernels.jobs_for(archs=(90,), variants=[kernels.VARIANTS[0]])[0],
+               options={"ptx_options": "--maxrregcount 40 -O3 --def-load-cache=cg"})
+    root = str(tmp_path / "cache")
+    rec = kernels.build_cache(root, jobs=[job])[0]
+    md = json.load(open(os.path.join(rec["path"], f"{rec['name']}.json")))
+    assert md["ptx_options"] == "--maxrregcount 40 -O3 --def-load-cache=cg"
+    assert rebuild.allowed_ptx_options(md["ptx_options"]) == ["--maxrregcount", "40", "-O3", "--def-load-cache=cg"]
+    r = verify(root)[rec["path"]]
+    assert r.verdict == "verified", r.message
+    # and the options matter: without them the same PTX assembles into another cubin
+    _arch, flags = rebuild.ptxas_flags(dict(md, ptx_options=None))
+    out = str(tmp_path / "plain.cubin")
+    subprocess.run([PTXAS, *flags, ptx_path(rec), "-o", out], check=True, capture_output=True)
+    assert not cubin_compare.compare(open(cubin_path(rec), "rb").read(), open(out, "rb").read()).equal
+
+
+def test_unknown_triton_release_never_gets_an_error(built, tmp_path):
+    """Damage under a Triton release whose command line we do not know: unverifiable, not an error."""
+    root, man = copy(built, tmp_path)
+    rec = man["add_sm90"]
+    _set_md(rec, triton_version="3.99.0")
+    data = bytearray(open(cubin_path(rec), "rb").read())
+    text = elf.parse(bytes(data)).section(f".text.{rec['name']}")
+    data[text.offset + text.size // 2] ^= 0x10
+    open(cubin_path(rec), "wb").write(data)
+    r = verify(root, machine_ptxas=[])[rec["path"]]
+    assert r.verdict == "unverifiable", r.message
+    assert "Triton 3.99.0, whose ptxas command line jitwarden does not know" in r.message
