@@ -86,3 +86,20 @@ def test_ptxas_choice_per_release():
 def test_unknown_release_recipe_is_nearest_but_flagged():
     r = ptxas.recipe_for("4.0.0")
     assert dataclasses.replace(r, known=True) == ptxas.RECIPES[-1] and not r.known
+
+
+def test_startup_ptxas_check_follows_the_release():
+    from jitwarden import startup_checks
+    from jitwarden.fingerprint import Fingerprint, Package
+    from jitwarden.nvml import Gpu
+
+    def fp(triton, role):
+        info = ptxas.PtxasInfo("/opt/ptxas", "/opt/ptxas", "release 11.7", "11.7", None, "0" * 64, 1)
+        return Fingerprint("nvml", (Gpu(0, "NVIDIA H200", (9, 0), None, None),), "580.1", "13.0", ((role, info),),
+                           (Package("triton", "triton", triton, None),), (), (), ())
+
+    ws = startup_checks.ptxas_target(fp("3.9.0", "triton-blackwell"))
+    assert len(ws) == 1 and "cannot target sm_90" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
+    assert startup_checks.ptxas_target(fp("3.6.0", "triton-blackwell")) == []  # 3.6 runs ptxas for sm_90
+    ws = startup_checks.ptxas_target(fp("3.6.0", "triton"))
+    assert len(ws) == 1 and "TRITON_PTXAS_PATH" in ws[0]

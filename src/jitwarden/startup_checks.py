@@ -40,11 +40,13 @@ def torch_arch(fp) -> list[str]:
 def ptxas_target(fp) -> list[str]:
     """The ptxas Triton resolves for the device's arch cannot assemble for it."""
     out = []
+    triton = fp.package("triton")
+    recipe = _ptxas.recipe_for(triton.version if triton else None)  # which ptxas this Triton release runs
     for arch in fp.device_archs():
-        role = "triton-blackwell" if arch >= 100 else "triton"
+        role = recipe.role(arch)
         info = fp.ptxas_for(role)
         if info is not None and _ptxas.can_target(info, arch) is False:
-            var = "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 100 else "TRITON_PTXAS_PATH"
+            var = recipe.binary(arch)[1]
             out.append(f"ptxas {info.path} (release {info.release}) cannot target sm_{arch}: Triton compiles will "
                        f"fail; point {var} at a ptxas from a CUDA release that supports sm_{arch}")
     return out
