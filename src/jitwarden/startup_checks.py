@@ -65,8 +65,10 @@ def torch_arch_not_run(fp, archs: tuple[int, ...]) -> str | None:
     return None
 
 
-def _ptxas_role(arch: int) -> str:
-    return "triton-blackwell" if arch >= 100 else "triton"
+def _recipe(fp):
+    """The ptxas choice of the installed Triton release (3.6 takes ptxas-blackwell from sm_100, 3.9 from sm_90)."""
+    triton = fp.package("triton")
+    return _ptxas.recipe_for(triton.version if triton else None)
 
 
 def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
@@ -76,10 +78,11 @@ def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
     that support the arch; unknown either way says nothing (see :func:`ptxas_not_run`).
     """
     out = []
+    recipe = _recipe(fp)
     for arch in fp.device_archs() if archs is None else archs:
-        info = fp.ptxas_for(_ptxas_role(arch))
+        info = fp.ptxas_for(recipe.role(arch))
         if info is not None and _ptxas.can_target(info, arch) is False:
-            var = "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 100 else "TRITON_PTXAS_PATH"
+            var = recipe.binary(arch)[1]
             out.append(f"ptxas {info.path} (release {info.release}) cannot target sm_{arch}: Triton compiles will "
                        f"fail; point {var} at a ptxas from a CUDA release that supports sm_{arch}")
     return out
@@ -90,10 +93,11 @@ def ptxas_not_run(fp, archs: tuple[int, ...]) -> str | None:
     if not archs:
         return "no GPU visible and no --target: Triton's ptxas was not checked against any GPU"
     why = []
+    recipe = _recipe(fp)
     for arch in archs:
-        info = fp.ptxas_for(_ptxas_role(arch))
+        info = fp.ptxas_for(recipe.role(arch))
         if info is None:
-            why.append(f"no ptxas found for sm_{arch} (Triton's {_ptxas_role(arch)} role)")
+            why.append(f"no ptxas found for sm_{arch} (Triton's {recipe.role(arch)} role)")
         elif _ptxas.can_target(info, arch) is None:
             why.append(f"whether ptxas release {info.release or '?'} supports sm_{arch} is not known")
     return "; ".join(why) + ": not checked" if why else None
