@@ -261,8 +261,8 @@ class GuardedCacheManager(FileCacheManager):
             if v.state == "legacy":
                 lv = self._legacy_ok()
                 if lv.state == "ok":
-                    self._seal_legacy(grp_name)
-                    v = self._judge_group(grp_name)
+                    why = self._seal_legacy(grp_name)  # proven first (jitwarden.firstuse), or refused
+                    v = self._judge_group(grp_name) if why is None else _Verdict("bad", why[0], why[1])
                 else:
                     v = lv
             if v.state == "ok":
@@ -273,11 +273,13 @@ class GuardedCacheManager(FileCacheManager):
         finally:
             _unlock(fd)
 
-    def _seal_legacy(self, grp_name: str) -> None:
+    def _seal_legacy(self, grp_name: str):
+        """Seal an unsealed entry once its rebuild proves it; else (code, details) why it is not used."""
+        from . import firstuse
+
         with open(self._make_path(grp_name), "rb") as f:
             children = json.loads(f.read())["child_paths"]
-        s = _seal.compute(self.cache_dir, list(children) + [grp_name], self._digest, dict(_producer(), legacy=True))
-        _seal.write(self.cache_dir, s)
+        return firstuse.admit(self.cache_dir, list(children) + [grp_name], self._digest, _producer())
 
     def put(self, data, filename, binary=True) -> str:
         if self._plain:

@@ -41,6 +41,7 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
     """Check every entry of ``trees``; returns (warning lines, counts)."""
     counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
     warnings: list[str] = []
+    proofs = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.firstuse)
     for tree in trees:
         try:
             it = os.scandir(tree)
@@ -57,7 +58,23 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
                 w = f"could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
             if w:
                 warnings.append(w)
+    if proofs is not None:
+        from .firstuse import summary
+
+        counts["proofs"] = proofs
+        line = summary(proofs)
+        if line:
+            warnings.append(line)
     return warnings, counts
+
+
+def _prove_ahead(trees: list[str]) -> dict | None:
+    from . import firstuse
+
+    if not firstuse.enabled():
+        return None
+    paths = firstuse.unsealed_kernels(trees)
+    return firstuse.prove_ahead(paths) if paths else None
 
 
 def _entry(path: str, digest: str | None, counts: dict) -> str | None:
@@ -137,7 +154,6 @@ def _reseal(path: str, s, present: list[str]) -> None:
 
 
 def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
-    from . import seal
     from .adapters import triton as tri
 
     errors, kind = tri.structural_errors(path)
@@ -145,8 +161,12 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
         return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts)
     if kind != "kernel":
         return None
+    from .firstuse import admit
+
     try:
-        seal.write(path, seal.compute(path, _present(path), digest, {"legacy": True, "by": "sweep"}))
+        why = admit(path, _present(path), digest, {"by": "sweep"})  # proven first, or refused
+        if why is not None:
+            return _quarantine(path, why[0], why[1], digest, counts)
         counts["sealed"] += 1
     except OSError:
         pass
