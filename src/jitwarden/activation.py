@@ -268,6 +268,10 @@ def _activate(env, roots, quiet, knobs) -> Activation:
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
     warnings += _sweep(in_use, partitions, digest, env)
+    if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
+        from .torchhooks import install
+
+        install(env)
     if unpartitioned_triton:
         from . import startup_checks
 

@@ -1,0 +1,192 @@
+"""Guards on what TorchInductor restores mid-run (jitwarden.torchhooks), on the real CPU torch.
+
+Inductor on the CPU makes C++ kernels, so the Triton side is driven through torch's own
+``TritonBundler``: ``collect()`` bundles real Triton kernel directories (compiled on the CPU for
+sm_90, one with a same-named substituted cubin), exactly as an FX-graph cache entry carries them,
+and ``read_and_emit()`` restores them, as on every FX-graph-cache hit (local, remote, AOT).
+FX-graph and AOTAutograd pickles come from a real ``torch.compile`` on the CPU.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jitwarden import quarantine, seal
+from jitwarden.layout import SEAL_FILE
+from test_firstuse import evil_cubin, substitute  # noqa: F401 - fixture
+from test_guard import SRC, compile_jobs
+
+pytest.importorskip("torch")
+
+BUNDLE = textwrap.dedent(
+    '''
+    import json, os, pickle, sys
+    if os.environ.get("JW_INSTALL_FIRST") == "1":
+        from jitwarden import torchhooks
+        torchhooks.install()  # before torch is imported: the finder patches it on import
+    import torch
+    from torch._inductor import config
+    from torch._inductor.triton_bundler import TritonBundler
+    if os.environ.get("JW_INSTALL_FIRST") == "0":
+        from jitwarden import torchhooks
+        torchhooks.install()  # torch already imported: patched now
+    config.bundle_triton_into_fx_graph_cache = True
+    guarded = bool(getattr(TritonBundler.read_and_emit, "__jitwarden__", False))
+    # What Inductor does when it writes an FX-graph entry: bundle the kernels it compiled ...
+    os.environ["TRITON_CACHE_DIR"] = os.environ["JW_SRC"]
+    TritonBundler.begin_compile()
+    for h in json.loads(os.environ["JW_HASHES"]):
+        TritonBundler.put(h, 0)
+    bundle, _ = TritonBundler.collect()
+    blob = pickle.dumps(bundle)
+    # ... and on a hit, in another cache dir: restore them.
+    os.environ["TRITON_CACHE_DIR"] = os.environ["JW_DST"]
+    meta = TritonBundler.read_and_emit(pickle.loads(blob))
+    print(json.dumps({"guarded": guarded, "restored": sorted(meta.cached_kernel_names)}))
+    '''
+)
+
+
+def restore(src, dst, hashes, install="1", extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
+    env.update(JW_SRC=src, JW_DST=dst, JW_HASHES=json.dumps(hashes), JW_INSTALL_FIRST=install,
+               PYTHONPATH=SRC, PYTHONWARNINGS="ignore", **(extra or {}))
+    p = subprocess.run([sys.executable, "-c", BUNDLE], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    """A stock (unsealed) Triton cache of add, add_b256 and sub for sm_90."""
+    root = str(tmp_path_factory.mktemp("stock") / "cache")
+    out = compile_jobs(root, guarded=False)
+    return root, {k: v for k, v in out.items() if k != "_stderr"}
+
+
+def _copy(stock, tmp_path):
+    import shutil
+
+    root, out = stock
+    dst = str(tmp_path / "src")
+    shutil.copytree(root, dst)
+    return dst, out
+
+
+@pytest.mark.parametrize("install", ["1", "0"], ids=["before-torch-import", "after-torch-import"])
+def test_bundle_with_a_substituted_kernel_restores_only_proven_kernels(stock, tmp_path, evil_cubin, install):
+    src, out = _copy(stock, tmp_path)
+    substitute(src, out["add_sm90"]["id"], evil_cubin)
+    dst = str(tmp_path / "dst")
+    hashes = [out[k]["id"] for k in ("add_sm90", "add_b256_sm90", "sub_sm90")]
+    res, err = restore(src, dst, hashes, install)
+    assert res["guarded"] is True
+    assert res["restored"] == []  # the hook put the proven ones in place itself; torch wrote nothing
+    assert not os.path.exists(os.path.join(dst, out["add_sm90"]["id"]))
+    for k in ("add_b256_sm90", "sub_sm90"):
+        path = os.path.join(dst, out[k]["id"])
+        s = seal.read(path)
+        assert s is not None and s.producer.get("proven") and s.producer.get("by") == "bundle"
+        assert seal.check(path, s) == []
+        with open(glob.glob(os.path.join(path, "*.cubin"))[0], "rb") as f:
+            import hashlib
+
+            assert hashlib.sha256(f.read()).hexdigest() == out[k]["cubin"]  # byte-identical to the stock compile
+    recs = quarantine.list_root(dst)
+    assert [(r.entry_id, r.reason, r.by) for r in recs] == [(out["add_sm90"]["id"], "not-reproducible", "torch-hook")]
+    assert err.count("refused Triton kernel") == 1
+    assert not any(n.startswith("tmp.") for n in os.listdir(dst))  # no staging dir left behind
+    # Later compiles of the refused kernel go through the guard and give the real cubin.
+    again = compile_jobs(dst)
+    assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
+
+
+def test_without_the_hook_the_substitute_is_restored(stock, tmp_path, evil_cubin):
+    """The path exists: torch writes the substituted cubin where its static launcher loads it."""
+    import hashlib
+
+    src, out = _copy(stock, tmp_path)
+    substitute(src, out["add_sm90"]["id"], evil_cubin)
+    dst = str(tmp_path / "dst")
+    res, _ = restore(src, dst, [out["add_sm90"]["id"]], "1", {"JITWARDEN_TORCH_HOOKS": "0"})
+    assert res["guarded"] is False and res["restored"] == ["add_kernel"]
+    with open(os.path.join(dst, out["add_sm90"]["id"], "add_kernel.cubin"), "rb") as f:
+        assert f.read() == evil_cubin
+    assert hashlib.sha256(evil_cubin).hexdigest() != out["add_sm90"]["cubin"]
+
+
+def test_an_unsealed_directory_already_on_disk_is_proven_before_torch_uses_it(stock, tmp_path, evil_cubin):
+    """torch skips a directory that exists; the hook proves it (here: a substitute left by an unguarded process)."""
+    import shutil
+
+    src, out = _copy(stock, tmp_path)
+    dst = str(tmp_path / "dst")
+    os.makedirs(dst)
+    victim, good = out["add_sm90"]["id"], out["sub_sm90"]["id"]
+    for e in (victim, good):
+        shutil.copytree(os.path.join(src, e), os.path.join(dst, e))
+    substitute(dst, victim, evil_cubin)
+    res, err = restore(src, dst, [victim, good], "1")
+    assert not os.path.exists(os.path.join(dst, victim))
+    assert seal.read(os.path.join(dst, good)).producer.get("proven")
+    assert [r.reason for r in quarantine.list_root(dst)] == ["not-reproducible"]
+
+
+FX = textwrap.dedent(
+    '''
+    import json, os, sys
+    from jitwarden import torchhooks
+    torchhooks.install()
+    import torch
+    torch.manual_seed(0)
+    x = torch.randn(8, 8); y = torch.randn(8, 8)
+    def f(x, y):
+        return torch.relu(x @ y + 1).sum(dim=-1) * 2
+    got = torch.compile(f)(x, y)
+    print(json.dumps({"ok": bool(torch.allclose(got, f(x, y))), "hooks": torchhooks.status()}))
+    '''
+)
+
+
+def _fx(cache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
+    env.update(TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONPATH=SRC, PYTHONWARNINGS="ignore")
+    p = subprocess.run([sys.executable, "-c", FX], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def _pickle_dirs(cache, kind):
+    return [d for d in glob.glob(os.path.join(cache, kind, "*", "*")) if os.path.isdir(d)]
+
+
+def test_fx_and_aotautograd_pickles_are_sealed_when_written_and_checked_before_read(tmp_path):
+    cache = str(tmp_path / "inductor")
+    res, _ = _fx(cache)
+    assert res["ok"] and set(res["hooks"].values()) == {"guarded"}, res
+    dirs = _pickle_dirs(cache, "fxgraph")
+    assert dirs
+    for d in dirs + _pickle_dirs(cache, "aotautograd"):
+        s = seal.read(d)
+        names = [n for n in os.listdir(d) if not n.startswith(".")]
+        assert s is not None and sorted(s.files) == sorted(names), (d, names)
+        assert seal.check(d, s) == []
+    # pickle.loads ignores bytes after STOP: torch alone would load this one as if nothing happened.
+    victim = next(os.path.join(d, n) for d in dirs for n in os.listdir(d) if not n.startswith("."))
+    with open(victim, "ab") as f:
+        f.write(b"tampered")
+    res, err = _fx(cache)
+    assert res["ok"]
+    assert err.count("quarantined TorchInductor cache pickle") == 1, err[-2000:]
+    recs = quarantine.list_root(cache)
+    assert [(r.reason, r.kind) for r in recs] == [("corrupt", "inductor")], recs
+    d = os.path.dirname(victim)
+    assert seal.check(d, seal.read(d)) == [] and [n for n in os.listdir(d) if not n.startswith(".")]  # rewritten, sealed
+    assert os.path.exists(os.path.join(d, SEAL_FILE))
