@@ -195,3 +195,17 @@ def test_prove_setting():
     assert firstuse.enabled({}) and firstuse.enabled({"JITWARDEN_PROVE": "1"})
     for off in ("0", "off", "false", "No"):
         assert not firstuse.enabled({"JITWARDEN_PROVE": off})
+
+
+def test_doctor_reports_the_settings_that_accept_risk(isolated_env, tmp_path):
+    from maint_helpers import cli
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    on = json.loads(cli("doctor", "--format", "json", env=env).stdout)
+    assert not [p for p in on["problems"] if p["code"] in ("proofs-off", "torch-hooks")], on["problems"]
+    off = json.loads(cli("doctor", "--format", "json", env=dict(env, JITWARDEN_PROVE="0", JITWARDEN_TORCH_HOOKS="0")).stdout)
+    codes = {p["code"]: p for p in off["problems"]}
+    assert "JITWARDEN_PROVE=0" in codes["proofs-off"]["message"] and codes["proofs-off"]["fix"].startswith("unset")
+    assert "JITWARDEN_TORCH_HOOKS=0" in codes["torch-hooks"]["message"]
+    table = cli("doctor", env=dict(env, JITWARDEN_PROVE="0")).stdout
+    assert "proofs-off" in table and "Traceback" not in table

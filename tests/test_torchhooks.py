@@ -190,3 +190,25 @@ def test_fx_and_aotautograd_pickles_are_sealed_when_written_and_checked_before_r
     d = os.path.dirname(victim)
     assert seal.check(d, seal.read(d)) == [] and [n for n in os.listdir(d) if not n.startswith(".")]  # rewritten, sealed
     assert os.path.exists(os.path.join(d, SEAL_FILE))
+
+
+def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypatch):
+    """A copy of this torch's own sources with the bundler's loader renamed: doctor says what and how to turn it off."""
+    import shutil
+
+    from jitwarden import torchhooks
+
+    real = torchhooks._torch_dir()
+    assert torchhooks.doctor_warnings({}) == []  # this torch: every wrapper attaches
+    fake = tmp_path / "torch"
+    for name, (rel, _needles) in torchhooks._SHAPES.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(os.path.join(real, rel), fake / rel)
+    p = fake / "_inductor" / "triton_bundler.py"
+    p.write_text(p.read_text().replace("def read_and_emit(", "def read_and_emit_v2("))
+    monkeypatch.setattr(torchhooks, "_torch_dir", lambda: str(fake))
+    (w,) = torchhooks.doctor_warnings({})
+    assert w[0] == "torch-hooks" and "triton_bundler.py (no def read_and_emit(" in w[1]
+    assert "TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0" in w[2]
+    raw = torchhooks.doctor_warnings({"TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW": "1"})
+    assert any("KEEP_STATIC_CUBIN_RAW" in t for _k, t, _f in raw)

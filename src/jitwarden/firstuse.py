@@ -18,16 +18,17 @@ and compared with the cubin, exactly as ``jitwarden verify --rebuild`` does
 ``JITWARDEN_PROVE=0`` turns proofs off for people who accept the risk: unsealed
 entries are then sealed after the structural checks alone, as before.
 
-Stdlib only (it runs on the activation path and inside the guard); never imports torch.
+Stdlib only (it runs on the activation path and inside the guard); never imports torch. Until an
+unsealed kernel is found it imports nothing beyond what a warm activation already has (no
+``dataclasses`` or ``hashlib``): records are named tuples.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections import namedtuple
 
 from .layout import SEAL_FILE, is_reserved
 
@@ -46,15 +47,14 @@ def enabled(env=None) -> bool:
     return v.strip().lower() not in ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class Proof:
-    """What a rebuild said about one entry, and the bytes it said it about."""
+class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(None,))):
+    """What a rebuild said about one entry, and the bytes it said it about (immutable, named fields).
 
-    path: str
-    state: str  # proven | refuted | unproven
-    reason: str
-    digests: dict  # file name -> sha256 of every file of the entry, read before the rebuild
-    ptxas: str | None = None
+    ``state``: proven | refuted | unproven; ``digests``: file name -> sha256 of every file of the
+    entry, read before the rebuild; ``ptxas``: the one that reproduced it.
+    """
+
+    __slots__ = ()
 
     @property
     def proven(self) -> bool:
@@ -66,13 +66,7 @@ class Proof:
         return _CODES.get(self.state, "")
 
 
-@dataclass(frozen=True)
-class _Entry:  # what rebuild.verify_entries reads of an entry
-    path: str
-    id: str
-    name: str | None
-    type: str = "kernel"
-
+_Entry = namedtuple("_Entry", "path id name type", defaults=("kernel",))  # what rebuild.verify_entries reads
 
 def _files(path: str) -> list[str]:
     with os.scandir(path) as it:
@@ -80,6 +74,8 @@ def _files(path: str) -> list[str]:
 
 
 def _digests(path: str) -> dict:
+    import hashlib
+
     from .fsutil import read_nofollow
 
     return {n: hashlib.sha256(read_nofollow(os.path.join(path, n))).hexdigest() for n in _files(path)}
@@ -221,3 +217,16 @@ def totals() -> dict:
     """Proofs made by this process so far (all callers)."""
     with _lock:
         return dict(_totals)
+
+
+def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
+    """(kind, text, fix) for ``jitwarden doctor``: risks someone accepted, and what cannot be guarded here."""
+    from . import torchhooks
+
+    env = os.environ if env is None else env
+    out = []
+    if not enabled(env):
+        out.append(("proofs-off", f"{PROVE_VAR}=0: unsealed Triton kernels are sealed and served after structural "
+                    "checks alone; another kernel's cubin under the same name would be used",
+                    f"unset {PROVE_VAR}  (first use then rebuilds each unsealed kernel once)"))
+    return out + torchhooks.doctor_warnings(env)

@@ -145,7 +145,10 @@ def _patch_bundler(mod) -> None:
         except Exception as exc:  # noqa: BLE001 - fail closed: restore nothing, Inductor recompiles
             _log.warning("jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
                          "restoring none of them, Inductor recompiles them", type(exc).__name__, exc)
-            bundle = _empty(bundle, mod)
+            try:
+                bundle = _empty(bundle)
+            except Exception:  # noqa: BLE001 - a shape we cannot even empty: restore nothing at all
+                return None
         return fn(bundle)
 
     read_and_emit.__jitwarden__ = True
@@ -153,13 +156,26 @@ def _patch_bundler(mod) -> None:
     cls.read_and_emit = staticmethod(read_and_emit)
 
 
-def _empty(bundle, mod):
+def _parts(bundle) -> tuple[list, list]:
+    """(kernel artifacts, static autotuners): torch <= 2.7 passes a plain list of kernel artifacts."""
+    if isinstance(bundle, list):
+        return bundle, []
+    return list(bundle.kernel_artifacts), list(getattr(bundle, "static_autotuners", None) or ())
+
+
+def _with(bundle, kept: list):
     import dataclasses
 
-    try:
-        return dataclasses.replace(bundle, kernel_artifacts=[], static_autotuners=[])
-    except Exception:  # noqa: BLE001
-        return mod.TritonBundle([], [])
+    return kept if isinstance(bundle, list) else dataclasses.replace(bundle, kernel_artifacts=kept)
+
+
+def _empty(bundle):
+    import dataclasses
+
+    if isinstance(bundle, list):
+        return []
+    fields = {f.name for f in dataclasses.fields(bundle)}
+    return dataclasses.replace(bundle, **{k: [] for k in ("kernel_artifacts", "static_autotuners") if k in fields})
 
 
 def _nonempty(path: str) -> bool:
@@ -181,29 +197,28 @@ def guard_bundle(bundle, cache_dir_for, replace_bytes: bytes = b"[REPLACE]"):
     only the kernel directories that are now in place and sealed (torch skips writing those,
     as they exist) and no raw cubins on its static autotuners.
     """
-    import dataclasses
     import shutil
 
+    artifacts, static = _parts(bundle)
     staged: dict[str, tuple] = {}  # staging dir -> (artifacts, final dir, base dir)
     existing: dict[str, tuple] = {}  # final dir already on disk -> (artifacts, base dir)
     refused: set[int] = set()
     parents: list[str] = []
     try:
-        _stage(bundle, cache_dir_for, replace_bytes, staged, existing, refused, parents)
+        _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, parents)
         _judge(staged, existing, refused)
     finally:
         for p in parents:
             shutil.rmtree(p, ignore_errors=True)
-    _drop_raw_cubins(bundle.static_autotuners)
-    kept = [a for a in bundle.kernel_artifacts if id(a) not in refused]
-    return dataclasses.replace(bundle, kernel_artifacts=kept)
+    _drop_raw_cubins(static)
+    return _with(bundle, [a for a in artifacts if id(a) not in refused])
 
 
-def _stage(bundle, cache_dir_for, replace_bytes, staged, existing, refused, parents) -> None:
+def _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, parents) -> None:
     """Write each kernel directory that is not on disk yet into a staging dir beside where it goes."""
     import uuid
 
-    for a in bundle.kernel_artifacts:
+    for a in artifacts:
         base = cache_dir_for(a.device)
         directory = os.path.join(base, a.kernel_hash)
         if not _safe_name(a.kernel_hash) or not all(_safe_name(x.filename) for x in a.artifacts):
@@ -443,3 +458,62 @@ def check_pickles(subdir: str) -> list[str]:
 
 
 _PATCHERS = {BUNDLER: _patch_bundler, CODECACHE: _patch_codecache, AOTCACHE: _patch_aotcache}
+
+
+# ---------------------------------------------------------------- doctor
+
+#: What each wrapper needs to find in torch's source: module -> (file, the definitions it wraps).
+_SHAPES = {
+    BUNDLER: ("_inductor/triton_bundler.py", ("def read_and_emit(", "triton_cache_dir", "_REPLACE_BYTES")),
+    CODECACHE: ("_inductor/codecache.py", ("def iterate_over_candidates(", "def _write_to_local_cache(")),
+    AOTCACHE: ("_functorch/_aot_autograd/autograd_cache.py", ("def _write_to_local_cache(",)),
+}
+
+
+def _torch_dir() -> str | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")  # a top-level name: found, not imported
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
+    """(kind, text, fix) for ``jitwarden doctor``: what torch restores that these wrappers cannot guard here.
+
+    Reads torch's source files as text (never imports torch): a wrapper attaches only to the
+    definitions it knows, so one missing from this torch is a way kernels arrive unguarded mid-run.
+    """
+    env = os.environ if env is None else env
+    tdir = _torch_dir()
+    if tdir is None:
+        return []
+    out = []
+    if not enabled(env):
+        out.append(("torch-hooks", f"{HOOKS_VAR}=0: Triton kernels TorchInductor restores mid-run (FX-graph bundles, "
+                    "remote caches, AOT artifacts) are checked only at the next start-up, and FX-graph pickles are "
+                    "not sealed", f"unset {HOOKS_VAR}"))
+        return out
+    missing = []
+    for name, (rel, needles) in _SHAPES.items():
+        try:
+            with open(os.path.join(tdir, rel), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            missing.append(f"{rel} (absent)")
+            continue
+        lacks = [n for n in needles if n not in text]
+        if lacks:
+            missing.append(f"{rel} (no {', '.join(lacks)})")
+    if missing:
+        out.append(("torch-hooks", "this torch's " + "; ".join(missing) + ": the kernels or pickles it restores "
+                    "mid-run cannot be wrapped, and are checked only at the next start-up",
+                    "export TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0  (Inductor then compiles through "
+                    f"Triton's guarded cache instead of restoring bundles; {HOOKS_VAR}=0 silences this)"))
+    if env.get("TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW") == "1":
+        out.append(("torch-hooks", "TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW=1: raw cubins carried in FX-graph pickles have "
+                    "no PTX to prove them, so jitwarden drops them; a kernel whose directory is not on disk recompiles",
+                    "unset TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW"))
+    return out

@@ -144,7 +144,9 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
         for w in shared:
             out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
                                            "then jitwarden clean --stale"))
-    return out_
+    from ..firstuse import doctor_warnings  # proofs off, torch loaders that cannot be wrapped
+
+    return out_ + doctor_warnings()
 
 
 def run(args) -> int:
