@@ -19,12 +19,22 @@ Every measured step runs in a fresh Python process, as a restarted server would:
    times; with partitions (``jitwarden run``) vs wiping the caches whenever the environment
    changes. Both timelines are reported.
 
+6. ``firstuse`` (issue 13; ``--steps firstuse`` runs it alone, ~4 min on an H200): (a) a stock
+   cache of plain Triton kernels whose ``combine`` (x+y) entry holds the same-named x−y cubin, used
+   under ``jitwarden run`` with ``JITWARDEN_PARTITION=0``; (b) a TorchInductor warm start whose
+   FX-graph bundle holds a same-named substituted kernel (its PTX with float adds made subs,
+   assembled by the producer's ptxas), stock and guarded; (c) the first-use cost of a real
+   model's stock cache (``--fu-widths`` blocks under ``--fu-mode``, hundreds of Inductor kernels):
+   the guarded first warm start minus the stock warm start, as a ratio to the cold compile (goal
+   ≤ 0.15), and the guarded/stock warm-start ratio after it (goal ≤ 1.05).
+
 Writes ``gpu_proof.json`` (after every step, so a timeout still leaves data) and
 ``gpu_proof.md`` into ``--out`` (default ``$OUT``)::
 
     PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT            # full, ~6 min on an H200
     PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT --quick    # trial: default mode, 1 rep
     python benchmarks/gpu_proof.py --render docs/gpu_proof.json         # re-write the Markdown only
+    PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT --steps firstuse   # issue 13 alone, ~4 min
 """
 
 from __future__ import annotations
@@ -112,18 +122,21 @@ WORKLOAD = textwrap.dedent(
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
     mode = sys.argv[1]
+    widths = [int(w) for w in (sys.argv[2] if len(sys.argv) > 2 else "1024").split(",")]
     torch.manual_seed(0)
-    m = Block(1024, 8).cuda().half()
-    x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
-    with torch.no_grad():
-        ref = m(x)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        f = torch.compile(m, mode=None if mode == "default" else mode, dynamic=False)
-        y = f(x)
-        torch.cuda.synchronize()
-        t_first = time.perf_counter() - t0
-    err = (y.float() - ref.float()).abs().max().item()
+    t_first, err = 0.0, 0.0
+    for d in widths:  # one block per width: more widths, more distinct kernels
+        m = Block(d, 8).cuda().half()
+        x = torch.randn(4, 256, d, device="cuda", dtype=torch.half)
+        with torch.no_grad():
+            ref = m(x)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            f = torch.compile(m, mode=None if mode == "default" else mode, dynamic=False)
+            y = f(x)
+            torch.cuda.synchronize()
+            t_first += time.perf_counter() - t0
+        err = max(err, (y.float() - ref.float()).abs().max().item())
     print("RESULT " + json.dumps({"t_import": round(t_import, 3), "t_first": round(t_first, 3), "max_abs_err": err,
           "triton_compiles": None if events is None else len(events),
           "triton_cache_hits": None if events is None else sum(events)}))

@@ -212,3 +212,25 @@ def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypa
     assert "TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0" in w[2]
     raw = torchhooks.doctor_warnings({"TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW": "1"})
     assert any("KEEP_STATIC_CUBIN_RAW" in t for _k, t, _f in raw)
+
+
+def test_jitwarden_run_installs_the_hooks_in_the_command_and_keeps_the_users_sitecustomize(stock, tmp_path, evil_cubin):
+    """``jitwarden run`` activates, then execs: the command's own interpreter installs the hooks at start-up."""
+    src, out = _copy(stock, tmp_path)
+    substitute(src, out["add_sm90"]["id"], evil_cubin)
+    dst = str(tmp_path / "dst")
+    mine = tmp_path / "usersite"
+    mine.mkdir()
+    (mine / "sitecustomize.py").write_text("import os\nos.environ['JW_USER_SITE_RAN'] = '1'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
+    env.update(JW_SRC=src, JW_DST=dst, JW_HASHES=json.dumps([out["add_sm90"]["id"], out["sub_sm90"]["id"]]),
+               JW_INSTALL_FIRST="", PYTHONPATH=os.pathsep.join([SRC, str(mine)]), PYTHONWARNINGS="ignore",
+               HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"))
+    script = BUNDLE.replace('print(json.dumps({"guarded"', 'print(json.dumps({"user_site": os.environ.get("JW_USER_SITE_RAN"), "guarded"')
+    p = subprocess.run([sys.executable, "-m", "jitwarden", "run", "--", sys.executable, "-c", script],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["guarded"] is True and res["user_site"] == "1"
+    assert not os.path.exists(os.path.join(dst, out["add_sm90"]["id"]))
+    assert seal.read(os.path.join(dst, out["sub_sm90"]["id"])).producer.get("proven")

@@ -517,3 +517,26 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
                     "no PTX to prove them, so jitwarden drops them; a kernel whose directory is not on disk recompiles",
                     "unset TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW"))
     return out
+
+
+# ---------------------------------------------------------------- jitwarden run
+
+
+def boot_dir() -> str:
+    """The directory whose ``sitecustomize`` installs these guards in every Python that ``jitwarden run`` starts."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+def add_boot_path(env) -> bool:
+    """Put :func:`boot_dir` first on ``env``'s ``PYTHONPATH`` when torch is installed and the hooks are on.
+
+    ``jitwarden run`` activates in its own process and then execs the command, so the hooks
+    must be installed by the command's interpreter itself. True when it was added (or was there).
+    """
+    if not enabled(env) or _torch_dir() is None:
+        return False
+    d = boot_dir()
+    parts = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    if d not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([d, *parts])
+    return True
