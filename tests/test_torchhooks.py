@@ -171,25 +171,29 @@ def test_fx_and_aotautograd_pickles_are_sealed_when_written_and_checked_before_r
     cache = str(tmp_path / "inductor")
     res, _ = _fx(cache)
     assert res["ok"] and set(res["hooks"].values()) == {"guarded"}, res
-    dirs = _pickle_dirs(cache, "fxgraph")
-    assert dirs
-    for d in dirs + _pickle_dirs(cache, "aotautograd"):
+    fx, aot = _pickle_dirs(cache, "fxgraph"), [x for x in glob.glob(os.path.join(cache, "aotautograd", "*")) if os.path.isdir(x)]
+    assert fx and aot
+    for d in fx + aot:
         s = seal.read(d)
         names = [n for n in os.listdir(d) if not n.startswith(".")]
         assert s is not None and sorted(s.files) == sorted(names), (d, names)
         assert seal.check(d, s) == []
-    # pickle.loads ignores bytes after STOP: torch alone would load this one as if nothing happened.
-    victim = next(os.path.join(d, n) for d in dirs for n in os.listdir(d) if not n.startswith("."))
-    with open(victim, "ab") as f:
-        f.write(b"tampered")
+    # pickle.loads ignores bytes after STOP: torch alone would load these as if nothing happened.
+    # AOTAutograd keeps its pickles one level shallower (<cache>/aotautograd/<key>/) than FX graphs.
+    victims = [next(os.path.join(d, n) for n in os.listdir(d) if not n.startswith(".")) for d in (fx[0], aot[0])]
+    for v in victims:
+        with open(v, "ab") as f:
+            f.write(b"tampered")
     res, err = _fx(cache)
     assert res["ok"]
-    assert err.count("quarantined TorchInductor cache pickle") == 1, err[-2000:]
+    assert err.count("quarantined TorchInductor cache pickle") == 2, err[-2000:]
+    assert "quarantined TorchInductor cache pickle aotautograd/" in err
     recs = quarantine.list_root(cache)
-    assert [(r.reason, r.kind) for r in recs] == [("corrupt", "inductor")], recs
-    d = os.path.dirname(victim)
-    assert seal.check(d, seal.read(d)) == [] and [n for n in os.listdir(d) if not n.startswith(".")]  # rewritten, sealed
-    assert os.path.exists(os.path.join(d, SEAL_FILE))
+    assert sorted((r.root, r.reason, r.kind) for r in recs) == [(cache, "corrupt", "inductor")] * 2, recs
+    for v in victims:
+        d = os.path.dirname(v)
+        assert seal.check(d, seal.read(d)) == [] and [n for n in os.listdir(d) if not n.startswith(".")]  # rewritten, sealed
+        assert os.path.exists(os.path.join(d, SEAL_FILE))
 
 
 def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypatch):
@@ -234,3 +238,19 @@ def test_jitwarden_run_installs_the_hooks_in_the_command_and_keeps_the_users_sit
     assert res["guarded"] is True and res["user_site"] == "1"
     assert not os.path.exists(os.path.join(dst, out["add_sm90"]["id"]))
     assert seal.read(os.path.join(dst, out["sub_sm90"]["id"])).producer.get("proven")
+
+
+def test_activate_and_the_vllm_plugin_install_the_hooks(tmp_path):
+    """activate() before torch is imported (import hook), and the vLLM plugin after (patched at once)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
+    env.update(PYTHONPATH=SRC, PYTHONWARNINGS="ignore", HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / ".cache"))
+    probe = ("import json, sys\nfrom torch._inductor.triton_bundler import TritonBundler\n"
+             "from torch._inductor.codecache import GuardedCache\n"
+             "print(json.dumps([getattr(TritonBundler.read_and_emit, '__jitwarden__', False), "
+             "getattr(GuardedCache.iterate_over_candidates, '__jitwarden__', False), 'torch' in sys.modules]))")
+    for pre in ("import jitwarden; jitwarden.activate()\n", "import torch\nfrom jitwarden import vllm_plugin; vllm_plugin.register()\n",
+                "import os; os.environ['JITWARDEN_TORCH_HOOKS'] = '0'\nimport jitwarden; jitwarden.activate()\n"):
+        p = subprocess.run([sys.executable, "-c", pre + probe], env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        assert got == ([False, False, True] if "HOOKS" in pre else [True, True, True]), (pre, got)

@@ -409,16 +409,26 @@ def seal_pickle(subdir: str, content: bytes) -> None:
 
 
 def check_pickles(subdir: str) -> list[str]:
-    """Before Inductor reads ``subdir``: quarantine pickles that contradict their seal, seal the unsealed; returns lines."""
+    """Before Inductor reads ``subdir``: quarantine pickles that contradict their seal, seal the unsealed; returns lines.
+
+    A pickle whose size is the sealed one and that has not changed since the seal was written
+    (its ctime is older: a ctime cannot be set back) is not hashed again, as in the start-up sweep;
+    the seal is rewritten only when it changes, so a warm start costs a few ``stat`` calls per graph.
+    """
     import fcntl
 
     from . import seal
     from .entrylock import LOCK_FILE, lock, unlock
+    from .layout import SEAL_FILE
 
-    if not os.path.isdir(subdir):
+    try:
+        with os.scandir(subdir) as it:
+            st = {e.name: e.stat(follow_symlinks=False) for e in it
+                  if (not e.name.startswith(".") and e.is_file(follow_symlinks=False)) or e.name == SEAL_FILE}
+    except OSError:
         return []
-    names = _pickles(subdir)
-    if not names:
+    seal_st = st.pop(SEAL_FILE, None)
+    if not st:
         return []
     out = []
     fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
@@ -428,33 +438,50 @@ def check_pickles(subdir: str) -> list[str]:
         except seal.SealError:
             s = None
         files = dict(s.files) if s else {}
-        for name in names:
+        before = dict(files)
+        for name, fst in sorted(st.items()):
             rec = files.get(name)
             if rec is None:
                 digest, size = seal.file_digest(os.path.join(subdir, name))
                 files[name] = {"sha256": digest, "size": size}
                 continue
+            if seal_st is not None and fst.st_size == rec["size"] and fst.st_ctime_ns < seal_st.st_ctime_ns:
+                continue  # unchanged since it was sealed
             problems = seal.check(subdir, seal.Seal({name: rec}), names=[name])
             if problems:
                 files.pop(name)
-                root = os.path.dirname(os.path.dirname(os.path.dirname(subdir)))
-                from . import quarantine
-
-                try:
-                    qrec = quarantine.move(os.path.join(subdir, name), "corrupt", problems, root=root,
-                                           kind="inductor", by="torch-hook")
-                    line = (f"quarantined TorchInductor cache pickle {qrec.entry_id} "
-                            f"(corrupt: {'; '.join(problems)}); Inductor recompiles it. "
-                            f"Restore with `jitwarden quarantine restore {qrec.id}`")
-                    _log.warning("jitwarden: %s", line)
-                    out.append(line)
-                except FileNotFoundError:
-                    pass
-        files = {n: r for n, r in files.items() if os.path.exists(os.path.join(subdir, n))}
-        seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, __import__("time").time()))
+                out += _quarantine_pickle(subdir, name, problems)
+        files = {n: r for n, r in files.items() if n in st and os.path.exists(os.path.join(subdir, n))}
+        if files != before or seal_st is None:
+            seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, __import__("time").time()))
     finally:
         unlock(fd)
     return out
+
+
+def _inductor_root(subdir: str) -> str:
+    """The Inductor cache dir above ``<cache>/fxgraph/<xx>/<key>`` or ``<cache>/aotautograd/<key>``."""
+    p = os.path.normpath(subdir)
+    for _ in range(3):
+        parent = os.path.dirname(p)
+        if os.path.basename(parent) in ("fxgraph", "aotautograd"):
+            return os.path.dirname(parent)
+        p = parent
+    return os.path.dirname(os.path.normpath(subdir))
+
+
+def _quarantine_pickle(subdir: str, name: str, problems: list[str]) -> list[str]:
+    from . import quarantine
+
+    root = _inductor_root(subdir)
+    try:
+        qrec = quarantine.move(os.path.join(subdir, name), "corrupt", problems, root=root, kind="inductor", by="torch-hook")
+    except FileNotFoundError:
+        return []
+    line = (f"quarantined TorchInductor cache pickle {qrec.entry_id} (corrupt: {'; '.join(problems)}); "
+            f"Inductor recompiles it. Restore with `jitwarden quarantine restore {qrec.id}`")
+    _log.warning("jitwarden: %s", line)
+    return [line]
 
 
 _PATCHERS = {BUNDLER: _patch_bundler, CODECACHE: _patch_codecache, AOTCACHE: _patch_aotcache}
