@@ -209,3 +209,23 @@ def test_doctor_reports_the_settings_that_accept_risk(isolated_env, tmp_path):
     assert "JITWARDEN_TORCH_HOOKS=0" in codes["torch-hooks"]["message"]
     table = cli("doctor", env=dict(env, JITWARDEN_PROVE="0")).stdout
     assert "proofs-off" in table and "Traceback" not in table
+
+
+def test_activation_prints_one_proof_line_for_all_the_trees_it_sweeps(tmp_path, evil_cubin):
+    """Under JITWARDEN_PARTITION=0 activation sweeps the user's Triton dir and Inductor's own tree: one line for both."""
+    from jitwarden import activation
+    from test_activation import clean_env
+
+    env = clean_env(tmp_path)
+    env.update(JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(tmp_path / "triton"),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    rec = activation.activate(env=dict(env), quiet=True)
+    if "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    out = compile_jobs(env["TRITON_CACHE_DIR"], guarded=False)
+    compile_jobs(str(tmp_path / "inductor" / "triton" / "0"), jobs=ADD, guarded=False)
+    substitute(env["TRITON_CACHE_DIR"], out["add_sm90"]["id"], evil_cubin)
+    rec = activation.activate(env=dict(env), quiet=True)
+    lines = [w for w in rec.warnings if w.startswith("proved ")]
+    assert len(lines) == 1 and lines[0].startswith("proved 3 of 4 unsealed Triton kernels"), rec.warnings
+    assert sum("quarantined Triton cache entry" in w for w in rec.warnings) == 1

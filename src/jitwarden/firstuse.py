@@ -213,6 +213,14 @@ def summary(counts: dict) -> str | None:
             f"({PROVE_VAR}=0 skips proofs)")
 
 
+def add_counts(into: dict, counts: dict) -> dict:
+    """Add one sweep's proof counts to ``into`` (several cache trees, one start-up line)."""
+    for k in (PROVEN, REFUTED, UNPROVEN, "seconds"):
+        into[k] = into.get(k, 0) + counts.get(k, 0)
+    into["jobs"] = max(into.get("jobs", 1), counts.get("jobs", 1))
+    return into
+
+
 def totals() -> dict:
     """Proofs made by this process so far (all callers)."""
     with _lock:

@@ -37,11 +37,15 @@ def tree_roots(kind: str, partition_path: str) -> list[str]:
     return []
 
 
-def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]:
-    """Check every entry of ``trees``; returns (warning lines, counts)."""
+def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = None) -> tuple[list[str], dict]:
+    """Check every entry of ``trees``; returns (warning lines, counts).
+
+    ``proofs``: where several sweeps make one start-up, their proof counts are added there
+    (the caller prints one line for all); without it this sweep adds its own line.
+    """
     counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
     warnings: list[str] = []
-    proofs = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.firstuse)
+    made = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.firstuse)
     for tree in trees:
         try:
             it = os.scandir(tree)
@@ -58,13 +62,14 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
                 w = f"could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
             if w:
                 warnings.append(w)
-    if proofs is not None:
-        from .firstuse import summary
+    if made is not None:
+        from .firstuse import add_counts, summary
 
-        counts["proofs"] = proofs
-        line = summary(proofs)
-        if line:
-            warnings.append(line)
+        counts["proofs"] = made
+        if proofs is not None:
+            add_counts(proofs, made)
+        elif summary(made):
+            warnings.append(summary(made))
     return warnings, counts
 
 
