@@ -10,13 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 
 import pytest
 
 import kernels
-from jitwarden import firstuse, quarantine, seal, sweep
+from jitwarden import firstuse, seal, sweep
 from jitwarden.layout import SEAL_FILE
 from test_guard import JOBS, assert_sound, compile_jobs, quarantined
 
