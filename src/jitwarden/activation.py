@@ -315,13 +315,18 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
         from . import sweep
 
         out: list[str] = []
+        proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
         for kind, var in KINDS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
             trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
             if trees:
-                out += sweep.sweep(trees, digest if var in partitions else None)[0]
+                out += sweep.sweep(trees, digest if var in partitions else None, proofs)[0]
+        if proofs:
+            from .firstuse import summary
+
+            out += [line for line in (summary(proofs),) if line]
         return out
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
@@ -391,6 +396,10 @@ def _activate(env, roots, quiet, knobs) -> Activation:
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
     warnings += _sweep(in_use, partitions, digest, env)
+    if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
+        from .torchhooks import install
+
+        install(env)
     if unpartitioned_triton:
         from . import startup_checks
 

@@ -457,9 +457,11 @@ class GuardedCacheManager(FileCacheManager):
                 if lv.state != "ok":
                     v = lv
                 else:
-                    s = self._seal_legacy(grp_name, write=fd is not None)
+                    s = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
                     if s is None:
                         v = self._judge_group(grp_name)
+                    elif isinstance(s, _Verdict):
+                        v = s
                     else:
                         return dict(s[0]), s[1].files
             if v.state == "ok":
@@ -472,15 +474,29 @@ class GuardedCacheManager(FileCacheManager):
             _unlock(fd)
 
     def _seal_legacy(self, grp_name: str, write: bool = True):
-        """Seal an unsealed entry; None when written, else (children, the seal it would have written)."""
+        """Prove an unsealed entry by rebuilding its PTX (jitwarden.firstuse), then seal it.
+
+        None when it is now sealed; a ``bad`` verdict when the proof refuses it (Triton
+        recompiles); else (children, the digests proven) when no seal can be written (read-only
+        or full disk): the entry is used by those digests and proven again at its next use.
+        """
+        from . import firstuse
+
         children = _json(read_regular(self._make_path(grp_name), _GROUP_MAX))["child_paths"]
-        s = _seal.compute(self.cache_dir, list(children) + [grp_name], self._digest, dict(_producer(), legacy=True))
+        names = list(children) + [grp_name]
         if write:
             try:
-                _seal.write(self.cache_dir, s)
-                return None
+                why = firstuse.admit(self.cache_dir, names, self._digest, _producer())
+                return None if why is None else _Verdict("bad", why[0], why[1])
             except OSError as exc:
                 self._unsealed(exc)
+        s = _seal.compute(self.cache_dir, names, self._digest, dict(_producer(), legacy=True))
+        if firstuse.enabled():
+            proof = firstuse.prove(self.cache_dir)
+            if not proof.proven:
+                return _Verdict("bad", proof.code, [f"first use of an unsealed entry: {proof.reason}"])
+            if any(proof.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
+                return _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"])
         return children, s
 
     def _unsealed(self, exc: OSError) -> None:

@@ -127,6 +127,17 @@ def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
     return problems
 
 
+def newest_ctime(entry_dir: str, names) -> int:
+    """The newest ctime (ns) among ``names`` in the entry, for :func:`write`'s ``after_ns``; -1 when none."""
+    newest = -1
+    for n in names:
+        try:
+            newest = max(newest, os.lstat(os.path.join(entry_dir, n)).st_ctime_ns)
+        except OSError:
+            pass
+    return newest
+
+
 def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
     """Write the seal atomically (temp file in the entry, then rename).
 

@@ -43,10 +43,15 @@ def tree_roots(kind: str, partition_path: str) -> list[str]:
     return []
 
 
-def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]:
-    """Check every entry of ``trees``; returns (warning lines, counts)."""
+def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = None) -> tuple[list[str], dict]:
+    """Check every entry of ``trees``; returns (warning lines, counts).
+
+    ``proofs``: where several sweeps make one start-up, their proof counts are added there
+    (the caller prints one line for all); without it this sweep adds its own line.
+    """
     counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
     warnings: list[str] = []
+    made = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.firstuse)
     for tree in trees:
         try:
             it = os.scandir(tree)
@@ -63,6 +68,14 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
                 w = f"could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
             if w:
                 warnings.append(w)
+    if made is not None:
+        from .firstuse import add_counts, summary
+
+        counts["proofs"] = made
+        if proofs is not None:
+            add_counts(proofs, made)
+        elif summary(made):
+            warnings.append(summary(made))
     return warnings, counts
 
 
@@ -88,6 +101,15 @@ def _unchanged(path: str, files: list) -> bool:
         if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_ctime_ns >= at:
             return False
     return True
+
+
+def _prove_ahead(trees: list[str]) -> dict | None:
+    from . import firstuse
+
+    if not firstuse.enabled():
+        return None
+    paths = firstuse.unsealed_kernels(trees)
+    return firstuse.prove_ahead(paths) if paths else None
 
 
 def _entry(path: str, digest: str | None, counts: dict) -> str | None:
@@ -156,28 +178,17 @@ def _relocated_group(path: str, problem: str) -> bool:
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
 
 
-def _newest_ctime(path: str, names: list[str]) -> int:
-    newest = -1
-    for n in names:
-        try:
-            newest = max(newest, os.lstat(os.path.join(path, n)).st_ctime_ns)
-        except OSError:
-            pass
-    return newest
-
-
 def _reseal(path: str, s, present: list[str]) -> None:
     from . import seal
 
     fresh = seal.compute(path, present, s.fingerprint, s.producer)
     try:
-        seal.write(path, fresh, _newest_ctime(path, present))
+        seal.write(path, fresh, seal.newest_ctime(path, present))
     except OSError:
         pass
 
 
 def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
-    from . import seal
     from .adapters import triton as tri
 
     errors, kind = tri.structural_errors(path)
@@ -185,9 +196,12 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
         return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts)
     if kind != "kernel":
         return None
+    from .firstuse import admit
+
     try:
-        present = _present(path)
-        seal.write(path, seal.compute(path, present, digest, {"legacy": True, "by": "sweep"}), _newest_ctime(path, present))
+        why = admit(path, _present(path), digest, {"by": "sweep"})  # proven first, or refused
+        if why is not None:
+            return _quarantine(path, why[0], why[1], digest, counts)
         counts["sealed"] += 1
     except OSError:
         pass

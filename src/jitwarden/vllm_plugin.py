@@ -35,6 +35,9 @@ def register() -> None:
         from .activation import activate
 
         rec = activate()
+        from .torchhooks import install  # torch is imported here: guard its kernel loaders now
+
+        install()
         log = _logger()
         if rec.active:
             where = rec.partitions.get("TRITON_CACHE_DIR") or "unpartitioned"

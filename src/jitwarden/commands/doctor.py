@@ -174,11 +174,12 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
             out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
                                            "then jitwarden clean --stale"))
     from ..remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
+    from ..firstuse import doctor_warnings  # proofs off, torch loaders that cannot be wrapped
 
     for w in unguarded(os.environ):
         out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
                                             "fingerprint) or signed bundles (jitwarden export / import) instead"))
-    return out_
+    return out_ + doctor_warnings()
 
 
 def run(args) -> int:
