@@ -24,18 +24,18 @@ def run(args) -> int:
         out.print_json(doc)
     else:
         con = out.console()
-        con.print(f"[bold]{fp.headline() if fp is not None else 'fingerprint unavailable'}[/bold]")
+        con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
         if report.caches:
             digest = getattr(fp, "digest", None)
             con.print(out.caches_table(report, long=args.long, current_digest=digest))
             if any(c.root.partition == digest for c in report.caches):
-                con.print("[dim]* this environment's partition; other partitions belong to other environments[/dim]")
+                con.print("[dim]@DIGEST: a partition (one environment's caches); * marks this environment's[/dim]")
         else:
             con.print("no kernel cache roots found")
         for c in report.caches:
             for f in c.findings:
-                con.print(f"[bold red]{f.code}[/bold red] {out.short_path(c.root.path)}: {f.message}")
-        con.print(f"[dim]{out.summary_line(report)}[/dim]")
+                con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))
+        con.print(out.text((out.summary_line(report), "dim")))
         if report.worst == Severity.ERROR:
             con.print("run [bold]jitwarden verify[/bold] for the entries at fault")
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
