@@ -110,6 +110,24 @@ def text(*parts):
     return t
 
 
+def hanging(con, line, indent: int = 4) -> None:
+    """Print ``line`` (a Text); on a terminal, what does not fit wraps onto lines indented by ``indent``."""
+    from rich.text import Text
+
+    width = con.width
+    if not con.is_terminal or len(line) <= width or width <= indent + 20:
+        con.print(line)
+        return
+    cut = line.plain.rfind(" ", 0, width + 1)
+    if cut <= width // 2:
+        cut = width - 1
+    first, rest = line.divide([cut + 1])
+    first.rstrip()
+    con.print(first)
+    for chunk in rest.wrap(con, width - indent):
+        con.print(Text(" " * indent).append_text(chunk))
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """A table column: ``right`` aligns numbers; a ``flex`` column gives up width (cut with …) on a narrow terminal."""

@@ -161,7 +161,7 @@ def print_plan(plan: cleanplan.Plan, long: bool = False) -> None:
               details=["; ".join(a.details)])
     con.print(g)
     counts = ", ".join(f"{k} {v}" for k, v in plan.by_reason().items())
-    con.print(out.text((f"plan: {out.plural(len(plan.actions), 'entry')}, {out.human_bytes(plan.bytes)} ({counts}) · "
+    out.hanging(con, out.text((f"plan: {out.plural(len(plan.actions), 'entry')}, {out.human_bytes(plan.bytes)} ({counts}) · "
                         f"selected: {plan.selection.describe()}", "dim")))
 
 
@@ -179,7 +179,8 @@ def print_outcomes(outcomes, purge: bool) -> None:
     if ids and not purge:
         # The ids the plan showed: `quarantine restore` takes them back, and `quarantine ls` lists this root.
         shown = " ".join(display(i) for i in ids[:3]) + (" …" if len(ids) > 3 else "")
-        print(f"undo: jitwarden quarantine restore {shown}  (all of them: see `jitwarden quarantine ls`)")
+        print(f"undo: jitwarden quarantine restore {shown}")
+        print("     (they are listed by `jitwarden quarantine ls`)")
 
 
 def _json(plan, outcomes, args) -> None:

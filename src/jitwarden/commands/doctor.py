@@ -137,7 +137,7 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
             best = max(archs, key=lambda a: archs[a])
             hint = f"jitwarden doctor --target sm_{best}  (most entries here are for sm_{best}; name the GPU that runs them)"
         else:
-            hint = "jitwarden doctor --target sm_XX  (XX: the compute capability of the GPU these caches are for, e.g. 90 for H100/H200)"
+            hint = "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
         out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks skipped", hint))
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
 
@@ -227,12 +227,12 @@ def _print(report, fp, digest, probs, args) -> None:
         where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
         con.print(out.text(f"no kernel caches found yet (looked in {where} and jitwarden's partitions); "
                            "they appear after the first Triton or torch.compile run"))
-    con.print(out.text((out.summary_line(report), "dim")))
+    out.hanging(con, out.text((out.summary_line(report), "dim")))
     style = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
     for p in probs:
-        con.print(out.text((str(p.severity), style[p.severity]), " ", (p.code, "bold"), ": ", p.message))
+        out.hanging(con, out.text((str(p.severity), style[p.severity]), " ", (p.code, "bold"), ": ", p.message))
         if p.fix:
-            con.print(out.text("    fix: ", (p.fix, "bold")))
+            out.hanging(con, out.text("    fix: ", (p.fix, "bold")), indent=9)
     if report.worst == Severity.ERROR:
         con.print(out.text(("problems at error level", "bold red"), ": run the fix commands above "
                            "(each prints its plan and asks first)"))

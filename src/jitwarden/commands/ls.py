@@ -53,5 +53,5 @@ def run(args) -> int:
         con.print(out.entries_table(report, entries, long=args.long))
     else:
         con.print(out.text("no entries"))
-    con.print(out.text((out.summary_line(report), "dim")))
+    out.hanging(con, out.text((out.summary_line(report), "dim")))
     return 0

@@ -241,9 +241,13 @@ def _restore(args) -> int:
                              "pass --replace to quarantine it and restore this one")
         plan.append({"id": r.id, "to": r.original_path, "replaces": conflict})
     if args.format != "json":
-        for p in plan:
+        from ..report import short_path
+
+        names = short_ids(records(args)) if not args.long else {}
+        for r, p in zip(chosen, plan):
             extra = " (the entry there is quarantined first)" if p["replaces"] else ""
-            print(f"restore {display(p['id'])} -> {display(p['to'])}{extra}", file=sys.stderr)
+            what = p["to"] if args.long else f"{names.get(r.id, r.id)} into {short_path(r.root)}"
+            print(f"restore {display(what) if args.long else display(what)}{extra}", file=sys.stderr)
     done = []
     if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
         done = _apply(chosen, lambda r: q.restore(r, replace=args.replace), args.lock_timeout)
@@ -251,6 +255,8 @@ def _restore(args) -> int:
         _plan_json("restore", plan, done, args)
     elif done:
         print(f"restored {len(done)}", file=sys.stderr)
+    elif args.dry_run:
+        print("dry run: nothing restored", file=sys.stderr)
     return 0
 
 

@@ -35,7 +35,7 @@ def run(args) -> int:
         for c in report.caches:
             for f in c.findings:
                 con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))
-        con.print(out.text((out.summary_line(report), "dim")))
+        out.hanging(con, out.text((out.summary_line(report), "dim")))
         if report.worst == Severity.ERROR:
             con.print("run [bold]jitwarden verify[/bold] for the entries at fault")
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK

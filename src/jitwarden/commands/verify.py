@@ -85,8 +85,8 @@ def run(args) -> int:
         if shown:
             con.print(out.entries_table(report, shown, long=args.long, details=True))
         if getattr(args, "rebuild", False):
-            con.print(out.text((rebuild_summary(results), "dim")))
-        con.print(out.text((out.summary_line(report), "dim")))
+            out.hanging(con, out.text((rebuild_summary(results), "dim")))
+        out.hanging(con, out.text((out.summary_line(report), "dim")))
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
 
 
@@ -105,10 +105,16 @@ def rebuild_summary(results: dict) -> str:
     parts = []
     for verdict, n in verdicts.items():
         if verdict == "verified" and tools:
-            parts.append(f"{n} verified (with " + ", ".join(f"{out.short_path(p)} ×{k}" for p, k in tools.items()) + ")")
+            parts.append(f"{n} verified (with " + ", ".join(f"{_tool(p)} ×{k}" for p, k in tools.items()) + ")")
         else:
             parts.append(f"{n} {verdict}")
     return f"rebuilt {plural(len(results), 'kernel')}: " + ", ".join(parts)
+
+
+def _tool(path: str) -> str:
+    """A ptxas path, short: ``…/triton/backends/nvidia/bin/ptxas`` for one inside an installed package."""
+    marker = os.sep + "site-packages" + os.sep
+    return "…/" + path.split(marker, 1)[1] if marker in path else out.short_path(path)
 
 
 def _drop_empty_keep(args, existed: bool) -> None:
