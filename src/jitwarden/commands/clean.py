@@ -8,6 +8,7 @@ stderr), 2 for bad input or a lock that cannot be taken.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -88,6 +89,7 @@ def run(args) -> int:
     from .verify import check_rebuild_options
 
     check_rebuild_options(args)
+    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
     if getattr(args, "rebuild", False):
         from .. import rebuild
 

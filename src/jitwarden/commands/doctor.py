@@ -190,6 +190,7 @@ def run(args) -> int:
     from .verify import check_rebuild_options
 
     check_rebuild_options(args)
+    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
     if getattr(args, "rebuild", False):
         from .. import rebuild
 

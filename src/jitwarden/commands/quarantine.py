@@ -247,7 +247,7 @@ def _restore(args) -> int:
         for r, p in zip(chosen, plan):
             extra = " (the entry there is quarantined first)" if p["replaces"] else ""
             what = p["to"] if args.long else f"{names.get(r.id, r.id)} into {short_path(r.root)}"
-            print(f"restore {display(what) if args.long else display(what)}{extra}", file=sys.stderr)
+            print(f"restore {display(what)}{extra}", file=sys.stderr)
     done = []
     if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
         done = _apply(chosen, lambda r: q.restore(r, replace=args.replace), args.lock_timeout)
@@ -271,8 +271,12 @@ def _empty(args) -> int:
     slots = [r for r in recs if not r.present] if not args.ids else []
     plan = [{"id": r.id, "path": r.path, "bytes": r.bytes} for r in chosen]
     if args.format != "json":
-        for p in plan:
-            print(f"delete {display(p['id'])} ({display(p['path']) if args.long else p['bytes']} bytes)", file=sys.stderr)
+        from ..report import human_bytes, short_path
+
+        names = short_ids(recs) if not args.long else {}
+        for r in chosen:
+            where = r.path if args.long else f"{names.get(r.id, r.id)} from {short_path(r.root)}"
+            print(f"delete {display(where)} ({human_bytes(r.bytes)})", file=sys.stderr)
         if slots:
             print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
         if not plan and not slots:

@@ -51,7 +51,7 @@ def run(args) -> int:
 
     check_codes(args.code)
     check_rebuild_options(args)
-    keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
+    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
     if getattr(args, "rebuild", False):
         from .. import rebuild
 
@@ -60,10 +60,7 @@ def run(args) -> int:
     report = _common.run_scan(args, fp)
     results: dict = {}
     if getattr(args, "rebuild", False):
-        try:
-            report = _rebuild(report, args, results)
-        finally:
-            _drop_empty_keep(args, keep_existed)
+        report = _rebuild(report, args, results)
     codes = set(args.code or ())
     if args.format == "json":
         entries = [e for e in report.entries if any(f.code in codes for f in report.findings_of(e))] if codes else None
@@ -117,10 +114,10 @@ def _tool(path: str) -> str:
     return "…/" + path.split(marker, 1)[1] if marker in path else out.short_path(path)
 
 
-def _drop_empty_keep(args, existed: bool) -> None:
+def _drop_empty_keep(args) -> None:
     """``--keep DIR`` that this run created and left empty (nothing differed) is removed again."""
     keep = getattr(args, "keep", None)
-    if keep and not existed:
+    if keep and getattr(args, "keep_existed", True) is False:
         try:
             os.rmdir(keep)
         except OSError:
@@ -137,13 +134,16 @@ def _rebuild(report, args, results: dict | None = None):
         e for e in report.entries
         if e.kind == "triton" and e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)
     ]
-    got = rebuild.verify_entries(
-        candidates,
-        jobs=args.jobs,
-        extra_ptxas=args.ptxas or [],
-        keep_dir=args.keep,
-        progress=rebuild.progress_callback(len(candidates)),
-    )
+    try:
+        got = rebuild.verify_entries(
+            candidates,
+            jobs=args.jobs,
+            extra_ptxas=args.ptxas or [],
+            keep_dir=args.keep,
+            progress=rebuild.progress_callback(len(candidates)),
+        )
+    finally:
+        _drop_empty_keep(args)
     if results is not None:
         results.update(got)
     extra = {path: r.findings for path, r in got.items()}
