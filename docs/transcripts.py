@@ -19,7 +19,7 @@ NO_COLOR=1: what a person sees at an 80-column terminal, without escape codes.
 
 Values that differ from machine to machine or from second to second are replaced by
 fixed stand-ins, so that ``--check`` is stable: the fingerprint digest (``fp
-0f1e2d3c4b5a6978``), the temporary home (``~``), quarantine stamps, ages under ten
+0f1e2d3c4b5a6978``), the temporary home (``~``) and TMPDIR (``/tmp``), quarantine stamps, ages under ten
 seconds (``0s``) and elapsed times under ten seconds (``0.00s``). The headline names the
 versions of the environment that ran this script (CI's test venv).
 """
@@ -85,8 +85,10 @@ class Session:
         os.makedirs(self.home)
         keep = ("PATH", "LANG", "LC_ALL", "PIP_CONFIG_FILE", "SYSTEMROOT")
         self.env = {k: os.environ[k] for k in keep if k in os.environ}
+        self.tmp = os.path.join(self.base, "tmp")  # TorchInductor's default root lives in TMPDIR: keep it ours
+        os.makedirs(self.tmp)
         self.env.update(HOME=self.home, USER="me", LOGNAME="me", NO_COLOR="1", TERM="xterm", PYTHONPATH=SRC,
-                        PYTHONDONTWRITEBYTECODE="1")
+                        PYTHONDONTWRITEBYTECODE="1", TMPDIR=self.tmp)
         self.digest = None
 
     def cache(self) -> str:
@@ -101,6 +103,7 @@ class Session:
 
         words = shlex.split(shown)
         assert words[0] == "jitwarden", shown
+        words = [sys.executable if w == "python" else w for w in words]  # this interpreter, whatever PATH holds
         rc, text = self.jitwarden(*words[1:], env=env)
         prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
         note = comment or (f"exit status {rc}" if rc else "")
@@ -114,7 +117,7 @@ class Session:
             rc, out = run_pty([sys.executable, "-m", "jitwarden", "fingerprint", "--format", "json"], self.env, 400)
             self.digest = json.loads(out[out.index("{"):])["digest"]
         text = text.replace(self.digest, FP_STANDIN).replace(self.digest[:12], FP_STANDIN[:12])
-        text = text.replace(self.home, "~").replace(self.base, "/tmp/docs")
+        text = text.replace(self.home, "~").replace(self.tmp, "/tmp").replace(self.base, "/tmp/docs")
         text = re.sub(r"\b\d{8}T\d{6}Z\b", "20260101T120000Z", text)
         text = re.sub(r"\x1b\[\?25l.*?\x1b\[\?25h(\x1b\[1A)?(\x1b\[2K)?", "", text, flags=re.S)  # a progress bar
         text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # what is left of the bar's cursor moves
@@ -210,7 +213,49 @@ def scenario_fingerprint() -> dict[str, str]:
         s.close()
 
 
-SCENARIOS = (scenario_fresh, scenario_tour, scenario_rebuild, scenario_fingerprint)
+COMPILE_PY = """\
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+src = ASTSource(fn=add_kernel, signature={"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32"},
+                constexprs={"BLOCK": 128})
+k = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+print(k.metadata.hash[:12], len(k.asm["cubin"]), "bytes of cubin")
+"""
+
+
+def scenario_guard() -> dict[str, str]:
+    """The runtime guard: a sealed entry, one byte of its cubin changed, the next run."""
+    s = Session()
+    try:
+        open(os.path.join(s.home, "compile.py"), "w").write(COMPILE_PY)
+        first = s.run("jitwarden run -- python compile.py", comment="compiles add_kernel for sm_90, sealed")
+        cubins = [os.path.join(d, n) for d, _, ns in os.walk(s.cache()) for n in ns if n == "add_kernel.cubin"]
+        assert len(cubins) == 1, cubins
+        data = bytearray(open(cubins[0], "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(cubins[0], "wb").write(bytes(data))
+        return {"guard": "\n".join([
+            first,
+            "# (docs/transcripts.py inverts one byte in the middle of that entry's add_kernel.cubin)",
+            s.run("jitwarden run -- python compile.py"),
+            s.run("jitwarden quarantine ls"),
+        ])}
+    finally:
+        s.close()
+
+
+SCENARIOS = (scenario_fresh, scenario_tour, scenario_rebuild, scenario_fingerprint, scenario_guard)
 
 
 # ---------------------------------------------------------------- the Markdown side

@@ -78,6 +78,19 @@ def short_path(path: str) -> str:
     return "~" + path[len(home):] if home != "/" and path.startswith(home + os.sep) else path
 
 
+def root_label(path: str, current: str | None = None) -> str:
+    """A cache dir for a table: ``~`` for home, and a partition ``<base>/jitwarden-v1/<digest>`` as
+    ``<base>/@<digest[:12]>`` (``*`` after this environment's)."""
+    import re
+
+    from .layout import PARTITIONS_DIR
+
+    def part(m):
+        return f"{m.group(1)}@{m.group(2)[:12]}{'*' if current and m.group(2) == current else ''}"
+
+    return re.sub(rf"(^|/){re.escape(PARTITIONS_DIR)}/([0-9a-f]{{16}})(?=/|$)", part, short_path(path))
+
+
 def no_color(env=None) -> bool:
     """``NO_COLOR`` set to anything but the empty string (no-color.org): no escape sequence at all."""
     return bool((os.environ if env is None else env).get("NO_COLOR"))
@@ -288,8 +301,6 @@ def short_key(entry_id: str) -> str:
 def caches_table(report: ScanReport, long: bool = False, current_digest: str | None = None) -> Grid:
     """One row per root. A partition shows as ``<base>/@<digest>``, ``*`` marking this environment's;
     ``--long``: full paths, and where each root came from (SOURCE)."""
-    from .layout import PARTITIONS_DIR
-
     cols = [Column("KIND"), Column("ROOT", flex=not long, min=16)]
     if long:
         cols += [Column("SOURCE"), Column("PARTITION")]
@@ -308,10 +319,7 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
         if long:
             row = [c.root.kind, c.root.path, c.root.source, f"{digest}{mark}" if digest else "-"]
         else:
-            shown = short_path(c.root.path)
-            if digest:
-                shown = shown.replace(f"{PARTITIONS_DIR}/{digest}", f"@{digest[:12]}{mark}")
-            row = [c.root.kind, shown]
+            row = [c.root.kind, root_label(c.root.path, current_digest)]
         g.add(*row, str(len(c.entries)), human_bytes(c.bytes),
               (str(errs), "bold red") if errs else "0", (str(warns), "yellow") if warns else "0",
               (str(c.quarantined), "yellow") if c.quarantined else "0")

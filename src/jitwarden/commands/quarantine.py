@@ -185,7 +185,7 @@ def _print_list(recs, args) -> None:
                   out.Column("SIZE", right=True), out.Column("FROM", flex=True, min=16)])
     for r in recs:
         g.add(r.id if args.long else names[r.id], r.reason, out.human_age(r.quarantined_at), out.human_bytes(r.bytes),
-              r.original_path if args.long else out.short_path(r.root), details=["; ".join(r.details)])
+              r.original_path if args.long else out.root_label(r.root), details=["; ".join(r.details)])
     con.print(g)
     con.print(out.text((f"{len(recs)} quarantined, "
                         f"{out.human_bytes(sum(r.bytes for r in recs))} · "
