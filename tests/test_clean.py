@@ -212,7 +212,7 @@ def test_waits_visibly_for_the_lock(damaged):
     root, *_ = damaged
     fd = lock.acquire(root)
     try:
-        p = cli("clean", root, "--target", "90", "-y", "--lock-timeout", "1")
+        p = cli("clean", root, "--target", "90", "-y", "--lock-timeout", "1s")
         assert p.returncode == 2
         assert f"waiting for the lock on {root} held by pid {os.getpid()}" in p.stderr
         assert "gave up waiting" in p.stderr and "Traceback" not in p.stderr

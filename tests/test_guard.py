@@ -317,13 +317,13 @@ def test_quarantine_command_lists_and_restores(tmp_path, reference):
     (rec,) = json.loads(listed.stdout)["quarantined"]
     assert rec["entry_id"] == out["add_sm90"]["id"] and rec["reason"] == "corrupt" and rec["fingerprint"] == "0123456789abcdef"
     table = _cli(["quarantine", "list", "--root", base])
-    assert rec["id"] in table.stdout and "corrupt" in table.stdout
+    assert rec["entry_id"][:12] in table.stdout and "corrupt" in table.stdout  # the short id restore takes back
     asked = _cli(["quarantine", "restore", rec["id"][:20], "--root", base, "--replace"])
     assert asked.returncode == 2 and "pass -y" in asked.stderr  # not a terminal: never assumes yes
     refused = _cli(["quarantine", "restore", rec["id"], "--root", base, "-y"])
     assert refused.returncode == 2 and "--replace" in refused.stderr
     dry = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "--dry-run"])
-    assert dry.returncode == 0 and f"restore {rec['id']}" in dry.stderr
+    assert dry.returncode == 0 and f"restore {rec['entry_id'][:12]} into" in dry.stderr
     assert len(quarantined(root)) == 1
     done = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "-y", "--format", "json"])
     assert done.returncode == 0, done.stderr

@@ -1,19 +1,41 @@
-"""Human ages and sizes on the command line: ``7d``, ``12h``, ``30m``, ``90s``; ``500M``, ``2G`` (pure)."""
+"""Human ages and sizes on the command line: ``7d``, ``12h``, ``30m``, ``90s``; ``500M``, ``2G`` (pure).
+
+One parser for every option that takes an age (``--older-than``, ``--orphan-age``,
+``--lock-timeout``, ``quarantine empty/purge --older-than``): an age needs a unit, so
+``--older-than 7`` is refused instead of meaning seconds to one command and days to
+another. ``0`` needs none. A size without a unit is bytes (sizes never meant anything else).
+"""
 
 from __future__ import annotations
 
 import re
 
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_AGE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?\s*")
 
 
-def parse_age(text: str) -> float:
-    """Seconds in ``text`` (``7d``, ``12h``, ``30m``, ``90s``, ``2w``, or a bare number of seconds); ValueError otherwise."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(text).lower())
+def parse_age(text: str, bare_unit: str | None = None) -> float:
+    """Seconds in ``text`` (``7d``, ``12h``, ``30m``, ``90s``, ``2w``; ``0``); ValueError with a one-line reason.
+
+    ``bare_unit``: the unit of a number given without one (only for settings whose documented
+    form is a bare number, like ``JITWARDEN_ORPHAN_AGE`` in seconds); None: a unit is required.
+    """
+    s = str(text).strip().lower()
+    m = _AGE_RE.fullmatch(s)
     if not m:
+        if s.startswith("-"):
+            raise ValueError(f"{text}: an age cannot be negative")
         raise ValueError(f"{text!r} is not an age (use e.g. 7d, 12h, 30m, 90s)")
-    return float(m.group(1)) * _AGE_UNITS[m.group(2) or "s"]
+    n, unit = float(m.group(1)), m.group(2)
+    if unit is None:
+        if n == 0:
+            return 0.0
+        if bare_unit is None:
+            raise ValueError(f"{text}: an age needs a unit ({m.group(1)}s, {m.group(1)}m, {m.group(1)}h, "
+                             f"{m.group(1)}d or {m.group(1)}w)")
+        unit = bare_unit
+    return n * AGE_UNITS[unit[0]]
 
 
 def parse_size(text: str) -> int:
@@ -51,3 +73,12 @@ def display(text: str) -> str:
     else:
         text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 entry``, ``2 entries``, ``0 segments``: a count with its noun in the right number (pure)."""
+    if n == 1:
+        return f"{n} {word}"
+    if many is None:
+        many = word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else word + "s"
+    return f"{n} {many}"

@@ -6,6 +6,15 @@ import re
 
 _ARCH_RE = re.compile(r"^(?:sm_?|compute_?)?(\d{2,3})([af]?)$", re.IGNORECASE)
 
+# Every compute capability a CUDA release (9.x to 13.x) has a ptxas target for. A number not
+# here is refused: judging a cache against a GPU that does not exist would call every
+# entry foreign-arch and suggest cleaning them all.
+KNOWN = (35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121)
+
+
+def known_list() -> str:
+    return ", ".join(f"sm_{a}" for a in KNOWN)
+
 
 def parse_arch(text: str | int) -> int:
     """``"sm_90a"``, ``"90"``, ``"9.0"`` or ``90`` to ``90``; ValueError otherwise."""
@@ -14,11 +23,17 @@ def parse_arch(text: str | int) -> int:
     s = str(text).strip()
     if re.fullmatch(r"\d+\.\d+", s):
         major, minor = s.split(".")
-        return int(major) * 10 + int(minor)
+        return _known(int(major) * 10 + int(minor), text)
     m = _ARCH_RE.match(s)
     if not m:
         raise ValueError(f"not a GPU architecture: {text!r} (expected e.g. sm_90, 90 or 9.0)")
-    return int(m.group(1))
+    return _known(int(m.group(1)), text)
+
+
+def _known(arch: int, text) -> int:
+    if arch not in KNOWN:
+        raise ValueError(f"unknown GPU architecture {text!r} (known: {known_list()})")
+    return arch
 
 
 def from_capability(major: int, minor: int) -> int:

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import partition, seal
-from .layout import SEAL_FILE, is_reserved
+from .layout import is_reserved
 from .locations import KINDS, default_base
 
 SCHEMA = 1

@@ -22,7 +22,9 @@ _MODULE = {"import": "import_"}  # a verb that is a Python keyword
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, as for every other usage error
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        if message.startswith("argument "):  # "argument --older-than: 7: ..." -> "--older-than 7: ..."
+            message = message[len("argument "):]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

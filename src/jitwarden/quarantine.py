@@ -237,6 +237,9 @@ def move(entry_path: str, reason: str, details=(), *, root: str | None = None, e
     except BaseException:
         _drop_slot(slot)
         raise
+    from . import qregistry
+
+    qregistry.remember(root)  # so `jitwarden quarantine ls` finds this root without --root (never raises)
     return rec
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
 from . import remote
 from .fsutil import read_nofollow

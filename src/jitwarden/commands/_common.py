@@ -7,6 +7,7 @@ import os
 import sys
 
 from .. import scan as scanner
+from ..ages import age_arg, parse_age
 from ..arch import parse_arch
 from ..errors import UsageError
 
@@ -15,8 +16,8 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="cache roots or entry directories (default: every root found)")
     p.add_argument("--target", metavar="ARCH", help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--orphan-age", type=float, default=None, metavar="SECONDS",
-                   help="tmp.pid_* leftovers older than this are orphans (default 3600, env JITWARDEN_ORPHAN_AGE)")
+    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
+                   help="tmp.pid_* leftovers older than AGE are orphans (default 1h, env JITWARDEN_ORPHAN_AGE)")
     p.add_argument("--long", action="store_true", help="show full paths in tables")
     p.add_argument("--kind", action="append", metavar="KIND",
                    help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
@@ -54,9 +55,9 @@ def orphan_age(args) -> float:
     raw = os.environ.get("JITWARDEN_ORPHAN_AGE")
     if raw:
         try:
-            return float(raw)
-        except ValueError:
-            raise UsageError(f"JITWARDEN_ORPHAN_AGE={raw!r} is not a number of seconds") from None
+            return parse_age(raw, bare_unit="s")  # its documented form is a bare number of seconds
+        except ValueError as exc:
+            raise UsageError(f"JITWARDEN_ORPHAN_AGE: {exc}") from None
     return 3600.0
 
 

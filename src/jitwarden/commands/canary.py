@@ -70,7 +70,9 @@ def run(args) -> int:
     try:
         rep = canary.run_passes(cache_dir, scratch, manager, passes=args.passes, stderr_sink=relay)
     except canary.NoGPU as exc:
-        raise UsageError(f"canary needs a CUDA GPU: {exc}") from None
+        why = str(exc)
+        why = why[len("no CUDA GPU: "):] if why.startswith("no CUDA GPU: ") else why
+        raise UsageError(f"canary needs a CUDA GPU: {why}") from None
     finally:
         if scratch and not args.keep:
             shutil.rmtree(cache_dir, ignore_errors=True)

@@ -8,6 +8,7 @@ stderr), 2 for bad input or a lock that cannot be taken.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -85,6 +86,10 @@ def selection_of(args, now: float) -> cleanplan.Selection:
 
 def run(args) -> int:
     sel = selection_of(args, time.time())
+    from .verify import check_rebuild_options
+
+    check_rebuild_options(args)
+    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
     if getattr(args, "rebuild", False):
         from .. import rebuild
 
@@ -144,29 +149,22 @@ def _cascade(args, fp, sel, shown: set, roots: list, orphan_age: float, digest, 
 
 
 def print_plan(plan: cleanplan.Plan, long: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
     con = out.console()
     for n in plan.notes:
-        con.print(f"[yellow]note[/yellow] {escape(display(n))}")
+        con.print(out.text(("note", "yellow"), " ", n))
     if not plan.actions:
-        con.print(f"nothing to clean ({escape(plan.selection.describe())})")
+        con.print(out.text(f"nothing to clean ({plan.selection.describe()})"))
         return
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("ID", "KIND", "TYPE", "SIZE", "WHY", "DETAILS"):
-        t.add_column(col, justify="right" if col == "SIZE" else "left", overflow="fold" if col == "DETAILS" else None)
+    g = out.Grid([out.Column("ID", flex=long), out.Column("KIND"), out.Column("TYPE", flex=True, min=6),
+                  out.Column("SIZE", right=True), out.Column("WHY", flex=True, min=10)])
     for a in plan.actions:
-        ident = a.path if long else (a.id if len(a.id) <= 12 or "/" in a.id else a.id[:12])
         why = ", ".join(a.reasons) + (" (leftovers only)" if a.scope == "leftovers" else "")
-        detail = "; ".join(a.details)
-        if not long and len(detail) > 100:
-            detail = detail[:97] + "..."
-        t.add_row(*(escape(display(x)) for x in (ident, a.kind, a.type, out.human_bytes(a.bytes), why, detail)))
-    con.print(t)
+        g.add(a.path if long else out.short_key(a.id), a.kind, a.type, out.human_bytes(a.bytes), why,
+              details=["; ".join(a.details)])
+    con.print(g)
     counts = ", ".join(f"{k} {v}" for k, v in plan.by_reason().items())
-    con.print(f"[dim]plan: {len(plan.actions)} entries, {out.human_bytes(plan.bytes)} ({escape(counts)}) · "
-              f"selected: {escape(plan.selection.describe())}[/dim]")
+    out.hanging(con, out.text((f"plan: {out.plural(len(plan.actions), 'entry')}, {out.human_bytes(plan.bytes)} ({counts}) · "
+                        f"selected: {plan.selection.describe()}", "dim")))
 
 
 def print_outcomes(outcomes, purge: bool) -> None:
@@ -178,8 +176,13 @@ def print_outcomes(outcomes, purge: bool) -> None:
             print(f"jitwarden: {display(o.path)}: {o.why}", file=sys.stderr)
     total = out.human_bytes(sum(o.bytes for o in moved))
     verb = "deleted" if purge else "quarantined"
-    tail = "" if purge or not moved else " · undo with `jitwarden quarantine restore ID` (see `jitwarden quarantine ls`)"
-    print(f"{verb} {len(moved)} ({total}), skipped {len(outcomes) - len(moved)}{tail}")
+    print(f"{verb} {len(moved)} ({total}), skipped {len(outcomes) - len(moved)}")
+    ids = [out.short_key(o.id) for o in moved if o.quarantine_id]
+    if ids and not purge:
+        # The ids the plan showed: `quarantine restore` takes them back, and `quarantine ls` lists this root.
+        shown = " ".join(display(i) for i in ids[:3]) + (" …" if len(ids) > 3 else "")
+        print(f"undo: jitwarden quarantine restore {shown}")
+        print("     (they are listed by `jitwarden quarantine ls`)")
 
 
 def _json(plan, outcomes, args) -> None:

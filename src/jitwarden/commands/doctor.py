@@ -10,11 +10,12 @@ Exit 0 when nothing is at error level, 1 otherwise, 2 usage, 3 internal.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 
 from .. import report as out
-from ..ages import display
+from ..ages import display, plural
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..findings import CODES, Severity
 from . import _common
@@ -32,19 +33,19 @@ _FIX = {
     "unverifiable": None,
     "unrecognised": None,
 }
-_WHAT = {
-    "corrupt": "entries with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
-    "mismatch": "entries that contradict themselves (e.g. another kernel's or another GPU's binary under this key)",
-    "foreign-path": "entries copied from another tree: the tool would load files from there",
-    "incomplete": "entries missing files they list or need (an interrupted write)",
-    "not-reproducible": "kernels whose cubin no ptxas rebuilds from their own PTX",
-    "unsafe": "entries that are symlinks, world-writable or foreign-owned",
-    "stale": "entries built by another toolchain, package version or driver than this environment's: dead weight",
-    "foreign-arch": "entries built for another GPU: harmless here, unreachable",
-    "orphan": "leftovers of interrupted writes",
-    "unverifiable": "entries a rebuild could not check (see `jitwarden verify --rebuild` for why)",
-    "unrecognised": "entries jitwarden cannot judge (a format, flavour, version or producer it does not fully "
-                    "know): not checked, and not called damage; `jitwarden verify --all` says what was not understood",
+_WHAT = {  # after "N entries" / "1 entry": worded for either number
+    "corrupt": "with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
+    "mismatch": "whose facts contradict each other (e.g. another kernel's or another GPU's binary under this key)",
+    "foreign-path": "copied from another tree: the tool would load files from there",
+    "incomplete": "missing files their group lists or needs (an interrupted write)",
+    "not-reproducible": "whose cubin no ptxas rebuilds from the entry's own PTX",
+    "unsafe": "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
+    "stale": "built by another toolchain, package version or driver than this environment's: dead weight",
+    "foreign-arch": "built for another GPU: harmless here, unreachable",
+    "orphan": "with leftovers of interrupted writes",
+    "unverifiable": "a rebuild could not check (see `jitwarden verify --rebuild` for why)",
+    "unrecognised": "jitwarden cannot judge (a format, flavour, version or producer it does not fully know): not "
+                    "checked, and not called damage; `jitwarden verify --all` says what was not understood",
 }
 
 
@@ -80,19 +81,32 @@ def register(sub) -> None:
 def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False,
              not_run=()) -> list[Problem]:
     """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
-    import shlex
 
     tgt = report.target
     suffix = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
     suffix += "".join(" " + shlex.quote(display(p)) for p in paths)
     counts: dict[str, int] = {}
+    denied: dict[str, int] = {}  # root -> entries whose only corrupt findings are files we may not read
     for e in report.entries:
-        for code in dict.fromkeys(f.code for f in report.findings_of(e)):
+        fs = report.findings_of(e)
+        codes = dict.fromkeys(f.code for f in fs)
+        if "corrupt" in codes and all(_denied(f.message) for f in fs if f.code == "corrupt"):
+            del codes["corrupt"]
+            denied[e.root] = denied.get(e.root, 0) + 1
+        for code in codes:
             counts[code] = counts.get(code, 0) + 1
     out_: list[Problem] = []
     for code, n in counts.items():
         fix = _FIX.get(code)
-        out_.append(Problem(code, CODES[code], n, f"{n} {_WHAT.get(code, code)}", fix + suffix if fix else None))
+        noun = "kernel" if code == "not-reproducible" else "entry"
+        out_.append(Problem(code, CODES[code], n, f"{plural(n, noun)} {_WHAT.get(code, code)}",
+                            fix + suffix if fix else None))
+    for root, n in denied.items():
+        # Not damage: this user may not read them. Cleaning would move entries their owner can use.
+        out_.append(Problem("unreadable", Severity.ERROR, n,
+                            f"{plural(n, 'entry')} in {display(out.short_path(root))} with files this user may not "
+                            "read (a permission problem, not damage)",
+                            f"ls -l {shlex.quote(display(root))}; then chmod -R u+rX, or run jitwarden as their owner"))
     for c in report.caches:
         path = display(c.root.path)
         for f in c.findings:
@@ -109,10 +123,10 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
         n = len({c.root.partition for c in others})
         out_.append(Problem("partitions", Severity.INFO, n, f"{n} partition(s) of other environments "
                             f"({out.human_bytes(sum(c.bytes for c in others))})", "jitwarden prune --older-than 30d"))
-    quarantined = sum(c.quarantined for c in report.caches)
+    quarantined = sum(c.quarantined for c in report.caches) + elsewhere_quarantined(report)
     if quarantined:
-        out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{quarantined} entries in quarantine",
-                            "jitwarden quarantine ls  (jitwarden quarantine empty --older-than 7d)"))
+        out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{plural(quarantined, 'entry')} in quarantine",
+                            "jitwarden quarantine ls  (restore ID, or empty --older-than 7d)"))
     unsealed = [e for e in report.entries if e.kind == "triton" and e.type == "kernel" and not e.sealed
                 and not any(f.severity >= Severity.ERROR for f in report.findings_of(e))]
     if unsealed and not rebuilt:
@@ -121,9 +135,17 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
                             "under the same name passes every structural check, only a rebuild tells",
                             "jitwarden doctor --rebuild" + suffix))
     if tgt.arch is None:
+        archs: dict[int, int] = {}
+        for e in report.entries:
+            if e.arch:
+                archs[e.arch] = archs.get(e.arch, 0) + 1
+        if archs:
+            best = max(archs, key=lambda a: archs[a])
+            hint = f"jitwarden doctor --target sm_{best}  (most entries here are for sm_{best}; name the GPU that runs them)"
+        else:
+            hint = "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
         out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks of cache "
-                            "entries and of torch and ptxas skipped",
-                            "jitwarden doctor --target sm_90  (the GPU these caches are for)"))
+                            "entries and of torch and ptxas skipped", hint))
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
 
 
@@ -145,6 +167,23 @@ def startup_not_run(fp, report) -> list[tuple[str, str]]:
     if not archs:
         return []  # said once, by the no-target line
     return [(o.check, o.not_run) for o in sc.run_checks(fp, archs) if o.not_run]
+
+
+def _denied(message: str) -> bool:
+    return "unreadable: permission denied" in message.lower()
+
+
+def elsewhere_quarantined(report) -> int:
+    """Entries in the quarantines of roots jitwarden remembers (``clean /some/root``) that this scan did not cover."""
+    from .. import qregistry
+    from .. import quarantine as q
+
+    scanned = {os.path.realpath(c.root.path) for c in report.caches}
+    n = 0
+    for root in qregistry.roots():
+        if os.path.realpath(root) not in scanned:
+            n += len(q.list_root(root))
+    return n
 
 
 def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
@@ -183,6 +222,10 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
 
 
 def run(args) -> int:
+    from .verify import check_rebuild_options
+
+    check_rebuild_options(args)
+    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
     if getattr(args, "rebuild", False):
         from .. import rebuild
 
@@ -210,44 +253,42 @@ def run(args) -> int:
 
 
 def _print(report, fp, digest, probs, args) -> None:
-    from rich.markup import escape
-
     con = out.console()
-    con.print(f"[bold]{escape(fp.headline()) if fp is not None else 'fingerprint unavailable'}[/bold]")
+    con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
     if report.caches:
         con.print(out.caches_table(report, long=args.long, current_digest=digest))
         if any(c.root.partition == digest for c in report.caches):
-            con.print("[dim]* this environment's partition[/dim]")
+            con.print(out.text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
     else:
         from .. import locations
 
         where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
-        con.print(f"no kernel caches found yet (looked in {escape(where)} and jitwarden's partitions); "
-                  "they appear after the first Triton or torch.compile run")
-    con.print(f"[dim]{escape(out.summary_line(report))}[/dim]")
+        con.print(out.text(f"no kernel caches found yet (looked in {where} and jitwarden's partitions); "
+                           "they appear after the first Triton or torch.compile run"))
+    out.hanging(con, out.text((out.summary_line(report), "dim")))
     style = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
     for p in probs:
-        s = style[p.severity]
-        con.print(f"[{s}]{p.severity}[/{s}] [bold]{escape(p.code)}[/bold]: {escape(p.message)}")
+        out.hanging(con, out.text((str(p.severity), style[p.severity]), " ", (p.code, "bold"), ": ", p.message))
         if p.fix:
-            con.print(f"    fix: [bold]{escape(p.fix)}[/bold]")
+            out.hanging(con, out.text("    fix: ", (p.fix, "bold")), indent=9)
     if report.worst == Severity.ERROR:
-        con.print("[bold red]problems at error level[/bold red]: run the fix commands above "
-                  "(each prints its plan and asks first)")
+        con.print(out.text(("problems at error level", "bold red"), ": run the fix commands above "
+                           "(each prints its plan and asks first)"))
     elif not [p for p in probs if p.severity > Severity.INFO]:
         caveats = []
         unjudged = sum(p.count for p in probs if p.code == "unrecognised")
         if unjudged:
-            caveats.append(f"{unjudged} entries could not be judged")
+            caveats.append(f"{plural(unjudged, 'entry', 'entries')} could not be judged")
         skipped = [p for p in probs if p.code in ("not-run", "no-target")]
         if skipped:
-            caveats.append(f"{len(skipped)} check(s) could not run")
+            caveats.append(f"{plural(len(skipped), 'check')} could not run")
         if caveats:
-            con.print(f"[green]no problem at warning or error level[/green], but {' and '.join(caveats)} (see above)")
+            con.print(out.text(("no problem at warning or error level", "green"),
+                               f", but {' and '.join(caveats)} (see above)"))
         else:
-            con.print("[green]all good[/green]: no problem at warning or error level")
+            con.print(out.text(("all good", "green"), ": no problem at warning or error level"))
     else:
-        con.print("no errors; the warnings above are worth a look")
+        con.print(out.text("no errors; the warnings above are worth a look"))
     sys.stdout.flush()
 
 

@@ -70,46 +70,28 @@ def _run_diff(args, old, new) -> int:
                           "changes": [{"component": c.component, "old": c.old, "new": c.new, "why": c.why}
                                       for c in changes]}, indent=2))
         return EXIT_FINDINGS if changes else EXIT_OK
-    con = _console()
+    from .. import report as out
+
+    con = out.console()
     if not changes:
-        con.print(f"identical: fp {new.digest}")
+        con.print(out.text(f"identical: fp {new.digest}"))
         return EXIT_OK
-    from rich.table import Table
-
-    from rich.markup import escape
-
-    t = Table(title=f"fingerprint {old.digest} → {new.digest}: {len(changes)} change(s)", title_justify="left")
-    t.add_column("component", no_wrap=True)
-    for col in ("old", "new", "why it matters"):
-        t.add_column(col, overflow="fold")
+    con.print(out.text((f"fingerprint {old.digest} → {new.digest}: {len(changes)} change(s)", "bold")))
+    g = out.Grid([out.Column("COMPONENT"), out.Column("OLD", flex=True, min=10), out.Column("NEW", flex=True, min=10)])
     for c in changes:
-        t.add_row(*(escape(x) for x in (c.component, c.old, c.new, c.why)))
-    con.print(t)
+        g.add(c.component, c.old, c.new, details=[c.why])
+    con.print(g)
     return EXIT_FINDINGS
 
 
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=False)
-
-
 def _print_table(fp) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+    from .. import report as out
 
-    con = _console()
-    con.print(f"[bold]{escape(fp.headline())}[/bold]")
-    table = Table(show_header=True, title_justify="left")
-    table.add_column("component", style="bold")
-    table.add_column("value", overflow="fold")
+    con = out.console()
+    con.print(out.text((fp.headline(), "bold")))
+    t = out.Grid([out.Column("COMPONENT"), out.Column("VALUE", wrap=True, min=20)])
+    t.add_row = t.add  # every cell is plain text, escaped by the table: paths and roles hold brackets
 
-    class _Rows:  # every cell is plain text: paths and roles hold brackets
-        @staticmethod
-        def add_row(*cells: str) -> None:
-            table.add_row(*(escape(c) for c in cells))
-
-    t = _Rows()
     if fp.gpus:
         for g in fp.gpus:
             cap = f"sm_{g.capability[0]}{g.capability[1]}" if g.capability else "capability unknown"
@@ -137,6 +119,6 @@ def _print_table(fp) -> None:
     if not fp.env:
         t.add_row("env", "(no code-changing variables set)")
     t.add_row("digest", fp.digest)
-    con.print(table)
+    con.print(t)
     for w in fp.warnings():
         print(f"jitwarden: warning: {w}", file=sys.stderr)

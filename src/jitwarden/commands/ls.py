@@ -11,12 +11,18 @@ from . import _common
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ls", help="list cache entries", description="List Triton cache entries with their status.")
+    p = sub.add_parser("ls", help="list cache entries", description="List cache entries with their status.")
     _common.add_scan_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print entry ids only (paths with --long), one per line")
     p.add_argument("--code", action="append", metavar="CODE", help="only entries with this finding code (repeatable)")
     p.add_argument("--name", metavar="GLOB", help="only entries whose kernel name matches GLOB")
     p.set_defaults(func=run)
+
+
+def check_codes(codes) -> None:
+    for c in codes or ():
+        if c not in CODES:
+            raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
 
 
 def select(report, codes=None, name=None):
@@ -29,15 +35,15 @@ def select(report, codes=None, name=None):
 
 
 def run(args) -> int:
-    for c in args.code or ():
-        if c not in CODES:
-            raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
+    check_codes(args.code)
     fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)
     if args.quiet:
+        from ..ages import display
+
         for e in entries:
-            print(e.path if args.long else e.id)
+            print(display(e.path if args.long else e.id))
         return 0
     if args.format == "json":
         out.print_json(out.to_json(report, getattr(fp, "digest", None), "ls", entries))
@@ -46,6 +52,6 @@ def run(args) -> int:
     if entries:
         con.print(out.entries_table(report, entries, long=args.long))
     else:
-        con.print("no entries")
-    con.print(f"[dim]{out.summary_line(report)}[/dim]")
+        con.print(out.text("no entries"))
+    out.hanging(con, out.text((out.summary_line(report), "dim")))
     return 0

@@ -29,8 +29,8 @@ def register(sub) -> None:
     p.add_argument("--keep", type=int, metavar="N", help="keep the N most recently used partitions per root (the current one counts)")
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="drop the least recently used until a root's partitions fit in SIZE (500M, 20G)")
     p.add_argument("--older-than", type=age_arg, metavar="AGE", help="drop partitions unused for more than AGE (30d, 12h)")
-    p.add_argument("--orphan-age", type=float, default=None, metavar="SECONDS",
-                   help="a partition written to more recently than this is in use and kept (default 3600)")
+    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
+                   help="a partition written to more recently than AGE is in use and kept (default 1h)")
     p.add_argument("--keep-quarantined", action="store_true", help="leave pruned partitions restorable in quarantine")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--long", action="store_true", help="show full paths")

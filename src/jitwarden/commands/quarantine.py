@@ -37,17 +37,10 @@ def register(sub) -> None:
     ps = qs.add_parser("purge", help="delete quarantined entries for good (ids, or --all; alias of empty)")
     ps.add_argument("ids", nargs="*", metavar="ID", help="quarantine ids (default: all, with --all)")
     ps.add_argument("--all", action="store_true", help="every quarantined entry")
-    ps.add_argument("--older-than", type=_days_or_age, metavar="AGE",
-                    help="only entries quarantined more than AGE ago (7d, 12h; a bare number is days)")
+    ps.add_argument("--older-than", type=age_arg, metavar="AGE",
+                    help="only entries quarantined more than AGE ago (7d, 12h)")
     _common(ps, destructive=True)
     p.set_defaults(func=run, action=None)
-
-
-def _days_or_age(text: str) -> float:
-    try:
-        return float(text) * 86400  # purge's original unit
-    except ValueError:
-        return age_arg(text)
 
 
 def _common(p, destructive: bool = False) -> None:
@@ -84,14 +77,19 @@ def _expand(root) -> list:
 
 
 def cache_dirs(env=os.environ) -> list[str]:
-    """Every cache dir holding a quarantine: each root found, its partitions, and the bases partitions live in."""
+    """Every cache dir holding a quarantine: each root found, its partitions, the bases partitions live in,
+    and every root jitwarden remembers quarantining into (``clean /some/root``)."""
+    from .. import qregistry
+
     seen, out = set(), []
+    found = []
     for r in _discovered_roots(env):
-        for path in [x.path for x in _expand(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else []):
-            k = os.path.realpath(path)
-            if k not in seen and os.path.isdir(q.quarantine_dir(path)):
-                seen.add(k)
-                out.append(path)
+        found += [x.path for x in _expand(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else [])
+    for path in found + qregistry.roots(env):
+        k = os.path.realpath(path)
+        if k not in seen and os.path.isdir(q.quarantine_dir(path)):
+            seen.add(k)
+            out.append(path)
     return out
 
 
@@ -114,23 +112,64 @@ def records(args, include_empty: bool = False) -> list[q.Record]:
     return sorted(out, key=lambda r: (r.quarantined_at, r.id))
 
 
+def short_ids(recs: list[q.Record]) -> dict[str, str]:
+    """The shortest id each record can be named by in a table, and that ``pick`` takes back (pure):
+    the entry's short id (as ``clean``, ``ls`` and ``verify`` show it) when no other record has it,
+    else ``<stamp>-<short id>``, else the full quarantine id."""
+    from ..report import short_key
+
+    def stamped(r):
+        return r.id.split("-", 1)[0] + "-" + short_key(r.entry_id) if "-" in r.id else r.id
+
+    out = {}
+    for r in recs:
+        for cand in (short_key(r.entry_id), stamped(r)):
+            if len(pick_candidates(recs, cand)) == 1:
+                out[r.id] = cand
+                break
+        else:
+            out[r.id] = r.id
+    return out
+
+
+def pick_candidates(recs: list[q.Record], i: str) -> list[q.Record]:
+    """Records an argument names, best match first (pure): the quarantine id, else a prefix of it, else the
+    entry id, else a prefix of the entry id or of its last path component (the short ids tables show)."""
+    for match in (lambda r: r.id == i, lambda r: r.id.startswith(i), lambda r: r.entry_id == i,
+                  lambda r: r.entry_id.startswith(i) or r.entry_id.rsplit("/", 1)[-1].startswith(i)):
+        found = [r for r in recs if match(r)]
+        if found:
+            return found
+    return []
+
+
 def pick(recs: list[q.Record], ids: list[str]) -> list[q.Record]:
-    """Records named by id, unique id prefix, or entry id (pure)."""
+    """Records named by quarantine id, entry id, the short ids tables show, or a unique prefix (pure)."""
     chosen = []
     for i in ids:
-        exact = [r for r in recs if r.id == i]
-        cands = exact or [r for r in recs if r.id.startswith(i) or r.entry_id == i]
+        cands = pick_candidates(recs, i) if i else []
         if not cands:
-            raise UsageError(f"no quarantined entry {display(i)!r} (see `jitwarden quarantine ls`)")
+            where = f"{len(recs)} quarantined entr{'y' if len(recs) == 1 else 'ies'} in {_roots_phrase(recs)}" if recs \
+                else "nothing is quarantined in any root jitwarden knows"
+            raise UsageError(f"no quarantined entry {display(i)!r} ({where}; see `jitwarden quarantine ls`, "
+                             "or add --root PATH for a root jitwarden never quarantined into)")
         if len(cands) > 1:
-            raise UsageError(f"{display(i)!r} names {len(cands)} quarantined entries; give the full id")
+            names = short_ids(recs)
+            raise UsageError(f"{display(i)!r} names {len(cands)} quarantined entries: "
+                             f"{', '.join(display(names[r.id]) for r in cands[:5])}{', …' if len(cands) > 5 else ''}")
         chosen.append(cands[0])
     return chosen
 
 
-def _print_list(recs, args) -> None:
-    from rich.markup import escape
+def _roots_phrase(recs) -> str:
+    from ..report import short_path
 
+    roots = list(dict.fromkeys(r.root for r in recs))
+    shown = ", ".join(display(short_path(r)) for r in roots[:2])
+    return shown + (f" and {len(roots) - 2} more roots" if len(roots) > 2 else "")
+
+
+def _print_list(recs, args) -> None:
     from .. import report as out
 
     if args.format == "json":
@@ -139,21 +178,18 @@ def _print_list(recs, args) -> None:
         return
     con = out.console()
     if not recs:
-        con.print("nothing quarantined")
+        con.print(out.text("nothing quarantined"))
         return
-    from rich.table import Table
-
-    t = Table(box=None, pad_edge=False)
-    for col in ("id", "reason", "age", "size", "from", "why"):
-        t.add_column(col)
+    names = short_ids(recs)
+    g = out.Grid([out.Column("ID"), out.Column("REASON", flex=True), out.Column("AGE", right=True),
+                  out.Column("SIZE", right=True), out.Column("FROM", flex=True, min=16)])
     for r in recs:
-        where = r.original_path if args.long else out.short_path(r.root)
-        why = "; ".join(r.details) or "-"
-        t.add_row(*(escape(display(x)) for x in (r.id, r.reason, out.human_age(r.quarantined_at),
-                                                 out.human_bytes(r.bytes), where,
-                                                 why if args.long or len(why) < 90 else why[:87] + "...")))
-    con.print(t)
-    con.print(f"[dim]{len(recs)} quarantined, {out.human_bytes(sum(r.bytes for r in recs))}[/dim]")
+        g.add(r.id if args.long else names[r.id], r.reason, out.human_age(r.quarantined_at), out.human_bytes(r.bytes),
+              r.original_path if args.long else out.root_label(r.root), details=["; ".join(r.details)])
+    con.print(g)
+    con.print(out.text((f"{len(recs)} quarantined, "
+                        f"{out.human_bytes(sum(r.bytes for r in recs))} · "
+                        "restore with `jitwarden quarantine restore ID`", "dim")))
 
 
 def _confirm(args, question: str) -> bool:
@@ -205,9 +241,13 @@ def _restore(args) -> int:
                              "pass --replace to quarantine it and restore this one")
         plan.append({"id": r.id, "to": r.original_path, "replaces": conflict})
     if args.format != "json":
-        for p in plan:
+        from ..report import short_path
+
+        names = short_ids(records(args)) if not args.long else {}
+        for r, p in zip(chosen, plan):
             extra = " (the entry there is quarantined first)" if p["replaces"] else ""
-            print(f"restore {display(p['id'])} -> {display(p['to'])}{extra}", file=sys.stderr)
+            what = p["to"] if args.long else f"{names.get(r.id, r.id)} into {short_path(r.root)}"
+            print(f"restore {display(what)}{extra}", file=sys.stderr)
     done = []
     if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
         done = _apply(chosen, lambda r: q.restore(r, replace=args.replace), args.lock_timeout)
@@ -215,6 +255,8 @@ def _restore(args) -> int:
         _plan_json("restore", plan, done, args)
     elif done:
         print(f"restored {len(done)}", file=sys.stderr)
+    elif args.dry_run:
+        print("dry run: nothing restored", file=sys.stderr)
     return 0
 
 
@@ -229,8 +271,12 @@ def _empty(args) -> int:
     slots = [r for r in recs if not r.present] if not args.ids else []
     plan = [{"id": r.id, "path": r.path, "bytes": r.bytes} for r in chosen]
     if args.format != "json":
-        for p in plan:
-            print(f"delete {display(p['id'])} ({display(p['path']) if args.long else p['bytes']} bytes)", file=sys.stderr)
+        from ..report import human_bytes, short_path
+
+        names = short_ids(recs) if not args.long else {}
+        for r in chosen:
+            where = r.path if args.long else f"{names.get(r.id, r.id)} from {short_path(r.root)}"
+            print(f"delete {display(where)} ({human_bytes(r.bytes)})", file=sys.stderr)
         if slots:
             print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
         if not plan and not slots:

@@ -81,25 +81,23 @@ def run(args) -> int:
         out.print_json(doc)
     else:
         con = out.console()
-        con.print(f"[bold]{fp.headline() if fp is not None else 'fingerprint unavailable'}[/bold]")
+        con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
         if report.caches:
             digest = getattr(fp, "digest", None)
             con.print(out.caches_table(report, long=args.long, current_digest=digest))
             if any(c.root.partition == digest for c in report.caches):
-                con.print("[dim]* this environment's partition; other partitions belong to other environments[/dim]")
+                con.print("[dim]@DIGEST: a partition (one environment's caches); * marks this environment's[/dim]")
         else:
             con.print("no kernel cache roots found")
         for c in report.caches:
             for f in c.findings:
-                con.print(f"[bold red]{f.code}[/bold red] {out.short_path(c.root.path)}: {f.message}")
-        con.print(f"[dim]{out.summary_line(report)}[/dim]")
-        from rich.markup import escape
-
+                con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))
+        out.hanging(con, out.text((out.summary_line(report), "dim")))
         for n in notes:
             head = "reduced protection" if n["kind"] == "reduced-protection" else "leftover trash"
             what = n["what"] if n["kind"] == "reduced-protection" else out.short_path(n["what"])
-            con.print(f"[yellow]{head}[/yellow] {escape(what)}: {escape(n['why'])}")
-            con.print(f"    fix: [bold]{escape(n['fix'])}[/bold]")
+            con.print(out.text((head, "yellow"), " ", what, ": ", n["why"]))
+            con.print(out.text("    fix: ", (n["fix"], "bold")))
         if report.worst == Severity.ERROR:
             con.print("run [bold]jitwarden verify[/bold] for the entries at fault")
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
