@@ -129,8 +129,8 @@ class GuardedCacheManager(FileCacheManager):
             rec = _quarantine.move(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
             _log.warning("jitwarden: quarantined Triton cache entry %s (%s: %s); recompiling. Restore with "
                          "`jitwarden quarantine restore %s`", rec.entry_id, code, "; ".join(details) or "-", rec.id)
-        except FileNotFoundError:
-            pass  # another process moved it first
+        except OSError:
+            pass  # another process moved it first, or the root's quarantine is not ours: a miss all the same
         os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
 
     def _quarantine_unless_writing(self, v: _Verdict) -> None:

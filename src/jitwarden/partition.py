@@ -8,10 +8,9 @@ belongs to and when it was last used, for ``status`` and pruning.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from .fsutil import write_json_atomic
+from .fsutil import read_json, write_json_atomic
 from .layout import PARTITION_INFO, PARTITIONS_DIR
 
 SCHEMA = 1
@@ -68,11 +67,10 @@ def base_of(path: str) -> str:
 
 def read_info(partition: str) -> PartitionInfo | None:
     try:
-        with open(os.path.join(partition, PARTITION_INFO), "rb") as f:
-            doc = json.loads(f.read())
+        doc = read_json(os.path.join(partition, PARTITION_INFO), max_bytes=1 << 20)  # a FIFO or 100k "[" is None
         return PartitionInfo(str(doc["digest"]), doc.get("headline"), float(doc.get("created") or 0),
                              float(doc.get("last_used") or 0), tuple(doc.get("kinds") or ()))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
 
 

@@ -84,6 +84,15 @@ def console():
     return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
 
 
+def cell(text) -> str:
+    """Text from a cache (names, paths, messages) as a table cell: control characters escaped, markup inert."""
+    from rich.markup import escape
+
+    from .ages import display
+
+    return escape(display(str(text)))
+
+
 _STYLE = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
 
 
@@ -115,11 +124,11 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     now = time.time()
     for e in entries:
         fs = report.findings_of(e)
-        row = [e.kind] if kinds else []
+        row = [cell(e.kind)] if kinds else []
         row += [
-            e.path if long else short_id(e),
-            e.name or "-",
-            e.type,
+            cell(e.path if long else short_id(e)),
+            cell(e.name or "-"),
+            cell(e.type),
             f"sm_{e.arch}" if e.arch else "-",
             human_bytes(e.bytes),
             human_age(e.mtime, now),
@@ -127,7 +136,7 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
         ]
         if details:
             shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
-            row.append("; ".join(f.message for f in shown))
+            row.append(cell("; ".join(f.message for f in shown)))
         t.add_row(*row)
     return t
 
@@ -156,9 +165,9 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
             warns += sev == Severity.WARN
         errs += sum(f.severity == Severity.ERROR for f in c.findings)
         t.add_row(
-            c.root.kind,
-            c.root.path if long else short_path(c.root.path),
-            c.root.source,
+            cell(c.root.kind),
+            cell(c.root.path if long else short_path(c.root.path)),
+            cell(c.root.source),
             "-" if not c.root.partition else c.root.partition[:12] + ("*" if c.root.partition == current_digest else ""),
             str(len(c.entries)),
             human_bytes(c.bytes),

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass, field
 
+from . import jsonlimits
 from .fsutil import read_nofollow, write_json_atomic
 from .layout import SEAL_FILE, is_reserved
 
@@ -65,7 +65,7 @@ def read(entry_dir: str) -> Seal | None:
     except OSError as exc:
         raise SealError(f"seal unreadable: {exc.strerror}") from None
     try:
-        doc = json.loads(raw)
+        doc = jsonlimits.loads(raw)
         files = doc["files"]
         if doc.get("schema") != SCHEMA or not isinstance(files, dict):
             raise ValueError

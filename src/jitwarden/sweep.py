@@ -115,12 +115,11 @@ def _relocated_group(path: str, problem: str) -> bool:
     name = problem.split(" ", 1)[0]
     if not (name.startswith("__grp__") and ("does not match its sealed sha256" in problem or ", sealed as " in problem)):
         return False
-    import json
-
+    from . import jsonlimits
     from .fsutil import read_nofollow
 
     try:
-        children = json.loads(read_nofollow(os.path.join(path, name)))["child_paths"]
+        children = jsonlimits.loads(read_nofollow(os.path.join(path, name)))["child_paths"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())

@@ -191,9 +191,9 @@ def _print(report, fp, digest, probs, args) -> None:
     style = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
     for p in probs:
         s = style[p.severity]
-        con.print(f"[{s}]{p.severity}[/{s}] [bold]{escape(p.code)}[/bold]: {escape(p.message)}")
+        con.print(f"[{s}]{p.severity}[/{s}] [bold]{escape(p.code)}[/bold]: {out.cell(p.message)}")
         if p.fix:
-            con.print(f"    fix: [bold]{escape(p.fix)}[/bold]")
+            con.print(f"    fix: [bold]{out.cell(p.fix)}[/bold]")
     if report.worst == Severity.ERROR:
         con.print("[bold red]problems at error level[/bold red]: run the fix commands above "
                   "(each prints its plan and asks first)")

@@ -34,7 +34,7 @@ def run(args) -> int:
             con.print("no kernel cache roots found")
         for c in report.caches:
             for f in c.findings:
-                con.print(f"[bold red]{f.code}[/bold red] {out.short_path(c.root.path)}: {f.message}")
+                con.print(f"[bold red]{f.code}[/bold red] {out.cell(out.short_path(c.root.path))}: {out.cell(f.message)}")
         con.print(f"[dim]{out.summary_line(report)}[/dim]")
         if report.worst == Severity.ERROR:
             con.print("run [bold]jitwarden verify[/bold] for the entries at fault")

@@ -50,9 +50,9 @@ def run(args) -> int:
         ]
         for c in report.caches:
             for f in c.findings:
-                con.print(f"[bold red]{f.code}[/bold red] {out.short_path(c.root.path)}: {f.message}")
+                con.print(f"[bold red]{f.code}[/bold red] {out.cell(out.short_path(c.root.path))}: {out.cell(f.message)}")
             if c.error:
-                con.print(f"[bold red]error[/bold red] {c.error}")
+                con.print(f"[bold red]error[/bold red] {out.cell(c.error)}")
         if shown:
             con.print(out.entries_table(report, shown, long=args.long, details=True))
         con.print(f"[dim]{out.summary_line(report)}[/dim]")
