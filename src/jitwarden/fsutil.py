@@ -148,11 +148,29 @@ class UnsafeName(OSError):
 
 
 def open_dir(path: str) -> int:
-    """An fd of the directory ``path`` (the path itself may be a symlink: the user named it)."""
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """An fd of the cache root ``path``. The path a user names may be a symlink; a partition
+    (``<base>/jitwarden-v1/<digest>``) is opened from its base, never through a symlink below it."""
+    from .layout import PARTITIONS_DIR
+
+    parent, digest = os.path.split(os.path.normpath(path))
+    if os.path.basename(parent) != PARTITIONS_DIR or digest in ("", os.curdir, os.pardir):
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    base_fd = os.open(os.path.dirname(parent) or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        pfd = reserved_dir(base_fd, PARTITIONS_DIR)
+        if pfd is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), parent)
+        try:
+            return os.open(digest, _O_DIR, dir_fd=pfd)
+        finally:
+            os.close(pfd)
+    finally:
+        os.close(base_fd)
 
 
-def _why_not_ours(st: os.stat_result, want_dir: bool) -> str | None:
+def _why_not_ours(st: os.stat_result, want_dir: bool, owners=()) -> str | None:
+    """Why ``st`` is not a file or directory jitwarden made, or None. ``owners``: uids allowed besides ours
+    (the root's owner: root cleaning a user's cache acts on what that user's jitwarden made)."""
     if stat.S_ISLNK(st.st_mode):
         return "is a symlink"
     if want_dir and not stat.S_ISDIR(st.st_mode):
@@ -161,8 +179,8 @@ def _why_not_ours(st: os.stat_result, want_dir: bool) -> str | None:
         return f"is {kind_of(st.st_mode)}, not a regular file"
     if not want_dir and st.st_nlink > 1:
         return f"is a file with {st.st_nlink} hard links"
-    if st.st_uid != os.geteuid():
-        return f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_uid != os.geteuid() and st.st_uid not in owners:
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}) nor the root's owner"
     if want_dir and st.st_mode & 0o002 and not st.st_mode & 0o1000:
         return f"is world-writable (mode {st.st_mode & 0o7777:o})"
     return None
@@ -174,6 +192,7 @@ def unsafe_reserved(root_fd: int, names) -> list[str]:
     Absent names are fine; reads only.
     """
     out = []
+    owners = (os.fstat(root_fd).st_uid,)
     for name, want_dir in names.items():
         try:
             st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
@@ -182,7 +201,7 @@ def unsafe_reserved(root_fd: int, names) -> list[str]:
         except OSError as exc:
             out.append(f"{name} cannot be examined: {(exc.strerror or str(exc)).lower()}")
             continue
-        why = _why_not_ours(st, want_dir)
+        why = _why_not_ours(st, want_dir, owners)
         if why:
             if stat.S_ISLNK(st.st_mode):
                 try:
@@ -215,7 +234,7 @@ def reserved_dir(root_fd: int, name: str, create: bool = False) -> int | None:
             raise
         why = unsafe_reserved(root_fd, {name: True}) or [f"{name} is not a directory"]
         raise UnsafeName(errno.EPERM, f"{why[0]}; not what jitwarden made, refusing to use it") from None
-    why = _why_not_ours(os.fstat(fd), True)
+    why = _why_not_ours(os.fstat(fd), True, (os.fstat(root_fd).st_uid,))
     if why:
         os.close(fd)
         raise UnsafeName(errno.EPERM, f"{name} {why}; not what jitwarden made, refusing to use it")

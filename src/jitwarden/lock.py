@@ -87,6 +87,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
         raise LockError(f"cannot lock {display(root)}: {(exc.strerror or str(exc)).lower()}; nothing changed") from None
     try:
         vet(root, root_fd)
+        owners = (os.geteuid(), os.fstat(root_fd).st_uid)
         try:
             fd = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
                          0o644, dir_fd=root_fd)
@@ -96,7 +97,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
         os.close(root_fd)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid not in owners:
             raise LockError(f"refusing to act on {display(root)}: {LOCK_NAME} changed while it was opened "
                             "(not a regular file of ours with one link); nothing changed")
         start = time.monotonic()

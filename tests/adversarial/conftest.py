@@ -58,7 +58,8 @@ def env(tmp_path):
          if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "CUDA_CACHE"))}
     e.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
              TRITON_CACHE_DIR=str(tmp_path / "triton-default"))
-    e["PYTHONPATH"] = SRC + os.pathsep + e.get("PYTHONPATH", "")
+    src = os.environ.get("JW_ADV_SRC", SRC)  # another checkout's src/, to run the suite against it (before/after)
+    e["PYTHONPATH"] = src + os.pathsep + e.get("PYTHONPATH", "")
     return e
 
 

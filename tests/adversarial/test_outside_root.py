@@ -183,3 +183,26 @@ def test_partition_info_is_never_followed(tmp_path, outside, env):
     p = jw("prune", base, "--older-than", "0s", "--orphan-age", "0", "--dry-run", env=env)
     clean_failure(p)
     time.sleep(0)
+
+
+def test_partition_root_is_opened_from_its_base(tmp_path, outside):
+    """A lock or a move in a partition whose jitwarden-v1 was swapped for a symlink never lands outside."""
+    from jitwarden import lock
+
+    base = str(tmp_path / "base")
+    os.makedirs(base)
+    os.symlink(outside, os.path.join(base, "jitwarden-v1"))
+    part = os.path.join(base, "jitwarden-v1", "a")  # outside/a: a real directory out there
+    try:
+        fd = lock.acquire(part, timeout=1)
+    except lock.LockError as exc:
+        assert "jitwarden-v1 is a symlink" in str(exc)
+    else:
+        os.close(fd)
+        raise AssertionError("took a lock through a symlinked partitions dir")
+    try:
+        q.move(os.path.join(part, "b"), "test", root=part)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("moved an entry of a partition reached through a symlink")
