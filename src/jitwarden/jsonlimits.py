@@ -16,26 +16,33 @@ MAX_DEPTH = 64
 MAX_BYTES = 64 << 20
 """Larger than any cache JSON we read (the biggest seen: vLLM factors, ~100 KB)."""
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKETS = re.compile(rb"[\[\]{}]")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_PAIR = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 class JsonLimitError(ValueError):
     """The JSON is larger or nested deeper than we read."""
 
 
-def depth(data: bytes) -> int:
-    """The deepest nesting of arrays and objects in ``data``, brackets inside strings not counted."""
-    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:  # the usual case: cannot be too deep
-        return data.count(b"[") + data.count(b"{")
-    deepest = level = 0
-    for m in _BRACKETS.finditer(_STRING.sub(b'""', data)):
-        if m.group() in (b"[", b"{"):
-            level += 1
-            deepest = max(deepest, level)
-        else:
-            level -= 1
-    return deepest
+def deeper_than(data: bytes, max_depth: int) -> bool:
+    """Whether arrays and objects in ``data`` nest deeper than ``max_depth`` (brackets inside strings not counted).
+
+    Strings and everything but brackets are dropped, then innermost pairs are removed one
+    level per pass (C-speed regex passes, at most ``max_depth`` of them). Unbalanced
+    brackets (not JSON at all) count as too deep when more than ``max_depth`` are left.
+    """
+    if data.count(b"[") + data.count(b"{") <= max_depth:  # the usual case: cannot be too deep
+        return False
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        shorter = _PAIR.sub(b"", brackets)
+        if shorter == brackets:  # unbalanced: not JSON either way; refuse it here when it could recurse deep
+            return len(brackets) > max_depth
+        brackets = shorter
+    return bool(brackets)
 
 
 def loads(data, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES):
@@ -43,9 +50,8 @@ def loads(data, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES):
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise JsonLimitError(f"JSON of {len(raw)} bytes is larger than the {max_bytes} read")
-    d = depth(raw)
-    if d > max_depth:
-        raise JsonLimitError(f"JSON nested deeper than {max_depth} levels ({d}); not parsed")
+    if deeper_than(raw, max_depth):
+        raise JsonLimitError(f"JSON nested deeper than {max_depth} levels; not parsed")
     try:
         return json.loads(data)
     except RecursionError:  # pragma: no cover - the depth check comes first

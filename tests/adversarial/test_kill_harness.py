@@ -81,6 +81,7 @@ def test_random_kills_keep_every_entry_whole(acache, small_cache, outside, env):
     before_outside = tree_hash(outside)
     rng = random.Random(SEED)
     base = [sys.executable, "-m", "jitwarden"]
+    took = {op: 1.5 for op in ("clean", "restore", "empty", "prune")}  # seconds a run of each takes, as seen
     for i in range(KILLS):
         op = rng.choice(("clean", "restore", "empty", "prune"))
         if op == "clean":
@@ -93,10 +94,15 @@ def test_random_kills_keep_every_entry_whole(acache, small_cache, outside, env):
         else:
             args = ["prune", root, "--older-than", "1d", "--orphan-age", "0", "-y", "--keep-quarantined"
                     if rng.random() < 0.5 else "-y"]
+        start = time.monotonic()
         proc = subprocess.Popen(base + args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 1.8))
+        deadline = start + rng.uniform(0.5, 1.0) * took[op]  # late in the run: where the moves and deletes are
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.005)
         alive = proc.poll() is None
+        if not alive:
+            took[op] = time.monotonic() - start  # finished first: aim earlier next time
         proc.send_signal(signal.SIGKILL)
         try:
             proc.wait(timeout=30)
@@ -104,6 +110,7 @@ def test_random_kills_keep_every_entry_whole(acache, small_cache, outside, env):
             TALLY["hangs"] += 1
             raise
         TALLY["kills"] += alive  # only a kill that landed counts
+        print(f"kill {i}: {op} alive={alive} at {time.monotonic() - start:.2f}s", flush=True)
         assert tree_hash(outside) == before_outside, f"kill {i} ({op}, seed {SEED}) changed data outside the root"
         _check_and_refill(root, entries, parts)
     # An unkilled run finishes what the kills left: no trash, no half-deleted slot.
