@@ -68,3 +68,35 @@ def test_verify_and_clean_racing_writers(tmp_path, env):
     p = jw("verify", root, "--target", "90", env=env)
     clean_failure(p, 0)
     assert not os.path.isdir(os.path.join(root, "jitwarden-quarantine"))
+
+
+CHURN = r'''
+import os, sys, time, uuid
+root, stop = sys.argv[1], time.time() + float(sys.argv[2])
+entries = [os.path.join(root, n) for n in os.listdir(root) if len(n) == 52]
+while time.time() < stop:
+    for e in entries:
+        t = os.path.join(e, f"tmp.pid_{os.getpid()}_{uuid.uuid4()}")
+        os.mkdir(t)
+        with open(os.path.join(t, "x.cubin"), "wb") as f:
+            f.write(b"x")
+        os.unlink(os.path.join(t, "x.cubin"))
+        os.rmdir(t)
+'''
+
+
+def test_verify_racing_temporary_files_that_vanish(acache, env):
+    """Triton's write pattern at full speed (a ``tmp.pid_*`` dir made, filled, emptied, removed in every
+    entry): a temporary file gone between listing and stat is not damage."""
+    root, recs = acache
+    churn = [subprocess.Popen([sys.executable, "-c", CHURN, root, "30"]) for _ in range(2)]
+    try:
+        for _ in range(max(4, RACES // 2)):
+            p = jw("verify", root, "--target", "90", "--format", "json", env=env)
+            clean_failure(p, 0)
+            assert "cannot stat" not in p.stdout and "cannot list" not in p.stdout, p.stdout[-2000:]
+            TALLY["races"] += 1
+    finally:
+        for c in churn:
+            c.kill()
+            c.wait()
