@@ -6,7 +6,7 @@ Every measured step runs in a fresh Python process, as a restarted server would:
    x+y key. Stock Triton: wrong numbers, no error. The same program under ``jitwarden run``
    (entries sealed in its partition, the same substitution made there): right numbers, the
    entry quarantined, one warning line. Also recorded: the guard without partitioning over the
-   tampered *unsealed* stock entry (a known limit: it cannot tell) and ``verify --rebuild`` on it.
+   tampered *unsealed* stock entry (proven by a rebuild before its first use) and ``verify --rebuild`` on it.
 2. ``canary``: ``jitwarden canary`` (scratch, guarded) as a table and as JSON.
 3. ``workload``: a transformer block under ``torch.compile(mode=...)`` (default
    ``max-autotune-no-cudagraphs``): cold start, then warm starts stock and guarded, interleaved,
@@ -19,12 +19,22 @@ Every measured step runs in a fresh Python process, as a restarted server would:
    times; with partitions (``jitwarden run``) vs wiping the caches whenever the environment
    changes. Both timelines are reported.
 
+6. ``firstuse`` (issue 13; ``--steps firstuse`` runs it alone, ~4 min on an H200): (a) a stock
+   cache of plain Triton kernels whose ``combine`` (x+y) entry holds the same-named x−y cubin, used
+   under ``jitwarden run`` with ``JITWARDEN_PARTITION=0``; (b) a TorchInductor warm start whose
+   FX-graph bundle holds a same-named substituted kernel (its PTX with float adds made subs,
+   assembled by the producer's ptxas), stock and guarded; (c) the first-use cost of a real
+   model's stock cache (``--fu-widths`` blocks under ``--fu-mode``, hundreds of Inductor kernels):
+   the guarded first warm start minus the stock warm start, as a ratio to the cold compile (goal
+   ≤ 0.15), and the guarded/stock warm-start ratio after it (goal ≤ 1.05).
+
 Writes ``gpu_proof.json`` (after every step, so a timeout still leaves data) and
 ``gpu_proof.md`` into ``--out`` (default ``$OUT``)::
 
     PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT            # full, ~6 min on an H200
     PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT --quick    # trial: default mode, 1 rep
     python benchmarks/gpu_proof.py --render docs/gpu_proof.json         # re-write the Markdown only
+    PYTHONPATH=src python benchmarks/gpu_proof.py --out $OUT --steps firstuse   # issue 13 alone, ~4 min
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -112,18 +123,21 @@ WORKLOAD = textwrap.dedent(
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
     mode = sys.argv[1]
+    widths = [int(w) for w in (sys.argv[2] if len(sys.argv) > 2 else "1024").split(",")]
     torch.manual_seed(0)
-    m = Block(1024, 8).cuda().half()
-    x = torch.randn(4, 256, 1024, device="cuda", dtype=torch.half)
-    with torch.no_grad():
-        ref = m(x)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        f = torch.compile(m, mode=None if mode == "default" else mode, dynamic=False)
-        y = f(x)
-        torch.cuda.synchronize()
-        t_first = time.perf_counter() - t0
-    err = (y.float() - ref.float()).abs().max().item()
+    t_first, err = 0.0, 0.0
+    for d in widths:  # one block per width: more widths, more distinct kernels
+        m = Block(d, 8).cuda().half()
+        x = torch.randn(4, 256, d, device="cuda", dtype=torch.half)
+        with torch.no_grad():
+            ref = m(x)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            f = torch.compile(m, mode=None if mode == "default" else mode, dynamic=False)
+            y = f(x)
+            torch.cuda.synchronize()
+            t_first += time.perf_counter() - t0
+        err = max(err, (y.float() - ref.float()).abs().max().item())
     print("RESULT " + json.dumps({"t_import": round(t_import, 3), "t_first": round(t_first, 3), "max_abs_err": err,
           "triton_compiles": None if events is None else len(events),
           "triton_cache_hits": None if events is None else sum(events)}))
@@ -322,7 +336,7 @@ def step_tamper(args, work):
             res[label] = {"rc": r["rc"], "errors": doc["summary"]["errors"], "by_code": doc["summary"]["by_code"]}
         except ValueError:
             res[label] = {"rc": r["rc"], "stderr": r["stderr"][-400:]}
-    # Known limit: the guard alone (no partition) over a pre-existing *unsealed* entry cannot prove it wrong.
+    # The guard alone (no partition) over a pre-existing *unsealed* entry: proven by a rebuild before its first use.
     r = sh(jw() + ["run", "--"] + py + ["add"], dict(stock, JITWARDEN_PARTITION="0"))
     res["guard_unpartitioned_over_unsealed_tampered"] = {"rc": r["rc"], "result": result_of(r),
                                                          "jitwarden_lines": jw_lines(r["stderr"])}
@@ -351,8 +365,8 @@ def step_canary(args, work):
 # ---------------------------------------------------------------- 3. workload cold/warm
 
 
-def run_workload(env, guarded: bool, mode: str, script: str) -> dict:
-    cmd = ([*jw(), "run", "--"] if guarded else []) + [sys.executable, script, mode]
+def run_workload(env, guarded: bool, mode: str, script: str, widths: str | None = None) -> dict:
+    cmd = ([*jw(), "run", "--"] if guarded else []) + [sys.executable, script, mode] + ([widths] if widths else [])
     r = sh(cmd, env, timeout=600)
     res = result_of(r) or {}
     return {"rc": r["rc"], "wall_s": r["wall_s"], **(res if isinstance(res, dict) else {}),
@@ -530,6 +544,294 @@ def step_alternate(args, work):
 # ---------------------------------------------------------------- report
 
 
+# ---------------------------------------------------------------- 6. first use of unsealed kernels (issue 13)
+
+_FLOAT_ADD = re.compile(r"(\s)add((?:\.[a-z0-9]+)*\.(?:f32|f16x2|f16|bf16x2|bf16|f64))(?=[\s;])")
+
+
+def mutate_ptx(ptx: str) -> tuple[str, int]:
+    """The same kernel (name, parameters, shape) computing something else: every float add becomes a sub."""
+    return _FLOAT_ADD.subn(r"\1sub\2", ptx)
+
+
+def same_named_substitute(entry: str) -> dict | None:
+    """Another cubin for ``entry``'s kernel name and signature, assembled from its PTX with float adds made subs
+    by the very ptxas that reproduces the entry (so nothing but a rebuild tells it from the producer's work).
+
+    None when the entry cannot be reproduced here or its PTX has no float add.
+    """
+    import collections
+
+    sys.path.insert(0, SRC)
+    from jitwarden import rebuild
+
+    names = os.listdir(entry)
+    cubin = next((n for n in names if n.endswith(".cubin")), None)
+    if cubin is None:
+        return None
+    stem = cubin[: -len(".cubin")]
+    try:
+        with open(os.path.join(entry, f"{stem}.json")) as f:
+            md = json.load(f)
+        with open(os.path.join(entry, f"{stem}.ptx")) as f:
+            ptx = f.read()
+        with open(os.path.join(entry, cubin), "rb") as f:
+            original = f.read()
+    except (OSError, ValueError):
+        return None
+    mutated, n = mutate_ptx(ptx)
+    if not n:
+        return None
+    E = collections.namedtuple("E", "path id name type")
+    r = rebuild.verify_entries([E(entry, os.path.basename(entry), stem, "kernel")], jobs=1)[entry]
+    if r.verdict not in ("verified", "stale") or not r.ptxas:
+        return None
+    _arch, flags = rebuild.ptxas_flags(md)
+    with tempfile.TemporaryDirectory(prefix="jw-subst-") as t:
+        src, out = os.path.join(t, "k.ptx"), os.path.join(t, "k.cubin")
+        with open(src, "w") as f:
+            f.write(mutated)
+        p = subprocess.run([r.ptxas, *flags, src, "-o", out], capture_output=True, text=True)
+        if p.returncode != 0:
+            return None
+        with open(out, "rb") as f:
+            new = f.read()
+    if new == original:
+        return None
+    return {"name": stem, "entry": entry, "original": original, "cubin": new, "adds_made_subs": n, "ptxas": r.ptxas,
+            "same_length": len(new) == len(original)}
+
+
+def files_holding(root: str, data: bytes) -> list[str]:
+    """Files under ``root`` whose bytes contain ``data`` (a cubin inside an FX-graph pickle)."""
+    out = []
+    for d, _subs, files in os.walk(root):
+        for n in files:
+            try:
+                with open(os.path.join(d, n), "rb") as f:
+                    if data in f.read():
+                        out.append(os.path.join(d, n))
+            except OSError:
+                pass
+    return out
+
+
+def substitute_in_files(root: str, old: bytes, new: bytes) -> list[str]:
+    """Replace ``old`` by ``new`` (same length) in every file under ``root`` that holds it, e.g. FX-graph pickles."""
+    if len(old) != len(new):
+        raise ValueError("a pickled payload can only be swapped for one of the same length")
+    changed = []
+    for d, _subs, files in os.walk(root):
+        for n in files:
+            p = os.path.join(d, n)
+            try:
+                with open(p, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if old in data:
+                with open(p, "wb") as f:
+                    f.write(data.replace(old, new))
+                changed.append(p)
+    return changed
+
+
+def clear_triton_dirs(tree: str) -> int:
+    """Remove every kernel directory of a Triton cache dir: what a machine that only got the FX cache has."""
+    n = 0
+    for name in os.listdir(tree) if os.path.isdir(tree) else ():
+        p = os.path.join(tree, name)
+        if os.path.isdir(p) and not os.path.islink(p) and name != "jitwarden-quarantine":
+            shutil.rmtree(p)
+            n += 1
+    return n
+
+
+def _kernel_entries(tree: str) -> list[str]:
+    out = []
+    for name in sorted(os.listdir(tree)) if os.path.isdir(tree) else ():
+        p = os.path.join(tree, name)
+        if os.path.isdir(p) and any(f.endswith(".cubin") for f in os.listdir(p)):
+            out.append(p)
+    return out
+
+
+def _lines(r: dict, needle: str) -> int:
+    return sum(needle in line for line in r.get("jitwarden_lines") or [])
+
+
+def _proof_line(r: dict):
+    line = next((x for x in r.get("jitwarden_lines") or [] if "unsealed Triton kernels by rebuilding" in x), None)
+    m = re.search(r"proved (\d+) of (\d+) .* in ([0-9.]+) s on (\d+) cores", line or "")
+    return {"line": line, "proven": int(m[1]), "of": int(m[2]), "seconds": float(m[3]), "cores": int(m[4])} if m else {"line": line}
+
+
+def step_firstuse(args, work):
+    res: dict = {}
+    summary["firstuse"] = res
+    # (a) plain Triton: a stock cache, the x+y entry holding the same-named x-y cubin, under jitwarden run, no partitions.
+    a = res["triton"] = {"expected": 4.0}
+    script = os.path.join(work, "combine.py")
+    with open(script, "w") as f:
+        f.write(COMBINE)
+    py = [sys.executable, script]
+    env = isolated_env(os.path.join(work, "fu-triton"))
+    for op in ("add", "sub"):
+        r = sh(py + [op], env)
+        a[f"stock_fresh_{op}"] = {"rc": r["rc"], "result": result_of(r)}
+    ents = _combine_entries(env["TRITON_CACHE_DIR"])
+    if set(ents) != {"add", "sub"}:
+        raise RuntimeError(f"stock runs made no add/sub entries: {a}")
+    shutil.copyfile(os.path.join(ents["sub"], "combine.cubin"), os.path.join(ents["add"], "combine.cubin"))
+    r = sh(py + ["add"], env)
+    a["stock_tampered"] = {"rc": r["rc"], "result": result_of(r), "cmd": "python combine.py add"}
+    genv = dict(env, JITWARDEN_PARTITION="0")
+    for key in ("guarded", "guarded_again"):
+        r = sh(jw() + ["run", "--"] + py + ["add"], genv)
+        a[key] = {"rc": r["rc"], "result": result_of(r), "jitwarden_lines": jw_lines(r["stderr"]),
+                  "quarantine_lines": sum("quarantined Triton cache entry" in x for x in jw_lines(r["stderr"])),
+                  "census": census(env["TRITON_CACHE_DIR"]), "cmd": "JITWARDEN_PARTITION=0 jitwarden run -- python combine.py add"}
+    log("firstuse (a) plain Triton:", json.dumps({k: a[k] for k in ("stock_tampered", "guarded")}, default=str)[:900])
+    save()
+
+    # (b) TorchInductor warm start whose FX-graph bundle holds a same-named substituted kernel.
+    b = res["inductor_bundle"] = {"mode": "default"}
+    wscript = os.path.join(work, "workload.py")
+    with open(wscript, "w") as f:
+        f.write(WORKLOAD)
+    env = isolated_env(os.path.join(work, "fu-bundle"))
+    b["stock_cold"] = run_workload(env, False, "default", wscript)
+    tdir, idir = env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"]
+    b["kernels"] = len(_kernel_entries(tdir))
+    chosen = None
+    for entry in sorted(_kernel_entries(tdir), key=lambda p: -sum(os.path.getsize(os.path.join(p, n)) for n in os.listdir(p))):
+        sub = same_named_substitute(entry)
+        if sub and sub["same_length"] and files_holding(idir, sub["original"]):
+            chosen = sub
+            break
+    if chosen is None:
+        b["skipped"] = "no bundled kernel with a float add whose substitute has the cubin's length"
+        save()
+    else:
+        b["kernel"] = {k: chosen[k] for k in ("name", "adds_made_subs", "ptxas")}
+        b["pickles_changed"] = len(substitute_in_files(idir, chosen["original"], chosen["cubin"]))
+        b["kernel_dirs_removed"] = clear_triton_dirs(tdir)
+        b["stock_warm"] = run_workload(env, False, "default", wscript)
+        clear_triton_dirs(tdir)
+        genv = dict(env, JITWARDEN_PARTITION="0")
+        for key in ("guarded_warm", "guarded_warm_again"):
+            r = run_workload(genv, True, "default", wscript)
+            r["refused_lines"] = _lines(r, "refused Triton kernel")
+            b[key] = r
+        b["census_after"] = census(tdir)
+        log("firstuse (b) Inductor bundle:", json.dumps({k: b.get(k) for k in ("kernel", "stock_warm", "guarded_warm")},
+                                                        default=str)[:1200])
+        save()
+
+    # (c) first-use cost over a real model's stock cache, against its cold compile.
+    c = res["cost"] = {"mode": args.fu_mode, "widths": args.fu_widths}
+    env = isolated_env(os.path.join(work, "fu-cost"))
+    genv = dict(env, JITWARDEN_PARTITION="0")
+    w = args.fu_widths
+    c["stock_cold"] = run_workload(env, False, args.fu_mode, wscript, w)
+    c["census_cold"] = census(os.path.join(work, "fu-cost"))
+    log("firstuse (c) cold:", c["stock_cold"].get("wall_s"), "s,", c["census_cold"])
+    save()
+    c["stock_warm"] = [run_workload(env, False, args.fu_mode, wscript, w)]
+    c["guarded_first"] = run_workload(genv, True, args.fu_mode, wscript, w)
+    c["proof"] = _proof_line(c["guarded_first"])
+    c["census_after_first"] = census(os.path.join(work, "fu-cost"))
+    log("firstuse (c) first use:", c["guarded_first"].get("wall_s"), "s,", c["proof"])
+    save()
+    c["guarded_warm"] = []
+    for _ in range(max(1, args.fu_reps)):
+        c["guarded_warm"].append(run_workload(genv, True, args.fu_mode, wscript, w))
+        c["stock_warm"].append(run_workload(env, False, args.fu_mode, wscript, w))
+    sw = med(r.get("wall_s") for r in c["stock_warm"])
+    gw = med(r.get("wall_s") for r in c["guarded_warm"])
+    cold = c["stock_cold"].get("wall_s")
+    first = c["guarded_first"].get("wall_s")
+    c["aggregate"] = {
+        "cold_wall_s": cold, "stock_warm_wall_s": sw, "guarded_first_wall_s": first, "guarded_warm_wall_s": gw,
+        "first_use_extra_s": round(first - sw, 3) if first and sw else None,
+        "first_use_ratio_to_cold": round((first - sw) / cold, 3) if first and sw and cold else None,
+        "proof_s_ratio_to_cold": round(c["proof"]["seconds"] / cold, 3) if c["proof"].get("seconds") and cold else None,
+        "warm_ratio": round(gw / sw, 3) if gw and sw else None,
+        "kernels": c["census_cold"]["entries"],
+    }
+    c["all_correct"] = all(r.get("rc") == 0 and (r.get("max_abs_err") or 9) < 0.1
+                           for r in [c["stock_cold"], c["guarded_first"], *c["stock_warm"], *c["guarded_warm"]])
+    log("firstuse (c) aggregate:", json.dumps(c["aggregate"]))
+    save()
+
+
+def render_firstuse(s: dict) -> list[str]:
+    f = s.get("firstuse")
+    if not f:
+        return []
+    L = ["## 6. First use of unsealed kernels (issue 13)", ""]
+    a = f.get("triton") or {}
+    if a.get("guarded"):
+        st, g, g2 = a.get("stock_tampered", {}), a["guarded"], a.get("guarded_again", {})
+        L += ["(a) A stock Triton cache (never sealed); the `combine` x+y entry holds the same-named x−y cubin. "
+              "x=3, y=1: the right answer is 4.", "",
+              "| run | exit | result | quarantine lines | jitwarden lines |", "|---|---|---|---|---|",
+              f"| stock: `{st.get('cmd')}` | {st.get('rc')} | {_res(st)} | - | - |",
+              f"| `{g.get('cmd')}` | {g.get('rc')} | {_res(g)} | {g.get('quarantine_lines')} | {len(g.get('jitwarden_lines', []))} |",
+              f"| the same again | {g2.get('rc')} | {_res(g2)} | {g2.get('quarantine_lines')} | {len(g2.get('jitwarden_lines', []))} |",
+              "", "```", *(g.get("jitwarden_lines") or ["(nothing)"]), "```", ""]
+    b = f.get("inductor_bundle") or {}
+    if b.get("guarded_warm"):
+        k = b.get("kernel", {})
+        L += [f"(b) TorchInductor warm start (`default` mode, {b.get('kernels')} kernels) whose FX-graph bundle holds a "
+              f"same-named substitute of `{k.get('name')}` ({k.get('adds_made_subs')} float adds made subs, assembled by "
+              f"`{k.get('ptxas')}`) in {b.get('pickles_changed')} pickle(s); the kernel directories removed, as on a "
+              "machine that got only the FX cache.", "",
+              "| run | exit | max abs error vs eager | kernels refused | jitwarden lines |", "|---|---|---|---|---|"]
+        for key, label in (("stock_warm", "stock warm start"), ("guarded_warm", "`jitwarden run` (JITWARDEN_PARTITION=0)"),
+                           ("guarded_warm_again", "the same again")):
+            r = b.get(key) or {}
+            L.append(f"| {label} | {r.get('rc')} | {r.get('max_abs_err')} | {r.get('refused_lines', '-')} | "
+                     f"{len(r.get('jitwarden_lines') or [])} |")
+        L += ["", "```", *((b.get("guarded_warm") or {}).get("jitwarden_lines") or ["(nothing)"]), "```", ""]
+    elif b.get("skipped"):
+        L += [f"(b) not run: {b['skipped']}", ""]
+    c = f.get("cost") or {}
+    ag = c.get("aggregate")
+    if ag:
+        L += [f"(c) First-use cost of a real model's stock cache: blocks of widths {c.get('widths')} under "
+              f"`{c.get('mode')}`, **{ag.get('kernels')}** Triton kernels. All results match eager: {c.get('all_correct')}.", "",
+              "| seconds (process wall) | cold compile | stock warm (median) | guarded first use (proofs) | guarded warm (median) |",
+              "|---|---|---|---|---|",
+              f"| | {_f(ag.get('cold_wall_s'))} | {_f(ag.get('stock_warm_wall_s'))} | {_f(ag.get('guarded_first_wall_s'))} | "
+              f"{_f(ag.get('guarded_warm_wall_s'))} |", "",
+              f"First-use cost {_f(ag.get('first_use_extra_s'))} s = **{_f(ag.get('first_use_ratio_to_cold'), 3)}** of the "
+              f"cold compile (goal ≤ 0.15); the proofs alone {_f(ag.get('proof_s_ratio_to_cold'), 3)}. Guarded/stock warm "
+              f"start after it: **{_f(ag.get('warm_ratio'), 3)}** (goal ≤ 1.05). The start-up line:", "",
+              "```", str((c.get("proof") or {}).get("line")), "```", ""]
+    return L
+
+
+def headlines_firstuse(s: dict) -> list[str]:
+    f = s.get("firstuse") or {}
+    H = []
+    a = f.get("triton") or {}
+    if a.get("guarded"):
+        H.append(f"Unsealed stock Triton entry holding a same-named substitute: stock {_res(a.get('stock_tampered', {}))}, "
+                 f"`jitwarden run` with JITWARDEN_PARTITION=0 {_res(a['guarded'])} (4 expected), "
+                 f"{a['guarded'].get('quarantine_lines')} quarantine line(s).")
+    b = f.get("inductor_bundle") or {}
+    if b.get("guarded_warm"):
+        H.append(f"Inductor warm start from an FX bundle with a substituted kernel: stock max abs error "
+                 f"{(b.get('stock_warm') or {}).get('max_abs_err')}, guarded {b['guarded_warm'].get('max_abs_err')} "
+                 f"({b['guarded_warm'].get('refused_lines')} kernel refused).")
+    ag = (f.get("cost") or {}).get("aggregate")
+    if ag:
+        H.append(f"First use of a {ag.get('kernels')}-kernel stock cache: {ag.get('first_use_ratio_to_cold')} of its cold "
+                 f"compile (goal ≤ 0.15); guarded/stock warm start after it {ag.get('warm_ratio')} (goal ≤ 1.05).")
+    return H
+
+
 def _f(x, nd=2):
     return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
@@ -566,7 +868,7 @@ def render_md(s: dict) -> str:
               f"{_res(t.get('guarded_after_quarantine', {}))} | - | {len(t.get('guarded_after_quarantine', {}).get('jitwarden_lines', []))} |",
               f"| `jitwarden run` over the tampered stock tree (own partition) | {t.get('guarded_over_stock_tree', {}).get('rc')} | "
               f"{_res(t.get('guarded_over_stock_tree', {}))} | - | {len(t.get('guarded_over_stock_tree', {}).get('jitwarden_lines', []))} |",
-              f"| known limit: guard without partition (`JITWARDEN_PARTITION=0`) over the *unsealed* tampered entry | "
+              f"| guard without partition (`JITWARDEN_PARTITION=0`) over the *unsealed* tampered entry (proven before first use) | "
               f"{t.get('guard_unpartitioned_over_unsealed_tampered', {}).get('rc')} | "
               f"{_res(t.get('guard_unpartitioned_over_unsealed_tampered', {}))} | - | "
               f"{len(t.get('guard_unpartitioned_over_unsealed_tampered', {}).get('jitwarden_lines', []))} |", ""]
@@ -642,6 +944,7 @@ def render_md(s: dict) -> str:
               f"vs {al.get('wipe_on_change_after_first_round_wall_s')} s wall, {tf['partitioned']} s vs {tf['wipe_on_change']} s "
               f"compile-to-first-result. Partition census: {al.get('partitioned_census')} "
               "(`fp_fusion_off`: entries whose metadata says `enable_fp_fusion: false`).", ""]
+    L += render_firstuse(s)
     if s.get("skipped"):
         L += ["## Not run", ""] + [f"- {k}: {why}" for k, why in s["skipped"].items()] + [""]
     if s.get("errors"):
@@ -684,6 +987,7 @@ def headlines(s: dict) -> list[str]:
             if "kernels" in r:
                 H.append(f"`verify --rebuild` over the {label} workload cache: {r['kernels']} kernels, "
                          f"{r['false_positives']} false positives, {r['wall_s']} s.")
+    H += headlines_firstuse(s)
     al = s.get("alternate") or {}
     if len(al.get("partitioned") or []) > 2 and len(al.get("wipe_on_change") or []) > 2:
         tf = {k: round(sum(x.get("t_first") or 0 for x in al[k][2:]), 1) for k in ("partitioned", "wipe_on_change")}
@@ -718,6 +1022,9 @@ def main() -> int:
     p.add_argument("--no-tamper-warm", dest="tamper_warm", action="store_false",
                    help="skip the guarded warm start after flipping a byte in a sealed Inductor kernel")
     p.add_argument("--sides", default="stock,guarded", help="workload sides to run (stock, guarded or both)")
+    p.add_argument("--fu-mode", default="max-autotune-no-cudagraphs", help="firstuse (c): torch.compile mode")
+    p.add_argument("--fu-widths", default="768,1024,1536", help="firstuse (c): one transformer block per width")
+    p.add_argument("--fu-reps", type=int, default=2, help="firstuse (c): guarded and stock warm starts after the first use")
     args = p.parse_args()
     if args.render:
         with open(args.render) as f:
@@ -744,7 +1051,8 @@ def main() -> int:
     step_machine(args)
     save()
     # Rough costs (s) on an H200 in max-autotune mode, to skip rather than be killed mid-step.
-    need = {"tamper": 45, "canary": 30, "workload": 100 + 50 * args.reps, "verify": 20, "alternate": 200 * args.rounds}
+    need = {"tamper": 45, "canary": 30, "workload": 100 + 50 * args.reps, "verify": 20, "alternate": 200 * args.rounds,
+            "firstuse": 240}
     for name in args.steps.split(","):
         left = args.budget - (time.time() - T0)
         if args.mode != "default" and need.get(name, 0) > left:

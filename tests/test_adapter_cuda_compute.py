@@ -65,10 +65,23 @@ def test_real_cache_entries(compute_cache, capsys):
     assert ok.codes(doc) == {f: [] for f in FILES}
     e = doc["entries"][0]
     assert e["arch"] == 90 and e["cubin_sm"] == 90 and e["type"] == "jit" and e["bytes"] == ENTRY_BYTES
-    assert e["extra"] == {"jit_date": "Apr 29 2026", "jit_time": "17:12:06", "target": "sm_90"}
+    assert e["extra"] == {"jit_date": "Apr 29 2026", "jit_time": "17:12:06", "target": "sm_90", "producer": "driver-jit",
+                          "input": "ptx", "output": "cubin", "options": ""}
     assert doc["caches"][0]["bytes"] == len(FILES) * ENTRY_BYTES  # the index is the root's, not an entry
     rc, doc = ok.verify(capsys, compute_cache, "--target", "80")
     assert ok.codes(doc) == {f: ["foreign-arch"] for f in FILES} and rc == 0
+
+
+def _rename_to_key(root: str, rel: str) -> str:
+    """Store an edited entry under the name the driver would give its key: FNV-1a of the key text."""
+    p = os.path.join(root, rel)
+    data = open(p, "rb").read()
+    text_len = int.from_bytes(data[4:8], "little")
+    name = f"{cc.fnv1a64(data[28:28 + text_len]):016x}"
+    new = os.path.join(root, name[0], name[1], name[2:])
+    os.makedirs(os.path.dirname(new), exist_ok=True)
+    os.rename(p, new)
+    return f"{name[0]}/{name[1]}/{name[2:]}"
 
 
 def test_truncated_and_self_contradicting_entries(compute_cache, capsys):
@@ -81,16 +94,49 @@ def test_truncated_and_self_contradicting_entries(compute_cache, capsys):
         f.write((10 ** 6).to_bytes(8, "little"))
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     c = ok.codes(doc)
-    assert set(c[FILES[0]]) == {"corrupt"} and c[FILES[1]] == ["mismatch"] and c[FILES[2]] == ["corrupt"], c
+    assert set(c[FILES[0]]) == {"corrupt"} and set(c[FILES[2]]) == {"corrupt"}, c
+    # the edited key no longer hashes to the file's name: the driver never finds it there
+    assert c[FILES[1]] == ["corrupt", "mismatch"], c
     assert c[FILES[3]] == [] and rc == 1
+    # stored under its new key's name it is self-consistent but for the contradiction itself
+    moved = _rename_to_key(compute_cache, FILES[1])
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    assert ok.codes(doc)[moved] == ["mismatch"]
 
 
-def test_unknown_format_is_listed_not_judged(compute_cache, capsys):
+def test_checksums_catch_a_flipped_byte_anywhere(compute_cache, capsys):
+    """The header's hash is FNV-1a of the output, the file name FNV-1a of the key: one bit anywhere is seen."""
+    data = open(os.path.join(compute_cache, FILES[0]), "rb").read()
+    text_len = int.from_bytes(data[4:8], "little")
+    for rel, pos in ((FILES[0], 28 + text_len + 1000), (FILES[1], 28 + text_len - 40), (FILES[2], len(data) - 1)):
+        with open(os.path.join(compute_cache, rel), "r+b") as f:
+            f.seek(pos)
+            b = f.read(1)
+            f.seek(pos)
+            f.write(bytes([b[0] ^ 0x10]))
+    rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
+    e = {x["id"]: x for x in doc["entries"]}
+    assert [f["code"] for f in e[FILES[0]]["findings"]] == ["corrupt"] and "FNV-1a" in e[FILES[0]]["findings"][0]["message"]
+    assert [f["code"] for f in e[FILES[1]]["findings"]] == ["corrupt"] and "file name" in e[FILES[1]]["findings"][0]["message"]
+    assert [f["code"] for f in e[FILES[2]]["findings"]] == ["corrupt"]
+    assert all(e[r]["findings"] == [] for r in FILES[3:]) and rc == 1
+
+
+def test_unknown_format_is_unrecognised_not_corrupt(compute_cache, capsys):
     os.makedirs(os.path.join(compute_cache, "0", "1"))
     open(os.path.join(compute_cache, "0", "1", "00aa11bb22cc33"), "wb").write(os.urandom(1000))
+    # the driver's header with a key that is no stamp/HOST/target: a flavour not known
+    p = os.path.join(compute_cache, FILES[3])
+    data = bytearray(open(p, "rb").read())
+    data[28:34] = b"Xyz 99"
+    open(p, "wb").write(bytes(data))
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     e = next(e for e in doc["entries"] if e["id"] == "0/1/00aa11bb22cc33")
-    assert e["findings"] == [] and e["extra"] == {"format": "unknown"}
+    assert [f["code"] for f in e["findings"]] == ["unrecognised"] and e["extra"] == {"format": "unknown"}
+    assert "not the driver's entry format" in e["findings"][0]["message"]
+    c = ok.codes(doc)
+    # its key hash no longer matches (positive evidence), and what follows is not judged
+    assert c[FILES[3]] == ["corrupt", "unrecognised"] and rc == 1
 
 
 def test_jit_compiler_of_another_driver_is_stale(compute_cache, tmp_path, monkeypatch, capsys):

@@ -82,8 +82,8 @@ def test_truncated_and_foreign_pickles_are_corrupt(cache):
     e = ind.inspect_entry(cache, fx, judge(), os.getuid())
     assert codes(e) == ["corrupt"] and "STOP" in e.findings[0].message
     open(path, "wb").write(b"#!/bin/sh\nrm -rf ~\n")
-    e = ind.inspect_entry(cache, fx, judge(), os.getuid())
-    assert codes(e) == ["corrupt"] and "not a pickle" in e.findings[0].message
+    e = ind.inspect_entry(cache, fx, judge(), os.getuid())  # not a pickle: a format we do not know, not damage
+    assert codes(e) == ["unrecognised"] and "not a pickle" in e.findings[0].message
     open(path, "wb").write(b"")
     assert codes(ind.inspect_entry(cache, fx, judge(), os.getuid())) == ["corrupt"]
 
@@ -154,10 +154,14 @@ def test_generated_triton_kernels_are_judged_by_their_triton_meta(cache):
     e = ind.inspect_entry(cache, f"ab/{name}", judge(121), os.getuid())
     assert codes(e) == ["foreign-arch"] and "sm_90" in e.findings[0].message and "sm_121" in e.findings[0].message
     assert ind.inspect_entry(cache, f"ab/{name}", judge(None), os.getuid()).findings == ()
-    # Cut mid-way (a write that was not atomic, a full disk): no final newline, no kernel definition.
-    open(os.path.join(shard, name), "w").write(src[: src.index("@triton.jit") + 14])
-    e = ind.inspect_entry(cache, f"ab/{name}", judge(90), os.getuid())
-    assert codes(e) == ["corrupt"]
+    # Inductor writes triton_mm templates without a final newline: that alone is no damage.
+    open(os.path.join(shard, name), "w").write(src.rstrip("\n"))
+    assert ind.inspect_entry(cache, f"ab/{name}", judge(90), os.getuid()).findings == ()
+    # Cut mid-way (a write that was not atomic, a full disk): the source stops mid-statement.
+    for cut in (src.index("@triton.jit") + 14, src.index("triton_meta=") + 30):
+        open(os.path.join(shard, name), "w").write(src[:cut])
+        e = ind.inspect_entry(cache, f"ab/{name}", judge(90), os.getuid())
+        assert codes(e) == ["corrupt"] and "truncated" in e.findings[0].message, cut
     # The same kernel made on a GB10 (cc 121) is foreign to an H200.
     open(os.path.join(shard, name), "w").write(inductor_real.triton_kernel_source(cc=121, sms=48))
     assert codes(ind.inspect_entry(cache, f"ab/{name}", judge(90), os.getuid())) == ["foreign-arch"]

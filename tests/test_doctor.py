@@ -93,3 +93,94 @@ def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitu
     assert p.returncode == 1
     rebuilt = {x["code"]: x for x in json.loads(p.stdout)["problems"]}
     assert rebuilt["not-reproducible"]["count"] == 1 and "unsealed" not in rebuilt
+
+
+# ---------------------------------------------------------------- --target reaches the start-up checks
+
+
+def _torch_with_arch_list(dest, flags="sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"):
+    """A torch install whose libtorch_python.so is a real ELF shared object carrying ``CUDA_ARCH_FLAGS``
+    (as torch 2.11+cu130's does), read by the same code that reads a real one: only the kernels are missing."""
+    import subprocess
+
+    pkg = dest / "torch"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('jitwarden must not import torch')\n")
+    (pkg / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
+                                    "git_version = '0123456789abcdef'\n")
+    src = dest / "flags.c"
+    src.write_text(f'const char jw_cuda_arch_flags[] = "{flags}";\n'
+                   "const char *jw_arch_flags(void) { return jw_cuda_arch_flags; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(pkg / "lib" / "libtorch_python.so"), str(src)], check=True)
+    dist = dest / "torch-2.11.0+cu130.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n")
+    (dist / "RECORD").write_text("torch/__init__.py,,\n")
+    return str(dest)
+
+
+def test_target_sm_121_explains_the_dgx_spark_case_as_a_live_gb10_would(env, tmp_path):
+    """``doctor --target sm_121`` against a torch whose arch list ends at sm_120: the torch-arch warning, in the very
+    words the start-up check gives for a live GB10 (capability 12.1)."""
+    env["PYTHONPATH"] = _torch_with_arch_list(tmp_path / "site")
+    p = cli("doctor", "--target", "sm_121", "--format", "json", env=env)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    doc = json.loads(p.stdout)
+    warned = [x["message"] for x in doc["problems"] if x["code"] == "torch-arch"]
+    assert len(warned) == 1 and warned[0].startswith("sm_121 is not in torch 2.11.0+cu130's compiled arch list "
+                                                     "(sm_75 sm_80 sm_86 sm_90 sm_100 sm_120)"), doc["problems"]
+    assert not [x for x in doc["problems"] if x["code"] == "not-run" and "torch-arch" in x["message"]]
+    # the same torch, on a machine with a live GB10 and no --target (a child process: it sees that torch)
+    code = ("import json, dataclasses; from jitwarden import fingerprint, startup_checks as sc; "
+            "from jitwarden.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
+            "fp = dataclasses.replace(fp, gpus=(Gpu(0, 'NVIDIA GB10', (12, 1), None, None),)); "
+            "print(json.dumps(sc.torch_arch(fp)))")
+    import subprocess
+    import sys
+
+    from maint_helpers import SRC
+
+    live = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=env["PYTHONPATH"] + os.pathsep + SRC),
+                          capture_output=True, text=True, timeout=120)
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout) == warned
+    table = cli("doctor", "--target", "121", env=env)
+    assert "warn torch-arch: sm_121 is not in torch 2.11.0+cu130" in " ".join(table.stdout.split())
+    assert "all good" not in table.stdout
+    # the arch list covers sm_90: nothing to say for an H200
+    p = cli("doctor", "--target", "sm_90", "--format", "json", env=env)
+    assert not [x for x in json.loads(p.stdout)["problems"] if x["code"] in ("torch-arch", "not-run")]
+
+
+def test_a_check_that_cannot_run_says_so(env):
+    """This machine's torch is a CPU build: no arch list to check sm_121 against. doctor says the check did not
+    run, and does not say "all good"."""
+    p = cli("doctor", "--target", "sm_121", "--format", "json", env=env)
+    doc = json.loads(p.stdout)
+    not_run = [x["message"] for x in doc["problems"] if x["code"] == "not-run"]
+    from jitwarden import torchinfo
+
+    ti = torchinfo.info()
+    if ti is not None and not ti.cuda:
+        assert any("torch-arch could not run" in m and "CPU build" in m and "sm_121" in m for m in not_run), not_run
+    table = cli("doctor", "--target", "sm_121", env=env)
+    assert table.returncode == 0 and "all good" not in table.stdout
+    assert "could not run" in table.stdout
+
+
+def test_doctor_counts_entries_it_cannot_judge(env, tmp_path):
+    """An entry of a format jitwarden does not know is counted and named as such, never as damage."""
+    import shutil
+
+    cc = tmp_path / "ComputeCache"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "cuda_compute_h200", "ComputeCache"), cc)
+    (cc / "0" / "1").mkdir(parents=True)
+    (cc / "0" / "1" / "00aa11bb22cc33").write_bytes(b"\x42\0\0\0" + os.urandom(500))
+    (cc / "0" / "1" / "00aa11bb22cc44").write_bytes(b"not the driver's\n")
+    p = cli("doctor", "--target", "90", "--format", "json", str(cc), env=env)
+    assert p.returncode == 0, p.stderr
+    probs = {x["code"]: x for x in json.loads(p.stdout)["problems"]}
+    assert probs["unrecognised"]["count"] == 2 and probs["unrecognised"]["severity"] == "info"
+    assert "cannot judge" in probs["unrecognised"]["message"]
+    table = cli("doctor", "--target", "90", str(cc), env=env)
+    assert "2 entries could not be judged" in " ".join(table.stdout.split()) and "all good" not in table.stdout

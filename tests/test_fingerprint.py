@@ -291,6 +291,28 @@ def test_digest_ignores_volatile_facts_and_diff_explains():
     assert any("cannot target sm_121" in w for w in old_ptxas.warnings())
 
 
+def test_ptxas_warning_follows_the_installed_triton_release():
+    """Which ptxas runs for an arch depends on the Triton release: 3.4 runs `ptxas` for sm_121,
+    3.6 `ptxas-blackwell`; 3.9 runs `ptxas-blackwell` for sm_90, 3.6 `ptxas`."""
+    a = _fp()
+    old = dataclasses.replace(a.ptxas[0][1], release="11.7", path="/old")
+    torch = a.packages[0]
+    gb10 = (Gpu(0, "NVIDIA GB10", (12, 1), None, None),)
+
+    def fp(triton, gpus, role):
+        return _fp(gpus=gpus, ptxas=((role, a.ptxas[0][1] if role == "triton" and gpus == gb10 else old),),
+                   packages=(torch, fpm.Package("triton", "triton", triton, "ef" * 32)))
+
+    def warns(f):
+        return [w for w in f.warnings() if "cannot target" in w]
+
+    assert any("ptxas[triton]" in w and "sm_121" in w for w in warns(fp("3.4.0", gb10, "triton")))
+    assert warns(fp("3.6.0", gb10, "triton")) == []  # 3.6 runs ptxas-blackwell there
+    h200 = a.gpus
+    assert any("ptxas[triton-blackwell]" in w and "sm_90" in w for w in warns(fp("3.9.0", h200, "triton-blackwell")))
+    assert warns(fp("3.6.0", h200, "triton-blackwell")) == []  # 3.6 runs ptxas for sm_90
+
+
 # --- torch facts --------------------------------------------------------------------
 
 

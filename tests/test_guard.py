@@ -209,16 +209,25 @@ def _launcher(root):
     return proc.stdout.strip().splitlines()[-1], proc.stderr
 
 
+def _cached(root, loaded):
+    """The cache's own file behind the private copy Triton imported (the guard serves verified copies)."""
+    name = os.path.basename(loaded).split(".", 1)[1]  # "<n>.<name>": one private copy per use
+    assert not loaded.startswith(root + os.sep), "Triton imported the cache's file, not the verified copy"
+    (so,) = [os.path.join(root, e, name) for e in os.listdir(root) if os.path.exists(os.path.join(root, e, name))]
+    assert open(so, "rb").read() == open(loaded, "rb").read() if os.path.exists(loaded) else True
+    return so
+
+
 def test_launcher_module_is_sealed_and_verified(tmp_path):
     root = str(tmp_path / "cache")
-    so, _ = _launcher(root)
+    so = _cached(root, _launcher(root)[0])
     entry = os.path.dirname(so)
     s = seal.read(entry)
     assert s is not None and list(s.files) == [os.path.basename(so)] and seal.check(entry, s) == []
     with open(so, "r+b") as f:  # a damaged launcher would crash or misbehave at import
         f.truncate(64)
-    so2, err = _launcher(root)
-    assert so2 == so and "quarantined" in err
+    loaded, err = _launcher(root)
+    assert _cached(root, loaded) == so and "quarantined" in err
     (rec,) = quarantined(root)
     assert rec.entry_id == os.path.basename(entry) and rec.reason == "corrupt"
     assert seal.check(entry, seal.read(entry)) == []

@@ -37,6 +37,7 @@ from . import locations, partition
 from .locations import KINDS, default_base
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
+_REMOTE_MANAGER = "jitwarden.remote_manager:RemoteGuardedCacheManager"  # remote_wiring.REMOTE_MANAGER
 _SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
@@ -131,6 +132,93 @@ def _private_base(kind: str, env) -> str:
     return os.path.join(memo_dir(env), "roots", kind)
 
 
+def _private_top(env) -> str:
+    from .activation_memo import memo_dir
+
+    return memo_dir(env)
+
+
+def _runtime_base(kind: str, env) -> str:
+    """A per-user private root off the (maybe read-only) home: ``$XDG_RUNTIME_DIR``, else the temp dir."""
+    return os.path.join(_runtime_top(env), "roots", kind)
+
+
+def _runtime_top(env) -> str:
+    run = env.get("XDG_RUNTIME_DIR")
+    if run and os.path.isabs(run):
+        return os.path.join(run, "jitwarden")
+    return os.path.join(env.get("TMPDIR") or "/tmp", f"jitwarden-{os.getuid()}")
+
+
+def _not_ours(top: str) -> str | None:
+    """None when ``top`` (made 0700 if missing) is a directory of ours nobody else can write, else why not.
+
+    The private roots live below it: whoever can rename entries in it could swap our root for theirs.
+    """
+    import stat
+
+    try:
+        os.makedirs(top, mode=0o700, exist_ok=True)
+        st = os.stat(top)
+    except OSError as exc:
+        return f"{top}: {exc.strerror or exc}"
+    others_write = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getgid())
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or others_write:
+        return f"{top} is not a private directory of yours (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _fresh_base(kind: str, env) -> str | None:
+    """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
+    import tempfile
+
+    for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
+        if tmp and os.path.isdir(tmp):
+            try:
+                return tempfile.mkdtemp(prefix=f"jitwarden-{kind}-", dir=tmp)
+            except OSError:
+                continue
+    return None
+
+
+def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> tuple[str | None, str | None]:
+    """(partition path, warning or None): the first usable one of ``base``, the private roots, a fresh dir.
+
+    Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
+    not a directory) never leaves the cache unpartitioned while any private place can hold one.
+    """
+    first_why = None
+    tried = []
+    for i, cand in enumerate((base, _private_base(kind, env), _runtime_base(kind, env), None)):
+        if cand is None:
+            cand = _fresh_base(kind, env)
+            if cand is None:
+                break
+        if cand in tried:
+            continue
+        tried.append(cand)
+        top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
+        why = _not_ours(top()) if top is not None else None
+        why = why or _usable_base(cand)
+        if why is None:
+            path = partition.path_for(cand, digest)
+            try:
+                partition.ensure(path, digest, headline, kind)
+            except OSError as exc:
+                why = f"cannot use its partition: {exc.strerror or exc}"
+            else:
+                if i == 0:
+                    return path, None
+                from . import startup_checks  # only here: refusals are rare, and it imports ptxas
+
+                return path, startup_checks.unsafe_root(base, first_why, path)
+        if first_why is None:
+            first_why = why
+    from . import startup_checks
+
+    return None, startup_checks.unsafe_root(base, f"{first_why}; no private place for a partition either", None)
+
+
 def _say(msg: str, quiet: bool) -> None:
     if not quiet and msg not in _SAID:
         import logging
@@ -143,8 +231,9 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
 
     ``roots``: which cache kinds to partition. Idempotent: a second call on the same
-    environment returns the same record and changes nothing. On any internal error
-    the environment is left exactly as it was and one warning is logged.
+    environment returns the same record and changes nothing. On any internal error it
+    fails closed: the cache dirs are left as they were, the Triton guard is still
+    installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
     touched = [var for _k, var in KINDS] + ["TRITON_CACHE_MANAGER"]
@@ -170,8 +259,47 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
                     vars(knobs)[k] = knob_before[k]
                 else:
                     vars(knobs).pop(k, None)
-        _say(f"activation skipped ({type(exc).__name__}: {exc}); caches are unguarded in this process", False)
-        return Activation(None, {}, before.get("TRITON_CACHE_MANAGER"), (), {"all": f"{type(exc).__name__}: {exc}"})
+        manager = before.get("TRITON_CACHE_MANAGER")
+        if not manager and not (knobs is not None and vars(knobs).get("manager_class") is not None):
+            try:
+                target["TRITON_CACHE_MANAGER"] = MANAGER  # fail closed: the guard stays on
+                manager = MANAGER
+            except Exception:  # noqa: BLE001 - an environment that takes nothing
+                pass
+        guard = "the Triton guard is still on" if manager == MANAGER else "the Triton cache is not guarded"
+        _say(f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
+             f"{guard}", False)
+        return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
+
+
+def reduced_protection(env=None) -> list[tuple[str, str, str]]:
+    """Every setting in ``env`` that lowers what activation protects, as (setting, what it costs, how to undo).
+
+    Pure over the environment: ``doctor`` and ``status`` report these so that a protection
+    turned off (for a test, a benchmark, a workaround) is never forgotten.
+    """
+    env = os.environ if env is None else env
+    out = []
+    if _on(env.get("JITWARDEN_DISABLE")):
+        out.append((f"JITWARDEN_DISABLE={env['JITWARDEN_DISABLE']}",
+                    "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
+                    "unset JITWARDEN_DISABLE"))
+    if _off(env.get("JITWARDEN_PARTITION")):
+        out.append((f"JITWARDEN_PARTITION={env['JITWARDEN_PARTITION']}",
+                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
+                    "driver or GPU built into the shared root",
+                    "unset JITWARDEN_PARTITION"))
+    if _off(env.get("JITWARDEN_SWEEP")):
+        out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
+                    "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
+                    "Triton guard never sees",
+                    "unset JITWARDEN_SWEEP"))
+    manager = env.get("TRITON_CACHE_MANAGER")
+    if manager and manager != MANAGER:
+        out.append((f"TRITON_CACHE_MANAGER={manager}",
+                    "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
+                    "unset TRITON_CACHE_MANAGER"))
+    return out
 
 
 def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
@@ -187,13 +315,18 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
         from . import sweep
 
         out: list[str] = []
+        proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
         for kind, var in KINDS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
             trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
             if trees:
-                out += sweep.sweep(trees, digest if var in partitions else None)[0]
+                out += sweep.sweep(trees, digest if var in partitions else None, proofs)[0]
+        if proofs:
+            from .firstuse import summary
+
+            out += [line for line in (summary(proofs),) if line]
         return out
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
@@ -234,22 +367,14 @@ def _activate(env, roots, quiet, knobs) -> Activation:
                 unpartitioned_triton = in_use[var]
             continue
         base = partition.base_of(cur) if cur else default_base(kind, env)
-        why = _usable_base(base)
-        if why is not None:
-            private = _private_base(kind, env)
-            pwhy = _usable_base(private)
-            from . import startup_checks  # only here: refusals are rare, and it imports ptxas
-
-            if pwhy is not None:
-                warnings.append(startup_checks.unsafe_root(base, why, None))
-                skipped[var] = f"{base}: {why}; private root {private}: {pwhy}"
-                if kind == "triton":
-                    unpartitioned_triton = cur or base
-                continue
-            warnings.append(startup_checks.unsafe_root(base, why, partition.path_for(private, digest)))
-            base = private
-        path = partition.path_for(base, digest)
-        partition.ensure(path, digest, fp.headline(), kind)
+        path, warning = _partition(kind, base, env, digest, fp.headline())
+        if warning:
+            warnings.append(warning)
+        if path is None:
+            skipped[var] = warning
+            if kind == "triton":
+                unpartitioned_triton = cur or base
+            continue
         partitions[var] = in_use[var] = path
         if cur != path:
             changes[var] = path
@@ -258,16 +383,23 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
         cls = vars(knobs)["manager_class"]
         manager = f"{cls.__module__}:{cls.__qualname__}"
-    if manager and manager != MANAGER:
+    if manager and manager not in (MANAGER, _REMOTE_MANAGER):
         warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
                         "sealed or verified (unset it to let jitwarden guard them)")
         skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
     elif manager != MANAGER:
         changes["TRITON_CACHE_MANAGER"] = MANAGER
         manager = MANAGER
+    from .remote_wiring import wire  # fleets: JITWARDEN_REMOTE, and Inductor's unguarded remote caches
+
+    manager = wire(env, manager, MANAGER, changes, partitions, warnings)
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
     warnings += _sweep(in_use, partitions, digest, env)
+    if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
+        from .torchhooks import install
+
+        install(env)
     if unpartitioned_triton:
         from . import startup_checks
 

@@ -40,7 +40,7 @@ import json
 import os
 import sys
 
-from .fsutil import memo_dir, write_json_atomic
+from .fsutil import memo_dir
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"
@@ -166,19 +166,56 @@ def _process_key(mdir: str) -> list:
 
 
 def _own_files() -> list:
-    from . import startup_checks
-
-    return [__file__, startup_checks.__file__]
+    """This module and the start-up checks whose warnings are memoised (by path: importing them is not cheap)."""
+    return [__file__, os.path.join(os.path.dirname(__file__), "startup_checks.py")]
 
 
 # --- warm path -----------------------------------------------------------------------
 
 
-def _load(path: str) -> dict | None:
+def _untrusted(st, uid: int, gid: int) -> str | None:
+    """Why a memo file or directory with stat ``st`` may hold someone else's words, else None.
+
+    Ours (root's too: a memo decides where kernels come from), and writable by nobody else:
+    not world-writable, and group-writable only for our own group (a umask-002 home).
+    """
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != gid):
+        return f"writable by others (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _load(path: str, why: list | None = None) -> dict | None:
+    """The memo document at ``path`` when it is ours alone and well formed, else None (``why`` says why).
+
+    Never blocks (a FIFO is refused, not opened for reading), reads at most :data:`MAX_BYTES`,
+    and refuses a memo, or a memo dir, that another user could have written.
+    """
+    from .fsutil import open_regular, read_fd
+
+    why = [] if why is None else why
+    uid, gid = os.getuid(), os.getgid()
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        bad = _untrusted(os.stat(os.path.dirname(path) or "."), uid, gid)
+        if bad:
+            why.append(f"memo dir {bad}")
+            return None
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        why.append(f"memo {exc.strerror or exc}")
+        return None
+    try:
+        bad = _untrusted(os.fstat(fd), uid, gid)
+        raw = None if bad else read_fd(fd, MAX_BYTES)
     except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if bad:
+        why.append(f"memo {bad}")
         return None
     if len(raw) > MAX_BYTES:
         return None
@@ -193,10 +230,35 @@ def _load(path: str) -> dict | None:
     return doc
 
 
+def _implausible(entry: dict, key: list) -> str | None:
+    """Why the entry cannot be one :func:`compute` wrote for this process, by what is cheap to re-check."""
+    fp = entry["fp"]
+    digest, headline, packages = fp["digest"], fp["headline"], fp["packages"]
+    if not isinstance(headline, str) or not headline.endswith(f"fp {digest}"):
+        return "headline does not name the digest"
+    for name in ("torch", "triton", "vllm"):  # the headline lists exactly these, with their versions
+        v = packages.get(name)
+        if (v is not None) != (f" {name} {v} " in f" {headline} ".replace(" · ", " ")):
+            return f"headline and packages disagree about {name}"
+    if "torch" in sys.modules and "torch" not in packages:
+        return "torch is imported but recorded as not installed"
+    if [d[0] for d in entry["dirs"]] != [e or "." for e in sys.path]:
+        return "does not cover every sys.path dir"
+    if not {"torch", "triton", "vllm"} <= set(entry["names"]):
+        return "does not watch torch, triton and vllm"
+    mine = set(_own_files())
+    if not mine <= {f[0] for f in entry["files"]}:
+        return "does not watch jitwarden's own files"
+    return None
+
+
 def _why_not(entry: dict, env, key: list) -> str | None:
     """None when every recorded fact still holds, else the first one that does not."""
     if entry["key"] != key:
         return "process (python, sys.path, uid, platform or torch import) differs"
+    odd = _implausible(entry, key)
+    if odd:
+        return f"implausible entry ({odd})"
     for name, value in entry["env"].items():
         if env.get(name) != value:
             return f"env {name} differs"
@@ -227,9 +289,10 @@ def lookup(env=None) -> Facts | None:
     env = os.environ if env is None else env
     try:
         mdir = memo_dir(env)
-        doc = _load(os.path.join(mdir, FILE))
+        why_not: list = []
+        doc = _load(os.path.join(mdir, FILE), why_not)
         if doc is None:
-            last = "miss: no usable memo"
+            last = f"miss: no usable memo{' (' + why_not[0] + ')' if why_not else ''}"
             return None
         key = _process_key(mdir)
         why = "no entry"
@@ -302,6 +365,23 @@ def compute(env=None, *, store: bool = True) -> Facts:
     return facts
 
 
+def _write_private(path: str, doc) -> None:
+    """Write ``doc`` as JSON to ``path`` atomically, readable and writable by us alone."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=".activation-memo.", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w") as f:  # mkstemp's 0600
+            json.dump(doc, f, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _store(path: str, entry: dict) -> None:
     """Put ``entry`` first, drop entries of the same process key and env, keep :data:`MAX_ENTRIES`."""
     global last
@@ -310,8 +390,11 @@ def _store(path: str, entry: dict) -> None:
            and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        write_json_atomic(path, data, ".activation-memo.")
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        if _untrusted(os.stat(os.path.dirname(path) or "."), os.getuid(), os.getgid()):
+            last = "not stored: the memo dir is writable by others"
+            return
+        _write_private(path, data)
         last = "stored"
     except (OSError, ValueError, TypeError) as exc:
         last = f"not stored: {type(exc).__name__}: {exc}"

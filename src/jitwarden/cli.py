@@ -15,7 +15,9 @@ import sys
 from . import __version__
 from .errors import EXIT_INTERNAL, EXIT_USAGE, JitwardenError
 
-COMMANDS = ("doctor", "status", "ls", "verify", "clean", "prune", "quarantine", "fingerprint", "run", "canary")
+COMMANDS = ("doctor", "status", "ls", "verify", "clean", "prune", "quarantine", "fingerprint", "run", "canary",
+            "keygen", "export", "import", "metrics")
+_MODULE = {"import": "import_"}  # a verb that is a Python keyword
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,9 +33,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     first = next((a for a in (argv or ()) if not a.startswith("-")), None)
     for name in (first,) if first in COMMANDS else COMMANDS:
         try:
-            module = importlib.import_module(f".commands.{name}", __package__)
+            module = importlib.import_module(f".commands.{_MODULE.get(name, name)}", __package__)
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.endswith(f"commands.{name}"):
+            if exc.name and exc.name.endswith(f"commands.{_MODULE.get(name, name)}"):
                 continue
             raise
         module.register(sub)

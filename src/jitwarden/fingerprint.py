@@ -222,9 +222,13 @@ class Fingerprint:
         """Known-dangerous situations for the live GPU, in words (empty when none or no GPU)."""
         out = []
         torch = self.package("torch")
+        triton = self.package("triton")
+        recipe = ptxas.recipe_for(triton.version if triton else None)
         for arch in self.device_archs():
-            # Inductor hands torch's ptxas to Triton through TRITON_PTXAS_PATH: arch < 100 only.
-            roles = ("triton-blackwell",) if arch >= 100 else ("triton", "inductor")
+            # Inductor hands torch's ptxas to Triton through TRITON_PTXAS_PATH: only for the
+            # arches where this Triton runs `ptxas` (all up to 3.5, below sm_100 in 3.6-3.8, below sm_90 in 3.9).
+            role = recipe.role(arch)
+            roles = (role,) if role == "triton-blackwell" else ("triton", "inductor")
             for role in roles:
                 info = self.ptxas_for(role)
                 if info is not None and ptxas.can_target(info, arch) is False:

@@ -32,7 +32,7 @@ def kind_of(mode: int) -> str:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
-def open_regular(path: str, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+def open_regular_stat(path: str, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
     """(fd, stat) of a regular file opened for reading, never through a symlink (ELOOP).
 
     Opened with O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal in its place cannot block
@@ -58,7 +58,7 @@ def read_nofollow(path: str, limit: int | None = None, size_hint: int = 0, *, di
     OSError EFBIG past ``max_bytes`` (a file that keeps growing). ``size_hint``: the
     expected size, so a whole file usually takes one read (the guard's hit path).
     """
-    fd, st = open_regular(path, dir_fd)
+    fd, st = open_regular_stat(path, dir_fd)
     try:
         if limit is not None:
             return os.read(fd, min(limit, max_bytes))
@@ -297,3 +297,68 @@ def memo_dir(env=None) -> str:
         return env["JITWARDEN_HOME"]
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jitwarden")
+
+
+# --- runtime readers (activation, memo, partition info, guard): regular files only, never blocking ---
+# Kept apart from the helpers above so the hostile-cache branches merge cleanly; stdlib only.
+
+_O_RUNTIME = os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def open_regular(path: str, *, dir_fd: int | None = None) -> int:
+    """An fd of the regular file at ``path``: never through a symlink, never blocking on a FIFO or device.
+
+    OSError (ELOOP for a symlink, EINVAL for anything that is not a regular file).
+    """
+    import errno
+    import stat
+
+    fd = os.open(path, _O_RUNTIME, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_fd(fd: int, limit: int, size_hint: int = 0) -> bytes:
+    """At most ``limit`` + 1 bytes of ``fd`` (the extra byte tells the caller it is over the limit)."""
+    chunks, left = [], limit + 1
+    want = min(left, size_hint + 1) if size_hint else min(left, 1 << 16)
+    while left > 0:
+        b = os.read(fd, min(left, max(want, 1)))
+        if not b:
+            break
+        chunks.append(b)
+        left -= len(b)
+        want = 1 << 20
+    return b"".join(chunks)
+
+
+def read_regular(path: str, limit: int, *, dir_fd: int | None = None, size_hint: int = 0) -> bytes:
+    """The bytes of the regular file at ``path``; OSError (EFBIG) when it holds more than ``limit``."""
+    import errno
+
+    fd = open_regular(path, dir_fd=dir_fd)
+    try:
+        data = read_fd(fd, limit, size_hint)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes", path)
+    return data
+
+
+def load_json_small(path: str, limit: int = 1 << 20, *, dir_fd: int | None = None):
+    """The JSON document in the regular file at ``path``; ValueError for anything unparseable
+    (too big, too deep, not UTF-8), OSError when it cannot be read as a regular file."""
+    raw = read_regular(path, limit, dir_fd=dir_fd)
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(str(exc)) from None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from .fsutil import read_json, write_json_atomic
+
+from .fsutil import load_json_small, write_json_atomic
 from .layout import PARTITION_INFO, PARTITIONS_DIR
 
 SCHEMA = 1
@@ -65,25 +66,79 @@ def base_of(path: str) -> str:
     return s[0] if s else path
 
 
+INFO_MAX_BYTES = 1 << 16
+
+
 def read_info(partition: str) -> PartitionInfo | None:
+    """The partition's info; None when it is missing or is not one (a FIFO, a symlink, garbage, deep nesting)."""
     try:
-        doc = read_json(os.path.join(partition, PARTITION_INFO), max_bytes=1 << 20)  # a FIFO or 100k "[" is None
-        return PartitionInfo(str(doc["digest"]), doc.get("headline"), float(doc.get("created") or 0),
-                             float(doc.get("last_used") or 0), tuple(doc.get("kinds") or ()))
+        doc = load_json_small(os.path.join(partition, PARTITION_INFO), INFO_MAX_BYTES)
+        kinds = doc.get("kinds") or ()
+        if not isinstance(kinds, (list, tuple)) or not all(isinstance(k, str) for k in kinds):
+            return None
+        headline = doc.get("headline")
+        return PartitionInfo(str(doc["digest"]), headline if isinstance(headline, str) else None,
+                             float(doc.get("created") or 0), float(doc.get("last_used") or 0), tuple(kinds))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
 
 
+def unusable(path: str, uid: int | None = None) -> str | None:
+    """None when ``path`` and its ``jitwarden-v1`` parent are real directories, ours (root may use anyone's),
+    not world-writable; else why not. Cheap (two lstats): activation checks it on every start."""
+    import stat
+
+    uid = os.getuid() if uid is None else uid
+    for p in (os.path.dirname(path), path):
+        try:
+            st = os.lstat(p)
+        except OSError as exc:
+            return f"{p}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{p} is a symlink"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{p} is not a directory"
+        if uid != 0 and st.st_uid != uid:
+            return f"{p} belongs to uid {st.st_uid}"
+        if st.st_mode & 0o002:
+            return f"{p} is world-writable"
+    return None
+
+
 def ensure(partition: str, digest: str, headline: str | None, kind: str, now: float | None = None) -> PartitionInfo:
-    """Create the partition dir if needed and record its last use (at most once a minute)."""
+    """Create the partition dir if needed and record its last use (at most once a minute).
+
+    OSError when the directory cannot be made or is not safe to use (see :func:`unusable`).
+    Recording the last use is bookkeeping: when that write fails (a full disk, a read-only
+    file) the partition is still used and the old (or an in-memory) record is returned.
+    """
+    import errno
+
     now = time.time() if now is None else now
-    os.makedirs(partition, exist_ok=True)
+    parent, name = os.path.split(partition)
+    try:
+        os.mkdir(parent, 0o755)
+    except FileExistsError:
+        pass
+    pfd = os.open(parent, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))  # ELOOP: a symlink
+    try:
+        os.mkdir(name, 0o755, dir_fd=pfd)
+    except FileExistsError:
+        pass
+    finally:
+        os.close(pfd)
+    why = unusable(partition)
+    if why is not None:
+        raise OSError(errno.EPERM, why, partition)
     old = read_info(partition)
     if old and old.digest == digest and kind in old.kinds and now - old.last_used < TOUCH_EVERY_S:
         return old
     kinds = tuple(sorted(set(old.kinds if old else ()) | {kind}))
     info = PartitionInfo(digest, headline or (old.headline if old else None), old.created if old else now, now, kinds)
-    write_json_atomic(os.path.join(partition, PARTITION_INFO), info.to_json(), ".jitwarden-partition.")
+    try:
+        write_json_atomic(os.path.join(partition, PARTITION_INFO), info.to_json(), ".jitwarden-partition.")
+    except OSError:
+        pass  # last use is not protection: a full or read-only disk must not stop the partitioning
     return info
 
 

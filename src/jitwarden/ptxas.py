@@ -37,6 +37,100 @@ _LAST_RELEASE = {101: (12, 9), 50: (12, 9), 52: (12, 9), 53: (12, 9), 60: (12, 9
 
 
 @dataclass(frozen=True, slots=True)
+class TritonRecipe:
+    """How one Triton release picks its ptxas and builds the ptxas command line.
+
+    Read from each release's ``get_ptxas`` and ``CUDABackend.make_cubin``
+    (``triton/backends/nvidia/compiler.py``). ``known`` is False when the release asked for
+    is not in :data:`RECIPES` and the nearest one stands in: a rebuild by it proves nothing.
+    """
+
+    release: str  # "3.6"
+    blackwell_from: int | None  # get_ptxas returns ptxas-blackwell from this arch on; None: never
+    debug_g: bool  # DISABLE_PTXAS_OPT passes -g (3.5 on) rather than -lineinfo
+    reg_alloc: bool  # --regAllocOptLevel=2 after the opt level (3.7 on: a ptxas 13.x workaround)
+    sanitizer_opt: str | None  # consan/fpsan add --opt-level 1: None, "substring" (3.8), "names" (3.9)
+    known: bool = True
+
+    def binary(self, arch: int) -> tuple[str, str]:
+        """(bundled file name, env override) of the ptxas this release runs for ``arch``."""
+        if self.blackwell_from is not None and arch >= self.blackwell_from:
+            return "ptxas-blackwell", "TRITON_PTXAS_BLACKWELL_PATH"
+        return "ptxas", "TRITON_PTXAS_PATH"
+
+    def roles(self) -> tuple[str, ...]:
+        """The ptxas roles this release uses (``triton-blackwell`` only where it has that binary)."""
+        return ("triton",) if self.blackwell_from is None else ("triton", "triton-blackwell")
+
+    def role(self, arch: int) -> str:
+        return "triton-blackwell" if self.binary(arch)[0] == "ptxas-blackwell" else "triton"
+
+
+#: Every Triton release jitwarden has read, oldest first.
+#: 3.4/3.5: one ``ptxas`` (12.8) for every arch; 3.6: ``ptxas-blackwell`` from sm_100;
+#: 3.7: adds ``--regAllocOptLevel=2``; 3.8: consan/fpsan add ``--opt-level 1``;
+#: 3.9: ``ptxas-blackwell`` (13.x) for every arch from sm_90.
+RECIPES = (
+    TritonRecipe("3.4", None, False, False, None),
+    TritonRecipe("3.5", None, True, False, None),
+    TritonRecipe("3.6", 100, True, False, None),
+    TritonRecipe("3.7", 100, True, True, None),
+    TritonRecipe("3.8", 100, True, True, "substring"),
+    TritonRecipe("3.9", 90, True, True, "names"),
+)
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def recipe_for(version: str | None) -> TritonRecipe:
+    """The recipe of Triton ``version`` ("3.9.0", "3.6.0+git..."); the nearest, ``known=False``, else.
+
+    ``None`` (no version recorded): the installed Triton's recipe.
+    """
+    if version is None:
+        version = installed_triton_version()
+    mm = _major_minor(version)
+    by = {_major_minor(r.release): r for r in RECIPES}
+    if mm in by:
+        return by[mm]
+    if mm is not None and mm < _major_minor(RECIPES[0].release):
+        near = RECIPES[0]
+    else:
+        near = RECIPES[-1]
+    return TritonRecipe(near.release, near.blackwell_from, near.debug_g, near.reg_alloc, near.sanitizer_opt, known=False)
+
+
+_INSTALLED: dict[str, str | None] = {}
+
+
+def installed_triton_version() -> str | None:
+    """The installed Triton's version, from its dist-info beside the package (no import, no metadata scan)."""
+    d = package_dir("triton")
+    if d is None:
+        return None
+    parent = os.path.dirname(d)
+    if parent in _INSTALLED:
+        return _INSTALLED[parent]
+    version = None
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        names = []
+    for n in sorted(names):
+        for prefix in ("triton-", "pytorch_triton-"):
+            if n.startswith(prefix) and n.endswith(".dist-info"):
+                version = n[len(prefix):-len(".dist-info")]
+                break
+        if version:
+            break
+    _INSTALLED[parent] = version
+    return version
+
+
+@dataclass(frozen=True, slots=True)
 class PtxasInfo:
     """One ptxas binary: where it is, what it says it is, and what it really is."""
 
@@ -159,11 +253,11 @@ def _runs(path: str, memo: dict | None = None) -> bool:
     return info is not None and info.release is not None
 
 
-def for_arch(arch: int, env=None, memo: dict | None = None) -> str | None:
-    """The ptxas path Triton 3.6 picks for ``arch`` (knobs.env_nvidia_tool + get_ptxas)."""
+def for_arch(arch: int, env=None, memo: dict | None = None, recipe: TritonRecipe | None = None) -> str | None:
+    """The ptxas path the installed Triton (or ``recipe``'s) picks for ``arch`` (knobs.env_nvidia_tool + get_ptxas)."""
     env = os.environ if env is None else env
-    binary = "ptxas-blackwell" if arch >= 100 else "ptxas"
-    var = "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 100 else "TRITON_PTXAS_PATH"
+    recipe = recipe_for(None) if recipe is None else recipe
+    binary, var = recipe.binary(arch)
     d = triton_bin_dir()
     default = os.path.join(d, binary) if d else None
     override = env.get(var)
@@ -173,20 +267,24 @@ def for_arch(arch: int, env=None, memo: dict | None = None) -> str | None:
     return None
 
 
-def selected(env=None, memo: dict | None = None) -> list[tuple[str, str]]:
+def selected(env=None, memo: dict | None = None, recipe: TritonRecipe | None = None) -> list[tuple[str, str]]:
     """(role, path) of every ptxas this environment's compilers would use.
 
-    ``triton``: arch < 100; ``triton-blackwell``: arch >= 100; ``inductor``: torch's own
-    ``torch/bin/ptxas``, which TorchInductor's codecache sets as ``TRITON_PTXAS_PATH`` when
-    unset (so, in a process that compiles through Inductor, it replaces ``triton`` for
-    arch < 100; ``TRITON_PTXAS_BLACKWELL_PATH`` is left alone).
+    ``triton``: Triton's ``ptxas`` (every arch up to 3.5; below sm_100 in 3.6-3.8; below
+    sm_90 in 3.9); ``triton-blackwell``: ``ptxas-blackwell`` for the other arches (3.6 on);
+    ``inductor``: torch's own ``torch/bin/ptxas``, which TorchInductor's codecache sets as
+    ``TRITON_PTXAS_PATH`` when unset (so, in a process that compiles through Inductor, it
+    replaces ``triton`` wherever Triton runs ``ptxas``; ``TRITON_PTXAS_BLACKWELL_PATH`` is
+    left alone).
     """
     env = os.environ if env is None else env
+    recipe = recipe_for(None) if recipe is None else recipe
     out: list[tuple[str, str]] = []
-    for role, arch in (("triton", 90), ("triton-blackwell", 100)):
-        p = for_arch(arch, env, memo)
-        if p:
-            out.append((role, p))
+    for role, arch in (("triton", 80), ("triton-blackwell", 100)):
+        if role in recipe.roles():
+            p = for_arch(arch, env, memo, recipe)
+            if p:
+                out.append((role, p))
     if not env.get("TRITON_PTXAS_PATH"):
         tp = torch_bin_ptxas()
         if tp and _runs(tp, memo):

@@ -1,28 +1,33 @@
 """``jitwarden verify --rebuild``: re-assemble each cached kernel's PTX and compare.
 
 Like ``nix build --check``, a rebuild proves an entry: its PTX is re-assembled with
-exactly the ptxas command Triton 3.6 ran (``make_cubin`` in
-``triton/backends/nvidia/compiler.py``), reconstructed from the entry's metadata
-and the cache-invalidating env vars recorded in it, and the result is compared with
-the cached cubin (:mod:`jitwarden.cubin_compare`).
+exactly the ptxas command the Triton that built it ran (``make_cubin`` in
+``triton/backends/nvidia/compiler.py``, per release in :data:`jitwarden.ptxas.RECIPES`),
+reconstructed from the entry's metadata (``triton_version``, options, the
+cache-invalidating env vars recorded in it; ``ptx_options`` only through an allow-list),
+and the result is compared with the cached cubin (:mod:`jitwarden.cubin_compare`).
 
 Verdicts (one :class:`RebuildResult` per kernel entry):
 
 - ``verified`` (no finding): a ptxas this environment's compilers use reproduces it:
-  the one Triton picks for the arch (``ptxas`` below sm_100, ``ptxas-blackwell``
-  from sm_100, or ``TRITON_PTXAS_PATH`` / ``TRITON_PTXAS_BLACKWELL_PATH``), torch's
-  ``torch/bin/ptxas`` (TorchInductor hands it to Triton), or one given with ``--ptxas``.
+  the one the installed Triton picks for the arch (asked of its ``get_ptxas``; by
+  release: ``ptxas`` for every arch up to 3.5, ``ptxas-blackwell`` from sm_100 in
+  3.6-3.8 and from sm_90 in 3.9; ``TRITON_PTXAS_PATH`` / ``TRITON_PTXAS_BLACKWELL_PATH``
+  override), torch's ``torch/bin/ptxas`` where Triton runs ``ptxas`` (TorchInductor hands
+  it over as ``TRITON_PTXAS_PATH``), or one given with ``--ptxas``.
 - ``stale`` (warn): only another ptxas on this machine reproduces it (CUDA_HOME,
   PATH, /usr/local/cuda*, nvidia wheels, or the *other* bundled Triton ptxas).
-  A cubin assembled by ``ptxas-blackwell`` under an sm_90 key therefore lands here,
-  never in ``verified``: its bytes (the ELF ``e_version`` stamp and the
-  CUDA-version attribute in ``.nv.info``) name another toolchain than the one
+  Under Triton 3.6, a cubin assembled by ``ptxas-blackwell`` under an sm_90 key
+  therefore lands here, never in ``verified``: its bytes (the ELF ``e_version`` stamp
+  and the CUDA-version attribute in ``.nv.info``) name another toolchain than the one
   Triton runs for sm_90.
 - ``not-reproducible`` (error): candidates of the entry's own ptxas release assemble
   the PTX and none reproduces the cubin: a substituted, damaged or wrapper-built binary.
 - ``unverifiable`` (warn): nothing to rebuild from (no metadata, PTX or cubin), no
-  candidate can assemble the PTX, or no ptxas of the entry's release is here (a
-  rebuild by another release is expected to differ, so it proves nothing either way).
+  candidate can assemble the PTX, no ptxas of the entry's release is here (a
+  rebuild by another release is expected to differ, so it proves nothing either way),
+  ``ptx_options`` outside the allow-list (never passed to ptxas), or a Triton release
+  whose command line jitwarden does not know and whose rebuild differs.
 
 The engine is stdlib only; the CLI progress bar (rich) is built in
 :func:`progress_callback` and reaches the engine as a plain callback.
@@ -33,6 +38,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -95,23 +101,116 @@ def _env_true(md: dict, key: str) -> bool:
     return isinstance(v, (str, int)) and str(v).strip().lower() in _TRUE
 
 
-def ptxas_flags(md: dict) -> tuple[int, list[str]]:
-    """(arch, flags) of Triton 3.6's ``make_cubin`` for this metadata: all but ptxas, input and ``-o``."""
+class RefusedOption(ValueError):
+    """The entry's ``ptx_options`` hold something jitwarden will not hand to ptxas."""
+
+
+# ptxas options a cache entry's ``ptx_options`` (Triton's ``PTXAS_OPTIONS`` knob) may carry into
+# a rebuild: the ones Triton's own make_cubin emits, and the codegen options people set with
+# PTXAS_OPTIONS. Each changes the code, none reads or writes a file. Anything else (an
+# ``--options-file``, an output path, a second ``--gpu-name``) makes the entry unverifiable:
+# the metadata is untrusted input and never becomes an arbitrary ptxas argument.
+_BOOL = re.compile(r"(true|false)\Z")
+_INT = re.compile(r"\d{1,4}\Z")
+_PTX_FLAGS = frozenset({
+    "-v", "--verbose", "-lineinfo", "--generate-line-info", "-suppress-debug-info", "--suppress-debug-info",
+    "-g", "--device-debug", "--warn-on-spills", "-warn-spills", "--warn-on-local-memory-usage",
+    "-warn-lmem-usage", "--warn-on-double-precision-use", "-warn-double-usage",
+    "--disable-optimizer-constants", "-disable-optimizer-consts", "--sp-bounds-check", "-sp-bounds-check",
+})
+_PTX_VALUED = {
+    "--maxrregcount": _INT, "-maxrregcount": _INT,
+    "--opt-level": re.compile(r"[0-4]\Z"), "-O": re.compile(r"[0-4]\Z"),
+    "--regAllocOptLevel": _INT, "-regAllocOptLevel": _INT,
+    "--fmad": _BOOL, "-fmad": _BOOL,
+    "--allow-expensive-optimizations": _BOOL, "-allow-expensive-optimizations": _BOOL,
+    "--def-load-cache": re.compile(r"(ca|cg|cs|lu|cv)\Z"), "-dlcm": re.compile(r"(ca|cg|cs|lu|cv)\Z"),
+    "--def-store-cache": re.compile(r"(wb|cg|cs|wt)\Z"), "-dscm": re.compile(r"(wb|cg|cs|wt)\Z"),
+}
+
+
+def _shown(token: str) -> str:
+    return repr(token if len(token) <= 40 else token[:40] + "…")
+
+
+def allowed_ptx_options(text: str) -> list[str]:
+    """``ptx_options`` split as Triton splits it (on single spaces), each token allow-listed.
+
+    Raises :class:`RefusedOption` naming the first token that is not an option Triton
+    passes to ptxas (or a value that option does not take).
+    """
+    tokens = text.split(" ")
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if tok == "" or tok in _PTX_FLAGS:
+            out.append(tok)
+            continue
+        name, eq, value = tok.partition("=")
+        if not eq and name.startswith("-O") and name != "-O" and name[:2] in _PTX_VALUED:
+            name, value, eq = "-O", name[2:], "attached"
+        check = _PTX_VALUED.get(name)
+        if check is None:
+            raise RefusedOption(f"ptx_options holds {_shown(tok)}, not an option Triton passes to ptxas; "
+                                "it was not run (untrusted metadata never becomes a ptxas argument)")
+        if eq:
+            out.append(tok)
+        else:
+            if i >= len(tokens):
+                raise RefusedOption(f"ptx_options ends with {_shown(tok)} and no value; it was not run")
+            value = tokens[i]
+            i += 1
+            out += [tok, value]
+        if not check.match(value):
+            raise RefusedOption(f"ptx_options gives {_shown(name)} the value {_shown(value)}, which it does not "
+                                "take; it was not run (untrusted metadata never becomes a ptxas argument)")
+    return out
+
+
+def _sanitizer_opt(md: dict, how: str | None) -> bool:
+    """Whether Triton 3.8+ added ``--opt-level 1`` for a consan/fpsan instrumented kernel."""
+    mode = md.get("instrumentation_mode")
+    if not how or not isinstance(mode, str) or not mode:
+        return False
+    if how == "names":
+        names = {m.strip() for m in mode.split(",")}
+        return "consan" in names or "fpsan" in names
+    return "consan" in mode or "fpsan" in mode
+
+
+def ptxas_flags(md: dict, recipe: ptxas.TritonRecipe | None = None) -> tuple[int, list[str]]:
+    """(arch, flags) of ``make_cubin`` of the Triton that built this metadata: all but ptxas, input and ``-o``.
+
+    ``recipe``: the Triton release's rules, by default the one the metadata's
+    ``triton_version`` names. Raises ValueError (:class:`RefusedOption` for ``ptx_options``
+    outside the allow-list).
+    """
     arch = tri.metadata_arch(md)
     if arch is None:
         raise ValueError("metadata has no integer target arch")
+    if recipe is None:
+        tv = md.get("triton_version")
+        recipe = ptxas.recipe_for(tv if isinstance(tv, str) else None)
+    no_opt = _env_true(md, "DISABLE_PTXAS_OPT")
     if _env_true(md, "TRITON_DISABLE_LINE_INFO"):
         debug = ["-lineinfo", "-suppress-debug-info"]
-    elif _env_true(md, "DISABLE_PTXAS_OPT"):
+    elif no_opt and recipe.debug_g:
         debug = ["-g"]
     else:
         debug = ["-lineinfo"]
     fmad = [] if md.get("enable_fp_fusion", True) else ["--fmad=false"]
-    disable_opt = ["--opt-level", "0"] if _env_true(md, "DISABLE_PTXAS_OPT") else []
+    disable_opt = ["--opt-level", "0"] if no_opt else []
+    reg_alloc = ["--regAllocOptLevel=2"] if recipe.reg_alloc else []
     opts = md.get("ptx_options")
-    extra = opts.split(" ") if isinstance(opts, str) and opts else []
+    if opts is not None and not isinstance(opts, str):
+        raise RefusedOption(f"ptx_options is a {type(opts).__name__}, not a string; it was not run")
+    extra = allowed_ptx_options(opts) if opts else []
+    if not no_opt and _sanitizer_opt(md, recipe.sanitizer_opt):
+        extra += ["--opt-level", "1"]
     gpu = f"--gpu-name=sm_{arch}{'a' if arch >= 90 else ''}"
-    return arch, [*debug, *fmad, "-v", *disable_opt, *extra, gpu]
+    return arch, [*debug, *fmad, "-v", *disable_opt, *reg_alloc, *extra, gpu]
 
 
 def releases_for_ptx(version: str | None) -> frozenset[str]:
@@ -186,6 +285,68 @@ def _validate_keep(keep_dir: str | None) -> str | None:
     return keep_dir
 
 
+_RUNTIME: dict[int, str | None] = {}
+_RUNTIME_LOCK = threading.Lock()
+
+
+def triton_choice(arch: int) -> str | None:
+    """The ptxas path the installed Triton itself picks for ``arch``: its own ``get_ptxas``.
+
+    Asked of Triton at run time (its knobs read this process's environment), so a release
+    jitwarden has not read still gets its real choice; None when Triton cannot be imported
+    or finds no ptxas. Costs one Triton import (~0.4 s), paid only by ``--rebuild``.
+    """
+    with _RUNTIME_LOCK:
+        if arch in _RUNTIME:
+            return _RUNTIME[arch]
+        path = None
+        try:
+            import inspect
+
+            from triton.backends.nvidia import compiler
+
+            fn = compiler.get_ptxas
+            tool = fn(arch) if inspect.signature(fn).parameters else fn()  # no argument up to 3.5
+            path = tool.path if isinstance(getattr(tool, "path", None), str) else None
+        except Exception:  # noqa: BLE001 - no Triton, no NVIDIA backend, no ptxas: use the table
+            path = None
+        _RUNTIME[arch] = path
+        return path
+
+
+def recipe_disagreements(archs=(80, 90, 100, 120), recipe: ptxas.TritonRecipe | None = None) -> list[str]:
+    """Where :data:`jitwarden.ptxas.RECIPES` (or ``recipe``) disagrees with the installed Triton, in words.
+
+    Checks the ptxas Triton's own ``get_ptxas`` picks for each arch, and the flags its
+    ``make_cubin`` source emits. Empty too when Triton cannot be imported (nothing to check).
+    """
+    import inspect
+
+    try:
+        from triton.backends.nvidia import compiler
+    except Exception:  # noqa: BLE001
+        return []
+    version = ptxas.installed_triton_version()
+    recipe = ptxas.recipe_for(version) if recipe is None else recipe
+    out = [] if recipe.known else [f"Triton {version} is not in the table; Triton {recipe.release}'s stands in"]
+    for arch in archs:
+        real = triton_choice(arch)
+        want = recipe.binary(arch)[0]
+        if real is not None and os.path.basename(real) != want and not os.environ.get(recipe.binary(arch)[1]):
+            out.append(f"sm_{arch}: Triton runs {os.path.basename(real)}, the table says {want}")
+    try:
+        src = inspect.getsource(compiler.CUDABackend.make_cubin)
+    except (OSError, TypeError, AttributeError):
+        return out + ["make_cubin's source is not readable"]
+    facts = (("-g for DISABLE_PTXAS_OPT", '["-g"]' in src, recipe.debug_g),
+             ("--regAllocOptLevel=2", "--regAllocOptLevel=2" in src, recipe.reg_alloc),
+             ("--opt-level 1 for consan/fpsan", "consan" in src, recipe.sanitizer_opt is not None))
+    for what, in_source, in_table in facts:
+        if in_source != in_table:
+            out.append(f"make_cubin {'emits' if in_source else 'does not emit'} {what}; the table says otherwise")
+    return out
+
+
 class _Pool:
     """Every ptxas we may try, identified once (``--version`` + sha256, memoised by ptxas.inspect)."""
 
@@ -193,7 +354,8 @@ class _Pool:
         self.env = env
         self._infos: dict[str, ptxas.PtxasInfo | None] = {}
         self.extra = extra
-        sel = ptxas.selected(env)
+        self.recipe = ptxas.recipe_for(None)  # the installed Triton's
+        sel = ptxas.selected(env, recipe=self.recipe)
         self.inductor = [p for role, p in sel if role == "inductor"]
         self.machine_paths = ptxas.machine_candidates(env) if machine is None else list(machine)
         self._per_arch: dict[tuple, list[Candidate]] = {}
@@ -218,15 +380,26 @@ class _Pool:
             if environment or machine:
                 cands.append(Candidate(path, info, role, environment))
 
-        add(ptxas.for_arch(arch, self.env), "triton-blackwell" if arch >= 100 else "triton", True)
-        for p in self.inductor:
-            add(p, "inductor", True)
+        role = self.recipe.role(arch)
+        add(self.triton_ptxas(arch), role, True)
+        if role == "triton":  # Inductor's TRITON_PTXAS_PATH reaches only the arches Triton runs `ptxas` for
+            for p in self.inductor:
+                add(p, "inductor", True)
         for p in self.extra:
             add(p, "cli", True)
         if machine:
             for p in self.machine_paths:
                 add(p, "machine", False)
         return cands
+
+    def triton_ptxas(self, arch: int) -> str | None:
+        """What the installed Triton runs for ``arch``: asked of Triton for this process's own
+        environment, else from its release's recipe (another ``env``, or Triton not importable)."""
+        if self.env is os.environ:
+            p = triton_choice(arch)
+            if p and ptxas.inspect(p) is not None:
+                return p
+        return ptxas.for_arch(arch, self.env, recipe=self.recipe)
 
     def environment(self, arch: int) -> list[Candidate]:
         """The ptxas this environment's compilers use for ``arch`` (plus ``--ptxas``)."""
@@ -409,8 +582,10 @@ class _Engine:
             return _unverifiable("no PTX in the entry: nothing to rebuild from")
         if facts.cubin_file is None:
             return _unverifiable("no cubin in the entry: nothing to compare with")
+        tv = md.get("triton_version")
+        recipe = ptxas.recipe_for(tv if isinstance(tv, str) else None)
         try:
-            arch, flags = ptxas_flags(md)
+            arch, flags = ptxas_flags(md, recipe)
         except ValueError as exc:
             return _unverifiable(f"{facts.metadata_file}: {exc}")
         w.arch = arch
@@ -511,6 +686,11 @@ class _Engine:
             kept = self._keep(w, cached, outputs[c.path][j.nearest])
             msg = f"{j.reason}; assembled with {c.label} ({producer})" + _diff_hint(kept)
             return _unverifiable(msg)
+        if not recipe.known:
+            return _unverifiable(
+                f"built by Triton {tv or '(no version recorded)'}, whose ptxas command line jitwarden does not know "
+                f"(it knows Triton {ptxas.RECIPES[0].release} to {ptxas.RECIPES[-1].release}); the rebuild with "
+                f"Triton {recipe.release}'s differs, which proves nothing either way")
         ref_c, ref_j = judged[0]
         ref_cubin = outputs[ref_c.path][ref_j.nearest or 0]
         cmp = cubin_compare.compare(cached, ref_cubin)

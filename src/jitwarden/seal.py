@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass, field
 
-from . import jsonlimits
-from .fsutil import read_nofollow, write_json_atomic
+from .fsutil import read_regular
 from .layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
+MAX_FILE = 1 << 31
+"""Larger than any kernel binary: a sealed name that reads on past this (a device) is not a kernel file."""
+MAX_SEAL = 4 << 20
 
 
 class SealError(ValueError):
@@ -41,9 +44,10 @@ class Seal:
         }
 
 
-def file_digest(path: str, size_hint: int = 0) -> tuple[str, int]:
-    """(sha256, size) of a file, never through a symlink (OSError ELOOP)."""
-    data = read_nofollow(path, size_hint=size_hint)
+def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> tuple[str, int]:
+    """(sha256, size) of a regular file, never through a symlink (OSError ELOOP), never blocking
+    on a FIFO or device (OSError EINVAL), reading at most :data:`MAX_FILE` bytes (OSError EFBIG)."""
+    data = read_regular(path, MAX_FILE, dir_fd=dir_fd, size_hint=size_hint)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
@@ -55,17 +59,27 @@ def compute(entry_dir: str, names, fingerprint: str | None = None, producer: dic
     return Seal(files, fingerprint, dict(producer or {}), time.time())
 
 
-def read(entry_dir: str) -> Seal | None:
-    """The entry's seal, None when it has none; SealError when it is damaged."""
-    path = os.path.join(entry_dir, SEAL_FILE)
+def read(entry_dir: str, *, dir_fd: int | None = None) -> Seal | None:
+    """The entry's seal, None when it has none; SealError when it is damaged.
+
+    ``dir_fd``: the entry's directory fd (``entry_dir`` is then only used in messages).
+    """
     try:
-        raw = read_nofollow(path, size_hint=4096)
+        if dir_fd is None:
+            raw = read_regular(os.path.join(entry_dir, SEAL_FILE), MAX_SEAL, size_hint=4096)
+        else:
+            raw = read_regular(SEAL_FILE, MAX_SEAL, dir_fd=dir_fd, size_hint=4096)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise SealError(f"seal unreadable: {exc.strerror}") from None
+        raise SealError(f"seal unreadable: {exc.strerror or exc}") from None
+    return parse(raw)
+
+
+def parse(raw: bytes) -> Seal:
+    """The seal in ``raw``; SealError unless it is exactly a seal (flat names, sha256 and size each)."""
     try:
-        doc = jsonlimits.loads(raw)
+        doc = json.loads(raw)
         files = doc["files"]
         if doc.get("schema") != SCHEMA or not isinstance(files, dict):
             raise ValueError
@@ -74,7 +88,7 @@ def read(entry_dir: str) -> Seal | None:
                 raise ValueError
             if os.sep in name or name in (".", ".."):
                 raise ValueError
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError, AttributeError):
         raise SealError("seal is not a valid jitwarden seal") from None
     return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0))
 
@@ -113,6 +127,55 @@ def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
     return problems
 
 
-def write(entry_dir: str, seal: Seal) -> str:
-    """Write the seal atomically (temp file in the entry, then rename)."""
-    return write_json_atomic(os.path.join(entry_dir, SEAL_FILE), seal.to_json(), ".jitwarden-seal.")
+def newest_ctime(entry_dir: str, names) -> int:
+    """The newest ctime (ns) among ``names`` in the entry, for :func:`write`'s ``after_ns``; -1 when none."""
+    newest = -1
+    for n in names:
+        try:
+            newest = max(newest, os.lstat(os.path.join(entry_dir, n)).st_ctime_ns)
+        except OSError:
+            pass
+    return newest
+
+
+def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
+    """Write the seal atomically (temp file in the entry, then rename).
+
+    The seal records ``fs_time_ns``: the ctime its temp file got when created, i.e. the file
+    system's clock at sealing. Every file sealed is older or of the same tick; any later change
+    to one gives it a ctime at least that. ``after_ns``: the newest ctime among the sealed files;
+    the recorded time is pushed past it (by touching the temp file for up to a few clock ticks)
+    so that an unchanged entry is told apart from one changed in the same tick.
+    """
+    import tempfile
+
+    from .fsutil import umask
+
+    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-seal.", suffix=".tmp", dir=entry_dir)
+    try:
+        mode = 0o666 & ~umask()  # readable like Triton's own files, not mkstemp's 0600
+        os.fchmod(fd, mode)
+        fs_now = os.fstat(fd).st_ctime_ns
+        for _ in range(50):
+            if fs_now > after_ns:
+                break
+            time.sleep(0.001)
+            os.fchmod(fd, mode)  # a metadata change: ctime moves to the clock's current tick
+            fs_now = os.fstat(fd).st_ctime_ns
+        doc = seal.to_json()
+        if fs_now > after_ns:
+            doc["fs_time_ns"] = fs_now
+        with os.fdopen(fd, "w") as f:
+            fd = -1
+            json.dump(doc, f, sort_keys=True)
+        path = os.path.join(entry_dir, SEAL_FILE)
+        os.replace(tmp, path)
+        return path
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -8,6 +8,7 @@ Standard library only.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from . import ptxas as _ptxas
 from .adapters.triton import metadata_arch
@@ -22,13 +23,24 @@ def _compiled_for(arch_list, arch: int) -> bool:
     return any(a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch) for a in arch_list)
 
 
-def torch_arch(fp) -> list[str]:
-    """The device's compute capability is missing from torch's compiled arch list."""
+def archs_of(fp, target: int | None = None) -> tuple[int, ...]:
+    """The GPU archs the checks judge for: ``--target`` when given, else the visible GPUs."""
+    if target is not None:
+        return (target,)
+    return fp.device_archs() if fp is not None else ()
+
+
+def torch_arch(fp, archs: tuple[int, ...] | None = None) -> list[str]:
+    """The device's compute capability (or ``archs``: a ``--target``) is missing from torch's compiled arch list.
+
+    Evidence: ``CUDA_ARCH_FLAGS`` read from ``libtorch_python.so`` (what ``torch.cuda.get_arch_list()``
+    returns). Nothing is said when that list is unknown: see :func:`torch_arch_not_run`.
+    """
     torch = fp.package("torch")
     if torch is None or torch.arch_list is None or not torch.cuda:
         return []
     out = []
-    for arch in fp.device_archs():
+    for arch in fp.device_archs() if archs is None else archs:
         if not _compiled_for(torch.arch_list, arch):
             shown = " ".join(torch.arch_list) or "empty"
             out.append(f"sm_{arch} is not in torch {torch.version}'s compiled arch list ({shown}): torch's own "
@@ -37,17 +49,74 @@ def torch_arch(fp) -> list[str]:
     return out
 
 
-def ptxas_target(fp) -> list[str]:
-    """The ptxas Triton resolves for the device's arch cannot assemble for it."""
+def torch_arch_not_run(fp, archs: tuple[int, ...]) -> str | None:
+    """Why :func:`torch_arch` could not judge ``archs``; None when it did."""
+    if not archs:
+        return "no GPU visible and no --target: torch's arch list was not checked against any GPU"
+    torch = fp.package("torch")
+    if torch is None:
+        return None  # no torch, no torch kernels: nothing to check
+    if not torch.cuda:
+        return (f"torch {torch.version} is a CPU build: it has no compiled GPU arch list, so whether it runs on "
+                f"sm_{', sm_'.join(map(str, archs))} was not checked")
+    if torch.arch_list is None:
+        return (f"torch {torch.version}'s compiled arch list (CUDA_ARCH_FLAGS in libtorch_python.so) could not be "
+                "read: whether it has kernels for this GPU was not checked")
+    return None
+
+
+def _recipe(fp):
+    """The ptxas choice of the installed Triton release (3.6 takes ptxas-blackwell from sm_100, 3.9 from sm_90)."""
+    triton = fp.package("triton")
+    return _ptxas.recipe_for(triton.version if triton else None)
+
+
+def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
+    """The ptxas Triton resolves for the device's arch (or ``archs``) cannot assemble for it.
+
+    Evidence: the ptxas release (``ptxas --version``) against the first and last CUDA release
+    that support the arch; unknown either way says nothing (see :func:`ptxas_not_run`).
+    """
     out = []
-    for arch in fp.device_archs():
-        role = "triton-blackwell" if arch >= 100 else "triton"
-        info = fp.ptxas_for(role)
+    recipe = _recipe(fp)
+    for arch in fp.device_archs() if archs is None else archs:
+        info = fp.ptxas_for(recipe.role(arch))
         if info is not None and _ptxas.can_target(info, arch) is False:
-            var = "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 100 else "TRITON_PTXAS_PATH"
+            var = recipe.binary(arch)[1]
             out.append(f"ptxas {info.path} (release {info.release}) cannot target sm_{arch}: Triton compiles will "
                        f"fail; point {var} at a ptxas from a CUDA release that supports sm_{arch}")
     return out
+
+
+def ptxas_not_run(fp, archs: tuple[int, ...]) -> str | None:
+    """Why :func:`ptxas_target` could not judge ``archs``; None when it judged every one."""
+    if not archs:
+        return "no GPU visible and no --target: Triton's ptxas was not checked against any GPU"
+    why = []
+    recipe = _recipe(fp)
+    for arch in archs:
+        info = fp.ptxas_for(recipe.role(arch))
+        if info is None:
+            why.append(f"no ptxas found for sm_{arch} (Triton's {recipe.role(arch)} role)")
+        elif _ptxas.can_target(info, arch) is None:
+            why.append(f"whether ptxas release {info.release or '?'} supports sm_{arch} is not known")
+    return "; ".join(why) + ": not checked" if why else None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """One start-up check as run for some GPU archs: its warnings, or why it could not run."""
+
+    check: str  # torch-arch, ptxas
+    archs: tuple[int, ...]
+    warnings: tuple[str, ...] = ()
+    not_run: str | None = None
+
+
+def run_checks(fp, archs: tuple[int, ...]) -> list[CheckOutcome]:
+    """The torch arch list and ptxas checks for ``archs`` (see :func:`archs_of`), each saying if it could not run."""
+    return [CheckOutcome("torch-arch", archs, tuple(torch_arch(fp, archs)), torch_arch_not_run(fp, archs)),
+            CheckOutcome("ptxas", archs, tuple(ptxas_target(fp, archs)), ptxas_not_run(fp, archs))]
 
 
 def foreign_entries(metas, archs, triton_version) -> list[str]:
@@ -92,10 +161,10 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     return out
 
 
-def shared_root(fp, root: str) -> list[str]:
-    """An unpartitioned root read by this process holds entries of another fingerprint."""
+def shared_root(fp, root: str, archs: tuple[int, ...] | None = None) -> list[str]:
+    """An unpartitioned root read by this process holds entries of another fingerprint (GPU ``archs``, else the visible ones)."""
     tp = fp.package("triton")
-    why = foreign_entries(sample_metadata(root), fp.device_archs(), tp.version if tp else None)
+    why = foreign_entries(sample_metadata(root), fp.device_archs() if archs is None else archs, tp.version if tp else None)
     if not why:
         return []
     return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "

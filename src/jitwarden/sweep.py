@@ -5,9 +5,15 @@ static CUDA launcher, which reads ``<triton cache dir>/<key>/<name>.cubin`` itse
 (``TRITON_CACHE_DIR`` when set, as under activation, else ``<inductor cache>/triton/<device>``;
 ``torch/_inductor/runtime/triton_heuristics.py: reload_cubin_path``) and never asks Triton's
 cache manager, so the guard never sees those loads. Activation therefore sweeps this
-environment's Triton, Inductor and vLLM partitions first (when torch is installed): per entry one ``scandir`` and
-two ``lstat``s when nothing changed since it was sealed (a file's ctime cannot be set back),
-a full seal check otherwise, and a structural check plus a seal for entries nobody sealed.
+environment's Triton, Inductor and vLLM partitions first (when torch is installed): per entry one ``scandir``,
+an ``lstat`` per file and one small read of the seal when nothing changed since it was sealed, a full
+seal check otherwise, and a structural check plus a seal for entries nobody sealed.
+
+"Nothing changed" means every file's ctime is older than the file-system time recorded *inside*
+the seal when it was written (``fs_time_ns``): a file's ctime moves forward on any change to it
+(content, mode, owner, rename, link) and cannot be set back, and the recorded time does not
+move when the seal's own metadata does (``chmod`` or ``touch`` of the seal cannot hide a changed
+file). It assumes the clock stamping ctimes is not stepped back between sealing and a change.
 A damaged entry is quarantined, and Inductor's own bundle (or a recompile) replaces it.
 
 Stdlib only, never raises into the caller: it runs on the activation path.
@@ -37,10 +43,15 @@ def tree_roots(kind: str, partition_path: str) -> list[str]:
     return []
 
 
-def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]:
-    """Check every entry of ``trees``; returns (warning lines, counts)."""
+def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = None) -> tuple[list[str], dict]:
+    """Check every entry of ``trees``; returns (warning lines, counts).
+
+    ``proofs``: where several sweeps make one start-up, their proof counts are added there
+    (the caller prints one line for all); without it this sweep adds its own line.
+    """
     counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
     warnings: list[str] = []
+    made = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.firstuse)
     for tree in trees:
         try:
             it = os.scandir(tree)
@@ -57,22 +68,63 @@ def sweep(trees: list[str], digest: str | None = None) -> tuple[list[str], dict]
                 w = f"could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
             if w:
                 warnings.append(w)
+    if made is not None:
+        from .firstuse import add_counts, summary
+
+        counts["proofs"] = made
+        if proofs is not None:
+            add_counts(proofs, made)
+        elif summary(made):
+            warnings.append(summary(made))
     return warnings, counts
 
 
+def _sealed_at_ns(path: str) -> int | None:
+    """The file-system time recorded inside the entry's seal (ns); None when there is none to read."""
+    import json
+
+    from .fsutil import read_regular
+
+    try:
+        at = json.loads(read_regular(os.path.join(path, SEAL_FILE), 4 << 20, size_hint=4096))["fs_time_ns"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return at if type(at) is int else None
+
+
+def _unchanged(path: str, files: list) -> bool:
+    """Whether no file of the entry changed since its seal was written (by the time inside the seal)."""
+    at = _sealed_at_ns(path)
+    if at is None:
+        return False
+    for e in files:
+        if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_ctime_ns >= at:
+            return False
+    return True
+
+
+def _prove_ahead(trees: list[str]) -> dict | None:
+    from . import firstuse
+
+    if not firstuse.enabled():
+        return None
+    paths = firstuse.unsealed_kernels(trees)
+    return firstuse.prove_ahead(paths) if paths else None
+
+
 def _entry(path: str, digest: str | None, counts: dict) -> str | None:
-    seal_ctime = None
-    binaries = []
+    sealed = False
+    files = []
     with os.scandir(path) as it:
         for e in it:
             if e.name == SEAL_FILE:
-                seal_ctime = e.stat(follow_symlinks=False).st_ctime_ns
-            elif e.name.endswith(_BINARIES):
-                binaries.append(e)
-    # Strictly older: a file changed in the same clock tick as the seal is looked at again (once: it is resealed).
-    if seal_ctime is not None and all(b.stat(follow_symlinks=False).st_ctime_ns < seal_ctime
-                                      and b.is_file(follow_symlinks=False) for b in binaries):
+                sealed = True
+            elif not is_reserved(e.name) and not e.is_dir(follow_symlinks=False):
+                files.append(e)  # a writer's tmp.pid_* dir is not sealed content
+    if sealed and any(e.name.endswith(_BINARIES) for e in files) and _unchanged(path, files):
         return None  # unchanged since it was sealed
+    if sealed and not any(e.name.endswith(_BINARIES) for e in files):
+        return None  # no kernel binary for Inductor's launcher to load: the guard judges the rest on use
     try:
         fd = lock(path, LOCK_FILE, fcntl.LOCK_EX, block=False)
     except OSError:
@@ -80,7 +132,7 @@ def _entry(path: str, digest: str | None, counts: dict) -> str | None:
     if fd is None:
         return None  # someone is sealing or verifying it right now
     try:
-        if seal_ctime is not None:
+        if sealed:
             counts["rehashed"] += 1
             return _recheck(path, digest, counts)
         return _seal_unsealed(path, digest, counts)
@@ -115,12 +167,13 @@ def _relocated_group(path: str, problem: str) -> bool:
     name = problem.split(" ", 1)[0]
     if not (name.startswith("__grp__") and ("does not match its sealed sha256" in problem or ", sealed as " in problem)):
         return False
-    from . import jsonlimits
-    from .fsutil import read_nofollow
+    import json
+
+    from .fsutil import read_regular
 
     try:
-        children = jsonlimits.loads(read_nofollow(os.path.join(path, name)))["child_paths"]
-    except (OSError, ValueError, KeyError, TypeError):
+        children = json.loads(read_regular(os.path.join(path, name), 1 << 20))["child_paths"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
 
@@ -130,13 +183,12 @@ def _reseal(path: str, s, present: list[str]) -> None:
 
     fresh = seal.compute(path, present, s.fingerprint, s.producer)
     try:
-        seal.write(path, fresh)
+        seal.write(path, fresh, seal.newest_ctime(path, present))
     except OSError:
         pass
 
 
 def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
-    from . import seal
     from .adapters import triton as tri
 
     errors, kind = tri.structural_errors(path)
@@ -144,8 +196,12 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
         return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts)
     if kind != "kernel":
         return None
+    from .firstuse import admit
+
     try:
-        seal.write(path, seal.compute(path, _present(path), digest, {"legacy": True, "by": "sweep"}))
+        why = admit(path, _present(path), digest, {"by": "sweep"})  # proven first, or refused
+        if why is not None:
+            return _quarantine(path, why[0], why[1], digest, counts)
         counts["sealed"] += 1
     except OSError:
         pass

@@ -35,13 +35,18 @@ def register() -> None:
         from .activation import activate
 
         rec = activate()
+        from .torchhooks import install  # torch is imported here: guard its kernel loaders now
+
+        install()
         log = _logger()
         if rec.active:
             where = rec.partitions.get("TRITON_CACHE_DIR") or "unpartitioned"
             log.info("jitwarden: kernel caches partitioned by fingerprint %s (Triton: %s; guard: %s)",
                      rec.digest, where, "on" if rec.cache_manager == "jitwarden.guard:GuardedCacheManager" else "off")
         else:
-            log.warning("jitwarden: not active in this process (%s)", "; ".join(rec.skipped.values()) or "unknown")
+            guard = "on" if rec.cache_manager == "jitwarden.guard:GuardedCacheManager" else "off"
+            log.warning("jitwarden: caches not partitioned in this process (%s); Triton guard: %s",
+                        "; ".join(rec.skipped.values()) or "unknown", guard)
         _DONE[os.getpid()] = rec.digest or ""
     except Exception as exc:  # noqa: BLE001 - a plugin exception would abort vLLM
         try:

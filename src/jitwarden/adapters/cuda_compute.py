@@ -6,28 +6,38 @@ default ``~/.nv/ComputeCache`` on Linux; ``CUDA_CACHE_MAXSIZE`` in bytes, defaul
 desktop/server platforms and 256 MiB on embedded ones, at most 4 GiB; ``CUDA_CACHE_DISABLE=1``
 turns it off). The guide also says the cache is invalidated when the driver is upgraded.
 
-Layout, as the H200's driver 580.159.04 (CUDA 13.0) wrote it (``benchmarks/h200_compute_cache_probe.py``,
-kept in ``tests/data/cuda_compute_h200``): an ``index`` file (entry hashes and sizes) and one file per JIT
-result at ``<h0>/<h1>/<rest of the 16-hex-digit hash>``. An entry file is a 28-byte header (u32 0x41,
-u32 text length, u32 0, u32 ELF length, u32 0, u64 hash) followed by text (the JIT compiler's
-``__DATE__``/``__TIME__`` stamp, ``HOST64``, the target ``sm_90``, the PTX) and the cubin ELF.
-This format is undocumented: an entry whose header is not this one is listed, not judged.
-What jitwarden can tell, and how:
+Layout, as the H200's driver 580.159.04 (CUDA 13.0) and the nvJitLink of CUDA 13.0 wrote it
+(``tests/data/cuda_compute_h200`` and the ComputeCache of every capture in ``tests/data/real``): an
+``index`` file and one file per result at ``<h0>/<h1>/<rest of a 16-hex-digit name>``. An entry file is
+a 28-byte header (u32 0x41, u32 key length, u32 0, u32 output length, u32 0, u64 FNV-1a of the output),
+the key (the producer's ``__DATE__``/``__TIME__`` build stamp, ``HOST64``, the target ``sm_90``/``sm_90a``,
+the input, NULs, a space and the option string) and the output. The file's name is the FNV-1a of the key.
+Two producers write it:
+
+- the driver's PTX JIT (``cuModuleLoadData`` of PTX: torch extensions built ``+PTX``, CuPy's
+  ``RawModule``, cuDNN's own PTX): PTX in, no options, a cubin out, stamped with the build date of
+  ``libnvidia-ptxjitcompiler``;
+- nvJitLink (cuDNN runtime fusion, CuPy kernels through NVRTC LTO): NVVM IR (LLVM bitcode) in,
+  ``-arch=...`` options, PTX (``-nvvm-version=...``) or a cubin out, stamped with nvJitLink's build date.
+
+Anything else is ``unrecognised`` (info), never damage. What jitwarden can tell, and how:
 
 - size against ``CUDA_CACHE_MAXSIZE`` (a root finding: near or over it the driver evicts,
   and JIT work is redone: thrashing), and ``CUDA_CACHE_DISABLE=1`` (nothing here is read);
 - an entry's own consistency: sizes in its header against its length (truncated: ``corrupt``),
-  its cubin's ELF header, the cubin's SM against the ``sm_XX`` it records (``mismatch``), and
-  against the GPU judged for (``foreign-arch``);
-- written under another driver: the JIT compiler's build date recorded in the entry against the
+  both FNV-1a hashes (output against header, key against file name: ``corrupt``), its cubin's ELF
+  header, the cubin's SM against the ``sm_XX`` it records (``mismatch``), and against the GPU
+  judged for (``foreign-arch``);
+- written under another driver, for the driver's own PTX JIT entries only: their stamp against the
   one the installed ``libnvidia-ptxjitcompiler.so.1`` carries (read once per process), else a file
   whose mtime is older than the installed driver's files (``libcuda.so.1``'s mtime, the kernel
   module's build date in ``/proc/driver/nvidia/version``): written by an earlier driver, which the
   driver's invalidation makes dead weight. Mtimes before 2000 (Nix store files carry 1) say nothing.
+  nvJitLink's entries are not judged stale: their date is nvJitLink's, which says nothing of the driver.
 - unsafe permissions and symlinks, unreadable files.
 
-What it cannot tell: which application an entry belongs to, or whether its bytes are intact
-(the header's hash is of the driver's own key; no checksum of the content is known).
+What it cannot tell: which application an entry belongs to, or whether an nvJitLink entry is
+still read by the nvJitLink installed. Checksums are computed for entries up to 4 MiB.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import os
 import re
 import struct
 import time
+from dataclasses import dataclass
 
 from ..findings import Finding
 from ..layout import is_reserved
@@ -43,6 +54,7 @@ from ..model import CacheRoot, Entry, Judge
 from ..elf import EM_CUDA
 from ..fsutil import read_nofollow
 from ._base import (
+    ElfHead,
     existing,
     elf_head_bytes,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
@@ -287,38 +299,199 @@ def reset_driver_evidence() -> None:
     _STAMPS.clear()
 
 
-def parse_entry(head: bytes, size: int) -> dict:
-    """Facts of one entry file from its first bytes (see the module docstring); ``format`` is None when unknown."""
-    if len(head) < _HEADER.size:
-        return {"format": None, "problem": f"{size} bytes is shorter than an entry header"}
-    magic, text_len, _z, elf_len, _z2, key = _HEADER.unpack_from(head, 0)
-    if magic != _ENTRY_MAGIC:
-        return {"format": None}
-    out: dict = {"format": magic, "key": f"{key:016x}"}
-    elf_off = _HEADER.size + text_len
-    if elf_off + elf_len != size:
-        out["problem"] = f"header says {elf_off + elf_len} bytes, the file has {size}: truncated or overwritten"
-    text = head[_HEADER.size:min(elf_off, len(head))]
-    m = _STAMP.search(text[:64])
-    if m:
-        out["jit_date"] = _norm_date(m.group(1))
-        if m.group(2):
-            out["jit_time"] = m.group(2).decode()
-    t = re.search(rb"HOST(32|64)(sm_\d+[af]?)", text[:128])
-    if t:
-        out["target"] = t.group(2).decode()
-    if elf_off + 64 <= len(head):
-        out["elf"] = elf_head_bytes(head[elf_off:elf_off + 64], min(elf_len, max(size - elf_off, 0)))
-    elif "problem" not in out:
-        out["problem"] = "no cubin after the header"
-    return out
+FNV_OFFSET = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+_M64 = (1 << 64) - 1
+CHECKSUM_MAX = 4 << 20
+"""Entries up to this size are read whole and both their checksums computed (pure Python: ~0.1-0.3 s/MiB)."""
+_PREFIX = re.compile(rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)"
+                     rb"HOST(32|64)(sm_\d+[af]?)")
+_BITCODE = b"BC\xc0\xde"
+READ_MAX = 64 << 20
+"""Larger entry files are read only in part: their first bytes, for the header and key."""
+
+
+def fnv1a64(data: bytes) -> int:
+    """64-bit FNV-1a: the hash the driver names entries by (of the key) and seals their output with."""
+    h, p, m = FNV_OFFSET, FNV_PRIME, _M64
+    for c in data:
+        h = ((h ^ c) * p) & m
+    return h
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeEntry:
+    """One ComputeCache entry file as read (see the module docstring for the layout).
+
+    ``format`` is None when the header is not the driver's (then nothing else is judged);
+    ``problem`` names a broken invariant of the container (sizes); ``unknown`` what of a
+    known container was not understood (input, output, options). ``producer``:
+    ``driver-jit`` (PTX in, cubin out, no options: the driver's own PTX JIT) or
+    ``nvjitlink`` (NVVM IR in, nvJitLink's ``-arch=`` options; cuDNN runtime fusion, CuPy).
+    ``key_ok``/``sum_ok``: the file name is FNV-1a of the key, the header's hash is FNV-1a
+    of the output; None when not computed.
+    """
+
+    format: int | None
+    size: int
+    problem: str | None = None
+    unknown: tuple[str, ...] = ()
+    stamp_date: str | None = None
+    stamp_time: str | None = None
+    target: str | None = None
+    input: str | None = None  # ptx, nvvm-ir
+    options: str | None = None
+    output: str | None = None  # cubin, ptx
+    producer: str | None = None
+    elf: ElfHead | None = None
+    output_ptx_target: str | None = None
+    key_ok: bool | None = None
+    sum_ok: bool | None = None
+    sum_header: str | None = None
+
+
+def _input_kind(body: bytes) -> tuple[str | None, bytes]:
+    """(kind, the input's bytes) of the key text after the prefix: PTX up to its NUL, or NVVM IR (LLVM bitcode)."""
+    if body.startswith(_BITCODE):
+        return "nvvm-ir", body
+    nul = body.find(b"\x00")
+    ptx = body if nul < 0 else body[:nul]
+    if b".version" in ptx[:4096] and b".target" in ptx[:4096]:
+        return "ptx", ptx
+    return None, body
+
+
+def _producer(inp: str | None, options: str | None, output: str | None) -> str | None:
+    if inp == "ptx" and options == "" and output == "cubin":
+        return "driver-jit"
+    if inp == "nvvm-ir" and options and options.startswith("-arch=") and output in ("cubin", "ptx"):
+        return "nvjitlink"
+    return None
+
+
+def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:
+    """Facts of one entry file from its bytes (``data``: all of it, or its first bytes when it is large).
+
+    ``name`` is the entry's hash as its path spells it (``a2daf144f9da5951``); checksums are
+    computed only when ``data`` is the whole file and at most :data:`CHECKSUM_MAX` bytes.
+    """
+    if len(data) < _HEADER.size:
+        if size < _HEADER.size:
+            return ComputeEntry(None, size, unknown=(f"{size} bytes is shorter than the driver's 28-byte entry header",))
+        return ComputeEntry(None, size, unknown=("header unreadable",))
+    magic, text_len, z1, out_len, z2, out_hash = _HEADER.unpack_from(data, 0)
+    if magic != _ENTRY_MAGIC or z1 or z2:
+        return ComputeEntry(None, size, unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",))
+    out_off = _HEADER.size + text_len
+    problem = None
+    if out_off + out_len != size:
+        problem = f"header says {out_off + out_len} bytes, the file has {size}: truncated or overwritten"
+    whole = len(data) == size
+    text = data[_HEADER.size:min(out_off, len(data))]
+    unknown: list[str] = []
+    m = _PREFIX.match(text)
+    date = time_ = target = inp = options = None
+    if m is None:
+        unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
+    else:
+        date, time_, target = _norm_date(m.group(1)), m.group(2).decode(), m.group(4).decode()
+        body = text[m.end():]
+        inp, _input = _input_kind(body)
+        if inp is None:
+            unknown.append("its input is neither PTX nor NVVM IR")
+        if whole and out_off <= len(data):
+            nul = body.rfind(b"\x00")
+            tail = body[nul + 1:] if nul >= 0 else b""
+            if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
+                unknown.append("no option string after its input")
+            else:
+                options = tail.decode("ascii").strip()
+    out = data[out_off:out_off + out_len] if out_off < len(data) else b""
+    output = elf = ptx_target = None
+    if out.startswith(b"\x7fELF"):
+        output = "cubin"
+        elf = elf_head_bytes(out[:64], min(out_len, max(size - out_off, 0)))
+    elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
+        output = "ptx"
+        t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
+        ptx_target = t.group(1).decode() if t else None
+    elif out:
+        unknown.append("its output is neither a cubin (ELF) nor PTX")
+    key_ok = sum_ok = None
+    if whole and problem is None and size <= CHECKSUM_MAX:
+        sum_ok = fnv1a64(out) == out_hash
+        if name and len(name) == 16 and _HEX.match(name):
+            key_ok = fnv1a64(text) == int(name, 16)
+    if not whole:
+        unknown.append(f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read")
+    producer = _producer(inp, options, output) if not unknown else None
+    if producer is None and not unknown:
+        unknown.append(f"{inp} in, {output} out with options {options!r}: a producer jitwarden does not know")
+    return ComputeEntry(magic, size, problem, tuple(unknown), date, time_, target, inp, options, output, producer,
+                        elf, ptx_target, key_ok, sum_ok, f"{out_hash:016x}")
 
 
 # ---------------------------------------------------------------- judging
 
 
+def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None) -> tuple[list[Finding], int | None]:
+    """(findings, cubin SM) of one parsed entry (pure). Each rule names its evidence.
+
+    - ``unrecognised`` (info): a header that is not the driver's 0x41 format, or a known header
+      whose key or output is not understood; nothing further is judged.
+    - ``corrupt``: the header's sizes do not add up to the file (the driver writes header, key and
+      output in one file, seen on every entry of drivers' and nvJitLink's making); the output's
+      FNV-1a is not the one the header records; the key's FNV-1a is not the file's name; a cubin
+      whose ELF header is broken.
+    - ``mismatch``: the cubin's SM is not the target the key records; the output is a host ELF.
+    - ``foreign-arch``: the cubin's SM is not the judged GPU.
+    - ``stale``: only for the driver's own PTX JIT entries (PTX in, no options, cubin out), whose
+      stamp is the JIT compiler's ``__DATE__``: another date than the installed
+      ``libnvidia-ptxjitcompiler``'s. nvJitLink's entries carry nvJitLink's date, which says
+      nothing about the driver.
+    """
+    out: list[Finding] = []
+    if e.format is None:
+        return [Finding("unrecognised", f"not judged: {'; '.join(e.unknown) or 'unknown format'}")], None
+    if e.problem:
+        return [Finding("corrupt", e.problem)], None
+    if e.sum_ok is False:
+        out.append(Finding("corrupt", f"its {e.output or 'output'} does not hash to the FNV-1a {e.sum_header} its "
+                                      "header records: damaged after the driver wrote it"))
+    if e.key_ok is False:
+        out.append(Finding("corrupt", "its key (stamp, target, input, options) does not hash to its file name: "
+                                      "damaged, or stored under another entry's name"))
+    if e.unknown:
+        out.append(Finding("unrecognised", f"not judged further: {'; '.join(e.unknown)}"))
+        return out, None
+    sm = None
+    head = e.elf
+    if head is not None:
+        if head.problem:
+            out.append(Finding("corrupt", f"cached cubin: {head.problem}"))
+        elif head.machine != EM_CUDA:
+            out.append(Finding("mismatch", f"cached code is an ELF for {head.machine_name}, not a cubin"))
+        else:
+            sm = head.sm
+            if e.target and int(re.sub(r"\D", "", e.target)) != sm:
+                out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {e.target}"))
+            if j.target_arch is not None and sm != j.target_arch:
+                out.append(Finding("foreign-arch", f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
+                                                   "unreachable here"))
+    elif e.output == "ptx" and e.target and j.target_arch is not None:
+        if int(re.sub(r"\D", "", e.target)) != j.target_arch:
+            out.append(Finding("foreign-arch", f"compiled for {e.target}, judged against sm_{j.target_arch}: "
+                                               "unreachable here"))
+    if e.producer == "driver-jit" and jit_stamp is not None and e.stamp_date != jit_stamp[0]:
+        drv = f" (driver {j.driver_version})" if j.driver_version else ""
+        out.append(Finding("stale", f"JIT-compiled by a driver whose JIT compiler was built {e.stamp_date}; the "
+                                    f"installed one was built {jit_stamp[0]}{drv}: the driver invalidates its cache "
+                                    "on upgrade"))
+    return out, sm
+
+
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
-    """Judge one cached file by what the filesystem says about it: permissions, links, age against the driver."""
+    """Judge one cached file: what the filesystem says (permissions, links) and what its bytes say."""
     s = survey(root, name)
     out = survey_findings(s, root_uid, "entry")
     extra: dict = {}
@@ -328,40 +501,31 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return Entry(KIND, root, name, s.path, "link", None, None, 0, 0.0, findings=tuple(out))
     etype = "jit" if s.files else ("empty" if s.is_dir else "other")
     mtime = s.newest
-    facts: dict = {}
+    facts: ComputeEntry | None = None
     if s.files and not s.is_dir:
+        size = s.files[0][1]
         try:
-            facts = parse_entry(read_nofollow(s.path, _HEAD_READ), s.files[0][1])
+            facts = parse_entry(read_nofollow(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
+                                name.replace("/", ""))
         except OSError as exc:
             out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))
     sm = None
-    if facts.get("format"):
-        extra.update({k: facts[k] for k in ("jit_date", "jit_time", "target") if k in facts})
-        if facts.get("problem"):
-            out.append(Finding("corrupt", facts["problem"]))
-        head = facts.get("elf")
-        if head is not None:
-            if head.problem:
-                out.append(Finding("corrupt", f"cached cubin: {head.problem}"))
-            elif head.machine != EM_CUDA:
-                out.append(Finding("mismatch", f"cached code is an ELF for {head.machine_name}, not a cubin"))
-            else:
-                sm = head.sm
-                want = facts.get("target")
-                if want and int(re.sub(r"\D", "", want)) != sm:
-                    out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {want}"))
-                if j.target_arch is not None and sm != j.target_arch:
-                    out.append(Finding("foreign-arch", f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
-                                                       "unreachable here"))
-        stamp = driver_jit_stamp() if facts.get("jit_date") else None
-        if stamp is not None and facts["jit_date"] != stamp[0]:
-            drv = f" (driver {j.driver_version})" if j.driver_version else ""
-            out.append(Finding("stale", f"JIT-compiled by a driver built {facts['jit_date']}; the installed JIT compiler "
-                                        f"was built {stamp[0]}{drv}: the driver invalidates its cache on upgrade"))
-    elif s.files and not s.is_dir:
-        extra["format"] = "unknown"
+    if facts is not None:
+        if facts.format is None:
+            extra["format"] = "unknown"
+        for k in ("producer", "stamp_date", "stamp_time", "target", "input", "output", "options"):
+            v = getattr(facts, k)
+            if isinstance(v, str) and len(v) > 160:
+                v = v[:160] + "…"
+            if v is not None:
+                extra[{"stamp_date": "jit_date", "stamp_time": "jit_time"}.get(k, k)] = v
+        found, sm = entry_findings(facts, j, driver_jit_stamp() if facts.producer == "driver-jit" else None)
+        out += found
     ev = driver_evidence()
-    if ev is not None and s.files and not any(f.code == "stale" for f in out):
+    driver_made = facts is not None and facts.producer == "driver-jit"
+    stamp = driver_jit_stamp() if driver_made else None
+    if ev is not None and driver_made and stamp is None and not any(f.code == "stale" for f in out):
+        # No JIT compiler to read a date from: the mtime of a driver-made entry against the installed driver's.
         extra["driver_since"] = ev[0]
         if mtime < ev[0]:
             drv = f" (driver {j.driver_version} now)" if j.driver_version else ""

@@ -120,7 +120,13 @@ def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
 
 
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
-    """Read one kernel dir (names, ELF headers, PTX head) or temp leftover, and judge it."""
+    """Read one kernel dir (names, ELF headers, PTX head) or temp leftover, and judge it.
+
+    Evidence per rule: ``corrupt`` for an empty ``kernel.cu``, a cubin whose ELF header is broken,
+    PTX without ``.target``; ``mismatch`` for a host ELF as cubin, PTX target vs cubin SM;
+    ``incomplete`` for files DeepGEMM writes together but are missing; ``unrecognised`` for a
+    directory not named as DeepGEMM 1.0 names kernels.
+    """
     s = survey(root, name)
     if name.startswith("tmp/"):
         return _tmp_entry(root, name, s, j, root_uid)
@@ -138,7 +144,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return Entry(KIND, root, name, path, "other", kname, None, s.bytes, s.mtime, findings=tuple(out),
                      extra=tuple(extra.items()))
     if m is None:
-        out.append(Finding("corrupt", f"{base} is not named kernel.<name>.<hash>: DeepGEMM never looks it up"))
+        # A name DeepGEMM 1.0 never writes is a layout we do not know, not evidence of damage.
+        out.append(Finding("unrecognised", f"{base} is not named kernel.<name>.<hash> as DeepGEMM 1.0 names its "
+                                           "kernels: not a layout jitwarden knows"))
     files = {f[0]: f for f in s.files}
     newest = s.newest
     cubin_sm = arch = None

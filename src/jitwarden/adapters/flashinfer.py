@@ -170,7 +170,13 @@ def _split(name: str) -> tuple[str | None, str, str, str | None]:
 
 
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
-    """Read one op build dir (or a workspace's generated sources) and judge it."""
+    """Read one op build dir (or a workspace's generated sources) and judge it.
+
+    Evidence per rule: ``stale`` when the version directory names another FlashInfer than the
+    installed one (FlashInfer reads only its own); ``incomplete`` for a build dir without its
+    ``.so`` past the orphan age; ``corrupt`` for a ``.so`` whose ELF header is broken;
+    ``mismatch`` when ``build.ninja`` compiles for archs its directory does not name.
+    """
     version, archs, ws, op = _split(name)
     s = survey(root, name)
     path = s.path

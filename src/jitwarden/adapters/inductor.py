@@ -137,6 +137,67 @@ def pickle_problem(data: bytes) -> str | None:
     return None
 
 
+def source_problem(data: bytes, rel: str) -> Finding | None:
+    """Why generated Python source is not whole, judged by parsing it (never running it); None when it parses.
+
+    Evidence: Inductor writes whole, valid modules. A syntax error at the very end (an unclosed
+    bracket, string or block) is a cut-off file: ``corrupt``. One elsewhere may be newer syntax
+    than this Python reads: ``unrecognised``. A missing final newline is no evidence at all:
+    Inductor writes ``triton_mm`` templates without one.
+    """
+    if data.endswith(b"\n"):
+        return None  # cut exactly after a line: nothing says so (a known limit); parsing would cost ~1 s/MiB
+    if _ends_whole(data):
+        return None  # its last statement parses on its own: not cut mid-statement (parsing all costs ~1 s/MiB)
+    exc = _parses(data, rel)
+    if exc is None:
+        return None
+    if isinstance(exc, SyntaxError):
+        last = data.rstrip().count(b"\n") + 1
+        if exc.lineno is None or exc.lineno >= last or "EOF" in str(exc.msg) or "never closed" in str(exc.msg):
+            return Finding("corrupt", f"{rel}: truncated: the source stops mid-statement (line {exc.lineno}: {exc.msg})")
+        return Finding("unrecognised", f"{rel}: does not parse as this Python's syntax (line {exc.lineno}: "
+                                       f"{exc.msg}); not judged")
+    return Finding("unrecognised", f"{rel}: cannot be parsed here ({type(exc).__name__}); not judged")
+
+
+TAIL_LINES = 40
+
+
+def _ends_whole(data: bytes) -> bool:
+    """Whether the last lines of ``data`` (up to :data:`TAIL_LINES`, dedented) parse on their own.
+
+    A cheap first look: a file cut inside a bracket, string or statement fails it, and only then is
+    the whole file parsed to decide (so a tail that fails to parse alone is never the verdict).
+    """
+    lines = data.rsplit(b"\n", TAIL_LINES)
+    for start in range(len(lines) - 1, 0, -1):
+        before = lines[start - 1].strip()
+        if before.startswith(b"@") or before.endswith((b",", b"(", b"[", b"{", b"\\", b":")):
+            continue  # the chunk would continue a decorator, a bracket or a block header: take that line too
+        chunk = lines[start:]
+        body = [ln for ln in chunk if ln.strip()]
+        if not body:
+            continue
+        indent = min(len(ln) - len(ln.lstrip(b" ")) for ln in body)
+        if _parses(b"\n".join(ln[indent:] for ln in chunk)) is None:
+            return True
+    return False
+
+
+def _parses(data: bytes, rel: str = "<tail>") -> Exception | None:
+    """None when ``data`` parses as Python (an AST only: nothing runs), else the error."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(data, rel, "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        return exc
+    return None
+
+
 def device_props(data: bytes) -> list[tuple[str, object, int | None]]:
     """Every ``DeviceProperties(type=..., cc=...)`` Inductor wrote into ``data`` (source or pickle): (type, cc, SMs)."""
     out = []
@@ -205,6 +266,10 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, ki
     base = os.path.basename(rel)
     if kind in ("fxgraph", "aotautograd") or base.endswith((".pkl", ".pickle")):
         why = pickle_problem(data)
+        if why and why.startswith("not a pickle"):
+            # Inductor writes pickles here; another format is a version we do not know, not damage.
+            add(Finding("unrecognised", f"{rel}: {why}; not judged"))
+            return
         if why:
             add(Finding("corrupt", f"{rel}: {why}"))
             return
@@ -222,17 +287,22 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, ki
         except UnicodeDecodeError:
             add(Finding("corrupt", f"{rel} is not UTF-8 text"))
             return
-        if not data.endswith(b"\n"):
-            add(Finding("corrupt", f"{rel}: truncated (no final newline; Inductor writes whole files)"))
+        # No final newline is normal (triton_mm templates); a source that stops mid-statement is not.
+        syntax = source_problem(data, rel)
+        if syntax is not None:
+            add(syntax)
+            if syntax.code == "corrupt":
+                return
         props = device_props(data)
         m = KERNEL_DEF.search(data)
         if m and b"triton_meta=" in data:
             facts.type, facts.name = "kernel", m.group(1).decode()
             if not props:
-                add(Finding("corrupt", f"{rel}: triton_meta names no DeviceProperties"))
+                add(Finding("unrecognised", f"{rel}: its triton_meta has no DeviceProperties(...) in a form "
+                                            "jitwarden reads; its GPU is not judged"))
         elif b"@triton.jit" in data:
             facts.type = "kernel"
-            add(Finding("corrupt", f"{rel}: @triton.jit is not followed by a kernel definition"))
+            add(Finding("unrecognised", f"{rel}: @triton.jit is not followed by a kernel definition jitwarden reads"))
         else:
             facts.type = "output-code"
         arch, fs = arch_findings(props, judge, rel)
@@ -252,7 +322,7 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, ki
             add(Finding("corrupt", f"{rel} is not valid JSON"))
             return
         if facts.type == "autotune" and not (isinstance(doc, dict) and "num_warps" in doc):
-            add(Finding("corrupt", f"{rel}: not an autotune result (no num_warps)"))
+            add(Finding("unrecognised", f"{rel}: JSON, but not an autotune result jitwarden knows (no num_warps)"))
         elif facts.type == "autotune" and doc.get("triton_cache_hash"):
             facts.extra["triton_cache_hash"] = doc["triton_cache_hash"]
         return

@@ -167,7 +167,14 @@ def _covers(sms, ptx, arch: int) -> bool:
 
 
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
-    """Read one build directory (file names, ELF headers, build.ninja text) and judge it."""
+    """Read one build directory (file names, ELF headers, build.ninja text) and judge it.
+
+    Evidence per rule: ``corrupt`` for ``.so``/``.o`` whose ELF header is broken; ``mismatch``
+    when objects and module disagree on the machine, or ``build.ninja`` on the Python or CUDA the
+    tag directory names; ``incomplete`` for a build without its module past the orphan age;
+    ``stale`` when the tag directory (or ``build.ninja``'s Python headers) names another Python
+    or accelerator than this environment's torch: torch never loads it here.
+    """
     s = survey(root, name)
     path = os.path.join(root, name)
     out = survey_findings(s, root_uid, "build directory")

@@ -323,7 +323,18 @@ def _ext_suffix_machine(fname: str) -> str | None:
 
 
 def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None) -> Entry:
-    """Decide the findings of one entry from its facts alone (pure)."""
+    """Decide the findings of one entry from its facts alone (pure). Each rule and its evidence:
+
+    - ``corrupt``: a file that does not parse as the format Triton writes (JSON, ELF, PTX without
+      ``.version``/``.target``), an empty listed child, a seal whose checksum differs;
+    - ``incomplete``: a child the group file lists is missing; ``foreign-path``: a group file's
+      absolute child path leaves this entry's directory (Triton opens exactly that path);
+    - ``mismatch``: two facts of the entry disagree (cubin SM vs metadata arch, kernel symbol vs
+      metadata name, metadata hash vs entry id, PTX ``.target`` vs metadata);
+    - ``stale``: metadata ``triton_version`` differs from the installed Triton, whose key
+      (``triton_key``) never yields this entry;
+    - ``unrecognised`` (info): whole JSON without the fields Triton 3.4-3.9 write.
+    """
     out: list[Finding] = []
     add = out.append
     size = sum(x[1] for x in f.files)
@@ -369,7 +380,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             continue
         children = doc.get("child_paths")
         if not isinstance(children, dict):
-            add(Finding("corrupt", f"{gname}: no child_paths mapping"))
+            # Valid JSON without Triton's (3.4-3.9) layout: a version we do not know, not damage.
+            add(Finding("unrecognised", f"{gname}: no child_paths mapping (a group layout jitwarden does not know)"))
             continue
         outside: list[str] = []
         prefix = f.path + os.sep
@@ -403,10 +415,13 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
 
     backend, raw_arch = metadata_target(md)
     if md is not None:
+        # Whole JSON (a cut one is a read error) without the fields Triton 3.4-3.9 write: an unknown layout.
         if kname is None:
-            add(Finding("corrupt", f"{f.metadata_file}: metadata lacks the kernel name"))
+            add(Finding("unrecognised", f"{f.metadata_file}: metadata has no kernel name (a layout jitwarden does not "
+                                        "know); not judged by name"))
         if backend == "cuda" and arch is None:
-            add(Finding("corrupt", f"{f.metadata_file}: metadata lacks a CUDA target arch"))
+            add(Finding("unrecognised", f"{f.metadata_file}: metadata has no CUDA target arch jitwarden reads; "
+                                        "not judged by arch"))
         h = md.get("hash")
         if isinstance(h, str) and _ENTRY_ID.match(f.id):
             if entry_id_for_hash(h) != f.id:

@@ -433,7 +433,14 @@ def _flashinfer_facts(name: str, judge: Judge, facts) -> None:
 
 
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
-    """Read (never following a symlink, never unpickling) and judge one entry of a vLLM cache root."""
+    """Read (never following a symlink, never unpickling) and judge one entry of a vLLM cache root.
+
+    Evidence per rule: ``corrupt`` for JSON, Python literals, pickles (framing) and cubins (ELF)
+    that do not parse, or empty artifacts; ``incomplete``/``foreign-path`` for artifacts that
+    ``vllm_compile_cache.py`` lists but are missing or outside the entry; ``stale`` when the
+    entry's own ``cache_key_factors.json`` names another vLLM version, GPU or torch CUDA than
+    this environment's, all of which vLLM's cache key holds.
+    """
     parts = name.split("/")
     if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
         i = parts.index(INDUCTOR)

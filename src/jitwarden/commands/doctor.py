@@ -30,6 +30,7 @@ _FIX = {
     "foreign-arch": "jitwarden clean --foreign-arch",
     "orphan": "jitwarden clean --orphans",
     "unverifiable": None,
+    "unrecognised": None,
 }
 _WHAT = {
     "corrupt": "entries with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
@@ -42,6 +43,8 @@ _WHAT = {
     "foreign-arch": "entries built for another GPU: harmless here, unreachable",
     "orphan": "leftovers of interrupted writes",
     "unverifiable": "entries a rebuild could not check (see `jitwarden verify --rebuild` for why)",
+    "unrecognised": "entries jitwarden cannot judge (a format, flavour, version or producer it does not fully "
+                    "know): not checked, and not called damage; `jitwarden verify --all` says what was not understood",
 }
 
 
@@ -74,7 +77,8 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False) -> list[Problem]:
+def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False,
+             not_run=()) -> list[Problem]:
     """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
     import shlex
 
@@ -98,6 +102,8 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
             out_.append(Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}"))
     for kind, text, fix in warnings:
         out_.append(Problem(kind, Severity.WARN, 1, text, fix))
+    for check, why in not_run:
+        out_.append(Problem("not-run", Severity.INFO, 1, f"start-up check {check} could not run: {why}", None))
     others = [c for c in report.caches if c.root.partition and c.root.partition != current]
     if others:
         n = len({c.root.partition for c in others})
@@ -115,21 +121,44 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
                             "under the same name passes every structural check, only a rebuild tells",
                             "jitwarden doctor --rebuild" + suffix))
     if tgt.arch is None:
-        out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks skipped",
+        out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks of cache "
+                            "entries and of torch and ptxas skipped",
                             "jitwarden doctor --target sm_90  (the GPU these caches are for)"))
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
 
 
+def _archs(fp, report) -> tuple[int, ...]:
+    """The GPUs the start-up checks judge for: ``--target`` when given, else the visible ones."""
+    from .. import startup_checks as sc
+
+    tgt = report.target
+    return sc.archs_of(fp, tgt.arch if tgt.source == "cli" else None)
+
+
+def startup_not_run(fp, report) -> list[tuple[str, str]]:
+    """(check, why) of each start-up check that could not run for the judged GPUs."""
+    if fp is None:
+        return [("torch-arch, ptxas", "no fingerprint of this machine")]
+    from .. import startup_checks as sc
+
+    archs = _archs(fp, report)
+    if not archs:
+        return []  # said once, by the no-target line
+    return [(o.check, o.not_run) for o in sc.run_checks(fp, archs) if o.not_run]
+
+
 def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
-    """The guard's start-up warnings as (kind, text, fix): torch arch list, ptxas, shared unpartitioned roots."""
+    """The guard's start-up warnings as (kind, text, fix), for ``--target`` when given, else the visible GPUs:
+    torch arch list, ptxas, shared unpartitioned roots."""
     if fp is None:
         return []
     from .. import startup_checks as sc
 
+    archs = _archs(fp, report)
     out_ = []
-    for w in sc.torch_arch(fp):
+    for w in sc.torch_arch(fp, archs):
         out_.append(("torch-arch", w, "pip install a torch build whose arch list has this GPU"))
-    for w in sc.ptxas_target(fp):
+    for w in sc.ptxas_target(fp, archs):
         var = "TRITON_PTXAS_BLACKWELL_PATH" if "TRITON_PTXAS_BLACKWELL_PATH" in w else "TRITON_PTXAS_PATH"
         out_.append(("ptxas", w, f"export {var}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"))
     seen = set()
@@ -138,13 +167,19 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
             continue
         seen.add(c.root.path)
         try:
-            shared = sc.shared_root(fp, c.root.path)
+            shared = sc.shared_root(fp, c.root.path, archs)
         except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
             shared = []
         for w in shared:
             out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
                                            "then jitwarden clean --stale"))
-    return out_
+    from ..remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
+    from ..firstuse import doctor_warnings  # proofs off, torch loaders that cannot be wrapped
+
+    for w in unguarded(os.environ):
+        out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
+                                            "fingerprint) or signed bundles (jitwarden export / import) instead"))
+    return out_ + doctor_warnings()
 
 
 def run(args) -> int:
@@ -159,7 +194,9 @@ def run(args) -> int:
 
         report = _rebuild(report, args)
     digest = getattr(fp, "digest", None)
-    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, getattr(args, "rebuild", False))
+    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, getattr(args, "rebuild", False),
+                     startup_not_run(fp, report))
+    probs = sorted(probs + protection_problems(report), key=lambda p: (-int(p.severity), p.code))
     worst = report.worst
     if args.format == "json":
         doc = out.to_json(report, digest, "doctor --rebuild" if getattr(args, "rebuild", False) else "doctor", entries=[])
@@ -198,7 +235,29 @@ def _print(report, fp, digest, probs, args) -> None:
         con.print("[bold red]problems at error level[/bold red]: run the fix commands above "
                   "(each prints its plan and asks first)")
     elif not [p for p in probs if p.severity > Severity.INFO]:
-        con.print("[green]all good[/green]: no problem at warning or error level")
+        caveats = []
+        unjudged = sum(p.count for p in probs if p.code == "unrecognised")
+        if unjudged:
+            caveats.append(f"{unjudged} entries could not be judged")
+        skipped = [p for p in probs if p.code in ("not-run", "no-target")]
+        if skipped:
+            caveats.append(f"{len(skipped)} check(s) could not run")
+        if caveats:
+            con.print(f"[green]no problem at warning or error level[/green], but {' and '.join(caveats)} (see above)")
+        else:
+            con.print("[green]all good[/green]: no problem at warning or error level")
     else:
         con.print("no errors; the warnings above are worth a look")
     sys.stdout.flush()
+
+
+# --- reduced protection and leftover trash (the runtime's own report; see `status`) -------------
+
+
+def protection_problems(report, env=None) -> list[Problem]:
+    """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
+    the environment and the roots the scan found)."""
+    from .status import protection_lines
+
+    return [Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
+            for n in protection_lines(report, env)]

@@ -39,6 +39,10 @@ def run(args) -> int:
     cmd = command_of(args)
     env = dict(os.environ)
     rec = activate(env=env, quiet=args.quiet)
+    if rec.active:
+        from ..torchhooks import add_boot_path  # the command's own Python guards what torch restores mid-run
+
+        add_boot_path(env)
     if args.verbose:
         print(f"jitwarden: {rec.headline or 'not active'}", file=sys.stderr)
         for var, path in rec.partitions.items():

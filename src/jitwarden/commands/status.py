@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from .. import report as out
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..findings import Severity
@@ -15,12 +17,67 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+TRASH_FIX = "jitwarden quarantine empty"
+_TRASH_WALK_MAX = 100_000
+
+
+def leftover_trash(paths) -> list[tuple[str, int, int]]:
+    """(root, bytes, files) for each root whose ``.jitwarden-trash`` still holds what a killed deletion left.
+
+    Never follows a symlink (a trash that is not a real directory is not counted); stops
+    counting after a bounded number of files.
+    """
+    import stat
+
+    from ..quarantine import TRASH_DIR
+
+    found = []
+    for root in dict.fromkeys(paths):
+        trash = os.path.join(root, TRASH_DIR)
+        try:
+            if not stat.S_ISDIR(os.lstat(trash).st_mode):
+                continue
+        except OSError:
+            continue
+        size = files = seen = 0
+        for d, dirs, names in os.walk(trash, followlinks=False):
+            for n in names + dirs:
+                seen += 1
+                try:
+                    st = os.lstat(os.path.join(d, n))
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    size += st.st_size
+                    files += 1
+            if seen > _TRASH_WALK_MAX:
+                break
+        if seen:
+            found.append((root, size, files))
+    return found
+
+
+def protection_lines(report, env=None) -> list[dict]:
+    """Reduced protection and leftover trash, as JSON-ready records (setting or root, why, fix)."""
+    from ..activation import reduced_protection
+
+    lines = [{"kind": "reduced-protection", "what": s, "why": why, "fix": fix}
+             for s, why, fix in reduced_protection(os.environ if env is None else env)]
+    for root, size, files in leftover_trash(c.root.path for c in report.caches):
+        lines.append({"kind": "trash", "what": root, "bytes": size,
+                      "why": f"{out.human_bytes(size)} in {files} file(s) a killed deletion left in its trash; "
+                             "nothing removes them by itself", "fix": TRASH_FIX})
+    return lines
+
+
 def run(args) -> int:
     fp = _common.fingerprint_or_none()
     report = _common.run_scan(args, fp)
+    notes = protection_lines(report)
     if args.format == "json":
         doc = out.to_json(report, getattr(fp, "digest", None), "status", entries=[])
         doc["fingerprint"] = fp.to_json() if fp is not None else None
+        doc["protection"] = notes
         out.print_json(doc)
     else:
         con = out.console()
@@ -36,6 +93,13 @@ def run(args) -> int:
             for f in c.findings:
                 con.print(f"[bold red]{f.code}[/bold red] {out.cell(out.short_path(c.root.path))}: {out.cell(f.message)}")
         con.print(f"[dim]{out.summary_line(report)}[/dim]")
+        from rich.markup import escape
+
+        for n in notes:
+            head = "reduced protection" if n["kind"] == "reduced-protection" else "leftover trash"
+            what = n["what"] if n["kind"] == "reduced-protection" else out.short_path(n["what"])
+            con.print(f"[yellow]{head}[/yellow] {escape(what)}: {escape(n['why'])}")
+            con.print(f"    fix: [bold]{escape(n['fix'])}[/bold]")
         if report.worst == Severity.ERROR:
             con.print("run [bold]jitwarden verify[/bold] for the entries at fault")
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK

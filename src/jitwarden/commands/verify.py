@@ -41,6 +41,9 @@ def run(args) -> int:
     report = _common.run_scan(args, fp)
     if getattr(args, "rebuild", False):
         report = _rebuild(report, args)
+    from ..metrics import record_verify  # for `jitwarden metrics`: when verify last ran, what it found
+
+    record_verify(report.summary())
     if args.format == "json":
         out.print_json(out.to_json(report, getattr(fp, "digest", None), "verify --rebuild" if getattr(args, "rebuild", False) else "verify --quick"))
     else:

@@ -1,0 +1,133 @@
+"""First-use proof cost: loading a stock (unsealed) Triton cache through the guard, against the plain load.
+
+One run, real kernels compiled on the CPU for explicit targets (tests/kernels.py), every figure
+measured here:
+
+- cold: ``triton.compile`` of every kernel into an empty cache (stock manager);
+- plain: the same compiles again, all cache hits, stock manager (what a warm start costs without us);
+- first use: the same hits through the guard on a fresh copy of the stock cache: every entry is
+  unsealed, so each is proven by a rebuild (one ptxas run per kernel, serially, as Triton asks for them);
+- guarded warm: the same hits again, now sealed;
+- sweep: the start-up sweep of another fresh copy (proofs on all cores in parallel), then the
+  guarded hits that follow it.
+
+Times are inside the interpreter (compile loop only), medians of ``--runs``.
+
+    PYTHONPATH=src python benchmarks/bench_firstuse.py [--runs 3] [--archs 80,90,120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, os.pardir, "src")
+sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, SRC)
+
+DRIVER = textwrap.dedent(
+    '''
+    import json, os, sys, time
+    sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
+    t_import = time.perf_counter()
+    if os.environ.get("JW_SWEEP") == "1":
+        from jitwarden import sweep
+        t0 = time.perf_counter()
+        warnings, counts = sweep.sweep([os.environ["TRITON_CACHE_DIR"]])
+        t_sweep = time.perf_counter() - t0
+    else:
+        warnings, counts, t_sweep = [], {}, 0.0
+    import triton
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    import jw_test_kernels as K
+    jobs = json.loads(os.environ["JW_JOBS"])
+    t0 = time.perf_counter()
+    for job in jobs:
+        src = ASTSource(fn=getattr(K, job["kernel"]), signature=job["signature"], constexprs=job["constexprs"])
+        triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=job["options"])
+    print(json.dumps({"compile_s": time.perf_counter() - t0, "sweep_s": t_sweep, "warnings": warnings,
+                      "proofs": counts.get("proofs")}))
+    '''
+)
+
+
+def run(cache: str, jobs, guarded: bool, sweep: bool = False, kdir: str = "") -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))}
+    env.update(TRITON_CACHE_DIR=cache, JW_KERNEL_DIR=kdir, JW_JOBS=json.dumps(jobs),
+               PYTHONPATH=SRC + os.pathsep + env.get("PYTHONPATH", ""), JW_SWEEP="1" if sweep else "0")
+    if guarded:
+        env["TRITON_CACHE_MANAGER"] = "jitwarden.guard:GuardedCacheManager"
+    p = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=3600)
+    if p.returncode != 0:
+        raise SystemExit(f"driver failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def jobs_for(archs) -> list[dict]:
+    import kernels
+
+    variants = list(kernels.VARIANTS) + [
+        (f"add_b{b}", "add_kernel", {"BLOCK": b}, {}) for b in (32, 512, 1024)] + [
+        (f"sub_b{b}", "sub_kernel", {"BLOCK": b}, {}) for b in (64, 256, 512)] + [
+        (f"mm{b}", "matmul_kernel", {"BM": b, "BN": b, "BK": 32}, {}) for b in (16, 64)]
+    return kernels.jobs_for(archs=archs, variants=tuple(variants))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--archs", default="80,90,120")
+    args = ap.parse_args(argv)
+    from kernels import copy_cache  # group files name absolute paths: a copy must point at itself
+    from test_guard import kernel_dir
+
+    jobs = jobs_for(tuple(int(a) for a in args.archs.split(",")))
+    n = len(jobs)
+    kdir = kernel_dir()
+    tmp = tempfile.mkdtemp(prefix="jw-bench-firstuse-")
+    try:
+        stock = os.path.join(tmp, "stock")
+        cold = run(stock, jobs, guarded=False, kdir=kdir)["compile_s"]
+        res = {"plain": [], "first": [], "warm": [], "sweep": [], "after_sweep": []}
+        for i in range(args.runs):
+            res["plain"].append(run(stock, jobs, guarded=False, kdir=kdir)["compile_s"])
+            a = os.path.join(tmp, f"first{i}")
+            copy_cache(stock, a)
+            res["first"].append(run(a, jobs, guarded=True, kdir=kdir)["compile_s"])
+            res["warm"].append(run(a, jobs, guarded=True, kdir=kdir)["compile_s"])
+            b = os.path.join(tmp, f"sweep{i}")
+            copy_cache(stock, b)
+            s = run(b, jobs, guarded=True, sweep=True, kdir=kdir)
+            res["sweep"].append(s["sweep_s"])
+            res["after_sweep"].append(s["compile_s"])
+            summary = [w for w in s["warnings"] if w.startswith("proved ")]
+        med = {k: statistics.median(v) for k, v in res.items()}
+        print(f"{n} Triton kernels (archs {args.archs}), {os.cpu_count()} cores, medians of {args.runs} runs")
+        print(f"cold compile (stock)                 {cold * 1e3:9.1f} ms")
+        print(f"plain warm load (stock, unguarded)   {med['plain'] * 1e3:9.1f} ms  = {med['plain'] / n * 1e3:6.2f} ms/kernel")
+        extra = med["first"] - med["plain"]
+        print(f"first use through the guard (proofs) {med['first'] * 1e3:9.1f} ms  extra {extra * 1e3:8.1f} ms "
+              f"= {extra / n * 1e3:6.2f} ms/kernel proof cost")
+        print(f"guarded warm load (sealed)           {med['warm'] * 1e3:9.1f} ms  ratio to plain {med['warm'] / med['plain']:.3f}")
+        print(f"start-up sweep, proofs in parallel   {med['sweep'] * 1e3:9.1f} ms  = {med['sweep'] / n * 1e3:6.2f} ms/kernel "
+              f"(then the hits: {med['after_sweep'] * 1e3:.1f} ms)")
+        print(f"first-use cost / cold compile: guard {extra / cold:.3f}, sweep "
+              f"{(med['sweep'] + med['after_sweep'] - med['plain']) / cold:.3f}")
+        if summary:
+            print(f"the sweep's line: jitwarden: {summary[0]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

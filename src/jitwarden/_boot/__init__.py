@@ -1,0 +1,1 @@
+"""The directory ``jitwarden run`` puts first on ``PYTHONPATH``: its ``sitecustomize`` guards torch's loaders."""
