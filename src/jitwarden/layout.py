@@ -16,6 +16,9 @@ SEAL_FILE = ".jitwarden-seal.json"
 PARTITION_INFO = ".jitwarden-partition.json"
 """Inside a partition: its fingerprint and last use, for ``status`` and pruning."""
 
+TRASH_DIR = ".jitwarden-trash"
+"""``<root>/.jitwarden-trash/``: quarantine slots being deleted (renamed here first, then removed)."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

@@ -93,6 +93,8 @@ def check(a: Action, now: float, orphan_age: float) -> str | None:
 def clean(actions, *, purge: bool = False, orphan_age: float = 3600.0, by: str = "clean",
           fingerprint: str | None = None, on_outcome=None) -> list[Outcome]:
     """Carry out clean actions in order; the caller holds the lock of every root involved."""
+    if not 0.0 <= orphan_age < float("inf"):  # a negative or NaN age makes a live writer's files look old
+        raise ValueError(f"orphan age must be a finite number of seconds >= 0, not {orphan_age!r}")
     outcomes = []
     for a in actions:
         now = time.time()

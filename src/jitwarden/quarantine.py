@@ -18,23 +18,25 @@ record inside) is still read, restored and purged.
 
 Deleting (only on request) first renames the slot into ``<root>/.jitwarden-trash/``,
 then removes it there: a kill mid-delete never leaves half an entry where a restore
-would find it. Nothing here follows a symlink.
+would find it. Nothing here follows a symlink: every change is made relative to a
+directory fd opened from the root one component at a time (O_NOFOLLOW), and the
+quarantine and trash directories must be what jitwarden made (:class:`UnsafeName`
+otherwise), so nothing planted in a root can send a move or a delete outside it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import stat
 import time
 from dataclasses import dataclass, field
 
-from .layout import QUARANTINE_DIR
+from .fsutil import UnsafeName, inside, open_beneath, open_dir, read_json, reserved_dir  # noqa: F401 (q.UnsafeName)
+from .layout import QUARANTINE_DIR, TRASH_DIR
 
 RECORD = ".jitwarden-quarantine.json"
-TRASH_DIR = ".jitwarden-trash"
 SCHEMA = 2
 
 
@@ -110,51 +112,56 @@ def _libc_renameat2():
     return _renameat2
 
 
-def rename_noreplace(src: str, dst: str) -> None:
+def rename_noreplace(src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
     """``rename(src, dst)`` that fails with FileExistsError instead of replacing ``dst``.
 
     Plain ``rename`` silently replaces a file or an empty directory; restore must not.
     Uses ``renameat2(RENAME_NOREPLACE)``; where the kernel or filesystem lacks it, checks first.
+    Names are relative to the given directory fds, as with ``os.rename``.
     """
     fn = _libc_renameat2()
+    AT_FDCWD = -100
     if fn:
-        AT_FDCWD = -100
-        if fn(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        if fn(AT_FDCWD if src_dir_fd is None else src_dir_fd, os.fsencode(src),
+              AT_FDCWD if dst_dir_fd is None else dst_dir_fd, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
             return
         err = ctypes.get_errno()
         if err not in (errno.ENOSYS, errno.EINVAL):
             raise OSError(err, os.strerror(err), src, None, dst)
-    if os.path.lexists(dst):
+    try:
+        os.stat(dst, dir_fd=dst_dir_fd, follow_symlinks=False)
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
-    os.rename(src, dst)
+    except FileNotFoundError:
+        pass
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 # ---------------------------------------------------------------- moving aside
 
 
-def size_of(path: str) -> int:
+def size_of(path: str, dir_fd: int | None = None) -> int:
     """Bytes of regular files under ``path`` (or of ``path`` itself), never following a symlink."""
-    return tree_stats(path)[0]
+    return tree_stats(path, dir_fd=dir_fd)[0]
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
-def tree_stats(path: str, skip: frozenset = frozenset()) -> tuple[int, float]:
+def tree_stats(path: str, skip: frozenset = frozenset(), dir_fd: int | None = None) -> tuple[int, float]:
     """(bytes of regular files, newest mtime) under ``path``, without recursion or following links.
 
     Walks by directory fds, so a 10,000-deep chain (paths far beyond PATH_MAX) costs no
     stack and one fd per level still holding unvisited siblings. Unreadable parts are skipped.
     """
     try:
-        st = os.lstat(path)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return 0, 0.0
     if not stat.S_ISDIR(st.st_mode):
         return (st.st_size if stat.S_ISREG(st.st_mode) else 0), st.st_mtime
     total, newest = 0, 0.0
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError:
         return 0, st.st_mtime
     stack = [(fd, [])]
@@ -202,247 +209,390 @@ def move(entry_path: str, reason: str, details=(), *, root: str | None = None, e
     """Rename ``entry_path`` (a directory, file or symlink) into ``root``'s quarantine; returns its record.
 
     ``root`` defaults to the entry's parent (the guard's Triton entries). Raises
-    FileNotFoundError when the entry is already gone (someone else moved it).
+    FileNotFoundError when the entry is already gone (someone else moved it), OSError
+    (ELOOP, ENOTDIR) when a directory between the root and the entry is a symlink, and
+    :class:`UnsafeName` when the root's quarantine directory is not what jitwarden made.
     """
     now = time.time() if now is None else now
     entry_path = os.path.normpath(entry_path)
     if root is None:
-        root, default_id = os.path.split(entry_path)
-    else:
-        root = os.path.normpath(root)
-        default_id = os.path.relpath(entry_path, root)
-    entry_id = entry_id or default_id
-    if entry_id.startswith(os.pardir + os.sep) or entry_id == os.pardir or os.path.isabs(entry_id):
+        root = os.path.dirname(entry_path)
+    root = os.path.normpath(root)
+    rel = inside(root, entry_path)
+    if rel is None:
         raise QuarantineError(f"{entry_path} is not inside {root}")
-    os.lstat(entry_path)  # FileNotFoundError when gone
-    qdir = quarantine_dir(root)
-    os.makedirs(qdir, exist_ok=True)
-    base = f"{stamp(now)}-{flatten(entry_id)}"[:240]
-    for n in range(1000):
-        name = base if n == 0 else f"{base}-{n}"
-        slot = os.path.join(qdir, name)
-        try:
-            os.mkdir(slot, 0o755)
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - a thousand quarantines of one entry in one second
-        raise QuarantineError(f"no free quarantine name for {entry_id}")
-    payload = os.path.basename(entry_path)
-    rec = Record(name, slot, entry_id, entry_path, root, reason, tuple(details), now, by, fingerprint,
-                 os.getpid(), size_of(entry_path), payload=payload, kind=kind)
+    entry_id = entry_id or rel
+    if not _safe_rel(entry_id):
+        raise QuarantineError(f"{entry_id!r} is not an entry id inside {root}")
+    root_fd = open_dir(root)
+    fds = [root_fd]
     try:
-        _write_record(slot, rec)
-        rename_noreplace(entry_path, os.path.join(slot, payload))
-    except BaseException:
-        _drop_slot(slot)
-        raise
+        parent_fd = open_beneath(root_fd, os.path.dirname(rel))
+        fds.append(parent_fd)
+        payload = os.path.basename(rel)
+        os.stat(payload, dir_fd=parent_fd, follow_symlinks=False)  # FileNotFoundError when gone
+        qfd = reserved_dir(root_fd, QUARANTINE_DIR, create=True)
+        fds.append(qfd)
+        base = f"{stamp(now)}-{flatten(entry_id)}"[:240]
+        for n in range(1000):
+            name = base if n == 0 else f"{base}-{n}"
+            try:
+                os.mkdir(name, 0o755, dir_fd=qfd)
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover - a thousand quarantines of one entry in one second
+            raise QuarantineError(f"no free quarantine name for {entry_id}")
+        slot = os.path.join(root, QUARANTINE_DIR, name)
+        rec = Record(name, slot, entry_id, entry_path, root, reason, tuple(details), now, by, fingerprint,
+                     os.getpid(), size_of(payload, parent_fd), payload=payload, kind=kind)
+        try:
+            slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+            fds.append(slot_fd)
+            _write_record(slot_fd, rec)
+            rename_noreplace(payload, payload, src_dir_fd=parent_fd, dst_dir_fd=slot_fd)
+        except BaseException:
+            _drop_slot(qfd, name)
+            raise
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
     from . import qregistry
 
     qregistry.remember(root)  # so `jitwarden quarantine ls` finds this root without --root (never raises)
     return rec
 
 
-def _drop_slot(slot: str) -> None:
+def _safe_rel(rel: str) -> bool:
+    """``rel`` names a place strictly inside a root: relative, normalised, no ``..`` (pure)."""
+    return (isinstance(rel, str) and bool(rel) and not os.path.isabs(rel) and os.path.normpath(rel) == rel
+            and os.pardir not in rel.split(os.sep) and "\0" not in rel)
+
+
+def _drop_slot(qfd: int, name: str) -> None:
     """Remove a slot that holds only its record (an undone or interrupted move)."""
-    for n in os.listdir(slot) if os.path.isdir(slot) else ():
-        if n == RECORD or n.startswith(".jitwarden-q."):
-            try:
-                os.unlink(os.path.join(slot, n))
-            except OSError:
-                pass
     try:
-        os.rmdir(slot)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+    except OSError:
+        return
+    try:
+        for n in os.listdir(fd):
+            if n == RECORD or n.startswith(".jitwarden-q."):
+                try:
+                    os.unlink(n, dir_fd=fd)
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=qfd)
     except OSError:
         pass
 
 
-def _write_record(slot: str, rec: Record) -> None:
+def _write_record(slot_fd: int, rec: Record) -> None:
     from .fsutil import write_json_atomic
 
-    write_json_atomic(os.path.join(slot, RECORD), rec.to_json(), ".jitwarden-q.")
+    write_json_atomic(RECORD, rec.to_json(), ".jitwarden-q.", dir_fd=slot_fd)
 
 
 # ---------------------------------------------------------------- reading
 
 
-def read(qpath: str) -> Record:
-    """The record of one slot; an 'unknown' record when its file is missing or damaged (schema 1 guesses)."""
-    from .fsutil import read_nofollow
+def read(qpath: str, qfd: int | None = None) -> Record:
+    """The record of one slot; an 'unknown' record when its file is missing, damaged or forged.
 
+    ``qfd``: an fd of the quarantine dir holding the slot (else opened by path, never through
+    a symlink). A record naming a place outside the root is not believed: restore then puts
+    the entry where its id says, inside the root.
+    """
     qpath = os.path.normpath(qpath)
     qdir, name = os.path.split(qpath)
     root = os.path.dirname(qdir)
     guess = name.split("-", 1)[1] if "-" in name else name
     guess = guess.split("-", 1)[0]
+    own_fd = qfd is None
     try:
-        d = json.loads(read_nofollow(os.path.join(qpath, RECORD)))
-        if not isinstance(d, dict):
-            raise ValueError("not an object")
-        payload = d.get("payload") or None
-        if payload is not None and (not isinstance(payload, str) or os.sep in payload or payload in (".", "..")):
-            raise ValueError("bad payload")
-        entry_id = str(d.get("entry_id") or guess)
-        where = os.path.join(qpath, payload) if payload else qpath
-        present = os.path.lexists(where)
-        return Record(name, qpath, entry_id, str(d.get("original_path") or os.path.join(root, entry_id)),
-                      root, str(d.get("reason") or "unknown"), tuple(str(x) for x in d.get("details") or ()),
-                      float(d.get("quarantined_at") or 0), str(d.get("by") or ""), d.get("fingerprint"),
-                      int(d.get("pid") or 0), size_of(where) if present else 0, payload=payload,
-                      kind=d.get("kind"), present=present)
-    except (OSError, ValueError, TypeError, AttributeError):
+        qfd = os.open(qdir, _DIR_FLAGS) if own_fd else qfd
+    except OSError:
+        return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False)
+    try:
+        return _read(qfd, qpath, name, root, guess)
+    finally:
+        if own_fd:
+            os.close(qfd)
+
+
+def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
+    try:
+        slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+    except OSError:
+        return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False)
+    try:
         try:
-            mtime = os.lstat(qpath).st_mtime
-            held = [n for n in os.listdir(qpath) if n != RECORD and not n.startswith(".jitwarden-q.")]
-        except OSError:
-            mtime, held = 0.0, []
-        return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), mtime, bytes=size_of(qpath),
-                      present=bool(held))
+            d = read_json(RECORD, dir_fd=slot_fd, max_bytes=1 << 20)
+            if not isinstance(d, dict):
+                raise ValueError("not an object")
+            payload = d.get("payload") or None
+            if payload is not None and (not isinstance(payload, str) or os.sep in payload or payload in (".", "..")):
+                raise ValueError("bad payload")
+            entry_id = d.get("entry_id") or guess
+            if not _safe_rel(entry_id):
+                raise ValueError("entry id outside the root")
+            original = d.get("original_path")
+            if not isinstance(original, str) or inside(root, original) is None or not _safe_rel(inside(root, original)):
+                original = os.path.join(root, entry_id)  # a record never sends an entry outside its root
+            where = payload if payload else None
+            present = _lexists(where, slot_fd) if where else True
+            return Record(name, qpath, entry_id, os.path.normpath(original), root,
+                          str(d.get("reason") or "unknown"), tuple(str(x) for x in d.get("details") or ()),
+                          float(d.get("quarantined_at") or 0), str(d.get("by") or ""), _str_or_none(d.get("fingerprint")),
+                          int(d.get("pid") or 0), size_of(where, slot_fd) if where and present else
+                          (size_of(name, qfd) if not where else 0), payload=payload,
+                          kind=_str_or_none(d.get("kind")), present=present)
+        except (OSError, ValueError, TypeError, AttributeError, OverflowError):
+            try:
+                mtime = os.fstat(slot_fd).st_mtime
+                held = [n for n in os.listdir(slot_fd) if n != RECORD and not n.startswith(".jitwarden-q.")]
+            except OSError:
+                mtime, held = 0.0, []
+            return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), mtime,
+                          bytes=size_of(name, qfd), present=bool(held))
+    finally:
+        os.close(slot_fd)
+
+
+def _str_or_none(x) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except OSError:
+        return False
 
 
 def list_root(root: str, *, include_empty: bool = False) -> list[Record]:
     """Quarantined entries of one cache root (or partition), oldest first.
 
     Slots left empty by an interrupted move are skipped unless ``include_empty``.
+    :class:`UnsafeName` when the root's quarantine dir is not what jitwarden made.
     """
-    qdir = quarantine_dir(root)
     try:
-        with os.scandir(qdir) as it:
-            names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+        root_fd = open_dir(root)
     except OSError:
         return []
-    recs = (read(os.path.join(qdir, n)) for n in names)
+    try:
+        qfd = reserved_dir(root_fd, QUARANTINE_DIR)
+    finally:
+        os.close(root_fd)
+    if qfd is None:
+        return []
+    try:
+        with os.scandir(qfd) as it:
+            names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+        qdir = quarantine_dir(root)
+        recs = [read(os.path.join(qdir, n), qfd) for n in names]
+    except OSError:
+        return []
+    finally:
+        os.close(qfd)
     return sorted((r for r in recs if r.present or include_empty), key=lambda r: (r.quarantined_at, r.id))
 
 
 # ---------------------------------------------------------------- restoring and deleting
 
 
-def _parent_inside(root: str, path: str) -> bool:
-    """``path``'s parent is ``root`` or a real directory below it (no symlinked component)."""
-    parent = os.path.dirname(os.path.normpath(path))
-    rel = os.path.relpath(parent, root)
-    if rel == os.curdir:
-        return True
-    if rel.startswith(os.pardir):
-        return False
-    return os.path.realpath(parent) == os.path.join(os.path.realpath(root), rel)
+class _Root:
+    """The fds restore and purge act through: the root, and its quarantine dir (checked)."""
+
+    def __init__(self, root: str):
+        self.fd = open_dir(root)
+        try:
+            self.qfd = reserved_dir(self.fd, QUARANTINE_DIR)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        if self.qfd is None:
+            os.close(self.fd)
+            raise FileNotFoundError(errno.ENOENT, "no quarantine here", quarantine_dir(root))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.qfd)
+        os.close(self.fd)
 
 
 def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> Record | None:
     """Rename a quarantined entry back to where it came from, exactly as it was.
 
     When a new entry lives there now (Triton rebuilt it), refuse unless ``replace``;
-    then the new one is quarantined first, and its record returned.
+    then the new one is quarantined first, and its record returned. Everything is checked
+    before anything moves: the target is inside the root, reached without a symlink.
     """
-    if not rec.present or not os.path.lexists(rec.payload_path):
-        raise QuarantineError(f"{rec.id} holds no entry (an interrupted move); `jitwarden quarantine empty` removes it")
-    target = rec.original_path
-    if os.path.lexists(target) and not replace:
-        raise QuarantineError(f"{target} exists (rebuilt since); pass --replace to swap it out")
-    displaced = None
-    if os.path.lexists(target):
-        displaced = move(target, "replaced", [f"displaced by restoring {rec.id}"], root=rec.root,
-                         entry_id=rec.entry_id, kind=rec.kind, by="restore", now=now)
-    parent = os.path.dirname(target)
-    if not os.path.isdir(parent):
-        if not _parent_inside(rec.root, parent + os.sep + "x"):
-            raise QuarantineError(f"cannot restore {rec.id}: {parent} is not a directory inside {rec.root}")
-        os.makedirs(parent, exist_ok=True)
-    if not _parent_inside(rec.root, target):
-        raise QuarantineError(f"cannot restore {rec.id}: a parent of {target} is a symlink; not followed")
-    if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
+    rel = inside(rec.root, rec.original_path)
+    if rel is None or not _safe_rel(rel):
+        raise QuarantineError(f"cannot restore {rec.id}: its record names {rec.original_path}, outside {rec.root}")
+    with _Root(rec.root) as r:
         try:
-            os.unlink(os.path.join(rec.path, RECORD))
-        except OSError:
-            pass
-    try:
-        rename_noreplace(rec.payload_path, target)
-    except FileExistsError:
-        raise QuarantineError(f"{target} was taken while restoring {rec.id}; nothing changed") from None
-    except OSError as exc:
-        raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
-    if rec.payload is not None:
-        _drop_slot(rec.path)
+            slot_fd = os.open(rec.id, _DIR_FLAGS, dir_fd=r.qfd)
+        except OSError as exc:
+            raise QuarantineError(f"{rec.id} is not a quarantine slot here ({(exc.strerror or '').lower()})") from None
+        try:
+            src_fd, src = (slot_fd, rec.payload) if rec.payload else (r.qfd, rec.id)
+            if not rec.present or not _lexists(src, src_fd):
+                raise QuarantineError(f"{rec.id} holds no entry (an interrupted move); "
+                                      "`jitwarden quarantine empty` removes it")
+            parent, name = os.path.split(rel)
+            try:
+                parent_fd = open_beneath(r.fd, parent, create=True)
+            except OSError:
+                raise QuarantineError(f"cannot restore {rec.id}: a parent of {rec.original_path} is a symlink "
+                                      "or not a directory; not followed") from None
+            try:
+                displaced = None
+                if _lexists(name, parent_fd):
+                    if not replace:
+                        raise QuarantineError(f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out")
+                    displaced = move(os.path.join(rec.root, rel), "replaced", [f"displaced by restoring {rec.id}"],
+                                     root=rec.root, entry_id=rec.entry_id, kind=rec.kind, by="restore", now=now)
+                if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
+                    try:
+                        os.unlink(RECORD, dir_fd=slot_fd)
+                    except OSError:
+                        pass
+                try:
+                    rename_noreplace(src, name, src_dir_fd=src_fd, dst_dir_fd=parent_fd)
+                except FileExistsError:
+                    raise QuarantineError(f"{rec.original_path} was taken while restoring {rec.id}; nothing changed") from None
+                except OSError as exc:
+                    raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
+            finally:
+                os.close(parent_fd)
+        finally:
+            os.close(slot_fd)
+        if rec.payload is not None:
+            _drop_slot(r.qfd, rec.id)
     return displaced
 
 
-def _rmtree(path: str) -> None:
-    """Delete ``path`` (inside the trash) without recursion and without following a symlink.
+def _chmod_at(dir_fd: int, name: str, mode: int) -> None:
+    """chmod a directory entry without following a symlink (through an O_PATH fd where there is one)."""
+    o_path = getattr(os, "O_PATH", 0)
+    if not o_path:  # pragma: no cover - Linux has O_PATH
+        os.chmod(name, mode, dir_fd=dir_fd)
+        return
+    fd = os.open(name, o_path | _O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.ENOTDIR, "not a directory", name)
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
 
-    Each subdirectory is first renamed up beside ``path`` in the trash, then emptied on its
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _rmtree(trash_fd: int, top: str) -> None:
+    """Delete ``top`` inside the trash without recursion and without following a symlink.
+
+    Each subdirectory is first renamed up beside ``top`` in the trash, then emptied on its
     own: any depth (a 10,000-deep chain) takes no stack, no long paths and one fd at a time.
-    A directory we may not enter or change is made so first (it is ours, and going).
+    A directory we may not enter or change is made so first (it is ours, and going). Every
+    step is relative to the trash's fd: nothing outside it can be reached.
     """
-    trash = os.path.dirname(path)
-    work = [path]
+    work = [top]
     n = 0
     while work:
         p = work.pop()
         try:
-            st = os.lstat(p)
+            st = os.stat(p, dir_fd=trash_fd, follow_symlinks=False)
         except FileNotFoundError:
             continue
         if not stat.S_ISDIR(st.st_mode):
-            os.unlink(p)
+            os.unlink(p, dir_fd=trash_fd)
             continue
         if st.st_mode & 0o700 != 0o700:
-            os.chmod(p, st.st_mode | 0o700)
-        fd = os.open(p, _DIR_FLAGS)
+            _chmod_at(trash_fd, p, st.st_mode | 0o700)
+        fd = os.open(p, _DIR_FLAGS, dir_fd=trash_fd)
         try:
             with os.scandir(fd) as it:
                 names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
             for name, is_dir in names:  # noqa: B007
                 if is_dir:
                     n += 1
-                    flat = f"{os.path.basename(path)}.d{n}"
+                    flat = f"{top}.d{n}"
                     try:
-                        os.rename(name, os.path.join(trash, flat), src_dir_fd=fd)
+                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
                     except PermissionError:  # moving a dir needs write access to it (its "..")
-                        os.chmod(name, 0o700, dir_fd=fd)
-                        os.rename(name, os.path.join(trash, flat), src_dir_fd=fd)
-                    work.append(os.path.join(trash, flat))
+                        _chmod_at(fd, name, 0o700)
+                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
+                    work.append(flat)
                 else:
                     os.unlink(name, dir_fd=fd)
         finally:
             os.close(fd)
-        os.rmdir(p)
+        os.rmdir(p, dir_fd=trash_fd)
 
 
 def purge(rec: Record) -> None:
     """Delete one quarantined entry for good (only on request): rename into the trash, then remove there."""
-    if os.path.islink(rec.path) or os.path.basename(os.path.dirname(rec.path)) != QUARANTINE_DIR:
+    if os.path.basename(os.path.dirname(rec.path)) != QUARANTINE_DIR or os.sep in rec.id or rec.id in (".", ".."):
         raise QuarantineError(f"refusing to delete {rec.path}: not a quarantined directory")
-    trash = os.path.join(rec.root, TRASH_DIR)
-    os.makedirs(trash, exist_ok=True)
-    dest = os.path.join(trash, f"{rec.id}.{os.getpid()}.{time.monotonic_ns()}")
-    os.rename(rec.path, dest)
-    _rmtree(dest)
-    for d in (trash, os.path.dirname(rec.path)):  # leave no empty dirs behind
+    with _Root(rec.root) as r:
         try:
-            os.rmdir(d)
-        except OSError:
-            pass
+            st = os.stat(rec.id, dir_fd=r.qfd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise QuarantineError(f"{rec.id} is gone (removed by another process?)") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise QuarantineError(f"refusing to delete {rec.path}: not a quarantined directory")
+        tfd = reserved_dir(r.fd, TRASH_DIR, create=True)
+        try:
+            dest = f"{rec.id}.{os.getpid()}.{time.monotonic_ns()}"
+            os.rename(rec.id, dest, src_dir_fd=r.qfd, dst_dir_fd=tfd)
+            _rmtree(tfd, dest)
+        finally:
+            os.close(tfd)
+        for d in (TRASH_DIR, QUARANTINE_DIR):  # leave no empty dirs behind
+            try:
+                os.rmdir(d, dir_fd=r.fd)
+            except OSError:
+                pass
 
 
 def drop_empty_slot(rec: Record) -> None:
     """Remove a slot an interrupted move left without its entry."""
     if rec.present:
         raise QuarantineError(f"{rec.id} holds an entry")
-    _drop_slot(rec.path)
+    with _Root(rec.root) as r:
+        _drop_slot(r.qfd, rec.id)
 
 
 def finish_trash(root: str) -> int:
-    """Finish deletions a killed purge left in ``<root>/.jitwarden-trash``; returns how many."""
-    trash = os.path.join(root, TRASH_DIR)
+    """Finish deletions a killed purge left in ``<root>/.jitwarden-trash``; returns how many.
+
+    :class:`UnsafeName` when the trash is not what jitwarden made (a symlink out of the root).
+    """
+    root_fd = open_dir(root)
     try:
-        names = os.listdir(trash)
-    except OSError:
-        return 0
-    for n in names:
-        _rmtree(os.path.join(trash, n))
-    try:
-        os.rmdir(trash)
-    except OSError:
-        pass
-    return len(names)
+        tfd = reserved_dir(root_fd, TRASH_DIR)
+        if tfd is None:
+            return 0
+        try:
+            names = os.listdir(tfd)
+            for n in names:
+                _rmtree(tfd, n)
+        finally:
+            os.close(tfd)
+        try:
+            os.rmdir(TRASH_DIR, dir_fd=root_fd)
+        except OSError:
+            pass
+        return len(names)
+    finally:
+        os.close(root_fd)

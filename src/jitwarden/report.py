@@ -252,6 +252,15 @@ def _wrap(text_: str, width: int | None, indent: str) -> list[str]:
                          break_long_words=True) or [indent]
 
 
+def cell(text) -> str:
+    """Text from a cache (names, paths, messages) as a table cell: control characters escaped, markup inert."""
+    from rich.markup import escape
+
+    from .ages import display
+
+    return escape(display(str(text)))
+
+
 _STYLE = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
 
 

@@ -7,12 +7,12 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from . import ptxas as _ptxas
 from .adapters.triton import metadata_arch
+from .fsutil import read_json
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
@@ -153,8 +153,7 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
             if grp is None or grp[len("__grp__"):] not in names:
                 continue
             try:
-                with open(os.path.join(e.path, grp[len("__grp__"):]), "rb") as f:
-                    md = json.loads(f.read(1 << 16))
+                md = read_json(os.path.join(e.path, grp[len("__grp__"):]), max_bytes=1 << 16)
             except (OSError, ValueError):
                 continue
             if isinstance(md, dict):

@@ -150,6 +150,8 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH) -> Survey:
         here = os.path.join(path, sub) if sub else path
         try:
             it = os.scandir(here)
+        except FileNotFoundError:
+            continue  # gone while listing: not damage
         except OSError as exc:
             errors.append((sub, f"cannot list: {exc.strerror}"))
             continue
@@ -158,6 +160,8 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH) -> Survey:
                 relp = os.path.join(sub, e.name) if sub else e.name
                 try:
                     est = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone while listing (a writer's temporary file renamed into place): not damage
                 except OSError as exc:
                     errors.append((relp, f"cannot stat: {exc.strerror}"))
                     continue

@@ -19,12 +19,12 @@ searched as text, never imported.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 from .. import elf, locations, partition
 from ..findings import Finding
+from .. import jsonlimits
 from ..fsutil import read_nofollow
 from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
@@ -317,7 +317,7 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, ki
     if base.endswith(".best_config") or base.endswith(".json"):
         facts.type = "autotune" if base.endswith(".best_config") else "json"
         try:
-            doc = json.loads(data)
+            doc = jsonlimits.loads(data)
         except (ValueError, UnicodeDecodeError):
             add(Finding("corrupt", f"{rel} is not valid JSON"))
             return
@@ -437,7 +437,7 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
     if not data.lstrip()[:1] == b"{":
         return
     try:
-        doc = json.loads(data)
+        doc = jsonlimits.loads(data)
     except (ValueError, UnicodeDecodeError):
         facts.findings.append(Finding("corrupt", f"{rel} is not valid JSON"))
         return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import json
 import os
 import re
 import stat
@@ -18,6 +17,7 @@ import sysconfig
 from dataclasses import dataclass
 
 from .. import elf, locations, partition, seal
+from .. import jsonlimits
 from ..fsutil import read_nofollow
 from ..findings import Finding, Severity
 from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
@@ -162,6 +162,8 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
         for e in it:
             try:
                 est = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone while listing (a writer's temporary file renamed into place): not damage
             except OSError as exc:
                 errors.append((e.name, f"cannot stat: {exc.strerror}"))
                 continue
@@ -188,7 +190,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     for fname in sorted(names):
         if fname.startswith("__grp__") and fname.endswith(".json"):
             try:
-                doc = json.loads(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))
+                doc = jsonlimits.loads(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))
                 groups.append((fname, doc if isinstance(doc, dict) else None))
                 if not isinstance(doc, dict):
                     errors.append((fname, "group file is not a JSON object"))
@@ -211,7 +213,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
             metadata_file = candidates[0]
     if metadata_file is not None:
         try:
-            doc = json.loads(read_nofollow(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
+            doc = jsonlimits.loads(read_nofollow(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
             if isinstance(doc, dict):
                 metadata = doc
             else:
@@ -248,7 +250,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 errors.append((fname, f"not a valid shared object: {exc}"))
         elif fname.endswith(".autotune.json"):
             try:
-                json.loads(read_nofollow(os.path.join(path, fname)))
+                jsonlimits.loads(read_nofollow(os.path.join(path, fname)))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

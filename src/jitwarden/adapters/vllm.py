@@ -23,13 +23,13 @@ fingerprint (activation) is what keeps a GB10's kernels from another device of t
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import zlib
 
 from .. import elf, locations, partition
 from ..findings import Finding
+from .. import jsonlimits
 from ..fsutil import read_nofollow
 from ..layout import is_reserved
 from ..model import CacheRoot, Entry, Judge
@@ -283,7 +283,7 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
     add = facts.findings.append
     if "cache_key_factors.json" in files:
         try:
-            doc = json.loads(read_nofollow(os.path.join(s.path, "cache_key_factors.json")))
+            doc = jsonlimits.loads(read_nofollow(os.path.join(s.path, "cache_key_factors.json")))
             got = factors_facts(doc)
             facts.extra.update(got)
             facts.findings += _version_findings(got, judge)
@@ -407,7 +407,7 @@ def _judge_files(s: _base.Survey, judge: Judge, facts, kind: str) -> None:
                                                               f"sm_{judge.target_arch}: unreachable here"))
         elif rel.endswith(".json"):
             try:
-                json.loads(read_nofollow(path))
+                jsonlimits.loads(read_nofollow(path))
             except OSError as exc:
                 facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

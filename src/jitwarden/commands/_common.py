@@ -47,17 +47,30 @@ def resolve_target(arg: str | None, fp) -> scanner.Target:
     return scanner.Target(None, "none")
 
 
+MAX_AGE_S = 100 * 365 * 86400.0
+
+
+def check_age(value: float, what: str) -> float:
+    """``value`` when it is a sane age in seconds (finite, zero to a century); UsageError otherwise."""
+    if not (0.0 <= value <= MAX_AGE_S):  # also false for NaN
+        raise UsageError(f"{what} must be a number of seconds from 0 to {MAX_AGE_S:.0f}, not {value!r}")
+    return value
+
+
 def orphan_age(args) -> float:
+    """Seconds after which ``tmp.pid_*`` leftovers are orphans: ``--orphan-age``, ``JITWARDEN_ORPHAN_AGE``, 3600.
+
+    A negative, infinite or NaN age would make a live writer's files look abandoned: refused.
+    """
     if args.orphan_age is not None:
-        if args.orphan_age < 0:
-            raise UsageError("--orphan-age must be zero or more seconds")
-        return args.orphan_age
+        return check_age(args.orphan_age, "--orphan-age")
     raw = os.environ.get("JITWARDEN_ORPHAN_AGE")
     if raw:
         try:
-            return parse_age(raw, bare_unit="s")  # its documented form is a bare number of seconds
+            value = parse_age(raw, bare_unit="s")  # its documented form is a bare number of seconds
         except ValueError as exc:
             raise UsageError(f"JITWARDEN_ORPHAN_AGE: {exc}") from None
+        return check_age(value, f"JITWARDEN_ORPHAN_AGE={raw!r}")
     return 3600.0
 
 

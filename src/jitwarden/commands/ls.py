@@ -40,10 +40,13 @@ def run(args) -> int:
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)
     if args.quiet:
+        import sys
+
         from ..ages import display
 
+        raw = not sys.stdout.isatty()  # ids for a pipe as they are; a terminal gets them escaped
         for e in entries:
-            print(display(e.path if args.long else e.id))
+            print((lambda x: x if raw else display(x))(e.path if args.long else e.id))
         return 0
     if args.format == "json":
         out.print_json(out.to_json(report, getattr(fp, "digest", None), "ls", entries))

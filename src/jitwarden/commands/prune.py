@@ -81,6 +81,8 @@ def run(args) -> int:
     if current is None:
         raise UsageError("the current fingerprint is unavailable, so its partition cannot be told apart; nothing pruned")
     base_list = bases(args.paths)
+    for b in base_list:  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
+        lock.vet(b)
     now = time.time()
     plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy)
     if args.format != "json":

@@ -108,7 +108,10 @@ def _dirs(args) -> list[str]:
 def records(args, include_empty: bool = False) -> list[q.Record]:
     out = []
     for d in _dirs(args):
-        out += q.list_root(d, include_empty=include_empty)
+        try:
+            out += q.list_root(d, include_empty=include_empty)
+        except q.UnsafeName as exc:
+            raise UsageError(f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}") from None
     return sorted(out, key=lambda r: (r.quarantined_at, r.id))
 
 
@@ -213,7 +216,9 @@ def _apply(chosen, action, timeout) -> list[str]:
             try:
                 action(r)
             except q.QuarantineError as exc:
-                raise UsageError(f"{exc} (done before it: {len(done)})") from None
+                raise UsageError(f"{display(str(exc))} (done before it: {len(done)})") from None
+            except q.UnsafeName as exc:
+                raise UsageError(f"{display(r.id)}: {display(exc.strerror)} (done before it: {len(done)})") from None
             except OSError as exc:
                 raise UsageError(f"{display(r.id)}: {(exc.strerror or str(exc)).lower()} (done before it: {len(done)})") from None
             done.append(r.id)
@@ -284,12 +289,15 @@ def _empty(args) -> int:
     done = []
     if (plan or slots) and _confirm(args, f"Delete {len(plan)} quarantined entr{'y' if len(plan) == 1 else 'ies'} for good?"):
         done = _apply(chosen, q.purge, args.lock_timeout)
-        with lock.hold({r.root for r in slots}, args.lock_timeout):
-            for r in slots:
-                q.drop_empty_slot(r)
-                q.finish_trash(r.root)
-        for d in {r.root for r in chosen}:
-            q.finish_trash(d)
+        with lock.hold({r.root for r in slots} | {r.root for r in chosen}, args.lock_timeout):
+            try:
+                for r in slots:
+                    q.drop_empty_slot(r)
+                for d in sorted({r.root for r in slots} | {r.root for r in chosen}):
+                    q.finish_trash(d)
+            except (OSError, q.QuarantineError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise UsageError(f"{display(why)} (deleted before it: {len(done)})") from None
     if args.format == "json":
         _plan_json(args.action, plan, done, args)
     elif done:

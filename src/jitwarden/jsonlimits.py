@@ -1,0 +1,58 @@
+"""JSON from files others may write: bounded in size and nesting depth (stdlib only).
+
+``json.loads`` recurses once per nesting level, so 100,000 ``[`` raise RecursionError
+from deep inside a scan. :func:`loads` refuses such input up front with a ValueError
+(what every caller already catches for malformed JSON), naming why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+MAX_DEPTH = 64
+"""Deeper than anything jitwarden or the caches it reads write (Triton metadata: 3; vLLM factors: ~8)."""
+
+MAX_BYTES = 64 << 20
+"""Larger than any cache JSON we read (the biggest seen: vLLM factors, ~100 KB)."""
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_PAIR = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+class JsonLimitError(ValueError):
+    """The JSON is larger or nested deeper than we read."""
+
+
+def deeper_than(data: bytes, max_depth: int) -> bool:
+    """Whether arrays and objects in ``data`` nest deeper than ``max_depth`` (brackets inside strings not counted).
+
+    Strings and everything but brackets are dropped, then innermost pairs are removed one
+    level per pass (C-speed regex passes, at most ``max_depth`` of them). Unbalanced
+    brackets (not JSON at all) count as too deep when more than ``max_depth`` are left.
+    """
+    if data.count(b"[") + data.count(b"{") <= max_depth:  # the usual case: cannot be too deep
+        return False
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        shorter = _PAIR.sub(b"", brackets)
+        if shorter == brackets:  # unbalanced: not JSON either way; refuse it here when it could recurse deep
+            return len(brackets) > max_depth
+        brackets = shorter
+    return bool(brackets)
+
+
+def loads(data, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES):
+    """``json.loads`` for untrusted bytes or text; JsonLimitError (a ValueError) past the limits."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if len(raw) > max_bytes:
+        raise JsonLimitError(f"JSON of {len(raw)} bytes is larger than the {max_bytes} read")
+    if deeper_than(raw, max_depth):
+        raise JsonLimitError(f"JSON nested deeper than {max_depth} levels; not parsed")
+    try:
+        return json.loads(data)
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise JsonLimitError("JSON nested too deep to parse") from None

@@ -1,0 +1,113 @@
+"""JSON nested 100,000 deep in every file jitwarden parses: a finding on that entry (never an
+internal error), and the scan goes on to the other entries."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from adv import clean_failure, jw
+
+from jitwarden import seal
+from jitwarden import quarantine as q
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+DEEP_OBJ = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+
+def test_loads_limits_depth_and_size():
+    from jitwarden import jsonlimits
+    _limits(jsonlimits)
+
+
+def _limits(jsonlimits):
+    for doc in (DEEP, DEEP_OBJ, b'{"s": "[[[[' + b"[" * 10_000 + b'"}'):
+        try:
+            jsonlimits.loads(doc)
+        except ValueError:
+            pass
+    assert jsonlimits.loads(b'{"s": "' + b"[" * 10_000 + b'"}') == {"s": "[" * 10_000}  # brackets in strings are text
+    assert jsonlimits.loads(b'{"a": [1, {"b": "\\"]"}]}') == {"a": [1, {"b": '"]'}]}
+    with pytest.raises(ValueError, match="deeper"):
+        jsonlimits.loads(DEEP)
+    with pytest.raises(ValueError, match="deeper"):
+        jsonlimits.loads(DEEP_OBJ)
+    with pytest.raises(ValueError):
+        jsonlimits.loads(b"1" * 100, max_bytes=10)
+
+
+def _entries(root, env):
+    p = jw("verify", root, "--target", "90", "--format", "json", env=env)
+    clean_failure(p)
+    assert "RecursionError" not in p.stderr
+    return p, {e["id"]: e for e in json.loads(p.stdout)["entries"]}
+
+
+@pytest.mark.parametrize("which", ["metadata", "group", "seal"])
+def test_nested_triton_files(acache, env, which):
+    root, recs = acache
+    e = recs["add_sm90"]
+    names = [n for n in os.listdir(e["path"]) if not n.startswith(".jitwarden")]
+    seal.write(e["path"], seal.compute(e["path"], names))
+    target = {"metadata": f"{e['name']}.json", "group": f"__grp__{e['name']}.json", "seal": ".jitwarden-seal.json"}[which]
+    with open(os.path.join(e["path"], target), "wb") as f:
+        f.write(DEEP)
+    p, entries = _entries(root, env)
+    assert len(entries) == len(recs)
+    assert entries[e["id"]]["findings"], entries[e["id"]]
+    for args in (("ls", root, "--target", "90"), ("clean", root, "--target", "90", "--dry-run"),
+                 ("doctor", root, "--target", "90")):
+        clean_failure(jw(*args, env=env))
+
+
+def test_nested_quarantine_record(acache, env):
+    root, recs = acache
+    rec = q.move(recs["add_sm90"]["path"], "test", root=root)
+    with open(os.path.join(rec.path, q.RECORD), "wb") as f:
+        f.write(DEEP)
+    p = jw("quarantine", "ls", "--root", root, "--format", "json", env=env)
+    clean_failure(p, 0)
+    assert len(json.loads(p.stdout)["quarantined"]) == 1
+    clean_failure(jw("quarantine", "restore", rec.id, "--root", root, "-y", env=env))
+    clean_failure(jw("clean", root, "--target", "90", "-y", env=env))
+
+
+def test_nested_partition_info(tmp_path, env):
+    from jitwarden import partition
+
+    base = str(tmp_path / "base")
+    part = partition.path_for(base, "a" * 16)
+    os.makedirs(part)
+    with open(os.path.join(part, ".jitwarden-partition.json"), "wb") as f:
+        f.write(DEEP)
+    assert partition.read_info(part) is None
+    clean_failure(jw("prune", base, "--older-than", "0s", "--dry-run", env=env))
+    clean_failure(jw("ls", base, env=env))
+
+
+def test_nested_best_config(tmp_path):
+    from jitwarden.adapters import inductor as ind
+    from jitwarden.model import Judge
+
+    cache = str(tmp_path / "inductor")
+    os.makedirs(os.path.join(cache, "ab"))
+    with open(os.path.join(cache, "ab", "cabk.best_config"), "wb") as f:
+        f.write(DEEP)
+    e = ind.inspect_entry(cache, "ab/cabk.best_config", Judge(None), os.getuid())
+    assert e.findings and all(f.code != "unsafe" for f in e.findings)
+
+
+def test_nested_cache_key_factors(tmp_path):
+    from jitwarden.adapters import vllm as vl
+    from jitwarden.model import Judge
+
+    root = str(tmp_path / "vllm")
+    prefix = os.path.join(root, "torch_compile_cache", "3f9c0a1b2d", "rank_0_0", "backbone")
+    os.makedirs(prefix)
+    with open(os.path.join(prefix, "cache_key_factors.json"), "wb") as f:
+        f.write(DEEP)
+    with open(os.path.join(prefix, "vllm_compile_cache.py"), "w") as f:
+        f.write("{}\n")
+    e = vl.inspect_entry(root, "torch_compile_cache/3f9c0a1b2d/rank_0_0/backbone", Judge(None), os.getuid())
+    assert any("cache_key_factors.json" in f.message for f in e.findings), e.findings
