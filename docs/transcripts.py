@@ -35,7 +35,6 @@ import re
 import shutil
 import struct
 import sys
-import tempfile
 import termios
 import time
 
@@ -80,7 +79,15 @@ class Session:
     """A temporary home with its own caches; ``run`` shows one command as a person would type it."""
 
     def __init__(self):
-        self.base = tempfile.mkdtemp(prefix="jw-transcripts-")
+        # A fixed place, not mkdtemp's random name: Triton writes the kernel source's path into the PTX
+        # (``.file`` and its debug-info bytes, one ``.b8 N`` line per character, 2 or 3 digits), so a
+        # random name changes entry sizes from run to run and the transcripts would drift.
+        self.base = os.path.join("/tmp", f"jw-transcripts-{os.getuid()}")
+        if os.path.lexists(self.base):
+            if os.path.islink(self.base) or not os.path.isdir(self.base) or os.lstat(self.base).st_uid != os.getuid():
+                sys.exit(f"transcripts: {self.base} exists and is not a directory of ours; remove it")
+            shutil.rmtree(self.base)
+        os.mkdir(self.base, 0o700)
         self.home = os.path.join(self.base, "home")
         os.makedirs(self.home)
         keep = ("PATH", "LANG", "LC_ALL", "PIP_CONFIG_FILE", "SYSTEMROOT")

@@ -83,7 +83,12 @@ def test_broken_environment_still_lets_vllm_start(tmp_path):
                     TORCHINDUCTOR_CACHE_DIR="/dev/null/inductor", CUDA_VISIBLE_DEVICES="")
     got, err = load(env)
     assert got["TRITON_CACHE_MANAGER"] == MANAGER  # the guard still goes in
-    assert got["TRITON_CACHE_DIR"] is None  # nothing usable to partition: left as it was
+    # Nothing of the user's is usable: activation fails closed into a fresh private partition of ours
+    # (never the unusable base, never left unpartitioned), owned by us and closed to others.
+    private = got["TRITON_CACHE_DIR"]
+    assert private and "jitwarden-v1" in private and not private.startswith("/dev/null")
+    st = os.stat(private.split("/roots/")[0])
+    assert st.st_uid == os.getuid() and st.st_mode & 0o022 == 0
     assert "refusing cache root" in err
     env = clean_env(tmp_path, VLLM_PLUGINS="jitwarden", JITWARDEN_HOME=str(memo))
     got, err = load(env)
