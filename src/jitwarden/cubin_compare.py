@@ -148,7 +148,13 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
                     what = f" (CUDA {va // 10}.{va % 10} vs {vb // 10}.{vb % 10} toolchain stamp)"
                 note(f"ELF header {field} differs: {va:#x} vs {vb:#x}{what}", "ELF header", None)
     if a.phdrs != b.phdrs:
-        note(f"program headers differ ({len(a.phdrs)} vs {len(b.phdrs)} segments)", "program headers", None)
+        if len(a.phdrs) != len(b.phdrs):
+            why = f"{len(a.phdrs)} vs {len(b.phdrs)} segments"
+        else:  # same count: say which of the segments' fields differ
+            fields = ("type", "flags", "virtual address", "physical address", "file size", "memory size", "alignment")
+            diff = {name for pa, pb in zip(a.phdrs, b.phdrs) for name, x, y in zip(fields, pa, pb) if x != y}
+            why = f"same {len(a.phdrs)} segments; their {', '.join(n for n in fields if n in diff) or 'layout'} differ"
+        note(f"program headers differ ({why})", "program headers", None)
 
     ta = _tk_versions(a)
     tb = _tk_versions(b)
