@@ -66,6 +66,8 @@ def read_nofollow(path: str, limit: int | None = None, size_hint: int = 0, *, di
         first = size_hint or st.st_size
         if first:
             data = os.read(fd, min(first, max_bytes) + 1)
+            if len(data) > max_bytes:  # a file (or size hint) past the bound is never returned cut short
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
             if len(data) <= first:
                 return data
             chunks.append(data)
@@ -302,26 +304,14 @@ def memo_dir(env=None) -> str:
 # --- runtime readers (activation, memo, partition info, guard): regular files only, never blocking ---
 # Kept apart from the helpers above so the hostile-cache branches merge cleanly; stdlib only.
 
-_O_RUNTIME = os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-
 
 def open_regular(path: str, *, dir_fd: int | None = None) -> int:
     """An fd of the regular file at ``path``: never through a symlink, never blocking on a FIFO or device.
 
-    OSError (ELOOP for a symlink, EINVAL for anything that is not a regular file).
+    OSError (ELOOP for a symlink, EINVAL for anything that is not a regular file): the one
+    opener, :func:`open_regular_stat`, without the stat.
     """
-    import errno
-    import stat
-
-    fd = os.open(path, _O_RUNTIME, dir_fd=dir_fd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_regular_stat(path, dir_fd)[0]
 
 
 def read_fd(fd: int, limit: int, size_hint: int = 0) -> bytes:
