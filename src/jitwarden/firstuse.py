@@ -147,16 +147,11 @@ def prove_ahead(paths, *, jobs: int | None = None, env=None) -> dict:
 
 def unsealed_kernels(trees) -> list[str]:
     """Entry dirs of ``trees`` that hold a cubin and no seal: what the start-up sweep will seal."""
+    from .sweep import entry_names
+
     out = []
     for tree in trees:
-        try:
-            it = os.scandir(tree)
-        except OSError:
-            continue
-        with it:
-            dirs = [e.path for e in it if not is_reserved(e.name) and not e.name.startswith("tmp.")
-                    and e.is_dir(follow_symlinks=False)]
-        for d in dirs:
+        for d in (os.path.join(tree, n) for n in entry_names(tree)):
             try:
                 with os.scandir(d) as it:
                     names = {e.name for e in it}

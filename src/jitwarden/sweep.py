@@ -53,14 +53,7 @@ def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = Non
     warnings: list[str] = []
     made = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.firstuse)
     for tree in trees:
-        try:
-            it = os.scandir(tree)
-        except OSError:
-            continue
-        with it:
-            names = [e.name for e in it if not is_reserved(e.name) and e.is_dir(follow_symlinks=False)
-                     and not e.name.startswith("tmp.")]
-        for name in names:
+        for name in entry_names(tree):
             counts["entries"] += 1
             try:
                 w = _entry(os.path.join(tree, name), digest, counts)
@@ -77,6 +70,17 @@ def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = Non
         elif summary(made):
             warnings.append(summary(made))
     return warnings, counts
+
+
+def entry_names(tree: str) -> list[str]:
+    """Names of the entry dirs of a Triton cache tree: no links, nothing of ours, no ``tmp.*`` write in flight."""
+    try:
+        it = os.scandir(tree)
+    except OSError:
+        return []
+    with it:
+        return [e.name for e in it if not is_reserved(e.name) and not e.name.startswith("tmp.")
+                and e.is_dir(follow_symlinks=False)]
 
 
 def _sealed_at_ns(path: str) -> int | None:
