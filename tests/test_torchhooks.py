@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -254,3 +255,21 @@ def test_activate_and_the_vllm_plugin_install_the_hooks(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
         got = json.loads(p.stdout.strip().splitlines()[-1])
         assert got == ([False, False, True] if "HOOKS" in pre else [True, True, True]), (pre, got)
+
+
+def test_a_pickle_flipped_in_place_is_caught_even_after_the_seal_is_touched(tmp_path):
+    """Same size, then a ``chmod`` of the seal: its ctime moves past the pickle's, yet the pickle is rehashed."""
+    cache = str(tmp_path / "inductor")
+    res, _ = _fx(cache)
+    assert res["ok"]
+    d = _pickle_dirs(cache, "fxgraph")[0]
+    victim = next(os.path.join(d, n) for n in os.listdir(d) if not n.startswith("."))
+    with open(victim, "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 0xFF
+    with open(victim, "wb") as f:
+        f.write(data)
+    time.sleep(0.05)  # past the file system's coarse clock tick: the seal's ctime lands after the pickle's
+    os.chmod(os.path.join(d, SEAL_FILE), 0o644)
+    res, err = _fx(cache)
+    assert res["ok"] and err.count("quarantined TorchInductor cache pickle") == 1, err[-2000:]

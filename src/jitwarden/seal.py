@@ -127,6 +127,20 @@ def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
     return problems
 
 
+def sealed_at_ns(entry_dir: str) -> int | None:
+    """The file-system time recorded inside the entry's seal (ns), None when there is none to read.
+
+    The one reference for "unchanged since sealed" (the start-up sweep, the torch hooks): a file
+    whose ctime is older did not change after sealing. The seal file's own ctime is no such
+    reference: a ``chmod`` or ``touch`` of the seal moves it past a tampered file's.
+    """
+    try:
+        at = json.loads(read_regular(os.path.join(entry_dir, SEAL_FILE), MAX_SEAL, size_hint=4096))["fs_time_ns"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return at if type(at) is int else None
+
+
 def newest_ctime(entry_dir: str, names) -> int:
     """The newest ctime (ns) among ``names`` in the entry, for :func:`write`'s ``after_ns``; -1 when none."""
     newest = -1

@@ -83,22 +83,11 @@ def entry_names(tree: str) -> list[str]:
                 and e.is_dir(follow_symlinks=False)]
 
 
-def _sealed_at_ns(path: str) -> int | None:
-    """The file-system time recorded inside the entry's seal (ns); None when there is none to read."""
-    import json
-
-    from .fsutil import read_regular
-
-    try:
-        at = json.loads(read_regular(os.path.join(path, SEAL_FILE), 4 << 20, size_hint=4096))["fs_time_ns"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return None
-    return at if type(at) is int else None
-
-
 def _unchanged(path: str, files: list) -> bool:
     """Whether no file of the entry changed since its seal was written (by the time inside the seal)."""
-    at = _sealed_at_ns(path)
+    from .seal import sealed_at_ns
+
+    at = sealed_at_ns(path)
     if at is None:
         return False
     for e in files:

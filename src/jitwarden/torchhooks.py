@@ -31,6 +31,7 @@ imports them. ``JITWARDEN_TORCH_HOOKS=0`` leaves torch alone.
 from __future__ import annotations
 
 import os
+import time
 import sys
 
 HOOKS_VAR = "JITWARDEN_TORCH_HOOKS"
@@ -403,7 +404,7 @@ def seal_pickle(subdir: str, content: bytes) -> None:
                 digest, size = seal.file_digest(os.path.join(subdir, name))
                 if digest == want:
                     files[name] = {"sha256": digest, "size": size}
-        seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, __import__("time").time()))
+        seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
     finally:
         unlock(fd)
 
@@ -439,21 +440,22 @@ def check_pickles(subdir: str) -> list[str]:
             s = None
         files = dict(s.files) if s else {}
         before = dict(files)
+        at = seal.sealed_at_ns(subdir) if s else None
         for name, fst in sorted(st.items()):
             rec = files.get(name)
             if rec is None:
                 digest, size = seal.file_digest(os.path.join(subdir, name))
                 files[name] = {"sha256": digest, "size": size}
                 continue
-            if seal_st is not None and fst.st_size == rec["size"] and fst.st_ctime_ns < seal_st.st_ctime_ns:
-                continue  # unchanged since it was sealed
+            if at is not None and fst.st_size == rec["size"] and fst.st_ctime_ns < at:
+                continue  # unchanged since it was sealed (by the time inside the seal, never the seal's ctime)
             problems = seal.check(subdir, seal.Seal({name: rec}), names=[name])
             if problems:
                 files.pop(name)
                 out += _quarantine_pickle(subdir, name, problems)
         files = {n: r for n, r in files.items() if n in st and os.path.exists(os.path.join(subdir, n))}
         if files != before or seal_st is None:
-            seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, __import__("time").time()))
+            seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
     finally:
         unlock(fd)
     return out
