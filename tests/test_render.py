@@ -6,14 +6,10 @@ Each command runs in a child process whose stdout is a pseudo-terminal of 80 col
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
 import shutil
-import struct
 import sys
-import termios
 
 import pytest
 
@@ -25,27 +21,23 @@ from jitwarden import report as out
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+def _transcripts():
+    """docs/transcripts.py as a module: its pty runner is the one every rendering test and transcript uses."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "transcripts.py")
+    spec = importlib.util.spec_from_file_location("jw_docs_transcripts", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_PTY = _transcripts().run_pty
+
+
 def run_pty(args, env, cols=80):
     """(exit status, output) of ``jitwarden ARGS`` with stdout and stderr on a pty ``cols`` wide."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: become jitwarden on the terminal
-        try:
-            os.execve(sys.executable, [sys.executable, "-m", "jitwarden", *args], env)
-        finally:
-            os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
-    chunks = []
-    while True:
-        try:
-            d = os.read(fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not d:
-            break
-        chunks.append(d)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return _PTY([sys.executable, "-m", "jitwarden", *args], env, cols)
 
 
 @pytest.fixture(scope="module")
