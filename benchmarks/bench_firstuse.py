@@ -39,7 +39,7 @@ DRIVER = textwrap.dedent(
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     t_import = time.perf_counter()
     if os.environ.get("JW_SWEEP") == "1":
-        from jitwarden import sweep
+        from jitwarden.runtime import sweep
         t0 = time.perf_counter()
         warnings, counts = sweep.sweep([os.environ["TRITON_CACHE_DIR"]])
         t_sweep = time.perf_counter() - t0

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 import kernels  # noqa: E402
 
 GUARD = "jitwarden.guard:GuardedCacheManager"
-REMOTE = "jitwarden.remote_manager:RemoteGuardedCacheManager"
+REMOTE = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
 
 DRIVER = r'''
 import json, os, sys, time
@@ -105,7 +105,7 @@ def node_env(home: str, **extra) -> dict:
 
 
 def partition_dir(home: str, digest: str) -> str:
-    from jitwarden import partition
+    from jitwarden.store import partition
 
     return partition.path_for(os.path.join(home, ".triton", "cache"), digest)
 
@@ -132,7 +132,7 @@ def run_nodes(tmp: str, label: str, n: int, extra: dict, digest: str, kdir: str,
 
 
 def counters_of(tmp: str, label: str) -> dict:
-    from jitwarden import metrics
+    from jitwarden.ops import metrics
 
     total: dict = {}
     for d in os.listdir(tmp):
@@ -164,7 +164,7 @@ def part2(args, tmp, port, keys_env, digest, kdir) -> dict:
 
     if not hasattr(knobs.cache, "redis"):  # Triton 3.6's stock backend reads knobs.cache.redis, which is knobs.redis
         vars(knobs.cache)["redis"] = knobs.redis
-    from jitwarden import remote
+    from jitwarden.runtime import remote
 
     src_home = os.path.join(tmp, "builder-0")
     part = partition_dir(src_home, digest)
@@ -233,7 +233,8 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="jw-bench-fleet-")
     server = None
     try:
-        from jitwarden import fingerprint, keys
+        from jitwarden.env import fingerprint
+        from jitwarden.ops import keys
 
         secret, public, _kid = keys.generate()
         with open(os.path.join(tmp, "k"), "w") as f:

@@ -62,15 +62,15 @@ def main(argv=None) -> int:
 
         def use(cache_dir, manager):
             """Switch like a fresh process would start: stock has no manager at all; guarded
-            resolves TRITON_CACHE_MANAGER once (jitwarden.guard pins Triton's knob on import)."""
+            resolves TRITON_CACHE_MANAGER once (jitwarden.runtime.guard pins Triton's knob on import)."""
             os.environ["TRITON_CACHE_DIR"] = cache_dir
             vars(knobs.cache).pop("manager_class", None)
             if manager:
                 os.environ["TRITON_CACHE_MANAGER"] = manager
-                import jitwarden.guard
+                import jitwarden.runtime.guard
 
-                jitwarden.guard._pin_knob()
-                assert knobs.cache.manager_class is jitwarden.guard.GuardedCacheManager
+                jitwarden.runtime.guard._pin_knob()
+                assert knobs.cache.manager_class is jitwarden.runtime.guard.GuardedCacheManager
             else:
                 os.environ.pop("TRITON_CACHE_MANAGER", None)
                 assert knobs.cache.manager_class is None

@@ -15,7 +15,8 @@ import sys
 import tempfile
 import timeit
 
-from jitwarden import fsutil, jsonlimits
+from jitwarden.store import fsutil
+from jitwarden.formats import jsonlimits
 
 
 def plain_read(path: str, size_hint: int) -> bytes:

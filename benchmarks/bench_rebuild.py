@@ -7,9 +7,9 @@ archs 80/90/120 varied, so every PTX differs) on the CPU into a fresh cache. The
 the same run, it measures
 
 1. the floor: the summed wall time of bare ptxas runs on the same PTX files with the
-   same flags (Triton's command, as :func:`jitwarden.rebuild.ptxas_flags` reconstructs it),
+   same flags (Triton's command, as :func:`jitwarden.ops.rebuild.ptxas_flags` reconstructs it),
    one at a time;
-2. jitwarden: the wall time of :func:`jitwarden.rebuild.verify_entries` with jobs = cores.
+2. jitwarden: the wall time of :func:`jitwarden.ops.rebuild.verify_entries` with jobs = cores.
 
 and prints kernels/s and ratio = jitwarden_wall / (floor / cores); the goal is <= 1.25.
 """
@@ -28,7 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
 
-from jitwarden import ptxas, rebuild  # noqa: E402
+from jitwarden.env import ptxas
+from jitwarden.ops import rebuild  # noqa: E402
 from jitwarden.adapters import triton as tri  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Start-up sweep cost: ``activate()`` with a 500-kernel TorchInductor partition, sweep on vs off.
 
 The sweep checks the partition's Inductor kernels before Inductor's static launcher loads them
-(jitwarden.sweep). With nothing changed it costs one ``scandir`` and two ``lstat``s per entry.
+(jitwarden.runtime.sweep). With nothing changed it costs one ``scandir`` and two ``lstat``s per entry.
 Each figure is the median of ``--runs`` fresh interpreters, interleaved, against
 ``python -c pass`` and against the same activation with ``JITWARDEN_SWEEP=0``.
 
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from test_guard import compile_jobs  # real kernels, sealed by the guard
 
-    from jitwarden import activation
+    from jitwarden.runtime import activation
 
     tmp = tempfile.mkdtemp(prefix="jw-bench-sweep-")
     try:

@@ -380,7 +380,7 @@ def tamper_warm(root: str, env: dict, mode: str, script: str) -> dict:
     jitwarden's start-up sweep must catch the change before that load.
     """
     sys.path.insert(0, SRC)
-    from jitwarden import elf
+    from jitwarden.formats import elf
 
     cubins = [os.path.join(d, n) for d, subs, fs in os.walk(root) if "jitwarden-quarantine" not in d
               for n in fs if n.endswith(".cubin") and ".jitwarden-seal.json" in fs]
@@ -563,7 +563,7 @@ def same_named_substitute(entry: str) -> dict | None:
     import collections
 
     sys.path.insert(0, SRC)
-    from jitwarden import rebuild
+    from jitwarden.ops import rebuild
 
     names = os.listdir(entry)
     cubin = next((n for n in names if n.endswith(".cubin")), None)

@@ -8,7 +8,7 @@ Run (device machine, < 6 min): ``PYTHONPATH=src python benchmarks/h200_inductor_
    ``get_ptxas(90)`` resolves to now) is recorded before and after Inductor runs;
 2. a transformer-ish block under ``torch.compile(mode="max-autotune-no-cudagraphs")``, shape
    after shape until ~60 s have gone (``JW_H200_SHAPES="b,s,d;b,s,d"`` overrides the shapes);
-3. ``run0``: :func:`jitwarden.rebuild.verify_entries` at once, with Inductor's compile workers
+3. ``run0``: :func:`jitwarden.ops.rebuild.verify_entries` at once, with Inductor's compile workers
    still alive (what the first H200 run did), between two snapshots (mtime_ns, size, sha256 of
    every .cubin/.ptx/.json) of the caches;
 4. the compile workers are shut down (``shutdown_compile_workers``), then ``run1..run3`` with a
@@ -285,7 +285,7 @@ def newest_mtime(snap: dict) -> int:
 
 
 def verify_run(tag: str, env: dict, judge) -> tuple[dict, dict]:
-    from jitwarden import rebuild
+    from jitwarden.ops import rebuild
 
     entries = scan(roots(), judge)
     kernels = [e for e in entries if e.type == "kernel"]
@@ -313,7 +313,7 @@ def phase_overview(env, judge):
     """One scan's counts (scanner findings, producers), as before."""
     import triton
 
-    from jitwarden import ptxas
+    from jitwarden.env import ptxas
 
     entries = scan(roots(), judge)
     kernels = [e for e in entries if e.type == "kernel"]
@@ -338,7 +338,8 @@ def _read(p):
 
 
 def _elf_facts(data: bytes) -> dict:
-    from jitwarden import elf, rebuild
+    from jitwarden.formats import elf
+    from jitwarden.ops import rebuild
 
     d = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     if len(data) >= 64 and data[:4] == b"\x7fELF":
@@ -354,7 +355,7 @@ def _elf_facts(data: bytes) -> dict:
 
 
 def _nvdisasm(path: str) -> list[str] | str:
-    from jitwarden import ptxas
+    from jitwarden.env import ptxas
 
     nvd = os.path.join(ptxas.triton_bin_dir() or "", "nvdisasm")
     for args in (["-c", "-hex"], ["-c"]):
@@ -378,7 +379,7 @@ def _disasm_diff(a_path: str, b_path: str) -> dict:
 
 def _text_words(cached: bytes, rebuilt: bytes, limit: int = 8) -> list[dict]:
     """The first differing 16-byte SASS words of each code section (works where nvdisasm refuses)."""
-    from jitwarden import cubin_compare
+    from jitwarden.formats import cubin_compare
 
     a, b = cubin_compare._parse(cached), cubin_compare._parse(rebuilt)
     bmap = {s.name: s for s in b.sections}
@@ -400,7 +401,7 @@ def _text_words(cached: bytes, rebuilt: bytes, limit: int = 8) -> list[dict]:
 
 
 def _candidates(env) -> list[tuple[str, str]]:
-    from jitwarden import ptxas
+    from jitwarden.env import ptxas
 
     out, seen = [], set()
     for role, p in ptxas.selected(env) + [("machine", p) for p in ptxas.machine_candidates(env)]:
@@ -423,8 +424,10 @@ def _assemble(ptxas_path: str, flags: list[str], ptx_path: str, out_path: str) -
 
 
 def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> dict:
-    from jitwarden import cubin_compare, ptxas, rebuild
-    from jitwarden.ptx import parse_header
+    from jitwarden.formats import cubin_compare
+    from jitwarden.env import ptxas
+    from jitwarden.ops import rebuild
+    from jitwarden.formats.ptx import parse_header
 
     eid = os.path.basename(path)
     d: dict = {"path": path, "id": eid}
@@ -513,7 +516,7 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
 
 def phase_census(env, judge, res: dict) -> None:
     """Hypothesis (c): entries whose PTX names one CUDA release and whose cubin another."""
-    from jitwarden import rebuild
+    from jitwarden.ops import rebuild
 
     mixed = collections.Counter()
     examples = []
@@ -567,7 +570,8 @@ def write_keep_tgz(diag_dirs: list[str], runs_keep: str) -> None:
 
 def phase_tamper(kernels, env, exclude=()):
     """True positives on Inductor-made kernels: they must come out not-reproducible."""
-    from jitwarden import elf, rebuild
+    from jitwarden.formats import elf
+    from jitwarden.ops import rebuild
     from jitwarden.adapters import triton as tri
 
     kernels = [e for e in kernels if e.path not in exclude]
@@ -655,7 +659,7 @@ def main():
         shutil.copytree(a, TRI)
         shutil.copytree(b, os.path.join(IND, "triton", "0"))
         if os.environ.get("JW_H200_DRYRUN_TAMPER"):
-            from jitwarden import elf
+            from jitwarden.formats import elf
 
             e = sorted(glob.glob(os.path.join(TRI, "*", "*.cubin")))[0]
             data = bytearray(_read(e))

@@ -25,7 +25,7 @@ import corpus  # noqa: E402
 
 
 def _cli_counts(roots: list[str]) -> dict:
-    from jitwarden.cli import main
+    from jitwarden.cli.main import main
 
     buf = io.StringIO()
     with redirect_stdout(buf):

@@ -236,7 +236,7 @@ class Worker:
 
         damage = self.damage(stock_dir, guard_dir, ok)
         try:
-            from jitwarden.rebuild import recipe_disagreements
+            from jitwarden.ops.rebuild import recipe_disagreements
         except ImportError:  # a jitwarden without per-release recipes
             table = None
         else:
@@ -250,7 +250,7 @@ class Worker:
 
     def damage(self, stock_dir: str, guard_dir: str, ok: list[dict]) -> list[dict]:
         """Each damaged copy and whether verify caught it at error level."""
-        from jitwarden import elf
+        from jitwarden.formats import elf
 
         out = []
         by_arch = {}
@@ -327,7 +327,7 @@ def _repoint(root: str) -> None:
 
 
 def _reseal(entry: str) -> None:
-    from jitwarden import seal
+    from jitwarden.store import seal
 
     old = seal.read(entry)
     seal.write(entry, seal.compute(entry, old.files, old.fingerprint, old.producer))

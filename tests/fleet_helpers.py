@@ -38,7 +38,7 @@ def environ(env: dict):
 
 def jw(env: dict, *argv) -> tuple[int, str, str]:
     """Run ``jitwarden ARGV`` in this process under ``env``: (exit code, stdout, stderr)."""
-    from jitwarden import cli
+    from jitwarden.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
     with environ(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -47,15 +47,15 @@ def jw(env: dict, *argv) -> tuple[int, str, str]:
 
 
 def digest_of(env: dict) -> str:
-    from jitwarden import fingerprint
+    from jitwarden.env import fingerprint
 
     with environ(env):
         return fingerprint.collect().digest
 
 
 def triton_partition(env: dict) -> str:
-    from jitwarden import partition
-    from jitwarden.locations import default_base
+    from jitwarden.store import partition
+    from jitwarden.env.locations import default_base
 
     return partition.path_for(default_base("triton", env), digest_of(env))
 
@@ -93,7 +93,7 @@ def write_bundle(path: str, members) -> None:
 
 def resign(members, secret_path: str, mutate=None):
     """Members with the manifest changed by ``mutate(doc)`` and signed again with the key at ``secret_path``."""
-    from jitwarden import keys
+    from jitwarden.ops import keys
 
     key = keys.load_signing_key(secret_path)
     out = []
@@ -113,7 +113,7 @@ def resign(members, secret_path: str, mutate=None):
 
 # ---------------------------------------------------------------- a real Redis/Valkey server
 
-REMOTE_MANAGER = "jitwarden.remote_manager:RemoteGuardedCacheManager"
+REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
 
 
 def server_binary() -> str | None:
@@ -150,7 +150,7 @@ class Server:
                 time.sleep(0.02)
 
     def call(self, *args):
-        from jitwarden import resp
+        from jitwarden.formats import resp
 
         c = resp.Client(resp.parse_url(self.url), 1.0, 2.0)
         try:

@@ -18,7 +18,7 @@ import subprocess
 
 import kernels
 
-from jitwarden.cli import main
+from jitwarden.cli.main import main
 
 EM_AARCH64 = 183
 
@@ -91,8 +91,8 @@ def root_codes(doc) -> list[str]:
 
 def clean_codes(root: str, kind: str, codes_: tuple[str, ...], judge_kw=None):
     """Scan ``root`` as ``kind``, plan a clean of entries with ``codes_`` and carry it out (quarantine)."""
-    from jitwarden import cleanplan, maintenance, scan
-    from jitwarden.model import CacheRoot
+    from jitwarden.ops import plans as cleanplan, maintenance, scan
+    from jitwarden.model.entries import CacheRoot
 
     report = scan.scan([(CacheRoot(kind, root, "cli"), None)], scan.make_judge(**(judge_kw or {"target_arch": 90})),
                        scan.Target(90, "cli"))

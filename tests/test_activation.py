@@ -15,10 +15,12 @@ import textwrap
 import pytest
 
 import kernels
-from jitwarden import activation, partition, ptxas, startup_checks
-from jitwarden.fingerprint import Fingerprint, Package
-from jitwarden.layout import PARTITION_INFO
-from jitwarden.nvml import Gpu
+from jitwarden.runtime import activation, startup_checks
+from jitwarden.store import partition
+from jitwarden.env import ptxas
+from jitwarden.env.fingerprint import Fingerprint, Package
+from jitwarden.model.layout import PARTITION_INFO
+from jitwarden.env.nvml import Gpu
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 MANAGER = "jitwarden.guard:GuardedCacheManager"
@@ -230,11 +232,11 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
 WARM_PROBE = '''
     import json, sys
     import jitwarden
-    from jitwarden import activation_memo
+    from jitwarden.runtime import memo as activation_memo
     rec = jitwarden.activate()
     heavy = ("dataclasses", "inspect", "ctypes", "hashlib", "_hashlib", "subprocess", "torch", "triton", "rich",
-             "numpy", "jitwarden.fingerprint", "jitwarden.ptxas", "jitwarden.nvml", "jitwarden.torchinfo",
-             "jitwarden.startup_checks")
+             "numpy", "jitwarden.env.fingerprint", "jitwarden.env.ptxas", "jitwarden.env.nvml", "jitwarden.env.torchinfo",
+             "jitwarden.runtime.startup_checks")
     print(json.dumps({"rec": rec.to_json(), "memo": activation_memo.last,
                       "heavy": sorted(m for m in heavy if m in sys.modules)}))
 '''
@@ -249,13 +251,13 @@ def warm_run(env: dict) -> dict:
 def test_warm_path_gives_the_slow_paths_record_and_imports_nothing_heavy(tmp_path):
     env = clean_env(tmp_path)
     cold = warm_run(dict(env))
-    assert cold["memo"] == "stored" and "jitwarden.fingerprint" in cold["heavy"]
+    assert cold["memo"] == "stored" and "jitwarden.env.fingerprint" in cold["heavy"]
     warm = warm_run(dict(env))
     assert warm["memo"] == "hit"
     assert warm["rec"] == cold["rec"] and warm["rec"]["digest"]
     assert warm["heavy"] == []  # no dataclasses, ctypes, hashlib, torch, triton, rich, fingerprint layer
     # The memoised digest is the one the fingerprint computes right now.
-    from jitwarden import fingerprint
+    from jitwarden.env import fingerprint
 
     assert fingerprint.collect(use_memo=False, env=env).digest == warm["rec"]["digest"]
 
@@ -341,7 +343,7 @@ def _tamper_entry(entry, what):
 
 @pytest.mark.parametrize("what", ["env", "file", "dir", "proc", "key", "fingerprint memo"])
 def test_any_recorded_fact_that_no_longer_holds_is_a_miss(tmp_path, what):
-    from jitwarden import activation_memo
+    from jitwarden.runtime import memo as activation_memo
 
     env = clean_env(tmp_path)
     facts = activation_memo.compute(env)
@@ -354,7 +356,7 @@ def test_any_recorded_fact_that_no_longer_holds_is_a_miss(tmp_path, what):
 
 
 def test_sys_path_dirs_are_judged_by_the_package_names_they_hold(tmp_path, monkeypatch):
-    from jitwarden import activation_memo
+    from jitwarden.runtime import memo as activation_memo
 
     extra = tmp_path / "extra"
     extra.mkdir()
@@ -368,7 +370,8 @@ def test_sys_path_dirs_are_judged_by_the_package_names_they_hold(tmp_path, monke
 
 
 def test_nvml_failing_with_a_driver_present_is_never_memoised(tmp_path, monkeypatch):
-    from jitwarden import activation_memo, nvml
+    from jitwarden.runtime import memo as activation_memo
+    from jitwarden.env import nvml
 
     monkeypatch.setattr(nvml, "probe", lambda proc_root="/proc", env=None, use_nvml=True:
                         nvml.Probe("proc", (), "580.1", None, "nvml: transient"))
@@ -379,7 +382,8 @@ def test_nvml_failing_with_a_driver_present_is_never_memoised(tmp_path, monkeypa
 
 
 def test_memo_dir_agrees_with_the_fingerprints():
-    from jitwarden import activation_memo, fingerprint
+    from jitwarden.runtime import memo as activation_memo
+    from jitwarden.env import fingerprint
 
     for env in ({"JITWARDEN_HOME": "/a", "XDG_CACHE_HOME": "/b"}, {"XDG_CACHE_HOME": "/b"}, {}):
         assert activation_memo.memo_dir(env) == fingerprint.memo_dir(env)

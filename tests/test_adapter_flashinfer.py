@@ -105,8 +105,8 @@ def judged(root: str, target: int, version: str | None = VERSION) -> tuple[dict,
     """
     import dataclasses
 
-    from jitwarden import scan
-    from jitwarden.model import CacheRoot
+    from jitwarden.ops import scan
+    from jitwarden.model.entries import CacheRoot
 
     j = scan.make_judge(target)
     if version:

@@ -19,11 +19,11 @@ import time
 import pytest
 
 import inductor_real
-from jitwarden import scan as scanmod
+from jitwarden.ops import scan as scanmod
 from jitwarden.adapters import inductor as ind
 from jitwarden.adapters import triton as tri
-from jitwarden.cli import main
-from jitwarden.model import CacheRoot, Judge
+from jitwarden.cli.main import main
+from jitwarden.model.entries import CacheRoot, Judge
 
 HOST = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
 

@@ -178,7 +178,7 @@ def test_clean_quarantines_stale_and_broken_builds(tagged):
     assert sorted(a.id for a in plan.actions) == sorted([f"{PY}_cpu/jwext", "py310_cpu/jwext"])
     assert {o.status for o in outcomes} == {"quarantined"}
     assert not os.path.exists(os.path.join(tagged, "py310_cpu", "jwext"))
-    from jitwarden import quarantine
+    from jitwarden.store import quarantine
 
     assert len(quarantine.list_root(tagged)) == 2
     plan, _ = ok.clean_codes(tagged, "torch-ext", ("stale", "corrupt", "mismatch"))
@@ -213,7 +213,7 @@ def _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch) -> dict[
 
 def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
     """One home with all four caches at their default places: ls, verify and status name each kind."""
-    from jitwarden.cli import main
+    from jitwarden.cli.main import main
 
     dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
     dg, home = dirs["deepgemm"], str(isolated_env)
@@ -235,8 +235,8 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
 
 def test_doctor_and_clean_on_every_kind(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
     """doctor names each kind; clean -y quarantines one broken entry of each and leaves the good ones."""
-    from jitwarden import quarantine
-    from jitwarden.cli import main
+    from jitwarden.store import quarantine
+    from jitwarden.cli.main import main
 
     dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
     assert main(["doctor", "--target", "90"]) in (0, 1)

@@ -29,8 +29,8 @@ import pytest
 
 import inductor_real
 from jitwarden.adapters import vllm as vl
-from jitwarden.cli import main
-from jitwarden.model import Judge
+from jitwarden.cli.main import main
+from jitwarden.model.entries import Judge
 
 H = "3f9c0a1b2d"
 RANK = f"torch_compile_cache/{H}/rank_0_0"

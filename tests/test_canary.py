@@ -15,9 +15,9 @@ import os
 import pytest
 import torch
 
-from jitwarden import canary
-from jitwarden.canary import BATTERY, CASES, CanaryReport, Comparison, KernelRun, Tolerance, compare
-from jitwarden.cli import main
+from jitwarden.ops import canary
+from jitwarden.ops.canary import BATTERY, CASES, CanaryReport, Comparison, KernelRun, Tolerance, compare
+from jitwarden.cli.main import main
 
 
 # ---------------------------------------------------------------- the no-GPU path
@@ -82,7 +82,7 @@ def test_module_imports_no_torch_or_triton():
     import subprocess
     import sys
 
-    code = "import sys, jitwarden.canary, jitwarden.commands.canary; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    code = "import sys, jitwarden.ops.canary, jitwarden.cli.commands.canary; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=canary.worker_env("/x", None)).stdout
     assert out.strip() == "[]"

@@ -16,8 +16,9 @@ import pytest
 import kernels
 from maint_helpers import cli, damage_everything, snapshot, sub
 
-from jitwarden import cleanplan, quarantine as q
-from jitwarden.cli import main
+from jitwarden.ops import plans as cleanplan
+from jitwarden.store import quarantine as q
+from jitwarden.cli.main import main
 
 ERRORS = {"corrupt", "mismatch", "incomplete", "foreign-path", "unsafe"}
 
@@ -207,7 +208,7 @@ def test_non_tty_without_yes_is_refused(damaged):
 
 
 def test_waits_visibly_for_the_lock(damaged):
-    from jitwarden import lock
+    from jitwarden.store import locks as lock
 
     root, *_ = damaged
     fd = lock.acquire(root)

@@ -6,7 +6,7 @@ import os
 import struct
 import tarfile
 
-from jitwarden import cubin_compare
+from jitwarden.formats import cubin_compare
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "real", "triton_plain.tar.xz")
 

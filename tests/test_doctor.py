@@ -131,8 +131,8 @@ def test_target_sm_121_explains_the_dgx_spark_case_as_a_live_gb10_would(env, tmp
                                                      "(sm_75 sm_80 sm_86 sm_90 sm_100 sm_120)"), doc["problems"]
     assert not [x for x in doc["problems"] if x["code"] == "not-run" and "torch-arch" in x["message"]]
     # the same torch, on a machine with a live GB10 and no --target (a child process: it sees that torch)
-    code = ("import json, dataclasses; from jitwarden import fingerprint, startup_checks as sc; "
-            "from jitwarden.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
+    code = ("import json, dataclasses; from jitwarden.env import fingerprint; from jitwarden.runtime import startup_checks as sc; "
+            "from jitwarden.env.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
             "fp = dataclasses.replace(fp, gpus=(Gpu(0, 'NVIDIA GB10', (12, 1), None, None),)); "
             "print(json.dumps(sc.torch_arch(fp)))")
     import subprocess
@@ -158,7 +158,7 @@ def test_a_check_that_cannot_run_says_so(env):
     p = cli("doctor", "--target", "sm_121", "--format", "json", env=env)
     doc = json.loads(p.stdout)
     not_run = [x["message"] for x in doc["problems"] if x["code"] == "not-run"]
-    from jitwarden import torchinfo
+    from jitwarden.env import torchinfo
 
     ti = torchinfo.info()
     if ti is not None and not ti.cuda:

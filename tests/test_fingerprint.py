@@ -16,9 +16,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from jitwarden import fingerprint as fpm  # noqa: E402
-from jitwarden import nvml, ptxas, torchinfo  # noqa: E402
-from jitwarden.nvml import Gpu  # noqa: E402
+from jitwarden.env import fingerprint as fpm  # noqa: E402
+from jitwarden.env import nvml, ptxas, torchinfo  # noqa: E402
+from jitwarden.env.nvml import Gpu  # noqa: E402
 
 BUNDLED = ptxas.triton_bin_dir()
 REAL_PTXAS = os.path.join(BUNDLED, "ptxas") if BUNDLED else None
@@ -128,7 +128,7 @@ def test_wrapper_with_same_version_changes_digest(tmp_path):
 
 
 def _collect_in_subprocess(tmp_path, memo_path, code="print(json.dumps(f.collect(memo_path=m).to_json()))"):
-    prog = f"import json, jitwarden.fingerprint as f; m={memo_path!r}; {code}"
+    prog = f"import json, jitwarden.env.fingerprint as f; m={memo_path!r}; {code}"
     r = subprocess.run([sys.executable, "-c", prog], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -417,7 +417,7 @@ def test_cli_diff_bad_file_is_usage_error(tmp_path, content):
 
 
 def test_activation_path_stays_stdlib_only(tmp_path):
-    prog = ("import sys, jitwarden.fingerprint as f; fp = f.collect(); fp.headline(); fp.to_json(); "
+    prog = ("import sys, jitwarden.env.fingerprint as f; fp = f.collect(); fp.headline(); fp.to_json(); "
             "bad = [m for m in ('torch', 'triton', 'rich', 'numpy') if m in sys.modules]; "
             "assert not bad, bad; print('ok')")
     r = subprocess.run([sys.executable, "-c", prog], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
@@ -446,7 +446,7 @@ def _fake_torch_site(tmp_path) -> str:
 @needs_ptxas
 def test_fake_torch_is_read_without_import(tmp_path):
     site = _fake_torch_site(tmp_path)
-    prog = ("import json, sys, jitwarden.fingerprint as f; fp = f.collect(); "
+    prog = ("import json, sys, jitwarden.env.fingerprint as f; fp = f.collect(); "
             "assert 'torch' not in sys.modules; print(json.dumps(fp.to_json()))")
     env = _env(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), site])

@@ -1,4 +1,4 @@
-"""First use of an unsealed Triton entry is proven by a rebuild (jitwarden.firstuse), on real compiles.
+"""First use of an unsealed Triton entry is proven by a rebuild (jitwarden.runtime.firstuse), on real compiles.
 
 The substitute that passes every structural check: another kernel with the same name and
 signature (``add_kernel`` computing x - y instead of x + y), compiled for the same target,
@@ -15,8 +15,9 @@ import tempfile
 import pytest
 
 import kernels
-from jitwarden import firstuse, seal, sweep
-from jitwarden.layout import SEAL_FILE
+from jitwarden.runtime import firstuse, sweep
+from jitwarden.store import seal
+from jitwarden.model.layout import SEAL_FILE
 from test_guard import JOBS, assert_sound, compile_jobs, quarantined
 
 ADD = [j for j in JOBS if j["label"] == "add_sm90"]
@@ -212,7 +213,7 @@ def test_doctor_reports_the_settings_that_accept_risk(isolated_env, tmp_path):
 
 def test_activation_prints_one_proof_line_for_all_the_trees_it_sweeps(tmp_path, evil_cubin):
     """Under JITWARDEN_PARTITION=0 activation sweeps the user's Triton dir and Inductor's own tree: one line for both."""
-    from jitwarden import activation
+    from jitwarden.runtime import activation
     from test_activation import clean_env
 
     env = clean_env(tmp_path)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from jitwarden import firstuse
+from jitwarden.runtime import firstuse
 from jitwarden.adapters import triton as tri
 from test_guard import compile_jobs
 

@@ -19,8 +19,8 @@ import pytest
 
 import inductor_real
 import kernels
-from jitwarden.cli import main
-from jitwarden.layout import is_reserved
+from jitwarden.cli.main import main
+from jitwarden.model.layout import is_reserved
 from maint_helpers import snapshot
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")

@@ -17,10 +17,10 @@ import textwrap
 import pytest
 
 import kernels
-from jitwarden import quarantine, seal
+from jitwarden.store import quarantine, seal
 from jitwarden.adapters import triton as adapter
-from jitwarden.findings import Severity
-from jitwarden.layout import QUARANTINE_DIR, SEAL_FILE
+from jitwarden.model.findings import Severity
+from jitwarden.model.layout import QUARANTINE_DIR, SEAL_FILE
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 MANAGER = "jitwarden.guard:GuardedCacheManager"
@@ -254,7 +254,7 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     for entry_id in ids:
         assert_sound(root, entry_id)
     assert quarantined(root) == []
-    from jitwarden import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
+    from jitwarden.ops import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
 
     entries = [adapter.inspect_entry(root, i, adapter.Judge(host_machine=adapter.host_machine())) for i in ids]
     results = rebuild.verify_entries(entries, jobs=2)
@@ -283,7 +283,7 @@ def test_mismatch_while_a_writer_is_mid_group_is_a_plain_miss(tmp_path, referenc
     its own put_group leaves the entry consistent and sealed."""
     import fcntl
 
-    from jitwarden import guard
+    from jitwarden.runtime import guard
 
     root = str(tmp_path / "cache")
     out = compile_jobs(root)

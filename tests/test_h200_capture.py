@@ -14,7 +14,7 @@ import tarfile
 
 import pytest
 
-from jitwarden.cli import main
+from jitwarden.cli.main import main
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "h200_inductor_cache.tgz")
 

@@ -15,7 +15,7 @@ import pytest
 import kernels
 from maint_helpers import SRC, cli, file_of, snapshot, sub
 
-from jitwarden import quarantine as q
+from jitwarden.store import quarantine as q
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 

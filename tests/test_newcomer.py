@@ -12,8 +12,9 @@ import pytest
 import kernels
 from maint_helpers import SRC, cli
 
-from jitwarden import ages, arch, qregistry
-from jitwarden import quarantine as q
+from jitwarden.model import text as ages, arch
+from jitwarden.store import qregistry
+from jitwarden.store import quarantine as q
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import pytest
 import kernels
 from maint_helpers import SRC, cli, snapshot
 
-from jitwarden import cleanplan, partition
+from jitwarden.ops import plans as cleanplan
+from jitwarden.store import partition
 
 
 @pytest.fixture

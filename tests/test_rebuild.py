@@ -15,9 +15,11 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import kernels  # noqa: E402
 
-from jitwarden import cubin_compare, elf, ptxas, rebuild  # noqa: E402
+from jitwarden.formats import cubin_compare, elf
+from jitwarden.env import ptxas
+from jitwarden.ops import rebuild  # noqa: E402
 from jitwarden.adapters import triton as tri  # noqa: E402
-from jitwarden.errors import UsageError  # noqa: E402
+from jitwarden.model.errors import UsageError  # noqa: E402
 
 BIN = ptxas.triton_bin_dir()
 PTXAS = os.path.join(BIN, "ptxas")

@@ -23,7 +23,8 @@ import kernels  # noqa: E402
 from fleet_helpers import (SMALL_JOBS, Server, compile_into, counters, jw, node_env, remote_env,  # noqa: E402
                            server_binary, triton_partition)
 
-from jitwarden import keys, remote  # noqa: E402
+from jitwarden.ops import keys
+from jitwarden.runtime import remote  # noqa: E402
 
 BINARY = server_binary()
 
@@ -96,7 +97,7 @@ def test_reader_never_writes(tmp_path, server, keypair):
 
 
 def _poison(server, digest, rec, how, attacker):
-    from jitwarden import resp  # noqa: F401
+    from jitwarden.formats import resp  # noqa: F401
 
     key = entry_key(digest, rec)
     good = server.call("GET", key)
@@ -239,7 +240,7 @@ def test_stock_remote_cache_manager_with_the_guarded_backend(tmp_path, server, k
 
 
 def test_activation_wires_the_remote_cache(tmp_path, server):
-    from jitwarden import activation, remote_wiring
+    from jitwarden.runtime import activation, remote_wiring
 
     base = node_env(str(tmp_path / "n"))
     env = dict(base, JITWARDEN_REMOTE=server.url)
@@ -299,7 +300,7 @@ def test_redis_acl_roles(tmp_path, server, keypair):
     c = counters(r)
     assert server.call("DBSIZE") == n  # the ACL kept it from writing
     assert c.get("refused", 0) >= 1 and c.get("hit", 0) == 2 and "unavailable" not in c, c
-    from jitwarden import resp
+    from jitwarden.formats import resp
 
     cl = resp.Client(resp.parse_url(url.format("reader:rpw")))
     with pytest.raises(resp.RespError, match="NOPERM"):

@@ -12,7 +12,7 @@ pytest.importorskip("cryptography", reason="the remote cache signs values: needs
 from fleet_helpers import jw, triton_partition  # noqa: E402
 from test_remote import build, keypair, node, server  # noqa: E402,F401 - fixtures
 
-from jitwarden import remote  # noqa: E402
+from jitwarden.runtime import remote  # noqa: E402
 
 _LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="(\\.|[^"\\])*",?)*\})? -?[0-9][0-9.e+-]*$')
 

@@ -16,7 +16,7 @@ import pytest
 import kernels
 from maint_helpers import SRC, cli
 
-from jitwarden import report as out
+from jitwarden.cli import render as out
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

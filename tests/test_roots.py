@@ -6,7 +6,7 @@ import json
 import os
 
 from jitwarden.adapters import triton as tri
-from jitwarden.cli import main
+from jitwarden.cli.main import main
 
 import kernels
 
@@ -47,7 +47,7 @@ def test_discovers_default_inductor_and_vllm_roots(isolated_env, tmp_path, monke
 def test_inductor_dir_without_a_user_name_is_torchs_uid_fallback(monkeypatch):
     import pwd
 
-    from jitwarden import locations
+    from jitwarden.env import locations
 
     def no_user(uid):
         raise KeyError(uid)
@@ -129,7 +129,7 @@ def test_status_lists_every_partition(isolated_env, tmp_path, monkeypatch, built
 
 
 def test_status_marks_this_environments_partition(isolated_env, built_cache, capsys):
-    from jitwarden import fingerprint
+    from jitwarden.env import fingerprint
 
     src, manifest = built_cache
     mine = fingerprint.collect().digest
@@ -144,7 +144,7 @@ def test_status_marks_this_environments_partition(isolated_env, built_cache, cap
 
 
 def test_status_counts_quarantined_entries(isolated_env, built_cache, capsys):
-    from jitwarden import quarantine
+    from jitwarden.store import quarantine
 
     src, manifest = built_cache
     root = isolated_env / ".triton" / "cache"

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 
-from jitwarden import seal
+from jitwarden.store import seal
 from test_activation import clean_env
 from test_guard import JOBS, _DRIVER, kernel_dir
 

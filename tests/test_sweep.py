@@ -1,4 +1,4 @@
-"""The start-up sweep of TorchInductor's Triton trees (jitwarden.sweep), on real sealed kernels.
+"""The start-up sweep of TorchInductor's Triton trees (jitwarden.runtime.sweep), on real sealed kernels.
 
 TorchInductor's static CUDA launcher reads ``<inductor cache>/triton/<device>/<key>/<name>.cubin``
 itself on an FX-graph-cache hit (torch/_inductor/runtime/triton_heuristics.py,
@@ -13,8 +13,9 @@ import shutil
 import pytest
 
 import kernels
-from jitwarden import activation, quarantine, seal, sweep
-from jitwarden.layout import SEAL_FILE
+from jitwarden.runtime import activation, sweep
+from jitwarden.store import quarantine, seal
+from jitwarden.model.layout import SEAL_FILE
 from test_activation import clean_env
 from test_guard import JOBS, compile_jobs
 

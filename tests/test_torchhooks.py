@@ -1,4 +1,4 @@
-"""Guards on what TorchInductor restores mid-run (jitwarden.torchhooks), on the real CPU torch.
+"""Guards on what TorchInductor restores mid-run (jitwarden.runtime.torchhooks), on the real CPU torch.
 
 Inductor on the CPU makes C++ kernels, so the Triton side is driven through torch's own
 ``TritonBundler``: ``collect()`` bundles real Triton kernel directories (compiled on the CPU for
@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from jitwarden import quarantine, seal
-from jitwarden.layout import SEAL_FILE
+from jitwarden.store import quarantine, seal
+from jitwarden.model.layout import SEAL_FILE
 from test_firstuse import evil_cubin, substitute  # noqa: F401 - fixture
 from test_guard import SRC, compile_jobs
 
@@ -30,13 +30,13 @@ BUNDLE = textwrap.dedent(
     '''
     import json, os, pickle, sys
     if os.environ.get("JW_INSTALL_FIRST") == "1":
-        from jitwarden import torchhooks
+        from jitwarden.runtime import torchhooks
         torchhooks.install()  # before torch is imported: the finder patches it on import
     import torch
     from torch._inductor import config
     from torch._inductor.triton_bundler import TritonBundler
     if os.environ.get("JW_INSTALL_FIRST") == "0":
-        from jitwarden import torchhooks
+        from jitwarden.runtime import torchhooks
         torchhooks.install()  # torch already imported: patched now
     config.bundle_triton_into_fx_graph_cache = True
     guarded = bool(getattr(TritonBundler.read_and_emit, "__jitwarden__", False))
@@ -143,7 +143,7 @@ def test_an_unsealed_directory_already_on_disk_is_proven_before_torch_uses_it(st
 FX = textwrap.dedent(
     '''
     import json, os, sys
-    from jitwarden import torchhooks
+    from jitwarden.runtime import torchhooks
     torchhooks.install()
     import torch
     torch.manual_seed(0)
@@ -201,7 +201,7 @@ def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypa
     """A copy of this torch's own sources with the bundler's loader renamed: doctor says what and how to turn it off."""
     import shutil
 
-    from jitwarden import torchhooks
+    from jitwarden.runtime import torchhooks
 
     real = torchhooks._torch_dir()
     assert torchhooks.doctor_warnings({}) == []  # this torch: every wrapper attaches
@@ -249,7 +249,7 @@ def test_activate_and_the_vllm_plugin_install_the_hooks(tmp_path):
              "from torch._inductor.codecache import GuardedCache\n"
              "print(json.dumps([getattr(TritonBundler.read_and_emit, '__jitwarden__', False), "
              "getattr(GuardedCache.iterate_over_candidates, '__jitwarden__', False), 'torch' in sys.modules]))")
-    for pre in ("import jitwarden; jitwarden.activate()\n", "import torch\nfrom jitwarden import vllm_plugin; vllm_plugin.register()\n",
+    for pre in ("import jitwarden; jitwarden.activate()\n", "import torch\nfrom jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n",
                 "import os; os.environ['JITWARDEN_TORCH_HOOKS'] = '0'\nimport jitwarden; jitwarden.activate()\n"):
         p = subprocess.run([sys.executable, "-c", pre + probe], env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]

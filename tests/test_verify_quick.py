@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from jitwarden.cli import main
+from jitwarden.cli.main import main
 
 import kernels
 
@@ -255,7 +255,7 @@ def test_launcher_for_another_machine(cache, capsys, tmp_path):
 
 
 def test_seal_checksum_mismatch_is_corrupt(cache, capsys):
-    from jitwarden import seal
+    from jitwarden.store import seal
 
     root, recs = cache
     rec = recs["add_sm90"]
@@ -361,8 +361,8 @@ def test_path_that_is_a_file(tmp_path):
 
 def as_nobody(argv) -> tuple[int, str, str]:
     """Run the CLI in a forked child that dropped root for uid 65534 (no exec: the interpreter stays loaded)."""
-    import jitwarden.commands.verify  # noqa: F401 - imported before dropping privileges
-    import jitwarden.fingerprint  # noqa: F401
+    import jitwarden.cli.commands.verify  # noqa: F401 - imported before dropping privileges
+    import jitwarden.env.fingerprint  # noqa: F401
 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -478,7 +478,7 @@ def test_metadata_without_a_target_is_unrecognised_not_corrupt(cache, capsys):
 
 
 def test_symlinked_seal_is_not_followed(cache, capsys, tmp_path):
-    from jitwarden import seal
+    from jitwarden.store import seal
 
     root, recs = cache
     rec = recs["add_sm90"]

@@ -1,4 +1,4 @@
-"""Each Triton release's ptxas choice and command line (jitwarden.ptxas.RECIPES), checked
+"""Each Triton release's ptxas choice and command line (jitwarden.env.ptxas.RECIPES), checked
 against the installed Triton itself; benchmarks/version_matrix.py runs the same check and
 the whole rebuild/guard matrix in a venv per release (3.4 to 3.9)."""
 
@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from jitwarden import ptxas, rebuild
+from jitwarden.env import ptxas
+from jitwarden.ops import rebuild
 
 BIN = ptxas.triton_bin_dir()
 needs_bin = pytest.mark.skipif(not BIN or not os.path.exists(os.path.join(BIN, "ptxas-blackwell")),
@@ -89,9 +90,9 @@ def test_unknown_release_recipe_is_nearest_but_flagged():
 
 
 def test_startup_ptxas_check_follows_the_release():
-    from jitwarden import startup_checks
-    from jitwarden.fingerprint import Fingerprint, Package
-    from jitwarden.nvml import Gpu
+    from jitwarden.runtime import startup_checks
+    from jitwarden.env.fingerprint import Fingerprint, Package
+    from jitwarden.env.nvml import Gpu
 
     def fp(triton, role):
         info = ptxas.PtxasInfo("/opt/ptxas", "/opt/ptxas", "release 11.7", "11.7", None, "0" * 64, 1)

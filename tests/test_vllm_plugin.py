@@ -22,7 +22,7 @@ MANAGER = "jitwarden.guard:GuardedCacheManager"
 def _vllm_python() -> str | None:
     for cand in (sys.executable, os.environ.get("JW_VLLM_PYTHON")):
         if cand and os.path.exists(cand):
-            ok = subprocess.run([cand, "-c", "import vllm.plugins, jitwarden.vllm_plugin"], capture_output=True,
+            ok = subprocess.run([cand, "-c", "import vllm.plugins, jitwarden.runtime.vllm_plugin"], capture_output=True,
                                 timeout=120).returncode == 0
             if ok:
                 return cand

@@ -10,9 +10,9 @@ __version__ = "0.1.0"
 def activate(**kwargs):
     """Partition and guard this process's kernel caches; never raises.
 
-    See :func:`jitwarden.activation.activate` for the parameters.
+    See :func:`jitwarden.runtime.activation.activate` for the parameters.
     """
-    from .activation import activate as _activate
+    from jitwarden.runtime.activation import activate as _activate
 
     return _activate(**kwargs)
 

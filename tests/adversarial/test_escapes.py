@@ -9,7 +9,7 @@ import shutil
 
 from adv import clean_failure, jw, truncate_cubin
 
-from jitwarden import quarantine as q
+from jitwarden.store import quarantine as q
 
 ESC_NAMES = ["\x1b[2Jclear", "\x1b]0;pwned\x07title", "evil[/bold]", "[red]x[/red]", "bell\x07\x9bc"]
 

@@ -10,8 +10,8 @@ import stat
 import pytest
 from adv import clean_failure, jw
 
-from jitwarden import partition, seal
-from jitwarden import quarantine as q
+from jitwarden.store import partition, seal
+from jitwarden.store import quarantine as q
 
 
 def seal_entry(entry: str) -> None:

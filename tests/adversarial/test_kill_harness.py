@@ -19,8 +19,8 @@ import time
 from adv import TALLY, clean_failure, jw, tree_hash, truncate_cubin
 
 import kernels
-from jitwarden import partition
-from jitwarden import quarantine as q
+from jitwarden.store import partition
+from jitwarden.store import quarantine as q
 
 KILLS = int(os.environ.get("JW_ADV_KILLS", "10"))
 SEED = int(os.environ.get("JW_ADV_SEED", str(int(time.time()))))

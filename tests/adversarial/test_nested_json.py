@@ -9,15 +9,15 @@ import os
 import pytest
 from adv import clean_failure, jw
 
-from jitwarden import seal
-from jitwarden import quarantine as q
+from jitwarden.store import seal
+from jitwarden.store import quarantine as q
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJ = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
 
 
 def test_loads_limits_depth_and_size():
-    from jitwarden import jsonlimits
+    from jitwarden.formats import jsonlimits
     _limits(jsonlimits)
 
 
@@ -74,7 +74,7 @@ def test_nested_quarantine_record(acache, env):
 
 
 def test_nested_partition_info(tmp_path, env):
-    from jitwarden import partition
+    from jitwarden.store import partition
 
     base = str(tmp_path / "base")
     part = partition.path_for(base, "a" * 16)
@@ -88,7 +88,7 @@ def test_nested_partition_info(tmp_path, env):
 
 def test_nested_best_config(tmp_path):
     from jitwarden.adapters import inductor as ind
-    from jitwarden.model import Judge
+    from jitwarden.model.entries import Judge
 
     cache = str(tmp_path / "inductor")
     os.makedirs(os.path.join(cache, "ab"))
@@ -100,7 +100,7 @@ def test_nested_best_config(tmp_path):
 
 def test_nested_cache_key_factors(tmp_path):
     from jitwarden.adapters import vllm as vl
-    from jitwarden.model import Judge
+    from jitwarden.model.entries import Judge
 
     root = str(tmp_path / "vllm")
     prefix = os.path.join(root, "torch_compile_cache", "3f9c0a1b2d", "rank_0_0", "backbone")

@@ -9,8 +9,8 @@ import time
 
 from adv import clean_failure, jw, truncate_cubin
 
-from jitwarden import partition
-from jitwarden import quarantine as q
+from jitwarden.store import partition
+from jitwarden.store import quarantine as q
 
 
 def quarantine_one(root, recs, env):
@@ -187,7 +187,7 @@ def test_partition_info_is_never_followed(tmp_path, outside, env):
 
 def test_partition_root_is_opened_from_its_base(tmp_path, outside):
     """A lock or a move in a partition whose jitwarden-v1 was swapped for a symlink never lands outside."""
-    from jitwarden import lock
+    from jitwarden.store import locks as lock
 
     base = str(tmp_path / "base")
     os.makedirs(base)

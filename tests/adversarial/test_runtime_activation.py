@@ -102,7 +102,7 @@ def test_fifo_as_activation_memo_does_not_hang_any_activation(tmp_path, how):
         proc = _jw_run(env, sys.executable, "-c", "import os; print(os.environ['TRITON_CACHE_MANAGER'])")
         assert proc.returncode == 0 and proc.stdout.strip() == MANAGER, proc.stderr
     else:
-        out = _activate(env, "from jitwarden import vllm_plugin; vllm_plugin.register(); " + _ACTIVATE)
+        out = _activate(env, "from jitwarden.runtime import vllm_plugin; vllm_plugin.register(); " + _ACTIVATE)
         _assert_partitioned_and_guarded(out)
 
 

@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from jitwarden import quarantine
+from jitwarden.store import quarantine
 from test_activation import SRC
 from test_guard import JOBS, compile_jobs, kernel_dir
 
@@ -162,7 +162,7 @@ def test_race_moving_the_entry_away_like_clean_is_a_miss_never_an_error(tmp_path
 def _plant_outside(tmp_path, stock, root: str, label: str, other: str) -> tuple[str, str]:
     """Replace the entry of ``label`` by a symlink to a copy outside the root holding ``other``'s cubin,
     sealed to match (what an attacker who can write the root would build)."""
-    from jitwarden import seal
+    from jitwarden.store import seal
 
     entry_id = stock[1][label]["id"]
     entry = os.path.join(root, entry_id)

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from jitwarden import quarantine, sweep
-from jitwarden.layout import SEAL_FILE
+from jitwarden.store import quarantine
+from jitwarden.runtime import sweep
+from jitwarden.model.layout import SEAL_FILE
 from test_sweep import entries, flip, kernel_entry, sealed_tree  # noqa: F401 - sealed_tree is a fixture
 
 

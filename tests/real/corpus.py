@@ -17,9 +17,9 @@ import os
 import tarfile
 import time
 
-from jitwarden import scan
+from jitwarden.ops import scan
 from jitwarden.adapters import triton as tri
-from jitwarden.model import Judge
+from jitwarden.model.entries import Judge
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "real")
 ORIGIN = "/root/out/work"

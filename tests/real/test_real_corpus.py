@@ -16,8 +16,8 @@ import re
 import pytest
 
 import corpus
-from jitwarden.cli import main
-from jitwarden.findings import Severity
+from jitwarden.cli.main import main
+from jitwarden.model.findings import Severity
 
 NAMES = corpus.names()
 
@@ -206,7 +206,7 @@ def test_damage_in_each_capture_is_caught(name, fresh_copy, capture_driver, caps
 def test_a_flipped_bit_in_a_plain_triton_cubin_is_caught_by_a_rebuild(fresh_copy, capsys):
     """No seal in a stock cache: a flip in code passes the structure checks; re-assembling the PTX with the
     Triton 3.6 bundled ptxas that built it does not give the same code."""
-    from jitwarden import elf
+    from jitwarden.formats import elf
 
     tree = fresh_copy("triton_plain")
     cubin = next(p for p in _files(tree, r"^triton/[^/]+/add\.cubin$"))

@@ -11,10 +11,11 @@ import os
 import stat
 from dataclasses import dataclass
 
-from .. import locations, partition
-from ..findings import Finding
-from ..layout import PARTITIONS_DIR, is_reserved
-from ..model import CacheRoot
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
+from jitwarden.model.entries import CacheRoot
 
 MAX_DEPTH = 64
 """A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
@@ -38,7 +39,7 @@ def existing(kind: str, candidates) -> list[CacheRoot]:
 def private_root(kind: str, env) -> list[tuple[str, str]]:
     """jitwarden's private root of ``kind`` (where activation goes when the user's root is unsafe), as a candidate."""
     try:
-        from ..fingerprint import memo_dir
+        from jitwarden.env.fingerprint import memo_dir
 
         return [(os.path.join(memo_dir(env), "roots", kind), "private")]
     except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
@@ -233,14 +234,14 @@ class ElfHead:
 
     @property
     def machine_name(self) -> str | None:
-        from ..elf import MACHINE_NAMES
+        from jitwarden.formats.elf import MACHINE_NAMES
 
         return None if self.machine is None else MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
 
     @property
     def sm(self) -> int | None:
-        """A cubin's SM (as :func:`jitwarden.elf.cubin_sm`), None when this is no CUDA ELF."""
-        from ..elf import EM_CUDA
+        """A cubin's SM (as :func:`jitwarden.formats.elf.cubin_sm`), None when this is no CUDA ELF."""
+        from jitwarden.formats.elf import EM_CUDA
 
         if self.machine != EM_CUDA or self.problem:
             return None
@@ -252,7 +253,7 @@ def elf_head(path: str, size: int) -> ElfHead:
 
     OSError propagates (the caller reports it as it reports unreadable files).
     """
-    from ..fsutil import read_nofollow
+    from jitwarden.store.fsutil import read_nofollow
 
     return elf_head_bytes(read_nofollow(path, _EHDR_HEAD), size)
 
@@ -284,7 +285,7 @@ def older_than(mtime: float, judge, age: float | None = None) -> bool:
 
 def so_findings(rel: str, head: ElfHead, host: str | None) -> list[Finding]:
     """A host shared object judged by its header: unparseable, not host code at all, or built for another CPU."""
-    from ..elf import EM_CUDA
+    from jitwarden.formats.elf import EM_CUDA
 
     if head.problem:
         return [Finding("corrupt", f"{rel}: not a valid shared object: {head.problem}")]

@@ -48,20 +48,13 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ..findings import Finding
-from ..layout import is_reserved
-from ..model import CacheRoot, Entry, Judge
-from ..elf import EM_CUDA
-from ..fsutil import read_nofollow
-from ._base import (
-    ElfHead,
-    existing,
-    elf_head_bytes,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    survey,
-    survey_findings,
-)
-from ._base import root_findings as _root_findings
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import is_reserved
+from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.formats.elf import EM_CUDA
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.adapters._base import ElfHead, existing, elf_head_bytes, expand_partitions, survey, survey_findings  # noqa: F401 - expand_partitions is part of this adapter's interface
+from jitwarden.adapters._base import root_findings as _root_findings
 
 KIND = "cuda-compute"
 MIB = 1 << 20
@@ -90,7 +83,7 @@ _MODULE_DATE = re.compile(r"Kernel Module\s+(\S+)\s+(\w{3} \w{3}\s+\d+ \d\d:\d\d
 
 
 def cache_path(env=os.environ) -> tuple[str, str]:
-    from .. import locations
+    from jitwarden.env import locations
 
     if env.get("CUDA_CACHE_PATH"):
         return os.path.expanduser(env["CUDA_CACHE_PATH"]), "CUDA_CACHE_PATH"
@@ -99,7 +92,7 @@ def cache_path(env=os.environ) -> tuple[str, str]:
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$CUDA_CACHE_PATH`` when set, and ``~/.nv/ComputeCache``; existing dirs only."""
-    from .. import locations
+    from jitwarden.env import locations
 
     cands = [cache_path(env)]
     if cands[0][1] != "default":

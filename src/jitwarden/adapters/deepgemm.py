@@ -27,13 +27,13 @@ from __future__ import annotations
 import os
 import re
 
-from ..elf import EM_CUDA
-from ..findings import Finding
-from ..fsutil import read_nofollow
-from ..layout import is_reserved
-from ..model import CacheRoot, Entry, Judge
-from ..ptx import parse_header
-from ._base import (
+from jitwarden.formats.elf import EM_CUDA
+from jitwarden.model.findings import Finding
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.model.layout import is_reserved
+from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.formats.ptx import parse_header
+from jitwarden.adapters._base import (
     existing,
     elf_head,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
@@ -42,7 +42,7 @@ from ._base import (
     survey,
     survey_findings,
 )
-from ._base import root_findings as _root_findings
+from jitwarden.adapters._base import root_findings as _root_findings
 
 KIND = "deepgemm"
 ENTRY = re.compile(r"^kernel\.(.+)\.([0-9a-f]{8,64})$")
@@ -54,7 +54,7 @@ _FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whol
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``DG_JIT_CACHE_DIR`` (DeepGEMM 2.x), ``DG_CACHE_DIR`` (1.0.0), and ``$HOME/.deep_gemm``; existing dirs only."""
-    from .. import locations
+    from jitwarden.env import locations
 
     cands = []
     if env.get("DG_JIT_CACHE_DIR"):

@@ -27,11 +27,11 @@ from __future__ import annotations
 import os
 import re
 
-from ..findings import Finding
-from ..fsutil import read_nofollow
-from ..layout import is_reserved
-from ..model import CacheRoot, Entry, Judge
-from ._base import (
+from jitwarden.model.findings import Finding
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.model.layout import is_reserved
+from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.adapters._base import (
     existing,
     elf_head,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
@@ -40,7 +40,7 @@ from ._base import (
     survey,
     survey_findings,
 )
-from ._base import root_findings as _root_findings
+from jitwarden.adapters._base import root_findings as _root_findings
 
 KIND = "flashinfer"
 ARCHS = re.compile(r"^(?:noarch|\d+[af]?(?:_\d+[af]?)*)$")
@@ -55,7 +55,7 @@ _NINJA_MAX = 1 << 20
 
 
 def cache_dir(env=os.environ) -> tuple[str, str]:
-    from .. import locations
+    from jitwarden.env import locations
 
     if env.get("FLASHINFER_WORKSPACE_BASE"):
         return os.path.join(env["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer"), "FLASHINFER_WORKSPACE_BASE"
@@ -64,7 +64,7 @@ def cache_dir(env=os.environ) -> tuple[str, str]:
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` when set, and ``~/.cache/flashinfer``; existing dirs only."""
-    from .. import locations
+    from jitwarden.env import locations
 
     cands = [cache_dir(env)]
     if cands[0][1] != "default":

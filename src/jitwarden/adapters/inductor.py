@@ -22,14 +22,16 @@ from __future__ import annotations
 import os
 import re
 
-from .. import elf, locations, partition
-from ..findings import Finding
-from .. import jsonlimits
-from ..fsutil import read_nofollow
-from ..layout import is_reserved
-from ..model import CacheRoot, Entry, Judge
-from . import _base
-from ._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
+from jitwarden.formats import elf
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.model.findings import Finding
+from jitwarden.formats import jsonlimits
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.model.layout import is_reserved
+from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.adapters import _base
+from jitwarden.adapters._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
 
 KIND = "inductor"
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter

@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import re
 
-from ..findings import Finding
-from ..fsutil import read_nofollow
-from ..model import CacheRoot, Entry, Judge
-from ..layout import is_reserved
-from ._base import (
+from jitwarden.model.findings import Finding
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.layout import is_reserved
+from jitwarden.adapters._base import (
     existing,
     elf_head,
     expand_partitions,  # noqa: F401 - part of this adapter's interface
@@ -33,7 +33,7 @@ from ._base import (
     survey,
     survey_findings,
 )
-from ._base import root_findings as _root_findings
+from jitwarden.adapters._base import root_findings as _root_findings
 
 KIND = "torch-ext"
 TAG = re.compile(r"^py(\d)(\d+)([a-z]*)_(cpu|cu\d+|rocm\d+|xpu)$")
@@ -48,7 +48,7 @@ _SO_NAME = re.compile(r"^(.+?)(?:_v(\d+))?\.so$")
 
 def default_root(env=os.environ) -> str:
     """``<user_cache_dir>/torch_extensions`` as torch computes it on Linux (realpath'd, as torch does)."""
-    from .. import locations
+    from jitwarden.env import locations
 
     return os.path.realpath(locations.torch_extensions_dir(env))
 
@@ -59,7 +59,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     torch reads ``TORCH_EXTENSIONS_DIR`` with ``os.environ.get(...) is None``; an empty value
     would make torch build into the working directory, which is no cache root: it is skipped.
     """
-    from .. import partition
+    from jitwarden.store import partition
 
     cands = []
     if env.get("TORCH_EXTENSIONS_DIR"):  # under activation a partition: list the root it lives in (and so every partition)

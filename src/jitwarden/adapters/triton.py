@@ -16,14 +16,16 @@ import stat
 import sysconfig
 from dataclasses import dataclass
 
-from .. import elf, locations, partition, seal
-from .. import jsonlimits
-from ..fsutil import read_nofollow
-from ..findings import Finding, Severity
-from ..model import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
-from ..layout import SEAL_FILE, is_reserved
-from ..ptx import parse_header
-from ._base import expand_partitions, leaves, link_target, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
+from jitwarden.formats import elf
+from jitwarden.env import locations
+from jitwarden.store import partition, seal
+from jitwarden.formats import jsonlimits
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.model.findings import Finding, Severity
+from jitwarden.model.entries import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
+from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.formats.ptx import parse_header
+from jitwarden.adapters._base import expand_partitions, leaves, link_target, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
 
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
@@ -102,7 +104,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     roots += _inductor_roots(partition.base_of(inductor_cache_dir(env)), "inductor")
     roots += _vllm_roots(partition.base_of(vllm_cache_root(env)), "vllm")
     try:
-        from ..fingerprint import memo_dir
+        from jitwarden.env.fingerprint import memo_dir
 
         private = os.path.join(memo_dir(env), "roots")
     except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location

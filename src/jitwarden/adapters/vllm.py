@@ -27,14 +27,16 @@ import os
 import re
 import zlib
 
-from .. import elf, locations, partition
-from ..findings import Finding
-from .. import jsonlimits
-from ..fsutil import read_nofollow
-from ..layout import is_reserved
-from ..model import CacheRoot, Entry, Judge
-from . import _base, inductor
-from ._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
+from jitwarden.formats import elf
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.model.findings import Finding
+from jitwarden.formats import jsonlimits
+from jitwarden.store.fsutil import read_nofollow
+from jitwarden.model.layout import is_reserved
+from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.adapters import _base, inductor
+from jitwarden.adapters._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
 
 KIND = "vllm"
 COMPILE = "torch_compile_cache"

@@ -1,0 +1,106 @@
+"""``jitwarden canary``: compile and run a battery of Triton kernels on the GPU, then run them again from the cache.
+
+Exit status: 0 every kernel within tolerance in every pass, 1 any kernel wrong or failing,
+2 no CUDA GPU, no torch or no Triton (or a bad ``--cache``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+
+from jitwarden.cli import render as out
+from jitwarden.model.errors import UsageError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "canary", help="run a battery of Triton kernels on the GPU, compiled and from the cache",
+        description="Compile a battery of Triton kernels (elementwise, reduction, softmax, tl.dot fp16/bf16, "
+                    "fp8 e4m3 conversion on sm_89+, atomics) into a scratch cache guarded by jitwarden, run them "
+                    "against torch references, then run them again in a fresh process through the cache-hit path. "
+                    "Exit 0 all pass, 1 any fail, 2 no CUDA GPU / torch / Triton.")
+    p.add_argument("--cache", metavar="DIR",
+                   help="run the battery through this existing Triton cache directory instead of a scratch one, "
+                        "with the cache manager of your environment (stock Triton unless TRITON_CACHE_MANAGER is "
+                        "set), so a suspect cache is tested as your programs would load it. Nothing in DIR is "
+                        "changed, except that kernels it lacks are compiled into it, as Triton itself would")
+    p.add_argument("--guard", action="store_true",
+                   help="with --cache: load through jitwarden's guarded cache manager instead (it seals the "
+                        "canary's entries and quarantines any that fail their seal)")
+    p.add_argument("--passes", type=int, default=2, metavar="N",
+                   help="fresh processes to run the battery in (default 2: compile, then cache hit)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch cache and print where it is")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def _check_imports() -> None:
+    missing = [name for name, mod in (("torch", "torch"), ("Triton", "triton")) if importlib.util.find_spec(mod) is None]
+    if missing:
+        raise UsageError(f"canary needs torch and Triton with a CUDA GPU; {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not installed in {sys.executable}")
+
+
+def run(args) -> int:
+    from jitwarden.ops import canary
+
+    if args.passes < 1:
+        raise UsageError("--passes must be 1 or more")
+    if args.guard and not args.cache:
+        raise UsageError("--guard goes with --cache (the scratch cache is always guarded)")
+    _check_imports()
+    if args.cache:
+        cache_dir = os.path.abspath(args.cache)
+        if not os.path.isdir(cache_dir):
+            raise UsageError(f"--cache {args.cache}: no such directory")
+        scratch = False
+        manager = canary.MANAGER if args.guard else os.environ.get("TRITON_CACHE_MANAGER") or None
+    else:
+        cache_dir = tempfile.mkdtemp(prefix="jitwarden-canary-")
+        scratch = True
+        manager = canary.MANAGER
+
+    def relay(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    try:
+        rep = canary.run_passes(cache_dir, scratch, manager, passes=args.passes, stderr_sink=relay)
+    except canary.NoGPU as exc:
+        why = str(exc)
+        why = why[len("no CUDA GPU: "):] if why.startswith("no CUDA GPU: ") else why
+        raise UsageError(f"canary needs a CUDA GPU: {why}") from None
+    finally:
+        if scratch and not args.keep:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    if args.format == "json":
+        out.print_json(rep.to_json())
+    else:
+        _print_table(rep)
+    if scratch and args.keep:
+        print(f"jitwarden: scratch cache kept at {cache_dir}", file=sys.stderr)
+    return rep.exit_code
+
+
+def _print_table(rep) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from jitwarden.ops import canary
+
+    con = out.console()
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for h in canary.TABLE_HEADER:
+        t.add_column(h, overflow="fold")
+    style = {"pass": "green", "FAIL": "bold red", "skipped": "dim"}
+    for row in canary.table_rows(rep):
+        cells = [escape(c) for c in row]
+        cells[6] = f"[{style[row[6]]}]{row[6]}[/{style[row[6]]}]"
+        t.add_row(*cells)
+    con.print(t)
+    for n in rep.notes:
+        con.print(f"[yellow]note[/yellow] {escape(n)}")
+    con.print(f"[dim]{rep.summary_line()}[/dim]")

@@ -1,0 +1,304 @@
+"""``jitwarden doctor``: the main job. Is every kernel cache on this machine sound, and what fixes it?
+
+The fingerprint's headline; every cache root found (Triton, partitions, Inductor's and
+vLLM's Triton trees, every other adapter's roots) with size and entry counts; every
+finding of ``verify --quick`` (``--rebuild``: also rebuilds) summarised by code; the
+guard's start-up warnings; and for each problem the exact command that fixes it.
+Exit 0 when nothing is at error level, 1 otherwise, 2 usage, 3 internal.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+
+from jitwarden.cli import render as out
+from jitwarden.model.text import display, plural
+from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
+from jitwarden.model.findings import CODES, Severity
+from jitwarden.cli.commands import _common
+
+_FIX = {
+    "corrupt": "jitwarden clean --code corrupt",
+    "mismatch": "jitwarden clean --code mismatch",
+    "foreign-path": "jitwarden clean --code foreign-path",
+    "incomplete": "jitwarden clean --code incomplete",
+    "not-reproducible": "jitwarden clean --rebuild --code not-reproducible",
+    "unsafe": "jitwarden clean --code unsafe",
+    "stale": "jitwarden clean --stale",
+    "foreign-arch": "jitwarden clean --foreign-arch",
+    "orphan": "jitwarden clean --orphans",
+    "unverifiable": None,
+    "unrecognised": None,
+}
+_WHAT = {  # after "N entries" / "1 entry": worded for either number
+    "corrupt": "with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
+    "mismatch": "whose facts contradict each other (e.g. another kernel's or another GPU's binary under this key)",
+    "foreign-path": "copied from another tree: the tool would load files from there",
+    "incomplete": "missing files their group lists or needs (an interrupted write)",
+    "not-reproducible": "whose cubin no ptxas rebuilds from the entry's own PTX",
+    "unsafe": "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
+    "stale": "built by another toolchain, package version or driver than this environment's: dead weight",
+    "foreign-arch": "built for another GPU: harmless here, unreachable",
+    "orphan": "with leftovers of interrupted writes",
+    "unverifiable": "a rebuild could not check (see `jitwarden verify --rebuild` for why)",
+    "unrecognised": "jitwarden cannot judge (a format, flavour, version or producer it does not fully know): not "
+                    "checked, and not called damage; `jitwarden verify --all` says what was not understood",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One line of the diagnosis: what is wrong, how much of it, and the command that fixes it."""
+
+    code: str
+    severity: Severity
+    count: int
+    message: str
+    fix: str | None = None
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "severity": str(self.severity), "count": self.count, "message": self.message,
+                "fix": self.fix}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check everything: fingerprint, every cache, findings, warnings, fixes",
+                       description="The main job: fingerprint this machine, check every kernel cache it uses, "
+                                   "and say what fixes each problem. Exit 1 on any error-level finding.")
+    _common.add_scan_arguments(p)
+    try:
+        from jitwarden.cli import options as rebuild
+    except ImportError:  # pragma: no cover - rebuild is part of every install
+        rebuild = None
+    if rebuild is not None:
+        rebuild.add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False,
+             not_run=()) -> list[Problem]:
+    """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
+
+    tgt = report.target
+    suffix = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
+    suffix += "".join(" " + shlex.quote(display(p)) for p in paths)
+    counts: dict[str, int] = {}
+    denied: dict[str, int] = {}  # root -> entries whose only corrupt findings are files we may not read
+    for e in report.entries:
+        fs = report.findings_of(e)
+        codes = dict.fromkeys(f.code for f in fs)
+        if "corrupt" in codes and all(_denied(f.message) for f in fs if f.code == "corrupt"):
+            del codes["corrupt"]
+            denied[e.root] = denied.get(e.root, 0) + 1
+        for code in codes:
+            counts[code] = counts.get(code, 0) + 1
+    out_: list[Problem] = []
+    for code, n in counts.items():
+        fix = _FIX.get(code)
+        noun = "kernel" if code == "not-reproducible" else "entry"
+        out_.append(Problem(code, CODES[code], n, f"{plural(n, noun)} {_WHAT.get(code, code)}",
+                            fix + suffix if fix else None))
+    for root, n in denied.items():
+        # Not damage: this user may not read them. Cleaning would move entries their owner can use.
+        out_.append(Problem("unreadable", Severity.ERROR, n,
+                            f"{plural(n, 'entry')} in {display(out.short_path(root))} with files this user may not "
+                            "read (a permission problem, not damage)",
+                            f"ls -l {shlex.quote(display(root))}; then chmod -R u+rX, or run jitwarden as their owner"))
+    for c in report.caches:
+        path = display(c.root.path)
+        for f in c.findings:
+            out_.append(Problem(f.code, f.severity, 1, f"{path}: {f.message}",
+                                f"chmod o-w {path}" if "writable" in f.message else f"chown -R $USER {path}"))
+        if c.error:
+            out_.append(Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}"))
+    for kind, text, fix in warnings:
+        out_.append(Problem(kind, Severity.WARN, 1, text, fix))
+    for check, why in not_run:
+        out_.append(Problem("not-run", Severity.INFO, 1, f"start-up check {check} could not run: {why}", None))
+    others = [c for c in report.caches if c.root.partition and c.root.partition != current]
+    if others:
+        n = len({c.root.partition for c in others})
+        out_.append(Problem("partitions", Severity.INFO, n, f"{n} partition(s) of other environments "
+                            f"({out.human_bytes(sum(c.bytes for c in others))})", "jitwarden prune --older-than 30d"))
+    quarantined = sum(c.quarantined for c in report.caches) + elsewhere_quarantined(report)
+    if quarantined:
+        out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{plural(quarantined, 'entry')} in quarantine",
+                            "jitwarden quarantine ls  (restore ID, or empty --older-than 7d)"))
+    unsealed = [e for e in report.entries if e.kind == "triton" and e.type == "kernel" and not e.sealed
+                and not any(f.severity >= Severity.ERROR for f in report.findings_of(e))]
+    if unsealed and not rebuilt:
+        out_.append(Problem("unsealed", Severity.INFO, len(unsealed),
+                            f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "
+                            "under the same name passes every structural check, only a rebuild tells",
+                            "jitwarden doctor --rebuild" + suffix))
+    if tgt.arch is None:
+        archs: dict[int, int] = {}
+        for e in report.entries:
+            if e.arch:
+                archs[e.arch] = archs.get(e.arch, 0) + 1
+        if archs:
+            best = max(archs, key=lambda a: archs[a])
+            hint = f"jitwarden doctor --target sm_{best}  (most entries here are for sm_{best}; name the GPU that runs them)"
+        else:
+            hint = "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
+        out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks of cache "
+                            "entries and of torch and ptxas skipped", hint))
+    return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+
+
+def _archs(fp, report) -> tuple[int, ...]:
+    """The GPUs the start-up checks judge for: ``--target`` when given, else the visible ones."""
+    from jitwarden.runtime import startup_checks as sc
+
+    tgt = report.target
+    return sc.archs_of(fp, tgt.arch if tgt.source == "cli" else None)
+
+
+def startup_not_run(fp, report) -> list[tuple[str, str]]:
+    """(check, why) of each start-up check that could not run for the judged GPUs."""
+    if fp is None:
+        return [("torch-arch, ptxas", "no fingerprint of this machine")]
+    from jitwarden.runtime import startup_checks as sc
+
+    archs = _archs(fp, report)
+    if not archs:
+        return []  # said once, by the no-target line
+    return [(o.check, o.not_run) for o in sc.run_checks(fp, archs) if o.not_run]
+
+
+def _denied(message: str) -> bool:
+    return "unreadable: permission denied" in message.lower()
+
+
+def elsewhere_quarantined(report) -> int:
+    """Entries in the quarantines of roots jitwarden remembers (``clean /some/root``) that this scan did not cover."""
+    from jitwarden.store import qregistry
+    from jitwarden.store import quarantine as q
+
+    scanned = {os.path.realpath(c.root.path) for c in report.caches}
+    n = 0
+    for root in qregistry.roots():
+        if os.path.realpath(root) not in scanned:
+            n += len(q.list_root(root))
+    return n
+
+
+def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
+    """The guard's start-up warnings as (kind, text, fix), for ``--target`` when given, else the visible GPUs:
+    torch arch list, ptxas, shared unpartitioned roots."""
+    if fp is None:
+        return []
+    from jitwarden.runtime import startup_checks as sc
+
+    archs = _archs(fp, report)
+    out_ = []
+    for w in sc.torch_arch(fp, archs):
+        out_.append(("torch-arch", w, "pip install a torch build whose arch list has this GPU"))
+    for w in sc.ptxas_target(fp, archs):
+        var = "TRITON_PTXAS_BLACKWELL_PATH" if "TRITON_PTXAS_BLACKWELL_PATH" in w else "TRITON_PTXAS_PATH"
+        out_.append(("ptxas", w, f"export {var}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"))
+    seen = set()
+    for c in report.caches:
+        if c.root.partition or c.root.source == "partition" or not c.entries or c.root.path in seen:
+            continue
+        seen.add(c.root.path)
+        try:
+            shared = sc.shared_root(fp, c.root.path, archs)
+        except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
+            shared = []
+        for w in shared:
+            out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
+                                           "then jitwarden clean --stale"))
+    from jitwarden.runtime.remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
+    from jitwarden.runtime.firstuse import doctor_warnings  # proofs off, torch loaders that cannot be wrapped
+
+    for w in unguarded(os.environ):
+        out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
+                                            "fingerprint) or signed bundles (jitwarden export / import) instead"))
+    return out_ + doctor_warnings()
+
+
+def run(args) -> int:
+    from jitwarden.cli.commands.verify import check_rebuild_options
+
+    check_rebuild_options(args)
+    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
+    if getattr(args, "rebuild", False):
+        from jitwarden.ops import rebuild
+
+        rebuild.check_arguments(args)
+    fp = _common.fingerprint_or_none()
+    report = _common.run_scan(args, fp)
+    if getattr(args, "rebuild", False):
+        from jitwarden.cli.commands.verify import _rebuild
+
+        report = _rebuild(report, args)
+    digest = getattr(fp, "digest", None)
+    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, getattr(args, "rebuild", False),
+                     startup_not_run(fp, report))
+    probs = sorted(probs + protection_problems(report), key=lambda p: (-int(p.severity), p.code))
+    worst = report.worst
+    if args.format == "json":
+        doc = out.to_json(report, digest, "doctor --rebuild" if getattr(args, "rebuild", False) else "doctor", entries=[])
+        doc["headline"] = fp.headline() if fp is not None else None
+        doc["problems"] = [p.to_json() for p in probs]
+        doc["ok"] = worst != Severity.ERROR
+        out.print_json(doc)
+    else:
+        _print(report, fp, digest, probs, args)
+    return EXIT_FINDINGS if worst == Severity.ERROR else EXIT_OK
+
+
+def _print(report, fp, digest, probs, args) -> None:
+    con = out.console()
+    con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
+    if report.caches:
+        con.print(out.caches_table(report, long=args.long, current_digest=digest))
+        if any(c.root.partition == digest for c in report.caches):
+            con.print(out.text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
+    else:
+        from jitwarden.env import locations
+
+        where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
+        con.print(out.text(f"no kernel caches found yet (looked in {where} and jitwarden's partitions); "
+                           "they appear after the first Triton or torch.compile run"))
+    out.hanging(con, out.text((out.summary_line(report), "dim")))
+    style = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
+    for p in probs:
+        out.hanging(con, out.text((str(p.severity), style[p.severity]), " ", (p.code, "bold"), ": ", p.message))
+        if p.fix:
+            out.hanging(con, out.text("    fix: ", (p.fix, "bold")), indent=9)
+    if report.worst == Severity.ERROR:
+        con.print(out.text(("problems at error level", "bold red"), ": run the fix commands above "
+                           "(each prints its plan and asks first)"))
+    elif not [p for p in probs if p.severity > Severity.INFO]:
+        caveats = []
+        unjudged = sum(p.count for p in probs if p.code == "unrecognised")
+        if unjudged:
+            caveats.append(f"{plural(unjudged, 'entry', 'entries')} could not be judged")
+        skipped = [p for p in probs if p.code in ("not-run", "no-target")]
+        if skipped:
+            caveats.append(f"{plural(len(skipped), 'check')} could not run")
+        if caveats:
+            con.print(out.text(("no problem at warning or error level", "green"),
+                               f", but {' and '.join(caveats)} (see above)"))
+        else:
+            con.print(out.text(("all good", "green"), ": no problem at warning or error level"))
+    else:
+        con.print(out.text("no errors; the warnings above are worth a look"))
+    sys.stdout.flush()
+
+
+# --- reduced protection and leftover trash (the runtime's own report; see `status`) -------------
+
+
+def protection_problems(report, env=None) -> list[Problem]:
+    """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
+    the environment and the roots the scan found)."""
+    from jitwarden.cli.commands.status import protection_lines
+
+    return [Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
+            for n in protection_lines(report, env)]

@@ -1,0 +1,133 @@
+"""``jitwarden export -o FILE``: one signed file of this environment's verified cache entries.
+
+Only entries of this fingerprint's partitions, that pass ``verify`` (``--rebuild``: proven
+by re-assembly first), and whose seal still holds go in. Exit 0 when the bundle was
+written, 1 when nothing could be exported, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from jitwarden.cli import render as out
+from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from jitwarden.model.findings import Severity
+from jitwarden.cli.commands import _common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="write a signed bundle of this environment's verified cache entries",
+                       description="Write one file (tar + signed manifest) of this fingerprint's sealed entries "
+                                   "that pass verify, for `jitwarden import` on other nodes.")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (.gz: compressed)")
+    p.add_argument("--kind", action="append", metavar="KIND",
+                   help="only these partitioned cache kinds (repeatable): triton, inductor, vllm, torch-ext")
+    p.add_argument("--key", metavar="PATH", help="secret key (default: JITWARDEN_SIGNING_KEY, else <config>/signing-key)")
+    p.add_argument("--unsigned", action="store_true", help="write an unsigned bundle (import refuses it by default)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    from jitwarden.cli import options as rebuild_args
+
+    rebuild_args.add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def select(report) -> tuple[list, list]:
+    """(entries to export, [(entry, why not)]): anything with a finding at warn level or above stays home."""
+    take, leave = [], []
+    for e in report.entries:
+        worst = max((f.severity for f in report.findings_of(e)), default=None)
+        if worst is not None and worst >= Severity.WARN:
+            codes = sorted({f.code for f in report.findings_of(e) if f.severity >= Severity.WARN})
+            leave.append((e, "verify: " + ", ".join(codes)))
+        elif e.kind == "triton" and not e.sealed:
+            leave.append((e, "not sealed"))
+        else:
+            take.append(e)
+    return take, leave
+
+
+def run(args) -> int:
+    from jitwarden.ops import bundle, keys
+    from jitwarden.store import partition
+    from jitwarden.ops import scan as scanner
+    from jitwarden.env.locations import KINDS, default_base
+    from jitwarden.model.entries import CacheRoot
+
+    kinds = _common.kinds_of(args) or bundle.PARTITIONED
+    bad = [k for k in kinds if k not in bundle.PARTITIONED]
+    if bad:
+        raise UsageError(f"--kind {bad[0]}: only partitioned kinds can be exported ({', '.join(bundle.PARTITIONED)})")
+    if args.rebuild:
+        from jitwarden.ops import rebuild
+
+        rebuild.check_arguments(args)
+    signer = None
+    if not args.unsigned:
+        path = keys.signing_key_path(args.key)
+        try:
+            signer = keys.load_signing_key(path)
+        except keys.KeyError_ as exc:
+            raise UsageError(f"{exc} (make one with `jitwarden keygen`, or pass --unsigned)") from None
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir):
+        raise UsageError(f"{args.output}: directory {out_dir} does not exist")
+
+    from jitwarden.env import fingerprint
+
+    fp = fingerprint.collect()
+    digest = fp.digest
+    env = os.environ
+    roots, partitions = [], {}
+    for kind, var in KINDS:
+        if kind not in kinds:
+            continue
+        cur = env.get(var)
+        base = partition.base_of(cur) if cur else default_base(kind, env)
+        pdir = partition.path_for(base, digest)
+        if os.path.isdir(pdir) and not os.path.islink(pdir):
+            roots.append((CacheRoot(kind, pdir, "partition", digest, base), None))
+            partitions[kind] = pdir
+    target = _common.resolve_target(None, fp)
+    judge = scanner.make_judge(target.arch, 3600.0, fp=fp)
+    report = scanner.scan(roots, judge, target, expand=False)
+    if args.rebuild:
+        from jitwarden.cli.commands.verify import _rebuild
+
+        report = _rebuild(report, args)
+    take, leave = select(report)
+    entries, skipped = [], [(e, why) for e, why in leave]
+    for e in take:
+        pdir = partitions[e.kind]
+        rec = bundle.describe(e.kind, pdir, e.path, e.sealed)
+        if isinstance(rec, str):
+            skipped.append((e, rec))
+        else:
+            entries.append(rec)
+    producer = {"jitwarden": _version(), **{p.name: p.version for p in fp.packages}}
+    manifest = bundle.Manifest(digest, fp.to_json(), producer, time.time(), tuple(entries))
+    size = bundle.write(args.output, manifest, partitions, signer) if entries else 0
+    doc = {"schema": 1, "bundle": os.path.abspath(args.output) if entries else None, "digest": digest,
+           "signed_by": signer.id if signer else None, "entries": len(entries),
+           "bytes": sum(e.bytes for e in entries), "file_bytes": size,
+           "skipped": [{"kind": e.kind, "path": e.path, "why": why} for e, why in skipped],
+           "partitions": partitions}
+    if args.format == "json":
+        out.print_json(doc)
+    else:
+        for e, why in skipped:
+            print(f"skipped {e.kind} {out.short_path(e.path)}: {why}", file=sys.stderr)
+        if entries:
+            print(f"{args.output}: {len(entries)} entries, {doc['bytes']} bytes of cache, fingerprint {digest}, "
+                  + (f"signed by key {signer.id}" if signer else "UNSIGNED"))
+        else:
+            where = ", ".join(partitions.values()) or "no partition of this fingerprint exists"
+            print(f"jitwarden: nothing to export for fingerprint {digest} ({where})", file=sys.stderr)
+    return EXIT_OK if entries else EXIT_FINDINGS
+
+
+def _version() -> str:
+    from jitwarden import __version__
+
+    return __version__

@@ -1,0 +1,39 @@
+"""``jitwarden metrics``: a Prometheus textfile of cache health and remote-cache traffic."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from jitwarden.model.errors import EXIT_OK, UsageError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("metrics", help="write Prometheus metrics (node-exporter textfile collector)",
+                       description="Print, or write atomically, metrics: remote and local hits and misses, rejects by "
+                                   "reason, quarantines, partitions and their bytes, the last verify.")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    where.add_argument("--textfile-dir", metavar="DIR",
+                       help="write DIR/jitwarden.prom (node-exporter's --collector.textfile.directory)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from jitwarden.ops import metrics
+
+    try:
+        from jitwarden.env import fingerprint
+
+        current = fingerprint.collect().digest
+    except Exception:  # noqa: BLE001 - metrics without the current mark are still metrics
+        current = None
+    text = metrics.render(metrics.collect(os.environ, current))
+    path = os.path.join(args.textfile_dir, "jitwarden.prom") if args.textfile_dir else args.output
+    if path is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"{os.path.dirname(os.path.abspath(path))}: no such directory")
+    metrics.write_textfile(path, text)
+    return EXIT_OK

@@ -1,0 +1,139 @@
+"""``jitwarden prune [PATH…]``: remove whole fingerprint partitions, least recently used first.
+
+A partition (``<root>/jitwarden-v1/<digest>/``) holds what one environment compiled.
+Never the current environment's, never one written to within ``--orphan-age`` (a live
+process); each is renamed into quarantine under the locks of its root and itself, then
+deleted (``--keep-quarantined``: left restorable there).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from jitwarden.ops import plans as cleanplan, maintenance
+from jitwarden.store import locks as lock, partition
+from jitwarden.cli import render as out
+from jitwarden.model.text import display, size_arg, age_arg
+from jitwarden.model.errors import UsageError
+from jitwarden.model.layout import PARTITIONS_DIR
+from jitwarden.cli.commands import _common
+from jitwarden.cli.commands.clean import add_action_arguments, confirm
+
+
+def register(sub) -> None:
+    p = sub.add_parser("prune", help="remove whole partitions of other environments, least recently used first",
+                       description="Remove whole fingerprint partitions (never the current environment's), least "
+                                   "recently used first. Prints the plan and asks first.")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="roots holding partitions (default: every root found)")
+    p.add_argument("--keep", type=int, metavar="N", help="keep the N most recently used partitions per root (the current one counts)")
+    p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="drop the least recently used until a root's partitions fit in SIZE (500M, 20G)")
+    p.add_argument("--older-than", type=age_arg, metavar="AGE", help="drop partitions unused for more than AGE (30d, 12h)")
+    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
+                   help="a partition written to more recently than AGE is in use and kept (default 1h)")
+    p.add_argument("--keep-quarantined", action="store_true", help="leave pruned partitions restorable in quarantine")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--long", action="store_true", help="show full paths")
+    add_action_arguments(p)
+    p.set_defaults(func=run)
+
+
+def bases(paths) -> list[str]:
+    """Roots that hold a partitions dir: those named, else every discovered root's base."""
+    if paths:
+        out_ = []
+        for p in paths:
+            if not os.path.isdir(p):
+                raise UsageError(f"{display(p)}: not a directory")
+            s = partition.split(os.path.abspath(p))
+            out_.append(s[0] if s else os.path.abspath(p))
+        return out_
+    from jitwarden.ops import scan
+
+    cands = []
+    for r, _ in scan.default_roots():
+        cands += [partition.base_of(r.path)] + ([r.base] if r.base else [])
+    seen, out_ = set(), []
+    for c in cands:
+        k = os.path.realpath(c)
+        if k not in seen and os.path.isdir(os.path.join(c, PARTITIONS_DIR)):
+            seen.add(k)
+            out_.append(c)
+    return out_
+
+
+def facts(base_list, current) -> list[cleanplan.PartitionFacts]:
+    out_ = []
+    for b in base_list:
+        for path, info in partition.list_partitions(b):
+            out_.append(maintenance.partition_facts(b, path, os.path.basename(path), info.last_used if info else None, current))
+    return out_
+
+
+def run(args) -> int:
+    if args.keep is None and args.max_size is None and args.older_than is None:
+        raise UsageError("prune needs --keep N, --max-size SIZE or --older-than AGE")
+    if args.keep is not None and args.keep < 1:
+        raise UsageError("--keep must be at least 1 (the current partition always stays)")
+    busy = _common.orphan_age(args)
+    fp = _common.fingerprint_or_none()
+    current = getattr(fp, "digest", None)
+    if current is None:
+        raise UsageError("the current fingerprint is unavailable, so its partition cannot be told apart; nothing pruned")
+    base_list = bases(args.paths)
+    for b in base_list:  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
+        lock.vet(b)
+    now = time.time()
+    plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy)
+    if args.format != "json":
+        _print_plan(plan, args.long)
+    if not plan or not confirm(args, f"Remove {len(plan)} partition(s) ({out.human_bytes(sum(a.partition.bytes for a in plan))})?"):
+        if args.format == "json":
+            _json(plan, [], args)
+        elif plan:
+            print("dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr)
+        return 0
+    roots = {a.partition.base for a in plan} | {a.partition.path for a in plan}
+    with lock.hold(roots, args.lock_timeout):
+        # Under the locks, decide again: act only on what was shown and is still chosen.
+        shown = {a.partition.path for a in plan}
+        again = cleanplan.plan_prune(facts(sorted({a.partition.base for a in plan}), current), args.keep,
+                                     args.max_size, args.older_than, time.time(), busy)
+        outcomes = maintenance.prune([a for a in again if a.partition.path in shown], current=current,
+                                     keep_quarantined=args.keep_quarantined)
+    outcomes += [maintenance.Outcome(p, os.path.basename(p), "skipped", "no longer chosen (used or changed since the plan)")
+                 for p in sorted(shown - {a.partition.path for a in again})]
+    if args.format == "json":
+        _json(plan, outcomes, args)
+    else:
+        for o in outcomes:
+            if o.status == "skipped" or o.why:
+                print(f"jitwarden: {o.status} {display(o.path)}: {o.why}", file=sys.stderr)
+        done = [o for o in outcomes if o.status != "skipped"]
+        print(f"pruned {len(done)} partition(s), {out.human_bytes(sum(o.bytes for o in done))}")
+    return 0
+
+
+def _print_plan(plan, long: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = out.console()
+    if not plan:
+        con.print("nothing to prune")
+        return
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("PARTITION", "ROOT", "LAST USED", "SIZE", "WHY"):
+        t.add_column(col, justify="right" if col == "SIZE" else "left")
+    for a in plan:
+        p = a.partition
+        t.add_row(*(escape(display(x)) for x in (p.path if long else p.digest, out.short_path(p.base),
+                                                  out.human_age(p.last_used) + " ago", out.human_bytes(p.bytes), a.why)))
+    con.print(t)
+    con.print(f"[dim]plan: {len(plan)} partition(s), {out.human_bytes(sum(a.partition.bytes for a in plan))}[/dim]")
+
+
+def _json(plan, outcomes, args) -> None:
+    out.print_json({"schema": 1, "tool": out.tool(), "command": "prune", "dry_run": bool(args.dry_run),
+                    "plan": [a.to_json() for a in plan], "done": [o.to_json() for o in outcomes]})

@@ -1,0 +1,65 @@
+"""``jitwarden run -- CMD ARGS…``: run CMD with jitwarden's activation applied through its environment.
+
+The activation is applied to a copy of the environment, then CMD replaces this
+process (``execvpe``): its exit code and signals are CMD's own, by construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from jitwarden.model.errors import UsageError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a command with partitioned, guarded kernel caches",
+                       description="Run CMD with jitwarden activated through its environment "
+                                   "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, TRITON_CACHE_MANAGER).",
+                       usage="jitwarden run [-q] [-v] -- CMD [ARGS...]")
+    p.add_argument("-q", "--quiet", action="store_true", help="no start-up warnings")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the partition and changed variables to stderr")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments, after --")
+    p.set_defaults(func=run)
+
+
+def command_of(args) -> list[str]:
+    cmd = list(args.cmd or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("run needs a command: jitwarden run -- CMD [ARGS...]")
+    return cmd
+
+
+def run(args) -> int:
+    from jitwarden.runtime.activation import activate
+
+    cmd = command_of(args)
+    env = dict(os.environ)
+    rec = activate(env=env, quiet=args.quiet)
+    if rec.active:
+        from jitwarden.runtime.torchhooks import add_boot_path  # the command's own Python guards what torch restores mid-run
+
+        add_boot_path(env)
+    if args.verbose:
+        print(f"jitwarden: {rec.headline or 'not active'}", file=sys.stderr)
+        for var, path in rec.partitions.items():
+            print(f"jitwarden: {var}={path}", file=sys.stderr)
+        if rec.cache_manager:
+            print(f"jitwarden: TRITON_CACHE_MANAGER={rec.cache_manager}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except FileNotFoundError:
+        print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
+        return 126
+    except OSError as exc:
+        print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
+        return 126
+    return 0  # not reached

@@ -1,0 +1,219 @@
+"""Facts about the installed torch, read from its files without importing it.
+
+Importing torch costs seconds and may touch CUDA; the activation path must do
+neither. The compiled arch list (which GPUs torch's own kernels were built for) is
+the string ``torch.cuda.get_arch_list()`` returns: ``CUDA_ARCH_FLAGS``, compiled into
+``torch/lib/libtorch_python.so`` as a C string (e.g. ``"sm_75 sm_80 sm_86 sm_90 sm_100
+sm_120"``), read from that library's ``.rodata`` by seeking over its ELF section table.
+
+Not the fatbinary of ``libtorch_cuda.so``: on the H200 (torch 2.11+cu130) its entries
+span sm_75..sm_121 because bundled third-party kernels carry their own archs, while
+torch's own kernels cover ``sm_75 sm_80 sm_86 sm_90 sm_100 sm_120`` only; the union
+would hide exactly the GB10 (sm_121) case this list exists to catch.
+
+Standard library only: this module is on the activation path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import sys
+from dataclasses import dataclass
+
+from jitwarden.store.fsutil import package_dir
+
+MAX_RODATA = 256 << 20
+_FLAGS = re.compile(rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)")
+
+
+@dataclass(frozen=True, slots=True)
+class TorchInfo:
+    """An installed torch: version, CUDA it was built with, and its compiled GPU archs."""
+
+    version: str
+    cuda: str | None
+    git_version: str | None
+    arch_list: tuple[str, ...] | None  # e.g. ("compute_90", "sm_80", "sm_90"); None: unknown
+    directory: str
+
+
+def torch_dir() -> str | None:
+    """The installed torch package directory, found without importing torch."""
+    return package_dir("torch")
+
+def torch_bin_ptxas() -> str | None:
+    """``torch/bin/ptxas`` (shipped by CUDA wheels; Inductor's default ptxas) if present."""
+    d = torch_dir()
+    if not d:
+        return None
+    p = os.path.join(d, "bin", "ptxas")
+    return p if os.path.isfile(p) else None
+
+
+def libtorch_python_path(directory: str | None = None) -> str | None:
+    d = directory or torch_dir()
+    if not d:
+        return None
+    p = os.path.join(d, "lib", "libtorch_python.so")
+    return p if os.path.isfile(p) else None
+
+
+def parse_version_py(text: str) -> dict[str, str | None]:
+    """``cuda`` and ``git_version`` from ``torch/version.py`` text, without exec."""
+    out: dict[str, str | None] = {}
+    for name in ("cuda", "git_version", "hip", "__version__"):
+        m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)", text, re.MULTILINE)
+        out[name] = (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
+    return out
+
+
+def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | None:
+    """What we know about the installed torch, or None when torch is not installed.
+
+    ``version`` saves a metadata lookup when the caller already read the dist-info.
+    The arch list is memoised in ``memo`` by (path, size, mtime_ns) of libtorch_python.so.
+    """
+    d = torch_dir()
+    if not d:
+        return None
+    if version is None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+    vp = {}
+    try:
+        with open(os.path.join(d, "version.py"), encoding="utf-8", errors="replace") as f:
+            vp = parse_version_py(f.read())
+    except OSError:
+        pass
+    version = version or vp.get("__version__") or "unknown"
+    return TorchInfo(version=version, cuda=vp.get("cuda"), git_version=vp.get("git_version"),
+                     arch_list=arch_list(d, memo), directory=d)
+
+
+def normalize_arches(names) -> tuple[str, ...]:
+    """``["sm_90a", "compute_90"]`` -> ``("compute_90", "sm_90")``: sorted, suffix-free, unique."""
+    out = set()
+    for n in names:
+        m = re.fullmatch(r"(sm|compute)_(\d+)[af]?", str(n).strip())
+        if m:
+            out.add(f"{m.group(1)}_{m.group(2)}")
+    return tuple(sorted(out, key=lambda s: (int(s.split("_")[1]), s)))
+
+
+def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[str, ...] | None:
+    """torch's compiled arch list, as ``torch.cuda.get_arch_list()`` gives it, without importing torch.
+
+    Read from libtorch_python.so (memoised by its stat), so the answer and the fingerprint
+    digest do not depend on whether torch was imported first; a torch already imported is
+    asked (``torch._C._cuda_getArchFlags()``, which does not initialise CUDA) only when the
+    library holds no such string. None: a CPU build, or unknown.
+    """
+    lib = libtorch_python_path(directory)
+    if lib:
+        try:
+            st = os.stat(lib)
+            key = f"flags|{os.path.realpath(lib)}|{st.st_size}|{st.st_mtime_ns}"
+        except OSError:
+            key = None
+        if key and memo is not None and isinstance(memo.get(key), list):
+            return tuple(memo[key])
+        unreadable = bool(key and memo is not None and memo.get(key) == "unreadable")
+        found = None if unreadable else arch_flags(lib)
+        if found is not None:
+            result = normalize_arches(found)
+            if key and memo is not None:
+                memo[key] = list(result)
+            return result
+        if key and memo is not None:
+            memo[key] = "unreadable"  # do not read the library again at every start
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            flags = torch._C._cuda_getArchFlags()
+            if flags:
+                return normalize_arches(str(flags).split())
+        except Exception:  # noqa: BLE001 - a CPU build or an odd torch: unknown
+            pass
+    return None
+
+
+def arch_flags(path: str) -> tuple[str, ...] | None:
+    """The ``CUDA_ARCH_FLAGS`` string compiled into a library's ``.rodata``, split; None if absent.
+
+    The flags are a whole C string of ``sm_XX``/``compute_XX`` tokens separated by single
+    spaces; the longest such string wins (a lone token elsewhere is not taken for it).
+    """
+    try:
+        with open(path, "rb") as f:
+            sections = elf_sections(f)
+            if not sections or ".rodata" not in sections:
+                return None
+            off, size = sections[".rodata"]
+            if size > MAX_RODATA:
+                return None
+            f.seek(off)
+            data = f.read(size) + b"\0"
+    except (OSError, ValueError, struct.error):
+        return None
+    best = max((m.group(1) for m in _FLAGS.finditer(data)), key=lambda b: (b.count(b" "), len(b)), default=None)
+    return tuple(best.decode("ascii").split()) if best else None
+
+
+# --- seek-based ELF section table ----------------------------------------------------
+
+
+def elf_sections(f) -> dict[str, tuple[int, int]] | None:
+    """name -> (file offset, size) of every section of an open little-endian ELF file."""
+    f.seek(0)
+    ident = f.read(64)
+    if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[5] != 1:
+        return None
+    is64 = ident[4] == 2
+    if is64:
+        shoff, = struct.unpack_from("<Q", ident, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
+        fmt, off_i, size_i = "<IIQQQQIIQQ", 4, 5
+    else:
+        shoff, = struct.unpack_from("<I", ident, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x2E)
+        fmt, off_i, size_i = "<IIIIIIIIII", 4, 5
+    if shoff == 0 or shentsize < struct.calcsize(fmt):
+        return None
+
+    def header(i):
+        f.seek(shoff + i * shentsize)
+        raw = f.read(struct.calcsize(fmt))
+        if len(raw) < struct.calcsize(fmt):
+            raise ValueError("truncated section header")
+        return struct.unpack(fmt, raw)
+
+    first = header(0)
+    if shnum == 0:
+        shnum = first[size_i]
+    if shstrndx == 0xFFFF:
+        shstrndx = first[6]
+    if shnum > 100_000 or shstrndx >= shnum:
+        return None
+    f.seek(shoff)
+    table = f.read(shnum * shentsize)
+    if len(table) < shnum * shentsize:
+        return None
+    rows = [struct.unpack_from(fmt, table, i * shentsize) for i in range(shnum)]
+    stroff, strsize = rows[shstrndx][off_i], rows[shstrndx][size_i]
+    if strsize > 64 << 20:
+        return None
+    f.seek(stroff)
+    strtab = f.read(strsize)
+    out = {}
+    for r in rows:
+        end = strtab.find(b"\0", r[0])
+        name = strtab[r[0]:end if end >= 0 else None].decode("ascii", "replace")
+        if name and r[1] != 8:  # SHT_NOBITS has no file content
+            out[name] = (r[off_i], r[size_i])
+    return out

@@ -1,0 +1,181 @@
+"""Carry out a clean or prune plan: the thin disk layer, in a documented safe order.
+
+For each action, with the root's lock already held by the caller:
+
+1. re-check: the entry still exists; no parent between root and entry is a symlink
+   (a symlinked *entry* is fine: it is moved as a link, its target never touched);
+   no ``tmp.pid_*`` inside is younger than the orphan age (a live writer);
+2. one atomic, no-replace ``rename`` into ``<root>/jitwarden-quarantine/`` with its record;
+3. only with ``purge``: delete the slot (itself renamed into the trash first).
+
+A kill at any moment leaves each entry wholly in place or wholly in quarantine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass
+
+from jitwarden.store import quarantine as q
+from jitwarden.ops.plans import Action, PruneAction
+from jitwarden.store.locks import LOCK_NAME
+
+_LEFTOVER = re.compile(r"^tmp\.pid_\d+_|\.tmp\.pid_\d+_")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one action: quarantined, deleted or skipped (and why)."""
+
+    path: str
+    id: str
+    status: str  # quarantined | deleted | skipped
+    why: str = ""
+    quarantine_id: str | None = None
+    bytes: int = 0
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "id": self.id, "status": self.status, "why": self.why,
+                "quarantine_id": self.quarantine_id, "bytes": self.bytes}
+
+
+def escapes(root: str, path: str) -> str | None:
+    """Why ``path`` may not be acted on as an entry of ``root``, or None (a symlinked parent, outside the root)."""
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+        return "not inside its cache root"
+    parent = os.path.dirname(rel)
+    if parent and os.path.realpath(os.path.join(root, parent)) != os.path.join(os.path.realpath(root), parent):
+        return "a directory between the root and the entry is a symlink; not followed"
+    return None
+
+
+def leftovers(path: str, now: float, orphan_age: float) -> tuple[list[str], list[tuple[str, float]]]:
+    """(old, fresh) write leftovers directly inside an entry directory: names, and (name, age) of fresh ones."""
+    old, fresh = [], []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if not _LEFTOVER.search(e.name):
+                    continue
+                try:
+                    age = now - e.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    continue
+                (old.append(e.name) if age >= orphan_age else fresh.append((e.name, age)))
+    except OSError:
+        pass
+    return old, fresh
+
+
+def check(a: Action, now: float, orphan_age: float) -> str | None:
+    """Why an action must be skipped now, or None to go ahead (reads only)."""
+    try:
+        st = os.lstat(a.path)
+    except FileNotFoundError:
+        return "gone since the scan"
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror}"
+    why = escapes(a.root, a.path)
+    if why:
+        return why
+    if stat.S_ISDIR(st.st_mode):
+        _old, fresh = leftovers(a.path, now, orphan_age)
+        if fresh:
+            name, age = fresh[0]
+            return f"being written by a live process ({name}, {age:.0f}s old)"
+    return None
+
+
+def clean(actions, *, purge: bool = False, orphan_age: float = 3600.0, by: str = "clean",
+          fingerprint: str | None = None, on_outcome=None) -> list[Outcome]:
+    """Carry out clean actions in order; the caller holds the lock of every root involved."""
+    if not 0.0 <= orphan_age < float("inf"):  # a negative or NaN age makes a live writer's files look old
+        raise ValueError(f"orphan age must be a finite number of seconds >= 0, not {orphan_age!r}")
+    outcomes = []
+    for a in actions:
+        now = time.time()
+        why = check(a, now, orphan_age)
+        if why:
+            done = [Outcome(a.path, a.id, "skipped", why)]
+        elif a.scope == "leftovers":
+            old, _fresh = leftovers(a.path, now, orphan_age)
+            done = [_move(os.path.join(a.path, n), a, f"{a.id}/{n}", purge, by, fingerprint) for n in old] or [
+                Outcome(a.path, a.id, "skipped", "no write leftovers older than the orphan age any more")]
+        else:
+            done = [_move(a.path, a, a.id, purge, by, fingerprint)]
+        for o in done:
+            outcomes.append(o)
+            if on_outcome:
+                on_outcome(o)
+    return outcomes
+
+
+def _move(path: str, a: Action, entry_id: str, purge: bool, by: str, fingerprint: str | None) -> Outcome:
+    reason = a.reasons[0] if a.reasons else "clean"
+    try:
+        rec = q.move(path, reason, a.details, root=a.root, entry_id=entry_id, kind=a.kind, by=by,
+                     fingerprint=fingerprint)
+    except FileNotFoundError:
+        return Outcome(path, entry_id, "skipped", "gone since the scan")
+    except (OSError, q.QuarantineError) as exc:
+        return Outcome(path, entry_id, "skipped", _why(exc))
+    if not purge:
+        return Outcome(path, entry_id, "quarantined", "", rec.id, rec.bytes)
+    try:
+        q.purge(rec)
+    except (OSError, q.QuarantineError) as exc:
+        return Outcome(path, entry_id, "quarantined", f"not deleted: {_why(exc)}", rec.id, rec.bytes)
+    return Outcome(path, entry_id, "deleted", "", rec.id, rec.bytes)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return (exc.strerror or str(exc)).lower()
+    return str(exc)
+
+
+# ---------------------------------------------------------------- prune
+
+
+def partition_facts(base: str, path: str, digest: str, last_used: float | None, current: str | None):
+    """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
+    from jitwarden.ops.plans import PartitionFacts
+
+    total, newest = q.tree_stats(path, skip=frozenset({LOCK_NAME}))  # our own lock file is not a use
+    if not last_used:
+        try:
+            last_used = os.lstat(path).st_mtime
+        except OSError:
+            last_used = 0.0
+    return PartitionFacts(base, path, digest, float(last_used), total, digest == current, newest)
+
+
+def prune(actions: list[PruneAction], *, current: str | None, keep_quarantined: bool = False,
+          on_outcome=None) -> list[Outcome]:
+    """Remove whole partitions: each renamed into its base's quarantine, then deleted (unless kept)."""
+    from jitwarden.model.layout import PARTITIONS_DIR
+
+    outcomes = []
+    for a in actions:
+        p = a.partition
+        if p.digest == current:  # the planner never asks; this is the last line of defence
+            o = Outcome(p.path, p.digest, "skipped", "this environment's partition")
+        else:
+            try:
+                st = os.lstat(p.path)
+                bad = None if stat.S_ISDIR(st.st_mode) else "not a directory"
+            except FileNotFoundError:
+                bad = "gone since the scan"
+            o = Outcome(p.path, p.digest, "skipped", bad) if bad else None
+            if o is None:
+                fake = Action("partition", p.base, f"{PARTITIONS_DIR}/{p.digest}", p.path, "partition", p.bytes,
+                              p.last_used, ("pruned",), (a.why,))
+                o = _move(p.path, fake, fake.id, not keep_quarantined, "prune", p.digest)
+        outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    return outcomes

@@ -1,0 +1,416 @@
+"""``jitwarden.activate()``: partition this process's kernel caches by fingerprint and guard Triton's.
+
+Standard library only, no torch, no CUDA initialisation, a few milliseconds
+warm, and it never raises into the host program.
+
+What it changes in ``env`` (``os.environ`` by default, in place):
+
+- ``TRITON_CACHE_DIR`` -> ``<triton root>/jitwarden-v1/<digest>``;
+- ``TORCHINDUCTOR_CACHE_DIR`` -> ``<inductor root>/jitwarden-v1/<digest>``: Inductor's FX-graph
+  and autotune caches are not keyed by GPU arch either;
+- ``VLLM_CACHE_ROOT`` -> ``<vllm root>/jitwarden-v1/<digest>``: vLLM has no separate variable for
+  its ``torch_compile_cache`` (keyed by GPU name, not compute capability or driver); the
+  rest of its root (model-info and asset caches) is small and rebuilt on demand;
+  (Inductor and vLLM roots only when torch, respectively vLLM, is installed.)
+- ``TRITON_CACHE_MANAGER`` -> ``jitwarden.guard:GuardedCacheManager``, unless the user set
+  another manager (then one warning, and it stays).
+
+A root the user set explicitly is kept and partitioned *inside* (a Docker volume on
+``~/.triton`` keeps working); an already partitioned value is never nested again.
+``JITWARDEN_PARTITION=0`` leaves every root as it is (the guard is still installed);
+``JITWARDEN_DISABLE=1`` makes activation do nothing at all.
+
+Warm path: the fingerprint facts (digest, headline, packages, archs, fingerprint-derived
+warnings) come from ``activation_memo``, which checks by stat and by value everything the
+fingerprint was computed from, importing only ``os``, ``sys`` and ``json``; any change is a
+miss and the fingerprint is computed again (and memoised). Everything about the cache
+roots (unsafe-root refusal, private fallback, partition last use, shared-root sample) is
+not memoised: it runs live on both paths.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.env.locations import KINDS, default_base
+
+MANAGER = "jitwarden.guard:GuardedCacheManager"
+_REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"  # remote_wiring.REMOTE_MANAGER
+_SAID: set[str] = set()
+_LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
+
+
+class Activation:
+    """What one activation did: the fingerprint digest, each redirected variable, and why anything was not.
+
+    Immutable. A ``__slots__`` class rather than a frozen dataclass: ``dataclasses`` (and the
+    ``inspect`` it imports) would cost more than the rest of a warm activation.
+    """
+
+    __slots__ = ("digest", "partitions", "cache_manager", "warnings", "skipped", "headline")
+
+    def __init__(self, digest: str | None, partitions: dict | None = None, cache_manager: str | None = None,
+                 warnings: tuple[str, ...] = (), skipped: dict | None = None, headline: str | None = None):
+        put = object.__setattr__
+        put(self, "digest", digest)
+        put(self, "partitions", {} if partitions is None else partitions)  # env var -> partition path
+        put(self, "cache_manager", cache_manager)  # the TRITON_CACHE_MANAGER in effect
+        put(self, "warnings", tuple(warnings))
+        put(self, "skipped", {} if skipped is None else skipped)  # what -> why it was not done
+        put(self, "headline", headline)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}: Activation is immutable")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"cannot delete field {name!r}: Activation is immutable")
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # holds dicts, like the frozen dataclass it replaces (whose hash raised)
+
+    def __repr__(self) -> str:
+        return "Activation(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+
+    @property
+    def active(self) -> bool:
+        return self.digest is not None
+
+    def to_json(self) -> dict:
+        return {"schema": 1, "digest": self.digest, "partitions": dict(self.partitions),
+                "cache_manager": self.cache_manager, "warnings": list(self.warnings),
+                "skipped": dict(self.skipped), "headline": self.headline}
+
+
+def _off(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("0", "false", "no", "off")
+
+
+def _on(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _triton_knobs():
+    """``triton.knobs.cache`` when Triton is already imported (never imports it), else None."""
+    mod = sys.modules.get("triton")
+    knobs = getattr(mod, "knobs", None) if mod is not None else None
+    return getattr(knobs, "cache", None)
+
+
+def _current(kind: str, var: str, env, knobs) -> str | None:
+    """The value in effect: a Python-level ``triton.knobs.cache.dir`` overrides the variable."""
+    if kind == "triton" and knobs is not None and "dir" in vars(knobs):
+        return vars(knobs)["dir"]
+    return env.get(var) or None
+
+
+def _usable_base(base: str) -> str | None:
+    """None when ``base`` is safe to hold partitions, else why not (creates it if missing)."""
+    try:
+        os.makedirs(base, exist_ok=True)
+        why = next(iter(locations.root_problems(base)), None)
+    except OSError as exc:
+        return f"cannot create it: {exc.strerror}"
+    if why:
+        return why
+    if not os.access(base, os.W_OK | os.X_OK):
+        return "not writable"
+    return None
+
+
+def _private_base(kind: str, env) -> str:
+    from jitwarden.runtime.memo import memo_dir
+
+    return os.path.join(memo_dir(env), "roots", kind)
+
+
+def _private_top(env) -> str:
+    from jitwarden.runtime.memo import memo_dir
+
+    return memo_dir(env)
+
+
+def _runtime_base(kind: str, env) -> str:
+    """A per-user private root off the (maybe read-only) home: ``$XDG_RUNTIME_DIR``, else the temp dir."""
+    return os.path.join(_runtime_top(env), "roots", kind)
+
+
+def _runtime_top(env) -> str:
+    run = env.get("XDG_RUNTIME_DIR")
+    if run and os.path.isabs(run):
+        return os.path.join(run, "jitwarden")
+    return os.path.join(env.get("TMPDIR") or "/tmp", f"jitwarden-{os.getuid()}")
+
+
+def _not_ours(top: str) -> str | None:
+    """None when ``top`` (made 0700 if missing) is a directory of ours nobody else can write, else why not.
+
+    The private roots live below it: whoever can rename entries in it could swap our root for theirs.
+    """
+    import stat
+
+    try:
+        os.makedirs(top, mode=0o700, exist_ok=True)
+        st = os.stat(top)
+    except OSError as exc:
+        return f"{top}: {exc.strerror or exc}"
+    others_write = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getgid())
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or others_write:
+        return f"{top} is not a private directory of yours (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _fresh_base(kind: str, env) -> str | None:
+    """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
+    import tempfile
+
+    for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
+        if tmp and os.path.isdir(tmp):
+            try:
+                return tempfile.mkdtemp(prefix=f"jitwarden-{kind}-", dir=tmp)
+            except OSError:
+                continue
+    return None
+
+
+def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> tuple[str | None, str | None]:
+    """(partition path, warning or None): the first usable one of ``base``, the private roots, a fresh dir.
+
+    Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
+    not a directory) never leaves the cache unpartitioned while any private place can hold one.
+    """
+    first_why = None
+    tried = []
+    for i, cand in enumerate((base, _private_base(kind, env), _runtime_base(kind, env), None)):
+        if cand is None:
+            cand = _fresh_base(kind, env)
+            if cand is None:
+                break
+        if cand in tried:
+            continue
+        tried.append(cand)
+        top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
+        why = _not_ours(top()) if top is not None else None
+        why = why or _usable_base(cand)
+        if why is None:
+            path = partition.path_for(cand, digest)
+            try:
+                partition.ensure(path, digest, headline, kind)
+            except OSError as exc:
+                why = f"cannot use its partition: {exc.strerror or exc}"
+            else:
+                if i == 0:
+                    return path, None
+                from jitwarden.runtime import startup_checks  # only here: refusals are rare, and it imports ptxas
+
+                return path, startup_checks.unsafe_root(base, first_why, path)
+        if first_why is None:
+            first_why = why
+    from jitwarden.runtime import startup_checks
+
+    return None, startup_checks.unsafe_root(base, f"{first_why}; no private place for a partition either", None)
+
+
+def _say(msg: str, quiet: bool) -> None:
+    if not quiet and msg not in _SAID:
+        import logging
+
+        _SAID.add(msg)
+        logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
+
+
+def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), quiet: bool = False) -> Activation:
+    """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
+
+    ``roots``: which cache kinds to partition. Idempotent: a second call on the same
+    environment returns the same record and changes nothing. On any internal error it
+    fails closed: the cache dirs are left as they were, the Triton guard is still
+    installed (unless the user set another cache manager), and one warning is logged.
+    """
+    target = os.environ if env is None else env
+    touched = [var for _k, var in KINDS] + ["TRITON_CACHE_MANAGER"]
+    before = {k: target.get(k) for k in touched}
+    knobs = _triton_knobs() if target is os.environ else None
+    knob_before = dict(vars(knobs)) if knobs is not None else None
+    try:
+        for env_obj, rec, left in _LAST:
+            if env_obj is target and all(target.get(k) == v for k, v in left.items()):
+                return rec
+        rec = _activate(target, tuple(roots), quiet, knobs)
+        _LAST[:] = [x for x in _LAST if x[0] is not target][-7:] + [(target, rec, {k: target.get(k) for k in touched})]
+        return rec
+    except Exception as exc:  # noqa: BLE001 - activation must never break the host program
+        for k, v in before.items():
+            if v is None:
+                target.pop(k, None)
+            else:
+                target[k] = v
+        if knobs is not None and knob_before is not None:
+            for k in ("dir", "manager_class"):
+                if k in knob_before:
+                    vars(knobs)[k] = knob_before[k]
+                else:
+                    vars(knobs).pop(k, None)
+        manager = before.get("TRITON_CACHE_MANAGER")
+        if not manager and not (knobs is not None and vars(knobs).get("manager_class") is not None):
+            try:
+                target["TRITON_CACHE_MANAGER"] = MANAGER  # fail closed: the guard stays on
+                manager = MANAGER
+            except Exception:  # noqa: BLE001 - an environment that takes nothing
+                pass
+        guard = "the Triton guard is still on" if manager == MANAGER else "the Triton cache is not guarded"
+        _say(f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
+             f"{guard}", False)
+        return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
+
+
+def reduced_protection(env=None) -> list[tuple[str, str, str]]:
+    """Every setting in ``env`` that lowers what activation protects, as (setting, what it costs, how to undo).
+
+    Pure over the environment: ``doctor`` and ``status`` report these so that a protection
+    turned off (for a test, a benchmark, a workaround) is never forgotten.
+    """
+    env = os.environ if env is None else env
+    out = []
+    if _on(env.get("JITWARDEN_DISABLE")):
+        out.append((f"JITWARDEN_DISABLE={env['JITWARDEN_DISABLE']}",
+                    "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
+                    "unset JITWARDEN_DISABLE"))
+    if _off(env.get("JITWARDEN_PARTITION")):
+        out.append((f"JITWARDEN_PARTITION={env['JITWARDEN_PARTITION']}",
+                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
+                    "driver or GPU built into the shared root",
+                    "unset JITWARDEN_PARTITION"))
+    if _off(env.get("JITWARDEN_SWEEP")):
+        out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
+                    "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
+                    "Triton guard never sees",
+                    "unset JITWARDEN_SWEEP"))
+    manager = env.get("TRITON_CACHE_MANAGER")
+    if manager and manager != MANAGER:
+        out.append((f"TRITON_CACHE_MANAGER={manager}",
+                    "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
+                    "unset TRITON_CACHE_MANAGER"))
+    return out
+
+
+def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
+    """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
+
+    ``in_use``: variable -> the dir that kind's cache is in now (a partition, or the user's own dir
+    under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in one of
+    ``partitions`` are sealed under its digest, others under none (as the guard does).
+    """
+    if _off(env.get("JITWARDEN_SWEEP")) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
+        return []
+    try:
+        from jitwarden.runtime import sweep
+
+        out: list[str] = []
+        proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
+        for kind, var in KINDS:
+            if var not in in_use:
+                continue
+            # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
+            trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
+            if trees:
+                out += sweep.sweep(trees, digest if var in partitions else None, proofs)[0]
+        if proofs:
+            from jitwarden.runtime.firstuse import summary
+
+            out += [line for line in (summary(proofs),) if line]
+        return out
+    except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
+        return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
+
+
+def _fingerprint(env):
+    """The fingerprint facts activation needs: memoised when nothing they came from changed."""
+    from jitwarden.runtime import memo as activation_memo
+
+    return activation_memo.lookup(env) or activation_memo.compute(env)
+
+
+def _activate(env, roots, quiet, knobs) -> Activation:
+    if _on(env.get("JITWARDEN_DISABLE")):
+        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": "JITWARDEN_DISABLE is set"})
+    fp = _fingerprint(env)
+    digest = fp.digest
+    warnings: list[str] = []
+    skipped: dict = {}
+    changes: dict = {}
+    partitions: dict = {}
+    unpartitioned_triton = None
+
+    in_use: dict = {}
+    no_partition = _off(env.get("JITWARDEN_PARTITION"))
+    for kind, var in KINDS:
+        if kind not in roots:
+            continue
+        cur = _current(kind, var, env, knobs)
+        needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch"}.get(kind)
+        if needs and fp.package(needs) is None:
+            skipped[var] = f"{needs} is not installed"
+            continue
+        if no_partition:
+            skipped[var] = "JITWARDEN_PARTITION=0"
+            in_use[var] = cur or default_base(kind, env)
+            if kind == "triton":
+                unpartitioned_triton = in_use[var]
+            continue
+        base = partition.base_of(cur) if cur else default_base(kind, env)
+        path, warning = _partition(kind, base, env, digest, fp.headline())
+        if warning:
+            warnings.append(warning)
+        if path is None:
+            skipped[var] = warning
+            if kind == "triton":
+                unpartitioned_triton = cur or base
+            continue
+        partitions[var] = in_use[var] = path
+        if cur != path:
+            changes[var] = path
+
+    manager = env.get("TRITON_CACHE_MANAGER") or None
+    if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
+        cls = vars(knobs)["manager_class"]
+        manager = f"{cls.__module__}:{cls.__qualname__}"
+    if manager and manager not in (MANAGER, _REMOTE_MANAGER):
+        warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
+                        "sealed or verified (unset it to let jitwarden guard them)")
+        skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
+    elif manager != MANAGER:
+        changes["TRITON_CACHE_MANAGER"] = MANAGER
+        manager = MANAGER
+    from jitwarden.runtime.remote_wiring import wire  # fleets: JITWARDEN_REMOTE, and Inductor's unguarded remote caches
+
+    manager = wire(env, manager, MANAGER, changes, partitions, warnings)
+
+    warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
+    warnings += _sweep(in_use, partitions, digest, env)
+    if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
+        from jitwarden.runtime.torchhooks import install
+
+        install(env)
+    if unpartitioned_triton:
+        from jitwarden.runtime import startup_checks
+
+        warnings += startup_checks.shared_root(fp, unpartitioned_triton)
+
+    for var, value in changes.items():
+        env[var] = value
+    if knobs is not None:  # a Python-level knob would hide the variable from Triton
+        if "TRITON_CACHE_DIR" in changes and "dir" in vars(knobs):
+            vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
+    for w in warnings:
+        _say(w, quiet)
+    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline())

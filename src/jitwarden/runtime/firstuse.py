@@ -1,0 +1,236 @@
+"""First use of an unsealed Triton kernel entry is proven, never assumed.
+
+An entry nobody sealed (a cache from before jitwarden, one used under
+``JITWARDEN_PARTITION=0``, kernels TorchInductor restored from an FX-graph bundle,
+anything copied in) passes every structural check even when its cubin is another
+kernel of the same name and signature. So before the guard serves it or the
+start-up sweep seals it, its PTX is re-assembled with the ptxas that produced it
+and compared with the cubin, exactly as ``jitwarden verify --rebuild`` does
+(:func:`jitwarden.ops.rebuild.verify_entries`):
+
+- ``proven``: a ptxas reproduces the cubin (verdict ``verified`` or ``stale``); the
+  entry is sealed over exactly the bytes that were proven, and never proven again;
+- ``refuted``: ptxas of the producer's release assemble the PTX and none gives the
+  cubin (``not-reproducible``): damage or substitution, quarantined;
+- ``unproven``: nothing can prove it (no ptxas of the producer's release, no PTX,
+  not a CUDA entry): a miss, quarantined (restorable) so Triton recompiles it.
+
+``JITWARDEN_PROVE=0`` turns proofs off for people who accept the risk: unsealed
+entries are then sealed after the structural checks alone, as before.
+
+Stdlib only (it runs on the activation path and inside the guard); never imports torch. Until an
+unsealed kernel is found it imports nothing beyond what a warm activation already has (no
+``dataclasses`` or ``hashlib``): records are named tuples.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import namedtuple
+
+from jitwarden.model.layout import SEAL_FILE, is_reserved
+
+PROVE_VAR = "JITWARDEN_PROVE"
+PROVEN, REFUTED, UNPROVEN = "proven", "refuted", "unproven"
+_CODES = {REFUTED: "not-reproducible", UNPROVEN: "unverifiable"}
+
+_lock = threading.Lock()
+_memo: dict[str, "Proof"] = {}  # entry path -> proof made by prove_many and not yet used
+_totals = {"proven": 0, "refuted": 0, "unproven": 0, "seconds": 0.0}
+
+
+def enabled(env=None) -> bool:
+    """False only when ``JITWARDEN_PROVE`` is 0/false/no/off."""
+    v = (os.environ if env is None else env).get(PROVE_VAR, "")
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(None,))):
+    """What a rebuild said about one entry, and the bytes it said it about (immutable, named fields).
+
+    ``state``: proven | refuted | unproven; ``digests``: file name -> sha256 of every file of the
+    entry, read before the rebuild; ``ptxas``: the one that reproduced it.
+    """
+
+    __slots__ = ()
+
+    @property
+    def proven(self) -> bool:
+        return self.state == PROVEN
+
+    @property
+    def code(self) -> str:
+        """The finding code a quarantine of an entry that failed its proof records."""
+        return _CODES.get(self.state, "")
+
+
+_Entry = namedtuple("_Entry", "path id name type", defaults=("kernel",))  # what rebuild.verify_entries reads
+
+def _files(path: str) -> list[str]:
+    with os.scandir(path) as it:
+        return sorted(e.name for e in it if not is_reserved(e.name) and e.is_file(follow_symlinks=False))
+
+
+def _digests(path: str) -> dict:
+    import hashlib
+
+    from jitwarden.store.fsutil import read_nofollow
+
+    return {n: hashlib.sha256(read_nofollow(os.path.join(path, n))).hexdigest() for n in _files(path)}
+
+
+def _kernel_name(names) -> str | None:
+    return next((n[:-6] for n in names if n.endswith(".cubin")), None)
+
+
+def prove_many(paths, *, jobs: int | None = None, env=None) -> dict[str, Proof]:
+    """Prove every entry of ``paths`` in parallel (all cores by default); {path: Proof}."""
+    from jitwarden.ops import rebuild
+
+    t0 = time.perf_counter()
+    digests: dict[str, dict] = {}
+    out: dict[str, Proof] = {}
+    for p in paths:
+        try:
+            digests[p] = _digests(p)
+        except OSError as exc:
+            out[p] = Proof(p, UNPROVEN, f"cannot read the entry: {exc.strerror or exc}", {})
+    todo = [_Entry(p, os.path.basename(p), _kernel_name(d)) for p, d in digests.items()]
+    if todo:
+        try:
+            results = rebuild.verify_entries(todo, jobs=jobs or os.cpu_count() or 1, env=env)
+        except Exception as exc:  # noqa: BLE001 - a proof that cannot run proves nothing
+            results = {}
+            why = f"the rebuild could not run ({type(exc).__name__}: {exc})"
+            for e in todo:
+                out[e.path] = Proof(e.path, UNPROVEN, why, digests[e.path])
+        for e in todo:
+            r = results.get(e.path)
+            if r is None:
+                out.setdefault(e.path, Proof(e.path, UNPROVEN, "no rebuild result", digests[e.path]))
+                continue
+            state = PROVEN if r.verdict in ("verified", "stale") else REFUTED if r.verdict == "not-reproducible" else UNPROVEN
+            out[e.path] = Proof(e.path, state, r.message, digests[e.path], r.ptxas)
+    with _lock:
+        for pr in out.values():
+            _totals[pr.state] += 1
+        _totals["seconds"] += time.perf_counter() - t0
+    return out
+
+
+def prove(path: str, env=None) -> Proof:
+    """One entry's proof: the one :func:`prove_many` made ahead for it when its files are unchanged, else a new one."""
+    with _lock:
+        pr = _memo.pop(path, None)
+    if pr is not None:
+        try:
+            if _digests(path) == pr.digests:
+                return pr
+        except OSError:
+            pass
+    return prove_many([path], jobs=1, env=env)[path]
+
+
+def prove_ahead(paths, *, jobs: int | None = None, env=None) -> dict:
+    """Prove ``paths`` in parallel now, so that :func:`prove` on each later costs one rehash; returns counts."""
+    t0 = time.perf_counter()
+    proofs = prove_many(paths, jobs=jobs, env=env)
+    with _lock:
+        _memo.update(proofs)
+    counts = {s: sum(1 for p in proofs.values() if p.state == s) for s in (PROVEN, REFUTED, UNPROVEN)}
+    counts["seconds"] = time.perf_counter() - t0
+    counts["jobs"] = jobs or os.cpu_count() or 1
+    return counts
+
+
+def unsealed_kernels(trees) -> list[str]:
+    """Entry dirs of ``trees`` that hold a cubin and no seal: what the start-up sweep will seal."""
+    from jitwarden.runtime.sweep import entry_names
+
+    out = []
+    for tree in trees:
+        for d in (os.path.join(tree, n) for n in entry_names(tree)):
+            try:
+                with os.scandir(d) as it:
+                    names = {e.name for e in it}
+            except OSError:
+                continue
+            if SEAL_FILE not in names and any(n.endswith(".cubin") for n in names):
+                out.append(d)
+    return out
+
+
+def seal_proven(path: str, names, proof: Proof, fingerprint: str | None, producer: dict) -> bool:
+    """Seal ``names`` of a proven entry when every one still has the bytes that were proven; False otherwise."""
+    from jitwarden.store import seal
+
+    if not proof.proven:
+        return False
+    s = seal.compute(path, names, fingerprint, dict(producer, proven=proof.ptxas or True))
+    if any(proof.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
+        return False  # changed since it was proven: the next use proves it again
+    seal.write(path, s, seal.newest_ctime(path, names))
+    return True
+
+
+def admit(path: str, names, fingerprint: str | None, producer: dict, env=None) -> tuple[str, list[str]] | None:
+    """Prove and seal an unsealed entry that passed the structural checks, for the guard and the sweep.
+
+    None when it is now sealed (proven, or proofs are off); else (finding code, details)
+    saying why it must not be used: the caller quarantines it and Triton recompiles.
+    """
+    from jitwarden.store import seal
+
+    names = list(names)
+    if not enabled(env):
+        s = seal.compute(path, names, fingerprint, dict(producer, legacy=True, proven=False))
+        seal.write(path, s, seal.newest_ctime(path, names))
+        return None
+    proof = prove(path, env)
+    if proof.proven:
+        if seal_proven(path, names, proof, fingerprint, dict(producer, legacy=True)):
+            return None
+        return "unverifiable", ["the entry changed while it was being proven; not used until it is proven"]
+    return proof.code, [f"first use of an unsealed entry: {proof.reason}"]
+
+
+def summary(counts: dict) -> str | None:
+    """The one start-up line: how many unsealed kernels were proven, in what time, and how many were not."""
+    n = counts.get(PROVEN, 0) + counts.get(REFUTED, 0) + counts.get(UNPROVEN, 0)
+    if not n:
+        return None
+    bad = counts.get(REFUTED, 0) + counts.get(UNPROVEN, 0)
+    tail = (f"; {bad} not proven ({counts.get(REFUTED, 0)} refuted, {counts.get(UNPROVEN, 0)} unprovable): "
+            "quarantined, recompiled when used" if bad else "")
+    return (f"proved {counts.get(PROVEN, 0)} of {n} unsealed Triton kernels by rebuilding their PTX in "
+            f"{counts.get('seconds', 0.0):.2f} s on {counts.get('jobs', 1)} cores{tail} "
+            f"({PROVE_VAR}=0 skips proofs)")
+
+
+def add_counts(into: dict, counts: dict) -> dict:
+    """Add one sweep's proof counts to ``into`` (several cache trees, one start-up line)."""
+    for k in (PROVEN, REFUTED, UNPROVEN, "seconds"):
+        into[k] = into.get(k, 0) + counts.get(k, 0)
+    into["jobs"] = max(into.get("jobs", 1), counts.get("jobs", 1))
+    return into
+
+
+def totals() -> dict:
+    """Proofs made by this process so far (all callers)."""
+    with _lock:
+        return dict(_totals)
+
+
+def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
+    """(kind, text, fix) for ``jitwarden doctor``: risks someone accepted, and what cannot be guarded here."""
+    from jitwarden.runtime import torchhooks
+
+    env = os.environ if env is None else env
+    out = []
+    if not enabled(env):
+        out.append(("proofs-off", f"{PROVE_VAR}=0: unsealed Triton kernels are sealed and served after structural "
+                    "checks alone; another kernel's cubin under the same name would be used",
+                    f"unset {PROVE_VAR}  (first use then rebuilds each unsealed kernel once)"))
+    return out + torchhooks.doctor_warnings(env)

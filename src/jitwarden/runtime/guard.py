@@ -1,0 +1,705 @@
+"""The guarded Triton cache manager: seal on write, verify on read, miss + quarantine on mismatch.
+
+Use it as ``TRITON_CACHE_MANAGER=jitwarden.guard:GuardedCacheManager``
+(:func:`jitwarden.activate` sets it). This is the only jitwarden module that
+imports Triton, and only Triton imports it. It relies on nothing but
+``FileCacheManager.__init__/get_file/put/get_group/put_group/_make_path/cache_dir``,
+which Triton 3.4 to 3.9 all have.
+
+Per entry, two lock files (``.jitwarden-*`` names, which the scanner skips):
+
+- ``.jitwarden-lock``: shared while verifying, exclusive while sealing or quarantining;
+- ``.jitwarden-writers``: every writer holds it shared from its first ``put`` to the
+  end of its ``put_group`` (never blocking anyone). A reader that sees a checksum
+  mismatch quarantines only when it can take this one exclusively without waiting,
+  i.e. when no writer is mid-group; otherwise it reports a plain miss, compiles,
+  and its own ``put_group`` leaves a consistent, sealed entry.
+
+A writer keeps the bytes it wrote until its ``put_group``; under the exclusive lock
+it republishes any file another writer replaced with different bytes, then seals
+its own digests, so the entry always ends as one writer's complete, sealed set.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import os
+import stat
+import time
+
+from triton.runtime.cache import FileCacheManager
+
+from jitwarden import __version__
+from jitwarden.formats import elf
+from jitwarden.store import quarantine as _quarantine
+from jitwarden.store import seal as _seal
+from jitwarden.adapters import triton as _adapter
+from jitwarden.store.fsutil import open_regular, read_fd, read_regular
+from jitwarden.model.layout import SEAL_FILE
+from jitwarden.store.entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
+from jitwarden.store.partition import split
+
+_STANDALONE = (".so", ".autotune.json")
+_IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
+"""Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
+``JITWARDEN_GUARD_HASH_ALL=1``; the group, metadata and binaries are always hashed. ``jitwarden
+verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
+_HASH_ALL = os.environ.get("JITWARDEN_GUARD_HASH_ALL", "").strip().lower() in ("1", "true", "yes", "on")
+_log = logging.getLogger("jitwarden")
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+_loads = json.JSONDecoder().decode
+_O_DIR = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0)
+_GROUP_MAX = 1 << 20
+_SAID: set = set()
+
+
+def _say_once(what: str, msg: str, *args) -> None:
+    """One warning per kind of trouble per process: a full disk must not flood the log at every compile."""
+    if what not in _SAID:
+        _SAID.add(what)
+        _log.warning(msg, *args)
+
+
+def _json(raw: bytes):
+    """JSON from bytes; ValueError for anything that is not (too deep included)."""
+    try:
+        return _loads(raw.decode())
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+class _Served:
+    """Private copies of verified bytes, the paths Triton gets: what it reads is exactly what was checked.
+
+    Triton re-opens every path a cache manager returns; returning the cache's own paths would let
+    anyone who can write the cache swap a file between the check and that read. The copies live
+    in one directory per process (mode 0700; in ``$XDG_RUNTIME_DIR`` or ``/dev/shm`` when there,
+    memory-backed and cheap, else the temp dir, else beside the cache), one set of files per hit
+    named ``<n>.<name>`` (the suffix is what Triton looks at). A thread's previous set is removed
+    at its next one (Triton reads every file before ``compile`` returns), the rest at exit, and
+    the leftovers of killed processes (their lock is free) when a later process starts.
+    """
+
+    PREFIX = "jitwarden-served-"
+
+    def __init__(self):
+        import itertools
+        import threading
+
+        self.dir: str | None = None
+        self.lock_fd: int | None = None
+        self.count = itertools.count()
+        self.local = threading.local()
+        self.mutex = threading.Lock()
+
+    def _parents(self, fallback: str) -> list:
+        import tempfile
+
+        out = []
+        run = os.environ.get("XDG_RUNTIME_DIR")
+        if run and os.path.isabs(run):
+            out.append(run)
+        return out + ["/dev/shm", tempfile.gettempdir(), fallback]
+
+    def _make(self, fallback: str) -> str:
+        import atexit
+        import tempfile
+
+        for parent in self._parents(fallback):
+            try:
+                d = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getuid()}-", dir=parent)
+                fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                continue
+            self.lock_fd = fd
+            atexit.register(self._remove, d)
+            self._reap(parent, d)
+            return d
+        raise OSError(errno.ENOSPC, "no private place for verified copies")
+
+    def _reap(self, parent: str, mine: str) -> None:
+        """Remove the copies of processes that died without cleaning up (their lock is free)."""
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith(f"{self.PREFIX}{os.getuid()}-")]
+        except OSError:
+            return
+        for n in names[:32]:
+            d = os.path.join(parent, n)
+            if d == mine:
+                continue
+            try:
+                st = os.lstat(d)
+                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                    continue
+                fd = os.open(os.path.join(d, ".lock"), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # alive
+            finally:
+                os.close(fd)
+            self._remove(d)
+
+    @staticmethod
+    def _remove(d: str) -> None:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+
+    def begin(self, fallback: str) -> tuple[str, str]:
+        """(dir, prefix) for a fresh set of copies; the calling thread's previous set is removed."""
+        with self.mutex:
+            if self.dir is None or not os.path.isdir(self.dir):
+                self.dir = self._make(fallback)
+            base = self.dir
+        for path in getattr(self.local, "prev", ()):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self.local.prev = []
+        return base, f"{next(self.count)}."
+
+    def write(self, where: tuple[str, str], name: str, data: bytes) -> str:
+        path = os.path.join(where[0], where[1] + name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        self.local.prev.append(path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return path
+
+    def serve(self, blobs: dict, fallback: str) -> dict:
+        """Write ``blobs`` (name -> bytes) as a fresh private set; name -> path. OSError when it cannot."""
+        where = self.begin(fallback)
+        return {name: self.write(where, name, data) for name, data in blobs.items()}
+
+
+_SERVED = _Served()
+
+
+@functools.lru_cache(maxsize=None)
+def _producer() -> dict:
+    try:
+        import triton
+
+        tv = triton.__version__
+    except Exception:  # noqa: BLE001
+        tv = None
+    return {"triton": tv, "jitwarden": __version__}
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_for(root: str) -> str | None:
+    """The fingerprint digest entries of ``root`` are sealed under: its partition name, else None.
+
+    Unpartitioned roots (``JITWARDEN_PARTITION=0``) are never judged by fingerprint: two
+    environments sharing one would quarantine each other's entries in turn.
+    """
+    s = split(root)
+    return s[1] if s else None
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    return _adapter.host_machine()
+
+
+class _Verdict:
+    __slots__ = ("state", "code", "details", "result")
+
+    def __init__(self, state: str, code: str = "", details=(), result=None):
+        self.state, self.code, self.details, self.result = state, code, tuple(details), result
+
+
+class GuardedCacheManager(FileCacheManager):
+    """A FileCacheManager that seals what it writes and trusts only what still matches its seal."""
+
+    def __init__(self, key, override=False, dump=False):
+        for attempt in range(3):
+            try:
+                super().__init__(key, override=override, dump=dump)
+                break
+            except FileExistsError:  # the entry was moved away (``clean``) between makedirs' mkdir and its check
+                if attempt == 2:
+                    raise
+        self._plain = bool(override or dump or not self.cache_dir)  # override/dump dirs: exactly the parent
+        self._pending: dict[str, tuple[bytes, str]] = {}
+        self._writers_fd: int | None = None
+        self._put_dir: tuple[str, str] | None = None
+
+    def __del__(self):
+        fd, self._writers_fd = getattr(self, "_writers_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ helpers
+
+    @property
+    def _digest(self) -> str | None:
+        return _digest_for(os.path.dirname(self.cache_dir.rstrip(os.sep)))
+
+    def _begin_write(self) -> None:
+        if self._writers_fd is None:
+            self._writers_fd = _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_SH)
+
+    def _end_write(self) -> None:
+        fd, self._writers_fd = self._writers_fd, None
+        _unlock(fd)
+        self._pending.clear()
+
+    def _no_writer(self) -> int | None:
+        """An fd holding the writers lock exclusively when nobody is mid-group, else None."""
+        return _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_EX, block=False)
+
+    def _quarantine(self, code: str, details, make: bool = True) -> None:
+        try:
+            rec = _quarantine.move(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
+            _log.warning("jitwarden: quarantined Triton cache entry %s (%s: %s); recompiling. Restore with "
+                         "`jitwarden quarantine restore %s`", rec.entry_id, code, "; ".join(details) or "-", rec.id)
+        except FileNotFoundError:
+            pass  # another process moved it first
+        if make:
+            os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
+
+    def _quarantine_unless_writing(self, v: _Verdict) -> None:
+        """Quarantine a bad entry, unless a writer is mid-group: then it is a plain miss,
+        and that writer's put_group leaves a consistent, sealed entry."""
+        wfd = self._no_writer()
+        if wfd is None:
+            return
+        try:
+            self._quarantine(v.code, v.details)
+        finally:
+            _unlock(wfd)
+
+    def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
+        """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
+        try:
+            sealed = _seal.read(self.cache_dir)
+        except _seal.SealError as exc:
+            return _Verdict("bad", "corrupt", [str(exc)])
+        if sealed is None:
+            return _Verdict("legacy")
+        problems = _seal.check(self.cache_dir, sealed, names=names)
+        if problems:
+            return _Verdict("bad", "corrupt", problems)
+        fingerprint = sealed.fingerprint
+        mine = self._digest
+        if also_fingerprint and mine and fingerprint and fingerprint != mine:
+            return _Verdict("bad", "mismatch", [f"sealed under fingerprint {fingerprint}, this partition is {mine}"])
+        return None
+
+    # ------------------------------------------------------------ groups (kernels)
+
+    def _judge_group(self, grp_name: str) -> _Verdict:
+        grp_path = self._make_path(grp_name)
+        try:
+            doc = _json(read_regular(grp_path, _GROUP_MAX, size_hint=4096))
+        except FileNotFoundError:
+            return _Verdict("gone")
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            return _Verdict("bad", "corrupt", [f"{grp_name}: unreadable group file ({type(exc).__name__})"])
+        children = doc.get("child_paths") if isinstance(doc, dict) else None
+        if not isinstance(children, dict):
+            return _Verdict("bad", "corrupt", [f"{grp_name}: no child_paths mapping"])
+        for c, p in children.items():
+            if not isinstance(p, str) or not isinstance(c, str):
+                return _Verdict("bad", "corrupt", [f"{grp_name}: child {c!r} has no path"])
+            d, b = os.path.split(p)
+            if b != c or (d != self.cache_dir and not _adapter.same_dir(d, self.cache_dir)):
+                return _Verdict("bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"])
+        v = self._check_seal(list(children) + [grp_name])
+        if v is not None:
+            return v
+        return _Verdict("ok", result=dict(children))
+
+    def _legacy_ok(self) -> _Verdict:
+        """Structural checks of an unsealed entry (the scanner's own judgement)."""
+        errors, _type = _adapter.structural_errors(self.cache_dir, _host())
+        if errors:
+            return _Verdict("bad", errors[0].code, [f.message for f in errors])
+        return _Verdict("ok")
+
+    def _open_entry(self) -> int:
+        """The entry's directory fd, opened relative to its root without following a symlink.
+
+        FileNotFoundError when there is no entry; OSError (ELOOP, ENOTDIR) when the entry is a
+        symlink or not a directory.
+        """
+        root, key = os.path.split(self.cache_dir.rstrip(os.sep))
+        rfd = os.open(root or ".", _O_DIR)
+        try:
+            return os.open(key, _O_DIR | _O_NOFOLLOW, dir_fd=rfd)
+        finally:
+            os.close(rfd)
+
+    def get_group(self, filename: str):
+        if self._plain:
+            return super().get_group(filename)
+        grp_name = f"__grp__{filename}"
+        try:
+            efd = self._open_entry()
+        except FileNotFoundError:
+            return None  # a plain miss (or an entry `clean` just moved away)
+        except OSError as exc:
+            return self._not_an_entry(exc)
+        try:
+            try:
+                blobs = self._fast_group(efd, grp_name)
+            except Exception:  # noqa: BLE001 - anything odd (unsealed, missing, damaged) goes the careful way
+                blobs = None
+            if blobs is None:
+                try:
+                    files = self._verified_group(grp_name)
+                    blobs = None if files is None else self._read_checked(efd, files[0], files[1], hash_all=True)
+                except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
+                    _log.warning("jitwarden: cannot verify Triton cache entry %s (%s: %s); treating it as a miss",
+                                 self.key, type(exc).__name__, exc)
+                    return None
+            if blobs is None:
+                return None
+            try:
+                return _SERVED.serve(blobs, os.path.dirname(self.cache_dir.rstrip(os.sep)))
+            except OSError as exc:
+                _say_once("serve", "jitwarden: cannot write private copies of verified kernels (%s); Triton cache "
+                          "hits are recompiled in this process", exc.strerror or exc)
+                return None
+        finally:
+            os.close(efd)
+
+    def _not_an_entry(self, exc: OSError):
+        """The entry is a symlink or not a directory: never read or write through it; move it aside."""
+        what = "a symlink" if exc.errno == errno.ELOOP else "not a directory"
+        try:
+            self._quarantine("unsafe", [f"the entry is {what}: a cache entry is a real directory"], make=False)
+        except Exception as qexc:  # noqa: BLE001 - still a miss; Triton's put then fails rather than write through it
+            _log.warning("jitwarden: Triton cache entry %s is %s and cannot be moved aside (%s)", self.key, what, qexc)
+        return None
+
+    def _read_checked(self, efd: int, children: dict, files: dict, hash_all: bool = False) -> dict | None:
+        """Each child's bytes, read once through the entry fd, when they match ``files`` (the seal), else None.
+
+        IR texts Triton never executes are checked by size only unless ``hash_all``.
+        """
+        sha256 = hashlib.sha256
+        out = {}
+        for c in children:
+            rec = files.get(c)
+            if rec is None:
+                return None
+            fd = open_regular(c, dir_fd=efd)
+            try:
+                data = read_fd(fd, rec["size"], rec["size"])
+            finally:
+                os.close(fd)
+            if len(data) != rec["size"]:
+                return None
+            if (hash_all or _HASH_ALL or not c.endswith(_IR_TEXT)) and sha256(data).hexdigest() != rec["sha256"]:
+                return None
+            out[c] = data
+        return out
+
+    def _fast_group(self, efd: int, grp_name: str) -> dict | None:
+        """The hit path, lock-free: the group and every child match the seal; name -> the bytes checked.
+
+        Returns None whenever anything is not exactly right; :meth:`_verified_group` then
+        decides under the entry lock (so a writer mid-seal never causes a quarantine).
+        """
+        grp_raw = read_regular(grp_name, _GROUP_MAX, dir_fd=efd, size_hint=4096)
+        children = _json(grp_raw)["child_paths"]
+        sealed = _json(read_regular(SEAL_FILE, _seal.MAX_SEAL, dir_fd=efd, size_hint=4096))
+        files = sealed["files"]
+        if sealed.get("schema") != _seal.SCHEMA:
+            return None
+        rec = files[grp_name]
+        if rec["size"] != len(grp_raw) or rec["sha256"] != hashlib.sha256(grp_raw).hexdigest():
+            return None
+        prefix = self.cache_dir + os.sep
+        for c, p in children.items():
+            if p != prefix + c or os.sep in c:
+                return None
+        mine = self._digest
+        if mine and sealed.get("fingerprint") not in (None, mine):
+            return None
+        return self._read_checked(efd, children, files)
+
+    def _verified_group(self, grp_name: str) -> tuple[dict, dict] | None:
+        """(children, the digests they were judged by) when the entry is sound, else None (a miss).
+
+        Judged under the entry lock; an unsealed entry that passes the structural checks is
+        sealed, or, when the seal cannot be written (read-only or full disk), judged by the
+        digests taken for that judgement.
+        """
+        try:
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        except OSError as exc:  # read-only cache: judge without locks, never write
+            if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
+                raise
+            fd = None
+        try:
+            v = self._judge_group(grp_name)  # judged under the lock: no writer is sealing meanwhile
+            if v.state == "legacy":
+                lv = self._legacy_ok()
+                if lv.state != "ok":
+                    v = lv
+                else:
+                    s = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
+                    if s is None:
+                        v = self._judge_group(grp_name)
+                    elif isinstance(s, _Verdict):
+                        v = s
+                    else:
+                        return dict(s[0]), s[1].files
+            if v.state == "ok":
+                sealed = _seal.read(self.cache_dir)
+                return (v.result, sealed.files) if sealed is not None else None
+            if v.state == "bad" and fd is not None:
+                self._quarantine_unless_writing(v)
+            return None
+        finally:
+            _unlock(fd)
+
+    def _seal_legacy(self, grp_name: str, write: bool = True):
+        """Prove an unsealed entry by rebuilding its PTX (jitwarden.runtime.firstuse), then seal it.
+
+        None when it is now sealed; a ``bad`` verdict when the proof refuses it (Triton
+        recompiles); else (children, the digests proven) when no seal can be written (read-only
+        or full disk): the entry is used by those digests and proven again at its next use.
+        """
+        from jitwarden.runtime import firstuse
+
+        children = _json(read_regular(self._make_path(grp_name), _GROUP_MAX))["child_paths"]
+        names = list(children) + [grp_name]
+        if write:
+            try:
+                why = firstuse.admit(self.cache_dir, names, self._digest, _producer())
+                return None if why is None else _Verdict("bad", why[0], why[1])
+            except OSError as exc:
+                self._unsealed(exc)
+        s = _seal.compute(self.cache_dir, names, self._digest, dict(_producer(), legacy=True))
+        if firstuse.enabled():
+            proof = firstuse.prove(self.cache_dir)
+            if not proof.proven:
+                return _Verdict("bad", proof.code, [f"first use of an unsealed entry: {proof.reason}"])
+            if any(proof.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
+                return _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"])
+        return children, s
+
+    def _unsealed(self, exc: OSError) -> None:
+        _say_once(f"seal-{exc.errno}", "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
+                  "the entry stays unsealed and is judged again when next used", self.key, exc.strerror or exc)
+
+    def put(self, data, filename, binary=True) -> str:
+        if self._plain:
+            return super().put(data, filename, binary)
+        raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
+        standalone = filename.endswith(_STANDALONE)
+        if standalone:
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+            try:
+                path = self._put_file(raw, filename)
+                self._seal_files({filename: raw}, merge=True)
+            finally:
+                _unlock(fd)
+            return self._private(filename, raw, path)
+        self._begin_write()
+        self._pending[filename] = (raw, hashlib.sha256(raw).hexdigest())
+        path = self._put_file(raw, filename)
+        return path if filename.startswith("__grp__") else self._private(filename, raw, path)
+
+    def _put_file(self, raw: bytes, filename: str) -> str:
+        """Triton's own put, again when the entry was moved away (``clean``) while it wrote."""
+        for attempt in range(3):
+            try:
+                return super().put(raw, filename, binary=True)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _private(self, filename: str, raw: bytes, path: str) -> str:
+        """A private copy of bytes just written: Triton reads back what ``put`` returns (a compile's result,
+        a launcher it imports), and the cache file may be replaced by then."""
+        try:
+            if self._put_dir is None:
+                self._put_dir = _SERVED.begin(os.path.dirname(self.cache_dir.rstrip(os.sep)))
+            return _SERVED.write(self._put_dir, filename, raw)
+        except OSError as exc:
+            _say_once("serve-put", "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
+                      "them back from the cache dir", exc.strerror or exc)
+            return path
+
+    def put_group(self, filename: str, group):
+        if self._plain:
+            return super().put_group(filename, group)
+        grp_name = f"__grp__{filename}"
+        group = {name: self._make_path(name) for name in group}  # the cache's own paths, not private copies
+        self._begin_write()
+        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            # Republish what another writer replaced with different bytes: one writer's set, never a mix.
+            for name in group:
+                mine = self._pending.get(name)
+                if mine is None:
+                    continue
+                try:
+                    same = _seal.file_digest(self._make_path(name))[0] == mine[1]
+                except OSError:
+                    same = False
+                if not same:
+                    self._put_file(mine[0], name)
+            path = super().put_group(filename, group)  # calls self.put: recorded in _pending
+            try:  # the kernel is compiled and published: failing to seal it must not fail the compile
+                files = {}
+                for name in list(group) + [grp_name]:
+                    mine = self._pending.get(name)
+                    if mine is not None:
+                        files[name] = {"sha256": mine[1], "size": len(mine[0])}
+                    else:
+                        d, n = _seal.file_digest(self._make_path(name))
+                        files[name] = {"sha256": d, "size": n}
+                _seal.write(self.cache_dir, _seal.Seal(files, self._digest, _producer(), time.time()))
+            except OSError as exc:
+                self._unsealed(exc)
+            return path
+        finally:
+            _unlock(fd)
+            self._end_write()
+
+    # ------------------------------------------------------------ single files (launchers, autotune records)
+
+    def _seal_files(self, data: dict, merge: bool) -> None:
+        files = {}
+        if merge:
+            try:
+                old = _seal.read(self.cache_dir)
+            except _seal.SealError:
+                old = None
+            if old is not None:
+                files.update(old.files)
+        for name, raw in data.items():
+            files[name] = {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+        try:
+            _seal.write(self.cache_dir, _seal.Seal(files, self._digest, _producer(), time.time()))
+        except OSError as exc:
+            self._unsealed(exc)
+
+    def _judge_file(self, filename: str, efd: int) -> _Verdict:
+        """The verdict on one standalone file, read once through the entry fd; ``result``: its bytes."""
+        try:
+            sealed = _seal.read(self.cache_dir, dir_fd=efd)
+        except _seal.SealError as exc:
+            return _Verdict("bad", "corrupt", [str(exc)])
+        try:
+            raw = read_regular(filename, _seal.MAX_FILE, dir_fd=efd)
+        except FileNotFoundError:
+            return _Verdict("gone")
+        except OSError as exc:
+            code = "unsafe" if exc.errno == errno.ELOOP else "corrupt"
+            return _Verdict("bad", code, [f"{filename}: {exc.strerror or exc}"])
+        if sealed is not None:
+            rec = sealed.files.get(filename)
+            if rec is None:
+                return _Verdict("bad", "corrupt", [f"not covered by the seal: {filename}"])
+            if rec["size"] != len(raw) or rec["sha256"] != hashlib.sha256(raw).hexdigest():
+                return _Verdict("bad", "corrupt", [f"{filename} does not match its sealed sha256"])
+            return _Verdict("ok", result=raw)
+        if filename.endswith(".so"):
+            try:
+                so = elf.parse(raw)
+            except elf.ElfError as exc:
+                return _Verdict("bad", "corrupt", [f"{filename}: not a valid shared object ({exc})"])
+            if so.machine_name != _host():
+                return _Verdict("bad", "mismatch", [f"{filename} is an ELF for {so.machine_name}, this host is {_host()}"])
+        elif filename.endswith(".json"):
+            try:
+                _json(raw)
+            except (ValueError, UnicodeDecodeError):
+                return _Verdict("bad", "corrupt", [f"{filename}: not valid JSON"])
+        return _Verdict("legacy", result=raw)
+
+    def get_file(self, filename):
+        if self._plain or not filename.endswith(_STANDALONE):
+            return super().get_file(filename)
+        try:
+            efd = self._open_entry()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return self._not_an_entry(exc)
+        try:
+            raw = self._verified_file(filename, efd)
+            if raw is None:
+                return None
+            return _SERVED.serve({filename: raw}, os.path.dirname(self.cache_dir.rstrip(os.sep)))[filename]
+        except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
+            _log.warning("jitwarden: cannot verify Triton cache file %s/%s (%s: %s); treating it as a miss",
+                         self.key, filename, type(exc).__name__, exc)
+            return None
+        finally:
+            os.close(efd)
+
+    def _verified_file(self, filename: str, efd: int) -> bytes | None:
+        """The file's bytes when it is sound (sealing an unsealed one that passes), else None."""
+        try:
+            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
+        except OSError as exc:  # read-only cache: judge without locks, never write
+            if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
+                raise
+            v = self._judge_file(filename, efd)
+            return v.result if v.state in ("ok", "legacy") else None
+        try:
+            v = self._judge_file(filename, efd)
+        finally:
+            _unlock(fd)
+        if v.state == "ok":
+            return v.result
+        if v.state == "gone":
+            return None
+        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            v = self._judge_file(filename, efd)
+            if v.state == "legacy":
+                self._seal_files({filename: v.result}, merge=True)
+                return v.result
+            if v.state == "ok":
+                return v.result
+            if v.state == "bad":
+                self._quarantine_unless_writing(v)
+            return None
+        finally:
+            _unlock(fd)
+
+
+def _pin_knob() -> None:
+    """Resolve ``TRITON_CACHE_MANAGER`` once: Triton re-imports the class on every compile (~9 us a hit).
+
+    Only when the variable names this class, and only through Triton's own knob (a
+    Python-level value, which Triton reads before the variable).
+    """
+    try:
+        from triton import knobs
+
+        if os.environ.get("TRITON_CACHE_MANAGER") == f"{__name__}:GuardedCacheManager" \
+                and "manager_class" not in vars(knobs.cache):
+            vars(knobs.cache)["manager_class"] = GuardedCacheManager
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
+
+
+_pin_knob()

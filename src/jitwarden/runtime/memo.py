@@ -1,0 +1,403 @@
+"""Activation's warm path: the fingerprint's digest memoised by everything it was computed from.
+
+A warm :func:`jitwarden.activate` must cost milliseconds, and importing the fingerprint
+layer alone (dataclasses, hashlib, ctypes for NVML, ...) costs more than that. So
+when the slow path computes a fingerprint it also records, in
+``memo_dir()/activation-memo.json``, the *dependencies* :func:`fingerprint.collect`
+read (:func:`jitwarden.env.fingerprint.dependencies`), each as a cheap fact:
+
+- in-process facts: ``sys.executable``, ``sys.version``, ``sys.path``, uid, platform
+  (``os.uname``, libc), whether torch is imported (torch's arch list falls back to it);
+- the value of every code-changing env var and ``CUDA_VISIBLE_DEVICES`` (set or not);
+- a stat tuple (dev, inode, size, mtime_ns, ctime_ns, mode) of each file: every ptxas
+  candidate, the RECORD of every found package, torch's version.py / libtorch_python.so /
+  bin/ptxas, the fingerprint modules themselves, ``sys.executable``, the fingerprint memo;
+- each ``sys.path`` directory by stat, and the names in it that could be a tracked
+  package or dist-info (compared only when the stat moved: cwd churn is not a miss);
+- the content of /proc/driver/nvidia/version, the /proc/driver/nvidia/gpus listing and
+  each GPU's information file;
+- without a driver (no GPU, no NVML): the stat of the dynamic loader's cache and default
+  library dirs, so an NVML library appearing is noticed.
+
+Next to them it stores what activation needs: digest, headline, installed package
+versions, device archs, and the fingerprint-derived start-up warnings. :func:`lookup`
+re-reads all of that with ``os``, ``sys`` and ``json`` only; any difference, garbage, or
+an unknown schema is a miss, and the slow path (:func:`compute`) rewrites the entry.
+
+Not memoised, re-run live on both paths by ``activation``: everything about cache roots
+(the unsafe-root refusal, the private fallback, the partition's last use, the shared
+unpartitioned-root sample), since roots change under us and those checks are a few stats.
+
+A fingerprint whose GPU facts came from /proc while NVML failed is never memoised: the
+slow path retries NVML every time, so a transient NVML failure is not made permanent.
+Files modified within :data:`RACY_NS` of the snapshot are not trusted by stat (the
+"racy git" rule: a rewrite within one timestamp tick can keep its stat).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from jitwarden.store.fsutil import memo_dir
+
+SCHEMA = 1
+KIND = "jitwarden-activation-memo"
+FILE = "activation-memo.json"
+MAX_ENTRIES = 8
+MAX_BYTES = 1 << 20
+RACY_NS = 2_000_000_000
+"""A file or directory changed this recently before the snapshot is not trusted by its stat."""
+
+last = ""
+"""How the last :func:`lookup` / :func:`compute` in this process went ("hit", "miss: why", "stored", ...)."""
+
+
+class _Pkg:
+    __slots__ = ("name", "version")
+
+    def __init__(self, name: str, version: str):
+        self.name, self.version = name, version
+
+
+class Facts:
+    """What activation needs from a fingerprint (a stand-in for :class:`Fingerprint` there)."""
+
+    __slots__ = ("digest", "_headline", "_packages", "_archs", "warnings")
+
+    def __init__(self, digest: str, headline: str | None, packages: dict, archs, warnings):
+        self.digest = digest
+        self._headline = headline
+        self._packages = dict(packages)
+        self._archs = tuple(archs)
+        self.warnings = tuple(warnings)
+
+    def headline(self) -> str | None:
+        return self._headline
+
+    def package(self, name: str):
+        v = self._packages.get(name)
+        return None if v is None else _Pkg(name, v)
+
+    def device_archs(self) -> tuple[int, ...]:
+        return self._archs
+
+    def to_json(self) -> dict:
+        return {"digest": self.digest, "headline": self._headline, "packages": dict(self._packages),
+                "archs": list(self._archs), "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_json(cls, d) -> "Facts":
+        """ValueError unless ``d`` is exactly what :meth:`to_json` writes (the digest is a path part)."""
+        digest = d["digest"]
+        if not (isinstance(digest, str) and len(digest) == 16 and all(c in "0123456789abcdef" for c in digest)):
+            raise ValueError("bad digest")
+        headline, pk, archs, ws = d["headline"], d["packages"], d["archs"], d["warnings"]
+        if headline is not None and not isinstance(headline, str):
+            raise ValueError("bad headline")
+        if not (isinstance(pk, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in pk.items())):
+            raise ValueError("bad packages")
+        if not (isinstance(archs, list) and all(type(a) is int for a in archs)):
+            raise ValueError("bad archs")
+        if not (isinstance(ws, list) and all(isinstance(w, str) for w in ws)):
+            raise ValueError("bad warnings")
+        return cls(digest, headline, pk, archs, ws)
+
+
+def memo_path(env=None) -> str:
+    return os.path.join(memo_dir(env), FILE)
+
+
+# --- facts ---------------------------------------------------------------------------
+
+
+def _stat(path: str):
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
+
+
+def _names(path: str, wanted) -> list | None:
+    """Sorted names in directory ``path`` that could be a tracked package or its dist-info."""
+    try:
+        names = os.listdir(path)
+    except (OSError, ValueError):
+        return None
+    return sorted(n for n in names if any(w in n.lower().replace("-", "_").replace(".", "_") for w in wanted))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 16).decode("latin-1")
+    except (OSError, ValueError):
+        return None
+
+
+def _proc(base: str) -> list:
+    """/proc/driver/nvidia: version text, sorted GPU listing, each GPU's information text."""
+    try:
+        buses = sorted(os.listdir(os.path.join(base, "gpus")))
+    except (OSError, ValueError):
+        buses = None
+    return [_read(os.path.join(base, "version")), buses,
+            [_read(os.path.join(base, "gpus", b, "information")) for b in buses or ()]]
+
+
+def _ld_paths() -> list:
+    """Where the dynamic loader would find libnvidia-ml: its cache, LD_LIBRARY_PATH, default dirs."""
+    machine = os.uname().machine
+    extra = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return ["/etc/ld.so.cache", *extra, "/lib", "/lib64", "/usr/lib", "/usr/lib64",
+            f"/lib/{machine}-linux-gnu", f"/usr/lib/{machine}-linux-gnu"]
+
+
+def _process_key(mdir: str) -> list:
+    u = os.uname()
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        libc = ""
+    return [sys.executable, sys.version, list(sys.path), os.getuid(), "torch" in sys.modules,
+            u.sysname, u.machine, libc, mdir]
+
+
+def _own_files() -> list:
+    """This module and the start-up checks whose warnings are memoised (by path: importing them is not cheap)."""
+    return [__file__, os.path.join(os.path.dirname(__file__), "startup_checks.py")]
+
+
+# --- warm path -----------------------------------------------------------------------
+
+
+def _untrusted(st, uid: int, gid: int) -> str | None:
+    """Why a memo file or directory with stat ``st`` may hold someone else's words, else None.
+
+    Ours (root's too: a memo decides where kernels come from), and writable by nobody else:
+    not world-writable, and group-writable only for our own group (a umask-002 home).
+    """
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != gid):
+        return f"writable by others (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _load(path: str, why: list | None = None) -> dict | None:
+    """The memo document at ``path`` when it is ours alone and well formed, else None (``why`` says why).
+
+    Never blocks (a FIFO is refused, not opened for reading), reads at most :data:`MAX_BYTES`,
+    and refuses a memo, or a memo dir, that another user could have written.
+    """
+    from jitwarden.store.fsutil import open_regular, read_fd
+
+    why = [] if why is None else why
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        bad = _untrusted(os.stat(os.path.dirname(path) or "."), uid, gid)
+        if bad:
+            why.append(f"memo dir {bad}")
+            return None
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        why.append(f"memo {exc.strerror or exc}")
+        return None
+    try:
+        bad = _untrusted(os.fstat(fd), uid, gid)
+        raw = None if bad else read_fd(fd, MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if bad:
+        why.append(f"memo {bad}")
+        return None
+    if len(raw) > MAX_BYTES:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("kind") != KIND:
+        return None
+    if not isinstance(doc.get("entries"), list):
+        return None
+    return doc
+
+
+def _implausible(entry: dict, key: list) -> str | None:
+    """Why the entry cannot be one :func:`compute` wrote for this process, by what is cheap to re-check."""
+    fp = entry["fp"]
+    digest, headline, packages = fp["digest"], fp["headline"], fp["packages"]
+    if not isinstance(headline, str) or not headline.endswith(f"fp {digest}"):
+        return "headline does not name the digest"
+    for name in ("torch", "triton", "vllm"):  # the headline lists exactly these, with their versions
+        v = packages.get(name)
+        if (v is not None) != (f" {name} {v} " in f" {headline} ".replace(" · ", " ")):
+            return f"headline and packages disagree about {name}"
+    if "torch" in sys.modules and "torch" not in packages:
+        return "torch is imported but recorded as not installed"
+    if [d[0] for d in entry["dirs"]] != [e or "." for e in sys.path]:
+        return "does not cover every sys.path dir"
+    if not {"torch", "triton", "vllm"} <= set(entry["names"]):
+        return "does not watch torch, triton and vllm"
+    mine = set(_own_files())
+    if not mine <= {f[0] for f in entry["files"]}:
+        return "does not watch jitwarden's own files"
+    return None
+
+
+def _why_not(entry: dict, env, key: list) -> str | None:
+    """None when every recorded fact still holds, else the first one that does not."""
+    if entry["key"] != key:
+        return "process (python, sys.path, uid, platform or torch import) differs"
+    odd = _implausible(entry, key)
+    if odd:
+        return f"implausible entry ({odd})"
+    for name, value in entry["env"].items():
+        if env.get(name) != value:
+            return f"env {name} differs"
+    for path, st in entry["files"]:
+        if _stat(path) != st:
+            return f"{path} changed"
+    wanted = entry["names"]
+    for path, st, names in entry["dirs"]:
+        if st is None or _stat(path) != st:
+            if _names(path, wanted) != names:
+                return f"{path} lists other packages"
+    base, facts = entry["proc"]
+    if _proc(base) != facts:
+        return f"{base} changed"
+    ld = entry["ld"]
+    if ld is not None:
+        if [p for p, _st in ld] != _ld_paths():
+            return "LD_LIBRARY_PATH differs"
+        for path, st in ld:
+            if _stat(path) != st:
+                return f"{path} changed"
+    return None
+
+
+def lookup(env=None) -> Facts | None:
+    """The memoised facts when everything they were computed from is unchanged, else None. Never raises."""
+    global last
+    env = os.environ if env is None else env
+    try:
+        mdir = memo_dir(env)
+        why_not: list = []
+        doc = _load(os.path.join(mdir, FILE), why_not)
+        if doc is None:
+            last = f"miss: no usable memo{' (' + why_not[0] + ')' if why_not else ''}"
+            return None
+        key = _process_key(mdir)
+        why = "no entry"
+        for entry in doc["entries"]:
+            try:
+                why = _why_not(entry, env, key)
+                if why is None:
+                    facts = Facts.from_json(entry["fp"])
+                    last = "hit"
+                    return facts
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                why = f"malformed entry ({type(exc).__name__})"
+        last = f"miss: {why}"
+        return None
+    except Exception as exc:  # noqa: BLE001 - the memo is an optimisation: fall back to the slow path
+        last = f"miss: {type(exc).__name__}: {exc}"
+        return None
+
+
+# --- slow path -----------------------------------------------------------------------
+
+
+def _racy(st, since_ns: int) -> bool:
+    return st is not None and max(st[3], st[4]) >= since_ns - RACY_NS
+
+
+def compute(env=None, *, store: bool = True) -> Facts:
+    """Compute the fingerprint (the slow path) and memoise its facts for the next warm lookup."""
+    global last
+    import time
+
+    from jitwarden.env import fingerprint
+    from jitwarden.runtime import startup_checks
+
+    env = os.environ if env is None else env
+    mdir = memo_dir(env)
+    t0 = time.time_ns()
+    # Snapshot first, collect second: a change in between is then seen as a change next time.
+    deps = fingerprint.dependencies(env=env)
+    names = list(deps["names"])
+    entry = {
+        "key": _process_key(mdir),
+        "env": {k: env.get(k) for k in deps["env"]},
+        "files": [[p, _stat(p)] for p in [*deps["files"], *_own_files()]],
+        "names": names,
+        "dirs": [],
+        "proc": [deps["proc"], _proc(deps["proc"])],
+        "ld": [[p, _stat(p)] for p in _ld_paths()],
+    }
+    for p in deps["path_dirs"]:
+        st = _stat(p)
+        entry["dirs"].append([p, None if _racy(st, t0) else st, _names(p, names)])
+    fp = fingerprint.collect(use_memo=True, env=env)
+    facts = Facts(fp.digest, fp.headline(), {p.name: p.version for p in fp.packages}, fp.device_archs(),
+                  startup_checks.torch_arch(fp) + startup_checks.ptxas_target(fp))
+    if not store:
+        return facts
+    if fp.gpu_source == "proc":
+        last = "not stored: NVML failed with a driver present (retried at every start)"
+        return facts
+    if fp.gpu_source == "nvml":
+        entry["ld"] = None
+    racy = [p for p, st in entry["files"] + (entry["ld"] or []) if _racy(st, t0)]
+    if racy:
+        last = f"not stored: {racy[0]} changed just now"
+        return facts
+    # The fingerprint memo is read and maybe rewritten by collect itself: its state after.
+    entry["files"].append([deps["memo"], _stat(deps["memo"])])
+    entry["fp"] = facts.to_json()
+    _store(os.path.join(mdir, FILE), entry)
+    return facts
+
+
+def _write_private(path: str, doc) -> None:
+    """Write ``doc`` as JSON to ``path`` atomically, readable and writable by us alone."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=".activation-memo.", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w") as f:  # mkstemp's 0600
+            json.dump(doc, f, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _store(path: str, entry: dict) -> None:
+    """Put ``entry`` first, drop entries of the same process key and env, keep :data:`MAX_ENTRIES`."""
+    global last
+    doc = _load(path) or {}
+    old = [e for e in doc.get("entries", ()) if isinstance(e, dict)
+           and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])]
+    data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        if _untrusted(os.stat(os.path.dirname(path) or "."), os.getuid(), os.getgid()):
+            last = "not stored: the memo dir is writable by others"
+            return
+        _write_private(path, data)
+        last = "stored"
+    except (OSError, ValueError, TypeError) as exc:
+        last = f"not stored: {type(exc).__name__}: {exc}"
+
+

@@ -1,0 +1,572 @@
+"""Guards on the ways TorchInductor brings kernels and compiled graphs in mid-run (installed after torch import).
+
+TorchInductor restores Triton kernels from its caches without asking Triton's cache manager:
+
+- ``TritonBundler.read_and_emit`` writes the kernel directories held in an FX-graph bundle
+  into the Triton cache dir on every FX-graph-cache hit: local, remote
+  (``TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE``), AOTAutograd hits, ``torch.compiler.load_cache_artifacts``
+  and precompiled/AOT artifacts (vLLM's ``torch_aot_compile``) all end there; its static CUDA
+  launcher then loads ``<dir>/<name>.cubin`` itself, or writes the cubin it carries in the
+  pickle (``TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW=1``) where none is on disk.
+- FX-graph and AOTAutograd pickles are read back by ``GuardedCache.iterate_over_candidates``.
+
+torch offers no hook for either, so these are wrapped in place once their modules are imported:
+
+- every kernel directory of a bundle is written to a staging dir first, proven by a rebuild
+  (:mod:`jitwarden.runtime.firstuse`), sealed and renamed into place; one that cannot be proven is
+  quarantined there and dropped from the bundle, so Inductor recompiles it (through the guard).
+  A directory already on disk is checked against its seal, or proven when unsealed. Raw cubins
+  carried in the pickle are dropped (nothing to prove them from): a kernel whose directory is
+  not there is recompiled. Any failure inside the wrapper drops all kernels of the bundle.
+- FX-graph and AOTAutograd pickles are sealed when written (``.jitwarden-seal.json`` beside
+  them; Inductor skips dot files); before Inductor reads a directory of them, a pickle that no
+  longer matches its seal is quarantined (a miss, it recompiles). A pickle nobody sealed is
+  sealed as it is: a pickle cannot be rebuilt, but the kernels it brings are proven above.
+
+:func:`install` is standard library only and never imports torch: it patches modules already
+imported, and otherwise puts a finder on ``sys.meta_path`` that patches them right after torch
+imports them. ``JITWARDEN_TORCH_HOOKS=0`` leaves torch alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import sys
+
+HOOKS_VAR = "JITWARDEN_TORCH_HOOKS"
+BUNDLER = "torch._inductor.triton_bundler"
+CODECACHE = "torch._inductor.codecache"
+AOTCACHE = "torch._functorch._aot_autograd.autograd_cache"
+_applied: dict[str, str] = {}  # module name -> "guarded" or why not
+
+
+class _Log:
+    """``logging.getLogger("jitwarden")``, imported only when there is something to say."""
+
+    def __getattr__(self, level):
+        import logging
+
+        return getattr(logging.getLogger("jitwarden"), level)
+
+
+_log = _Log()
+
+
+def enabled(env=None) -> bool:
+    v = (os.environ if env is None else env).get(HOOKS_VAR, "")
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+def install(env=None) -> dict[str, str]:
+    """Guard torch's kernel and graph loaders now where imported, else as soon as torch imports them; never raises.
+
+    Returns {module: "guarded" | "waiting for import" | why not}.
+    """
+    try:
+        if not enabled(env):
+            return {m: f"{HOOKS_VAR}=0" for m in _PATCHERS}
+        waiting = False
+        for name in _PATCHERS:
+            mod = sys.modules.get(name)
+            if mod is not None:
+                _apply(name, mod)
+            elif name not in _applied:
+                waiting = True
+        if waiting and not any(isinstance(f, _Finder) for f in sys.meta_path):
+            sys.meta_path.insert(0, _Finder())
+        return status()
+    except Exception as exc:  # noqa: BLE001 - on the activation path
+        return {m: f"not installed ({type(exc).__name__}: {exc})" for m in _PATCHERS}
+
+
+def status() -> dict[str, str]:
+    return {m: _applied.get(m, "waiting for import") for m in _PATCHERS}
+
+
+class _Finder:
+    """Finds nothing itself: wraps the loader of the modules we guard so they are patched after they run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _PATCHERS or name in _applied:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Loader(spec.loader, name)
+        return spec
+
+
+class _Loader:
+    def __init__(self, inner, name: str):
+        self._inner, self._name = inner, name
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        _apply(self._name, module)
+
+    def __getattr__(self, attr):
+        return getattr(self._inner, attr)
+
+
+def _apply(name: str, module) -> None:
+    if name in _applied:
+        return
+    try:
+        _PATCHERS[name](module)
+        _applied[name] = "guarded"
+    except Exception as exc:  # noqa: BLE001 - an unknown torch: say so, never break the import
+        _applied[name] = f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
+        _log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
+
+
+# ---------------------------------------------------------------- TritonBundler
+
+
+def _patch_bundler(mod) -> None:
+    cls = mod.TritonBundler
+    fn = cls.__dict__["read_and_emit"].__func__  # a staticmethod in torch 2.11-2.13
+    if getattr(fn, "__jitwarden__", False):
+        return
+    mod.triton_cache_dir  # noqa: B018 - the shape we rely on: fail at install, not at the first hit
+
+    def read_and_emit(bundle):
+        try:
+            if bundle is not None and cls.is_enabled():
+                bundle = guard_bundle(bundle, mod.triton_cache_dir, cls._REPLACE_BYTES)
+        except Exception as exc:  # noqa: BLE001 - fail closed: restore nothing, Inductor recompiles
+            _log.warning("jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
+                         "restoring none of them, Inductor recompiles them", type(exc).__name__, exc)
+            try:
+                bundle = _empty(bundle)
+            except Exception:  # noqa: BLE001 - a shape we cannot even empty: restore nothing at all
+                return None
+        return fn(bundle)
+
+    read_and_emit.__jitwarden__ = True
+    read_and_emit.__wrapped__ = fn
+    cls.read_and_emit = staticmethod(read_and_emit)
+
+
+def _parts(bundle) -> tuple[list, list]:
+    """(kernel artifacts, static autotuners): torch <= 2.7 passes a plain list of kernel artifacts."""
+    if isinstance(bundle, list):
+        return bundle, []
+    return list(bundle.kernel_artifacts), list(getattr(bundle, "static_autotuners", None) or ())
+
+
+def _with(bundle, kept: list):
+    import dataclasses
+
+    return kept if isinstance(bundle, list) else dataclasses.replace(bundle, kernel_artifacts=kept)
+
+
+def _empty(bundle):
+    import dataclasses
+
+    if isinstance(bundle, list):
+        return []
+    fields = {f.name for f in dataclasses.fields(bundle)}
+    return dataclasses.replace(bundle, **{k: [] for k in ("kernel_artifacts", "static_autotuners") if k in fields})
+
+
+def _nonempty(path: str) -> bool:
+    try:
+        with os.scandir(path) as it:
+            return any(True for _ in it)
+    except OSError:
+        return False
+
+
+def _safe_name(name) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and os.sep not in name and "\0" not in name
+
+
+def guard_bundle(bundle, cache_dir_for, replace_bytes: bytes = b"[REPLACE]"):
+    """The bundle Inductor may restore: its kernels proven, sealed and put in place, the rest dropped.
+
+    ``cache_dir_for(device)``: torch's ``triton_cache_dir``. Returns a copy of ``bundle`` with
+    only the kernel directories that are now in place and sealed (torch skips writing those,
+    as they exist) and no raw cubins on its static autotuners.
+    """
+    import shutil
+
+    artifacts, static = _parts(bundle)
+    staged: dict[str, tuple] = {}  # staging dir -> (artifacts, final dir, base dir)
+    existing: dict[str, tuple] = {}  # final dir already on disk -> (artifacts, base dir)
+    refused: set[int] = set()
+    parents: list[str] = []
+    try:
+        _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, parents)
+        _judge(staged, existing, refused)
+    finally:
+        for p in parents:
+            shutil.rmtree(p, ignore_errors=True)
+    _drop_raw_cubins(static)
+    return _with(bundle, [a for a in artifacts if id(a) not in refused])
+
+
+def _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, parents) -> None:
+    """Write each kernel directory that is not on disk yet into a staging dir beside where it goes."""
+    import uuid
+
+    for a in artifacts:
+        base = cache_dir_for(a.device)
+        directory = os.path.join(base, a.kernel_hash)
+        if not _safe_name(a.kernel_hash) or not all(_safe_name(x.filename) for x in a.artifacts):
+            _warn(a.kernel_hash, "unsafe", "a file name in the bundle leaves its directory")
+            refused.add(id(a))
+            continue
+        if _nonempty(directory):
+            existing[directory] = (a, base)
+            continue
+        parent = os.path.join(base, f"tmp.jitwarden-{uuid.uuid4().hex}")
+        os.makedirs(parent)
+        parents.append(parent)
+        stage = os.path.join(parent, a.kernel_hash)
+        os.mkdir(stage)
+        for x in a.artifacts:
+            payload = x.payload
+            if x.filename.endswith(".json"):
+                payload = payload.replace(replace_bytes, directory.encode())
+            fd = os.open(os.path.join(stage, x.filename), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+        staged[stage] = (a, directory, base)
+
+
+def _judge(staged, existing, refused) -> None:
+    """Prove the staged and the unsealed directories in parallel; seal and place the proven, quarantine the rest."""
+    from jitwarden.runtime import firstuse
+    from jitwarden.store import partition
+
+    unsealed = [d for d in existing if not os.path.exists(os.path.join(d, ".jitwarden-seal.json"))]
+    for d in existing:
+        if d not in unsealed:
+            bad = _seal_problems(d)
+            if bad:
+                _quarantine(d, existing[d][1], "corrupt", bad)
+                refused.add(id(existing[d][0]))
+    proofs = firstuse.prove_many(list(staged) + unsealed) if staged or unsealed else {}
+    for stage, (a, directory, base) in staged.items():
+        pr = proofs[stage]
+        fp = _digest(partition, base)
+        names = sorted(os.listdir(stage))
+        if pr.proven and firstuse.seal_proven(stage, names, pr, fp, {"by": "bundle", "legacy": True}):
+            try:
+                os.rename(stage, directory)  # onto nothing or an empty dir; torch then skips it
+            except OSError:
+                refused.add(id(a))  # someone else wrote it meanwhile: theirs is judged on its own
+            continue
+        code = pr.code or "unverifiable"
+        _quarantine(stage, base, code, [f"restored from an FX-graph bundle: {pr.reason}"], entry_id=a.kernel_hash)
+        refused.add(id(a))
+    for d in unsealed:
+        a, base = existing[d]
+        pr = proofs[d]
+        names = [n for n in os.listdir(d) if not n.startswith(".jitwarden")]
+        if not (pr.proven and firstuse.seal_proven(d, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True})):
+            _quarantine(d, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
+            refused.add(id(a))
+
+
+def _digest(partition, base: str) -> str | None:
+    s = partition.split(base)
+    return s[1] if s else None
+
+
+def _seal_problems(path: str) -> list[str]:
+    """Problems with a sealed directory's seal; none when no file changed since it was sealed (ctime, as the sweep)."""
+    from jitwarden.store import seal
+    from jitwarden.model.layout import SEAL_FILE
+
+    try:
+        with os.scandir(path) as it:
+            st = {e.name: e.stat(follow_symlinks=False) for e in it}
+        sealed_at = st[SEAL_FILE].st_ctime_ns
+        if all(v.st_ctime_ns < sealed_at for n, v in st.items() if not n.startswith(".jitwarden")):
+            return []
+    except (OSError, KeyError):
+        pass
+    try:
+        s = seal.read(path)
+    except seal.SealError as exc:
+        return [str(exc)]
+    if s is None:
+        return ["not sealed"]
+    present = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
+    return seal.check(path, s, present=present)
+
+
+def _drop_raw_cubins(static_autotuners) -> None:
+    """Raw cubins in the pickle have no PTX beside them to prove them: never let torch write them to disk."""
+    for sa in static_autotuners or ():
+        for cr in getattr(getattr(sa, "kernel", None), "compile_results", None) or ():
+            k = getattr(cr, "kernel", None)
+            if k is not None and getattr(k, "cubin_raw", None) is not None:
+                k.cubin_raw = None
+
+
+def _warn(entry: str, code: str, why: str, rec=None) -> None:
+    tail = f". Restore with `jitwarden quarantine restore {rec.id}`" if rec is not None else ""
+    _log.warning("jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it%s",
+                 entry[:12], code, why, tail)
+
+
+def _quarantine(path: str, root: str, code: str, details, entry_id: str | None = None) -> None:
+    from jitwarden.store import quarantine
+
+    try:
+        rec = quarantine.move(path, code, details, root=root, entry_id=entry_id, by="torch-hook")
+    except FileNotFoundError:
+        rec = None
+    _warn(entry_id or os.path.basename(path), code, "; ".join(details), rec)
+
+
+# ---------------------------------------------------------------- FX-graph and AOTAutograd pickles
+
+
+def _patch_codecache(mod) -> None:
+    _wrap_writer(mod.FxGraphCache)
+    gc = mod.GuardedCache
+    fn = gc.__dict__["iterate_over_candidates"].__func__  # a classmethod
+    if getattr(fn, "__jitwarden__", False):
+        return
+
+    def iterate_over_candidates(cls, local, remote_cache, key):
+        if local:
+            try:
+                check_pickles(cls._get_tmp_dir_for_key(key))
+            except Exception as exc:  # noqa: BLE001 - fail closed: no local candidates, Inductor recompiles
+                _log.warning("jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
+                             cls.__name__, key[:16], type(exc).__name__, exc)
+                local = False
+        return fn(cls, local, remote_cache, key)
+
+    iterate_over_candidates.__jitwarden__ = True
+    iterate_over_candidates.__wrapped__ = fn
+    gc.iterate_over_candidates = classmethod(iterate_over_candidates)
+
+
+def _patch_aotcache(mod) -> None:
+    _wrap_writer(mod.AOTAutogradCache)
+
+
+def _wrap_writer(cls) -> None:
+    fn = cls.__dict__["_write_to_local_cache"].__func__  # a staticmethod
+
+    if getattr(fn, "__jitwarden__", False):
+        return
+
+    def _write_to_local_cache(key, content):
+        fn(key, content)
+        try:
+            seal_pickle(cls._get_tmp_dir_for_key(key), content)
+        except Exception as exc:  # noqa: BLE001 - unsealed: sealed as it is at its first read
+            _log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
+
+    _write_to_local_cache.__jitwarden__ = True
+    _write_to_local_cache.__wrapped__ = fn
+    cls._write_to_local_cache = staticmethod(_write_to_local_cache)
+
+
+def _pickles(subdir: str) -> list[str]:
+    with os.scandir(subdir) as it:
+        return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+
+
+def seal_pickle(subdir: str, content: bytes) -> None:
+    """Add the pickle in ``subdir`` whose bytes are ``content`` to the directory's seal."""
+    import hashlib
+
+    from jitwarden.store import seal
+    from jitwarden.store.entrylock import LOCK_FILE, lock, unlock
+    import fcntl
+
+    want = hashlib.sha256(content).hexdigest()
+    fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
+    try:
+        try:
+            old = seal.read(subdir)
+        except seal.SealError:
+            old = None
+        files = dict(old.files) if old else {}
+        for name in _pickles(subdir):
+            if name not in files and os.path.getsize(os.path.join(subdir, name)) == len(content):
+                digest, size = seal.file_digest(os.path.join(subdir, name))
+                if digest == want:
+                    files[name] = {"sha256": digest, "size": size}
+        seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
+    finally:
+        unlock(fd)
+
+
+def check_pickles(subdir: str) -> list[str]:
+    """Before Inductor reads ``subdir``: quarantine pickles that contradict their seal, seal the unsealed; returns lines.
+
+    A pickle whose size is the sealed one and that has not changed since the seal was written
+    (its ctime is older: a ctime cannot be set back) is not hashed again, as in the start-up sweep;
+    the seal is rewritten only when it changes, so a warm start costs a few ``stat`` calls per graph.
+    """
+    import fcntl
+
+    from jitwarden.store import seal
+    from jitwarden.store.entrylock import LOCK_FILE, lock, unlock
+    from jitwarden.model.layout import SEAL_FILE
+
+    try:
+        with os.scandir(subdir) as it:
+            st = {e.name: e.stat(follow_symlinks=False) for e in it
+                  if (not e.name.startswith(".") and e.is_file(follow_symlinks=False)) or e.name == SEAL_FILE}
+    except OSError:
+        return []
+    seal_st = st.pop(SEAL_FILE, None)
+    if not st:
+        return []
+    out = []
+    fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
+    try:
+        try:
+            s = seal.read(subdir)
+        except seal.SealError:
+            s = None
+        files = dict(s.files) if s else {}
+        before = dict(files)
+        at = seal.sealed_at_ns(subdir) if s else None
+        for name, fst in sorted(st.items()):
+            rec = files.get(name)
+            if rec is None:
+                digest, size = seal.file_digest(os.path.join(subdir, name))
+                files[name] = {"sha256": digest, "size": size}
+                continue
+            if at is not None and fst.st_size == rec["size"] and fst.st_ctime_ns < at:
+                continue  # unchanged since it was sealed (by the time inside the seal, never the seal's ctime)
+            problems = seal.check(subdir, seal.Seal({name: rec}), names=[name])
+            if problems:
+                files.pop(name)
+                out += _quarantine_pickle(subdir, name, problems)
+        files = {n: r for n, r in files.items() if n in st and os.path.exists(os.path.join(subdir, n))}
+        if files != before or seal_st is None:
+            seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
+    finally:
+        unlock(fd)
+    return out
+
+
+def _inductor_root(subdir: str) -> str:
+    """The Inductor cache dir above ``<cache>/fxgraph/<xx>/<key>`` or ``<cache>/aotautograd/<key>``."""
+    p = os.path.normpath(subdir)
+    for _ in range(3):
+        parent = os.path.dirname(p)
+        if os.path.basename(parent) in ("fxgraph", "aotautograd"):
+            return os.path.dirname(parent)
+        p = parent
+    return os.path.dirname(os.path.normpath(subdir))
+
+
+def _quarantine_pickle(subdir: str, name: str, problems: list[str]) -> list[str]:
+    from jitwarden.store import quarantine
+
+    root = _inductor_root(subdir)
+    try:
+        qrec = quarantine.move(os.path.join(subdir, name), "corrupt", problems, root=root, kind="inductor", by="torch-hook")
+    except FileNotFoundError:
+        return []
+    line = (f"quarantined TorchInductor cache pickle {qrec.entry_id} (corrupt: {'; '.join(problems)}); "
+            f"Inductor recompiles it. Restore with `jitwarden quarantine restore {qrec.id}`")
+    _log.warning("jitwarden: %s", line)
+    return [line]
+
+
+_PATCHERS = {BUNDLER: _patch_bundler, CODECACHE: _patch_codecache, AOTCACHE: _patch_aotcache}
+
+
+# ---------------------------------------------------------------- doctor
+
+#: What each wrapper needs to find in torch's source: module -> (file, the definitions it wraps).
+_SHAPES = {
+    BUNDLER: ("_inductor/triton_bundler.py", ("def read_and_emit(", "triton_cache_dir", "_REPLACE_BYTES")),
+    CODECACHE: ("_inductor/codecache.py", ("def iterate_over_candidates(", "def _write_to_local_cache(")),
+    AOTCACHE: ("_functorch/_aot_autograd/autograd_cache.py", ("def _write_to_local_cache(",)),
+}
+
+
+def _torch_dir() -> str | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")  # a top-level name: found, not imported
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
+    """(kind, text, fix) for ``jitwarden doctor``: what torch restores that these wrappers cannot guard here.
+
+    Reads torch's source files as text (never imports torch): a wrapper attaches only to the
+    definitions it knows, so one missing from this torch is a way kernels arrive unguarded mid-run.
+    """
+    env = os.environ if env is None else env
+    tdir = _torch_dir()
+    if tdir is None:
+        return []
+    out = []
+    if not enabled(env):
+        out.append(("torch-hooks", f"{HOOKS_VAR}=0: Triton kernels TorchInductor restores mid-run (FX-graph bundles, "
+                    "remote caches, AOT artifacts) are checked only at the next start-up, and FX-graph pickles are "
+                    "not sealed", f"unset {HOOKS_VAR}"))
+        return out
+    missing = []
+    for name, (rel, needles) in _SHAPES.items():
+        try:
+            with open(os.path.join(tdir, rel), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            missing.append(f"{rel} (absent)")
+            continue
+        lacks = [n for n in needles if n not in text]
+        if lacks:
+            missing.append(f"{rel} (no {', '.join(lacks)})")
+    if missing:
+        out.append(("torch-hooks", "this torch's " + "; ".join(missing) + ": the kernels or pickles it restores "
+                    "mid-run cannot be wrapped, and are checked only at the next start-up",
+                    "export TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0  (Inductor then compiles through "
+                    f"Triton's guarded cache instead of restoring bundles; {HOOKS_VAR}=0 silences this)"))
+    if env.get("TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW") == "1":
+        out.append(("torch-hooks", "TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW=1: raw cubins carried in FX-graph pickles have "
+                    "no PTX to prove them, so jitwarden drops them; a kernel whose directory is not on disk recompiles",
+                    "unset TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW"))
+    return out
+
+
+# ---------------------------------------------------------------- jitwarden run
+
+
+def boot_dir() -> str:
+    """The directory whose ``sitecustomize`` installs these guards in every Python that ``jitwarden run`` starts."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+def add_boot_path(env) -> bool:
+    """Put :func:`boot_dir` first on ``env``'s ``PYTHONPATH`` when torch is installed and the hooks are on.
+
+    ``jitwarden run`` activates in its own process and then execs the command, so the hooks
+    must be installed by the command's interpreter itself. True when it was added (or was there).
+    """
+    if not enabled(env) or _torch_dir() is None:
+        return False
+    d = boot_dir()
+    parts = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    if d not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([d, *parts])
+    return True

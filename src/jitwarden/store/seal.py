@@ -1,0 +1,195 @@
+"""Seals: a checksum of every file of an entry plus its provenance (stdlib only).
+
+A seal is ``<entry>/.jitwarden-seal.json``. It is written last, atomically,
+after the entry's group is complete; any later change to a covered file is a
+checksum mismatch, which readers treat as a cache miss (ccache's rule).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+from jitwarden.store.fsutil import read_regular
+from jitwarden.model.layout import SEAL_FILE, is_reserved
+
+SCHEMA = 1
+MAX_FILE = 1 << 31
+"""Larger than any kernel binary: a sealed name that reads on past this (a device) is not a kernel file."""
+MAX_SEAL = 4 << 20
+
+
+class SealError(ValueError):
+    """The seal file exists but cannot be read as a seal."""
+
+
+@dataclass(frozen=True)
+class Seal:
+    files: dict  # name -> {"sha256": hex, "size": int}
+    fingerprint: str | None = None
+    producer: dict = field(default_factory=dict)
+    sealed_at: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "files": self.files,
+            "fingerprint": self.fingerprint,
+            "producer": self.producer,
+            "sealed_at": self.sealed_at,
+        }
+
+
+def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> tuple[str, int]:
+    """(sha256, size) of a regular file, never through a symlink (OSError ELOOP), never blocking
+    on a FIFO or device (OSError EINVAL), reading at most :data:`MAX_FILE` bytes (OSError EFBIG)."""
+    data = read_regular(path, MAX_FILE, dir_fd=dir_fd, size_hint=size_hint)
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def compute(entry_dir: str, names, fingerprint: str | None = None, producer: dict | None = None) -> Seal:
+    files = {}
+    for name in sorted(names):
+        digest, size = file_digest(os.path.join(entry_dir, name))
+        files[name] = {"sha256": digest, "size": size}
+    return Seal(files, fingerprint, dict(producer or {}), time.time())
+
+
+def read(entry_dir: str, *, dir_fd: int | None = None) -> Seal | None:
+    """The entry's seal, None when it has none; SealError when it is damaged.
+
+    ``dir_fd``: the entry's directory fd (``entry_dir`` is then only used in messages).
+    """
+    try:
+        if dir_fd is None:
+            raw = read_regular(os.path.join(entry_dir, SEAL_FILE), MAX_SEAL, size_hint=4096)
+        else:
+            raw = read_regular(SEAL_FILE, MAX_SEAL, dir_fd=dir_fd, size_hint=4096)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SealError(f"seal unreadable: {exc.strerror or exc}") from None
+    return parse(raw)
+
+
+def parse(raw: bytes) -> Seal:
+    """The seal in ``raw``; SealError unless it is exactly a seal (flat names, sha256 and size each)."""
+    try:
+        doc = json.loads(raw)
+        files = doc["files"]
+        if doc.get("schema") != SCHEMA or not isinstance(files, dict):
+            raise ValueError
+        for name, rec in files.items():
+            if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str) or not isinstance(rec.get("size"), int):
+                raise ValueError
+            if os.sep in name or name in (".", ".."):
+                raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError, AttributeError):
+        raise SealError("seal is not a valid jitwarden seal") from None
+    return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0))
+
+
+def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
+    """Problems between the seal and the files on disk, as sentences; empty when it holds.
+
+    ``names``: check only these (each must be sealed), else every sealed file; ``present``:
+    the files on disk, any not covered by the seal is a problem too.
+    """
+    problems = []
+    if names is not None:
+        missing = sorted(n for n in names if n not in seal.files)
+        if missing:
+            return [f"not covered by the seal: {', '.join(missing)}"]
+    for name in seal.files if names is None else names:
+        rec = seal.files[name]
+        try:
+            digest, size = file_digest(os.path.join(entry_dir, name), rec["size"])
+        except FileNotFoundError:
+            problems.append(f"{name} is sealed but missing")
+            continue
+        except OSError as exc:
+            why = "is a symlink, the seal covers a file" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror}"
+            problems.append(f"{name} {why}")
+            continue
+        if size != rec["size"]:
+            problems.append(f"{name} is {size} bytes, sealed as {rec['size']}")
+        elif digest != rec["sha256"]:
+            problems.append(f"{name} does not match its sealed sha256")
+    if present is not None:
+        # jitwarden's own files (seal, lock files, records) are never covered by a seal.
+        extra = sorted(n for n in set(present) - set(seal.files) if not is_reserved(n))
+        if extra:
+            problems.append(f"not covered by the seal: {', '.join(extra)}")
+    return problems
+
+
+def sealed_at_ns(entry_dir: str) -> int | None:
+    """The file-system time recorded inside the entry's seal (ns), None when there is none to read.
+
+    The one reference for "unchanged since sealed" (the start-up sweep, the torch hooks): a file
+    whose ctime is older did not change after sealing. The seal file's own ctime is no such
+    reference: a ``chmod`` or ``touch`` of the seal moves it past a tampered file's.
+    """
+    try:
+        at = json.loads(read_regular(os.path.join(entry_dir, SEAL_FILE), MAX_SEAL, size_hint=4096))["fs_time_ns"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return at if type(at) is int else None
+
+
+def newest_ctime(entry_dir: str, names) -> int:
+    """The newest ctime (ns) among ``names`` in the entry, for :func:`write`'s ``after_ns``; -1 when none."""
+    newest = -1
+    for n in names:
+        try:
+            newest = max(newest, os.lstat(os.path.join(entry_dir, n)).st_ctime_ns)
+        except OSError:
+            pass
+    return newest
+
+
+def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
+    """Write the seal atomically (temp file in the entry, then rename).
+
+    The seal records ``fs_time_ns``: the ctime its temp file got when created, i.e. the file
+    system's clock at sealing. Every file sealed is older or of the same tick; any later change
+    to one gives it a ctime at least that. ``after_ns``: the newest ctime among the sealed files;
+    the recorded time is pushed past it (by touching the temp file for up to a few clock ticks)
+    so that an unchanged entry is told apart from one changed in the same tick.
+    """
+    import tempfile
+
+    from jitwarden.store.fsutil import umask
+
+    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-seal.", suffix=".tmp", dir=entry_dir)
+    try:
+        mode = 0o666 & ~umask()  # readable like Triton's own files, not mkstemp's 0600
+        os.fchmod(fd, mode)
+        fs_now = os.fstat(fd).st_ctime_ns
+        for _ in range(50):
+            if fs_now > after_ns:
+                break
+            time.sleep(0.001)
+            os.fchmod(fd, mode)  # a metadata change: ctime moves to the clock's current tick
+            fs_now = os.fstat(fd).st_ctime_ns
+        doc = seal.to_json()
+        if fs_now > after_ns:
+            doc["fs_time_ns"] = fs_now
+        with os.fdopen(fd, "w") as f:
+            fd = -1
+            json.dump(doc, f, sort_keys=True)
+        path = os.path.join(entry_dir, SEAL_FILE)
+        os.replace(tmp, path)
+        return path
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
