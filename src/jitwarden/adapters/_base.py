@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
-from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
+from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.entries import CacheRoot
 
 MAX_DEPTH = 64
@@ -200,18 +200,6 @@ def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> lis
     if s.too_deep:
         out.append(Finding("corrupt", f"{what} nests directories deeper than {MAX_DEPTH} levels; not read further"))
     return out
-
-
-def list_children(root: str, skip=()) -> tuple[list[str], list[tuple[str, str]]]:
-    """(child names, strays) of ``root``; reserved jitwarden names and ``skip`` left out. OSError propagates."""
-    names = []
-    with os.scandir(root) as it:
-        for e in it:
-            if is_reserved(e.name) or e.name in skip:
-                continue
-            names.append(e.name)
-    names.sort()
-    return names, []
 
 
 # ---------------------------------------------------------------- ELF headers (quick checks)

@@ -9,11 +9,9 @@ a :class:`Judge`, so every command reaches the same verdict.
 from __future__ import annotations
 
 import base64
-import errno
 import os
 import re
 import stat
-import sysconfig
 from dataclasses import dataclass
 
 from jitwarden.formats import elf
@@ -545,10 +543,3 @@ def host_machine() -> str:
 
     return _HOST_MACHINES.get(platform.machine(), platform.machine())
 
-
-def ext_suffix() -> str:
-    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-
-
-def is_missing(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOENT, errno.ENOTDIR)
