@@ -573,6 +573,7 @@ def phase_tamper(kernels, env, exclude=()):
     from jitwarden.formats import elf
     from jitwarden.ops import rebuild
     from jitwarden.adapters import triton as tri
+    from jitwarden.model.entries import Judge
 
     kernels = [e for e in kernels if e.path not in exclude]
     ind = [e for e in kernels if e.name and e.name.startswith("triton_")][:3]
@@ -594,7 +595,7 @@ def phase_tamper(kernels, env, exclude=()):
     data[s.offset + s.size // 2] ^= 0x10
     open(c0, "wb").write(data)
     shutil.copyfile(os.path.join(d2, f"{e2.name}.cubin"), os.path.join(d1, f"{e1.name}.cubin"))
-    judge = tri.Judge(target_arch=90)
+    judge = Judge(target_arch=90)
     ents = [tri.inspect_entry(troot, n, judge) for n in tri.list_entry_names(troot)[0]]
     res = rebuild.verify_entries(ents, jobs=os.cpu_count(), extra_ptxas=[], keep_dir=os.path.join(BASE, "keep_tamper"), env=env)
     got = {os.path.basename(p): r for p, r in res.items()}
@@ -651,7 +652,7 @@ def _phase(name, fn, need_s=0.0):
 def main():
     import triton
 
-    from jitwarden.adapters import triton as tri
+    from jitwarden.model.entries import Judge
 
     dry = os.environ.get("JW_H200_DRYRUN")  # "TRITON_SRC:INDUCTOR_TRITON_SRC": CPU check of the later phases
     if dry:
@@ -674,7 +675,7 @@ def main():
     summary["compile_end_epoch"] = time.time()
     summary["compile_end_s"] = round(elapsed(), 1)
     env = dict(ORIG_ENV)  # a fresh jitwarden process's view: no TRITON_PTXAS_PATH from Inductor
-    judge = tri.Judge(target_arch=90, triton_version=triton.__version__, now=time.time())
+    judge = Judge(target_arch=90, triton_version=triton.__version__, now=time.time())
 
     runs: list[dict] = []
     snaps: dict[str, dict] = {}

@@ -19,11 +19,12 @@ import time
 import pytest
 
 import inductor_real
-from jitwarden.ops import scan as scanmod
+from jitwarden import adapters
 from jitwarden.adapters import inductor as ind
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.adapters import triton as tri
 from jitwarden.cli.main import main
-from jitwarden.model.entries import CacheRoot, Judge
+from jitwarden.model.entries import Judge
 
 HOST = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
 
@@ -108,9 +109,9 @@ def test_world_writable_file_dir_and_root_are_unsafe(cache):
     os.chmod(os.path.join(cache, fx), 0o777)
     e = ind.inspect_entry(cache, fx, judge(), os.getuid())
     assert codes(e) == ["unsafe"] and "world-writable" in e.findings[0].message
-    assert ind.root_findings(cache) == []
+    assert adapters.judge_root(ind, cache) == []
     os.chmod(cache, 0o777)
-    (f,) = ind.root_findings(cache)
+    (f,) = adapters.judge_root(ind, cache)
     assert f.code == "unsafe" and "runs their code" in f.message
 
 
@@ -118,7 +119,7 @@ def test_root_and_entries_owned_by_someone_else_are_unsafe(cache):
     # As root we can hand the tree to other uids; the judge takes the root's owner as the cache's owner.
     if os.getuid() != 0:
         pytest.skip("needs root to chown")
-    (f,) = ind.root_findings(cache, uid=4242)  # a root that is not the user's: someone else's pickles
+    (f,) = adapters.judge_root(ind, cache, uid=4242)  # a root that is not the user's: someone else's pickles
     assert f.code == "unsafe" and "owned by uid" in f.message
     es = entries(cache)
     py = first(es, lambda n, e: e.type == "output-code")
@@ -246,7 +247,7 @@ def test_discovery_follows_inductor(tmp_path, monkeypatch):
     (r,) = [r for r in ind.discover_roots({"TORCHINDUCTOR_CACHE_DIR": str(part), "HOME": str(tmp_path)})
             if r.source != "private"]
     assert r.path == str(d)
-    assert [(x.path, x.partition) for x in ind.expand_partitions(r)] == [(str(d), None), (str(part), "0123456789abcdef")]
+    assert [(x.path, x.partition) for x in expand_partitions(r)] == [(str(d), None), (str(part), "0123456789abcdef")]
     # jitwarden's private root
     priv = tmp_path / "jw" / "roots" / "inductor"
     priv.mkdir(parents=True)

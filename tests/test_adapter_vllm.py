@@ -28,7 +28,9 @@ import time
 import pytest
 
 import inductor_real
+from jitwarden import adapters
 from jitwarden.adapters import vllm as vl
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.cli.main import main
 from jitwarden.model.entries import Judge
 
@@ -211,7 +213,7 @@ def test_unsafe_root_entries_and_links(root, tmp_path):
     e = vl.inspect_entry(root, "deep_gemm/cache/kernel.evil", judge(), os.getuid())
     assert e.type == "link" and codes(e) == ["unsafe"]
     os.chmod(root, 0o777)
-    (f,) = vl.root_findings(root)
+    (f,) = adapters.judge_root(vl, root)
     assert f.code == "unsafe"
     # a nested Inductor entry keeps the Inductor adapter's judgement, under the vLLM root
     es = entries(root)
@@ -237,7 +239,7 @@ def test_discovery_follows_vllm(tmp_path):
     env["VLLM_CACHE_ROOT"] = str(part)
     (r,) = vl.discover_roots(env)
     assert r.path == str(home / ".cache" / "vllm")
-    assert [x.partition for x in vl.expand_partitions(r)] == [None, "fedcba9876543210"]
+    assert [x.partition for x in expand_partitions(r)] == [None, "fedcba9876543210"]
     (tmp_path / "jw" / "roots" / "vllm").mkdir(parents=True)
     assert ("private", str(tmp_path / "jw" / "roots" / "vllm")) in [(r.source, r.path) for r in vl.discover_roots(env)]
 

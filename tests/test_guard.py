@@ -19,6 +19,7 @@ import pytest
 import kernels
 from jitwarden.store import quarantine, seal
 from jitwarden.adapters import triton as adapter
+from jitwarden.model.entries import Judge
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import QUARANTINE_DIR, SEAL_FILE
 
@@ -86,7 +87,7 @@ def assert_sound(root: str, entry_id: str) -> None:
     s = seal.read(path)
     assert s is not None, f"{entry_id} is not sealed"
     assert seal.check(path, s) == []
-    entry = adapter.inspect_entry(root, entry_id, adapter.Judge(host_machine=adapter.host_machine()))
+    entry = adapter.inspect_entry(root, entry_id, Judge(host_machine=adapter.host_machine()))
     errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
     assert errors == [], errors
 
@@ -256,7 +257,7 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     assert quarantined(root) == []
     from jitwarden.ops import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
 
-    entries = [adapter.inspect_entry(root, i, adapter.Judge(host_machine=adapter.host_machine())) for i in ids]
+    entries = [adapter.inspect_entry(root, i, Judge(host_machine=adapter.host_machine())) for i in ids]
     results = rebuild.verify_entries(entries, jobs=2)
     assert len(results) == len(ids)
     assert {r.verdict for r in results.values()} == {"verified"}, {p: r.message for p, r in results.items()}

@@ -53,10 +53,11 @@ from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.formats.elf import EM_CUDA
 from jitwarden.store.fsutil import read_nofollow
-from jitwarden.adapters._base import ElfHead, existing, elf_head_bytes, expand_partitions, survey, survey_findings  # noqa: F401 - expand_partitions is part of this adapter's interface
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.adapters.base import ElfHead, elf_head_bytes, existing, set_vars, survey, survey_findings
 
 KIND = "cuda-compute"
+ROOT_RISK = None
 MIB = 1 << 20
 DEFAULT_MAXSIZE = 1 << 30
 EMBEDDED_MAXSIZE = 256 * MIB
@@ -82,22 +83,9 @@ _MODULE_DATE = re.compile(r"Kernel Module\s+(\S+)\s+(\w{3} \w{3}\s+\d+ \d\d:\d\d
 # ---------------------------------------------------------------- roots
 
 
-def cache_path(env=os.environ) -> tuple[str, str]:
-    from jitwarden.env import locations
-
-    if env.get("CUDA_CACHE_PATH"):
-        return os.path.expanduser(env["CUDA_CACHE_PATH"]), "CUDA_CACHE_PATH"
-    return os.path.join(locations.home(env), ".nv", "ComputeCache"), "default"
-
-
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$CUDA_CACHE_PATH`` when set, and ``~/.nv/ComputeCache``; existing dirs only."""
-    from jitwarden.env import locations
-
-    cands = [cache_path(env)]
-    if cands[0][1] != "default":
-        cands.append((os.path.join(locations.home(env), ".nv", "ComputeCache"), "default"))
-    return existing(KIND, cands)
+    return existing(KIND, set_vars(env, "CUDA_CACHE_PATH") + [(os.path.join(locations.home(env), ".nv", "ComputeCache"), "default")])
 
 
 def looks_like_root(path: str) -> bool:
@@ -202,9 +190,9 @@ def size_findings(total: int, env=os.environ) -> list[Finding]:
     return out
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    """Ownership and permissions of the root, then its size against the limit of the environment jitwarden runs in."""
-    out = _root_findings(path, uid)
+def root_findings(path: str) -> list[Finding]:
+    """The root's size against the limit of the environment jitwarden runs in."""
+    out = []
     try:
         out += size_findings(_tree_bytes(path), os.environ)
     except OSError:
@@ -489,14 +477,14 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     out = survey_findings(s, root_uid, "entry")
     extra: dict = {}
     if s.is_symlink:
-        if not s.links or not s.links[0][2]:
+        if not s.links[0].leaves:
             out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); the driver writes none"))
         return Entry(KIND, root, name, s.path, "link", None, None, 0, 0.0, findings=tuple(out))
     etype = "jit" if s.files else ("empty" if s.is_dir else "other")
     mtime = s.newest
     facts: ComputeEntry | None = None
     if s.files and not s.is_dir:
-        size = s.files[0][1]
+        size = s.files[0].size
         try:
             facts = parse_entry(read_nofollow(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
                                 name.replace("/", ""))

@@ -33,18 +33,11 @@ from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters._base import (
-    existing,
-    elf_head,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    older_than,
-    so_findings,
-    survey,
-    survey_findings,
-)
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.adapters.base import elf_head, existing, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "deepgemm"
+ROOT_RISK = None
 ENTRY = re.compile(r"^kernel\.(.+)\.([0-9a-f]{8,64})$")
 _FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whole family
 
@@ -54,15 +47,7 @@ _FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whol
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``DG_JIT_CACHE_DIR`` (DeepGEMM 2.x), ``DG_CACHE_DIR`` (1.0.0), and ``$HOME/.deep_gemm``; existing dirs only."""
-    from jitwarden.env import locations
-
-    cands = []
-    if env.get("DG_JIT_CACHE_DIR"):
-        cands.append((env["DG_JIT_CACHE_DIR"], "DG_JIT_CACHE_DIR"))
-    if env.get("DG_CACHE_DIR"):
-        cands.append((env["DG_CACHE_DIR"], "DG_CACHE_DIR"))
-    cands.append((os.path.join(locations.home(env), ".deep_gemm"), "default"))
-    return existing(KIND, cands)
+    return existing(KIND, set_vars(env, "DG_JIT_CACHE_DIR", "DG_CACHE_DIR") + [(os.path.join(locations.home(env), ".deep_gemm"), "default")])
 
 
 def looks_like_root(path: str) -> bool:
@@ -94,8 +79,9 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     return names, strays
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return _root_findings(path, uid)
+def root_findings(path: str) -> list[Finding]:
+    """Nothing beyond the ownership rule every root gets."""
+    return []
 
 
 # ---------------------------------------------------------------- judging
@@ -137,7 +123,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     kname = m.group(1) if m else None
     extra: dict = {"kernel": kname, "hash": m.group(2) if m else None}
     if s.is_symlink:
-        if not s.links or not s.links[0][2]:
+        if not s.links[0].leaves:
             out.append(Finding("unsafe", f"kernel directory is a symlink (-> {s.symlink_target}); not followed"))
         return Entry(KIND, root, name, path, "link", kname, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
     if not s.is_dir:
@@ -147,7 +133,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         # A name DeepGEMM 1.0 never writes is a layout we do not know, not evidence of damage.
         out.append(Finding("unrecognised", f"{base} is not named kernel.<name>.<hash> as DeepGEMM 1.0 names its "
                                            "kernels: not a layout jitwarden knows"))
-    files = {f[0]: f for f in s.files}
+    files = {f.name: f for f in s.files}
     newest = s.newest
     cubin_sm = arch = None
     etype = "cubin"  # not "kernel": that type means a Triton entry to the rebuild
@@ -161,7 +147,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                                              "treats the directory as a miss and compiles it again"))
         if "kernel.so" in files:
             try:
-                out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"][1]), j.host_machine)
+                out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size), j.host_machine)
             except OSError as exc:
                 out.append(Finding("corrupt", f"kernel.so: unreadable: {exc.strerror}"))
             arch = 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
@@ -172,11 +158,11 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         if missing:
             out.append(Finding("incomplete", f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
                                              "whole, so this one was damaged after; loading it aborts the process"))
-        if "kernel.cu" in files and files["kernel.cu"][1] == 0:
+        if "kernel.cu" in files and files["kernel.cu"].size == 0:
             out.append(Finding("corrupt", "kernel.cu is empty"))
         if "kernel.cubin" in files:
             try:
-                head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"][1])
+                head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
             except OSError as exc:
                 head = None
                 out.append(Finding("corrupt", f"kernel.cubin: unreadable: {exc.strerror}"))

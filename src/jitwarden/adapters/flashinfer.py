@@ -31,18 +31,11 @@ from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.adapters._base import (
-    existing,
-    elf_head,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    older_than,
-    so_findings,
-    survey,
-    survey_findings,
-)
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.adapters.base import elf_head, existing, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "flashinfer"
+ROOT_RISK = None
 ARCHS = re.compile(r"^(?:noarch|\d+[af]?(?:_\d+[af]?)*)$")
 VERSION = re.compile(r"^\d+\.\d+[0-9A-Za-z.+_-]*$")
 _ONE_ARCH = re.compile(r"(\d+)([af]?)")
@@ -54,22 +47,10 @@ _NINJA_MAX = 1 << 20
 # ---------------------------------------------------------------- roots
 
 
-def cache_dir(env=os.environ) -> tuple[str, str]:
-    from jitwarden.env import locations
-
-    if env.get("FLASHINFER_WORKSPACE_BASE"):
-        return os.path.join(env["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer"), "FLASHINFER_WORKSPACE_BASE"
-    return os.path.join(locations.home(env), ".cache", "flashinfer"), "default"
-
-
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` when set, and ``~/.cache/flashinfer``; existing dirs only."""
-    from jitwarden.env import locations
-
-    cands = [cache_dir(env)]
-    if cands[0][1] != "default":
-        cands.append((os.path.join(locations.home(env), ".cache", "flashinfer"), "default"))
-    return existing(KIND, cands)
+    bases = set_vars(env, "FLASHINFER_WORKSPACE_BASE") + [(locations.home(env), "default")]
+    return existing(KIND, [(os.path.join(b, ".cache", "flashinfer"), src) for b, src in bases])
 
 
 def _workspaces(root: str) -> list[tuple[str, str | None, str]]:
@@ -124,8 +105,9 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     return names, strays
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return _root_findings(path, uid)
+def root_findings(path: str) -> list[Finding]:
+    """Nothing beyond the ownership rule every root gets."""
+    return []
 
 
 # ---------------------------------------------------------------- judging
@@ -183,13 +165,13 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     out = survey_findings(s, root_uid, "op directory" if op else "generated directory")
     extra: dict = {"version": version, "archs": archs, "layout": "versioned" if version else "unversioned"}
     if s.is_symlink:
-        if not s.links or not s.links[0][2]:
+        if not s.links[0].leaves:
             out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); not followed"))
         return Entry(KIND, root, name, path, "link", op, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
     if not s.is_dir:
         return Entry(KIND, root, name, path, "other", op, None, s.bytes, s.mtime, findings=tuple(out),
                      extra=tuple(extra.items()))
-    files = {f[0]: f for f in s.files}
+    files = {f.name: f for f in s.files}
     newest = s.newest
     etype = "op" if op else "generated"
 
@@ -213,7 +195,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
         for rel in sos:
             try:
-                out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel][1]), j.host_machine)
+                out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine)
             except OSError as exc:
                 out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
         if f"{op}.so" not in files:

@@ -30,10 +30,10 @@ from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.adapters import _base
-from jitwarden.adapters._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
+from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
 
 KIND = "inductor"
+ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
 SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
 TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
@@ -68,10 +68,9 @@ def looks_like_root(path: str) -> bool:
             or os.path.basename(os.path.normpath(path)).startswith("torchinductor_"))
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    """A root others can write or own is unsafe: Inductor unpickles its entries, which runs their code."""
-    return [Finding("unsafe", f"{f.message}; Inductor unpickles entries from it, so loading one runs their code")
-            for f in _base.root_findings(path, uid)]
+def root_findings(path: str) -> list[Finding]:
+    """Nothing beyond the ownership rule every root gets (worded with :data:`ROOT_RISK`)."""
+    return []
 
 
 # ---------------------------------------------------------------- entries
@@ -387,19 +386,19 @@ def _group(name: str) -> str:
     return "other"
 
 
-def judge_tree(root: str, name: str, s: _base.Survey, judge: Judge, group: str, facts: _Facts) -> None:
+def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts: _Facts) -> None:
     """Judge every file of one surveyed entry (a file or a dir); shared with the vLLM adapter."""
     kind = group if group in PICKLE_DIRS else ""
     tmps = []
     real = []
-    for rel, size, mtime, _mode, _uid in s.files:
-        base = os.path.basename(rel)
+    for f in s.files:
+        base = os.path.basename(f.name)
         if TMP.match(base) or base.endswith(".tmp"):
-            tmps.append((rel or base, mtime))
+            tmps.append((f.name, f.mtime))
             continue
         if base.startswith(".") and group in PICKLE_DIRS:
             continue  # Inductor itself skips dot files in key dirs
-        real.append((rel, size))
+        real.append((f.name, f.size))
     for rel, mtime in tmps:
         if judge.now - mtime >= judge.orphan_age:
             facts.findings.append(Finding("orphan", f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old"))
@@ -459,24 +458,16 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
             facts.findings.append(Finding("stale", f"written by a torch built with CUDA {ver['cuda']}; this torch uses CUDA {judge.torch_cuda}"))
 
 
-def entry_of(kind: str, root: str, name: str, s: _base.Survey, facts: _Facts, findings: list[Finding]) -> Entry:
+def entry_of(kind: str, root: str, name: str, s: Survey, facts: _Facts, findings: list[Finding]) -> Entry:
     mtime = s.newest if s.files else s.mtime
     return Entry(kind, root, name, s.path, facts.type, facts.name, facts.arch, s.bytes, mtime,
                  findings=tuple(dict.fromkeys(findings)), extra=tuple(sorted(facts.extra.items())))
 
 
-def link_findings(s: _base.Survey, tool: str = "Inductor") -> list[Finding]:
-    if s.links and s.links[0][2]:
+def link_findings(s: Survey, tool: str = "Inductor") -> list[Finding]:
+    if s.links[0].leaves:
         return [Finding("unsafe", f"entry is a symlink leaving the cache root (-> {s.symlink_target}); not followed")]
     return [Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); {tool} would follow it, jitwarden does not")]
-
-
-def owner_findings(s: _base.Survey, root_uid: int | None) -> list[Finding]:
-    """A directory entry owned by someone other than the root's owner (files are checked by survey_findings)."""
-    out = []
-    if s.is_dir and root_uid is not None and s.uid not in (-1, root_uid) and root_uid != 0 and s.uid != 0:
-        out.append(Finding("unsafe", f"entry directory is owned by uid {s.uid}, the cache root by uid {root_uid}"))
-    return out
 
 
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
@@ -492,7 +483,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
     if s.is_symlink:
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))
-    findings = survey_findings(s, root_uid) + owner_findings(s, root_uid)
+    findings = survey_findings(s, root_uid)
     group = _group(name)
     if group == "locks":
         facts.type = "locks"
@@ -500,7 +491,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         judge_tree(root, name, s, judge, group, facts)
         if not s.is_dir and s.files:
             try:
-                data = read_nofollow(s.path, size_hint=s.files[0][1])
+                data = read_nofollow(s.path, size_hint=s.files[0].size)
             except OSError:
                 data = b""
             _local_cache(name, data, judge, facts)

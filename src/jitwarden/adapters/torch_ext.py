@@ -24,18 +24,12 @@ from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.model.layout import is_reserved
-from jitwarden.adapters._base import (
-    existing,
-    elf_head,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    older_than,
-    so_findings,
-    survey,
-    survey_findings,
-)
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.adapters.base import elf_head, existing, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "torch-ext"
+ROOT_RISK = None
 TAG = re.compile(r"^py(\d)(\d+)([a-z]*)_(cpu|cu\d+|rocm\d+|xpu)$")
 _NINJA_MAX = 1 << 20
 _PY_INCLUDE = re.compile(r"/include/python(\d)\.(\d+)([a-z]*)\b")
@@ -48,8 +42,6 @@ _SO_NAME = re.compile(r"^(.+?)(?:_v(\d+))?\.so$")
 
 def default_root(env=os.environ) -> str:
     """``<user_cache_dir>/torch_extensions`` as torch computes it on Linux (realpath'd, as torch does)."""
-    from jitwarden.env import locations
-
     return os.path.realpath(locations.torch_extensions_dir(env))
 
 
@@ -59,13 +51,9 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     torch reads ``TORCH_EXTENSIONS_DIR`` with ``os.environ.get(...) is None``; an empty value
     would make torch build into the working directory, which is no cache root: it is skipped.
     """
-    from jitwarden.store import partition
-
-    cands = []
-    if env.get("TORCH_EXTENSIONS_DIR"):  # under activation a partition: list the root it lives in (and so every partition)
-        cands.append((partition.base_of(env["TORCH_EXTENSIONS_DIR"]), "TORCH_EXTENSIONS_DIR"))
-    cands.append((default_root(env), "default"))
-    return existing(KIND, cands)
+    # Under activation TORCH_EXTENSIONS_DIR names a partition: list the root it lives in (and so every partition).
+    named = [(partition.base_of(d), src) for d, src in set_vars(env, "TORCH_EXTENSIONS_DIR")]
+    return existing(KIND, named + [(default_root(env), "default")])
 
 
 def looks_like_root(path: str) -> bool:
@@ -111,8 +99,9 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     return names, strays
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return _root_findings(path, uid)
+def root_findings(path: str) -> list[Finding]:
+    """Nothing beyond the ownership rule every root gets."""
+    return []
 
 
 # ---------------------------------------------------------------- judging
@@ -181,13 +170,13 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     tag, _, mod = name.rpartition("/")
     extra: dict = {"module": mod, "tag": tag or None}
     if s.is_symlink:
-        if not s.links or not s.links[0][2]:
+        if not s.links[0].leaves:
             out.append(Finding("unsafe", f"build directory is a symlink (-> {s.symlink_target}); not followed"))
         return Entry(KIND, root, name, path, "link", mod, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
     if not s.is_dir:
         return Entry(KIND, root, name, path, "other", mod, None, s.bytes, s.mtime, findings=tuple(out),
                      extra=tuple(extra.items()))
-    files = {f[0]: f for f in s.files}
+    files = {f.name: f for f in s.files}
     host = j.host_machine
 
     # Shared objects: <name>.so, or <name>_v<N>.so after an in-process rebuild.
@@ -197,7 +186,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     so_machines = set()
     for rel in sos:
         try:
-            head = elf_head(os.path.join(path, rel), files[rel][1])
+            head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError as exc:
             out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
             continue
@@ -207,7 +196,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     obj_machines = set()
     for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
         try:
-            head = elf_head(os.path.join(path, rel), files[rel][1])
+            head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError:
             continue
         if head.problem:
@@ -238,8 +227,8 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             etype = "partial"
         else:
             etype = "building"
-    if "lock" in files and older_than(files["lock"][2], j):
-        out.append(Finding("orphan", f"lock: left by an interrupted build, {int((j.now - files['lock'][2]) // 60)} min old; "
+    if "lock" in files and older_than(files["lock"].mtime, j):
+        out.append(Finding("orphan", f"lock: left by an interrupted build, {int((j.now - files['lock'].mtime) // 60)} min old; "
                                      f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed"))
         etype = "partial"  # the build it guarded never finished: clean takes the whole directory
 

@@ -35,10 +35,11 @@ from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.adapters import _base, inductor
-from jitwarden.adapters._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
+from jitwarden.adapters import inductor
+from jitwarden.adapters.base import Survey, existing, inside, private_root, survey, survey_findings
 
 KIND = "vllm"
+ROOT_RISK = "vLLM and Inductor unpickle entries from it, so loading one runs their code"
 COMPILE = "torch_compile_cache"
 AOT = "torch_aot_compile"
 INDUCTOR = "inductor_cache"
@@ -69,16 +70,16 @@ def looks_like_root(path: str) -> bool:
                for d in (COMPILE, AOT, FLASHINFER))
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return [Finding("unsafe", f"{f.message}; vLLM and Inductor unpickle entries from it, so loading one runs their code")
-            for f in _base.root_findings(path, uid)]
+def root_findings(path: str) -> list[Finding]:
+    """Nothing beyond the ownership rule every root gets (worded with :data:`ROOT_RISK`)."""
+    return []
 
 
 # ---------------------------------------------------------------- entries
 
 
 def _subdirs(path: str) -> list[str]:
-    return [os.path.basename(d) for d in _base.subdirs(path)]
+    return [os.path.basename(d) for d in locations.subdirs(path)]
 
 
 def _children(path: str) -> list[str]:
@@ -262,26 +263,25 @@ def _handles(src: bytes) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- judging
 
 
-def _orphans(s: _base.Survey, judge: Judge, facts) -> list[str]:
+def _orphans(s: Survey, judge: Judge, facts) -> list[str]:
     """Report old temp files; return the files that are not temp files."""
     real = []
-    for rel, _size, mtime, _m, _u in s.files:
-        base = os.path.basename(rel)
-        if base.endswith(".tmp"):
-            if judge.now - mtime >= judge.orphan_age:
-                facts.findings.append(Finding("orphan", f"{rel or base}: leftover of an interrupted write, "
-                                                        f"{int((judge.now - mtime) // 60)} min old"))
+    for f in s.files:
+        if f.name.endswith(".tmp"):
+            if judge.now - f.mtime >= judge.orphan_age:
+                facts.findings.append(Finding("orphan", f"{f.name}: leftover of an interrupted write, "
+                                                        f"{int((judge.now - f.mtime) // 60)} min old"))
         else:
-            real.append(rel)
+            real.append(f.name)
     return real
 
 
-def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -> None:
+def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None:
     """One ``torch_compile_cache/<hash>/rank_*/<prefix>`` dir."""
     facts.type = "compile"
     facts.name = os.path.basename(name)
     real = _orphans(s, judge, facts)
-    files = {f[0]: f for f in s.files}
+    files = {f.name: f for f in s.files}
     add = facts.findings.append
     if "cache_key_factors.json" in files:
         try:
@@ -307,7 +307,7 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
         outside, missing = [], []
         for key, path in handles:
             p = os.path.normpath(path)
-            if not os.path.isabs(p) or not (_base.inside(p, rank_dir) or _same_tree(p, rank_dir)):
+            if not os.path.isabs(p) or not (inside(p, rank_dir) or _same_tree(p, rank_dir)):
                 outside.append(p)
             elif not os.path.lexists(p):
                 missing.append(key)
@@ -323,7 +323,7 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
     for rel in real:
         top = rel.split("/", 1)[0]
         path = os.path.join(s.path, rel)
-        size = files[rel][1]
+        size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
             try:
                 data = read_nofollow(path, size_hint=size)
@@ -356,19 +356,19 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
 
 def _same_tree(p: str, base: str) -> bool:
     try:
-        return _base.inside(os.path.realpath(p), os.path.realpath(base))
+        return inside(os.path.realpath(p), os.path.realpath(base))
     except OSError:
         return False
 
 
-def _judge_aot(name: str, s: _base.Survey, judge: Judge, facts) -> None:
+def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
     """An AOT ``rank_<r>_<dp>`` dir: ``model`` (a pickle of the compiled function) and its temp files."""
     facts.type = "aot"
     facts.extra["key_has_gpu"] = False
     real = _orphans(s, judge, facts)
     if s.is_dir and "model" not in real:
-        tmps = [f[0] for f in s.files if f[0].endswith(".tmp")]
-        if not tmps or all(judge.now - f[2] >= judge.orphan_age for f in s.files if f[0].endswith(".tmp")):
+        tmps = [f for f in s.files if f.name.endswith(".tmp")]
+        if not tmps or all(judge.now - f.mtime >= judge.orphan_age for f in tmps):
             facts.findings.append(Finding("incomplete", "no model file: the AOT compile was never saved"
                                           + (" (only temp files)" if tmps else "")))
     for rel in real:
@@ -388,7 +388,7 @@ def _judge_aot(name: str, s: _base.Survey, judge: Judge, facts) -> None:
             facts.arch = arch
 
 
-def _judge_files(s: _base.Survey, judge: Judge, facts, kind: str) -> None:
+def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
     """DeepGEMM kernels and FlashInfer autotune results: cubins by ELF, JSON by parsing."""
     facts.type = kind
     real = _orphans(s, judge, facts)
@@ -453,7 +453,7 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     if s.is_symlink:
         facts.type = "link"
         return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))
-    findings = survey_findings(s, root_uid) + inductor.owner_findings(s, root_uid)
+    findings = survey_findings(s, root_uid)
     if parts[0] == COMPILE and len(parts) >= 3 and parts[1] == AOT or parts[0] == AOT:
         _judge_aot(name, s, judge, facts)
     elif parts[0] == COMPILE and len(parts) == 4 and RANK.match(parts[2]) and s.is_dir:

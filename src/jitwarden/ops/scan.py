@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
@@ -201,7 +202,7 @@ def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: 
     onlys: list[list[str] | None] = []
     for root, only in roots:
         adapter = adapters.get(root.kind)
-        subroots = adapter.expand_partitions(root) if expand and only is None else [root]
+        subroots = expand_partitions(root) if expand and only is None else [root]
         for r in subroots:
             key = (r.kind, os.path.realpath(r.path), tuple(only or ()))
             if key in seen:
@@ -218,7 +219,7 @@ def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: 
                     names, _strays = adapter.list_entry_names(r.path)
             except OSError as exc:
                 error = f"cannot list {r.path}: {exc.strerror}"
-            plan.append((r, names, tuple(adapter.root_findings(r.path)) if only is None else (), error, root_uid))
+            plan.append((r, names, tuple(adapters.judge_root(adapter, r.path)) if only is None else (), error, root_uid))
             onlys.append(only)
 
     total = sum(len(p[1]) for p in plan)

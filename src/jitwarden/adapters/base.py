@@ -1,0 +1,378 @@
+"""What every cache kind shares, written once (stdlib only): finding roots, partitions, a no-follow
+survey of one entry, and the one ownership rule.
+
+An adapter's own module decides what an entry *means*; this module only reads what is on
+disk, the same way for every kind: never following a symlink, never opening anything but
+regular files, never executing or unpickling. The adapters use it from here; nothing is
+re-exported through them (ARCHITECTURE.md, "Adapters").
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from operator import attrgetter
+
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import PARTITIONS_DIR
+from jitwarden.model.entries import CacheRoot
+
+MAX_DEPTH = 64
+"""A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
+
+
+# ---------------------------------------------------------------- roots
+
+
+def distinct(roots: list[CacheRoot]) -> list[CacheRoot]:
+    """``roots`` in order, each real path once, existing directories only."""
+    out, seen = [], set()
+    for r in roots:
+        key = os.path.realpath(r.path)
+        if key not in seen and os.path.isdir(r.path):
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def existing(kind: str, candidates) -> list[CacheRoot]:
+    """Roots of ``kind`` from (path, source) candidates in precedence order: existing dirs, each real path once."""
+    return distinct([CacheRoot(kind, os.path.abspath(os.path.expanduser(p)), src) for p, src in candidates])
+
+
+def set_vars(env, *names: str) -> list[tuple[str, str]]:
+    """(value, name) of each variable of ``names`` that ``env`` sets non-empty, in order: root candidates."""
+    return [(env[n], n) for n in names if env.get(n)]
+
+
+def private_dir(env) -> str | None:
+    """Where jitwarden's private roots live (activation goes there when a user's root is unsafe); None when unknown."""
+    try:
+        from jitwarden.env.fingerprint import memo_dir
+
+        return os.path.join(memo_dir(env), "roots")
+    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
+        return None
+
+
+def private_root(kind: str, env) -> list[tuple[str, str]]:
+    """jitwarden's private root of ``kind``, as a candidate (none when its place is unknown)."""
+    d = private_dir(env)
+    return [(os.path.join(d, kind), "private")] if d else []
+
+
+# ---------------------------------------------------------------- partitions
+
+
+def with_partitions(base: str) -> list[tuple[str, str | None]]:
+    """``base`` and each ``base/jitwarden-v1/<digest>`` in it, as (dir, digest or None)."""
+    out: list[tuple[str, str | None]] = [(base, None)]
+    for d in locations.subdirs(os.path.join(base, PARTITIONS_DIR)):
+        out.append((d, os.path.basename(d)))
+    return out
+
+
+def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
+    """The root itself plus each jitwarden partition inside it (``<root>/jitwarden-v1/<digest>``); the same for every kind."""
+    out = [root]
+    pdir = os.path.join(root.path, PARTITIONS_DIR)
+    if os.path.isdir(pdir) and not os.path.islink(pdir):
+        for d in locations.subdirs(pdir):
+            out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
+    # A root that is itself a partition (set by activation) keeps its label.
+    inside = partition.split(root.path)
+    if inside and root.partition is None:
+        out[0] = CacheRoot(root.kind, root.path, root.source, inside[1], inside[0])
+    return out
+
+
+# ---------------------------------------------------------------- the ownership rule
+
+
+def root_safety(path: str, uid: int | None = None, risk: str | None = None) -> list[Finding]:
+    """Problems of a root directory itself: writable by others, or owned by another user than ``uid``
+    (default: ours); ``risk`` (an adapter's ``ROOT_RISK``) says what that lets others do through its tool."""
+    try:
+        problems = locations.root_problems(path, uid)
+    except OSError:
+        return []
+    return [Finding("unsafe", f"cache root is {p}" + (f"; {risk}" if risk else "")) for p in problems]
+
+
+def unsafe_item(name: str, mode: int, uid: int, root_uid: int | None) -> list[Finding]:
+    """The one ownership rule, the same for every kind and every item of an entry (the entry itself,
+    each file and directory in it): ``unsafe`` when someone who is neither the root's owner nor root
+    can change it.
+
+    - World-writable (``o+w``, sticky or not: a sticky directory still lets anyone add files): anyone can.
+    - Owned by another user than the cache root's owner (``root_uid``): that user can rewrite it. This holds
+      for a root that root owns too: a file there owned by uid 1000 lets uid 1000 rewrite what root loads.
+    - Owned by root (uid 0): not flagged. Root can rewrite any cache anyway, so a root-owned file gives
+      no one a power they lacked; and sudo-run workloads (or root containers over a user's home) leave
+      root-owned files in users' caches every day: flagging them would be an error without evidence.
+    - Group-writable: not flagged. With a group per user (the common default) ``g+w`` exposes nothing.
+    """
+    out = []
+    if mode & stat.S_IWOTH:
+        out.append(Finding("unsafe", f"{name} is world-writable (mode {mode & 0o7777:o})"))
+    if root_uid is not None and uid not in (root_uid, 0, -1):
+        out.append(Finding("unsafe", f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})"))
+    return out
+
+
+def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
+    """:func:`unsafe_item` over everything a survey saw: the entry directory (``what``), each file, each directory."""
+    out = []
+    if s.is_dir:
+        out += unsafe_item(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid, root_uid)
+    for f in s.files:
+        out += unsafe_item(f.name, f.mode, f.uid, root_uid)
+    for d in s.dirs:
+        out += unsafe_item(f"directory {d.name}", d.mode, d.uid, root_uid)
+    return out
+
+
+# ---------------------------------------------------------------- the survey of one entry
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    """A regular file as ``lstat`` saw it; ``name`` is relative to the entry (``sub/x.o``), or the file's
+    own name when the entry is one file."""
+
+    name: str
+    size: int
+    mtime: float
+    mode: int
+    uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dir:
+    """A directory inside an entry as ``lstat`` saw it; ``name`` is relative to the entry."""
+
+    name: str
+    mtime: float
+    mode: int
+    uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A symlink, never followed: ``target`` as written (``?`` when unreadable), and whether it ``leaves``
+    the directory it must stay in (the cache root, or what the survey was told)."""
+
+    name: str
+    target: str
+    leaves: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """What one entry (a file or a directory tree) holds, read without following anything.
+
+    ``mode``/``uid``/``mtime``: the entry itself; ``errors``: (relative path or "" for the entry, why).
+    """
+
+    path: str
+    is_dir: bool
+    is_symlink: bool = False
+    symlink_target: str | None = None
+    mode: int = 0
+    uid: int = -1
+    mtime: float = 0.0
+    files: tuple[File, ...] = ()
+    links: tuple[Link, ...] = ()
+    dirs: tuple[Dir, ...] = ()
+    errors: tuple[tuple[str, str], ...] = ()
+    too_deep: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def newest(self) -> float:
+        return max((f.mtime for f in self.files), default=self.mtime)
+
+
+def inside(path: str, base: str) -> bool:
+    base = base.rstrip(os.sep) + os.sep
+    return path.startswith(base)
+
+
+def leaves(base: str, link_path: str, target: str) -> bool:
+    """Whether the symlink at ``link_path`` points outside ``base`` (lexically or once resolved)."""
+    resolved = os.path.normpath(os.path.join(os.path.dirname(link_path), target))
+    real = os.path.realpath(link_path)
+    return not (inside(resolved, base) or inside(real, os.path.realpath(base)))
+
+
+def link_target(path: str) -> str:
+    """Where the symlink at ``path`` points, as written; ``?`` when it cannot be read."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+_BY_NAME = attrgetter("name")
+
+
+def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = True,
+           links_within: str | None = None) -> Survey:
+    """Read the entry ``root/rel`` (file or directory) without following symlinks or writing.
+
+    ``nested=False`` lists the entry's own directory only (its subdirectories are recorded, not
+    entered). Symlinks inside it are judged against ``links_within`` (default: the root).
+    """
+    path = os.path.join(root, rel)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return Survey(path, False, errors=(("", f"cannot stat: {exc.strerror}"),))
+    if stat.S_ISLNK(st.st_mode):
+        target = link_target(path)
+        return Survey(path, False, True, target, st.st_mode, st.st_uid, st.st_mtime,
+                      links=(Link("", target, leaves(root, path, target)),))
+    if not stat.S_ISDIR(st.st_mode):
+        files = (File(os.path.basename(path), st.st_size, st.st_mtime, st.st_mode, st.st_uid),) if stat.S_ISREG(st.st_mode) else ()
+        return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
+    bound = root if links_within is None else links_within
+    files, links, dirs, errors = [], [], [], []
+    too_deep = False
+    stack = [("", 0)]
+    while stack:
+        sub, depth = stack.pop()
+        here = os.path.join(path, sub) if sub else path
+        try:
+            it = os.scandir(here)
+        except FileNotFoundError:
+            continue  # gone while listing: not damage
+        except OSError as exc:
+            errors.append((sub, f"cannot list: {exc.strerror}"))
+            continue
+        with it:
+            for e in it:
+                relp = os.path.join(sub, e.name) if sub else e.name
+                try:
+                    est = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone while listing (a writer's temporary file renamed into place): not damage
+                except OSError as exc:
+                    errors.append((relp, f"cannot stat: {exc.strerror}"))
+                    continue
+                if stat.S_ISLNK(est.st_mode):
+                    target = link_target(e.path)
+                    links.append(Link(relp, target, leaves(bound, e.path, target)))
+                elif stat.S_ISDIR(est.st_mode):
+                    if nested and depth + 1 >= max_depth:
+                        too_deep = True
+                        continue
+                    dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
+                    if nested:
+                        stack.append((relp, depth + 1))
+                elif stat.S_ISREG(est.st_mode):
+                    files.append(File(relp, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
+    files.sort(key=_BY_NAME)
+    links.sort(key=_BY_NAME)
+    dirs.sort(key=_BY_NAME)
+    return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
+                  tuple(dirs), tuple(errors), too_deep)
+
+
+def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
+    """The findings every kind but Triton shares: symlinks out of the root, the ownership rule, unreadable parts."""
+    out = [Finding("unsafe", f"{link.name or what} is a symlink leaving the cache root (-> {link.target})")
+           for link in s.links if link.leaves]
+    out += ownership_findings(s, root_uid, what)
+    for rel, why in s.errors:
+        out.append(Finding("corrupt", f"{rel or what}: {why}"))
+    if s.too_deep:
+        out.append(Finding("corrupt", f"{what} nests directories deeper than {MAX_DEPTH} levels; not read further"))
+    return out
+
+
+# ---------------------------------------------------------------- ELF headers (quick checks)
+
+_EHDR_HEAD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ElfHead:
+    """What the 64-byte ELF header of a file says, with the file's size: enough for ``verify --quick``.
+
+    ``problem`` is set when the bytes are not an ELF64 little-endian header or the
+    section table the header names ends past the file (a truncated write).
+    """
+
+    machine: int | None = None
+    abi_version: int = 0
+    flags: int = 0
+    problem: str | None = None
+
+    @property
+    def machine_name(self) -> str | None:
+        from jitwarden.formats.elf import MACHINE_NAMES
+
+        return None if self.machine is None else MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
+
+    @property
+    def sm(self) -> int | None:
+        """A cubin's SM (as :func:`jitwarden.formats.elf.cubin_sm`), None when this is no CUDA ELF."""
+        from jitwarden.formats.elf import EM_CUDA
+
+        if self.machine != EM_CUDA or self.problem:
+            return None
+        return (self.flags >> 8) & 0xFF if self.abi_version >= 8 else self.flags & 0xFF
+
+
+def elf_head(path: str, size: int) -> ElfHead:
+    """Read only the ELF header of ``path`` (no symlink followed); ``size`` is the file's size from the survey.
+
+    OSError propagates (the caller reports it as it reports unreadable files).
+    """
+    from jitwarden.store.fsutil import read_nofollow
+
+    return elf_head_bytes(read_nofollow(path, _EHDR_HEAD), size)
+
+
+def elf_head_bytes(head: bytes, size: int) -> ElfHead:
+    """:func:`elf_head` of bytes already read: the first 64 bytes of an ELF file of ``size`` bytes."""
+    import struct
+
+    if len(head) < _EHDR_HEAD:
+        return ElfHead(problem=f"{len(head)} bytes is shorter than an ELF header")
+    if head[:4] != b"\x7fELF":
+        return ElfHead(problem="no ELF magic")
+    if head[4] != 2 or head[5] != 1:
+        return ElfHead(problem="not a 64-bit little-endian ELF file")
+    machine, = struct.unpack_from("<H", head, 18)
+    shoff, = struct.unpack_from("<Q", head, 40)
+    flags, = struct.unpack_from("<I", head, 48)
+    shentsize, shnum = struct.unpack_from("<HH", head, 58)
+    problem = None
+    if shnum and shoff + shnum * shentsize > size:
+        problem = f"section table ends past the file ({size} bytes): truncated"
+    return ElfHead(machine, head[8], flags, problem)
+
+
+def older_than(mtime: float, judge, age: float | None = None) -> bool:
+    """Whether something last written at ``mtime`` is older than ``age`` (default: the judge's orphan age)."""
+    return judge.now - mtime >= (judge.orphan_age if age is None else age)
+
+
+def so_findings(rel: str, head: ElfHead, host: str | None) -> list[Finding]:
+    """A host shared object judged by its header: unparseable, not host code at all, or built for another CPU."""
+    from jitwarden.formats.elf import EM_CUDA
+
+    if head.problem:
+        return [Finding("corrupt", f"{rel}: not a valid shared object: {head.problem}")]
+    if head.machine == EM_CUDA:
+        return [Finding("mismatch", f"{rel} is a CUDA cubin, not a host shared object")]
+    if host and head.machine_name != host:
+        return [Finding("foreign-arch", f"{rel} is built for {head.machine_name}, this host is {host}: unreachable here")]
+    return []
