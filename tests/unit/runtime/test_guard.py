@@ -1,8 +1,8 @@
 """The guarded Triton cache manager, on real Triton compiles (explicit GPUTarget, CPU only).
 
 Every compile runs in a fresh interpreter with ``TRITON_CACHE_MANAGER`` set, exactly
-as activation sets it; the entries are then damaged the way the seed report and
-design.md describe, and the next compile must return a fresh kernel, not the damage.
+as activation sets it; the entries are then damaged the way the seed report
+describes (README, "The problem"), and the next compile must return a fresh kernel, not the damage.
 """
 
 from __future__ import annotations
