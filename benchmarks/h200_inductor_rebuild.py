@@ -322,7 +322,7 @@ def phase_overview(env, judge):
         triton_version=triton.__version__,
         scanner_findings=dict(collections.Counter(f.code for e in entries for f in e.findings)),
         environment_ptxas=ptxas.selected(env),
-        producers=[[a, b, n] for (a, b), n in collections.Counter((e.ptx_version, e.producer) for e in kernels).items()],
+        producers=[[a, b, n] for (a, b), n in collections.Counter((e.facts.ptx_version, e.facts.producer) for e in kernels).items()],
         kernel_name_prefixes=dict(collections.Counter(re.sub(r"_\d+$", "", (e.name or "?"))[:40] for e in kernels).most_common(15)),
     )
     log(f"roots {summary['roots']}: entries {len(entries)}, kernels {len(kernels)}, producers {summary['producers']}")
@@ -527,14 +527,14 @@ def phase_census(env, judge, res: dict) -> None:
         except OSError:
             continue
         rel, build = rebuild.cubin_producer(data)
-        rels = rebuild.releases_for_ptx(e.ptx_version)
+        rels = rebuild.releases_for_ptx(e.facts.ptx_version)
         r = res.get(e.path)
         verdict = (r.verdict, r.ptxas) if r else (None, None)
-        total[(e.ptx_version, rel)] += 1
+        total[(e.facts.ptx_version, rel)] += 1
         if rel and rels and rel not in rels:
-            mixed[(e.ptx_version, rel, verdict)] += 1
+            mixed[(e.facts.ptx_version, rel, verdict)] += 1
             if len(examples) < 5:
-                examples.append({"path": e.path, "name": e.name, "ptx_version": e.ptx_version, "cubin_release": rel,
+                examples.append({"path": e.path, "name": e.name, "ptx_version": e.facts.ptx_version, "cubin_release": rel,
                                  "cubin_build": build, "verdict": verdict})
     summary["mixed_toolchain"] = {
         "by_ptx_version_and_cubin_release": [[a, b, n] for (a, b), n in total.items()],

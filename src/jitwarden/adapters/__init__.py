@@ -3,7 +3,8 @@
 What every kind shares (partitions, the no-follow survey of an entry, the one ownership rule,
 root discovery helpers) lives once in :mod:`jitwarden.adapters.base` and is used from there;
 an adapter module holds only what is its kind's own. To add a kind: write its module with
-every member of :class:`CacheAdapter`, and add it to :data:`REGISTRY` (ARCHITECTURE.md, "Adapters").
+every member of :class:`CacheAdapter` and add it to :data:`REGISTRY` (ARCHITECTURE.md,
+"How to add … A cache kind").
 
 Modules are imported on first use: importing this package costs nothing on the activation path.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ class CacheAdapter(Protocol):
     """What a root others may write lets them do through this kind's tool, said with the root's ``unsafe``
     findings (None: nothing beyond planting entries)."""
 
+    ROOT_CHECKS: tuple[Callable[[str], list[Finding]], ...]
+    """This kind's own checks of a root path, beyond the ownership rule every root gets (:func:`judge_root`);
+    most kinds have none."""
+
     def discover_roots(self, env: Mapping[str, str]) -> list[CacheRoot]:
         """The roots ``env`` points this kind's tool at, found the way the tool finds them (same variables,
         precedence and defaults), plus jitwarden's private ones; existing directories only."""
@@ -44,9 +49,6 @@ class CacheAdapter(Protocol):
 
     def inspect_entry(self, root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
         """Read one entry without following a symlink or running anything (never unpickle), then judge it."""
-
-    def root_findings(self, path: str) -> list[Finding]:
-        """This kind's own findings about a root, beyond the ownership rule every root gets (:func:`judge_root`)."""
 
 
 REGISTRY: tuple[tuple[str, str], ...] = (
@@ -96,7 +98,7 @@ def kind_of_path(path: str) -> str:
 
 
 def judge_root(adapter: CacheAdapter, path: str, uid: int | None = None) -> list[Finding]:
-    """Every finding about a root: the ownership rule (worded with the adapter's ``ROOT_RISK``), then its own."""
+    """Every finding about a root: the ownership rule (worded with the adapter's ``ROOT_RISK``), then its own checks."""
     from jitwarden.adapters import base
 
-    return base.root_safety(path, uid, adapter.ROOT_RISK) + adapter.root_findings(path)
+    return base.root_safety(path, uid, adapter.ROOT_RISK) + [f for check in adapter.ROOT_CHECKS for f in check(path)]

@@ -4,7 +4,7 @@ survey of one entry, and the one ownership rule.
 An adapter's own module decides what an entry *means*; this module only reads what is on
 disk, the same way for every kind: never following a symlink, never opening anything but
 regular files, never executing or unpickling. The adapters use it from here; nothing is
-re-exported through them (ARCHITECTURE.md, "Adapters").
+re-exported through them (ARCHITECTURE.md, "How to add … A cache kind").
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 
 from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR
-from jitwarden.model.entries import CacheRoot
+from jitwarden.model.entries import CacheRoot, Entry, KindFacts
 
 MAX_DEPTH = 64
 """A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
@@ -102,36 +103,28 @@ def root_safety(path: str, uid: int | None = None, risk: str | None = None) -> l
     return [Finding("unsafe", f"cache root is {p}" + (f"; {risk}" if risk else "")) for p in problems]
 
 
-def unsafe_item(name: str, mode: int, uid: int, root_uid: int | None) -> list[Finding]:
-    """The one ownership rule, the same for every kind and every item of an entry (the entry itself,
-    each file and directory in it): ``unsafe`` when someone who is neither the root's owner nor root
-    can change it.
+def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
+    """The one ownership rule, the same for every kind, over every item a survey saw (the entry itself,
+    named by ``what``, each file, each directory in it): an item is ``unsafe`` when someone who is
+    neither the root's owner (``root_uid``) nor root can change it.
 
     - World-writable (``o+w``, sticky or not: a sticky directory still lets anyone add files): anyone can.
-    - Owned by another user than the cache root's owner (``root_uid``): that user can rewrite it. This holds
-      for a root that root owns too: a file there owned by uid 1000 lets uid 1000 rewrite what root loads.
+    - Owned by another user than the root's owner: that user can rewrite it. This holds for a root that
+      root owns too: a file there owned by uid 1000 lets uid 1000 rewrite what root loads.
     - Owned by root (uid 0): not flagged. Root can rewrite any cache anyway, so a root-owned file gives
       no one a power they lacked; and sudo-run workloads (or root containers over a user's home) leave
       root-owned files in users' caches every day: flagging them would be an error without evidence.
     - Group-writable: not flagged. With a group per user (the common default) ``g+w`` exposes nothing.
     """
+    trusted = None if root_uid is None else (root_uid, 0, -1)
+    top = [(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid)] if s.is_dir else []
     out = []
-    if mode & stat.S_IWOTH:
-        out.append(Finding("unsafe", f"{name} is world-writable (mode {mode & 0o7777:o})"))
-    if root_uid is not None and uid not in (root_uid, 0, -1):
-        out.append(Finding("unsafe", f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})"))
-    return out
-
-
-def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
-    """:func:`unsafe_item` over everything a survey saw: the entry directory (``what``), each file, each directory."""
-    out = []
-    if s.is_dir:
-        out += unsafe_item(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid, root_uid)
-    for f in s.files:
-        out += unsafe_item(f.name, f.mode, f.uid, root_uid)
-    for d in s.dirs:
-        out += unsafe_item(f"directory {d.name}", d.mode, d.uid, root_uid)
+    for name, mode, uid in chain(top, ((f.name, f.mode, f.uid) for f in s.files),
+                                 ((f"directory {d.name}", d.mode, d.uid) for d in s.dirs)):
+        if mode & stat.S_IWOTH:
+            out.append(Finding("unsafe", f"{name} is world-writable (mode {mode & 0o7777:o})"))
+        if trusted is not None and uid not in trusted:
+            out.append(Finding("unsafe", f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})"))
     return out
 
 
@@ -220,6 +213,23 @@ def link_target(path: str) -> str:
 
 
 _BY_NAME = attrgetter("name")
+_NEW = object.__new__
+_IFMT = 0o170000
+_FILE_SET = tuple(getattr(File, f).__set__ for f in ("name", "size", "mtime", "mode", "uid"))
+
+
+def file_of(name: str, st: os.stat_result) -> File:
+    """``File(name, st.st_size, st.st_mtime, st.st_mode, st.st_uid)``, built without the dataclass's frozen
+    ``__init__`` (a guarded setattr per field, twice the cost): the survey makes one per file it lists,
+    on the scan's hot path."""
+    f = _NEW(File)
+    set_name, set_size, set_mtime, set_mode, set_uid = _FILE_SET
+    set_name(f, name)
+    set_size(f, st.st_size)
+    set_mtime(f, st.st_mtime)
+    set_mode(f, st.st_mode)
+    set_uid(f, st.st_uid)
+    return f
 
 
 def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = True,
@@ -239,7 +249,7 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
         return Survey(path, False, True, target, st.st_mode, st.st_uid, st.st_mtime,
                       links=(Link("", target, leaves(root, path, target)),))
     if not stat.S_ISDIR(st.st_mode):
-        files = (File(os.path.basename(path), st.st_size, st.st_mtime, st.st_mode, st.st_uid),) if stat.S_ISREG(st.st_mode) else ()
+        files = (file_of(os.path.basename(path), st),) if stat.S_ISREG(st.st_mode) else ()
         return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
     bound = root if links_within is None else links_within
     files, links, dirs, errors = [], [], [], []
@@ -265,23 +275,36 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
                 except OSError as exc:
                     errors.append((relp, f"cannot stat: {exc.strerror}"))
                     continue
-                if stat.S_ISLNK(est.st_mode):
+                fmt = est.st_mode & _IFMT
+                if fmt == stat.S_IFREG:
+                    files.append(file_of(relp, est))
+                elif fmt == stat.S_IFLNK:
                     target = link_target(e.path)
                     links.append(Link(relp, target, leaves(bound, e.path, target)))
-                elif stat.S_ISDIR(est.st_mode):
+                elif fmt == stat.S_IFDIR:
                     if nested and depth + 1 >= max_depth:
                         too_deep = True
                         continue
                     dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
                     if nested:
                         stack.append((relp, depth + 1))
-                elif stat.S_ISREG(est.st_mode):
-                    files.append(File(relp, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
     files.sort(key=_BY_NAME)
     links.sort(key=_BY_NAME)
     dirs.sort(key=_BY_NAME)
     return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
                   tuple(dirs), tuple(errors), too_deep)
+
+
+def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[Finding], what: str,
+                    label: str | None, facts: KindFacts) -> Entry:
+    """The entry, for a kind whose entries are directories, when ``root/name`` is none: a symlink (type
+    ``link``, never followed; one that leaves the root is already in ``findings``, from
+    :func:`survey_findings`) or a lone file (``other``). ``what`` names the entry in a finding."""
+    if s.is_symlink:
+        if not s.links[0].leaves:
+            findings.append(Finding("unsafe", f"{what} is a symlink (-> {s.symlink_target}); not followed"))
+        return Entry(kind, root, name, s.path, "link", label, None, 0, 0.0, findings=tuple(findings), facts=facts)
+    return Entry(kind, root, name, s.path, "other", label, None, s.bytes, s.mtime, findings=tuple(findings), facts=facts)
 
 
 def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
@@ -363,6 +386,17 @@ def elf_head_bytes(head: bytes, size: int) -> ElfHead:
 def older_than(mtime: float, judge, age: float | None = None) -> bool:
     """Whether something last written at ``mtime`` is older than ``age`` (default: the judge's orphan age)."""
     return judge.now - mtime >= (judge.orphan_age if age is None else age)
+
+
+def cubin_findings(rel: str, head: ElfHead) -> list[Finding]:
+    """A cubin judged by its header: unparseable, or no CUDA code at all; [] when sound (``head.sm`` is its SM)."""
+    from jitwarden.formats.elf import EM_CUDA
+
+    if head.problem:
+        return [Finding("corrupt", f"{rel}: not a valid cubin: {head.problem}")]
+    if head.machine != EM_CUDA:
+        return [Finding("mismatch", f"{rel} is an ELF for {head.machine_name}, not a CUDA cubin")]
+    return []
 
 
 def so_findings(rel: str, head: ElfHead, host: str | None) -> list[Finding]:

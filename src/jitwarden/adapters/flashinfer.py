@@ -26,22 +26,40 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.env import locations
-from jitwarden.adapters.base import elf_head, existing, older_than, set_vars, so_findings, survey, survey_findings
+from jitwarden.adapters.base import elf_head, existing, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "flashinfer"
 ROOT_RISK = None
+ROOT_CHECKS = ()
 ARCHS = re.compile(r"^(?:noarch|\d+[af]?(?:_\d+[af]?)*)$")
 VERSION = re.compile(r"^\d+\.\d+[0-9A-Za-z.+_-]*$")
 _ONE_ARCH = re.compile(r"(\d+)([af]?)")
 _GENCODE = re.compile(r"(?:-gencode[= ]|--generate-code=)arch=compute_(\d+)([af]?),code=\[?(?:sm|compute)_(\d+)([af]?)")
 _SKIP = frozenset({"tmp"})  # cached_ops/tmp: lock files and the batch ninja file, not an op
 _NINJA_MAX = 1 << 20
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class FlashInferFacts(KindFacts):
+    """Where an op build sits: the FlashInfer version directory (None in the unversioned 0.2.x layout),
+    the arch directory, which layout, and the ``-gencode`` targets its ``build.ninja`` compiles for."""
+
+    SHOWN_NONE: ClassVar[frozenset[str]] = frozenset({"version"})
+
+    version: str | None
+    archs: str
+    layout: str  # versioned, unversioned
+    gencode: tuple[str, ...] | None = None
 
 
 # ---------------------------------------------------------------- roots
@@ -105,11 +123,6 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     return names, strays
 
 
-def root_findings(path: str) -> list[Finding]:
-    """Nothing beyond the ownership rule every root gets."""
-    return []
-
-
 # ---------------------------------------------------------------- judging
 
 
@@ -163,14 +176,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     s = survey(root, name)
     path = s.path
     out = survey_findings(s, root_uid, "op directory" if op else "generated directory")
-    extra: dict = {"version": version, "archs": archs, "layout": "versioned" if version else "unversioned"}
-    if s.is_symlink:
-        if not s.links[0].leaves:
-            out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); not followed"))
-        return Entry(KIND, root, name, path, "link", op, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
+    facts = FlashInferFacts(version, archs, "versioned" if version else "unversioned")
     if not s.is_dir:
-        return Entry(KIND, root, name, path, "other", op, None, s.bytes, s.mtime, findings=tuple(out),
-                     extra=tuple(extra.items()))
+        return not_a_directory(KIND, root, name, s, out, "entry", op, facts)
     files = {f.name: f for f in s.files}
     newest = s.newest
     etype = "op" if op else "generated"
@@ -211,7 +219,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 text = read_nofollow(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
                 targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
                 if targets:
-                    extra["gencode"] = [f"sm_{n}{suf}" for n, suf in targets]
+                    facts = replace(facts, gencode=tuple(f"sm_{n}{suf}" for n, suf in targets))
                     # Compare numbers: FlashInfer spells 12.0 as 120f or 120a depending on the CUDA toolkit.
                     foreign = [f"sm_{n}{suf}" for n, suf in targets if not _named(n, suf, parsed)]
                     if foreign:
@@ -220,4 +228,4 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             except OSError as exc:
                 out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
     return Entry(KIND, root, name, path, etype, op, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
-                 extra=tuple(extra.items()))
+                 facts=facts)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
@@ -29,11 +30,12 @@ from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
 
 KIND = "inductor"
 ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
+ROOT_CHECKS = ()
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
 SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
 TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
@@ -66,11 +68,6 @@ def looks_like_root(path: str) -> bool:
 
     return (isdir("fxgraph") or isdir("aotautograd") or isdir("precompiled_headers") or (isdir("locks") and isdir(TRITON_DIR))
             or os.path.basename(os.path.normpath(path)).startswith("torchinductor_"))
-
-
-def root_findings(path: str) -> list[Finding]:
-    """Nothing beyond the ownership rule every root gets (worded with :data:`ROOT_RISK`)."""
-    return []
 
 
 # ---------------------------------------------------------------- entries
@@ -248,17 +245,38 @@ def _age_min(judge: Judge, mtime: float) -> int:
     return int(max(0.0, judge.now - mtime) // 60)
 
 
+@dataclass(frozen=True, slots=True)
+class InductorFacts(KindFacts):
+    """What an Inductor entry's bytes say: the GPU its generated code was made for (``cc``, ``device``,
+    ``multi_processor_count``), its libraries' machine, the FX graphs an AOTAutograd result loads, a
+    local autotune cache's GPU and CUDA, an autotune result's Triton cache hash. JSON lists them by name."""
+
+    cc: int | None = None
+    cuda: str | None = None
+    device: str | None = None
+    fx_graphs: tuple[str, ...] | None = None
+    gpu_name: str | None = None
+    machine: str | None = None
+    multi_processor_count: int | None = None
+    triton_cache_hash: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(sorted(KindFacts.to_json(self).items()))
+
+
 class _Facts:
-    """What the judging of one file found (mutable while judging one entry)."""
+    """What the judging of one entry found so far (mutable while judging it); ``extra`` holds fields of
+    ``make`` (:class:`InductorFacts`, or the vLLM adapter's subclass), which :func:`entry_of` freezes."""
 
-    __slots__ = ("type", "name", "arch", "extra", "findings")
+    __slots__ = ("type", "name", "arch", "extra", "findings", "make")
 
-    def __init__(self):
+    def __init__(self, make: type[InductorFacts] = InductorFacts):
         self.type = "other"
         self.name = None
         self.arch = None
         self.extra: dict = {}
         self.findings: list[Finding] = []
+        self.make = make
 
 
 def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, kind: str = "") -> None:
@@ -460,8 +478,9 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
 
 def entry_of(kind: str, root: str, name: str, s: Survey, facts: _Facts, findings: list[Finding]) -> Entry:
     mtime = s.newest if s.files else s.mtime
+    frozen = facts.make(**{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()})
     return Entry(kind, root, name, s.path, facts.type, facts.name, facts.arch, s.bytes, mtime,
-                 findings=tuple(dict.fromkeys(findings)), extra=tuple(sorted(facts.extra.items())))
+                 findings=tuple(dict.fromkeys(findings)), facts=frozen)
 
 
 def link_findings(s: Survey, tool: str = "Inductor") -> list[Finding]:
@@ -476,10 +495,10 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
 
 
 def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str, judge: Judge,
-               root_uid: int | None) -> Entry:
+               root_uid: int | None, make: type[InductorFacts] = InductorFacts) -> Entry:
     """Judge ``root/name`` of an Inductor cache dir, reported as entry ``shown_name`` of ``shown_root`` (vLLM nests them)."""
     s = survey(root, name)
-    facts = _Facts()
+    facts = _Facts(make)
     if s.is_symlink:
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))

@@ -12,6 +12,7 @@ import base64
 import os
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
@@ -19,19 +20,34 @@ from jitwarden.store import partition, seal
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.findings import Finding, Severity
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.formats.ptx import parse_header
 from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, survey, with_partitions
 
 KIND = "triton"
 ROOT_RISK = None
+ROOT_CHECKS = ()
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 _TMP_DIR = re.compile(r"^tmp\.pid_\d+_")
 _TMP_FILE = re.compile(r"\.tmp\.pid_\d+_")  # Triton <= 3.1 wrote <file>.tmp.pid_<pid>_<uuid>, then renamed it
 _PTX_HEAD = 16384
 
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
+
+
+@dataclass(frozen=True, slots=True)
+class TritonFacts(KindFacts):
+    """What a Triton entry says of its build: the metadata's Triton version, the cubin's SM, the PTX
+    header, the ptxas release in the cubin's notes. JSON shows them at the entry's top level."""
+
+    TOP: ClassVar[frozenset[str]] = frozenset({"triton_version", "cubin_sm", "ptx_version", "ptx_target", "producer"})
+
+    triton_version: str | None = None
+    cubin_sm: int | None = None
+    ptx_version: str | None = None
+    ptx_target: str | None = None
+    producer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +109,6 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
         roots += _nested_roots(os.path.join(private, "inductor"), "private", locations.inductor_triton_trees)
         roots += _nested_roots(os.path.join(private, "vllm"), "private", locations.vllm_triton_trees)
     return distinct(roots)
-
-
-def root_findings(path: str) -> list[Finding]:
-    """Nothing beyond the ownership rule every root gets."""
-    return []
 
 
 def looks_like_root(path: str) -> bool:
@@ -296,7 +307,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             add(Finding("unsafe", f"entry is a symlink leaving the cache root (-> {sv.symlink_target}); not followed"))
         else:
             add(Finding("unsafe", f"entry is a symlink (-> {sv.symlink_target}); Triton would follow it, jitwarden does not"))
-        return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=tuple(out))
+        return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=tuple(out), facts=TritonFacts())
 
     for name, why in f.read_errors:
         add(Finding("corrupt", f"{name}: {why}" if name else why))
@@ -426,10 +437,9 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
 
     # One finding per (code, message): repeated groups can say the same thing twice.
     findings = tuple(dict.fromkeys(out))
-    return Entry(
-        KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime, tv, cubin_sm,
-        ptx_version, ptx_target, producer, f.seal_problems is not None or SEAL_FILE in names, findings,
-    )
+    return Entry(KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime,
+                 f.seal_problems is not None or SEAL_FILE in names, findings,
+                 TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer))
 
 
 def same_dir(a: str, b: str) -> bool:

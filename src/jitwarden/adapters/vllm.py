@@ -26,6 +26,7 @@ import ast
 import os
 import re
 import zlib
+from dataclasses import dataclass
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
@@ -40,6 +41,7 @@ from jitwarden.adapters.base import Survey, existing, inside, private_root, surv
 
 KIND = "vllm"
 ROOT_RISK = "vLLM and Inductor unpickle entries from it, so loading one runs their code"
+ROOT_CHECKS = ()
 COMPILE = "torch_compile_cache"
 AOT = "torch_aot_compile"
 INDUCTOR = "inductor_cache"
@@ -49,6 +51,22 @@ FLASHINFER = "flashinfer_autotune_cache"
 RANK = re.compile(r"^rank_\d+_\d+$")
 ARTIFACT_HEADERS = (b"CacheCompiledArtifact", b"AOTCompiledArtifact")
 _ARCH = re.compile(r"(\d+)[af]?")
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class VllmFacts(inductor.InductorFacts):
+    """An Inductor entry's facts (vLLM nests Inductor caches) and vLLM's own: the vLLM version, GPU, CUDA and
+    Triton key its ``cache_key_factors.json`` records, how many graphs ``vllm_compile_cache.py`` lists, that an
+    AOT entry's key holds no GPU, a FlashInfer autotune result's version and archs. JSON lists them by name."""
+
+    archs: str | None = None
+    flashinfer_version: str | None = None
+    graphs: int | None = None
+    key_has_gpu: bool | None = None
+    triton_key: str | None = None
+    vllm_version: str | None = None
 
 
 # ---------------------------------------------------------------- roots
@@ -68,11 +86,6 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
 def looks_like_root(path: str) -> bool:
     return any(os.path.isdir(os.path.join(path, d)) and not os.path.islink(os.path.join(path, d))
                for d in (COMPILE, AOT, FLASHINFER))
-
-
-def root_findings(path: str) -> list[Finding]:
-    """Nothing beyond the ownership rule every root gets (worded with :data:`ROOT_RISK`)."""
-    return []
 
 
 # ---------------------------------------------------------------- entries
@@ -447,9 +460,9 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
         i = parts.index(INDUCTOR)
         sub_root = os.path.join(root, *parts[: i + 1])
-        return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid)
+        return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid, VllmFacts)
     s = survey(root, name)
-    facts = inductor._Facts()
+    facts = inductor._Facts(VllmFacts)
     if s.is_symlink:
         facts.type = "link"
         return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))

@@ -28,11 +28,7 @@ def tool() -> dict:
 
 def to_json(report: ScanReport, fingerprint_digest: str | None, command: str, entries=None) -> dict:
     entries = report.entries if entries is None else entries
-    out_entries = []
-    for e in entries:
-        d = e.to_json()
-        d["findings"] = [f.to_json() for f in report.findings_of(e)]
-        out_entries.append(d)
+    out_entries = [e.to_json() for e in entries]
     return {
         "schema": SCHEMA,
         "tool": tool(),
@@ -283,7 +279,7 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     g = Grid(cols)
     now = time.time()
     for e in entries:
-        fs = report.findings_of(e)
+        fs = e.findings
         row = [e.kind] if kinds else []
         row += [e.path if long else short_id(e), e.name or "-", e.type, f"sm_{e.arch}" if e.arch else "-",
                 human_bytes(e.bytes), human_age(e.mtime, now), status_cell(fs)]
@@ -318,7 +314,7 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
     for c in report.caches:
         errs = warns = 0
         for e in c.entries:
-            fs = report.findings_of(e)
+            fs = e.findings
             sev = max((f.severity for f in fs), default=None)
             errs += sev == Severity.ERROR
             warns += sev == Severity.WARN

@@ -1,6 +1,6 @@
 """One ownership rule for every cache kind, on real files, judged by the CLI run as the cache's owner.
 
-The rule (``adapters.base.unsafe_item``): an item of an entry is ``unsafe`` when someone who is
+The rule (``adapters.base.ownership_findings``): an item of an entry is ``unsafe`` when someone who is
 neither the cache root's owner nor root can change it: world-writable, or owned by another user.
 Root-owned files are not flagged (sudo-run workloads leave them; root can rewrite any cache anyway).
 A root that root owns is held to it too: a file there owned by ``nobody`` lets nobody rewrite what root loads.
@@ -30,7 +30,7 @@ from tests.helpers.paths import DATA, SRC
 NOBODY, OTHER = 65534, 4343
 KINDS = adapters.KINDS
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="needs root (to hand files to other users) and setpriv (to act as one)")
 
 
@@ -139,6 +139,7 @@ def unsafe(doc, entry: str) -> list[str]:
     return [f["message"] for f in e["findings"] if f["code"] == "unsafe"]
 
 
+@needs_root
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_root_owned_file_in_a_users_cache_is_no_alarm_another_users_is(kind, owned_by):
     root, entry, victim = owned_by(kind, NOBODY)
@@ -152,6 +153,7 @@ def test_a_root_owned_file_in_a_users_cache_is_no_alarm_another_users_is(kind, o
     assert doc["summary"]["errors"] == 1
 
 
+@needs_root
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "cuda-compute"])  # its entries are single files
 def test_an_entry_directory_owned_by_another_user_is_unsafe_by_root_not(kind, owned_by):
     root, entry, _victim = owned_by(kind, NOBODY)
@@ -162,6 +164,7 @@ def test_an_entry_directory_owned_by_another_user_is_unsafe_by_root_not(kind, ow
     assert msg.endswith(f"directory is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})")
 
 
+@needs_root
 @pytest.mark.parametrize("kind", KINDS)
 def test_roots_own_cache_is_held_to_the_rule_too(kind, owned_by):
     # A file nobody owns in root's cache: nobody can rewrite what root loads.
@@ -175,6 +178,7 @@ def test_roots_own_cache_is_held_to_the_rule_too(kind, owned_by):
         "not by the cache's owner (uid 0)"]
 
 
+@needs_root
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_world_writable_file_is_unsafe_whoever_owns_it(kind, owned_by):
     root, entry, victim = owned_by(kind, 0)

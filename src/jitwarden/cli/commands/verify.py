@@ -66,17 +66,17 @@ def run(args) -> int:
     record_verify(report.summary())
     codes = set(args.code or ())
     if args.format == "json":
-        entries = [e for e in report.entries if any(f.code in codes for f in report.findings_of(e))] if codes else None
+        entries = [e for e in report.entries if any(f.code in codes for f in e.findings)] if codes else None
         out.print_json(out.to_json(report, getattr(fp, "digest", None),
                                    "verify --rebuild" if getattr(args, "rebuild", False) else "verify --quick", entries))
     else:
         con = out.console()
         if codes:
-            shown = [e for e in report.entries if any(f.code in codes for f in report.findings_of(e))]
+            shown = [e for e in report.entries if any(f.code in codes for f in e.findings)]
         elif args.all:
             shown = report.entries
         else:
-            shown = [e for e in report.entries if any(f.severity > Severity.INFO for f in report.findings_of(e))]
+            shown = [e for e in report.entries if any(f.severity > Severity.INFO for f in e.findings)]
         for c in report.caches:
             for f in c.findings:
                 con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))
@@ -149,5 +149,5 @@ def _rebuild(report, args, results: dict | None = None):
         _drop_empty_keep(args)
     if results is not None:
         results.update(got)
-    extra = {path: r.findings for path, r in got.items()}
-    return dataclasses.replace(report, extra=extra, elapsed=report.elapsed + time.perf_counter() - start)
+    rebuilt = report.with_findings({path: r.findings for path, r in got.items()})
+    return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
