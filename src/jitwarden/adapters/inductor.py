@@ -19,6 +19,7 @@ searched as text, never imported.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -46,6 +47,11 @@ TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
 ELF_MAGIC = b"\x7fELF"
 
 PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
+CUTLASS_DIR = "torch_cutlass"
+#: The links torch's ``try_import_cutlass`` makes in ``<cache>/torch_cutlass`` (torch 2.9-2.14
+#: ``codegen/cuda/cutlass_utils.py``, 2.15 ``codegen/cutlass/utils.py``): name -> the dir its target lies in.
+CUTLASS_LINKS = {"cutlass_library": "python", "cutlass": "python", "cutlass_cppgen": "python", "pycute": "python",
+                 "cuda": "cutlass_mock_imports", "scipy": "cutlass_mock_imports", "pydot": "cutlass_mock_imports"}
 
 
 # ---------------------------------------------------------------- roots
@@ -479,6 +485,15 @@ def owner_findings(s: _base.Survey, root_uid: int | None) -> list[Finding]:
     return out
 
 
+def torch_cutlass_link(rel: str, target: str) -> bool:
+    """Whether a symlink of ``torch_cutlass/`` is one torch made: ``<name>`` -> an absolute ``.../python/<name>``
+    (CUTLASS's packages) or ``.../cutlass_mock_imports/<name>``. torch checks each against the path it expects
+    before use, so these are no hazard; any other link there is judged as any link is."""
+    parent = CUTLASS_LINKS.get(rel)
+    t = os.path.normpath(target)
+    return parent is not None and os.path.isabs(t) and os.path.basename(t) == rel and os.path.basename(os.path.dirname(t)) == parent
+
+
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read (never following a symlink, never unpickling) and judge one entry of an Inductor cache dir."""
     return inspect_as(KIND, root, root, name, name, judge, root_uid)
@@ -492,6 +507,10 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
     if s.is_symlink:
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))
+    if name == CUTLASS_DIR and s.is_dir:
+        own = tuple(link for link in s.links if torch_cutlass_link(link[0], link[1]))
+        s = dataclasses.replace(s, links=tuple(link for link in s.links if link not in own))
+        facts.type, facts.extra["torch_links"] = "cutlass-links", len(own)
     findings = survey_findings(s, root_uid) + owner_findings(s, root_uid)
     group = _group(name)
     if group == "locks":
@@ -509,7 +528,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         pass  # could not stat: survey_findings says so
     else:
         judge_tree(root, name, s, judge, group, facts)
-        if group == "other" and s.is_dir:
+        if group == "other" and s.is_dir and facts.type != "cutlass-links":
             facts.type = "other"
     return entry_of(kind, shown_root, shown_name, s, facts, findings + facts.findings)
 
