@@ -1,7 +1,8 @@
 """TorchInductor cache adapter: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempdir>/torchinductor_<user>`` (stdlib only).
 
-Layout, as torch 2.13 writes it (``torch/_inductor/codecache.py``, ``runtime/cache_dir_utils.py``,
-``runtime/autotune_cache.py``, ``_functorch/_aot_autograd/autograd_cache.py``):
+Layout, as torch 2.9-2.15 write it (``torch/_inductor/codecache.py``, ``runtime/cache_dir_utils.py``,
+``runtime/autotune_cache.py``, ``_functorch/_aot_autograd/autograd_cache.py``); what differs between
+releases, and how each was read, is in docs/supported-versions.md:
 
 - ``fxgraph/<key[1:3]>/<key>/<content hash>``: pickled ``CompiledFxGraph`` (its output code inside);
 - ``aotautograd/<key>/<content hash>``: pickled AOTAutograd results, naming the FX graphs they load;
@@ -10,6 +11,8 @@ Layout, as torch 2.13 writes it (``torch/_inductor/codecache.py``, ``runtime/cac
   ``.best_config`` autotune results (JSON), C++ kernels (``.cpp``) and their ``.so``, cubins;
 - ``cache/``: local autotune caches (JSON naming the GPU) and ``inductor_on_disk_cache``;
 - ``locks/``: FileLock files; ``triton/<device>/``: a Triton cache (the Triton adapter's);
+- ``torch_cutlass/``: torch's own symlinks to CUTLASS's python packages and its mock modules;
+  ``dynamo/``, ``gcc/``, ``aoti_eager/`` and newer releases' dirs, judged by file name;
 - temporary files ``.<pid>.<thread>.tmp`` of ``write_atomic``.
 
 Entries are judged by reading bytes only: pickles are checked for their framing (PROTO at

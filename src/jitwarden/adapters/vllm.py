@@ -1,19 +1,23 @@
 """vLLM cache adapter: ``VLLM_CACHE_ROOT``, else ``${XDG_CACHE_HOME:-~/.cache}/vllm`` (stdlib only).
 
-Layout, as vLLM writes it (0.34.0: ``vllm/envs.py``, ``vllm/compilation/backends.py``,
-``compiler_interface.py``, ``decorators.py``, ``caching.py``; 0.11.1-0.13.0 for the old AOT place):
+Layout, as vLLM 0.16-0.34 write it (``vllm/envs.py``, ``vllm/compilation/backends.py``,
+``compiler_interface.py``, ``decorators.py``, ``caching.py``); what differs between releases,
+and the source each fact comes from, is in docs/supported-versions.md:
 
-- ``torch_compile_cache/<hash>/rank_<r>_<dp>/<prefix>/``: ``cache_key_factors.json`` (env, config
-  with vLLM's version, compiler factors with the GPU name and torch's CUDA), ``vllm_compile_cache.py``
-  (a Python literal mapping each graph to ``graph_handle = (key, absolute path)``), the artifacts
-  (``artifact_compile_range_<a>_<b>_subgraph_<i>``: CRC-checked ``BytesWriter`` files, or
-  "unpacked" Inductor cache dirs), ``computation_graph.py``, ``transformed_code.py``;
+- ``torch_compile_cache/<hash>/rank_<r>_<dp>/<prefix>/``: ``cache_key_factors.json`` (0.16-0.33: env and
+  hashes; 0.34 adds the config with vLLM's version and compiler factors with the GPU name and torch's
+  CUDA), ``vllm_compile_cache.py`` (a Python literal mapping each graph to its handle ``(key, absolute
+  path)``, bare in 0.16-0.17, as ``{"graph_handle": ...}`` from 0.18), the artifacts
+  (``artifact_compile_range_<a>_<b>_subgraph_<i>``: CRC-checked ``BytesWriter`` files, or "unpacked"
+  Inductor cache dirs; vLLM 0.16-0.31 load the stored path, 0.32+ ``<prefix>/<key>``),
+  ``computation_graph.py``, ``transformed_code.py``;
 - ``torch_compile_cache/<hash>/rank_<r>_<dp>/inductor_cache/``: a whole Inductor cache dir (judged by
   the Inductor adapter's code); ``.../triton_cache/`` and ``inductor_cache/triton/``: Triton's;
-- AOT: ``torch_compile_cache/torch_aot_compile/<sha256>/{inductor_cache/, rank_<r>_<dp>/model}`` (0.34),
-  ``torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.11.1-0.13); ``model`` is a pickle;
+- AOT: ``torch_compile_cache/torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.17+; 0.20+ with
+  ``<sha256>/inductor_cache/``) and ``torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.11.1-0.16);
+  ``model`` is a pickle (with the mega AOT artifact, the standalone artifacts travel inside it);
 - ``deep_gemm/`` (vLLM points ``DG_JIT_CACHE_DIR`` there) and
-  ``flashinfer_autotune_cache/<flashinfer version>/<archs>/<hash>/autotune_configs*.json``.
+  ``flashinfer_autotune_cache/<flashinfer version>/<archs>/<hash>/autotune_configs*.json`` (0.22+).
 
 vLLM's compile-cache key holds the GPU *name*, never its compute capability or driver, and the
 AOT key (without the mega artifact) no GPU identity at all: partitioning the root by
@@ -543,11 +547,13 @@ def _flashinfer_facts(name: str, judge: Judge, facts) -> None:
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read (never following a symlink, never unpickling) and judge one entry of a vLLM cache root.
 
-    Evidence per rule: ``corrupt`` for JSON, Python literals, pickles (framing) and cubins (ELF)
-    that do not parse, or empty artifacts; ``incomplete``/``foreign-path`` for artifacts that
-    ``vllm_compile_cache.py`` lists but are missing or outside the entry; ``stale`` when the
-    entry's own ``cache_key_factors.json`` names another vLLM version, GPU or torch CUDA than
-    this environment's, all of which vLLM's cache key holds.
+    Evidence per rule: ``corrupt`` for JSON, Python literals, pickles (framing), artifacts (CRC32,
+    length fields) and cubins (ELF) that do not parse; ``incomplete``/``foreign-path`` for the
+    artifacts ``vllm_compile_cache.py`` lists that the reading vLLM would find missing or load from
+    outside the entry; ``stale`` when the entry's own ``cache_key_factors.json`` names another vLLM
+    version, GPU or torch CUDA than this environment's, all of which vLLM's cache key holds;
+    ``orphan`` for old temp files and unfinished AOT saves. An artifact layout or a loader that
+    depends on an unknown release is ``unrecognised`` (info).
     """
     parts = name.split("/")
     if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
