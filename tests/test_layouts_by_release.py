@@ -20,12 +20,12 @@ import zlib
 
 import pytest
 
-import inductor_real
 from jitwarden.adapters import inductor as ind
 from jitwarden.adapters import triton as tri
 from jitwarden.adapters import vllm as vl
 from jitwarden.model.findings import Severity
-from test_adapter_vllm import ART0, ART1, AOT_NEW, PREFIX, RANK, codes, judge, make_root
+from tests.helpers import inductor_real
+from tests.helpers.vllm_root import AOT_NEW, ART0, ART1, PREFIX, RANK, codes, cubin_of, judge, make_root
 
 pytest.importorskip("torch")
 
@@ -59,11 +59,8 @@ def real(tmp_path_factory):
 
 @pytest.fixture
 def root(real, built_cache, tmp_path):
-    """A vLLM root as 0.34 lays it out (tests/test_adapter_vllm.py), holding the venv torch's real artifacts."""
-    src, manifest = built_cache
-    job = next(j for j in manifest if j.get("arch") == 90 and j.get("type", "kernel") == "kernel")
-    cubin = next(os.path.join(src, job["id"], f) for f in os.listdir(os.path.join(src, job["id"])) if f.endswith(".cubin"))
-    return make_root(str(tmp_path / "vllm"), real, cubin)
+    """A vLLM root as 0.34 lays it out (tests/helpers/vllm_root.py), holding the venv torch's real artifacts."""
+    return make_root(str(tmp_path / "vllm"), real, cubin_of(built_cache))
 
 
 def as_vllm_016(root: str) -> None:
