@@ -25,7 +25,7 @@ from jitwarden.adapters import triton as tri
 from jitwarden.adapters import vllm as vl
 from jitwarden.model.findings import Severity
 from tests.helpers import inductor_real
-from tests.helpers.vllm_root import AOT_NEW, ART0, ART1, PREFIX, RANK, codes, cubin_of, judge, make_root
+from tests.helpers.vllm_root import AOT_NEW, ART0, ART1, PREFIX, RANK, codes, judge
 
 pytest.importorskip("torch")
 
@@ -52,15 +52,9 @@ def old(path: str) -> None:
     os.utime(path, (OLD, OLD))
 
 
-@pytest.fixture(scope="session")
-def real(tmp_path_factory):
-    return inductor_real.shared(tmp_path_factory)
-
-
 @pytest.fixture
-def root(real, built_cache, tmp_path):
-    """A vLLM root as 0.34 lays it out (tests/helpers/vllm_root.py), holding the venv torch's real artifacts."""
-    return make_root(str(tmp_path / "vllm"), real, cubin_of(built_cache))
+def root(vllm_root):
+    return vllm_root
 
 
 def as_vllm_016(root: str) -> None:

@@ -13,20 +13,14 @@ import time
 import pytest
 
 from tests.helpers import inductor_real
-from tests.helpers.vllm_root import (AOT_NEW, AOT_OLD, ART0, ART1, FI, PREFIX, RANK, codes, cubin_of, factors, judge,
-                                      make_root)
+from tests.helpers.vllm_root import (AOT_NEW, AOT_OLD, ART0, ART1, FI, PREFIX, RANK, codes, factors, judge)
 from jitwarden.adapters import vllm as vl
 from jitwarden.cli.main import main
 
 
-@pytest.fixture(scope="session")
-def real(tmp_path_factory):
-    return inductor_real.shared(tmp_path_factory)
-
-
 @pytest.fixture
-def root(real, built_cache, tmp_path):
-    return make_root(str(tmp_path / "vllm"), real, cubin_of(built_cache))
+def root(vllm_root):
+    return vllm_root
 
 
 def entries(root, j=None):
