@@ -789,10 +789,12 @@ def _ptx_size(e) -> int:
 
 def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir: str | None = None,
                    env=None, progress=None, machine_ptxas: list[str] | None = None,
-                   stats: dict | None = None) -> dict[str, RebuildResult]:
+                   stats: dict | None = None, on_result=None) -> dict[str, RebuildResult]:
     """Rebuild every kernel entry; return {entry path: RebuildResult} in the order given.
 
-    ``progress(done, total)`` is called from the calling thread after each entry.
+    ``progress(done, total)`` is called from the calling thread after each entry;
+    ``on_result(path, result)`` too, as each entry's rebuild ends, while the others still run
+    (first use seals proven entries there, overlapping the remaining ptxas runs).
     ``machine_ptxas`` replaces the machine search (tests); ``stats`` receives counters.
     Raises UsageError for a bad ``--ptxas`` or ``--keep``; KeyboardInterrupt kills the
     running ptxas children, removes the temp dir and propagates.
@@ -824,6 +826,8 @@ def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir
             w = futs[fut]
             w.result = fut.result()
             done += 1
+            if on_result is not None:
+                on_result(w.path, w.result)
             if progress is not None:
                 progress(done, total)
     except BaseException:
