@@ -685,8 +685,20 @@ def _proof_line(r: dict):
 
 
 def step_firstuse(args, work):
-    res: dict = {}
+    parts = args.fu_parts.split(",")
+    earlier = summary.get("firstuse_earlier") or {}  # with --append, the parts not run now are kept from it
+    res: dict = {k: earlier[k] for p, k in (("a", "triton"), ("b", "inductor_bundle"), ("c", "cost"))
+                 if p not in parts and k in earlier}
     summary["firstuse"] = res
+    if "a" in parts:
+        step_plain_triton(res, work)
+    if "b" in parts:  # TorchInductor warm start whose FX-graph bundle holds a same-named substituted kernel
+        step_bundle(res, work)
+    if "c" in parts:  # first-use cost over a real model's stock cache, against its cold compile
+        step_cost(args, res, work)
+
+
+def step_plain_triton(res: dict, work: str) -> None:
     # (a) plain Triton: a stock cache, the x+y entry holding the same-named x-y cubin, under jitwarden run, no partitions.
     a = res["triton"] = {"expected": 4.0}
     script = os.path.join(work, "combine.py")
@@ -712,16 +724,33 @@ def step_firstuse(args, work):
     log("firstuse (a) plain Triton:", json.dumps({k: a[k] for k in ("stock_tampered", "guarded")}, default=str)[:900])
     save()
 
-    # (b) TorchInductor warm start whose FX-graph bundle holds a same-named substituted kernel.
-    step_bundle(res, work)
-    # (c) first-use cost over a real model's stock cache, against its cold compile.
-    step_cost(args, res, work)
-
 
 def _sha(data: bytes) -> str:
     import hashlib
 
     return hashlib.sha256(data).hexdigest()
+
+
+def _kernel_name_of(entry: str) -> str | None:
+    return next((n[: -len(".cubin")] for n in os.listdir(entry) if n.endswith(".cubin")), None)
+
+
+def launched_keys(idir: str) -> set[str]:
+    """Kernel dirs that the FX-graph pickles' statically launched autotuners load by path: each names its
+    kernel by Triton's hex hash, whose base32 form is the dir (``reload_cubin_path``)."""
+    import base64
+
+    out = set()
+    for d, _subs, files in (x for sub in ("fxgraph", "aotautograd") for x in os.walk(os.path.join(idir, sub))):
+        for n in files:
+            try:
+                with open(os.path.join(d, n), "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            for m in re.finditer(rb"[0-9a-f]{64}", data):
+                out.add(base64.b32encode(bytes.fromhex(m.group().decode())).decode().rstrip("="))
+    return out
 
 
 def _pick_order(entry: str) -> tuple:
@@ -741,8 +770,15 @@ def step_bundle(res: dict, work: str) -> None:
     b["stock_cold"] = run_workload(env, False, "default", wscript)
     tdir, idir = env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"]
     b["kernels"] = len(_kernel_entries(tdir))
+    # The kernel that is really launched: one a statically launched autotuner loads by its dir (an autotuning
+    # loser is bundled too, and substituting it changes nothing). Every dir of that kernel's name (each autotuning
+    # config) gets its own substitute, so whichever config runs is the substitute.
+    launched = launched_keys(idir)
+    entries = _kernel_entries(tdir)
+    b["launched_by_static_autotuners"] = len(launched & {os.path.basename(e) for e in entries})
     chosen = None
-    for entry in sorted(_kernel_entries(tdir), key=_pick_order):
+    for entry in sorted((e for e in entries if os.path.basename(e) in launched), key=_pick_order) + \
+            sorted((e for e in entries if os.path.basename(e) not in launched), key=_pick_order):
         sub = same_named_substitute(entry)
         if sub and sub["same_length"] and files_holding(idir, sub["original"]):
             chosen = sub
@@ -752,9 +788,13 @@ def step_bundle(res: dict, work: str) -> None:
         save()
         return
     key = os.path.basename(chosen["entry"])
+    subs = [chosen] + [x for x in (same_named_substitute(e) for e in entries
+                                   if e != chosen["entry"] and _kernel_name_of(e) == chosen["name"])
+                       if x and x["same_length"] and files_holding(idir, x["original"])]
     b["kernel"] = {k: chosen[k] for k in ("name", "adds_made_subs", "ptxas")}
-    b["kernel"].update(key=key, original_sha256=_sha(chosen["original"]), substitute_sha256=_sha(chosen["cubin"]))
-    b["pickles_changed"] = len(substitute_in_files(idir, chosen["original"], chosen["cubin"]))
+    b["kernel"].update(key=key, launched_by_a_static_autotuner=key in launched, dirs_substituted=len(subs),
+                       original_sha256=_sha(chosen["original"]), substitute_sha256=_sha(chosen["cubin"]))
+    b["pickles_changed"] = len({p for x in subs for p in substitute_in_files(idir, x["original"], x["cubin"])})
     b["kernel_dirs_removed"] = clear_triton_dirs(tdir)
 
     def restored() -> dict:
@@ -780,7 +820,7 @@ def step_bundle(res: dict, work: str) -> None:
         r["census"] = census(tdir)
         b[key_] = r
     b["demonstrated"] = (not right(b["stock_warm"], 0.05) and b["stock_warm"]["at_path_after"].get("is_substitute") is True
-                         and right(b["guarded_warm"], 0.05) and b["guarded_warm"].get("refused_lines") == 1)
+                         and right(b["guarded_warm"], 0.05) and b["guarded_warm"].get("refused_lines", 0) >= 1)
     log("firstuse (b) Inductor bundle:", json.dumps({k: b.get(k) for k in ("kernel", "stock_warm", "guarded_warm", "demonstrated")},
                                                     default=str)[:2000])
     save()
@@ -883,6 +923,12 @@ def step_cost(args, res: dict, work: str) -> None:
     c["breakdown"] = result_of(r) or {"rc": r["rc"], "stderr": r["stderr"][-1500:]}
     log("firstuse (c) breakdown:", json.dumps({k: v for k, v in c["breakdown"].items() if k != "referenced"})[:1500])
     save()
+    base = None
+    if args.fu_baseline_src:  # the code before a change, on its own copy of the same stock cache (sealed by nobody)
+        base = isolated_env(os.path.join(work, "fu-base"), JITWARDEN_PARTITION="0",
+                            PYTHONPATH=os.path.abspath(args.fu_baseline_src))
+        _copy_tree(env["TRITON_CACHE_DIR"], base["TRITON_CACHE_DIR"])
+        _copy_tree(env["TORCHINDUCTOR_CACHE_DIR"], base["TORCHINDUCTOR_CACHE_DIR"])
     c["stock_warm"] = [run_workload(env, False, args.fu_mode, wscript, w)]
     # jitwarden's first activation in a new environment computes the fingerprint (NVML, ptxas, packages) and
     # memoises it: paid once per environment, cache or no cache. Measured apart, on empty cache dirs.
@@ -894,6 +940,15 @@ def step_cost(args, res: dict, work: str) -> None:
     c["census_after_first"] = census(os.path.join(work, "fu-cost"))
     log("firstuse (c) first use:", c["guarded_first"].get("wall_s"), "s,", c["proof"], "activation", c["first_activation"])
     save()
+    if base is not None:
+        bempty = dict(base, TRITON_CACHE_DIR=os.path.join(work, "fu-base-empty", "triton"),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "fu-base-empty", "inductor"))
+        sh(jw() + ["run", "--", sys.executable, "-c", "pass"], bempty)  # its fingerprint memoised, as for the new code
+        c["baseline_first"] = run_workload(base, True, args.fu_mode, wscript, w)
+        c["baseline_proof"] = _proof_line(c["baseline_first"])
+        c["baseline_src"] = args.fu_baseline_src
+        log("firstuse (c) baseline first use:", c["baseline_first"].get("wall_s"), "s,", c["baseline_proof"])
+        save()
     c["guarded_warm"] = []
     for _ in range(max(1, args.fu_reps)):
         c["guarded_warm"].append(run_workload(genv, True, args.fu_mode, wscript, w))
@@ -909,6 +964,9 @@ def step_cost(args, res: dict, work: str) -> None:
         "first_use_ratio_to_cold": round((first - sw) / cold, 3) if first and sw and cold else None,
         "proof_s_ratio_to_cold": round(c["proof"]["seconds"] / cold, 3) if c["proof"].get("seconds") and cold else None,
         "fingerprint_cold_s": round(fa[0] - fa[1], 3) if all(fa) else None,
+        "baseline_first_wall_s": (c.get("baseline_first") or {}).get("wall_s"),
+        "baseline_first_use_ratio_to_cold": round(((c.get("baseline_first") or {}).get("wall_s") - sw) / cold, 3)
+        if (c.get("baseline_first") or {}).get("wall_s") and sw and cold else None,
         "warm_ratio": round(gw / sw, 3) if gw and sw else None,
         "kernels": c["census_cold"]["entries"],
     }
@@ -937,7 +995,9 @@ def render_firstuse(s: dict) -> list[str]:
         k = b.get("kernel", {})
         L += [f"(b) TorchInductor warm start (`default` mode, {b.get('kernels')} kernels) whose FX-graph bundle holds a "
               f"same-named substitute of `{k.get('name')}` ({k.get('adds_made_subs')} float adds made subs, assembled by "
-              f"`{k.get('ptxas')}`) in {b.get('pickles_changed')} pickle(s); the kernel directories removed, as on a "
+              f"`{k.get('ptxas')}`; {k.get('dirs_substituted', 1)} dir(s) of that name, one per autotuning config; "
+              f"loaded by a statically launched autotuner: {k.get('launched_by_a_static_autotuner')}) in "
+              f"{b.get('pickles_changed')} pickle(s); the kernel directories removed, as on a "
               "machine that got only the FX cache. \"At the kernel's path after\": the cubin the run left where "
               "Inductor's launcher loads it.", "",
               "| run | exit | max abs error vs eager | non-finite outputs | kernels refused | at the kernel's path after | "
@@ -971,6 +1031,12 @@ def render_firstuse(s: dict) -> list[str]:
               f"cold compile (goal ≤ 0.15); the proofs alone {_f(ag.get('proof_s_ratio_to_cold'), 3)}. Guarded/stock warm "
               f"start after it: **{_f(ag.get('warm_ratio'), 3)}** (goal ≤ 1.05). The start-up line:", "",
               "```", str((c.get("proof") or {}).get("line")), "```", ""]
+        if ag.get("baseline_first_wall_s"):
+            bp = c.get("baseline_proof") or {}
+            L += [f"The code before this change (`{c.get('baseline_src')}`), on its own copy of the same stock cache "
+                  f"right after: first use {_f(ag.get('baseline_first_wall_s'))} s, "
+                  f"**{_f(ag.get('baseline_first_use_ratio_to_cold'), 3)}** of the cold compile (its proofs "
+                  f"{_f(bp.get('seconds'))} s).", ""]
         if len(fa) == 2:
             L += [f"Before it, jitwarden's first activation in this new environment (empty cache dirs, `jitwarden run -- "
                   f"python -c pass`): {_f(fa[0])} s, then {_f(fa[1])} s once its fingerprint is memoised: "
@@ -1204,6 +1270,9 @@ def main() -> int:
     p.add_argument("--fu-mode", default="max-autotune-no-cudagraphs", help="firstuse (c): torch.compile mode")
     p.add_argument("--fu-widths", default="768,1024,1536", help="firstuse (c): one transformer block per width")
     p.add_argument("--fu-reps", type=int, default=2, help="firstuse (c): guarded and stock warm starts after the first use")
+    p.add_argument("--fu-parts", default="a,b,c", help="firstuse: which of its parts to run (a, b, c)")
+    p.add_argument("--fu-baseline-src", default=None, help="firstuse (c): also a guarded first use with jitwarden's "
+                   "src from this dir (the code before a change), on a copy of the same stock cache")
     args = p.parse_args()
     if args.render:
         with open(args.render) as f:
