@@ -115,7 +115,8 @@ def main(argv=None) -> int:
         for i in range(args.runs):
             res["plain"].append(run(stock, jobs, guarded=False, kdir=kdir)["compile_s"])
             for code, src in codes.items():
-                r = res.setdefault(code, {k: [] for k in ("first", "warm", "sweep", "after_sweep", "self_cpu", "ptxas_cpu")})
+                r = res.setdefault(code, {k: [] for k in ("first", "warm", "sweep", "after_sweep", "self_cpu", "ptxas_cpu",
+                                                          "tail")})
                 a = os.path.join(tmp, f"first-{code}{i}")
                 copy_cache(stock, a)
                 r["first"].append(run(a, jobs, guarded=True, kdir=kdir, src=src)["compile_s"])
@@ -127,6 +128,7 @@ def main(argv=None) -> int:
                 r["after_sweep"].append(s["compile_s"])
                 r["self_cpu"].append(s.get("sweep_self_cpu_s", 0.0))
                 r["ptxas_cpu"].append(s.get("sweep_ptxas_cpu_s", 0.0))
+                r["tail"].append(s["sweep_s"] - ((s.get("proofs") or {}).get("seconds") or 0.0))
                 r["line"] = next((w for w in s["warnings"] if w.startswith("proved ")), None)
         plain = statistics.median(res["plain"])
         print(f"{n} Triton kernels (archs {args.archs}), {os.cpu_count()} cores, medians of {args.runs} runs")
@@ -141,7 +143,8 @@ def main(argv=None) -> int:
             print(f"guarded warm load (sealed)           {med['warm'] * 1e3:9.1f} ms  ratio to plain {med['warm'] / plain:.3f}")
             print(f"start-up sweep, proofs in parallel   {med['sweep'] * 1e3:9.1f} ms  = {med['sweep'] / n * 1e3:6.2f} ms/kernel "
                   f"(then the hits: {med['after_sweep'] * 1e3:.1f} ms)")
-            print(f"  its CPU: jitwarden's own {med['self_cpu'] * 1e3:7.1f} ms, ptxas {med['ptxas_cpu'] * 1e3:7.1f} ms")
+            print(f"  its CPU: jitwarden's own {med['self_cpu'] * 1e3:7.1f} ms, ptxas {med['ptxas_cpu'] * 1e3:7.1f} ms; "
+                  f"wall after the proofs' own time (serial sealing): {med['tail'] * 1e3:7.1f} ms")
             print(f"first-use cost / cold compile: guard {extra / cold:.3f}, sweep "
                   f"{(med['sweep'] + med['after_sweep'] - plain) / cold:.3f}")
             if res[code].get("line"):
