@@ -100,7 +100,7 @@ def prove_many(paths, *, jobs: int | None = None, env=None) -> dict[str, Proof]:
     todo = [_Entry(p, os.path.basename(p), _kernel_name(d)) for p, d in digests.items()]
     if todo:
         try:
-            results = rebuild.verify_entries(todo, jobs=jobs or os.cpu_count() or 1, env=env)
+            results = rebuild.verify_entries(todo, rebuild.RebuildOptions(jobs=jobs or os.cpu_count() or 1), env=env)
         except Exception as exc:  # noqa: BLE001 - a proof that cannot run proves nothing
             results = {}
             why = f"the rebuild could not run ({type(exc).__name__}: {exc})"
