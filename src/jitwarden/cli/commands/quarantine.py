@@ -80,7 +80,7 @@ def cache_dirs(env=os.environ) -> list[str]:
     and every root jitwarden remembers quarantining into (``clean /some/root``)."""
     from jitwarden.store import qregistry
 
-    seen, out = set(), []
+    seen, dirs = set(), []
     found = []
     for r in _discovered_roots(env):
         found += [x.path for x in _expand(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else [])
@@ -88,8 +88,8 @@ def cache_dirs(env=os.environ) -> list[str]:
         k = os.path.realpath(path)
         if k not in seen and os.path.isdir(q.quarantine_dir(path)):
             seen.add(k)
-            out.append(path)
-    return out
+            dirs.append(path)
+    return dirs
 
 
 def _dirs(args) -> list[str]:
@@ -105,13 +105,13 @@ def _dirs(args) -> list[str]:
 
 
 def records(args, include_empty: bool = False) -> list[q.Record]:
-    out = []
+    recs = []
     for d in _dirs(args):
         try:
-            out += q.list_root(d, include_empty=include_empty)
+            recs += q.list_root(d, include_empty=include_empty)
         except q.UnsafeName as exc:
             raise UsageError(f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}") from None
-    return sorted(out, key=lambda r: (r.quarantined_at, r.id))
+    return sorted(recs, key=lambda r: (r.quarantined_at, r.id))
 
 
 def short_ids(recs: list[q.Record]) -> dict[str, str]:
@@ -121,15 +121,15 @@ def short_ids(recs: list[q.Record]) -> dict[str, str]:
     def stamped(r):
         return r.id.split("-", 1)[0] + "-" + out.short_key(r.entry_id) if "-" in r.id else r.id
 
-    out = {}
+    names = {}
     for r in recs:
         for cand in (out.short_key(r.entry_id), stamped(r)):
             if len(pick_candidates(recs, cand)) == 1:
-                out[r.id] = cand
+                names[r.id] = cand
                 break
         else:
-            out[r.id] = r.id
-    return out
+            names[r.id] = r.id
+    return names
 
 
 def pick_candidates(recs: list[q.Record], i: str) -> list[q.Record]:
