@@ -238,3 +238,19 @@ def test_the_console_never_reads_markup(capsys):
     con = out.console()
     con.print("[bold]not bold[/bold] [/nothing]")  # no MarkupError, printed as it is
     assert capsys.readouterr().out == "[bold]not bold[/bold] [/nothing]\n"
+
+
+def test_a_table_too_wide_to_cut_folds_its_cells_and_still_fits():
+    """Eight whole columns (the canary's) cannot be cut to 40 columns: the cells fold onto more lines instead."""
+    from rich.console import Console
+
+    g = out.Grid([out.Column("KERNEL"), out.Column("DTYPE"), out.Column("MAX ABS ERR", right=True),
+                  out.Column("STATUS"), out.Column("DETAILS", wrap=True)])
+    g.add("atomic-hist", "float8_e4m3", "2.1e+06", ("FAIL", "bold red"), "pass 2 (cache): [bold]out[/bold] of tolerance")
+    assert not g.fits(40) and g.fits(None) and g.fits(200)
+    con = Console(record=True, width=40, color_system=None, force_terminal=True)
+    con.print(g)
+    shown = con.export_text()
+    assert all(len(line) <= 40 for line in shown.splitlines()), shown
+    assert "[bold]" in "".join(shown.split())  # folded, never read as markup
+    assert g.plain(None).splitlines()[1].startswith("atomic-hist  float8_e4m3")  # piped: one line per row

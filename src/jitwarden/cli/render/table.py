@@ -35,7 +35,8 @@ class Grid:
 
     A rich renderable: ``console.print(grid)``. At the console's width (a terminal), flex
     columns are cut so that each row fits on one line, and details wrap on their own lines
-    below the row; piped (no width limit) nothing is cut or wrapped. IDs are never cut.
+    below the row; piped (no width limit) nothing is cut or wrapped. IDs are never cut. A
+    terminal too narrow even for that gets the cells folded onto more lines (:meth:`folded`).
     """
 
     def __init__(self, columns, rows=()):
@@ -98,8 +99,32 @@ class Grid:
                 for chunk in _wrap(d, width, indent="    "):
                     yield Text(chunk, style="dim")
 
+    def fits(self, width: int | None) -> bool:
+        """Whether cutting flex columns (down to their minimum) makes every row fit in ``width``."""
+        return width is None or sum(self.widths(width)) + 2 * (len(self.columns) - 1) <= width
+
+    def folded(self):
+        """The table for a terminal too narrow for its whole columns (a wide table such as the canary's): a
+        rich Table whose cells fold onto more lines, still plain Text, never markup; details below each row's
+        last cell."""
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(box=None, pad_edge=False, header_style="bold")
+        for c in self.columns:
+            t.add_column(c.header, justify="right" if c.right else "left", overflow="fold")
+        for r in self.rows:
+            cells = [Text(s, style=style or "") for s, style in r.cells]
+            for d in r.details:
+                cells[-1].append("\n" + d, style="dim")
+            t.add_row(*cells)
+        return t
+
     def __rich_console__(self, console, options):
         width = options.max_width if console.is_terminal else None
+        if not self.fits(width):
+            yield self.folded()
+            return
         yield from self.lines(width)
 
     def plain(self, width: int | None = None) -> str:
