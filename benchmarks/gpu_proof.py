@@ -601,7 +601,7 @@ def same_named_substitute(entry: str) -> dict | None:
     if not n:
         return None
     E = collections.namedtuple("E", "path id name type")
-    r = rebuild.verify_entries([E(entry, os.path.basename(entry), stem, "kernel")], jobs=1)[entry]
+    r = rebuild.verify_entries([E(entry, os.path.basename(entry), stem, "kernel")], rebuild.RebuildOptions(jobs=1))[entry]
     if r.verdict not in ("verified", "stale") or not r.ptxas:
         return None
     _arch, flags = rebuild.ptxas_flags(md)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jitwarden.model.findings import CODES, Severity
+from jitwarden.model.text import human_duration, human_size
 
 ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR)
 
@@ -28,7 +29,7 @@ class Selection:
         if self.codes:
             parts.append("every error-level finding" if self.codes == ERROR_CODES else ", ".join(sorted(self.codes)))
         if self.older_than is not None:
-            parts.append(f"older than {_age(self.older_than)}")
+            parts.append(f"older than {human_duration(self.older_than)}")
         if self.kinds:
             parts.append("kind " + ", ".join(sorted(self.kinds)))
         return "; ".join(parts) or "nothing"
@@ -120,7 +121,7 @@ def plan_clean(report, sel: Selection) -> Plan:
                 reasons = tuple(dict.fromkeys(f.code for f in hits))
                 details = tuple(f.message for f in hits)
             else:
-                reasons, details = ("older-than",), (f"newest file {_age(sel.now - e.mtime)} old",)
+                reasons, details = ("older-than",), (f"newest file {human_duration(sel.now - e.mtime)} old",)
             scope = "entry"
             if reasons == ("orphan",) and e.type not in ("partial", "empty", "other"):
                 scope = "leftovers"
@@ -180,7 +181,7 @@ def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: i
             if keep is not None and i >= keep:
                 drop[p.path] = f"not among the {keep} most recently used"
             elif older_than is not None and now - p.last_used > older_than:
-                drop[p.path] = f"unused for {_age(now - p.last_used)}"
+                drop[p.path] = f"unused for {human_duration(now - p.last_used)}"
         if max_size is not None:
             total = sum(p.bytes for p in ps if p.path not in drop)
             for p in reversed(ps):  # least recently used first
@@ -188,23 +189,7 @@ def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: i
                     break
                 if p.current or p.path in drop or (busy_age and now - p.newest < busy_age):
                     continue
-                drop[p.path] = f"partitions of {base} exceed {_size(max_size)}"
+                drop[p.path] = f"partitions of {base} exceed {human_size(max_size)}"
                 total -= p.bytes
         out += [PruneAction(p, drop[p.path]) for p in reversed(ps) if p.path in drop]
     return out
-
-
-def _age(s: float) -> str:
-    s = max(0.0, s)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s / size:.0f}{unit}"
-    return f"{s:.0f}s"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

@@ -164,7 +164,7 @@ def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats
     if todo:
         _warm_ptxas(os.environ if env is None else env)
         try:
-            rebuild.verify_entries(todo, jobs=jobs, env=env, on_result=judged, stats=stats)
+            rebuild.verify_entries(todo, rebuild.RebuildOptions(jobs=jobs), env=env, on_result=judged, stats=stats)
         except Exception as exc:  # noqa: BLE001 - a proof that cannot run proves nothing
             why = f"the rebuild could not run ({type(exc).__name__}: {exc})"
             for e in todo:
