@@ -18,11 +18,14 @@ import re
 import stat
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jitwarden.store import quarantine as q
-from jitwarden.ops.plans import Action, PruneAction
 from jitwarden.store.locks import LOCK_NAME
 from jitwarden.model.layout import TRASH_DIR
+
+if TYPE_CHECKING:  # plans import this module to carry themselves out
+    from jitwarden.ops.plans import Action, PruneAction
 
 _LEFTOVER = re.compile(r"^tmp\.pid_\d+_|\.tmp\.pid_\d+_")
 
@@ -159,6 +162,7 @@ def prune(actions: list[PruneAction], *, current: str | None, keep_quarantined: 
           on_outcome=None) -> list[Outcome]:
     """Remove whole partitions: each renamed into its base's quarantine, then deleted (unless kept)."""
     from jitwarden.model.layout import PARTITIONS_DIR
+    from jitwarden.ops.plans import Action
 
     outcomes = []
     for a in actions:

@@ -14,8 +14,7 @@ import time
 from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.text import age_arg, display, human_size, plural
-from jitwarden.ops import maintenance, plans as cleanplan
-from jitwarden.store import locks as lock
+from jitwarden.ops import plans as cleanplan
 
 
 def register(sub) -> None:
@@ -62,15 +61,11 @@ def run(args) -> int:
         fmt.result("clean", lambda: _body(plan, [], args), lambda: plan.actions and print(
             "dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr))
         return 0
-    shown = {a.path for a in plan.actions}
     digest = getattr(fp, "digest", None)
-    with lock.hold(plan.roots, args.lock_timeout):
-        # Under the lock, judge again: act only on what was shown and is still selected.
-        again = cleanplan.plan_clean(scan(args, fp, req), sel)
-        actions = [a for a in again.actions if a.path in shown]
-        gone = shown - {a.path for a in actions}
-        outcomes = maintenance.clean(actions, purge=args.purge, orphan_age=orphan_age, fingerprint=digest)
-    outcomes += [maintenance.Outcome(p, "", "skipped", "no longer selected (changed since the plan)") for p in sorted(gone)]
+    # execute() judges again under the lock and acts only on what was shown and is still selected.
+    outcomes = plan.execute(purge=args.purge, orphan_age=orphan_age, fingerprint=digest, lock_timeout=args.lock_timeout,
+                            replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel))
+    shown = {a.path for a in plan.actions}
     outcomes += _cascade(args, fmt, fp, req, sel, shown, plan.roots, orphan_age, digest)
     fmt.result("clean", lambda: _body(plan, outcomes, args), lambda: print_outcomes(outcomes, args.purge))
     return 0
@@ -82,28 +77,28 @@ def _cascade(args, fmt, fp, req, sel, shown: set, roots: list, orphan_age: float
     again (``-y`` answers), and moved the same way. At most ``rounds`` rounds; ``--dry-run`` never gets here."""
     done = []
     for _ in range(rounds):
-        with lock.hold(roots, args.lock_timeout):
-            plan = cleanplan.plan_clean(scan(args, fp, req), sel)
-            actions = [a for a in plan.actions if a.path not in shown and a.root in roots]
-            if not actions:
-                return done
-            follow = cleanplan.Plan(tuple(actions), plan.selection, ())
-            fmt.human(_print_follow_up, follow, long=args.long)
-            if not _common.confirm(args, f"Move these {len(actions)} too?"):
-                return done
-            shown |= {a.path for a in actions}
-            done += maintenance.clean(actions, purge=args.purge, orphan_age=orphan_age, fingerprint=digest)
+        plan = cleanplan.plan_clean(scan(args, fp, req), sel)
+        actions = [a for a in plan.actions if a.path not in shown and a.root in roots]
+        if not actions:
+            return done
+        follow = cleanplan.CleanPlan(tuple(actions), plan.selection, ())
+        fmt.human(_print_follow_up, follow, long=args.long)
+        if not _common.confirm(args, f"Move these {len(actions)} too?"):
+            return done
+        shown |= {a.path for a in actions}
+        done += follow.execute(purge=args.purge, orphan_age=orphan_age, fingerprint=digest,
+                               lock_timeout=args.lock_timeout, replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel))
     return done
 
 
-def _print_follow_up(plan: cleanplan.Plan, long: bool) -> None:
+def _print_follow_up(plan: cleanplan.CleanPlan, long: bool) -> None:
     n = len(plan.actions)
     print(f"jitwarden: {n} more entr{'y' if n == 1 else 'ies'} now fail because what they depend on was moved:",
           file=sys.stderr)
     print_plan(plan, long=long)
 
 
-def print_plan(plan: cleanplan.Plan, long: bool = False) -> None:
+def print_plan(plan: cleanplan.CleanPlan, long: bool = False) -> None:
     con = out.console()
     for n in plan.notes:
         con.print(out.text(("note", "yellow"), " ", n))

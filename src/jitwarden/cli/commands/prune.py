@@ -84,41 +84,36 @@ def run(args) -> int:
     for b in base_list:  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
         lock.vet(b)
     now = time.time()
-    plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy)
+    plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy, current)
     fmt = out.output_format(args)
     fmt.human(_print_plan, plan, args.long)
-    if not plan or not _common.confirm(args, f"Remove {len(plan)} partition(s) "
-                                             f"({human_size(sum(a.partition.bytes for a in plan))})?"):
-        fmt.result("prune", lambda: _body(plan, [], args), lambda: plan and print(
+    if not plan.actions or not _common.confirm(args, f"Remove {len(plan.actions)} partition(s) "
+                                                     f"({human_size(plan.bytes)})?"):
+        fmt.result("prune", lambda: _body(plan, [], args), lambda: plan.actions and print(
             "dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr))
         return 0
-    roots = {a.partition.base for a in plan} | {a.partition.path for a in plan}
-    with lock.hold(roots, args.lock_timeout):
-        # Under the locks, decide again: act only on what was shown and is still chosen.
-        shown = {a.partition.path for a in plan}
-        again = cleanplan.plan_prune(facts(sorted({a.partition.base for a in plan}), current), args.keep,
-                                     args.max_size, args.older_than, time.time(), busy)
-        outcomes = maintenance.prune([a for a in again if a.partition.path in shown], current=current,
-                                     keep_quarantined=args.keep_quarantined)
-    outcomes += [maintenance.Outcome(p, os.path.basename(p), "skipped", "no longer chosen (used or changed since the plan)")
-                 for p in sorted(shown - {a.partition.path for a in again})]
+    # execute() decides again under the locks and acts only on what was shown and is still chosen.
+    chosen_bases = sorted({a.partition.base for a in plan.actions})
+    outcomes = plan.execute(keep_quarantined=args.keep_quarantined, lock_timeout=args.lock_timeout,
+                            replan=lambda: cleanplan.plan_prune(facts(chosen_bases, current), args.keep, args.max_size,
+                                                                args.older_than, time.time(), busy, current))
     fmt.result("prune", lambda: _body(plan, outcomes, args), lambda: _print_outcomes(outcomes))
     return 0
 
 
 def _print_plan(plan, long: bool) -> None:
     con = out.console()
-    if not plan:
+    if not plan.actions:
         con.print(out.text("nothing to prune"))
         return
     g = out.Grid([out.Column("PARTITION", flex=long), out.Column("ROOT", flex=True, min=10), out.Column("LAST USED"),
                   out.Column("SIZE", right=True), out.Column("WHY", wrap=True, min=10)])
-    for a in plan:
+    for a in plan.actions:
         p = a.partition
         g.add(p.path if long else p.digest, out.short_path(p.base), human_age(p.last_used) + " ago",
               human_size(p.bytes), a.why)
     con.print(g)
-    con.print(out.text((f"plan: {len(plan)} partition(s), {human_size(sum(a.partition.bytes for a in plan))}", "dim")))
+    con.print(out.text((f"plan: {len(plan.actions)} partition(s), {human_size(plan.bytes)}", "dim")))
 
 
 def _print_outcomes(outcomes) -> None:
@@ -130,4 +125,4 @@ def _print_outcomes(outcomes) -> None:
 
 
 def _body(plan, outcomes, args) -> dict:
-    return {"dry_run": bool(args.dry_run), "plan": [a.to_json() for a in plan], "done": [o.to_json() for o in outcomes]}
+    return {"dry_run": bool(args.dry_run), "plan": [a.to_json() for a in plan.actions], "done": [o.to_json() for o in outcomes]}

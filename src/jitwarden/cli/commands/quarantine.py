@@ -17,7 +17,8 @@ from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.text import age_arg, display, human_age, human_size, plural
-from jitwarden.store import locks as lock, partition
+from jitwarden.ops import plans
+from jitwarden.store import partition
 from jitwarden.store import quarantine as q
 
 
@@ -188,21 +189,13 @@ def _result(fmt, action: str, plan, done, args, show) -> None:
     fmt.result(f"quarantine {action}", lambda: {"dry_run": bool(args.dry_run), "plan": plan, "done": done}, show)
 
 
-def _apply(chosen, action, timeout) -> list[str]:
-    """Run ``action`` on each record under its root's lock; the first failure stops with a one-line usage error."""
-    done = []
-    with lock.hold({r.root for r in chosen}, timeout):
-        for r in chosen:
-            try:
-                action(r)
-            except q.QuarantineError as exc:
-                raise UsageError(f"{display(str(exc))} (done before it: {len(done)})") from None
-            except q.UnsafeName as exc:
-                raise UsageError(f"{display(r.id)}: {display(exc.strerror)} (done before it: {len(done)})") from None
-            except OSError as exc:
-                raise UsageError(f"{display(r.id)}: {(exc.strerror or str(exc)).lower()} (done before it: {len(done)})") from None
-            done.append(r.id)
-    return done
+def _execute(plan, timeout, verb: str) -> list[str]:
+    """``plan.execute()``; its first failure becomes one usage-error line saying how many were done before it."""
+    try:
+        return plan.execute(lock_timeout=timeout)
+    except plans.PlanError as exc:
+        who = f"{display(exc.record_id)}: " if exc.record_id else ""
+        raise UsageError(f"{who}{display(exc.why)} ({verb} before it: {exc.done})") from None
 
 
 def run(args) -> int:
@@ -219,29 +212,26 @@ def run(args) -> int:
 
 
 def _restore(args) -> int:
-    chosen = pick(records(args), args.ids)
-    plan = []
-    for r in chosen:
-        conflict = os.path.lexists(r.original_path)
-        if conflict and not args.replace:
-            raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
-                             "pass --replace to quarantine it and restore this one")
-        plan.append({"id": r.id, "to": r.original_path, "replaces": conflict})
+    plan = plans.plan_restore(pick(records(args), args.ids), replace=args.replace)
+    if plan.blocked:
+        r = plan.blocked[0]
+        raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
+                         "pass --replace to quarantine it and restore this one")
     fmt = out.output_format(args)
-    fmt.human(_print_restore_plan, chosen, plan, args)
+    fmt.human(_print_restore_plan, plan, args)
     done = []
-    if _common.confirm(args, f"Restore {plural(len(plan), 'entry')}?"):
-        done = _apply(chosen, lambda r: q.restore(r, replace=args.replace), args.lock_timeout)
-    _result(fmt, "restore", plan, done, args, lambda: _print_done(f"restored {len(done)}" if done else
-                                                                  "dry run: nothing restored" if args.dry_run else ""))
+    if _common.confirm(args, f"Restore {plural(len(plan.records), 'entry')}?"):
+        done = _execute(plan, args.lock_timeout, "done")
+    _result(fmt, "restore", plan.to_json(), done, args, lambda: _print_done(
+        f"restored {len(done)}" if done else "dry run: nothing restored" if args.dry_run else ""))
     return 0
 
 
-def _print_restore_plan(chosen, plan, args) -> None:
+def _print_restore_plan(plan, args) -> None:
     names = short_ids(records(args)) if not args.long else {}
-    for r, p in zip(chosen, plan):
-        extra = " (the entry there is quarantined first)" if p["replaces"] else ""
-        what = p["to"] if args.long else f"{names.get(r.id, r.id)} into {out.short_path(r.root)}"
+    for r in plan.records:
+        extra = " (the entry there is quarantined first)" if r.id in plan.conflicts else ""
+        what = r.original_path if args.long else f"{names.get(r.id, r.id)} into {out.short_path(r.root)}"
         print(f"restore {display(what)}{extra}", file=sys.stderr)
 
 
@@ -254,33 +244,21 @@ def _empty(args) -> int:
     if args.action == "purge" and not args.ids and not args.all:
         raise UsageError("purge needs ids or --all")
     recs = records(args, include_empty=True)
-    chosen = pick([r for r in recs if r.present], args.ids) if args.ids else [r for r in recs if r.present]
-    if args.older_than is not None:
-        cutoff = time.time() - args.older_than
-        chosen = [r for r in chosen if r.quarantined_at < cutoff]
-    slots = [r for r in recs if not r.present] if not args.ids else []
-    plan = [{"id": r.id, "path": r.path, "bytes": r.bytes} for r in chosen]
+    picked = pick([r for r in recs if r.present], args.ids) if args.ids else recs
+    plan = plans.plan_empty(picked, ids_given=bool(args.ids), older_than=args.older_than, now=time.time())
     fmt = out.output_format(args)
-    fmt.human(_print_empty_plan, recs, chosen, slots, args.long)
+    fmt.human(_print_empty_plan, recs, plan, args.long)
     done = []
-    if (plan or slots) and _common.confirm(args, f"Delete {plural(len(plan), 'quarantined entry', 'quarantined entries')} "
-                                                 "for good?"):
-        done = _apply(chosen, q.purge, args.lock_timeout)
-        with lock.hold({r.root for r in slots} | {r.root for r in chosen}, args.lock_timeout):
-            try:
-                for r in slots:
-                    q.drop_empty_slot(r)
-                for d in sorted({r.root for r in slots} | {r.root for r in chosen}):
-                    q.finish_trash(d)
-            except (OSError, q.QuarantineError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                raise UsageError(f"{display(why)} (deleted before it: {len(done)})") from None
-    _result(fmt, args.action, plan, done, args, lambda: _print_done(f"deleted {len(done)}" if done else ""))
+    if (plan.records or plan.slots) and _common.confirm(
+            args, f"Delete {plural(len(plan.records), 'quarantined entry', 'quarantined entries')} for good?"):
+        done = _execute(plan, args.lock_timeout, "deleted")
+    _result(fmt, args.action, plan.to_json(), done, args, lambda: _print_done(f"deleted {len(done)}" if done else ""))
     return 0
 
 
-def _print_empty_plan(recs, chosen, slots, long: bool) -> None:
+def _print_empty_plan(recs, plan, long: bool) -> None:
     names = short_ids(recs) if not long else {}
+    chosen, slots = plan.records, plan.slots
     for r in chosen:
         where = r.path if long else f"{names.get(r.id, r.id)} from {out.short_path(r.root)}"
         print(f"delete {display(where)} ({human_size(r.bytes)})", file=sys.stderr)
