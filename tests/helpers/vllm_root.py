@@ -16,7 +16,7 @@ file torch writes in it is real (made by the CPU torch, ``inductor_real.py``):
 - ``vllm/utils/deep_gemm.py`` (``DG_JIT_CACHE_DIR = <root>/deep_gemm``) and
   ``vllm/model_executor/warmup/flashinfer_autotune_cache.py`` (``flashinfer_autotune_cache/<version>/<archs>/<hash>/autotune_configs.json``).
 
-Each release's differences are in docs/supported-versions.md; tests/test_layouts_by_release.py rewrites
+Each release's differences are in docs/supported-versions.md; tests/unit/adapters/test_layouts_by_release.py rewrites
 this root into them.
 """
 

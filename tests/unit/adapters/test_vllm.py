@@ -85,7 +85,7 @@ def test_damaged_files_are_corrupt(root):
 
 def test_copied_root_points_into_the_old_tree_and_missing_artifacts_are_incomplete(root, tmp_path):
     # vLLM 0.16-0.31 load each artifact from the absolute path stored in vllm_compile_cache.py (0.32 and later
-    # from <prefix>/<key>: tests/test_layouts_by_release.py); the entry is judged as its installed reader loads it.
+    # from <prefix>/<key>: tests/unit/adapters/test_layouts_by_release.py); the entry is judged as its installed reader loads it.
     v031 = (("torch", "2.13.0"), ("vllm", "0.31.0"))
     with open(os.path.join(root, PREFIX, "cache_key_factors.json"), "w") as f:
         json.dump({"env": {}, "config_hash": "1" * 64, "code_hash": "2" * 64, "compiler_hash": "3" * 10}, f)  # 0.31's
