@@ -53,6 +53,7 @@ from jitwarden.adapters import triton as tri
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding
+from jitwarden.model.flags import parse_flag
 from jitwarden.formats.ptx import parse_header
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
@@ -61,8 +62,6 @@ PTXAS_TIMEOUT_S = 900.0
 #: cached cubin: ptxas is not deterministic for every kernel (see cubin_compare.judge_attempts).
 #: A clean, deterministic entry never pays for them.
 PTXAS_RETRIES = 4
-
-_TRUE = {"1", "true", "yes", "on", "y"}
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def _env_true(md: dict, key: str) -> bool:
     v = md.get(key)
     if isinstance(v, bool):
         return v
-    return isinstance(v, (str, int)) and str(v).strip().lower() in _TRUE
+    return isinstance(v, (str, int)) and parse_flag(v) is True
 
 
 class RefusedOption(ValueError):
@@ -861,7 +860,7 @@ def progress_callback(total: int, *, force: bool | None = None, stream=None):
     """
     stream = sys.stderr if stream is None else stream
     if force is None:
-        force = os.environ.get("JITWARDEN_PROGRESS", "").lower() in _TRUE or None
+        force = parse_flag(os.environ.get("JITWARDEN_PROGRESS")) or None
     if not total or (force is None and not (hasattr(stream, "isatty") and stream.isatty())) or force is False:
         return None
     from rich.console import Console

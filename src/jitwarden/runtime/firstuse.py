@@ -42,9 +42,10 @@ _totals = {"proven": 0, "refuted": 0, "unproven": 0, "seconds": 0.0}
 
 
 def enabled(env=None) -> bool:
-    """False only when ``JITWARDEN_PROVE`` is 0/false/no/off."""
-    v = (os.environ if env is None else env).get(PROVE_VAR, "")
-    return v.strip().lower() not in ("0", "false", "no", "off")
+    """False only when ``JITWARDEN_PROVE`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
+    from jitwarden.model.flags import parse_flag
+
+    return parse_flag((os.environ if env is None else env).get(PROVE_VAR)) is not False
 
 
 class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(None,))):

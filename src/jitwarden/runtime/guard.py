@@ -40,6 +40,7 @@ from jitwarden.store import quarantine as _quarantine
 from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
 from jitwarden.store.fsutil import open_regular, read_fd, read_regular
+from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import SEAL_FILE
 from jitwarden.store.entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
@@ -49,7 +50,7 @@ _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 """Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
 ``JITWARDEN_GUARD_HASH_ALL=1``; the group, metadata and binaries are always hashed. ``jitwarden
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
-_HASH_ALL = os.environ.get("JITWARDEN_GUARD_HASH_ALL", "").strip().lower() in ("1", "true", "yes", "on")
+_HASH_ALL = parse_flag(os.environ.get("JITWARDEN_GUARD_HASH_ALL")) is True
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _loads = json.JSONDecoder().decode

@@ -54,8 +54,10 @@ _log = _Log()
 
 
 def enabled(env=None) -> bool:
-    v = (os.environ if env is None else env).get(HOOKS_VAR, "")
-    return v.strip().lower() not in ("0", "false", "no", "off")
+    """False only when ``JITWARDEN_TORCH_HOOKS`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
+    from jitwarden.model.flags import parse_flag
+
+    return parse_flag((os.environ if env is None else env).get(HOOKS_VAR)) is not False
 
 
 def install(env=None) -> dict[str, str]:
