@@ -23,14 +23,12 @@ from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_nofollow
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
-from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.model.layout import SEAL_FILE, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
 from jitwarden.adapters._base import expand_partitions, leaves, link_target, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
 
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
-_TMP_DIR = re.compile(r"^tmp\.pid_\d+_")
-_TMP_FILE = re.compile(r"\.tmp\.pid_\d+_")  # Triton <= 3.1 wrote <file>.tmp.pid_<pid>_<uuid>, then renamed it
 _PTX_HEAD = 16384
 
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
@@ -173,12 +171,12 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 target = link_target(e.path)
                 links.append((e.name, target, leaves(path, e.path, target)))
             elif stat.S_ISDIR(est.st_mode):
-                if _TMP_DIR.match(e.name):
+                if is_tmp_dir(e.name):
                     tmps.append((e.name, est.st_mtime))
                 else:
                     others.append(e.name)
             elif stat.S_ISREG(est.st_mode):
-                if _TMP_FILE.search(e.name):
+                if is_tmp_file(e.name):
                     tmps.append((e.name, est.st_mtime))
                 else:
                     files.append((e.name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))

@@ -14,7 +14,6 @@ A kill at any moment leaves each entry wholly in place or wholly in quarantine.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from dataclasses import dataclass
@@ -22,8 +21,7 @@ from dataclasses import dataclass
 from jitwarden.store import quarantine as q
 from jitwarden.ops.plans import Action, PruneAction
 from jitwarden.store.locks import LOCK_NAME
-
-_LEFTOVER = re.compile(r"^tmp\.pid_\d+_|\.tmp\.pid_\d+_")
+from jitwarden.model.layout import is_write_leftover
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +57,7 @@ def leftovers(path: str, now: float, orphan_age: float) -> tuple[list[str], list
     try:
         with os.scandir(path) as it:
             for e in it:
-                if not _LEFTOVER.search(e.name):
+                if not is_write_leftover(e.name):
                     continue
                 try:
                     age = now - e.stat(follow_symlinks=False).st_mtime
