@@ -1,6 +1,6 @@
 """First-use proof cost: loading a stock (unsealed) Triton cache through the guard, against the plain load.
 
-One run, real kernels compiled on the CPU for explicit targets (tests/kernels.py), every figure
+One run, real kernels compiled on the CPU for explicit targets (tests/helpers/kernels.py), every figure
 measured here:
 
 - cold: ``triton.compile`` of every kernel into an empty cache (stock manager);
@@ -30,7 +30,7 @@ import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, os.pardir, "src")
-sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 sys.path.insert(0, SRC)
 
 DRIVER = textwrap.dedent(
@@ -73,7 +73,7 @@ def run(cache: str, jobs, guarded: bool, sweep: bool = False, kdir: str = "") ->
 
 
 def jobs_for(archs) -> list[dict]:
-    import kernels
+    from tests.helpers import kernels
 
     variants = list(kernels.VARIANTS) + [
         (f"add_b{b}", "add_kernel", {"BLOCK": b}, {}) for b in (32, 512, 1024)] + [
@@ -87,8 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--archs", default="80,90,120")
     args = ap.parse_args(argv)
-    from kernels import copy_cache  # group files name absolute paths: a copy must point at itself
-    from test_guard import kernel_dir
+    from tests.helpers.kernels import copy_cache  # group files name absolute paths: a copy must point at itself
+    from tests.helpers.guarded import kernel_dir
 
     jobs = jobs_for(tuple(int(a) for a in args.archs.split(",")))
     n = len(jobs)

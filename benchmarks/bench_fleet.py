@@ -36,10 +36,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.dirname(HERE))  # the repo root: tests.helpers
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
-import kernels  # noqa: E402
+from tests.helpers import kernels  # noqa: E402
 
 GUARD = "jitwarden.guard:GuardedCacheManager"
 REMOTE = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"

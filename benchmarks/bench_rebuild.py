@@ -26,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 
 from jitwarden.env import ptxas
 from jitwarden.ops import rebuild  # noqa: E402
@@ -34,7 +34,7 @@ from jitwarden.adapters import triton as tri  # noqa: E402
 
 
 def bench_jobs() -> list[dict]:
-    import kernels
+    from tests.helpers import kernels
 
     jobs = []
     for arch in (80, 90, 120):
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="jw-bench-") as tmp:
         root = args.cache
         if root is None:
-            import kernels
+            from tests.helpers import kernels
 
             root = os.path.join(tmp, "cache")
             t0 = time.perf_counter()

@@ -23,9 +23,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))  # the repo root: tests.helpers
 
-import kernels  # noqa: E402
+from tests.helpers import kernels  # noqa: E402
 
 
 def make_tree(dst: str, n: int, templates: list[str]) -> None:

@@ -1,6 +1,6 @@
 """``verify --quick`` over TorchInductor and vLLM caches: entries per second, next to ``du -s`` on the same tree.
 
-Builds, from a real Inductor cache made by the CPU torch (``tests/inductor_real.py``: fxgraph and
+Builds, from a real Inductor cache made by the CPU torch (``tests/helpers/inductor_real.py``: fxgraph and
 aotautograd pickles, C++ kernels and their .so, output code, standalone-compile artifacts, an AOT
 model) plus GPU-layout Triton kernel sources and ``.best_config`` files:
 
@@ -26,9 +26,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))  # the repo root: tests.helpers
 
-import inductor_real  # noqa: E402
+from tests.helpers import inductor_real  # noqa: E402
 
 
 from bench_scan import measure, report  # noqa: E402 - one way to measure and report every scan benchmark

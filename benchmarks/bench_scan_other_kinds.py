@@ -21,9 +21,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 
-import kernels  # noqa: E402
+from tests.helpers import kernels  # noqa: E402
 
 EXT_SRC = """#include <torch/extension.h>
 int64_t jw_add(int64_t a, int64_t b) { return a + b; }

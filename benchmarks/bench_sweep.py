@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
+sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
 
 from bench_activate import ACTIVATE, once  # noqa: E402 - one fresh-interpreter timer for every start-up benchmark
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--entries", type=int, default=500)
     ap.add_argument("--runs", type=int, default=21)
     args = ap.parse_args(argv)
-    from test_guard import compile_jobs  # real kernels, sealed by the guard
+    from tests.helpers.guarded import compile_jobs  # real kernels, sealed by the guard
 
     from jitwarden.runtime import activation
 

@@ -2,7 +2,7 @@
 
     TORCHINDUCTOR_CACHE_DIR=$OUT/ind python benchmarks/h200_capture_inductor.py
 Writes two small compiled graphs (a pointwise+reduction block in fp16, a softmax); the
-tests in tests/test_adapter_inductor.py read the generated kernel sources and Triton trees.
+tests in tests/unit/adapters/test_inductor.py read the generated kernel sources and Triton trees.
 """
 
 import torch

@@ -19,9 +19,9 @@ import sys
 import tempfile
 from contextlib import redirect_stdout
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "real"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: tests.real
 
-import corpus  # noqa: E402
+from tests.real import corpus  # noqa: E402
 
 
 def _cli_counts(roots: list[str]) -> dict:

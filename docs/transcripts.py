@@ -140,8 +140,8 @@ class Session:
 
 def build(cache_dir: str, archs=(90, 80)) -> dict[str, dict]:
     """A real Triton cache (add, sub, matmul for each arch); {label: record}."""
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    import kernels
+    sys.path.insert(0, REPO)  # tests.helpers
+    from tests.helpers import kernels
 
     jobs = kernels.jobs_for(archs=archs, variants=[v for v in kernels.VARIANTS if v[0] in ("add", "sub", "matmul")])
     recs = {r["label"]: r for r in kernels.build_cache(cache_dir, jobs)}

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-import kernels  # noqa: E402
+from tests.helpers import kernels
+from tests.helpers.fleet import Server, jw, node_env, server_binary
+from tests.helpers.guarded import ADD, compile_jobs, evil_kernel_dir
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +46,47 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
     monkeypatch.delenv("JITWARDEN_HOME", raising=False)
     return home
+
+
+# ---- fixtures shared across folders (the guard, the sweep, first use, the fleet) ----------------
+
+@pytest.fixture(scope="module")
+def sealed_tree(tmp_path_factory):
+    """An Inductor-style Triton tree, every kernel compiled and sealed through the guard."""
+    d = tmp_path_factory.mktemp("ind") / "triton" / "0"
+    compile_jobs(str(d), guarded=True)
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def evil_cubin(tmp_path_factory):
+    """The cubin of the subtracting ``add_kernel`` for sm_90: bytes and sha256."""
+    root = str(tmp_path_factory.mktemp("evil") / "cache")
+    out = compile_jobs(root, jobs=ADD, guarded=False, extra_env={"JW_KERNEL_DIR": evil_kernel_dir()})
+    with open(os.path.join(root, out["add_sm90"]["id"], "add_kernel.cubin"), "rb") as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == out["add_sm90"]["cubin"]
+    return data
+
+
+BINARY = server_binary()
+
+
+@pytest.fixture
+def server(tmp_path):
+    if BINARY is None:
+        why = "no redis-server or valkey-server on PATH (apt-get install redis-server; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(why)  # CI must run these against a real server, never skip them
+        pytest.skip(why)
+    s = Server(BINARY, str(tmp_path))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def keypair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    rc, _, err = jw(node_env(str(d / "h")), "keygen", "-o", str(d / "builder"))
+    assert rc == 0, err
+    return str(d / "builder"), str(d / "builder.pub")

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-import kernels
-from adv import TALLY, tree_hash
-from maint_helpers import SRC
+from tests.helpers import kernels
+from tests.adversarial.adv import TALLY, tree_hash
+from tests.helpers.maint import SRC
 
 
 @pytest.fixture(scope="session")

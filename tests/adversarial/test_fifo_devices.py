@@ -8,7 +8,7 @@ import os
 import stat
 
 import pytest
-from adv import clean_failure, jw
+from tests.adversarial.adv import clean_failure, jw
 
 from jitwarden.store import partition, seal
 from jitwarden.store import quarantine as q

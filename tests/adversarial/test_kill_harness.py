@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 
-from adv import TALLY, clean_failure, jw, tree_hash, truncate_cubin
+from tests.adversarial.adv import TALLY, clean_failure, jw, tree_hash, truncate_cubin
 
-import kernels
+from tests.helpers import kernels
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q
 

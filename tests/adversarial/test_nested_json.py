@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from adv import clean_failure, jw
+from tests.adversarial.adv import clean_failure, jw
 
 from jitwarden.store import seal
 from jitwarden.store import quarantine as q

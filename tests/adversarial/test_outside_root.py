@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from adv import clean_failure, jw, truncate_cubin
+from tests.adversarial.adv import clean_failure, jw, truncate_cubin
 
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q

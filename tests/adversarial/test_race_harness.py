@@ -14,9 +14,9 @@ import os
 import subprocess
 import sys
 
-from adv import TALLY, clean_failure, jw
+from tests.adversarial.adv import TALLY, clean_failure, jw
 
-import kernels
+from tests.helpers import kernels
 
 RACES = int(os.environ.get("JW_ADV_RACES", "8"))
 WRITERS = 2
@@ -32,7 +32,7 @@ def _writer(root: str, k: int, env: dict) -> subprocess.Popen:
              "constexprs": {"BLOCK": 16 << (i % 6)}, "options": {"num_warps": 1 << (k % 3), "num_stages": 1 + i // 6},
              "arch": 90} for i in range(max(RACES, 6))]
     e = dict(env, TRITON_CACHE_DIR=root, JW_KERNEL_DIR=kdir, JW_JOBS=json.dumps(jobs))
-    return subprocess.Popen([sys.executable, "-c", kernels._DRIVER], env=e, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", kernels.DRIVER], env=e, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
-from test_activation import SRC, clean_env
-from test_guard import _DRIVER, JOBS, kernel_dir
+from tests.helpers.guarded import SRC, clean_env
+from tests.helpers.guarded import DRIVER, JOBS, kernel_dir
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 HANG_S = 30
@@ -219,7 +219,7 @@ def test_full_disk_when_last_use_is_written_keeps_the_partition(tmp_path):
     assert "activation failed" not in proc.stderr and "activation skipped" not in proc.stderr
 
 
-_COMPILE_IN = _DRIVER
+_COMPILE_IN = DRIVER
 
 
 @needs_mount
@@ -261,7 +261,7 @@ def test_read_only_home_and_cache_fall_back_to_a_private_writable_partition(tmp_
     run.mkdir()
     env = clean_env(tmp_path, HOME=str(ro / "home"), XDG_CACHE_HOME=str(ro / "home" / ".cache"),
                     TORCHINDUCTOR_CACHE_DIR=str(ro / "inductor"), TRITON_CACHE_DIR=str(ro / "triton"), TMPDIR=str(run),
-                    JW_PY=sys.executable, JW_KERNEL_DIR=kernel_dir(), JW_JOBS=json.dumps(JOBS[:1]), JW_CODE=_DRIVER)
+                    JW_PY=sys.executable, JW_KERNEL_DIR=kernel_dir(), JW_JOBS=json.dumps(JOBS[:1]), JW_CODE=DRIVER)
     script = f'''
         mount -t tmpfs -o size=1m none {ro}
         mkdir -p {ro}/home/.cache {ro}/triton {ro}/inductor

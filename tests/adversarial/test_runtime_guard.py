@@ -21,8 +21,8 @@ import textwrap
 import pytest
 
 from jitwarden.store import quarantine
-from test_activation import SRC
-from test_guard import JOBS, compile_jobs, kernel_dir
+from tests.helpers.guarded import SRC
+from tests.helpers.guarded import JOBS, compile_jobs, kernel_dir
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 RACE_COMPILES = int(os.environ.get("JW_RACE_COMPILES", "400"))
@@ -224,7 +224,7 @@ def test_special_files_under_sealed_names_are_a_miss_never_a_hang(tmp_path, stoc
         os.mknod(os.path.join(entry, name), 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 5))  # /dev/zero
     else:
         os.mkfifo(os.path.join(entry, name))
-    import test_guard
+    from tests.helpers import guarded as test_guard
 
     monkeypatch.setattr(subprocess, "run", _with_timeout(subprocess.run, HANG_S))
     try:

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from maint_helpers import cli
-from test_guard import JOBS, compile_jobs
+from tests.helpers.maint import cli
+from tests.helpers.guarded import JOBS, compile_jobs
 
 SETTINGS = {"JITWARDEN_DISABLE": "1", "JITWARDEN_PARTITION": "0", "JITWARDEN_SWEEP": "0",
             "TRITON_CACHE_MANAGER": "mypkg.cache:MyManager"}

@@ -16,7 +16,7 @@ import pytest
 from jitwarden.store import quarantine
 from jitwarden.runtime import sweep
 from jitwarden.model.layout import SEAL_FILE
-from test_sweep import entries, flip, kernel_entry, sealed_tree  # noqa: F401 - sealed_tree is a fixture
+from tests.helpers.guarded import entries, flip, kernel_entry  # sealed_tree: a fixture in tests/conftest.py
 
 
 def _chmod(p):

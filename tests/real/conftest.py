@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
-import corpus  # noqa: E402
+from tests.real import corpus  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,9 @@ import time
 from jitwarden.ops import scan
 from jitwarden.adapters import triton as tri
 from jitwarden.model.entries import Judge
+from tests.helpers.paths import DATA as _DATA
 
-DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "real")
+DATA = os.path.join(_DATA, "real")
 ORIGIN = "/root/out/work"
 ROOTS = ("inductor", "triton", "ComputeCache", "torch_extensions")
 

@@ -15,9 +15,8 @@ import re
 
 import pytest
 
-import corpus
+from tests.real import corpus
 from jitwarden.cli.main import main
-from jitwarden.model.findings import Severity
 
 NAMES = corpus.names()
 

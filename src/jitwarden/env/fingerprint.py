@@ -1,6 +1,6 @@
 """The fingerprint: a frozen record of every input that decides compiled GPU code.
 
-Grouped as in design.md §1: gpu, driver, toolchain, packages, python, platform, env.
+Grouped as in ARCHITECTURE.md ("Layers", env/): gpu, driver, toolchain, packages, python, platform, env.
 It has a short stable ``digest`` (the cache partition name), a human :func:`diff`
 that says what changed and why it matters, and a persistent memo keyed by cheap stat
 facts so a warm :func:`collect` runs no subprocess, hashes nothing and skips NVML.

@@ -1,6 +1,6 @@
 """GPU and driver facts without initialising CUDA: NVML through ctypes, else /proc.
 
-vLLM's parent process must stay CUDA-free (design.md §1), so we never touch the CUDA
+vLLM's parent process must stay CUDA-free (ARCHITECTURE.md, "Contracts"), so we never touch the CUDA
 runtime. NVML (``libnvidia-ml.so.1``) is read-only and safe before a fork; when it is
 absent we read ``/proc/driver/nvidia`` (driver version and GPU models, no compute
 capability); when both fail the answer is ``("none", (), None, None)``. Never raises.

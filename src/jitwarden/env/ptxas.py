@@ -1,7 +1,7 @@
 """Which ptxas assembles this environment's kernels, and what exactly it is.
 
 Triton's cache key holds ``ptxas --version`` text, not the binary: a wrapper or a
-``TRITON_PTXAS_PATH`` swap with the same version text collides (design.md §2).
+``TRITON_PTXAS_PATH`` swap with the same version text collides.
 So we identify each ptxas by the sha256 of its content, and memoise that by stat
 so a warm start runs no subprocess and hashes nothing.
 

@@ -1,4 +1,4 @@
-"""Exceptions the CLI maps to exit codes (design.md: 0 ok, 1 findings, 2 usage, 3 internal)."""
+"""Exceptions the CLI maps to exit codes: 0 ok, 1 findings, 2 usage, 3 internal (ARCHITECTURE.md, "The flow of one command")."""
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1

@@ -22,36 +22,80 @@ class Severity(enum.IntEnum):
         return self.name.lower()
 
 
-CODES: dict[str, Severity] = {
-    "corrupt": Severity.ERROR,
-    "mismatch": Severity.ERROR,
-    "foreign-path": Severity.ERROR,
-    "incomplete": Severity.ERROR,
-    "not-reproducible": Severity.ERROR,
-    "unsafe": Severity.ERROR,
-    "foreign-arch": Severity.INFO,
-    "stale": Severity.WARN,
-    "orphan": Severity.WARN,
-    "unverifiable": Severity.WARN,
-    "unrecognised": Severity.INFO,
-}
+@dataclass(frozen=True, slots=True)
+class Code:
+    """One finding code: how bad it is, what it means, how ``doctor`` counts it, and its fix."""
 
-MEANING: dict[str, str] = {
-    "corrupt": "unreadable, truncated or unparseable files of a format jitwarden fully knows, or a checksum "
-               "that does not match",
-    "mismatch": "the entry contradicts itself (cubin SM vs recorded target, kernel symbol vs name)",
-    "foreign-path": "a group file points outside its own entry (a copied cache)",
-    "incomplete": "a file the entry lists is missing",
-    "not-reproducible": "rebuilding from the entry's own PTX with the current toolchain gives different code",
-    "unsafe": "a symlink leaving the root, a world-writable or foreign-owned file: nothing a clean may follow",
-    "foreign-arch": "built for another GPU than the one judged against: harmless, unreachable here",
-    "stale": "built by another toolchain, package version, driver or Python than this environment uses",
-    "orphan": "leftovers of an interrupted write",
-    "unverifiable": "a rebuild was asked for but cannot be made; says why",
-    "unrecognised": "jitwarden cannot judge this entry: a format, flavour, version or producer it does not fully "
-                    "know; says what was not understood. Never damage",
+    severity: Severity
+    meaning: str
+    what: str  # after "N entries" / "1 entry" in doctor's summary: worded for either number
+    fix: str | None  # the command doctor prints; None where nothing should be removed
+
+
+CATALOG: dict[str, Code] = {
+    "corrupt": Code(
+        Severity.ERROR,
+        "unreadable, truncated or unparseable files of a format jitwarden fully knows, or a checksum that does "
+        "not match",
+        "with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
+        "jitwarden clean --code corrupt"),
+    "mismatch": Code(
+        Severity.ERROR,
+        "the entry contradicts itself (cubin SM vs recorded target, kernel symbol vs name)",
+        "whose facts contradict each other (e.g. another kernel's or another GPU's binary under this key)",
+        "jitwarden clean --code mismatch"),
+    "foreign-path": Code(
+        Severity.ERROR,
+        "a group file points outside its own entry (a copied cache)",
+        "copied from another tree: the tool would load files from there",
+        "jitwarden clean --code foreign-path"),
+    "incomplete": Code(
+        Severity.ERROR,
+        "a file the entry lists is missing",
+        "missing files their group lists or needs (an interrupted write)",
+        "jitwarden clean --code incomplete"),
+    "not-reproducible": Code(
+        Severity.ERROR,
+        "rebuilding from the entry's own PTX with the current toolchain gives different code",
+        "whose cubin no ptxas rebuilds from the entry's own PTX",
+        "jitwarden clean --rebuild --code not-reproducible"),
+    "unsafe": Code(
+        Severity.ERROR,
+        "a symlink leaving the root, a world-writable or foreign-owned file: nothing a clean may follow",
+        "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
+        "jitwarden clean --code unsafe"),
+    "foreign-arch": Code(
+        Severity.INFO,
+        "built for another GPU than the one judged against: harmless, unreachable here",
+        "built for another GPU: harmless here, unreachable",
+        "jitwarden clean --foreign-arch"),
+    "stale": Code(
+        Severity.WARN,
+        "built by another toolchain, package version, driver or Python than this environment uses",
+        "built by another toolchain, package version or driver than this environment's: dead weight",
+        "jitwarden clean --stale"),
+    "orphan": Code(
+        Severity.WARN,
+        "leftovers of an interrupted write",
+        "with leftovers of interrupted writes",
+        "jitwarden clean --orphans"),
+    "unverifiable": Code(
+        Severity.WARN,
+        "a rebuild was asked for but cannot be made; says why",
+        "a rebuild could not check (see `jitwarden verify --rebuild` for why)",
+        None),
+    "unrecognised": Code(
+        Severity.INFO,
+        "jitwarden cannot judge this entry: a format, flavour, version or producer it does not fully know; says "
+        "what was not understood. Never damage",
+        "jitwarden cannot judge (a format, flavour, version or producer it does not fully know): not checked, and "
+        "not called damage; `jitwarden verify --all` says what was not understood",
+        None),
 }
-"""What each code means, in the words ``doctor`` and the docs use (one table with :data:`CODES`)."""
+"""Every finding code, once (ARCHITECTURE.md, "How to add a finding code")."""
+
+CODES: dict[str, Severity] = {c: k.severity for c, k in CATALOG.items()}
+MEANING: dict[str, str] = {c: k.meaning for c, k in CATALOG.items()}
 
 
 @dataclass(frozen=True, slots=True)

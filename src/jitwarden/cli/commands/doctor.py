@@ -17,37 +17,8 @@ from dataclasses import dataclass
 from jitwarden.cli import render as out
 from jitwarden.model.text import display, plural
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
-from jitwarden.model.findings import CODES, Severity
+from jitwarden.model.findings import CATALOG, CODES, Severity
 from jitwarden.cli.commands import _common
-
-_FIX = {
-    "corrupt": "jitwarden clean --code corrupt",
-    "mismatch": "jitwarden clean --code mismatch",
-    "foreign-path": "jitwarden clean --code foreign-path",
-    "incomplete": "jitwarden clean --code incomplete",
-    "not-reproducible": "jitwarden clean --rebuild --code not-reproducible",
-    "unsafe": "jitwarden clean --code unsafe",
-    "stale": "jitwarden clean --stale",
-    "foreign-arch": "jitwarden clean --foreign-arch",
-    "orphan": "jitwarden clean --orphans",
-    "unverifiable": None,
-    "unrecognised": None,
-}
-_WHAT = {  # after "N entries" / "1 entry": worded for either number
-    "corrupt": "with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
-    "mismatch": "whose facts contradict each other (e.g. another kernel's or another GPU's binary under this key)",
-    "foreign-path": "copied from another tree: the tool would load files from there",
-    "incomplete": "missing files their group lists or needs (an interrupted write)",
-    "not-reproducible": "whose cubin no ptxas rebuilds from the entry's own PTX",
-    "unsafe": "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
-    "stale": "built by another toolchain, package version or driver than this environment's: dead weight",
-    "foreign-arch": "built for another GPU: harmless here, unreachable",
-    "orphan": "with leftovers of interrupted writes",
-    "unverifiable": "a rebuild could not check (see `jitwarden verify --rebuild` for why)",
-    "unrecognised": "jitwarden cannot judge (a format, flavour, version or producer it does not fully know): not "
-                    "checked, and not called damage; `jitwarden verify --all` says what was not understood",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -97,9 +68,9 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
             counts[code] = counts.get(code, 0) + 1
     out_: list[Problem] = []
     for code, n in counts.items():
-        fix = _FIX.get(code)
+        fix = CATALOG[code].fix
         noun = "kernel" if code == "not-reproducible" else "entry"
-        out_.append(Problem(code, CODES[code], n, f"{plural(n, noun)} {_WHAT.get(code, code)}",
+        out_.append(Problem(code, CODES[code], n, f"{plural(n, noun)} {CATALOG[code].what}",
                             fix + suffix if fix else None))
     for root, n in denied.items():
         # Not damage: this user may not read them. Cleaning would move entries their owner can use.

@@ -1,0 +1,1 @@
+"""Test helpers: real Triton caches, real guarded compiles, CLI runners, fleet servers."""

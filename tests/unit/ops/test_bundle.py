@@ -1,0 +1,318 @@
+"""Signed bundles: keygen, export, import on real Triton caches built through the guard.
+
+Node A builds and exports; node B (another HOME, same fingerprint) imports. Attacks are
+real tar files written by hand, signed with the trusted key where the point is to show
+that the structural checks, not the signature, stop them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tarfile
+
+import pytest
+
+pytest.importorskip("cryptography", reason="signed bundles need the [fleet] extra (cryptography)")
+
+from tests.helpers.fleet import (build_guarded, entries, jw, node_env, read_bundle, resign, triton_partition,  # noqa: E402
+                           write_bundle)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Node A with a guarded Triton partition of two kernels, a key pair, and a signed bundle."""
+    base = tmp_path_factory.mktemp("fleet")
+    home_a = str(base / "a")
+    keydir = base / "keys"
+    keydir.mkdir()
+    env_a = node_env(home_a, JITWARDEN_SIGNING_KEY=str(keydir / "builder"),
+                     JITWARDEN_TRUSTED_KEYS=str(keydir / "builder.pub"))
+    rc, out, err = jw(env_a, "keygen")
+    assert rc == 0, err
+    assert out.strip() == str(keydir / "builder.pub")
+    assert stat.S_IMODE(os.stat(keydir / "builder").st_mode) == 0o600
+    part = build_guarded(env_a)
+    bundle = str(base / "bundle.tar")
+    rc, out, err = jw(env_a, "export", "-o", bundle, "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    return {"base": base, "env_a": env_a, "part_a": part, "bundle": bundle, "export": doc,
+            "secret": str(keydir / "builder"), "pub": str(keydir / "builder.pub")}
+
+
+def node_b(fleet, tmp_path, **extra):
+    return node_env(str(tmp_path / "b"), JITWARDEN_TRUSTED_KEYS=fleet["pub"], **extra)
+
+
+def test_export_carries_every_sealed_entry_with_digests(fleet):
+    doc = fleet["export"]
+    assert doc["entries"] == len(entries(fleet["part_a"])) == 2
+    members = read_bundle(fleet["bundle"])
+    assert [m.name for m, _ in members[:2]] == ["manifest.json", "manifest.sig"]
+    manifest = json.loads(members[0][1])
+    assert manifest["digest"] == doc["digest"] and manifest["fingerprint"]["digest"] == doc["digest"]
+    assert manifest["producer"]["triton"] == "3.6.0"
+    for e in manifest["entries"]:
+        assert e["kind"] == "triton" and e["sealed"]
+        assert any(n.endswith(".cubin") for n in e["files"])
+        assert all(len(r["sha256"]) == 64 for r in e["files"].values())
+
+
+def test_import_installs_sealed_entries_that_verify_and_hit(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    rc, out, err = jw(env_b, "import", fleet["bundle"], "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["counts"] == {"installed": 2, "present": 0, "skipped": 0}
+    assert doc["signed_by"] and doc["match"]
+    part_b = triton_partition(env_b)
+    assert entries(part_b) == entries(fleet["part_a"])
+    assert not [n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")]  # staging removed
+    rc, out, err = jw(env_b, "verify", part_b, "--format", "json")
+    assert rc == 0, out + err
+    seals = {n: os.stat(os.path.join(part_b, n, ".jitwarden-seal.json")).st_mtime_ns for n in entries(part_b)}
+    build_guarded(env_b)  # the same kernels again: every one must be a hit on the imported entries
+    assert {n: os.stat(os.path.join(part_b, n, ".jitwarden-seal.json")).st_mtime_ns for n in entries(part_b)} == seals
+    # A second import finds everything present.
+    rc, out, _ = jw(env_b, "import", fleet["bundle"], "--format", "json")
+    assert rc == 0 and json.loads(out)["counts"] == {"installed": 0, "present": 2, "skipped": 0}
+
+
+def test_dry_run_writes_nothing(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    rc, out, _ = jw(env_b, "import", fleet["bundle"], "--dry-run")
+    assert rc == 0 and "would install triton" in out
+    assert entries(triton_partition(env_b)) == []
+
+
+def test_import_from_a_read_only_place(fleet, tmp_path):
+    ro = tmp_path / "image-layer"
+    ro.mkdir()
+    copy = ro / "bundle.tar"
+    copy.write_bytes(open(fleet["bundle"], "rb").read())
+    copy.chmod(0o444)
+    ro.chmod(0o555)
+    try:
+        rc, _, err = jw(node_b(fleet, tmp_path), "import", str(copy))
+        assert rc == 0, err
+        assert sorted(os.listdir(ro)) == ["bundle.tar"]
+    finally:
+        ro.chmod(0o755)
+
+
+def test_unsigned_is_refused_unless_allowed(fleet, tmp_path):
+    bundle = str(tmp_path / "unsigned.tar")
+    rc, _, err = jw(fleet["env_a"], "export", "-o", bundle, "--unsigned")
+    assert rc == 0, err
+    env_b = node_b(fleet, tmp_path)
+    rc, _, err = jw(env_b, "import", bundle)
+    assert rc == 1 and "unsigned" in err
+    assert entries(triton_partition(env_b)) == []
+    rc, out, err = jw(env_b, "import", bundle, "--allow-unsigned", "--format", "json")
+    assert rc == 0 and json.loads(out)["counts"]["installed"] == 2
+
+
+def test_untrusted_key_is_refused(fleet, tmp_path):
+    other = tmp_path / "other"
+    rc, _, err = jw(node_env(str(tmp_path / "x")), "keygen", "-o", str(other))
+    assert rc == 0, err
+    env_b = node_env(str(tmp_path / "b"), JITWARDEN_TRUSTED_KEYS=str(other) + ".pub")
+    rc, out, err = jw(env_b, "import", fleet["bundle"], "--format", "json")
+    doc = json.loads(out)
+    assert rc == 1 and "not among the trusted keys" in doc["refused"] and doc["exit"] == 1
+    assert entries(triton_partition(env_b)) == []
+
+
+def _flip(data: bytes, at: int = 40) -> bytes:
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
+
+
+def test_tampered_manifest_fails_the_signature(fleet, tmp_path):
+    members = read_bundle(fleet["bundle"])
+    doc = json.loads(members[0][1])
+    doc["producer"]["triton"] = "3.6.1"
+    members[0] = (members[0][0], json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    bad = str(tmp_path / "bad.tar")
+    write_bundle(bad, members)
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", bad)
+    assert rc == 1 and "does not match" in err
+
+
+@pytest.mark.parametrize("victim", [".cubin", "__grp__", ".json"])
+def test_tampered_file_refuses_the_whole_bundle(fleet, tmp_path, victim):
+    members = read_bundle(fleet["bundle"])
+    hit = [i for i, (m, _d) in enumerate(members) if victim in m.name and m.name.startswith("entries/")]
+    assert hit
+    i = hit[-1]
+    members[i] = (members[i][0], _flip(members[i][1]))
+    bad = str(tmp_path / "bad.tar")
+    write_bundle(bad, members)
+    env_b = node_b(fleet, tmp_path)
+    rc, _, err = jw(env_b, "import", bad)
+    assert rc == 1 and "tampered" in err and "nothing installed" in err
+    part_b = triton_partition(env_b)
+    assert entries(part_b) == []
+    assert not os.path.isdir(part_b) or not [n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")]
+
+
+def test_truncated_bundle_is_refused(fleet, tmp_path):
+    data = open(fleet["bundle"], "rb").read()
+    bad = tmp_path / "short.tar"
+    bad.write_bytes(data[: len(data) * 2 // 3])
+    env_b = node_b(fleet, tmp_path)
+    rc, _, err = jw(env_b, "import", str(bad))
+    assert rc == 1, err
+    assert entries(triton_partition(env_b)) == []
+
+
+def test_garbage_and_missing_files(fleet, tmp_path):
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(b"\x00not a tar at all" * 100)
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", str(junk))
+    assert rc == 1 and "bundle" in err and "Traceback" not in err
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", str(tmp_path / "nope.tar"))
+    assert rc == 2 and "no such file" in err
+
+
+def test_other_fingerprint_says_what_differs(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path, TORCHINDUCTOR_FREEZING="1")
+    rc, out, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 4
+    assert "env:TORCHINDUCTOR_FREEZING" in out and "it changes the code compilers generate" in out
+    assert "not installed: built for" in err and "this node is" in err
+    assert entries(triton_partition(env_b)) == []
+    rc, out, _ = jw(env_b, "import", fleet["bundle"], "--format", "json")
+    doc = json.loads(out)
+    assert rc == 4 and not doc["match"] and doc["differences"][0]["component"] == "env:TORCHINDUCTOR_FREEZING"
+    assert all(e["action"] == "skipped" for e in doc["entries"])
+
+
+# ---------------------------------------------------------------- hostile bundles
+
+
+def _member(name, type_=tarfile.REGTYPE, linkname="", data=b"x"):
+    info = tarfile.TarInfo(name)
+    info.type = type_
+    info.linkname = linkname
+    if type_ in (tarfile.CHRTYPE, tarfile.BLKTYPE):
+        info.devmajor, info.devminor = 1, 3
+    return info, (data if type_ == tarfile.REGTYPE else None)
+
+
+def _first_file(members):
+    i = next(i for i, (m, _d) in enumerate(members) if m.name.startswith("entries/0/"))
+    return i, members[i][0].name.split("/")[-1]
+
+
+@pytest.mark.parametrize("attack", ["dotdot", "absolute", "symlink", "hardlink", "device", "fifo", "extra-dir"])
+def test_hostile_members_never_land_outside(fleet, tmp_path, attack):
+    members = read_bundle(fleet["bundle"])
+    i, fname = _first_file(members)
+    outside = tmp_path / "outside"
+    name = {"dotdot": f"entries/0/../../../{outside.name}", "absolute": str(outside),
+            "extra-dir": f"entries/0/sub/{fname}"}.get(attack, f"entries/0/{fname}")
+    kind = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "device": tarfile.CHRTYPE,
+            "fifo": tarfile.FIFOTYPE}.get(attack, tarfile.REGTYPE)
+    evil = _member(name, kind, linkname=str(outside) if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else "",
+                   data=members[i][1])
+    members.insert(i, evil)  # before the real file, so it is met first
+    bad = str(tmp_path / f"{attack}.tar")
+    write_bundle(bad, members)
+    env_b = node_b(fleet, tmp_path)
+    rc, _, err = jw(env_b, "import", bad)
+    assert rc == 1, err
+    assert not os.path.lexists(outside)
+    assert entries(triton_partition(env_b)) == []
+    home_files = [os.path.join(d, f) for d, _s, fs in os.walk(tmp_path / "b") for f in fs]
+    assert not [f for f in home_files if "jitwarden-v1" in f and ".jitwarden-partition" not in f
+                and "memo" not in f], home_files
+
+
+@pytest.mark.parametrize("path", ["../../escape", "/tmp/escape-abs", "a/../../escape", "jitwarden-quarantine/x", ""])
+def test_hostile_manifest_paths_are_refused_even_when_signed(fleet, tmp_path, path):
+    def mutate(doc):
+        doc["entries"][0]["path"] = path
+
+    bad = str(tmp_path / "path.tar")
+    write_bundle(bad, resign(read_bundle(fleet["bundle"]), fleet["secret"], mutate))
+    env_b = node_b(fleet, tmp_path)
+    rc, _, err = jw(env_b, "import", bad)
+    assert rc == 1 and "entry 0" in err, err
+    assert not os.path.lexists(tmp_path / "escape") and not os.path.lexists("/tmp/escape-abs")
+    assert entries(triton_partition(env_b)) == []
+
+
+def test_hostile_file_name_in_manifest_is_refused(fleet, tmp_path):
+    def mutate(doc):
+        files = doc["entries"][0]["files"]
+        name = next(iter(files))
+        files["../" + name] = files.pop(name)
+
+    bad = str(tmp_path / "name.tar")
+    write_bundle(bad, resign(read_bundle(fleet["bundle"]), fleet["secret"], mutate))
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", bad)
+    assert rc == 1 and "unsafe file name" in err
+
+
+def test_member_the_manifest_does_not_list_is_refused(fleet, tmp_path):
+    members = read_bundle(fleet["bundle"])
+    members.append(_member("entries/0/planted.so", data=b"\x7fELF"))
+    bad = str(tmp_path / "planted.tar")
+    write_bundle(bad, members)
+    env_b = node_b(fleet, tmp_path)
+    rc, _, err = jw(env_b, "import", bad)
+    assert rc == 1 and "not a file the manifest lists" in err
+    assert entries(triton_partition(env_b)) == []
+
+
+def test_no_trusted_keys_configured_says_where_to_put_them(fleet, tmp_path):
+    env_b = node_env(str(tmp_path / "b"))  # no JITWARDEN_TRUSTED_KEYS, empty config dir
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 1 and "none are configured" in err and "JITWARDEN_TRUSTED_KEYS" in err
+
+
+def test_trusted_keys_from_the_config_dir(fleet, tmp_path):
+    env_b = node_env(str(tmp_path / "b"))
+    d = tmp_path / "b" / ".config" / "jitwarden" / "trusted-keys"
+    d.mkdir(parents=True)
+    (d / "builder.pub").write_text(open(fleet["pub"]).read())
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 0, err
+
+
+def test_read_only_cache_volume_is_one_line_not_a_traceback(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    part = triton_partition(env_b)
+    os.makedirs(os.path.dirname(part))
+    with open(part, "w") as f:  # the partition path is taken by a file: makedirs fails like on a broken volume
+        f.write("x")
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 1 and "cannot install" in err and "Traceback" not in err
+
+
+def test_export_rebuild_proves_first_and_kind_selects(fleet, tmp_path):
+    out = str(tmp_path / "proven.tar")
+    rc, so, err = jw(fleet["env_a"], "export", "-o", out, "--rebuild", "--kind", "triton", "--format", "json")
+    assert rc == 0, err
+    assert json.loads(so)["entries"] == 2 and list(json.loads(so)["partitions"]) == ["triton"]
+    rc, so, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "x.tar"), "--kind", "inductor", "--format", "json")
+    assert rc == 1 and json.loads(so)["entries"] == 0 and not os.path.exists(tmp_path / "x.tar")
+    rc, _, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "y.tar"), "--kind", "cuda-compute")
+    assert rc == 2 and "only partitioned kinds" in err
+
+
+def test_entries_that_fail_verify_stay_home(fleet, tmp_path):
+    import shutil
+
+    home = str(tmp_path / "a2")
+    env = dict(fleet["env_a"], HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"),
+               XDG_CONFIG_HOME=os.path.join(home, ".config"), TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"))
+    part = triton_partition(env)
+    os.makedirs(os.path.dirname(part))
+    shutil.copytree(fleet["part_a"], part)  # same digest: the group files now point into node A's tree
+    rc, so, err = jw(env, "export", "-o", str(tmp_path / "z.tar"), "--format", "json")
+    doc = json.loads(so)
+    assert rc == 1 and doc["entries"] == 0
+    assert {s["why"] for s in doc["skipped"]} == {"verify: foreign-path"}

@@ -1,0 +1,380 @@
+"""``jitwarden.activate()``: partitions, the guard, idempotence, refusals, start-up warnings.
+
+Real fingerprints (real ptxas binaries, real installed packages), real Triton compiles
+where a cache is needed; environments are private copies under tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import kernels
+from tests.helpers.guarded import MANAGER, clean_env, py
+from jitwarden.runtime import activation, startup_checks
+from jitwarden.store import partition
+from jitwarden.env import ptxas
+from jitwarden.env.fingerprint import Fingerprint, Package
+from jitwarden.model.layout import PARTITION_INFO
+from jitwarden.env.nvml import Gpu
+
+def test_activation_imports_only_the_stdlib_and_never_cuda(tmp_path):
+    proc = py('''
+        import json, sys
+        import jitwarden
+        rec = jitwarden.activate()
+        maps = open("/proc/self/maps").read()
+        print(json.dumps({"heavy": sorted(m for m in ("torch", "triton", "rich", "numpy") if m in sys.modules),
+                          "cuda_libs": "libcuda" in maps or "libnvidia-ml" in maps, "digest": rec.digest}))
+    ''', clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out == {"heavy": [], "cuda_libs": False, "digest": out["digest"]} and out["digest"]
+
+
+def test_partitions_guard_and_last_use(tmp_path):
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=env)
+    home = env["HOME"]
+    want = os.path.join(home, ".triton", "cache", "jitwarden-v1", rec.digest)
+    assert rec.partitions["TRITON_CACHE_DIR"] == want == env["TRITON_CACHE_DIR"]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(str(tmp_path / "inductor"), "jitwarden-v1", rec.digest) \
+        or "TORCHINDUCTOR_CACHE_DIR" in rec.skipped  # only when torch is installed
+    assert env["TRITON_CACHE_MANAGER"] == MANAGER == rec.cache_manager
+    info = partition.read_info(want)
+    assert info.digest == rec.digest and "triton" in info.kinds and info.last_used > 0
+    assert os.path.isfile(os.path.join(want, PARTITION_INFO))
+
+
+def test_idempotent_and_never_nested(tmp_path):
+    env = clean_env(tmp_path)
+    first = activation.activate(env=env)
+    snapshot = dict(env)
+    assert activation.activate(env=env) is first
+    assert env == snapshot
+    # A child process inherits the activated environment and lands in the same partition.
+    child = py('''
+        import json, os, jitwarden
+        rec = jitwarden.activate()
+        print(json.dumps([rec.digest, os.environ["TRITON_CACHE_DIR"]]))
+    ''', dict(env))
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == [first.digest, env["TRITON_CACHE_DIR"]]
+
+
+def test_explicit_cache_dir_is_partitioned_inside_or_left_alone(tmp_path):
+    mine = str(tmp_path / "volume")
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=mine)
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_DIR"] == os.path.join(mine, "jitwarden-v1", rec.digest)
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=mine, JITWARDEN_PARTITION="0")
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_DIR"] == mine and rec.skipped["TRITON_CACHE_DIR"] == "JITWARDEN_PARTITION=0"
+    assert env["TRITON_CACHE_MANAGER"] == MANAGER
+
+
+def test_user_cache_manager_is_left_with_a_warning(tmp_path, caplog):
+    env = clean_env(tmp_path, TRITON_CACHE_MANAGER="mypkg.cache:Manager")
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_MANAGER"] == "mypkg.cache:Manager" == rec.cache_manager
+    assert any("TRITON_CACHE_MANAGER=mypkg.cache:Manager is set" in w for w in rec.warnings)
+
+
+def test_world_writable_root_is_refused_for_a_private_partition(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=str(shared))
+    rec = activation.activate(env=env)
+    private = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "roots", "triton", "jitwarden-v1", rec.digest)
+    assert env["TRITON_CACHE_DIR"] == private
+    assert any(w.startswith(f"refusing cache root {shared}") and "world-writable" in w for w in rec.warnings)
+    assert not (shared / "jitwarden-v1").exists()
+
+
+def test_unusable_root_and_home_fall_back_to_a_private_runtime_partition(tmp_path):
+    run = tmp_path / "run"
+    env = clean_env(tmp_path, HOME="/dev/null/home", XDG_CACHE_HOME="/dev/null/cache", TRITON_CACHE_DIR="/dev/null/t",
+                    TMPDIR=str(run))
+    run.mkdir()
+    rec = activation.activate(env=env)
+    assert env["TRITON_CACHE_DIR"] == str(run / f"jitwarden-{os.getuid()}" / "roots" / "triton" / "jitwarden-v1"
+                                          / rec.digest)
+    assert "TRITON_CACHE_DIR" not in rec.skipped
+    assert any("refusing cache root /dev/null/t" in w for w in rec.warnings)
+
+
+class _Flaky(dict):
+    """An environment that fails to take the cache manager (as a read-only mapping would)."""
+
+    def __setitem__(self, k, v):
+        if k == "TRITON_CACHE_MANAGER":
+            raise PermissionError("read-only environment")
+        super().__setitem__(k, v)
+
+
+def test_never_raises_and_restores_the_environment(tmp_path, caplog):
+    env = _Flaky(clean_env(tmp_path))
+    before = dict(env)
+    rec = activation.activate(env=env)
+    assert rec.digest is None and "PermissionError" in rec.skipped["all"]
+    assert dict(env) == before
+    assert any("activation failed" in r.getMessage() for r in caplog.records)
+
+
+def _real_ptxas() -> str:
+    path = ptxas.for_arch(90)
+    if not path:
+        pytest.skip("no runnable ptxas (Triton's bundled one is missing)")
+    return path
+
+
+def test_ptxas_binary_decides_the_partition(tmp_path):
+    real = _real_ptxas()
+    wrapper = tmp_path / "ptxas-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    same_text = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True).stdout
+    assert same_text == subprocess.run([real, "--version"], capture_output=True, text=True).stdout
+    plain = activation.activate(env=clean_env(tmp_path))
+    again = activation.activate(env=clean_env(tmp_path))
+    wrapped = activation.activate(env=clean_env(tmp_path, TRITON_PTXAS_PATH=str(wrapper)))
+    assert plain.digest == again.digest
+    assert wrapped.digest != plain.digest
+    assert wrapped.partitions["TRITON_CACHE_DIR"] != plain.partitions["TRITON_CACHE_DIR"]
+
+
+def test_python_level_knob_is_followed_when_triton_is_imported(tmp_path):
+    mine = str(tmp_path / "knob")
+    proc = py(f'''
+        import json, os
+        import triton
+        triton.knobs.cache.dir = {mine!r}
+        import jitwarden
+        rec = jitwarden.activate()
+        print(json.dumps([rec.digest, triton.knobs.cache.dir, triton.knobs.cache.manager_class.__name__]))
+    ''', clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    digest, knob_dir, cls = json.loads(proc.stdout)
+    assert knob_dir == os.path.join(mine, "jitwarden-v1", digest) and cls == "GuardedCacheManager"
+
+
+# ------------------------------------------------------------------ start-up warnings
+
+
+def _fp(cap, torch_archs=None, cuda="12.8", release="12.8"):
+    info = ptxas.PtxasInfo("/opt/ptxas", "/opt/ptxas", f"Cuda compilation tools, release {release}", release, None, "0" * 64, 1)
+    pk = (Package("torch", "torch", "2.9.0", None, cuda, None, tuple(torch_archs)),) if torch_archs is not None else ()
+    role = "triton-blackwell" if cap[0] * 10 + cap[1] >= 100 else "triton"
+    return Fingerprint("nvml", (Gpu(0, "NVIDIA GB10", cap, None, None),), "580.1", "13.0", ((role, info),), pk,
+                       (), (), ())
+
+
+def test_warns_when_torch_lacks_the_device_arch():
+    ws = startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_90", "sm_100", "sm_120"]))
+    assert len(ws) == 1 and ws[0].startswith("sm_121 is not in torch 2.9.0's compiled arch list (sm_80 sm_90 sm_100 sm_120)")
+    assert "TORCH_CUDA_ARCH_LIST" in ws[0] and "PTX JIT" in ws[0]
+    assert startup_checks.torch_arch(_fp((12, 0), ["sm_80", "sm_120"])) == []
+    assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121a"])) == []
+    assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121"], cuda=None)) == []  # a CPU torch: nothing to say
+
+
+def test_warns_when_ptxas_cannot_target_the_device():
+    ws = startup_checks.ptxas_target(_fp((12, 1), release="12.8"))
+    assert len(ws) == 1 and "cannot target sm_121" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
+    assert startup_checks.ptxas_target(_fp((12, 1), release="12.9")) == []
+
+
+def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
+    root = str(tmp_path / "shared")
+    kernels.build_cache(root, kernels.jobs_for(archs=(80,), variants=kernels.VARIANTS[:2]))
+    fp = _fp((9, 0))
+    ws = startup_checks.shared_root(fp, root)
+    assert len(ws) == 1 and "entries built for sm_80" in ws[0] and "JITWARDEN_PARTITION" in ws[0]
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0")
+    rec = activation.activate(env=env)  # the live fingerprint has no GPU: Triton version is what can differ
+    assert env["TRITON_CACHE_DIR"] == root and rec.skipped
+    metas = startup_checks.sample_metadata(root)
+    assert len(metas) == 2 and startup_checks.foreign_entries(metas, (80,), metas[0]["triton_version"]) == []
+    assert startup_checks.foreign_entries(metas, (), "3.4.0") == [f"Triton {metas[0]['triton_version']}"]
+    # Older layouts are read as the scanner reads them: a [backend, arch, warp] target is still sm_80.
+    older = [dict(m, target=["cuda", 80, 32]) for m in metas]
+    assert startup_checks.foreign_entries(older, (90,), metas[0]["triton_version"]) == ["sm_80"]
+
+
+# ------------------------------------------------------------------ warm path (activation memo)
+
+WARM_PROBE = '''
+    import json, sys
+    import jitwarden
+    from jitwarden.runtime import memo as activation_memo
+    rec = jitwarden.activate()
+    heavy = ("dataclasses", "inspect", "ctypes", "hashlib", "_hashlib", "subprocess", "torch", "triton", "rich",
+             "numpy", "jitwarden.env.fingerprint", "jitwarden.env.ptxas", "jitwarden.env.nvml", "jitwarden.env.torchinfo",
+             "jitwarden.runtime.startup_checks")
+    print(json.dumps({"rec": rec.to_json(), "memo": activation_memo.last,
+                      "heavy": sorted(m for m in heavy if m in sys.modules)}))
+'''
+
+
+def warm_run(env: dict) -> dict:
+    proc = py(WARM_PROBE, env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_warm_path_gives_the_slow_paths_record_and_imports_nothing_heavy(tmp_path):
+    env = clean_env(tmp_path)
+    cold = warm_run(dict(env))
+    assert cold["memo"] == "stored" and "jitwarden.env.fingerprint" in cold["heavy"]
+    warm = warm_run(dict(env))
+    assert warm["memo"] == "hit"
+    assert warm["rec"] == cold["rec"] and warm["rec"]["digest"]
+    assert warm["heavy"] == []  # no dataclasses, ctypes, hashlib, torch, triton, rich, fingerprint layer
+    # The memoised digest is the one the fingerprint computes right now.
+    from jitwarden.env import fingerprint
+
+    assert fingerprint.collect(use_memo=False, env=env).digest == warm["rec"]["digest"]
+
+
+def test_ptxas_replaced_behind_the_same_path_changes_the_digest(tmp_path):
+    """TRITON_PTXAS_PATH keeps pointing at the same path; the binary there becomes a wrapper
+    with the same ``--version`` text (Triton's own key would not notice)."""
+    real = _real_ptxas()
+    bindir = tmp_path / "cuda" / "bin"
+    bindir.mkdir(parents=True)
+    ptx = bindir / "ptxas"
+    ptx.symlink_to(real)
+    env = clean_env(tmp_path, TRITON_PTXAS_PATH=str(ptx))
+    first = warm_run(dict(env))
+    again = warm_run(dict(env))
+    assert again["memo"] == "hit" and again["rec"]["digest"] == first["rec"]["digest"]
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    os.replace(wrapper, ptx)
+    assert subprocess.run([str(ptx), "--version"], capture_output=True).stdout == \
+        subprocess.run([real, "--version"], capture_output=True).stdout
+    swapped = warm_run(dict(env))
+    assert swapped["rec"]["digest"] != first["rec"]["digest"]
+    assert swapped["rec"]["partitions"]["TRITON_CACHE_DIR"] != first["rec"]["partitions"]["TRITON_CACHE_DIR"]
+    # A file changed within the racy window is not trusted by stat: not memoised yet.
+    assert swapped["memo"] == f"not stored: {ptx} changed just now"
+    assert warm_run(dict(env))["rec"]["digest"] == swapped["rec"]["digest"]
+
+
+def test_code_changing_env_var_changes_the_digest_and_both_stay_memoised(tmp_path):
+    plain_env = clean_env(tmp_path)
+    fused_env = clean_env(tmp_path, TRITON_DEFAULT_FP_FUSION="0")
+    plain = warm_run(dict(plain_env))
+    fused = warm_run(dict(fused_env))
+    assert fused["memo"] == "stored" and fused["rec"]["digest"] != plain["rec"]["digest"]
+    assert warm_run(dict(plain_env)) == {**plain, "memo": "hit", "heavy": []}
+    assert warm_run(dict(fused_env)) == {**fused, "memo": "hit", "heavy": []}
+    # CUDA_VISIBLE_DEVICES decides which GPUs count: a new value is a miss (same digest without GPUs).
+    cvd = warm_run(clean_env(tmp_path, CUDA_VISIBLE_DEVICES="1"))
+    assert cvd["memo"] == "stored"
+
+
+@pytest.mark.parametrize("garbage", [b"\x00garbage{{{", b"[]", b'{"schema": 1, "kind": "jitwarden-activation-memo"}',
+                                     b'{"schema": 1, "kind": "jitwarden-activation-memo", "entries": [1, {}, []]}'])
+def test_garbage_activation_memo_is_ignored_and_rewritten(tmp_path, garbage):
+    env = clean_env(tmp_path)
+    good = warm_run(dict(env))
+    memo = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "activation-memo.json")
+    with open(memo, "wb") as f:
+        f.write(garbage)
+    out = warm_run(dict(env))
+    assert out["rec"] == good["rec"] and out["memo"] == "stored"
+    assert warm_run(dict(env))["memo"] == "hit"
+
+
+def test_a_memoised_digest_that_is_not_a_digest_is_refused(tmp_path):
+    env = clean_env(tmp_path)
+    good = warm_run(dict(env))
+    memo = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "activation-memo.json")
+    doc = json.load(open(memo))
+    doc["entries"][0]["fp"]["digest"] = "../../../../tmp/x"
+    json.dump(doc, open(memo, "w"))
+    out = warm_run(dict(env))
+    assert out["rec"] == good["rec"] and out["memo"] == "stored"
+
+
+def _tamper_entry(entry, what):
+    if what == "env":
+        entry["env"]["TRITON_DEFAULT_FP_FUSION"] = "0"
+    elif what == "file":
+        entry["files"][0][1][3] += 1  # mtime_ns of a recorded file
+    elif what == "dir":
+        entry["dirs"][-1][1] = None  # stat not trusted: the names decide
+        entry["dirs"][-1][2] = (entry["dirs"][-1][2] or []) + ["vllm-0.0.1.dist-info"]
+    elif what == "proc":
+        entry["proc"][1] = ["NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.0.0", ["0000:01:00.0"], [None]]
+    elif what == "key":
+        entry["key"][1] = "3.0.0 (some other python)"
+    elif what == "fingerprint memo":
+        entry["files"][-1][1] = None
+
+
+@pytest.mark.parametrize("what", ["env", "file", "dir", "proc", "key", "fingerprint memo"])
+def test_any_recorded_fact_that_no_longer_holds_is_a_miss(tmp_path, what):
+    from jitwarden.runtime import memo as activation_memo
+
+    env = clean_env(tmp_path)
+    facts = activation_memo.compute(env)
+    assert activation_memo.lookup(env).to_json() == facts.to_json() and activation_memo.last == "hit"
+    path = activation_memo.memo_path(env)
+    doc = json.load(open(path))
+    _tamper_entry(doc["entries"][0], what)
+    json.dump(doc, open(path, "w"))
+    assert activation_memo.lookup(env) is None and activation_memo.last.startswith("miss: ")
+
+
+def test_sys_path_dirs_are_judged_by_the_package_names_they_hold(tmp_path, monkeypatch):
+    from jitwarden.runtime import memo as activation_memo
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    monkeypatch.syspath_prepend(str(extra))
+    env = clean_env(tmp_path)
+    activation_memo.compute(env)
+    (extra / "notes.txt").write_text("unrelated churn")  # e.g. a cwd that is written to
+    assert activation_memo.lookup(env) is not None
+    (extra / "vllm-0.0.1.dist-info").mkdir()
+    assert activation_memo.lookup(env) is None and "lists other packages" in activation_memo.last
+
+
+def test_nvml_failing_with_a_driver_present_is_never_memoised(tmp_path, monkeypatch):
+    from jitwarden.runtime import memo as activation_memo
+    from jitwarden.env import nvml
+
+    monkeypatch.setattr(nvml, "probe", lambda proc_root="/proc", env=None, use_nvml=True:
+                        nvml.Probe("proc", (), "580.1", None, "nvml: transient"))
+    env = clean_env(tmp_path)
+    facts = activation_memo.compute(env)
+    assert facts.digest and activation_memo.last.startswith("not stored: NVML failed")
+    assert activation_memo.lookup(env) is None
+
+
+def test_memo_dir_agrees_with_the_fingerprints():
+    from jitwarden.runtime import memo as activation_memo
+    from jitwarden.env import fingerprint
+
+    for env in ({"JITWARDEN_HOME": "/a", "XDG_CACHE_HOME": "/b"}, {"XDG_CACHE_HOME": "/b"}, {}):
+        assert activation_memo.memo_dir(env) == fingerprint.memo_dir(env)
+
+
+def test_activation_record_is_immutable_and_serialisable():
+    rec = activation.Activation("0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ("w",), {}, "h")
+    with pytest.raises(AttributeError):
+        rec.digest = "other"
+    with pytest.raises(AttributeError):
+        del rec.headline
+    assert rec == activation.Activation("0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ["w"], {}, "h")
+    assert rec.active and not activation.Activation(None).active
+    assert rec.to_json() == {"schema": 1, "digest": "0123456789abcdef", "partitions": {"TRITON_CACHE_DIR": "/x"},
+                             "cache_manager": MANAGER, "warnings": ["w"], "skipped": {}, "headline": "h"}
+    assert "digest='0123456789abcdef'" in repr(rec)

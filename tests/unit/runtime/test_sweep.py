@@ -1,0 +1,150 @@
+"""The start-up sweep of TorchInductor's Triton trees (jitwarden.runtime.sweep), on real sealed kernels.
+
+TorchInductor's static CUDA launcher reads ``<inductor cache>/triton/<device>/<key>/<name>.cubin``
+itself on an FX-graph-cache hit (torch/_inductor/runtime/triton_heuristics.py,
+``reload_cubin_path``), so these entries must be checked at activation, before it does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.helpers import kernels
+from jitwarden.runtime import activation, sweep
+from jitwarden.store import quarantine, seal
+from jitwarden.model.layout import SEAL_FILE
+from tests.helpers.guarded import clean_env, compile_jobs, entries, flip, kernel_entry, snapshot
+
+
+def test_unchanged_sealed_tree_costs_no_hashing_and_changes_nothing(sealed_tree, tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)
+    kernels_before = snapshot(tree)
+    sweep.sweep([tree])  # the copy gave every file a new ctime: first pass rehashes and reseals
+    warnings, counts = sweep.sweep([tree])
+    assert warnings == [] and counts["rehashed"] == 0 and counts["quarantined"] == 0
+    assert counts["entries"] == len(entries(tree)) >= 3
+    assert snapshot(tree) == kernels_before
+
+
+def test_a_flipped_byte_in_a_sealed_cubin_is_quarantined_before_inductor_loads_it(sealed_tree, tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)
+    sweep.sweep([tree])
+    victim = kernel_entry(tree)
+    others = {k: v for k, v in snapshot(tree).items() if k[0] != victim}
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    warnings, counts = sweep.sweep([tree], digest="0123456789abcdef")
+    assert counts["quarantined"] == 1 and len(warnings) == 1
+    assert "add_kernel.cubin does not match its sealed sha256" in warnings[0]
+    assert victim not in entries(tree)
+    recs = quarantine.list_root(tree)
+    assert [r.entry_id for r in recs] == [victim] and recs[0].by == "sweep"
+    assert {k: v for k, v in snapshot(tree).items()} == others
+
+
+def test_an_entry_restored_elsewhere_by_inductors_bundle_passes_and_is_resealed(sealed_tree, tmp_path):
+    """The bundle writes every file anew (new ctimes) and rewrites the group's absolute paths."""
+    tree = str(tmp_path / "moved" / "triton" / "0")
+    kernels.copy_cache(sealed_tree, tree)
+    for n in entries(tree):  # as the bundle does: each file written anew, after the seal
+        for f in os.listdir(os.path.join(tree, n)):
+            if f.endswith(".cubin"):
+                p = os.path.join(tree, n, f)
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                with open(p, "wb") as fh:
+                    fh.write(data)
+    warnings, counts = sweep.sweep([tree])
+    assert warnings == [] and counts["quarantined"] == 0 and counts["rehashed"] == len(entries(tree))
+    for n in entries(tree):
+        s = seal.read(os.path.join(tree, n))
+        assert seal.check(os.path.join(tree, n), s) == []
+    assert sweep.sweep([tree])[1]["rehashed"] == 0
+
+
+def test_a_group_pointing_into_another_tree_is_not_excused(sealed_tree, tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)  # group files still name sealed_tree: a copied cache
+    victim = kernel_entry(tree)
+    grp = os.path.join(tree, victim, "__grp__add_kernel.json")
+    with open(grp) as f:
+        text = f.read()
+    with open(grp, "w") as f:
+        f.write(text.replace(sealed_tree, "/elsewhere"))
+    cubin = os.path.join(tree, victim, "add_kernel.cubin")
+    with open(cubin, "rb") as fh:
+        data = fh.read()
+    with open(cubin, "wb") as fh:  # rewritten with the same bytes: the sweep looks again
+        fh.write(data)
+    warnings, counts = sweep.sweep([tree])
+    assert counts["quarantined"] == 1 and victim not in entries(tree)
+
+
+def test_unsealed_entries_are_judged_then_sealed_and_bad_ones_quarantined(tmp_path):
+    tree = str(tmp_path / "triton" / "0")
+    compile_jobs(tree, guarded=False)
+    assert not any(os.path.exists(os.path.join(tree, n, SEAL_FILE)) for n in entries(tree))
+    add, sub = kernel_entry(tree, "add_kernel"), kernel_entry(tree, "sub_kernel")
+    shutil.copyfile(os.path.join(tree, sub, "sub_kernel.cubin"), os.path.join(tree, add, "add_kernel.cubin"))
+    warnings, counts = sweep.sweep([tree])
+    assert counts["quarantined"] == 1 and "mismatch" in warnings[0] and add not in entries(tree)
+    assert counts["sealed"] >= 2
+    for n in entries(tree):
+        if os.path.exists(os.path.join(tree, n, "sub_kernel.cubin")) or n == sub:
+            assert seal.read(os.path.join(tree, n)) is not None
+
+
+def test_activation_sweeps_the_inductor_partition_and_can_be_turned_off(sealed_tree, tmp_path):
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=dict(env), quiet=True)
+    part = rec.partitions.get("TORCHINDUCTOR_CACHE_DIR")
+    if part is None:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    tree = os.path.join(part, "triton", "0")
+    shutil.copytree(sealed_tree, tree)
+    assert activation.activate(env=dict(env), quiet=True).warnings == ()
+    victim = kernel_entry(tree)
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    off = activation.activate(env=dict(env, JITWARDEN_SWEEP="0"), quiet=True)
+    assert off.warnings == () and victim in entries(tree)
+    on = activation.activate(env=dict(env), quiet=True)
+    assert any("at start-up" in w for w in on.warnings), on.warnings
+    assert victim not in entries(tree)
+
+
+def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(sealed_tree, tmp_path):
+    """With TRITON_CACHE_DIR set (activation sets it), Inductor's kernels live in the Triton partition."""
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=dict(env), quiet=True)
+    if "TORCHINDUCTOR_CACHE_DIR" not in rec.partitions:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    tree = rec.partitions["TRITON_CACHE_DIR"]
+    for n in entries(sealed_tree):
+        shutil.copytree(os.path.join(sealed_tree, n), os.path.join(tree, n))
+    victim = kernel_entry(tree)
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    on = activation.activate(env=dict(env), quiet=True)
+    assert any("at start-up" in w for w in on.warnings), on.warnings
+    assert victim not in entries(tree) and len(entries(tree)) == len(entries(sealed_tree)) - 1
+
+
+def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
+    """JITWARDEN_PARTITION=0: Inductor still loads from TRITON_CACHE_DIR behind the guard's back."""
+    own = tmp_path / "own-triton"
+    env = clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(own))
+    shutil.copytree(sealed_tree, own)
+    rec = activation.activate(env=dict(env), quiet=True)
+    if "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped or "torch" in rec.skipped["TORCHINDUCTOR_CACHE_DIR"]:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    assert rec.partitions == {}
+    victim = kernel_entry(str(own))
+    flip(os.path.join(own, victim, "add_kernel.cubin"))
+    on = activation.activate(env=dict(env), quiet=True)
+    assert any("at start-up" in w for w in on.warnings), on.warnings
+    assert victim not in entries(str(own))
+    (rec_,) = quarantine.list_root(str(own))
+    assert rec_.fingerprint is None  # not a partition: sealed and judged under no fingerprint
