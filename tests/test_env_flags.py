@@ -6,7 +6,7 @@ import pytest
 
 from jitwarden.model.flags import FALSE_WORDS, TRUE_WORDS, parse_flag
 from jitwarden.runtime import activation, firstuse, remote_wiring, torchhooks
-from test_activation import clean_env
+from tests.helpers.guarded import clean_env
 
 ON = ["1", "true", "TRUE", " yes ", "On", "y", "Y"]
 OFF = ["0", "false", "False", "no", " OFF", "n", "N"]
