@@ -221,9 +221,9 @@ def list_children(root: str, skip=()) -> tuple[list[str], list[tuple[str, str]]]
 def elf_head(path: str, size: int) -> elf.ElfHead:
     """:func:`jitwarden.formats.elf.parse_head` of the file ``path`` (no symlink followed), reading only its header;
     ``size`` is the file's size from the survey. OSError propagates (reported as unreadable files are)."""
-    from jitwarden.store.fsutil import read_nofollow
+    from jitwarden.store.fsutil import read_head
 
-    return elf.parse_head(read_nofollow(path, elf.HEADER_SIZE), size)
+    return elf.parse_head(read_head(path, elf.HEADER_SIZE), size)
 
 
 def older_than(mtime: float, judge, age: float | None = None) -> bool:

@@ -27,7 +27,7 @@ from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.adapters import _base
@@ -354,8 +354,8 @@ def read_blob(path: str, rel: str, size: int) -> bytes:
     if rel.endswith(_SKIP_CONTENT):
         return b""
     if rel.endswith(_ELF_HEAD_ONLY):
-        return read_nofollow(path, elf.HEADER_SIZE)
-    return read_nofollow(path, size_hint=size)
+        return read_head(path, elf.HEADER_SIZE)
+    return read_bytes(path, size_hint=size)
 
 
 # ---------------------------------------------------------------- judging
@@ -484,7 +484,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         judge_tree(root, name, s, judge, group, facts)
         if not s.is_dir and s.files:
             try:
-                data = read_nofollow(s.path, size_hint=s.files[0][1])
+                data = read_bytes(s.path, size_hint=s.files[0][1])
             except OSError:
                 data = b""
             _local_cache(name, data, judge, facts)

@@ -20,7 +20,7 @@ from jitwarden.formats import elf
 from jitwarden.env import locations
 from jitwarden.store import partition, seal
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
 from jitwarden.model.layout import SEAL_FILE, is_reserved, is_tmp_dir, is_tmp_file
@@ -190,7 +190,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     for fname in sorted(names):
         if fname.startswith("__grp__") and fname.endswith(".json"):
             try:
-                doc = jsonlimits.loads(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))
+                doc = jsonlimits.loads(read_bytes(os.path.join(path, fname), size_hint=sizes[fname]))
                 groups.append((fname, doc if isinstance(doc, dict) else None))
                 if not isinstance(doc, dict):
                     errors.append((fname, "group file is not a JSON object"))
@@ -213,7 +213,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
             metadata_file = candidates[0]
     if metadata_file is not None:
         try:
-            doc = jsonlimits.loads(read_nofollow(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
+            doc = jsonlimits.loads(read_bytes(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
             if isinstance(doc, dict):
                 metadata = doc
             else:
@@ -227,7 +227,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if cubins:
         cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
         try:
-            cubin = elf.parse(read_nofollow(os.path.join(path, cubin_file), size_hint=sizes[cubin_file]))
+            cubin = elf.parse(read_bytes(os.path.join(path, cubin_file), size_hint=sizes[cubin_file]))
         except OSError as exc:
             errors.append((cubin_file, f"unreadable: {exc.strerror}"))
         except elf.ElfError as exc:
@@ -236,13 +236,13 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if ptxs:
         ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
         try:
-            ptx_head = read_nofollow(os.path.join(path, ptx_file), _PTX_HEAD)
+            ptx_head = read_head(os.path.join(path, ptx_file), _PTX_HEAD)
         except OSError as exc:
             errors.append((ptx_file, f"unreadable: {exc.strerror}"))
     for fname in sorted(names):
         if fname.endswith(".so"):
             try:
-                launchers.append((fname, elf.parse(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))))
+                launchers.append((fname, elf.parse(read_bytes(os.path.join(path, fname), size_hint=sizes[fname]))))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except elf.ElfError as exc:
@@ -250,7 +250,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 errors.append((fname, f"not a valid shared object: {exc}"))
         elif fname.endswith(".autotune.json"):
             try:
-                jsonlimits.loads(read_nofollow(os.path.join(path, fname)))
+                jsonlimits.loads(read_bytes(os.path.join(path, fname)))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from jitwarden.formats import cubin_compare
 from jitwarden.env import ptxas
 from jitwarden.adapters import triton as tri
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding
 from jitwarden.model.flags import parse_flag
@@ -539,7 +539,7 @@ class _Engine:
             _unlink(out)
             return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
         try:
-            data = read_nofollow(out)
+            data = read_bytes(out)
         except OSError as exc:
             return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
         finally:
@@ -590,11 +590,11 @@ class _Engine:
             return _unverifiable(f"{facts.metadata_file}: {exc}")
         w.arch = arch
         try:
-            ptx = read_nofollow(os.path.join(w.path, facts.ptx_file))
+            ptx = read_bytes(os.path.join(w.path, facts.ptx_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.ptx_file}: {exc.strerror}")
         try:
-            cached = read_nofollow(os.path.join(w.path, facts.cubin_file))
+            cached = read_bytes(os.path.join(w.path, facts.cubin_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.cubin_file}: {exc.strerror}")
         stamp = _stamp(w.path, facts.ptx_file, facts.cubin_file)

@@ -77,9 +77,9 @@ def _files(path: str) -> list[str]:
 def _digests(path: str) -> dict:
     import hashlib
 
-    from jitwarden.store.fsutil import read_nofollow
+    from jitwarden.store.fsutil import read_bytes
 
-    return {n: hashlib.sha256(read_nofollow(os.path.join(path, n))).hexdigest() for n in _files(path)}
+    return {n: hashlib.sha256(read_bytes(os.path.join(path, n))).hexdigest() for n in _files(path)}
 
 
 def _kernel_name(names) -> str | None:

@@ -39,7 +39,7 @@ from jitwarden.formats import elf
 from jitwarden.store import quarantine as _quarantine
 from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
-from jitwarden.store.fsutil import open_regular, read_fd, read_regular
+from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import SEAL_FILE
 from jitwarden.store.entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
@@ -310,7 +310,7 @@ class GuardedCacheManager(FileCacheManager):
     def _judge_group(self, grp_name: str) -> _Verdict:
         grp_path = self._make_path(grp_name)
         try:
-            doc = _json(read_regular(grp_path, _GROUP_MAX, size_hint=4096))
+            doc = _json(read_bytes(grp_path, max_bytes=_GROUP_MAX, size_hint=4096))
         except FileNotFoundError:
             return _Verdict("gone")
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -403,11 +403,12 @@ class GuardedCacheManager(FileCacheManager):
             rec = files.get(c)
             if rec is None:
                 return None
-            fd = open_regular(c, dir_fd=efd)
             try:
-                data = read_fd(fd, rec["size"], rec["size"])
-            finally:
-                os.close(fd)
+                data = read_bytes(c, max_bytes=rec["size"], size_hint=rec["size"], dir_fd=efd)
+            except OSError as exc:
+                if exc.errno == errno.EFBIG:  # longer than sealed
+                    return None
+                raise
             if len(data) != rec["size"]:
                 return None
             if (hash_all or _HASH_ALL or not c.endswith(_IR_TEXT)) and sha256(data).hexdigest() != rec["sha256"]:
@@ -421,9 +422,9 @@ class GuardedCacheManager(FileCacheManager):
         Returns None whenever anything is not exactly right; :meth:`_verified_group` then
         decides under the entry lock (so a writer mid-seal never causes a quarantine).
         """
-        grp_raw = read_regular(grp_name, _GROUP_MAX, dir_fd=efd, size_hint=4096)
+        grp_raw = read_bytes(grp_name, max_bytes=_GROUP_MAX, dir_fd=efd, size_hint=4096)
         children = _json(grp_raw)["child_paths"]
-        sealed = _json(read_regular(SEAL_FILE, _seal.MAX_SEAL, dir_fd=efd, size_hint=4096))
+        sealed = _json(read_bytes(SEAL_FILE, max_bytes=_seal.MAX_SEAL, dir_fd=efd, size_hint=4096))
         files = sealed["files"]
         if sealed.get("schema") != _seal.SCHEMA:
             return None
@@ -484,7 +485,7 @@ class GuardedCacheManager(FileCacheManager):
         """
         from jitwarden.runtime import firstuse
 
-        children = _json(read_regular(self._make_path(grp_name), _GROUP_MAX))["child_paths"]
+        children = _json(read_bytes(self._make_path(grp_name), max_bytes=_GROUP_MAX))["child_paths"]
         names = list(children) + [grp_name]
         if write:
             try:
@@ -607,7 +608,7 @@ class GuardedCacheManager(FileCacheManager):
         except _seal.SealError as exc:
             return _Verdict("bad", "corrupt", [str(exc)])
         try:
-            raw = read_regular(filename, _seal.MAX_FILE, dir_fd=efd)
+            raw = read_bytes(filename, max_bytes=_seal.MAX_FILE, dir_fd=efd)
         except FileNotFoundError:
             return _Verdict("gone")
         except OSError as exc:

@@ -201,15 +201,15 @@ def _load(path: str, why: list | None = None) -> dict | None:
         if bad:
             why.append(f"memo dir {bad}")
             return None
-        fd = open_regular(path)
+        fd, st = open_regular(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         why.append(f"memo {exc.strerror or exc}")
         return None
     try:
-        bad = _untrusted(os.fstat(fd), uid, gid)
-        raw = None if bad else read_fd(fd, MAX_BYTES)
+        bad = _untrusted(st, uid, gid)
+        raw = None if bad else read_fd(fd, MAX_BYTES, st.st_size)
     except OSError:
         return None
     finally:

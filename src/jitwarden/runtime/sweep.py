@@ -162,10 +162,10 @@ def _relocated_group(path: str, problem: str) -> bool:
         return False
     import json
 
-    from jitwarden.store.fsutil import read_regular
+    from jitwarden.store.fsutil import read_bytes
 
     try:
-        children = json.loads(read_regular(os.path.join(path, name), 1 << 20))["child_paths"]
+        children = json.loads(read_bytes(os.path.join(path, name), max_bytes=1 << 20))["child_paths"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())

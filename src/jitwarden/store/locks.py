@@ -38,10 +38,10 @@ class LockError(JitwardenError):
 
 def holder(path: str) -> str:
     """The pid written in a lock file, or ``?``."""
-    from jitwarden.store.fsutil import read_nofollow
+    from jitwarden.store.fsutil import read_head
 
     try:
-        text = read_nofollow(path, 32).decode("ascii", "replace").strip()
+        text = read_head(path, 32).decode("ascii", "replace").strip()
         return text if text.isdigit() else "?"
     except OSError:
         return "?"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from jitwarden.store.fsutil import load_json_small, write_json_atomic
+from jitwarden.store.fsutil import read_json, write_json_atomic
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
 
 SCHEMA = 1
@@ -72,7 +72,7 @@ INFO_MAX_BYTES = 1 << 16
 def read_info(partition: str) -> PartitionInfo | None:
     """The partition's info; None when it is missing or is not one (a FIFO, a symlink, garbage, deep nesting)."""
     try:
-        doc = load_json_small(os.path.join(partition, PARTITION_INFO), INFO_MAX_BYTES)
+        doc = read_json(os.path.join(partition, PARTITION_INFO), max_bytes=INFO_MAX_BYTES)
         kinds = doc.get("kinds") or ()
         if not isinstance(kinds, (list, tuple)) or not all(isinstance(k, str) for k in kinds):
             return None
