@@ -19,6 +19,22 @@ PARTITION_INFO = ".jitwarden-partition.json"
 TRASH_DIR = ".jitwarden-trash"
 """``<root>/.jitwarden-trash/``: quarantine slots being deleted (renamed here first, then removed)."""
 
+# Two locks, one file name. The root lock and the entry lock live in different directories, so
+# the shared name never makes them one file; it stays shared on disk because jitwarden's own
+# version is not part of the partition fingerprint (and JITWARDEN_PARTITION=0 shares the root
+# itself): two jitwarden versions, say a CLI from pipx and the guard in a training venv, act on
+# the same entries, and a renamed lock file would let them miss each other's locks.
+
+ROOT_LOCK_FILE = ".jitwarden-lock"
+"""``<root>/.jitwarden-lock``: held exclusively by commands that change the root (see :mod:`jitwarden.store.locks`)."""
+
+ENTRY_LOCK_FILE = ".jitwarden-lock"
+"""``<entry>/.jitwarden-lock``: shared while verifying an entry, exclusive while sealing or quarantining it
+(see :mod:`jitwarden.store.entrylock`)."""
+
+ENTRY_WRITERS_FILE = ".jitwarden-writers"
+"""``<entry>/.jitwarden-writers``: held shared by each writer of the entry, from its first file to its group."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from jitwarden.store import quarantine as q
 from jitwarden.ops.plans import Action, PruneAction
-from jitwarden.store.locks import LOCK_NAME
-from jitwarden.model.layout import is_write_leftover
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, is_write_leftover
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +142,7 @@ def partition_facts(base: str, path: str, digest: str, last_used: float | None, 
     """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
     from jitwarden.ops.plans import PartitionFacts
 
-    total, newest = q.tree_stats(path, skip=frozenset({LOCK_NAME}))  # our own lock file is not a use
+    total, newest = q.tree_stats(path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE}))  # our own locks are no use
     if not last_used:
         try:
             last_used = os.lstat(path).st_mtime

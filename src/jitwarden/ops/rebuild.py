@@ -707,7 +707,7 @@ class _Engine:
                + _diff_hint(kept))
         return RebuildResult("not-reproducible", None, msg, (Finding("not-reproducible", msg),))
 
-    def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.Comparison, cached: bytes, arch: int,
+    def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.CubinComparison, cached: bytes, arch: int,
                  producer: str, tried, note: str = "") -> RebuildResult:
         how = ("byte for byte" if cmp.identical else f"{cmp.summary()}") + note
         if c.environment:

@@ -35,7 +35,7 @@ import sys
 
 from jitwarden.env import locations
 from jitwarden.store import partition
-from jitwarden.env.locations import KINDS, default_base
+from jitwarden.env.locations import PARTITION_VARS, default_base
 from jitwarden.model.flags import parse_flag
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
@@ -230,7 +230,7 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
     installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
-    touched = [var for _k, var in KINDS] + ["TRITON_CACHE_MANAGER"]
+    touched = [var for _k, var in PARTITION_VARS] + ["TRITON_CACHE_MANAGER"]
     before = {k: target.get(k) for k in touched}
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
@@ -310,7 +310,7 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
 
         out: list[str] = []
         proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
-        for kind, var in KINDS:
+        for kind, var in PARTITION_VARS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
@@ -346,7 +346,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
 
     in_use: dict = {}
     no_partition = parse_flag(env.get("JITWARDEN_PARTITION")) is False
-    for kind, var in KINDS:
+    for kind, var in PARTITION_VARS:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)

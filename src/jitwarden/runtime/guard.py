@@ -41,8 +41,8 @@ from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
 from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.flags import parse_flag
-from jitwarden.model.layout import SEAL_FILE
-from jitwarden.store.entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
+from jitwarden.store.entrylock import _O_NOFOLLOW, lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
 
 _STANDALONE = (".so", ".autotune.json")
@@ -256,7 +256,7 @@ class GuardedCacheManager(FileCacheManager):
 
     def _begin_write(self) -> None:
         if self._writers_fd is None:
-            self._writers_fd = _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_SH)
+            self._writers_fd = _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_SH)
 
     def _end_write(self) -> None:
         fd, self._writers_fd = self._writers_fd, None
@@ -265,7 +265,7 @@ class GuardedCacheManager(FileCacheManager):
 
     def _no_writer(self) -> int | None:
         """An fd holding the writers lock exclusively when nobody is mid-group, else None."""
-        return _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_EX, block=False)
+        return _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_EX, block=False)
 
     def _quarantine(self, code: str, details, make: bool = True) -> None:
         try:
@@ -448,7 +448,7 @@ class GuardedCacheManager(FileCacheManager):
         digests taken for that judgement.
         """
         try:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         except OSError as exc:  # read-only cache: judge without locks, never write
             if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
                 raise
@@ -512,7 +512,7 @@ class GuardedCacheManager(FileCacheManager):
         raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
         standalone = filename.endswith(_STANDALONE)
         if standalone:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
             try:
                 path = self._put_file(raw, filename)
                 self._seal_files({filename: raw}, merge=True)
@@ -552,7 +552,7 @@ class GuardedCacheManager(FileCacheManager):
         grp_name = f"__grp__{filename}"
         group = {name: self._make_path(name) for name in group}  # the cache's own paths, not private copies
         self._begin_write()
-        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         try:
             # Republish what another writer replaced with different bytes: one writer's set, never a mix.
             for name in group:
@@ -659,7 +659,7 @@ class GuardedCacheManager(FileCacheManager):
     def _verified_file(self, filename: str, efd: int) -> bytes | None:
         """The file's bytes when it is sound (sealing an unsealed one that passes), else None."""
         try:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_SH)
         except OSError as exc:  # read-only cache: judge without locks, never write
             if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
                 raise
@@ -673,7 +673,7 @@ class GuardedCacheManager(FileCacheManager):
             return v.result
         if v.state == "gone":
             return None
-        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         try:
             v = self._judge_file(filename, efd)
             if v.state == "legacy":

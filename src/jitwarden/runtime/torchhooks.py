@@ -391,11 +391,12 @@ def seal_pickle(subdir: str, content: bytes) -> None:
     import hashlib
 
     from jitwarden.store import seal
-    from jitwarden.store.entrylock import LOCK_FILE, lock, unlock
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.store.entrylock import lock, unlock
     import fcntl
 
     want = hashlib.sha256(content).hexdigest()
-    fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
+    fd = lock(subdir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
     try:
         try:
             old = seal.read(subdir)
@@ -422,8 +423,8 @@ def check_pickles(subdir: str) -> list[str]:
     import fcntl
 
     from jitwarden.store import seal
-    from jitwarden.store.entrylock import LOCK_FILE, lock, unlock
-    from jitwarden.model.layout import SEAL_FILE
+    from jitwarden.store.entrylock import lock, unlock
+    from jitwarden.model.layout import ENTRY_LOCK_FILE, SEAL_FILE
 
     try:
         with os.scandir(subdir) as it:
@@ -435,7 +436,7 @@ def check_pickles(subdir: str) -> list[str]:
     if not st:
         return []
     out = []
-    fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
+    fd = lock(subdir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
     try:
         try:
             s = seal.read(subdir)
