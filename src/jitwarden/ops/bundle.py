@@ -39,6 +39,8 @@ SIGNATURE = "manifest.sig"
 MAX_MANIFEST = 64 << 20
 _MEMBER = re.compile(r"entries/(\d{1,9})/([^/]+)\Z")
 PARTITIONED = tuple(k for k, _v in PARTITION_VARS)
+ACTIONS = ("installed", "present", "skipped")
+"""What import does with one entry of a bundle."""
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -249,7 +251,7 @@ class Outcome:
 
     kind: str
     path: str
-    action: str  # installed, present, skipped
+    action: str  # one of ACTIONS
     why: str = ""
     dest: str | None = None
     bytes: int = 0
@@ -514,10 +516,8 @@ class ImportReport:
     extra: dict = field(default_factory=dict)
 
     def counts(self) -> dict:
-        c = {"installed": 0, "present": 0, "skipped": 0}
-        for o in self.outcomes:
-            c[o.action] += 1
-        return c
+        """How many entries were installed, already present, skipped."""
+        return {action: sum(o.action == action for o in self.outcomes) for action in ACTIONS}
 
     def to_json(self) -> dict:
         return {"schema": 1, "bundle": self.path, "digest": {"bundle": self.digest_bundle, "here": self.digest_here},

@@ -127,11 +127,12 @@ def umask() -> int:
     return _UMASK[0]
 
 
-def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None) -> str:
+def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None, mode: int | None = None) -> str:
     """Write ``doc`` as JSON to ``path`` atomically; a crash leaves the old file or none, never half.
 
     With ``dir_fd``, ``path`` is a name inside that directory: the temp file and the rename
-    stay in it, whatever happens to the path that led there.
+    stay in it, whatever happens to the path that led there. ``mode``: None for a file readable
+    like Triton's own (0666 less the umask), 0o600 for one only this user may read.
     """
     import secrets  # off the warm activation path: only writers need it
 
@@ -141,7 +142,7 @@ def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None)
         tmp_at = tmp if dir_fd is not None else os.path.join(where, tmp)
         try:
             fd = os.open(tmp_at, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
-                         0o666 & ~umask(), dir_fd=dir_fd)  # readable like Triton's own files
+                         0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd)
             break
         except FileExistsError:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from operator import itemgetter
 
 from jitwarden.store.fsutil import read_json, write_json_atomic
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
@@ -31,11 +32,7 @@ class PartitionInfo(tuple):
     def __new__(cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()):
         return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds)))
 
-    digest = property(lambda self: self[0])
-    headline = property(lambda self: self[1])
-    created = property(lambda self: self[2])
-    last_used = property(lambda self: self[3])
-    kinds = property(lambda self: self[4])
+    digest, headline, created, last_used, kinds = (property(itemgetter(i)) for i in range(5))
 
     def __repr__(self) -> str:
         return (f"PartitionInfo(digest={self.digest!r}, headline={self.headline!r}, created={self.created!r}, "
