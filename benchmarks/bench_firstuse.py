@@ -11,9 +11,16 @@ measured here:
 - sweep: the start-up sweep of another fresh copy (proofs on all cores in parallel), then the
   guarded hits that follow it.
 
-Times are inside the interpreter (compile loop only), medians of ``--runs``.
+Times are inside the interpreter (compile loop only), medians of ``--runs``. Beside each wall time the
+sweep reports CPU seconds: the interpreter's own (digests, checks, seals, imports: what jitwarden adds
+around the proofs) and its ptxas children's (the proofs' work), which a shared machine's load does not
+move the way it moves wall time.
 
-    PYTHONPATH=src python benchmarks/bench_firstuse.py [--runs 3] [--archs 80,90,120]
+``--baseline-src DIR`` runs the same first uses with jitwarden's ``src`` from DIR too (the code before a
+change, e.g. ``git archive main src | tar -x -C DIR``), interleaved with this tree's, on fresh copies of
+the same stock cache: one run, both codes.
+
+    PYTHONPATH=src python benchmarks/bench_firstuse.py [--runs 3] [--archs 80,90,120] [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -37,14 +44,17 @@ DRIVER = textwrap.dedent(
     '''
     import json, os, sys, time
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
-    t_import = time.perf_counter()
+    def cpu():
+        t = os.times()
+        return t.user + t.system, t.children_user + t.children_system
     if os.environ.get("JW_SWEEP") == "1":
+        c0, t0 = cpu(), time.perf_counter()
         from jitwarden.runtime import sweep
-        t0 = time.perf_counter()
         warnings, counts = sweep.sweep([os.environ["TRITON_CACHE_DIR"]])
-        t_sweep = time.perf_counter() - t0
+        t_sweep, c1 = time.perf_counter() - t0, cpu()
+        sweep_cpu = [c1[0] - c0[0], c1[1] - c0[1]]
     else:
-        warnings, counts, t_sweep = [], {}, 0.0
+        warnings, counts, t_sweep, sweep_cpu = [], {}, 0.0, [0.0, 0.0]
     import triton
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
@@ -55,15 +65,15 @@ DRIVER = textwrap.dedent(
         src = ASTSource(fn=getattr(K, job["kernel"]), signature=job["signature"], constexprs=job["constexprs"])
         triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=job["options"])
     print(json.dumps({"compile_s": time.perf_counter() - t0, "sweep_s": t_sweep, "warnings": warnings,
-                      "proofs": counts.get("proofs")}))
+                      "proofs": counts.get("proofs"), "sweep_self_cpu_s": sweep_cpu[0], "sweep_ptxas_cpu_s": sweep_cpu[1]}))
     '''
 )
 
 
-def run(cache: str, jobs, guarded: bool, sweep: bool = False, kdir: str = "") -> dict:
+def run(cache: str, jobs, guarded: bool, sweep: bool = False, kdir: str = "", src: str = SRC) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))}
     env.update(TRITON_CACHE_DIR=cache, JW_KERNEL_DIR=kdir, JW_JOBS=json.dumps(jobs),
-               PYTHONPATH=SRC + os.pathsep + env.get("PYTHONPATH", ""), JW_SWEEP="1" if sweep else "0")
+               PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""), JW_SWEEP="1" if sweep else "0")
     if guarded:
         env["TRITON_CACHE_MANAGER"] = "jitwarden.guard:GuardedCacheManager"
     p = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=3600)
@@ -86,6 +96,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--archs", default="80,90,120")
+    ap.add_argument("--baseline-src", default=None, help="jitwarden's src before a change, measured in the same run")
     args = ap.parse_args(argv)
     from tests.helpers.kernels import copy_cache  # group files name absolute paths: a copy must point at itself
     from tests.helpers.guarded import kernel_dir
@@ -93,37 +104,51 @@ def main(argv=None) -> int:
     jobs = jobs_for(tuple(int(a) for a in args.archs.split(",")))
     n = len(jobs)
     kdir = kernel_dir()
+    codes = {"new": SRC}
+    if args.baseline_src:
+        codes["old"] = os.path.abspath(args.baseline_src)
     tmp = tempfile.mkdtemp(prefix="jw-bench-firstuse-")
     try:
         stock = os.path.join(tmp, "stock")
         cold = run(stock, jobs, guarded=False, kdir=kdir)["compile_s"]
-        res = {"plain": [], "first": [], "warm": [], "sweep": [], "after_sweep": []}
+        res: dict = {"plain": []}
         for i in range(args.runs):
             res["plain"].append(run(stock, jobs, guarded=False, kdir=kdir)["compile_s"])
-            a = os.path.join(tmp, f"first{i}")
-            copy_cache(stock, a)
-            res["first"].append(run(a, jobs, guarded=True, kdir=kdir)["compile_s"])
-            res["warm"].append(run(a, jobs, guarded=True, kdir=kdir)["compile_s"])
-            b = os.path.join(tmp, f"sweep{i}")
-            copy_cache(stock, b)
-            s = run(b, jobs, guarded=True, sweep=True, kdir=kdir)
-            res["sweep"].append(s["sweep_s"])
-            res["after_sweep"].append(s["compile_s"])
-            summary = [w for w in s["warnings"] if w.startswith("proved ")]
-        med = {k: statistics.median(v) for k, v in res.items()}
+            for code, src in codes.items():
+                r = res.setdefault(code, {k: [] for k in ("first", "warm", "sweep", "after_sweep", "self_cpu", "ptxas_cpu",
+                                                          "tail")})
+                a = os.path.join(tmp, f"first-{code}{i}")
+                copy_cache(stock, a)
+                r["first"].append(run(a, jobs, guarded=True, kdir=kdir, src=src)["compile_s"])
+                r["warm"].append(run(a, jobs, guarded=True, kdir=kdir, src=src)["compile_s"])
+                b = os.path.join(tmp, f"sweep-{code}{i}")
+                copy_cache(stock, b)
+                s = run(b, jobs, guarded=True, sweep=True, kdir=kdir, src=src)
+                r["sweep"].append(s["sweep_s"])
+                r["after_sweep"].append(s["compile_s"])
+                r["self_cpu"].append(s.get("sweep_self_cpu_s", 0.0))
+                r["ptxas_cpu"].append(s.get("sweep_ptxas_cpu_s", 0.0))
+                r["tail"].append(s["sweep_s"] - ((s.get("proofs") or {}).get("seconds") or 0.0))
+                r["line"] = next((w for w in s["warnings"] if w.startswith("proved ")), None)
+        plain = statistics.median(res["plain"])
         print(f"{n} Triton kernels (archs {args.archs}), {os.cpu_count()} cores, medians of {args.runs} runs")
         print(f"cold compile (stock)                 {cold * 1e3:9.1f} ms")
-        print(f"plain warm load (stock, unguarded)   {med['plain'] * 1e3:9.1f} ms  = {med['plain'] / n * 1e3:6.2f} ms/kernel")
-        extra = med["first"] - med["plain"]
-        print(f"first use through the guard (proofs) {med['first'] * 1e3:9.1f} ms  extra {extra * 1e3:8.1f} ms "
-              f"= {extra / n * 1e3:6.2f} ms/kernel proof cost")
-        print(f"guarded warm load (sealed)           {med['warm'] * 1e3:9.1f} ms  ratio to plain {med['warm'] / med['plain']:.3f}")
-        print(f"start-up sweep, proofs in parallel   {med['sweep'] * 1e3:9.1f} ms  = {med['sweep'] / n * 1e3:6.2f} ms/kernel "
-              f"(then the hits: {med['after_sweep'] * 1e3:.1f} ms)")
-        print(f"first-use cost / cold compile: guard {extra / cold:.3f}, sweep "
-              f"{(med['sweep'] + med['after_sweep'] - med['plain']) / cold:.3f}")
-        if summary:
-            print(f"the sweep's line: jitwarden: {summary[0]}")
+        print(f"plain warm load (stock, unguarded)   {plain * 1e3:9.1f} ms  = {plain / n * 1e3:6.2f} ms/kernel")
+        for code in codes:
+            med = {k: statistics.median(v) for k, v in res[code].items() if isinstance(v, list)}
+            extra = med["first"] - plain
+            print(f"--- {code} code ({codes[code]})")
+            print(f"first use through the guard (proofs) {med['first'] * 1e3:9.1f} ms  extra {extra * 1e3:8.1f} ms "
+                  f"= {extra / n * 1e3:6.2f} ms/kernel proof cost")
+            print(f"guarded warm load (sealed)           {med['warm'] * 1e3:9.1f} ms  ratio to plain {med['warm'] / plain:.3f}")
+            print(f"start-up sweep, proofs in parallel   {med['sweep'] * 1e3:9.1f} ms  = {med['sweep'] / n * 1e3:6.2f} ms/kernel "
+                  f"(then the hits: {med['after_sweep'] * 1e3:.1f} ms)")
+            print(f"  its CPU: jitwarden's own {med['self_cpu'] * 1e3:7.1f} ms, ptxas {med['ptxas_cpu'] * 1e3:7.1f} ms; "
+                  f"wall after the proofs' own time (serial sealing): {med['tail'] * 1e3:7.1f} ms")
+            print(f"first-use cost / cold compile: guard {extra / cold:.3f}, sweep "
+                  f"{(med['sweep'] + med['after_sweep'] - plain) / cold:.3f}")
+            if res[code].get("line"):
+                print(f"the sweep's line: jitwarden: {res[code]['line']}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         floor, n = floor_seconds(entries, floor_dir)
         stats: dict = {}
         t0 = time.perf_counter()
-        res = rebuild.verify_entries(entries, jobs=args.jobs, extra_ptxas=[], keep_dir=None, stats=stats)
+        res = rebuild.verify_entries(entries, rebuild.RebuildOptions(jobs=args.jobs), stats=stats)
         wall = time.perf_counter() - t0
         verdicts = rebuild.summarize(res)
     ideal = floor / min(cores, args.jobs)

@@ -12,7 +12,6 @@ cuda-compute adapter's tests can use a cache the real driver wrote.
 import ctypes
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile

@@ -292,7 +292,7 @@ def verify_run(tag: str, env: dict, judge) -> tuple[dict, dict]:
     keep = os.path.join(BASE, "keep", tag)
     stats: dict = {}
     t0 = time.time()
-    res = rebuild.verify_entries(kernels, jobs=os.cpu_count(), extra_ptxas=[], keep_dir=keep, env=env, stats=stats)
+    res = rebuild.verify_entries(kernels, rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=keep), env=env, stats=stats)
     wall = time.time() - t0
     counts = rebuild.summarize(res)
     rec = {"tag": tag, "started_s": round(t0 - T_START, 1), "wall_s": round(wall, 2), "kernels": len(kernels),
@@ -596,7 +596,8 @@ def phase_tamper(kernels, env, exclude=()):
     shutil.copyfile(os.path.join(d2, f"{e2.name}.cubin"), os.path.join(d1, f"{e1.name}.cubin"))
     judge = tri.Judge(target_arch=90)
     ents = [tri.inspect_entry(troot, n, judge) for n in tri.list_entry_names(troot)[0]]
-    res = rebuild.verify_entries(ents, jobs=os.cpu_count(), extra_ptxas=[], keep_dir=os.path.join(BASE, "keep_tamper"), env=env)
+    res = rebuild.verify_entries(ents, rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=os.path.join(BASE, "keep_tamper")),
+                                 env=env)
     got = {os.path.basename(p): r for p, r in res.items()}
     out = {"flipped_byte": got[e0.id].verdict, "swapped_cubin": got[e1.id].verdict, "untouched": got[e2.id].verdict,
            "flipped_message": got[e0.id].message[:600], "swapped_message": got[e1.id].message[:400]}

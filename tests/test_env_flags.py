@@ -35,6 +35,7 @@ def test_other_words_are_neither(word):
 
 def test_numbers_and_metadata_values_read_as_words():
     assert parse_flag(1) is True and parse_flag(0) is False and parse_flag(7) is None
+    assert parse_flag(True) is True and parse_flag(False) is False and parse_flag("yes!") is None
 
 
 @pytest.mark.parametrize("word, on", [(w, True) for w in ON + NEITHER] + [(w, False) for w in OFF])

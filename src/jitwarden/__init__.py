@@ -7,6 +7,11 @@ and :func:`activate` are safe in any process, before or after torch.
 __version__ = "0.1.0"
 
 
+def tool() -> dict:
+    """This tool's identity, as every JSON document jitwarden prints names it: ``{"name", "version"}``."""
+    return {"name": "jitwarden", "version": __version__}
+
+
 def activate(**kwargs):
     """Partition and guard this process's kernel caches; never raises.
 

@@ -24,8 +24,10 @@ NAMES = corpus.names()
 def verify(capsys, *args) -> tuple[int, dict]:
     rc = main(["verify", "--format", "json", "--all", *args])
     cap = capsys.readouterr()
-    assert "Traceback" not in cap.err and rc in (0, 1), cap.err
-    return rc, json.loads(cap.out)
+    assert "Traceback" not in cap.err, cap.err
+    doc = json.loads(cap.out)
+    assert rc == (1 if doc["summary"]["errors"] else 0), cap.err  # exit 1 exactly when an error-level finding is shown
+    return rc, doc
 
 
 def loud(doc: dict) -> list[tuple[str, str, str]]:

@@ -1,12 +1,16 @@
-"""The ``--rebuild`` options shared by ``verify``, ``clean`` and ``doctor`` (argparse only).
+"""Options several commands share, declared once (argparse only).
 
-Kept apart from :mod:`jitwarden.ops.rebuild` so that building the CLI's parser does not import
-the rebuild machinery (ptxas discovery, cubin comparison) for every command.
+Building the parser imports this module for every command, so it stays cheap: no scanner,
+no rebuild machinery (ptxas discovery, cubin comparison), no rich.
 """
 
 from __future__ import annotations
 
 import argparse
+
+from jitwarden.model.text import age_arg
+
+FORMATS = ("table", "json")
 
 
 def _positive_int(text: str) -> int:
@@ -19,8 +23,27 @@ def _positive_int(text: str) -> int:
     return n
 
 
-def add_arguments(parser, mode=None) -> None:
-    """Add ``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep`` to the ``verify`` sub-parser.
+def add_format_argument(p) -> None:
+    """``--format table|json`` (read once, by :func:`jitwarden.cli.render.output_format`)."""
+    p.add_argument("--format", choices=FORMATS, default="table")
+
+
+def add_scan_arguments(p) -> None:
+    """What every command that scans caches takes: paths, ``--target``, ``--format``, ``--orphan-age``,
+    ``--long``, ``--kind``."""
+    p.add_argument("paths", nargs="*", metavar="PATH", help="cache roots or entry directories (default: every root found)")
+    p.add_argument("--target", metavar="ARCH", help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU")
+    add_format_argument(p)
+    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
+                   help="tmp.pid_* leftovers older than AGE are orphans (default 1h, env JITWARDEN_ORPHAN_AGE)")
+    p.add_argument("--long", action="store_true", help="show full paths in tables")
+    p.add_argument("--kind", action="append", metavar="KIND",
+                   help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
+                        "deepgemm, torch-ext")
+
+
+def add_rebuild_arguments(parser, mode=None) -> None:
+    """``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep`` (verify, doctor, clean, export).
 
     ``mode``: the mutually exclusive group ``--quick`` lives in, if any.
     """
@@ -33,3 +56,14 @@ def add_arguments(parser, mode=None) -> None:
                         help="another ptxas this environment uses (repeatable); a match verifies")
     parser.add_argument("--keep", default=None, metavar="DIR",
                         help="leave <id>.<name>.cached.cubin and .rebuilt.cubin in DIR for entries that differ")
+
+
+def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default: wait)") -> None:
+    """What every command that changes caches takes: ``--dry-run``, ``-y``, ``--lock-timeout``
+    (``purge``: and ``--purge``, delete instead of keeping in quarantine)."""
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    if purge:
+        p.add_argument("--purge", action="store_true", help="delete instead of keeping in quarantine (after the move)")
+    p.add_argument("--lock-timeout", type=age_arg, default=None, metavar="AGE",
+                   help=f"give up waiting for another jitwarden on the same root after AGE{lock_help}")

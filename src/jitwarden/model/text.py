@@ -1,14 +1,19 @@
-"""Human ages and sizes on the command line: ``7d``, ``12h``, ``30m``, ``90s``; ``500M``, ``2G`` (pure).
+"""Human text, both ways (pure): ages and sizes read from options, and written for people.
 
-One parser for every option that takes an age (``--older-than``, ``--orphan-age``,
+Reading: one parser for every option that takes an age (``--older-than``, ``--orphan-age``,
 ``--lock-timeout``, ``quarantine empty/purge --older-than``): an age needs a unit, so
 ``--older-than 7`` is refused instead of meaning seconds to one command and days to
 another. ``0`` needs none. A size without a unit is bytes (sizes never meant anything else).
+
+Writing: :func:`human_size` (``1.5 GiB``) and :func:`human_duration` (``3d``) for every
+table, plan and message, and :func:`display` for any name or path that came from a disk.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -64,6 +69,37 @@ def size_arg(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def human_size(n: float) -> str:
+    """``512 B``, ``1.5 KiB``, ``2.0 GiB``, ``3.1 TiB``: a byte count in binary units."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def human_duration(seconds: float) -> str:
+    """``3d``, ``5h``, ``12m``, ``40s``: the largest unit that fits, in whole units rounded down.
+
+    A negative duration (a clock step, a file from the future) reads ``0s``; one that is not
+    finite reads ``-``.
+    """
+    if not math.isfinite(seconds):
+        return "-"
+    s = max(0.0, seconds)
+    for unit in ("d", "h", "m"):
+        if s >= AGE_UNITS[unit]:
+            return f"{int(s // AGE_UNITS[unit])}{unit}"
+    return f"{int(s)}s"
+
+
+def human_age(mtime: float | None, now: float | None = None) -> str:
+    """How long ago the time stamp ``mtime`` was (:func:`human_duration`); ``-`` when unknown (0 or None)."""
+    if not mtime:
+        return "-"
+    return human_duration((time.time() if now is None else now) - mtime)
 
 
 def display(text: str) -> str:

@@ -48,6 +48,10 @@ class BundleRefused(ValueError):
     """The bundle must not be installed (unsigned, untrusted, tampered, unsafe); the message says why."""
 
 
+class Unsigned(BundleRefused):
+    """The bundle carries no signature, and unsigned bundles were not allowed."""
+
+
 @dataclass(frozen=True)
 class BundleEntry:
     """One cache entry of a bundle: ``path`` is relative to its kind's partition (``/``-separated)."""
@@ -305,7 +309,7 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False) -> tuple[tarfi
         signed_by, note = None, ""
         if sig is None:
             if not allow_unsigned:
-                raise BundleRefused("the bundle is unsigned (pass --allow-unsigned to install it anyway)")
+                raise Unsigned("the bundle is unsigned")
             note = "unsigned (allowed by --allow-unsigned)"
         else:
             try:

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 
-SCHEMA = 1
 MARKER = "JW-CANARY-RESULT "
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 
@@ -369,9 +368,8 @@ class CanaryReport:
                 f" passes · {where} · {dev}{cc_s}{q} · {self.elapsed:.1f}s")
 
     def to_json(self) -> dict:
-        from jitwarden.cli.render import tool
-
-        return {"schema": SCHEMA, "tool": tool(), "command": "canary", "ok": self.ok, "cache_dir": self.cache_dir,
+        """The report's fields (the CLI adds its envelope: schema, tool, command)."""
+        return {"ok": self.ok, "cache_dir": self.cache_dir,
                 "scratch": self.scratch, "cache_manager": self.cache_manager, "device": self.device,
                 "quarantined": self.quarantined, "counts": self.counts, "notes": list(self.notes),
                 "kernels": [k.to_json() for k in self.kernels], "elapsed_s": round(self.elapsed, 3)}

@@ -17,10 +17,13 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jitwarden.store import quarantine as q
-from jitwarden.ops.plans import Action, PruneAction
-from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, is_write_leftover
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
+
+if TYPE_CHECKING:  # plans import this module to carry themselves out
+    from jitwarden.ops.plans import Action, PruneAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,7 @@ def prune(actions: list[PruneAction], *, current: str | None, keep_quarantined: 
           on_outcome=None) -> list[Outcome]:
     """Remove whole partitions: each renamed into its base's quarantine, then deleted (unless kept)."""
     from jitwarden.model.layout import PARTITIONS_DIR
+    from jitwarden.ops.plans import Action
 
     outcomes = []
     for a in actions:
@@ -176,3 +180,38 @@ def prune(actions: list[PruneAction], *, current: str | None, keep_quarantined: 
         if on_outcome:
             on_outcome(o)
     return outcomes
+
+
+_TRASH_WALK_MAX = 100_000
+
+
+def leftover_trash(paths) -> list[tuple[str, int, int]]:
+    """(root, bytes, files) for each root whose ``.jitwarden-trash`` still holds what a killed deletion left.
+
+    Never follows a symlink (a trash that is not a real directory is not counted); stops
+    counting after a bounded number of files.
+    """
+    found = []
+    for root in dict.fromkeys(paths):
+        trash = os.path.join(root, TRASH_DIR)
+        try:
+            if not stat.S_ISDIR(os.lstat(trash).st_mode):
+                continue
+        except OSError:
+            continue
+        size = files = seen = 0
+        for d, dirs, names in os.walk(trash, followlinks=False):
+            for n in names + dirs:
+                seen += 1
+                try:
+                    st = os.lstat(os.path.join(d, n))
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    size += st.st_size
+                    files += 1
+            if seen > _TRASH_WALK_MAX:
+                break
+        if seen:
+            found.append((root, size, files))
+    return found

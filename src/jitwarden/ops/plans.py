@@ -1,15 +1,25 @@
-"""What ``clean`` and ``prune`` would remove, decided by pure functions over scan results.
+"""Typed plans for every destructive command: decided by pure functions, carried out by ``execute()``.
 
-Nothing here touches the disk: :func:`plan_clean` maps a scan report and a
-:class:`Selection` to a :class:`Plan`; :func:`plan_prune` maps partition facts to the
-partitions to drop. :mod:`jitwarden.ops.maintenance` carries a plan out.
+``plan_clean`` (scan report + :class:`Selection` -> :class:`CleanPlan`), ``plan_prune`` (partition
+facts -> :class:`PrunePlan`), ``plan_restore`` and ``plan_empty`` (quarantine records ->
+:class:`RestorePlan`, :class:`EmptyPlan`) read nothing but their arguments (``plan_restore`` only
+asks whether a path is taken). Each plan is frozen, is what the CLI prints before asking, and its
+``execute()`` takes the roots' locks and acts through :mod:`jitwarden.ops.maintenance` and the
+quarantine, in the safe order ARCHITECTURE.md gives.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from jitwarden.model.findings import CODES, Severity
+from jitwarden.ops import maintenance
+from jitwarden.ops.maintenance import Outcome
+from jitwarden.store import locks
+from jitwarden.store import quarantine as q
+from jitwarden.store.fsutil import UnsafeName
+from jitwarden.model.text import human_duration, human_size
 
 ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR)
 
@@ -28,7 +38,7 @@ class Selection:
         if self.codes:
             parts.append("every error-level finding" if self.codes == ERROR_CODES else ", ".join(sorted(self.codes)))
         if self.older_than is not None:
-            parts.append(f"older than {_age(self.older_than)}")
+            parts.append(f"older than {human_duration(self.older_than)}")
         if self.kinds:
             parts.append("kind " + ", ".join(sorted(self.kinds)))
         return "; ".join(parts) or "nothing"
@@ -68,7 +78,9 @@ class Action:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class CleanPlan:
+    """Entries to move into quarantine, and why: decided by :func:`plan_clean`, carried out by :meth:`execute`."""
+
     actions: tuple[Action, ...]
     selection: Selection
     notes: tuple[str, ...] = ()  # problems clean does not act on (unsafe roots), with what to do instead
@@ -95,7 +107,23 @@ class Plan:
                 "by_reason": self.by_reason(), "notes": list(self.notes)}
 
 
-def plan_clean(report, sel: Selection) -> Plan:
+    def execute(self, *, purge: bool = False, orphan_age: float = 3600.0, fingerprint: str | None = None,
+                lock_timeout: float | None = None, replan=None) -> list[Outcome]:
+        """Carry the plan out under every root's lock (ARCHITECTURE.md, "The flow of one command").
+
+        ``replan`` (no arguments, returns a fresh plan) judges again under the lock: only what
+        this plan showed and is still selected is moved; the rest is reported as skipped.
+        """
+        shown = {a.path for a in self.actions}
+        with locks.hold(self.roots, lock_timeout):
+            again = replan() if replan is not None else self
+            actions = [a for a in again.actions if a.path in shown]
+            outcomes = maintenance.clean(actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint)
+        gone = shown - {a.path for a in actions}
+        return outcomes + [Outcome(p, "", "skipped", "no longer selected (changed since the plan)") for p in sorted(gone)]
+
+
+def plan_clean(report, sel: Selection) -> CleanPlan:
     """The entries of ``report`` that ``sel`` takes, and why (pure).
 
     Only entries: a root with a problem of its own (world-writable, foreign-owned) is
@@ -120,13 +148,13 @@ def plan_clean(report, sel: Selection) -> Plan:
                 reasons = tuple(dict.fromkeys(f.code for f in hits))
                 details = tuple(f.message for f in hits)
             else:
-                reasons, details = ("older-than",), (f"newest file {_age(sel.now - e.mtime)} old",)
+                reasons, details = ("older-than",), (f"newest file {human_duration(sel.now - e.mtime)} old",)
             scope = "entry"
             if reasons == ("orphan",) and e.type not in ("partial", "empty", "other"):
                 scope = "leftovers"
             actions.append(Action(e.kind, e.root, e.id, e.path, e.type, 0 if scope == "leftovers" else e.bytes,
                                   e.mtime, reasons, details, scope))
-    return Plan(tuple(actions), sel, tuple(notes))
+    return CleanPlan(tuple(actions), sel, tuple(notes))
 
 
 # ---------------------------------------------------------------- prune
@@ -158,8 +186,33 @@ class PruneAction:
         return {**self.partition.to_json(), "why": self.why}
 
 
+@dataclass(frozen=True, slots=True)
+class PrunePlan:
+    """Whole partitions to remove, least recently used first: decided by :func:`plan_prune`."""
+
+    actions: tuple[PruneAction, ...]
+    current: str | None  # this environment's digest: never removed, whatever the plan says
+
+    @property
+    def bytes(self) -> int:
+        return sum(a.partition.bytes for a in self.actions)
+
+    def execute(self, *, keep_quarantined: bool = False, lock_timeout: float | None = None,
+                replan=None) -> list[Outcome]:
+        """Remove the partitions under the locks of their bases and themselves; ``replan`` decides again there."""
+        shown = {a.partition.path for a in self.actions}
+        with locks.hold({a.partition.base for a in self.actions} | shown, lock_timeout):
+            again = replan() if replan is not None else self
+            chosen = [a for a in again.actions if a.partition.path in shown]
+            outcomes = maintenance.prune(chosen, current=self.current, keep_quarantined=keep_quarantined)
+        left = shown - {a.partition.path for a in chosen}
+        return outcomes + [Outcome(p, os.path.basename(p), "skipped", "no longer chosen (used or changed since the plan)")
+                           for p in sorted(left)]
+
+
 def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: int | None = None,
-               older_than: float | None = None, now: float = 0.0, busy_age: float = 0.0) -> list[PruneAction]:
+               older_than: float | None = None, now: float = 0.0, busy_age: float = 0.0,
+               current: str | None = None) -> PrunePlan:
     """Whole partitions to remove, least recently used first; never the current one (pure).
 
     Per base: beyond the ``keep`` most recently used (the current one counts and always
@@ -180,7 +233,7 @@ def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: i
             if keep is not None and i >= keep:
                 drop[p.path] = f"not among the {keep} most recently used"
             elif older_than is not None and now - p.last_used > older_than:
-                drop[p.path] = f"unused for {_age(now - p.last_used)}"
+                drop[p.path] = f"unused for {human_duration(now - p.last_used)}"
         if max_size is not None:
             total = sum(p.bytes for p in ps if p.path not in drop)
             for p in reversed(ps):  # least recently used first
@@ -188,23 +241,102 @@ def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: i
                     break
                 if p.current or p.path in drop or (busy_age and now - p.newest < busy_age):
                     continue
-                drop[p.path] = f"partitions of {base} exceed {_size(max_size)}"
+                drop[p.path] = f"partitions of {base} exceed {human_size(max_size)}"
                 total -= p.bytes
         out += [PruneAction(p, drop[p.path]) for p in reversed(ps) if p.path in drop]
-    return out
+    return PrunePlan(tuple(out), current)
 
 
-def _age(s: float) -> str:
-    s = max(0.0, s)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s / size:.0f}{unit}"
-    return f"{s:.0f}s"
+# ---------------------------------------------------------------- quarantine restore / empty
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+class PlanError(Exception):
+    """An ``execute()`` stopped at its first failure: ``why``, after ``done`` records were carried out."""
+
+    def __init__(self, why: str, done: int, record_id: str | None = None):
+        super().__init__(why)
+        self.why, self.done, self.record_id = why, done, record_id
+
+
+def _apply(records, action) -> list[str]:
+    """``action`` on each record in order; the first failure stops with a :class:`PlanError`."""
+    done: list[str] = []
+    for r in records:
+        try:
+            action(r)
+        except q.QuarantineError as exc:
+            raise PlanError(str(exc), len(done)) from None
+        except UnsafeName as exc:
+            raise PlanError(exc.strerror, len(done), r.id) from None
+        except OSError as exc:
+            raise PlanError((exc.strerror or str(exc)).lower(), len(done), r.id) from None
+        done.append(r.id)
+    return done
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """Quarantined entries to put back where they were; ``conflicts`` name those whose place is taken again."""
+
+    records: tuple[q.Record, ...]
+    conflicts: frozenset[str]  # record ids whose original path exists (rebuilt since)
+    replace: bool  # quarantine what is there now, then restore
+
+    @property
+    def blocked(self) -> tuple[q.Record, ...]:
+        """Records that cannot be restored without ``replace``."""
+        return () if self.replace else tuple(r for r in self.records if r.id in self.conflicts)
+
+    def to_json(self) -> list[dict]:
+        return [{"id": r.id, "to": r.original_path, "replaces": r.id in self.conflicts} for r in self.records]
+
+    def execute(self, *, lock_timeout: float | None = None) -> list[str]:
+        """Restore under the roots' locks, in order; the ids restored. Refuses a blocked plan."""
+        if self.blocked:
+            raise PlanError(f"{self.blocked[0].original_path} exists", 0, self.blocked[0].id)
+        with locks.hold({r.root for r in self.records}, lock_timeout):
+            return _apply(self.records, lambda r: q.restore(r, replace=self.replace))
+
+
+def plan_restore(records, replace: bool = False) -> RestorePlan:
+    """What restoring ``records`` would do (reads only whether each original path is taken)."""
+    recs = tuple(records)
+    return RestorePlan(recs, frozenset(r.id for r in recs if os.path.lexists(r.original_path)), replace)
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyPlan:
+    """Quarantined entries to delete for good, and empty slots that interrupted moves left."""
+
+    records: tuple[q.Record, ...]
+    slots: tuple[q.Record, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.records)
+
+    def to_json(self) -> list[dict]:
+        return [{"id": r.id, "path": r.path, "bytes": r.bytes} for r in self.records]
+
+    def execute(self, *, lock_timeout: float | None = None) -> list[str]:
+        """Delete under the roots' locks (each slot renamed into the trash first); the ids deleted."""
+        roots = {r.root for r in self.records} | {r.root for r in self.slots}
+        with locks.hold(roots, lock_timeout):
+            done = _apply(self.records, q.purge)
+            try:
+                for r in self.slots:
+                    q.drop_empty_slot(r)
+                for d in sorted(roots):
+                    q.finish_trash(d)
+            except (OSError, q.QuarantineError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise PlanError(why, len(done)) from None
+        return done
+
+
+def plan_empty(records, ids_given: bool, older_than: float | None = None, now: float = 0.0) -> EmptyPlan:
+    """From every record of the roots (``include_empty``): the present ones chosen, older than the cutoff (pure)."""
+    present = [r for r in records if r.present]
+    if older_than is not None:
+        present = [r for r in present if r.quarantined_at < now - older_than]
+    return EmptyPlan(tuple(present), () if ids_given else tuple(r for r in records if not r.present))

@@ -29,8 +29,10 @@ Verdicts (one :class:`RebuildResult` per kernel entry):
   ``ptx_options`` outside the allow-list (never passed to ptxas), or a Triton release
   whose command line jitwarden does not know and whose rebuild differs.
 
-The engine is stdlib only; the CLI progress bar (rich) is built in
-:func:`progress_callback` and reaches the engine as a plain callback.
+The engine is stdlib only and knows nothing of the command line: it takes a
+:class:`RebuildOptions`, reports progress through a plain callback (the CLI draws the bar),
+and refuses a bad option with an :class:`OptionError` that names the option's field (the CLI
+words it with its flag).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -51,7 +52,6 @@ from jitwarden.formats import cubin_compare
 from jitwarden.env import ptxas
 from jitwarden.adapters import triton as tri
 from jitwarden.store.fsutil import read_bytes
-from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding
 from jitwarden.model.flags import parse_flag
 from jitwarden.formats.ptx import parse_header
@@ -62,6 +62,25 @@ PTXAS_TIMEOUT_S = 900.0
 #: cached cubin: ptxas is not deterministic for every kernel (see cubin_compare.judge_attempts).
 #: A clean, deterministic entry never pays for them.
 PTXAS_RETRIES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildOptions:
+    """How to rebuild: ``jobs`` ptxas processes at once (None: one per core), ``extra_ptxas`` more
+    ptxas this environment uses (one that reproduces an entry verifies it), ``keep_dir`` where both
+    cubins of an entry that differs are left for nvdisasm/cuobjdump (None: nowhere)."""
+
+    jobs: int | None = None
+    extra_ptxas: tuple[str, ...] = ()
+    keep_dir: str | None = None
+
+
+class OptionError(ValueError):
+    """A :class:`RebuildOptions` field that cannot be used: which ``field``, its ``value``, and ``why``."""
+
+    def __init__(self, field: str, value, why: str):
+        super().__init__(f"{field} {value}: {why}")
+        self.field, self.value, self.why = field, value, why
 
 
 @dataclass(frozen=True)
@@ -98,7 +117,7 @@ def _env_true(md: dict, key: str) -> bool:
     v = md.get(key)
     if isinstance(v, bool):
         return v
-    return isinstance(v, (str, int)) and parse_flag(v) is True
+    return parse_flag(v) is True
 
 
 class RefusedOption(ValueError):
@@ -259,30 +278,26 @@ def cubin_producer(data: bytes) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------- candidates
 
 
-def _validate_extra(paths) -> list[str]:
-    out = []
+def _validate_extra(paths) -> None:
     for p in paths or ():
         if not os.path.isfile(p):
-            raise UsageError(f"--ptxas {p}: no such file")
+            raise OptionError("extra_ptxas", p, "no such file")
         if not os.access(p, os.X_OK):
-            raise UsageError(f"--ptxas {p}: not executable")
+            raise OptionError("extra_ptxas", p, "not executable")
         info = ptxas.inspect(p)
         if info is None or info.release is None:
-            raise UsageError(f"--ptxas {p}: `{p} --version` does not name a CUDA release; is it a ptxas?")
-        out.append(p)
-    return out
+            raise OptionError("extra_ptxas", p, f"`{p} --version` does not name a CUDA release; is it a ptxas?")
 
 
-def _validate_keep(keep_dir: str | None) -> str | None:
+def _validate_keep(keep_dir: str | None) -> None:
     if keep_dir is None:
-        return None
+        return
     try:
         os.makedirs(keep_dir, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--keep {keep_dir}: cannot create: {exc.strerror or exc}") from None
+        raise OptionError("keep_dir", keep_dir, f"cannot create: {exc.strerror or exc}") from None
     if not os.access(keep_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"--keep {keep_dir}: not writable")
-    return keep_dir
+        raise OptionError("keep_dir", keep_dir, "not writable")
 
 
 _RUNTIME: dict[int, str | None] = {}
@@ -786,32 +801,30 @@ def _ptx_size(e) -> int:
 # ---------------------------------------------------------------- public API
 
 
-def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir: str | None = None,
-                   env=None, progress=None, machine_ptxas: list[str] | None = None,
-                   stats: dict | None = None) -> dict[str, RebuildResult]:
+def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=None, progress=None,
+                   machine_ptxas: list[str] | None = None, stats: dict | None = None,
+                   on_result=None) -> dict[str, RebuildResult]:
     """Rebuild every kernel entry; return {entry path: RebuildResult} in the order given.
 
-    ``progress(done, total)`` is called from the calling thread after each entry.
+    ``progress(done, total)`` is called from the calling thread after each entry;
+    ``on_result(path, result)`` too, as each entry's rebuild ends, while the others still run
+    (first use seals proven entries there, overlapping the remaining ptxas runs).
     ``machine_ptxas`` replaces the machine search (tests); ``stats`` receives counters.
-    Raises UsageError for a bad ``--ptxas`` or ``--keep``; KeyboardInterrupt kills the
-    running ptxas children, removes the temp dir and propagates.
+    Raises :class:`OptionError` for an option that cannot be used; KeyboardInterrupt kills
+    the running ptxas children, removes the temp dir and propagates.
     """
     env = os.environ if env is None else env
-    extra = _validate_extra(extra_ptxas)
-    keep_dir = _validate_keep(keep_dir)
-    if jobs is None:
-        jobs = os.cpu_count() or 1
-    if jobs < 1:
-        raise UsageError(f"--jobs {jobs}: must be at least 1")
+    check_options(options)
+    jobs = (os.cpu_count() or 1) if options.jobs is None else options.jobs
     work = [_Work(e.path, e.id, e.name) for e in entries if getattr(e, "type", "kernel") == "kernel"]
     sizes = {e.path: _ptx_size(e) for e in entries}
     total = len(work)
     results: dict[str, RebuildResult] = {}
     if not work:
         return results
-    pool = _Pool(env, extra, machine_ptxas)
+    pool = _Pool(env, list(options.extra_ptxas), machine_ptxas)
     tmp = tempfile.mkdtemp(prefix="jitwarden-rebuild-")  # mode 0700
-    engine = _Engine(tmp, pool, keep_dir)
+    engine = _Engine(tmp, pool, options.keep_dir)
     ex = cf.ThreadPoolExecutor(max_workers=min(jobs, total), thread_name_prefix="jw-rebuild")
     futs: dict[cf.Future, _Work] = {}
     try:
@@ -823,13 +836,12 @@ def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir
             w = futs[fut]
             w.result = fut.result()
             done += 1
+            if on_result is not None:
+                on_result(w.path, w.result)
             if progress is not None:
                 progress(done, total)
     except BaseException:
         engine.cancel()
-        close = getattr(progress, "close", None)
-        if close is not None:
-            close()
         for f in futs:
             f.cancel()
         ex.shutdown(wait=True, cancel_futures=True)
@@ -844,40 +856,22 @@ def verify_entries(entries, *, jobs: int | None = None, extra_ptxas=(), keep_dir
     return results
 
 
-def check_arguments(args) -> None:
-    """Reject a bad ``--ptxas`` or ``--keep`` before any scanning (UsageError, exit 2)."""
-    _validate_extra(getattr(args, "ptxas", None))
-    _validate_keep(getattr(args, "keep", None))
+#: Entries whose files are already known broken are not rebuilt: the finding says enough.
+_NO_REBUILD = frozenset({"corrupt", "incomplete", "foreign-path", "unsafe"})
 
 
-from jitwarden.cli.options import add_arguments  # noqa: E402,F401 - the options live beside the CLI, cheap to import
+def candidates(entries) -> list:
+    """The entries a rebuild judges: Triton kernels without a file-level error (pure)."""
+    return [e for e in entries
+            if e.kind == "triton" and e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)]
 
 
-def progress_callback(total: int, *, force: bool | None = None, stream=None):
-    """A rich progress bar on stderr for ``total`` entries, or None when stderr is not a TTY.
-
-    ``force`` (or ``JITWARDEN_PROGRESS=1``) shows it anyway. The bar closes itself at the end.
-    """
-    stream = sys.stderr if stream is None else stream
-    if force is None:
-        force = parse_flag(os.environ.get("JITWARDEN_PROGRESS")) or None
-    if not total or (force is None and not (hasattr(stream, "isatty") and stream.isatty())) or force is False:
-        return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("rebuild"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(file=stream), transient=True)
-    task = bar.add_task("rebuild", total=total)
-    bar.start()
-
-    def cb(done: int, tot: int) -> None:
-        bar.update(task, completed=done, total=tot)
-        if done >= tot:
-            bar.stop()
-
-    cb.close = bar.stop  # type: ignore[attr-defined]
-    return cb
+def check_options(options: RebuildOptions) -> None:
+    """Refuse an option that cannot be used (:class:`OptionError`) before any scanning; creates ``keep_dir``."""
+    _validate_extra(options.extra_ptxas)
+    _validate_keep(options.keep_dir)
+    if options.jobs is not None and options.jobs < 1:
+        raise OptionError("jobs", options.jobs, "must be at least 1")
 
 
 def summarize(results: dict[str, RebuildResult]) -> dict[str, int]:

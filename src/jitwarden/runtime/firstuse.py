@@ -86,46 +86,115 @@ def _kernel_name(names) -> str | None:
     return next((n[:-6] for n in names if n.endswith(".cubin")), None)
 
 
-def prove_many(paths, *, jobs: int | None = None, env=None) -> dict[str, Proof]:
-    """Prove every entry of ``paths`` in parallel (all cores by default); {path: Proof}."""
+def _digest_all(paths: list[str], jobs: int) -> dict:
+    """{path: file digests, or the OSError that stopped the read}, read in parallel (hashlib and reads drop the GIL)."""
+
+    def one(p):
+        try:
+            return _digests(p)
+        except OSError as exc:
+            return exc
+
+    if len(paths) < 2 or jobs < 2:
+        return {p: one(p) for p in paths}
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(max_workers=min(jobs, len(paths)), thread_name_prefix="jw-digest") as ex:
+        return dict(zip(paths, ex.map(one, paths)))
+
+
+def _warm_ptxas(env) -> None:
+    """Identify the environment's ptxas from the fingerprint's persistent memo, when its stat still matches.
+
+    A warm activation does not collect the fingerprint, so without this the first proof of a
+    start-up runs ``ptxas --version`` and hashes each ptxas binary (tens of MB each) again.
+    """
+    import json
+
+    from jitwarden.env import ptxas
+    from jitwarden.store.fsutil import memo_dir
+
+    try:
+        with open(os.path.join(memo_dir(env), "fingerprint-memo.json"), encoding="utf-8") as f:
+            section = json.load(f).get("ptxas")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(section, dict):
+        try:
+            ptxas.selected(env, dict(section))  # fills ptxas' in-process memo; the file is never written here
+        except Exception:  # noqa: BLE001 - an optimisation: the rebuild identifies them itself
+            pass
+
+
+def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats: dict | None = None) -> dict[str, Proof]:
+    """Prove every entry of ``paths`` in parallel (all cores by default); {path: Proof}.
+
+    ``stats`` receives the rebuild's counters (``ptxas_runs``, ``ptxas_retries``, ``ptxas_seconds``).
+    ``on_proof(path, proof)``: called in this thread as each proof ends, while the others still
+    run, so that sealing overlaps the remaining ptxas runs. It must not raise; if it does, the
+    first exception is raised again once every proof is done.
+    """
     from jitwarden.ops import rebuild
 
     t0 = time.perf_counter()
-    digests: dict[str, dict] = {}
+    paths = list(dict.fromkeys(paths))
+    jobs = jobs or os.cpu_count() or 1
     out: dict[str, Proof] = {}
-    for p in paths:
-        try:
-            digests[p] = _digests(p)
-        except OSError as exc:
-            out[p] = Proof(p, UNPROVEN, f"cannot read the entry: {exc.strerror or exc}", {})
+    errors: list[BaseException] = []
+
+    def done(path: str, pr: Proof) -> None:
+        out[path] = pr
+        if on_proof is not None:
+            try:
+                on_proof(path, pr)
+            except Exception as exc:  # noqa: BLE001 - raised again below, after the other proofs
+                errors.append(exc)
+
+    digests: dict[str, dict] = {}
+    for p, d in _digest_all(paths, jobs).items():
+        if isinstance(d, OSError):
+            done(p, Proof(p, UNPROVEN, f"cannot read the entry: {d.strerror or d}", {}))
+        else:
+            digests[p] = d
     todo = [_Entry(p, os.path.basename(p), _kernel_name(d)) for p, d in digests.items()]
+
+    def judged(path: str, r) -> None:
+        state = PROVEN if r.verdict in ("verified", "stale") else REFUTED if r.verdict == "not-reproducible" else UNPROVEN
+        done(path, Proof(path, state, r.message, digests[path], r.ptxas))
+
     if todo:
+        _warm_ptxas(os.environ if env is None else env)
         try:
-            results = rebuild.verify_entries(todo, jobs=jobs or os.cpu_count() or 1, env=env)
+            rebuild.verify_entries(todo, rebuild.RebuildOptions(jobs=jobs), env=env, on_result=judged, stats=stats)
         except Exception as exc:  # noqa: BLE001 - a proof that cannot run proves nothing
-            results = {}
             why = f"the rebuild could not run ({type(exc).__name__}: {exc})"
             for e in todo:
-                out[e.path] = Proof(e.path, UNPROVEN, why, digests[e.path])
+                if e.path not in out:
+                    done(e.path, Proof(e.path, UNPROVEN, why, digests[e.path]))
         for e in todo:
-            r = results.get(e.path)
-            if r is None:
-                out.setdefault(e.path, Proof(e.path, UNPROVEN, "no rebuild result", digests[e.path]))
-                continue
-            state = PROVEN if r.verdict in ("verified", "stale") else REFUTED if r.verdict == "not-reproducible" else UNPROVEN
-            out[e.path] = Proof(e.path, state, r.message, digests[e.path], r.ptxas)
+            if e.path not in out:
+                done(e.path, Proof(e.path, UNPROVEN, "no rebuild result", digests[e.path]))
     with _lock:
         for pr in out.values():
             _totals[pr.state] += 1
         _totals["seconds"] += time.perf_counter() - t0
-    return out
+    if errors:
+        raise errors[0]
+    return {p: out[p] for p in paths}
 
 
 def prove(path: str, env=None) -> Proof:
-    """One entry's proof: the one :func:`prove_many` made ahead for it when its files are unchanged, else a new one."""
+    """One entry's proof: the one :func:`prove_ahead` made for it, else a new one.
+
+    A proven proof is returned as it is: whoever uses it compares its ``digests`` with the bytes
+    it seals or serves (:func:`seal_proven`), so rehashing here would only read every file twice.
+    One that did not prove the entry is reused only while the entry's files are unchanged.
+    """
     with _lock:
         pr = _memo.pop(path, None)
     if pr is not None:
+        if pr.proven:
+            return pr
         try:
             if _digests(path) == pr.digests:
                 return pr
@@ -134,15 +203,23 @@ def prove(path: str, env=None) -> Proof:
     return prove_many([path], jobs=1, env=env)[path]
 
 
-def prove_ahead(paths, *, jobs: int | None = None, env=None) -> dict:
-    """Prove ``paths`` in parallel now, so that :func:`prove` on each later costs one rehash; returns counts."""
+def prove_ahead(paths, *, jobs: int | None = None, env=None, on_proof=None) -> dict:
+    """Prove ``paths`` in parallel now; returns counts (proven, refuted, unproven, seconds, jobs).
+
+    Without ``on_proof`` each proof is kept for :func:`prove` (one later use each); with it, each
+    is handed over as it ends (see :func:`prove_many`) and nothing is kept.
+    """
     t0 = time.perf_counter()
-    proofs = prove_many(paths, jobs=jobs, env=env)
-    with _lock:
-        _memo.update(proofs)
+    stats: dict = {}
+    proofs = prove_many(paths, jobs=jobs, env=env, on_proof=on_proof, stats=stats)
+    if on_proof is None:
+        with _lock:
+            _memo.update(proofs)
     counts = {s: sum(1 for p in proofs.values() if p.state == s) for s in (PROVEN, REFUTED, UNPROVEN)}
     counts["seconds"] = time.perf_counter() - t0
     counts["jobs"] = jobs or os.cpu_count() or 1
+    for k in _STATS:
+        counts[k] = stats.get(k, 0)
     return counts
 
 
@@ -176,11 +253,14 @@ def seal_proven(path: str, names, proof: Proof, fingerprint: str | None, produce
     return True
 
 
-def admit(path: str, names, fingerprint: str | None, producer: dict, env=None) -> tuple[str, list[str]] | None:
+def admit(path: str, names, fingerprint: str | None, producer: dict, env=None,
+          proof: Proof | None = None) -> tuple[str, list[str]] | None:
     """Prove and seal an unsealed entry that passed the structural checks, for the guard and the sweep.
 
+    ``proof``: one already made for this entry (the sweep's, made in parallel); else :func:`prove`.
     None when it is now sealed (proven, or proofs are off); else (finding code, details)
     saying why it must not be used: the caller quarantines it and Triton recompiles.
+    An entry that changed after its proof is proven again, once.
     """
     from jitwarden.store import seal
 
@@ -189,11 +269,15 @@ def admit(path: str, names, fingerprint: str | None, producer: dict, env=None) -
         s = seal.compute(path, names, fingerprint, dict(producer, legacy=True, proven=False))
         seal.write(path, s, seal.newest_ctime(path, names))
         return None
-    proof = prove(path, env)
-    if proof.proven:
+    proof = prove(path, env) if proof is None else proof
+    for again in (False, True):
+        if not proof.proven:
+            break
         if seal_proven(path, names, proof, fingerprint, dict(producer, legacy=True)):
             return None
-        return "unverifiable", ["the entry changed while it was being proven; not used until it is proven"]
+        if again:
+            return "unverifiable", ["the entry changed while it was being proven; not used until it is proven"]
+        proof = prove_many([path], jobs=1, env=env)[path]  # changed since its proof: prove what is there now
     return proof.code, [f"first use of an unsealed entry: {proof.reason}"]
 
 
@@ -210,9 +294,12 @@ def summary(counts: dict) -> str | None:
             f"({PROVE_VAR}=0 skips proofs)")
 
 
+_STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")
+
+
 def add_counts(into: dict, counts: dict) -> dict:
     """Add one sweep's proof counts to ``into`` (several cache trees, one start-up line)."""
-    for k in (PROVEN, REFUTED, UNPROVEN, "seconds"):
+    for k in (PROVEN, REFUTED, UNPROVEN, "seconds", *_STATS):
         into[k] = into.get(k, 0) + counts.get(k, 0)
     into["jobs"] = max(into.get("jobs", 1), counts.get("jobs", 1))
     return into

@@ -51,16 +51,26 @@ def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = Non
     """
     counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
     warnings: list[str] = []
-    made = _prove_ahead(trees)  # unsealed kernels, rebuilt in parallel on all cores (jitwarden.runtime.firstuse)
+    done: set[str] = set()
+
+    def check(path: str, proof=None) -> None:
+        counts["entries"] += 1
+        done.add(path)
+        try:
+            w = _entry(path, digest, counts, proof)
+        except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
+            w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
+        if w:
+            warnings.append(w)
+
+    # Unsealed kernels are rebuilt in parallel on all cores (jitwarden.runtime.firstuse); each is
+    # judged and sealed here as its proof ends, while the remaining ptxas runs go on.
+    made = _prove_ahead(trees, check)
     for tree in trees:
         for name in entry_names(tree):
-            counts["entries"] += 1
-            try:
-                w = _entry(os.path.join(tree, name), digest, counts)
-            except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
-                w = f"could not check Inductor kernel {name[:12]}… ({type(exc).__name__}: {exc})"
-            if w:
-                warnings.append(w)
+            path = os.path.join(tree, name)
+            if path not in done:
+                check(path)
     if made is not None:
         from jitwarden.runtime.firstuse import add_counts, summary
 
@@ -96,16 +106,16 @@ def _unchanged(path: str, files: list) -> bool:
     return True
 
 
-def _prove_ahead(trees: list[str]) -> dict | None:
+def _prove_ahead(trees: list[str], check) -> dict | None:
     from jitwarden.runtime import firstuse
 
     if not firstuse.enabled():
         return None
     paths = firstuse.unsealed_kernels(trees)
-    return firstuse.prove_ahead(paths) if paths else None
+    return firstuse.prove_ahead(paths, on_proof=check) if paths else None
 
 
-def _entry(path: str, digest: str | None, counts: dict) -> str | None:
+def _entry(path: str, digest: str | None, counts: dict, proof=None) -> str | None:
     sealed = False
     files = []
     with os.scandir(path) as it:
@@ -128,7 +138,7 @@ def _entry(path: str, digest: str | None, counts: dict) -> str | None:
         if sealed:
             counts["rehashed"] += 1
             return _recheck(path, digest, counts)
-        return _seal_unsealed(path, digest, counts)
+        return _seal_unsealed(path, digest, counts, proof)
     finally:
         unlock(fd)
 
@@ -181,7 +191,7 @@ def _reseal(path: str, s, present: list[str]) -> None:
         pass
 
 
-def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
+def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None) -> str | None:
     from jitwarden.adapters import triton as tri
 
     errors, kind = tri.structural_errors(path)
@@ -192,7 +202,7 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict) -> str | None:
     from jitwarden.runtime.firstuse import admit
 
     try:
-        why = admit(path, _present(path), digest, {"by": "sweep"})  # proven first, or refused
+        why = admit(path, _present(path), digest, {"by": "sweep"}, proof=proof)  # proven first, or refused
         if why is not None:
             return _quarantine(path, why[0], why[1], digest, counts)
         counts["sealed"] += 1

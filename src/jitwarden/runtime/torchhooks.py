@@ -247,7 +247,8 @@ def _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, p
 
 
 def _judge(staged, existing, refused) -> None:
-    """Prove the staged and the unsealed directories in parallel; seal and place the proven, quarantine the rest."""
+    """Prove the staged and the unsealed directories in parallel; seal and place each proven one as its
+    proof ends (while the others' ptxas runs go on), quarantine the rest."""
     from jitwarden.runtime import firstuse
     from jitwarden.store import partition
 
@@ -258,27 +259,29 @@ def _judge(staged, existing, refused) -> None:
             if bad:
                 _quarantine(d, existing[d][1], "corrupt", bad)
                 refused.add(id(existing[d][0]))
-    proofs = firstuse.prove_many(list(staged) + unsealed) if staged or unsealed else {}
-    for stage, (a, directory, base) in staged.items():
-        pr = proofs[stage]
-        fp = _digest(partition, base)
-        names = sorted(os.listdir(stage))
-        if pr.proven and firstuse.seal_proven(stage, names, pr, fp, {"by": "bundle", "legacy": True}):
-            try:
-                os.rename(stage, directory)  # onto nothing or an empty dir; torch then skips it
-            except OSError:
-                refused.add(id(a))  # someone else wrote it meanwhile: theirs is judged on its own
-            continue
-        code = pr.code or "unverifiable"
-        _quarantine(stage, base, code, [f"restored from an FX-graph bundle: {pr.reason}"], entry_id=a.kernel_hash)
-        refused.add(id(a))
-    for d in unsealed:
-        a, base = existing[d]
-        pr = proofs[d]
-        names = [n for n in os.listdir(d) if not n.startswith(".jitwarden")]
-        if not (pr.proven and firstuse.seal_proven(d, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True})):
-            _quarantine(d, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
+
+    def place(path: str, pr) -> None:
+        if path in staged:
+            a, directory, base = staged[path]
+            names = sorted(os.listdir(path))
+            if pr.proven and firstuse.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True}):
+                try:
+                    os.rename(path, directory)  # onto nothing or an empty dir; torch then skips it
+                except OSError:
+                    refused.add(id(a))  # someone else wrote it meanwhile: theirs is judged on its own
+                return
+            _quarantine(path, base, pr.code or "unverifiable", [f"restored from an FX-graph bundle: {pr.reason}"],
+                        entry_id=a.kernel_hash)
             refused.add(id(a))
+            return
+        a, base = existing[path]
+        names = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
+        if not (pr.proven and firstuse.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True})):
+            _quarantine(path, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
+            refused.add(id(a))
+
+    if staged or unsealed:
+        firstuse.prove_many(list(staged) + unsealed, on_proof=place)
 
 
 def _digest(partition, base: str) -> str | None:

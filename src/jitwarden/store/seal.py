@@ -181,7 +181,7 @@ def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
             doc["fs_time_ns"] = fs_now
         with os.fdopen(fd, "w") as f:
             fd = -1
-            json.dump(doc, f, sort_keys=True)
+            f.write(json.dumps(doc, sort_keys=True))  # dumps is the C encoder; dump streams through the Python one
         path = os.path.join(entry_dir, SEAL_FILE)
         os.replace(tmp, path)
         return path

@@ -218,7 +218,7 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
     from jitwarden.cli.main import main
 
     dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
-    dg, home = dirs["deepgemm"], str(isolated_env)
+    dg = dirs["deepgemm"]
     assert main(["ls", "--format", "json", "--target", "90"]) == 0
     doc = json.loads(capsys.readouterr().out)
     kinds = {c["kind"]: c for c in doc["caches"]}
@@ -241,7 +241,7 @@ def test_doctor_and_clean_on_every_kind(real_ext, tmp_path, capsys, isolated_env
     from jitwarden.cli.main import main
 
     dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
-    assert main(["doctor", "--target", "90"]) in (0, 1)
+    assert main(["doctor", "--target", "90"]) == 0  # every kind sound (as verify says in the test above)
     doctor = capsys.readouterr().out
     for kind in dirs:
         assert kind in doctor

@@ -75,7 +75,7 @@ def test_busy_partition_is_kept():
     parts = [P("/b", "/b/x", "x", now - 9e6, 10, False, now - 5), P("/b", "/b/y", "y", now - 9e6, 10, False, now - 9e6),
              P("/b", "/b/c", "c", now - 9e9, 10, True, now - 9e9)]
     plan = cleanplan.plan_prune(parts, keep=1, now=now, busy_age=3600)
-    assert [a.partition.digest for a in plan] == ["y"]
+    assert [a.partition.digest for a in plan.actions] == ["y"]
 
 
 COMPILER = textwrap.dedent('''

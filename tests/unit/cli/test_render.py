@@ -6,6 +6,7 @@ Each command runs in a child process whose stdout is a pseudo-terminal of 80 col
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import pytest
 from tests.helpers import kernels
 from tests.helpers.maint import SRC, cli
 
+from jitwarden import __version__
 from jitwarden.cli import render as out
 from tests.helpers.paths import DOCS
 
@@ -64,23 +66,25 @@ def damaged(built_cache, tmp_path_factory):
     return env, root, other, recs
 
 
-COMMANDS = [
-    ["doctor", "--target", "90"],
-    ["status", "--target", "90"],
-    ["verify", "--target", "90"],
-    ["verify", "--target", "90", "--all"],
-    ["ls", "--target", "90"],
-    ["clean", "--target", "90", "--dry-run"],
-    ["quarantine", "ls"],
-    ["fingerprint"],
-]
+# Each command and its exit status on the damaged home: 1 where it judges the damaged entries, 0 where it
+# only lists or plans (ls, clean --dry-run, quarantine ls) or judges nothing (fingerprint).
+COMMANDS = {
+    "doctor --target 90": 1,
+    "status --target 90": 1,
+    "verify --target 90": 1,
+    "verify --target 90 --all": 1,
+    "ls --target 90": 0,
+    "clean --target 90 --dry-run": 0,
+    "quarantine ls": 0,
+    "fingerprint": 0,
+}
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a))
-def test_every_line_fits_80_columns_on_a_terminal(damaged, args):
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_line_fits_80_columns_on_a_terminal(damaged, command):
     env, *_ = damaged
-    rc, text = run_pty(args, env)
-    assert rc in (0, 1), text
+    rc, text = run_pty(command.split(), env)
+    assert rc == COMMANDS[command], text
     assert "\x1b[" in text  # a terminal gets colour/bold (NO_COLOR is tested below)
     plain = ANSI.sub("", text)
     for line in plain.splitlines():
@@ -120,13 +124,12 @@ def test_quarantine_ls_ids_at_80_columns_are_distinct_and_restore_them(damaged, 
     assert p.returncode == 0 and os.path.join(other, recs["add_sm90"]["id"]) in p.stderr
 
 
-@pytest.mark.parametrize("args", [["doctor", "--target", "90"], ["verify", "--target", "90"], ["fingerprint"],
-                                  ["quarantine", "ls"], ["clean", "--target", "90", "--dry-run"]],
-                         ids=lambda a: " ".join(a))
-def test_no_color_means_no_escape_sequence_at_all(damaged, args):
+@pytest.mark.parametrize("command", ["doctor --target 90", "verify --target 90", "fingerprint", "quarantine ls",
+                                     "clean --target 90 --dry-run"])
+def test_no_color_means_no_escape_sequence_at_all(damaged, command):
     env, *_ = damaged
-    rc, text = run_pty(args, dict(env, NO_COLOR="1"))
-    assert rc in (0, 1)
+    rc, text = run_pty(command.split(), dict(env, NO_COLOR="1"))
+    assert rc == COMMANDS[command], text
     assert "\x1b" not in text, repr(text[:300])
     assert len(text.strip()) > 50
 
@@ -172,14 +175,15 @@ def test_hostile_names_through_the_cli(damaged, tmp_path):
     shutil.copytree(os.path.join(root0, recs["add_sm90"]["id"]), entry)
     md = entry / "add_kernel.json"
     md.write_text(md.read_text().replace('"name": "add_kernel"', '"name": "evil[/bold]"'))
-    for args in (["ls", str(root), "--target", "90"], ["verify", "--all", str(root), "--target", "90"],
-                 ["doctor", str(root), "--target", "90"], ["clean", str(root), "--target", "90", "--dry-run"]):
+    # The renamed kernel contradicts its cubin (mismatch, an error): exit 1 where it is judged, 0 where listed or planned.
+    for args, want in ((["ls", str(root), "--target", "90"], 0), (["verify", "--all", str(root), "--target", "90"], 1),
+                       (["doctor", str(root), "--target", "90"], 1), (["clean", str(root), "--target", "90", "--dry-run"], 0)):
         rc, text = run_pty(args, dict(env, NO_COLOR="1"))
-        assert rc in (0, 1), text
+        assert rc == want, text
         assert "internal error" not in text and "Traceback" not in text
         assert "\x1b" not in text  # NO_COLOR: any escape would be the name's own, obeyed
     p = cli("verify", "--all", str(root), "--target", "90", env=env)
-    assert p.returncode in (0, 1) and "internal error" not in p.stderr
+    assert p.returncode == 1 and "internal error" not in p.stderr
     assert "evil[bold]" in p.stdout and "esc\\x1b[31m" in p.stdout and "[red]x[\\red]" in p.stdout
     assert "evil[/bold]" in p.stdout
 
@@ -192,3 +196,61 @@ def test_grid_cuts_only_flex_columns_and_wraps_the_last():
     assert lines[1].startswith("ABCDEFGHIJKL  ") and "…" in lines[1]
     assert len(lines) > 2 and lines[2].startswith(" " * 20)
     assert g.plain(None).count("\n") == 1  # no width: one line per row
+
+
+def test_the_format_is_chosen_once_and_builds_only_its_own_view(capsys):
+    import argparse
+
+    calls = []
+
+    def body():
+        calls.append("body")
+        return {"answer": 42, "schema": 1}
+
+    def show():
+        calls.append("show")
+        print("a table")
+
+    table = out.output_format(argparse.Namespace(format="table"))
+    table.human(print, "a plan")
+    table.result("demo", body, show)
+    assert calls == ["show"] and capsys.readouterr().out == "a plan\na table\n"
+    calls.clear()
+    js = out.output_format(argparse.Namespace(format="json"))
+    js.human(print, "a plan")  # a plan is for a person: never in the JSON stream
+    js.result("demo", body, show)
+    assert calls == ["body"]
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["schema", "tool", "command", "answer"]
+    assert doc == {"schema": 1, "tool": {"name": "jitwarden", "version": __version__}, "command": "demo", "answer": 42}
+    # A command without --format prints tables.
+    assert isinstance(out.output_format(argparse.Namespace()), out.TableFormat)
+
+
+def test_json_is_compact_when_piped_and_indented_when_asked(capsys):
+    out.write_json({"a": [1, 2]})
+    assert capsys.readouterr().out == '{"a":[1,2]}\n'
+    out.write_json({"a": [1, 2]}, indent=True)
+    assert capsys.readouterr().out == '{\n  "a": [\n    1,\n    2\n  ]\n}\n'
+
+
+def test_the_console_never_reads_markup(capsys):
+    con = out.console()
+    con.print("[bold]not bold[/bold] [/nothing]")  # no MarkupError, printed as it is
+    assert capsys.readouterr().out == "[bold]not bold[/bold] [/nothing]\n"
+
+
+def test_a_table_too_wide_to_cut_folds_its_cells_and_still_fits():
+    """Eight whole columns (the canary's) cannot be cut to 40 columns: the cells fold onto more lines instead."""
+    from rich.console import Console
+
+    g = out.Grid([out.Column("KERNEL"), out.Column("DTYPE"), out.Column("MAX ABS ERR", right=True),
+                  out.Column("STATUS"), out.Column("DETAILS", wrap=True)])
+    g.add("atomic-hist", "float8_e4m3", "2.1e+06", ("FAIL", "bold red"), "pass 2 (cache): [bold]out[/bold] of tolerance")
+    assert not g.fits(40) and g.fits(None) and g.fits(200)
+    con = Console(record=True, width=40, color_system=None, force_terminal=True)
+    con.print(g)
+    shown = con.export_text()
+    assert all(len(line) <= 40 for line in shown.splitlines()), shown
+    assert "[bold]" in "".join(shown.split())  # folded, never read as markup
+    assert g.plain(None).splitlines()[1].startswith("atomic-hist  float8_e4m3")  # piped: one line per row

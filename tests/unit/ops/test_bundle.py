@@ -108,7 +108,10 @@ def test_unsigned_is_refused_unless_allowed(fleet, tmp_path):
     assert rc == 0, err
     env_b = node_b(fleet, tmp_path)
     rc, _, err = jw(env_b, "import", bundle)
-    assert rc == 1 and "unsigned" in err
+    assert rc == 1 and err.strip() == ("jitwarden: bundle refused: the bundle is unsigned (pass --allow-unsigned to "
+                                       "install it anyway); nothing installed"), err
+    rc, out, _ = jw(env_b, "import", bundle, "--format", "json")
+    assert rc == 1 and json.loads(out)["refused"] == "the bundle is unsigned (pass --allow-unsigned to install it anyway)"
     assert entries(triton_partition(env_b)) == []
     rc, out, err = jw(env_b, "import", bundle, "--allow-unsigned", "--format", "json")
     assert rc == 0 and json.loads(out)["counts"]["installed"] == 2

@@ -223,7 +223,7 @@ def test_report_wrong_on_cache_hit_fails():
     assert add.detail().startswith("pass 2 (cache): ")
     assert add.max_abs > 1.0
     doc = json.loads(json.dumps(rep.to_json()))
-    assert doc["schema"] == 1 and doc["command"] == "canary" and doc["ok"] is False
+    assert doc["ok"] is False and doc["counts"]["FAIL"] == 1
     k = next(k for k in doc["kernels"] if k["name"] == "add")
     assert [p["cache_hit"] for p in k["passes"]] == [False, True]
     assert [p["ok"] for p in k["passes"]] == [True, False]
@@ -275,4 +275,5 @@ def test_cli_prints_table_and_json_from_a_report(monkeypatch, capsys):
     assert "1 quarantined" in out and "note a note" in out
     assert main(["canary", "--format", "json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["counts"]["FAIL"] == 1 and doc["quarantined"] == 1
+    assert doc["schema"] == 1 and doc["tool"]["name"] == "jitwarden" and doc["command"] == "canary"
+    assert doc["ok"] is False and doc["counts"]["FAIL"] == 1 and doc["quarantined"] == 1

@@ -17,7 +17,6 @@ from jitwarden.formats import cubin_compare, elf
 from jitwarden.env import ptxas
 from jitwarden.ops import rebuild  # noqa: E402
 from jitwarden.adapters import triton as tri  # noqa: E402
-from jitwarden.model.errors import UsageError  # noqa: E402
 
 BIN = ptxas.triton_bin_dir()
 PTXAS = os.path.join(BIN, "ptxas")
@@ -44,11 +43,9 @@ def scan(root):
     return [tri.inspect_entry(root, n, tri.Judge()) for n in names]
 
 
-def verify(root, **kw):
-    kw.setdefault("jobs", 2)
-    kw.setdefault("extra_ptxas", [])
-    kw.setdefault("keep_dir", None)
-    return rebuild.verify_entries(scan(root), **kw)
+def verify(root, jobs=2, extra_ptxas=(), keep_dir=None, **kw):
+    opts = rebuild.RebuildOptions(jobs=jobs, extra_ptxas=tuple(extra_ptxas), keep_dir=keep_dir)
+    return rebuild.verify_entries(scan(root), opts, **kw)
 
 
 def copy(built, tmp_path, name="c"):
@@ -247,16 +244,25 @@ def test_ptx_90_from_another_toolchain(built, tmp_path):
 # ---------------------------------------------------------------- inputs, interrupts, comparison
 
 
-def test_bad_inputs_are_usage_errors(built, tmp_path):
+def test_bad_options_are_refused_with_the_field_and_why(built, tmp_path):
+    """The engine names the option's field and the facts; the CLI words them with its flags (test_verify_quick)."""
     root, _, _ = built
-    with pytest.raises(UsageError, match="no such file"):
-        verify(root, extra_ptxas=[str(tmp_path / "nope")])
+    nope = str(tmp_path / "nope")
+    with pytest.raises(rebuild.OptionError) as err:
+        verify(root, extra_ptxas=[nope])
+    assert (err.value.field, err.value.value, err.value.why) == ("extra_ptxas", nope, "no such file")
     f = tmp_path / "notexec"
     f.write_text("x")
-    with pytest.raises(UsageError, match="not executable"):
+    with pytest.raises(rebuild.OptionError) as err:
         verify(root, extra_ptxas=[str(f)])
-    with pytest.raises(UsageError, match="--keep"):
+    assert (err.value.field, err.value.why) == ("extra_ptxas", "not executable")
+    with pytest.raises(rebuild.OptionError) as err:
         verify(root, keep_dir=str(f / "sub"))
+    assert err.value.field == "keep_dir" and err.value.why.startswith("cannot create: ")
+    with pytest.raises(rebuild.OptionError) as err:
+        verify(root, jobs=0)
+    assert (err.value.field, err.value.value, err.value.why) == ("jobs", 0, "must be at least 1")
+    assert "--" not in str(err.value)  # no CLI flag in the engine's words
 
 
 def test_ctrl_c_removes_temp_dir_and_propagates(built, tmp_path, monkeypatch):
@@ -443,7 +449,7 @@ sys.exit(r.returncode)
     shutil.copytree(job["path"], os.path.join(only, job["id"]))
     env = dict(os.environ, TRITON_PTXAS_PATH=str(wrapper))
     st = {}
-    r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[], stats=st)[os.path.join(only, job["id"])]
+    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[], stats=st)[os.path.join(only, job["id"])]
     assert r.verdict == "verified", r.message
     assert r.ptxas == str(wrapper)
     assert "output varies between runs for this kernel: run 2 matched after 1 differing run(s)" in r.message
@@ -453,7 +459,7 @@ sys.exit(r.returncode)
     c[text.offset + 0x72] ^= 2
     open(os.path.join(only, job["id"], f"{job['name']}.cubin"), "wb").write(c)
     counter.unlink()
-    r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
+    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
     assert r.verdict == "unverifiable", r.message
     assert f"2 distinct results in {1 + rebuild.PTXAS_RETRIES} attempts, none identical" in r.message
     # And a flipped byte in a section ptxas reproduces every time: not-reproducible even though ptxas varies.
@@ -462,7 +468,7 @@ sys.exit(r.returncode)
     c[info.offset + info.size - 1] ^= 0x10
     open(os.path.join(only, job["id"], f"{job['name']}.cubin"), "wb").write(c)
     counter.unlink()
-    r = rebuild.verify_entries(scan(only), jobs=1, env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
+    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
     assert r.verdict == "not-reproducible", r.message
     assert "same-layout attempts agree" in r.message
 
@@ -504,7 +510,7 @@ def test_ptx_options_outside_the_allow_list_never_reach_ptxas(built, tmp_path, o
     kernels.copy_cache(only, str(tmp_path / "alone"))  # group file pointing into the copy
     only = str(tmp_path / "alone")
     st = {}
-    r = rebuild.verify_entries(scan(only), jobs=1, machine_ptxas=[], stats=st)[os.path.join(only, rec["id"])]
+    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), machine_ptxas=[], stats=st)[os.path.join(only, rec["id"])]
     assert r.verdict == "unverifiable", r.message
     assert "it was not run" in r.message and "SECRET" not in r.message
     assert st["ptxas_runs"] == 0

@@ -187,3 +187,39 @@ def test_activation_prints_one_proof_line_for_all_the_trees_it_sweeps(tmp_path, 
     lines = [w for w in rec.warnings if w.startswith("proved ")]
     assert len(lines) == 1 and lines[0].startswith("proved 3 of 4 unsealed Triton kernels"), rec.warnings
     assert sum("quarantined Triton cache entry" in w for w in rec.warnings) == 1
+
+
+def test_each_proof_is_handed_over_as_it_ends_and_a_failing_handler_is_raised_after_all(tmp_path, evil_cubin):
+    """The sweep seals an entry while the other proofs run: every entry reaches the handler once, with its proof."""
+    root = str(tmp_path / "cache")
+    out = compile_jobs(root, guarded=False)
+    substitute(root, out["add_sm90"]["id"], evil_cubin)
+    paths = [os.path.join(root, out[k]["id"]) for k in ("add_sm90", "add_b256_sm90", "sub_sm90")]
+    seen = []
+    proofs = firstuse.prove_many(paths, jobs=2, on_proof=lambda p, pr: seen.append((p, pr)))
+    assert sorted(p for p, _ in seen) == sorted(paths) and dict(seen) == proofs
+    assert [proofs[p].state for p in paths] == [firstuse.REFUTED, firstuse.PROVEN, firstuse.PROVEN]
+    calls = []
+
+    def handler(p, pr):
+        calls.append(p)
+        raise RuntimeError(f"handler failed on {os.path.basename(p)}")
+
+    with pytest.raises(RuntimeError, match="handler failed"):
+        firstuse.prove_many(paths, jobs=2, on_proof=handler)
+    assert sorted(calls) == sorted(paths)  # the others were still proven and handed over
+
+
+def test_ptxas_identities_come_from_the_fingerprint_memo(tmp_path):
+    """A warm start does not run ``ptxas --version`` nor hash ptxas again for its proofs."""
+    from jitwarden.env import fingerprint, ptxas
+
+    env = dict(os.environ, JITWARDEN_HOME=str(tmp_path / "home"))
+    fingerprint.collect(env=env)  # the persistent memo, as activation's slow path writes it
+    selected = [p for _role, p in ptxas.selected(env)]
+    if not selected:
+        pytest.skip("no ptxas here")
+    ptxas._MEMO.clear()
+    firstuse._warm_ptxas(env)
+    keys = {ptxas._stat_key(os.path.realpath(p), os.stat(os.path.realpath(p))) for p in selected}
+    assert keys <= set(ptxas._MEMO)

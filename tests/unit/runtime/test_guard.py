@@ -188,7 +188,7 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     from jitwarden.ops import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
 
     entries = [adapter.inspect_entry(root, i, adapter.Judge(host_machine=adapter.host_machine())) for i in ids]
-    results = rebuild.verify_entries(entries, jobs=2)
+    results = rebuild.verify_entries(entries, rebuild.RebuildOptions(jobs=2))
     assert len(results) == len(ids)
     assert {r.verdict for r in results.values()} == {"verified"}, {p: r.message for p, r in results.items()}
 

@@ -1,27 +1,26 @@
-"""Options and steps shared by the commands that scan caches (ls, verify, status)."""
+"""Steps several commands share (not a command): scan, rebuild, ask, check codes, protection notes.
+
+Commands import this module and :mod:`jitwarden.cli.options`, never each other.
+"""
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import dataclasses
 import os
 import sys
+import time
+from typing import TYPE_CHECKING
 
-from jitwarden.ops import scan as scanner
-from jitwarden.model.text import age_arg, parse_age
+from jitwarden.cli import render as out
 from jitwarden.model.arch import parse_arch
 from jitwarden.model.errors import UsageError
+from jitwarden.model.findings import CODES
+from jitwarden.model.text import human_size, parse_age
+from jitwarden.ops import scan as scanner
 
-
-def add_scan_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH", help="cache roots or entry directories (default: every root found)")
-    p.add_argument("--target", metavar="ARCH", help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
-                   help="tmp.pid_* leftovers older than AGE are orphans (default 1h, env JITWARDEN_ORPHAN_AGE)")
-    p.add_argument("--long", action="store_true", help="show full paths in tables")
-    p.add_argument("--kind", action="append", metavar="KIND",
-                   help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
-                        "deepgemm, torch-ext")
+if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebuilds
+    from jitwarden.ops.rebuild import RebuildOptions
 
 
 def fingerprint_or_none():
@@ -94,3 +93,115 @@ def kinds_of(args) -> tuple[str, ...] | None:
         if k not in KINDS:
             raise UsageError(f"unknown cache kind {k!r} (one of: {', '.join(KINDS)})")
     return kinds or None
+
+
+def check_codes(codes) -> None:
+    """Each ``--code`` must be a finding code there is (UsageError otherwise)."""
+    for c in codes or ():
+        if c not in CODES:
+            raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
+
+
+def confirm(args, question: str) -> bool:
+    """Ask on a terminal (default No); ``--dry-run`` never proceeds, ``-y`` always does; without a terminal,
+    ``-y`` is required."""
+    if args.dry_run:
+        return False
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError("not a terminal: pass -y to proceed, or --dry-run to see the plan only")
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        ans = sys.stdin.readline().strip().lower()
+    except (EOFError, OSError):
+        ans = ""
+    return ans in ("y", "yes")
+
+
+# --- --rebuild: typed options for the engine, its errors worded with our flags ---------------------
+
+#: Each :class:`jitwarden.ops.rebuild.RebuildOptions` field and the flag that sets it.
+REBUILD_FLAGS = {"keep_dir": "--keep", "extra_ptxas": "--ptxas", "jobs": "--jobs"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RebuildRequest:
+    """A checked ``--rebuild``: the engine's options, and whether ``--keep DIR`` is new (removed again if
+    left empty)."""
+
+    options: RebuildOptions
+    keep_is_new: bool = False
+
+
+@contextlib.contextmanager
+def _worded():
+    """The engine's OptionError as a one-line usage error naming the flag (``--ptxas /x: no such file``)."""
+    from jitwarden.ops import rebuild
+
+    try:
+        yield
+    except rebuild.OptionError as exc:
+        raise UsageError(f"{REBUILD_FLAGS.get(exc.field, exc.field)} {exc.value}: {exc.why}") from None
+
+
+def rebuild_request(args) -> RebuildRequest | None:
+    """The ``--rebuild`` options, checked before any scan (exit 2 for a bad one); None without ``--rebuild``.
+
+    ``--keep``, ``--ptxas`` and ``--jobs`` act only with ``--rebuild``: given without it, they are refused
+    rather than ignored silently.
+    """
+    given = {"keep_dir": args.keep, "extra_ptxas": args.ptxas, "jobs": args.jobs}
+    if not args.rebuild:
+        for field, val in given.items():
+            if val:
+                raise UsageError(f"{REBUILD_FLAGS[field]} needs --rebuild (it only changes how kernels are rebuilt)")
+        return None
+    from jitwarden.ops import rebuild
+
+    opts = rebuild.RebuildOptions(jobs=args.jobs, extra_ptxas=tuple(args.ptxas or ()), keep_dir=args.keep)
+    keep_is_new = bool(args.keep) and not os.path.lexists(args.keep)
+    with _worded():
+        rebuild.check_options(opts)
+    return RebuildRequest(opts, keep_is_new)
+
+
+def rebuilt(report, req: RebuildRequest, results: dict | None = None):
+    """``report`` with its rebuild candidates re-assembled and judged (``verify --rebuild``); ``results``
+    receives {entry path: RebuildResult}. A progress bar shows on a terminal."""
+    from jitwarden.ops import rebuild
+
+    start = time.perf_counter()
+    candidates = rebuild.candidates(report.entries)
+    try:
+        with _worded(), out.progress_bar(len(candidates), "rebuild") as progress:
+            got = rebuild.verify_entries(candidates, req.options, progress=progress)
+    finally:
+        if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
+            try:
+                os.rmdir(req.options.keep_dir)
+            except OSError:
+                pass  # not empty (cubins kept) or not ours to remove
+    if results is not None:
+        results.update(got)
+    extra = {path: r.findings for path, r in got.items()}
+    return dataclasses.replace(report, extra=extra, elapsed=report.elapsed + time.perf_counter() - start)
+
+
+# --- reduced protection and leftover trash (the runtime's own report; status and doctor) ----------
+
+TRASH_FIX = "jitwarden quarantine empty"
+
+
+def protection_lines(report, env=None) -> list[dict]:
+    """Reduced protection and leftover trash, as JSON-ready records (setting or root, why, fix)."""
+    from jitwarden.ops.maintenance import leftover_trash
+    from jitwarden.runtime.activation import reduced_protection
+
+    lines = [{"kind": "reduced-protection", "what": s, "why": why, "fix": fix}
+             for s, why, fix in reduced_protection(os.environ if env is None else env)]
+    for root, size, files in leftover_trash(c.root.path for c in report.caches):
+        lines.append({"kind": "trash", "what": root, "bytes": size,
+                      "why": f"{human_size(size)} in {files} file(s) a killed deletion left in its trash; "
+                             "nothing removes them by itself", "fix": TRASH_FIX})
+    return lines

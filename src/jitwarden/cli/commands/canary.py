@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 
-from jitwarden.cli import render as out
+from jitwarden.cli import options, render as out
 from jitwarden.model.errors import UsageError
 
 
@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("--passes", type=int, default=2, metavar="N",
                    help="fresh processes to run the battery in (default 2: compile, then cache hit)")
     p.add_argument("--keep", action="store_true", help="keep the scratch cache and print where it is")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    options.add_format_argument(p)
     p.set_defaults(func=run)
 
 
@@ -76,31 +76,29 @@ def run(args) -> int:
     finally:
         if scratch and not args.keep:
             shutil.rmtree(cache_dir, ignore_errors=True)
-    if args.format == "json":
-        out.print_json(rep.to_json())
-    else:
-        _print_table(rep)
+    out.output_format(args).result("canary", rep.to_json, lambda: _print_table(rep))
     if scratch and args.keep:
         print(f"jitwarden: scratch cache kept at {cache_dir}", file=sys.stderr)
     return rep.exit_code
 
 
-def _print_table(rep) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+_STATUS_STYLE = {"pass": "green", "FAIL": "bold red", "skipped": "dim"}
 
+
+def _print_table(rep) -> None:
     from jitwarden.ops import canary
 
     con = out.console()
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for h in canary.TABLE_HEADER:
-        t.add_column(h, overflow="fold")
-    style = {"pass": "green", "FAIL": "bold red", "skipped": "dim"}
+    cols = {"EXERCISES": out.Column("EXERCISES", flex=True, min=12),
+            "MAX ABS ERR": out.Column("MAX ABS ERR", right=True), "MAX REL ERR": out.Column("MAX REL ERR", right=True),
+            "DETAILS": out.Column("DETAILS", wrap=True, min=12)}
+    g = out.Grid([cols.get(h, out.Column(h)) for h in canary.TABLE_HEADER])
+    status = canary.TABLE_HEADER.index("STATUS")
     for row in canary.table_rows(rep):
-        cells = [escape(c) for c in row]
-        cells[6] = f"[{style[row[6]]}]{row[6]}[/{style[row[6]]}]"
-        t.add_row(*cells)
-    con.print(t)
+        cells = list(row)
+        cells[status] = (row[status], _STATUS_STYLE[row[status]])
+        g.add(*cells)
+    con.print(g)
     for n in rep.notes:
-        con.print(f"[yellow]note[/yellow] {escape(n)}")
-    con.print(f"[dim]{rep.summary_line()}[/dim]")
+        con.print(out.text(("note", "yellow"), " ", n))
+    out.hanging(con, out.text((rep.summary_line(), "dim")))

@@ -14,11 +14,12 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from jitwarden.cli import render as out
-from jitwarden.model.text import display, plural
+from jitwarden.cli import options, render as out
+from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
 from jitwarden.model.findings import CATALOG, CODES, Severity
-from jitwarden.cli.commands import _common
+from jitwarden.model.text import display, human_size, plural
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -39,13 +40,8 @@ def register(sub) -> None:
     p = sub.add_parser("doctor", help="check everything: fingerprint, every cache, findings, warnings, fixes",
                        description="The main job: fingerprint this machine, check every kernel cache it uses, "
                                    "and say what fixes each problem. Exit 1 on any error-level finding.")
-    _common.add_scan_arguments(p)
-    try:
-        from jitwarden.cli import options as rebuild
-    except ImportError:  # pragma: no cover - rebuild is part of every install
-        rebuild = None
-    if rebuild is not None:
-        rebuild.add_arguments(p)
+    options.add_scan_arguments(p)
+    options.add_rebuild_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -93,7 +89,7 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
     if others:
         n = len({c.root.partition for c in others})
         out_.append(Problem("partitions", Severity.INFO, n, f"{n} partition(s) of other environments "
-                            f"({out.human_bytes(sum(c.bytes for c in others))})", "jitwarden prune --older-than 30d"))
+                            f"({human_size(sum(c.bytes for c in others))})", "jitwarden prune --older-than 30d"))
     quarantined = sum(c.quarantined for c in report.caches) + elsewhere_quarantined(report)
     if quarantined:
         out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{plural(quarantined, 'entry')} in quarantine",
@@ -193,43 +189,31 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
 
 
 def run(args) -> int:
-    from jitwarden.cli.commands.verify import check_rebuild_options
-
-    check_rebuild_options(args)
-    args.keep_existed = bool(getattr(args, "keep", None)) and os.path.lexists(args.keep)
-    if getattr(args, "rebuild", False):
-        from jitwarden.ops import rebuild
-
-        rebuild.check_arguments(args)
+    req = _common.rebuild_request(args)
     fp = _common.fingerprint_or_none()
     report = _common.run_scan(args, fp)
-    if getattr(args, "rebuild", False):
-        from jitwarden.cli.commands.verify import _rebuild
-
-        report = _rebuild(report, args)
+    if req is not None:
+        report = _common.rebuilt(report, req)
     digest = getattr(fp, "digest", None)
-    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, getattr(args, "rebuild", False),
+    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, req is not None,
                      startup_not_run(fp, report))
     probs = sorted(probs + protection_problems(report), key=lambda p: (-int(p.severity), p.code))
     worst = report.worst
-    if args.format == "json":
-        doc = out.to_json(report, digest, "doctor --rebuild" if getattr(args, "rebuild", False) else "doctor", entries=[])
-        doc["headline"] = fp.headline() if fp is not None else None
-        doc["problems"] = [p.to_json() for p in probs]
-        doc["ok"] = worst != Severity.ERROR
-        out.print_json(doc)
-    else:
-        _print(report, fp, digest, probs, args)
+
+    def body() -> dict:
+        return {**out.scan_json(report, digest, entries=[]), "headline": fp.headline() if fp is not None else None,
+                "problems": [p.to_json() for p in probs], "ok": worst != Severity.ERROR}
+
+    out.output_format(args).result("doctor --rebuild" if req is not None else "doctor", body,
+                                   lambda: _print(report, fp, digest, probs, args.long))
     return EXIT_FINDINGS if worst == Severity.ERROR else EXIT_OK
 
 
-def _print(report, fp, digest, probs, args) -> None:
+def _print(report, fp, digest, probs, long: bool) -> None:
     con = out.console()
     con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
     if report.caches:
-        con.print(out.caches_table(report, long=args.long, current_digest=digest))
-        if any(c.root.partition == digest for c in report.caches):
-            con.print(out.text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
+        out.print_caches(con, report, long=long, current_digest=digest)
     else:
         from jitwarden.env import locations
 
@@ -237,9 +221,8 @@ def _print(report, fp, digest, probs, args) -> None:
         con.print(out.text(f"no kernel caches found yet (looked in {where} and jitwarden's partitions); "
                            "they appear after the first Triton or torch.compile run"))
     out.hanging(con, out.text((out.summary_line(report), "dim")))
-    style = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
     for p in probs:
-        out.hanging(con, out.text((str(p.severity), style[p.severity]), " ", (p.code, "bold"), ": ", p.message))
+        out.hanging(con, out.text((str(p.severity), out.SEVERITY_STYLE[p.severity]), " ", (p.code, "bold"), ": ", p.message))
         if p.fix:
             out.hanging(con, out.text("    fix: ", (p.fix, "bold")), indent=9)
     if report.worst == Severity.ERROR:
@@ -269,7 +252,5 @@ def _print(report, fp, digest, probs, args) -> None:
 def protection_problems(report, env=None) -> list[Problem]:
     """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
     the environment and the roots the scan found)."""
-    from jitwarden.cli.commands.status import protection_lines
-
     return [Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
-            for n in protection_lines(report, env)]
+            for n in _common.protection_lines(report, env)]

@@ -11,10 +11,11 @@ import os
 import sys
 import time
 
-from jitwarden.cli import render as out
+from jitwarden import __version__
+from jitwarden.cli import options, render as out
+from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from jitwarden.model.findings import Severity
-from jitwarden.cli.commands import _common
 
 
 def register(sub) -> None:
@@ -26,10 +27,8 @@ def register(sub) -> None:
                    help="only these partitioned cache kinds (repeatable): triton, inductor, vllm, torch-ext")
     p.add_argument("--key", metavar="PATH", help="secret key (default: JITWARDEN_SIGNING_KEY, else <config>/signing-key)")
     p.add_argument("--unsigned", action="store_true", help="write an unsigned bundle (import refuses it by default)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    from jitwarden.cli import options as rebuild_args
-
-    rebuild_args.add_arguments(p)
+    options.add_format_argument(p)
+    options.add_rebuild_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -59,10 +58,7 @@ def run(args) -> int:
     bad = [k for k in kinds if k not in bundle.PARTITIONED]
     if bad:
         raise UsageError(f"--kind {bad[0]}: only partitioned kinds can be exported ({', '.join(bundle.PARTITIONED)})")
-    if args.rebuild:
-        from jitwarden.ops import rebuild
-
-        rebuild.check_arguments(args)
+    req = _common.rebuild_request(args)
     signer = None
     if not args.unsigned:
         path = keys.signing_key_path(args.key)
@@ -92,10 +88,8 @@ def run(args) -> int:
     target = _common.resolve_target(None, fp)
     judge = scanner.make_judge(target.arch, 3600.0, fp=fp)
     report = scanner.scan(roots, judge, target, expand=False)
-    if args.rebuild:
-        from jitwarden.cli.commands.verify import _rebuild
-
-        report = _rebuild(report, args)
+    if req is not None:
+        report = _common.rebuilt(report, req)
     take, leave = select(report)
     entries, skipped = [], [(e, why) for e, why in leave]
     for e in take:
@@ -105,29 +99,24 @@ def run(args) -> int:
             skipped.append((e, rec))
         else:
             entries.append(rec)
-    producer = {"jitwarden": _version(), **{p.name: p.version for p in fp.packages}}
+    producer = {"jitwarden": __version__, **{p.name: p.version for p in fp.packages}}
     manifest = bundle.Manifest(digest, fp.to_json(), producer, time.time(), tuple(entries))
     size = bundle.write(args.output, manifest, partitions, signer) if entries else 0
-    doc = {"schema": 1, "bundle": os.path.abspath(args.output) if entries else None, "digest": digest,
+    doc = {"bundle": os.path.abspath(args.output) if entries else None, "digest": digest,
            "signed_by": signer.id if signer else None, "entries": len(entries),
            "bytes": sum(e.bytes for e in entries), "file_bytes": size,
            "skipped": [{"kind": e.kind, "path": e.path, "why": why} for e, why in skipped],
            "partitions": partitions}
-    if args.format == "json":
-        out.print_json(doc)
-    else:
-        for e, why in skipped:
-            print(f"skipped {e.kind} {out.short_path(e.path)}: {why}", file=sys.stderr)
-        if entries:
-            print(f"{args.output}: {len(entries)} entries, {doc['bytes']} bytes of cache, fingerprint {digest}, "
-                  + (f"signed by key {signer.id}" if signer else "UNSIGNED"))
-        else:
-            where = ", ".join(partitions.values()) or "no partition of this fingerprint exists"
-            print(f"jitwarden: nothing to export for fingerprint {digest} ({where})", file=sys.stderr)
+    out.output_format(args).result("export", lambda: doc, lambda: _print(args.output, doc, skipped, signer))
     return EXIT_OK if entries else EXIT_FINDINGS
 
 
-def _version() -> str:
-    from jitwarden import __version__
-
-    return __version__
+def _print(output: str, doc: dict, skipped, signer) -> None:
+    for e, why in skipped:
+        print(f"skipped {e.kind} {out.short_path(e.path)}: {why}", file=sys.stderr)
+    if doc["entries"]:
+        print(f"{output}: {doc['entries']} entries, {doc['bytes']} bytes of cache, fingerprint {doc['digest']}, "
+              + (f"signed by key {signer.id}" if signer else "UNSIGNED"))
+    else:
+        where = ", ".join(doc["partitions"].values()) or "no partition of this fingerprint exists"
+        print(f"jitwarden: nothing to export for fingerprint {doc['digest']} ({where})", file=sys.stderr)

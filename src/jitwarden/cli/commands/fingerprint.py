@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import sys
 
-from jitwarden import __version__
+from jitwarden.cli import options, render as out
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 
 def register(sub) -> None:
     p = sub.add_parser("fingerprint", help="show or compare the environment fingerprint",
                        description="Show every input that decides compiled GPU code, or compare with a saved one.")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    options.add_format_argument(p)
     p.add_argument("--diff", metavar="OTHER.json",
                    help="compare with a saved `jitwarden fingerprint --format json`; exit 1 when different")
     p.add_argument("--no-memo", action="store_true", help="recompute everything, ignore the memo")
@@ -50,75 +50,70 @@ def run(args) -> int:
 
     other = load(args.diff) if args.diff else None  # a bad file is a usage error before any work
     fp = fingerprint.collect(use_memo=not args.no_memo)
+    # Indented even when piped: a fingerprint is saved to be read, diffed and compared (--diff) later.
+    fmt = out.output_format(args, indent=True)
     if other is not None:
-        return _run_diff(args, other, fp)
-    if args.format == "json":
-        doc = fp.to_json()
-        doc["tool"] = {"name": "jitwarden", "version": __version__}
-        print(json.dumps(doc, indent=2, sort_keys=False))
-        return EXIT_OK
-    _print_table(fp)
+        return _run_diff(fmt, other, fp)
+    fmt.result("fingerprint", fp.to_json, lambda: _print_table(fp))
     return EXIT_OK
 
 
-def _run_diff(args, old, new) -> int:
+def _run_diff(fmt, old, new) -> int:
     from jitwarden.env.fingerprint import diff
 
     changes = diff(old, new)
-    if args.format == "json":
-        print(json.dumps({"schema": 1, "old": old.digest, "new": new.digest, "identical": not changes,
-                          "changes": [{"component": c.component, "old": c.old, "new": c.new, "why": c.why}
-                                      for c in changes]}, indent=2))
-        return EXIT_FINDINGS if changes else EXIT_OK
-    from jitwarden.cli import render as out
+    fmt.result("fingerprint --diff",
+               lambda: {"old": old.digest, "new": new.digest, "identical": not changes,
+                        "changes": [{"component": c.component, "old": c.old, "new": c.new, "why": c.why}
+                                    for c in changes]},
+               lambda: _print_diff(old, new, changes))
+    return EXIT_FINDINGS if changes else EXIT_OK
 
+
+def _print_diff(old, new, changes) -> None:
     con = out.console()
     if not changes:
         con.print(out.text(f"identical: fp {new.digest}"))
-        return EXIT_OK
+        return
     con.print(out.text((f"fingerprint {old.digest} → {new.digest}: {len(changes)} change(s)", "bold")))
     g = out.Grid([out.Column("COMPONENT"), out.Column("OLD", flex=True, min=10), out.Column("NEW", flex=True, min=10)])
     for c in changes:
         g.add(c.component, c.old, c.new, details=[c.why])
     con.print(g)
-    return EXIT_FINDINGS
 
 
 def _print_table(fp) -> None:
-    from jitwarden.cli import render as out
-
     con = out.console()
     con.print(out.text((fp.headline(), "bold")))
     t = out.Grid([out.Column("COMPONENT"), out.Column("VALUE", wrap=True, min=20)])
-    t.add_row = t.add  # every cell is plain text, escaped by the table: paths and roles hold brackets
 
     if fp.gpus:
         for g in fp.gpus:
             cap = f"sm_{g.capability[0]}{g.capability[1]}" if g.capability else "capability unknown"
-            t.add_row(f"gpu {g.index}", f"{g.name} ({cap}) via {fp.gpu_source}")
+            t.add(f"gpu {g.index}", f"{g.name} ({cap}) via {fp.gpu_source}")
     else:
-        t.add_row("gpu", fp.gpu_str())
-    t.add_row("driver", f"{fp.driver_version or '(unknown)'}"
+        t.add("gpu", fp.gpu_str())
+    t.add("driver", f"{fp.driver_version or '(unknown)'}"
               + (f" (CUDA {fp.cuda_driver_version})" if fp.cuda_driver_version else ""))
     for role, info in fp.ptxas:
-        t.add_row(f"ptxas[{role}]", f"{info.build or info.release or '?'} sha256 {info.sha256[:12]} {info.path}")
+        t.add(f"ptxas[{role}]", f"{info.build or info.release or '?'} sha256 {info.sha256[:12]} {info.path}")
     if not fp.ptxas:
-        t.add_row("ptxas", "(none found)")
+        t.add("ptxas", "(none found)")
     for p in fp.packages:
         extra = ""
         if p.name == "torch":
             archs = " ".join(p.arch_list) if p.arch_list is not None else "unknown"
             extra = f" cuda {p.cuda or '-'} archs {archs}"
-        t.add_row(f"package {p.name}", f"{p.version} files {p.identity[:12] if p.identity else '?'}{extra}")
+        t.add(f"package {p.name}", f"{p.version} files {p.identity[:12] if p.identity else '?'}{extra}")
     py = dict(fp.python)
-    t.add_row("python", f"{py.get('implementation')} {py.get('version')} {py.get('soabi')}")
+    t.add("python", f"{py.get('implementation')} {py.get('version')} {py.get('soabi')}")
     pl = dict(fp.platform)
-    t.add_row("platform", f"{pl.get('system')} {pl.get('machine')} {pl.get('libc')}")
+    t.add("platform", f"{pl.get('system')} {pl.get('machine')} {pl.get('libc')}")
     for k, v in fp.env:
-        t.add_row(f"env {k}", v)
+        t.add(f"env {k}", v)
     if not fp.env:
-        t.add_row("env", "(no code-changing variables set)")
-    t.add_row("digest", fp.digest)
+        t.add("env", "(no code-changing variables set)")
+    t.add("digest", fp.digest)
     con.print(t)
     for w in fp.warnings():
         print(f"jitwarden: warning: {w}", file=sys.stderr)

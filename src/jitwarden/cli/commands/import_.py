@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jitwarden.cli import render as out
+from jitwarden.cli import options, render as out
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 EXIT_OTHER_ENV = 4
@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--allow-unsigned", action="store_true",
                    help="install an unsigned bundle, or one whose signature is not trusted (digests are still checked)")
     p.add_argument("--dry-run", action="store_true", help="check everything and say what would be installed")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    options.add_format_argument(p)
     p.set_defaults(func=run)
 
 
@@ -48,6 +48,8 @@ def run(args) -> int:
     refused, opened, tar = None, None, None
     try:
         tar, opened = bundle.open_bundle(args.bundle, trusted, args.allow_unsigned)
+    except bundle.Unsigned as exc:
+        refused = f"{exc} (pass --allow-unsigned to install it anyway)"
     except bundle.BundleRefused as exc:
         refused = str(exc)
     except keys.KeyError_ as exc:
@@ -119,14 +121,14 @@ def _touch_partitions(dests: dict, digest: str, headline: str) -> None:
 
 
 def _finish(rep, args, code: int) -> int:
-    if args.format == "json":
-        doc = rep.to_json()
-        doc["exit"] = code
-        out.print_json(doc)
-        return code
+    out.output_format(args).result("import", lambda: {**rep.to_json(), "exit": code}, lambda: _print(rep))
+    return code
+
+
+def _print(rep) -> None:
     if rep.refused:
         print(f"jitwarden: bundle refused: {rep.refused}; nothing installed", file=sys.stderr)
-        return code
+        return
     print(f"{rep.path}: {rep.signature_note}; fingerprint {rep.digest_bundle}"
           + (" (matches this node)" if rep.digest_bundle == rep.digest_here else f", this node {rep.digest_here}"))
     if rep.differences:
@@ -145,4 +147,3 @@ def _finish(rep, args, code: int) -> int:
     if rep.digest_bundle != rep.digest_here and rep.outcomes:
         print(rep.outcomes[0].why, file=sys.stderr)
     print(f"{c['installed']} {verb}, {c['present']} already present, {c['skipped']} skipped", file=sys.stderr)
-    return code

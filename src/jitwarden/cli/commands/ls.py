@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import fnmatch
+import sys
 
-from jitwarden.cli import render as out
-from jitwarden.model.findings import CODES
-from jitwarden.model.errors import UsageError
+from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
+from jitwarden.model.text import display
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ls", help="list cache entries", description="List cache entries with their status.")
-    _common.add_scan_arguments(p)
+    p = sub.add_parser("ls", help="list cache entries of every kind",
+                       description="List the entries of every kind of kernel cache found (or of those named "
+                                   "with --kind or PATH), with their status.")
+    options.add_scan_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print entry ids only (paths with --long), one per line")
     p.add_argument("--code", action="append", metavar="CODE", help="only entries with this finding code (repeatable)")
     p.add_argument("--name", metavar="GLOB", help="only entries whose kernel name matches GLOB")
     p.set_defaults(func=run)
-
-
-def check_codes(codes) -> None:
-    for c in codes or ():
-        if c not in CODES:
-            raise UsageError(f"unknown finding code {c!r} (one of: {', '.join(CODES)})")
 
 
 def select(report, codes=None, name=None):
@@ -35,26 +31,24 @@ def select(report, codes=None, name=None):
 
 
 def run(args) -> int:
-    check_codes(args.code)
+    _common.check_codes(args.code)
     fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)
     if args.quiet:
-        import sys
-
-        from jitwarden.model.text import display
-
         raw = not sys.stdout.isatty()  # ids for a pipe as they are; a terminal gets them escaped
         for e in entries:
             print((lambda x: x if raw else display(x))(e.path if args.long else e.id))
         return 0
-    if args.format == "json":
-        out.print_json(out.to_json(report, getattr(fp, "digest", None), "ls", entries))
-        return 0
+    out.output_format(args).result("ls", lambda: out.scan_json(report, getattr(fp, "digest", None), entries),
+                                   lambda: _print(report, entries, args.long))
+    return 0
+
+
+def _print(report, entries, long: bool) -> None:
     con = out.console()
     if entries:
-        con.print(out.entries_table(report, entries, long=args.long))
+        con.print(out.entries_table(report, entries, long=long))
     else:
         con.print(out.text("no entries"))
     out.hanging(con, out.text((out.summary_line(report), "dim")))
-    return 0

@@ -12,14 +12,13 @@ import os
 import sys
 import time
 
-from jitwarden.ops import plans as cleanplan, maintenance
-from jitwarden.store import locks as lock, partition
-from jitwarden.cli import render as out
-from jitwarden.model.text import display, size_arg, age_arg
+from jitwarden.cli import options, render as out
+from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.layout import PARTITIONS_DIR
-from jitwarden.cli.commands import _common
-from jitwarden.cli.commands.clean import add_action_arguments, confirm
+from jitwarden.model.text import age_arg, display, human_age, human_size, size_arg
+from jitwarden.ops import maintenance, plans as cleanplan
+from jitwarden.store import locks as lock, partition
 
 
 def register(sub) -> None:
@@ -33,9 +32,9 @@ def register(sub) -> None:
     p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
                    help="a partition written to more recently than AGE is in use and kept (default 1h)")
     p.add_argument("--keep-quarantined", action="store_true", help="leave pruned partitions restorable in quarantine")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
-    add_action_arguments(p)
+    options.add_action_arguments(p, purge=True)
     p.set_defaults(func=run)
 
 
@@ -85,55 +84,45 @@ def run(args) -> int:
     for b in base_list:  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
         lock.vet(b)
     now = time.time()
-    plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy)
-    if args.format != "json":
-        _print_plan(plan, args.long)
-    if not plan or not confirm(args, f"Remove {len(plan)} partition(s) ({out.human_bytes(sum(a.partition.bytes for a in plan))})?"):
-        if args.format == "json":
-            _json(plan, [], args)
-        elif plan:
-            print("dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr)
+    plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy, current)
+    fmt = out.output_format(args)
+    fmt.human(_print_plan, plan, args.long)
+    if not plan.actions or not _common.confirm(args, f"Remove {len(plan.actions)} partition(s) "
+                                                     f"({human_size(plan.bytes)})?"):
+        fmt.result("prune", lambda: _body(plan, [], args), lambda: plan.actions and print(
+            "dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr))
         return 0
-    roots = {a.partition.base for a in plan} | {a.partition.path for a in plan}
-    with lock.hold(roots, args.lock_timeout):
-        # Under the locks, decide again: act only on what was shown and is still chosen.
-        shown = {a.partition.path for a in plan}
-        again = cleanplan.plan_prune(facts(sorted({a.partition.base for a in plan}), current), args.keep,
-                                     args.max_size, args.older_than, time.time(), busy)
-        outcomes = maintenance.prune([a for a in again if a.partition.path in shown], current=current,
-                                     keep_quarantined=args.keep_quarantined)
-    outcomes += [maintenance.Outcome(p, os.path.basename(p), "skipped", "no longer chosen (used or changed since the plan)")
-                 for p in sorted(shown - {a.partition.path for a in again})]
-    if args.format == "json":
-        _json(plan, outcomes, args)
-    else:
-        for o in outcomes:
-            if o.status == "skipped" or o.why:
-                print(f"jitwarden: {o.status} {display(o.path)}: {o.why}", file=sys.stderr)
-        done = [o for o in outcomes if o.status != "skipped"]
-        print(f"pruned {len(done)} partition(s), {out.human_bytes(sum(o.bytes for o in done))}")
+    # execute() decides again under the locks and acts only on what was shown and is still chosen.
+    chosen_bases = sorted({a.partition.base for a in plan.actions})
+    outcomes = plan.execute(keep_quarantined=args.keep_quarantined, lock_timeout=args.lock_timeout,
+                            replan=lambda: cleanplan.plan_prune(facts(chosen_bases, current), args.keep, args.max_size,
+                                                                args.older_than, time.time(), busy, current))
+    fmt.result("prune", lambda: _body(plan, outcomes, args), lambda: _print_outcomes(outcomes))
     return 0
 
 
 def _print_plan(plan, long: bool) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
     con = out.console()
-    if not plan:
-        con.print("nothing to prune")
+    if not plan.actions:
+        con.print(out.text("nothing to prune"))
         return
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("PARTITION", "ROOT", "LAST USED", "SIZE", "WHY"):
-        t.add_column(col, justify="right" if col == "SIZE" else "left")
-    for a in plan:
+    g = out.Grid([out.Column("PARTITION", flex=long), out.Column("ROOT", flex=True, min=10), out.Column("LAST USED"),
+                  out.Column("SIZE", right=True), out.Column("WHY", wrap=True, min=10)])
+    for a in plan.actions:
         p = a.partition
-        t.add_row(*(escape(display(x)) for x in (p.path if long else p.digest, out.short_path(p.base),
-                                                  out.human_age(p.last_used) + " ago", out.human_bytes(p.bytes), a.why)))
-    con.print(t)
-    con.print(f"[dim]plan: {len(plan)} partition(s), {out.human_bytes(sum(a.partition.bytes for a in plan))}[/dim]")
+        g.add(p.path if long else p.digest, out.short_path(p.base), human_age(p.last_used) + " ago",
+              human_size(p.bytes), a.why)
+    con.print(g)
+    con.print(out.text((f"plan: {len(plan.actions)} partition(s), {human_size(plan.bytes)}", "dim")))
 
 
-def _json(plan, outcomes, args) -> None:
-    out.print_json({"schema": 1, "tool": out.tool(), "command": "prune", "dry_run": bool(args.dry_run),
-                    "plan": [a.to_json() for a in plan], "done": [o.to_json() for o in outcomes]})
+def _print_outcomes(outcomes) -> None:
+    for o in outcomes:
+        if o.status == "skipped" or o.why:
+            print(f"jitwarden: {o.status} {display(o.path)}: {o.why}", file=sys.stderr)
+    done = [o for o in outcomes if o.status != "skipped"]
+    print(f"pruned {len(done)} partition(s), {human_size(sum(o.bytes for o in done))}")
+
+
+def _body(plan, outcomes, args) -> dict:
+    return {"dry_run": bool(args.dry_run), "plan": [a.to_json() for a in plan.actions], "done": [o.to_json() for o in outcomes]}

@@ -13,10 +13,13 @@ import os
 import sys
 import time
 
-from jitwarden.store import locks as lock, partition
-from jitwarden.store import quarantine as q
-from jitwarden.model.text import age_arg, display
+from jitwarden.cli import options, render as out
+from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
+from jitwarden.model.text import age_arg, display, human_age, human_size, plural
+from jitwarden.ops import plans
+from jitwarden.store import partition
+from jitwarden.store import quarantine as q
 
 
 def register(sub) -> None:
@@ -25,33 +28,30 @@ def register(sub) -> None:
     qs = p.add_subparsers(dest="action", metavar="ACTION")
     for name in ("ls", "list"):
         ls = qs.add_parser(name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else ""))
-        _common(ls)
+        _add_arguments(ls)
     rs = qs.add_parser("restore", help="move quarantined entries back, byte for byte")
     rs.add_argument("ids", nargs="+", metavar="ID", help="quarantine id (as listed), or a unique prefix or entry id")
     rs.add_argument("--replace", action="store_true", help="quarantine a rebuilt entry in the way instead of refusing")
-    _common(rs, destructive=True)
+    _add_arguments(rs, destructive=True)
     es = qs.add_parser("empty", help="delete quarantined entries for good")
     es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: all)")
     es.add_argument("--older-than", type=age_arg, metavar="AGE", help="only entries quarantined more than AGE ago (7d, 12h)")
-    _common(es, destructive=True)
+    _add_arguments(es, destructive=True)
     ps = qs.add_parser("purge", help="delete quarantined entries for good (ids, or --all; alias of empty)")
     ps.add_argument("ids", nargs="*", metavar="ID", help="quarantine ids (default: all, with --all)")
     ps.add_argument("--all", action="store_true", help="every quarantined entry")
     ps.add_argument("--older-than", type=age_arg, metavar="AGE",
                     help="only entries quarantined more than AGE ago (7d, 12h)")
-    _common(ps, destructive=True)
+    _add_arguments(ps, destructive=True)
     p.set_defaults(func=run, action=None)
 
 
-def _common(p, destructive: bool = False) -> None:
+def _add_arguments(p, destructive: bool = False) -> None:
     p.add_argument("--root", action="append", metavar="PATH", help="cache root to look in (repeatable; default: every root found)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
     if destructive:
-        p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-        p.add_argument("-y", "--yes", action="store_true", help="do not ask")
-        p.add_argument("--lock-timeout", type=age_arg, default=None, metavar="AGE",
-                       help="give up waiting for another jitwarden on the same root after AGE")
+        options.add_action_arguments(p, lock_help="")
 
 
 def _discovered_roots(env) -> list:
@@ -81,7 +81,7 @@ def cache_dirs(env=os.environ) -> list[str]:
     and every root jitwarden remembers quarantining into (``clean /some/root``)."""
     from jitwarden.store import qregistry
 
-    seen, out = set(), []
+    seen, dirs = set(), []
     found = []
     for r in _discovered_roots(env):
         found += [x.path for x in _expand(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else [])
@@ -89,8 +89,8 @@ def cache_dirs(env=os.environ) -> list[str]:
         k = os.path.realpath(path)
         if k not in seen and os.path.isdir(q.quarantine_dir(path)):
             seen.add(k)
-            out.append(path)
-    return out
+            dirs.append(path)
+    return dirs
 
 
 def _dirs(args) -> list[str]:
@@ -106,33 +106,31 @@ def _dirs(args) -> list[str]:
 
 
 def records(args, include_empty: bool = False) -> list[q.Record]:
-    out = []
+    recs = []
     for d in _dirs(args):
         try:
-            out += q.list_root(d, include_empty=include_empty)
+            recs += q.list_root(d, include_empty=include_empty)
         except q.UnsafeName as exc:
             raise UsageError(f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}") from None
-    return sorted(out, key=lambda r: (r.quarantined_at, r.id))
+    return sorted(recs, key=lambda r: (r.quarantined_at, r.id))
 
 
 def short_ids(recs: list[q.Record]) -> dict[str, str]:
     """The shortest id each record can be named by in a table, and that ``pick`` takes back (pure):
     the entry's short id (as ``clean``, ``ls`` and ``verify`` show it) when no other record has it,
     else ``<stamp>-<short id>``, else the full quarantine id."""
-    from jitwarden.cli.render import short_key
-
     def stamped(r):
-        return r.id.split("-", 1)[0] + "-" + short_key(r.entry_id) if "-" in r.id else r.id
+        return r.id.split("-", 1)[0] + "-" + out.short_key(r.entry_id) if "-" in r.id else r.id
 
-    out = {}
+    names = {}
     for r in recs:
-        for cand in (short_key(r.entry_id), stamped(r)):
+        for cand in (out.short_key(r.entry_id), stamped(r)):
             if len(pick_candidates(recs, cand)) == 1:
-                out[r.id] = cand
+                names[r.id] = cand
                 break
         else:
-            out[r.id] = r.id
-    return out
+            names[r.id] = r.id
+    return names
 
 
 def pick_candidates(recs: list[q.Record], i: str) -> list[q.Record]:
@@ -152,7 +150,7 @@ def pick(recs: list[q.Record], ids: list[str]) -> list[q.Record]:
     for i in ids:
         cands = pick_candidates(recs, i) if i else []
         if not cands:
-            where = f"{len(recs)} quarantined entr{'y' if len(recs) == 1 else 'ies'} in {_roots_phrase(recs)}" if recs \
+            where = f"{plural(len(recs), 'quarantined entry', 'quarantined entries')} in {_roots_phrase(recs)}" if recs \
                 else "nothing is quarantined in any root jitwarden knows"
             raise UsageError(f"no quarantined entry {display(i)!r} ({where}; see `jitwarden quarantine ls`, "
                              "or add --root PATH for a root jitwarden never quarantined into)")
@@ -165,20 +163,12 @@ def pick(recs: list[q.Record], ids: list[str]) -> list[q.Record]:
 
 
 def _roots_phrase(recs) -> str:
-    from jitwarden.cli.render import short_path
-
     roots = list(dict.fromkeys(r.root for r in recs))
-    shown = ", ".join(display(short_path(r)) for r in roots[:2])
+    shown = ", ".join(display(out.short_path(r)) for r in roots[:2])
     return shown + (f" and {len(roots) - 2} more roots" if len(roots) > 2 else "")
 
 
-def _print_list(recs, args) -> None:
-    from jitwarden.cli import render as out
-
-    if args.format == "json":
-        out.print_json({"schema": 1, "tool": out.tool(), "command": "quarantine ls",
-                        "quarantined": [r.to_json() for r in recs]})
-        return
+def _print_list(recs, long: bool) -> None:
     con = out.console()
     if not recs:
         con.print(out.text("nothing quarantined"))
@@ -187,49 +177,34 @@ def _print_list(recs, args) -> None:
     g = out.Grid([out.Column("ID"), out.Column("REASON", flex=True), out.Column("AGE", right=True),
                   out.Column("SIZE", right=True), out.Column("FROM", flex=True, min=16)])
     for r in recs:
-        g.add(r.id if args.long else names[r.id], r.reason, out.human_age(r.quarantined_at), out.human_bytes(r.bytes),
-              r.original_path if args.long else out.root_label(r.root), details=["; ".join(r.details)])
+        g.add(r.id if long else names[r.id], r.reason, human_age(r.quarantined_at), human_size(r.bytes),
+              r.original_path if long else out.root_label(r.root), details=["; ".join(r.details)])
     con.print(g)
     con.print(out.text((f"{len(recs)} quarantined, "
-                        f"{out.human_bytes(sum(r.bytes for r in recs))} · "
+                        f"{human_size(sum(r.bytes for r in recs))} · "
                         "restore with `jitwarden quarantine restore ID`", "dim")))
 
 
-def _confirm(args, question: str) -> bool:
-    from jitwarden.cli.commands.clean import confirm
-
-    return confirm(args, question)
+def _result(fmt, action: str, plan, done, args, show) -> None:
+    fmt.result(f"quarantine {action}", lambda: {"dry_run": bool(args.dry_run), "plan": plan, "done": done}, show)
 
 
-def _plan_json(action, plan, done, args) -> None:
-    from jitwarden.cli import render as out
-
-    out.print_json({"schema": 1, "tool": out.tool(), "command": f"quarantine {action}", "dry_run": bool(args.dry_run),
-                    "plan": plan, "done": done})
-
-
-def _apply(chosen, action, timeout) -> list[str]:
-    """Run ``action`` on each record under its root's lock; the first failure stops with a one-line usage error."""
-    done = []
-    with lock.hold({r.root for r in chosen}, timeout):
-        for r in chosen:
-            try:
-                action(r)
-            except q.QuarantineError as exc:
-                raise UsageError(f"{display(str(exc))} (done before it: {len(done)})") from None
-            except q.UnsafeName as exc:
-                raise UsageError(f"{display(r.id)}: {display(exc.strerror)} (done before it: {len(done)})") from None
-            except OSError as exc:
-                raise UsageError(f"{display(r.id)}: {(exc.strerror or str(exc)).lower()} (done before it: {len(done)})") from None
-            done.append(r.id)
-    return done
+def _execute(plan, timeout, verb: str) -> list[str]:
+    """``plan.execute()``; its first failure becomes one usage-error line saying how many were done before it."""
+    try:
+        return plan.execute(lock_timeout=timeout)
+    except plans.PlanError as exc:
+        who = f"{display(exc.record_id)}: " if exc.record_id else ""
+        raise UsageError(f"{who}{display(exc.why)} ({verb} before it: {exc.done})") from None
 
 
 def run(args) -> int:
     if args.action is None:
         raise UsageError("quarantine needs an action: ls, restore or empty")
     if args.action in ("ls", "list"):
-        _print_list(records(args), args)
+        recs = records(args)
+        out.output_format(args).result("quarantine ls", lambda: {"quarantined": [r.to_json() for r in recs]},
+                                       lambda: _print_list(recs, args.long))
         return 0
     if args.action == "restore":
         return _restore(args)
@@ -237,69 +212,57 @@ def run(args) -> int:
 
 
 def _restore(args) -> int:
-    chosen = pick(records(args), args.ids)
-    plan = []
-    for r in chosen:
-        conflict = os.path.lexists(r.original_path)
-        if conflict and not args.replace:
-            raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
-                             "pass --replace to quarantine it and restore this one")
-        plan.append({"id": r.id, "to": r.original_path, "replaces": conflict})
-    if args.format != "json":
-        from jitwarden.cli.render import short_path
-
-        names = short_ids(records(args)) if not args.long else {}
-        for r, p in zip(chosen, plan):
-            extra = " (the entry there is quarantined first)" if p["replaces"] else ""
-            what = p["to"] if args.long else f"{names.get(r.id, r.id)} into {short_path(r.root)}"
-            print(f"restore {display(what)}{extra}", file=sys.stderr)
+    plan = plans.plan_restore(pick(records(args), args.ids), replace=args.replace)
+    if plan.blocked:
+        r = plan.blocked[0]
+        raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
+                         "pass --replace to quarantine it and restore this one")
+    fmt = out.output_format(args)
+    fmt.human(_print_restore_plan, plan, args)
     done = []
-    if _confirm(args, f"Restore {len(plan)} entr{'y' if len(plan) == 1 else 'ies'}?"):
-        done = _apply(chosen, lambda r: q.restore(r, replace=args.replace), args.lock_timeout)
-    if args.format == "json":
-        _plan_json("restore", plan, done, args)
-    elif done:
-        print(f"restored {len(done)}", file=sys.stderr)
-    elif args.dry_run:
-        print("dry run: nothing restored", file=sys.stderr)
+    if _common.confirm(args, f"Restore {plural(len(plan.records), 'entry')}?"):
+        done = _execute(plan, args.lock_timeout, "done")
+    _result(fmt, "restore", plan.to_json(), done, args, lambda: _print_done(
+        f"restored {len(done)}" if done else "dry run: nothing restored" if args.dry_run else ""))
     return 0
+
+
+def _print_restore_plan(plan, args) -> None:
+    names = short_ids(records(args)) if not args.long else {}
+    for r in plan.records:
+        extra = " (the entry there is quarantined first)" if r.id in plan.conflicts else ""
+        what = r.original_path if args.long else f"{names.get(r.id, r.id)} into {out.short_path(r.root)}"
+        print(f"restore {display(what)}{extra}", file=sys.stderr)
+
+
+def _print_done(line: str) -> None:
+    if line:
+        print(line, file=sys.stderr)
 
 
 def _empty(args) -> int:
     if args.action == "purge" and not args.ids and not args.all:
         raise UsageError("purge needs ids or --all")
     recs = records(args, include_empty=True)
-    chosen = pick([r for r in recs if r.present], args.ids) if args.ids else [r for r in recs if r.present]
-    if args.older_than is not None:
-        cutoff = time.time() - args.older_than
-        chosen = [r for r in chosen if r.quarantined_at < cutoff]
-    slots = [r for r in recs if not r.present] if not args.ids else []
-    plan = [{"id": r.id, "path": r.path, "bytes": r.bytes} for r in chosen]
-    if args.format != "json":
-        from jitwarden.cli.render import human_bytes, short_path
-
-        names = short_ids(recs) if not args.long else {}
-        for r in chosen:
-            where = r.path if args.long else f"{names.get(r.id, r.id)} from {short_path(r.root)}"
-            print(f"delete {display(where)} ({human_bytes(r.bytes)})", file=sys.stderr)
-        if slots:
-            print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
-        if not plan and not slots:
-            print("nothing to delete", file=sys.stderr)
+    picked = pick([r for r in recs if r.present], args.ids) if args.ids else recs
+    plan = plans.plan_empty(picked, ids_given=bool(args.ids), older_than=args.older_than, now=time.time())
+    fmt = out.output_format(args)
+    fmt.human(_print_empty_plan, recs, plan, args.long)
     done = []
-    if (plan or slots) and _confirm(args, f"Delete {len(plan)} quarantined entr{'y' if len(plan) == 1 else 'ies'} for good?"):
-        done = _apply(chosen, q.purge, args.lock_timeout)
-        with lock.hold({r.root for r in slots} | {r.root for r in chosen}, args.lock_timeout):
-            try:
-                for r in slots:
-                    q.drop_empty_slot(r)
-                for d in sorted({r.root for r in slots} | {r.root for r in chosen}):
-                    q.finish_trash(d)
-            except (OSError, q.QuarantineError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                raise UsageError(f"{display(why)} (deleted before it: {len(done)})") from None
-    if args.format == "json":
-        _plan_json(args.action, plan, done, args)
-    elif done:
-        print(f"deleted {len(done)}", file=sys.stderr)
+    if (plan.records or plan.slots) and _common.confirm(
+            args, f"Delete {plural(len(plan.records), 'quarantined entry', 'quarantined entries')} for good?"):
+        done = _execute(plan, args.lock_timeout, "deleted")
+    _result(fmt, args.action, plan.to_json(), done, args, lambda: _print_done(f"deleted {len(done)}" if done else ""))
     return 0
+
+
+def _print_empty_plan(recs, plan, long: bool) -> None:
+    names = short_ids(recs) if not long else {}
+    chosen, slots = plan.records, plan.slots
+    for r in chosen:
+        where = r.path if long else f"{names.get(r.id, r.id)} from {out.short_path(r.root)}"
+        print(f"delete {display(where)} ({human_size(r.bytes)})", file=sys.stderr)
+    if slots:
+        print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
+    if not chosen and not slots:
+        print("nothing to delete", file=sys.stderr)

@@ -1,0 +1,23 @@
+"""The renderer: every byte the CLI prints for a person or a program goes through here.
+
+- :mod:`.output`: the output format chosen once from ``--format``, and the one JSON envelope;
+- :mod:`.console`: the one console (markup off, NO_COLOR honoured) and lines from plain pieces;
+- :mod:`.table`: the one table builder, every cell escaped;
+- :mod:`.report`: views of a scan report (tables, JSON body, summary line) and short names;
+- :mod:`.progress`: the progress bar engines receive as a plain callback.
+
+Sizes and ages are written by :mod:`jitwarden.model.text`. See ARCHITECTURE.md for the layers.
+"""
+
+from jitwarden.cli.render.console import console, hanging, no_color, text
+from jitwarden.cli.render.output import (SCHEMA, JsonFormat, OutputFormat, TableFormat, envelope, output_format,
+                                         write_json)
+from jitwarden.cli.render.progress import progress_bar
+from jitwarden.cli.render.report import (SEVERITY_STYLE, caches_table, entries_table, print_caches, root_label,
+                                         scan_json, short_id, short_key, short_path, status_cell, summary_line)
+from jitwarden.cli.render.table import Column, Grid, Row
+
+__all__ = ["SCHEMA", "SEVERITY_STYLE", "Column", "Grid", "JsonFormat", "OutputFormat", "Row", "TableFormat",
+           "caches_table", "console", "entries_table", "envelope", "hanging", "no_color", "output_format", "print_caches",
+           "progress_bar", "root_label", "scan_json", "short_id", "short_key", "short_path", "status_cell",
+           "summary_line", "text", "write_json"]

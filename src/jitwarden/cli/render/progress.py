@@ -1,0 +1,39 @@
+"""A progress bar on stderr, drawn here and handed to the engines as a plain ``callback(done, total)``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from jitwarden.model.flags import parse_flag
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, label: str, *, env=None, stream=None):
+    """Yield ``callback(done, total)`` drawing a bar named ``label`` on stderr, or None when there is
+    nothing to draw (``total`` 0, or stderr not a terminal unless ``JITWARDEN_PROGRESS`` is true).
+
+    The bar is gone when the block ends, however it ends (Ctrl-C included).
+    """
+    stream = sys.stderr if stream is None else stream
+    env = os.environ if env is None else env
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    if not total or not (tty or parse_flag(env.get("JITWARDEN_PROGRESS")) is True):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(file=stream), transient=True)
+    task = bar.add_task(label, total=total)
+    bar.start()
+
+    def cb(done: int, tot: int) -> None:
+        bar.update(task, completed=done, total=tot)
+
+    try:
+        yield cb
+    finally:
+        bar.stop()

@@ -1,0 +1,147 @@
+"""Views of a scan report: its JSON body, the entries and caches tables, the summary line, short names.
+
+JSON is a stable contract (``"schema": 1``, see :mod:`jitwarden.cli.render.output`): fields
+are added, never repurposed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import TYPE_CHECKING
+
+from jitwarden.cli.render.table import Column, Grid
+from jitwarden.model.findings import Severity
+from jitwarden.model.layout import PARTITIONS_DIR
+from jitwarden.model.text import human_age, human_size, plural
+
+if TYPE_CHECKING:  # building the CLI imports this module; the scanner is imported when a command runs
+    from jitwarden.ops.scan import ScanReport
+
+
+def scan_json(report: ScanReport, fingerprint_digest: str | None, entries=None) -> dict:
+    """The body of every scanning command's JSON (``entries``: those to list, default all)."""
+    entries = report.entries if entries is None else entries
+    out_entries = []
+    for e in entries:
+        d = e.to_json()
+        d["findings"] = [f.to_json() for f in report.findings_of(e)]
+        out_entries.append(d)
+    return {
+        "fingerprint_digest": fingerprint_digest,
+        "target": report.target.to_json(),
+        "caches": [c.to_json(fingerprint_digest) for c in report.caches],
+        "entries": out_entries,
+        "summary": report.summary(),
+        "elapsed_s": round(report.elapsed, 3),
+    }
+
+
+def short_path(path: str) -> str:
+    """``path`` with the home directory as ``~``."""
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and path.startswith(home + os.sep) else path
+
+
+def root_label(path: str, current: str | None = None) -> str:
+    """A cache dir for a table: ``~`` for home, and a partition ``<base>/jitwarden-v1/<digest>`` as
+    ``<base>/@<digest[:12]>`` (``*`` after this environment's)."""
+
+    def part(m):
+        return f"{m.group(1)}@{m.group(2)[:12]}{'*' if current and m.group(2) == current else ''}"
+
+    return re.sub(rf"(^|/){re.escape(PARTITIONS_DIR)}/([0-9a-f]{{16}})(?=/|$)", part, short_path(path))
+
+
+#: How each severity looks in tables and lines.
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
+
+
+def status_cell(findings):
+    """The STATUS cell: ``ok``, or the worst severity's codes, styled."""
+    if not findings:
+        return ("ok", "green")
+    worst = max(f.severity for f in findings)
+    codes = list(dict.fromkeys(f.code for f in findings if f.severity == worst))
+    return (", ".join(codes), SEVERITY_STYLE[worst])
+
+
+def entries_table(report: ScanReport, entries, long: bool = False, details: bool = False) -> Grid:
+    """One row per entry; with ``details``, each finding's message on its own line below the row."""
+    entries = list(entries)
+    kinds = len({e.kind for e in entries}) > 1
+    cols = ([Column("KIND")] if kinds else []) + [
+        Column("ID", flex=long), Column("NAME", flex=True, min=10), Column("TYPE", flex=True, min=6),
+        Column("ARCH", right=True), Column("SIZE", right=True), Column("AGE", right=True), Column("STATUS", flex=True, min=8)]
+    g = Grid(cols)
+    now = time.time()
+    for e in entries:
+        fs = report.findings_of(e)
+        row = [e.kind] if kinds else []
+        row += [e.path if long else short_id(e), e.name or "-", e.type, f"sm_{e.arch}" if e.arch else "-",
+                human_size(e.bytes), human_age(e.mtime, now), status_cell(fs)]
+        shown = ()
+        if details:
+            shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
+            shown = [f"{f.code}: {f.message}" for f in shown]
+        g.add(*row, details=shown)
+    return g
+
+
+def short_id(e) -> str:
+    """An entry's id short enough for a table at 80 columns (``short_key`` of its id)."""
+    return short_key(e.id)
+
+
+def short_key(entry_id: str) -> str:
+    """The first 12 characters of an entry id's last component (Triton's 52-character key, Inductor's
+    ``fxgraph/ab/<key>``): what tables show, and what ``quarantine restore`` takes back as a prefix (pure)."""
+    last = entry_id.rstrip("/").rsplit("/", 1)[-1] or entry_id
+    return last if len(last) <= 14 else last[:12]
+
+
+def caches_table(report: ScanReport, long: bool = False, current_digest: str | None = None) -> Grid:
+    """One row per root. A partition shows as ``<base>/@<digest>``, ``*`` marking this environment's;
+    ``--long``: full paths, and where each root came from (SOURCE)."""
+    cols = [Column("KIND"), Column("ROOT", flex=not long, min=16)]
+    if long:
+        cols += [Column("SOURCE"), Column("PARTITION")]
+    g = Grid(cols + [Column("ENTRIES", right=True), Column("SIZE", right=True), Column("ERR", right=True),
+                     Column("WARN", right=True), Column("QUAR", right=True)])
+    for c in report.caches:
+        errs = warns = 0
+        for e in c.entries:
+            fs = report.findings_of(e)
+            sev = max((f.severity for f in fs), default=None)
+            errs += sev == Severity.ERROR
+            warns += sev == Severity.WARN
+        errs += sum(f.severity == Severity.ERROR for f in c.findings)
+        digest = c.root.partition
+        mark = "*" if digest and digest == current_digest else ""
+        if long:
+            row = [c.root.kind, c.root.path, c.root.source, f"{digest}{mark}" if digest else "-"]
+        else:
+            row = [c.root.kind, root_label(c.root.path, current_digest)]
+        g.add(*row, str(len(c.entries)), human_size(c.bytes),
+              (str(errs), "bold red") if errs else "0", (str(warns), "yellow") if warns else "0",
+              (str(c.quarantined), "yellow") if c.quarantined else "0")
+    return g
+
+
+def print_caches(con, report: ScanReport, long: bool = False, current_digest: str | None = None) -> None:
+    """The caches table, and what ``@DIGEST`` means when a partition of this environment's is in it."""
+    from jitwarden.cli.render.console import text
+
+    con.print(caches_table(report, long=long, current_digest=current_digest))
+    if any(c.root.partition == current_digest for c in report.caches):
+        con.print(text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
+
+
+def summary_line(report: ScanReport) -> str:
+    s = report.summary()
+    parts = [plural(s["entries"], "entry"), f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
+    codes = ", ".join(f"{k} {v}" for k, v in s["by_code"].items())
+    tgt = report.target
+    where = f"judged against sm_{tgt.arch} ({tgt.source})" if tgt.arch else "no GPU and no --target: arch checks skipped"
+    return f"{' · '.join(parts)}{' (' + codes + ')' if codes else ''} · {where} · {report.elapsed:.2f}s"
