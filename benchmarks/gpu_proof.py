@@ -904,6 +904,9 @@ def _copy_tree(src: str, dst: str) -> None:
 def step_cost(args, res: dict, work: str) -> None:
     c = res["cost"] = {"mode": args.fu_mode, "widths": args.fu_widths}
     wscript = os.path.join(work, "workload.py")
+    if not os.path.exists(wscript):  # written by part (b) when it runs first; part (c) alone writes it itself
+        with open(wscript, "w") as f:
+            f.write(WORKLOAD)
     env = isolated_env(os.path.join(work, "fu-cost"))
     genv = dict(env, JITWARDEN_PARTITION="0")
     w = args.fu_widths

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from tests.helpers import kernels
+from tests.helpers import inductor_real, kernels
 from tests.helpers.fleet import Server, jw, node_env, server_binary
 from tests.helpers.guarded import ADD, compile_jobs, evil_kernel_dir
+from tests.helpers.vllm_root import cubin_of, make_root
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +32,18 @@ def cache(built_cache, tmp_path):
         rec["path"] = os.path.join(dst, job["id"])
         records[job["label"]] = rec
     return dst, records
+
+
+@pytest.fixture(scope="session")
+def inductor_build(tmp_path_factory):
+    """The real TorchInductor cache and vLLM-style artifacts the venv's CPU torch makes, once per session."""
+    return inductor_real.shared(tmp_path_factory)
+
+
+@pytest.fixture
+def vllm_root(inductor_build, built_cache, tmp_path):
+    """A vLLM cache root laid out as vLLM 0.34 writes it, holding real torch artifacts (tests.helpers.vllm_root)."""
+    return make_root(str(tmp_path / "vllm"), inductor_build, cubin_of(built_cache))
 
 
 @pytest.fixture

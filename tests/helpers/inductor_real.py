@@ -39,7 +39,8 @@ arts[0].save(path=os.path.join(out, "artifact_binary"), format="binary")
 arts[0].save(path=os.path.join(out, "artifact_unpacked"), format="unpacked")
 def g(x, y):
     return (x * y + 3).relu()
-torch.compile(g, fullgraph=True).aot_compile(((x, y), {})).save_compiled_function(os.path.join(out, "model"))
+with torch._dynamo.config.patch(enable_aot_compile=True):  # off by default before torch 2.12; vLLM turns it on
+    torch.compile(g, fullgraph=True).aot_compile(((x, y), {})).save_compiled_function(os.path.join(out, "model"))
 '''
 
 
@@ -53,7 +54,7 @@ def build(base: str) -> dict[str, str]:
     os.makedirs(out["artifacts"])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
     env.update(TORCHINDUCTOR_CACHE_DIR=out["inductor"], TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONWARNINGS="ignore")
-    subprocess.run([sys.executable, "-c", SCRIPT, out["artifacts"]], env=env, check=True, timeout=300,
+    subprocess.run([sys.executable, "-c", SCRIPT, out["artifacts"]], env=env, check=True, timeout=600,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     open(done, "w").close()
     return out

@@ -1,7 +1,8 @@
 """TorchInductor cache adapter: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempdir>/torchinductor_<user>`` (stdlib only).
 
-Layout, as torch 2.13 writes it (``torch/_inductor/codecache.py``, ``runtime/cache_dir_utils.py``,
-``runtime/autotune_cache.py``, ``_functorch/_aot_autograd/autograd_cache.py``):
+Layout, as torch 2.9-2.15 write it (``torch/_inductor/codecache.py``, ``runtime/cache_dir_utils.py``,
+``runtime/autotune_cache.py``, ``_functorch/_aot_autograd/autograd_cache.py``); what differs between
+releases, and how each was read, is in docs/supported-versions.md:
 
 - ``fxgraph/<key[1:3]>/<key>/<content hash>``: pickled ``CompiledFxGraph`` (its output code inside);
 - ``aotautograd/<key>/<content hash>``: pickled AOTAutograd results, naming the FX graphs they load;
@@ -10,6 +11,8 @@ Layout, as torch 2.13 writes it (``torch/_inductor/codecache.py``, ``runtime/cac
   ``.best_config`` autotune results (JSON), C++ kernels (``.cpp``) and their ``.so``, cubins;
 - ``cache/``: local autotune caches (JSON naming the GPU) and ``inductor_on_disk_cache``;
 - ``locks/``: FileLock files; ``triton/<device>/``: a Triton cache (the Triton adapter's);
+- ``torch_cutlass/``: torch's own symlinks to CUTLASS's python packages and its mock modules;
+  ``dynamo/``, ``gcc/``, ``aoti_eager/`` and newer releases' dirs, judged by file name;
 - temporary files ``.<pid>.<thread>.tmp`` of ``write_atomic``.
 
 Entries are judged by reading bytes only: pickles are checked for their framing (PROTO at
@@ -19,6 +22,7 @@ searched as text, never imported.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -45,6 +49,11 @@ FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{
 TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
 
 PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
+CUTLASS_DIR = "torch_cutlass"
+#: The links torch's ``try_import_cutlass`` makes in ``<cache>/torch_cutlass`` (torch 2.9-2.14
+#: ``codegen/cuda/cutlass_utils.py``, 2.15 ``codegen/cutlass/utils.py``): name -> the dir its target lies in.
+CUTLASS_LINKS = {"cutlass_library": "python", "cutlass": "python", "cutlass_cppgen": "python", "pycute": "python",
+                 "cuda": "cutlass_mock_imports", "scipy": "cutlass_mock_imports", "pydot": "cutlass_mock_imports"}
 
 
 # ---------------------------------------------------------------- roots
@@ -463,6 +472,15 @@ def owner_findings(s: _base.Survey, root_uid: int | None) -> list[Finding]:
     return out
 
 
+def torch_cutlass_link(rel: str, target: str) -> bool:
+    """Whether a symlink of ``torch_cutlass/`` is one torch made: ``<name>`` -> an absolute ``.../python/<name>``
+    (CUTLASS's packages) or ``.../cutlass_mock_imports/<name>``. torch checks each against the path it expects
+    before use, so these are no hazard; any other link there is judged as any link is."""
+    parent = CUTLASS_LINKS.get(rel)
+    t = os.path.normpath(target)
+    return parent is not None and os.path.isabs(t) and os.path.basename(t) == rel and os.path.basename(os.path.dirname(t)) == parent
+
+
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read (never following a symlink, never unpickling) and judge one entry of an Inductor cache dir."""
     return inspect_as(KIND, root, root, name, name, judge, root_uid)
@@ -476,6 +494,10 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
     if s.is_symlink:
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))
+    if name == CUTLASS_DIR and s.is_dir:
+        own = tuple(link for link in s.links if torch_cutlass_link(link[0], link[1]))
+        s = dataclasses.replace(s, links=tuple(link for link in s.links if link not in own))
+        facts.type, facts.extra["torch_links"] = "cutlass-links", len(own)
     findings = survey_findings(s, root_uid) + owner_findings(s, root_uid)
     group = _group(name)
     if group == "locks":
@@ -493,7 +515,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         pass  # could not stat: survey_findings says so
     else:
         judge_tree(root, name, s, judge, group, facts)
-        if group == "other" and s.is_dir:
+        if group == "other" and s.is_dir and facts.type != "cutlass-links":
             facts.type = "other"
     return entry_of(kind, shown_root, shown_name, s, facts, findings + facts.findings)
 

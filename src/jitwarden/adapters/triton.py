@@ -29,6 +29,10 @@ from jitwarden.adapters._base import expand_partitions, leaves, link_target, roo
 
 KIND = "triton"
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
+# Kernel dirs staged beside their final name, then renamed onto it: TorchInductor's TritonBundler.read_and_emit
+# (torch 2.9-2.15: tmp.<uuid4>, left behind when the rename finds the final dir already filled or the process
+# dies) and jitwarden's torch hook (tmp.jitwarden-<hex>). Their group files name the final dir; Triton never reads them.
+_STAGING = re.compile(r"^tmp\.(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|jitwarden-[0-9a-f]{32})$")
 _PTX_HEAD = 16384
 
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
@@ -333,7 +337,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
       metadata name, metadata hash vs entry id, PTX ``.target`` vs metadata);
     - ``stale``: metadata ``triton_version`` differs from the installed Triton, whose key
       (``triton_key``) never yields this entry;
-    - ``unrecognised`` (info): whole JSON without the fields Triton 3.4-3.9 write.
+    - ``unrecognised`` (info): whole JSON without the fields Triton 3.4-3.9 write;
+    - ``orphan``: an old staging dir of TorchInductor's ``TritonBundler`` (``tmp.<uuid4>``), which Triton never reads.
     """
     out: list[Finding] = []
     add = out.append
@@ -366,6 +371,14 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     for name, mt in f.tmp_dirs:
         if j.now - mt >= j.orphan_age:
             add(Finding("orphan", f"{name}: leftover of an interrupted write, {int((j.now - mt) // 60)} min old"))
+
+    if _STAGING.match(f.id):
+        # Evidence: none of damage. Triton's keys are base32, so it never opens this dir; its group files
+        # name the final dir by design. Old, it is dead weight from a rename that lost or never came.
+        if f.files and j.now - mtime >= j.orphan_age:
+            add(Finding("orphan", f"a kernel dir TorchInductor staged from an FX-graph bundle and never renamed into "
+                                  f"place, {int((j.now - mtime) // 60)} min old"))
+        return Entry(KIND, root, f.id, f.path, "staging", None, None, size, mtime, findings=tuple(out))
 
     names = {x[0] for x in f.files}
     sizes = {x[0]: x[1] for x in f.files}

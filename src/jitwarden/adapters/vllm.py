@@ -1,19 +1,23 @@
 """vLLM cache adapter: ``VLLM_CACHE_ROOT``, else ``${XDG_CACHE_HOME:-~/.cache}/vllm`` (stdlib only).
 
-Layout, as vLLM writes it (0.34.0: ``vllm/envs.py``, ``vllm/compilation/backends.py``,
-``compiler_interface.py``, ``decorators.py``, ``caching.py``; 0.11.1-0.13.0 for the old AOT place):
+Layout, as vLLM 0.16-0.34 write it (``vllm/envs.py``, ``vllm/compilation/backends.py``,
+``compiler_interface.py``, ``decorators.py``, ``caching.py``); what differs between releases,
+and the source each fact comes from, is in docs/supported-versions.md:
 
-- ``torch_compile_cache/<hash>/rank_<r>_<dp>/<prefix>/``: ``cache_key_factors.json`` (env, config
-  with vLLM's version, compiler factors with the GPU name and torch's CUDA), ``vllm_compile_cache.py``
-  (a Python literal mapping each graph to ``graph_handle = (key, absolute path)``), the artifacts
-  (``artifact_compile_range_<a>_<b>_subgraph_<i>``: CRC-checked ``BytesWriter`` files, or
-  "unpacked" Inductor cache dirs), ``computation_graph.py``, ``transformed_code.py``;
+- ``torch_compile_cache/<hash>/rank_<r>_<dp>/<prefix>/``: ``cache_key_factors.json`` (0.16-0.33: env and
+  hashes; 0.34 adds the config with vLLM's version and compiler factors with the GPU name and torch's
+  CUDA), ``vllm_compile_cache.py`` (a Python literal mapping each graph to its handle ``(key, absolute
+  path)``, bare in 0.16-0.17, as ``{"graph_handle": ...}`` from 0.18), the artifacts
+  (``artifact_compile_range_<a>_<b>_subgraph_<i>``: CRC-checked ``BytesWriter`` files, or "unpacked"
+  Inductor cache dirs; vLLM 0.16-0.31 load the stored path, 0.32+ ``<prefix>/<key>``),
+  ``computation_graph.py``, ``transformed_code.py``;
 - ``torch_compile_cache/<hash>/rank_<r>_<dp>/inductor_cache/``: a whole Inductor cache dir (judged by
   the Inductor adapter's code); ``.../triton_cache/`` and ``inductor_cache/triton/``: Triton's;
-- AOT: ``torch_compile_cache/torch_aot_compile/<sha256>/{inductor_cache/, rank_<r>_<dp>/model}`` (0.34),
-  ``torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.11.1-0.13); ``model`` is a pickle;
+- AOT: ``torch_compile_cache/torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.17+; 0.20+ with
+  ``<sha256>/inductor_cache/``) and ``torch_aot_compile/<sha256>/rank_<r>_<dp>/model`` (0.11.1-0.16);
+  ``model`` is a pickle (with the mega AOT artifact, the standalone artifacts travel inside it);
 - ``deep_gemm/`` (vLLM points ``DG_JIT_CACHE_DIR`` there) and
-  ``flashinfer_autotune_cache/<flashinfer version>/<archs>/<hash>/autotune_configs*.json``.
+  ``flashinfer_autotune_cache/<flashinfer version>/<archs>/<hash>/autotune_configs*.json`` (0.22+).
 
 vLLM's compile-cache key holds the GPU *name*, never its compute capability or driver, and the
 AOT key (without the mega artifact) no GPU identity at all: partitioning the root by
@@ -26,6 +30,7 @@ import ast
 import os
 import re
 import zlib
+from dataclasses import dataclass
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
@@ -47,7 +52,10 @@ DEEP_GEMM = "deep_gemm"
 FLASHINFER = "flashinfer_autotune_cache"
 RANK = re.compile(r"^rank_\d+_\d+$")
 ARTIFACT_HEADERS = (b"CacheCompiledArtifact", b"AOTCompiledArtifact")
+TORCH29_ARTIFACT = "CompiledArtifact (torch 2.9, no header)"
+_TORCH29_KEY = re.compile(rb"^Y[A-Za-z0-9+/]{69}==$")  # base64 of "a" + 51 base32 chars: AOTAutograd's key
 _ARCH = re.compile(r"(\d+)[af]?")
+AOT_TEMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile of torch 2.12+ atomic_write_binary
 
 
 # ---------------------------------------------------------------- roots
@@ -166,29 +174,57 @@ def _aot_names(root: str, rel: str) -> list[str]:
 # ---------------------------------------------------------------- reading
 
 
-def artifact_problem(data: bytes) -> tuple[str | None, str | None]:
-    """(header, why damaged) of a binary standalone-compile artifact (torch ``BytesWriter``: CRC32, length-prefixed fields)."""
+@dataclass(frozen=True)
+class ArtifactLayout:
+    """What the bytes of a binary standalone-compile artifact are: ``layout`` when known, else ``code`` and ``why``."""
+
+    layout: str | None
+    code: str | None = None  # "corrupt" (damage) or "unrecognised" (a layout jitwarden has not read)
+    why: str | None = None
+
+
+def artifact_layout(data: bytes) -> ArtifactLayout:
+    """Read a binary standalone-compile artifact (torch ``BytesWriter``: CRC32, then length-prefixed fields).
+
+    The layouts torch writes (``torch/_inductor/standalone_compile.py``, ``CompiledArtifact.save``):
+
+    - torch 2.10-2.15: ``CacheCompiledArtifact`` header, ``torch_key``, the key, the bytes (4 fields);
+      ``AOTCompiledArtifact`` header, ``torch_key``, the bytes (3 fields);
+    - torch 2.9 (vLLM 0.16): no header: ``torch_key`` (a 32-byte SHA-256), the key (base64 of
+      ``a<51 base32>``), the bytes (3 fields).
+
+    Evidence: a CRC or a length field that does not hold is damage (``corrupt``). A whole file
+    whose fields are none of these layouts is from a torch jitwarden has not read (``unrecognised``).
+    """
     if len(data) < 12:
-        return None, "truncated: shorter than its checksum and first field"
+        return ArtifactLayout(None, "corrupt", "truncated: shorter than its checksum and first field")
     if zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
-        return None, "checksum (CRC32) does not match: damaged or truncated"
+        return ArtifactLayout(None, "corrupt", "checksum (CRC32) does not match: damaged or truncated")
     i, fields = 4, []
     while i < len(data):
         if i + 8 > len(data):
-            return None, "truncated inside a length field"
+            return ArtifactLayout(None, "corrupt", "truncated inside a length field")
         n = int.from_bytes(data[i:i + 8], "big")
         i += 8
         if i + n > len(data):
-            return None, f"a field of {n} bytes runs past the end of the file"
+            return ArtifactLayout(None, "corrupt", f"a field of {n} bytes runs past the end of the file")
         fields.append((i, n))
         i += n
-    header = data[fields[0][0]:fields[0][0] + fields[0][1]] if fields else b""
-    if header not in ARTIFACT_HEADERS:
-        return None, "not a standalone-compile artifact (unknown header)"
-    want = 4 if header == b"CacheCompiledArtifact" else 3
-    if len(fields) != want:
-        return header.decode(), f"{header.decode()} with {len(fields)} fields, expected {want}"
-    return header.decode(), None
+
+    def field(k: int) -> bytes:
+        return data[fields[k][0]:fields[k][0] + fields[k][1]]
+
+    header = field(0) if fields else b""
+    if header in ARTIFACT_HEADERS:
+        want = 4 if header == b"CacheCompiledArtifact" else 3
+        if len(fields) == want:
+            return ArtifactLayout(header.decode())
+        return ArtifactLayout(None, "unrecognised", f"{header.decode()} with {len(fields)} fields, where torch "
+                                                   f"2.10-2.15 write {want}; not judged")
+    if len(fields) == 3 and fields[0][1] == 32 and _TORCH29_KEY.match(field(1)):
+        return ArtifactLayout(TORCH29_ARTIFACT)
+    return ArtifactLayout(None, "unrecognised", "whole (its CRC32 holds), but in no standalone-compile layout of "
+                                                "torch 2.9-2.15; not judged")
 
 
 def _pairs(x):
@@ -246,28 +282,109 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
     return out
 
 
-def _handles(src: bytes) -> list[tuple[str, str]]:
-    """(key, path) of every ``graph_handle`` in ``vllm_compile_cache.py``; ValueError when it is no literal."""
+@dataclass(frozen=True)
+class Handle:
+    """One graph of ``vllm_compile_cache.py``: the compiler that made it and its ``graph_handle`` (key, path)."""
+
+    compiler: str | None  # "inductor_standalone", "inductor", "eager"; None when the key has no name
+    key: str
+    path: str
+
+
+def _handles(src: bytes) -> list[Handle]:
+    """Every graph handle in ``vllm_compile_cache.py``; ValueError when it is no literal dict.
+
+    ``{(range, graph index, compiler name): value}``, where the value is
+    ``{"graph_handle": (key, path), "cache_key": key}`` (vLLM 0.18-0.34) or the handle itself (0.16-0.17).
+    """
     doc = ast.literal_eval(src.decode("utf-8"))
     if not isinstance(doc, dict):
         raise ValueError("not a dict")
     out = []
-    for v in doc.values():
-        h = v.get("graph_handle") if isinstance(v, dict) else None
+    for k, v in doc.items():
+        compiler = k[2] if isinstance(k, tuple) and len(k) == 3 and isinstance(k[2], str) else None
+        h = v.get("graph_handle") if isinstance(v, dict) else v
         if isinstance(h, (tuple, list)) and len(h) == 2 and all(isinstance(x, str) for x in h):
-            out.append((h[0], h[1]))
+            out.append(Handle(compiler, h[0], h[1]))
+    return out
+
+
+def vllm_release(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a vLLM version string such as ``0.34.0`` or ``0.32.0rc1.dev3+g1234``; None when unknown."""
+    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+#: vLLM 0.32 and later load a standalone artifact from ``<prefix dir>/<key>``; 0.16-0.31 from the
+#: handle's absolute path (``InductorStandaloneAdaptor.load`` in ``vllm/compilation/compiler_interface.py``).
+LOADS_BY_KEY_FROM = (0, 32)
+FX_KEY = re.compile(r"^f[a-z2-7]{51}$")
+
+
+def _opened(h: Handle, prefix_dir: str, rank_dir: str, by_key: bool) -> str:
+    """What loading ``h`` finds, for a vLLM that opens ``<prefix>/<key>`` (``by_key``) or the stored path: ok, outside, missing."""
+    if by_key:
+        if "/" in h.key or h.key in ("", ".", ".."):
+            return "missing"
+        return "ok" if os.path.lexists(os.path.join(prefix_dir, h.key)) else "missing"
+    p = os.path.normpath(h.path)
+    if not os.path.isabs(p) or not (_base.inside(p, rank_dir) or _same_tree(p, rank_dir)):
+        return "outside"
+    return "ok" if os.path.lexists(p) else "missing"
+
+
+def handle_findings(handles: list[Handle], prefix_dir: str, rank_dir: str, reader: tuple[int, int] | None) -> list[Finding]:
+    """Findings on the graphs ``vllm_compile_cache.py`` lists, judged as the vLLM that reads them loads them.
+
+    Evidence per rule: ``incomplete`` when the file vLLM opens is missing; ``foreign-path`` when it
+    opens a path outside this rank's directory (a copied cache: it loads from the old tree, or fails).
+    ``reader`` is the vLLM release that reads this cache (installed, else the one recorded in the
+    entry). Unknown, and the two loaders disagree on a graph: ``unrecognised``, naming both.
+    Legacy ``inductor`` handles are looked up by FX key in ``<rank>/inductor_cache`` (never by path).
+    """
+    outside, missing, unsure = [], [], []
+    fxgraph = os.path.join(rank_dir, "inductor_cache", "fxgraph")
+    for h in handles:
+        if h.compiler == "inductor":
+            if FX_KEY.match(h.key) and os.path.isdir(fxgraph) and not os.path.isdir(os.path.join(fxgraph, h.key[1:3], h.key)):
+                missing.append(h)
+            continue
+        if h.compiler not in (None, "inductor_standalone"):
+            continue  # eager and others keep no artifact
+        old, new = _opened(h, prefix_dir, rank_dir, False), _opened(h, prefix_dir, rank_dir, True)
+        if reader:
+            verdict = new if reader >= LOADS_BY_KEY_FROM else old
+        else:  # both loaders agree, or both fail (then the old loader's word, the more specific): else unsure
+            verdict = old if old == new or "ok" not in (old, new) else "unsure"
+        {"outside": outside, "missing": missing, "unsure": unsure}.get(verdict, []).append(h)
+    out = []
+    if outside:
+        paths = [os.path.normpath(h.path) for h in outside]
+        dirs = sorted({os.path.dirname(p) for p in paths})
+        there = sum(os.path.lexists(p) for p in paths)
+        out.append(Finding("foreign-path", f"vllm_compile_cache.py points {len(outside)} of {len(handles)} graphs outside this "
+                                           f"rank's directory, into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} "
+                                           f"({there} exist there: vLLM 0.16-0.31 loads them from that tree)"))
+    if missing:
+        keys = [h.key for h in missing]
+        out.append(Finding("incomplete", f"vllm_compile_cache.py lists {len(keys)} artifact(s) that are missing: "
+                                         f"{', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}"))
+    if unsure:
+        out.append(Finding("unrecognised", f"vllm_compile_cache.py: {len(unsure)} graph(s) load differently by vLLM release "
+                                           f"(0.16-0.31 open the stored path, e.g. {unsure[0].path}; 0.32 and later open "
+                                           f"{unsure[0].key} here), and which vLLM reads this cache is not known here; not judged"))
     return out
 
 
 # ---------------------------------------------------------------- judging
 
 
-def _orphans(s: _base.Survey, judge: Judge, facts) -> list[str]:
-    """Report old temp files; return the files that are not temp files."""
+def _orphans(s: _base.Survey, judge: Judge, facts, temp=None) -> list[str]:
+    """Report old temp files (``*.tmp``, or names ``temp`` matches); return the files that are not temp files."""
     real = []
     for rel, _size, mtime, _m, _u in s.files:
         base = os.path.basename(rel)
-        if base.endswith(".tmp"):
+        if base.endswith(".tmp") or (temp is not None and temp.match(base)):
             if judge.now - mtime >= judge.orphan_age:
                 facts.findings.append(Finding("orphan", f"{rel or base}: leftover of an interrupted write, "
                                                         f"{int((judge.now - mtime) // 60)} min old"))
@@ -304,22 +421,8 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
             handles = []
             add(Finding("corrupt", "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)"))
         facts.extra["graphs"] = len(handles)
-        outside, missing = [], []
-        for key, path in handles:
-            p = os.path.normpath(path)
-            if not os.path.isabs(p) or not (_base.inside(p, rank_dir) or _same_tree(p, rank_dir)):
-                outside.append(p)
-            elif not os.path.lexists(p):
-                missing.append(key)
-        if outside:
-            dirs = sorted({os.path.dirname(p) for p in outside})
-            there = sum(os.path.lexists(p) for p in outside)
-            add(Finding("foreign-path", f"vllm_compile_cache.py points {len(outside)} of {len(handles)} graphs outside this "
-                                        f"rank's directory, into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} "
-                                        f"({there} exist there: vLLM loads them from that tree)"))
-        if missing:
-            add(Finding("incomplete", f"vllm_compile_cache.py lists {len(missing)} artifact(s) that are missing: "
-                                      f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}"))
+        reader = vllm_release(judge.version("vllm")) or vllm_release(facts.extra.get("vllm_version"))
+        facts.findings += handle_findings(handles, s.path, rank_dir, reader)
     for rel in real:
         top = rel.split("/", 1)[0]
         path = os.path.join(s.path, rel)
@@ -330,10 +433,12 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
             except OSError as exc:
                 add(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
                 continue
-            header, why = artifact_problem(data)
-            if why:
-                add(Finding("corrupt", f"{rel}: {why}"))
+            art = artifact_layout(data)
+            if art.code:
+                add(Finding(art.code, f"{rel}: {art.why}"))
             else:
+                seen = set(filter(None, facts.extra.get("artifact_layouts", "").split(", ")))
+                facts.extra["artifact_layouts"] = ", ".join(sorted(seen | {art.layout}))
                 arch, fs = inductor.arch_findings(inductor.device_props(data), judge, rel)
                 facts.findings += fs
                 if arch is not None:
@@ -362,15 +467,20 @@ def _same_tree(p: str, base: str) -> bool:
 
 
 def _judge_aot(name: str, s: _base.Survey, judge: Judge, facts) -> None:
-    """An AOT ``rank_<r>_<dp>`` dir: ``model`` (a pickle of the compiled function) and its temp files."""
+    """An AOT ``rank_<r>_<dp>`` dir: ``model`` (a pickle of the compiled function) and its temp files.
+
+    vLLM 0.20+ saves to ``model.<pid>.tmp`` and renames it; torch 2.12+ writes that through a
+    ``tempfile`` (``tmpXXXXXXXX``) it renames in turn. A dir with no ``model`` is a save that never
+    finished: vLLM treats it as a miss and compiles again, so it is an ``orphan``, not damage.
+    """
     facts.type = "aot"
     facts.extra["key_has_gpu"] = False
-    real = _orphans(s, judge, facts)
-    if s.is_dir and "model" not in real:
-        tmps = [f[0] for f in s.files if f[0].endswith(".tmp")]
-        if not tmps or all(judge.now - f[2] >= judge.orphan_age for f in s.files if f[0].endswith(".tmp")):
-            facts.findings.append(Finding("incomplete", "no model file: the AOT compile was never saved"
-                                          + (" (only temp files)" if tmps else "")))
+    real = _orphans(s, judge, facts, AOT_TEMP)
+    if s.is_dir and "model" not in real and len(real) == len(s.files):  # temp files are reported on their own
+        newest = s.newest if s.files else s.mtime
+        if judge.now - newest >= judge.orphan_age:
+            facts.findings.append(Finding("orphan", "no model file: an AOT save that never finished, "
+                                                    f"{int((judge.now - newest) // 60)} min old (vLLM compiles again)"))
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         try:
@@ -437,11 +547,13 @@ def _flashinfer_facts(name: str, judge: Judge, facts) -> None:
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read (never following a symlink, never unpickling) and judge one entry of a vLLM cache root.
 
-    Evidence per rule: ``corrupt`` for JSON, Python literals, pickles (framing) and cubins (ELF)
-    that do not parse, or empty artifacts; ``incomplete``/``foreign-path`` for artifacts that
-    ``vllm_compile_cache.py`` lists but are missing or outside the entry; ``stale`` when the
-    entry's own ``cache_key_factors.json`` names another vLLM version, GPU or torch CUDA than
-    this environment's, all of which vLLM's cache key holds.
+    Evidence per rule: ``corrupt`` for JSON, Python literals, pickles (framing), artifacts (CRC32,
+    length fields) and cubins (ELF) that do not parse; ``incomplete``/``foreign-path`` for the
+    artifacts ``vllm_compile_cache.py`` lists that the reading vLLM would find missing or load from
+    outside the entry; ``stale`` when the entry's own ``cache_key_factors.json`` names another vLLM
+    version, GPU or torch CUDA than this environment's, all of which vLLM's cache key holds;
+    ``orphan`` for old temp files and unfinished AOT saves. An artifact layout or a loader that
+    depends on an unknown release is ``unrecognised`` (info).
     """
     parts = name.split("/")
     if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
