@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.formats.elf import EM_CUDA
-from jitwarden.store.fsutil import read_nofollow
-from jitwarden.adapters._base import ElfHead, existing, elf_head_bytes, expand_partitions, survey, survey_findings  # noqa: F401 - expand_partitions is part of this adapter's interface
+from jitwarden.formats.elf import EM_CUDA, HEADER_SIZE, ElfHead, parse_head
+from jitwarden.store.fsutil import read_head
+from jitwarden.adapters._base import existing, expand_partitions, survey, survey_findings  # noqa: F401 - expand_partitions is part of this adapter's interface
 from jitwarden.adapters._base import root_findings as _root_findings
 
 KIND = "cuda-compute"
@@ -403,7 +403,7 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     output = elf = ptx_target = None
     if out.startswith(b"\x7fELF"):
         output = "cubin"
-        elf = elf_head_bytes(out[:64], min(out_len, max(size - out_off, 0)))
+        elf = parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0)))
     elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
         output = "ptx"
         t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
@@ -498,7 +498,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if s.files and not s.is_dir:
         size = s.files[0][1]
         try:
-            facts = parse_entry(read_nofollow(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
+            facts = parse_entry(read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
                                 name.replace("/", ""))
         except OSError as exc:
             out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))

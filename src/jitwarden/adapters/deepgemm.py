@@ -29,7 +29,7 @@ import re
 
 from jitwarden.formats.elf import EM_CUDA
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.formats.ptx import parse_header
@@ -190,7 +190,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         ptx_target = ptx_version = None
         if "kernel.ptx" in files:
             try:
-                hdr = parse_header(read_nofollow(os.path.join(path, "kernel.ptx"), 16384))
+                hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
                 ptx_target, ptx_version = hdr.target, hdr.version
                 if hdr.target is None:
                     out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))

@@ -21,7 +21,7 @@ import os
 import re
 
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_head
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.model.layout import is_reserved
 from jitwarden.adapters._base import (
@@ -223,7 +223,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     ninja = None
     if "build.ninja" in files:
         try:
-            ninja = parse_ninja(read_nofollow(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
+            ninja = parse_ninja(read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
         except OSError as exc:
             out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
 
