@@ -56,9 +56,9 @@ def main() -> None:
     for label, path in (("metadata json", js), ("cubin", cub)):
         size = os.path.getsize(path)
         base = min(timeit.repeat(lambda: plain_read(path, size), number=n, repeat=5)) / n
-        new = min(timeit.repeat(lambda: fsutil.read_nofollow(path, size_hint=size), number=n, repeat=5)) / n
+        new = min(timeit.repeat(lambda: fsutil.read_bytes(path, size_hint=size), number=n, repeat=5)) / n
         print(f"read {label} ({size} B): plain {base * 1e6:.2f} us, checked {new * 1e6:.2f} us, ratio {new / base:.2f}")
-    data = fsutil.read_nofollow(js)
+    data = fsutil.read_bytes(js)
     base = min(timeit.repeat(lambda: json.loads(data), number=n, repeat=5)) / n
     new = min(timeit.repeat(lambda: jsonlimits.loads(data), number=n, repeat=5)) / n
     print(f"parse metadata ({len(data)} B): json.loads {base * 1e6:.2f} us, jsonlimits.loads {new * 1e6:.2f} us, "

@@ -16,6 +16,7 @@ from itertools import chain
 from operator import attrgetter
 
 from jitwarden.env import locations
+from jitwarden.formats import elf
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR
@@ -321,66 +322,13 @@ def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> lis
 
 # ---------------------------------------------------------------- ELF headers (quick checks)
 
-_EHDR_HEAD = 64
 
+def elf_head(path: str, size: int) -> elf.ElfHead:
+    """:func:`jitwarden.formats.elf.parse_head` of the file ``path`` (no symlink followed), reading only its header;
+    ``size`` is the file's size from the survey. OSError propagates (reported as unreadable files are)."""
+    from jitwarden.store.fsutil import read_head
 
-@dataclass(frozen=True, slots=True)
-class ElfHead:
-    """What the 64-byte ELF header of a file says, with the file's size: enough for ``verify --quick``.
-
-    ``problem`` is set when the bytes are not an ELF64 little-endian header or the
-    section table the header names ends past the file (a truncated write).
-    """
-
-    machine: int | None = None
-    abi_version: int = 0
-    flags: int = 0
-    problem: str | None = None
-
-    @property
-    def machine_name(self) -> str | None:
-        from jitwarden.formats.elf import MACHINE_NAMES
-
-        return None if self.machine is None else MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
-
-    @property
-    def sm(self) -> int | None:
-        """A cubin's SM (as :func:`jitwarden.formats.elf.cubin_sm`), None when this is no CUDA ELF."""
-        from jitwarden.formats.elf import EM_CUDA
-
-        if self.machine != EM_CUDA or self.problem:
-            return None
-        return (self.flags >> 8) & 0xFF if self.abi_version >= 8 else self.flags & 0xFF
-
-
-def elf_head(path: str, size: int) -> ElfHead:
-    """Read only the ELF header of ``path`` (no symlink followed); ``size`` is the file's size from the survey.
-
-    OSError propagates (the caller reports it as it reports unreadable files).
-    """
-    from jitwarden.store.fsutil import read_nofollow
-
-    return elf_head_bytes(read_nofollow(path, _EHDR_HEAD), size)
-
-
-def elf_head_bytes(head: bytes, size: int) -> ElfHead:
-    """:func:`elf_head` of bytes already read: the first 64 bytes of an ELF file of ``size`` bytes."""
-    import struct
-
-    if len(head) < _EHDR_HEAD:
-        return ElfHead(problem=f"{len(head)} bytes is shorter than an ELF header")
-    if head[:4] != b"\x7fELF":
-        return ElfHead(problem="no ELF magic")
-    if head[4] != 2 or head[5] != 1:
-        return ElfHead(problem="not a 64-bit little-endian ELF file")
-    machine, = struct.unpack_from("<H", head, 18)
-    shoff, = struct.unpack_from("<Q", head, 40)
-    flags, = struct.unpack_from("<I", head, 48)
-    shentsize, shnum = struct.unpack_from("<HH", head, 58)
-    problem = None
-    if shnum and shoff + shnum * shentsize > size:
-        problem = f"section table ends past the file ({size} bytes): truncated"
-    return ElfHead(machine, head[8], flags, problem)
+    return elf.parse_head(read_head(path, elf.HEADER_SIZE), size)
 
 
 def older_than(mtime: float, judge, age: float | None = None) -> bool:
@@ -388,24 +336,20 @@ def older_than(mtime: float, judge, age: float | None = None) -> bool:
     return judge.now - mtime >= (judge.orphan_age if age is None else age)
 
 
-def cubin_findings(rel: str, head: ElfHead) -> list[Finding]:
+def cubin_findings(rel: str, head: elf.ElfHead) -> list[Finding]:
     """A cubin judged by its header: unparseable, or no CUDA code at all; [] when sound (``head.sm`` is its SM)."""
-    from jitwarden.formats.elf import EM_CUDA
-
     if head.problem:
         return [Finding("corrupt", f"{rel}: not a valid cubin: {head.problem}")]
-    if head.machine != EM_CUDA:
+    if head.machine != elf.EM_CUDA:
         return [Finding("mismatch", f"{rel} is an ELF for {head.machine_name}, not a CUDA cubin")]
     return []
 
 
-def so_findings(rel: str, head: ElfHead, host: str | None) -> list[Finding]:
+def so_findings(rel: str, head: elf.ElfHead, host: str | None) -> list[Finding]:
     """A host shared object judged by its header: unparseable, not host code at all, or built for another CPU."""
-    from jitwarden.formats.elf import EM_CUDA
-
     if head.problem:
         return [Finding("corrupt", f"{rel}: not a valid shared object: {head.problem}")]
-    if head.machine == EM_CUDA:
+    if head.machine == elf.EM_CUDA:
         return [Finding("mismatch", f"{rel} is a CUDA cubin, not a host shared object")]
     if host and head.machine_name != host:
         return [Finding("foreign-arch", f"{rel} is built for {head.machine_name}, this host is {host}: unreachable here")]

@@ -52,9 +52,10 @@ from typing import ClassVar
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
+from jitwarden.store.fsutil import read_head
 from jitwarden.env import locations
-from jitwarden.adapters.base import ElfHead, cubin_findings, elf_head_bytes, existing, set_vars, survey, survey_findings
+from jitwarden.adapters.base import cubin_findings, existing, set_vars, survey, survey_findings
 
 KIND = "cuda-compute"
 ROOT_RISK = None
@@ -394,7 +395,7 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     output = elf = ptx_target = None
     if out.startswith(b"\x7fELF"):
         output = "cubin"
-        elf = elf_head_bytes(out[:64], min(out_len, max(size - out_off, 0)))
+        elf = parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0)))
     elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
         output = "ptx"
         t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
@@ -519,7 +520,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if s.files and not s.is_dir:
         size = s.files[0].size
         try:
-            parsed = parse_entry(read_nofollow(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
+            parsed = parse_entry(read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
                                  name.replace("/", ""))
         except OSError as exc:
             out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))

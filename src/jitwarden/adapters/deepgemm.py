@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.ptx import parse_header
@@ -193,7 +193,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                     cubin_sm = arch = head.sm
         if "kernel.ptx" in files:
             try:
-                hdr = parse_header(read_nofollow(os.path.join(path, "kernel.ptx"), 16384))
+                hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
                 ptx_target, ptx_version = hdr.target, hdr.version
                 if hdr.target is None:
                     out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.env import locations
@@ -216,7 +216,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 etype = "building"
         if "build.ninja" in files and parsed:
             try:
-                text = read_nofollow(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
+                text = read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
                 targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
                 if targets:
                     facts = replace(facts, gencode=tuple(f"sm_{n}{suf}" for n, suf in targets))

@@ -31,7 +31,7 @@ from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
@@ -48,7 +48,6 @@ DEVPROPS = re.compile(
 KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
 FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
 TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
-ELF_MAGIC = b"\x7fELF"
 
 PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
 CUTLASS_DIR = "torch_cutlass"
@@ -230,21 +229,6 @@ def arch_findings(props, judge: Judge, what: str) -> tuple[int | None, list[Find
     return (archs[0] if len(archs) == 1 else None), out
 
 
-def elf_problem(data: bytes, size: int) -> tuple[int | None, str | None]:
-    """(e_machine, why the ELF is damaged) from the header alone: section table beyond the file = truncated."""
-    if len(data) < 64 or data[:4] != ELF_MAGIC:
-        return None, "not an ELF file"
-    if data[4] != 2 or data[5] != 1:
-        return None, "not a 64-bit little-endian ELF"
-    machine = int.from_bytes(data[18:20], "little")
-    shoff = int.from_bytes(data[40:48], "little")
-    shentsize = int.from_bytes(data[58:60], "little")
-    shnum = int.from_bytes(data[60:62], "little")
-    if shoff and shoff + shentsize * shnum > size:
-        return machine, f"truncated: its section table ends at byte {shoff + shentsize * shnum}, the file has {size}"
-    return machine, None
-
-
 def _host(judge: Judge) -> str | None:
     return judge.host_machine
 
@@ -366,13 +350,13 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, ki
         if judge.target_arch is not None and sm != judge.target_arch:
             add(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against sm_{judge.target_arch}: unreachable here"))
         return
-    if base.endswith((".so", ".o")) or data[:4] == ELF_MAGIC:
+    if base.endswith((".so", ".o")) or data[:4] == elf.MAGIC:
         facts.type = "library" if base.endswith(".so") else "object"
-        machine, why = elf_problem(data, size)
-        if why:
-            add(Finding("corrupt", f"{rel}: {why}"))
+        head = elf.parse_head(data, size)
+        if head.problem:
+            add(Finding("corrupt", f"{rel}: {head.problem}"))
             return
-        mname = elf.MACHINE_NAMES.get(machine, f"e_machine={machine}")
+        mname = head.machine_name
         facts.extra["machine"] = mname
         host = _host(judge)
         if host and mname != host:
@@ -397,8 +381,8 @@ def read_blob(path: str, rel: str, size: int) -> bytes:
     if rel.endswith(_SKIP_CONTENT):
         return b""
     if rel.endswith(_ELF_HEAD_ONLY):
-        return read_nofollow(path, 64)
-    return read_nofollow(path, size_hint=size)
+        return read_head(path, elf.HEADER_SIZE)
+    return read_bytes(path, size_hint=size)
 
 
 # ---------------------------------------------------------------- judging
@@ -533,7 +517,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         judge_tree(root, name, s, judge, group, facts)
         if not s.is_dir and s.files:
             try:
-                data = read_nofollow(s.path, size_hint=s.files[0].size)
+                data = read_bytes(s.path, size_hint=s.files[0].size)
             except OSError:
                 data = b""
             _local_cache(name, data, judge, facts)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_head
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import is_reserved
 from jitwarden.env import locations
@@ -221,7 +221,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     ninja = None
     if "build.ninja" in files:
         try:
-            ninja = parse_ninja(read_nofollow(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
+            ninja = parse_ninja(read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
         except OSError as exc:
             out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
 

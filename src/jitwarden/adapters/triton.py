@@ -18,10 +18,10 @@ from jitwarden.formats import elf
 from jitwarden.env import locations
 from jitwarden.store import partition, seal
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.model.layout import SEAL_FILE, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
 from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, survey, with_partitions
 
@@ -29,8 +29,6 @@ KIND = "triton"
 ROOT_RISK = None
 ROOT_CHECKS = ()
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
-_TMP_DIR = re.compile(r"^tmp\.pid_\d+_")
-_TMP_FILE = re.compile(r"\.tmp\.pid_\d+_")  # Triton <= 3.1 wrote <file>.tmp.pid_<pid>_<uuid>, then renamed it
 # Kernel dirs staged beside their final name, then renamed onto it: TorchInductor's TritonBundler.read_and_emit
 # (torch 2.9-2.15: tmp.<uuid4>, left behind when the rename finds the final dir already filled or the process
 # dies) and jitwarden's torch hook (tmp.jitwarden-<hex>). Their group files name the final dir; Triton never reads them.
@@ -145,9 +143,9 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     sv = survey(root, name, nested=False, links_within=path)
     if sv.is_symlink or not sv.is_dir:
         return EntryFacts(name, sv, read_errors=sv.errors)
-    files, tmps = [], [d for d in sv.dirs if _TMP_DIR.match(d.name)]
+    files, tmps = [], [d for d in sv.dirs if is_tmp_dir(d.name)]
     for f in sv.files:
-        (tmps if _TMP_FILE.search(f.name) else files).append(f)
+        (tmps if is_tmp_file(f.name) else files).append(f)
     errors = list(sv.errors)
     sizes = {f.name: f.size for f in files}  # one read() per file: the size is known from the stat
     names = sizes.keys()
@@ -158,7 +156,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     for fname in sorted(names):
         if fname.startswith("__grp__") and fname.endswith(".json"):
             try:
-                doc = jsonlimits.loads(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))
+                doc = jsonlimits.loads(read_bytes(os.path.join(path, fname), size_hint=sizes[fname]))
                 groups.append((fname, doc if isinstance(doc, dict) else None))
                 if not isinstance(doc, dict):
                     errors.append((fname, "group file is not a JSON object"))
@@ -181,7 +179,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
             metadata_file = candidates[0]
     if metadata_file is not None:
         try:
-            doc = jsonlimits.loads(read_nofollow(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
+            doc = jsonlimits.loads(read_bytes(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
             if isinstance(doc, dict):
                 metadata = doc
             else:
@@ -195,7 +193,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if cubins:
         cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
         try:
-            cubin = elf.parse(read_nofollow(os.path.join(path, cubin_file), size_hint=sizes[cubin_file]))
+            cubin = elf.parse(read_bytes(os.path.join(path, cubin_file), size_hint=sizes[cubin_file]))
         except OSError as exc:
             errors.append((cubin_file, f"unreadable: {exc.strerror}"))
         except elf.ElfError as exc:
@@ -204,13 +202,13 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     if ptxs:
         ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
         try:
-            ptx_head = read_nofollow(os.path.join(path, ptx_file), _PTX_HEAD)
+            ptx_head = read_head(os.path.join(path, ptx_file), _PTX_HEAD)
         except OSError as exc:
             errors.append((ptx_file, f"unreadable: {exc.strerror}"))
     for fname in sorted(names):
         if fname.endswith(".so"):
             try:
-                launchers.append((fname, elf.parse(read_nofollow(os.path.join(path, fname), size_hint=sizes[fname]))))
+                launchers.append((fname, elf.parse(read_bytes(os.path.join(path, fname), size_hint=sizes[fname]))))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except elf.ElfError as exc:
@@ -218,7 +216,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
                 errors.append((fname, f"not a valid shared object: {exc}"))
         elif fname.endswith(".autotune.json"):
             try:
-                jsonlimits.loads(read_nofollow(os.path.join(path, fname)))
+                jsonlimits.loads(read_bytes(os.path.join(path, fname)))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

@@ -37,7 +37,7 @@ from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.adapters import inductor
@@ -417,7 +417,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     add = facts.findings.append
     if "cache_key_factors.json" in files:
         try:
-            doc = jsonlimits.loads(read_nofollow(os.path.join(s.path, "cache_key_factors.json")))
+            doc = jsonlimits.loads(read_bytes(os.path.join(s.path, "cache_key_factors.json")))
             got = factors_facts(doc)
             facts.extra.update(got)
             facts.findings += _version_findings(got, judge)
@@ -428,7 +428,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     rank_dir = os.path.dirname(s.path)
     if "vllm_compile_cache.py" in files:
         try:
-            handles = _handles(read_nofollow(os.path.join(s.path, "vllm_compile_cache.py")))
+            handles = _handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py")))
         except OSError as exc:
             handles = []
             add(Finding("corrupt", f"vllm_compile_cache.py: unreadable: {exc.strerror}"))
@@ -444,7 +444,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
         size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
             try:
-                data = read_nofollow(path, size_hint=size)
+                data = read_bytes(path, size_hint=size)
             except OSError as exc:
                 add(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
                 continue
@@ -499,7 +499,7 @@ def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         try:
-            data = read_nofollow(path)
+            data = read_bytes(path)
         except OSError as exc:
             facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
             continue
@@ -521,7 +521,7 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         if rel.endswith(".cubin"):
             try:
-                sm = elf.cubin_sm(elf.parse(read_nofollow(path)))
+                sm = elf.cubin_sm(elf.parse(read_bytes(path)))
             except OSError as exc:
                 facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
                 continue
@@ -534,7 +534,7 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
                                                               f"sm_{judge.target_arch}: unreachable here"))
         elif rel.endswith(".json"):
             try:
-                jsonlimits.loads(read_nofollow(path))
+                jsonlimits.loads(read_bytes(path))
             except OSError as exc:
                 facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 
-KINDS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("vllm", "VLLM_CACHE_ROOT"),
-         ("torch-ext", "TORCH_EXTENSIONS_DIR"))
-"""The cache kinds activation partitions, each by the variable its tool reads."""
+PARTITION_VARS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
+                  ("vllm", "VLLM_CACHE_ROOT"), ("torch-ext", "TORCH_EXTENSIONS_DIR"))
+"""(kind, variable its tool reads) of each cache kind activation partitions; every kind jitwarden
+knows is :data:`jitwarden.adapters.KINDS`."""
 
 
 def home(env) -> str:
@@ -63,7 +64,7 @@ def torch_extensions_dir(env) -> str:
 
 
 def default_base(kind: str, env) -> str:
-    """The root of one cache kind of :data:`KINDS` for ``env``."""
+    """The root of one cache kind of :data:`PARTITION_VARS` for ``env``."""
     if kind == "triton":
         return triton_cache_dir(env)[0]
     if kind == "inductor":

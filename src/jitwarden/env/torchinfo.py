@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import sys
 from dataclasses import dataclass
 
@@ -149,9 +148,11 @@ def arch_flags(path: str) -> tuple[str, ...] | None:
     The flags are a whole C string of ``sm_XX``/``compute_XX`` tokens separated by single
     spaces; the longest such string wins (a lone token elsewhere is not taken for it).
     """
+    from jitwarden.formats.elf import file_sections  # only when the library is read (not memoized)
+
     try:
         with open(path, "rb") as f:
-            sections = elf_sections(f)
+            sections = file_sections(f)
             if not sections or ".rodata" not in sections:
                 return None
             off, size = sections[".rodata"]
@@ -159,61 +160,7 @@ def arch_flags(path: str) -> tuple[str, ...] | None:
                 return None
             f.seek(off)
             data = f.read(size) + b"\0"
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError):
         return None
     best = max((m.group(1) for m in _FLAGS.finditer(data)), key=lambda b: (b.count(b" "), len(b)), default=None)
     return tuple(best.decode("ascii").split()) if best else None
-
-
-# --- seek-based ELF section table ----------------------------------------------------
-
-
-def elf_sections(f) -> dict[str, tuple[int, int]] | None:
-    """name -> (file offset, size) of every section of an open little-endian ELF file."""
-    f.seek(0)
-    ident = f.read(64)
-    if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[5] != 1:
-        return None
-    is64 = ident[4] == 2
-    if is64:
-        shoff, = struct.unpack_from("<Q", ident, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
-        fmt, off_i, size_i = "<IIQQQQIIQQ", 4, 5
-    else:
-        shoff, = struct.unpack_from("<I", ident, 0x20)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x2E)
-        fmt, off_i, size_i = "<IIIIIIIIII", 4, 5
-    if shoff == 0 or shentsize < struct.calcsize(fmt):
-        return None
-
-    def header(i):
-        f.seek(shoff + i * shentsize)
-        raw = f.read(struct.calcsize(fmt))
-        if len(raw) < struct.calcsize(fmt):
-            raise ValueError("truncated section header")
-        return struct.unpack(fmt, raw)
-
-    first = header(0)
-    if shnum == 0:
-        shnum = first[size_i]
-    if shstrndx == 0xFFFF:
-        shstrndx = first[6]
-    if shnum > 100_000 or shstrndx >= shnum:
-        return None
-    f.seek(shoff)
-    table = f.read(shnum * shentsize)
-    if len(table) < shnum * shentsize:
-        return None
-    rows = [struct.unpack_from(fmt, table, i * shentsize) for i in range(shnum)]
-    stroff, strsize = rows[shstrndx][off_i], rows[shstrndx][size_i]
-    if strsize > 64 << 20:
-        return None
-    f.seek(stroff)
-    strtab = f.read(strsize)
-    out = {}
-    for r in rows:
-        end = strtab.find(b"\0", r[0])
-        name = strtab[r[0]:end if end >= 0 else None].decode("ascii", "replace")
-        if name and r[1] != 8:  # SHT_NOBITS has no file content
-            out[name] = (r[off_i], r[size_i])
-    return out

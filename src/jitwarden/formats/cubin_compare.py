@@ -8,7 +8,7 @@ section, value, size) rather than by raw string-table offsets.
 
 Only the sections in :data:`IGNORED_SECTIONS` (and their relocation and Blackwell
 ``.nv.merc`` twins) are left out, each for a stated reason. Their differences are
-still reported back (``Comparison.ignored``) so the caller can say what it ignored.
+still reported back (``CubinComparison.ignored``) so the caller can say what it ignored.
 
 Stdlib only.
 """
@@ -56,7 +56,7 @@ SHT_REL = 9
 SHF_INFO_LINK = 0x40
 
 @dataclass(frozen=True, slots=True)
-class Comparison:
+class CubinComparison:
     """The result of comparing two cubins."""
 
     identical: bool  # byte for byte
@@ -119,18 +119,18 @@ def _link_name(p: Elf, s: Section, field: int, as_index: bool) -> object:
     return p.name_of(field) if as_index else field
 
 
-def compare(cached: bytes, rebuilt: bytes) -> Comparison:
+def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
     """Compare ``cached`` with ``rebuilt``; see the module docstring for what counts."""
     if cached == rebuilt:
-        return Comparison(True, True)
+        return CubinComparison(True, True)
     try:
         a = parse(cached)
     except ElfError as exc:
-        return Comparison(False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0)
+        return CubinComparison(False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0)
     try:
         b = parse(rebuilt)
     except ElfError as exc:  # pragma: no cover - ptxas wrote garbage
-        return Comparison(False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0)
+        return CubinComparison(False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0)
 
     diffs: list[tuple[str, str | None, int | None]] = []
 
@@ -213,11 +213,11 @@ def compare(cached: bytes, rebuilt: bytes) -> Comparison:
         elif ha != hb:
             note(f"section {sa.name} header differs: {ha} vs {hb}", sa.name, None)
     if not diffs:
-        return Comparison(False, True, (), None, None, tuple(ignored))
+        return CubinComparison(False, True, (), None, None, tuple(ignored))
     # Code-section differences first (most telling), then the rest in file order.
     diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
     msg0, sec, off = diffs[0]
-    return Comparison(False, False, tuple(d[0] for d in diffs), sec, off, tuple(ignored))
+    return CubinComparison(False, False, tuple(d[0] for d in diffs), sec, off, tuple(ignored))
 
 
 # ---------------------------------------------------------------- several rebuilds of one PTX

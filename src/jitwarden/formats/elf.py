@@ -1,9 +1,16 @@
-"""A small, strict ELF64 reader for cubins and launcher modules (stdlib only).
+"""jitwarden's one ELF reader: cubins, launcher modules, host libraries (stdlib only, no disk access).
 
-It reads what jitwarden judges by: the header (machine, ABI version, flags),
-the section table, function symbols and ELF notes. Anything out of bounds
-raises :class:`ElfError` rather than guessing, so a truncated or damaged file
-is reported as such.
+Three entry points over one set of header rules, cheapest first:
+
+- :func:`parse_head`: the 64-byte header alone (machine, ABI version, flags) and whether the
+  section table it names fits in the file: what ``verify --quick`` judges a library or a
+  cubin by without reading it whole;
+- :func:`parse`: a whole ELF64 file held in memory: section table, function symbols, notes;
+- :func:`file_sections`: the section table of an open file, by seeking, for libraries too
+  large to read whole (``libtorch_cuda.so``: ~1 GB).
+
+Anything out of bounds is an :class:`ElfError` (or a ``problem`` of the head) rather than a
+guess, so a truncated or damaged file is reported as such.
 """
 
 from __future__ import annotations
@@ -19,19 +26,79 @@ EM_PPC64 = 21
 
 MACHINE_NAMES = {EM_CUDA: "cuda", EM_X86_64: "x86_64", EM_AARCH64: "aarch64", EM_PPC64: "ppc64le"}
 
+MAGIC = b"\x7fELF"
+
 SHT_SYMTAB = 2
 SHT_NOTE = 7
 SHT_NOBITS = 8
 STT_FUNC = 2
 
 EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+HEADER_SIZE = EHDR.size
+"""Bytes of an ELF64 header: all :func:`parse_head` needs of a file."""
 SHDR = struct.Struct("<IIQQQQIIQQ")
+_EHDR32 = struct.Struct("<16sHHIIIIIHHHHHH")
+_SHDR32 = struct.Struct("<IIIIIIIIII")
 SYM = struct.Struct("<IBBHQQ")
 PHDR = struct.Struct("<IIQQQQQQ")
 
 
 class ElfError(ValueError):
     """The bytes are not a well-formed ELF64 little-endian file."""
+
+
+def machine_name(machine: int) -> str:
+    """``cuda``, ``x86_64``, ... for an ``e_machine`` value (``e_machine=N`` for one we do not name)."""
+    return MACHINE_NAMES.get(machine, f"e_machine={machine}")
+
+
+@dataclass(frozen=True, slots=True)
+class ElfHead:
+    """What an ELF64 header alone says; ``problem`` is set when the bytes are no ELF64 little-endian
+    header, or the section table the header names ends past the file (a truncated write)."""
+
+    machine: int | None = None
+    abi_version: int = 0
+    flags: int = 0
+    problem: str | None = None
+
+    @property
+    def machine_name(self) -> str | None:
+        return None if self.machine is None else machine_name(self.machine)
+
+    @property
+    def sm(self) -> int | None:
+        """A cubin's SM (:func:`cubin_sm`), None when this is no sound CUDA ELF header."""
+        if self.machine != EM_CUDA or self.problem:
+            return None
+        return cubin_sm(self)
+
+
+def _header(data: bytes, size: int) -> tuple[tuple | None, str | None]:
+    """(the ELF64 header's fields, why the file is unsound): the checks :func:`parse_head` and :func:`parse` share.
+
+    The fields are None when ``data`` holds no ELF64 little-endian header; the reason is set
+    then, or when the section table the header names ends past the file's ``size`` bytes.
+    """
+    if len(data) < EHDR.size:
+        return None, f"{len(data)} bytes is shorter than an ELF header"
+    if data[:4] != MAGIC:
+        return None, "no ELF magic"
+    if data[4] != 2 or data[5] != 1:
+        return None, "not a 64-bit little-endian ELF file"
+    fields = EHDR.unpack_from(data, 0)
+    shoff, shentsize, shnum = fields[6], fields[11], fields[12]
+    if shnum and shoff + shnum * shentsize > size:
+        return fields, f"section table ends past the file ({size} bytes): truncated"
+    return fields, None
+
+
+def parse_head(data: bytes, size: int) -> ElfHead:
+    """The header of an ELF file of ``size`` bytes that starts with ``data`` (:data:`HEADER_SIZE` bytes suffice)."""
+    fields, why = _header(data, size)
+    if fields is None:
+        return ElfHead(problem=why)
+    return ElfHead(fields[2], data[8], fields[7], why)
 
 
 class Section(NamedTuple):
@@ -61,7 +128,7 @@ class Elf:
 
     @property
     def machine_name(self) -> str:
-        return MACHINE_NAMES.get(self.machine, f"e_machine={self.machine}")
+        return machine_name(self.machine)
 
     def section(self, name: str) -> Section | None:
         for s in self.sections:
@@ -118,15 +185,15 @@ class Elf:
 
 
 def parse(data: bytes) -> Elf:
-    """Parse an ELF64 LE file held in memory; raise ElfError on any inconsistency."""
-    if len(data) < EHDR.size:
-        raise ElfError(f"{len(data)} bytes is shorter than an ELF header")
+    """Parse an ELF64 LE file held in memory; raise ElfError on any inconsistency.
+
+    The header is judged first by :func:`parse_head`'s rules, so both say the same of one file.
+    """
+    fields, why = _header(data, len(data))
+    if why:
+        raise ElfError(why)
     (ident, etype, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum, shentsize, shnum,
-     shstrndx) = EHDR.unpack_from(data, 0)
-    if ident[:4] != b"\x7fELF":
-        raise ElfError("no ELF magic")
-    if ident[4] != 2 or ident[5] != 1:
-        raise ElfError("not a 64-bit little-endian ELF file")
+     shstrndx) = fields
     limit = len(data)
     header = (("e_ident", ident), ("e_type", etype), ("e_machine", machine), ("e_version", version),
               ("e_entry", entry), ("e_flags", flags), ("e_ehsize", ehsize), ("e_phentsize", phentsize),
@@ -139,7 +206,7 @@ def parse(data: bytes) -> Elf:
                       in PHDR.iter_unpack(data[phoff : phoff + phnum * phentsize]))
     if shnum == 0:
         return Elf(machine, ident[8], flags, (), data, header, phdrs)
-    if shentsize != SHDR.size or shoff + shnum * shentsize > limit:
+    if shentsize != SHDR.size:
         raise ElfError(f"section table ends past the file ({limit} bytes): truncated")
     raw = list(SHDR.iter_unpack(data[shoff : shoff + shnum * shentsize]))
     if shstrndx >= shnum:
@@ -158,8 +225,8 @@ def parse(data: bytes) -> Elf:
     return Elf(machine, ident[8], flags, tuple(sections), data, header, phdrs)
 
 
-def cubin_sm(elf: Elf) -> int:
-    """The SM a cubin was assembled for, from ``e_flags`` in either ABI layout.
+def cubin_sm(elf: Elf | ElfHead) -> int:
+    """The SM a cubin was assembled for, from ``e_flags`` in either ABI layout (a whole file or its head).
 
     ABI version 7 keeps it in the low byte (sm_90a: 0x5a0d5a), version 8 in
     bits 8-15 (sm_120a: 0x900780a).
@@ -178,3 +245,52 @@ def tkinfo(elf: Elf) -> tuple[str, ...] | None:
             text = [s for s in strings if s.isprintable() and len(s) > 2]
             return tuple(text)
     return None
+
+
+def file_sections(f) -> dict[str, tuple[int, int]] | None:
+    """name -> (file offset, size) of every section with file content, read from the open binary file ``f``
+    by seeking: only the header, the section table and the name table are read.
+
+    For libraries too large to read whole; 32- and 64-bit little-endian files, extended section
+    counts included. None when ``f`` is no such ELF file or its table is implausible; a header
+    cut short raises ValueError, a failed read OSError.
+    """
+    f.seek(0)
+    ident = f.read(EHDR.size)
+    if len(ident) < _EHDR32.size or ident[:4] != MAGIC or ident[5] != 1:
+        return None
+    ehdr, shdr = (EHDR, SHDR) if ident[4] == 2 else (_EHDR32, _SHDR32)
+    if len(ident) < ehdr.size:
+        return None
+    *_, shoff, _flags, _eh, _pe, _pn, shentsize, shnum, shstrndx = ehdr.unpack_from(ident, 0)
+    if shoff == 0 or shentsize < shdr.size:
+        return None
+
+    f.seek(shoff)
+    first = f.read(shdr.size)
+    if len(first) < shdr.size:
+        raise ValueError("truncated section header")
+    first = shdr.unpack(first)
+    if shnum == 0:  # more than 0xff00 sections: the count is in section 0's size
+        shnum = first[5]
+    if shstrndx == 0xFFFF:  # SHN_XINDEX: the index is in section 0's link
+        shstrndx = first[6]
+    if shnum > 100_000 or shstrndx >= shnum:
+        return None
+    f.seek(shoff)
+    table = f.read(shnum * shentsize)
+    if len(table) < shnum * shentsize:
+        return None
+    rows = [shdr.unpack_from(table, i * shentsize) for i in range(shnum)]
+    stroff, strsize = rows[shstrndx][4], rows[shstrndx][5]
+    if strsize > 64 << 20:
+        return None
+    f.seek(stroff)
+    strtab = f.read(strsize)
+    out = {}
+    for r in rows:
+        end = strtab.find(b"\0", r[0])
+        name = strtab[r[0]:end if end >= 0 else None].decode("ascii", "replace")
+        if name and r[1] != SHT_NOBITS:
+            out[name] = (r[4], r[5])
+    return out

@@ -16,9 +16,16 @@ MAX_DEPTH = 64
 MAX_BYTES = 64 << 20
 """Larger than any cache JSON we read (the biggest seen: vLLM factors, ~100 KB)."""
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_PAIR = re.compile(rb"\[\]|\{\}")
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKETS_ONLY = None  # (strings, empty pairs, non-brackets), built on the first input that looks deep:
+# activation reads partition info through here in every process, and compiling costs more than the rest
+
+
+def _brackets_only() -> tuple:
+    global _BRACKETS_ONLY
+    if _BRACKETS_ONLY is None:  # two threads at once build the same tuple twice, harmlessly
+        _BRACKETS_ONLY = (re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S), re.compile(rb"\[\]|\{\}"),
+                          bytes(b for b in range(256) if b not in b"[]{}"))
+    return _BRACKETS_ONLY
 
 
 class JsonLimitError(ValueError):
@@ -34,11 +41,12 @@ def deeper_than(data: bytes, max_depth: int) -> bool:
     """
     if data.count(b"[") + data.count(b"{") <= max_depth:  # the usual case: cannot be too deep
         return False
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    strings, pairs, not_bracket = _brackets_only()
+    brackets = strings.sub(b"", data).translate(None, not_bracket)
     for _ in range(max_depth):
         if not brackets:
             return False
-        shorter = _PAIR.sub(b"", brackets)
+        shorter = pairs.sub(b"", brackets)
         if shorter == brackets:  # unbalanced: not JSON either way; refuse it here when it could recurse deep
             return len(brackets) > max_depth
         brackets = shorter

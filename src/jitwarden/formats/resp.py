@@ -8,6 +8,7 @@ one timeout, never a hung workload. Not thread-safe: one client per thread or a 
 from __future__ import annotations
 
 import socket
+from operator import itemgetter
 from urllib.parse import unquote, urlsplit
 
 
@@ -23,11 +24,7 @@ class Address(tuple):
     def __new__(cls, host: str, port: int, db: int = 0, username: str | None = None, password: str | None = None):
         return tuple.__new__(cls, (host, port, db, username, password))
 
-    host = property(lambda self: self[0])
-    port = property(lambda self: self[1])
-    db = property(lambda self: self[2])
-    username = property(lambda self: self[3])
-    password = property(lambda self: self[4])
+    host, port, db, username, password = (property(itemgetter(i)) for i in range(5))
 
     def display(self) -> str:
         """The address without its credentials, for log lines."""

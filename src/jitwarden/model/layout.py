@@ -19,8 +19,60 @@ PARTITION_INFO = ".jitwarden-partition.json"
 TRASH_DIR = ".jitwarden-trash"
 """``<root>/.jitwarden-trash/``: quarantine slots being deleted (renamed here first, then removed)."""
 
+# Two locks, one file name. The root lock and the entry lock live in different directories, so
+# the shared name never makes them one file; it stays shared on disk because jitwarden's own
+# version is not part of the partition fingerprint (and JITWARDEN_PARTITION=0 shares the root
+# itself): two jitwarden versions, say a CLI from pipx and the guard in a training venv, act on
+# the same entries, and a renamed lock file would let them miss each other's locks.
+
+ROOT_LOCK_FILE = ".jitwarden-lock"
+"""``<root>/.jitwarden-lock``: held exclusively by commands that change the root (see :mod:`jitwarden.store.locks`)."""
+
+ENTRY_LOCK_FILE = ".jitwarden-lock"
+"""``<entry>/.jitwarden-lock``: shared while verifying an entry, exclusive while sealing or quarantining it
+(see :mod:`jitwarden.store.entrylock`)."""
+
+ENTRY_WRITERS_FILE = ".jitwarden-writers"
+"""``<entry>/.jitwarden-writers``: held shared by each writer of the entry, from its first file to its group."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 
 def is_reserved(name: str) -> bool:
     return name in RESERVED or name.startswith(".jitwarden")
+
+
+# ---------------------------------------------------------------- names Triton's writers leave behind
+# Matched with str methods, not regexes: activation imports this module in every process.
+
+TMP_DIR_PREFIX = "tmp.pid_"
+"""Triton >= 3.2 writes an entry's files into ``<entry>/tmp.pid_<pid>_<uuid>/``, then renames each out."""
+
+TMP_FILE_INFIX = ".tmp.pid_"
+"""Triton <= 3.1 wrote ``<file>.tmp.pid_<pid>_<uuid>``, then renamed it to ``<file>``."""
+
+
+def _pid_tag(rest: str) -> bool:
+    """Whether ``rest`` starts with ``<pid>_`` (one or more digits, then an underscore)."""
+    pid, sep, _ = rest.partition("_")
+    return bool(sep) and pid.isdecimal()
+
+
+def is_tmp_dir(name: str) -> bool:
+    """A Triton writer's temporary directory name (``tmp.pid_<pid>_…``)."""
+    return name.startswith(TMP_DIR_PREFIX) and _pid_tag(name[len(TMP_DIR_PREFIX):])
+
+
+def is_tmp_file(name: str) -> bool:
+    """A Triton writer's temporary file name (``….tmp.pid_<pid>_…``)."""
+    at = name.find(TMP_FILE_INFIX)
+    while at >= 0:
+        if _pid_tag(name[at + len(TMP_FILE_INFIX):]):
+            return True
+        at = name.find(TMP_FILE_INFIX, at + 1)
+    return False
+
+
+def is_write_leftover(name: str) -> bool:
+    """Either of a writer's temporary names: what an interrupted write leaves behind."""
+    return is_tmp_dir(name) or is_tmp_file(name)

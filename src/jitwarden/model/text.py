@@ -102,14 +102,6 @@ def human_age(mtime: float | None, now: float | None = None) -> str:
     return human_duration((time.time() if now is None else now) - mtime)
 
 
-def truthy(value) -> bool:
-    """Whether a setting's text means yes: ``1``, ``true``, ``yes``, ``on`` or ``y``, any case, spaces around."""
-    return isinstance(value, (str, int)) and str(value).strip().lower() in _TRUE
-
-
-_TRUE = frozenset({"1", "true", "yes", "on", "y"})
-
-
 def display(text: str) -> str:
     """A path or name safe to print on one line: undecodable bytes as ``\\xNN``, control characters escaped."""
     if isinstance(text, bytes):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from jitwarden.store import partition, seal
 from jitwarden.model.layout import is_reserved
-from jitwarden.env.locations import KINDS, default_base
+from jitwarden.env.locations import PARTITION_VARS, default_base
 
 SCHEMA = 1
 FORMAT = "jitwarden-bundle"
@@ -38,7 +38,9 @@ MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 MAX_MANIFEST = 64 << 20
 _MEMBER = re.compile(r"entries/(\d{1,9})/([^/]+)\Z")
-PARTITIONED = tuple(k for k, _v in KINDS)
+PARTITIONED = tuple(k for k, _v in PARTITION_VARS)
+ACTIONS = ("installed", "present", "skipped")
+"""What import does with one entry of a bundle."""
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -253,7 +255,7 @@ class Outcome:
 
     kind: str
     path: str
-    action: str  # installed, present, skipped
+    action: str  # one of ACTIONS
     why: str = ""
     dest: str | None = None
     bytes: int = 0
@@ -334,7 +336,7 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False) -> tuple[tarfi
 def destinations(manifest: Manifest, digest: str, env) -> dict:
     """kind -> this environment's partition dir of ``digest`` for every kind the bundle carries."""
     out = {}
-    for kind, var in KINDS:
+    for kind, var in PARTITION_VARS:
         if any(e.kind == kind for e in manifest.entries):
             cur = env.get(var)
             base = partition.base_of(cur) if cur else default_base(kind, env)
@@ -518,10 +520,8 @@ class ImportReport:
     extra: dict = field(default_factory=dict)
 
     def counts(self) -> dict:
-        c = {"installed": 0, "present": 0, "skipped": 0}
-        for o in self.outcomes:
-            c[o.action] += 1
-        return c
+        """How many entries were installed, already present, skipped."""
+        return {action: sum(o.action == action for o in self.outcomes) for action in ACTIONS}
 
     def to_json(self) -> dict:
         return {"schema": 1, "bundle": self.path, "digest": {"bundle": self.digest_bundle, "here": self.digest_here},

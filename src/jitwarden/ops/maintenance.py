@@ -14,20 +14,16 @@ A kill at any moment leaves each entry wholly in place or wholly in quarantine.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jitwarden.store import quarantine as q
-from jitwarden.store.locks import LOCK_NAME
-from jitwarden.model.layout import TRASH_DIR
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
 
 if TYPE_CHECKING:  # plans import this module to carry themselves out
     from jitwarden.ops.plans import Action, PruneAction
-
-_LEFTOVER = re.compile(r"^tmp\.pid_\d+_|\.tmp\.pid_\d+_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +59,7 @@ def leftovers(path: str, now: float, orphan_age: float) -> tuple[list[str], list
     try:
         with os.scandir(path) as it:
             for e in it:
-                if not _LEFTOVER.search(e.name):
+                if not is_write_leftover(e.name):
                     continue
                 try:
                     age = now - e.stat(follow_symlinks=False).st_mtime
@@ -149,7 +145,7 @@ def partition_facts(base: str, path: str, digest: str, last_used: float | None, 
     """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
     from jitwarden.ops.plans import PartitionFacts
 
-    total, newest = q.tree_stats(path, skip=frozenset({LOCK_NAME}))  # our own lock file is not a use
+    total, newest = q.tree_stats(path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE}))  # our own locks are no use
     if not last_used:
         try:
             last_used = os.lstat(path).st_mtime

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from jitwarden.store import partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
-from jitwarden.env.locations import KINDS, default_base
+from jitwarden.env.locations import PARTITION_VARS, default_base
 
 LAST_VERIFY = "last-verify.json"
 
@@ -103,7 +103,7 @@ def collect(env=None, current: str | None = None) -> list[Sample]:
             out.append(Sample("jitwarden_remote_puts_total", (), v))
         elif k in ("local-hit", "local-miss"):
             out.append(Sample("jitwarden_local_lookups_total", (("result", k[6:]),), v))
-    for kind, var in KINDS:
+    for kind, var in PARTITION_VARS:
         cur = env.get(var)
         base = partition.base_of(cur) if cur else default_base(kind, env)
         try:

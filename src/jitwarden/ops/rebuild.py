@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from jitwarden.formats import cubin_compare
 from jitwarden.env import ptxas
 from jitwarden.adapters import triton as tri
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.findings import Finding
+from jitwarden.model.flags import parse_flag
 from jitwarden.formats.ptx import parse_header
-from jitwarden.model.text import truthy
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
 PTXAS_TIMEOUT_S = 900.0
@@ -117,7 +117,7 @@ def _env_true(md: dict, key: str) -> bool:
     v = md.get(key)
     if isinstance(v, bool):
         return v
-    return truthy(v)
+    return parse_flag(v) is True
 
 
 class RefusedOption(ValueError):
@@ -554,7 +554,7 @@ class _Engine:
             _unlink(out)
             return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
         try:
-            data = read_nofollow(out)
+            data = read_bytes(out)
         except OSError as exc:
             return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
         finally:
@@ -605,11 +605,11 @@ class _Engine:
             return _unverifiable(f"{facts.metadata_file}: {exc}")
         w.arch = arch
         try:
-            ptx = read_nofollow(os.path.join(w.path, facts.ptx_file))
+            ptx = read_bytes(os.path.join(w.path, facts.ptx_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.ptx_file}: {exc.strerror}")
         try:
-            cached = read_nofollow(os.path.join(w.path, facts.cubin_file))
+            cached = read_bytes(os.path.join(w.path, facts.cubin_file))
         except OSError as exc:
             return _unverifiable(f"cannot read {facts.cubin_file}: {exc.strerror}")
         stamp = _stamp(w.path, facts.ptx_file, facts.cubin_file)
@@ -722,7 +722,7 @@ class _Engine:
                + _diff_hint(kept))
         return RebuildResult("not-reproducible", None, msg, (Finding("not-reproducible", msg),))
 
-    def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.Comparison, cached: bytes, arch: int,
+    def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.CubinComparison, cached: bytes, arch: int,
                  producer: str, tried, note: str = "") -> RebuildResult:
         how = ("byte for byte" if cmp.identical else f"{cmp.summary()}") + note
         if c.environment:

@@ -35,7 +35,8 @@ import sys
 
 from jitwarden.env import locations
 from jitwarden.store import partition
-from jitwarden.env.locations import KINDS, default_base
+from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.model.flags import parse_flag
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 _REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"  # remote_wiring.REMOTE_MANAGER
@@ -89,14 +90,6 @@ class Activation:
         return {"schema": 1, "digest": self.digest, "partitions": dict(self.partitions),
                 "cache_manager": self.cache_manager, "warnings": list(self.warnings),
                 "skipped": dict(self.skipped), "headline": self.headline}
-
-
-def _off(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("0", "false", "no", "off")
-
-
-def _on(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _triton_knobs():
@@ -237,7 +230,7 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
     installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
-    touched = [var for _k, var in KINDS] + ["TRITON_CACHE_MANAGER"]
+    touched = [var for _k, var in PARTITION_VARS] + ["TRITON_CACHE_MANAGER"]
     before = {k: target.get(k) for k in touched}
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
@@ -281,16 +274,16 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     """
     env = os.environ if env is None else env
     out = []
-    if _on(env.get("JITWARDEN_DISABLE")):
+    if parse_flag(env.get("JITWARDEN_DISABLE")) is True:
         out.append((f"JITWARDEN_DISABLE={env['JITWARDEN_DISABLE']}",
                     "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
                     "unset JITWARDEN_DISABLE"))
-    if _off(env.get("JITWARDEN_PARTITION")):
+    if parse_flag(env.get("JITWARDEN_PARTITION")) is False:
         out.append((f"JITWARDEN_PARTITION={env['JITWARDEN_PARTITION']}",
                     "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
                     "driver or GPU built into the shared root",
                     "unset JITWARDEN_PARTITION"))
-    if _off(env.get("JITWARDEN_SWEEP")):
+    if parse_flag(env.get("JITWARDEN_SWEEP")) is False:
         out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
                     "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
                     "Triton guard never sees",
@@ -310,14 +303,14 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
     under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in one of
     ``partitions`` are sealed under its digest, others under none (as the guard does).
     """
-    if _off(env.get("JITWARDEN_SWEEP")) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
+    if parse_flag(env.get("JITWARDEN_SWEEP")) is False or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
         from jitwarden.runtime import sweep
 
         out: list[str] = []
         proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
-        for kind, var in KINDS:
+        for kind, var in PARTITION_VARS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
@@ -341,7 +334,7 @@ def _fingerprint(env):
 
 
 def _activate(env, roots, quiet, knobs) -> Activation:
-    if _on(env.get("JITWARDEN_DISABLE")):
+    if parse_flag(env.get("JITWARDEN_DISABLE")) is True:
         return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": "JITWARDEN_DISABLE is set"})
     fp = _fingerprint(env)
     digest = fp.digest
@@ -352,8 +345,8 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     unpartitioned_triton = None
 
     in_use: dict = {}
-    no_partition = _off(env.get("JITWARDEN_PARTITION"))
-    for kind, var in KINDS:
+    no_partition = parse_flag(env.get("JITWARDEN_PARTITION")) is False
+    for kind, var in PARTITION_VARS:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)

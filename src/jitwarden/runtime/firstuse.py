@@ -42,9 +42,10 @@ _totals = {"proven": 0, "refuted": 0, "unproven": 0, "seconds": 0.0}
 
 
 def enabled(env=None) -> bool:
-    """False only when ``JITWARDEN_PROVE`` is 0/false/no/off."""
-    v = (os.environ if env is None else env).get(PROVE_VAR, "")
-    return v.strip().lower() not in ("0", "false", "no", "off")
+    """False only when ``JITWARDEN_PROVE`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
+    from jitwarden.model.flags import parse_flag
+
+    return parse_flag((os.environ if env is None else env).get(PROVE_VAR)) is not False
 
 
 class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(None,))):
@@ -76,9 +77,9 @@ def _files(path: str) -> list[str]:
 def _digests(path: str) -> dict:
     import hashlib
 
-    from jitwarden.store.fsutil import read_nofollow
+    from jitwarden.store.fsutil import read_bytes
 
-    return {n: hashlib.sha256(read_nofollow(os.path.join(path, n))).hexdigest() for n in _files(path)}
+    return {n: hashlib.sha256(read_bytes(os.path.join(path, n))).hexdigest() for n in _files(path)}
 
 
 def _kernel_name(names) -> str | None:

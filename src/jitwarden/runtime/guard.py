@@ -39,9 +39,10 @@ from jitwarden.formats import elf
 from jitwarden.store import quarantine as _quarantine
 from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
-from jitwarden.store.fsutil import open_regular, read_fd, read_regular
-from jitwarden.model.layout import SEAL_FILE
-from jitwarden.store.entrylock import _O_NOFOLLOW, LOCK_FILE, WRITERS_FILE, lock as _lock, unlock as _unlock
+from jitwarden.store.fsutil import read_bytes
+from jitwarden.model.flags import parse_flag
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
+from jitwarden.store.entrylock import _O_NOFOLLOW, lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
 
 _STANDALONE = (".so", ".autotune.json")
@@ -49,7 +50,7 @@ _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 """Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
 ``JITWARDEN_GUARD_HASH_ALL=1``; the group, metadata and binaries are always hashed. ``jitwarden
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
-_HASH_ALL = os.environ.get("JITWARDEN_GUARD_HASH_ALL", "").strip().lower() in ("1", "true", "yes", "on")
+_HASH_ALL = parse_flag(os.environ.get("JITWARDEN_GUARD_HASH_ALL")) is True
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _loads = json.JSONDecoder().decode
@@ -255,7 +256,7 @@ class GuardedCacheManager(FileCacheManager):
 
     def _begin_write(self) -> None:
         if self._writers_fd is None:
-            self._writers_fd = _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_SH)
+            self._writers_fd = _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_SH)
 
     def _end_write(self) -> None:
         fd, self._writers_fd = self._writers_fd, None
@@ -264,7 +265,7 @@ class GuardedCacheManager(FileCacheManager):
 
     def _no_writer(self) -> int | None:
         """An fd holding the writers lock exclusively when nobody is mid-group, else None."""
-        return _lock(self.cache_dir, WRITERS_FILE, fcntl.LOCK_EX, block=False)
+        return _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_EX, block=False)
 
     def _quarantine(self, code: str, details, make: bool = True) -> None:
         try:
@@ -309,7 +310,7 @@ class GuardedCacheManager(FileCacheManager):
     def _judge_group(self, grp_name: str) -> _Verdict:
         grp_path = self._make_path(grp_name)
         try:
-            doc = _json(read_regular(grp_path, _GROUP_MAX, size_hint=4096))
+            doc = _json(read_bytes(grp_path, max_bytes=_GROUP_MAX, size_hint=4096))
         except FileNotFoundError:
             return _Verdict("gone")
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -402,11 +403,12 @@ class GuardedCacheManager(FileCacheManager):
             rec = files.get(c)
             if rec is None:
                 return None
-            fd = open_regular(c, dir_fd=efd)
             try:
-                data = read_fd(fd, rec["size"], rec["size"])
-            finally:
-                os.close(fd)
+                data = read_bytes(c, max_bytes=rec["size"], size_hint=rec["size"], dir_fd=efd)
+            except OSError as exc:
+                if exc.errno == errno.EFBIG:  # longer than sealed
+                    return None
+                raise
             if len(data) != rec["size"]:
                 return None
             if (hash_all or _HASH_ALL or not c.endswith(_IR_TEXT)) and sha256(data).hexdigest() != rec["sha256"]:
@@ -420,9 +422,9 @@ class GuardedCacheManager(FileCacheManager):
         Returns None whenever anything is not exactly right; :meth:`_verified_group` then
         decides under the entry lock (so a writer mid-seal never causes a quarantine).
         """
-        grp_raw = read_regular(grp_name, _GROUP_MAX, dir_fd=efd, size_hint=4096)
+        grp_raw = read_bytes(grp_name, max_bytes=_GROUP_MAX, dir_fd=efd, size_hint=4096)
         children = _json(grp_raw)["child_paths"]
-        sealed = _json(read_regular(SEAL_FILE, _seal.MAX_SEAL, dir_fd=efd, size_hint=4096))
+        sealed = _json(read_bytes(SEAL_FILE, max_bytes=_seal.MAX_SEAL, dir_fd=efd, size_hint=4096))
         files = sealed["files"]
         if sealed.get("schema") != _seal.SCHEMA:
             return None
@@ -446,7 +448,7 @@ class GuardedCacheManager(FileCacheManager):
         digests taken for that judgement.
         """
         try:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         except OSError as exc:  # read-only cache: judge without locks, never write
             if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
                 raise
@@ -483,7 +485,7 @@ class GuardedCacheManager(FileCacheManager):
         """
         from jitwarden.runtime import firstuse
 
-        children = _json(read_regular(self._make_path(grp_name), _GROUP_MAX))["child_paths"]
+        children = _json(read_bytes(self._make_path(grp_name), max_bytes=_GROUP_MAX))["child_paths"]
         names = list(children) + [grp_name]
         if write:
             try:
@@ -510,7 +512,7 @@ class GuardedCacheManager(FileCacheManager):
         raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
         standalone = filename.endswith(_STANDALONE)
         if standalone:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
             try:
                 path = self._put_file(raw, filename)
                 self._seal_files({filename: raw}, merge=True)
@@ -550,7 +552,7 @@ class GuardedCacheManager(FileCacheManager):
         grp_name = f"__grp__{filename}"
         group = {name: self._make_path(name) for name in group}  # the cache's own paths, not private copies
         self._begin_write()
-        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         try:
             # Republish what another writer replaced with different bytes: one writer's set, never a mix.
             for name in group:
@@ -606,7 +608,7 @@ class GuardedCacheManager(FileCacheManager):
         except _seal.SealError as exc:
             return _Verdict("bad", "corrupt", [str(exc)])
         try:
-            raw = read_regular(filename, _seal.MAX_FILE, dir_fd=efd)
+            raw = read_bytes(filename, max_bytes=_seal.MAX_FILE, dir_fd=efd)
         except FileNotFoundError:
             return _Verdict("gone")
         except OSError as exc:
@@ -657,7 +659,7 @@ class GuardedCacheManager(FileCacheManager):
     def _verified_file(self, filename: str, efd: int) -> bytes | None:
         """The file's bytes when it is sound (sealing an unsealed one that passes), else None."""
         try:
-            fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_SH)
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_SH)
         except OSError as exc:  # read-only cache: judge without locks, never write
             if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
                 raise
@@ -671,7 +673,7 @@ class GuardedCacheManager(FileCacheManager):
             return v.result
         if v.state == "gone":
             return None
-        fd = _lock(self.cache_dir, LOCK_FILE, fcntl.LOCK_EX)
+        fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         try:
             v = self._judge_file(filename, efd)
             if v.state == "legacy":

@@ -201,15 +201,15 @@ def _load(path: str, why: list | None = None) -> dict | None:
         if bad:
             why.append(f"memo dir {bad}")
             return None
-        fd = open_regular(path)
+        fd, st = open_regular(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         why.append(f"memo {exc.strerror or exc}")
         return None
     try:
-        bad = _untrusted(os.fstat(fd), uid, gid)
-        raw = None if bad else read_fd(fd, MAX_BYTES)
+        bad = _untrusted(st, uid, gid)
+        raw = None if bad else read_fd(fd, MAX_BYTES, st.st_size)
     except OSError:
         return None
     finally:
@@ -366,23 +366,6 @@ def compute(env=None, *, store: bool = True) -> Facts:
     return facts
 
 
-def _write_private(path: str, doc) -> None:
-    """Write ``doc`` as JSON to ``path`` atomically, readable and writable by us alone."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=".activation-memo.", suffix=".tmp", dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "w") as f:  # mkstemp's 0600
-            json.dump(doc, f, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _store(path: str, entry: dict) -> None:
     """Put ``entry`` first, drop entries of the same process key and env, keep :data:`MAX_ENTRIES`."""
     global last
@@ -395,7 +378,9 @@ def _store(path: str, entry: dict) -> None:
         if _untrusted(os.stat(os.path.dirname(path) or "."), os.getuid(), os.getgid()):
             last = "not stored: the memo dir is writable by others"
             return
-        _write_private(path, data)
+        from jitwarden.store.fsutil import write_json_atomic
+
+        write_json_atomic(path, data, ".activation-memo.", mode=0o600)  # readable and writable by us alone
         last = "stored"
     except (OSError, ValueError, TypeError) as exc:
         last = f"not stored: {type(exc).__name__}: {exc}"

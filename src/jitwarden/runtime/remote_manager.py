@@ -15,7 +15,7 @@ import json
 import logging
 
 from jitwarden.runtime import remote
-from jitwarden.store.fsutil import read_nofollow
+from jitwarden.store.fsutil import read_bytes
 from jitwarden.runtime.guard import _STANDALONE, GuardedCacheManager
 
 _log = logging.getLogger("jitwarden")
@@ -72,7 +72,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
         path = super().put_group(filename, group)
         if self._remote is not None and self._remote.writer and not self._fetching:
             try:
-                files = {name: read_nofollow(p) for name, p in group.items()}
+                files = {name: read_bytes(p) for name, p in group.items()}
                 files[f"__grp__{filename}"] = json.dumps({"child_paths": sorted(group)}).encode()
                 self._remote.put_entry(filename, files)
             except OSError as exc:

@@ -17,7 +17,9 @@ INDUCTOR_REMOTE = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRA
 
 def unguarded(env) -> list[str]:
     """Sentences about TorchInductor remote caches switched on in ``env``; torch offers no way to guard them."""
-    on = [v for v in INDUCTOR_REMOTE if (env.get(v) or "").strip().lower() in ("1", "true", "yes", "on")]
+    from jitwarden.model.flags import parse_flag
+
+    on = [v for v in INDUCTOR_REMOTE if parse_flag(env.get(v)) is True]
     if not on:
         return []
     return [f"{', '.join(on)} {'is' if len(on) == 1 else 'are'} on: TorchInductor's Redis caches are unguarded "

@@ -25,8 +25,8 @@ import fcntl
 import os
 
 from jitwarden.env import locations
-from jitwarden.store.entrylock import LOCK_FILE, WRITERS_FILE, lock, unlock
-from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.store.entrylock import lock, unlock
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE, is_reserved
 
 # Checking, sealing and quarantining import more (hashlib, dataclasses): only on the slow path,
 # so a warm start with nothing changed stays at the standard library's cheapest modules.
@@ -129,7 +129,7 @@ def _entry(path: str, digest: str | None, counts: dict, proof=None) -> str | Non
     if sealed and not any(e.name.endswith(_BINARIES) for e in files):
         return None  # no kernel binary for Inductor's launcher to load: the guard judges the rest on use
     try:
-        fd = lock(path, LOCK_FILE, fcntl.LOCK_EX, block=False)
+        fd = lock(path, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)
     except OSError:
         return None  # read-only or vanished: the scanner reports it, activation goes on
     if fd is None:
@@ -172,10 +172,10 @@ def _relocated_group(path: str, problem: str) -> bool:
         return False
     import json
 
-    from jitwarden.store.fsutil import read_regular
+    from jitwarden.store.fsutil import read_bytes
 
     try:
-        children = json.loads(read_regular(os.path.join(path, name), 1 << 20))["child_paths"]
+        children = json.loads(read_bytes(os.path.join(path, name), max_bytes=1 << 20))["child_paths"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
     return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
@@ -214,7 +214,7 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None) -> s
 def _quarantine(path: str, code: str, details, digest: str | None, counts: dict) -> str | None:
     from jitwarden.store import quarantine
 
-    wfd = lock(path, WRITERS_FILE, fcntl.LOCK_EX, block=False)
+    wfd = lock(path, ENTRY_WRITERS_FILE, fcntl.LOCK_EX, block=False)
     if wfd is None:
         return None  # a writer is mid-entry: its own seal will settle it
     try:

@@ -54,8 +54,10 @@ _log = _Log()
 
 
 def enabled(env=None) -> bool:
-    v = (os.environ if env is None else env).get(HOOKS_VAR, "")
-    return v.strip().lower() not in ("0", "false", "no", "off")
+    """False only when ``JITWARDEN_TORCH_HOOKS`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
+    from jitwarden.model.flags import parse_flag
+
+    return parse_flag((os.environ if env is None else env).get(HOOKS_VAR)) is not False
 
 
 def install(env=None) -> dict[str, str]:
@@ -387,28 +389,47 @@ def _pickles(subdir: str) -> list[str]:
         return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False))
 
 
+def _lock_seal(subdir: str):
+    """(fd of the directory's entry lock, taken exclusively; its seal, None when absent or damaged)."""
+    import fcntl
+
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.store import seal
+    from jitwarden.store.entrylock import lock, unlock
+
+    fd = lock(subdir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+    try:
+        return fd, seal.read(subdir)
+    except seal.SealError:
+        return fd, None  # rewritten whole by the caller
+    except BaseException:
+        unlock(fd)
+        raise
+
+
+def _write_seal(subdir: str, files: dict) -> None:
+    from jitwarden.store import seal
+
+    seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
+
+
 def seal_pickle(subdir: str, content: bytes) -> None:
     """Add the pickle in ``subdir`` whose bytes are ``content`` to the directory's seal."""
     import hashlib
 
     from jitwarden.store import seal
-    from jitwarden.store.entrylock import LOCK_FILE, lock, unlock
-    import fcntl
+    from jitwarden.store.entrylock import unlock
 
     want = hashlib.sha256(content).hexdigest()
-    fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
+    fd, old = _lock_seal(subdir)
     try:
-        try:
-            old = seal.read(subdir)
-        except seal.SealError:
-            old = None
         files = dict(old.files) if old else {}
         for name in _pickles(subdir):
             if name not in files and os.path.getsize(os.path.join(subdir, name)) == len(content):
                 digest, size = seal.file_digest(os.path.join(subdir, name))
                 if digest == want:
                     files[name] = {"sha256": digest, "size": size}
-        seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
+        _write_seal(subdir, files)
     finally:
         unlock(fd)
 
@@ -420,10 +441,8 @@ def check_pickles(subdir: str) -> list[str]:
     (its ctime is older: a ctime cannot be set back) is not hashed again, as in the start-up sweep;
     the seal is rewritten only when it changes, so a warm start costs a few ``stat`` calls per graph.
     """
-    import fcntl
-
     from jitwarden.store import seal
-    from jitwarden.store.entrylock import LOCK_FILE, lock, unlock
+    from jitwarden.store.entrylock import unlock
     from jitwarden.model.layout import SEAL_FILE
 
     try:
@@ -436,12 +455,8 @@ def check_pickles(subdir: str) -> list[str]:
     if not st:
         return []
     out = []
-    fd = lock(subdir, LOCK_FILE, fcntl.LOCK_EX)
+    fd, s = _lock_seal(subdir)
     try:
-        try:
-            s = seal.read(subdir)
-        except seal.SealError:
-            s = None
         files = dict(s.files) if s else {}
         before = dict(files)
         at = seal.sealed_at_ns(subdir) if s else None
@@ -459,7 +474,7 @@ def check_pickles(subdir: str) -> list[str]:
                 out += _quarantine_pickle(subdir, name, problems)
         files = {n: r for n, r in files.items() if n in st and os.path.exists(os.path.join(subdir, n))}
         if files != before or seal_st is None:
-            seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
+            _write_seal(subdir, files)
     finally:
         unlock(fd)
     return out

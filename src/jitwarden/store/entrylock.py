@@ -1,8 +1,10 @@
 """Per-entry flock files shared by the guard and the start-up sweep (stdlib only).
 
-- ``.jitwarden-lock``: shared while verifying, exclusive while sealing or quarantining;
-- ``.jitwarden-writers``: held shared by every writer from its first file to its group,
-  so a reader can tell "mid-write" (a plain miss) from "damaged" (quarantine).
+- :data:`~jitwarden.model.layout.ENTRY_LOCK_FILE` (``.jitwarden-lock``): shared while verifying,
+  exclusive while sealing or quarantining;
+- :data:`~jitwarden.model.layout.ENTRY_WRITERS_FILE` (``.jitwarden-writers``): held shared by every
+  writer from its first file to its group, so a reader can tell "mid-write" (a plain miss) from
+  "damaged" (quarantine).
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ import fcntl
 import os
 import stat
 
-LOCK_FILE = ".jitwarden-lock"
-WRITERS_FILE = ".jitwarden-writers"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_NOCTTY = getattr(os, "O_NOCTTY", 0)

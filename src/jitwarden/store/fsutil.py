@@ -32,11 +32,18 @@ def kind_of(mode: int) -> str:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
-def open_regular_stat(path: str, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
-    """(fd, stat) of a regular file opened for reading, never through a symlink (ELOOP).
+# ---------------------------------------------------------------- reading: one family, one bound rule
+# Every reader opens through open_regular: never through a symlink (ELOOP), never blocking on a
+# FIFO or a device, anything but a regular file refused (NotRegularFile, EINVAL). The bound rule:
+# a whole-file reader given ``max_bytes`` raises OSError EFBIG for a file that holds more, so a
+# file is never returned cut short; only read_head cuts, by its name.
 
-    Opened with O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal in its place cannot block
-    or take over the process, then checked with fstat: anything but a regular file raises
+
+def open_regular(path: str, *, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+    """(fd, stat) of the regular file ``path`` opened for reading: the one opener of every reader here.
+
+    Opened with O_NOFOLLOW, O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal in its place cannot
+    block or take over the process, then checked with fstat: anything but a regular file raises
     :class:`NotRegularFile` (errno EINVAL).
     """
     fd = os.open(path, _O_READ, dir_fd=dir_fd)
@@ -50,48 +57,65 @@ def open_regular_stat(path: str, dir_fd: int | None = None) -> tuple[int, os.sta
         raise
 
 
-def read_nofollow(path: str, limit: int | None = None, size_hint: int = 0, *, dir_fd: int | None = None,
-                  max_bytes: int = MAX_READ) -> bytes:
-    """The bytes of the regular file ``path`` (at most ``limit``): every reader of cache files goes through here.
+def read_fd(fd: int, max_bytes: int, expect: int = 0) -> bytes:
+    """The bytes of ``fd`` up to its end, but at most ``max_bytes`` + 1 (one more tells the caller it is over).
 
-    OSError ELOOP when ``path`` is a symlink, :class:`NotRegularFile` for a FIFO or a device,
-    OSError EFBIG past ``max_bytes`` (a file that keeps growing). ``size_hint``: the
-    expected size, so a whole file usually takes one read (the guard's hit path).
+    ``expect``: the size the file should have (a size hint, or its fstat size): a first read
+    that returns no more than that is its end, so a whole file usually takes one read.
     """
-    fd, st = open_regular_stat(path, dir_fd)
+    chunks, total = [], 0
+    if expect:
+        data = os.read(fd, min(expect, max_bytes) + 1)
+        if len(data) <= expect or len(data) > max_bytes:
+            return data
+        chunks.append(data)
+        total = len(data)
+    while total <= max_bytes:
+        b = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+        if not b:
+            break
+        chunks.append(b)
+        total += len(b)
+    return b"".join(chunks)
+
+
+def read_head(path: str, n: int, *, dir_fd: int | None = None) -> bytes:
+    """The first ``n`` bytes of the regular file ``path`` (fewer when it is shorter): headers, magic numbers."""
+    fd, _st = open_regular(path, dir_fd=dir_fd)
     try:
-        if limit is not None:
-            return os.read(fd, min(limit, max_bytes))
-        chunks, total = [], 0
-        first = size_hint or st.st_size
-        if first:
-            data = os.read(fd, min(first, max_bytes) + 1)
-            if len(data) > max_bytes:  # a file (or size hint) past the bound is never returned cut short
-                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
-            if len(data) <= first:
-                return data
-            chunks.append(data)
-            total = len(data)
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                return b"".join(chunks)
-            total += len(b)
-            if total > max_bytes:
-                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
-            chunks.append(b)
+        return os.read(fd, n)
     finally:
         os.close(fd)
 
 
-def read_json(path: str, *, dir_fd: int | None = None, max_bytes: int = 16 << 20):
-    """A JSON file read through :func:`read_nofollow` and parsed with depth and size limits.
+def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None) -> bytes:
+    """The whole regular file ``path``; OSError EFBIG when it holds more than ``max_bytes``.
 
-    OSError when it cannot be read as a regular file, ValueError when it is not JSON we parse.
+    ``size_hint``: the size the caller expects (from a seal or a directory scan), else the
+    file's own size is used, so a whole file usually takes one read (the guard's hit path).
+    """
+    fd, st = open_regular(path, dir_fd=dir_fd)
+    try:
+        data = read_fd(fd, max_bytes, size_hint or st.st_size)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+    return data
+
+
+def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None):
+    """The JSON document in the regular file ``path`` (:func:`read_bytes`), parsed with depth and size limits.
+
+    OSError when it cannot be read as a regular file of at most ``max_bytes``, ValueError when it
+    is not JSON we parse (too deep, not UTF-8, malformed).
     """
     from jitwarden.formats.jsonlimits import loads
 
-    return loads(read_nofollow(path, dir_fd=dir_fd, max_bytes=max_bytes), max_bytes=max_bytes)
+    return loads(read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd), max_bytes=max_bytes)
+
+
+# ---------------------------------------------------------------- writing
 
 
 def umask() -> int:
@@ -103,11 +127,12 @@ def umask() -> int:
     return _UMASK[0]
 
 
-def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None) -> str:
+def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None, mode: int | None = None) -> str:
     """Write ``doc`` as JSON to ``path`` atomically; a crash leaves the old file or none, never half.
 
     With ``dir_fd``, ``path`` is a name inside that directory: the temp file and the rename
-    stay in it, whatever happens to the path that led there.
+    stay in it, whatever happens to the path that led there. ``mode``: None for a file readable
+    like Triton's own (0666 less the umask), 0o600 for one only this user may read.
     """
     import secrets  # off the warm activation path: only writers need it
 
@@ -117,7 +142,7 @@ def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None)
         tmp_at = tmp if dir_fd is not None else os.path.join(where, tmp)
         try:
             fd = os.open(tmp_at, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
-                         0o666 & ~umask(), dir_fd=dir_fd)  # readable like Triton's own files
+                         0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd)
             break
         except FileExistsError:
             continue
@@ -299,56 +324,3 @@ def memo_dir(env=None) -> str:
         return env["JITWARDEN_HOME"]
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jitwarden")
-
-
-# --- runtime readers (activation, memo, partition info, guard): regular files only, never blocking ---
-# Kept apart from the helpers above so the hostile-cache branches merge cleanly; stdlib only.
-
-
-def open_regular(path: str, *, dir_fd: int | None = None) -> int:
-    """An fd of the regular file at ``path``: never through a symlink, never blocking on a FIFO or device.
-
-    OSError (ELOOP for a symlink, EINVAL for anything that is not a regular file): the one
-    opener, :func:`open_regular_stat`, without the stat.
-    """
-    return open_regular_stat(path, dir_fd)[0]
-
-
-def read_fd(fd: int, limit: int, size_hint: int = 0) -> bytes:
-    """At most ``limit`` + 1 bytes of ``fd`` (the extra byte tells the caller it is over the limit)."""
-    chunks, left = [], limit + 1
-    want = min(left, size_hint + 1) if size_hint else min(left, 1 << 16)
-    while left > 0:
-        b = os.read(fd, min(left, max(want, 1)))
-        if not b:
-            break
-        chunks.append(b)
-        left -= len(b)
-        want = 1 << 20
-    return b"".join(chunks)
-
-
-def read_regular(path: str, limit: int, *, dir_fd: int | None = None, size_hint: int = 0) -> bytes:
-    """The bytes of the regular file at ``path``; OSError (EFBIG) when it holds more than ``limit``."""
-    import errno
-
-    fd = open_regular(path, dir_fd=dir_fd)
-    try:
-        data = read_fd(fd, limit, size_hint)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"more than {limit} bytes", path)
-    return data
-
-
-def load_json_small(path: str, limit: int = 1 << 20, *, dir_fd: int | None = None):
-    """The JSON document in the regular file at ``path``; ValueError for anything unparseable
-    (too big, too deep, not UTF-8), OSError when it cannot be read as a regular file."""
-    raw = read_regular(path, limit, dir_fd=dir_fd)
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(str(exc)) from None

@@ -1,6 +1,6 @@
 """jitwarden's own exclusive lock on a cache root, for every command that changes one (stdlib only).
 
-``<root>/.jitwarden-lock`` (a reserved name no scanner takes for an entry) is held with
+``<root>/.jitwarden-lock`` (:data:`~jitwarden.model.layout.ROOT_LOCK_FILE`, a reserved name no scanner takes for an entry) is held with
 ``fcntl.flock`` by ``clean``, ``prune`` and ``quarantine restore|empty`` while they act.
 A second one waits, and says so on stderr, naming the holder's pid. Locks are taken in
 sorted path order (a base before its partitions), so two commands never deadlock.
@@ -22,8 +22,8 @@ import sys
 import time
 
 from jitwarden.model.errors import EXIT_USAGE, JitwardenError
+from jitwarden.model.layout import ROOT_LOCK_FILE
 
-LOCK_NAME = ".jitwarden-lock"
 POLL_S = 0.1
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -38,10 +38,10 @@ class LockError(JitwardenError):
 
 def holder(path: str) -> str:
     """The pid written in a lock file, or ``?``."""
-    from jitwarden.store.fsutil import read_nofollow
+    from jitwarden.store.fsutil import read_head
 
     try:
-        text = read_nofollow(path, 32).decode("ascii", "replace").strip()
+        text = read_head(path, 32).decode("ascii", "replace").strip()
         return text if text.isdigit() else "?"
     except OSError:
         return "?"
@@ -51,7 +51,7 @@ def reserved_names() -> dict[str, bool]:
     """Every name jitwarden keeps directly in a root: name -> True for a directory."""
     from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, TRASH_DIR
 
-    return {LOCK_NAME: False, QUARANTINE_DIR: True, TRASH_DIR: True, PARTITIONS_DIR: True}
+    return {ROOT_LOCK_FILE: False, QUARANTINE_DIR: True, TRASH_DIR: True, PARTITIONS_DIR: True}
 
 
 def vet(root: str, root_fd: int | None = None) -> None:
@@ -80,7 +80,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
     from jitwarden.store.fsutil import open_dir
 
     stream = sys.stderr if stream is None else stream
-    path = os.path.join(root, LOCK_NAME)
+    path = os.path.join(root, ROOT_LOCK_FILE)
     try:
         root_fd = open_dir(root)
     except OSError as exc:
@@ -89,7 +89,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
         vet(root, root_fd)
         owners = (os.geteuid(), os.fstat(root_fd).st_uid)
         try:
-            fd = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
+            fd = os.open(ROOT_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
                          0o644, dir_fd=root_fd)
         except OSError as exc:
             raise LockError(f"cannot lock {display(root)}: {(exc.strerror or str(exc)).lower()}; nothing changed") from None
@@ -98,7 +98,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid not in owners:
-            raise LockError(f"refusing to act on {display(root)}: {LOCK_NAME} changed while it was opened "
+            raise LockError(f"refusing to act on {display(root)}: {ROOT_LOCK_FILE} changed while it was opened "
                             "(not a regular file of ours with one link); nothing changed")
         start = time.monotonic()
         told = False

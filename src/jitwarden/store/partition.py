@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+from operator import itemgetter
 
-from jitwarden.store.fsutil import load_json_small, write_json_atomic
+from jitwarden.store.fsutil import read_json, write_json_atomic
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
 
 SCHEMA = 1
@@ -31,11 +32,7 @@ class PartitionInfo(tuple):
     def __new__(cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()):
         return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds)))
 
-    digest = property(lambda self: self[0])
-    headline = property(lambda self: self[1])
-    created = property(lambda self: self[2])
-    last_used = property(lambda self: self[3])
-    kinds = property(lambda self: self[4])
+    digest, headline, created, last_used, kinds = (property(itemgetter(i)) for i in range(5))
 
     def __repr__(self) -> str:
         return (f"PartitionInfo(digest={self.digest!r}, headline={self.headline!r}, created={self.created!r}, "
@@ -72,7 +69,7 @@ INFO_MAX_BYTES = 1 << 16
 def read_info(partition: str) -> PartitionInfo | None:
     """The partition's info; None when it is missing or is not one (a FIFO, a symlink, garbage, deep nesting)."""
     try:
-        doc = load_json_small(os.path.join(partition, PARTITION_INFO), INFO_MAX_BYTES)
+        doc = read_json(os.path.join(partition, PARTITION_INFO), max_bytes=INFO_MAX_BYTES)
         kinds = doc.get("kinds") or ()
         if not isinstance(kinds, (list, tuple)) or not all(isinstance(k, str) for k in kinds):
             return None

@@ -31,16 +31,12 @@ def path(env=None) -> str:
 
 
 def _read(reg: str) -> list[str]:
+    from jitwarden.store.fsutil import read_head
+
     try:
-        fd = os.open(reg, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data = read_head(reg, _MAX_READ)  # a FIFO or a device in its place is refused, never waited on
     except OSError:
         return []
-    try:
-        data = os.read(fd, _MAX_READ)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
     out = []
     for line in data.decode("utf-8", "replace").splitlines():
         try:

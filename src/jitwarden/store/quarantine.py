@@ -284,10 +284,16 @@ def _drop_slot(qfd: int, name: str) -> None:
                     pass
     finally:
         os.close(fd)
-    try:
-        os.rmdir(name, dir_fd=qfd)
-    except OSError:
-        pass
+    _rmdir_empty(qfd, name)
+
+
+def _rmdir_empty(dir_fd: int, *names: str) -> None:
+    """Remove each of ``names`` in ``dir_fd`` that is an empty directory; leave what is not (full, gone, a file)."""
+    for name in names:
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+        except OSError:
+            pass
 
 
 def _write_record(slot_fd: int, rec: Record) -> None:
@@ -558,11 +564,7 @@ def purge(rec: Record) -> None:
             _rmtree(tfd, dest)
         finally:
             os.close(tfd)
-        for d in (TRASH_DIR, QUARANTINE_DIR):  # leave no empty dirs behind
-            try:
-                os.rmdir(d, dir_fd=r.fd)
-            except OSError:
-                pass
+        _rmdir_empty(r.fd, TRASH_DIR, QUARANTINE_DIR)  # leave no empty dirs behind
 
 
 def drop_empty_slot(rec: Record) -> None:
@@ -589,10 +591,7 @@ def finish_trash(root: str) -> int:
                 _rmtree(tfd, n)
         finally:
             os.close(tfd)
-        try:
-            os.rmdir(TRASH_DIR, dir_fd=root_fd)
-        except OSError:
-            pass
+        _rmdir_empty(root_fd, TRASH_DIR)
         return len(names)
     finally:
         os.close(root_fd)

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from jitwarden.store.fsutil import read_regular
+from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
@@ -47,7 +47,7 @@ class Seal:
 def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> tuple[str, int]:
     """(sha256, size) of a regular file, never through a symlink (OSError ELOOP), never blocking
     on a FIFO or device (OSError EINVAL), reading at most :data:`MAX_FILE` bytes (OSError EFBIG)."""
-    data = read_regular(path, MAX_FILE, dir_fd=dir_fd, size_hint=size_hint)
+    data = read_bytes(path, max_bytes=MAX_FILE, dir_fd=dir_fd, size_hint=size_hint)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
@@ -66,9 +66,9 @@ def read(entry_dir: str, *, dir_fd: int | None = None) -> Seal | None:
     """
     try:
         if dir_fd is None:
-            raw = read_regular(os.path.join(entry_dir, SEAL_FILE), MAX_SEAL, size_hint=4096)
+            raw = read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096)
         else:
-            raw = read_regular(SEAL_FILE, MAX_SEAL, dir_fd=dir_fd, size_hint=4096)
+            raw = read_bytes(SEAL_FILE, max_bytes=MAX_SEAL, dir_fd=dir_fd, size_hint=4096)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -135,7 +135,7 @@ def sealed_at_ns(entry_dir: str) -> int | None:
     reference: a ``chmod`` or ``touch`` of the seal moves it past a tampered file's.
     """
     try:
-        at = json.loads(read_regular(os.path.join(entry_dir, SEAL_FILE), MAX_SEAL, size_hint=4096))["fs_time_ns"]
+        at = json.loads(read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096))["fs_time_ns"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return at if type(at) is int else None

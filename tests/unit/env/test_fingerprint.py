@@ -18,6 +18,7 @@ from tests.helpers.paths import REPO as ROOT
 from jitwarden.env import fingerprint as fpm  # noqa: E402
 from jitwarden.env import nvml, ptxas, torchinfo  # noqa: E402
 from jitwarden.env.nvml import Gpu  # noqa: E402
+from jitwarden.formats import elf  # noqa: E402
 
 BUNDLED = ptxas.triton_bin_dir()
 REAL_PTXAS = os.path.join(BUNDLED, "ptxas") if BUNDLED else None
@@ -349,7 +350,7 @@ def test_arch_flags_from_rodata_of_synthetic_elf(tmp_path):
     # The whole flags string, not a lone token nor a token run inside another sentence.
     assert torchinfo.arch_flags(str(lib)) == ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
     with open(lib, "rb") as f:
-        assert set(torchinfo.elf_sections(f)) == {".rodata", ".shstrtab"}
+        assert set(elf.file_sections(f)) == {".rodata", ".shstrtab"}
     other = tmp_path / "libother.so"
     other.write_bytes(_elf_with_section(b".data", FLAGS_RODATA))
     assert torchinfo.arch_flags(str(other)) is None

@@ -10,7 +10,7 @@ import pytest
 
 from jitwarden.cli.main import main
 from jitwarden.model.text import (age_arg, display, human_age, human_duration, human_size, parse_age, parse_size,
-                                  plural, size_arg, truthy)
+                                  plural, size_arg)
 
 DAY = 86400
 
@@ -128,11 +128,3 @@ def test_a_bad_age_on_the_command_line_is_a_usage_error(capsys):
     assert exit_.value.code == 2
     assert err.strip().splitlines() == [
         "jitwarden prune: error: --older-than: 7: an age needs a unit (7s, 7m, 7h, 7d or 7w)"]
-
-
-@pytest.mark.parametrize("value, yes", [
-    ("1", True), ("TRUE", True), (" yes ", True), ("on", True), ("y", True), (1, True), (True, True),
-    ("0", False), ("no", False), ("off", False), ("", False), (None, False), ("2", False), (0, False), ("yes!", False),
-])
-def test_truthy(value, yes):
-    assert truthy(value) is yes

@@ -221,7 +221,7 @@ def test_mismatch_while_a_writer_is_mid_group_is_a_plain_miss(tmp_path, referenc
     out = compile_jobs(root)
     entry = os.path.join(root, out["add_sm90"]["id"])
     _swap_other_kernel(root, out)
-    fd = os.open(os.path.join(entry, guard.WRITERS_FILE), os.O_RDONLY | os.O_CREAT)
+    fd = os.open(os.path.join(entry, guard.ENTRY_WRITERS_FILE), os.O_RDONLY | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # exactly what a writer holds from its first put to its seal
         again = compile_jobs(root)

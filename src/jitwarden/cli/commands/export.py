@@ -51,7 +51,7 @@ def run(args) -> int:
     from jitwarden.ops import bundle, keys
     from jitwarden.store import partition
     from jitwarden.ops import scan as scanner
-    from jitwarden.env.locations import KINDS, default_base
+    from jitwarden.env.locations import PARTITION_VARS, default_base
     from jitwarden.model.entries import CacheRoot
 
     kinds = _common.kinds_of(args) or bundle.PARTITIONED
@@ -76,7 +76,7 @@ def run(args) -> int:
     digest = fp.digest
     env = os.environ
     roots, partitions = [], {}
-    for kind, var in KINDS:
+    for kind, var in PARTITION_VARS:
         if kind not in kinds:
             continue
         cur = env.get(var)

@@ -1,0 +1,77 @@
+"""store/fsutil's one reader family (read_head, read_bytes, read_json) and its one bound rule:
+a whole-file read past ``max_bytes`` is refused (EFBIG), never returned cut short; only read_head cuts."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from jitwarden.store.fsutil import NotRegularFile, read_bytes, read_head, read_json
+
+BODY = bytes(range(256)) * 300  # 76,800 bytes: more than one first read of a small hint
+
+
+@pytest.fixture
+def blob(tmp_path):
+    p = tmp_path / "blob"
+    p.write_bytes(BODY)
+    return str(p)
+
+
+@pytest.mark.parametrize("hint", [0, 1, 4096, len(BODY), len(BODY) * 2])
+def test_whole_file_whatever_the_hint(blob, hint):
+    assert read_bytes(blob, size_hint=hint) == BODY
+
+
+@pytest.mark.parametrize("hint", [0, 100, len(BODY)])
+def test_bound_is_inclusive_and_never_cuts(blob, hint):
+    assert read_bytes(blob, max_bytes=len(BODY), size_hint=hint) == BODY
+    with pytest.raises(OSError) as exc:
+        read_bytes(blob, max_bytes=len(BODY) - 1, size_hint=hint)
+    assert exc.value.errno == errno.EFBIG
+
+
+def test_dir_fd_reads_relative_to_the_directory(blob):
+    fd = os.open(os.path.dirname(blob), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_bytes("blob", dir_fd=fd) == BODY
+        assert read_head("blob", 10, dir_fd=fd) == BODY[:10]
+    finally:
+        os.close(fd)
+
+
+def test_head_cuts(blob, tmp_path):
+    assert read_head(blob, 64) == BODY[:64]
+    (tmp_path / "short").write_bytes(b"abc")
+    assert read_head(str(tmp_path / "short"), 64) == b"abc"
+
+
+def test_symlink_fifo_and_directory_are_refused(blob, tmp_path):
+    os.symlink(blob, tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")  # opened non-blocking: refused, never waited on
+    for reader in (lambda p: read_bytes(p), lambda p: read_head(p, 8), lambda p: read_json(p)):
+        with pytest.raises(OSError) as exc:
+            reader(str(tmp_path / "link"))
+        assert exc.value.errno == errno.ELOOP
+        with pytest.raises(NotRegularFile):
+            reader(str(tmp_path / "fifo"))
+        with pytest.raises(NotRegularFile):
+            reader(str(tmp_path))
+
+
+def test_json_limits(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text('{"a": [1, {"b": null}]}')
+    assert read_json(str(good)) == {"a": [1, {"b": None}]}
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="deeper than"):
+        read_json(str(deep))
+    with pytest.raises(OSError) as exc:
+        read_json(str(good), max_bytes=8)
+    assert exc.value.errno == errno.EFBIG
+    (tmp_path / "bad.json").write_bytes(b'{"a": \xff}')
+    with pytest.raises(ValueError):
+        read_json(str(tmp_path / "bad.json"))
