@@ -9,6 +9,7 @@ see the same thing.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cache
 from typing import ClassVar
 
 from jitwarden.model.findings import Finding
@@ -53,6 +54,13 @@ class Judge:
 
 TOP_FACTS = ("triton_version", "cubin_sm", "ptx_version", "ptx_target", "producer")
 """Facts JSON schema 1 shows at the top of every entry (null where a kind has no such fact)."""
+_NO_TOP = dict.fromkeys(TOP_FACTS)
+
+
+@cache
+def _extra_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a :class:`KindFacts` class that its JSON shows in ``extra``, in declared order."""
+    return tuple(f.name for f in fields(cls) if f.name not in cls.TOP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +79,16 @@ class KindFacts:
     def to_json(self) -> dict:
         """The entry's ``extra`` object."""
         out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name not in self.TOP and (v is not None or f.name in self.SHOWN_NONE):
-                out[f.name] = list(v) if isinstance(v, tuple) else v
+        for name in _extra_fields(type(self)):
+            v = getattr(self, name)
+            if v is not None or name in self.SHOWN_NONE:
+                out[name] = list(v) if type(v) is tuple else v
         return out
 
-    def top(self, name: str):
-        """The value of ``name`` (one of :data:`TOP_FACTS`) when this kind shows it at the top, else None."""
-        return getattr(self, name) if name in self.TOP else None
+    def top_json(self) -> dict:
+        """Every name of :data:`TOP_FACTS`, in that order, with this kind's value where ``TOP`` has it, else None."""
+        top = self.TOP
+        return {k: getattr(self, k) if k in top else None for k in TOP_FACTS} if top else _NO_TOP
 
 
 NO_FACTS = KindFacts()
@@ -118,7 +127,7 @@ class Entry:
             "arch": self.arch,
             "bytes": self.bytes,
             "mtime": self.mtime,
-            **{k: self.facts.top(k) for k in TOP_FACTS},
+            **self.facts.top_json(),
             "sealed": self.sealed,
             "findings": [f.to_json() for f in self.findings],
             "extra": self.facts.to_json(),
