@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helper
 from jitwarden.env import ptxas
 from jitwarden.ops import rebuild  # noqa: E402
 from jitwarden.adapters import triton as tri  # noqa: E402
+from jitwarden.model.entries import Judge  # noqa: E402
 
 
 def bench_jobs() -> list[dict]:
@@ -53,7 +54,7 @@ def bench_jobs() -> list[dict]:
 
 def scan(root: str):
     names, _ = tri.list_entry_names(root)
-    return [e for e in (tri.inspect_entry(root, n, tri.Judge()) for n in names) if e.type == "kernel"]
+    return [e for e in (tri.inspect_entry(root, n, Judge()) for n in names) if e.type == "kernel"]
 
 
 def floor_seconds(entries, tmp: str) -> tuple[float, int]:

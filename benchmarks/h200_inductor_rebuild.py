@@ -322,7 +322,7 @@ def phase_overview(env, judge):
         triton_version=triton.__version__,
         scanner_findings=dict(collections.Counter(f.code for e in entries for f in e.findings)),
         environment_ptxas=ptxas.selected(env),
-        producers=[[a, b, n] for (a, b), n in collections.Counter((e.ptx_version, e.producer) for e in kernels).items()],
+        producers=[[a, b, n] for (a, b), n in collections.Counter((e.facts.ptx_version, e.facts.producer) for e in kernels).items()],
         kernel_name_prefixes=dict(collections.Counter(re.sub(r"_\d+$", "", (e.name or "?"))[:40] for e in kernels).most_common(15)),
     )
     log(f"roots {summary['roots']}: entries {len(entries)}, kernels {len(kernels)}, producers {summary['producers']}")
@@ -527,14 +527,14 @@ def phase_census(env, judge, res: dict) -> None:
         except OSError:
             continue
         rel, build = rebuild.cubin_producer(data)
-        rels = rebuild.releases_for_ptx(e.ptx_version)
+        rels = rebuild.releases_for_ptx(e.facts.ptx_version)
         r = res.get(e.path)
         verdict = (r.verdict, r.ptxas) if r else (None, None)
-        total[(e.ptx_version, rel)] += 1
+        total[(e.facts.ptx_version, rel)] += 1
         if rel and rels and rel not in rels:
-            mixed[(e.ptx_version, rel, verdict)] += 1
+            mixed[(e.facts.ptx_version, rel, verdict)] += 1
             if len(examples) < 5:
-                examples.append({"path": e.path, "name": e.name, "ptx_version": e.ptx_version, "cubin_release": rel,
+                examples.append({"path": e.path, "name": e.name, "ptx_version": e.facts.ptx_version, "cubin_release": rel,
                                  "cubin_build": build, "verdict": verdict})
     summary["mixed_toolchain"] = {
         "by_ptx_version_and_cubin_release": [[a, b, n] for (a, b), n in total.items()],
@@ -573,6 +573,7 @@ def phase_tamper(kernels, env, exclude=()):
     from jitwarden.formats import elf
     from jitwarden.ops import rebuild
     from jitwarden.adapters import triton as tri
+    from jitwarden.model.entries import Judge
 
     kernels = [e for e in kernels if e.path not in exclude]
     ind = [e for e in kernels if e.name and e.name.startswith("triton_")][:3]
@@ -594,7 +595,7 @@ def phase_tamper(kernels, env, exclude=()):
     data[s.offset + s.size // 2] ^= 0x10
     open(c0, "wb").write(data)
     shutil.copyfile(os.path.join(d2, f"{e2.name}.cubin"), os.path.join(d1, f"{e1.name}.cubin"))
-    judge = tri.Judge(target_arch=90)
+    judge = Judge(target_arch=90)
     ents = [tri.inspect_entry(troot, n, judge) for n in tri.list_entry_names(troot)[0]]
     res = rebuild.verify_entries(ents, rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=os.path.join(BASE, "keep_tamper")),
                                  env=env)
@@ -652,7 +653,7 @@ def _phase(name, fn, need_s=0.0):
 def main():
     import triton
 
-    from jitwarden.adapters import triton as tri
+    from jitwarden.model.entries import Judge
 
     dry = os.environ.get("JW_H200_DRYRUN")  # "TRITON_SRC:INDUCTOR_TRITON_SRC": CPU check of the later phases
     if dry:
@@ -675,7 +676,7 @@ def main():
     summary["compile_end_epoch"] = time.time()
     summary["compile_end_s"] = round(elapsed(), 1)
     env = dict(ORIG_ENV)  # a fresh jitwarden process's view: no TRITON_PTXAS_PATH from Inductor
-    judge = tri.Judge(target_arch=90, triton_version=triton.__version__, now=time.time())
+    judge = Judge(target_arch=90, triton_version=triton.__version__, now=time.time())
 
     runs: list[dict] = []
     snaps: dict[str, dict] = {}

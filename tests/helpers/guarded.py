@@ -14,6 +14,7 @@ import tempfile
 import textwrap
 
 from jitwarden.adapters import triton as adapter
+from jitwarden.model.entries import Judge
 from jitwarden.model.findings import Severity
 from jitwarden.store import quarantine, seal
 from tests.helpers import kernels
@@ -82,7 +83,7 @@ def assert_sound(root: str, entry_id: str) -> None:
     s = seal.read(path)
     assert s is not None, f"{entry_id} is not sealed"
     assert seal.check(path, s) == []
-    entry = adapter.inspect_entry(root, entry_id, adapter.Judge(host_machine=adapter.host_machine()))
+    entry = adapter.inspect_entry(root, entry_id, Judge(host_machine=adapter.host_machine()))
     errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
     assert errors == [], errors
 

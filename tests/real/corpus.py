@@ -100,7 +100,7 @@ def counts(report) -> dict:
     out: dict = {"entries": 0, "error": 0, "warn": 0, "info": 0, "by_code": {}}
     for e in report.entries:
         out["entries"] += 1
-        for f in report.findings_of(e):
+        for f in e.findings:
             out[str(f.severity)] += 1
             out["by_code"][f.code] = out["by_code"].get(f.code, 0) + 1
     return out

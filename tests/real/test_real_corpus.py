@@ -58,7 +58,7 @@ def test_no_false_alarm_judged_as_the_capture_machine(name, unpacked, capture_dr
     """Judged as the H200 that wrote them (torch 2.11+cu130, Python 3.12, its driver's JIT stamp): nothing at all
     at warn or error level, and nothing unrecognised."""
     report = corpus.scan_tree(unpacked[name], corpus.facts_judge(90))
-    found = [(e.id, f.code, f.message) for e in report.entries for f in report.findings_of(e)]
+    found = [(e.id, f.code, f.message) for e in report.entries for f in e.findings]
     assert [x for x in found if x[1] != "foreign-arch"] == [], found
     assert all(c.findings == () for c in report.caches)
 

@@ -1,29 +1,57 @@
-"""Cache adapters, one module per cache kind, behind one small interface.
+"""Cache adapters: one module per cache kind, each a :class:`CacheAdapter`, listed in :data:`REGISTRY`.
 
-Each adapter module defines:
+What every kind shares (partitions, the no-follow survey of an entry, the one ownership rule,
+root discovery helpers) lives once in :mod:`jitwarden.adapters.base` and is used from there;
+an adapter module holds only what is its kind's own. To add a kind: write its module with
+every member of :class:`CacheAdapter` and add it to :data:`REGISTRY` (ARCHITECTURE.md,
+"How to add … A cache kind").
 
-- ``KIND``: the kind's name (``triton``, ``inductor``, ...);
-- ``discover_roots(env) -> list[CacheRoot]``: the roots this environment points at, found
-  the way the real tool finds them (same variables, same precedence, same defaults),
-  existing directories only;
-- ``expand_partitions(root) -> list[CacheRoot]``: the root plus jitwarden partitions inside it;
-- ``list_entry_names(root_path) -> (names, strays)``: entry ids (relative paths) in a root;
-- ``inspect_entry(root_path, name, judge, root_uid) -> Entry``: read without following
-  symlinks or executing anything (never unpickle), then judge;
-- ``root_findings(path, uid=None) -> list[Finding]``: problems of the root itself;
-- ``looks_like_root(path) -> bool``: whether a directory named on the command line is one
-  of this kind's roots (the Triton adapter is the fallback and need not define it).
-
-Modules are imported lazily: this package's import costs nothing on the activation path.
+Modules are imported on first use: importing this package costs nothing on the activation path.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from types import ModuleType
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-_MODULES = (
+if TYPE_CHECKING:
+    from jitwarden.model.entries import CacheRoot, Entry, Judge
+    from jitwarden.model.findings import Finding
+
+
+@runtime_checkable
+class CacheAdapter(Protocol):
+    """What each cache-kind module provides; the scanner and the commands use nothing else of it."""
+
+    KIND: str
+    """The kind's name (``triton``, ``inductor``, ...): ``--kind``'s value and every entry's ``kind``."""
+
+    ROOT_RISK: str | None
+    """What a root others may write lets them do through this kind's tool, said with the root's ``unsafe``
+    findings (None: nothing beyond planting entries)."""
+
+    ROOT_CHECKS: tuple[Callable[[str], list[Finding]], ...]
+    """This kind's own checks of a root path, beyond the ownership rule every root gets (:func:`judge_root`);
+    most kinds have none."""
+
+    def discover_roots(self, env: Mapping[str, str]) -> list[CacheRoot]:
+        """The roots ``env`` points this kind's tool at, found the way the tool finds them (same variables,
+        precedence and defaults), plus jitwarden's private ones; existing directories only."""
+
+    def looks_like_root(self, path: str) -> bool:
+        """Whether a directory named on the command line is one of this kind's roots."""
+
+    def list_entry_names(self, root: str) -> tuple[list[str], list[tuple[str, str]]]:
+        """(entry ids, relative paths for nested kinds; stray items as (name, why)) of one root, jitwarden's
+        own names left out. OSError when the root cannot be listed."""
+
+    def inspect_entry(self, root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
+        """Read one entry without following a symlink or running anything (never unpickle), then judge it."""
+
+
+REGISTRY: tuple[tuple[str, str], ...] = (
     ("triton", "triton"),
     ("inductor", "inductor"),
     ("vllm", "vllm"),
@@ -32,31 +60,27 @@ _MODULES = (
     ("deepgemm", "deepgemm"),
     ("torch-ext", "torch_ext"),
 )
-KINDS = tuple(k for k, _ in _MODULES)
+"""(kind, module) of every adapter, in the order roots are discovered and reported."""
+
+KINDS = tuple(k for k, _ in REGISTRY)
+ASKED_LAST = "triton"
+"""The adapter asked last whose directory a path is: Triton's claims any (its caches have no marker of their own)."""
 
 
-def get(kind: str) -> ModuleType:
-    """The adapter module of ``kind``; KeyError for an unknown kind."""
-    mod = dict(_MODULES)[kind]
-    return importlib.import_module(f"{__name__}.{mod}")
+def get(kind: str) -> CacheAdapter:
+    """The adapter of ``kind``; KeyError for an unknown kind."""
+    return importlib.import_module(f"{__name__}.{dict(REGISTRY)[kind]}")
 
 
-def available() -> list[ModuleType]:
-    """Every adapter module present in this install, in a fixed order."""
-    out = []
-    for _kind, mod in _MODULES:
-        try:
-            out.append(importlib.import_module(f"{__name__}.{mod}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{mod}":
-                raise
-    return out
+def every() -> list[CacheAdapter]:
+    """Every adapter, in :data:`REGISTRY` order."""
+    return [get(k) for k in KINDS]
 
 
-def discover_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list:
+def discover_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list[CacheRoot]:
     """Every root of every (or each named) kind on this machine, deduplicated by real path."""
     out, seen = [], set()
-    for a in available():
+    for a in every():
         if kinds is not None and a.KIND not in kinds:
             continue
         for r in a.discover_roots(env):
@@ -68,9 +92,13 @@ def discover_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list
 
 
 def kind_of_path(path: str) -> str:
-    """The kind of a directory named on the command line: the first adapter that claims it, else Triton."""
-    for a in available():
-        looks = getattr(a, "looks_like_root", None)
-        if a.KIND != "triton" and looks is not None and looks(path):
-            return a.KIND
-    return "triton"
+    """The kind of a directory named on the command line: the first adapter that claims it, :data:`ASKED_LAST` last."""
+    order = [a for a in every() if a.KIND != ASKED_LAST] + [get(ASKED_LAST)]
+    return next(a.KIND for a in order if a.looks_like_root(path))
+
+
+def judge_root(adapter: CacheAdapter, path: str, uid: int | None = None) -> list[Finding]:
+    """Every finding about a root: the ownership rule (worded with the adapter's ``ROOT_RISK``), then its own checks."""
+    from jitwarden.adapters import base
+
+    return base.root_safety(path, uid, adapter.ROOT_RISK) + [f for check in adapter.ROOT_CHECKS for f in check(path)]

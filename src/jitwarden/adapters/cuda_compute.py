@@ -47,16 +47,18 @@ import re
 import struct
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.formats.elf import EM_CUDA, HEADER_SIZE, ElfHead, parse_head
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
 from jitwarden.store.fsutil import read_head
-from jitwarden.adapters._base import existing, expand_partitions, survey, survey_findings  # noqa: F401 - expand_partitions is part of this adapter's interface
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.adapters.base import cubin_findings, existing, set_vars, survey, survey_findings
 
 KIND = "cuda-compute"
+ROOT_RISK = None
 MIB = 1 << 20
 DEFAULT_MAXSIZE = 1 << 30
 EMBEDDED_MAXSIZE = 256 * MIB
@@ -82,22 +84,9 @@ _MODULE_DATE = re.compile(r"Kernel Module\s+(\S+)\s+(\w{3} \w{3}\s+\d+ \d\d:\d\d
 # ---------------------------------------------------------------- roots
 
 
-def cache_path(env=os.environ) -> tuple[str, str]:
-    from jitwarden.env import locations
-
-    if env.get("CUDA_CACHE_PATH"):
-        return os.path.expanduser(env["CUDA_CACHE_PATH"]), "CUDA_CACHE_PATH"
-    return os.path.join(locations.home(env), ".nv", "ComputeCache"), "default"
-
-
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$CUDA_CACHE_PATH`` when set, and ``~/.nv/ComputeCache``; existing dirs only."""
-    from jitwarden.env import locations
-
-    cands = [cache_path(env)]
-    if cands[0][1] != "default":
-        cands.append((os.path.join(locations.home(env), ".nv", "ComputeCache"), "default"))
-    return existing(KIND, cands)
+    return existing(KIND, set_vars(env, "CUDA_CACHE_PATH") + [(os.path.join(locations.home(env), ".nv", "ComputeCache"), "default")])
 
 
 def looks_like_root(path: str) -> bool:
@@ -202,9 +191,9 @@ def size_findings(total: int, env=os.environ) -> list[Finding]:
     return out
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    """Ownership and permissions of the root, then its size against the limit of the environment jitwarden runs in."""
-    out = _root_findings(path, uid)
+def root_size(path: str) -> list[Finding]:
+    """The root's size against the limit of the environment jitwarden runs in (:data:`ROOT_CHECKS`)."""
+    out = []
     try:
         out += size_findings(_tree_bytes(path), os.environ)
     except OSError:
@@ -213,6 +202,9 @@ def root_findings(path: str, uid: int | None = None) -> list[Finding]:
     driver_evidence()
     driver_jit_stamp()
     return out
+
+
+ROOT_CHECKS = (root_size,)
 
 
 # ---------------------------------------------------------------- the driver
@@ -460,11 +452,9 @@ def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None)
     sm = None
     head = e.elf
     if head is not None:
-        if head.problem:
-            out.append(Finding("corrupt", f"cached cubin: {head.problem}"))
-        elif head.machine != EM_CUDA:
-            out.append(Finding("mismatch", f"cached code is an ELF for {head.machine_name}, not a cubin"))
-        else:
+        bad = cubin_findings("cached cubin", head)
+        out += bad
+        if not bad:
             sm = head.sm
             if e.target and int(re.sub(r"\D", "", e.target)) != sm:
                 out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {e.target}"))
@@ -483,46 +473,70 @@ def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None)
     return out, sm
 
 
+@dataclass(frozen=True, slots=True)
+class CudaComputeFacts(KindFacts):
+    """What one driver-cache file says (``parsed``; None when unread), the driver's date it was judged
+    against when no JIT compiler stamp was found (``driver_since``), and its cubin's SM.
+
+    JSON: ``format: unknown`` when the header is not the driver's; the producer, its build stamp as
+    ``jit_date``/``jit_time``, the target, input, output and options (cut at 160 characters); ``driver_since``;
+    ``cubin_sm`` at the entry's top level.
+    """
+
+    TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm"})
+    _SHOWN: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("producer", "producer"), ("stamp_date", "jit_date"), ("stamp_time", "jit_time"), ("target", "target"),
+        ("input", "input"), ("output", "output"), ("options", "options"))
+
+    parsed: ComputeEntry | None = None
+    driver_since: float | None = None
+    cubin_sm: int | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        if self.parsed is not None:
+            if self.parsed.format is None:
+                out["format"] = "unknown"
+            for field, key in self._SHOWN:
+                v = getattr(self.parsed, field)
+                if v is not None:
+                    out[key] = v[:160] + "…" if len(v) > 160 else v
+        if self.driver_since is not None:
+            out["driver_since"] = self.driver_since
+        return out
+
+
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
     """Judge one cached file: what the filesystem says (permissions, links) and what its bytes say."""
     s = survey(root, name)
     out = survey_findings(s, root_uid, "entry")
-    extra: dict = {}
     if s.is_symlink:
-        if not s.links or not s.links[0][2]:
+        if not s.links[0].leaves:
             out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); the driver writes none"))
-        return Entry(KIND, root, name, s.path, "link", None, None, 0, 0.0, findings=tuple(out))
+        return Entry(KIND, root, name, s.path, "link", None, None, 0, 0.0, findings=tuple(out), facts=CudaComputeFacts())
     etype = "jit" if s.files else ("empty" if s.is_dir else "other")
     mtime = s.newest
-    facts: ComputeEntry | None = None
+    parsed: ComputeEntry | None = None
     if s.files and not s.is_dir:
-        size = s.files[0][1]
+        size = s.files[0].size
         try:
-            facts = parse_entry(read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
-                                name.replace("/", ""))
+            parsed = parse_entry(read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
+                                 name.replace("/", ""))
         except OSError as exc:
             out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))
-    sm = None
-    if facts is not None:
-        if facts.format is None:
-            extra["format"] = "unknown"
-        for k in ("producer", "stamp_date", "stamp_time", "target", "input", "output", "options"):
-            v = getattr(facts, k)
-            if isinstance(v, str) and len(v) > 160:
-                v = v[:160] + "…"
-            if v is not None:
-                extra[{"stamp_date": "jit_date", "stamp_time": "jit_time"}.get(k, k)] = v
-        found, sm = entry_findings(facts, j, driver_jit_stamp() if facts.producer == "driver-jit" else None)
+    sm = since = None
+    if parsed is not None:
+        found, sm = entry_findings(parsed, j, driver_jit_stamp() if parsed.producer == "driver-jit" else None)
         out += found
     ev = driver_evidence()
-    driver_made = facts is not None and facts.producer == "driver-jit"
+    driver_made = parsed is not None and parsed.producer == "driver-jit"
     stamp = driver_jit_stamp() if driver_made else None
     if ev is not None and driver_made and stamp is None and not any(f.code == "stale" for f in out):
         # No JIT compiler to read a date from: the mtime of a driver-made entry against the installed driver's.
-        extra["driver_since"] = ev[0]
+        since = ev[0]
         if mtime < ev[0]:
             drv = f" (driver {j.driver_version} now)" if j.driver_version else ""
             out.append(Finding("stale", f"written {time.strftime('%Y-%m-%d', time.gmtime(mtime))}, before the installed "
                                         f"driver existed ({ev[1]}){drv}: the driver invalidates its cache on upgrade"))
-    return Entry(KIND, root, name, s.path, etype, None, sm, s.bytes, mtime, cubin_sm=sm,
-                 findings=tuple(dict.fromkeys(out)), extra=tuple(extra.items()))
+    return Entry(KIND, root, name, s.path, etype, None, sm, s.bytes, mtime, findings=tuple(dict.fromkeys(out)),
+                 facts=CudaComputeFacts(parsed, since, sm))

@@ -26,27 +26,50 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
-from jitwarden.formats.elf import EM_CUDA
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters._base import (
-    existing,
-    elf_head,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    older_than,
-    so_findings,
-    survey,
-    survey_findings,
-)
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.adapters.base import cubin_findings, elf_head, existing, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "deepgemm"
+ROOT_RISK = None
+ROOT_CHECKS = ()
 ENTRY = re.compile(r"^kernel\.(.+)\.([0-9a-f]{8,64})$")
 _FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whole family
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class DeepGemmFacts(KindFacts):
+    """A kernel directory's name parts (``kernel.<kernel>.<hash>``), its cubin's SM, its PTX header and
+    files DeepGEMM does not write; or ``tmp``: a leftover under ``tmp/`` of an interrupted compile."""
+
+    TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm"})
+
+    kernel: str | None = None
+    hash: str | None = None
+    cubin_sm: int | None = None
+    ptx_target: str | None = None
+    ptx_version: str | None = None
+    other_files: tuple[str, ...] = ()
+    tmp: bool = False
+
+    def to_json(self) -> dict:
+        if self.tmp:
+            return {"tmp": True}
+        out: dict = {"kernel": self.kernel, "hash": self.hash}
+        if self.ptx_target:  # the PTX header's two facts go together
+            out.update(ptx_target=self.ptx_target, ptx_version=self.ptx_version)
+        if self.other_files:
+            out["other_files"] = list(self.other_files)
+        return out
 
 
 # ---------------------------------------------------------------- roots
@@ -54,15 +77,7 @@ _FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whol
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``DG_JIT_CACHE_DIR`` (DeepGEMM 2.x), ``DG_CACHE_DIR`` (1.0.0), and ``$HOME/.deep_gemm``; existing dirs only."""
-    from jitwarden.env import locations
-
-    cands = []
-    if env.get("DG_JIT_CACHE_DIR"):
-        cands.append((env["DG_JIT_CACHE_DIR"], "DG_JIT_CACHE_DIR"))
-    if env.get("DG_CACHE_DIR"):
-        cands.append((env["DG_CACHE_DIR"], "DG_CACHE_DIR"))
-    cands.append((os.path.join(locations.home(env), ".deep_gemm"), "default"))
-    return existing(KIND, cands)
+    return existing(KIND, set_vars(env, "DG_JIT_CACHE_DIR", "DG_CACHE_DIR") + [(os.path.join(locations.home(env), ".deep_gemm"), "default")])
 
 
 def looks_like_root(path: str) -> bool:
@@ -94,10 +109,6 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     return names, strays
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return _root_findings(path, uid)
-
-
 # ---------------------------------------------------------------- judging
 
 
@@ -116,7 +127,7 @@ def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
                                      "DeepGEMM never reads it"))
     # "partial" (an interrupted write, never loaded): clean takes the item whole.
     return Entry(KIND, root, name, s.path, "partial", None, None, s.bytes, mtime, findings=tuple(out),
-                 extra=(("tmp", True),))
+                 facts=DeepGemmFacts(tmp=True))
 
 
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
@@ -135,21 +146,16 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     base = name.rpartition("/")[2]
     m = ENTRY.match(base)
     kname = m.group(1) if m else None
-    extra: dict = {"kernel": kname, "hash": m.group(2) if m else None}
-    if s.is_symlink:
-        if not s.links or not s.links[0][2]:
-            out.append(Finding("unsafe", f"kernel directory is a symlink (-> {s.symlink_target}); not followed"))
-        return Entry(KIND, root, name, path, "link", kname, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
+    khash = m.group(2) if m else None
     if not s.is_dir:
-        return Entry(KIND, root, name, path, "other", kname, None, s.bytes, s.mtime, findings=tuple(out),
-                     extra=tuple(extra.items()))
+        return not_a_directory(KIND, root, name, s, out, "kernel directory", kname, DeepGemmFacts(kname, khash))
     if m is None:
         # A name DeepGEMM 1.0 never writes is a layout we do not know, not evidence of damage.
         out.append(Finding("unrecognised", f"{base} is not named kernel.<name>.<hash> as DeepGEMM 1.0 names its "
                                            "kernels: not a layout jitwarden knows"))
-    files = {f[0]: f for f in s.files}
+    files = {f.name: f for f in s.files}
     newest = s.newest
-    cubin_sm = arch = None
+    cubin_sm = arch = ptx_target = ptx_version = None
     etype = "cubin"  # not "kernel": that type means a Triton entry to the rebuild
 
     if "kernel.so" in files or "kernel.args" in files:
@@ -161,7 +167,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                                              "treats the directory as a miss and compiles it again"))
         if "kernel.so" in files:
             try:
-                out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"][1]), j.host_machine)
+                out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size), j.host_machine)
             except OSError as exc:
                 out.append(Finding("corrupt", f"kernel.so: unreadable: {exc.strerror}"))
             arch = 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
@@ -172,22 +178,19 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         if missing:
             out.append(Finding("incomplete", f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
                                              "whole, so this one was damaged after; loading it aborts the process"))
-        if "kernel.cu" in files and files["kernel.cu"][1] == 0:
+        if "kernel.cu" in files and files["kernel.cu"].size == 0:
             out.append(Finding("corrupt", "kernel.cu is empty"))
         if "kernel.cubin" in files:
             try:
-                head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"][1])
+                head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
             except OSError as exc:
                 head = None
                 out.append(Finding("corrupt", f"kernel.cubin: unreadable: {exc.strerror}"))
             if head is not None:
-                if head.problem:
-                    out.append(Finding("corrupt", f"kernel.cubin: not a valid cubin: {head.problem}"))
-                elif head.machine != EM_CUDA:
-                    out.append(Finding("mismatch", f"kernel.cubin is an ELF for {head.machine_name}, not a CUDA cubin"))
-                else:
+                bad = cubin_findings("kernel.cubin", head)
+                out += bad
+                if not bad:
                     cubin_sm = arch = head.sm
-        ptx_target = ptx_version = None
         if "kernel.ptx" in files:
             try:
                 hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
@@ -198,14 +201,10 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                     out.append(Finding("mismatch", f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}"))
             except OSError as exc:
                 out.append(Finding("corrupt", f"kernel.ptx: unreadable: {exc.strerror}"))
-        if ptx_target:
-            extra.update(ptx_target=ptx_target, ptx_version=ptx_version)
         if cubin_sm is not None and j.target_arch is not None and not reachable(cubin_sm, j.target_arch):
             out.append(Finding("foreign-arch", f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
                                                "DeepGEMM builds another target there, this one is unreachable"))
-    extra_files = sorted(f for f in files if f not in ("kernel.cu", "kernel.cubin", "kernel.ptx", "kernel.sass",
-                                                        "kernel.args", "kernel.so"))
-    if extra_files:
-        extra["other_files"] = extra_files[:8]
-    return Entry(KIND, root, name, path, etype, kname, arch, s.bytes, newest, cubin_sm=cubin_sm,
-                 findings=tuple(dict.fromkeys(out)), extra=tuple(extra.items()))
+    others = sorted(f for f in files if f not in ("kernel.cu", "kernel.cubin", "kernel.ptx", "kernel.sass",
+                                                  "kernel.args", "kernel.so"))
+    return Entry(KIND, root, name, path, etype, kname, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
+                 facts=DeepGemmFacts(kname, khash, cubin_sm, ptx_target, ptx_version, tuple(others[:8])))

@@ -26,23 +26,19 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.adapters._base import (
-    existing,
-    elf_head,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    older_than,
-    so_findings,
-    survey,
-    survey_findings,
-)
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.env import locations
+from jitwarden.adapters.base import elf_head, existing, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "flashinfer"
+ROOT_RISK = None
+ROOT_CHECKS = ()
 ARCHS = re.compile(r"^(?:noarch|\d+[af]?(?:_\d+[af]?)*)$")
 VERSION = re.compile(r"^\d+\.\d+[0-9A-Za-z.+_-]*$")
 _ONE_ARCH = re.compile(r"(\d+)([af]?)")
@@ -51,25 +47,28 @@ _SKIP = frozenset({"tmp"})  # cached_ops/tmp: lock files and the batch ninja fil
 _NINJA_MAX = 1 << 20
 
 
+
+
+@dataclass(frozen=True, slots=True)
+class FlashInferFacts(KindFacts):
+    """Where an op build sits: the FlashInfer version directory (None in the unversioned 0.2.x layout),
+    the arch directory, which layout, and the ``-gencode`` targets its ``build.ninja`` compiles for."""
+
+    SHOWN_NONE: ClassVar[frozenset[str]] = frozenset({"version"})
+
+    version: str | None
+    archs: str
+    layout: str  # versioned, unversioned
+    gencode: tuple[str, ...] | None = None
+
+
 # ---------------------------------------------------------------- roots
-
-
-def cache_dir(env=os.environ) -> tuple[str, str]:
-    from jitwarden.env import locations
-
-    if env.get("FLASHINFER_WORKSPACE_BASE"):
-        return os.path.join(env["FLASHINFER_WORKSPACE_BASE"], ".cache", "flashinfer"), "FLASHINFER_WORKSPACE_BASE"
-    return os.path.join(locations.home(env), ".cache", "flashinfer"), "default"
 
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` when set, and ``~/.cache/flashinfer``; existing dirs only."""
-    from jitwarden.env import locations
-
-    cands = [cache_dir(env)]
-    if cands[0][1] != "default":
-        cands.append((os.path.join(locations.home(env), ".cache", "flashinfer"), "default"))
-    return existing(KIND, cands)
+    bases = set_vars(env, "FLASHINFER_WORKSPACE_BASE") + [(locations.home(env), "default")]
+    return existing(KIND, [(os.path.join(b, ".cache", "flashinfer"), src) for b, src in bases])
 
 
 def _workspaces(root: str) -> list[tuple[str, str | None, str]]:
@@ -122,10 +121,6 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
             names.append(f"{ws}/generated")
     names.sort()
     return names, strays
-
-
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return _root_findings(path, uid)
 
 
 # ---------------------------------------------------------------- judging
@@ -181,15 +176,10 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     s = survey(root, name)
     path = s.path
     out = survey_findings(s, root_uid, "op directory" if op else "generated directory")
-    extra: dict = {"version": version, "archs": archs, "layout": "versioned" if version else "unversioned"}
-    if s.is_symlink:
-        if not s.links or not s.links[0][2]:
-            out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); not followed"))
-        return Entry(KIND, root, name, path, "link", op, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
+    facts = FlashInferFacts(version, archs, "versioned" if version else "unversioned")
     if not s.is_dir:
-        return Entry(KIND, root, name, path, "other", op, None, s.bytes, s.mtime, findings=tuple(out),
-                     extra=tuple(extra.items()))
-    files = {f[0]: f for f in s.files}
+        return not_a_directory(KIND, root, name, s, out, "entry", op, facts)
+    files = {f.name: f for f in s.files}
     newest = s.newest
     etype = "op" if op else "generated"
 
@@ -213,7 +203,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
         for rel in sos:
             try:
-                out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel][1]), j.host_machine)
+                out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine)
             except OSError as exc:
                 out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
         if f"{op}.so" not in files:
@@ -229,7 +219,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 text = read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
                 targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
                 if targets:
-                    extra["gencode"] = [f"sm_{n}{suf}" for n, suf in targets]
+                    facts = replace(facts, gencode=tuple(f"sm_{n}{suf}" for n, suf in targets))
                     # Compare numbers: FlashInfer spells 12.0 as 120f or 120a depending on the CUDA toolkit.
                     foreign = [f"sm_{n}{suf}" for n, suf in targets if not _named(n, suf, parsed)]
                     if foreign:
@@ -238,4 +228,4 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             except OSError as exc:
                 out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
     return Entry(KIND, root, name, path, etype, op, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
-                 extra=tuple(extra.items()))
+                 facts=facts)

@@ -22,9 +22,9 @@ searched as text, never imported.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
+from dataclasses import dataclass, replace
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
@@ -33,11 +33,12 @@ from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.adapters import _base
-from jitwarden.adapters._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
 
 KIND = "inductor"
+ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
+ROOT_CHECKS = ()
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
 SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
 TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
@@ -74,12 +75,6 @@ def looks_like_root(path: str) -> bool:
 
     return (isdir("fxgraph") or isdir("aotautograd") or isdir("precompiled_headers") or (isdir("locks") and isdir(TRITON_DIR))
             or os.path.basename(os.path.normpath(path)).startswith("torchinductor_"))
-
-
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    """A root others can write or own is unsafe: Inductor unpickles its entries, which runs their code."""
-    return [Finding("unsafe", f"{f.message}; Inductor unpickles entries from it, so loading one runs their code")
-            for f in _base.root_findings(path, uid)]
 
 
 # ---------------------------------------------------------------- entries
@@ -242,17 +237,40 @@ def _age_min(judge: Judge, mtime: float) -> int:
     return int(max(0.0, judge.now - mtime) // 60)
 
 
+@dataclass(frozen=True, slots=True)
+class InductorFacts(KindFacts):
+    """What an Inductor entry's bytes say: the GPU its generated code was made for (``cc``, ``device``,
+    ``multi_processor_count``), its libraries' machine, the FX graphs an AOTAutograd result loads, a
+    local autotune cache's GPU and CUDA, an autotune result's Triton cache hash, how many links torch made in
+    ``torch_cutlass/``. JSON lists them by name."""
+
+    cc: int | None = None
+    cuda: str | None = None
+    device: str | None = None
+    fx_graphs: tuple[str, ...] | None = None
+    gpu_name: str | None = None
+    machine: str | None = None
+    multi_processor_count: int | None = None
+    torch_links: int | None = None
+    triton_cache_hash: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(sorted(KindFacts.to_json(self).items()))
+
+
 class _Facts:
-    """What the judging of one file found (mutable while judging one entry)."""
+    """What the judging of one entry found so far (mutable while judging it); ``extra`` holds fields of
+    ``make`` (:class:`InductorFacts`, or the vLLM adapter's subclass), which :func:`entry_of` freezes."""
 
-    __slots__ = ("type", "name", "arch", "extra", "findings")
+    __slots__ = ("type", "name", "arch", "extra", "findings", "make")
 
-    def __init__(self):
+    def __init__(self, make: type[InductorFacts] = InductorFacts):
         self.type = "other"
         self.name = None
         self.arch = None
         self.extra: dict = {}
         self.findings: list[Finding] = []
+        self.make = make
 
 
 def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, kind: str = "") -> None:
@@ -380,19 +398,19 @@ def _group(name: str) -> str:
     return "other"
 
 
-def judge_tree(root: str, name: str, s: _base.Survey, judge: Judge, group: str, facts: _Facts) -> None:
+def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts: _Facts) -> None:
     """Judge every file of one surveyed entry (a file or a dir); shared with the vLLM adapter."""
     kind = group if group in PICKLE_DIRS else ""
     tmps = []
     real = []
-    for rel, size, mtime, _mode, _uid in s.files:
-        base = os.path.basename(rel)
+    for f in s.files:
+        base = os.path.basename(f.name)
         if TMP.match(base) or base.endswith(".tmp"):
-            tmps.append((rel or base, mtime))
+            tmps.append((f.name, f.mtime))
             continue
         if base.startswith(".") and group in PICKLE_DIRS:
             continue  # Inductor itself skips dot files in key dirs
-        real.append((rel, size))
+        real.append((f.name, f.size))
     for rel, mtime in tmps:
         if judge.now - mtime >= judge.orphan_age:
             facts.findings.append(Finding("orphan", f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old"))
@@ -452,24 +470,17 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
             facts.findings.append(Finding("stale", f"written by a torch built with CUDA {ver['cuda']}; this torch uses CUDA {judge.torch_cuda}"))
 
 
-def entry_of(kind: str, root: str, name: str, s: _base.Survey, facts: _Facts, findings: list[Finding]) -> Entry:
+def entry_of(kind: str, root: str, name: str, s: Survey, facts: _Facts, findings: list[Finding]) -> Entry:
     mtime = s.newest if s.files else s.mtime
+    frozen = facts.make(**{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()})
     return Entry(kind, root, name, s.path, facts.type, facts.name, facts.arch, s.bytes, mtime,
-                 findings=tuple(dict.fromkeys(findings)), extra=tuple(sorted(facts.extra.items())))
+                 findings=tuple(dict.fromkeys(findings)), facts=frozen)
 
 
-def link_findings(s: _base.Survey, tool: str = "Inductor") -> list[Finding]:
-    if s.links and s.links[0][2]:
+def link_findings(s: Survey, tool: str = "Inductor") -> list[Finding]:
+    if s.links[0].leaves:
         return [Finding("unsafe", f"entry is a symlink leaving the cache root (-> {s.symlink_target}); not followed")]
     return [Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); {tool} would follow it, jitwarden does not")]
-
-
-def owner_findings(s: _base.Survey, root_uid: int | None) -> list[Finding]:
-    """A directory entry owned by someone other than the root's owner (files are checked by survey_findings)."""
-    out = []
-    if s.is_dir and root_uid is not None and s.uid not in (-1, root_uid) and root_uid != 0 and s.uid != 0:
-        out.append(Finding("unsafe", f"entry directory is owned by uid {s.uid}, the cache root by uid {root_uid}"))
-    return out
 
 
 def torch_cutlass_link(rel: str, target: str) -> bool:
@@ -487,18 +498,18 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
 
 
 def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str, judge: Judge,
-               root_uid: int | None) -> Entry:
+               root_uid: int | None, make: type[InductorFacts] = InductorFacts) -> Entry:
     """Judge ``root/name`` of an Inductor cache dir, reported as entry ``shown_name`` of ``shown_root`` (vLLM nests them)."""
     s = survey(root, name)
-    facts = _Facts()
+    facts = _Facts(make)
     if s.is_symlink:
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))
     if name == CUTLASS_DIR and s.is_dir:
-        own = tuple(link for link in s.links if torch_cutlass_link(link[0], link[1]))
-        s = dataclasses.replace(s, links=tuple(link for link in s.links if link not in own))
+        own = tuple(link for link in s.links if torch_cutlass_link(link.name, link.target))
+        s = replace(s, links=tuple(link for link in s.links if link not in own))
         facts.type, facts.extra["torch_links"] = "cutlass-links", len(own)
-    findings = survey_findings(s, root_uid) + owner_findings(s, root_uid)
+    findings = survey_findings(s, root_uid)
     group = _group(name)
     if group == "locks":
         facts.type = "locks"
@@ -506,7 +517,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         judge_tree(root, name, s, judge, group, facts)
         if not s.is_dir and s.files:
             try:
-                data = read_bytes(s.path, size_hint=s.files[0][1])
+                data = read_bytes(s.path, size_hint=s.files[0].size)
             except OSError:
                 data = b""
             _local_cache(name, data, judge, facts)

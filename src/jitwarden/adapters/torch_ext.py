@@ -19,23 +19,20 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_head
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import is_reserved
-from jitwarden.adapters._base import (
-    existing,
-    elf_head,
-    expand_partitions,  # noqa: F401 - part of this adapter's interface
-    older_than,
-    so_findings,
-    survey,
-    survey_findings,
-)
-from jitwarden.adapters._base import root_findings as _root_findings
+from jitwarden.env import locations
+from jitwarden.store import partition
+from jitwarden.adapters.base import elf_head, existing, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "torch-ext"
+ROOT_RISK = None
+ROOT_CHECKS = ()
 TAG = re.compile(r"^py(\d)(\d+)([a-z]*)_(cpu|cu\d+|rocm\d+|xpu)$")
 _NINJA_MAX = 1 << 20
 _PY_INCLUDE = re.compile(r"/include/python(\d)\.(\d+)([a-z]*)\b")
@@ -43,13 +40,31 @@ _GENCODE = re.compile(r"-gencode[= ]arch=compute_(\d+)[a-z]?,code=(sm|compute)_(
 _SO_NAME = re.compile(r"^(.+?)(?:_v(\d+))?\.so$")
 
 
+
+
+@dataclass(frozen=True, slots=True)
+class TorchExtFacts(KindFacts):
+    """A build directory's module name and tag directory (None for a build under ``$TORCH_EXTENSIONS_DIR``),
+    the modules built in it (``<name>.so``, ``<name>_v<N>.so``), their machine, the Python and
+    accelerator it was built for, and the ``-gencode`` cubin and PTX archs of its ``build.ninja``."""
+
+    SHOWN_NONE: ClassVar[frozenset[str]] = frozenset({"tag"})
+
+    module: str
+    tag: str | None
+    modules: tuple[str, ...] | None = None
+    machine: str | None = None
+    python: str | None = None
+    accelerator: str | None = None
+    sm: tuple[int, ...] | None = None
+    ptx: tuple[int, ...] | None = None
+
+
 # ---------------------------------------------------------------- roots
 
 
 def default_root(env=os.environ) -> str:
     """``<user_cache_dir>/torch_extensions`` as torch computes it on Linux (realpath'd, as torch does)."""
-    from jitwarden.env import locations
-
     return os.path.realpath(locations.torch_extensions_dir(env))
 
 
@@ -59,13 +74,9 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     torch reads ``TORCH_EXTENSIONS_DIR`` with ``os.environ.get(...) is None``; an empty value
     would make torch build into the working directory, which is no cache root: it is skipped.
     """
-    from jitwarden.store import partition
-
-    cands = []
-    if env.get("TORCH_EXTENSIONS_DIR"):  # under activation a partition: list the root it lives in (and so every partition)
-        cands.append((partition.base_of(env["TORCH_EXTENSIONS_DIR"]), "TORCH_EXTENSIONS_DIR"))
-    cands.append((default_root(env), "default"))
-    return existing(KIND, cands)
+    # Under activation TORCH_EXTENSIONS_DIR names a partition: list the root it lives in (and so every partition).
+    named = [(partition.base_of(d), src) for d, src in set_vars(env, "TORCH_EXTENSIONS_DIR")]
+    return existing(KIND, named + [(default_root(env), "default")])
 
 
 def looks_like_root(path: str) -> bool:
@@ -109,10 +120,6 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
             strays.append((name, "file"))
     names.sort()
     return names, strays
-
-
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return _root_findings(path, uid)
 
 
 # ---------------------------------------------------------------- judging
@@ -176,28 +183,21 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     or accelerator than this environment's torch: torch never loads it here.
     """
     s = survey(root, name)
-    path = os.path.join(root, name)
+    path = s.path
     out = survey_findings(s, root_uid, "build directory")
     tag, _, mod = name.rpartition("/")
-    extra: dict = {"module": mod, "tag": tag or None}
-    if s.is_symlink:
-        if not s.links or not s.links[0][2]:
-            out.append(Finding("unsafe", f"build directory is a symlink (-> {s.symlink_target}); not followed"))
-        return Entry(KIND, root, name, path, "link", mod, None, 0, 0.0, findings=tuple(out), extra=tuple(extra.items()))
     if not s.is_dir:
-        return Entry(KIND, root, name, path, "other", mod, None, s.bytes, s.mtime, findings=tuple(out),
-                     extra=tuple(extra.items()))
-    files = {f[0]: f for f in s.files}
+        return not_a_directory(KIND, root, name, s, out, "build directory", mod, TorchExtFacts(mod, tag or None))
+    files = {f.name: f for f in s.files}
     host = j.host_machine
 
     # Shared objects: <name>.so, or <name>_v<N>.so after an in-process rebuild.
     sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
     own = [f for f in sos if (m := _SO_NAME.match(f)) and m.group(1) == mod]
-    extra["modules"] = own
     so_machines = set()
     for rel in sos:
         try:
-            head = elf_head(os.path.join(path, rel), files[rel][1])
+            head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError as exc:
             out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
             continue
@@ -207,7 +207,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     obj_machines = set()
     for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
         try:
-            head = elf_head(os.path.join(path, rel), files[rel][1])
+            head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError:
             continue
         if head.problem:
@@ -217,8 +217,6 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if so_machines and obj_machines and not (so_machines & obj_machines):
         out.append(Finding("mismatch", f"the module is built for {', '.join(sorted(so_machines))} but its objects for "
                                        f"{', '.join(sorted(obj_machines))}: the .so was not linked from them"))
-    if so_machines:
-        extra["machine"] = sorted(so_machines)[0]
 
     ninja = None
     if "build.ninja" in files:
@@ -238,17 +236,17 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             etype = "partial"
         else:
             etype = "building"
-    if "lock" in files and older_than(files["lock"][2], j):
-        out.append(Finding("orphan", f"lock: left by an interrupted build, {int((j.now - files['lock'][2]) // 60)} min old; "
+    if "lock" in files and older_than(files["lock"].mtime, j):
+        out.append(Finding("orphan", f"lock: left by an interrupted build, {int((j.now - files['lock'].mtime) // 60)} min old; "
                                      f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed"))
         etype = "partial"  # the build it guarded never finished: clean takes the whole directory
 
     # Tags: the tag directory names the Python and accelerator torch built for; build.ninja says what it really used.
     py_now, acc_now = current_tag(j)
     m = TAG.match(tag) if tag else None
+    py_tag = acc_tag = None
     if m:
         py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
-        extra.update(python=py_tag, accelerator=acc_tag)
         if ninja and ninja["python"] and ninja["python"] != py_tag:
             out.append(Finding("mismatch", f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
                                            f"headers but sits under {tag}"))
@@ -259,21 +257,21 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         elif acc_now and acc_tag != acc_now:
             out.append(Finding("stale", f"built for {acc_tag}, the installed torch is {acc_now}: torch never looks in {tag}/"))
     elif ninja and ninja["python"]:
-        extra["python"] = ninja["python"]
+        py_tag = ninja["python"]
         if py_now and ninja["python"] != py_now:
             out.append(Finding("stale", f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
                                         f"headers, this is {py_now}: loading it fails or rebuilds"))
 
-    arch = None
+    arch = sms = ptxs = None
     if ninja and (ninja["sm"] or ninja["ptx"]):
-        extra["sm"] = list(ninja["sm"])
-        extra["ptx"] = list(ninja["ptx"])
+        sms, ptxs = ninja["sm"], ninja["ptx"]
         if j.target_arch is not None and not _covers(ninja["sm"], ninja["ptx"], j.target_arch):
             shown = ", ".join([f"sm_{x}" for x in ninja["sm"]] + [f"compute_{x}" for x in ninja["ptx"]])
             out.append(Finding("foreign-arch", f"built for {shown}, judged against sm_{j.target_arch}: "
                                                "no kernel image for this GPU"))
         arch = max(ninja["sm"] or ninja["ptx"])
 
-    size = s.bytes
-    return Entry(KIND, root, name, path, etype, mod, arch, size, newest, findings=tuple(dict.fromkeys(out)),
-                 extra=tuple(extra.items()))
+    facts = TorchExtFacts(mod, tag or None, tuple(own), sorted(so_machines)[0] if so_machines else None, py_tag, acc_tag,
+                          sms, ptxs)
+    return Entry(KIND, root, name, path, etype, mod, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
+                 facts=facts)

@@ -9,12 +9,10 @@ a :class:`Judge`, so every command reaches the same verdict.
 from __future__ import annotations
 
 import base64
-import errno
 import os
 import re
-import stat
-import sysconfig
 from dataclasses import dataclass
+from typing import ClassVar
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
@@ -22,12 +20,14 @@ from jitwarden.store import partition, seal
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
-from jitwarden.model.entries import CacheRoot, Entry, Judge  # noqa: F401 - re-exported: the Triton adapter's public names
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import SEAL_FILE, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters._base import expand_partitions, leaves, link_target, root_findings, with_partitions  # noqa: F401 - part of this adapter's interface
+from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, survey, with_partitions
 
 KIND = "triton"
+ROOT_RISK = None
+ROOT_CHECKS = ()
 _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 # Kernel dirs staged beside their final name, then renamed onto it: TorchInductor's TritonBundler.read_and_emit
 # (torch 2.9-2.15: tmp.<uuid4>, left behind when the rename finds the final dir already filled or the process
@@ -39,19 +39,31 @@ _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "
 
 
 @dataclass(frozen=True, slots=True)
-class EntryFacts:
-    """What :func:`read_entry` found on disk, before any judgement."""
+class TritonFacts(KindFacts):
+    """What a Triton entry says of its build: the metadata's Triton version, the cubin's SM, the PTX
+    header, the ptxas release in the cubin's notes. JSON shows them at the entry's top level."""
 
-    path: str
+    TOP: ClassVar[frozenset[str]] = frozenset({"triton_version", "cubin_sm", "ptx_version", "ptx_target", "producer"})
+
+    triton_version: str | None = None
+    cubin_sm: int | None = None
+    ptx_version: str | None = None
+    ptx_target: str | None = None
+    producer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFacts:
+    """What :func:`read_entry` found on disk, before any judgement.
+
+    ``survey``: the entry's own directory as listed (Triton entries are flat); ``files``: its
+    regular files but Triton's temporary ones, which are in ``tmps`` with ``tmp.pid_*`` dirs.
+    """
+
     id: str
-    is_symlink: bool = False
-    symlink_target: str | None = None
-    mode: int = 0
-    uid: int = -1
-    files: tuple[tuple[str, int, float, int, int], ...] = ()  # name, size, mtime, mode, uid
-    links: tuple[tuple[str, str, bool], ...] = ()  # name, target, leaves entry
-    tmp_dirs: tuple[tuple[str, float], ...] = ()
-    other_dirs: tuple[str, ...] = ()
+    survey: Survey
+    files: tuple[File, ...] = ()
+    tmps: tuple[File | Dir, ...] = ()
     metadata: dict | None = None
     metadata_file: str | None = None
     groups: tuple[tuple[str, dict | None], ...] = ()
@@ -63,32 +75,20 @@ class EntryFacts:
     read_errors: tuple[tuple[str, str], ...] = ()  # name, why (unparseable / unreadable)
     seal_problems: tuple[str, ...] | None = None  # None: no seal
 
+    @property
+    def path(self) -> str:
+        return self.survey.path
+
 
 # ---------------------------------------------------------------- roots
 
 
-def default_cache_dir(env=os.environ) -> tuple[str, str]:
-    return locations.triton_cache_dir(env)
-
-
-def inductor_cache_dir(env=os.environ) -> str:
-    return locations.inductor_cache_dir(env)
-
-
-def vllm_cache_root(env=os.environ) -> str:
-    return locations.vllm_cache_root(env)
-
-
-def _inductor_roots(base: str, source: str) -> list[CacheRoot]:
-    """Triton trees of an Inductor cache dir: ``<dir>/triton/<device>``, in the dir and in its partitions."""
+def _nested_roots(base: str, source: str, trees) -> list[CacheRoot]:
+    """Triton trees that ``trees(dir)`` finds in ``base`` and in each of its partitions: an Inductor cache
+    dir's ``triton/<device>`` (:func:`locations.inductor_triton_trees`), vLLM's per-model ones
+    (:func:`locations.vllm_triton_trees`)."""
     return [CacheRoot(KIND, t, source, digest, base if digest else None)
-            for d, digest in with_partitions(base) for t in locations.inductor_triton_trees(d)]
-
-
-def _vllm_roots(base: str, source: str) -> list[CacheRoot]:
-    """vLLM's per-model Inductor trees (see :func:`locations.vllm_triton_trees`), in the root and its partitions."""
-    return [CacheRoot(KIND, t, source, digest, base if digest else None)
-            for d, digest in with_partitions(base) for t in locations.vllm_triton_trees(d)]
+            for d, digest in with_partitions(base) for t in trees(d)]
 
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
@@ -98,34 +98,25 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     Inductor and vLLM trees are listed one by one, partitioned or not. Existing dirs only.
     """
     roots: list[CacheRoot] = []
-    path, source = default_cache_dir(env)
+    path, source = locations.triton_cache_dir(env)
     # Under activation TRITON_CACHE_DIR names a partition: list the root it lives in (and so every partition).
     roots.append(CacheRoot(KIND, partition.base_of(path), source))
     if source != "default":
         roots.append(CacheRoot(KIND, os.path.join(locations.home(env), ".triton", "cache"), "default"))
-    roots += _inductor_roots(partition.base_of(inductor_cache_dir(env)), "inductor")
-    roots += _vllm_roots(partition.base_of(vllm_cache_root(env)), "vllm")
-    try:
-        from jitwarden.env.fingerprint import memo_dir
-
-        private = os.path.join(memo_dir(env), "roots")
-    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
-        private = None
+    roots += _nested_roots(partition.base_of(locations.inductor_cache_dir(env)), "inductor", locations.inductor_triton_trees)
+    roots += _nested_roots(partition.base_of(locations.vllm_cache_root(env)), "vllm", locations.vllm_triton_trees)
+    private = private_dir(env)
     if private:
         roots.append(CacheRoot(KIND, os.path.join(private, "triton"), "private"))
-        roots += _inductor_roots(os.path.join(private, "inductor"), "private")
-        roots += _vllm_roots(os.path.join(private, "vllm"), "private")
-    return [r for r in dedupe(roots) if os.path.isdir(r.path)]
+        roots += _nested_roots(os.path.join(private, "inductor"), "private", locations.inductor_triton_trees)
+        roots += _nested_roots(os.path.join(private, "vllm"), "private", locations.vllm_triton_trees)
+    return distinct(roots)
 
 
-def dedupe(roots: list[CacheRoot]) -> list[CacheRoot]:
-    seen, out = set(), []
-    for r in roots:
-        key = os.path.realpath(r.path)
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
+def looks_like_root(path: str) -> bool:
+    """Any directory: a Triton cache has no marker of its own, so the registry asks this adapter last and
+    reads a directory that no other kind claims as a Triton cache."""
+    return True
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -149,43 +140,14 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     """Read one entry directory without following any symlink and without writing anything."""
     path = os.path.join(root, name)
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return EntryFacts(path, name, read_errors=(("", f"cannot stat: {exc.strerror}"),))
-    if stat.S_ISLNK(st.st_mode):
-        target = link_target(path)
-        return EntryFacts(path, name, is_symlink=True, symlink_target=target, mode=st.st_mode, uid=st.st_uid,
-                          links=((name, target, leaves(root, path, target)),))
-    files, links, tmps, others, errors = [], [], [], [], []
-    try:
-        it = os.scandir(path)
-    except OSError as exc:
-        return EntryFacts(path, name, mode=st.st_mode, uid=st.st_uid, read_errors=(("", f"cannot list: {exc.strerror}"),))
-    with it:
-        for e in it:
-            try:
-                est = e.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone while listing (a writer's temporary file renamed into place): not damage
-            except OSError as exc:
-                errors.append((e.name, f"cannot stat: {exc.strerror}"))
-                continue
-            if stat.S_ISLNK(est.st_mode):
-                target = link_target(e.path)
-                links.append((e.name, target, leaves(path, e.path, target)))
-            elif stat.S_ISDIR(est.st_mode):
-                if is_tmp_dir(e.name):
-                    tmps.append((e.name, est.st_mtime))
-                else:
-                    others.append(e.name)
-            elif stat.S_ISREG(est.st_mode):
-                if is_tmp_file(e.name):
-                    tmps.append((e.name, est.st_mtime))
-                else:
-                    files.append((e.name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
-    files.sort()
-    sizes = {f[0]: f[1] for f in files}  # one read() per file: the size is known from the stat
+    sv = survey(root, name, nested=False, links_within=path)
+    if sv.is_symlink or not sv.is_dir:
+        return EntryFacts(name, sv, read_errors=sv.errors)
+    files, tmps = [], [d for d in sv.dirs if is_tmp_dir(d.name)]
+    for f in sv.files:
+        (tmps if is_tmp_file(f.name) else files).append(f)
+    errors = list(sv.errors)
+    sizes = {f.name: f.size for f in files}  # one read() per file: the size is known from the stat
     names = sizes.keys()
 
     groups = []
@@ -269,11 +231,8 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
         except seal.SealError as exc:
             seal_problems = (str(exc),)
 
-    return EntryFacts(
-        path, name, False, None, st.st_mode, st.st_uid, tuple(files), tuple(links), tuple(tmps), tuple(others),
-        metadata, metadata_file, tuple(groups), cubin, cubin_file, ptx_head, ptx_file, tuple(launchers),
-        tuple(errors), seal_problems,
-    )
+    return EntryFacts(name, sv, tuple(files), tuple(tmps), metadata, metadata_file, tuple(groups), cubin, cubin_file,
+                      ptx_head, ptx_file, tuple(launchers), tuple(errors), seal_problems)
 
 
 # ---------------------------------------------------------------- judging
@@ -342,35 +301,28 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     """
     out: list[Finding] = []
     add = out.append
-    size = sum(x[1] for x in f.files)
-    mtime = max((x[2] for x in f.files), default=0.0)
+    size = sum(x.size for x in f.files)
+    mtime = max((x.mtime for x in f.files), default=0.0)
+    sv = f.survey
 
-    if f.is_symlink:
-        if f.links and f.links[0][2]:
-            add(Finding("unsafe", f"entry is a symlink leaving the cache root (-> {f.symlink_target}); not followed"))
+    if sv.is_symlink:
+        if sv.links[0].leaves:
+            add(Finding("unsafe", f"entry is a symlink leaving the cache root (-> {sv.symlink_target}); not followed"))
         else:
-            add(Finding("unsafe", f"entry is a symlink (-> {f.symlink_target}); Triton would follow it, jitwarden does not"))
-        return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=tuple(out))
+            add(Finding("unsafe", f"entry is a symlink (-> {sv.symlink_target}); Triton would follow it, jitwarden does not"))
+        return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=tuple(out), facts=TritonFacts())
 
     for name, why in f.read_errors:
         add(Finding("corrupt", f"{name}: {why}" if name else why))
-    if f.mode & stat.S_IWOTH:
-        add(Finding("unsafe", f"entry directory is world-writable (mode {stat.filemode(f.mode)})"))
-    if root_uid is not None and f.uid not in (-1, root_uid):
-        add(Finding("unsafe", f"entry directory is owned by uid {f.uid}, the cache root by uid {root_uid}"))
-    for name, _size, _mtime, mode, uid in f.files:
-        if mode & stat.S_IWOTH:
-            add(Finding("unsafe", f"{name} is world-writable"))
-        if root_uid is not None and uid != root_uid:
-            add(Finding("unsafe", f"{name} is owned by uid {uid}, the cache root by uid {root_uid}"))
-    for name, target, outside in f.links:
-        if outside:
-            add(Finding("unsafe", f"{name} is a symlink leaving the entry (-> {target}); not followed"))
+    out += ownership_findings(sv, root_uid)
+    for link in sv.links:
+        if link.leaves:
+            add(Finding("unsafe", f"{link.name} is a symlink leaving the entry (-> {link.target}); not followed"))
         else:
-            add(Finding("unsafe", f"{name} is a symlink (-> {target}); Triton writes no symlinks"))
-    for name, mt in f.tmp_dirs:
-        if j.now - mt >= j.orphan_age:
-            add(Finding("orphan", f"{name}: leftover of an interrupted write, {int((j.now - mt) // 60)} min old"))
+            add(Finding("unsafe", f"{link.name} is a symlink (-> {link.target}); Triton writes no symlinks"))
+    for t in f.tmps:
+        if j.now - t.mtime >= j.orphan_age:
+            add(Finding("orphan", f"{t.name}: leftover of an interrupted write, {int((j.now - t.mtime) // 60)} min old"))
 
     if _STAGING.match(f.id):
         # Evidence: none of damage. Triton's keys are base32, so it never opens this dir; its group files
@@ -378,10 +330,10 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         if f.files and j.now - mtime >= j.orphan_age:
             add(Finding("orphan", f"a kernel dir TorchInductor staged from an FX-graph bundle and never renamed into "
                                   f"place, {int((j.now - mtime) // 60)} min old"))
-        return Entry(KIND, root, f.id, f.path, "staging", None, None, size, mtime, findings=tuple(out))
+        return Entry(KIND, root, f.id, f.path, "staging", None, None, size, mtime, findings=tuple(out), facts=TritonFacts())
 
-    names = {x[0] for x in f.files}
-    sizes = {x[0]: x[1] for x in f.files}
+    names = {x.name for x in f.files}
+    sizes = {x.name: x.size for x in f.files}
     md = f.metadata
     arch = metadata_arch(md)
     kname = md.get("name") if md and isinstance(md.get("name"), str) else None
@@ -496,10 +448,9 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
 
     # One finding per (code, message): repeated groups can say the same thing twice.
     findings = tuple(dict.fromkeys(out))
-    return Entry(
-        KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime, tv, cubin_sm,
-        ptx_version, ptx_target, producer, f.seal_problems is not None or SEAL_FILE in names, findings,
-    )
+    return Entry(KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime,
+                 f.seal_problems is not None or SEAL_FILE in names, findings,
+                 TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer))
 
 
 def same_dir(a: str, b: str) -> bool:
@@ -556,10 +507,3 @@ def host_machine() -> str:
 
     return _HOST_MACHINES.get(platform.machine(), platform.machine())
 
-
-def ext_suffix() -> str:
-    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-
-
-def is_missing(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOENT, errno.ENOTDIR)

@@ -40,10 +40,12 @@ from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge
-from jitwarden.adapters import _base, inductor
-from jitwarden.adapters._base import existing, expand_partitions, private_root, survey, survey_findings  # noqa: F401 - part of the interface
+from jitwarden.adapters import inductor
+from jitwarden.adapters.base import Survey, existing, inside, private_root, survey, survey_findings
 
 KIND = "vllm"
+ROOT_RISK = "vLLM and Inductor unpickle entries from it, so loading one runs their code"
+ROOT_CHECKS = ()
 COMPILE = "torch_compile_cache"
 AOT = "torch_aot_compile"
 INDUCTOR = "inductor_cache"
@@ -56,6 +58,24 @@ TORCH29_ARTIFACT = "CompiledArtifact (torch 2.9, no header)"
 _TORCH29_KEY = re.compile(rb"^Y[A-Za-z0-9+/]{69}==$")  # base64 of "a" + 51 base32 chars: AOTAutograd's key
 _ARCH = re.compile(r"(\d+)[af]?")
 AOT_TEMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile of torch 2.12+ atomic_write_binary
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class VllmFacts(inductor.InductorFacts):
+    """An Inductor entry's facts (vLLM nests Inductor caches) and vLLM's own: the vLLM version, GPU, CUDA and
+    Triton key its ``cache_key_factors.json`` records, how many graphs ``vllm_compile_cache.py`` lists, the
+    layouts of its artifacts, that an AOT entry's key holds no GPU, a FlashInfer autotune result's version
+    and archs. JSON lists them by name."""
+
+    archs: str | None = None
+    artifact_layouts: str | None = None
+    flashinfer_version: str | None = None
+    graphs: int | None = None
+    key_has_gpu: bool | None = None
+    triton_key: str | None = None
+    vllm_version: str | None = None
 
 
 # ---------------------------------------------------------------- roots
@@ -77,16 +97,11 @@ def looks_like_root(path: str) -> bool:
                for d in (COMPILE, AOT, FLASHINFER))
 
 
-def root_findings(path: str, uid: int | None = None) -> list[Finding]:
-    return [Finding("unsafe", f"{f.message}; vLLM and Inductor unpickle entries from it, so loading one runs their code")
-            for f in _base.root_findings(path, uid)]
-
-
 # ---------------------------------------------------------------- entries
 
 
 def _subdirs(path: str) -> list[str]:
-    return [os.path.basename(d) for d in _base.subdirs(path)]
+    return [os.path.basename(d) for d in locations.subdirs(path)]
 
 
 def _children(path: str) -> list[str]:
@@ -328,7 +343,7 @@ def _opened(h: Handle, prefix_dir: str, rank_dir: str, by_key: bool) -> str:
             return "missing"
         return "ok" if os.path.lexists(os.path.join(prefix_dir, h.key)) else "missing"
     p = os.path.normpath(h.path)
-    if not os.path.isabs(p) or not (_base.inside(p, rank_dir) or _same_tree(p, rank_dir)):
+    if not os.path.isabs(p) or not (inside(p, rank_dir) or _same_tree(p, rank_dir)):
         return "outside"
     return "ok" if os.path.lexists(p) else "missing"
 
@@ -379,26 +394,26 @@ def handle_findings(handles: list[Handle], prefix_dir: str, rank_dir: str, reade
 # ---------------------------------------------------------------- judging
 
 
-def _orphans(s: _base.Survey, judge: Judge, facts, temp=None) -> list[str]:
+def _orphans(s: Survey, judge: Judge, facts, temp=None) -> list[str]:
     """Report old temp files (``*.tmp``, or names ``temp`` matches); return the files that are not temp files."""
     real = []
-    for rel, _size, mtime, _m, _u in s.files:
-        base = os.path.basename(rel)
+    for f in s.files:
+        base = os.path.basename(f.name)
         if base.endswith(".tmp") or (temp is not None and temp.match(base)):
-            if judge.now - mtime >= judge.orphan_age:
-                facts.findings.append(Finding("orphan", f"{rel or base}: leftover of an interrupted write, "
-                                                        f"{int((judge.now - mtime) // 60)} min old"))
+            if judge.now - f.mtime >= judge.orphan_age:
+                facts.findings.append(Finding("orphan", f"{f.name}: leftover of an interrupted write, "
+                                                        f"{int((judge.now - f.mtime) // 60)} min old"))
         else:
-            real.append(rel)
+            real.append(f.name)
     return real
 
 
-def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -> None:
+def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None:
     """One ``torch_compile_cache/<hash>/rank_*/<prefix>`` dir."""
     facts.type = "compile"
     facts.name = os.path.basename(name)
     real = _orphans(s, judge, facts)
-    files = {f[0]: f for f in s.files}
+    files = {f.name: f for f in s.files}
     add = facts.findings.append
     if "cache_key_factors.json" in files:
         try:
@@ -426,7 +441,7 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
     for rel in real:
         top = rel.split("/", 1)[0]
         path = os.path.join(s.path, rel)
-        size = files[rel][1]
+        size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
             try:
                 data = read_bytes(path, size_hint=size)
@@ -461,12 +476,12 @@ def _judge_compile(root: str, name: str, s: _base.Survey, judge: Judge, facts) -
 
 def _same_tree(p: str, base: str) -> bool:
     try:
-        return _base.inside(os.path.realpath(p), os.path.realpath(base))
+        return inside(os.path.realpath(p), os.path.realpath(base))
     except OSError:
         return False
 
 
-def _judge_aot(name: str, s: _base.Survey, judge: Judge, facts) -> None:
+def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
     """An AOT ``rank_<r>_<dp>`` dir: ``model`` (a pickle of the compiled function) and its temp files.
 
     vLLM 0.20+ saves to ``model.<pid>.tmp`` and renames it; torch 2.12+ writes that through a
@@ -498,7 +513,7 @@ def _judge_aot(name: str, s: _base.Survey, judge: Judge, facts) -> None:
             facts.arch = arch
 
 
-def _judge_files(s: _base.Survey, judge: Judge, facts, kind: str) -> None:
+def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
     """DeepGEMM kernels and FlashInfer autotune results: cubins by ELF, JSON by parsing."""
     facts.type = kind
     real = _orphans(s, judge, facts)
@@ -559,13 +574,13 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
         i = parts.index(INDUCTOR)
         sub_root = os.path.join(root, *parts[: i + 1])
-        return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid)
+        return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid, VllmFacts)
     s = survey(root, name)
-    facts = inductor._Facts()
+    facts = inductor._Facts(VllmFacts)
     if s.is_symlink:
         facts.type = "link"
         return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))
-    findings = survey_findings(s, root_uid) + inductor.owner_findings(s, root_uid)
+    findings = survey_findings(s, root_uid)
     if parts[0] == COMPILE and len(parts) >= 3 and parts[1] == AOT or parts[0] == AOT:
         _judge_aot(name, s, judge, facts)
     elif parts[0] == COMPILE and len(parts) == 4 and RANK.match(parts[2]) and s.is_dir:

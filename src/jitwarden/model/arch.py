@@ -35,15 +35,3 @@ def _known(arch: int, text) -> int:
         raise ValueError(f"unknown GPU architecture {text!r} (known: {known_list()})")
     return arch
 
-
-def from_capability(major: int, minor: int) -> int:
-    return major * 10 + minor
-
-
-def sm_name(arch: int, accelerated: bool = False) -> str:
-    return f"sm_{arch}{'a' if accelerated else ''}"
-
-
-def triton_gpu_name(arch: int) -> str:
-    """The ``--gpu-name`` Triton 3.x passes to ptxas: ``a`` suffix from arch 90 on."""
-    return f"sm_{arch}{'a' if arch >= 90 else ''}"

@@ -8,7 +8,8 @@ see the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 
@@ -50,13 +51,47 @@ class Judge:
         return next((v for d, v in self.versions if d == package), None)
 
 
+TOP_FACTS = ("triton_version", "cubin_sm", "ptx_version", "ptx_target", "producer")
+"""Facts JSON schema 1 shows at the top of every entry (null where a kind has no such fact)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KindFacts:
+    """What one kind's adapter read of an entry beyond what every entry has; each kind subclasses it
+    with named, typed fields (ARCHITECTURE.md, "How to add … A cache kind").
+
+    In JSON the fields are the entry's ``extra`` object, in declared order, a None left out unless
+    the field is in ``SHOWN_NONE``; fields in ``TOP`` (names of :data:`TOP_FACTS`) go to the entry's
+    top level instead. Tuples are written as lists.
+    """
+
+    TOP: ClassVar[frozenset[str]] = frozenset()
+    SHOWN_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    def to_json(self) -> dict:
+        """The entry's ``extra`` object."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name not in self.TOP and (v is not None or f.name in self.SHOWN_NONE):
+                out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    def top(self, name: str):
+        """The value of ``name`` (one of :data:`TOP_FACTS`) when this kind shows it at the top, else None."""
+        return getattr(self, name) if name in self.TOP else None
+
+
+NO_FACTS = KindFacts()
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One cache entry with its findings; the unit every command reports on and acts on.
 
     ``id`` is unique within its root and may be a relative path (``fxgraph/ab/<key>``);
-    ``path`` is a directory or a single file. The Triton-specific fields stay None for
-    other kinds; ``extra`` carries an adapter's own facts (JSON-safe values).
+    ``path`` is a directory or a single file. ``facts``: the kind's own facts, typed per kind
+    (``TritonFacts``, ``FlashInferFacts``, ...: each adapter module defines its own).
     """
 
     kind: str
@@ -68,14 +103,9 @@ class Entry:
     arch: int | None
     bytes: int
     mtime: float
-    triton_version: str | None = None
-    cubin_sm: int | None = None
-    ptx_version: str | None = None
-    ptx_target: str | None = None
-    producer: str | None = None
     sealed: bool = False
     findings: tuple[Finding, ...] = ()
-    extra: tuple[tuple[str, object], ...] = ()
+    facts: KindFacts = NO_FACTS
 
     def to_json(self) -> dict:
         return {
@@ -88,12 +118,8 @@ class Entry:
             "arch": self.arch,
             "bytes": self.bytes,
             "mtime": self.mtime,
-            "triton_version": self.triton_version,
-            "cubin_sm": self.cubin_sm,
-            "ptx_version": self.ptx_version,
-            "ptx_target": self.ptx_target,
-            "producer": self.producer,
+            **{k: self.facts.top(k) for k in TOP_FACTS},
             "sealed": self.sealed,
             "findings": [f.to_json() for f in self.findings],
-            "extra": dict(self.extra),
+            "extra": self.facts.to_json(),
         }

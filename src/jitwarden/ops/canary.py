@@ -106,12 +106,6 @@ class Comparison:
     def ok(self) -> bool:
         return self.mismatched == 0 and not self.detail
 
-    @property
-    def error_str(self) -> str:
-        if self.detail:
-            return self.detail
-        return f"abs {_num(self.max_abs)} rel {_num(self.max_rel)}"
-
     def to_json(self) -> dict:
         return {"ok": self.ok, "max_abs": _finite(self.max_abs), "max_rel": _finite(self.max_rel),
                 "mismatched": self.mismatched, "total": self.total, "tolerance": self.tolerance.to_json(),

@@ -140,7 +140,7 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
                 continue
             if sel.older_than is not None and not (e.mtime and sel.now - e.mtime > sel.older_than):
                 continue
-            fs = report.findings_of(e)
+            fs = e.findings
             if sel.codes:
                 hits = [f for f in fs if f.code in sel.codes]
                 if not hits:

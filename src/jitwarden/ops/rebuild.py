@@ -585,7 +585,7 @@ class _Engine:
 
         root, name = os.path.dirname(w.path), os.path.basename(w.path)
         facts = tri.read_entry(root, name, check_seal=False)
-        if facts.is_symlink:
+        if facts.survey.is_symlink:
             return _unverifiable("the entry is a symlink; not followed")
         md = facts.metadata
         if md is None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
@@ -67,14 +69,18 @@ class ScanReport:
     target: Target
     judge: Judge
     elapsed: float = 0.0
-    extra: dict = field(default_factory=dict)  # per entry path: findings added by later stages (rebuild)
 
     @property
     def entries(self) -> list[Entry]:
         return [e for c in self.caches for e in c.entries]
 
-    def findings_of(self, entry: Entry) -> tuple[Finding, ...]:
-        return entry.findings + tuple(self.extra.get(entry.path, ()))
+    def with_findings(self, added: Mapping[str, tuple[Finding, ...]]) -> ScanReport:
+        """This report with findings of a later stage (the rebuild) joined to the entries they are about, by path."""
+        def grown(e: Entry) -> Entry:
+            more = added.get(e.path)
+            return replace(e, findings=e.findings + tuple(more)) if more else e
+
+        return replace(self, caches=tuple(replace(c, entries=tuple(grown(e) for e in c.entries)) for c in self.caches))
 
     def summary(self) -> dict:
         by_code: dict[str, int] = {}
@@ -85,7 +91,7 @@ class ScanReport:
                 errors += f.severity == Severity.ERROR
                 warnings += f.severity == Severity.WARN
         for e in self.entries:
-            fs = self.findings_of(e)
+            fs = e.findings
             for f in fs:
                 by_code[f.code] = by_code.get(f.code, 0) + 1
             sev = max((f.severity for f in fs), default=None)
@@ -96,7 +102,7 @@ class ScanReport:
     @property
     def worst(self) -> Severity | None:
         sevs = [f.severity for c in self.caches for f in c.findings]
-        sevs += [f.severity for e in self.entries for f in self.findings_of(e)]
+        sevs += [f.severity for e in self.entries for f in e.findings]
         return max(sevs, default=None)
 
 
@@ -201,7 +207,7 @@ def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: 
     onlys: list[list[str] | None] = []
     for root, only in roots:
         adapter = adapters.get(root.kind)
-        subroots = adapter.expand_partitions(root) if expand and only is None else [root]
+        subroots = expand_partitions(root) if expand and only is None else [root]
         for r in subroots:
             key = (r.kind, os.path.realpath(r.path), tuple(only or ()))
             if key in seen:
@@ -218,7 +224,7 @@ def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: 
                     names, _strays = adapter.list_entry_names(r.path)
             except OSError as exc:
                 error = f"cannot list {r.path}: {exc.strerror}"
-            plan.append((r, names, tuple(adapter.root_findings(r.path)) if only is None else (), error, root_uid))
+            plan.append((r, names, tuple(adapters.judge_root(adapter, r.path)) if only is None else (), error, root_uid))
             onlys.append(only)
 
     total = sum(len(p[1]) for p in plan)

@@ -139,7 +139,7 @@ def test_other_version_and_unversioned_layout_are_stale(fi, so):
     c, es = judged(fi, 90)
     assert c["0.6.1/90a/cached_ops/norm"] == ["stale"] and c["80_90/cached_ops/norm"] == ["stale"]
     assert c[f"{VERSION}/90a/cached_ops/norm"] == []
-    assert dict(es["80_90/cached_ops/norm"].extra)["layout"] == "unversioned" and "80_90/cached_ops/norm.lock" not in c
+    assert es["80_90/cached_ops/norm"].facts.layout == "unversioned" and "80_90/cached_ops/norm.lock" not in c
     c, _ = judged(fi, 90, "0.2.5")  # 0.2.x itself reads the unversioned layout
     assert c["80_90/cached_ops/norm"] == [] and c[f"{VERSION}/90a/cached_ops/norm"] == ["stale"]
     c, _ = judged(fi, 90, None)  # nothing installed: nothing to compare with

@@ -19,7 +19,9 @@ import time
 import pytest
 
 from tests.helpers import inductor_real
+from jitwarden import adapters
 from jitwarden.adapters import inductor as ind
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.adapters import triton as tri
 from jitwarden.cli.main import main
 from jitwarden.model.entries import Judge
@@ -65,8 +67,8 @@ def test_real_cache_enumerates_every_part_and_is_clean(cache):
     assert any(n.startswith("fxgraph/") and n.count("/") == 2 for n in es)
     assert any(n.startswith("aotautograd/") and n.count("/") == 1 for n in es)
     assert all(not e.findings for e in es.values()), {n: e.findings for n, e in es.items() if e.findings}
-    aot = es[first(es, lambda n, e: e.type == "aotautograd" and "fx_graphs" in dict(e.extra))]
-    fx_keys = dict(aot.extra)["fx_graphs"]
+    aot = es[first(es, lambda n, e: e.type == "aotautograd" and e.facts.fx_graphs)]
+    fx_keys = aot.facts.fx_graphs
     assert fx_keys and all(f"fxgraph/{k[1:3]}/{k}" in es for k in fx_keys)
     assert all(e.kind == "inductor" and e.path == os.path.join(cache, n) for n, e in es.items())
 
@@ -91,8 +93,8 @@ def test_aotautograd_whose_fx_graph_is_gone_is_incomplete(cache):
     import shutil
 
     es = entries(cache)
-    aot = first(es, lambda n, e: e.type == "aotautograd" and "fx_graphs" in dict(e.extra))
-    for k in dict(es[aot].extra)["fx_graphs"]:
+    aot = first(es, lambda n, e: e.type == "aotautograd" and e.facts.fx_graphs)
+    for k in es[aot].facts.fx_graphs:
         shutil.rmtree(os.path.join(cache, "fxgraph", k[1:3], k))
     e = ind.inspect_entry(cache, aot, judge(), os.getuid())
     assert codes(e) == ["incomplete"] and "missing from fxgraph/" in e.findings[0].message
@@ -107,9 +109,9 @@ def test_world_writable_file_dir_and_root_are_unsafe(cache):
     os.chmod(os.path.join(cache, fx), 0o777)
     e = ind.inspect_entry(cache, fx, judge(), os.getuid())
     assert codes(e) == ["unsafe"] and "world-writable" in e.findings[0].message
-    assert ind.root_findings(cache) == []
+    assert adapters.judge_root(ind, cache) == []
     os.chmod(cache, 0o777)
-    (f,) = ind.root_findings(cache)
+    (f,) = adapters.judge_root(ind, cache)
     assert f.code == "unsafe" and "runs their code" in f.message
 
 
@@ -117,7 +119,7 @@ def test_root_and_entries_owned_by_someone_else_are_unsafe(cache):
     # As root we can hand the tree to other uids; the judge takes the root's owner as the cache's owner.
     if os.getuid() != 0:
         pytest.skip("needs root to chown")
-    (f,) = ind.root_findings(cache, uid=4242)  # a root that is not the user's: someone else's pickles
+    (f,) = adapters.judge_root(ind, cache, uid=4242)  # a root that is not the user's: someone else's pickles
     assert f.code == "unsafe" and "owned by uid" in f.message
     es = entries(cache)
     py = first(es, lambda n, e: e.type == "output-code")
@@ -149,7 +151,7 @@ def test_generated_triton_kernels_are_judged_by_their_triton_meta(cache):
     open(os.path.join(shard, name), "w").write(src)
     e = ind.inspect_entry(cache, f"ab/{name}", judge(90), os.getuid())
     assert (e.type, e.name, e.arch, e.findings) == ("kernel", "triton_poi_fused_add_relu_0", 90, ())
-    assert dict(e.extra)["multi_processor_count"] == 132
+    assert e.facts.multi_processor_count == 132
     e = ind.inspect_entry(cache, f"ab/{name}", judge(121), os.getuid())
     assert codes(e) == ["foreign-arch"] and "sm_90" in e.findings[0].message and "sm_121" in e.findings[0].message
     assert ind.inspect_entry(cache, f"ab/{name}", judge(None), os.getuid()).findings == ()
@@ -173,7 +175,7 @@ def test_best_config_and_local_cache(cache):
             "time_taken_ms": 12, "triton_cache_hash": "UQW2ZBXLO3U7V4OHQNTWMPEA4KPBJ6Q5T7HJD3ZV6CDPUDDK4LTA"}
     open(os.path.join(shard, "cabk.best_config"), "w").write(json.dumps(good))
     e = ind.inspect_entry(cache, "ab/cabk.best_config", judge(), os.getuid())
-    assert e.type == "autotune" and not e.findings and dict(e.extra)["triton_cache_hash"] == good["triton_cache_hash"]
+    assert e.type == "autotune" and not e.findings and e.facts.triton_cache_hash == good["triton_cache_hash"]
     open(os.path.join(shard, "cabk.best_config"), "w").write(json.dumps(good)[:-9])
     assert codes(ind.inspect_entry(cache, "ab/cabk.best_config", judge(), os.getuid())) == ["corrupt"]
     os.makedirs(os.path.join(cache, "cache"), exist_ok=True)
@@ -245,7 +247,7 @@ def test_discovery_follows_inductor(tmp_path, monkeypatch):
     (r,) = [r for r in ind.discover_roots({"TORCHINDUCTOR_CACHE_DIR": str(part), "HOME": str(tmp_path)})
             if r.source != "private"]
     assert r.path == str(d)
-    assert [(x.path, x.partition) for x in ind.expand_partitions(r)] == [(str(d), None), (str(part), "0123456789abcdef")]
+    assert [(x.path, x.partition) for x in expand_partitions(r)] == [(str(d), None), (str(part), "0123456789abcdef")]
     # jitwarden's private root
     priv = tmp_path / "jw" / "roots" / "inductor"
     priv.mkdir(parents=True)
@@ -258,8 +260,8 @@ def test_cli_ls_verify_status_and_clean(cache, isolated_env, monkeypatch, capsys
     assert main(["verify", "--quick", "--target", "90"]) == 0
     capsys.readouterr()
     es = entries(cache)
-    aot = first(es, lambda n, e: e.type == "aotautograd" and "fx_graphs" in dict(e.extra))
-    k = dict(es[aot].extra)["fx_graphs"][0]
+    aot = first(es, lambda n, e: e.type == "aotautograd" and e.facts.fx_graphs)
+    k = es[aot].facts.fx_graphs[0]
     fx = f"fxgraph/{k[1:3]}/{k}"
     (pkl,) = os.listdir(os.path.join(cache, fx))
     with open(os.path.join(cache, fx, pkl), "r+b") as f:

@@ -92,7 +92,7 @@ def test_torch29_artifact_without_a_header_is_recognised_and_damage_still_caught
     assert vl.artifact_layout(torch29).layout == vl.TORCH29_ARTIFACT
     open(p, "wb").write(torch29)
     e = vl.inspect_entry(root, PREFIX, judge(), os.getuid())
-    assert e.findings == () and "torch 2.9" in dict(e.extra)["artifact_layouts"]
+    assert e.findings == () and "torch 2.9" in e.facts.artifact_layouts
     flipped = bytearray(torch29)
     flipped[len(flipped) // 2] ^= 0x10
     open(p, "wb").write(bytes(flipped))
@@ -110,7 +110,7 @@ def test_vllm016_handles_are_bare_tuples_and_are_checked(root, tmp_path):
     as_vllm_016(root)
     v016 = (("torch", "2.9.1"), ("vllm", "0.16.0"))
     e = vl.inspect_entry(root, PREFIX, judge(versions=v016), os.getuid())
-    assert e.findings == () and dict(e.extra)["graphs"] == 2
+    assert e.findings == () and e.facts.graphs == 2
     copy = inductor_real.copy(root, str(tmp_path / "copied"))
     e = vl.inspect_entry(copy, PREFIX, judge(versions=v016), os.getuid())
     assert codes(e) == ["foreign-path"] and "2 exist there" in e.findings[0].message  # 0.16 opens the stored path
@@ -235,7 +235,7 @@ def test_links_torch_makes_for_cutlass_are_not_unsafe(tmp_path):
     links = sorted(os.listdir(cache / "torch_cutlass"))
     assert len(links) == 6 and {"cuda", "pycute", "scipy"} <= set(links)
     e = ind.inspect_entry(str(cache), "torch_cutlass", judge(), os.getuid())
-    assert e.type == "cutlass-links" and e.findings == () and dict(e.extra)["torch_links"] == 6
+    assert e.type == "cutlass-links" and e.findings == () and e.facts.torch_links == 6
     os.symlink("/etc", cache / "torch_cutlass" / "evil")
     e = ind.inspect_entry(str(cache), "torch_cutlass", judge(), os.getuid())
     assert codes(e) == ["unsafe"] and "evil" in e.findings[0].message

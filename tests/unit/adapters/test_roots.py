@@ -6,21 +6,22 @@ import json
 import os
 
 from jitwarden.adapters import triton as tri
+from jitwarden.env import locations
 from jitwarden.cli.main import main
 
 from tests.helpers import kernels
 
 
 def test_triton_precedence():
-    assert tri.default_cache_dir({"TRITON_CACHE_DIR": "/a", "TRITON_HOME": "/h"}) == ("/a", "TRITON_CACHE_DIR")
-    assert tri.default_cache_dir({"TRITON_HOME": "/h"}) == ("/h/.triton/cache", "TRITON_HOME")
-    path, source = tri.default_cache_dir({})
+    assert locations.triton_cache_dir({"TRITON_CACHE_DIR": "/a", "TRITON_HOME": "/h"}) == ("/a", "TRITON_CACHE_DIR")
+    assert locations.triton_cache_dir({"TRITON_HOME": "/h"}) == ("/h/.triton/cache", "TRITON_HOME")
+    path, source = locations.triton_cache_dir({})
     assert path == os.path.join(os.path.expanduser("~"), ".triton", "cache") and source == "default"
 
 
 def test_inductor_dir_defaults_to_tmp_per_user():
-    assert tri.inductor_cache_dir({"TORCHINDUCTOR_CACHE_DIR": "/x"}) == "/x"
-    assert os.path.basename(tri.inductor_cache_dir({})).startswith("torchinductor_")
+    assert locations.inductor_cache_dir({"TORCHINDUCTOR_CACHE_DIR": "/x"}) == "/x"
+    assert os.path.basename(locations.inductor_cache_dir({})).startswith("torchinductor_")
 
 
 def test_discovers_default_inductor_and_vllm_roots(isolated_env, tmp_path, monkeypatch, built_cache):

@@ -13,8 +13,10 @@ import time
 import pytest
 
 from tests.helpers import inductor_real
+from jitwarden import adapters
 from tests.helpers.vllm_root import (AOT_NEW, AOT_OLD, ART0, ART1, FI, PREFIX, RANK, codes, factors, judge)
 from jitwarden.adapters import vllm as vl
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.cli.main import main
 
 
@@ -31,8 +33,8 @@ def entries(root, j=None):
 def test_every_part_of_the_layout_is_an_entry_and_a_fresh_root_is_clean(root):
     es = entries(root)
     assert es[PREFIX].type == "compile" and es[PREFIX].name == "backbone"
-    extra = dict(es[PREFIX].extra)
-    assert (extra["vllm_version"], extra["gpu_name"], extra["cuda"], extra["graphs"]) == ("0.34.0", "NVIDIA H200", "13.0", 2)
+    f = es[PREFIX].facts
+    assert (f.vllm_version, f.gpu_name, f.cuda, f.graphs) == ("0.34.0", "NVIDIA H200", "13.0", 2)
     assert es[f"{AOT_NEW}/rank_0_0"].type == "aot" and es[f"{AOT_OLD}/rank_0_0"].type == "aot"
     assert es[FI].type == "flashinfer-autotune" and es[FI].name == "0.6.1/90a"
     assert es["deep_gemm/cache/kernel.fp8_gemm_nt.0123abcd"].arch == 90
@@ -135,7 +137,7 @@ def test_unsafe_root_entries_and_links(root, tmp_path):
     e = vl.inspect_entry(root, "deep_gemm/cache/kernel.evil", judge(), os.getuid())
     assert e.type == "link" and codes(e) == ["unsafe"]
     os.chmod(root, 0o777)
-    (f,) = vl.root_findings(root)
+    (f,) = adapters.judge_root(vl, root)
     assert f.code == "unsafe"
     # a nested Inductor entry keeps the Inductor adapter's judgement, under the vLLM root
     es = entries(root)
@@ -161,7 +163,7 @@ def test_discovery_follows_vllm(tmp_path):
     env["VLLM_CACHE_ROOT"] = str(part)
     (r,) = vl.discover_roots(env)
     assert r.path == str(home / ".cache" / "vllm")
-    assert [x.partition for x in vl.expand_partitions(r)] == [None, "fedcba9876543210"]
+    assert [x.partition for x in expand_partitions(r)] == [None, "fedcba9876543210"]
     (tmp_path / "jw" / "roots" / "vllm").mkdir(parents=True)
     assert ("private", str(tmp_path / "jw" / "roots" / "vllm")) in [(r.source, r.path) for r in vl.discover_roots(env)]
 

@@ -17,6 +17,7 @@ from jitwarden.formats import cubin_compare, elf
 from jitwarden.env import ptxas
 from jitwarden.ops import rebuild  # noqa: E402
 from jitwarden.adapters import triton as tri  # noqa: E402
+from jitwarden.model.entries import Judge  # noqa: E402
 
 BIN = ptxas.triton_bin_dir()
 PTXAS = os.path.join(BIN, "ptxas")
@@ -40,7 +41,7 @@ def built(tmp_path_factory):
 
 def scan(root):
     names, _ = tri.list_entry_names(root)
-    return [tri.inspect_entry(root, n, tri.Judge()) for n in names]
+    return [tri.inspect_entry(root, n, Judge()) for n in names]
 
 
 def verify(root, jobs=2, extra_ptxas=(), keep_dir=None, **kw):

@@ -20,6 +20,7 @@ from tests.helpers import kernels
 from tests.helpers.guarded import DRIVER, JOBS, MANAGER, SRC, assert_sound, compile_jobs, kernel_dir, quarantined
 from jitwarden.store import quarantine, seal
 from jitwarden.adapters import triton as adapter
+from jitwarden.model.entries import Judge
 from jitwarden.model.layout import QUARANTINE_DIR, SEAL_FILE
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     assert quarantined(root) == []
     from jitwarden.ops import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
 
-    entries = [adapter.inspect_entry(root, i, adapter.Judge(host_machine=adapter.host_machine())) for i in ids]
+    entries = [adapter.inspect_entry(root, i, Judge(host_machine=adapter.host_machine())) for i in ids]
     results = rebuild.verify_entries(entries, rebuild.RebuildOptions(jobs=2))
     assert len(results) == len(ids)
     assert {r.verdict for r in results.values()} == {"verified"}, {p: r.message for p, r in results.items()}

@@ -184,8 +184,8 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
                 pass  # not empty (cubins kept) or not ours to remove
     if results is not None:
         results.update(got)
-    extra = {path: r.findings for path, r in got.items()}
-    return dataclasses.replace(report, extra=extra, elapsed=report.elapsed + time.perf_counter() - start)
+    rebuilt = report.with_findings({path: r.findings for path, r in got.items()})
+    return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
 
 
 # --- reduced protection and leftover trash (the runtime's own report; status and doctor) ----------

@@ -55,7 +55,7 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
     counts: dict[str, int] = {}
     denied: dict[str, int] = {}  # root -> entries whose only corrupt findings are files we may not read
     for e in report.entries:
-        fs = report.findings_of(e)
+        fs = e.findings
         codes = dict.fromkeys(f.code for f in fs)
         if "corrupt" in codes and all(_denied(f.message) for f in fs if f.code == "corrupt"):
             del codes["corrupt"]
@@ -95,7 +95,7 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
         out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{plural(quarantined, 'entry')} in quarantine",
                             "jitwarden quarantine ls  (restore ID, or empty --older-than 7d)"))
     unsealed = [e for e in report.entries if e.kind == "triton" and e.type == "kernel" and not e.sealed
-                and not any(f.severity >= Severity.ERROR for f in report.findings_of(e))]
+                and not any(f.severity >= Severity.ERROR for f in e.findings)]
     if unsealed and not rebuilt:
         out_.append(Problem("unsealed", Severity.INFO, len(unsealed),
                             f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "

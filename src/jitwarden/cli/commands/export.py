@@ -36,9 +36,9 @@ def select(report) -> tuple[list, list]:
     """(entries to export, [(entry, why not)]): anything with a finding at warn level or above stays home."""
     take, leave = [], []
     for e in report.entries:
-        worst = max((f.severity for f in report.findings_of(e)), default=None)
+        worst = max((f.severity for f in e.findings), default=None)
         if worst is not None and worst >= Severity.WARN:
-            codes = sorted({f.code for f in report.findings_of(e) if f.severity >= Severity.WARN})
+            codes = sorted({f.code for f in e.findings if f.severity >= Severity.WARN})
             leave.append((e, "verify: " + ", ".join(codes)))
         elif e.kind == "triton" and not e.sealed:
             leave.append((e, "not sealed"))

@@ -24,7 +24,7 @@ def register(sub) -> None:
 def select(report, codes=None, name=None):
     entries = report.entries
     if codes:
-        entries = [e for e in entries if any(f.code in codes for f in report.findings_of(e))]
+        entries = [e for e in entries if any(f.code in codes for f in e.findings)]
     if name:
         entries = [e for e in entries if e.name and fnmatch.fnmatchcase(e.name, name)]
     return entries

@@ -65,26 +65,16 @@ def _discovered_roots(env) -> list:
         return tri.discover_roots(env)
 
 
-def _expand(root) -> list:
-    try:
-        from jitwarden.adapters import get
-
-        return get(root.kind).expand_partitions(root)
-    except (ImportError, KeyError, AttributeError):
-        from jitwarden.adapters import triton as tri
-
-        return tri.expand_partitions(root)
-
-
 def cache_dirs(env=os.environ) -> list[str]:
     """Every cache dir holding a quarantine: each root found, its partitions, the bases partitions live in,
     and every root jitwarden remembers quarantining into (``clean /some/root``)."""
+    from jitwarden.adapters.base import expand_partitions
     from jitwarden.store import qregistry
 
     seen, dirs = set(), []
     found = []
     for r in _discovered_roots(env):
-        found += [x.path for x in _expand(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else [])
+        found += [x.path for x in expand_partitions(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else [])
     for path in found + qregistry.roots(env):
         k = os.path.realpath(path)
         if k not in seen and os.path.isdir(q.quarantine_dir(path)):

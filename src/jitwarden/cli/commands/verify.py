@@ -39,7 +39,7 @@ def run(args) -> int:
 
     record_verify(report.summary())
     codes = set(args.code or ())
-    with_codes = [e for e in report.entries if any(f.code in codes for f in report.findings_of(e))] if codes else None
+    with_codes = [e for e in report.entries if any(f.code in codes for f in e.findings)] if codes else None
     out.output_format(args).result(
         "verify --rebuild" if req is not None else "verify --quick",
         lambda: out.scan_json(report, getattr(fp, "digest", None), with_codes),
@@ -54,7 +54,7 @@ def _print(report, with_codes, all_: bool, long: bool, results: dict | None) -> 
     elif all_:
         shown = report.entries
     else:
-        shown = [e for e in report.entries if any(f.severity > Severity.INFO for f in report.findings_of(e))]
+        shown = [e for e in report.entries if any(f.severity > Severity.INFO for f in e.findings)]
     for c in report.caches:
         for f in c.findings:
             con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))

@@ -23,16 +23,11 @@ if TYPE_CHECKING:  # building the CLI imports this module; the scanner is import
 def scan_json(report: ScanReport, fingerprint_digest: str | None, entries=None) -> dict:
     """The body of every scanning command's JSON (``entries``: those to list, default all)."""
     entries = report.entries if entries is None else entries
-    out_entries = []
-    for e in entries:
-        d = e.to_json()
-        d["findings"] = [f.to_json() for f in report.findings_of(e)]
-        out_entries.append(d)
     return {
         "fingerprint_digest": fingerprint_digest,
         "target": report.target.to_json(),
         "caches": [c.to_json(fingerprint_digest) for c in report.caches],
-        "entries": out_entries,
+        "entries": [e.to_json() for e in entries],
         "summary": report.summary(),
         "elapsed_s": round(report.elapsed, 3),
     }
@@ -77,7 +72,7 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     g = Grid(cols)
     now = time.time()
     for e in entries:
-        fs = report.findings_of(e)
+        fs = e.findings
         row = [e.kind] if kinds else []
         row += [e.path if long else short_id(e), e.name or "-", e.type, f"sm_{e.arch}" if e.arch else "-",
                 human_size(e.bytes), human_age(e.mtime, now), status_cell(fs)]
@@ -112,7 +107,7 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
     for c in report.caches:
         errs = warns = 0
         for e in c.entries:
-            fs = report.findings_of(e)
+            fs = e.findings
             sev = max((f.severity for f in fs), default=None)
             errs += sev == Severity.ERROR
             warns += sev == Severity.WARN

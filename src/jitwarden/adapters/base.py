@@ -1,0 +1,356 @@
+"""What every cache kind shares, written once (stdlib only): finding roots, partitions, a no-follow
+survey of one entry, and the one ownership rule.
+
+An adapter's own module decides what an entry *means*; this module only reads what is on
+disk, the same way for every kind: never following a symlink, never opening anything but
+regular files, never executing or unpickling. The adapters use it from here; nothing is
+re-exported through them (ARCHITECTURE.md, "How to add … A cache kind").
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
+
+from jitwarden.env import locations
+from jitwarden.formats import elf
+from jitwarden.store import partition
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import PARTITIONS_DIR
+from jitwarden.model.entries import CacheRoot, Entry, KindFacts
+
+MAX_DEPTH = 64
+"""A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
+
+
+# ---------------------------------------------------------------- roots
+
+
+def distinct(roots: list[CacheRoot]) -> list[CacheRoot]:
+    """``roots`` in order, each real path once, existing directories only."""
+    out, seen = [], set()
+    for r in roots:
+        key = os.path.realpath(r.path)
+        if key not in seen and os.path.isdir(r.path):
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def existing(kind: str, candidates) -> list[CacheRoot]:
+    """Roots of ``kind`` from (path, source) candidates in precedence order: existing dirs, each real path once."""
+    return distinct([CacheRoot(kind, os.path.abspath(os.path.expanduser(p)), src) for p, src in candidates])
+
+
+def set_vars(env, *names: str) -> list[tuple[str, str]]:
+    """(value, name) of each variable of ``names`` that ``env`` sets non-empty, in order: root candidates."""
+    return [(env[n], n) for n in names if env.get(n)]
+
+
+def private_dir(env) -> str | None:
+    """Where jitwarden's private roots live (activation goes there when a user's root is unsafe); None when unknown."""
+    try:
+        from jitwarden.env.fingerprint import memo_dir
+
+        return os.path.join(memo_dir(env), "roots")
+    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
+        return None
+
+
+def private_root(kind: str, env) -> list[tuple[str, str]]:
+    """jitwarden's private root of ``kind``, as a candidate (none when its place is unknown)."""
+    d = private_dir(env)
+    return [(os.path.join(d, kind), "private")] if d else []
+
+
+# ---------------------------------------------------------------- partitions
+
+
+def with_partitions(base: str) -> list[tuple[str, str | None]]:
+    """``base`` and each ``base/jitwarden-v1/<digest>`` in it, as (dir, digest or None)."""
+    out: list[tuple[str, str | None]] = [(base, None)]
+    for d in locations.subdirs(os.path.join(base, PARTITIONS_DIR)):
+        out.append((d, os.path.basename(d)))
+    return out
+
+
+def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
+    """The root itself plus each jitwarden partition inside it (``<root>/jitwarden-v1/<digest>``); the same for every kind."""
+    out = [root]
+    pdir = os.path.join(root.path, PARTITIONS_DIR)
+    if os.path.isdir(pdir) and not os.path.islink(pdir):
+        for d in locations.subdirs(pdir):
+            out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
+    # A root that is itself a partition (set by activation) keeps its label.
+    inside = partition.split(root.path)
+    if inside and root.partition is None:
+        out[0] = CacheRoot(root.kind, root.path, root.source, inside[1], inside[0])
+    return out
+
+
+# ---------------------------------------------------------------- the ownership rule
+
+
+def root_safety(path: str, uid: int | None = None, risk: str | None = None) -> list[Finding]:
+    """Problems of a root directory itself: writable by others, or owned by another user than ``uid``
+    (default: ours); ``risk`` (an adapter's ``ROOT_RISK``) says what that lets others do through its tool."""
+    try:
+        problems = locations.root_problems(path, uid)
+    except OSError:
+        return []
+    return [Finding("unsafe", f"cache root is {p}" + (f"; {risk}" if risk else "")) for p in problems]
+
+
+def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
+    """The one ownership rule, the same for every kind, over every item a survey saw (the entry itself,
+    named by ``what``, each file, each directory in it): an item is ``unsafe`` when someone who is
+    neither the root's owner (``root_uid``) nor root can change it.
+
+    - World-writable (``o+w``, sticky or not: a sticky directory still lets anyone add files): anyone can.
+    - Owned by another user than the root's owner: that user can rewrite it. This holds for a root that
+      root owns too: a file there owned by uid 1000 lets uid 1000 rewrite what root loads.
+    - Owned by root (uid 0): not flagged. Root can rewrite any cache anyway, so a root-owned file gives
+      no one a power they lacked; and sudo-run workloads (or root containers over a user's home) leave
+      root-owned files in users' caches every day: flagging them would be an error without evidence.
+    - Group-writable: not flagged. With a group per user (the common default) ``g+w`` exposes nothing.
+    """
+    trusted = None if root_uid is None else (root_uid, 0, -1)
+    top = [(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid)] if s.is_dir else []
+    out = []
+    for name, mode, uid in chain(top, ((f.name, f.mode, f.uid) for f in s.files),
+                                 ((f"directory {d.name}", d.mode, d.uid) for d in s.dirs)):
+        if mode & stat.S_IWOTH:
+            out.append(Finding("unsafe", f"{name} is world-writable (mode {mode & 0o7777:o})"))
+        if trusted is not None and uid not in trusted:
+            out.append(Finding("unsafe", f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})"))
+    return out
+
+
+# ---------------------------------------------------------------- the survey of one entry
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    """A regular file as ``lstat`` saw it; ``name`` is relative to the entry (``sub/x.o``), or the file's
+    own name when the entry is one file."""
+
+    name: str
+    size: int
+    mtime: float
+    mode: int
+    uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dir:
+    """A directory inside an entry as ``lstat`` saw it; ``name`` is relative to the entry."""
+
+    name: str
+    mtime: float
+    mode: int
+    uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A symlink, never followed: ``target`` as written (``?`` when unreadable), and whether it ``leaves``
+    the directory it must stay in (the cache root, or what the survey was told)."""
+
+    name: str
+    target: str
+    leaves: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """What one entry (a file or a directory tree) holds, read without following anything.
+
+    ``mode``/``uid``/``mtime``: the entry itself; ``errors``: (relative path or "" for the entry, why).
+    """
+
+    path: str
+    is_dir: bool
+    is_symlink: bool = False
+    symlink_target: str | None = None
+    mode: int = 0
+    uid: int = -1
+    mtime: float = 0.0
+    files: tuple[File, ...] = ()
+    links: tuple[Link, ...] = ()
+    dirs: tuple[Dir, ...] = ()
+    errors: tuple[tuple[str, str], ...] = ()
+    too_deep: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def newest(self) -> float:
+        return max((f.mtime for f in self.files), default=self.mtime)
+
+
+def inside(path: str, base: str) -> bool:
+    base = base.rstrip(os.sep) + os.sep
+    return path.startswith(base)
+
+
+def leaves(base: str, link_path: str, target: str) -> bool:
+    """Whether the symlink at ``link_path`` points outside ``base`` (lexically or once resolved)."""
+    resolved = os.path.normpath(os.path.join(os.path.dirname(link_path), target))
+    real = os.path.realpath(link_path)
+    return not (inside(resolved, base) or inside(real, os.path.realpath(base)))
+
+
+def link_target(path: str) -> str:
+    """Where the symlink at ``path`` points, as written; ``?`` when it cannot be read."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+_BY_NAME = attrgetter("name")
+_NEW = object.__new__
+_IFMT = 0o170000
+_FILE_SET = tuple(getattr(File, f).__set__ for f in ("name", "size", "mtime", "mode", "uid"))
+
+
+def file_of(name: str, st: os.stat_result) -> File:
+    """``File(name, st.st_size, st.st_mtime, st.st_mode, st.st_uid)``, built without the dataclass's frozen
+    ``__init__`` (a guarded setattr per field, twice the cost): the survey makes one per file it lists,
+    on the scan's hot path."""
+    f = _NEW(File)
+    set_name, set_size, set_mtime, set_mode, set_uid = _FILE_SET
+    set_name(f, name)
+    set_size(f, st.st_size)
+    set_mtime(f, st.st_mtime)
+    set_mode(f, st.st_mode)
+    set_uid(f, st.st_uid)
+    return f
+
+
+def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = True,
+           links_within: str | None = None) -> Survey:
+    """Read the entry ``root/rel`` (file or directory) without following symlinks or writing.
+
+    ``nested=False`` lists the entry's own directory only (its subdirectories are recorded, not
+    entered). Symlinks inside it are judged against ``links_within`` (default: the root).
+    """
+    path = os.path.join(root, rel)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return Survey(path, False, errors=(("", f"cannot stat: {exc.strerror}"),))
+    if stat.S_ISLNK(st.st_mode):
+        target = link_target(path)
+        return Survey(path, False, True, target, st.st_mode, st.st_uid, st.st_mtime,
+                      links=(Link("", target, leaves(root, path, target)),))
+    if not stat.S_ISDIR(st.st_mode):
+        files = (file_of(os.path.basename(path), st),) if stat.S_ISREG(st.st_mode) else ()
+        return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
+    bound = root if links_within is None else links_within
+    files, links, dirs, errors = [], [], [], []
+    too_deep = False
+    stack = [("", 0)]
+    while stack:
+        sub, depth = stack.pop()
+        here = os.path.join(path, sub) if sub else path
+        try:
+            it = os.scandir(here)
+        except FileNotFoundError:
+            continue  # gone while listing: not damage
+        except OSError as exc:
+            errors.append((sub, f"cannot list: {exc.strerror}"))
+            continue
+        with it:
+            for e in it:
+                relp = os.path.join(sub, e.name) if sub else e.name
+                try:
+                    est = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone while listing (a writer's temporary file renamed into place): not damage
+                except OSError as exc:
+                    errors.append((relp, f"cannot stat: {exc.strerror}"))
+                    continue
+                fmt = est.st_mode & _IFMT
+                if fmt == stat.S_IFREG:
+                    files.append(file_of(relp, est))
+                elif fmt == stat.S_IFLNK:
+                    target = link_target(e.path)
+                    links.append(Link(relp, target, leaves(bound, e.path, target)))
+                elif fmt == stat.S_IFDIR:
+                    if nested and depth + 1 >= max_depth:
+                        too_deep = True
+                        continue
+                    dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
+                    if nested:
+                        stack.append((relp, depth + 1))
+    files.sort(key=_BY_NAME)
+    links.sort(key=_BY_NAME)
+    dirs.sort(key=_BY_NAME)
+    return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
+                  tuple(dirs), tuple(errors), too_deep)
+
+
+def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[Finding], what: str,
+                    label: str | None, facts: KindFacts) -> Entry:
+    """The entry, for a kind whose entries are directories, when ``root/name`` is none: a symlink (type
+    ``link``, never followed; one that leaves the root is already in ``findings``, from
+    :func:`survey_findings`) or a lone file (``other``). ``what`` names the entry in a finding."""
+    if s.is_symlink:
+        if not s.links[0].leaves:
+            findings.append(Finding("unsafe", f"{what} is a symlink (-> {s.symlink_target}); not followed"))
+        return Entry(kind, root, name, s.path, "link", label, None, 0, 0.0, findings=tuple(findings), facts=facts)
+    return Entry(kind, root, name, s.path, "other", label, None, s.bytes, s.mtime, findings=tuple(findings), facts=facts)
+
+
+def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
+    """The findings every kind but Triton shares: symlinks out of the root, the ownership rule, unreadable parts."""
+    out = [Finding("unsafe", f"{link.name or what} is a symlink leaving the cache root (-> {link.target})")
+           for link in s.links if link.leaves]
+    out += ownership_findings(s, root_uid, what)
+    for rel, why in s.errors:
+        out.append(Finding("corrupt", f"{rel or what}: {why}"))
+    if s.too_deep:
+        out.append(Finding("corrupt", f"{what} nests directories deeper than {MAX_DEPTH} levels; not read further"))
+    return out
+
+
+# ---------------------------------------------------------------- ELF headers (quick checks)
+
+
+def elf_head(path: str, size: int) -> elf.ElfHead:
+    """:func:`jitwarden.formats.elf.parse_head` of the file ``path`` (no symlink followed), reading only its header;
+    ``size`` is the file's size from the survey. OSError propagates (reported as unreadable files are)."""
+    from jitwarden.store.fsutil import read_head
+
+    return elf.parse_head(read_head(path, elf.HEADER_SIZE), size)
+
+
+def older_than(mtime: float, judge, age: float | None = None) -> bool:
+    """Whether something last written at ``mtime`` is older than ``age`` (default: the judge's orphan age)."""
+    return judge.now - mtime >= (judge.orphan_age if age is None else age)
+
+
+def cubin_findings(rel: str, head: elf.ElfHead) -> list[Finding]:
+    """A cubin judged by its header: unparseable, or no CUDA code at all; [] when sound (``head.sm`` is its SM)."""
+    if head.problem:
+        return [Finding("corrupt", f"{rel}: not a valid cubin: {head.problem}")]
+    if head.machine != elf.EM_CUDA:
+        return [Finding("mismatch", f"{rel} is an ELF for {head.machine_name}, not a CUDA cubin")]
+    return []
+
+
+def so_findings(rel: str, head: elf.ElfHead, host: str | None) -> list[Finding]:
+    """A host shared object judged by its header: unparseable, not host code at all, or built for another CPU."""
+    if head.problem:
+        return [Finding("corrupt", f"{rel}: not a valid shared object: {head.problem}")]
+    if head.machine == elf.EM_CUDA:
+        return [Finding("mismatch", f"{rel} is a CUDA cubin, not a host shared object")]
+    if host and head.machine_name != host:
+        return [Finding("foreign-arch", f"{rel} is built for {head.machine_name}, this host is {host}: unreachable here")]
+    return []
