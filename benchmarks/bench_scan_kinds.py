@@ -112,6 +112,7 @@ def main() -> int:
     ap.add_argument("n", nargs="?", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", metavar="DIR", help="build the trees here and keep them")
+    ap.add_argument("--against", metavar="SRC", help="also time this checkout's code (its src/ dir) in the same rounds")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="jw-bench-kinds-")
     try:
@@ -122,7 +123,8 @@ def main() -> int:
             make_inductor(ind, args.n // 2, real["inductor"])
             make_vllm(vll, args.n // 2, real)
             print(f"built in {time.perf_counter() - t:.1f}s", file=sys.stderr)
-        du_t, jw_t, doc = measure([ind, vll], args.repeat)
+        fig = measure([ind, vll], args.repeat, against=args.against)
+        doc = fig.doc
         n = doc["summary"]["entries"]
         by_kind: dict[str, int] = {}
         for e in doc["entries"]:
@@ -130,7 +132,7 @@ def main() -> int:
         files = sum(len(fs) for d in (ind, vll) for _b, _d, fs in os.walk(d))
         print(f"tree: {n} entries, {files} files; {os.cpu_count()} cores")
         print("entries by kind:type: " + ", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())))
-        report(n, du_t, jw_t, args.repeat, doc["summary"])
+        report(n, fig, args.repeat)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -124,6 +124,7 @@ def main() -> int:
     ap.add_argument("n", nargs="?", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", metavar="DIR", help="build the tree here and keep it")
+    ap.add_argument("--against", metavar="SRC", help="also time this checkout's code (its src/ dir) in the same rounds")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="jw-bench-other-")
     try:
@@ -134,13 +135,14 @@ def main() -> int:
             make_tree(tree, args.n, tpl)
             print(f"built {args.n} entries in {time.perf_counter() - t:.1f}s", file=sys.stderr)
         roots = [os.path.join(tree, k) for k in sorted(os.listdir(tree))]
-        du_t, jw_t, doc = measure(roots, args.repeat)
+        fig = measure(roots, args.repeat, against=args.against)
+        doc = fig.doc
         n = doc["summary"]["entries"]
         files = sum(len(fs) for r in roots for _d, _s, fs in os.walk(r))
         by_kind = {c["kind"]: c["entries"] for c in doc["caches"]}
         print(f"tree: {n} entries ({', '.join(f'{k} {v}' for k, v in sorted(by_kind.items()))}), {files} files; "
               f"{os.cpu_count()} cores")
-        report(n, du_t, jw_t, args.repeat, doc["summary"])
+        report(n, fig, args.repeat)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

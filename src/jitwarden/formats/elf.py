@@ -157,8 +157,8 @@ class Elf:
                 raise ElfError("symbol table links to a missing string table")
             strtab = self.section_bytes(self.sections[s.link])
             table = self.section_bytes(s)
-            for off in range(0, len(table) - SYM.size + 1, SYM.size):
-                st_name, st_info, _other, _shndx, _value, _size = SYM.unpack_from(table, off)
+            whole = table[: len(table) - len(table) % SYM.size]  # a cut last record is not read
+            for st_name, st_info, _other, _shndx, _value, _size in SYM.iter_unpack(whole):
                 if st_info & 0xF == STT_FUNC:
                     end = strtab.find(b"\0", st_name)
                     if end < 0:
@@ -212,16 +212,17 @@ def parse(data: bytes) -> Elf:
     if shstrndx >= shnum:
         raise ElfError("section name table index out of range")
     str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]
-    names = data[str_off : str_off + str_size]
+    # Decoded once: "replace" turns each non-ASCII byte into one character, so byte offsets stay valid.
+    names = data[str_off : str_off + str_size].decode("ascii", "replace")
     sections = []
+    add, new, find = sections.append, tuple.__new__, names.find  # the scan parses thousands: no per-section lookups
     for name_off, stype, sflags, addr, off, size, link, info, align, entsize in raw:
-        if stype != SHT_NOBITS and off + size > limit:
+        if off + size > limit and stype != SHT_NOBITS:
             raise ElfError(f"a section ends past the file ({limit} bytes): truncated")
-        end = names.find(b"\0", name_off)
+        end = find("\0", name_off)
         if end < 0:
             raise ElfError("section name runs past its string table")
-        sections.append(Section(names[name_off:end].decode("ascii", "replace"), stype, sflags, off, size, link,
-                                entsize, addr, info, align))
+        add(new(Section, (names[name_off:end], stype, sflags, off, size, link, entsize, addr, info, align)))
     return Elf(machine, ident[8], flags, tuple(sections), data, header, phdrs)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 _VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
 _TARGET = re.compile(rb"^\s*\.target\s+([A-Za-z0-9_]+)", re.MULTILINE)
 _ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)")
+_SM = re.compile(r"sm_(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +20,7 @@ class PtxHeader:
     @property
     def target_arch(self) -> int | None:
         if self.target:
-            m = re.match(r"sm_(\d+)", self.target)
+            m = _SM.match(self.target)
             if m:
                 return int(m.group(1))
         return None
@@ -32,5 +33,21 @@ def parse_header(data: bytes) -> PtxHeader:
     return PtxHeader(
         v.group(1).decode() if v else None,
         t.group(1).decode() if t else None,
-        tuple(m.decode() for m in _ENTRY.findall(data)),
+        _entry_names(data),
     )
+
+
+def _entry_names(data: bytes) -> tuple[str, ...]:
+    """``_ENTRY.findall(data)``, decoded; each candidate found by ``bytes.find`` (a PTX head has a dot
+    every few bytes, each of which the regex search would stop at: 5x the time for thousands of heads)."""
+    out = []
+    i = data.find(b".entry")
+    while i >= 0:
+        m = _ENTRY.match(data, i)
+        if m is not None:
+            out.append(m.group(1).decode())
+            i = m.end()
+        else:
+            i += 1
+        i = data.find(b".entry", i)
+    return tuple(out)

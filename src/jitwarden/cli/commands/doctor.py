@@ -210,16 +210,12 @@ def run(args) -> int:
 
 
 def _print(report, fp, digest, probs, long: bool) -> None:
-    con = out.console()
-    con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
-    if report.caches:
-        out.print_caches(con, report, long=long, current_digest=digest)
-    else:
-        from jitwarden.env import locations
+    from jitwarden.env import locations
 
-        where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
-        con.print(out.text(f"no kernel caches found yet (looked in {where} and jitwarden's partitions); "
-                           "they appear after the first Triton or torch.compile run"))
+    con = out.console()
+    where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
+    out.print_overview(con, report, fp, digest, long, f"no kernel caches found yet (looked in {where} and "
+                       "jitwarden's partitions); they appear after the first Triton or torch.compile run")
     out.hanging(con, out.text((out.summary_line(report), "dim")))
     for p in probs:
         out.hanging(con, out.text((str(p.severity), out.SEVERITY_STYLE[p.severity]), " ", (p.code, "bold"), ": ", p.message))

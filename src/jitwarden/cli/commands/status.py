@@ -31,11 +31,7 @@ def run(args) -> int:
 
 def _print(report, fp, digest, notes, long: bool) -> None:
     con = out.console()
-    con.print(out.text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
-    if report.caches:
-        out.print_caches(con, report, long=long, current_digest=digest)
-    else:
-        con.print(out.text("no kernel cache roots found"))
+    out.print_overview(con, report, fp, digest, long, "no kernel cache roots found")
     for c in report.caches:
         for f in c.findings:
             con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))

@@ -124,6 +124,17 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
     return g
 
 
+def print_overview(con, report: ScanReport, fp, digest: str | None, long: bool, empty: str) -> None:
+    """The fingerprint's headline, then the caches table, or ``empty`` when no cache root was found."""
+    from jitwarden.cli.render.console import text
+
+    con.print(text((fp.headline() if fp is not None else "fingerprint unavailable", "bold")))
+    if report.caches:
+        print_caches(con, report, long=long, current_digest=digest)
+    else:
+        con.print(text(empty))
+
+
 def print_caches(con, report: ScanReport, long: bool = False, current_digest: str | None = None) -> None:
     """The caches table, and what ``@DIGEST`` means when a partition of this environment's is in it."""
     from jitwarden.cli.render.console import text
