@@ -245,6 +245,23 @@ def entry_id_for_hash(hash_hex: str) -> str | None:
         return None
 
 
+_B32_DIGITS = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789abcdefghijklmnopqrstuv")
+
+
+def id_matches_hash(entry_id: str, hash_hex: str) -> bool:
+    """``entry_id_for_hash(hash_hex) == entry_id`` for an id of Triton's form (52 base32 letters), without
+    the pure-Python base32 encoder (the scan asks once per entry): both read as integers (pure).
+
+    32 bytes are 256 bits, written as 52 base32 digits (260 bits, the last 4 zero); no other length of
+    hash gives 52 digits, and two equal numbers of 52 digits are the same string."""
+    try:
+        raw = bytes.fromhex(hash_hex)
+    except ValueError:
+        return False
+    return (len(raw) == 32 and len(entry_id) == 52
+            and int.from_bytes(raw, "big") << 4 == int(entry_id.translate(_B32_DIGITS), 32))
+
+
 def metadata_target(metadata: dict | None) -> tuple[str, object]:
     """(backend, arch as recorded) across Triton's metadata layouts; backend "cuda" when unstated.
 
@@ -389,7 +406,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
                                         "not judged by arch"))
         h = md.get("hash")
         if isinstance(h, str) and _ENTRY_ID.match(f.id):
-            if entry_id_for_hash(h) != f.id:
+            if not id_matches_hash(f.id, h):
                 add(Finding("mismatch", f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one"))
         if tv and j.triton_version and tv != j.triton_version:
             add(Finding("stale", f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it"))
