@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -18,6 +19,7 @@ from operator import attrgetter
 from jitwarden.env import locations
 from jitwarden.formats import elf
 from jitwarden.store import partition
+from jitwarden.store.fsutil import O_DIR_NOFOLLOW
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.entries import CacheRoot, Entry, KindFacts
@@ -205,17 +207,17 @@ def leaves(base: str, link_path: str, target: str) -> bool:
     return not (inside(resolved, base) or inside(real, os.path.realpath(base)))
 
 
-def link_target(path: str) -> str:
-    """Where the symlink at ``path`` points, as written; ``?`` when it cannot be read."""
+def link_target(path: str, dir_fd: int | None = None) -> str:
+    """Where the symlink at ``path`` (a name in ``dir_fd``, when given) points, as written; ``?`` when it cannot be read."""
     try:
-        return os.readlink(path)
+        return os.readlink(path, dir_fd=dir_fd)
     except OSError:
         return "?"
 
 
 _BY_NAME = attrgetter("name")
 _NEW = object.__new__
-_IFMT = 0o170000
+_IFMT, _IFREG, _IFLNK, _IFDIR = 0o170000, stat.S_IFREG, stat.S_IFLNK, stat.S_IFDIR
 _FILE_SET = tuple(getattr(File, f).__set__ for f in ("name", "size", "mtime", "mode", "uid"))
 
 
@@ -240,7 +242,29 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
     ``nested=False`` lists the entry's own directory only (its subdirectories are recorded, not
     entered). Symlinks inside it are judged against ``links_within`` (default: the root).
     """
-    path = os.path.join(root, rel)
+    s, fd = _survey(root, rel, max_depth, nested, links_within)
+    if fd is not None:
+        os.close(fd)
+    return s
+
+
+@contextmanager
+def surveyed(root: str, rel: str, *, nested: bool = True, links_within: str | None = None):
+    """:func:`survey`, with the entry's directory kept open: yields (survey, fd of the directory, or None
+    when the entry is no directory or cannot be listed), closed on leaving. Reading its files by that
+    fd (``dir_fd=``) opens what was listed: no path is resolved again, and a directory swapped for a
+    symlink meanwhile is never entered."""
+    s, fd = _survey(root, rel, MAX_DEPTH, nested, links_within)
+    try:
+        yield s, fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _not_listed(root: str, path: str, why: OSError) -> Survey:
+    """The survey of ``path`` when it cannot be opened as a directory (``why``): a symlink, a lone file
+    (or a FIFO, a device: no files), or a directory that cannot be listed."""
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -252,48 +276,82 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
     if not stat.S_ISDIR(st.st_mode):
         files = (file_of(os.path.basename(path), st),) if stat.S_ISREG(st.st_mode) else ()
         return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
-    bound = root if links_within is None else links_within
-    files, links, dirs, errors = [], [], [], []
-    too_deep = False
-    stack = [("", 0)]
-    while stack:
-        sub, depth = stack.pop()
-        here = os.path.join(path, sub) if sub else path
-        try:
-            it = os.scandir(here)
-        except FileNotFoundError:
-            continue  # gone while listing: not damage
-        except OSError as exc:
-            errors.append((sub, f"cannot list: {exc.strerror}"))
-            continue
-        with it:
-            for e in it:
-                relp = os.path.join(sub, e.name) if sub else e.name
+    # A directory after all: unreadable, or a file or link swapped for it since the open.
+    errors = () if isinstance(why, FileNotFoundError) else (("", f"cannot list: {why.strerror}"),)
+    return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, errors=errors)
+
+
+def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str | None) -> tuple[Survey, int | None]:
+    """:func:`survey` and the fd of the entry's directory (None when it is none or cannot be listed).
+
+    The directory is opened once (``O_NOFOLLOW``), then listed and stat'ed through its fd (``fstatat``):
+    no path below it is resolved again. A subdirectory is opened from it by its relative path, never
+    through a symlink at the last step (the steps before were directories when listed).
+    """
+    path = os.path.join(root, rel)
+    try:
+        top = os.open(path, O_DIR_NOFOLLOW)
+    except OSError as exc:
+        return _not_listed(root, path, exc), None
+    try:
+        st = os.fstat(top)
+        bound = root if links_within is None else links_within
+        files, links, dirs, errors = [], [], [], []
+        too_deep = False
+        stack = [("", 0)]
+        while stack:
+            sub, depth = stack.pop()
+            if sub:
                 try:
-                    est = e.stat(follow_symlinks=False)
+                    fd = os.open(sub, O_DIR_NOFOLLOW, dir_fd=top)
                 except FileNotFoundError:
-                    continue  # gone while listing (a writer's temporary file renamed into place): not damage
+                    continue  # gone while listing: not damage
                 except OSError as exc:
-                    errors.append((relp, f"cannot stat: {exc.strerror}"))
+                    errors.append((sub, f"cannot list: {exc.strerror}"))
                     continue
-                fmt = est.st_mode & _IFMT
-                if fmt == stat.S_IFREG:
-                    files.append(file_of(relp, est))
-                elif fmt == stat.S_IFLNK:
-                    target = link_target(e.path)
-                    links.append(Link(relp, target, leaves(bound, e.path, target)))
-                elif fmt == stat.S_IFDIR:
-                    if nested and depth + 1 >= max_depth:
-                        too_deep = True
-                        continue
-                    dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
-                    if nested:
-                        stack.append((relp, depth + 1))
+            else:
+                fd = top
+            try:
+                try:
+                    it = os.scandir(fd)
+                except OSError as exc:
+                    errors.append((sub, f"cannot list: {exc.strerror}"))
+                    continue
+                with it:
+                    for e in it:
+                        name = e.name
+                        relp = f"{sub}/{name}" if sub else name
+                        try:
+                            est = e.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue  # gone while listing (a writer's temporary file renamed into place): not damage
+                        except OSError as exc:
+                            errors.append((relp, f"cannot stat: {exc.strerror}"))
+                            continue
+                        fmt = est.st_mode & _IFMT
+                        if fmt == _IFREG:
+                            files.append(file_of(relp, est))
+                        elif fmt == _IFLNK:
+                            target = link_target(name, fd)
+                            links.append(Link(relp, target, leaves(bound, os.path.join(path, relp), target)))
+                        elif fmt == _IFDIR:
+                            if nested and depth + 1 >= max_depth:
+                                too_deep = True
+                                continue
+                            dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
+                            if nested:
+                                stack.append((relp, depth + 1))
+            finally:
+                if fd != top:
+                    os.close(fd)
+    except BaseException:
+        os.close(top)
+        raise
     files.sort(key=_BY_NAME)
     links.sort(key=_BY_NAME)
     dirs.sort(key=_BY_NAME)
     return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
-                  tuple(dirs), tuple(errors), too_deep)
+                  tuple(dirs), tuple(errors), too_deep), top
 
 
 def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[Finding], what: str,

@@ -21,9 +21,9 @@ from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.model.layout import SEAL_FILE, is_reserved, is_tmp_dir, is_tmp_file
+from jitwarden.model.layout import SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, survey, with_partitions
+from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, surveyed, with_partitions
 
 KIND = "triton"
 ROOT_RISK = None
@@ -138,48 +138,77 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
 
 
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
-    """Read one entry directory without following any symlink and without writing anything."""
+    """Read one entry directory without following any symlink and without writing anything.
+
+    Its files are opened by the fd of the directory as surveyed (:func:`~jitwarden.adapters.base.surveyed`),
+    each read with one ``read()`` of the size the survey saw.
+    """
     path = os.path.join(root, name)
-    sv = survey(root, name, nested=False, links_within=path)
-    if sv.is_symlink or not sv.is_dir:
-        return EntryFacts(name, sv, read_errors=sv.errors)
+    with surveyed(root, name, nested=False, links_within=path) as (sv, dfd):
+        if sv.is_symlink or not sv.is_dir:
+            return EntryFacts(name, sv, read_errors=sv.errors)
+        return _read_listed(path, name, sv, dfd, check_seal)
+
+
+def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: bool) -> EntryFacts:
+    """:func:`read_entry` of a directory as listed in ``sv``; its files are read by ``dfd``."""
     files, tmps = [], [d for d in sv.dirs if is_tmp_dir(d.name)]
-    for f in sv.files:
-        (tmps if is_tmp_file(f.name) else files).append(f)
     errors = list(sv.errors)
-    sizes = {f.name: f.size for f in files}  # one read() per file: the size is known from the stat
+    # One pass sorts the names (sorted already, as the survey lists them) by what they hold.
+    sizes = {}  # one read() per file: the size is known from the stat
+    group_files, cubins, ptxs, records, jsons = [], [], [], [], []  # records: launchers, autotune results
+    for f in sv.files:
+        fname = f.name
+        if TMP_FILE_INFIX in fname and is_tmp_file(fname):
+            tmps.append(f)
+            continue
+        files.append(f)
+        sizes[fname] = f.size
+        if fname.endswith(".json"):
+            autotune = fname.endswith(".autotune.json")
+            if fname.startswith("__grp__"):
+                group_files.append(fname)
+            elif not autotune and not is_reserved(fname):
+                jsons.append(fname)
+            if autotune:  # a group file so named is read as both
+                records.append(fname)
+        elif fname.endswith(".cubin"):
+            cubins.append(fname)
+        elif fname.endswith(".ptx"):
+            ptxs.append(fname)
+        elif fname.endswith(".so"):
+            records.append(fname)
     names = sizes.keys()
+
+    def read(fname: str) -> bytes:
+        return read_bytes(fname, size_hint=sizes[fname], dir_fd=dfd)
 
     groups = []
     metadata = metadata_file = cubin = cubin_file = ptx_head = ptx_file = None
     launchers = []
-    for fname in sorted(names):
-        if fname.startswith("__grp__") and fname.endswith(".json"):
-            try:
-                doc = jsonlimits.loads(read_bytes(os.path.join(path, fname), size_hint=sizes[fname]))
-                groups.append((fname, doc if isinstance(doc, dict) else None))
-                if not isinstance(doc, dict):
-                    errors.append((fname, "group file is not a JSON object"))
-            except OSError as exc:
-                groups.append((fname, None))
-                errors.append((fname, f"unreadable: {exc.strerror}"))
-            except (ValueError, UnicodeDecodeError):
-                groups.append((fname, None))
-                errors.append((fname, "group file is not valid JSON"))
+    for fname in group_files:
+        try:
+            doc = jsonlimits.loads(read(fname))
+            groups.append((fname, doc if isinstance(doc, dict) else None))
+            if not isinstance(doc, dict):
+                errors.append((fname, "group file is not a JSON object"))
+        except OSError as exc:
+            groups.append((fname, None))
+            errors.append((fname, f"unreadable: {exc.strerror}"))
+        except (ValueError, UnicodeDecodeError):
+            groups.append((fname, None))
+            errors.append((fname, "group file is not valid JSON"))
     # The metadata is the group's own name without the __grp__ prefix.
     for gname, _doc in groups:
         mname = gname[len("__grp__"):]
         if mname in names:
             metadata_file = mname
             break
-    if metadata_file is None:
-        candidates = [f for f in names if f.endswith(".json") and not f.startswith("__grp__")
-                      and not f.endswith(".autotune.json") and not is_reserved(f)]
-        if len(candidates) == 1:
-            metadata_file = candidates[0]
+    if metadata_file is None and len(jsons) == 1:
+        metadata_file = jsons[0]
     if metadata_file is not None:
         try:
-            doc = jsonlimits.loads(read_bytes(os.path.join(path, metadata_file), size_hint=sizes[metadata_file]))
+            doc = jsonlimits.loads(read(metadata_file))
             if isinstance(doc, dict):
                 metadata = doc
             else:
@@ -189,34 +218,32 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
         except (ValueError, UnicodeDecodeError):
             errors.append((metadata_file, "metadata is not valid JSON"))
     stem = metadata_file[: -len(".json")] if metadata_file else None
-    cubins = sorted(f for f in names if f.endswith(".cubin"))
     if cubins:
         cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
         try:
-            cubin = elf.parse(read_bytes(os.path.join(path, cubin_file), size_hint=sizes[cubin_file]))
+            cubin = elf.parse(read(cubin_file))
         except OSError as exc:
             errors.append((cubin_file, f"unreadable: {exc.strerror}"))
         except elf.ElfError as exc:
             errors.append((cubin_file, f"not a valid cubin: {exc}"))
-    ptxs = sorted(f for f in names if f.endswith(".ptx"))
     if ptxs:
         ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
         try:
-            ptx_head = read_head(os.path.join(path, ptx_file), _PTX_HEAD)
+            ptx_head = read_head(ptx_file, _PTX_HEAD, dir_fd=dfd)
         except OSError as exc:
             errors.append((ptx_file, f"unreadable: {exc.strerror}"))
-    for fname in sorted(names):
+    for fname in records:
         if fname.endswith(".so"):
             try:
-                launchers.append((fname, elf.parse(read_bytes(os.path.join(path, fname), size_hint=sizes[fname]))))
+                launchers.append((fname, elf.parse(read(fname))))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except elf.ElfError as exc:
                 launchers.append((fname, None))
                 errors.append((fname, f"not a valid shared object: {exc}"))
-        elif fname.endswith(".autotune.json"):
+        else:
             try:
-                jsonlimits.loads(read_bytes(os.path.join(path, fname)))
+                jsonlimits.loads(read_bytes(fname, dir_fd=dfd))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

@@ -15,6 +15,9 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_READ = (os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
            | getattr(os, "O_NOCTTY", 0))
 _UMASK: list[int] = []
+O_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _O_NOFOLLOW
+"""Flags that open a directory to list it and to open what it holds by ``dir_fd``: a symlink in its
+place fails (ELOOP), so does anything but a directory (ENOTDIR, before it is opened: a FIFO cannot block)."""
 
 MAX_READ = 2 << 30
 """No file jitwarden reads is larger (the biggest cache files seen: vLLM artifacts of a few hundred MB)."""
@@ -163,7 +166,7 @@ def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None,
 
 # ---------------------------------------------------------------- acting inside a root, by directory fds
 
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _O_NOFOLLOW
+_O_DIR = O_DIR_NOFOLLOW
 
 
 class UnsafeName(OSError):
