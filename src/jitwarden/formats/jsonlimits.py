@@ -28,6 +28,10 @@ def _brackets_only() -> tuple:
     return _BRACKETS_ONLY
 
 
+_SCAN = json.JSONDecoder().scan_once  # the scanner json.loads runs (same decoder settings), called directly
+_BLANKS = json.decoder.WHITESPACE.match
+
+
 class JsonLimitError(ValueError):
     """The JSON is larger or nested deeper than we read."""
 
@@ -61,6 +65,17 @@ def loads(data, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES):
     if deeper_than(raw, max_depth):
         raise JsonLimitError(f"JSON nested deeper than {max_depth} levels; not parsed")
     try:
+        if type(data) is bytes and data[:1] == b"{" and data[1:2] != b"\0":
+            # json.loads' own steps for UTF-8 bytes that open an object (every cache's JSON), without its
+            # encoding sniffing and wrappers: the scanner's value when the rest is blank; for anything
+            # else json.loads decides (the same value, or the same error).
+            text = data.decode("utf-8", "surrogatepass")
+            try:
+                value, end = _SCAN(text, 0)
+            except StopIteration:
+                end = -1
+            if end == len(text) or (end > 0 and _BLANKS(text, end).end() == len(text)):
+                return value
         return json.loads(data)
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise JsonLimitError("JSON nested too deep to parse") from None
