@@ -8,7 +8,6 @@ a :class:`Judge`, so every command reaches the same verdict.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import ClassVar
 
 from jitwarden.formats import elf
 from jitwarden.env import locations
-from jitwarden.store import partition, seal
+from jitwarden.store import partition
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
@@ -251,6 +250,8 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
 
     seal_problems = None
     if check_seal and SEAL_FILE in names:
+        from jitwarden.store import seal  # sealed entries only: hashlib and the seal format stay off the scan's start-up
+
         try:
             s = seal.read(path)
             present = [f for f in names if not is_reserved(f)]
@@ -266,6 +267,8 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
 
 
 def entry_id_for_hash(hash_hex: str) -> str | None:
+    import base64  # a message's words only: the scan compares ids by id_matches_hash
+
     try:
         return base64.b32encode(bytes.fromhex(hash_hex)).decode().rstrip("=")
     except (ValueError, TypeError):
@@ -547,7 +550,13 @@ def structural_errors(path: str, host: str | None = None) -> tuple[list[Finding]
 
 
 def host_machine() -> str:
-    import platform
+    """This host's CPU as an ELF names it (``x86_64``, ``aarch64``): ``platform.machine()``, read from
+    ``os.uname()`` where there is one (importing platform costs the scan's start-up ~2 ms)."""
+    if hasattr(os, "uname"):
+        machine = os.uname().machine
+    else:  # pragma: no cover - Windows
+        import platform
 
-    return _HOST_MACHINES.get(platform.machine(), platform.machine())
+        machine = platform.machine()
+    return _HOST_MACHINES.get(machine, machine)
 

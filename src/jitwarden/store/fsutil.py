@@ -137,11 +137,9 @@ def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None,
     stay in it, whatever happens to the path that led there. ``mode``: None for a file readable
     like Triton's own (0666 less the umask), 0o600 for one only this user may read.
     """
-    import secrets  # off the warm activation path: only writers need it
-
     where, name = (None, path) if dir_fd is not None else os.path.split(path)
     for _ in range(100):
-        tmp = f"{prefix}{secrets.token_hex(6)}.tmp"
+        tmp = f"{prefix}{os.urandom(6).hex()}.tmp"  # what secrets.token_hex(6) returns, without importing secrets
         tmp_at = tmp if dir_fd is not None else os.path.join(where, tmp)
         try:
             fd = os.open(tmp_at, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
