@@ -13,8 +13,9 @@ import os
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import reduce
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, or_
 from typing import NamedTuple
 
 from jitwarden.env import locations
@@ -107,6 +108,9 @@ def root_safety(path: str, uid: int | None = None, risk: str | None = None) -> l
     return [Finding("unsafe", f"cache root is {p}" + (f"; {risk}" if risk else "")) for p in problems]
 
 
+_MODE, _UID = attrgetter("mode"), attrgetter("uid")
+
+
 def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
     """The one ownership rule, the same for every kind, over every item a survey saw (the entry itself,
     named by ``what``, each file, each directory in it): an item is ``unsafe`` when someone who is
@@ -121,6 +125,11 @@ def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> 
     - Group-writable: not flagged. With a group per user (the common default) ``g+w`` exposes nothing.
     """
     trusted = None if root_uid is None else (root_uid, 0, -1)
+    inside = (*s.files, *s.dirs)
+    modes = reduce(or_, map(_MODE, inside), s.mode if s.is_dir else 0)
+    owners = {*map(_UID, inside), s.uid} if s.is_dir else {*map(_UID, inside)}
+    if not modes & stat.S_IWOTH and (trusted is None or owners <= {*trusted}):
+        return []  # the common case, told by C-level passes over the modes and owners: nothing to name
     top = [(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid)] if s.is_dir else []
     out = []
     for name, mode, uid in chain(top, ((f.name, f.mode, f.uid) for f in s.files),

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar
 
 from jitwarden.formats import elf
@@ -34,6 +36,7 @@ _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 _STAGING = re.compile(r"^tmp\.(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|jitwarden-[0-9a-f]{32})$")
 _PTX_HEAD = 16384
 
+_NAME_SIZE, _SIZE, _MTIME = attrgetter("name", "size"), attrgetter("size"), attrgetter("mtime")
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
 
 
@@ -348,8 +351,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     """
     out: list[Finding] = []
     add = out.append
-    size = sum(x.size for x in f.files)
-    mtime = max((x.mtime for x in f.files), default=0.0)
+    size = sum(map(_SIZE, f.files))
+    mtime = max(map(_MTIME, f.files), default=0.0)
     sv = f.survey
 
     if sv.is_symlink:
@@ -379,8 +382,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
                                   f"place, {int((j.now - mtime) // 60)} min old"))
         return Entry(KIND, root, f.id, f.path, "staging", None, None, size, mtime, findings=tuple(out), facts=TritonFacts())
 
-    names = {x.name for x in f.files}
-    sizes = {x.name: x.size for x in f.files}
+    sizes = dict(map(_NAME_SIZE, f.files))
+    names = sizes.keys()
     md = f.metadata
     arch = metadata_arch(md)
     kname = md.get("name") if md and isinstance(md.get("name"), str) else None
@@ -516,7 +519,7 @@ def _launcher_name(f: EntryFacts) -> str | None:
     return None
 
 
-def _entry_type(f: EntryFacts, names: set[str]) -> str:
+def _entry_type(f: EntryFacts, names: Collection[str]) -> str:
     if f.groups:
         return "kernel"
     if f.launchers:
