@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from operator import add
 from typing import NamedTuple
 
 EM_CUDA = 190
@@ -116,25 +118,52 @@ class Section(NamedTuple):
     align: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Elf:
+    """An ELF64 file held in memory, its header and section table checked by :func:`parse`.
+
+    ``sections`` are decoded on first use; :meth:`section`, :meth:`function_symbols` and :meth:`notes`
+    decode only the sections they read (the quick scan reads a cubin's symbols and one note, never its
+    whole table). Not slotted: ``sections`` is a cached property.
+    """
+
     machine: int
     abi_version: int
     flags: int
-    sections: tuple[Section, ...]
     data: bytes
     header: tuple = ()  # (field, value) of every ELF header field but the table offsets
     phdrs: tuple = ()  # program headers without their file offsets: (type, flags, vaddr, paddr, filesz, memsz, align)
+    _shoff: int = 0  # where the section table starts
+    _types: tuple[int, ...] = ()  # each section's type, in table order
+    _name_offsets: tuple[int, ...] = ()  # each section's name, as an offset into _names
+    _names: str = ""  # the section name table, decoded ("replace": one character a byte, offsets hold)
 
     @property
     def machine_name(self) -> str:
         return machine_name(self.machine)
 
+    @cached_property
+    def sections(self) -> tuple[Section, ...]:
+        return tuple(map(self._section, range(len(self._types))))
+
+    def _section(self, index: int) -> Section:
+        name_off, stype, sflags, addr, off, size, link, info, align, entsize = SHDR.unpack_from(
+            self.data, self._shoff + index * SHDR.size)
+        return _new_section(Section, (self._names[name_off : self._names.find("\0", name_off)], stype, sflags, off,
+                                      size, link, entsize, addr, info, align))
+
     def section(self, name: str) -> Section | None:
-        for s in self.sections:
-            if s.name == name:
-                return s
-        return None
+        """The first section named ``name``."""
+        if "\0" in name:
+            return None
+        key, names, offsets = name + "\0", self._names, self._name_offsets  # a name runs from its offset to a NUL
+        first = len(offsets)
+        at = names.find(key)
+        while at >= 0:  # each place the name stands in the table (names share tails: ".text" in ".rela.text")
+            if at in offsets:
+                first = min(first, offsets.index(at))
+            at = names.find(key, at + 1)
+        return self._section(first) if first < len(offsets) else None
 
     def section_bytes(self, s: Section) -> bytes:
         if s.type == SHT_NOBITS:
@@ -143,27 +172,31 @@ class Elf:
 
     def name_of(self, index: int) -> str:
         """A section's name by index (``#N`` when out of range), for symbols and links."""
-        if 0 <= index < len(self.sections):
+        if 0 <= index < len(self._types):
             return self.sections[index].name
         return f"#{index}"
 
     def function_symbols(self) -> tuple[str, ...]:
         """Names of STT_FUNC symbols: a cubin's kernels (and device functions)."""
         out = []
-        for s in self.sections:
-            if s.type != SHT_SYMTAB or s.entsize != SYM.size:
+        for i in _indices(self._types, SHT_SYMTAB):
+            s = self._section(i)
+            if s.entsize != SYM.size:
                 continue
-            if s.link >= len(self.sections):
+            if s.link >= len(self._types):
                 raise ElfError("symbol table links to a missing string table")
-            strtab = self.section_bytes(self.sections[s.link])
+            strtab = self.section_bytes(self._section(s.link))
             table = self.section_bytes(s)
             whole = table[: len(table) - len(table) % SYM.size]  # a cut last record is not read
-            for st_name, st_info, _other, _shndx, _value, _size in SYM.iter_unpack(whole):
-                if st_info & 0xF == STT_FUNC:
-                    end = strtab.find(b"\0", st_name)
-                    if end < 0:
-                        raise ElfError("symbol name runs past its string table")
-                    out.append(strtab[st_name:end].decode("utf-8", "replace"))
+            funcs = whole[4 :: SYM.size].translate(_IS_FUNC)  # each symbol's st_info byte: 1 for STT_FUNC
+            k = funcs.find(1)
+            while k >= 0:
+                (st_name,) = _U32.unpack_from(whole, k * SYM.size)
+                end = strtab.find(b"\0", st_name)
+                if end < 0:
+                    raise ElfError("symbol name runs past its string table")
+                out.append(strtab[st_name:end].decode("utf-8", "replace"))
+                k = funcs.find(1, k + 1)
         return tuple(out)
 
     def notes(self, section_name: str) -> list[tuple[str, int, bytes]]:
@@ -184,10 +217,36 @@ class Elf:
         return out
 
 
+_new_section = tuple.__new__  # Section(...) without the NamedTuple's Python __new__
+_U32 = struct.Struct("<I")
+_IS_FUNC = bytes(int(i & 0xF == STT_FUNC) for i in range(256))
+"""For bytes.translate: an st_info byte to 1 when its type (low 4 bits) is STT_FUNC, else 0."""
+_PHDR_NO_OFFSET = struct.Struct("<II8xQQQQQ")
+"""A program header less its file offset (``8x``): (type, flags, vaddr, paddr, filesz, memsz, align)."""
+
+
+def _indices(values: tuple, value) -> list[int]:
+    """Every index of ``value`` in ``values`` (C-level searches)."""
+    out, i = [], -1
+    for _ in range(values.count(value)):
+        i = values.index(value, i + 1)
+        out.append(i)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _checked_columns(count: int) -> struct.Struct:
+    """The struct of a section table of ``count`` (at most 256) headers, keeping what :func:`parse` checks
+    of each: name offset, type, offset, size."""
+    return struct.Struct("<" + "II16xQQ24x" * count)
+
+
 def parse(data: bytes) -> Elf:
     """Parse an ELF64 LE file held in memory; raise ElfError on any inconsistency.
 
-    The header is judged first by :func:`parse_head`'s rules, so both say the same of one file.
+    The header is judged first by :func:`parse_head`'s rules, so both say the same of one file. Every
+    section must lie in the file (but SHT_NOBITS ones) and have its name in the name table; the common
+    case, a sound table, is told by C-level passes over its columns.
     """
     fields, why = _header(data, len(data))
     if why:
@@ -202,28 +261,34 @@ def parse(data: bytes) -> Elf:
     if phnum:
         if phentsize != PHDR.size or phoff + phnum * phentsize > limit:
             raise ElfError(f"program headers end past the file ({limit} bytes): truncated")
-        phdrs = tuple((t, f, va, pa, fs, ms, al) for t, f, _o, va, pa, fs, ms, al
-                      in PHDR.iter_unpack(data[phoff : phoff + phnum * phentsize]))
+        phdrs = tuple(_PHDR_NO_OFFSET.iter_unpack(data[phoff : phoff + phnum * phentsize]))
     if shnum == 0:
-        return Elf(machine, ident[8], flags, (), data, header, phdrs)
+        return Elf(machine, ident[8], flags, data, header, phdrs)
     if shentsize != SHDR.size:
         raise ElfError(f"section table ends past the file ({limit} bytes): truncated")
-    raw = list(SHDR.iter_unpack(data[shoff : shoff + shnum * shentsize]))
     if shstrndx >= shnum:
         raise ElfError("section name table index out of range")
-    str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]
-    # Decoded once: "replace" turns each non-ASCII byte into one character, so byte offsets stay valid.
+    if shnum <= 256:  # a cubin, a library: one unpack of the whole table
+        cols = _checked_columns(shnum).unpack_from(data, shoff)
+        name_offs, types, offsets, sizes = cols[0::4], cols[1::4], cols[2::4], cols[3::4]
+    else:
+        name_offs, types, offsets, sizes = zip(*_checked_columns(1).iter_unpack(data[shoff : shoff + shnum * SHDR.size]))
+    str_off, str_size = offsets[shstrndx], sizes[shstrndx]
     names = data[str_off : str_off + str_size].decode("ascii", "replace")
-    sections = []
-    add, new, find = sections.append, tuple.__new__, names.find  # the scan parses thousands: no per-section lookups
-    for name_off, stype, sflags, addr, off, size, link, info, align, entsize in raw:
+    if max(map(add, offsets, sizes)) > limit or max(name_offs) > names.rfind("\0"):
+        _check_rows(data, shoff, shnum, names)  # a fault, or a SHT_NOBITS section's size: row by row
+    return Elf(machine, ident[8], flags, data, header, phdrs, shoff, types, name_offs, names)
+
+
+def _check_rows(data: bytes, shoff: int, shnum: int, names: str) -> None:
+    """The section table checked row by row: ElfError at the first section that ends past the file (but
+    a SHT_NOBITS one, which holds no bytes) or whose name runs past its string table."""
+    limit = len(data)
+    for name_off, stype, off, size in _checked_columns(1).iter_unpack(data[shoff : shoff + shnum * SHDR.size]):
         if off + size > limit and stype != SHT_NOBITS:
             raise ElfError(f"a section ends past the file ({limit} bytes): truncated")
-        end = find("\0", name_off)
-        if end < 0:
+        if names.find("\0", name_off) < 0:
             raise ElfError("section name runs past its string table")
-        add(new(Section, (names[name_off:end], stype, sflags, off, size, link, entsize, addr, info, align)))
-    return Elf(machine, ident[8], flags, tuple(sections), data, header, phdrs)
 
 
 def cubin_sm(elf: Elf | ElfHead) -> int:
