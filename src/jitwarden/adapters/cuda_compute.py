@@ -305,34 +305,64 @@ def fnv1a64(data: bytes) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class BuildStamp:
+    """The producer's ``__DATE__`` and ``__TIME__`` that open an entry's key (``Apr 29 2026``, ``17:12:06``)."""
+
+    date: str
+    time: str
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """What an entry's key records: the producer's build stamp, the target (``sm_90a``) after ``HOST64``,
+    the input's kind (``ptx``, ``nvvm-ir``; None when neither) and the option string (None when not read)."""
+
+    stamp: BuildStamp
+    target: str
+    input: str | None = None
+    options: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntryOutput:
+    """What follows an entry's key: a ``cubin`` (its ELF header) or ``ptx`` (its ``.target``)."""
+
+    kind: str
+    elf: ElfHead | None = None
+    ptx_target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checksums:
+    """An entry's FNV-1a hashes: the output's as the header records it (hex), whether the output hashes to
+    it (``output_ok``) and the key to the file's name (``key_ok``); None when not computed."""
+
+    header: str
+    output_ok: bool | None = None
+    key_ok: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ComputeEntry:
     """One ComputeCache entry file as read (see the module docstring for the layout).
 
     ``format`` is None when the header is not the driver's (then nothing else is judged);
     ``problem`` names a broken invariant of the container (sizes); ``unknown`` what of a
-    known container was not understood (input, output, options). ``producer``:
-    ``driver-jit`` (PTX in, cubin out, no options: the driver's own PTX JIT) or
-    ``nvjitlink`` (NVVM IR in, nvJitLink's ``-arch=`` options; cuDNN runtime fusion, CuPy).
-    ``key_ok``/``sum_ok``: the file name is FNV-1a of the key, the header's hash is FNV-1a
-    of the output; None when not computed.
+    known container was not understood (input, output, options). ``key`` is None when the key
+    does not open with a build stamp, ``HOST32/64`` and a target; ``output`` when the output is
+    neither a cubin nor PTX. ``producer``: ``driver-jit`` (PTX in, cubin out, no options: the
+    driver's own PTX JIT) or ``nvjitlink`` (NVVM IR in, nvJitLink's ``-arch=`` options; cuDNN
+    runtime fusion, CuPy).
     """
 
     format: int | None
     size: int
     problem: str | None = None
     unknown: tuple[str, ...] = ()
-    stamp_date: str | None = None
-    stamp_time: str | None = None
-    target: str | None = None
-    input: str | None = None  # ptx, nvvm-ir
-    options: str | None = None
-    output: str | None = None  # cubin, ptx
+    key: EntryKey | None = None
+    output: EntryOutput | None = None
     producer: str | None = None
-    elf: ElfHead | None = None
-    output_ptx_target: str | None = None
-    key_ok: bool | None = None
-    sum_ok: bool | None = None
-    sum_header: str | None = None
+    checksums: Checksums | None = None
 
 
 def _input_kind(body: bytes) -> tuple[str | None, bytes]:
@@ -375,11 +405,10 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     text = data[_HEADER.size:min(out_off, len(data))]
     unknown: list[str] = []
     m = _PREFIX.match(text)
-    date = time_ = target = inp = options = None
+    inp = options = None
     if m is None:
         unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
     else:
-        date, time_, target = _norm_date(m.group(1)), m.group(2).decode(), m.group(4).decode()
         body = text[m.end():]
         inp, _input = _input_kind(body)
         if inp is None:
@@ -391,15 +420,15 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
                 unknown.append("no option string after its input")
             else:
                 options = tail.decode("ascii").strip()
+    key = None if m is None else EntryKey(BuildStamp(_norm_date(m.group(1)), m.group(2).decode()), m.group(4).decode(),
+                                          inp, options)
     out = data[out_off:out_off + out_len] if out_off < len(data) else b""
-    output = elf = ptx_target = None
+    output = None
     if out.startswith(b"\x7fELF"):
-        output = "cubin"
-        elf = parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0)))
+        output = EntryOutput("cubin", elf=parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0))))
     elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
-        output = "ptx"
         t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
-        ptx_target = t.group(1).decode() if t else None
+        output = EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
     elif out:
         unknown.append("its output is neither a cubin (ELF) nor PTX")
     key_ok = sum_ok = None
@@ -409,11 +438,12 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
             key_ok = fnv1a64(text) == int(name, 16)
     if not whole:
         unknown.append(f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read")
-    producer = _producer(inp, options, output) if not unknown else None
+    kind = output.kind if output else None
+    producer = _producer(inp, options, kind) if not unknown else None
     if producer is None and not unknown:
-        unknown.append(f"{inp} in, {output} out with options {options!r}: a producer jitwarden does not know")
-    return ComputeEntry(magic, size, problem, tuple(unknown), date, time_, target, inp, options, output, producer,
-                        elf, ptx_target, key_ok, sum_ok, f"{out_hash:016x}")
+        unknown.append(f"{inp} in, {kind} out with options {options!r}: a producer jitwarden does not know")
+    return ComputeEntry(magic, size, problem, tuple(unknown), key, output, producer,
+                        Checksums(f"{out_hash:016x}", sum_ok, key_ok))
 
 
 # ---------------------------------------------------------------- judging
@@ -440,34 +470,36 @@ def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None)
         return [Finding("unrecognised", f"not judged: {'; '.join(e.unknown) or 'unknown format'}")], None
     if e.problem:
         return [Finding("corrupt", e.problem)], None
-    if e.sum_ok is False:
-        out.append(Finding("corrupt", f"its {e.output or 'output'} does not hash to the FNV-1a {e.sum_header} its "
-                                      "header records: damaged after the driver wrote it"))
-    if e.key_ok is False:
+    sums, key, output = e.checksums, e.key, e.output
+    if sums.output_ok is False:
+        out.append(Finding("corrupt", f"its {output.kind if output else 'output'} does not hash to the FNV-1a "
+                                      f"{sums.header} its header records: damaged after the driver wrote it"))
+    if sums.key_ok is False:
         out.append(Finding("corrupt", "its key (stamp, target, input, options) does not hash to its file name: "
                                       "damaged, or stored under another entry's name"))
     if e.unknown:
         out.append(Finding("unrecognised", f"not judged further: {'; '.join(e.unknown)}"))
         return out, None
     sm = None
-    head = e.elf
+    target = key.target if key else None
+    head = output.elf if output else None
     if head is not None:
         bad = cubin_findings("cached cubin", head)
         out += bad
         if not bad:
             sm = head.sm
-            if e.target and int(re.sub(r"\D", "", e.target)) != sm:
-                out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {e.target}"))
+            if target and int(re.sub(r"\D", "", target)) != sm:
+                out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {target}"))
             if j.target_arch is not None and sm != j.target_arch:
                 out.append(Finding("foreign-arch", f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
                                                    "unreachable here"))
-    elif e.output == "ptx" and e.target and j.target_arch is not None:
-        if int(re.sub(r"\D", "", e.target)) != j.target_arch:
-            out.append(Finding("foreign-arch", f"compiled for {e.target}, judged against sm_{j.target_arch}: "
+    elif output and output.kind == "ptx" and target and j.target_arch is not None:
+        if int(re.sub(r"\D", "", target)) != j.target_arch:
+            out.append(Finding("foreign-arch", f"compiled for {target}, judged against sm_{j.target_arch}: "
                                                "unreachable here"))
-    if e.producer == "driver-jit" and jit_stamp is not None and e.stamp_date != jit_stamp[0]:
+    if e.producer == "driver-jit" and jit_stamp is not None and key.stamp.date != jit_stamp[0]:
         drv = f" (driver {j.driver_version})" if j.driver_version else ""
-        out.append(Finding("stale", f"JIT-compiled by a driver whose JIT compiler was built {e.stamp_date}; the "
+        out.append(Finding("stale", f"JIT-compiled by a driver whose JIT compiler was built {key.stamp.date}; the "
                                     f"installed one was built {jit_stamp[0]}{drv}: the driver invalidates its cache "
                                     "on upgrade"))
     return out, sm
@@ -484,9 +516,6 @@ class CudaComputeFacts(KindFacts):
     """
 
     TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm"})
-    _SHOWN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("producer", "producer"), ("stamp_date", "jit_date"), ("stamp_time", "jit_time"), ("target", "target"),
-        ("input", "input"), ("output", "output"), ("options", "options"))
 
     parsed: ComputeEntry | None = None
     driver_since: float | None = None
@@ -494,13 +523,17 @@ class CudaComputeFacts(KindFacts):
 
     def to_json(self) -> dict:
         out: dict = {}
-        if self.parsed is not None:
-            if self.parsed.format is None:
+        p = self.parsed
+        if p is not None:
+            if p.format is None:
                 out["format"] = "unknown"
-            for field, key in self._SHOWN:
-                v = getattr(self.parsed, field)
+            key, stamp = p.key, p.key.stamp if p.key else None
+            shown = (("producer", p.producer), ("jit_date", stamp and stamp.date), ("jit_time", stamp and stamp.time),
+                     ("target", key and key.target), ("input", key and key.input),
+                     ("output", p.output and p.output.kind), ("options", key and key.options))
+            for name, v in shown:
                 if v is not None:
-                    out[key] = v[:160] + "…" if len(v) > 160 else v
+                    out[name] = v[:160] + "…" if len(v) > 160 else v
         if self.driver_since is not None:
             out["driver_since"] = self.driver_since
         return out
