@@ -33,7 +33,7 @@ from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
 
 KIND = "inductor"
@@ -238,21 +238,39 @@ def _age_min(judge: Judge, mtime: float) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class InductorFacts(KindFacts):
-    """What an Inductor entry's bytes say: the GPU its generated code was made for (``cc``, ``device``,
-    ``multi_processor_count``), its libraries' machine, the FX graphs an AOTAutograd result loads, a
-    local autotune cache's GPU and CUDA, an autotune result's Triton cache hash, how many links torch made in
-    ``torch_cutlass/``. JSON lists them by name."""
+class GeneratedFor(FactGroup):
+    """The GPU a kernel's generated code was made for, as its ``triton_meta`` records it (``DeviceProperties``):
+    the CUDA arch its properties agree on, and the first one's device type and SM count."""
 
     cc: int | None = None
-    cuda: str | None = None
     device: str | None = None
-    fx_graphs: tuple[str, ...] | None = None
-    gpu_name: str | None = None
-    machine: str | None = None
     multi_processor_count: int | None = None
-    torch_links: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemFactors(FactGroup):
+    """The system torch keys a cache by (``{"device": {"name"}, "version": {"cuda", "triton"}}``): the GPU's
+    name, torch's CUDA and Triton's key. A local autotune cache records it; vLLM's
+    ``cache_key_factors.json`` too."""
+
+    gpu_name: str | None = None
+    cuda: str | None = None
+    triton_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InductorFacts(KindFacts):
+    """What an Inductor entry's bytes say, by the kind of entry that says it: a kernel's GPU (``generated_for``),
+    an autotune result's Triton cache hash, the machine of its libraries, the FX graphs an AOTAutograd result
+    loads, a local autotune cache's system, how many links torch made in ``torch_cutlass/``. JSON lists them
+    by name, a group's fields among them, sorted."""
+
+    generated_for: GeneratedFor | None = None
     triton_cache_hash: str | None = None
+    machine: str | None = None
+    fx_graphs: tuple[str, ...] | None = None
+    system: SystemFactors | None = None
+    torch_links: int | None = None
 
     def to_json(self) -> dict:
         return dict(sorted(KindFacts.to_json(self).items()))
@@ -271,6 +289,14 @@ class _Facts:
         self.extra: dict = {}
         self.findings: list[Finding] = []
         self.make = make
+
+    def grouped(self, field: str, group: type[FactGroup], **found) -> None:
+        """Set what was ``found`` (its non-None values) in the group ``field`` of ``extra``: a later file of
+        the entry replaces what an earlier one said, fact by fact."""
+        found = {k: v for k, v in found.items() if v is not None}
+        if found:
+            old = self.extra.get(field)
+            self.extra[field] = replace(old, **found) if old is not None else group(**found)
 
 
 def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, kind: str = "") -> None:
@@ -322,10 +348,8 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, ki
         facts.findings += fs
         if arch is not None:
             facts.arch = arch
-            facts.extra["cc"] = arch
-        if props:
-            facts.extra["device"] = props[0][0]
-            facts.extra["multi_processor_count"] = props[0][2]
+        facts.grouped("generated_for", GeneratedFor, cc=arch, device=props[0][0] if props else None,
+                      multi_processor_count=props[0][2] if props else None)
         return
     if base.endswith(".best_config") or base.endswith(".json"):
         facts.type = "autotune" if base.endswith(".best_config") else "json"
@@ -459,15 +483,14 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
     dev = system.get("device") if isinstance(system, dict) else None
     gpu = dev.get("name") if isinstance(dev, dict) else None
     if gpu:
-        facts.extra["gpu_name"] = gpu
         facts.name = gpu
         if judge.gpu_names and gpu not in judge.gpu_names:
             facts.findings.append(Finding("stale", f"autotune results for {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}"))
     ver = system.get("version") if isinstance(system, dict) else None
-    if isinstance(ver, dict) and ver.get("cuda"):
-        facts.extra["cuda"] = ver["cuda"]
-        if judge.torch_cuda and ver["cuda"] != judge.torch_cuda:
-            facts.findings.append(Finding("stale", f"written by a torch built with CUDA {ver['cuda']}; this torch uses CUDA {judge.torch_cuda}"))
+    cuda = ver["cuda"] if isinstance(ver, dict) and ver.get("cuda") else None
+    if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
+        facts.findings.append(Finding("stale", f"written by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}"))
+    facts.grouped("system", SystemFactors, gpu_name=gpu or None, cuda=cuda)
 
 
 def entry_of(kind: str, root: str, name: str, s: Survey, facts: _Facts, findings: list[Finding]) -> Entry:

@@ -39,7 +39,7 @@ from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge
 from jitwarden.adapters import inductor
 from jitwarden.adapters.base import Survey, existing, inside, private_root, survey, survey_findings
 
@@ -63,19 +63,25 @@ AOT_TEMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile of to
 
 
 @dataclass(frozen=True, slots=True)
-class VllmFacts(inductor.InductorFacts):
-    """An Inductor entry's facts (vLLM nests Inductor caches) and vLLM's own: the vLLM version, GPU, CUDA and
-    Triton key its ``cache_key_factors.json`` records, how many graphs ``vllm_compile_cache.py`` lists, the
-    layouts of its artifacts, that an AOT entry's key holds no GPU, a FlashInfer autotune result's version
-    and archs. JSON lists them by name."""
+class FlashInferTune(FactGroup):
+    """Whose a FlashInfer autotune result is, as its path names it: FlashInfer's version and the archs tuned for."""
 
-    archs: str | None = None
-    artifact_layouts: str | None = None
     flashinfer_version: str | None = None
-    graphs: int | None = None
-    key_has_gpu: bool | None = None
-    triton_key: str | None = None
+    archs: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VllmFacts(inductor.InductorFacts):
+    """An Inductor entry's facts (vLLM nests Inductor caches) and vLLM's own, by what records them: the vLLM
+    version in ``cache_key_factors.json`` (its GPU, CUDA and Triton key are the Inductor facts' ``system``),
+    how many graphs ``vllm_compile_cache.py`` lists, the layouts of its artifacts, that an AOT entry's key
+    holds no GPU, a FlashInfer autotune result's version and archs. JSON lists them by name, sorted."""
+
     vllm_version: str | None = None
+    graphs: int | None = None
+    artifact_layouts: str | None = None
+    key_has_gpu: bool | None = None
+    flashinfer_tune: FlashInferTune | None = None
 
 
 # ---------------------------------------------------------------- roots
@@ -252,10 +258,12 @@ def _pairs(x):
 
 
 def factors_facts(doc) -> dict:
-    """vLLM version, GPU name, torch's CUDA and Triton from ``cache_key_factors.json`` (any of vLLM's layouts)."""
-    out = {}
+    """``vllm_version`` and the ``system`` (GPU name, torch's CUDA, Triton's key) that ``cache_key_factors.json``
+    records (any of vLLM's layouts), as facts of the entry."""
+    out: dict = {}
     if not isinstance(doc, dict):
         return out
+    system: dict = {}
     cfg = _pairs(doc.get("config"))
     if cfg and isinstance(cfg.get("version"), str):
         out["vllm_version"] = cfg["version"]
@@ -268,18 +276,20 @@ def factors_facts(doc) -> dict:
         if d is not None and "device" in d:
             dev = _pairs(d["device"])
             if dev and isinstance(dev.get("name"), str):
-                out["gpu_name"] = dev["name"]
+                system["gpu_name"] = dev["name"]
             ver = _pairs(d.get("version"))
             if ver:
                 if isinstance(ver.get("cuda"), str):
-                    out["cuda"] = ver["cuda"]
+                    system["cuda"] = ver["cuda"]
                 if isinstance(ver.get("triton"), str):
-                    out["triton_key"] = ver["triton"][:24]
+                    system["triton_key"] = ver["triton"][:24]
             break
         if isinstance(x, (list, tuple)):
             stack += list(x)
         elif isinstance(x, dict):
             stack += list(x.values())
+    if system:
+        out["system"] = inductor.SystemFactors(**system)
     return out
 
 
@@ -288,10 +298,11 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
     v, mine = facts.get("vllm_version"), judge.version("vllm")
     if v and mine and v != mine:
         out.append(Finding("stale", f"compiled by vLLM {v}; vLLM {mine} is installed and keys its cache by its own version"))
-    gpu = facts.get("gpu_name")
+    system = facts.get("system") or inductor.SystemFactors()
+    gpu = system.gpu_name
     if gpu and judge.gpu_names and gpu not in judge.gpu_names:
         out.append(Finding("stale", f"compiled for a {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}"))
-    cuda = facts.get("cuda")
+    cuda = system.cuda
     if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
         out.append(Finding("stale", f"compiled by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}"))
     return out
@@ -548,8 +559,7 @@ def _flashinfer_facts(name: str, judge: Judge, facts) -> None:
         return
     ver, archs = parts[1], parts[2]
     facts.name = f"{ver}/{archs}"
-    facts.extra["flashinfer_version"] = ver
-    facts.extra["archs"] = archs
+    facts.extra["flashinfer_tune"] = FlashInferTune(ver, archs)
     mine = judge.version("flashinfer")
     if mine and ver != mine and re.match(r"^\d+\.\d+", ver):
         facts.findings.append(Finding("stale", f"tuned by FlashInfer {ver}; FlashInfer {mine} is installed"))

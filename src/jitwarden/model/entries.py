@@ -69,30 +69,52 @@ def _extra_fields(cls: type) -> tuple[str, ...]:
     return tuple(f for f in _field_names(cls) if f not in cls.TOP)
 
 
+def _reduce(self):
+    """Pickled as the call of its class with its field values: the scan's workers send one per entry, and
+    the slotted dataclass's own state (a list, set back field by field) costs twice the time."""
+    return type(self), tuple(map(getattr, repeat(self), _field_names(type(self))))
+
+
+@dataclass(frozen=True, slots=True)
+class FactGroup:
+    """A few facts of one kind that come from one source and mean one thing together (the system torch
+    keys a cache by: GPU name, CUDA, Triton), held as one field of its :class:`KindFacts`. JSON shows its
+    fields among the entry's ``extra`` ones, each by its own name, a None left out."""
+
+    __reduce__ = _reduce
+
+    def to_json(self) -> dict:
+        out = {}
+        for name in _field_names(type(self)):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = list(v) if type(v) is tuple else v
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class KindFacts:
     """What one kind's adapter read of an entry beyond what every entry has; each kind subclasses it
     with named, typed fields (ARCHITECTURE.md, "How to add … A cache kind").
 
     In JSON the fields are the entry's ``extra`` object, in declared order, a None left out unless
-    the field is in ``SHOWN_NONE``; fields in ``TOP`` (names of :data:`TOP_FACTS`) go to the entry's
-    top level instead. Tuples are written as lists.
+    the field is in ``SHOWN_NONE``; a :class:`FactGroup`'s fields stand there by their own names; fields
+    in ``TOP`` (names of :data:`TOP_FACTS`) go to the entry's top level instead. Tuples are written as lists.
     """
 
     TOP: ClassVar[frozenset[str]] = frozenset()
     SHOWN_NONE: ClassVar[frozenset[str]] = frozenset()
 
-    def __reduce__(self):
-        """Pickled as the call of its class with its field values: the scan's workers send one per entry, and
-        the slotted dataclass's own state (a list, set back field by field) costs twice the time."""
-        return type(self), tuple(map(getattr, repeat(self), _field_names(type(self))))
+    __reduce__ = _reduce
 
     def to_json(self) -> dict:
         """The entry's ``extra`` object."""
         out = {}
         for name in _extra_fields(type(self)):
             v = getattr(self, name)
-            if v is not None or name in self.SHOWN_NONE:
+            if isinstance(v, FactGroup):
+                out.update(v.to_json())
+            elif v is not None or name in self.SHOWN_NONE:
                 out[name] = list(v) if type(v) is tuple else v
         return out
 

@@ -151,7 +151,7 @@ def test_generated_triton_kernels_are_judged_by_their_triton_meta(cache):
     open(os.path.join(shard, name), "w").write(src)
     e = ind.inspect_entry(cache, f"ab/{name}", judge(90), os.getuid())
     assert (e.type, e.name, e.arch, e.findings) == ("kernel", "triton_poi_fused_add_relu_0", 90, ())
-    assert e.facts.multi_processor_count == 132
+    assert e.facts.generated_for.multi_processor_count == 132
     e = ind.inspect_entry(cache, f"ab/{name}", judge(121), os.getuid())
     assert codes(e) == ["foreign-arch"] and "sm_90" in e.findings[0].message and "sm_121" in e.findings[0].message
     assert ind.inspect_entry(cache, f"ab/{name}", judge(None), os.getuid()).findings == ()

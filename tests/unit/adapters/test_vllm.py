@@ -34,7 +34,7 @@ def test_every_part_of_the_layout_is_an_entry_and_a_fresh_root_is_clean(root):
     es = entries(root)
     assert es[PREFIX].type == "compile" and es[PREFIX].name == "backbone"
     f = es[PREFIX].facts
-    assert (f.vllm_version, f.gpu_name, f.cuda, f.graphs) == ("0.34.0", "NVIDIA H200", "13.0", 2)
+    assert (f.vllm_version, f.system.gpu_name, f.system.cuda, f.graphs) == ("0.34.0", "NVIDIA H200", "13.0", 2)
     assert es[f"{AOT_NEW}/rank_0_0"].type == "aot" and es[f"{AOT_OLD}/rank_0_0"].type == "aot"
     assert es[FI].type == "flashinfer-autotune" and es[FI].name == "0.6.1/90a"
     assert es["deep_gemm/cache/kernel.fp8_gemm_nt.0123abcd"].arch == 90
