@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import sys
 import time
 
@@ -47,19 +48,37 @@ def staging(tree: str) -> str:
 
 
 def hidden(tree: str, key: str) -> bool:
-    """Whether ``key`` of ``tree`` is hidden for a proof now (one ``lstat``; false on any error)."""
+    """Whether ``key`` of ``tree`` is hidden for a proof now: a real directory in a real staging directory.
+
+    One failing ``lstat`` when nothing is being proven; false on any error.
+    """
     try:
-        os.lstat(os.path.join(tree, PROVING_DIR, key))
-        return True
+        stage = os.path.join(tree, PROVING_DIR)
+        return stat.S_ISDIR(os.lstat(stage).st_mode) and stat.S_ISDIR(os.lstat(os.path.join(stage, key)).st_mode)
     except (OSError, ValueError):
         return False
 
 
+def _lock_fd(tree: str, flags: int) -> int | None:
+    """An fd of the staging lock when it is a regular file (never a FIFO or device to block on, never a link)."""
+    try:
+        fd = os.open(os.path.join(tree, PROVING_DIR, ENTRY_LOCK_FILE),
+                     flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def _prover_alive(tree: str) -> bool:
     """Whether a prover holds ``tree``'s staging lock (a shared lock cannot be taken)."""
-    try:
-        fd = os.open(os.path.join(tree, PROVING_DIR, ENTRY_LOCK_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    fd = _lock_fd(tree, os.O_RDONLY)
+    if fd is None:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -101,15 +120,14 @@ def claim(tree: str) -> int | None:
     except OSError:
         return None
     try:
-        sfd = reserved_dir(root_fd, PROVING_DIR, create=True)
-        try:
-            fd = os.open(ENTRY_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=sfd)
-        finally:
-            os.close(sfd)
+        os.close(reserved_dir(root_fd, PROVING_DIR, create=True))  # a real directory of ours, never a link
     except Exception:  # noqa: BLE001 - no staging dir (read-only, full, or not ours): prove before the start
         return None
     finally:
         os.close(root_fd)
+    fd = _lock_fd(tree, os.O_RDWR | os.O_CREAT)
+    if fd is None:
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return fd
@@ -122,14 +140,39 @@ def hide(tree: str, paths) -> list[str]:
     """Rename each entry of ``paths`` (directly in ``tree``) into the staging dir; the ones that could not be."""
     from jitwarden.store.quarantine import rename_noreplace
 
+    fds = _tree_fds(tree)
+    if fds is None:
+        return list(paths)
     left = []
-    stage = staging(tree)
-    for p in paths:
-        try:
-            rename_noreplace(p, os.path.join(stage, os.path.basename(p)))
-        except OSError:
-            left.append(p)
+    try:
+        for p in paths:
+            name = os.path.basename(p)
+            try:
+                rename_noreplace(name, name, src_dir_fd=fds[0], dst_dir_fd=fds[1])
+            except OSError:
+                left.append(p)
+    finally:
+        for fd in fds:
+            os.close(fd)
     return left
+
+
+def _tree_fds(tree: str) -> tuple[int, int] | None:
+    """(fd of the tree, fd of its staging dir): every rename between them is by fd, never through a link."""
+    from jitwarden.store.fsutil import open_dir, reserved_dir
+
+    try:
+        tfd = open_dir(tree)
+    except OSError:
+        return None
+    try:
+        sfd = reserved_dir(tfd, PROVING_DIR)
+    except Exception:  # noqa: BLE001 - not a directory of ours
+        sfd = None
+    if sfd is None:
+        os.close(tfd)
+        return None
+    return tfd, sfd
 
 
 def staged(tree: str) -> list[str]:
@@ -196,6 +239,8 @@ def _settle(tree: str, path: str, proof, digest: str | None) -> str | None:
     from jitwarden.runtime import firstuse
 
     key = os.path.basename(path)
+    if os.path.islink(os.path.dirname(path)) or os.path.islink(path):
+        return None  # a link appeared on the way: nothing is sealed or moved through it (left hidden)
     names = sorted(n for n in os.listdir(path) if not n.startswith(".jitwarden"))
     if proof.proven and firstuse.seal_proven(path, names, proof, digest, {"by": "sweep", "legacy": True}):
         return _put_back(tree, path, key, digest)
@@ -207,16 +252,22 @@ def _put_back(tree: str, path: str, key: str, digest: str | None) -> str | None:
     """Rename a proven entry to its place; never over an entry written there meanwhile (that one is kept)."""
     from jitwarden.store.quarantine import rename_noreplace
 
-    dest = os.path.join(tree, key)
-    for _ in range(3):
-        try:
-            rename_noreplace(path, dest)
-            return None
-        except FileExistsError:
+    fds = _tree_fds(tree)
+    if fds is None:
+        return None  # the staging dir is no longer ours: left hidden, never moved through a link
+    try:
+        for _ in range(3):
             try:
-                os.rmdir(dest)  # the empty dir a Triton cache manager makes when it looks a key up
-            except OSError:
-                break
+                rename_noreplace(key, key, src_dir_fd=fds[1], dst_dir_fd=fds[0])
+                return None
+            except FileExistsError:
+                try:
+                    os.rmdir(key, dir_fd=fds[0])  # the empty dir a Triton cache manager makes when it looks a key up
+                except OSError:
+                    break
+    finally:
+        for fd in fds:
+            os.close(fd)
     return _quarantine(tree, path, key, "replaced", ["written again while it was being proven; the new entry is kept"],
                        digest, quiet=True)
 

@@ -192,3 +192,32 @@ def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path):
     for v in out.values():
         assert seal.read(os.path.join(dst, v["id"])).producer.get("by") == "sweep"
     assert quarantined(dst) == []
+
+
+def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path):
+    """Whoever can write the cache may plant a FIFO where the prover's lock goes: the guard's lookup still ends."""
+    tree, out = _stock(tmp_path)
+    key = out["add_sm90"]["id"]
+    stage = os.path.join(tree, PROVING_DIR)
+    os.makedirs(os.path.join(stage, key))  # looks hidden
+    os.mkfifo(os.path.join(stage, ".jitwarden-lock"))
+    assert prover.hidden(tree, key) and not prover._prover_alive(tree)
+    assert prover.wait_for(tree, key, timeout=5) is False  # no prover holds a real lock: no waiting
+    assert prover.claim(tree) is None  # and no prover of ours takes a FIFO for its lock
+    again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter: a hit, no hang
+    assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
+
+
+def test_an_entry_is_never_hidden_into_or_put_back_through_a_link(tmp_path):
+    tree, out = _stock(tmp_path)
+    fd = prover.claim(tree)
+    stage = os.path.join(tree, PROVING_DIR)
+    os.rename(stage, stage + ".real")
+    os.makedirs(tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", stage)  # swapped for a link after the claim
+    try:
+        victim = os.path.join(tree, out["sub_sm90"]["id"])
+        assert prover.hide(tree, [victim]) == [victim] and os.path.isdir(victim)
+        assert os.listdir(tmp_path / "elsewhere") == []
+    finally:
+        os.close(fd)
