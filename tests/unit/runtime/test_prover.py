@@ -19,12 +19,27 @@ import pytest
 from jitwarden.model.layout import PROVING_DIR
 from jitwarden.runtime import activation, firstuse, prover
 from jitwarden.store import quarantine, seal
+from tests.helpers import kernels
 from tests.helpers.guarded import ADD, clean_env, compile_jobs, quarantined, substitute
 
 
-def _stock(tmp_path, evil=None) -> tuple[str, dict]:
-    tree = str(tmp_path / "triton")
-    out = {k: v for k, v in compile_jobs(tree, guarded=False).items() if k != "_stderr"}
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A stock (unsealed) Triton cache of add, add_b256 and sub for sm_90, compiled once for the module."""
+    tree = str(tmp_path_factory.mktemp("stock") / "triton")
+    return tree, {k: v for k, v in compile_jobs(tree, guarded=False).items() if k != "_stderr"}
+
+
+@pytest.fixture
+def _stock(template):
+    """``_stock(tmp_path, evil=None)``: a copy of the template (group files pointing at the copy), the add cubin
+    replaced by ``evil`` when given."""
+    return lambda tmp_path, evil=None: _copy(template, tmp_path, evil)
+
+
+def _copy(template, tmp_path, evil=None) -> tuple[str, dict]:
+    tree = kernels.copy_cache(template[0], str(tmp_path / "triton"))
+    out = template[1]
     if evil is not None:
         substitute(tree, out["add_sm90"]["id"], evil)
     return tree, out
@@ -41,7 +56,7 @@ def _wait_prover(tree: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_only_the_proven(tmp_path, evil_cubin):
+def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_only_the_proven(tmp_path, evil_cubin, _stock):
     tree, out = _stock(tmp_path, evil_cubin)
     env = _env(tmp_path, tree)
     look = "import os, sys, json; print(json.dumps(sorted(os.listdir(sys.argv[1]))))"
@@ -74,7 +89,7 @@ def _hide_all(tree: str) -> int:
     return fd
 
 
-def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recompiled(tmp_path):
+def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recompiled(tmp_path, _stock):
     """The guard waits while a prover holds the kernel; it is then a hit on the proven entry (nothing rewritten)."""
     tree, out = _stock(tmp_path)
     fd = _hide_all(tree)
@@ -96,7 +111,7 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
     assert quarantined(tree) == []  # a recompile meanwhile would have made the prover's copy "replaced"
 
 
-def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin):
+def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin, _stock):
     tree, out = _stock(tmp_path, evil_cubin)
     os.close(_hide_all(tree))  # the prover that hid them is gone
     t0 = time.monotonic()
@@ -111,7 +126,7 @@ def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_ne
     assert [r.reason for r in quarantined(tree)] == ["not-reproducible"]
 
 
-def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_path, evil_cubin, monkeypatch):
+def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_path, evil_cubin, monkeypatch, _stock):
     tree, out = _stock(tmp_path, evil_cubin)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
@@ -122,7 +137,7 @@ def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_pa
     assert prover.staged(tree) == [] and not prover._prover_alive(tree)
 
 
-def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path):
+def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path, _stock):
     tree, out = _stock(tmp_path)
     rec = activation.activate(env=_env(tmp_path, tree, JITWARDEN_PROVE_WAIT="1"), quiet=True)
     assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], rec.warnings
@@ -131,7 +146,7 @@ def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path):
     assert prover.background({}) and not prover.background({"JITWARDEN_PROVE_WAIT": "yes"})
 
 
-def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tmp_path):
+def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tmp_path, _stock):
     tree, out = _stock(tmp_path)
     fd = _hide_all(tree)  # a prover of another start-up holds the tree
     try:
@@ -150,7 +165,7 @@ def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tm
     assert prover.staged(tree) == []
 
 
-def test_a_staging_dir_that_is_a_symlink_is_never_used(tmp_path):
+def test_a_staging_dir_that_is_a_symlink_is_never_used(tmp_path, _stock):
     tree, out = _stock(tmp_path)
     os.makedirs(tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", os.path.join(tree, PROVING_DIR))
@@ -160,17 +175,13 @@ def test_a_staging_dir_that_is_a_symlink_is_never_used(tmp_path):
     assert os.listdir(tmp_path / "elsewhere") == []
 
 
-def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path):
+def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path, _stock):
     """Inductor's bundle hook, like the guard, waits for a hidden kernel and then finds it proven in place."""
     pytest.importorskip("torch")
     from tests.unit.runtime.test_torchhooks import restore
 
-    src = str(tmp_path / "src")
-    out = {k: v for k, v in compile_jobs(src, guarded=False).items() if k != "_stderr"}
-    import shutil
-
-    dst = str(tmp_path / "dst")
-    shutil.copytree(src, dst)
+    src, out = _stock(tmp_path / "src")
+    dst = kernels.copy_cache(src, str(tmp_path / "dst"))
     fd = _hide_all(dst)
     done = {}
 
@@ -194,7 +205,7 @@ def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path):
     assert quarantined(dst) == []
 
 
-def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path):
+def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path, _stock):
     """Whoever can write the cache may plant a FIFO where the prover's lock goes: the guard's lookup still ends."""
     tree, out = _stock(tmp_path)
     key = out["add_sm90"]["id"]
@@ -208,7 +219,7 @@ def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path):
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
 
 
-def test_an_entry_is_never_hidden_into_or_put_back_through_a_link(tmp_path):
+def test_an_entry_is_never_hidden_into_or_put_back_through_a_link(tmp_path, _stock):
     tree, out = _stock(tmp_path)
     fd = prover.claim(tree)
     stage = os.path.join(tree, PROVING_DIR)
