@@ -9,7 +9,8 @@ workload first asks for one of those kernels.
   by renaming it into ``<tree>/.jitwarden-proving/`` (same directory tree, atomic). A hidden entry is
   simply absent: nothing can load it unproven, whatever loads it (Triton, Inductor's static
   launcher, a Python that never imported jitwarden).
-- A detached prover process rebuilds them on all cores but one. Each proven entry is sealed and
+- A detached prover process rebuilds them on every core, at a lower priority (``nice`` 10) than the
+  workload, so the workload's own start comes first. Each proven entry is sealed and
   renamed back (never over an entry someone wrote meanwhile); each refuted or unprovable one is
   quarantined, restorable to its own place. One line at the end says how many, in what time.
 - The guard and the bundle hook, asked for a hidden key, wait for it (at most :data:`WAIT_S`)
@@ -195,6 +196,8 @@ def launch(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None) -> bo
     import subprocess
 
     spec = json.dumps({"jobs": [[t, d, fd] for t, d, fd in jobs], "quiet": quiet})
+    if not os.path.basename(sys.executable or "").startswith("python"):
+        return False  # an embedded interpreter (uwsgi, a frozen app): no Python to start
     try:
         p = subprocess.Popen([sys.executable, "-m", "jitwarden.runtime.prover", spec],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -230,9 +233,7 @@ def prove_staged(jobs: list[tuple[str, str | None, int]], *, cores: int | None =
 
     if not paths:
         return {}
-    if cores is None:
-        cores = max(1, (os.cpu_count() or 1) - 1)  # one core stays with the workload's start
-    return firstuse.prove_ahead(paths, jobs=cores, on_proof=settle)
+    return firstuse.prove_ahead(paths, jobs=cores or os.cpu_count() or 1, on_proof=settle)
 
 
 def _settle(tree: str, path: str, proof, digest: str | None) -> str | None:
@@ -301,6 +302,10 @@ def main(argv: list[str]) -> int:
     if os.fork():
         return 0  # the launcher waits for this; the prover goes on, not its child
     os.setsid()  # no terminal's job control: a Ctrl-C meant for the workload leaves the proofs to finish
+    try:
+        os.nice(10)  # every core, but the workload's own start comes first (ptxas children inherit this)
+    except OSError:
+        pass
     code = 0
     try:
         from jitwarden.runtime.firstuse import summary

@@ -126,8 +126,9 @@ def _prove_ahead(trees: list[str], check) -> dict | None:
 def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[str], jobs: list) -> bool:
     """Hide ``tree``'s unsealed kernels that pass the structural checks for the background prover.
 
-    False when this tree's proofs are made here instead: proofs are off, or another prover
-    holds the tree (its entries are hidden already; new ones are proven here).
+    True when nothing is left to prove here (none to prove, or hidden); False when this tree's
+    proofs are made here instead: proofs are off, or another prover holds the tree (its entries
+    are hidden already; new ones are proven here).
     """
     from jitwarden.runtime import firstuse, prover
 
@@ -135,7 +136,7 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
         return False
     unsealed = firstuse.unsealed_kernels([tree])
     if not unsealed and not prover.staged(tree):
-        return False  # nothing to prove (a warm start): no staging dir, no lock, no imports
+        return True  # nothing to prove (a warm start): no staging dir, no lock, no imports
     fd = prover.claim(tree)
     if fd is None:
         return False
