@@ -243,8 +243,13 @@ def _settle(tree: str, path: str, proof, digest: str | None) -> str | None:
     if os.path.islink(os.path.dirname(path)) or os.path.islink(path):
         return None  # a link appeared on the way: nothing is sealed or moved through it (left hidden)
     names = sorted(n for n in os.listdir(path) if not n.startswith(".jitwarden"))
-    if proof.proven and firstuse.seal_proven(path, names, proof, digest, {"by": "sweep", "legacy": True}):
-        return _put_back(tree, path, key, digest)
+    if proof.proven:
+        try:
+            sealed = firstuse.seal_proven(path, names, proof, digest, {"by": "sweep", "legacy": True})
+        except OSError:  # no room (or read-only) for the seal: back unsealed, proven again at its next use
+            sealed = True
+        if sealed:
+            return _put_back(tree, path, key, digest)
     code = proof.code or "unverifiable"
     return _quarantine(tree, path, key, code, [f"first use of an unsealed entry: {proof.reason}"], digest)
 
