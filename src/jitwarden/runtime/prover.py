@@ -204,7 +204,12 @@ def launch(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None) -> bo
                              stderr=subprocess.DEVNULL if quiet else None,
                              pass_fds=[fd for _, _, fd in jobs], close_fds=True,
                              env=None if env is None else dict(env))
-        started = p.wait(timeout=30) == 0  # the first process forks the prover and exits
+        try:
+            started = p.wait(timeout=30) == 0  # the first process forks the prover and exits
+        except subprocess.TimeoutExpired:
+            p.kill()  # never two provers on one lock: the caller proves now
+            p.wait()
+            started = False
     except Exception:  # noqa: BLE001 - no interpreter to start: the caller proves now
         started = False
     if started:
@@ -226,7 +231,7 @@ def prove_staged(jobs: list[tuple[str, str | None, int]], *, cores: int | None =
     say = say or (lambda line: None)
 
     def settle(path: str, proof) -> None:
-        tree = os.path.dirname(os.path.dirname(path))
+        tree = os.path.normpath(os.path.dirname(os.path.dirname(path)))
         line = _settle(tree, path, proof, digests.get(tree))
         if line:
             say(line)
