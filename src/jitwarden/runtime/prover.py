@@ -76,7 +76,7 @@ def _lock_fd(tree: str, flags: int) -> int | None:
     return None
 
 
-def _prover_alive(tree: str) -> bool:
+def alive(tree: str) -> bool:
     """Whether a prover holds ``tree``'s staging lock (a shared lock cannot be taken)."""
     fd = _lock_fd(tree, os.O_RDONLY)
     if fd is None:
@@ -104,7 +104,7 @@ def wait_for(tree: str, key: str, timeout: float = WAIT_S) -> bool:
         if now >= deadline:
             return False
         if now >= alive_at:
-            if not _prover_alive(tree):
+            if not alive(tree):
                 return not hidden(tree, key)
             alive_at = now + 0.25
         time.sleep(pause)

@@ -51,7 +51,7 @@ def _env(tmp_path, tree, **extra) -> dict:
 
 def _wait_prover(tree: str, timeout: float = 120) -> None:
     end = time.monotonic() + timeout
-    while prover._prover_alive(tree):
+    while prover.alive(tree):
         assert time.monotonic() < end, "the prover did not finish"
         time.sleep(0.05)
 
@@ -134,7 +134,7 @@ def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_pa
     assert len(lines) == 1 and "proved 2 of 3" in lines[0] and "beside" not in lines[0], rec.warnings
     assert any("quarantined Triton cache entry" in w for w in rec.warnings)
     assert seal.read(os.path.join(tree, out["sub_sm90"]["id"])).producer.get("proven")
-    assert prover.staged(tree) == [] and not prover._prover_alive(tree)
+    assert prover.staged(tree) == [] and not prover.alive(tree)
 
 
 def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path, _stock):
@@ -212,7 +212,7 @@ def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path, _stoc
     stage = os.path.join(tree, PROVING_DIR)
     os.makedirs(os.path.join(stage, key))  # looks hidden
     os.mkfifo(os.path.join(stage, ".jitwarden-lock"))
-    assert prover.hidden(tree, key) and not prover._prover_alive(tree)
+    assert prover.hidden(tree, key) and not prover.alive(tree)
     assert prover.wait_for(tree, key, timeout=5) is False  # no prover holds a real lock: no waiting
     assert prover.claim(tree) is None  # and no prover of ours takes a FIFO for its lock
     again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter: a hit, no hang
@@ -232,3 +232,19 @@ def test_an_entry_is_never_hidden_into_or_put_back_through_a_link(tmp_path, _sto
         assert os.listdir(tmp_path / "elsewhere") == []
     finally:
         os.close(fd)
+
+
+def test_doctor_names_kernels_left_hidden_by_a_prover_that_stopped(tmp_path, _stock):
+    from tests.helpers.maint import cli
+
+    tree, out = _stock(tmp_path)
+    fd = _hide_all(tree)
+    env = dict(_env(tmp_path, tree))
+    busy = json.loads(cli("doctor", "--format", "json", env=env).stdout)
+    [p] = [p for p in busy["problems"] if p["code"] == "proofs-pending"]
+    assert p["severity"] == "info" and p["count"] == 3 and "being proven now" in p["message"]
+    os.close(fd)  # the prover is gone
+    gone = json.loads(cli("doctor", "--format", "json", env=env).stdout)
+    [p] = [p for p in gone["problems"] if p["code"] == "proofs-pending"]
+    assert p["severity"] == "warn" and "stopped" in p["message"] and p["fix"].startswith("jitwarden run")
+    assert "Traceback" not in cli("doctor", env=env).stdout
