@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from tests.helpers.guarded import SRC, clean_env
-from tests.helpers.guarded import DRIVER, JOBS, kernel_dir
+from tests.helpers.guarded import DRIVER, JOBS, compile_jobs, kernel_dir
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 HANG_S = 30
@@ -302,3 +302,44 @@ def test_a_private_root_dir_planted_by_another_user_is_not_used(tmp_path):
     _assert_partitioned_and_guarded(out)
     assert os.listdir(planted) == []
     assert out["dir"].startswith(str(tmp / "jitwarden-triton-"))  # a fresh 0700 dir of its own
+
+
+_PROVE_ON_FULL_DISK = '''
+import json, os, sys
+from jitwarden.runtime import firstuse, prover
+tree = sys.argv[1]
+fd = prover.claim(tree)
+assert fd is not None
+assert prover.hide(tree, firstuse.unsealed_kernels([tree])) == []
+with open(os.path.join(os.path.dirname(tree), "fill"), "wb") as f:  # no room left for any seal
+    try:
+        while True:
+            f.write(b"\\0" * 65536)
+    except OSError:
+        pass
+counts = prover.prove_staged([(tree, None, fd)], cores=2)
+print(json.dumps({"counts": {k: counts[k] for k in ("proven", "refuted", "unproven")},
+                  "staged": prover.staged(tree), "entries": sorted(os.listdir(tree))}))
+'''
+
+
+@needs_mount
+def test_proofs_in_the_background_on_a_full_disk_put_every_proven_kernel_back(tmp_path):
+    """No room for a seal: the proven entries go back unsealed (proven again at their next use), none stays hidden."""
+    stock = str(tmp_path / "stock")
+    built = compile_jobs(stock, guarded=False)
+    ids = sorted(v["id"] for k, v in built.items() if k != "_stderr")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    root = os.path.dirname(SRC)  # the repo: tests.helpers
+    env = clean_env(tmp_path, PYTHONPATH=SRC + os.pathsep + root, JW_PY=sys.executable, JW_CODE=_PROVE_ON_FULL_DISK)
+    script = f'''
+        mount -t tmpfs -o size=4m none {mnt}
+        "$JW_PY" -c "from tests.helpers.kernels import copy_cache; copy_cache('{stock}', '{mnt}/triton')"
+        "$JW_PY" -c "$JW_CODE" {mnt}/triton
+    '''
+    proc = _in_namespace(script, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["counts"] == {"proven": 3, "refuted": 0, "unproven": 0}
+    assert out["staged"] == [] and [e for e in out["entries"] if not e.startswith(".")] == ids

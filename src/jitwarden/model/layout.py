@@ -35,6 +35,10 @@ ENTRY_LOCK_FILE = ".jitwarden-lock"
 ENTRY_WRITERS_FILE = ".jitwarden-writers"
 """``<entry>/.jitwarden-writers``: held shared by each writer of the entry, from its first file to its group."""
 
+PROVING_DIR = ".jitwarden-proving"
+"""``<tree>/.jitwarden-proving/<key>/``: unsealed kernel entries hidden from the workload while a prover
+in the background rebuilds them (see :mod:`jitwarden.runtime.prover`); that prover holds its lock file."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

@@ -296,7 +296,7 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     return out
 
 
-def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
+def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False) -> list[str]:
     """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
 
     ``in_use``: variable -> the dir that kind's cache is in now (a partition, or the user's own dir
@@ -308,15 +308,24 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
     try:
         from jitwarden.runtime import sweep
 
+        from jitwarden.runtime import prover
+
         out: list[str] = []
         proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
+        jobs: list | None = [] if prover.background(env) else None  # proofs left to a prover in the background
         for kind, var in PARTITION_VARS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
             trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
             if trees:
-                out += sweep.sweep(trees, digest if var in partitions else None, proofs)[0]
+                out += sweep.sweep(trees, digest if var in partitions else None, proofs, jobs)[0]
+        if jobs and not prover.launch(jobs, quiet, env):  # no process to run them in: prove them now
+            from jitwarden.runtime.firstuse import add_counts
+
+            add_counts(proofs, prover.prove_staged(jobs, say=out.append, cores=os.cpu_count()))
+            for _, _, fd in jobs:
+                os.close(fd)
         if proofs:
             from jitwarden.runtime.firstuse import summary
 
@@ -389,15 +398,15 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     manager = wire(env, manager, MANAGER, changes, partitions, warnings)
 
     warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
-    warnings += _sweep(in_use, partitions, digest, env)
+    if unpartitioned_triton:  # before the sweep hides unsealed entries for their proofs
+        from jitwarden.runtime import startup_checks
+
+        warnings += startup_checks.shared_root(fp, unpartitioned_triton)
+    warnings += _sweep(in_use, partitions, digest, env, quiet)
     if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
         from jitwarden.runtime.torchhooks import install
 
         install(env)
-    if unpartitioned_triton:
-        from jitwarden.runtime import startup_checks
-
-        warnings += startup_checks.shared_root(fp, unpartitioned_triton)
 
     for var, value in changes.items():
         env[var] = value

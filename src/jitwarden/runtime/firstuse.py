@@ -281,8 +281,11 @@ def admit(path: str, names, fingerprint: str | None, producer: dict, env=None,
     return proof.code, [f"first use of an unsealed entry: {proof.reason}"]
 
 
-def summary(counts: dict) -> str | None:
-    """The one start-up line: how many unsealed kernels were proven, in what time, and how many were not."""
+def summary(counts: dict, background: bool = False) -> str | None:
+    """The one start-up line: how many unsealed kernels were proven, in what time, and how many were not.
+
+    ``background``: the proofs ran beside the workload's start (:mod:`jitwarden.runtime.prover`).
+    """
     n = counts.get(PROVEN, 0) + counts.get(REFUTED, 0) + counts.get(UNPROVEN, 0)
     if not n:
         return None
@@ -290,8 +293,8 @@ def summary(counts: dict) -> str | None:
     tail = (f"; {bad} not proven ({counts.get(REFUTED, 0)} refuted, {counts.get(UNPROVEN, 0)} unprovable): "
             "quarantined, recompiled when used" if bad else "")
     return (f"proved {counts.get(PROVEN, 0)} of {n} unsealed Triton kernels by rebuilding their PTX in "
-            f"{counts.get('seconds', 0.0):.2f} s on {counts.get('jobs', 1)} cores{tail} "
-            f"({PROVE_VAR}=0 skips proofs)")
+            f"{counts.get('seconds', 0.0):.2f} s on {counts.get('jobs', 1)} core{'' if counts.get('jobs', 1) == 1 else 's'}"
+            f"{', beside the workload start' if background else ''}{tail} ({PROVE_VAR}=0 skips proofs)")
 
 
 _STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")

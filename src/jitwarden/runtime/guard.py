@@ -44,6 +44,7 @@ from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
 from jitwarden.store.entrylock import _O_NOFOLLOW, lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
+from jitwarden.runtime import prover as _prover
 
 _STANDALONE = (".so", ".autotune.json")
 _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
@@ -353,6 +354,9 @@ class GuardedCacheManager(FileCacheManager):
         if self._plain:
             return super().get_group(filename)
         grp_name = f"__grp__{filename}"
+        root, key = os.path.split(self.cache_dir.rstrip(os.sep))
+        if _prover.hidden(root, key):  # unsealed, being proven in the background: wait for it, not a recompile
+            _prover.wait_for(root, key)
         try:
             efd = self._open_entry()
         except FileNotFoundError:

@@ -43,15 +43,23 @@ def tree_roots(kind: str, partition_path: str) -> list[str]:
     return []
 
 
-def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = None) -> tuple[list[str], dict]:
+def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = None,
+          background: list | None = None) -> tuple[list[str], dict]:
     """Check every entry of ``trees``; returns (warning lines, counts).
 
     ``proofs``: where several sweeps make one start-up, their proof counts are added there
     (the caller prints one line for all); without it this sweep adds its own line.
+    ``background``: when given, a tree's unsealed kernels that pass the structural checks are
+    hidden for a prover in the background (:mod:`jitwarden.runtime.prover`) instead of proven
+    here; (tree, digest, staging lock fd) is appended for each tree that has some, and the
+    caller launches the prover.
     """
-    counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0}
+    counts = {"entries": 0, "rehashed": 0, "sealed": 0, "quarantined": 0, "hidden": 0}
     warnings: list[str] = []
     done: set[str] = set()
+    proven_here = trees
+    if background is not None:
+        proven_here = [t for t in trees if not _hide_unsealed(t, digest, counts, warnings, background)]
 
     def check(path: str, proof=None) -> None:
         counts["entries"] += 1
@@ -65,7 +73,7 @@ def sweep(trees: list[str], digest: str | None = None, proofs: dict | None = Non
 
     # Unsealed kernels are rebuilt in parallel on all cores (jitwarden.runtime.firstuse); each is
     # judged and sealed here as its proof ends, while the remaining ptxas runs go on.
-    made = _prove_ahead(trees, check)
+    made = _prove_ahead(proven_here, check)
     for tree in trees:
         for name in entry_names(tree):
             path = os.path.join(tree, name)
@@ -113,6 +121,62 @@ def _prove_ahead(trees: list[str], check) -> dict | None:
         return None
     paths = firstuse.unsealed_kernels(trees)
     return firstuse.prove_ahead(paths, on_proof=check) if paths else None
+
+
+def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[str], jobs: list) -> bool:
+    """Hide ``tree``'s unsealed kernels that pass the structural checks for the background prover.
+
+    True when nothing is left to prove here (none to prove, or hidden); False when this tree's
+    proofs are made here instead: proofs are off, or another prover holds the tree (its entries
+    are hidden already; new ones are proven here).
+    """
+    from jitwarden.runtime import firstuse, prover
+
+    if not firstuse.enabled():
+        return False
+    unsealed = firstuse.unsealed_kernels([tree])
+    if not unsealed and not prover.staged(tree):
+        return True  # nothing to prove (a warm start): no staging dir, no lock, no imports
+    fd = prover.claim(tree)
+    if fd is None:
+        return False
+    good = []
+    for path in unsealed:
+        try:
+            efd = lock(path, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)
+        except OSError:
+            continue
+        if efd is None:
+            continue  # someone is sealing it right now
+        try:
+            w = _structural(path, digest, counts)
+        except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
+            w, ok = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})", False
+        else:
+            ok = w is None
+        finally:
+            unlock(efd)
+        if w:
+            warnings.append(w)
+        elif ok:
+            good.append(path)
+    left = set(prover.hide(tree, good))  # the ones that could not be moved are proven here, one by one
+    counts["hidden"] += len(good) - len(left)
+    if prover.staged(tree):
+        jobs.append((tree, digest, fd))
+    else:
+        os.close(fd)
+    return True
+
+
+def _structural(path: str, digest: str | None, counts: dict) -> str | None:
+    """Quarantine an unsealed entry whose files are structurally wrong; its warning, or None when sound."""
+    from jitwarden.adapters import triton as tri
+
+    errors, _kind = tri.structural_errors(path)
+    if errors:
+        return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts) or ""
+    return None
 
 
 def _entry(path: str, digest: str | None, counts: dict, proof=None) -> str | None:

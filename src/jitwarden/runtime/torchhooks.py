@@ -221,6 +221,8 @@ def _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, p
     """Write each kernel directory that is not on disk yet into a staging dir beside where it goes."""
     import uuid
 
+    from jitwarden.runtime import prover
+
     for a in artifacts:
         base = cache_dir_for(a.device)
         directory = os.path.join(base, a.kernel_hash)
@@ -228,6 +230,8 @@ def _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, p
             _warn(a.kernel_hash, "unsafe", "a file name in the bundle leaves its directory")
             refused.add(id(a))
             continue
+        if prover.hidden(base, a.kernel_hash):  # on disk, being proven in the background: wait, then judge it there
+            prover.wait_for(base, a.kernel_hash)
         if _nonempty(directory):
             existing[directory] = (a, base)
             continue

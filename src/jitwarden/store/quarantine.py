@@ -205,10 +205,11 @@ def tree_stats(path: str, skip: frozenset = frozenset(), dir_fd: int | None = No
 
 def move(entry_path: str, reason: str, details=(), *, root: str | None = None, entry_id: str | None = None,
          kind: str | None = None, by: str = "jitwarden", fingerprint: str | None = None,
-         now: float | None = None) -> Record:
+         now: float | None = None, origin: str | None = None) -> Record:
     """Rename ``entry_path`` (a directory, file or symlink) into ``root``'s quarantine; returns its record.
 
-    ``root`` defaults to the entry's parent (the guard's Triton entries). Raises
+    ``root`` defaults to the entry's parent (the guard's Triton entries). ``origin``: where the entry
+    belongs when it was moved aside before (a background proof): the record names it, restore puts it there. Raises
     FileNotFoundError when the entry is already gone (someone else moved it), OSError
     (ELOOP, ENOTDIR) when a directory between the root and the entry is a symlink, and
     :class:`UnsafeName` when the root's quarantine directory is not what jitwarden made.
@@ -244,7 +245,7 @@ def move(entry_path: str, reason: str, details=(), *, root: str | None = None, e
         else:  # pragma: no cover - a thousand quarantines of one entry in one second
             raise QuarantineError(f"no free quarantine name for {entry_id}")
         slot = os.path.join(root, QUARANTINE_DIR, name)
-        rec = Record(name, slot, entry_id, entry_path, root, reason, tuple(details), now, by, fingerprint,
+        rec = Record(name, slot, entry_id, os.path.normpath(origin) if origin else entry_path, root, reason, tuple(details), now, by, fingerprint,
                      os.getpid(), size_of(payload, parent_fd), payload=payload, kind=kind)
         try:
             slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)

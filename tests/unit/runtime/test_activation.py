@@ -194,7 +194,8 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
     fp = _fp((9, 0))
     ws = startup_checks.shared_root(fp, root)
     assert len(ws) == 1 and "entries built for sm_80" in ws[0] and "JITWARDEN_PARTITION" in ws[0]
-    env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0")
+    # Proofs before the start (not in the background), so that the entries are in place to sample below.
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0", JITWARDEN_PROVE_WAIT="1")
     rec = activation.activate(env=env)  # the live fingerprint has no GPU: Triton version is what can differ
     assert env["TRITON_CACHE_DIR"] == root and rec.skipped
     metas = startup_checks.sample_metadata(root)

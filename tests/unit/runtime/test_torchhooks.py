@@ -49,6 +49,8 @@ BUNDLE = textwrap.dedent(
     blob = pickle.dumps(bundle)
     # ... and on a hit, in another cache dir: restore them.
     os.environ["TRITON_CACHE_DIR"] = os.environ["JW_DST"]
+    if os.environ.get("JW_READY_FILE"):  # a test that acts as the background prover starts it now
+        open(os.environ["JW_READY_FILE"], "w").close()
     meta = TritonBundler.read_and_emit(pickle.loads(blob))
     print(json.dumps({"guarded": guarded, "restored": sorted(meta.cached_kernel_names)}))
     '''

@@ -188,6 +188,30 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
     return out_ + doctor_warnings()
 
 
+def pending_proofs(report) -> list[Problem]:
+    """Unsealed kernels hidden for their first-use proof (jitwarden.runtime.prover): info while a prover
+    works on them, a warning when the prover that hid them is gone (each is a recompile until the next start)."""
+    from jitwarden.runtime import prover, sweep
+
+    out_, seen = [], set()
+    for c in report.caches:
+        trees = [c.root.path] if c.root.kind == "triton" else sweep.tree_roots(c.root.kind, c.root.path)
+        for tree in trees:
+            n = len(prover.staged(tree)) if tree not in seen else 0
+            seen.add(tree)
+            if not n:
+                continue
+            what = f"{plural(n, 'unsealed kernel')} of {display(tree)} hidden for their first-use proof"
+            if prover.alive(tree):
+                out_.append(Problem("proofs-pending", Severity.INFO, n, f"{what}: being proven now; a lookup of one "
+                                    "waits for it", None))
+            else:
+                out_.append(Problem("proofs-pending", Severity.WARN, n, f"{what}: the prover that hid them stopped, so "
+                                    "each is recompiled when used until the next start-up proves them",
+                                    "jitwarden run -- YOUR_COMMAND  (its start-up proves them and puts them back)"))
+    return out_
+
+
 def run(args) -> int:
     req = _common.rebuild_request(args)
     fp = _common.fingerprint_or_none()
@@ -197,7 +221,7 @@ def run(args) -> int:
     digest = getattr(fp, "digest", None)
     probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, req is not None,
                      startup_not_run(fp, report))
-    probs = sorted(probs + protection_problems(report), key=lambda p: (-int(p.severity), p.code))
+    probs = sorted(probs + protection_problems(report) + pending_proofs(report), key=lambda p: (-int(p.severity), p.code))
     worst = report.worst
 
     def body() -> dict:

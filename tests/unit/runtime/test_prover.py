@@ -1,0 +1,250 @@
+"""Proofs in the background while the workload starts (jitwarden.runtime.prover), on real compiles and real ptxas.
+
+The start-up hides each unsealed kernel from the workload, a detached prover rebuilds it and
+puts it back sealed (or quarantines it), and a lookup of a hidden kernel waits for it rather
+than recompiling it. The workload never sees an unsealed kernel at its place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from jitwarden.model.layout import PROVING_DIR
+from jitwarden.runtime import activation, firstuse, prover
+from jitwarden.store import quarantine, seal
+from tests.helpers import kernels
+from tests.helpers.guarded import ADD, clean_env, compile_jobs, quarantined, substitute
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A stock (unsealed) Triton cache of add, add_b256 and sub for sm_90, compiled once for the module."""
+    tree = str(tmp_path_factory.mktemp("stock") / "triton")
+    return tree, {k: v for k, v in compile_jobs(tree, guarded=False).items() if k != "_stderr"}
+
+
+@pytest.fixture
+def _stock(template):
+    """``_stock(tmp_path, evil=None)``: a copy of the template (group files pointing at the copy), the add cubin
+    replaced by ``evil`` when given."""
+    return lambda tmp_path, evil=None: _copy(template, tmp_path, evil)
+
+
+def _copy(template, tmp_path, evil=None) -> tuple[str, dict]:
+    tree = kernels.copy_cache(template[0], str(tmp_path / "triton"))
+    out = template[1]
+    if evil is not None:
+        substitute(tree, out["add_sm90"]["id"], evil)
+    return tree, out
+
+
+def _env(tmp_path, tree, **extra) -> dict:
+    return clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, **extra)
+
+
+def _wait_prover(tree: str, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while prover.alive(tree):
+        assert time.monotonic() < end, "the prover did not finish"
+        time.sleep(0.05)
+
+
+def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_only_the_proven(tmp_path, evil_cubin, _stock):
+    tree, out = _stock(tmp_path, evil_cubin)
+    env = _env(tmp_path, tree)
+    look = "import os, sys, json; print(json.dumps(sorted(os.listdir(sys.argv[1]))))"
+    p = subprocess.run([sys.executable, "-m", "jitwarden.cli.main", "run", "--", sys.executable, "-c", look, tree],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not set(seen) & {v["id"] for v in out.values()}  # nothing unproven where a loader looks
+    _wait_prover(tree)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("jitwarden: proved ")]
+    assert len(lines) == 1 and "proved 2 of 3 unsealed Triton kernels" in lines[0], p.stderr
+    assert "beside the workload start" in lines[0] and "1 refuted" in lines[0]
+    victim = out["add_sm90"]["id"]
+    assert not os.path.exists(os.path.join(tree, victim))
+    for k in ("add_b256_sm90", "sub_sm90"):
+        path = os.path.join(tree, out[k]["id"])
+        s = seal.read(path)
+        assert s is not None and s.producer.get("proven") and seal.check(path, s) == []
+    assert prover.staged(tree) == []
+    [rec] = quarantined(tree)
+    assert (rec.entry_id, rec.reason, rec.original_path) == (victim, "not-reproducible", os.path.join(tree, victim))
+    quarantine.restore(rec)  # restorable to its own place, not to the staging dir
+    assert os.path.isdir(os.path.join(tree, victim)) and prover.staged(tree) == []
+
+
+def _hide_all(tree: str) -> int:
+    fd = prover.claim(tree)
+    assert fd is not None
+    assert prover.hide(tree, firstuse.unsealed_kernels([tree])) == []
+    return fd
+
+
+def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recompiled(tmp_path, _stock):
+    """The guard waits while a prover holds the kernel; it is then a hit on the proven entry (nothing rewritten)."""
+    tree, out = _stock(tmp_path)
+    fd = _hide_all(tree)
+    done = {}
+
+    def prove_later():
+        time.sleep(3)  # the workload below is already waiting on its lookup (or about to)
+        done["counts"] = prover.prove_staged([(tree, None, fd)], cores=1)
+        os.close(fd)
+
+    t = threading.Thread(target=prove_later)
+    t.start()
+    again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter
+    t.join()
+    assert done["counts"]["proven"] == 3
+    assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
+    path = os.path.join(tree, out["add_sm90"]["id"])
+    assert seal.read(path).producer.get("by") == "sweep"  # the prover's seal: the workload wrote nothing there
+    assert quarantined(tree) == []  # a recompile meanwhile would have made the prover's copy "replaced"
+
+
+def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin, _stock):
+    tree, out = _stock(tmp_path, evil_cubin)
+    os.close(_hide_all(tree))  # the prover that hid them is gone
+    t0 = time.monotonic()
+    assert prover.wait_for(tree, out["sub_sm90"]["id"]) is False  # nobody holds the lock: no waiting
+    assert time.monotonic() - t0 < prover.WAIT_S
+    env = _env(tmp_path, tree)
+    rec = activation.activate(env=dict(env), quiet=True)
+    assert rec.active
+    _wait_prover(tree)
+    assert prover.staged(tree) == []
+    assert seal.read(os.path.join(tree, out["sub_sm90"]["id"])).producer.get("proven")
+    assert [r.reason for r in quarantined(tree)] == ["not-reproducible"]
+
+
+def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_path, evil_cubin, monkeypatch, _stock):
+    tree, out = _stock(tmp_path, evil_cubin)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
+    lines = [w for w in rec.warnings if w.startswith("proved ")]
+    assert len(lines) == 1 and "proved 2 of 3" in lines[0] and "beside" not in lines[0], rec.warnings
+    assert any("quarantined Triton cache entry" in w for w in rec.warnings)
+    assert seal.read(os.path.join(tree, out["sub_sm90"]["id"])).producer.get("proven")
+    assert prover.staged(tree) == [] and not prover.alive(tree)
+
+
+def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path, _stock):
+    tree, out = _stock(tmp_path)
+    rec = activation.activate(env=_env(tmp_path, tree, JITWARDEN_PROVE_WAIT="1"), quiet=True)
+    assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], rec.warnings
+    assert all(seal.read(os.path.join(tree, v["id"])) for v in out.values())
+    assert not os.path.exists(os.path.join(tree, PROVING_DIR))
+    assert prover.background({}) and not prover.background({"JITWARDEN_PROVE_WAIT": "yes"})
+
+
+def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tmp_path, _stock):
+    tree, out = _stock(tmp_path)
+    fd = _hide_all(tree)  # a prover of another start-up holds the tree
+    try:
+        assert prover.claim(tree) is None
+        extra = compile_jobs(str(tmp_path / "other"), jobs=ADD, guarded=False)
+        import shutil
+
+        new = extra["add_sm90"]["id"]
+        shutil.copytree(str(tmp_path / "other" / new), os.path.join(tree, new + "X"))  # another unsealed kernel
+        rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
+        assert [w for w in rec.warnings if w.startswith("proved 1 of 1")], rec.warnings
+        assert len(prover.staged(tree)) == 3  # the other prover's entries are left to it
+    finally:
+        prover.prove_staged([(tree, None, fd)], cores=1)
+        os.close(fd)
+    assert prover.staged(tree) == []
+
+
+def test_a_staging_dir_that_is_a_symlink_is_never_used(tmp_path, _stock):
+    tree, out = _stock(tmp_path)
+    os.makedirs(tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", os.path.join(tree, PROVING_DIR))
+    assert prover.claim(tree) is None
+    rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
+    assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], rec.warnings  # proven before the start
+    assert os.listdir(tmp_path / "elsewhere") == []
+
+
+def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path, _stock):
+    """Inductor's bundle hook, like the guard, waits for a hidden kernel and then finds it proven in place."""
+    pytest.importorskip("torch")
+    from tests.unit.runtime.test_torchhooks import restore
+
+    src, out = _stock(tmp_path / "src")
+    dst = kernels.copy_cache(src, str(tmp_path / "dst"))
+    fd = _hide_all(dst)
+    done = {}
+
+    ready = str(tmp_path / "ready")
+
+    def prove_later():
+        end = time.monotonic() + 300
+        while not os.path.exists(ready) and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(0.5)  # torch is in read_and_emit now, at the hook
+        done["counts"] = prover.prove_staged([(dst, None, fd)], cores=1)
+        os.close(fd)
+
+    t = threading.Thread(target=prove_later)
+    t.start()
+    res, err = restore(src, dst, [v["id"] for v in out.values()], "1", {"JW_READY_FILE": ready})
+    t.join()
+    assert done["counts"]["proven"] == 3 and res["restored"] == []
+    for v in out.values():
+        assert seal.read(os.path.join(dst, v["id"])).producer.get("by") == "sweep"
+    assert quarantined(dst) == []
+
+
+def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path, _stock):
+    """Whoever can write the cache may plant a FIFO where the prover's lock goes: the guard's lookup still ends."""
+    tree, out = _stock(tmp_path)
+    key = out["add_sm90"]["id"]
+    stage = os.path.join(tree, PROVING_DIR)
+    os.makedirs(os.path.join(stage, key))  # looks hidden
+    os.mkfifo(os.path.join(stage, ".jitwarden-lock"))
+    assert prover.hidden(tree, key) and not prover.alive(tree)
+    assert prover.wait_for(tree, key, timeout=5) is False  # no prover holds a real lock: no waiting
+    assert prover.claim(tree) is None  # and no prover of ours takes a FIFO for its lock
+    again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter: a hit, no hang
+    assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
+
+
+def test_an_entry_is_never_hidden_into_or_put_back_through_a_link(tmp_path, _stock):
+    tree, out = _stock(tmp_path)
+    fd = prover.claim(tree)
+    stage = os.path.join(tree, PROVING_DIR)
+    os.rename(stage, stage + ".real")
+    os.makedirs(tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", stage)  # swapped for a link after the claim
+    try:
+        victim = os.path.join(tree, out["sub_sm90"]["id"])
+        assert prover.hide(tree, [victim]) == [victim] and os.path.isdir(victim)
+        assert os.listdir(tmp_path / "elsewhere") == []
+    finally:
+        os.close(fd)
+
+
+def test_doctor_names_kernels_left_hidden_by_a_prover_that_stopped(tmp_path, _stock):
+    from tests.helpers.maint import cli
+
+    tree, out = _stock(tmp_path)
+    fd = _hide_all(tree)
+    env = dict(_env(tmp_path, tree))
+    busy = json.loads(cli("doctor", "--format", "json", env=env).stdout)
+    [p] = [p for p in busy["problems"] if p["code"] == "proofs-pending"]
+    assert p["severity"] == "info" and p["count"] == 3 and "being proven now" in p["message"]
+    os.close(fd)  # the prover is gone
+    gone = json.loads(cli("doctor", "--format", "json", env=env).stdout)
+    [p] = [p for p in gone["problems"] if p["code"] == "proofs-pending"]
+    assert p["severity"] == "warn" and "stopped" in p["message"] and p["fix"].startswith("jitwarden run")
+    assert "Traceback" not in cli("doctor", env=env).stdout
