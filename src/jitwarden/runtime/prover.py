@@ -76,16 +76,22 @@ def _lock_fd(tree: str, flags: int) -> int | None:
     return None
 
 
+def _try_lock(fd: int, how: int) -> bool:
+    """Take ``how`` on ``fd`` without waiting; False when someone holds a conflicting lock."""
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
 def alive(tree: str) -> bool:
     """Whether a prover holds ``tree``'s staging lock (a shared lock cannot be taken)."""
     fd = _lock_fd(tree, os.O_RDONLY)
     if fd is None:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
+        return not _try_lock(fd, fcntl.LOCK_SH)
     finally:
         os.close(fd)
 
@@ -127,14 +133,10 @@ def claim(tree: str) -> int | None:
     finally:
         os.close(root_fd)
     fd = _lock_fd(tree, os.O_RDWR | os.O_CREAT)
-    if fd is None:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
+    if fd is not None and not _try_lock(fd, fcntl.LOCK_EX):
         os.close(fd)
         return None
+    return fd
 
 
 def hide(tree: str, paths) -> list[str]:
