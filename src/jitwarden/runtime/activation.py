@@ -306,9 +306,7 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
     if parse_flag(env.get("JITWARDEN_SWEEP")) is False or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
-        from jitwarden.runtime import sweep
-
-        from jitwarden.runtime import prover
+        from jitwarden.runtime import prover, sweep
 
         out: list[str] = []
         proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
@@ -320,12 +318,10 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
             trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
             if trees:
                 out += sweep.sweep(trees, digest if var in partitions else None, proofs, jobs)[0]
-        if jobs and not prover.launch(jobs, quiet, env):  # no process to run them in: prove them now
+        if jobs:  # to a prover in the background; proven here only when none can start
             from jitwarden.runtime.firstuse import add_counts
 
-            add_counts(proofs, prover.prove_staged(jobs, say=out.append, cores=os.cpu_count()))
-            for _, _, fd in jobs:
-                os.close(fd)
+            add_counts(proofs, prover.run(jobs, quiet, env, say=out.append))
         if proofs:
             from jitwarden.runtime.firstuse import summary
 

@@ -286,6 +286,8 @@ def summary(counts: dict, background: bool = False) -> str | None:
 
     ``background``: the proofs ran beside the workload's start (:mod:`jitwarden.runtime.prover`).
     """
+    from jitwarden.model.text import plural
+
     n = counts.get(PROVEN, 0) + counts.get(REFUTED, 0) + counts.get(UNPROVEN, 0)
     if not n:
         return None
@@ -293,7 +295,7 @@ def summary(counts: dict, background: bool = False) -> str | None:
     tail = (f"; {bad} not proven ({counts.get(REFUTED, 0)} refuted, {counts.get(UNPROVEN, 0)} unprovable): "
             "quarantined, recompiled when used" if bad else "")
     return (f"proved {counts.get(PROVEN, 0)} of {n} unsealed Triton kernels by rebuilding their PTX in "
-            f"{counts.get('seconds', 0.0):.2f} s on {counts.get('jobs', 1)} core{'' if counts.get('jobs', 1) == 1 else 's'}"
+            f"{counts.get('seconds', 0.0):.2f} s on {plural(counts.get('jobs', 1), 'core')}"
             f"{', beside the workload start' if background else ''}{tail} ({PROVE_VAR}=0 skips proofs)")
 
 

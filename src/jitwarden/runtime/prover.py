@@ -54,7 +54,7 @@ def hidden(tree: str, key: str) -> bool:
     One failing ``lstat`` when nothing is being proven; false on any error.
     """
     try:
-        stage = os.path.join(tree, PROVING_DIR)
+        stage = staging(tree)
         return stat.S_ISDIR(os.lstat(stage).st_mode) and stat.S_ISDIR(os.lstat(os.path.join(stage, key)).st_mode)
     except (OSError, ValueError):
         return False
@@ -220,6 +220,19 @@ def launch(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None) -> bo
     return started
 
 
+def run(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None, say=None) -> dict:
+    """Hand ``jobs`` to a prover in the background (:func:`launch`); where none can start, prove them here on
+    every core. Closes the jobs' lock fds either way. Returns the counts of proofs made here (empty when launched).
+    """
+    if launch(jobs, quiet, env):
+        return {}
+    try:
+        return prove_staged(jobs, say=say)
+    finally:
+        for _, _, fd in jobs:
+            os.close(fd)
+
+
 def prove_staged(jobs: list[tuple[str, str | None, int]], *, cores: int | None = None, say=None) -> dict:
     """Prove every entry hidden in the jobs' trees; seal and put back the proven, quarantine the rest.
 
@@ -249,8 +262,8 @@ def _settle(tree: str, path: str, proof, digest: str | None) -> str | None:
     key = os.path.basename(path)
     if os.path.islink(os.path.dirname(path)) or os.path.islink(path):
         return None  # a link appeared on the way: nothing is sealed or moved through it (left hidden)
-    names = sorted(n for n in os.listdir(path) if not n.startswith(".jitwarden"))
     if proof.proven:
+        names = sorted(n for n in os.listdir(path) if not n.startswith(".jitwarden"))
         try:
             sealed = firstuse.seal_proven(path, names, proof, digest, {"by": "sweep", "legacy": True})
         except OSError:  # no room (or read-only) for the seal: back unsealed, proven again at its next use
@@ -295,9 +308,9 @@ def _quarantine(tree: str, path: str, key: str, code: str, details, digest: str 
         return None
     if quiet:
         return None
-    return (f"quarantined Triton cache entry {key[:12]}… at start-up ({code}: {'; '.join(details) or '-'}); "
-            f"it is rebuilt (or restored from Inductor's own bundle) when next used. "
-            f"Restore with `jitwarden quarantine restore {rec.id}`")
+    from jitwarden.runtime.sweep import quarantined_line
+
+    return quarantined_line(rec, code, details)
 
 
 def main(argv: list[str]) -> int:

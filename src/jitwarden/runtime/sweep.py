@@ -140,6 +140,8 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
     fd = prover.claim(tree)
     if fd is None:
         return False
+    from jitwarden.adapters import triton as tri
+
     good = []
     for path in unsealed:
         try:
@@ -148,18 +150,19 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
             continue
         if efd is None:
             continue  # someone is sealing it right now
+        w = None
         try:
-            w = _structural(path, digest, counts)
+            errors, _kind = tri.structural_errors(path)
+            if errors:  # structurally wrong: quarantined here, never hidden
+                w = _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts)
+            else:
+                good.append(path)
         except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
-            w, ok = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})", False
-        else:
-            ok = w is None
+            w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
         finally:
             unlock(efd)
         if w:
             warnings.append(w)
-        elif ok:
-            good.append(path)
     left = set(prover.hide(tree, good))  # the ones that could not be moved are proven here, one by one
     counts["hidden"] += len(good) - len(left)
     if prover.staged(tree):
@@ -167,16 +170,6 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
     else:
         os.close(fd)
     return True
-
-
-def _structural(path: str, digest: str | None, counts: dict) -> str | None:
-    """Quarantine an unsealed entry whose files are structurally wrong; its warning, or None when sound."""
-    from jitwarden.adapters import triton as tri
-
-    errors, _kind = tri.structural_errors(path)
-    if errors:
-        return _quarantine(path, errors[0].code, [f.message for f in errors], digest, counts) or ""
-    return None
 
 
 def _entry(path: str, digest: str | None, counts: dict, proof=None) -> str | None:
@@ -288,6 +281,11 @@ def _quarantine(path: str, code: str, details, digest: str | None, counts: dict)
     finally:
         unlock(wfd)
     counts["quarantined"] += 1
+    return quarantined_line(rec, code, details)
+
+
+def quarantined_line(rec, code: str, details) -> str:
+    """The start-up's warning for an entry it quarantined (the sweep's, and the background prover's)."""
     return (f"quarantined Triton cache entry {rec.entry_id[:12]}… at start-up ({code}: {'; '.join(details) or '-'}); "
             f"it is rebuilt (or restored from Inductor's own bundle) when next used. "
             f"Restore with `jitwarden quarantine restore {rec.id}`")

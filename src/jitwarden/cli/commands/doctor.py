@@ -197,8 +197,10 @@ def pending_proofs(report) -> list[Problem]:
     for c in report.caches:
         trees = [c.root.path] if c.root.kind == "triton" else sweep.tree_roots(c.root.kind, c.root.path)
         for tree in trees:
-            n = len(prover.staged(tree)) if tree not in seen else 0
+            if tree in seen:
+                continue
             seen.add(tree)
+            n = len(prover.staged(tree))
             if not n:
                 continue
             what = f"{plural(n, 'unsealed kernel')} of {display(tree)} hidden for their first-use proof"
