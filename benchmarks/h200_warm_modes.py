@@ -1,0 +1,164 @@
+"""Guarded vs stock warm starts on the GPU, per torch.compile mode and FX-graph-cache setting (issue 25).
+
+A Qwen2-style model (transformers, random weights, no download) is compiled cold once per mode and side
+(stock, guarded by ``jitwarden run``), each side in its own isolated cache root; then warm starts run in
+interleaved pairs (the order alternates every pair) with the FX graph cache on or off. It prints one table:
+median process wall (start to first result) and compile-to-first-result for each side, and their ratio,
+guarded / stock, both measured in this run. ``--profile`` adds one cProfile'd warm start per side and
+prints the functions of jitwarden (and the torch/Triton callers around them) that the guarded one spends
+its extra time in.
+
+    PYTHONPATH=src python3 benchmarks/h200_warm_modes.py --out $OUT \\
+        --modes default,max-autotune-no-cudagraphs --fx on,off --pairs 3 --pairs-hot 6 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+
+MODEL = textwrap.dedent(
+    """
+    import json, os, sys, time
+    t0 = time.perf_counter()
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    mode = sys.argv[1]
+    cfg = Qwen2Config(vocab_size=8192, hidden_size=int(os.environ.get("JW_HIDDEN", "1024")),
+                      intermediate_size=2816, num_hidden_layers=int(os.environ.get("JW_LAYERS", "4")),
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=512)
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    ids = torch.randint(0, cfg.vocab_size, (4, 128), device="cuda")
+    with torch.no_grad():
+        ref = m(ids).logits.float()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        f = torch.compile(m, mode=None if mode == "default" else mode, dynamic=False)
+        y = f(ids).logits.float()
+        torch.cuda.synchronize()
+        t_first = time.perf_counter() - t1
+    err = (y - ref).abs().max().item()
+    print("RESULT " + json.dumps({"t_first": round(t_first, 3), "t_total": round(time.perf_counter() - t0, 3),
+                                  "max_abs_err": err if err == err else "nan"}), flush=True)
+    """
+)
+
+
+def env_for(root: str, fx: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
+    env.update(HOME=os.path.join(root, "home"), XDG_CACHE_HOME=os.path.join(root, "home", ".cache"),
+               TRITON_CACHE_DIR=os.path.join(root, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+               TORCHINDUCTOR_FX_GRAPH_CACHE="1" if fx == "on" else "0", PYTHONUNBUFFERED="1",
+               PYTHONPATH=SRC + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    os.makedirs(env["HOME"], exist_ok=True)
+    return env
+
+
+def one(script: str, mode: str, root: str, guarded: bool, fx: str, profile: str | None = None) -> dict:
+    py = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
+    cmd = ([sys.executable, "-m", "jitwarden", "run", "--"] if guarded else []) + py + [script, mode]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, env=env_for(root, fx), capture_output=True, text=True, timeout=580)
+    wall = time.perf_counter() - t
+    res = next((json.loads(x[7:]) for x in p.stdout.splitlines() if x.startswith("RESULT ")), {})
+    return {"rc": p.returncode, "wall_s": round(wall, 3), **res,
+            "jw": [x for x in p.stderr.splitlines() if x.startswith("jitwarden:")][:4],
+            "err": p.stderr[-800:] if p.returncode else ""}
+
+
+def kernels(root: str) -> int:
+    n = 0
+    for _d, _s, files in os.walk(root):
+        n += any(f.endswith(".cubin") for f in files)
+    return n
+
+
+def med(xs):
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return statistics.median(xs) if xs else None
+
+
+def top_jitwarden(path: str, n: int = 25) -> list[str]:
+    st = pstats.Stats(path)
+    rows = []
+    for (fn, line, name), (cc, nc, tt, ct, _callers) in st.stats.items():
+        if "jitwarden" in fn:
+            rows.append((ct, tt, nc, f"{os.path.relpath(fn, SRC) if fn.startswith(SRC) else fn}:{line}:{name}"))
+    rows.sort(reverse=True)
+    return [f"{ct:8.3f}s cum {tt:8.3f}s own {nc:7d} calls  {where}" for ct, tt, nc, where in rows[:n]]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or "warm-modes-out")
+    p.add_argument("--modes", default="default,max-autotune-no-cudagraphs")
+    p.add_argument("--fx", default="on,off")
+    p.add_argument("--pairs", type=int, default=3, help="interleaved warm pairs per mode/FX setting")
+    p.add_argument("--pairs-hot", type=int, default=6, help="pairs for max-autotune with the FX cache on")
+    p.add_argument("--profile", action="store_true", help="one cProfile'd warm start per side, for the last mode")
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    work = os.path.join(a.out, "work")
+    os.makedirs(work, exist_ok=True)
+    script = os.path.join(work, "model.py")
+    with open(script, "w") as f:
+        f.write(MODEL)
+    rows, raw = [], {}
+    for mode in a.modes.split(","):
+        roots = {s: os.path.join(work, f"{mode}-{s}") for s in ("stock", "guarded")}
+        cold = {s: one(script, mode, roots[s], s == "guarded", "on") for s in ("stock", "guarded")}
+        raw[f"{mode}/cold"] = cold
+        print(mode, "cold", json.dumps(cold), "kernels", {s: kernels(r) for s, r in roots.items()}, flush=True)
+        for fx in a.fx.split(","):
+            n = a.pairs_hot if (mode.startswith("max-autotune") and fx == "on") else a.pairs
+            runs = {"stock": [], "guarded": []}
+            for i in range(n):
+                order = ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")
+                for s in order:
+                    runs[s].append(one(script, mode, roots[s], s == "guarded", fx))
+            raw[f"{mode}/fx-{fx}"] = runs
+            ok = all(r["rc"] == 0 and isinstance(r.get("max_abs_err"), float) for rs in runs.values() for r in rs)
+            row = {"mode": mode, "fx": fx, "pairs": n, "kernels": kernels(roots["guarded"]), "all_ok": ok}
+            for key in ("wall_s", "t_first"):
+                s, g = med(r.get(key) for r in runs["stock"]), med(r.get(key) for r in runs["guarded"])
+                row[key] = {"stock": s, "guarded": g, "ratio": round(g / s, 3) if s and g else None,
+                            "stock_all": [r.get(key) for r in runs["stock"]],
+                            "guarded_all": [r.get(key) for r in runs["guarded"]]}
+            rows.append(row)
+            print("ROW", json.dumps(row), flush=True)
+        if a.profile:
+            prof = {}
+            for s in ("stock", "guarded"):
+                path = os.path.join(a.out, f"prof-{mode}-{s}.pstats")
+                prof[s] = one(script, mode, roots[s], s == "guarded", "on", profile=path)
+            raw[f"{mode}/profile"] = prof
+            print(f"PROFILE {mode}: stock {prof['stock']['wall_s']} s, guarded {prof['guarded']['wall_s']} s")
+            gp = os.path.join(a.out, f"prof-{mode}-guarded.pstats")
+            if os.path.exists(gp):
+                print("\n".join(top_jitwarden(gp)))
+    print()
+    print("| mode | FX cache | pairs | kernels | stock wall (s) | guarded wall (s) | ratio | stock compile (s) | "
+          "guarded compile (s) | ratio | all right |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        w, t = r["wall_s"], r["t_first"]
+        print(f"| {r['mode']} | {r['fx']} | {r['pairs']} | {r['kernels']} | {w['stock']} | {w['guarded']} | "
+              f"**{w['ratio']}** | {t['stock']} | {t['guarded']} | {t['ratio']} | {r['all_ok']} |")
+    with open(os.path.join(a.out, "warm_modes.json"), "w") as f:
+        json.dump({"rows": rows, "raw": raw}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
