@@ -64,6 +64,8 @@ def run(args) -> int:
         path = keys.signing_key_path(args.key)
         try:
             signer = keys.load_signing_key(path)
+        except keys.KeyTooOpen as exc:
+            raise UsageError(str(exc)) from None
         except keys.KeyError_ as exc:
             raise UsageError(f"{exc} (make one with `jitwarden keygen`, or pass --unsigned)") from None
     _check_output(args.output)
