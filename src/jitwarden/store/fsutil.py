@@ -92,13 +92,15 @@ def read_head(path: str, n: int, *, dir_fd: int | None = None) -> bytes:
         os.close(fd)
 
 
-def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None) -> bytes:
+def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
+               follow: bool = False) -> bytes:
     """The whole regular file ``path``; OSError EFBIG when it holds more than ``max_bytes``.
 
     ``size_hint``: the size the caller expects (from a seal or a directory scan), else the
     file's own size is used, so a whole file usually takes one read (the guard's hit path).
+    ``follow``: see :func:`open_regular` (a path the user named, a system library's link).
     """
-    fd, st = open_regular(path, dir_fd=dir_fd)
+    fd, st = open_regular(path, dir_fd=dir_fd, follow=follow)
     try:
         data = read_fd(fd, max_bytes, size_hint or st.st_size)
     finally:
@@ -108,7 +110,8 @@ def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_
     return data
 
 
-def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None):
+def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None,
+              follow: bool = False):
     """The JSON document in the regular file ``path`` (:func:`read_bytes`), parsed with depth and size limits.
 
     OSError when it cannot be read as a regular file of at most ``max_bytes``, ValueError when it
@@ -116,7 +119,8 @@ def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_f
     """
     from jitwarden.formats.jsonlimits import loads
 
-    return loads(read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd), max_bytes=max_bytes)
+    return loads(read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd, follow=follow),
+                 max_bytes=max_bytes)
 
 
 # ---------------------------------------------------------------- writing
