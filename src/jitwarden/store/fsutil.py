@@ -555,3 +555,12 @@ def rmtree_at(dir_fd: int, name: str) -> None:
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=dir_fd)
+
+
+def remove_empty_dir(path: str) -> bool:
+    """Remove the directory ``path`` when it is empty (rmdir never removes anything else); whether it went."""
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
