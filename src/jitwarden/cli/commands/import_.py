@@ -130,7 +130,10 @@ def _touch_partitions(dests: dict, digest: str, headline: str) -> None:
 
     for kind, pdir in dests.items():
         if os.path.isdir(pdir):
-            partition.ensure(pdir, digest, headline, kind)
+            try:
+                partition.ensure(pdir, digest, headline, kind)
+            except OSError as exc:  # bookkeeping only: the entries are in; say why it was not recorded
+                print(f"jitwarden: warning: {pdir}: last use not recorded ({exc.strerror or exc})", file=sys.stderr)
 
 
 def _finish(rep, args, code: int) -> int:
