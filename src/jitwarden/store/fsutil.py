@@ -298,8 +298,13 @@ def open_beneath(root_fd: int, rel: str, create: bool = False) -> int:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
                 where = os.path.join(*parts[:parts.index(part) + 1])
-                raise UnsafeName(exc.errno, f"{where} is a symlink or not a directory; refusing to go through it",
-                                 where) from None
+                try:
+                    mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                    what = "a symlink" if stat.S_ISLNK(mode) else ("a file" if stat.S_ISREG(mode) else kind_of(mode))
+                except OSError:
+                    what = None
+                why = f"{where} is {what}, not a directory" if what else f"{where} is not a directory"
+                raise UnsafeName(exc.errno, f"{why}; refusing to go through it", where) from None
             os.close(fd)
             fd = nxt
         return fd
