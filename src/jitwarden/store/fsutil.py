@@ -1,7 +1,10 @@
-"""Small disk helpers shared by the scanner, the rebuild, seals and partitions (stdlib only).
+"""The disk layer's primitives: every other layer reads, writes, makes and removes through these (stdlib only).
 
-Reads never follow a symlink; writes are atomic (temp file in the same directory,
-then rename) and leave files readable like Triton's own.
+Reads never follow a symlink (unless the user named the path), never block, and are bounded;
+directories below a root are reached by fd one component at a time; writes are atomic (an
+``O_EXCL`` temporary beside the target, renamed by the directory's fd) and leave files readable
+like Triton's own. ``tests/unit/test_io_contract.py`` keeps the other layers on them
+(ARCHITECTURE.md, "Layers").
 """
 
 from __future__ import annotations
