@@ -443,3 +443,14 @@ def test_export_leaves_no_temporary_beside_the_bundle(fleet, tmp_path):
     assert rc == 0, err
     assert os.listdir(out.parent) == ["b.tar.gz"] and json.loads(so)["file_bytes"] == out.stat().st_size
     assert [m.name for m, _ in read_bundle(str(out))][:2] == ["manifest.json", "manifest.sig"]
+
+
+def test_a_cache_root_that_is_a_file_names_the_path(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    base = os.path.dirname(os.path.dirname(triton_partition(env_b)))
+    os.makedirs(os.path.dirname(base))
+    with open(base, "w") as f:
+        f.write("x")
+    for extra in ([], ["--dry-run"]):
+        rc, _, err = jw(env_b, "import", fleet["bundle"], *extra)
+        assert rc == 1 and f"cannot install: Not a directory ({base})" in _one_line(err), err

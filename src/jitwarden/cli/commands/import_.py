@@ -76,8 +76,9 @@ def run(args) -> int:
         try:
             outcomes = bundle.plan(m, dests)
         except OSError as exc:  # a symlinked jitwarden-v1, partition or subdirectory: never written through
+            where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
             rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
-                                      refused=f"cannot install: {exc.strerror or exc}", dry_run=args.dry_run)
+                                      refused=f"cannot install: {exc.strerror or exc}{where}", dry_run=args.dry_run)
             return _finish(rep, args, EXIT_FINDINGS)
         if not args.dry_run:
             try:
