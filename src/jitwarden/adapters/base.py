@@ -21,7 +21,7 @@ from typing import NamedTuple
 from jitwarden.env import locations
 from jitwarden.formats import elf
 from jitwarden.store import partition
-from jitwarden.store.fsutil import O_DIR_NOFOLLOW
+from jitwarden.store.fsutil import open_dir_at
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.entries import CacheRoot, Entry, KindFacts
@@ -291,7 +291,7 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
     """
     path = os.path.join(root, rel)
     try:
-        top = os.open(path, O_DIR_NOFOLLOW)
+        top = open_dir_at(path)
     except OSError as exc:
         return _not_listed(root, path, exc), None
     try:
@@ -304,7 +304,7 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
             sub, depth = stack.pop()
             if sub:
                 try:
-                    fd = os.open(sub, O_DIR_NOFOLLOW, dir_fd=top)
+                    fd = open_dir_at(sub, dir_fd=top)
                 except FileNotFoundError:
                     continue  # gone while listing: not damage
                 except OSError as exc:

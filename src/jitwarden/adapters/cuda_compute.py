@@ -53,7 +53,7 @@ from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
-from jitwarden.store.fsutil import read_head
+from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.env import locations
 from jitwarden.adapters.base import cubin_findings, existing, set_vars, survey, survey_findings
 
@@ -232,8 +232,7 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
         break
     if not env.get("JITWARDEN_LIBCUDA"):
         try:
-            with open(PROC_VERSION, encoding="utf-8", errors="replace") as f:
-                m = _MODULE_DATE.search(f.read())
+            m = _MODULE_DATE.search(read_bytes(PROC_VERSION, max_bytes=1 << 16).decode("utf-8", "replace"))
             if m:
                 import calendar
 
@@ -262,8 +261,7 @@ def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
     for d in dirs:
         p = os.path.join(d, "libnvidia-ptxjitcompiler.so.1")
         try:
-            with open(p, "rb") as f:
-                data = f.read()
+            data = read_bytes(p, follow=True)  # a system library's soname link; never a FIFO, bounded
         except OSError:
             continue
         dates = {m.group(1) for m in _STAMP.finditer(data)}

@@ -19,17 +19,19 @@ plain relative paths inside the partition.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
-import shutil
-import tarfile
+import stat
 import time
 from dataclasses import dataclass, field
 
-from jitwarden.store import partition, seal
-from jitwarden.model.layout import is_reserved
+from jitwarden.formats import jsonlimits, tarball
+from jitwarden.store import fsutil, partition, seal
+from jitwarden.store.quarantine import rename_noreplace
+from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.env.locations import PARTITION_VARS, default_base
 
 SCHEMA = 1
@@ -41,7 +43,9 @@ _MEMBER = re.compile(r"entries/(\d{1,9})/([^/]+)\Z")
 PARTITIONED = tuple(k for k, _v in PARTITION_VARS)
 ACTIONS = ("installed", "present", "skipped")
 """What import does with one entry of a bundle."""
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+MAX_SIGNATURE = 4096
+MAX_GROUP = 1 << 20
+STAGE_PREFIX = ".jitwarden-import."
 
 
 class BundleRefused(ValueError):
@@ -108,7 +112,9 @@ def safe_name(name: str) -> bool:
 def parse_manifest(raw: bytes) -> Manifest:
     """The manifest, checked field by field; BundleRefused saying what is wrong."""
     try:
-        doc = json.loads(raw)
+        doc = jsonlimits.loads(raw, max_bytes=MAX_MANIFEST)
+        if not isinstance(doc, dict):
+            raise BundleRefused("the manifest is not a JSON object")
         if doc.get("format") != FORMAT or doc.get("schema") != SCHEMA:
             raise BundleRefused(f"not a {FORMAT} of schema {SCHEMA}")
         entries = []
@@ -187,63 +193,52 @@ def describe(kind: str, partition_dir: str, entry_path: str, sealed: bool) -> Bu
     return BundleEntry(kind, rel, files, False)
 
 
-def _tar_add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
-    import io
-
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, int(mtime)
-    tar.addfile(info, io.BytesIO(data))
-
-
 class _HashingReader:
-    """Reads a file while hashing it, so what goes into the tar is what the manifest says."""
+    """Reads an open file while hashing it, so what goes into the tar is what the manifest says."""
 
-    def __init__(self, f):
-        self.f, self.h, self.n = f, hashlib.sha256(), 0
+    def __init__(self, fd: int):
+        self.fd, self.h, self.n = fd, hashlib.sha256(), 0
 
     def read(self, size=-1):
-        b = self.f.read(size)
+        b = os.read(self.fd, size if size >= 0 else 1 << 20)
         self.h.update(b)
         self.n += len(b)
         return b
 
 
 def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> int:
-    """Write the bundle to ``out_path`` atomically (temp file, rename); its size in bytes.
+    """Write the bundle to ``out_path`` atomically (a random temp file beside it, renamed by fd); its size in bytes.
 
     ``partitions``: kind -> the partition dir the entries' paths are relative to. A file
     that changed since it was described fails the export (ValueError) and leaves no file.
+    OSError EISDIR when ``out_path`` is a directory.
     """
     mbytes = json.dumps(manifest.to_json(), sort_keys=True, separators=(",", ":")).encode()
-    tmp = f"{out_path}.tmp.{os.getpid()}"
-    mode = "w:gz" if out_path.endswith(".gz") else "w"
+    dir_fd, name = fsutil.open_parent(out_path)
     try:
-        with tarfile.open(tmp, mode, format=tarfile.PAX_FORMAT) as tar:
-            _tar_add_bytes(tar, MANIFEST, mbytes, manifest.created)
-            if signer is not None:
-                sig = {"schema": SCHEMA, "algorithm": "ed25519", "key_id": signer.id,
-                       "signature": signer.sign(mbytes).hex()}
-                _tar_add_bytes(tar, SIGNATURE, json.dumps(sig).encode(), manifest.created)
-            for n, e in enumerate(manifest.entries):
-                base = os.path.join(partitions[e.kind], *e.path.split("/"))
-                for name, rec in e.files.items():
-                    src = os.path.join(base, name) if name else base
-                    fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW)
-                    with os.fdopen(fd, "rb") as f:
-                        info = tarfile.TarInfo(f"entries/{n}/{name or os.path.basename(base)}")
-                        info.size, info.mode, info.mtime = rec["size"], 0o644, int(manifest.created)
-                        r = _HashingReader(f)
-                        tar.addfile(info, r)
+        with fsutil.AtomicWriter(dir_fd, name, f".{name}.") as w:
+            with tarball.open_writer(w, out_path.endswith(".gz")) as tar:
+                tarball.add_bytes(tar, MANIFEST, mbytes, manifest.created)
+                if signer is not None:
+                    sig = {"schema": SCHEMA, "algorithm": "ed25519", "key_id": signer.id,
+                           "signature": signer.sign(mbytes).hex()}
+                    tarball.add_bytes(tar, SIGNATURE, json.dumps(sig).encode(), manifest.created)
+                for n, e in enumerate(manifest.entries):
+                    base = os.path.join(partitions[e.kind], *e.path.split("/"))
+                    for fname, rec in e.files.items():
+                        src = os.path.join(base, fname) if fname else base
+                        fd, _st = fsutil.open_regular(src)
+                        try:
+                            r = _HashingReader(fd)
+                            tarball.add_stream(tar, f"entries/{n}/{fname or os.path.basename(base)}", r, rec["size"],
+                                               manifest.created)
+                        finally:
+                            os.close(fd)
                         if r.h.hexdigest() != rec["sha256"] or r.n != rec["size"]:
                             raise ValueError(f"{src} changed while exporting; run export again")
-        os.replace(tmp, out_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return os.path.getsize(out_path)
+            return w.pos
+    finally:
+        os.close(dir_fd)
 
 
 # ---------------------------------------------------------------- import
@@ -274,37 +269,33 @@ class Opened:
     signature_note: str = ""
 
 
-def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, limit: int) -> bytes:
-    if not info.isreg() or info.size > limit:
-        raise BundleRefused(f"{info.name}: not a regular file of at most {limit} bytes")
-    f = tar.extractfile(info)
-    data = f.read(limit + 1) if f is not None else b""
-    if len(data) != info.size:
-        raise BundleRefused(f"{info.name}: truncated")
-    return data
-
-
-def open_bundle(path: str, trusted, allow_unsigned: bool = False) -> tuple[tarfile.TarFile, Opened]:
+def open_bundle(path: str, trusted, allow_unsigned: bool = False):
     """Open ``path``, read its manifest and check its signature against ``trusted`` (keys.TrustedKeys).
 
     BundleRefused when the bundle is unsigned (unless ``allow_unsigned``), signed by a key
-    that is not trusted, its signature does not match, or it is not a bundle at all.
+    that is not trusted, its signature does not match, or it is not a bundle at all; OSError
+    when ``path`` cannot be opened as a regular file (a directory, a FIFO, missing). Returns
+    (the tar reader, :class:`Opened`); closing the reader closes the file.
     """
+    f = fsutil.open_regular_file(path, follow=True)  # the user named it: their link is followed, a FIFO never blocks
     try:
-        tar = tarfile.open(path, "r:*")
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
-            raise
+        tar = tarball.open_reader(f, owns=True)
+    except tarball.NotATar as exc:
+        f.close()
         raise BundleRefused(f"not a jitwarden bundle ({exc})") from None
+    except BaseException:
+        f.close()
+        raise
     try:
         try:
             first = tar.next()
             if first is None or first.name != MANIFEST:
                 raise BundleRefused("not a jitwarden bundle (its first member is not manifest.json)")
-            mbytes = _read_member(tar, first, MAX_MANIFEST)
+            mbytes = tarball.read_member(tar, first, MAX_MANIFEST)
             second = tar.next()
-            sig = _read_member(tar, second, 4096) if second is not None and second.name == SIGNATURE else None
-        except (tarfile.TarError, EOFError, OSError) as exc:
+            sig = tarball.read_member(tar, second, MAX_SIGNATURE) if second is not None and second.name == SIGNATURE \
+                else None
+        except (*tarball.TarError, OSError, ValueError) as exc:
             raise BundleRefused(f"not a readable jitwarden bundle ({exc})") from None
         signed_by, note = None, ""
         if sig is None:
@@ -313,11 +304,11 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False) -> tuple[tarfi
             note = "unsigned (allowed by --allow-unsigned)"
         else:
             try:
-                doc = json.loads(sig)
+                doc = jsonlimits.loads(sig, max_bytes=MAX_SIGNATURE)
                 kid, raw = str(doc["key_id"]), bytes.fromhex(doc["signature"])
                 if doc.get("algorithm") != "ed25519":
                     raise ValueError("algorithm")
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise BundleRefused("manifest.sig is not a valid signature record") from None
             why = trusted.verify(kid, raw, mbytes) if trusted is not None else "no trusted keys are configured"
             if why is not None:
@@ -344,106 +335,209 @@ def destinations(manifest: Manifest, digest: str, env) -> dict:
     return out
 
 
-def _present(dest: str, e: BundleEntry) -> str | None:
-    """None when nothing is at ``dest``; "present" when the same files are there; else why it is in the way."""
+def _open_partition(part: str, create: bool) -> int | None:
+    """An fd of the partition ``<base>/jitwarden-v1/<digest>``; None when absent (and not ``create``).
+
+    The base is the root the user named (their own links followed, made like ``mkdir -p``);
+    below it every component is opened by fd and never through a symlink: ``UnsafeName``
+    naming the path when ``jitwarden-v1`` or the partition is a link or not jitwarden's.
+    """
+    base, digest = partition.split(part)
     try:
-        os.lstat(dest)
-    except (FileNotFoundError, NotADirectoryError):
+        base_fd = fsutil.open_dir_path(base, create=create)
+    except FileNotFoundError:
+        if create:
+            raise
         return None
     try:
-        names = entry_files(dest)
-    except OSError:
-        names = None
-    if names is None or set(names) != set(e.files):
-        return "another entry of that name is already there"
-    for name, rec in e.files.items():
-        p = os.path.join(dest, name) if name else dest
+        v1 = fsutil.reserved_dir(base_fd, PARTITIONS_DIR, create=create)
+        if v1 is None:
+            return None
         try:
-            digest, size = seal.file_digest(p)
-        except OSError:
-            return "another entry of that name is already there"
-        if digest != rec["sha256"] and not name.startswith("__grp__"):
-            return "another entry of that name is already there"
+            return fsutil.reserved_dir(v1, digest, create=create)
+        except fsutil.UnsafeName as exc:
+            raise fsutil.UnsafeName(exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror)) from None
+        finally:
+            os.close(v1)
+    except fsutil.UnsafeName as exc:
+        if exc.strerror.startswith(base):
+            raise
+        raise fsutil.UnsafeName(exc.errno, os.path.join(base, exc.strerror)) from None
+    finally:
+        os.close(base_fd)
+
+
+def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | None:
+    """An fd of the directory that holds entry ``e`` inside the partition (walked by fd, never through a
+    symlink: ``UnsafeName`` naming the component); None when it is absent (and not ``create``)."""
+    parent = "/".join(e.path.split("/")[:-1])
+    try:
+        return fsutil.open_beneath(part_fd, parent, create=create)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except fsutil.UnsafeName as exc:
+        raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror)) from None
+
+
+def _files_at(dir_fd: int, name: str) -> dict | None:
+    """:func:`entry_files` of ``name`` inside ``dir_fd``, never through a symlink."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISREG(st.st_mode):
+        return {"": None}
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    fd = fsutil.open_dir_at(name, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as it:
+            out = {}
+            for d in it:
+                if is_reserved(d.name):
+                    continue
+                if not d.is_file(follow_symlinks=False):
+                    return None
+                out[d.name] = None
+        return out or None
+    finally:
+        os.close(fd)
+
+
+def _present(parent_fd: int, leaf: str, e: BundleEntry) -> str | None:
+    """None when nothing is at ``leaf``; "present" when the same files are there; else why it is in the way."""
+    taken = "another entry of that name is already there"
+    try:
+        names = _files_at(parent_fd, leaf)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return taken
+    if names is None or set(names) != set(e.files):
+        return taken
+    efd = fsutil.open_dir_at(leaf, dir_fd=parent_fd) if "" not in e.files else None
+    try:
+        for name, rec in e.files.items():
+            try:
+                digest, _size = seal.file_digest(name or leaf, dir_fd=parent_fd if efd is None else efd)
+            except OSError:
+                return taken
+            if digest != rec["sha256"] and not name.startswith("__grp__"):
+                return taken
+    finally:
+        if efd is not None:
+            os.close(efd)
     return "present"
 
 
 def plan(manifest: Manifest, dests: dict) -> list[Outcome]:
-    """What an import would do with each entry, before anything is written."""
+    """What an import would do with each entry, before anything is written.
+
+    Reads by directory fds only; ``UnsafeName`` (an OSError naming the path) when a directory
+    on the way (``jitwarden-v1``, the partition, a subdirectory such as Inductor's ``fxgraph``)
+    is a symlink or not jitwarden's: nothing is installed through it.
+    """
     out = []
-    for e in manifest.entries:
-        dest = os.path.join(dests[e.kind], *e.path.split("/"))
-        state = _present(dest, e)
-        if state == "present":
-            out.append(Outcome(e.kind, e.path, "present", "already installed", dest, e.bytes))
-        elif state:
-            out.append(Outcome(e.kind, e.path, "skipped", state, dest, e.bytes))
-        else:
-            out.append(Outcome(e.kind, e.path, "installed", "", dest, e.bytes))
+    parts = {}
+    try:
+        for e in manifest.entries:
+            if e.kind not in parts:
+                parts[e.kind] = _open_partition(dests[e.kind], create=False)
+            dest = os.path.join(dests[e.kind], *e.path.split("/"))
+            pfd = parts[e.kind]
+            parent_fd = _parent_of(pfd, dests[e.kind], e, create=False) if pfd is not None else None
+            try:
+                state = _present(parent_fd, e.path.split("/")[-1], e) if parent_fd is not None else None
+            finally:
+                if parent_fd is not None:
+                    os.close(parent_fd)
+            if state == "present":
+                out.append(Outcome(e.kind, e.path, "present", "already installed", dest, e.bytes))
+            elif state:
+                out.append(Outcome(e.kind, e.path, "skipped", state, dest, e.bytes))
+            else:
+                out.append(Outcome(e.kind, e.path, "installed", "", dest, e.bytes))
+    finally:
+        for fd in parts.values():
+            if fd is not None:
+                os.close(fd)
     return out
 
 
-def _write_new(path: str, src, size: int) -> str:
-    """Copy ``size`` bytes of ``src`` into a new file ``path`` (never through a link); its sha256."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW, 0o644)
+def _write_new(name: str, dir_fd: int, src, size: int) -> str:
+    """Copy ``size`` bytes of ``src`` into a new file ``name`` in ``dir_fd`` (never through a link); its sha256."""
+    fd = fsutil.create_new(name, dir_fd=dir_fd, mode=0o644)
     h = hashlib.sha256()
     left = size
-    with os.fdopen(fd, "wb") as f:
+    try:
         while left:
             b = src.read(min(left, 1 << 20))
             if not b:
                 break
             h.update(b)
-            f.write(b)
+            view = memoryview(b)
+            while view:
+                view = view[os.write(fd, view):]
             left -= len(b)
+    finally:
+        os.close(fd)
     if left:
-        raise BundleRefused(f"{os.path.basename(path)}: truncated in the bundle")
+        raise BundleRefused(f"{name}: truncated in the bundle")
     return h.hexdigest()
 
 
-def _rewrite_groups(entry_dir: str, final: str) -> None:
+def _rewrite_groups(entry_fd: int, final: str) -> None:
     """Point a Triton group file's ``child_paths`` at the entry's new home (they are absolute paths)."""
-    for name in os.listdir(entry_dir):
+    for name in os.listdir(entry_fd):
         if not (name.startswith("__grp__") and name.endswith(".json")):
             continue
-        p = os.path.join(entry_dir, name)
-        with open(p, "rb") as f:
-            doc = json.loads(f.read())
-        kids = doc.get("child_paths")
+        try:
+            doc = fsutil.read_json(name, dir_fd=entry_fd, max_bytes=MAX_GROUP)
+        except ValueError:
+            continue  # not JSON we parse: copied as signed, judged by verify like any other group file
+        kids = doc.get("child_paths") if isinstance(doc, dict) else None
         if not isinstance(kids, dict):
             continue
         for k, v in list(kids.items()):
             base = os.path.basename(str(v))
-            if os.path.isfile(os.path.join(entry_dir, base)):
+            try:
+                is_file = stat.S_ISREG(os.stat(base, dir_fd=entry_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                is_file = False
+            if is_file:
                 kids[k] = os.path.join(final, base)
-        tmp = p + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, p)
+        fsutil.write_json_atomic(name, doc, ".jitwarden-group.", dir_fd=entry_fd)
 
 
-def install(tar: tarfile.TarFile, manifest: Manifest, outcomes: list[Outcome], dests: dict, digest: str,
+def install(tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, digest: str,
             producer_note: dict) -> list[Outcome]:
     """Stage every entry to install, check every digest, then move each in by rename and seal it.
 
     Nothing is moved in unless every staged file matches the manifest (BundleRefused
-    otherwise, and the staging dirs are removed). Returns the outcomes, updated.
+    otherwise, and the staging dirs are removed). Every directory is reached by fd from the
+    root and never through a symlink (``UnsafeName``, nothing moved in); every entry is moved
+    by one no-replace rename between directory fds. Returns the outcomes, updated.
     """
     todo = {i for i, o in enumerate(outcomes) if o.action == "installed"}
     if not todo:
         return outcomes
-    stages: dict[str, str] = {}  # partition dir -> staging dir inside it (same filesystem: rename is atomic)
-    staged: dict[int, str] = {}
+    fds: list[int] = []
+    parts: dict[str, int] = {}  # kind -> partition fd
+    stages: dict[str, tuple[int, str, int]] = {}  # kind -> (partition fd, staging name, staging fd): same filesystem
+    staged: dict[int, int | None] = {}  # entry -> its staged dir's fd (None: a single file)
     got: dict[int, set] = {i: set() for i in range(len(manifest.entries))}
     header: set = set()
 
-    def stage_of(kind: str) -> str:
-        part = dests[kind]
-        if part not in stages:
-            import tempfile
+    def keep(fd: int) -> int:
+        fds.append(fd)
+        return fd
 
-            os.makedirs(part, exist_ok=True)
-            stages[part] = tempfile.mkdtemp(prefix=".jitwarden-import.", dir=part)
-        return stages[part]
+    def stage_of(kind: str) -> int:
+        if kind not in stages:
+            if kind not in parts:
+                parts[kind] = keep(_open_partition(dests[kind], create=True))
+            name, sfd = fsutil.make_temp_dir(parts[kind], STAGE_PREFIX)
+            stages[kind] = (parts[kind], name, keep(sfd))
+        return stages[kind][2]
 
     try:
         for info in tar:
@@ -470,40 +564,50 @@ def install(tar: tarfile.TarFile, manifest: Manifest, outcomes: list[Outcome], d
             if i not in todo:
                 got[i].add(key)
                 continue
+            sfd = stage_of(e.kind)
             if i not in staged:
-                staged[i] = os.path.join(stage_of(e.kind), str(i))
-                if key != "":
-                    os.mkdir(staged[i], 0o755)
-            target = staged[i] if key == "" else os.path.join(staged[i], key)
-            if _write_new(target, tar.extractfile(info), info.size) != rec["sha256"]:
+                staged[i] = keep(fsutil.open_beneath(sfd, str(i), create=True)) if key != "" else None
+            into, name = (sfd, str(i)) if key == "" else (staged[i], key)
+            if _write_new(name, into, tarball.member_stream(tar, info), info.size) != rec["sha256"]:
                 raise BundleRefused(f"{e.kind} {e.path}/{key}: sha256 does not match the manifest (tampered)")
             got[i].add(key)
         for i in range(len(manifest.entries)):
             missing = set(manifest.entries[i].files) - got[i]
             if missing:
                 raise BundleRefused(f"{manifest.entries[i].path}: {len(missing)} listed file(s) missing from the bundle")
+        # Every destination directory is opened (made where missing) before anything moves in:
+        # a symlinked component refuses the whole import with nothing installed.
+        parents = {i: keep(_parent_of(parts[manifest.entries[i].kind], dests[manifest.entries[i].kind],
+                                      manifest.entries[i], create=True)) for i in sorted(todo)}
         out = list(outcomes)
         for i in sorted(todo):
             e, o = manifest.entries[i], outcomes[i]
-            src = staged[i]
-            if "" not in e.files:
-                _rewrite_groups(src, o.dest)
+            efd = staged[i]
+            if efd is not None:
+                _rewrite_groups(efd, o.dest)
                 if e.sealed:
-                    s = seal.compute(src, list(e.files), digest, {**producer_note, "imported_at": time.time()})
-                    seal.write(src, s)
-            os.makedirs(os.path.dirname(o.dest), exist_ok=True)
+                    where = fsutil.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way to it
+                    s = seal.compute(where, list(e.files), digest, {**producer_note, "imported_at": time.time()})
+                    seal.write(where, s)
             try:
-                if os.path.lexists(o.dest):
-                    raise FileExistsError
-                os.rename(src, o.dest)
-            except OSError:
+                rename_noreplace(str(i), e.path.split("/")[-1], src_dir_fd=stages[e.kind][2], dst_dir_fd=parents[i])
+            except FileExistsError:
+                out[i] = Outcome(e.kind, e.path, "skipped", "an entry of that name appeared meanwhile", o.dest, e.bytes)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
                 out[i] = Outcome(e.kind, e.path, "skipped", "an entry of that name appeared meanwhile", o.dest, e.bytes)
         return out
-    except (tarfile.TarError, EOFError) as exc:
+    except tarball.TarError as exc:
         raise BundleRefused(f"the bundle is damaged ({exc})") from None
     finally:
-        for st in stages.values():
-            shutil.rmtree(st, ignore_errors=True)
+        for part_fd, name, _sfd in stages.values():
+            try:
+                fsutil.rmtree_at(part_fd, name)
+            except OSError:
+                pass
+        for fd in reversed(fds):
+            os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,10 @@ class KeyError_(ValueError):
     """A key file that cannot be used, or no key where one is needed; the message says which and why."""
 
 
+class KeyTooOpen(KeyError_):
+    """A secret key file that group or others may access; refused like ``ssh`` refuses one, with the fix."""
+
+
 def config_dir(env=None) -> str:
     env = os.environ if env is None else env
     if env.get("JITWARDEN_CONFIG_DIR"):
@@ -117,12 +121,33 @@ def _hex32(text: str, what: str) -> bytes:
     return raw
 
 
-def load_signing_key(path: str) -> SigningKey:
+MAX_KEY_FILE = 1 << 20
+"""Larger than any key file (a secret key is one line of 90 bytes; a trusted-keys file lists a few hundred)."""
+
+
+def _read_key_file(path: str, what: str, *, secret: bool = False) -> str:
+    """The text of the key file ``path`` through the bounded reader: a FIFO or device is refused at once, never
+    waited on; a secret key that group or others may access is refused like ``ssh`` does, with the fix."""
+    from jitwarden.store.fsutil import open_regular, read_fd
+
     try:
-        with open(path, encoding="ascii") as f:
-            parts = f.read(4096).split()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyError_(f"{path}: cannot read signing key: {getattr(exc, 'strerror', None) or exc}") from None
+        fd, st = open_regular(path, follow=True)  # the user's own link to a key is fine; a FIFO never blocks
+        try:
+            if secret and st.st_mode & 0o077:
+                raise KeyTooOpen(f"{path}: secret key is accessible by group or others (mode "
+                                f"{st.st_mode & 0o777:04o}); refusing to use it: run `chmod 600 {path}`")
+            data = read_fd(fd, MAX_KEY_FILE, st.st_size)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_KEY_FILE:
+            raise OSError(f"larger than {MAX_KEY_FILE} bytes")
+        return data.decode("ascii")
+    except (OSError, UnicodeDecodeError) as exc:  # NotRegularFile says "not a regular file (a FIFO)"
+        raise KeyError_(f"{path}: cannot read {what}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def load_signing_key(path: str) -> SigningKey:
+    parts = _read_key_file(path, "signing key", secret=True).split()
     if len(parts) < 2 or parts[0] != SECRET_TAG:
         raise KeyError_(f"{path}: not a jitwarden secret key (it starts with {SECRET_TAG!r})")
     return SigningKey(_hex32(parts[1], path))
@@ -163,12 +188,7 @@ def load_trusted(env=None) -> TrustedKeys:
     keys: dict = {}
     paths = trusted_key_paths(env)
     for p in paths:
-        try:
-            with open(p, encoding="ascii") as f:
-                text = f.read(1 << 20)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KeyError_(f"{p}: cannot read trusted key: {getattr(exc, 'strerror', None) or exc}") from None
-        keys.update(parse_public(text, p))
+        keys.update(parse_public(_read_key_file(p, "trusted key"), p))
     return TrustedKeys(keys, tuple(paths))
 
 

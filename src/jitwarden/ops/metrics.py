@@ -8,17 +8,25 @@ remote-<pid>.json``) and summed here; the rest is read from disk when the metric
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import time
 from dataclasses import dataclass
 
-from jitwarden.store import partition
+from jitwarden.store import fsutil, partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
 from jitwarden.env.locations import PARTITION_VARS, default_base
 
 LAST_VERIFY = "last-verify.json"
+STATS_DIR = "stats"
+TEXTFILE = "jitwarden.prom"
+MAX_STATS = 1 << 20
+"""Larger than any stats file jitwarden writes (a few hundred bytes)."""
+
+
+class MetricsError(ValueError):
+    """The metrics file cannot be written where asked; the message says why in one line."""
 
 
 @dataclass(frozen=True)
@@ -45,33 +53,107 @@ _HELP = {
 def record_verify(summary: dict, env=None) -> None:
     """Remember when verify ran and what it found (never fails the command)."""
     try:
-        d = os.path.join(memo_dir(env), "stats")
-        os.makedirs(d, exist_ok=True)
-        write_json_atomic(os.path.join(d, LAST_VERIFY), {"schema": 1, "time": time.time(),
-                                                          "errors": summary.get("errors", 0),
-                                                          "entries": summary.get("entries", 0)}, ".last-verify.")
+        top = fsutil.open_dir_path(memo_dir(env), create=True)
+        try:
+            sfd = fsutil.open_beneath(top, STATS_DIR, create=True)
+        finally:
+            os.close(top)
+        try:
+            write_json_atomic(LAST_VERIFY, {"schema": 1, "time": time.time(), "errors": summary.get("errors", 0),
+                                            "entries": summary.get("entries", 0)}, ".last-verify.", dir_fd=sfd)
+        finally:
+            os.close(sfd)
     except OSError:
         pass
 
 
-def remote_counters(env=None) -> dict:
-    d = os.path.join(memo_dir(env), "stats")
-    total: dict = {}
+def _stats_fd(env) -> int | None:
+    """An fd of ``<jitwarden home>/stats`` (never through a symlink below the home), None when there is none."""
     try:
-        names = os.listdir(d)
+        top = fsutil.open_dir_path(memo_dir(env))
     except OSError:
+        return None
+    try:
+        return fsutil.open_dir_at(STATS_DIR, dir_fd=top)
+    except OSError:
+        return None
+    finally:
+        os.close(top)
+
+
+def _count(v) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _read_stats(sfd: int, name: str, problems: list) -> dict | None:
+    """The JSON object in ``stats/<name>`` through the bounded reader; None (and a line in ``problems``) when unreadable."""
+    try:
+        doc = fsutil.read_json(name, dir_fd=sfd, max_bytes=MAX_STATS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append(f"{STATS_DIR}/{name}: unreadable ({exc.strerror or exc}); left out of the metrics")
+        return None
+    except ValueError as exc:
+        problems.append(f"{STATS_DIR}/{name}: not JSON we read ({exc}); left out of the metrics")
+        return None
+    if not isinstance(doc, dict):
+        problems.append(f"{STATS_DIR}/{name}: not a jitwarden stats record; left out of the metrics")
+        return None
+    return doc
+
+
+def remote_counters(env=None, problems: list | None = None) -> dict:
+    """The remote cache's counters summed over every process's ``stats/remote-<pid>.json``.
+
+    A file that is not a regular file (a FIFO never blocks), not JSON, or whose counters are
+    not counts (negative, fractional, ``Infinity``) is left out, with a line in ``problems``.
+    """
+    problems = [] if problems is None else problems
+    total: dict = {}
+    sfd = _stats_fd(env)
+    if sfd is None:
         return total
-    for n in names:
-        if not (n.startswith("remote-") and n.endswith(".json")):
-            continue
-        try:
-            with open(os.path.join(d, n)) as f:
-                for k, v in json.load(f)["counters"].items():
-                    if isinstance(v, int):
-                        total[k] = total.get(k, 0) + v
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
+    try:
+        for n in sorted(os.listdir(sfd)):
+            if not (n.startswith("remote-") and n.endswith(".json")):
+                continue
+            doc = _read_stats(sfd, n, problems)
+            if doc is None:
+                continue
+            counters = doc.get("counters")
+            if not isinstance(counters, dict) or not all(isinstance(k, str) and _count(v) for k, v in counters.items()):
+                problems.append(f"{STATS_DIR}/{n}: its counters are not counts; left out of the metrics")
+                continue
+            for k, v in counters.items():
+                total[k] = total.get(k, 0) + v
+    finally:
+        os.close(sfd)
     return total
+
+
+def last_verify(env=None, problems: list | None = None) -> tuple[float, int] | None:
+    """(when, entries at error level) of the last ``jitwarden verify``; None when none is recorded or it is unreadable.
+
+    ``time`` must be a finite number and ``errors`` a count: ``Infinity``, ``NaN`` or a string
+    is a damaged record (a line in ``problems``), never a metric.
+    """
+    problems = [] if problems is None else problems
+    sfd = _stats_fd(env)
+    if sfd is None:
+        return None
+    try:
+        doc = _read_stats(sfd, LAST_VERIFY, problems)
+    finally:
+        os.close(sfd)
+    if doc is None:
+        return None
+    t, errors = doc.get("time"), doc.get("errors")
+    if not (type(t) in (int, float) and math.isfinite(t) and t >= 0 and _count(errors)):
+        problems.append(f"{STATS_DIR}/{LAST_VERIFY}: not a valid record (time {t!r}, errors {errors!r}); "
+                        "left out of the metrics (the next `jitwarden verify` writes it again)")
+        return None
+    return float(t), errors
 
 
 def _tree(path: str) -> tuple[int, int]:
@@ -90,10 +172,12 @@ def _tree(path: str) -> tuple[int, int]:
     return size, entries
 
 
-def collect(env=None, current: str | None = None) -> list[Sample]:
+def collect(env=None, current: str | None = None, problems: list | None = None) -> list[Sample]:
+    """Every sample; what could not be read is left out, with a line in ``problems`` (the CLI prints them)."""
     env = os.environ if env is None else env
+    problems = [] if problems is None else problems
     out: list[Sample] = []
-    c = remote_counters(env)
+    c = remote_counters(env, problems)
     for k, v in sorted(c.items()):
         if k in ("hit", "miss", "unavailable"):
             out.append(Sample("jitwarden_remote_requests_total", (("result", k),), v))
@@ -128,13 +212,10 @@ def collect(env=None, current: str | None = None) -> list[Sample]:
             out.append(Sample("jitwarden_partition_entries", labels, n))
             if info is not None and info.last_used:
                 out.append(Sample("jitwarden_partition_last_used_timestamp_seconds", labels, info.last_used))
-    try:
-        with open(os.path.join(memo_dir(env), "stats", LAST_VERIFY)) as f:
-            lv = json.load(f)
-        out.append(Sample("jitwarden_last_verify_timestamp_seconds", (), float(lv["time"])))
-        out.append(Sample("jitwarden_last_verify_errors", (), int(lv["errors"])))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    lv = last_verify(env, problems)
+    if lv is not None:
+        out.append(Sample("jitwarden_last_verify_timestamp_seconds", (), lv[0]))
+        out.append(Sample("jitwarden_last_verify_errors", (), lv[1]))
     return out
 
 
@@ -160,8 +241,25 @@ def render(samples: list[Sample]) -> str:
 
 
 def write_textfile(path: str, text: str) -> None:
-    """Atomically, as the textfile collector requires (it may read at any moment)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write ``path`` atomically, as the textfile collector requires (it may read at any moment).
+
+    A random ``O_EXCL | O_NOFOLLOW`` temporary beside it, renamed by the directory's fd: a link
+    planted at any name is never followed. :class:`MetricsError` in one line (and no temporary
+    left behind) when ``path`` is a directory, its directory is missing, a file, or read-only.
+    """
+    try:
+        fd, name = fsutil.open_parent(path)
+    except IsADirectoryError:
+        raise MetricsError(f"{path} is a directory; the metrics file must be a file") from None
+    except NotADirectoryError as exc:
+        raise MetricsError(f"{exc.filename or os.path.dirname(path)} is not a directory") from None
+    except FileNotFoundError as exc:
+        raise MetricsError(f"{exc.filename or os.path.dirname(path)}: no such directory") from None
+    try:
+        fsutil.write_atomic(fd, name, text.encode(), f".{name}.")
+    except IsADirectoryError:
+        raise MetricsError(f"{path} is a directory; the metrics file must be a file") from None
+    except OSError as exc:
+        raise MetricsError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}") from None
+    finally:
+        os.close(fd)

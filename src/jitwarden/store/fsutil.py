@@ -1,7 +1,10 @@
-"""Small disk helpers shared by the scanner, the rebuild, seals and partitions (stdlib only).
+"""The disk layer's primitives: every other layer reads, writes, makes and removes through these (stdlib only).
 
-Reads never follow a symlink; writes are atomic (temp file in the same directory,
-then rename) and leave files readable like Triton's own.
+Reads never follow a symlink (unless the user named the path), never block, and are bounded;
+directories below a root are reached by fd one component at a time; writes are atomic (an
+``O_EXCL`` temporary beside the target, renamed by the directory's fd) and leave files readable
+like Triton's own. ``tests/unit/test_io_contract.py`` keeps the other layers on them
+(ARCHITECTURE.md, "Layers").
 """
 
 from __future__ import annotations
@@ -42,14 +45,15 @@ def kind_of(mode: int) -> str:
 # file is never returned cut short; only read_head cuts, by its name.
 
 
-def open_regular(path: str, *, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+def open_regular(path: str, *, dir_fd: int | None = None, follow: bool = False) -> tuple[int, os.stat_result]:
     """(fd, stat) of the regular file ``path`` opened for reading: the one opener of every reader here.
 
     Opened with O_NOFOLLOW, O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal in its place cannot
     block or take over the process, then checked with fstat: anything but a regular file raises
-    :class:`NotRegularFile` (errno EINVAL).
+    :class:`NotRegularFile` (errno EINVAL). ``follow``: a path the user named on the command line,
+    whose own symlink is followed (still never blocking, still a regular file only).
     """
-    fd = os.open(path, _O_READ, dir_fd=dir_fd)
+    fd = os.open(path, _O_READ & ~_O_NOFOLLOW if follow else _O_READ, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -91,13 +95,15 @@ def read_head(path: str, n: int, *, dir_fd: int | None = None) -> bytes:
         os.close(fd)
 
 
-def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None) -> bytes:
+def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
+               follow: bool = False) -> bytes:
     """The whole regular file ``path``; OSError EFBIG when it holds more than ``max_bytes``.
 
     ``size_hint``: the size the caller expects (from a seal or a directory scan), else the
     file's own size is used, so a whole file usually takes one read (the guard's hit path).
+    ``follow``: see :func:`open_regular` (a path the user named, a system library's link).
     """
-    fd, st = open_regular(path, dir_fd=dir_fd)
+    fd, st = open_regular(path, dir_fd=dir_fd, follow=follow)
     try:
         data = read_fd(fd, max_bytes, size_hint or st.st_size)
     finally:
@@ -107,7 +113,8 @@ def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_
     return data
 
 
-def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None):
+def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None,
+              follow: bool = False):
     """The JSON document in the regular file ``path`` (:func:`read_bytes`), parsed with depth and size limits.
 
     OSError when it cannot be read as a regular file of at most ``max_bytes``, ValueError when it
@@ -115,7 +122,8 @@ def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_f
     """
     from jitwarden.formats.jsonlimits import loads
 
-    return loads(read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd), max_bytes=max_bytes)
+    return loads(read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd, follow=follow),
+                 max_bytes=max_bytes)
 
 
 # ---------------------------------------------------------------- writing
@@ -273,7 +281,8 @@ def open_beneath(root_fd: int, rel: str, create: bool = False) -> int:
     """An fd of the directory ``rel`` below ``root_fd``, walked one component at a time, never through a symlink.
 
     ``rel`` must be relative and free of ``..``; ``create`` makes missing directories on the way.
-    OSError (ELOOP or ENOTDIR) when a component is a symlink or not a directory.
+    :class:`UnsafeName` (errno ELOOP or ENOTDIR, naming the component) when a component is a symlink
+    or not a directory.
     """
     parts = [p for p in rel.split(os.sep) if p not in ("", os.curdir)]
     if os.path.isabs(rel) or os.pardir in parts:
@@ -286,7 +295,19 @@ def open_beneath(root_fd: int, rel: str, create: bool = False) -> int:
                     os.mkdir(part, 0o755, dir_fd=fd)
                 except FileExistsError:
                     pass
-            nxt = os.open(part, _O_DIR, dir_fd=fd)
+            try:
+                nxt = os.open(part, _O_DIR, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                where = os.path.join(*parts[:parts.index(part) + 1])
+                try:
+                    mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                    what = "a symlink" if stat.S_ISLNK(mode) else ("a file" if stat.S_ISREG(mode) else kind_of(mode))
+                except OSError:
+                    what = None
+                why = f"{where} is {what}, not a directory" if what else f"{where} is not a directory"
+                raise UnsafeName(exc.errno, f"{why}; refusing to go through it", where) from None
             os.close(fd)
             fd = nxt
         return fd
@@ -325,3 +346,229 @@ def memo_dir(env=None) -> str:
         return env["JITWARDEN_HOME"]
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jitwarden")
+
+
+# ---------------------------------------------------------------- paths a user names, and writing beside a target
+# The one way the layers above create directories, stage and write files (ARCHITECTURE.md, "Layers";
+# docs/threat-model.md, "Disk rules"): every step by a directory fd, O_NOFOLLOW where jitwarden
+# names the component, O_EXCL random temporaries created beside the target and renamed by fd.
+
+_O_DIR_FOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def fd_path(fd: int) -> str:
+    """A path that resolves to exactly the open directory ``fd`` (``/proc/self/fd/N``), for an API that takes paths.
+
+    Nothing swapped in along the path that led to the directory can redirect it. OSError when
+    ``/proc`` is not mounted.
+    """
+    p = f"/proc/self/fd/{fd}"
+    if not os.path.isdir(p):
+        raise OSError(errno.ENOENT, "/proc/self/fd is not available", p)
+    return p
+
+
+def open_dir_path(path: str, *, create: bool = False, mode: int = 0o755) -> int:
+    """An fd of the directory a user named (``-o``, ``--textfile-dir``, ``JITWARDEN_CONFIG_DIR``), resolved as the kernel does.
+
+    The user's own symlinks are followed and ``..`` means the parent of what was reached (never
+    collapsed beforehand, as ``abspath`` would). ``create``: missing components are made one at a
+    time by fd, but only after the last ``..``: a directory the kernel would not reach is never
+    made. OSError: ENOENT (missing, or missing before a ``..``), ENOTDIR (a file on the way).
+    """
+    if not path:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    parts = [p for p in path.split("/") if p not in ("", os.curdir)]
+    last_up = max((i for i, p in enumerate(parts) if p == os.pardir), default=-1)
+    fd = os.open("/" if path.startswith("/") else os.curdir, _O_DIR_FOLLOW)
+    try:
+        for i, part in enumerate(parts):
+            if create and i > last_up:
+                try:
+                    os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                nxt = os.open(part, _O_DIR_FOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise type(exc)(exc.errno, exc.strerror, "/".join(parts[:i + 1]) if not path.startswith("/")
+                                else "/" + "/".join(parts[:i + 1])) from None
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_parent(path: str, *, create: bool = False) -> tuple[int, str]:
+    """(fd of the directory that holds ``path``, the last name) for writing ``path`` there by fd.
+
+    OSError EISDIR when ``path`` names no file (ends with ``/``, ``.`` or ``..``) or names a
+    directory (a symlink at the name is fine: it is replaced, never followed); the parent as in
+    :func:`open_dir_path`.
+    """
+    head, name = os.path.split(path)
+    if name in ("", os.curdir, os.pardir):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", path)
+    fd = open_dir_path(head or os.curdir, create=create)
+    try:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return fd, name
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", path)
+        return fd, name
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class AtomicWriter:
+    """A new file written beside ``name`` in ``dir_fd`` and renamed onto it by fd on success, removed on failure.
+
+    The temporary is ``<prefix><random>.tmp``, created ``O_EXCL | O_NOFOLLOW`` (a planted link or
+    file at any name is never followed nor reused). ``mode``: None for 0666 less the umask,
+    else exactly that. Use as a context manager; ``write(bytes)``.
+    """
+
+    def __init__(self, dir_fd: int, name: str, prefix: str, mode: int | None = None):
+        self.dir_fd, self.name, self.fd, self.tmp = dir_fd, name, -1, ""
+        for _ in range(100):
+            tmp = f"{prefix}{os.urandom(6).hex()}.tmp"
+            try:
+                self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
+                                  0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd)
+                self.tmp = tmp
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover - a hundred random names taken
+            raise FileExistsError(errno.EEXIST, "no free temporary name", name)
+        if mode is not None:
+            os.fchmod(self.fd, mode)  # exactly this mode, whatever the umask
+
+    pos = 0
+    """Bytes written so far (the file's size once done)."""
+
+    def write(self, data: bytes) -> int:
+        view, n = memoryview(data), 0
+        while n < len(view):
+            n += os.write(self.fd, view[n:])
+        self.pos += n
+        return n
+
+    def tell(self) -> int:
+        return self.pos
+
+    def flush(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                os.close(self.fd)
+                self.fd = -1
+                if _is_dir_at(self.dir_fd, self.name):
+                    raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", self.name)
+                os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                self.tmp = ""
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+            if self.tmp:
+                try:
+                    os.unlink(self.tmp, dir_fd=self.dir_fd)
+                except OSError:
+                    pass
+        return False
+
+
+def _is_dir_at(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def write_atomic(dir_fd: int, name: str, data: bytes, prefix: str, *, mode: int | None = None) -> None:
+    """``data`` into ``name`` in ``dir_fd`` atomically (:class:`AtomicWriter`); a reader sees the old file or the new."""
+    with AtomicWriter(dir_fd, name, prefix, mode) as w:
+        w.write(data)
+
+
+def write_file_atomic(path: str, data: bytes, prefix: str, *, mode: int | None = None, create_dirs: bool = False) -> None:
+    """``data`` into the file a user named (:func:`open_parent`, :func:`write_atomic`); never into a directory."""
+    fd, name = open_parent(path, create=create_dirs)
+    try:
+        write_atomic(fd, name, data, prefix, mode=mode)
+    finally:
+        os.close(fd)
+
+
+def make_temp_dir(dir_fd: int, prefix: str) -> tuple[str, int]:
+    """(name, fd) of a new private directory (0700) ``<prefix><random>`` inside ``dir_fd``: a staging area."""
+    for _ in range(100):
+        name = f"{prefix}{os.urandom(6).hex()}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        return name, os.open(name, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+    raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)  # pragma: no cover
+
+
+def open_dir_at(name: str, *, dir_fd: int | None = None) -> int:
+    """An fd of the directory ``name`` (inside ``dir_fd``), never through a symlink (ELOOP) nor onto a non-directory."""
+    return os.open(name, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+
+
+def create_new(name: str, *, dir_fd: int, mode: int = 0o644) -> int:
+    """A write fd of a file ``name`` that did not exist (``O_EXCL | O_NOFOLLOW``) inside ``dir_fd``."""
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW, mode, dir_fd=dir_fd)
+
+
+def open_regular_file(path: str, *, dir_fd: int | None = None, follow: bool = False):
+    """A binary read-only file object of the regular file ``path`` (:func:`open_regular`): for readers that stream."""
+    fd, _st = open_regular(path, dir_fd=dir_fd, follow=follow)
+    return os.fdopen(fd, "rb")
+
+
+def rmtree_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` inside ``dir_fd`` and everything below it, never following a symlink.
+
+    For jitwarden's own staging directories (shallow): one fd per level is held while it
+    walks. Every step is relative to a directory fd: nothing outside ``name`` can be reached.
+    """
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as it:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for sub, is_dir in names:
+            if is_dir:
+                rmtree_at(fd, sub)
+            else:
+                os.unlink(sub, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+def remove_empty_dir(path: str) -> bool:
+    """Remove the directory ``path`` when it is empty (rmdir never removes anything else); whether it went."""
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False

@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("cryptography", reason="signed bundles need the [fleet] extra (cryptography)")
 
-from tests.helpers.fleet import (build_guarded, entries, jw, node_env, read_bundle, resign, triton_partition,  # noqa: E402
-                           write_bundle)
+from tests.helpers.fleet import (build_guarded, digest_of, entries, jw, node_env, read_bundle, resign,  # noqa: E402
+                                 triton_partition, write_bundle)
 
 
 @pytest.fixture(scope="module")
@@ -319,3 +319,138 @@ def test_entries_that_fail_verify_stay_home(fleet, tmp_path):
     doc = json.loads(so)
     assert rc == 1 and doc["entries"] == 0
     assert {s["why"] for s in doc["skipped"]} == {"verify: foreign-path"}
+
+
+# ---------------------------------------------------------------- hostile destinations and inputs (issue 21)
+
+
+def _sentinel(tmp_path):
+    """A directory outside every root: whatever import writes there is a write outside the root."""
+    d = tmp_path / "outside"
+    d.mkdir()
+    return d
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_symlinked_jitwarden_v1_is_refused_and_nothing_is_written_outside(fleet, tmp_path, dry_run):
+    env_b = node_b(fleet, tmp_path)
+    part = triton_partition(env_b)
+    outside = _sentinel(tmp_path)
+    os.makedirs(os.path.dirname(os.path.dirname(part)))
+    os.symlink(outside, os.path.dirname(part))  # <base>/jitwarden-v1 -> outside
+    rc, _, err = jw(env_b, "import", fleet["bundle"], *(["--dry-run"] if dry_run else []))
+    assert rc == 1, err
+    line = _one_line(err)
+    assert "jitwarden-v1 is a symlink" in line and "nothing installed" in line
+    assert os.listdir(outside) == []
+
+
+def test_symlinked_partition_is_refused_and_nothing_is_written_outside(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    part = triton_partition(env_b)
+    outside = _sentinel(tmp_path)
+    os.makedirs(os.path.dirname(part))
+    os.symlink(outside, part)  # <base>/jitwarden-v1/<digest> -> outside
+    rc, _, err = jw(env_b, "import", fleet["bundle"])
+    assert rc == 1, err
+    assert f"{part} is a symlink" in _one_line(err)
+    assert os.listdir(outside) == []
+
+
+def test_symlinked_inductor_subdirectory_inside_a_real_partition_is_refused(fleet, tmp_path):
+    """The worst case of the adversarial run: files landed outside and the exit status was 0."""
+    def as_inductor(doc):
+        e = doc["entries"][0]
+        e["kind"], e["path"] = "inductor", "fxgraph/ab/" + e["path"]
+
+    bad = str(tmp_path / "inductor.tar")
+    write_bundle(bad, resign(read_bundle(fleet["bundle"]), fleet["secret"], as_inductor))
+    env_b = node_b(fleet, tmp_path)
+    from jitwarden.store import partition
+
+    part = partition.path_for(env_b["TORCHINDUCTOR_CACHE_DIR"], digest_of(env_b))
+    os.makedirs(part)
+    outside = _sentinel(tmp_path)
+    os.symlink(outside, os.path.join(part, "fxgraph"))
+    rc, _, err = jw(env_b, "import", bad)
+    assert rc == 1, err
+    assert "fxgraph is a symlink" in _one_line(err)
+    assert [os.path.join(d, f) for d, _s, fs in os.walk(outside) for f in fs] == []
+    assert entries(triton_partition(env_b)) == []  # nothing of the bundle installed anywhere
+    # The same bundle into a real subdirectory installs, so the refusal above is the link's doing.
+    os.unlink(os.path.join(part, "fxgraph"))
+    rc, out, err = jw(env_b, "import", bad, "--format", "json")
+    assert rc == 0 and json.loads(out)["counts"]["installed"] == 2, err
+    assert os.path.isdir(os.path.join(part, "fxgraph", "ab"))
+
+
+def _signed_raw_manifest(fleet, raw: bytes, sig: bytes | None = None):
+    from jitwarden.ops import keys
+
+    key = keys.load_signing_key(fleet["secret"])
+    members = read_bundle(fleet["bundle"])
+    sig = sig if sig is not None else json.dumps({"schema": 1, "algorithm": "ed25519", "key_id": key.id,
+                                                  "signature": key.sign(raw).hex()}).encode()
+    return [(members[0][0], raw), (members[1][0], sig)] + members[2:]
+
+
+@pytest.mark.parametrize("where", ["manifest", "signature"])
+def test_deeply_nested_json_is_a_clean_refusal(fleet, tmp_path, where):
+    deep = b"[" * 200_000 + b"]" * 200_000
+    if where == "manifest":
+        members = _signed_raw_manifest(fleet, deep)
+    else:  # the signature record is at most 4 KiB: 2,000 levels, past what json.loads survives
+        members = _signed_raw_manifest(fleet, read_bundle(fleet["bundle"])[0][1], sig=b"[" * 2000 + b"]" * 2000)
+    bad = str(tmp_path / "deep.tar")
+    write_bundle(bad, members)
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", bad)
+    assert rc == 1, err
+    assert "nothing installed" in _one_line(err)
+
+
+def test_a_directory_or_a_file_that_is_no_bundle_gets_one_line(fleet, tmp_path):
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", str(tmp_path))
+    assert rc == 2 and "a directory" in _one_line(err), err
+    assert "no such file" not in err
+    text = tmp_path / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n" * 20)
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", str(text))
+    assert rc == 1 and "not a jitwarden bundle (not a tar file)" in _one_line(err), err
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", str(fifo))  # never blocks on open
+    assert rc == 2 and "a FIFO" in _one_line(err)
+
+
+def test_export_to_a_directory_is_a_usage_error(fleet, tmp_path):
+    rc, out, err = jw(fleet["env_a"], "export", "-o", str(tmp_path))
+    assert rc == 2 and "is a directory" in _one_line(err), err
+    assert os.listdir(tmp_path) == [] or all(not n.endswith(".tmp") for n in os.listdir(tmp_path))
+    rc, out, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "nope" / "b.tar"))
+    assert rc == 2 and "does not exist" in _one_line(err)
+
+
+def test_export_leaves_no_temporary_beside_the_bundle(fleet, tmp_path):
+    out = tmp_path / "o" / "b.tar.gz"
+    out.parent.mkdir()
+    rc, so, err = jw(fleet["env_a"], "export", "-o", str(out), "--format", "json")
+    assert rc == 0, err
+    assert os.listdir(out.parent) == ["b.tar.gz"] and json.loads(so)["file_bytes"] == out.stat().st_size
+    assert [m.name for m, _ in read_bundle(str(out))][:2] == ["manifest.json", "manifest.sig"]
+
+
+def test_a_cache_root_that_is_a_file_names_the_path(fleet, tmp_path):
+    env_b = node_b(fleet, tmp_path)
+    base = os.path.dirname(os.path.dirname(triton_partition(env_b)))
+    os.makedirs(os.path.dirname(base))
+    with open(base, "w") as f:
+        f.write("x")
+    for extra in ([], ["--dry-run"]):
+        rc, _, err = jw(env_b, "import", fleet["bundle"], *extra)
+        assert rc == 1 and f"cannot install: Not a directory ({base})" in _one_line(err), err

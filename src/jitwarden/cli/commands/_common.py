@@ -178,10 +178,9 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
             got = rebuild.verify_entries(candidates, req.options, progress=progress)
     finally:
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
-            try:
-                os.rmdir(req.options.keep_dir)
-            except OSError:
-                pass  # not empty (cubins kept) or not ours to remove
+            from jitwarden.store.fsutil import remove_empty_dir
+
+            remove_empty_dir(req.options.keep_dir)  # kept when not empty (cubins kept) or not ours to remove
     if results is not None:
         results.update(got)
     rebuilt = report.with_findings({path: r.findings for path, r in got.items()})

@@ -64,11 +64,11 @@ def run(args) -> int:
         path = keys.signing_key_path(args.key)
         try:
             signer = keys.load_signing_key(path)
+        except keys.KeyTooOpen as exc:
+            raise UsageError(str(exc)) from None
         except keys.KeyError_ as exc:
             raise UsageError(f"{exc} (make one with `jitwarden keygen`, or pass --unsigned)") from None
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir):
-        raise UsageError(f"{args.output}: directory {out_dir} does not exist")
+    _check_output(args.output)
 
     from jitwarden.env import fingerprint
 
@@ -101,7 +101,10 @@ def run(args) -> int:
             entries.append(rec)
     producer = {"jitwarden": __version__, **{p.name: p.version for p in fp.packages}}
     manifest = bundle.Manifest(digest, fp.to_json(), producer, time.time(), tuple(entries))
-    size = bundle.write(args.output, manifest, partitions, signer) if entries else 0
+    try:
+        size = bundle.write(args.output, manifest, partitions, signer) if entries else 0
+    except OSError as exc:  # the place changed since it was checked, a full or read-only disk: one line
+        raise UsageError(_output_problem(args.output, exc)) from None
     doc = {"bundle": os.path.abspath(args.output) if entries else None, "digest": digest,
            "signed_by": signer.id if signer else None, "entries": len(entries),
            "bytes": sum(e.bytes for e in entries), "file_bytes": size,
@@ -109,6 +112,27 @@ def run(args) -> int:
            "partitions": partitions}
     out.output_format(args).result("export", lambda: doc, lambda: _print(args.output, doc, skipped, signer))
     return EXIT_OK if entries else EXIT_FINDINGS
+
+
+def _output_problem(path: str, exc: OSError) -> str:
+    """One line for an output path that cannot be written (pure)."""
+    if isinstance(exc, IsADirectoryError):
+        return f"{path}: is a directory; name the bundle file to write (e.g. {os.path.join(path, 'cache.tar')})"
+    if isinstance(exc, FileNotFoundError):
+        return f"{path}: directory {exc.filename or os.path.dirname(path)} does not exist"
+    if isinstance(exc, NotADirectoryError):
+        return f"{path}: {exc.filename or os.path.dirname(path)} is not a directory"
+    return f"{path}: cannot write ({exc.strerror or exc})"
+
+
+def _check_output(path: str) -> None:
+    """UsageError (exit 2, one line) before any work when ``path`` cannot be where the bundle goes."""
+    from jitwarden.store import fsutil
+
+    try:
+        os.close(fsutil.open_parent(path)[0])
+    except OSError as exc:
+        raise UsageError(_output_problem(path, exc)) from None
 
 
 def _print(output: str, doc: dict, skipped, signer) -> None:

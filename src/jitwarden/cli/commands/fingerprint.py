@@ -7,11 +7,14 @@ back: save it on one machine or day, compare on another. Exit codes: 0 identical
 
 from __future__ import annotations
 
-import json
 import sys
 
 from jitwarden.cli import options, render as out
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+
+
+MAX_FINGERPRINT = 4 << 20
+"""Larger than any saved fingerprint (a few KiB; ``status --format json`` a little more)."""
 
 
 def register(sub) -> None:
@@ -28,15 +31,16 @@ def load(path: str):
     """A saved fingerprint; UsageError (exit 2) with one line when it cannot be used."""
     from jitwarden.env.fingerprint import Fingerprint
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+    from jitwarden.store.fsutil import read_json
+
+    try:  # bounded: a FIFO is refused at once, deep or huge JSON is a clean refusal
+        data = read_json(path, max_bytes=MAX_FINGERPRINT, follow=True)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
-        raise UsageError(f"{path}: not JSON ({exc})") from None
+        raise UsageError(f"{path}: not JSON we read ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("fingerprint"), dict):
         data = data["fingerprint"]  # accept `jitwarden status --format json` too
     try:

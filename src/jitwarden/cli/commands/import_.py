@@ -12,6 +12,7 @@ each entry staged, moved in by rename, then sealed. Made for an init container:
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -37,8 +38,6 @@ def run(args) -> int:
     from jitwarden.ops import bundle, keys
     from jitwarden.env import fingerprint
 
-    if not os.path.isfile(args.bundle):
-        raise UsageError(f"{args.bundle}: no such file")
     try:
         trusted = keys.load_trusted()
     except keys.KeyError_ as exc:
@@ -55,7 +54,7 @@ def run(args) -> int:
     except keys.KeyError_ as exc:
         refused = str(exc)
     except OSError as exc:
-        raise UsageError(f"{args.bundle}: {exc.strerror}") from None
+        raise UsageError(_not_a_bundle_file(args.bundle, exc)) from None
     if refused is not None:
         rep = bundle.ImportReport(args.bundle, "", digest, None, "", refused=refused, dry_run=args.dry_run)
         return _finish(rep, args, EXIT_FINDINGS)
@@ -74,7 +73,13 @@ def run(args) -> int:
                                       diffs, outcomes, dry_run=args.dry_run)
             return _finish(rep, args, EXIT_OTHER_ENV)
         dests = bundle.destinations(m, digest, os.environ)
-        outcomes = bundle.plan(m, dests)
+        try:
+            outcomes = bundle.plan(m, dests)
+        except OSError as exc:  # a symlinked jitwarden-v1, partition or subdirectory: never written through
+            where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
+            rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
+                                      refused=f"cannot install: {exc.strerror or exc}{where}", dry_run=args.dry_run)
+            return _finish(rep, args, EXIT_FINDINGS)
         if not args.dry_run:
             try:
                 note = {"bundle_key": opened.signed_by, "bundle_created": m.created, **m.producer}
@@ -83,8 +88,8 @@ def run(args) -> int:
                 rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
                                           refused=str(exc), dry_run=False)
                 return _finish(rep, args, EXIT_FINDINGS)
-            except OSError as exc:  # a read-only or full cache volume: one line, never a traceback
-                where = f" ({exc.filename})" if exc.filename else ""
+            except OSError as exc:  # a read-only or full cache volume, a link swapped in: one line, never a traceback
+                where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
                 rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
                                           refused=f"cannot install: {exc.strerror or exc}{where}", dry_run=False)
                 return _finish(rep, args, EXIT_FINDINGS)
@@ -95,6 +100,15 @@ def run(args) -> int:
     finally:
         if tar is not None:
             tar.close()
+
+
+def _not_a_bundle_file(path: str, exc: OSError) -> str:
+    """One line for a bundle path that cannot be opened as a regular file (pure)."""
+    if isinstance(exc, FileNotFoundError):
+        return f"{path}: no such file"
+    if exc.errno == errno.EINVAL or isinstance(exc, IsADirectoryError):  # fsutil.NotRegularFile: a directory, a FIFO
+        return f"{path}: {exc.strerror}; a bundle is the file `jitwarden export -o FILE` writes"
+    return f"{path}: cannot read ({exc.strerror or exc})"
 
 
 def theirs_headline(m) -> str:
@@ -117,7 +131,10 @@ def _touch_partitions(dests: dict, digest: str, headline: str) -> None:
 
     for kind, pdir in dests.items():
         if os.path.isdir(pdir):
-            partition.ensure(pdir, digest, headline, kind)
+            try:
+                partition.ensure(pdir, digest, headline, kind)
+            except OSError as exc:  # bookkeeping only: the entries are in; say why it was not recorded
+                print(f"jitwarden: warning: {pdir}: last use not recorded ({exc.strerror or exc})", file=sys.stderr)
 
 
 def _finish(rep, args, code: int) -> int:

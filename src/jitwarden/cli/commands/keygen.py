@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from jitwarden.model.errors import EXIT_OK, UsageError
@@ -20,24 +21,51 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from jitwarden.ops import keys
+    from jitwarden.store import fsutil
 
     path = keys.signing_key_path(args.output)
     pub = path + ".pub"
-    for p in (path, pub):
-        if os.path.lexists(p) and not args.force:
-            raise UsageError(f"{p} already exists (pass --force to replace it)")
     try:
         secret, public, kid = keys.generate()
     except keys.KeyError_ as exc:
         raise UsageError(str(exc)) from None
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    for p, text, mode in ((path, secret, 0o600), (pub, public, 0o644)):
-        tmp = f"{p}.tmp.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
+    try:  # the directory as the kernel resolves it: made by fd where missing, never through a collapsed '..'
+        dir_fd, name = fsutil.open_parent(path, create=True)
+    except OSError as exc:
+        raise UsageError(_where_problem(path, exc, args.output is None)) from None
+    try:
+        for n in (name, name + ".pub"):
+            try:
+                st = os.stat(n, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            shown = path if n == name else pub
+            if stat.S_ISDIR(st.st_mode):
+                raise UsageError(f"{shown} is a directory; name the key file to write (e.g. "
+                                 f"{os.path.join(shown, 'signing-key')})")
+            if not args.force:
+                raise UsageError(f"{shown} already exists (pass --force to replace it)")
+        try:
+            fsutil.write_atomic(dir_fd, name, secret.encode(), f".{name}.", mode=0o600)
+            fsutil.write_atomic(dir_fd, name + ".pub", public.encode(), f".{name}.pub.", mode=0o644)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}") from None
+    finally:
+        os.close(dir_fd)
     print(pub)
     print(f"jitwarden: key {kid}: secret key {path} (keep it on builders only), public key {pub} "
           "(put it in every node's JITWARDEN_TRUSTED_KEYS)", file=sys.stderr)
     return EXIT_OK
+
+
+def _where_problem(path: str, exc: OSError, default: bool) -> str:
+    """One line for a key path whose directory cannot be reached or made (pure)."""
+    where = exc.filename or os.path.dirname(path)
+    how = " (from JITWARDEN_SIGNING_KEY or JITWARDEN_CONFIG_DIR)" if default else ""
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a directory; name the key file to write (e.g. {os.path.join(path, 'signing-key')})"
+    if isinstance(exc, NotADirectoryError):
+        return f"{where} is not a directory, so {path}{how} cannot be written"
+    if isinstance(exc, FileNotFoundError):
+        return f"{where}: no such directory, so {path}{how} cannot be written (a directory before '..' is not made)"
+    return f"cannot write {path}{how}: {(exc.strerror or str(exc)).lower()} ({where})"

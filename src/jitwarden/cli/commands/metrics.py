@@ -28,12 +28,16 @@ def run(args) -> int:
         current = fingerprint.collect().digest
     except Exception:  # noqa: BLE001 - metrics without the current mark are still metrics
         current = None
-    text = metrics.render(metrics.collect(os.environ, current))
-    path = os.path.join(args.textfile_dir, "jitwarden.prom") if args.textfile_dir else args.output
+    problems: list = []
+    text = metrics.render(metrics.collect(os.environ, current, problems))
+    for line in problems:
+        print(f"jitwarden: warning: {line}", file=sys.stderr)
+    path = os.path.join(args.textfile_dir, metrics.TEXTFILE) if args.textfile_dir else args.output
     if path is None:
         sys.stdout.write(text)
         return EXIT_OK
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise UsageError(f"{os.path.dirname(os.path.abspath(path))}: no such directory")
-    metrics.write_textfile(path, text)
+    try:
+        metrics.write_textfile(path, text)
+    except metrics.MetricsError as exc:
+        raise UsageError(str(exc)) from None
     return EXIT_OK
