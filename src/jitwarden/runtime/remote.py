@@ -16,8 +16,9 @@ the first time a signature is made or checked.
 - Roles: ``JITWARDEN_REMOTE_ROLE=writer`` (builders: sign with ``JITWARDEN_SIGNING_KEY``
   and store) or ``reader`` (the default, serving nodes: never store). Give serving nodes a
   Redis user that can only read as well.
-- A server that is down, refuses or stalls costs one timeout (``JITWARDEN_REMOTE_TIMEOUT``,
-  default 0.5 s), then the remote cache is skipped for ``JITWARDEN_REMOTE_RETRY`` seconds
+- A server that is down, refuses, stalls, drips or answers outside the protocol costs one
+  timeout (``JITWARDEN_REMOTE_TIMEOUT``, default 0.5 s, the deadline of a whole request) and
+  never more memory than :data:`MAX_VALUE` (``formats/resp.py`` bounds every reply), then the remote cache is skipped for ``JITWARDEN_REMOTE_RETRY`` seconds
   (default 30): Triton compiles locally, nothing raises into it.
 
 Counters (hits, misses, rejects by reason, unavailable) are kept per process and written
@@ -36,12 +37,15 @@ import sys
 import threading
 import time
 
-from jitwarden.formats import resp
+from jitwarden.formats import jsonlimits, resp
 
 MAGIC = b"JWR1"
 NAMESPACE = "jitwarden:v1"
 SIG_LEN = 64
 MAX_HEADER = 1 << 20
+MAX_VALUE = 256 << 20
+"""The largest value the remote cache holds: a writer stores nothing larger, and a reply holding more
+bulk bytes is refused before it is read (``resp.Client(max_reply=...)``)."""
 _log = logging.getLogger("jitwarden")
 
 
@@ -87,7 +91,7 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
     sig = raw[8 + hlen:8 + hlen + SIG_LEN]
     data = raw[8 + hlen + SIG_LEN:]
     try:
-        head = json.loads(hb)
+        head = jsonlimits.loads(hb)
         k, s, n, kid = head["k"], head["s"], head["n"], head["i"]
         if not (isinstance(k, str) and isinstance(s, str) and isinstance(n, int) and isinstance(kid, str)):
             raise TypeError
@@ -122,7 +126,7 @@ def unpack_entry(data: bytes) -> dict:
     """{name: bytes}; ValueError when ``data`` is not a packed entry of plain file names."""
     try:
         (n,) = struct.unpack(">I", data[:4])
-        index = json.loads(data[4:4 + n])
+        index = jsonlimits.loads(data[4:4 + n])
         out, pos = {}, 4 + n
         for name, size in index:
             if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or size < 0:
@@ -160,7 +164,7 @@ class _State:
         self._signer = None
         try:
             self.addr = resp.parse_url(self.url)
-            self.client = resp.Client(self.addr, min(self.timeout, 0.25), self.timeout)
+            self.client = resp.Client(self.addr, min(self.timeout, 0.25), self.timeout, max_reply=MAX_VALUE)
         except ValueError as exc:
             self.error = f"JITWARDEN_REMOTE: {exc}"
 
@@ -398,13 +402,17 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         children = None
         if filename.startswith("__grp__"):
             try:
-                names = json.loads(data).get("child_paths")
+                names = jsonlimits.loads(data).get("child_paths")
                 names = list(names) if isinstance(names, (list, dict)) else []
             except (ValueError, AttributeError):
                 names = []
             children = {n: self._put[n] for n in names if n in self._put}
         rkey = self._rkey(filename)
         value = seal_value(rkey, data, st.signer(), children)
+        if len(value) > MAX_VALUE:
+            st.count("put-too-large")
+            _say(f"remote cache: {filename} not stored ({len(value)} bytes, more than the {MAX_VALUE} a value may hold)")
+            return
         self._put[filename] = hashlib.sha256(data).hexdigest()
         if st.call("SET", rkey, value) is not None:
             st.count("put")
