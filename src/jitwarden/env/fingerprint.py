@@ -18,7 +18,9 @@ import sys
 from dataclasses import dataclass, field
 
 from jitwarden.env import nvml, ptxas, torchinfo
-from jitwarden.store.fsutil import memo_dir, write_json_atomic  # noqa: F401 - memo_dir re-exported for callers
+from jitwarden.formats import jsonlimits
+from jitwarden.store.fsutil import memo_dir  # noqa: F401 - re-exported for callers
+from jitwarden.store.fsutil import ensure_dir, read_bytes, read_private, write_json_atomic
 from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
 
@@ -70,6 +72,8 @@ PACKAGES = (
 )
 
 _MEMO_CAP = 64
+MEMO_MAX_BYTES = 4 << 20
+"""The fingerprint memo is read only up to this size (a few sections of at most :data:`_MEMO_CAP` short entries)."""
 
 
 # --- the record ----------------------------------------------------------------------
@@ -379,9 +383,13 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
 
 
 def _load_memo(path: str) -> dict:
+    """The memo's sections, or {} when it is absent, not ours alone, not a regular file, too big or not JSON.
+
+    Read like the activation memo (``store.fsutil.read_private``): a FIFO in its place cannot
+    block activation, and a memo another user could write does not decide package identity.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = jsonlimits.loads(read_private(path, max_bytes=MEMO_MAX_BYTES), max_bytes=MEMO_MAX_BYTES)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -397,8 +405,8 @@ def _save_memo(path: str, memo: dict) -> None:
             items = list(v.items())[-_MEMO_CAP:]
             data[k] = dict(items)
     try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        write_json_atomic(path, data, ".fingerprint-memo.")
+        ensure_dir(os.path.dirname(path) or ".", 0o700)
+        write_json_atomic(path, data, ".fingerprint-memo.", mode=0o600)
     except (OSError, TypeError, ValueError):
         pass
 
@@ -433,6 +441,10 @@ def _find_dists(prefixes: set[str]) -> dict[str, tuple[str, str]]:
     return found
 
 
+_RECORD_MAX = 64 << 20
+"""A distribution's RECORD larger than this is not read (torch's, the largest seen, is a few MB)."""
+
+
 def _record_identity(dist_info: str, memo: dict) -> str | None:
     path = os.path.join(dist_info, "RECORD")
     try:
@@ -442,13 +454,11 @@ def _record_identity(dist_info: str, memo: dict) -> str | None:
     key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
     if isinstance(memo.get(key), str):
         return memo[key]
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            h.update(f.read())
+        digest = hashlib.sha256(read_bytes(path, max_bytes=_RECORD_MAX)).hexdigest()
     except OSError:
         return None
-    memo[key] = h.hexdigest()
+    memo[key] = digest
     return memo[key]
 
 
@@ -506,14 +516,12 @@ def _gpu_key(proc_root: str, cvd: str | None) -> str | None:
     base = os.path.join(proc_root, "driver", "nvidia")
     h = hashlib.sha256()
     try:
-        with open(os.path.join(base, "version"), "rb") as f:
-            h.update(f.read())
+        h.update(read_bytes(os.path.join(base, "version"), max_bytes=nvml.PROC_MAX))
         gpus = os.path.join(base, "gpus")
         for bus in sorted(os.listdir(gpus)):
             h.update(b"\0" + bus.encode())
             try:
-                with open(os.path.join(gpus, bus, "information"), "rb") as f:
-                    h.update(f.read())
+                h.update(read_bytes(os.path.join(gpus, bus, "information"), max_bytes=nvml.PROC_MAX))
             except OSError:
                 pass
     except OSError:

@@ -36,11 +36,11 @@ Files modified within :data:`RACY_NS` of the snapshot are not trusted by stat (t
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from jitwarden.store.fsutil import memo_dir
+from jitwarden.formats import jsonlimits
+from jitwarden.store.fsutil import NotPrivate, ensure_dir, memo_dir, read_head, read_private, why_not_private
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"
@@ -131,8 +131,7 @@ def _names(path: str, wanted) -> list | None:
 
 def _read(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
-            return f.read(1 << 16).decode("latin-1")
+        return read_head(path, 1 << 16).decode("latin-1")
     except (OSError, ValueError):
         return None
 
@@ -173,55 +172,27 @@ def _own_files() -> list:
 # --- warm path -----------------------------------------------------------------------
 
 
-def _untrusted(st, uid: int, gid: int) -> str | None:
-    """Why a memo file or directory with stat ``st`` may hold someone else's words, else None.
-
-    Ours (root's too: a memo decides where kernels come from), and writable by nobody else:
-    not world-writable, and group-writable only for our own group (a umask-002 home).
-    """
-    if st.st_uid != uid:
-        return f"owned by uid {st.st_uid}"
-    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != gid):
-        return f"writable by others (mode {st.st_mode & 0o7777:o})"
-    return None
-
-
 def _load(path: str, why: list | None = None) -> dict | None:
     """The memo document at ``path`` when it is ours alone and well formed, else None (``why`` says why).
 
-    Never blocks (a FIFO is refused, not opened for reading), reads at most :data:`MAX_BYTES`,
-    and refuses a memo, or a memo dir, that another user could have written.
+    Read by ``store.fsutil.read_private``: never blocks (a FIFO is refused, not opened for
+    reading), at most :data:`MAX_BYTES`, and a memo or memo dir another user could have
+    written is refused.
     """
-    from jitwarden.store.fsutil import open_regular, read_fd
-
     why = [] if why is None else why
-    uid, gid = os.getuid(), os.getgid()
     try:
-        bad = _untrusted(os.stat(os.path.dirname(path) or "."), uid, gid)
-        if bad:
-            why.append(f"memo dir {bad}")
-            return None
-        fd, st = open_regular(path)
+        raw = read_private(path, max_bytes=MAX_BYTES)
     except FileNotFoundError:
+        return None
+    except NotPrivate as exc:
+        why.append(f"memo {'dir ' if exc.filename != path else ''}{exc.strerror.removeprefix('directory ')}")
         return None
     except OSError as exc:
         why.append(f"memo {exc.strerror or exc}")
         return None
     try:
-        bad = _untrusted(st, uid, gid)
-        raw = None if bad else read_fd(fd, MAX_BYTES, st.st_size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if bad:
-        why.append(f"memo {bad}")
-        return None
-    if len(raw) > MAX_BYTES:
-        return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
+        doc = jsonlimits.loads(raw, max_bytes=MAX_BYTES)
+    except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("kind") != KIND:
         return None
@@ -374,8 +345,8 @@ def _store(path: str, entry: dict) -> None:
            and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        if _untrusted(os.stat(os.path.dirname(path) or "."), os.getuid(), os.getgid()):
+        ensure_dir(os.path.dirname(path) or ".", 0o700)
+        if why_not_private(os.stat(os.path.dirname(path) or ".")):
             last = "not stored: the memo dir is writable by others"
             return
         from jitwarden.store.fsutil import write_json_atomic
