@@ -36,10 +36,10 @@ import sys
 from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.env.locations import PARTITION_VARS, default_base
-from jitwarden.model.flags import parse_flag
+from jitwarden.model import settings
+from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION, SWEEP
 
-MANAGER = "jitwarden.guard:GuardedCacheManager"
-_REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"  # remote_wiring.REMOTE_MANAGER
+MANAGER = GUARD_MANAGER
 _SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
@@ -273,23 +273,9 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     turned off (for a test, a benchmark, a workaround) is never forgotten.
     """
     env = os.environ if env is None else env
-    out = []
-    if parse_flag(env.get("JITWARDEN_DISABLE")) is True:
-        out.append((f"JITWARDEN_DISABLE={env['JITWARDEN_DISABLE']}",
-                    "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
-                    "unset JITWARDEN_DISABLE"))
-    if parse_flag(env.get("JITWARDEN_PARTITION")) is False:
-        out.append((f"JITWARDEN_PARTITION={env['JITWARDEN_PARTITION']}",
-                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
-                    "driver or GPU built into the shared root",
-                    "unset JITWARDEN_PARTITION"))
-    if parse_flag(env.get("JITWARDEN_SWEEP")) is False:
-        out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
-                    "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
-                    "Triton guard never sees",
-                    "unset JITWARDEN_SWEEP"))
+    out = settings.weakened(env)  # each JITWARDEN_* switch turned to its weak side, worded by its row
     manager = env.get("TRITON_CACHE_MANAGER")
-    if manager and manager != MANAGER:
+    if manager and not settings.is_guarded(manager):
         out.append((f"TRITON_CACHE_MANAGER={manager}",
                     "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
                     "unset TRITON_CACHE_MANAGER"))
@@ -303,7 +289,7 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
     under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in one of
     ``partitions`` are sealed under its digest, others under none (as the guard does).
     """
-    if parse_flag(env.get("JITWARDEN_SWEEP")) is False or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
+    if not SWEEP.on(env) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
         from jitwarden.runtime import prover, sweep
@@ -339,8 +325,8 @@ def _fingerprint(env):
 
 
 def _activate(env, roots, quiet, knobs) -> Activation:
-    if parse_flag(env.get("JITWARDEN_DISABLE")) is True:
-        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": "JITWARDEN_DISABLE is set"})
+    if DISABLE.on(env):
+        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": f"{DISABLE.name} is set"})
     fp = _fingerprint(env)
     digest = fp.digest
     warnings: list[str] = []
@@ -350,7 +336,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     unpartitioned_triton = None
 
     in_use: dict = {}
-    no_partition = parse_flag(env.get("JITWARDEN_PARTITION")) is False
+    no_partition = not PARTITION.on(env)
     for kind, var in PARTITION_VARS:
         if kind not in roots:
             continue
@@ -360,7 +346,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             skipped[var] = f"{needs} is not installed"
             continue
         if no_partition:
-            skipped[var] = "JITWARDEN_PARTITION=0"
+            skipped[var] = f"{PARTITION.name}=0"
             in_use[var] = cur or default_base(kind, env)
             if kind == "triton":
                 unpartitioned_triton = in_use[var]
@@ -382,7 +368,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
         cls = vars(knobs)["manager_class"]
         manager = f"{cls.__module__}:{cls.__qualname__}"
-    if manager and manager not in (MANAGER, _REMOTE_MANAGER):
+    if manager and manager not in (MANAGER, settings.REMOTE_MANAGER):
         warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
                         "sealed or verified (unset it to let jitwarden guard them)")
         skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"

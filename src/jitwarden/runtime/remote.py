@@ -38,6 +38,7 @@ import threading
 import time
 
 from jitwarden.formats import jsonlimits, resp
+from jitwarden.model.settings import REMOTE, REMOTE_RETRY, REMOTE_ROLE, REMOTE_TIMEOUT, TRUSTED_KEYS
 
 MAGIC = b"JWR1"
 NAMESPACE = "jitwarden:v1"
@@ -148,10 +149,10 @@ class _State:
 
     def __init__(self, env):
         self.pid = os.getpid()
-        self.url = env.get("JITWARDEN_REMOTE") or ""
-        self.role = (env.get("JITWARDEN_REMOTE_ROLE") or "reader").strip().lower()
-        self.timeout = _float(env.get("JITWARDEN_REMOTE_TIMEOUT"), 0.5)
-        self.retry = _float(env.get("JITWARDEN_REMOTE_RETRY"), 30.0)
+        self.url = REMOTE.raw(env) or ""
+        self.role = REMOTE_ROLE.text(env).lower()
+        self.timeout = REMOTE_TIMEOUT.number(env)
+        self.retry = REMOTE_RETRY.number(env)
         self.env = env
         self.lock = threading.Lock()
         self.down_until = 0.0
@@ -166,7 +167,7 @@ class _State:
             self.addr = resp.parse_url(self.url)
             self.client = resp.Client(self.addr, min(self.timeout, 0.25), self.timeout, max_reply=MAX_VALUE)
         except ValueError as exc:
-            self.error = f"JITWARDEN_REMOTE: {exc}"
+            self.error = f"{REMOTE.name}: {exc}"
 
     @property
     def writer(self) -> bool:
@@ -255,14 +256,6 @@ def reset() -> None:
     _SAID.clear()
 
 
-def _float(raw, default: float) -> float:
-    try:
-        v = float(raw) if raw else default
-        return v if v >= 0 else default
-    except ValueError:
-        return default
-
-
 def _say(msg: str) -> None:
     if msg not in _SAID:
         _SAID.add(msg)
@@ -343,7 +336,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
             return {}
         if not trusted.keys:
             st.down_until = float("inf")
-            _say("remote cache off: no trusted public keys (set JITWARDEN_TRUSTED_KEYS), so no value could be checked")
+            _say(f"remote cache off: no trusted public keys (set {TRUSTED_KEYS.name}), so no value could be checked")
             return {}
         out = {}
         for name, rkey, raw in zip(filenames, rkeys, raws):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from jitwarden.env import ptxas as _ptxas
 from jitwarden.adapters.triton import metadata_arch
 from jitwarden.store.fsutil import read_json
+from jitwarden.model.settings import PARTITION
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
@@ -168,7 +169,7 @@ def shared_root(fp, root: str, archs: tuple[int, ...] | None = None) -> list[str
     if not why:
         return []
     return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "
-            "can load another toolchain's kernel; unset JITWARDEN_PARTITION=0 (partitions keep them apart) "
+            f"can load another toolchain's kernel; unset {PARTITION.name}=0 (partitions keep them apart) "
             "or run `jitwarden verify` on it"]
 
 

@@ -320,9 +320,11 @@ def package_dir(name: str) -> str | None:
 
 def memo_dir(env=None) -> str:
     """Where jitwarden keeps memos and private roots: ``$JITWARDEN_HOME``, else ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
+    from jitwarden.model.settings import HOME
+
     env = os.environ if env is None else env
-    if env.get("JITWARDEN_HOME"):
-        return env["JITWARDEN_HOME"]
+    if HOME.raw(env):
+        return HOME.raw(env)
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jitwarden")
 

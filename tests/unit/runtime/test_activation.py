@@ -379,3 +379,31 @@ def test_activation_record_is_immutable_and_serialisable():
     assert rec.to_json() == {"schema": 1, "digest": "0123456789abcdef", "partitions": {"TRITON_CACHE_DIR": "/x"},
                              "cache_manager": MANAGER, "warnings": ["w"], "skipped": {}, "headline": "h"}
     assert "digest='0123456789abcdef'" in repr(rec)
+
+
+def test_the_remote_manager_is_not_reported_as_reduced_protection():
+    """``RemoteGuardedCacheManager`` is the guard plus a remote cache: doctor must not call it unguarded."""
+    from jitwarden.model import settings
+    from jitwarden.runtime.activation import reduced_protection
+
+    assert reduced_protection({"TRITON_CACHE_MANAGER": settings.REMOTE_MANAGER}) == []
+    assert reduced_protection({"TRITON_CACHE_MANAGER": "my.module:Manager"})[0][0] == \
+        "TRITON_CACHE_MANAGER=my.module:Manager"
+
+
+def test_vllm_plugin_says_guard_on_under_the_remote_manager(tmp_path):
+    """With ``JITWARDEN_REMOTE`` the guard's subclass is installed; the plugin's line must say the guard is on."""
+    import subprocess
+    import sys
+
+    from tests.helpers.guarded import clean_env
+
+    env = clean_env(tmp_path, JITWARDEN_HOME=str(tmp_path / "jw"), JITWARDEN_REMOTE="redis://127.0.0.1:1/0",
+                    JITWARDEN_SWEEP="0", JITWARDEN_TORCH_HOOKS="0")
+    code = ("import logging, os; logging.basicConfig(level=logging.INFO)\n"
+            "from jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n"
+            "print(os.environ['TRITON_CACHE_MANAGER'])")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
+    assert "guard: on" in proc.stderr and "guard: off" not in proc.stderr, proc.stderr[-2000:]
