@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from jitwarden.env import nvml, ptxas, torchinfo
 from jitwarden.formats import jsonlimits
+from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
 from jitwarden.store.fsutil import memo_dir  # noqa: F401 - re-exported for callers
 from jitwarden.store.fsutil import ensure_dir, read_bytes, read_private, write_json_atomic
 from jitwarden.env.nvml import Gpu
@@ -238,26 +239,11 @@ class Fingerprint:
                 if info is not None and ptxas.can_target(info, arch) is False:
                     out.append(f"the resolved ptxas[{role}] ({info.path}, release {info.release}) "
                                f"cannot target sm_{arch}")
-            if torch and torch.arch_list is not None and torch.cuda and not _torch_runs_on(torch.arch_list, arch):
-                out.append(f"torch {torch.version} was not compiled for sm_{arch} "
-                           f"(arch list: {' '.join(torch.arch_list) or 'empty'}): its own kernels "
-                           "go through driver PTX JIT or fail")
+            if torch and torch.arch_list is not None and torch.cuda:
+                w = torch_arch_warning(torch.version, torch.arch_list, arch)  # the one rule (model.arch)
+                if w:
+                    out.append(w)
         return out
-
-
-def _torch_runs_on(arch_list: tuple[str, ...], arch: int) -> bool:
-    """True when an sm_ cubin of the same major and not newer minor, or any PTX not newer, exists."""
-    for a in arch_list:
-        kind, _, num = a.partition("_")
-        try:
-            n = int(num)
-        except ValueError:
-            continue
-        if kind == "sm" and n // 10 == arch // 10 and n <= arch:
-            return True
-        if kind == "compute" and n <= arch:
-            return True
-    return False
 
 
 def _gpu_json(g: Gpu) -> dict:
@@ -354,7 +340,7 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
         if x.arch_list != y.arch_list:
             why = "the GPU archs torch's own kernels were compiled for changed"
             for arch in b.device_archs():
-                if y.arch_list is not None and not _torch_runs_on(y.arch_list, arch):
+                if y.arch_list is not None and not torch_compiled_for(y.arch_list, arch):
                     why += f"; the new list lacks the GPU's sm_{arch}, so torch's kernels go through driver PTX JIT or fail"
             out.append(Change(f"package:{name}.arch_list", _s(x.arch_list and " ".join(x.arch_list)),
                               _s(y.arch_list and " ".join(y.arch_list)), why))

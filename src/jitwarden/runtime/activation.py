@@ -318,7 +318,7 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
 
 
 def _fingerprint(env):
-    """The fingerprint facts activation needs: memoised when nothing they came from changed."""
+    """The :class:`~jitwarden.runtime.memo.ActivationFacts` of ``env``: memoised when nothing they came from changed."""
     from jitwarden.runtime import memo as activation_memo
 
     return activation_memo.lookup(env) or activation_memo.compute(env)
@@ -342,7 +342,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             continue
         cur = _current(kind, var, env, knobs)
         needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch"}.get(kind)
-        if needs and fp.package(needs) is None:
+        if needs and fp.version(needs) is None:
             skipped[var] = f"{needs} is not installed"
             continue
         if no_partition:
@@ -352,7 +352,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
                 unpartitioned_triton = in_use[var]
             continue
         base = partition.base_of(cur) if cur else default_base(kind, env)
-        path, warning = _partition(kind, base, env, digest, fp.headline())
+        path, warning = _partition(kind, base, env, digest, fp.headline)
         if warning:
             warnings.append(warning)
         if path is None:
@@ -383,7 +383,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     if unpartitioned_triton:  # before the sweep hides unsealed entries for their proofs
         from jitwarden.runtime import startup_checks
 
-        warnings += startup_checks.shared_root(fp, unpartitioned_triton)
+        warnings += startup_checks.shared_root(unpartitioned_triton, fp.archs, fp.version("triton"))
     warnings += _sweep(in_use, partitions, digest, env, quiet)
     if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
         from jitwarden.runtime.torchhooks import install
@@ -397,4 +397,4 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
     for w in warnings:
         _say(w, quiet)
-    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline())
+    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline)

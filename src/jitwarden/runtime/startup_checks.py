@@ -13,15 +13,11 @@ from dataclasses import dataclass
 from jitwarden.env import ptxas as _ptxas
 from jitwarden.adapters.triton import metadata_arch
 from jitwarden.store.fsutil import read_json
+from jitwarden.model.arch import torch_arch_warning
 from jitwarden.model.settings import PARTITION
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
-
-
-def _compiled_for(arch_list, arch: int) -> bool:
-    """``sm_<arch>`` (or its ``a``/``f`` variant) is in torch's list: torch ships real cubins for it."""
-    return any(a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch) for a in arch_list)
 
 
 def archs_of(fp, target: int | None = None) -> tuple[int, ...]:
@@ -40,14 +36,8 @@ def torch_arch(fp, archs: tuple[int, ...] | None = None) -> list[str]:
     torch = fp.package("torch")
     if torch is None or torch.arch_list is None or not torch.cuda:
         return []
-    out = []
-    for arch in fp.device_archs() if archs is None else archs:
-        if not _compiled_for(torch.arch_list, arch):
-            shown = " ".join(torch.arch_list) or "empty"
-            out.append(f"sm_{arch} is not in torch {torch.version}'s compiled arch list ({shown}): torch's own "
-                       f"kernels run through driver PTX JIT or fail; install a torch build for sm_{arch} "
-                       f"(or build it with TORCH_CUDA_ARCH_LIST including {arch // 10}.{arch % 10})")
-    return out
+    found = (torch_arch_warning(torch.version, torch.arch_list, a) for a in (fp.device_archs() if archs is None else archs))
+    return [w for w in found if w]
 
 
 def torch_arch_not_run(fp, archs: tuple[int, ...]) -> str | None:
@@ -162,10 +152,10 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     return out
 
 
-def shared_root(fp, root: str, archs: tuple[int, ...] | None = None) -> list[str]:
-    """An unpartitioned root read by this process holds entries of another fingerprint (GPU ``archs``, else the visible ones)."""
-    tp = fp.package("triton")
-    why = foreign_entries(sample_metadata(root), fp.device_archs() if archs is None else archs, tp.version if tp else None)
+def shared_root(root: str, archs: tuple[int, ...], triton_version: str | None) -> list[str]:
+    """An unpartitioned root read by this process holds entries of another fingerprint: built for other
+    GPU ``archs`` or by another Triton than ``triton_version``. Plain values, whichever record they came from."""
+    why = foreign_entries(sample_metadata(root), archs, triton_version)
     if not why:
         return []
     return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "

@@ -182,6 +182,30 @@ def test_warns_when_torch_lacks_the_device_arch():
     assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121"], cuda=None)) == []  # a CPU torch: nothing to say
 
 
+def test_one_arch_rule_for_the_fingerprint_and_the_start_up_check():
+    """The seed report's case, sm_121 under a torch list ending in sm_120: both say so, in one sentence."""
+    fp = _fp((12, 1), ["sm_80", "sm_90", "sm_100", "sm_120"])
+    (w,) = startup_checks.torch_arch(fp)
+    assert w in fp.warnings()
+    neighbour = _fp((8, 6), ["sm_80", "sm_90"])  # no sm_86 cubins: the same answer from both
+    assert startup_checks.torch_arch(neighbour) == [x for x in neighbour.warnings() if x.startswith("sm_86 is not")]
+    assert startup_checks.torch_arch(neighbour)
+
+
+def test_activation_facts_are_one_record_on_the_cold_and_the_warm_path(tmp_path):
+    from jitwarden.runtime import memo
+
+    env = clean_env(tmp_path, JITWARDEN_HOME=str(tmp_path / "jw"))
+    cold = memo.compute(env)
+    warm = memo.lookup(env)
+    assert memo.last == "hit", memo.last
+    assert type(cold) is type(warm) is memo.ActivationFacts and cold == warm
+    assert isinstance(warm.warnings, tuple) and isinstance(warm.headline, str) and warm.headline.endswith(warm.digest)
+    assert warm.version("definitely-not-installed") is None
+    with pytest.raises(AttributeError):
+        warm.digest = "0" * 16
+
+
 def test_warns_when_ptxas_cannot_target_the_device():
     ws = startup_checks.ptxas_target(_fp((12, 1), release="12.8"))
     assert len(ws) == 1 and "cannot target sm_121" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
@@ -192,7 +216,7 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
     root = str(tmp_path / "shared")
     kernels.build_cache(root, kernels.jobs_for(archs=(80,), variants=kernels.VARIANTS[:2]))
     fp = _fp((9, 0))
-    ws = startup_checks.shared_root(fp, root)
+    ws = startup_checks.shared_root(root, fp.device_archs(), None)  # _fp has no Triton: arch alone
     assert len(ws) == 1 and "entries built for sm_80" in ws[0] and "JITWARDEN_PARTITION" in ws[0]
     # Proofs before the start (not in the background), so that the entries are in place to sample below.
     env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0", JITWARDEN_PROVE_WAIT="1")

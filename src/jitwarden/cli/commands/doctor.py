@@ -173,7 +173,8 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
             continue
         seen.add(c.root.path)
         try:
-            shared = sc.shared_root(fp, c.root.path, archs)
+            tp = fp.package("triton")
+            shared = sc.shared_root(c.root.path, archs, tp.version if tp else None)
         except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
             shared = []
         for w in shared:
