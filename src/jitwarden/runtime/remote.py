@@ -108,7 +108,7 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
         return data, head
     why = trusted.verify(kid, sig, MAGIC + hb)
     if why is not None:
-        raise Rejected("untrusted-key" if "not among" in why else "signature", why)
+        raise Rejected("signature" if kid in trusted.keys else "untrusted-key", why)  # decided by the key set, not the words
     return data, head
 
 

@@ -62,8 +62,22 @@ def _recipe(fp):
     return _ptxas.recipe_for(triton.version if triton else None)
 
 
-def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
-    """The ptxas Triton resolves for the device's arch (or ``archs``) cannot assemble for it.
+@dataclass(frozen=True, slots=True)
+class PtxasProblem:
+    """The ptxas Triton resolves for ``arch`` cannot assemble for it; ``variable`` is the one that picks it."""
+
+    arch: int
+    path: str
+    release: str | None
+    variable: str  # TRITON_PTXAS_PATH or TRITON_PTXAS_BLACKWELL_PATH, as the installed Triton reads them
+
+    def sentence(self) -> str:
+        return (f"ptxas {self.path} (release {self.release}) cannot target sm_{self.arch}: Triton compiles will "
+                f"fail; point {self.variable} at a ptxas from a CUDA release that supports sm_{self.arch}")
+
+
+def ptxas_problems(fp, archs: tuple[int, ...] | None = None) -> list[PtxasProblem]:
+    """The ptxas Triton resolves for the device's arch (or ``archs``) cannot assemble for it, as records.
 
     Evidence: the ptxas release (``ptxas --version``) against the first and last CUDA release
     that support the arch; unknown either way says nothing (see :func:`ptxas_not_run`).
@@ -73,10 +87,13 @@ def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
     for arch in fp.device_archs() if archs is None else archs:
         info = fp.ptxas_for(recipe.role(arch))
         if info is not None and _ptxas.can_target(info, arch) is False:
-            var = recipe.binary(arch)[1]
-            out.append(f"ptxas {info.path} (release {info.release}) cannot target sm_{arch}: Triton compiles will "
-                       f"fail; point {var} at a ptxas from a CUDA release that supports sm_{arch}")
+            out.append(PtxasProblem(arch, info.path, info.release, recipe.binary(arch)[1]))
     return out
+
+
+def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
+    """:func:`ptxas_problems` in words: one start-up warning each."""
+    return [p.sentence() for p in ptxas_problems(fp, archs)]
 
 
 def ptxas_not_run(fp, archs: tuple[int, ...]) -> str | None:

@@ -192,6 +192,23 @@ def test_one_arch_rule_for_the_fingerprint_and_the_start_up_check():
     assert startup_checks.torch_arch(neighbour)
 
 
+def test_doctor_takes_the_ptxas_variable_from_the_record_not_from_the_sentence():
+    """A ptxas whose path happens to contain the other variable's name: the fix still names the right one."""
+    from types import SimpleNamespace
+
+    from jitwarden.cli.commands import doctor
+
+    path = "/opt/TRITON_PTXAS_BLACKWELL_PATH/bin/ptxas"
+    info = ptxas.PtxasInfo(path, path, "Cuda compilation tools, release 11.0", "11.0", None, "0" * 64, 1)
+    fp = Fingerprint("nvml", (Gpu(0, "NVIDIA H200", (9, 0), None, None),), "580.1", "13.0", (("triton", info),), (),
+                     (), (), ())
+    report = SimpleNamespace(target=SimpleNamespace(arch=None, source="live"), caches=())
+    fixes = [fix for kind, _w, fix in doctor.startup_warnings(fp, report) if kind == "ptxas"]
+    assert fixes == ["export TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"]
+    (p,) = startup_checks.ptxas_problems(fp)
+    assert (p.arch, p.variable) == (90, "TRITON_PTXAS_PATH")
+
+
 def test_activation_facts_are_one_record_on_the_cold_and_the_warm_path(tmp_path):
     from jitwarden.runtime import memo
 
