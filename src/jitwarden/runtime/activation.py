@@ -30,6 +30,7 @@ not memoised: it runs live on both paths.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -106,17 +107,23 @@ def _current(kind: str, var: str, env, knobs) -> str | None:
     return env.get(var) or None
 
 
-def _usable_base(base: str) -> str | None:
-    """None when ``base`` is safe to hold partitions, else why not (creates it if missing)."""
+def _usable_base(base: str) -> tuple[str, bool] | None:
+    """None when ``base`` is safe to hold partitions, else (why not, unsafe) (creates it if missing).
+
+    ``unsafe``: others could write or own it (a sharing problem, fixed by owner and mode), as opposed
+    to a place we cannot create or write (fixed by pointing the cache elsewhere).
+    """
+    from jitwarden.store.fsutil import ensure_dir
+
     try:
-        os.makedirs(base, exist_ok=True)
+        ensure_dir(base)
         why = next(iter(locations.root_problems(base)), None)
     except OSError as exc:
-        return f"cannot create it: {exc.strerror}"
+        return f"cannot create it: {exc.strerror}", False
     if why:
-        return why
+        return why, True
     if not os.access(base, os.W_OK | os.X_OK):
-        return "not writable"
+        return "not writable", False
     return None
 
 
@@ -181,7 +188,7 @@ def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> 
     Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
     not a directory) never leaves the cache unpartitioned while any private place can hold one.
     """
-    first_why = None
+    first = None  # (why, unsafe) of the first place refused: the user's root
     tried = []
     for i, cand in enumerate((base, _private_base(kind, env), _runtime_base(kind, env), None)):
         if cand is None:
@@ -192,25 +199,29 @@ def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> 
             continue
         tried.append(cand)
         top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
-        why = _not_ours(top()) if top is not None else None
-        why = why or _usable_base(cand)
-        if why is None:
+        not_ours = _not_ours(top()) if top is not None else None
+        refusal = (not_ours, True) if not_ours else _usable_base(cand)
+        if refusal is None:
             path = partition.path_for(cand, digest)
             try:
                 partition.ensure(path, digest, headline, kind)
             except OSError as exc:
-                why = f"cannot use its partition: {exc.strerror or exc}"
+                from jitwarden.store.fsutil import UnsafeName
+
+                refusal = (f"cannot use its partition: {exc.strerror or exc}",
+                           isinstance(exc, UnsafeName) or exc.errno in (errno.ELOOP, errno.ENOTDIR))
             else:
                 if i == 0:
                     return path, None
                 from jitwarden.runtime import startup_checks  # only here: refusals are rare, and it imports ptxas
 
-                return path, startup_checks.unsafe_root(base, first_why, path)
-        if first_why is None:
-            first_why = why
+                return path, startup_checks.unsafe_root(base, first[0], path, first[1])
+        if first is None:
+            first = refusal
     from jitwarden.runtime import startup_checks
 
-    return None, startup_checks.unsafe_root(base, f"{first_why}; no private place for a partition either", None)
+    return None, startup_checks.unsafe_root(base, f"{first[0]}; no private place for a partition either", None,
+                                            first[1])
 
 
 def _say(msg: str, quiet: bool) -> None:

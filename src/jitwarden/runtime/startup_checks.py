@@ -180,6 +180,10 @@ def shared_root(root: str, archs: tuple[int, ...], triton_version: str | None) -
             "or run `jitwarden verify` on it"]
 
 
-def unsafe_root(root: str, why: str, instead: str | None) -> str:
+def unsafe_root(root: str, why: str, instead: str | None, unsafe: bool = True) -> str:
+    """The one warning for a refused cache root. ``unsafe``: others could write or own it (the fix is its
+    owner and mode); else it cannot be created or written here (the fix is another place)."""
     where = f"using the private partition {instead} instead" if instead else "not partitioning it"
-    return f"refusing cache root {root} ({why}); {where}; fix its owner/mode (chmod o-w) to share it safely"
+    fix = ("fix its owner/mode (chmod o-w) to share it safely" if unsafe
+           else "point the cache at a directory you can write, or make this one writable")
+    return f"refusing cache root {root} ({why}); {where}; {fix}"
