@@ -158,25 +158,26 @@ def _not_ours(top: str) -> str | None:
     """
     import stat
 
+    from jitwarden.store.fsutil import ensure_dir, why_not_private
+
     try:
-        os.makedirs(top, mode=0o700, exist_ok=True)
+        ensure_dir(top, 0o700)
         st = os.stat(top)
     except OSError as exc:
         return f"{top}: {exc.strerror or exc}"
-    others_write = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getgid())
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or others_write:
+    if not stat.S_ISDIR(st.st_mode) or why_not_private(st):  # the memo's rule: ours, nobody else may write
         return f"{top} is not a private directory of yours (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})"
     return None
 
 
 def _fresh_base(kind: str, env) -> str | None:
     """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
-    import tempfile
+    from jitwarden.store.fsutil import private_tempdir
 
     for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
         if tmp and os.path.isdir(tmp):
             try:
-                return tempfile.mkdtemp(prefix=f"jitwarden-{kind}-", dir=tmp)
+                return private_tempdir(f"jitwarden-{kind}-", tmp)
             except OSError:
                 continue
     return None

@@ -219,10 +219,10 @@ class _State:
         if not self.counters:
             return
         try:
-            from jitwarden.store.fsutil import memo_dir, write_json_atomic
+            from jitwarden.store.fsutil import ensure_dir, memo_dir, write_json_atomic
 
             d = os.path.join(memo_dir(self.env), "stats")
-            os.makedirs(d, exist_ok=True)
+            ensure_dir(d)
             write_json_atomic(os.path.join(d, f"remote-{self.pid}.json"),
                               {"schema": 1, "pid": self.pid, "url": self.addr.display() if self.addr else None,
                                "role": self.role, "counters": self.counters, "written": time.time()},

@@ -378,3 +378,11 @@ def read_private(path: str, *, max_bytes: int) -> bytes:
 def ensure_dir(path: str, mode: int = 0o777) -> None:
     """Make the directory ``path`` and its parents when missing (``mode`` less the umask for new ones)."""
     os.makedirs(path, mode=mode, exist_ok=True)
+
+
+def private_tempdir(prefix: str, where: str) -> str:
+    """A new directory of mode 0700 in ``where`` with a unique name starting with ``prefix`` (O_EXCL-like: never
+    an existing one), for a place nobody else can have prepared."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix, dir=where)
