@@ -48,7 +48,7 @@ def torch_compiled_for(arch_list, arch: int) -> bool:
 
 
 def torch_arch_warning(version: str, arch_list, arch: int) -> str | None:
-    """The start-up warning when torch ``version`` with ``arch_list`` has no cubins for ``sm_<arch>``, else None (pure)."""
+    """The start-up warning when torch ``version`` with ``arch_list`` has no cubins for ``sm_<arch>``, else None."""
     if torch_compiled_for(arch_list, arch):
         return None
     shown = " ".join(arch_list) or "empty"

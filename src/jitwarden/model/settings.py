@@ -114,7 +114,8 @@ PROVE = Setting("JITWARDEN_PROVE", "flag", True, "prove an unsealed kernel by a 
                 "and served without being rebuilt and compared", False)
 PROVE_WAIT = Setting("JITWARDEN_PROVE_WAIT", "flag", False, "prove unsealed kernels before the workload starts, "
                      "instead of in a background process beside it")
-TORCH_HOOKS = Setting("JITWARDEN_TORCH_HOOKS", "flag", True, "check FX-graph and autotune pickles when torch loads them",
+TORCH_HOOKS = Setting("JITWARDEN_TORCH_HOOKS", "flag", True,
+                      "check FX-graph and autotune pickles when torch loads them",
                       "kernels torch restores from its own pickles (FX-graph bundles, autotune records) are loaded "
                       "without jitwarden's checks", False)
 GUARD_HASH_ALL = Setting("JITWARDEN_GUARD_HASH_ALL", "flag", False, "the guard hashes every file of an entry on each "

@@ -18,8 +18,9 @@ the first time a signature is made or checked.
   Redis user that can only read as well.
 - A server that is down, refuses, stalls, drips or answers outside the protocol costs one
   timeout (``JITWARDEN_REMOTE_TIMEOUT``, default 0.5 s, the deadline of a whole request) and
-  never more memory than :data:`MAX_VALUE` (``formats/resp.py`` bounds every reply), then the remote cache is skipped for ``JITWARDEN_REMOTE_RETRY`` seconds
-  (default 30): Triton compiles locally, nothing raises into it.
+  never more memory than :data:`MAX_VALUE` (``formats/resp.py`` bounds every reply), then the
+  remote cache is skipped for ``JITWARDEN_REMOTE_RETRY`` seconds (default 30): Triton compiles
+  locally, nothing raises into it.
 
 Counters (hits, misses, rejects by reason, unavailable) are kept per process and written
 to ``<jitwarden home>/stats/remote-<pid>.json`` at most once a second and at exit, for
@@ -108,7 +109,7 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
         return data, head
     why = trusted.verify(kid, sig, MAGIC + hb)
     if why is not None:
-        raise Rejected("signature" if kid in trusted.keys else "untrusted-key", why)  # decided by the key set, not the words
+        raise Rejected("signature" if kid in trusted.keys else "untrusted-key", why)  # by the key set, not the words
     return data, head
 
 

@@ -36,7 +36,8 @@ def torch_arch(fp, archs: tuple[int, ...] | None = None) -> list[str]:
     torch = fp.package("torch")
     if torch is None or torch.arch_list is None or not torch.cuda:
         return []
-    found = (torch_arch_warning(torch.version, torch.arch_list, a) for a in (fp.device_archs() if archs is None else archs))
+    archs = fp.device_archs() if archs is None else archs
+    found = (torch_arch_warning(torch.version, torch.arch_list, a) for a in archs)
     return [w for w in found if w]
 
 
