@@ -190,3 +190,25 @@ def test_an_error_inside_an_array_keeps_the_stream_in_step():
     finally:
         cl.close()
         srv.close()
+
+
+def _late_extra(conn):
+    """A nil reply, then, once the client has it, a reply nobody asked for, then nil to every later request."""
+    conn.sendall(b"$-1\r\n")
+    time.sleep(0.05)
+    conn.sendall(b"$5\r\nwrong\r\n")
+    while conn.recv(1 << 16):
+        conn.sendall(b"$-1\r\n")
+
+
+def test_bytes_nobody_asked_for_are_never_read_as_the_next_reply():
+    srv = HostileServer(_late_extra)
+    cl = resp.Client(resp.parse_url(srv.url), 0.25, TIMEOUT)
+    try:
+        assert cl.execute("GET", "a") is None
+        time.sleep(0.2)  # the unsolicited reply is in the socket now
+        assert cl.execute("GET", "b") is None  # not b"wrong": the connection was dropped and opened again
+        assert srv.connections == 2
+    finally:
+        cl.close()
+        srv.close()
