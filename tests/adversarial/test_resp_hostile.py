@@ -212,3 +212,24 @@ def test_bytes_nobody_asked_for_are_never_read_as_the_next_reply():
     finally:
         cl.close()
         srv.close()
+
+
+def _slow_each(conn):
+    """Answers AUTH, then GET, each after 0.35 s: within any per-read timeout, over one 0.5 s deadline together."""
+    while True:  # the first request (AUTH) was read by the server already
+        time.sleep(0.35)
+        conn.sendall(b"+OK\r\n")
+        if not conn.recv(1 << 16):
+            return
+
+
+def test_logging_in_and_the_command_share_one_deadline():
+    srv = HostileServer(_slow_each)
+    cl = resp.Client(resp.parse_url(srv.url.replace("redis://", "redis://:pw@")), 0.25, TIMEOUT)
+    try:
+        with pytest.raises(OSError, match="no complete reply within 0.5 s"):
+            cl.execute("GET", "a")
+        assert cl._sock is None
+    finally:
+        cl.close()
+        srv.close()

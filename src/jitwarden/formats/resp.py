@@ -128,6 +128,9 @@ class Client:
             return self._roundtrip(encode(*args))
         except RespError:
             raise
+        except TimeoutError:  # the socket's own timeout is the remaining part of the same deadline
+            self.close()
+            raise OSError(f"{self.addr.display()}: no complete reply within {self.timeout:g} s") from None
         except (OSError, ValueError) as exc:
             self.close()
             raise OSError(f"{self.addr.display()}: {exc or type(exc).__name__}") from None
