@@ -106,6 +106,15 @@ def test_fifo_as_activation_memo_does_not_hang_any_activation(tmp_path, how):
         _assert_partitioned_and_guarded(out)
 
 
+def test_fifo_as_fingerprint_memo_does_not_hang_activation(tmp_path):
+    """A cold activation computes the fingerprint, which reads ``fingerprint-memo.json``: a FIFO there is skipped."""
+    home = tmp_path / "jwhome"
+    home.mkdir(mode=0o700)
+    env = clean_env(tmp_path, JITWARDEN_HOME=str(home))
+    os.mkfifo(home / "fingerprint-memo.json")
+    _assert_partitioned_and_guarded(_activate(env))
+
+
 # --- forged memo ------------------------------------------------------------------------
 
 
@@ -143,6 +152,22 @@ def test_a_memo_another_user_could_write_is_not_believed(tmp_path, how):
     _assert_partitioned_and_guarded(out)
     assert out["rec"]["digest"] == real["rec"]["digest"] != FORGED
     assert FORGED not in out["dir"] and "forged" not in (out["rec"]["headline"] or "")
+
+
+def test_a_fingerprint_memo_another_user_could_write_does_not_decide_the_digest(tmp_path):
+    """The fingerprint memo caches each package's RECORD hash: a foreign-owned copy with forged hashes is not read."""
+    env, memo, real = _memo_env(tmp_path)
+    fmemo = os.path.join(os.path.dirname(memo), "fingerprint-memo.json")
+    doc = json.load(open(fmemo))
+    assert doc["records"], doc  # what the forgery replaces: package identities
+    doc["records"] = {k: "0" * 64 for k in doc["records"]}
+    with open(fmemo, "w") as f:
+        json.dump(doc, f)
+    os.chown(fmemo, 12345, 12345)
+    os.unlink(memo)  # a cold start: the fingerprint is computed again
+    out = _activate(env)
+    _assert_partitioned_and_guarded(out)
+    assert out["rec"]["digest"] == real["rec"]["digest"]
 
 
 def test_a_memo_whose_headline_names_another_digest_is_recomputed(tmp_path):

@@ -51,6 +51,7 @@ from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
+from jitwarden.model.settings import LIBCUDA
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
 from jitwarden.store.fsutil import read_bytes, read_head
@@ -221,7 +222,7 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
     if _DRIVER:
         return _DRIVER[0]
     found: list[tuple[float, str]] = []
-    paths = ((env["JITWARDEN_LIBCUDA"],) if env.get("JITWARDEN_LIBCUDA") else ()) + LIBCUDA_PATHS
+    paths = ((LIBCUDA.raw(env),) if LIBCUDA.raw(env) else ()) + LIBCUDA_PATHS
     for p in paths:
         try:
             st = os.stat(p)
@@ -230,7 +231,7 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
         if st.st_mtime >= PLAUSIBLE:
             found.append((st.st_mtime, f"{os.path.realpath(p)} was built {time.strftime('%Y-%m-%d', time.gmtime(st.st_mtime))}"))
         break
-    if not env.get("JITWARDEN_LIBCUDA"):
+    if not LIBCUDA.raw(env):
         try:
             m = _MODULE_DATE.search(read_bytes(PROC_VERSION, max_bytes=1 << 16).decode("utf-8", "replace"))
             if m:
@@ -255,7 +256,7 @@ def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
     """
     if _STAMPS:
         return _STAMPS[0]
-    dirs = ([os.path.dirname(env["JITWARDEN_LIBCUDA"])] if env.get("JITWARDEN_LIBCUDA") else []) + \
+    dirs = ([os.path.dirname(LIBCUDA.raw(env))] if LIBCUDA.raw(env) else []) + \
         [os.path.dirname(p) for p in LIBCUDA_PATHS]
     stamp = None
     for d in dirs:

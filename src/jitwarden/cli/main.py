@@ -67,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0
     except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into exit 3
-        if os.environ.get("JITWARDEN_DEBUG"):
+        from jitwarden.model.settings import DEBUG
+
+        if DEBUG.on(os.environ):  # a flag like every switch: JITWARDEN_DEBUG=0 is off
             raise
-        print(f"jitwarden: internal error: {type(exc).__name__}: {exc} (set JITWARDEN_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(f"jitwarden: internal error: {type(exc).__name__}: {exc} (set {DEBUG.name}=1 for a traceback)", file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from jitwarden.model.text import age_arg
+from jitwarden.model.settings import ORPHAN_AGE
 
 FORMATS = ("table", "json")
 
@@ -35,7 +36,7 @@ def add_scan_arguments(p) -> None:
     p.add_argument("--target", metavar="ARCH", help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU")
     add_format_argument(p)
     p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
-                   help="tmp.pid_* leftovers older than AGE are orphans (default 1h, env JITWARDEN_ORPHAN_AGE)")
+                   help=f"tmp.pid_* leftovers older than AGE are orphans (default 1h, env {ORPHAN_AGE.name})")
     p.add_argument("--long", action="store_true", help="show full paths in tables")
     p.add_argument("--kind", action="append", metavar="KIND",
                    help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "

@@ -18,7 +18,10 @@ import sys
 from dataclasses import dataclass, field
 
 from jitwarden.env import nvml, ptxas, torchinfo
-from jitwarden.store.fsutil import memo_dir, write_json_atomic  # noqa: F401 - memo_dir re-exported for callers
+from jitwarden.formats import jsonlimits
+from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
+from jitwarden.store.fsutil import memo_dir  # noqa: F401 - re-exported for callers
+from jitwarden.store.fsutil import ensure_dir, read_bytes, read_private, write_json_atomic
 from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
 
@@ -70,6 +73,8 @@ PACKAGES = (
 )
 
 _MEMO_CAP = 64
+MEMO_MAX_BYTES = 4 << 20
+"""The fingerprint memo is read only up to this size (a few sections of at most :data:`_MEMO_CAP` short entries)."""
 
 
 # --- the record ----------------------------------------------------------------------
@@ -234,26 +239,11 @@ class Fingerprint:
                 if info is not None and ptxas.can_target(info, arch) is False:
                     out.append(f"the resolved ptxas[{role}] ({info.path}, release {info.release}) "
                                f"cannot target sm_{arch}")
-            if torch and torch.arch_list is not None and torch.cuda and not _torch_runs_on(torch.arch_list, arch):
-                out.append(f"torch {torch.version} was not compiled for sm_{arch} "
-                           f"(arch list: {' '.join(torch.arch_list) or 'empty'}): its own kernels "
-                           "go through driver PTX JIT or fail")
+            if torch and torch.arch_list is not None and torch.cuda:
+                w = torch_arch_warning(torch.version, torch.arch_list, arch)  # the one rule (model.arch)
+                if w:
+                    out.append(w)
         return out
-
-
-def _torch_runs_on(arch_list: tuple[str, ...], arch: int) -> bool:
-    """True when an sm_ cubin of the same major and not newer minor, or any PTX not newer, exists."""
-    for a in arch_list:
-        kind, _, num = a.partition("_")
-        try:
-            n = int(num)
-        except ValueError:
-            continue
-        if kind == "sm" and n // 10 == arch // 10 and n <= arch:
-            return True
-        if kind == "compute" and n <= arch:
-            return True
-    return False
 
 
 def _gpu_json(g: Gpu) -> dict:
@@ -350,7 +340,7 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
         if x.arch_list != y.arch_list:
             why = "the GPU archs torch's own kernels were compiled for changed"
             for arch in b.device_archs():
-                if y.arch_list is not None and not _torch_runs_on(y.arch_list, arch):
+                if y.arch_list is not None and not torch_compiled_for(y.arch_list, arch):
                     why += f"; the new list lacks the GPU's sm_{arch}, so torch's kernels go through driver PTX JIT or fail"
             out.append(Change(f"package:{name}.arch_list", _s(x.arch_list and " ".join(x.arch_list)),
                               _s(y.arch_list and " ".join(y.arch_list)), why))
@@ -379,9 +369,13 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
 
 
 def _load_memo(path: str) -> dict:
+    """The memo's sections, or {} when it is absent, not ours alone, not a regular file, too big or not JSON.
+
+    Read like the activation memo (``store.fsutil.read_private``): a FIFO in its place cannot
+    block activation, and a memo another user could write does not decide package identity.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = jsonlimits.loads(read_private(path, max_bytes=MEMO_MAX_BYTES), max_bytes=MEMO_MAX_BYTES)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -397,8 +391,8 @@ def _save_memo(path: str, memo: dict) -> None:
             items = list(v.items())[-_MEMO_CAP:]
             data[k] = dict(items)
     try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        write_json_atomic(path, data, ".fingerprint-memo.")
+        ensure_dir(os.path.dirname(path) or ".", 0o700)
+        write_json_atomic(path, data, ".fingerprint-memo.", mode=0o600)
     except (OSError, TypeError, ValueError):
         pass
 
@@ -433,6 +427,10 @@ def _find_dists(prefixes: set[str]) -> dict[str, tuple[str, str]]:
     return found
 
 
+_RECORD_MAX = 64 << 20
+"""A distribution's RECORD larger than this is not read (torch's, the largest seen, is a few MB)."""
+
+
 def _record_identity(dist_info: str, memo: dict) -> str | None:
     path = os.path.join(dist_info, "RECORD")
     try:
@@ -442,13 +440,11 @@ def _record_identity(dist_info: str, memo: dict) -> str | None:
     key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
     if isinstance(memo.get(key), str):
         return memo[key]
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            h.update(f.read())
+        digest = hashlib.sha256(read_bytes(path, max_bytes=_RECORD_MAX)).hexdigest()
     except OSError:
         return None
-    memo[key] = h.hexdigest()
+    memo[key] = digest
     return memo[key]
 
 
@@ -506,14 +502,12 @@ def _gpu_key(proc_root: str, cvd: str | None) -> str | None:
     base = os.path.join(proc_root, "driver", "nvidia")
     h = hashlib.sha256()
     try:
-        with open(os.path.join(base, "version"), "rb") as f:
-            h.update(f.read())
+        h.update(read_bytes(os.path.join(base, "version"), max_bytes=nvml.PROC_MAX))
         gpus = os.path.join(base, "gpus")
         for bus in sorted(os.listdir(gpus)):
             h.update(b"\0" + bus.encode())
             try:
-                with open(os.path.join(gpus, bus, "information"), "rb") as f:
-                    h.update(f.read())
+                h.update(read_bytes(os.path.join(gpus, bus, "information"), max_bytes=nvml.PROC_MAX))
             except OSError:
                 pass
     except OSError:

@@ -125,6 +125,17 @@ def parse_information(text: str) -> dict[str, str]:
     return out
 
 
+PROC_MAX = 1 << 16
+"""The driver's /proc files are a few hundred bytes; more is not read."""
+
+
+def _proc_text(path: str) -> str:
+    """A /proc/driver/nvidia text file through the bounded reader (OSError when it is not one we read)."""
+    from jitwarden.store.fsutil import read_bytes
+
+    return read_bytes(path, max_bytes=PROC_MAX).decode("utf-8", "replace")
+
+
 def read_proc(proc_root: str = "/proc") -> tuple[tuple[Gpu, ...], str | None] | None:
     """(gpus ordered by PCI bus, driver version), or None without ``driver/nvidia``."""
     base = os.path.join(proc_root, "driver", "nvidia")
@@ -132,8 +143,7 @@ def read_proc(proc_root: str = "/proc") -> tuple[tuple[Gpu, ...], str | None] | 
         return None
     driver = None
     try:
-        with open(os.path.join(base, "version"), encoding="utf-8", errors="replace") as f:
-            driver = parse_driver_version(f.read())
+        driver = parse_driver_version(_proc_text(os.path.join(base, "version")))
     except OSError:
         pass
     gpus_dir = os.path.join(base, "gpus")
@@ -144,8 +154,7 @@ def read_proc(proc_root: str = "/proc") -> tuple[tuple[Gpu, ...], str | None] | 
     found = []
     for bus in buses:
         try:
-            with open(os.path.join(gpus_dir, bus, "information"), encoding="utf-8", errors="replace") as f:
-                info = parse_information(f.read())
+            info = parse_information(_proc_text(os.path.join(gpus_dir, bus, "information")))
         except OSError:
             continue
         uuid = info.get("GPU UUID")

@@ -16,7 +16,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 
-from jitwarden.store.fsutil import package_dir
+from jitwarden.store.fsutil import open_regular, package_dir
 
 VERSION_TIMEOUT_S = 10.0
 
@@ -228,9 +228,12 @@ def _with_path(info: PtxasInfo, path: str) -> PtxasInfo:
 
 def _sha256_file(path: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+    fd, _st = open_regular(path)
+    try:
+        while chunk := os.read(fd, 1 << 20):
             h.update(chunk)
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 

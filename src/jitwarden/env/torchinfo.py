@@ -21,7 +21,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from jitwarden.store.fsutil import package_dir
+from jitwarden.store.fsutil import open_regular, package_dir, read_bytes
 
 MAX_RODATA = 256 << 20
 _FLAGS = re.compile(rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)")
@@ -86,8 +86,7 @@ def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | No
             version = None
     vp = {}
     try:
-        with open(os.path.join(d, "version.py"), encoding="utf-8", errors="replace") as f:
-            vp = parse_version_py(f.read())
+        vp = parse_version_py(read_bytes(os.path.join(d, "version.py"), max_bytes=1 << 20).decode("utf-8", "replace"))
     except OSError:
         pass
     version = version or vp.get("__version__") or "unknown"
@@ -151,7 +150,8 @@ def arch_flags(path: str) -> tuple[str, ...] | None:
     from jitwarden.formats.elf import file_sections  # only when the library is read (not memoized)
 
     try:
-        with open(path, "rb") as f:
+        fd, _st = open_regular(path)
+        with os.fdopen(fd, "rb") as f:
             sections = file_sections(f)
             if not sections or ".rodata" not in sections:
                 return None

@@ -35,3 +35,23 @@ def _known(arch: int, text) -> int:
         raise ValueError(f"unknown GPU architecture {text!r} (known: {known_list()})")
     return arch
 
+
+
+def torch_compiled_for(arch_list, arch: int) -> bool:
+    """Whether torch's compiled arch list holds ``sm_<arch>`` (or its ``a``/``f`` variant): real cubins for it.
+
+    The one rule behind every "does torch run on sm_X" answer (the fingerprint's warnings and diff,
+    activation's start-up check, doctor). A neighbour does not count: the seed report's sm_121 GPU
+    under a list ending in sm_120 ran torch's kernels through driver PTX JIT (ARCHITECTURE.md, model/).
+    """
+    return any(a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch) for a in arch_list)
+
+
+def torch_arch_warning(version: str, arch_list, arch: int) -> str | None:
+    """The start-up warning when torch ``version`` with ``arch_list`` has no cubins for ``sm_<arch>``, else None."""
+    if torch_compiled_for(arch_list, arch):
+        return None
+    shown = " ".join(arch_list) or "empty"
+    return (f"sm_{arch} is not in torch {version}'s compiled arch list ({shown}): torch's own "
+            f"kernels run through driver PTX JIT or fail; install a torch build for sm_{arch} "
+            f"(or build it with TORCH_CUDA_ARCH_LIST including {arch // 10}.{arch % 10})")

@@ -30,16 +30,17 @@ not memoised: it runs live on both paths.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
 from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.env.locations import PARTITION_VARS, default_base
-from jitwarden.model.flags import parse_flag
+from jitwarden.model import settings
+from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION, SWEEP
 
-MANAGER = "jitwarden.guard:GuardedCacheManager"
-_REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"  # remote_wiring.REMOTE_MANAGER
+MANAGER = GUARD_MANAGER
 _SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
@@ -106,17 +107,23 @@ def _current(kind: str, var: str, env, knobs) -> str | None:
     return env.get(var) or None
 
 
-def _usable_base(base: str) -> str | None:
-    """None when ``base`` is safe to hold partitions, else why not (creates it if missing)."""
+def _usable_base(base: str) -> tuple[str, bool] | None:
+    """None when ``base`` is safe to hold partitions, else (why not, unsafe) (creates it if missing).
+
+    ``unsafe``: others could write or own it (a sharing problem, fixed by owner and mode), as opposed
+    to a place we cannot create or write (fixed by pointing the cache elsewhere).
+    """
+    from jitwarden.store.fsutil import ensure_dir
+
     try:
-        os.makedirs(base, exist_ok=True)
+        ensure_dir(base)
         why = next(iter(locations.root_problems(base)), None)
     except OSError as exc:
-        return f"cannot create it: {exc.strerror}"
+        return f"cannot create it: {exc.strerror}", False
     if why:
-        return why
+        return why, True
     if not os.access(base, os.W_OK | os.X_OK):
-        return "not writable"
+        return "not writable", False
     return None
 
 
@@ -151,25 +158,26 @@ def _not_ours(top: str) -> str | None:
     """
     import stat
 
+    from jitwarden.store.fsutil import ensure_dir, why_not_private
+
     try:
-        os.makedirs(top, mode=0o700, exist_ok=True)
+        ensure_dir(top, 0o700)
         st = os.stat(top)
     except OSError as exc:
         return f"{top}: {exc.strerror or exc}"
-    others_write = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getgid())
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or others_write:
+    if not stat.S_ISDIR(st.st_mode) or why_not_private(st):  # the memo's rule: ours, nobody else may write
         return f"{top} is not a private directory of yours (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})"
     return None
 
 
 def _fresh_base(kind: str, env) -> str | None:
     """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
-    import tempfile
+    from jitwarden.store.fsutil import private_tempdir
 
     for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
         if tmp and os.path.isdir(tmp):
             try:
-                return tempfile.mkdtemp(prefix=f"jitwarden-{kind}-", dir=tmp)
+                return private_tempdir(f"jitwarden-{kind}-", tmp)
             except OSError:
                 continue
     return None
@@ -181,7 +189,7 @@ def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> 
     Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
     not a directory) never leaves the cache unpartitioned while any private place can hold one.
     """
-    first_why = None
+    first = None  # (why, unsafe) of the first place refused: the user's root
     tried = []
     for i, cand in enumerate((base, _private_base(kind, env), _runtime_base(kind, env), None)):
         if cand is None:
@@ -192,25 +200,29 @@ def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> 
             continue
         tried.append(cand)
         top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
-        why = _not_ours(top()) if top is not None else None
-        why = why or _usable_base(cand)
-        if why is None:
+        not_ours = _not_ours(top()) if top is not None else None
+        refusal = (not_ours, True) if not_ours else _usable_base(cand)
+        if refusal is None:
             path = partition.path_for(cand, digest)
             try:
                 partition.ensure(path, digest, headline, kind)
             except OSError as exc:
-                why = f"cannot use its partition: {exc.strerror or exc}"
+                from jitwarden.store.fsutil import UnsafeName
+
+                refusal = (f"cannot use its partition: {exc.strerror or exc}",
+                           isinstance(exc, UnsafeName) or exc.errno in (errno.ELOOP, errno.ENOTDIR))
             else:
                 if i == 0:
                     return path, None
                 from jitwarden.runtime import startup_checks  # only here: refusals are rare, and it imports ptxas
 
-                return path, startup_checks.unsafe_root(base, first_why, path)
-        if first_why is None:
-            first_why = why
+                return path, startup_checks.unsafe_root(base, first[0], path, first[1])
+        if first is None:
+            first = refusal
     from jitwarden.runtime import startup_checks
 
-    return None, startup_checks.unsafe_root(base, f"{first_why}; no private place for a partition either", None)
+    return None, startup_checks.unsafe_root(base, f"{first[0]}; no private place for a partition either", None,
+                                            first[1])
 
 
 def _say(msg: str, quiet: bool) -> None:
@@ -273,23 +285,9 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     turned off (for a test, a benchmark, a workaround) is never forgotten.
     """
     env = os.environ if env is None else env
-    out = []
-    if parse_flag(env.get("JITWARDEN_DISABLE")) is True:
-        out.append((f"JITWARDEN_DISABLE={env['JITWARDEN_DISABLE']}",
-                    "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
-                    "unset JITWARDEN_DISABLE"))
-    if parse_flag(env.get("JITWARDEN_PARTITION")) is False:
-        out.append((f"JITWARDEN_PARTITION={env['JITWARDEN_PARTITION']}",
-                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
-                    "driver or GPU built into the shared root",
-                    "unset JITWARDEN_PARTITION"))
-    if parse_flag(env.get("JITWARDEN_SWEEP")) is False:
-        out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
-                    "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
-                    "Triton guard never sees",
-                    "unset JITWARDEN_SWEEP"))
+    out = settings.weakened(env)  # each JITWARDEN_* switch turned to its weak side, worded by its row
     manager = env.get("TRITON_CACHE_MANAGER")
-    if manager and manager != MANAGER:
+    if manager and not settings.is_guarded(manager):
         out.append((f"TRITON_CACHE_MANAGER={manager}",
                     "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
                     "unset TRITON_CACHE_MANAGER"))
@@ -303,7 +301,7 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
     under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in one of
     ``partitions`` are sealed under its digest, others under none (as the guard does).
     """
-    if parse_flag(env.get("JITWARDEN_SWEEP")) is False or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
+    if not SWEEP.on(env) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
         from jitwarden.runtime import prover, sweep
@@ -332,15 +330,15 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
 
 
 def _fingerprint(env):
-    """The fingerprint facts activation needs: memoised when nothing they came from changed."""
+    """The :class:`~jitwarden.runtime.memo.ActivationFacts` of ``env``: memoised when nothing they came from changed."""
     from jitwarden.runtime import memo as activation_memo
 
     return activation_memo.lookup(env) or activation_memo.compute(env)
 
 
 def _activate(env, roots, quiet, knobs) -> Activation:
-    if parse_flag(env.get("JITWARDEN_DISABLE")) is True:
-        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": "JITWARDEN_DISABLE is set"})
+    if DISABLE.on(env):
+        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": f"{DISABLE.name} is set"})
     fp = _fingerprint(env)
     digest = fp.digest
     warnings: list[str] = []
@@ -350,23 +348,23 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     unpartitioned_triton = None
 
     in_use: dict = {}
-    no_partition = parse_flag(env.get("JITWARDEN_PARTITION")) is False
+    no_partition = not PARTITION.on(env)
     for kind, var in PARTITION_VARS:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)
         needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch"}.get(kind)
-        if needs and fp.package(needs) is None:
+        if needs and fp.version(needs) is None:
             skipped[var] = f"{needs} is not installed"
             continue
         if no_partition:
-            skipped[var] = "JITWARDEN_PARTITION=0"
+            skipped[var] = f"{PARTITION.name}=0"
             in_use[var] = cur or default_base(kind, env)
             if kind == "triton":
                 unpartitioned_triton = in_use[var]
             continue
         base = partition.base_of(cur) if cur else default_base(kind, env)
-        path, warning = _partition(kind, base, env, digest, fp.headline())
+        path, warning = _partition(kind, base, env, digest, fp.headline)
         if warning:
             warnings.append(warning)
         if path is None:
@@ -382,7 +380,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
         cls = vars(knobs)["manager_class"]
         manager = f"{cls.__module__}:{cls.__qualname__}"
-    if manager and manager not in (MANAGER, _REMOTE_MANAGER):
+    if manager and manager not in (MANAGER, settings.REMOTE_MANAGER):
         warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
                         "sealed or verified (unset it to let jitwarden guard them)")
         skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
@@ -397,7 +395,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
     if unpartitioned_triton:  # before the sweep hides unsealed entries for their proofs
         from jitwarden.runtime import startup_checks
 
-        warnings += startup_checks.shared_root(fp, unpartitioned_triton)
+        warnings += startup_checks.shared_root(unpartitioned_triton, fp.archs, fp.version("triton"))
     warnings += _sweep(in_use, partitions, digest, env, quiet)
     if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
         from jitwarden.runtime.torchhooks import install
@@ -411,4 +409,4 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
     for w in warnings:
         _say(w, quiet)
-    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline())
+    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline)

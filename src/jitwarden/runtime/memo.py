@@ -36,11 +36,12 @@ Files modified within :data:`RACY_NS` of the snapshot are not trusted by stat (t
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+from operator import itemgetter
 
-from jitwarden.store.fsutil import memo_dir
+from jitwarden.formats import jsonlimits
+from jitwarden.store.fsutil import NotPrivate, ensure_dir, memo_dir, read_head, read_private, why_not_private
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"
@@ -54,41 +55,38 @@ last = ""
 """How the last :func:`lookup` / :func:`compute` in this process went ("hit", "miss: why", "stored", ...)."""
 
 
-class _Pkg:
-    __slots__ = ("name", "version")
+class ActivationFacts(tuple):
+    """What activation needs from a fingerprint, as plain fields (immutable; the memo stores exactly these).
 
-    def __init__(self, name: str, version: str):
-        self.name, self.version = name, version
+    ``digest`` (16 hex), ``headline``, ``packages`` ((name, version) pairs, sorted), ``archs``
+    (the visible GPUs' archs), ``warnings`` (the fingerprint-derived start-up warnings). Made by
+    :func:`compute` from a :class:`~jitwarden.env.fingerprint.Fingerprint` or read back from the
+    memo; never passed where a Fingerprint is expected (ARCHITECTURE.md, activation flow). A
+    tuple, not a dataclass: importing ``dataclasses`` would cost more than a warm activation.
+    """
 
+    __slots__ = ()
 
-class Facts:
-    """What activation needs from a fingerprint (a stand-in for :class:`Fingerprint` there)."""
+    def __new__(cls, digest: str, headline: str | None, packages, archs, warnings):
+        return tuple.__new__(cls, (digest, headline, tuple(sorted(dict(packages).items())), tuple(archs),
+                                   tuple(warnings)))
 
-    __slots__ = ("digest", "_headline", "_packages", "_archs", "warnings")
+    digest = property(itemgetter(0))
+    headline = property(itemgetter(1))
+    packages = property(itemgetter(2))
+    archs = property(itemgetter(3))
+    warnings = property(itemgetter(4))
 
-    def __init__(self, digest: str, headline: str | None, packages: dict, archs, warnings):
-        self.digest = digest
-        self._headline = headline
-        self._packages = dict(packages)
-        self._archs = tuple(archs)
-        self.warnings = tuple(warnings)
-
-    def headline(self) -> str | None:
-        return self._headline
-
-    def package(self, name: str):
-        v = self._packages.get(name)
-        return None if v is None else _Pkg(name, v)
-
-    def device_archs(self) -> tuple[int, ...]:
-        return self._archs
+    def version(self, name: str) -> str | None:
+        """The installed version of package ``name``, None when it is not installed."""
+        return next((v for n, v in self.packages if n == name), None)
 
     def to_json(self) -> dict:
-        return {"digest": self.digest, "headline": self._headline, "packages": dict(self._packages),
-                "archs": list(self._archs), "warnings": list(self.warnings)}
+        return {"digest": self.digest, "headline": self.headline, "packages": dict(self.packages),
+                "archs": list(self.archs), "warnings": list(self.warnings)}
 
     @classmethod
-    def from_json(cls, d) -> "Facts":
+    def from_json(cls, d) -> "ActivationFacts":
         """ValueError unless ``d`` is exactly what :meth:`to_json` writes (the digest is a path part)."""
         digest = d["digest"]
         if not (isinstance(digest, str) and len(digest) == 16 and all(c in "0123456789abcdef" for c in digest)):
@@ -131,8 +129,7 @@ def _names(path: str, wanted) -> list | None:
 
 def _read(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
-            return f.read(1 << 16).decode("latin-1")
+        return read_head(path, 1 << 16).decode("latin-1")
     except (OSError, ValueError):
         return None
 
@@ -173,55 +170,27 @@ def _own_files() -> list:
 # --- warm path -----------------------------------------------------------------------
 
 
-def _untrusted(st, uid: int, gid: int) -> str | None:
-    """Why a memo file or directory with stat ``st`` may hold someone else's words, else None.
-
-    Ours (root's too: a memo decides where kernels come from), and writable by nobody else:
-    not world-writable, and group-writable only for our own group (a umask-002 home).
-    """
-    if st.st_uid != uid:
-        return f"owned by uid {st.st_uid}"
-    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != gid):
-        return f"writable by others (mode {st.st_mode & 0o7777:o})"
-    return None
-
-
 def _load(path: str, why: list | None = None) -> dict | None:
     """The memo document at ``path`` when it is ours alone and well formed, else None (``why`` says why).
 
-    Never blocks (a FIFO is refused, not opened for reading), reads at most :data:`MAX_BYTES`,
-    and refuses a memo, or a memo dir, that another user could have written.
+    Read by ``store.fsutil.read_private``: never blocks (a FIFO is refused, not opened for
+    reading), at most :data:`MAX_BYTES`, and a memo or memo dir another user could have
+    written is refused.
     """
-    from jitwarden.store.fsutil import open_regular, read_fd
-
     why = [] if why is None else why
-    uid, gid = os.getuid(), os.getgid()
     try:
-        bad = _untrusted(os.stat(os.path.dirname(path) or "."), uid, gid)
-        if bad:
-            why.append(f"memo dir {bad}")
-            return None
-        fd, st = open_regular(path)
+        raw = read_private(path, max_bytes=MAX_BYTES)
     except FileNotFoundError:
+        return None
+    except NotPrivate as exc:
+        why.append(f"memo {'dir ' if exc.filename != path else ''}{exc.strerror.removeprefix('directory ')}")
         return None
     except OSError as exc:
         why.append(f"memo {exc.strerror or exc}")
         return None
     try:
-        bad = _untrusted(st, uid, gid)
-        raw = None if bad else read_fd(fd, MAX_BYTES, st.st_size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if bad:
-        why.append(f"memo {bad}")
-        return None
-    if len(raw) > MAX_BYTES:
-        return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
+        doc = jsonlimits.loads(raw, max_bytes=MAX_BYTES)
+    except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("kind") != KIND:
         return None
@@ -283,7 +252,7 @@ def _why_not(entry: dict, env, key: list) -> str | None:
     return None
 
 
-def lookup(env=None) -> Facts | None:
+def lookup(env=None) -> ActivationFacts | None:
     """The memoised facts when everything they were computed from is unchanged, else None. Never raises."""
     global last
     env = os.environ if env is None else env
@@ -300,7 +269,7 @@ def lookup(env=None) -> Facts | None:
             try:
                 why = _why_not(entry, env, key)
                 if why is None:
-                    facts = Facts.from_json(entry["fp"])
+                    facts = ActivationFacts.from_json(entry["fp"])
                     last = "hit"
                     return facts
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -319,7 +288,7 @@ def _racy(st, since_ns: int) -> bool:
     return st is not None and max(st[3], st[4]) >= since_ns - RACY_NS
 
 
-def compute(env=None, *, store: bool = True) -> Facts:
+def compute(env=None, *, store: bool = True) -> ActivationFacts:
     """Compute the fingerprint (the slow path) and memoise its facts for the next warm lookup."""
     global last
     import time
@@ -346,8 +315,8 @@ def compute(env=None, *, store: bool = True) -> Facts:
         st = _stat(p)
         entry["dirs"].append([p, None if _racy(st, t0) else st, _names(p, names)])
     fp = fingerprint.collect(use_memo=True, env=env)
-    facts = Facts(fp.digest, fp.headline(), {p.name: p.version for p in fp.packages}, fp.device_archs(),
-                  startup_checks.torch_arch(fp) + startup_checks.ptxas_target(fp))
+    facts = ActivationFacts(fp.digest, fp.headline(), {p.name: p.version for p in fp.packages}, fp.device_archs(),
+                            startup_checks.torch_arch(fp) + startup_checks.ptxas_target(fp))
     if not store:
         return facts
     if fp.gpu_source == "proc":
@@ -374,8 +343,8 @@ def _store(path: str, entry: dict) -> None:
            and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        if _untrusted(os.stat(os.path.dirname(path) or "."), os.getuid(), os.getgid()):
+        ensure_dir(os.path.dirname(path) or ".", 0o700)
+        if why_not_private(os.stat(os.path.dirname(path) or ".")):
             last = "not stored: the memo dir is writable by others"
             return
         from jitwarden.store.fsutil import write_json_atomic

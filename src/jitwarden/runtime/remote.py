@@ -16,9 +16,11 @@ the first time a signature is made or checked.
 - Roles: ``JITWARDEN_REMOTE_ROLE=writer`` (builders: sign with ``JITWARDEN_SIGNING_KEY``
   and store) or ``reader`` (the default, serving nodes: never store). Give serving nodes a
   Redis user that can only read as well.
-- A server that is down, refuses or stalls costs one timeout (``JITWARDEN_REMOTE_TIMEOUT``,
-  default 0.5 s), then the remote cache is skipped for ``JITWARDEN_REMOTE_RETRY`` seconds
-  (default 30): Triton compiles locally, nothing raises into it.
+- A server that is down, refuses, stalls, drips or answers outside the protocol costs one
+  timeout (``JITWARDEN_REMOTE_TIMEOUT``, default 0.5 s, the deadline of a whole request) and
+  never more memory than :data:`MAX_VALUE` (``formats/resp.py`` bounds every reply), then the
+  remote cache is skipped for ``JITWARDEN_REMOTE_RETRY`` seconds (default 30): Triton compiles
+  locally, nothing raises into it.
 
 Counters (hits, misses, rejects by reason, unavailable) are kept per process and written
 to ``<jitwarden home>/stats/remote-<pid>.json`` at most once a second and at exit, for
@@ -36,12 +38,16 @@ import sys
 import threading
 import time
 
-from jitwarden.formats import resp
+from jitwarden.formats import jsonlimits, resp
+from jitwarden.model.settings import REMOTE, REMOTE_RETRY, REMOTE_ROLE, REMOTE_TIMEOUT, TRUSTED_KEYS
 
 MAGIC = b"JWR1"
 NAMESPACE = "jitwarden:v1"
 SIG_LEN = 64
 MAX_HEADER = 1 << 20
+MAX_VALUE = 256 << 20
+"""The largest value the remote cache holds: a writer stores nothing larger, and a reply holding more
+bulk bytes is refused before it is read (``resp.Client(max_reply=...)``)."""
 _log = logging.getLogger("jitwarden")
 
 
@@ -87,7 +93,7 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
     sig = raw[8 + hlen:8 + hlen + SIG_LEN]
     data = raw[8 + hlen + SIG_LEN:]
     try:
-        head = json.loads(hb)
+        head = jsonlimits.loads(hb)
         k, s, n, kid = head["k"], head["s"], head["n"], head["i"]
         if not (isinstance(k, str) and isinstance(s, str) and isinstance(n, int) and isinstance(kid, str)):
             raise TypeError
@@ -103,7 +109,7 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
         return data, head
     why = trusted.verify(kid, sig, MAGIC + hb)
     if why is not None:
-        raise Rejected("untrusted-key" if "not among" in why else "signature", why)
+        raise Rejected("signature" if kid in trusted.keys else "untrusted-key", why)  # by the key set, not the words
     return data, head
 
 
@@ -122,7 +128,7 @@ def unpack_entry(data: bytes) -> dict:
     """{name: bytes}; ValueError when ``data`` is not a packed entry of plain file names."""
     try:
         (n,) = struct.unpack(">I", data[:4])
-        index = json.loads(data[4:4 + n])
+        index = jsonlimits.loads(data[4:4 + n])
         out, pos = {}, 4 + n
         for name, size in index:
             if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or size < 0:
@@ -144,10 +150,10 @@ class _State:
 
     def __init__(self, env):
         self.pid = os.getpid()
-        self.url = env.get("JITWARDEN_REMOTE") or ""
-        self.role = (env.get("JITWARDEN_REMOTE_ROLE") or "reader").strip().lower()
-        self.timeout = _float(env.get("JITWARDEN_REMOTE_TIMEOUT"), 0.5)
-        self.retry = _float(env.get("JITWARDEN_REMOTE_RETRY"), 30.0)
+        self.url = REMOTE.raw(env) or ""
+        self.role = REMOTE_ROLE.text(env).lower()
+        self.timeout = REMOTE_TIMEOUT.number(env)
+        self.retry = REMOTE_RETRY.number(env)
         self.env = env
         self.lock = threading.Lock()
         self.down_until = 0.0
@@ -160,9 +166,9 @@ class _State:
         self._signer = None
         try:
             self.addr = resp.parse_url(self.url)
-            self.client = resp.Client(self.addr, min(self.timeout, 0.25), self.timeout)
+            self.client = resp.Client(self.addr, min(self.timeout, 0.25), self.timeout, max_reply=MAX_VALUE)
         except ValueError as exc:
-            self.error = f"JITWARDEN_REMOTE: {exc}"
+            self.error = f"{REMOTE.name}: {exc}"
 
     @property
     def writer(self) -> bool:
@@ -214,10 +220,10 @@ class _State:
         if not self.counters:
             return
         try:
-            from jitwarden.store.fsutil import memo_dir, write_json_atomic
+            from jitwarden.store.fsutil import ensure_dir, memo_dir, write_json_atomic
 
             d = os.path.join(memo_dir(self.env), "stats")
-            os.makedirs(d, exist_ok=True)
+            ensure_dir(d)
             write_json_atomic(os.path.join(d, f"remote-{self.pid}.json"),
                               {"schema": 1, "pid": self.pid, "url": self.addr.display() if self.addr else None,
                                "role": self.role, "counters": self.counters, "written": time.time()},
@@ -249,14 +255,6 @@ def reset() -> None:
             _STATE[0].client.close()
     _STATE[:] = []
     _SAID.clear()
-
-
-def _float(raw, default: float) -> float:
-    try:
-        v = float(raw) if raw else default
-        return v if v >= 0 else default
-    except ValueError:
-        return default
 
 
 def _say(msg: str) -> None:
@@ -339,7 +337,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
             return {}
         if not trusted.keys:
             st.down_until = float("inf")
-            _say("remote cache off: no trusted public keys (set JITWARDEN_TRUSTED_KEYS), so no value could be checked")
+            _say(f"remote cache off: no trusted public keys (set {TRUSTED_KEYS.name}), so no value could be checked")
             return {}
         out = {}
         for name, rkey, raw in zip(filenames, rkeys, raws):
@@ -398,13 +396,17 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         children = None
         if filename.startswith("__grp__"):
             try:
-                names = json.loads(data).get("child_paths")
+                names = jsonlimits.loads(data).get("child_paths")
                 names = list(names) if isinstance(names, (list, dict)) else []
             except (ValueError, AttributeError):
                 names = []
             children = {n: self._put[n] for n in names if n in self._put}
         rkey = self._rkey(filename)
         value = seal_value(rkey, data, st.signer(), children)
+        if len(value) > MAX_VALUE:
+            st.count("put-too-large")
+            _say(f"remote cache: {filename} not stored ({len(value)} bytes, more than the {MAX_VALUE} a value may hold)")
+            return
         self._put[filename] = hashlib.sha256(data).hexdigest()
         if st.call("SET", rkey, value) is not None:
             st.count("put")

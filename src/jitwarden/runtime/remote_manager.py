@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 
+from jitwarden.formats import jsonlimits
 from jitwarden.runtime import remote
 from jitwarden.store.fsutil import read_bytes
 from jitwarden.runtime.guard import _STANDALONE, GuardedCacheManager
@@ -56,7 +57,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
         files = self._remote.get_entry(filename)
         if not files or grp not in files:
             return False
-        kids = json.loads(files[grp]).get("child_paths")
+        kids = jsonlimits.loads(files[grp]).get("child_paths")
         names = sorted(kids) if isinstance(kids, (list, dict)) else []
         if not names or set(names) | {grp} != set(files):
             return False  # an entry whose group does not list exactly its files: compile instead

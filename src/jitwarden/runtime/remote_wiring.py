@@ -9,8 +9,8 @@ them: when one is switched on, activation and ``doctor`` say so.
 
 from __future__ import annotations
 
-REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
-BACKEND = "jitwarden.remote:GuardedRemoteBackend"
+from jitwarden.model.settings import REMOTE, REMOTE_BACKEND as BACKEND, REMOTE_MANAGER
+
 INDUCTOR_REMOTE = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
                    "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE", "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE")
 
@@ -30,18 +30,18 @@ def unguarded(env) -> list[str]:
 def wire(env, manager: str | None, guard: str, changes: dict, partitions: dict, warnings: list) -> str | None:
     """The Triton cache manager in effect after wiring ``JITWARDEN_REMOTE``; adds to ``changes`` and ``warnings``."""
     warnings += unguarded(env)
-    url = (env.get("JITWARDEN_REMOTE") or "").strip()
+    url = REMOTE.text(env) or ""
     if not url:
         return manager
     if manager not in (guard, REMOTE_MANAGER):
-        warnings.append(f"JITWARDEN_REMOTE is set but TRITON_CACHE_MANAGER={manager} is kept: the remote cache is off")
+        warnings.append(f"{REMOTE.name} is set but TRITON_CACHE_MANAGER={manager} is kept: the remote cache is off")
         return manager
     if "TRITON_CACHE_DIR" not in partitions:
-        warnings.append("JITWARDEN_REMOTE is set but Triton's cache is not partitioned by fingerprint: "
+        warnings.append(f"{REMOTE.name} is set but Triton's cache is not partitioned by fingerprint: "
                         "the remote cache is off (remote entries are namespaced by the partition's fingerprint)")
         return manager
     if not url.startswith(("redis://", "valkey://")):
-        warnings.append(f"JITWARDEN_REMOTE={url!r} is not a redis:// URL: the remote cache is off")
+        warnings.append(f"{REMOTE.name}={url!r} is not a redis:// URL: the remote cache is off")
         return manager
     if env.get("TRITON_CACHE_MANAGER") != REMOTE_MANAGER:
         changes["TRITON_CACHE_MANAGER"] = REMOTE_MANAGER

@@ -13,14 +13,11 @@ from dataclasses import dataclass
 from jitwarden.env import ptxas as _ptxas
 from jitwarden.adapters.triton import metadata_arch
 from jitwarden.store.fsutil import read_json
+from jitwarden.model.arch import torch_arch_warning
+from jitwarden.model.settings import PARTITION
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
-
-
-def _compiled_for(arch_list, arch: int) -> bool:
-    """``sm_<arch>`` (or its ``a``/``f`` variant) is in torch's list: torch ships real cubins for it."""
-    return any(a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch) for a in arch_list)
 
 
 def archs_of(fp, target: int | None = None) -> tuple[int, ...]:
@@ -39,14 +36,9 @@ def torch_arch(fp, archs: tuple[int, ...] | None = None) -> list[str]:
     torch = fp.package("torch")
     if torch is None or torch.arch_list is None or not torch.cuda:
         return []
-    out = []
-    for arch in fp.device_archs() if archs is None else archs:
-        if not _compiled_for(torch.arch_list, arch):
-            shown = " ".join(torch.arch_list) or "empty"
-            out.append(f"sm_{arch} is not in torch {torch.version}'s compiled arch list ({shown}): torch's own "
-                       f"kernels run through driver PTX JIT or fail; install a torch build for sm_{arch} "
-                       f"(or build it with TORCH_CUDA_ARCH_LIST including {arch // 10}.{arch % 10})")
-    return out
+    archs = fp.device_archs() if archs is None else archs
+    found = (torch_arch_warning(torch.version, torch.arch_list, a) for a in archs)
+    return [w for w in found if w]
 
 
 def torch_arch_not_run(fp, archs: tuple[int, ...]) -> str | None:
@@ -71,8 +63,22 @@ def _recipe(fp):
     return _ptxas.recipe_for(triton.version if triton else None)
 
 
-def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
-    """The ptxas Triton resolves for the device's arch (or ``archs``) cannot assemble for it.
+@dataclass(frozen=True, slots=True)
+class PtxasProblem:
+    """The ptxas Triton resolves for ``arch`` cannot assemble for it; ``variable`` is the one that picks it."""
+
+    arch: int
+    path: str
+    release: str | None
+    variable: str  # TRITON_PTXAS_PATH or TRITON_PTXAS_BLACKWELL_PATH, as the installed Triton reads them
+
+    def sentence(self) -> str:
+        return (f"ptxas {self.path} (release {self.release}) cannot target sm_{self.arch}: Triton compiles will "
+                f"fail; point {self.variable} at a ptxas from a CUDA release that supports sm_{self.arch}")
+
+
+def ptxas_problems(fp, archs: tuple[int, ...] | None = None) -> list[PtxasProblem]:
+    """The ptxas Triton resolves for the device's arch (or ``archs``) cannot assemble for it, as records.
 
     Evidence: the ptxas release (``ptxas --version``) against the first and last CUDA release
     that support the arch; unknown either way says nothing (see :func:`ptxas_not_run`).
@@ -82,10 +88,13 @@ def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
     for arch in fp.device_archs() if archs is None else archs:
         info = fp.ptxas_for(recipe.role(arch))
         if info is not None and _ptxas.can_target(info, arch) is False:
-            var = recipe.binary(arch)[1]
-            out.append(f"ptxas {info.path} (release {info.release}) cannot target sm_{arch}: Triton compiles will "
-                       f"fail; point {var} at a ptxas from a CUDA release that supports sm_{arch}")
+            out.append(PtxasProblem(arch, info.path, info.release, recipe.binary(arch)[1]))
     return out
+
+
+def ptxas_target(fp, archs: tuple[int, ...] | None = None) -> list[str]:
+    """:func:`ptxas_problems` in words: one start-up warning each."""
+    return [p.sentence() for p in ptxas_problems(fp, archs)]
 
 
 def ptxas_not_run(fp, archs: tuple[int, ...]) -> str | None:
@@ -161,17 +170,21 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     return out
 
 
-def shared_root(fp, root: str, archs: tuple[int, ...] | None = None) -> list[str]:
-    """An unpartitioned root read by this process holds entries of another fingerprint (GPU ``archs``, else the visible ones)."""
-    tp = fp.package("triton")
-    why = foreign_entries(sample_metadata(root), fp.device_archs() if archs is None else archs, tp.version if tp else None)
+def shared_root(root: str, archs: tuple[int, ...], triton_version: str | None) -> list[str]:
+    """An unpartitioned root read by this process holds entries of another fingerprint: built for other
+    GPU ``archs`` or by another Triton than ``triton_version``. Plain values, whichever record they came from."""
+    why = foreign_entries(sample_metadata(root), archs, triton_version)
     if not why:
         return []
     return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "
-            "can load another toolchain's kernel; unset JITWARDEN_PARTITION=0 (partitions keep them apart) "
+            f"can load another toolchain's kernel; unset {PARTITION.name}=0 (partitions keep them apart) "
             "or run `jitwarden verify` on it"]
 
 
-def unsafe_root(root: str, why: str, instead: str | None) -> str:
+def unsafe_root(root: str, why: str, instead: str | None, unsafe: bool = True) -> str:
+    """The one warning for a refused cache root. ``unsafe``: others could write or own it (the fix is its
+    owner and mode); else it cannot be created or written here (the fix is another place)."""
     where = f"using the private partition {instead} instead" if instead else "not partitioning it"
-    return f"refusing cache root {root} ({why}); {where}; fix its owner/mode (chmod o-w) to share it safely"
+    fix = ("fix its owner/mode (chmod o-w) to share it safely" if unsafe
+           else "point the cache at a directory you can write, or make this one writable")
+    return f"refusing cache root {root} ({why}); {where}; {fix}"

@@ -38,13 +38,15 @@ def register() -> None:
         from jitwarden.runtime.torchhooks import install  # torch is imported here: guard its kernel loaders now
 
         install()
+        from jitwarden.model.settings import is_guarded
+
         log = _logger()
+        guard = "on" if is_guarded(rec.cache_manager) else "off"  # the remote manager is the guard plus a remote cache
         if rec.active:
             where = rec.partitions.get("TRITON_CACHE_DIR") or "unpartitioned"
             log.info("jitwarden: kernel caches partitioned by fingerprint %s (Triton: %s; guard: %s)",
-                     rec.digest, where, "on" if rec.cache_manager == "jitwarden.guard:GuardedCacheManager" else "off")
+                     rec.digest, where, guard)
         else:
-            guard = "on" if rec.cache_manager == "jitwarden.guard:GuardedCacheManager" else "off"
             log.warning("jitwarden: caches not partitioned in this process (%s); Triton guard: %s",
                         "; ".join(rec.skipped.values()) or "unknown", guard)
         _DONE[os.getpid()] = rec.digest or ""

@@ -341,9 +341,11 @@ def package_dir(name: str) -> str | None:
 
 def memo_dir(env=None) -> str:
     """Where jitwarden keeps memos and private roots: ``$JITWARDEN_HOME``, else ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
+    from jitwarden.model.settings import HOME
+
     env = os.environ if env is None else env
-    if env.get("JITWARDEN_HOME"):
-        return env["JITWARDEN_HOME"]
+    if HOME.raw(env):
+        return HOME.raw(env)
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jitwarden")
 
@@ -572,3 +574,60 @@ def remove_empty_dir(path: str) -> bool:
         return True
     except OSError:
         return False
+# --- added by remote-memo-settings ---
+
+
+class NotPrivate(OSError):
+    """A file, or the directory holding it, that another user could have written (errno EPERM)."""
+
+
+def why_not_private(st: os.stat_result, uid: int | None = None, gid: int | None = None) -> str | None:
+    """Why a memo file or directory with stat ``st`` may hold someone else's words, else None (pure).
+
+    Ours (root's too: a memo decides where kernels come from), and writable by nobody else:
+    not world-writable, and group-writable only for our own group (a umask-002 home).
+    """
+    uid = os.getuid() if uid is None else uid
+    gid = os.getgid() if gid is None else gid
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != gid):
+        return f"writable by others (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def read_private(path: str, *, max_bytes: int) -> bytes:
+    """The whole regular file ``path`` when it and its directory are this user's alone (a memo).
+
+    Opened like every reader here (:func:`open_regular`: no symlink, a FIFO never blocks),
+    bounded like :func:`read_bytes` (EFBIG past ``max_bytes``); :class:`NotPrivate` when the file
+    or its directory could have been written by someone else.
+    """
+    where = os.path.dirname(path) or os.curdir
+    why = why_not_private(os.stat(where))
+    if why:
+        raise NotPrivate(errno.EPERM, f"directory {why}", where)
+    fd, st = open_regular(path)
+    try:
+        why = why_not_private(st)
+        if why:
+            raise NotPrivate(errno.EPERM, why, path)
+        data = read_fd(fd, max_bytes, st.st_size)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+    return data
+
+
+def ensure_dir(path: str, mode: int = 0o777) -> None:
+    """Make the directory ``path`` and its parents when missing (``mode`` less the umask for new ones)."""
+    os.makedirs(path, mode=mode, exist_ok=True)
+
+
+def private_tempdir(prefix: str, where: str) -> str:
+    """A new directory of mode 0700 in ``where`` with a unique name starting with ``prefix`` (O_EXCL-like: never
+    an existing one), for a place nobody else can have prepared."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix, dir=where)

@@ -91,7 +91,8 @@ def test_world_writable_root_is_refused_for_a_private_partition(tmp_path):
     rec = activation.activate(env=env)
     private = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "roots", "triton", "jitwarden-v1", rec.digest)
     assert env["TRITON_CACHE_DIR"] == private
-    assert any(w.startswith(f"refusing cache root {shared}") and "world-writable" in w for w in rec.warnings)
+    assert any(w.startswith(f"refusing cache root {shared}") and "world-writable" in w and "chmod o-w" in w
+               for w in rec.warnings)
     assert not (shared / "jitwarden-v1").exists()
 
 
@@ -104,7 +105,8 @@ def test_unusable_root_and_home_fall_back_to_a_private_runtime_partition(tmp_pat
     assert env["TRITON_CACHE_DIR"] == str(run / f"jitwarden-{os.getuid()}" / "roots" / "triton" / "jitwarden-v1"
                                           / rec.digest)
     assert "TRITON_CACHE_DIR" not in rec.skipped
-    assert any("refusing cache root /dev/null/t" in w for w in rec.warnings)
+    (w,) = [w for w in rec.warnings if "refusing cache root /dev/null/t" in w]
+    assert "chmod o-w" not in w and "a directory you can write" in w  # not a sharing problem: no owner/mode advice
 
 
 class _Flaky(dict):
@@ -182,6 +184,47 @@ def test_warns_when_torch_lacks_the_device_arch():
     assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121"], cuda=None)) == []  # a CPU torch: nothing to say
 
 
+def test_one_arch_rule_for_the_fingerprint_and_the_start_up_check():
+    """The seed report's case, sm_121 under a torch list ending in sm_120: both say so, in one sentence."""
+    fp = _fp((12, 1), ["sm_80", "sm_90", "sm_100", "sm_120"])
+    (w,) = startup_checks.torch_arch(fp)
+    assert w in fp.warnings()
+    neighbour = _fp((8, 6), ["sm_80", "sm_90"])  # no sm_86 cubins: the same answer from both
+    assert startup_checks.torch_arch(neighbour) == [x for x in neighbour.warnings() if x.startswith("sm_86 is not")]
+    assert startup_checks.torch_arch(neighbour)
+
+
+def test_doctor_takes_the_ptxas_variable_from_the_record_not_from_the_sentence():
+    """A ptxas whose path happens to contain the other variable's name: the fix still names the right one."""
+    from types import SimpleNamespace
+
+    from jitwarden.cli.commands import doctor
+
+    path = "/opt/TRITON_PTXAS_BLACKWELL_PATH/bin/ptxas"
+    info = ptxas.PtxasInfo(path, path, "Cuda compilation tools, release 11.0", "11.0", None, "0" * 64, 1)
+    fp = Fingerprint("nvml", (Gpu(0, "NVIDIA H200", (9, 0), None, None),), "580.1", "13.0", (("triton", info),), (),
+                     (), (), ())
+    report = SimpleNamespace(target=SimpleNamespace(arch=None, source="live"), caches=())
+    fixes = [fix for kind, _w, fix in doctor.startup_warnings(fp, report) if kind == "ptxas"]
+    assert fixes == ["export TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"]
+    (p,) = startup_checks.ptxas_problems(fp)
+    assert (p.arch, p.variable) == (90, "TRITON_PTXAS_PATH")
+
+
+def test_activation_facts_are_one_record_on_the_cold_and_the_warm_path(tmp_path):
+    from jitwarden.runtime import memo
+
+    env = clean_env(tmp_path, JITWARDEN_HOME=str(tmp_path / "jw"))
+    cold = memo.compute(env)
+    warm = memo.lookup(env)
+    assert memo.last == "hit", memo.last
+    assert type(cold) is type(warm) is memo.ActivationFacts and cold == warm
+    assert isinstance(warm.warnings, tuple) and isinstance(warm.headline, str) and warm.headline.endswith(warm.digest)
+    assert warm.version("definitely-not-installed") is None
+    with pytest.raises(AttributeError):
+        warm.digest = "0" * 16
+
+
 def test_warns_when_ptxas_cannot_target_the_device():
     ws = startup_checks.ptxas_target(_fp((12, 1), release="12.8"))
     assert len(ws) == 1 and "cannot target sm_121" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
@@ -192,7 +235,7 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
     root = str(tmp_path / "shared")
     kernels.build_cache(root, kernels.jobs_for(archs=(80,), variants=kernels.VARIANTS[:2]))
     fp = _fp((9, 0))
-    ws = startup_checks.shared_root(fp, root)
+    ws = startup_checks.shared_root(root, fp.device_archs(), None)  # _fp has no Triton: arch alone
     assert len(ws) == 1 and "entries built for sm_80" in ws[0] and "JITWARDEN_PARTITION" in ws[0]
     # Proofs before the start (not in the background), so that the entries are in place to sample below.
     env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0", JITWARDEN_PROVE_WAIT="1")
@@ -379,3 +422,31 @@ def test_activation_record_is_immutable_and_serialisable():
     assert rec.to_json() == {"schema": 1, "digest": "0123456789abcdef", "partitions": {"TRITON_CACHE_DIR": "/x"},
                              "cache_manager": MANAGER, "warnings": ["w"], "skipped": {}, "headline": "h"}
     assert "digest='0123456789abcdef'" in repr(rec)
+
+
+def test_the_remote_manager_is_not_reported_as_reduced_protection():
+    """``RemoteGuardedCacheManager`` is the guard plus a remote cache: doctor must not call it unguarded."""
+    from jitwarden.model import settings
+    from jitwarden.runtime.activation import reduced_protection
+
+    assert reduced_protection({"TRITON_CACHE_MANAGER": settings.REMOTE_MANAGER}) == []
+    assert reduced_protection({"TRITON_CACHE_MANAGER": "my.module:Manager"})[0][0] == \
+        "TRITON_CACHE_MANAGER=my.module:Manager"
+
+
+def test_vllm_plugin_says_guard_on_under_the_remote_manager(tmp_path):
+    """With ``JITWARDEN_REMOTE`` the guard's subclass is installed; the plugin's line must say the guard is on."""
+    import subprocess
+    import sys
+
+    from tests.helpers.guarded import clean_env
+
+    env = clean_env(tmp_path, JITWARDEN_HOME=str(tmp_path / "jw"), JITWARDEN_REMOTE="redis://127.0.0.1:1/0",
+                    JITWARDEN_SWEEP="0", JITWARDEN_TORCH_HOOKS="0")
+    code = ("import logging, os; logging.basicConfig(level=logging.INFO)\n"
+            "from jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n"
+            "print(os.environ['TRITON_CACHE_MANAGER'])")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
+    assert "guard: on" in proc.stderr and "guard: off" not in proc.stderr, proc.stderr[-2000:]

@@ -280,3 +280,15 @@ def test_packed_entries_refuse_odd_names():
             remote.unpack_entry(remote.pack_entry(files))
     with pytest.raises(ValueError):
         remote.unpack_entry(remote.pack_entry({"a": b"12"})[:-1])
+
+
+def test_rejection_reason_comes_from_the_trusted_key_set():
+    """untrusted-key when the signer is not trusted, signature when a trusted key's signature is wrong."""
+    signer, other = keys.SigningKey(os.urandom(32)), keys.SigningKey(os.urandom(32))
+    key = remote.redis_key("0123456789abcdef", "KEY", "k.cubin")
+    v = remote.seal_value(key, b"payload", signer)
+    for trusted, reason in [(keys.TrustedKeys({other.id: other.public}), "untrusted-key"),
+                            (keys.TrustedKeys({signer.id: other.public}), "signature")]:
+        with pytest.raises(remote.Rejected) as exc:
+            remote.open_value(key, v, trusted)
+        assert exc.value.reason == reason

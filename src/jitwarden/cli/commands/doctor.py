@@ -164,16 +164,17 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
     out_ = []
     for w in sc.torch_arch(fp, archs):
         out_.append(("torch-arch", w, "pip install a torch build whose arch list has this GPU"))
-    for w in sc.ptxas_target(fp, archs):
-        var = "TRITON_PTXAS_BLACKWELL_PATH" if "TRITON_PTXAS_BLACKWELL_PATH" in w else "TRITON_PTXAS_PATH"
-        out_.append(("ptxas", w, f"export {var}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"))
+    for p in sc.ptxas_problems(fp, archs):  # the variable from the record, not from the sentence
+        out_.append(("ptxas", p.sentence(),
+                     f"export {p.variable}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"))
     seen = set()
     for c in report.caches:
         if c.root.partition or c.root.source == "partition" or not c.entries or c.root.path in seen:
             continue
         seen.add(c.root.path)
         try:
-            shared = sc.shared_root(fp, c.root.path, archs)
+            tp = fp.package("triton")
+            shared = sc.shared_root(c.root.path, archs, tp.version if tp else None)
         except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
             shared = []
         for w in shared:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 
-from jitwarden.model.flags import parse_flag
+from jitwarden.model.settings import PROGRESS
 
 
 @contextlib.contextmanager
@@ -19,7 +19,7 @@ def progress_bar(total: int, label: str, *, env=None, stream=None):
     stream = sys.stderr if stream is None else stream
     env = os.environ if env is None else env
     tty = hasattr(stream, "isatty") and stream.isatty()
-    if not total or not (tty or parse_flag(env.get("JITWARDEN_PROGRESS")) is True):
+    if not total or not (tty or PROGRESS.on(env)):
         yield None
         return
     from rich.console import Console

@@ -1,0 +1,173 @@
+"""Every ``JITWARDEN_*`` setting, declared once: name, kind, default, what it does, what turning it off costs.
+
+The one table of the environment variables jitwarden reads (ARCHITECTURE.md, model/). Every
+module reads a setting through its row (``PARTITION.on(env)``, ``REMOTE_TIMEOUT.number(env)``),
+never by writing the name again; ``doctor`` and ``status`` word a weakened protection from the
+row's ``costs``; ``docs/settings.md`` is generated from the table (:func:`markdown`).
+
+Activation reads this module in every Python process, so it imports only :mod:`model.flags`
+(nothing) and its rows are tuples, not dataclasses. Also here: the dotted paths users and
+activation write into ``TRITON_CACHE_MANAGER`` and ``TRITON_REMOTE_CACHE_BACKEND``.
+"""
+
+from __future__ import annotations
+
+from jitwarden.model.flags import parse_flag
+
+GUARD_MANAGER = "jitwarden.guard:GuardedCacheManager"
+"""``TRITON_CACHE_MANAGER`` of the guard (a stable public path, ARCHITECTURE.md)."""
+
+REMOTE_MANAGER = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
+"""``TRITON_CACHE_MANAGER`` activation sets with ``JITWARDEN_REMOTE``: the guard, then the signed remote cache."""
+
+PUBLIC_REMOTE_MANAGER = "jitwarden.remote_manager:RemoteGuardedCacheManager"
+"""The same class by its stable public path, as a user may write it."""
+
+REMOTE_BACKEND = "jitwarden.remote:GuardedRemoteBackend"
+"""``TRITON_REMOTE_CACHE_BACKEND`` of the guarded remote cache."""
+
+GUARDED_MANAGERS = (GUARD_MANAGER, REMOTE_MANAGER, PUBLIC_REMOTE_MANAGER)
+"""Cache managers that seal and verify every Triton entry: the guard and its remote subclass."""
+
+
+def is_guarded(manager: str | None) -> bool:
+    """Whether the ``TRITON_CACHE_MANAGER`` value ``manager`` is the guard (or the remote guard built on it)."""
+    return manager in GUARDED_MANAGERS
+
+
+class Setting(tuple):
+    """One row: ``name``, ``kind`` (flag, number, age, text, path), ``default`` (its value when unset),
+    ``what`` (what it does), ``costs`` (what setting it to ``weak`` costs; '' when it lowers no protection),
+    ``weak`` (the flag value that lowers protection, or None)."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, kind: str, default, what: str, costs: str = "", weak: bool | None = None):
+        return tuple.__new__(cls, (name, kind, default, what, costs, weak))
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def kind(self) -> str:
+        return self[1]
+
+    @property
+    def default(self):
+        return self[2]
+
+    @property
+    def what(self) -> str:
+        return self[3]
+
+    @property
+    def costs(self) -> str:
+        return self[4]
+
+    @property
+    def weak(self) -> bool | None:
+        return self[5]
+
+    def raw(self, env) -> str | None:
+        """The variable's text in ``env``, None when unset or empty."""
+        return env.get(self.name) or None
+
+    def on(self, env) -> bool:
+        """A flag's value: a word of ``model.flags``, else (unset or unknown) its default."""
+        value = parse_flag(env.get(self.name))
+        return self.default if value is None else value
+
+    def number(self, env) -> float:
+        """A non-negative number, else (unset, malformed, negative, NaN) its default."""
+        raw = self.raw(env)
+        try:
+            v = float(raw) if raw else self.default
+        except ValueError:
+            return self.default
+        return v if v >= 0 else self.default
+
+    def text(self, env) -> str | None:
+        """The value with blanks stripped, else its default."""
+        raw = self.raw(env)
+        return raw.strip() if raw and raw.strip() else self.default
+
+    def weakened(self, env) -> bool:
+        """Whether ``env`` turns this setting to the value that lowers protection (set explicitly)."""
+        return self.weak is not None and parse_flag(env.get(self.name)) is self.weak
+
+    def assignment(self, env) -> str:
+        """``NAME=value`` as ``env`` has it, for messages."""
+        return f"{self.name}={env.get(self.name, '')}"
+
+
+DISABLE = Setting("JITWARDEN_DISABLE", "flag", False, "activation does nothing at all",
+                  "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded", True)
+PARTITION = Setting("JITWARDEN_PARTITION", "flag", True, "partition every cache root by fingerprint",
+                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
+                    "driver or GPU built into the shared root", False)
+SWEEP = Setting("JITWARDEN_SWEEP", "flag", True, "check TorchInductor's and Triton's trees at start-up, before torch "
+                "reads them", "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins "
+                "the Triton guard never sees", False)
+PROVE = Setting("JITWARDEN_PROVE", "flag", True, "prove an unsealed kernel by a rebuild before it is served or sealed",
+                "unsealed kernels (copied in, restored from an FX-graph bundle, made before jitwarden) are sealed "
+                "and served without being rebuilt and compared", False)
+PROVE_WAIT = Setting("JITWARDEN_PROVE_WAIT", "flag", False, "prove unsealed kernels before the workload starts, "
+                     "instead of in a background process beside it")
+TORCH_HOOKS = Setting("JITWARDEN_TORCH_HOOKS", "flag", True,
+                      "check FX-graph and autotune pickles when torch loads them",
+                      "kernels torch restores from its own pickles (FX-graph bundles, autotune records) are loaded "
+                      "without jitwarden's checks", False)
+GUARD_HASH_ALL = Setting("JITWARDEN_GUARD_HASH_ALL", "flag", False, "the guard hashes every file of an entry on each "
+                         "hit, not only the group, metadata and binaries")
+DEBUG = Setting("JITWARDEN_DEBUG", "flag", False, "the CLI shows a traceback for an internal error (exit 3)")
+PROGRESS = Setting("JITWARDEN_PROGRESS", "flag", False, "draw progress bars even when stderr is not a terminal")
+REMOTE = Setting("JITWARDEN_REMOTE", "text", None, "the guarded remote kernel cache: redis://[[user]:password@]"
+                 "host[:port][/db]")
+REMOTE_ROLE = Setting("JITWARDEN_REMOTE_ROLE", "text", "reader", "writer (builders sign and store) or reader "
+                      "(serving nodes never store)")
+REMOTE_TIMEOUT = Setting("JITWARDEN_REMOTE_TIMEOUT", "number", 0.5, "seconds one remote request may take, "
+                         "connect to complete reply")
+REMOTE_RETRY = Setting("JITWARDEN_REMOTE_RETRY", "number", 30.0, "seconds the remote cache is skipped after it failed")
+SIGNING_KEY = Setting("JITWARDEN_SIGNING_KEY", "path", None, "the secret key a writer signs with (default "
+                      "<config>/signing-key)")
+TRUSTED_KEYS = Setting("JITWARDEN_TRUSTED_KEYS", "path", None, "public keys whose signatures are trusted: files or "
+                       "directories separated by the path separator (default <config>/trusted-keys)")
+CONFIG_DIR = Setting("JITWARDEN_CONFIG_DIR", "path", None, "jitwarden's configuration directory (default "
+                     "${XDG_CONFIG_HOME:-~/.config}/jitwarden)")
+HOME = Setting("JITWARDEN_HOME", "path", None, "where memos, statistics and private roots live (default "
+               "${XDG_CACHE_HOME:-~/.cache}/jitwarden)")
+LIBCUDA = Setting("JITWARDEN_LIBCUDA", "path", None, "libcuda when it is not in a standard place (the ComputeCache "
+                  "adapter reads the driver's version from it)")
+ORPHAN_AGE = Setting("JITWARDEN_ORPHAN_AGE", "age", 3600.0, "seconds after which tmp.pid_* leftovers are orphans "
+                     "(--orphan-age wins)")
+
+SETTINGS = (DISABLE, PARTITION, SWEEP, PROVE, PROVE_WAIT, TORCH_HOOKS, GUARD_HASH_ALL, DEBUG, PROGRESS, REMOTE,
+            REMOTE_ROLE, REMOTE_TIMEOUT, REMOTE_RETRY, SIGNING_KEY, TRUSTED_KEYS, CONFIG_DIR, HOME, LIBCUDA, ORPHAN_AGE)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def weakened(env) -> list[tuple[str, str, str]]:
+    """(``NAME=value``, what it costs, how to undo) for every setting ``env`` turns to lower protection (pure)."""
+    return [(s.assignment(env), s.costs, f"unset {s.name}") for s in SETTINGS if s.weakened(env)]
+
+
+def _default_text(s: Setting) -> str:
+    if s.default is None:
+        return "unset"
+    if s.kind == "flag":
+        return "on" if s.default else "off"
+    return f"{s.default:g}" if isinstance(s.default, float) else str(s.default)
+
+
+def markdown() -> str:
+    """The table of ``docs/settings.md`` (pure; a test keeps the page equal to it)."""
+    rows = ["| variable | kind | default | what it does | turning it off costs |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        costs = f"`{s.name}={'1' if s.weak else '0'}`: {s.costs}" if s.weak is not None else ""
+        rows.append(f"| `{s.name}` | {s.kind} | {_default_text(s)} | {s.what} | {costs} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates the table of docs/settings.md
+    print(markdown(), end="")
