@@ -36,7 +36,6 @@ from triton.runtime.cache import FileCacheManager
 
 from jitwarden import __version__
 from jitwarden.formats import elf
-from jitwarden.store import quarantine as _quarantine
 from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
 from jitwarden.store.fsutil import read_bytes
@@ -44,7 +43,8 @@ from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
 from jitwarden.store.entrylock import _O_NOFOLLOW, lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
-from jitwarden.runtime import prover as _prover
+from jitwarden.runtime import hiding as _hiding
+from jitwarden.runtime import setaside as _setaside
 
 _STANDALONE = (".so", ".autotune.json")
 _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
@@ -225,6 +225,20 @@ class _Verdict:
         self.state, self.code, self.details, self.result = state, code, tuple(details), result
 
 
+class _Admitted:
+    """What :meth:`GuardedCacheManager._seal_legacy` made of an unsealed entry: one typed result.
+
+    ``state``: ``sealed`` | ``refused`` (``verdict`` says why) | ``unsealed`` (used by ``files``,
+    the digests proven, for ``children``; no seal could be written).
+    """
+
+    __slots__ = ("state", "verdict", "children", "files")
+
+    def __init__(self, state: str, verdict: "_Verdict | None" = None, children: dict | None = None,
+                 files: dict | None = None):
+        self.state, self.verdict, self.children, self.files = state, verdict, children, files
+
+
 class GuardedCacheManager(FileCacheManager):
     """A FileCacheManager that seals what it writes and trusts only what still matches its seal."""
 
@@ -264,30 +278,14 @@ class GuardedCacheManager(FileCacheManager):
         _unlock(fd)
         self._pending.clear()
 
-    def _no_writer(self) -> int | None:
-        """An fd holding the writers lock exclusively when nobody is mid-group, else None."""
-        return _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_EX, block=False)
-
     def _quarantine(self, code: str, details, make: bool = True) -> None:
-        try:
-            rec = _quarantine.move(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
-            _log.warning("jitwarden: quarantined Triton cache entry %s (%s: %s); recompiling. Restore with "
-                         "`jitwarden quarantine restore %s`", rec.entry_id, code, "; ".join(details) or "-", rec.id)
-        except FileNotFoundError:
-            pass  # another process moved it first
+        """Set the entry aside (:func:`jitwarden.runtime.setaside.set_aside`: not while a writer is mid-group,
+        then it is a plain miss and that writer's put_group leaves a consistent, sealed entry)."""
+        rec = _setaside.set_aside(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
+        if rec is not None:
+            _log.warning("jitwarden: %s", _setaside.line(rec, "Triton cache entry", code, details, "recompiling"))
         if make:
             os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
-
-    def _quarantine_unless_writing(self, v: _Verdict) -> None:
-        """Quarantine a bad entry, unless a writer is mid-group: then it is a plain miss,
-        and that writer's put_group leaves a consistent, sealed entry."""
-        wfd = self._no_writer()
-        if wfd is None:
-            return
-        try:
-            self._quarantine(v.code, v.details)
-        finally:
-            _unlock(wfd)
 
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
@@ -355,8 +353,8 @@ class GuardedCacheManager(FileCacheManager):
             return super().get_group(filename)
         grp_name = f"__grp__{filename}"
         root, key = os.path.split(self.cache_dir.rstrip(os.sep))
-        if _prover.hidden(root, key):  # unsealed, being proven in the background: wait for it, not a recompile
-            _prover.wait_for(root, key)
+        if _hiding.hidden(root, key):  # unsealed, being proven in the background: wait for it, not a recompile
+            _hiding.wait_for(root, key)
         try:
             efd = self._open_entry()
         except FileNotFoundError:
@@ -464,47 +462,47 @@ class GuardedCacheManager(FileCacheManager):
                 if lv.state != "ok":
                     v = lv
                 else:
-                    s = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
-                    if s is None:
+                    admitted = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
+                    if admitted.state == "sealed":
                         v = self._judge_group(grp_name)
-                    elif isinstance(s, _Verdict):
-                        v = s
+                    elif admitted.state == "refused":
+                        v = admitted.verdict
                     else:
-                        return dict(s[0]), s[1].files
+                        return dict(admitted.children), admitted.files
             if v.state == "ok":
                 sealed = _seal.read(self.cache_dir)
                 return (v.result, sealed.files) if sealed is not None else None
             if v.state == "bad" and fd is not None:
-                self._quarantine_unless_writing(v)
+                self._quarantine(v.code, v.details)
             return None
         finally:
             _unlock(fd)
 
-    def _seal_legacy(self, grp_name: str, write: bool = True):
-        """Prove an unsealed entry by rebuilding its PTX (jitwarden.runtime.firstuse), then seal it.
+    def _seal_legacy(self, grp_name: str, write: bool = True) -> "_Admitted":
+        """Prove an unsealed entry by rebuilding its PTX (jitwarden.runtime.proof), then seal it.
 
-        None when it is now sealed; a ``bad`` verdict when the proof refuses it (Triton
-        recompiles); else (children, the digests proven) when no seal can be written (read-only
-        or full disk): the entry is used by those digests and proven again at its next use.
+        ``sealed``: it is sealed now; ``refused``: the proof refuses it (its verdict; Triton
+        recompiles); ``unsealed``: no seal can be written (read-only or full disk), the entry is
+        used by the digests proven (its children and files) and proven again at its next use.
         """
-        from jitwarden.runtime import firstuse
+        from jitwarden.runtime import proof
 
         children = _json(read_bytes(self._make_path(grp_name), max_bytes=_GROUP_MAX))["child_paths"]
         names = list(children) + [grp_name]
         if write:
             try:
-                why = firstuse.admit(self.cache_dir, names, self._digest, _producer())
-                return None if why is None else _Verdict("bad", why[0], why[1])
+                why = proof.admit(self.cache_dir, names, self._digest, _producer())
+                return _Admitted("sealed") if why is None else _Admitted("refused", _Verdict("bad", why[0], why[1]))
             except OSError as exc:
                 self._unsealed(exc)
         s = _seal.compute(self.cache_dir, names, self._digest, dict(_producer(), legacy=True))
-        if firstuse.enabled():
-            proof = firstuse.prove(self.cache_dir)
-            if not proof.proven:
-                return _Verdict("bad", proof.code, [f"first use of an unsealed entry: {proof.reason}"])
-            if any(proof.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
-                return _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"])
-        return children, s
+        if proof.enabled():
+            pr = proof.prove(self.cache_dir)
+            if not pr.proven:
+                return _Admitted("refused", _Verdict("bad", pr.code, [f"first use of an unsealed entry: {pr.reason}"]))
+            if any(pr.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
+                return _Admitted("refused", _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"]))
+        return _Admitted("unsealed", children=children, files=s.files)
 
     def _unsealed(self, exc: OSError) -> None:
         _say_once(f"seal-{exc.errno}", "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
@@ -686,7 +684,7 @@ class GuardedCacheManager(FileCacheManager):
             if v.state == "ok":
                 return v.result
             if v.state == "bad":
-                self._quarantine_unless_writing(v)
+                self._quarantine(v.code, v.details)
             return None
         finally:
             _unlock(fd)
