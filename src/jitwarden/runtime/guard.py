@@ -26,22 +26,22 @@ import errno
 import fcntl
 import functools
 import hashlib
-import json
 import logging
 import os
-import stat
 import time
 
 from triton.runtime.cache import FileCacheManager
 
 from jitwarden import __version__
 from jitwarden.formats import elf
+from jitwarden.formats import jsonlimits as _jsonlimits
 from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.fsutil import ensure_dir, open_entry_dir, read_bytes
+from jitwarden.store.served import Served
 from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
-from jitwarden.store.entrylock import _O_NOFOLLOW, lock as _lock, unlock as _unlock
+from jitwarden.store.entrylock import lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
@@ -54,8 +54,6 @@ verify`` and every slow-path decision (quarantine, legacy sealing) hash everythi
 _HASH_ALL = parse_flag(os.environ.get("JITWARDEN_GUARD_HASH_ALL")) is True
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
-_loads = json.JSONDecoder().decode
-_O_DIR = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0)
 _GROUP_MAX = 1 << 20
 _SAID: set = set()
 
@@ -68,127 +66,12 @@ def _say_once(what: str, msg: str, *args) -> None:
 
 
 def _json(raw: bytes):
-    """JSON from bytes; ValueError for anything that is not (too deep included)."""
-    try:
-        return _loads(raw.decode())
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
+    """JSON from bytes (already bounded by their reader), through the depth-limited parser; ValueError for
+    anything that is not (too deep included)."""
+    return _jsonlimits.loads(raw, max_bytes=max(len(raw), 1))
 
 
-class _Served:
-    """Private copies of verified bytes, the paths Triton gets: what it reads is exactly what was checked.
-
-    Triton re-opens every path a cache manager returns; returning the cache's own paths would let
-    anyone who can write the cache swap a file between the check and that read. The copies live
-    in one directory per process (mode 0700; in ``$XDG_RUNTIME_DIR`` or ``/dev/shm`` when there,
-    memory-backed and cheap, else the temp dir, else beside the cache), one set of files per hit
-    named ``<n>.<name>`` (the suffix is what Triton looks at). A thread's previous set is removed
-    at its next one (Triton reads every file before ``compile`` returns), the rest at exit, and
-    the leftovers of killed processes (their lock is free) when a later process starts.
-    """
-
-    PREFIX = "jitwarden-served-"
-
-    def __init__(self):
-        import itertools
-        import threading
-
-        self.dir: str | None = None
-        self.lock_fd: int | None = None
-        self.count = itertools.count()
-        self.local = threading.local()
-        self.mutex = threading.Lock()
-
-    def _parents(self, fallback: str) -> list:
-        import tempfile
-
-        out = []
-        run = os.environ.get("XDG_RUNTIME_DIR")
-        if run and os.path.isabs(run):
-            out.append(run)
-        return out + ["/dev/shm", tempfile.gettempdir(), fallback]
-
-    def _make(self, fallback: str) -> str:
-        import atexit
-        import tempfile
-
-        for parent in self._parents(fallback):
-            try:
-                d = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getuid()}-", dir=parent)
-                fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                continue
-            self.lock_fd = fd
-            atexit.register(self._remove, d)
-            self._reap(parent, d)
-            return d
-        raise OSError(errno.ENOSPC, "no private place for verified copies")
-
-    def _reap(self, parent: str, mine: str) -> None:
-        """Remove the copies of processes that died without cleaning up (their lock is free)."""
-        try:
-            names = [n for n in os.listdir(parent) if n.startswith(f"{self.PREFIX}{os.getuid()}-")]
-        except OSError:
-            return
-        for n in names[:32]:
-            d = os.path.join(parent, n)
-            if d == mine:
-                continue
-            try:
-                st = os.lstat(d)
-                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-                    continue
-                fd = os.open(os.path.join(d, ".lock"), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # alive
-            finally:
-                os.close(fd)
-            self._remove(d)
-
-    @staticmethod
-    def _remove(d: str) -> None:
-        import shutil
-
-        shutil.rmtree(d, ignore_errors=True)
-
-    def begin(self, fallback: str) -> tuple[str, str]:
-        """(dir, prefix) for a fresh set of copies; the calling thread's previous set is removed."""
-        with self.mutex:
-            if self.dir is None or not os.path.isdir(self.dir):
-                self.dir = self._make(fallback)
-            base = self.dir
-        for path in getattr(self.local, "prev", ()):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        self.local.prev = []
-        return base, f"{next(self.count)}."
-
-    def write(self, where: tuple[str, str], name: str, data: bytes) -> str:
-        path = os.path.join(where[0], where[1] + name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        self.local.prev.append(path)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        return path
-
-    def serve(self, blobs: dict, fallback: str) -> dict:
-        """Write ``blobs`` (name -> bytes) as a fresh private set; name -> path. OSError when it cannot."""
-        where = self.begin(fallback)
-        return {name: self.write(where, name, data) for name, data in blobs.items()}
-
-
-_SERVED = _Served()
+_SERVED = Served()  # the private copies Triton is given (jitwarden.store.served)
 
 
 @functools.lru_cache(maxsize=None)
@@ -285,7 +168,7 @@ class GuardedCacheManager(FileCacheManager):
         if rec is not None:
             _log.warning("jitwarden: %s", _setaside.line(rec, "Triton cache entry", code, details, "recompiling"))
         if make:
-            os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
+            ensure_dir(self.cache_dir)  # Triton's put writes into self.cache_dir
 
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
@@ -341,12 +224,7 @@ class GuardedCacheManager(FileCacheManager):
         FileNotFoundError when there is no entry; OSError (ELOOP, ENOTDIR) when the entry is a
         symlink or not a directory.
         """
-        root, key = os.path.split(self.cache_dir.rstrip(os.sep))
-        rfd = os.open(root or ".", _O_DIR)
-        try:
-            return os.open(key, _O_DIR | _O_NOFOLLOW, dir_fd=rfd)
-        finally:
-            os.close(rfd)
+        return open_entry_dir(self.cache_dir)
 
     def get_group(self, filename: str):
         if self._plain:

@@ -471,3 +471,21 @@ def rename_path(src: str, dst: str) -> None:
             os.close(dfd)
     finally:
         os.close(sfd)
+
+
+def open_entry_dir(path: str) -> int:
+    """An fd of the directory ``path``, opened from its parent without following a link at ``path`` itself.
+
+    FileNotFoundError when it is absent; OSError (ELOOP, ENOTDIR) when it is a symlink or not a directory.
+    """
+    parent, name = os.path.split(path.rstrip(os.sep))
+    pfd = os.open(parent or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return os.open(name, _O_DIR, dir_fd=pfd)
+    finally:
+        os.close(pfd)
+
+
+def ensure_dir(path: str) -> None:
+    """Make the directory ``path`` (and its parents) when missing, as a cache manager's writes expect."""
+    os.makedirs(path, exist_ok=True)
