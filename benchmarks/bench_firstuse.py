@@ -55,7 +55,7 @@ DRIVER = textwrap.dedent(
         c0, t0 = cpu(), time.perf_counter()
         from jitwarden.runtime import sweep
         bg = [] if os.environ["JW_SWEEP"] == "bg" else None  # proofs beside the start, as activation does
-        warnings, counts = sweep.sweep([os.environ["TRITON_CACHE_DIR"]], None, None, bg)
+        warnings, counts = sweep.sweep([os.environ["TRITON_CACHE_DIR"]], None, bg)
         if bg:
             from jitwarden.runtime import prover
             assert prover.launch(bg, True, os.environ)

@@ -832,7 +832,7 @@ BREAKDOWN = textwrap.dedent(
     import json, os, re, sys, time
     tdir, idir = sys.argv[1], sys.argv[2]
     t0 = time.perf_counter()
-    from jitwarden.runtime import firstuse, sweep, torchhooks
+    from jitwarden.runtime import proof, sweep, torchhooks
     t_import = time.perf_counter() - t0
     names = set(os.listdir(tdir))
     # Which kernel dirs do the FX-graph / AOTAutograd pickles name (base32 dir name, or the hex hash)?
@@ -855,7 +855,7 @@ BREAKDOWN = textwrap.dedent(
     t_scan = time.perf_counter() - t0 - t_import
     # Proving only those (nothing sealed: the sweep below still finds every entry unsealed).
     t1 = time.perf_counter()
-    only = firstuse.prove_many([os.path.join(tdir, n) for n in referenced]) if referenced else {}
+    only = proof.prove_many([os.path.join(tdir, n) for n in referenced]) if referenced else {}
     t_referenced = time.perf_counter() - t1
     t1 = time.perf_counter()
     warnings, counts = sweep.sweep([tdir])

@@ -331,11 +331,12 @@ def test_a_private_root_dir_planted_by_another_user_is_not_used(tmp_path):
 
 _PROVE_ON_FULL_DISK = '''
 import json, os, sys
-from jitwarden.runtime import firstuse, prover
+from jitwarden.runtime import hiding, prover
+from jitwarden.runtime.tree import unsealed_kernels
 tree = sys.argv[1]
-fd = prover.claim(tree)
+fd = hiding.claim(tree)
 assert fd is not None
-assert prover.hide(tree, firstuse.unsealed_kernels([tree])) == []
+assert hiding.hide(tree, unsealed_kernels([tree])) == []
 with open(os.path.join(os.path.dirname(tree), "fill"), "wb") as f:  # no room left for any seal
     try:
         while True:
@@ -343,8 +344,8 @@ with open(os.path.join(os.path.dirname(tree), "fill"), "wb") as f:  # no room le
     except OSError:
         pass
 counts = prover.prove_staged([(tree, None, fd)], cores=2)
-print(json.dumps({"counts": {k: counts[k] for k in ("proven", "refuted", "unproven")},
-                  "staged": prover.staged(tree), "entries": sorted(os.listdir(tree))}))
+print(json.dumps({"counts": {k: getattr(counts, k) for k in ("proven", "refuted", "unproven")},
+                  "staged": hiding.staged(tree), "entries": sorted(os.listdir(tree))}))
 '''
 
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from jitwarden.runtime import firstuse
+from jitwarden.runtime import proof
 from jitwarden.adapters import triton as tri
 from tests.helpers.guarded import compile_jobs
 from tests.helpers.paths import BENCHMARKS
@@ -51,8 +51,8 @@ def test_same_named_substitute_passes_the_structure_and_fails_the_proof(stock, t
         f.write(sub["cubin"])
     errors, kind = tri.structural_errors(copy)
     assert errors == [] and kind == "kernel"
-    pr = firstuse.prove_many([copy])[copy]
-    assert pr.state == firstuse.REFUTED, pr
+    pr = proof.prove_many([copy])[copy]
+    assert pr.state == proof.REFUTED, pr
 
 
 def test_substitute_inside_a_pickled_bundle_and_clear_the_kernel_dirs(stock, tmp_path):

@@ -17,13 +17,12 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from jitwarden.store import quarantine as q
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
 
-if TYPE_CHECKING:  # plans import this module to carry themselves out
-    from jitwarden.ops.plans import Action, PruneAction
+# Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
+# an action is read by its fields (path, root, id, kind, reasons, details, scope), a prune by its partition.
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +70,19 @@ def leftovers(path: str, now: float, orphan_age: float) -> tuple[list[str], list
     return old, fresh
 
 
-def check(a: Action, now: float, orphan_age: float) -> str | None:
-    """Why an action must be skipped now, or None to go ahead (reads only)."""
+def check(root: str, path: str, now: float, orphan_age: float) -> str | None:
+    """Why the entry ``path`` of ``root`` must be skipped now, or None to go ahead (reads only)."""
     try:
-        st = os.lstat(a.path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return "gone since the scan"
     except OSError as exc:
         return f"cannot stat: {exc.strerror}"
-    why = escapes(a.root, a.path)
+    why = escapes(root, path)
     if why:
         return why
     if stat.S_ISDIR(st.st_mode):
-        _old, fresh = leftovers(a.path, now, orphan_age)
+        _old, fresh = leftovers(path, now, orphan_age)
         if fresh:
             name, age = fresh[0]
             return f"being written by a live process ({name}, {age:.0f}s old)"
@@ -91,33 +90,37 @@ def check(a: Action, now: float, orphan_age: float) -> str | None:
 
 
 def clean(actions, *, purge: bool = False, orphan_age: float = 3600.0, by: str = "clean",
-          fingerprint: str | None = None, on_outcome=None) -> list[Outcome]:
-    """Carry out clean actions in order; the caller holds the lock of every root involved."""
+          fingerprint: str | None = None) -> list[Outcome]:
+    """Carry out clean actions (:class:`jitwarden.ops.plans.Action`) in order; the caller holds the lock
+    of every root involved."""
     if not 0.0 <= orphan_age < float("inf"):  # a negative or NaN age makes a live writer's files look old
         raise ValueError(f"orphan age must be a finite number of seconds >= 0, not {orphan_age!r}")
     outcomes = []
     for a in actions:
         now = time.time()
-        why = check(a, now, orphan_age)
+        why = check(a.root, a.path, now, orphan_age)
         if why:
             done = [Outcome(a.path, a.id, "skipped", why)]
         elif a.scope == "leftovers":
             old, _fresh = leftovers(a.path, now, orphan_age)
-            done = [_move(os.path.join(a.path, n), a, f"{a.id}/{n}", purge, by, fingerprint) for n in old] or [
+            done = [_move(os.path.join(a.path, n), a.root, f"{a.id}/{n}", a.kind, _reason(a), a.details, purge, by,
+                          fingerprint) for n in old] or [
                 Outcome(a.path, a.id, "skipped", "no write leftovers older than the orphan age any more")]
         else:
-            done = [_move(a.path, a, a.id, purge, by, fingerprint)]
-        for o in done:
-            outcomes.append(o)
-            if on_outcome:
-                on_outcome(o)
+            done = [_move(a.path, a.root, a.id, a.kind, _reason(a), a.details, purge, by, fingerprint)]
+        outcomes += done
     return outcomes
 
 
-def _move(path: str, a: Action, entry_id: str, purge: bool, by: str, fingerprint: str | None) -> Outcome:
-    reason = a.reasons[0] if a.reasons else "clean"
+def _reason(a) -> str:
+    return a.reasons[0] if a.reasons else "clean"
+
+
+def _move(path: str, root: str, entry_id: str, kind: str, reason: str, details, purge: bool, by: str,
+          fingerprint: str | None) -> Outcome:
+    """Quarantine ``path`` (and with ``purge`` delete it); what happened."""
     try:
-        rec = q.move(path, reason, a.details, root=a.root, entry_id=entry_id, kind=a.kind, by=by,
+        rec = q.move(path, reason, details, root=root, entry_id=entry_id, kind=kind, by=by,
                      fingerprint=fingerprint)
     except FileNotFoundError:
         return Outcome(path, entry_id, "skipped", "gone since the scan")
@@ -141,10 +144,25 @@ def _why(exc: Exception) -> str:
 # ---------------------------------------------------------------- prune
 
 
-def partition_facts(base: str, path: str, digest: str, last_used: float | None, current: str | None):
-    """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
-    from jitwarden.ops.plans import PartitionFacts
+@dataclass(frozen=True, slots=True)
+class PartitionFacts:
+    """One fingerprint partition as found on disk (what :func:`jitwarden.ops.plans.plan_prune` decides from)."""
 
+    base: str
+    path: str
+    digest: str
+    last_used: float
+    bytes: int
+    current: bool
+    newest: float = 0.0  # newest mtime inside: a write in progress shows here
+
+    def to_json(self) -> dict:
+        return {"base": self.base, "path": self.path, "digest": self.digest, "last_used": self.last_used,
+                "bytes": self.bytes, "current": self.current}
+
+
+def partition_facts(base: str, path: str, digest: str, last_used: float | None, current: str | None) -> PartitionFacts:
+    """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
     total, newest = q.tree_stats(path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE}))  # our own locks are no use
     if not last_used:
         try:
@@ -154,11 +172,10 @@ def partition_facts(base: str, path: str, digest: str, last_used: float | None, 
     return PartitionFacts(base, path, digest, float(last_used), total, digest == current, newest)
 
 
-def prune(actions: list[PruneAction], *, current: str | None, keep_quarantined: bool = False,
-          on_outcome=None) -> list[Outcome]:
-    """Remove whole partitions: each renamed into its base's quarantine, then deleted (unless kept)."""
+def prune(actions, *, current: str | None, keep_quarantined: bool = False) -> list[Outcome]:
+    """Remove whole partitions (:class:`jitwarden.ops.plans.PruneAction`): each renamed into its base's
+    quarantine, then deleted (unless kept)."""
     from jitwarden.model.layout import PARTITIONS_DIR
-    from jitwarden.ops.plans import Action
 
     outcomes = []
     for a in actions:
@@ -173,12 +190,9 @@ def prune(actions: list[PruneAction], *, current: str | None, keep_quarantined: 
                 bad = "gone since the scan"
             o = Outcome(p.path, p.digest, "skipped", bad) if bad else None
             if o is None:
-                fake = Action("partition", p.base, f"{PARTITIONS_DIR}/{p.digest}", p.path, "partition", p.bytes,
-                              p.last_used, ("pruned",), (a.why,))
-                o = _move(p.path, fake, fake.id, not keep_quarantined, "prune", p.digest)
+                o = _move(p.path, p.base, f"{PARTITIONS_DIR}/{p.digest}", "partition", "pruned", (a.why,),
+                          not keep_quarantined, "prune", p.digest)
         outcomes.append(o)
-        if on_outcome:
-            on_outcome(o)
     return outcomes
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from jitwarden.model.findings import CODES, Severity
 from jitwarden.ops import maintenance
-from jitwarden.ops.maintenance import Outcome
+from jitwarden.ops.maintenance import Outcome, PartitionFacts  # noqa: F401 - PartitionFacts: a plan's input, named here too
 from jitwarden.store import locks
 from jitwarden.store import quarantine as q
 from jitwarden.store.fsutil import UnsafeName
@@ -158,23 +158,6 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
 
 
 # ---------------------------------------------------------------- prune
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionFacts:
-    """One fingerprint partition as found on disk."""
-
-    base: str
-    path: str
-    digest: str
-    last_used: float
-    bytes: int
-    current: bool
-    newest: float = 0.0  # newest mtime inside: a write in progress shows here
-
-    def to_json(self) -> dict:
-        return {"base": self.base, "path": self.path, "digest": self.digest, "last_used": self.last_used,
-                "bytes": self.bytes, "current": self.current}
 
 
 @dataclass(frozen=True, slots=True)

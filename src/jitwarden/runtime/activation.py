@@ -304,26 +304,26 @@ def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False
     if not SWEEP.on(env) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
         return []
     try:
-        from jitwarden.runtime import prover, sweep
+        from jitwarden.runtime import hiding, prover, sweep
+        from jitwarden.runtime.proof import ProofCounts
 
         out: list[str] = []
-        proofs: dict = {}  # unsealed kernels proven by every sweep below: one line for the start-up
-        jobs: list | None = [] if prover.background(env) else None  # proofs left to a prover in the background
+        proofs = ProofCounts()  # unsealed kernels proven by every sweep below: one line for the start-up
+        jobs: list | None = [] if hiding.background(env) else None  # proofs left to a prover in the background
         for kind, var in PARTITION_VARS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
             trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
             if trees:
-                out += sweep.sweep(trees, digest if var in partitions else None, proofs, jobs)[0]
+                w, counts = sweep.sweep(trees, digest if var in partitions else None, jobs, proof_line=False)
+                out += w
+                proofs = proofs.plus(counts.get("proofs"))
         if jobs:  # to a prover in the background; proven here only when none can start
-            from jitwarden.runtime.firstuse import add_counts
-
-            add_counts(proofs, prover.run(jobs, quiet, env, say=out.append))
-        if proofs:
-            from jitwarden.runtime.firstuse import summary
-
-            out += [line for line in (summary(proofs),) if line]
+            proofs = proofs.plus(prover.run(jobs, quiet, env, say=out.append))
+        line = proofs.summary()
+        if line:
+            out.append(line)
         return out
     except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]

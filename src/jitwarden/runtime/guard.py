@@ -26,25 +26,25 @@ import errno
 import fcntl
 import functools
 import hashlib
-import json
 import logging
 import os
-import stat
 import time
 
 from triton.runtime.cache import FileCacheManager
 
 from jitwarden import __version__
 from jitwarden.formats import elf
-from jitwarden.store import quarantine as _quarantine
+from jitwarden.formats import jsonlimits as _jsonlimits
 from jitwarden.store import seal as _seal
 from jitwarden.adapters import triton as _adapter
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.fsutil import ensure_dir, open_entry_dir, read_bytes
+from jitwarden.store.served import Served
 from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
-from jitwarden.store.entrylock import _O_NOFOLLOW, lock as _lock, unlock as _unlock
+from jitwarden.store.entrylock import lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
-from jitwarden.runtime import prover as _prover
+from jitwarden.runtime import hiding as _hiding
+from jitwarden.runtime import setaside as _setaside
 
 _STANDALONE = (".so", ".autotune.json")
 _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
@@ -54,8 +54,6 @@ verify`` and every slow-path decision (quarantine, legacy sealing) hash everythi
 _HASH_ALL = parse_flag(os.environ.get("JITWARDEN_GUARD_HASH_ALL")) is True
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
-_loads = json.JSONDecoder().decode
-_O_DIR = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0)
 _GROUP_MAX = 1 << 20
 _SAID: set = set()
 
@@ -68,127 +66,12 @@ def _say_once(what: str, msg: str, *args) -> None:
 
 
 def _json(raw: bytes):
-    """JSON from bytes; ValueError for anything that is not (too deep included)."""
-    try:
-        return _loads(raw.decode())
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
+    """JSON from bytes (already bounded by their reader), through the depth-limited parser; ValueError for
+    anything that is not (too deep included)."""
+    return _jsonlimits.loads(raw, max_bytes=max(len(raw), 1))
 
 
-class _Served:
-    """Private copies of verified bytes, the paths Triton gets: what it reads is exactly what was checked.
-
-    Triton re-opens every path a cache manager returns; returning the cache's own paths would let
-    anyone who can write the cache swap a file between the check and that read. The copies live
-    in one directory per process (mode 0700; in ``$XDG_RUNTIME_DIR`` or ``/dev/shm`` when there,
-    memory-backed and cheap, else the temp dir, else beside the cache), one set of files per hit
-    named ``<n>.<name>`` (the suffix is what Triton looks at). A thread's previous set is removed
-    at its next one (Triton reads every file before ``compile`` returns), the rest at exit, and
-    the leftovers of killed processes (their lock is free) when a later process starts.
-    """
-
-    PREFIX = "jitwarden-served-"
-
-    def __init__(self):
-        import itertools
-        import threading
-
-        self.dir: str | None = None
-        self.lock_fd: int | None = None
-        self.count = itertools.count()
-        self.local = threading.local()
-        self.mutex = threading.Lock()
-
-    def _parents(self, fallback: str) -> list:
-        import tempfile
-
-        out = []
-        run = os.environ.get("XDG_RUNTIME_DIR")
-        if run and os.path.isabs(run):
-            out.append(run)
-        return out + ["/dev/shm", tempfile.gettempdir(), fallback]
-
-    def _make(self, fallback: str) -> str:
-        import atexit
-        import tempfile
-
-        for parent in self._parents(fallback):
-            try:
-                d = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getuid()}-", dir=parent)
-                fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                continue
-            self.lock_fd = fd
-            atexit.register(self._remove, d)
-            self._reap(parent, d)
-            return d
-        raise OSError(errno.ENOSPC, "no private place for verified copies")
-
-    def _reap(self, parent: str, mine: str) -> None:
-        """Remove the copies of processes that died without cleaning up (their lock is free)."""
-        try:
-            names = [n for n in os.listdir(parent) if n.startswith(f"{self.PREFIX}{os.getuid()}-")]
-        except OSError:
-            return
-        for n in names[:32]:
-            d = os.path.join(parent, n)
-            if d == mine:
-                continue
-            try:
-                st = os.lstat(d)
-                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-                    continue
-                fd = os.open(os.path.join(d, ".lock"), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # alive
-            finally:
-                os.close(fd)
-            self._remove(d)
-
-    @staticmethod
-    def _remove(d: str) -> None:
-        import shutil
-
-        shutil.rmtree(d, ignore_errors=True)
-
-    def begin(self, fallback: str) -> tuple[str, str]:
-        """(dir, prefix) for a fresh set of copies; the calling thread's previous set is removed."""
-        with self.mutex:
-            if self.dir is None or not os.path.isdir(self.dir):
-                self.dir = self._make(fallback)
-            base = self.dir
-        for path in getattr(self.local, "prev", ()):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        self.local.prev = []
-        return base, f"{next(self.count)}."
-
-    def write(self, where: tuple[str, str], name: str, data: bytes) -> str:
-        path = os.path.join(where[0], where[1] + name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        self.local.prev.append(path)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        return path
-
-    def serve(self, blobs: dict, fallback: str) -> dict:
-        """Write ``blobs`` (name -> bytes) as a fresh private set; name -> path. OSError when it cannot."""
-        where = self.begin(fallback)
-        return {name: self.write(where, name, data) for name, data in blobs.items()}
-
-
-_SERVED = _Served()
+_SERVED = Served()  # the private copies Triton is given (jitwarden.store.served)
 
 
 @functools.lru_cache(maxsize=None)
@@ -223,6 +106,20 @@ class _Verdict:
 
     def __init__(self, state: str, code: str = "", details=(), result=None):
         self.state, self.code, self.details, self.result = state, code, tuple(details), result
+
+
+class _Admitted:
+    """What :meth:`GuardedCacheManager._seal_legacy` made of an unsealed entry: one typed result.
+
+    ``state``: ``sealed`` | ``refused`` (``verdict`` says why) | ``unsealed`` (used by ``files``,
+    the digests proven, for ``children``; no seal could be written).
+    """
+
+    __slots__ = ("state", "verdict", "children", "files")
+
+    def __init__(self, state: str, verdict: "_Verdict | None" = None, children: dict | None = None,
+                 files: dict | None = None):
+        self.state, self.verdict, self.children, self.files = state, verdict, children, files
 
 
 class GuardedCacheManager(FileCacheManager):
@@ -264,30 +161,14 @@ class GuardedCacheManager(FileCacheManager):
         _unlock(fd)
         self._pending.clear()
 
-    def _no_writer(self) -> int | None:
-        """An fd holding the writers lock exclusively when nobody is mid-group, else None."""
-        return _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_EX, block=False)
-
     def _quarantine(self, code: str, details, make: bool = True) -> None:
-        try:
-            rec = _quarantine.move(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
-            _log.warning("jitwarden: quarantined Triton cache entry %s (%s: %s); recompiling. Restore with "
-                         "`jitwarden quarantine restore %s`", rec.entry_id, code, "; ".join(details) or "-", rec.id)
-        except FileNotFoundError:
-            pass  # another process moved it first
+        """Set the entry aside (:func:`jitwarden.runtime.setaside.set_aside`: not while a writer is mid-group,
+        then it is a plain miss and that writer's put_group leaves a consistent, sealed entry)."""
+        rec = _setaside.set_aside(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
+        if rec is not None:
+            _log.warning("jitwarden: %s", _setaside.line(rec, "Triton cache entry", code, details, "recompiling"))
         if make:
-            os.makedirs(self.cache_dir, exist_ok=True)  # Triton's put writes into self.cache_dir
-
-    def _quarantine_unless_writing(self, v: _Verdict) -> None:
-        """Quarantine a bad entry, unless a writer is mid-group: then it is a plain miss,
-        and that writer's put_group leaves a consistent, sealed entry."""
-        wfd = self._no_writer()
-        if wfd is None:
-            return
-        try:
-            self._quarantine(v.code, v.details)
-        finally:
-            _unlock(wfd)
+            ensure_dir(self.cache_dir)  # Triton's put writes into self.cache_dir
 
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
@@ -343,20 +224,15 @@ class GuardedCacheManager(FileCacheManager):
         FileNotFoundError when there is no entry; OSError (ELOOP, ENOTDIR) when the entry is a
         symlink or not a directory.
         """
-        root, key = os.path.split(self.cache_dir.rstrip(os.sep))
-        rfd = os.open(root or ".", _O_DIR)
-        try:
-            return os.open(key, _O_DIR | _O_NOFOLLOW, dir_fd=rfd)
-        finally:
-            os.close(rfd)
+        return open_entry_dir(self.cache_dir)
 
     def get_group(self, filename: str):
         if self._plain:
             return super().get_group(filename)
         grp_name = f"__grp__{filename}"
         root, key = os.path.split(self.cache_dir.rstrip(os.sep))
-        if _prover.hidden(root, key):  # unsealed, being proven in the background: wait for it, not a recompile
-            _prover.wait_for(root, key)
+        if _hiding.hidden(root, key):  # unsealed, being proven in the background: wait for it, not a recompile
+            _hiding.wait_for(root, key)
         try:
             efd = self._open_entry()
         except FileNotFoundError:
@@ -464,47 +340,47 @@ class GuardedCacheManager(FileCacheManager):
                 if lv.state != "ok":
                     v = lv
                 else:
-                    s = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
-                    if s is None:
+                    admitted = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
+                    if admitted.state == "sealed":
                         v = self._judge_group(grp_name)
-                    elif isinstance(s, _Verdict):
-                        v = s
+                    elif admitted.state == "refused":
+                        v = admitted.verdict
                     else:
-                        return dict(s[0]), s[1].files
+                        return dict(admitted.children), admitted.files
             if v.state == "ok":
                 sealed = _seal.read(self.cache_dir)
                 return (v.result, sealed.files) if sealed is not None else None
             if v.state == "bad" and fd is not None:
-                self._quarantine_unless_writing(v)
+                self._quarantine(v.code, v.details)
             return None
         finally:
             _unlock(fd)
 
-    def _seal_legacy(self, grp_name: str, write: bool = True):
-        """Prove an unsealed entry by rebuilding its PTX (jitwarden.runtime.firstuse), then seal it.
+    def _seal_legacy(self, grp_name: str, write: bool = True) -> "_Admitted":
+        """Prove an unsealed entry by rebuilding its PTX (jitwarden.runtime.proof), then seal it.
 
-        None when it is now sealed; a ``bad`` verdict when the proof refuses it (Triton
-        recompiles); else (children, the digests proven) when no seal can be written (read-only
-        or full disk): the entry is used by those digests and proven again at its next use.
+        ``sealed``: it is sealed now; ``refused``: the proof refuses it (its verdict; Triton
+        recompiles); ``unsealed``: no seal can be written (read-only or full disk), the entry is
+        used by the digests proven (its children and files) and proven again at its next use.
         """
-        from jitwarden.runtime import firstuse
+        from jitwarden.runtime import proof
 
         children = _json(read_bytes(self._make_path(grp_name), max_bytes=_GROUP_MAX))["child_paths"]
         names = list(children) + [grp_name]
         if write:
             try:
-                why = firstuse.admit(self.cache_dir, names, self._digest, _producer())
-                return None if why is None else _Verdict("bad", why[0], why[1])
+                why = proof.admit(self.cache_dir, names, self._digest, _producer())
+                return _Admitted("sealed") if why is None else _Admitted("refused", _Verdict("bad", why[0], why[1]))
             except OSError as exc:
                 self._unsealed(exc)
         s = _seal.compute(self.cache_dir, names, self._digest, dict(_producer(), legacy=True))
-        if firstuse.enabled():
-            proof = firstuse.prove(self.cache_dir)
-            if not proof.proven:
-                return _Verdict("bad", proof.code, [f"first use of an unsealed entry: {proof.reason}"])
-            if any(proof.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
-                return _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"])
-        return children, s
+        if proof.enabled():
+            pr = proof.prove(self.cache_dir)
+            if not pr.proven:
+                return _Admitted("refused", _Verdict("bad", pr.code, [f"first use of an unsealed entry: {pr.reason}"]))
+            if any(pr.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
+                return _Admitted("refused", _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"]))
+        return _Admitted("unsealed", children=children, files=s.files)
 
     def _unsealed(self, exc: OSError) -> None:
         _say_once(f"seal-{exc.errno}", "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
@@ -686,7 +562,7 @@ class GuardedCacheManager(FileCacheManager):
             if v.state == "ok":
                 return v.result
             if v.state == "bad":
-                self._quarantine_unless_writing(v)
+                self._quarantine(v.code, v.details)
             return None
         finally:
             _unlock(fd)

@@ -13,7 +13,7 @@ TorchInductor restores Triton kernels from its caches without asking Triton's ca
 torch offers no hook for either, so these are wrapped in place once their modules are imported:
 
 - every kernel directory of a bundle is written to a staging dir first, proven by a rebuild
-  (:mod:`jitwarden.runtime.firstuse`), sealed and renamed into place; one that cannot be proven is
+  (:mod:`jitwarden.runtime.proof`), sealed and renamed into place; one that cannot be proven is
   quarantined there and dropped from the bundle, so Inductor recompiles it (through the guard).
   A directory already on disk is checked against its seal, or proven when unsealed. Raw cubins
   carried in the pickle are dropped (nothing to prove them from): a kernel whose directory is
@@ -200,92 +200,120 @@ def guard_bundle(bundle, cache_dir_for, replace_bytes: bytes = b"[REPLACE]"):
     only the kernel directories that are now in place and sealed (torch skips writing those,
     as they exist) and no raw cubins on its static autotuners.
     """
-    import shutil
+    from jitwarden.store.fsutil import remove_tree
 
     artifacts, static = _parts(bundle)
-    staged: dict[str, tuple] = {}  # staging dir -> (artifacts, final dir, base dir)
-    existing: dict[str, tuple] = {}  # final dir already on disk -> (artifacts, base dir)
-    refused: set[int] = set()
-    parents: list[str] = []
+    st = _stage(artifacts, cache_dir_for, replace_bytes)
     try:
-        _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, parents)
-        _judge(staged, existing, refused)
+        _judge(st)
     finally:
-        for p in parents:
-            shutil.rmtree(p, ignore_errors=True)
+        for p in st.parents:
+            remove_tree(p)
     _drop_raw_cubins(static)
-    return _with(bundle, [a for a in artifacts if id(a) not in refused])
+    return _with(bundle, [a for a in artifacts if id(a) not in st.refused])
 
 
-def _stage(artifacts, cache_dir_for, replace_bytes, staged, existing, refused, parents) -> None:
-    """Write each kernel directory that is not on disk yet into a staging dir beside where it goes."""
-    import uuid
+class _Staged:
+    """What :func:`_stage` made of a bundle's kernel artifacts (one record; :func:`_judge` adds to ``refused``).
 
-    from jitwarden.runtime import prover
+    ``staged``: staging dir -> (artifact, final dir, base dir); ``existing``: final dir already on
+    disk -> (artifact, base dir); ``refused``: ids of the artifacts torch must not restore;
+    ``parents``: the private directories the staging dirs are in, removed at the end.
+    """
 
-    for a in artifacts:
-        base = cache_dir_for(a.device)
-        directory = os.path.join(base, a.kernel_hash)
-        if not _safe_name(a.kernel_hash) or not all(_safe_name(x.filename) for x in a.artifacts):
-            _warn(a.kernel_hash, "unsafe", "a file name in the bundle leaves its directory")
-            refused.add(id(a))
-            continue
-        if prover.hidden(base, a.kernel_hash):  # on disk, being proven in the background: wait, then judge it there
-            prover.wait_for(base, a.kernel_hash)
-        if _nonempty(directory):
-            existing[directory] = (a, base)
-            continue
-        parent = os.path.join(base, f"tmp.jitwarden-{uuid.uuid4().hex}")
-        os.makedirs(parent)
-        parents.append(parent)
-        stage = os.path.join(parent, a.kernel_hash)
-        os.mkdir(stage)
-        for x in a.artifacts:
-            payload = x.payload
-            if x.filename.endswith(".json"):
-                payload = payload.replace(replace_bytes, directory.encode())
-            fd = os.open(os.path.join(stage, x.filename), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-        staged[stage] = (a, directory, base)
+    __slots__ = ("staged", "existing", "refused", "parents")
+
+    def __init__(self):
+        self.staged: dict[str, tuple] = {}
+        self.existing: dict[str, tuple] = {}
+        self.refused: set[int] = set()
+        self.parents: list[str] = []
 
 
-def _judge(staged, existing, refused) -> None:
+def _stage(artifacts, cache_dir_for, replace_bytes) -> _Staged:
+    """Write each kernel directory that is not on disk yet into a private staging dir beside where it goes.
+
+    Everything is written by directory fds into new names only (O_EXCL). On an error the staging
+    dirs made so far are removed before it is raised.
+    """
+    from jitwarden.runtime import hiding
+    from jitwarden.store.fsutil import make_dir_at, make_private_dir, remove_tree, write_new
+
+    st = _Staged()
+    try:
+        for a in artifacts:
+            base = cache_dir_for(a.device)
+            directory = os.path.join(base, a.kernel_hash)
+            if not _safe_name(a.kernel_hash) or not all(_safe_name(x.filename) for x in a.artifacts):
+                _warn(a.kernel_hash, "unsafe", "a file name in the bundle leaves its directory")
+                st.refused.add(id(a))
+                continue
+            if hiding.hidden(base, a.kernel_hash):  # on disk, being proven in the background: wait, then judge it there
+                hiding.wait_for(base, a.kernel_hash)
+            if _nonempty(directory):
+                st.existing[directory] = (a, base)
+                continue
+            parent, pfd = make_private_dir(base, "tmp.jitwarden-")
+            st.parents.append(parent)
+            try:
+                sfd = make_dir_at(pfd, a.kernel_hash)
+            finally:
+                os.close(pfd)
+            try:
+                for x in a.artifacts:
+                    payload = x.payload
+                    if x.filename.endswith(".json"):
+                        payload = payload.replace(replace_bytes, directory.encode())
+                    write_new(sfd, x.filename, payload)
+            finally:
+                os.close(sfd)
+            st.staged[os.path.join(parent, a.kernel_hash)] = (a, directory, base)
+    except BaseException:
+        for p in st.parents:
+            remove_tree(p)
+        raise
+    return st
+
+
+def _judge(st: _Staged) -> None:
     """Prove the staged and the unsealed directories in parallel; seal and place each proven one as its
-    proof ends (while the others' ptxas runs go on), quarantine the rest."""
-    from jitwarden.runtime import firstuse
+    proof ends (while the others' ptxas runs go on), set the rest aside."""
+    from jitwarden.model.layout import SEAL_FILE
+    from jitwarden.runtime import proof
     from jitwarden.store import partition
+    from jitwarden.store.fsutil import rename_path
 
-    unsealed = [d for d in existing if not os.path.exists(os.path.join(d, ".jitwarden-seal.json"))]
+    staged, existing, refused = st.staged, st.existing, st.refused
+    unsealed = [d for d in existing if not os.path.exists(os.path.join(d, SEAL_FILE))]
     for d in existing:
         if d not in unsealed:
             bad = _seal_problems(d)
             if bad:
-                _quarantine(d, existing[d][1], "corrupt", bad)
+                _set_aside(d, existing[d][1], "corrupt", bad)
                 refused.add(id(existing[d][0]))
 
     def place(path: str, pr) -> None:
         if path in staged:
             a, directory, base = staged[path]
             names = sorted(os.listdir(path))
-            if pr.proven and firstuse.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True}):
+            if pr.proven and proof.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True}):
                 try:
-                    os.rename(path, directory)  # onto nothing or an empty dir; torch then skips it
+                    rename_path(path, directory)  # onto nothing or an empty dir; torch then skips it
                 except OSError:
                     refused.add(id(a))  # someone else wrote it meanwhile: theirs is judged on its own
                 return
-            _quarantine(path, base, pr.code or "unverifiable", [f"restored from an FX-graph bundle: {pr.reason}"],
-                        entry_id=a.kernel_hash)
+            _set_aside(path, base, pr.code or "unverifiable", [f"restored from an FX-graph bundle: {pr.reason}"],
+                       entry_id=a.kernel_hash)
             refused.add(id(a))
             return
         a, base = existing[path]
         names = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
-        if not (pr.proven and firstuse.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True})):
-            _quarantine(path, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
+        if not (pr.proven and proof.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True})):
+            _set_aside(path, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
             refused.add(id(a))
 
     if staged or unsealed:
-        firstuse.prove_many(list(staged) + unsealed, on_proof=place)
+        proof.prove_many(list(staged) + unsealed, on_proof=place)
 
 
 def _digest(partition, base: str) -> str | None:
@@ -294,17 +322,20 @@ def _digest(partition, base: str) -> str | None:
 
 
 def _seal_problems(path: str) -> list[str]:
-    """Problems with a sealed directory's seal; none when no file changed since it was sealed (ctime, as the sweep)."""
+    """Problems with a sealed directory's seal; none when no file changed since it was sealed.
+
+    "Unchanged since sealed" is :func:`jitwarden.store.seal.unchanged` (the time recorded inside
+    the seal), never the seal file's own ctime, which a ``chmod`` of the seal moves past a tampered file's.
+    """
     from jitwarden.store import seal
-    from jitwarden.model.layout import SEAL_FILE
 
     try:
         with os.scandir(path) as it:
-            st = {e.name: e.stat(follow_symlinks=False) for e in it}
-        sealed_at = st[SEAL_FILE].st_ctime_ns
-        if all(v.st_ctime_ns < sealed_at for n, v in st.items() if not n.startswith(".jitwarden")):
-            return []
-    except (OSError, KeyError):
+            ours = [e for e in it if not e.name.startswith(".jitwarden")]
+            if all(e.is_file(follow_symlinks=False) for e in ours) and \
+                    seal.unchanged(path, [e.stat(follow_symlinks=False).st_ctime_ns for e in ours]):
+                return []
+    except OSError:
         pass
     try:
         s = seal.read(path)
@@ -325,20 +356,22 @@ def _drop_raw_cubins(static_autotuners) -> None:
                 k.cubin_raw = None
 
 
-def _warn(entry: str, code: str, why: str, rec=None) -> None:
-    tail = f". Restore with `jitwarden quarantine restore {rec.id}`" if rec is not None else ""
-    _log.warning("jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it%s",
-                 entry[:12], code, why, tail)
+_BUNDLE_THEN = "TorchInductor restored it from an FX-graph bundle; Inductor recompiles it"
 
 
-def _quarantine(path: str, root: str, code: str, details, entry_id: str | None = None) -> None:
-    from jitwarden.store import quarantine
+def _warn(entry: str, code: str, why: str) -> None:
+    _log.warning("jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it",
+                 entry[:12], code, why)
 
-    try:
-        rec = quarantine.move(path, code, details, root=root, entry_id=entry_id, by="torch-hook")
-    except FileNotFoundError:
-        rec = None
-    _warn(entry_id or os.path.basename(path), code, "; ".join(details), rec)
+
+def _set_aside(path: str, root: str, code: str, details, entry_id: str | None = None) -> None:
+    from jitwarden.runtime import setaside
+
+    rec = setaside.set_aside(path, code, details, root=root, entry_id=entry_id, by="torch-hook")
+    if rec is None:
+        _warn(entry_id or os.path.basename(path), code, "; ".join(details))
+    else:
+        _log.warning("jitwarden: %s", setaside.line(rec, "Triton kernel", code, details, _BUNDLE_THEN))
 
 
 # ---------------------------------------------------------------- FX-graph and AOTAutograd pickles
@@ -496,15 +529,14 @@ def _inductor_root(subdir: str) -> str:
 
 
 def _quarantine_pickle(subdir: str, name: str, problems: list[str]) -> list[str]:
-    from jitwarden.store import quarantine
+    """Set a pickle aside (under the directory's entry lock, which the caller holds); its line."""
+    from jitwarden.runtime import setaside
 
-    root = _inductor_root(subdir)
-    try:
-        qrec = quarantine.move(os.path.join(subdir, name), "corrupt", problems, root=root, kind="inductor", by="torch-hook")
-    except FileNotFoundError:
+    rec = setaside.set_aside(os.path.join(subdir, name), "corrupt", problems, root=_inductor_root(subdir),
+                             kind="inductor", by="torch-hook")
+    if rec is None:
         return []
-    line = (f"quarantined TorchInductor cache pickle {qrec.entry_id} (corrupt: {'; '.join(problems)}); "
-            f"Inductor recompiles it. Restore with `jitwarden quarantine restore {qrec.id}`")
+    line = setaside.line(rec, "TorchInductor cache pickle", "corrupt", problems, "Inductor recompiles it")
     _log.warning("jitwarden: %s", line)
     return [line]
 
@@ -520,6 +552,10 @@ _SHAPES = {
     CODECACHE: ("_inductor/codecache.py", ("def iterate_over_candidates(", "def _write_to_local_cache(")),
     AOTCACHE: ("_functorch/_aot_autograd/autograd_cache.py", ("def _write_to_local_cache(",)),
 }
+
+
+_SOURCE_MAX = 16 << 20
+"""torch's largest source file is a few MB: anything past this is not the file the wrappers know."""
 
 
 def _torch_dir() -> str | None:
@@ -538,6 +574,8 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     Reads torch's source files as text (never imports torch): a wrapper attaches only to the
     definitions it knows, so one missing from this torch is a way kernels arrive unguarded mid-run.
     """
+    from jitwarden.store.fsutil import read_bytes
+
     env = os.environ if env is None else env
     tdir = _torch_dir()
     if tdir is None:
@@ -551,8 +589,7 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     missing = []
     for name, (rel, needles) in _SHAPES.items():
         try:
-            with open(os.path.join(tdir, rel), encoding="utf-8", errors="replace") as f:
-                text = f.read()
+            text = read_bytes(os.path.join(tdir, rel), max_bytes=_SOURCE_MAX).decode("utf-8", "replace")
         except OSError:
             missing.append(f"{rel} (absent)")
             continue

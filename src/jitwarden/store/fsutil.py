@@ -631,3 +631,164 @@ def private_tempdir(prefix: str, where: str) -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix=prefix, dir=where)
+
+
+# --- added by runtime-house ---
+
+
+def read_own_json(path: str, *, max_bytes: int = 4 << 20, dir_fd: int | None = None):
+    """The JSON document in ``path`` when it is a regular file this user owns and nobody else may write.
+
+    For memos that steer what a process trusts (a ptxas identified from the fingerprint memo):
+    never blocks on a FIFO, never reads past ``max_bytes`` (EFBIG), refuses another user's file or a
+    world-writable one (EPERM), parses with the depth limits of :func:`jitwarden.formats.jsonlimits.loads`.
+    """
+    from jitwarden.formats.jsonlimits import loads
+
+    fd, st = open_regular(path, dir_fd=dir_fd)
+    try:
+        if st.st_uid != os.geteuid() or st.st_mode & 0o002:
+            raise PermissionError(errno.EPERM, f"not this user's own file (uid {st.st_uid}, mode {st.st_mode & 0o7777:o})", path)
+        data = read_fd(fd, max_bytes, st.st_size)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+    return loads(data, max_bytes=max_bytes)
+
+
+def open_lock_file(dir_fd: int, name: str, *, create: bool = False) -> int | None:
+    """An fd of the lock file ``name`` in ``dir_fd`` when it is a regular file this user owns; None otherwise.
+
+    Never follows a link, never blocks on a FIFO; a lock file someone else planted (another owner)
+    is no lock of ours, so it is refused like one that is absent.
+    """
+    try:
+        fd = os.open(name, (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY) | os.O_CLOEXEC | _O_NOFOLLOW
+                     | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0), 0o644, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def remove_empty_dir_at(dir_fd: int, name: str) -> bool:
+    """Remove the empty directory ``name`` in ``dir_fd``; False when it is not there, not empty or not a directory."""
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+
+
+def make_private_dir(parent: str, prefix: str) -> tuple[str, int]:
+    """(path, fd) of a new directory ``<parent>/<prefix><random>``, 0700, made with an exclusive ``mkdir``.
+
+    ``parent`` is made when missing; the new directory is opened without following a link.
+    """
+    os.makedirs(parent, exist_ok=True)
+    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for _ in range(100):
+            name = f"{prefix}{os.urandom(8).hex()}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=pfd)
+            except FileExistsError:
+                continue
+            return os.path.join(parent, name), os.open(name, _O_DIR, dir_fd=pfd)
+        raise FileExistsError(errno.EEXIST, "no free directory name", parent)  # pragma: no cover
+    finally:
+        os.close(pfd)
+
+
+def make_dir_at(dir_fd: int, name: str, mode: int = 0o755) -> int:
+    """Make the new directory ``name`` in ``dir_fd`` (FileExistsError when anything is there); its fd."""
+    os.mkdir(name, mode, dir_fd=dir_fd)
+    return os.open(name, _O_DIR, dir_fd=dir_fd)
+
+
+def write_new(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to the new regular file ``name`` in ``dir_fd`` (O_EXCL: never over or through anything there)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def rename_at(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
+    """``rename(2)`` of ``src`` to ``dst`` by directory fds (onto nothing or an empty directory; never through a link)."""
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+
+def remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` in ``dir_fd`` and everything below it, by directory fds, never following a link; quiet on errors."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            fd = os.open(name, _O_DIR, dir_fd=dir_fd)
+        except OSError:
+            return
+        try:
+            for child in os.listdir(fd):
+                remove_tree_at(fd, child)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        remove_empty_dir_at(dir_fd, name)
+        return
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def remove_tree(path: str) -> None:
+    """Remove the directory ``path`` and everything below it (:func:`remove_tree_at` from its parent); quiet on errors."""
+    parent, name = os.path.split(os.path.normpath(path))
+    try:
+        pfd = os.open(parent or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        remove_tree_at(pfd, name)
+    finally:
+        os.close(pfd)
+
+
+def rename_path(src: str, dst: str) -> None:
+    """``rename(2)`` of ``src`` to ``dst`` by their parent directories' fds (onto nothing or an empty directory)."""
+    sp, sn = os.path.split(os.path.normpath(src))
+    dp, dn = os.path.split(os.path.normpath(dst))
+    sfd = os.open(sp or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dfd = os.open(dp or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            rename_at(sfd, sn, dfd, dn)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+
+
+def open_entry_dir(path: str) -> int:
+    """An fd of the directory ``path``, opened from its parent without following a link at ``path`` itself.
+
+    FileNotFoundError when it is absent; OSError (ELOOP, ENOTDIR) when it is a symlink or not a directory.
+    """
+    parent, name = os.path.split(path.rstrip(os.sep))
+    pfd = os.open(parent or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return os.open(name, _O_DIR, dir_fd=pfd)
+    finally:
+        os.close(pfd)
+
+

@@ -93,8 +93,43 @@ def parse(raw: bytes) -> Seal:
     return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0))
 
 
-def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
-    """Problems between the seal and the files on disk, as sentences; empty when it holds.
+MISSING, UNREADABLE, LINK, SIZE, DIGEST, NOT_COVERED = "missing", "unreadable", "link", "size", "digest", "not-covered"
+"""Reason codes of a :class:`Problem`: callers decide from these, never from the sentence."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One disagreement between a seal and the files on disk.
+
+    ``names``: the files it is about; ``reason``: one of the codes above (:data:`SIZE` and
+    :data:`DIGEST` are the changed bytes of a sealed file); ``text``: the sentence a user reads.
+    """
+
+    names: tuple
+    reason: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class SealCheck:
+    """What :func:`judge` found: no problem means the seal holds for the files it looked at."""
+
+    problems: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def messages(self) -> list[str]:
+        return [p.text for p in self.problems]
+
+
+def judge(entry_dir: str, seal: Seal, present=None, names=None) -> SealCheck:
+    """Every problem between the seal and the files on disk, each with its reason code.
 
     ``names``: check only these (each must be sealed), else every sealed file; ``present``:
     the files on disk, any not covered by the seal is a problem too.
@@ -103,35 +138,54 @@ def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
     if names is not None:
         missing = sorted(n for n in names if n not in seal.files)
         if missing:
-            return [f"not covered by the seal: {', '.join(missing)}"]
+            return SealCheck((Problem(tuple(missing), NOT_COVERED, f"not covered by the seal: {', '.join(missing)}"),))
     for name in seal.files if names is None else names:
         rec = seal.files[name]
         try:
             digest, size = file_digest(os.path.join(entry_dir, name), rec["size"])
         except FileNotFoundError:
-            problems.append(f"{name} is sealed but missing")
+            problems.append(Problem((name,), MISSING, f"{name} is sealed but missing"))
             continue
         except OSError as exc:
-            why = "is a symlink, the seal covers a file" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror}"
-            problems.append(f"{name} {why}")
+            if exc.errno == errno.ELOOP:
+                problems.append(Problem((name,), LINK, f"{name} is a symlink, the seal covers a file"))
+            else:
+                problems.append(Problem((name,), UNREADABLE, f"{name} unreadable: {exc.strerror}"))
             continue
         if size != rec["size"]:
-            problems.append(f"{name} is {size} bytes, sealed as {rec['size']}")
+            problems.append(Problem((name,), SIZE, f"{name} is {size} bytes, sealed as {rec['size']}"))
         elif digest != rec["sha256"]:
-            problems.append(f"{name} does not match its sealed sha256")
+            problems.append(Problem((name,), DIGEST, f"{name} does not match its sealed sha256"))
     if present is not None:
         # jitwarden's own files (seal, lock files, records) are never covered by a seal.
         extra = sorted(n for n in set(present) - set(seal.files) if not is_reserved(n))
         if extra:
-            problems.append(f"not covered by the seal: {', '.join(extra)}")
-    return problems
+            problems.append(Problem(tuple(extra), NOT_COVERED, f"not covered by the seal: {', '.join(extra)}"))
+    return SealCheck(tuple(problems))
+
+
+def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
+    """Problems between the seal and the files on disk, as sentences; empty when it holds (:func:`judge`)."""
+    return judge(entry_dir, seal, present=present, names=names).messages
+
+
+def unchanged(entry_dir: str, ctimes_ns) -> bool:
+    """THE rule for "unchanged since sealed": every one of ``ctimes_ns`` (the files' ctimes, ns) is older
+    than the time recorded inside the entry's seal (:func:`sealed_at_ns`); False when there is none.
+
+    A file's ctime moves forward on any change to it and cannot be set back; the recorded time
+    does not move when the seal file's own metadata does (a ``chmod`` or ``touch`` of the seal).
+    Nothing else in jitwarden decides this question.
+    """
+    at = sealed_at_ns(entry_dir)
+    return at is not None and all(c < at for c in ctimes_ns)
 
 
 def sealed_at_ns(entry_dir: str) -> int | None:
     """The file-system time recorded inside the entry's seal (ns), None when there is none to read.
 
-    The one reference for "unchanged since sealed" (the start-up sweep, the torch hooks): a file
-    whose ctime is older did not change after sealing. The seal file's own ctime is no such
+    The one reference for "unchanged since sealed" (:func:`unchanged`): a file whose ctime is
+    older did not change after sealing. The seal file's own ctime is no such
     reference: a ``chmod`` or ``touch`` of the seal moves it past a tampered file's.
     """
     try:

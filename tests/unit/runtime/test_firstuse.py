@@ -1,4 +1,4 @@
-"""First use of an unsealed Triton entry is proven by a rebuild (jitwarden.runtime.firstuse), on real compiles.
+"""First use of an unsealed Triton entry is proven by a rebuild (jitwarden.runtime.proof), on real compiles.
 
 The substitute that passes every structural check: another kernel with the same name and
 signature (``add_kernel`` computing x - y instead of x + y), compiled for the same target,
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from jitwarden.runtime import firstuse, sweep
+from jitwarden.runtime import proof, sweep
 from jitwarden.store import seal
 from jitwarden.model.layout import SEAL_FILE
 from tests.helpers.guarded import ADD, assert_sound, compile_jobs, files_of, quarantined, substitute
@@ -103,8 +103,8 @@ def test_an_unprovable_entry_is_a_miss(tmp_path, reference):
     assert ".version 8." in text
     with open(p, "w") as f:
         f.write(text.replace(".version 8.", ".version 19.", 1))
-    pr = firstuse.prove_many([os.path.join(root, victim)])[os.path.join(root, victim)]
-    assert pr.state == firstuse.UNPROVEN and pr.code == "unverifiable", pr
+    pr = proof.prove_many([os.path.join(root, victim)])[os.path.join(root, victim)]
+    assert pr.state == proof.UNPROVEN and pr.code == "unverifiable", pr
     again = compile_jobs(root)
     assert again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
     assert [(r.entry_id, r.reason) for r in quarantined(root)] == [(victim, "unverifiable")]
@@ -117,7 +117,7 @@ def test_sweep_proves_in_parallel_and_prints_one_line(tmp_path, evil_cubin):
     substitute(tree, victim, evil_cubin)
     warnings, counts = sweep.sweep([tree])
     assert counts["quarantined"] == 1 and not os.path.exists(os.path.join(tree, victim))
-    assert counts["proofs"]["proven"] == 2 and counts["proofs"]["refuted"] == 1
+    assert counts["proofs"].proven == 2 and counts["proofs"].refuted == 1
     summary = [w for w in warnings if w.startswith("proved ")]
     assert len(summary) == 1 and "proved 2 of 3 unsealed Triton kernels" in summary[0], warnings
     assert "1 refuted" in summary[0] and "JITWARDEN_PROVE=0" in summary[0]
@@ -133,26 +133,26 @@ def test_an_entry_changed_after_its_proof_is_not_sealed(tmp_path, evil_cubin):
     root = str(tmp_path / "cache")
     out = compile_jobs(root, jobs=ADD, guarded=False)
     path = os.path.join(root, out["add_sm90"]["id"])
-    firstuse.prove_ahead([path])
+    proof.prove_ahead([path])
     substitute(root, out["add_sm90"]["id"], evil_cubin)  # after the proof, before the seal
     names = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
-    why = firstuse.admit(path, names, None, {})
+    why = proof.admit(path, names, None, {})
     assert why is not None and why[0] == "not-reproducible", why
     assert seal.read(path) is None
 
 
 def test_summary_line():
-    assert firstuse.summary({"proven": 0}) is None
-    line = firstuse.summary({"proven": 211, "refuted": 1, "unproven": 0, "seconds": 1.234, "jobs": 16})
+    assert proof.ProofCounts(proven=0).summary() is None
+    line = proof.ProofCounts(proven=211, refuted=1, unproven=0, seconds=1.234, jobs=16).summary()
     assert line.startswith("proved 211 of 212 unsealed Triton kernels") and "1.23 s on 16 cores" in line
     assert "1 not proven" in line and "\n" not in line
-    assert json.dumps(firstuse.summary({"proven": 3, "seconds": 0.1, "jobs": 2}))
+    assert json.dumps(proof.ProofCounts(proven=3, seconds=0.1, jobs=2).summary())
 
 
 def test_prove_setting():
-    assert firstuse.enabled({}) and firstuse.enabled({"JITWARDEN_PROVE": "1"})
+    assert proof.enabled({}) and proof.enabled({"JITWARDEN_PROVE": "1"})
     for off in ("0", "off", "false", "No"):
-        assert not firstuse.enabled({"JITWARDEN_PROVE": off})
+        assert not proof.enabled({"JITWARDEN_PROVE": off})
 
 
 def test_doctor_reports_the_settings_that_accept_risk(isolated_env, tmp_path):
@@ -196,9 +196,9 @@ def test_each_proof_is_handed_over_as_it_ends_and_a_failing_handler_is_raised_af
     substitute(root, out["add_sm90"]["id"], evil_cubin)
     paths = [os.path.join(root, out[k]["id"]) for k in ("add_sm90", "add_b256_sm90", "sub_sm90")]
     seen = []
-    proofs = firstuse.prove_many(paths, jobs=2, on_proof=lambda p, pr: seen.append((p, pr)))
+    proofs = proof.prove_many(paths, jobs=2, on_proof=lambda p, pr: seen.append((p, pr)))
     assert sorted(p for p, _ in seen) == sorted(paths) and dict(seen) == proofs
-    assert [proofs[p].state for p in paths] == [firstuse.REFUTED, firstuse.PROVEN, firstuse.PROVEN]
+    assert [proofs[p].state for p in paths] == [proof.REFUTED, proof.PROVEN, proof.PROVEN]
     calls = []
 
     def handler(p, pr):
@@ -206,7 +206,7 @@ def test_each_proof_is_handed_over_as_it_ends_and_a_failing_handler_is_raised_af
         raise RuntimeError(f"handler failed on {os.path.basename(p)}")
 
     with pytest.raises(RuntimeError, match="handler failed"):
-        firstuse.prove_many(paths, jobs=2, on_proof=handler)
+        proof.prove_many(paths, jobs=2, on_proof=handler)
     assert sorted(calls) == sorted(paths)  # the others were still proven and handed over
 
 
@@ -220,6 +220,6 @@ def test_ptxas_identities_come_from_the_fingerprint_memo(tmp_path):
     if not selected:
         pytest.skip("no ptxas here")
     ptxas._MEMO.clear()
-    firstuse._warm_ptxas(env)
+    proof._warm_ptxas(env)
     keys = {ptxas._stat_key(os.path.realpath(p), os.stat(os.path.realpath(p))) for p in selected}
     assert keys <= set(ptxas._MEMO)

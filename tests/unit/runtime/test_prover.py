@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from jitwarden.model.layout import PROVING_DIR
-from jitwarden.runtime import activation, firstuse, prover
+from jitwarden.runtime import activation, hiding, prover, tree as tree_
 from jitwarden.store import quarantine, seal
 from tests.helpers import kernels
 from tests.helpers.guarded import ADD, clean_env, compile_jobs, quarantined, substitute
@@ -51,7 +52,7 @@ def _env(tmp_path, tree, **extra) -> dict:
 
 def _wait_prover(tree: str, timeout: float = 120) -> None:
     end = time.monotonic() + timeout
-    while prover.alive(tree):
+    while hiding.alive(tree):
         assert time.monotonic() < end, "the prover did not finish"
         time.sleep(0.05)
 
@@ -75,17 +76,17 @@ def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_
         path = os.path.join(tree, out[k]["id"])
         s = seal.read(path)
         assert s is not None and s.producer.get("proven") and seal.check(path, s) == []
-    assert prover.staged(tree) == []
+    assert hiding.staged(tree) == []
     [rec] = quarantined(tree)
     assert (rec.entry_id, rec.reason, rec.original_path) == (victim, "not-reproducible", os.path.join(tree, victim))
     quarantine.restore(rec)  # restorable to its own place, not to the staging dir
-    assert os.path.isdir(os.path.join(tree, victim)) and prover.staged(tree) == []
+    assert os.path.isdir(os.path.join(tree, victim)) and hiding.staged(tree) == []
 
 
 def _hide_all(tree: str) -> int:
-    fd = prover.claim(tree)
+    fd = hiding.claim(tree)
     assert fd is not None
-    assert prover.hide(tree, firstuse.unsealed_kernels([tree])) == []
+    assert hiding.hide(tree, tree_.unsealed_kernels([tree])) == []
     return fd
 
 
@@ -104,7 +105,7 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
     t.start()
     again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter
     t.join()
-    assert done["counts"]["proven"] == 3
+    assert done["counts"].proven == 3
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
     path = os.path.join(tree, out["add_sm90"]["id"])
     assert seal.read(path).producer.get("by") == "sweep"  # the prover's seal: the workload wrote nothing there
@@ -114,14 +115,13 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
 def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin, _stock):
     tree, out = _stock(tmp_path, evil_cubin)
     os.close(_hide_all(tree))  # the prover that hid them is gone
-    t0 = time.monotonic()
-    assert prover.wait_for(tree, out["sub_sm90"]["id"]) is False  # nobody holds the lock: no waiting
-    assert time.monotonic() - t0 < prover.WAIT_S
+    w = hiding.wait_for(tree, out["sub_sm90"]["id"])
+    assert w.outcome == "no-prover" and w.polls == 0  # nobody holds the lock: no waiting
     env = _env(tmp_path, tree)
     rec = activation.activate(env=dict(env), quiet=True)
     assert rec.active
     _wait_prover(tree)
-    assert prover.staged(tree) == []
+    assert hiding.staged(tree) == []
     assert seal.read(os.path.join(tree, out["sub_sm90"]["id"])).producer.get("proven")
     assert [r.reason for r in quarantined(tree)] == ["not-reproducible"]
 
@@ -134,7 +134,7 @@ def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_pa
     assert len(lines) == 1 and "proved 2 of 3" in lines[0] and "beside" not in lines[0], rec.warnings
     assert any("quarantined Triton cache entry" in w for w in rec.warnings)
     assert seal.read(os.path.join(tree, out["sub_sm90"]["id"])).producer.get("proven")
-    assert prover.staged(tree) == [] and not prover.alive(tree)
+    assert hiding.staged(tree) == [] and not hiding.alive(tree)
 
 
 def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path, _stock):
@@ -143,14 +143,14 @@ def test_prove_wait_makes_the_proofs_before_the_workload(tmp_path, _stock):
     assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], rec.warnings
     assert all(seal.read(os.path.join(tree, v["id"])) for v in out.values())
     assert not os.path.exists(os.path.join(tree, PROVING_DIR))
-    assert prover.background({}) and not prover.background({"JITWARDEN_PROVE_WAIT": "yes"})
+    assert hiding.background({}) and not hiding.background({"JITWARDEN_PROVE_WAIT": "yes"})
 
 
 def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tmp_path, _stock):
     tree, out = _stock(tmp_path)
     fd = _hide_all(tree)  # a prover of another start-up holds the tree
     try:
-        assert prover.claim(tree) is None
+        assert hiding.claim(tree) is None
         extra = compile_jobs(str(tmp_path / "other"), jobs=ADD, guarded=False)
         import shutil
 
@@ -158,18 +158,18 @@ def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tm
         shutil.copytree(str(tmp_path / "other" / new), os.path.join(tree, new + "X"))  # another unsealed kernel
         rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
         assert [w for w in rec.warnings if w.startswith("proved 1 of 1")], rec.warnings
-        assert len(prover.staged(tree)) == 3  # the other prover's entries are left to it
+        assert len(hiding.staged(tree)) == 3  # the other prover's entries are left to it
     finally:
         prover.prove_staged([(tree, None, fd)], cores=1)
         os.close(fd)
-    assert prover.staged(tree) == []
+    assert hiding.staged(tree) == []
 
 
 def test_a_staging_dir_that_is_a_symlink_is_never_used(tmp_path, _stock):
     tree, out = _stock(tmp_path)
     os.makedirs(tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", os.path.join(tree, PROVING_DIR))
-    assert prover.claim(tree) is None
+    assert hiding.claim(tree) is None
     rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
     assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], rec.warnings  # proven before the start
     assert os.listdir(tmp_path / "elsewhere") == []
@@ -199,7 +199,7 @@ def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path, _stock):
     t.start()
     res, err = restore(src, dst, [v["id"] for v in out.values()], "1", {"JW_READY_FILE": ready})
     t.join()
-    assert done["counts"]["proven"] == 3 and res["restored"] == []
+    assert done["counts"].proven == 3 and res["restored"] == []
     for v in out.values():
         assert seal.read(os.path.join(dst, v["id"])).producer.get("by") == "sweep"
     assert quarantined(dst) == []
@@ -212,23 +212,23 @@ def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path, _stoc
     stage = os.path.join(tree, PROVING_DIR)
     os.makedirs(os.path.join(stage, key))  # looks hidden
     os.mkfifo(os.path.join(stage, ".jitwarden-lock"))
-    assert prover.hidden(tree, key) and not prover.alive(tree)
-    assert prover.wait_for(tree, key, timeout=5) is False  # no prover holds a real lock: no waiting
-    assert prover.claim(tree) is None  # and no prover of ours takes a FIFO for its lock
+    assert hiding.hidden(tree, key) and not hiding.alive(tree)
+    assert hiding.wait_for(tree, key, timeout=5).outcome == "no-prover"  # no prover holds a real lock: no waiting
+    assert hiding.claim(tree) is None  # and no prover of ours takes a FIFO for its lock
     again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter: a hit, no hang
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
 
 
 def test_an_entry_is_never_hidden_into_or_put_back_through_a_link(tmp_path, _stock):
     tree, out = _stock(tmp_path)
-    fd = prover.claim(tree)
+    fd = hiding.claim(tree)
     stage = os.path.join(tree, PROVING_DIR)
     os.rename(stage, stage + ".real")
     os.makedirs(tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", stage)  # swapped for a link after the claim
     try:
         victim = os.path.join(tree, out["sub_sm90"]["id"])
-        assert prover.hide(tree, [victim]) == [victim] and os.path.isdir(victim)
+        assert hiding.hide(tree, [victim]) == [victim] and os.path.isdir(victim)
         assert os.listdir(tmp_path / "elsewhere") == []
     finally:
         os.close(fd)
@@ -248,3 +248,106 @@ def test_doctor_names_kernels_left_hidden_by_a_prover_that_stopped(tmp_path, _st
     [p] = [p for p in gone["problems"] if p["code"] == "proofs-pending"]
     assert p["severity"] == "warn" and "stopped" in p["message"] and p["fix"].startswith("jitwarden run")
     assert "Traceback" not in cli("doctor", env=env).stdout
+
+
+# ---------------------------------------------------------------- the waits: one budget per process, no waiting in vain
+
+
+@pytest.fixture
+def _fresh_waits(monkeypatch):
+    """This process's wait state as at its start (the budget is per process; tests share one)."""
+    monkeypatch.setitem(hiding.BUDGET, "left", hiding.WAIT_S)
+    monkeypatch.setattr(hiding, "_stalled", set())
+
+
+def _stopped_prover(tmp_path, tree: str, fd: int) -> subprocess.Popen:
+    """A real prover process holding ``tree``'s staging lock, stopped (SIGSTOP) before it makes any progress."""
+    import signal
+
+    code = ("import sys; from jitwarden.runtime import prover; "
+            "prover.prove_staged([(sys.argv[1], None, int(sys.argv[2]))], cores=1)")
+    p = subprocess.Popen([sys.executable, "-c", code, tree, str(fd)], pass_fds=[fd], env=_env(tmp_path, tree))
+    os.close(fd)  # the lock is the prover's alone now (its copy of the open file)
+    os.kill(p.pid, signal.SIGSTOP)
+    return p
+
+
+def _resume(p: subprocess.Popen) -> None:
+    import signal
+
+    os.kill(p.pid, signal.SIGCONT)
+    assert p.wait(timeout=300) == 0
+
+
+def test_a_stopped_prover_costs_one_stall_bound_for_the_whole_process_not_a_wait_per_key(tmp_path, _stock, _fresh_waits):
+    """Issue 21: a SIGSTOPped prover made a workload wait 601 s for 2 keys. Now the first lookup gives up after the
+    stall bound (no beat from the prover), and every later lookup of that tree gives up at once."""
+    tree, out = _stock(tmp_path)
+    p = _stopped_prover(tmp_path, tree, _hide_all(tree))
+    try:
+        keys = [out["add_sm90"]["id"], out["sub_sm90"]["id"]]
+        assert all(hiding.hidden(tree, k) for k in keys) and hiding.alive(tree)  # hidden, and the lock is held
+        first = hiding.wait_for(tree, keys[0], stall=1.0)
+        second = hiding.wait_for(tree, keys[1], stall=1.0)
+        assert first.outcome == "stalled" and first.polls > 0
+        assert second.outcome == "stalled" and second.polls == 0  # no second wait: the tree is known stalled
+        assert first.seconds < 1.0 + 30  # one stall bound (and scheduling slack on a loaded 2-core machine)
+        assert hiding.BUDGET["left"] == pytest.approx(hiding.WAIT_S - first.seconds - second.seconds)
+    finally:
+        _resume(p)
+    assert hiding.staged(tree) == []  # resumed, it proved them and put them back
+
+
+def test_the_wait_budget_is_one_per_process_across_keys(tmp_path, _stock, _fresh_waits, monkeypatch):
+    """A prover that beats but never finishes: the lookups of all keys together wait at most the process budget."""
+    tree, out = _stock(tmp_path)
+    p = _stopped_prover(tmp_path, tree, _hide_all(tree))
+    monkeypatch.setitem(hiding.BUDGET, "left", 0.5)
+    try:
+        first = hiding.wait_for(tree, out["add_sm90"]["id"], stall=600)
+        second = hiding.wait_for(tree, out["sub_sm90"]["id"], stall=600)
+        assert (first.outcome, second.outcome) == ("budget", "budget")
+        assert first.polls > 0 and second.polls == 0 and hiding.BUDGET["left"] == 0.0
+    finally:
+        _resume(p)
+
+
+def test_a_planted_staging_dir_with_a_held_lock_never_delays_a_sealed_entry_in_the_tree(sealed_tree, tmp_path, _fresh_waits):
+    """Issue 21: anyone who holds the staging lock, with a same-named dir planted in the staging dir, made a lookup
+    wait although the sealed entry was in the tree. The sealed entry in the tree ends the wait before it starts."""
+    from tests.helpers.guarded import kernel_entry
+
+    tree = str(tmp_path / "triton")
+    shutil.copytree(sealed_tree, tree)
+    key = kernel_entry(tree)
+    os.makedirs(os.path.join(tree, PROVING_DIR, key))  # the planted same-named dir
+    held = hiding.claim(tree)  # someone else holds the lock (another open file: flock conflicts with ours)
+    try:
+        assert hiding.hidden(tree, key) and hiding.alive(tree)
+        w = hiding.wait_for(tree, key, stall=600)
+        assert (w.outcome, w.polls) == ("in-tree", 0)
+    finally:
+        os.close(held)
+
+
+def test_a_staging_dir_or_lock_another_user_owns_means_no_wait(sealed_tree, tmp_path, _fresh_waits):
+    from tests.helpers.guarded import kernel_entry
+
+    if os.geteuid() != 0:
+        pytest.skip("making files another user owns needs root")
+    tree = str(tmp_path / "triton")
+    shutil.copytree(sealed_tree, tree)
+    key = kernel_entry(tree)
+    stage = os.path.join(tree, PROVING_DIR)
+    os.makedirs(os.path.join(stage, key + "x"))
+    held = hiding.claim(tree)
+    try:
+        assert hiding.alive(tree) and hiding.hidden(tree, key + "x")
+        os.chown(os.path.join(stage, ".jitwarden-lock"), 4242, 4242)  # a lock file planted by another user
+        assert not hiding.alive(tree)
+        assert hiding.wait_for(tree, key + "x", stall=600).outcome == "no-prover"
+        os.chown(stage, 4242, 4242)  # a staging dir another user made
+        assert not hiding.hidden(tree, key + "x")
+        assert hiding.wait_for(tree, key + "x", stall=600) == hiding.Wait("not-ours", 0.0, 0)
+    finally:
+        os.close(held)

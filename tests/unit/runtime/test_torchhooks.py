@@ -104,7 +104,7 @@ def test_bundle_with_a_substituted_kernel_restores_only_proven_kernels(stock, tm
             assert hashlib.sha256(f.read()).hexdigest() == out[k]["cubin"]  # byte-identical to the stock compile
     recs = quarantine.list_root(dst)
     assert [(r.entry_id, r.reason, r.by) for r in recs] == [(out["add_sm90"]["id"], "not-reproducible", "torch-hook")]
-    assert err.count("refused Triton kernel") == 1
+    assert err.count("quarantined Triton kernel") == 1
     assert not any(n.startswith("tmp.") for n in os.listdir(dst))  # no staging dir left behind
     # Later compiles of the refused kernel go through the guard and give the real cubin.
     again = compile_jobs(dst)

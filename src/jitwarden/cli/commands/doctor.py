@@ -181,31 +181,31 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
             out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
                                            "then jitwarden clean --stale"))
     from jitwarden.runtime.remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
-    from jitwarden.runtime.firstuse import doctor_warnings  # proofs off, torch loaders that cannot be wrapped
+    from jitwarden.runtime import proof, torchhooks  # proofs off, torch loaders that cannot be wrapped
 
     for w in unguarded(os.environ):
         out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
                                             "fingerprint) or signed bundles (jitwarden export / import) instead"))
-    return out_ + doctor_warnings()
+    return out_ + proof.doctor_warnings() + torchhooks.doctor_warnings()
 
 
 def pending_proofs(report) -> list[Problem]:
-    """Unsealed kernels hidden for their first-use proof (jitwarden.runtime.prover): info while a prover
+    """Unsealed kernels hidden for their first-use proof (jitwarden.runtime.hiding): info while a prover
     works on them, a warning when the prover that hid them is gone (each is a recompile until the next start)."""
-    from jitwarden.runtime import prover, sweep
+    from jitwarden.runtime import hiding, tree
 
     out_, seen = [], set()
     for c in report.caches:
-        trees = [c.root.path] if c.root.kind == "triton" else sweep.tree_roots(c.root.kind, c.root.path)
-        for tree in trees:
-            if tree in seen:
+        trees = [c.root.path] if c.root.kind == "triton" else tree.tree_roots(c.root.kind, c.root.path)
+        for t in trees:
+            if t in seen:
                 continue
-            seen.add(tree)
-            n = len(prover.staged(tree))
+            seen.add(t)
+            n = len(hiding.staged(t))
             if not n:
                 continue
-            what = f"{plural(n, 'unsealed kernel')} of {display(tree)} hidden for their first-use proof"
-            if prover.alive(tree):
+            what = f"{plural(n, 'unsealed kernel')} of {display(t)} hidden for their first-use proof"
+            if hiding.alive(t):
                 out_.append(Problem("proofs-pending", Severity.INFO, n, f"{what}: being proven now; a lookup of one "
                                     "waits for it", None))
             else:

@@ -1,4 +1,4 @@
-"""First use of an unsealed Triton kernel entry is proven, never assumed.
+"""Proofs: the first use of an unsealed Triton kernel entry is proven, never assumed (ARCHITECTURE.md, "The runtime").
 
 An entry nobody sealed (a cache from before jitwarden, one used under
 ``JITWARDEN_PARTITION=0``, kernels TorchInductor restored from an FX-graph bundle,
@@ -18,9 +18,11 @@ and compared with the cubin, exactly as ``jitwarden verify --rebuild`` does
 ``JITWARDEN_PROVE=0`` turns proofs off for people who accept the risk: unsealed
 entries are then sealed after the structural checks alone, as before.
 
-Stdlib only (it runs on the activation path and inside the guard); never imports torch. Until an
-unsealed kernel is found it imports nothing beyond what a warm activation already has (no
-``dataclasses`` or ``hashlib``): records are named tuples.
+Below the sweep, the prover, the torch hooks and the guard; above only :mod:`~jitwarden.runtime.tree`.
+It proves and seals; it never hides, moves or quarantines (the callers do, through
+:mod:`~jitwarden.runtime.setaside`). Stdlib only (it runs on the activation path and inside the
+guard); never imports torch. Until an unsealed kernel is found it imports nothing beyond what a warm
+activation already has (no ``dataclasses`` or ``hashlib``): its records are immutable named tuples.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import threading
 import time
 from collections import namedtuple
 
-from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.runtime import tree
 
 PROVE_VAR = "JITWARDEN_PROVE"
 PROVEN, REFUTED, UNPROVEN = "proven", "refuted", "unproven"
@@ -39,6 +41,7 @@ _CODES = {REFUTED: "not-reproducible", UNPROVEN: "unverifiable"}
 _lock = threading.Lock()
 _memo: dict[str, "Proof"] = {}  # entry path -> proof made by prove_many and not yet used
 _totals = {"proven": 0, "refuted": 0, "unproven": 0, "seconds": 0.0}
+_STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")
 
 
 def enabled(env=None) -> bool:
@@ -67,19 +70,51 @@ class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(Non
         return _CODES.get(self.state, "")
 
 
+class ProofCounts(namedtuple("ProofCounts", "proven refuted unproven seconds jobs ptxas_runs ptxas_retries ptxas_seconds",
+                             defaults=(0, 0, 0, 0.0, 1, 0, 0, 0.0))):
+    """How many proofs one start-up (or one sweep, or one prover) made, and what they cost (immutable).
+
+    ``jobs``: the cores they ran on; ``ptxas_*``: the rebuild's own counters. :meth:`plus` adds
+    two (several trees, one start-up line); :meth:`summary` words them.
+    """
+
+    __slots__ = ()
+
+    @property
+    def total(self) -> int:
+        return self.proven + self.refuted + self.unproven
+
+    def plus(self, other: "ProofCounts | None") -> "ProofCounts":
+        if other is None:
+            return self
+        return ProofCounts(*(a + b for a, b in zip(self[:4], other[:4])), max(self.jobs, other.jobs),
+                           *(a + b for a, b in zip(self[5:], other[5:])))
+
+    def summary(self, background: bool = False) -> str | None:
+        """The one start-up line: how many unsealed kernels were proven, in what time, and how many were not.
+
+        ``background``: the proofs ran beside the workload's start (:mod:`jitwarden.runtime.prover`).
+        """
+        from jitwarden.model.text import plural
+
+        if not self.total:
+            return None
+        bad = self.refuted + self.unproven
+        tail = (f"; {bad} not proven ({self.refuted} refuted, {self.unproven} unprovable): "
+                "quarantined, recompiled when used" if bad else "")
+        return (f"proved {self.proven} of {self.total} unsealed Triton kernels by rebuilding their PTX in "
+                f"{self.seconds:.2f} s on {plural(self.jobs, 'core')}"
+                f"{', beside the workload start' if background else ''}{tail} ({PROVE_VAR}=0 skips proofs)")
+
+
 _Entry = namedtuple("_Entry", "path id name type", defaults=("kernel",))  # what rebuild.verify_entries reads
-
-def _files(path: str) -> list[str]:
-    with os.scandir(path) as it:
-        return sorted(e.name for e in it if not is_reserved(e.name) and e.is_file(follow_symlinks=False))
-
 
 def _digests(path: str) -> dict:
     import hashlib
 
     from jitwarden.store.fsutil import read_bytes
 
-    return {n: hashlib.sha256(read_bytes(os.path.join(path, n))).hexdigest() for n in _files(path)}
+    return {n: hashlib.sha256(read_bytes(os.path.join(path, n))).hexdigest() for n in tree.files(path)}
 
 
 def _kernel_name(names) -> str | None:
@@ -103,20 +138,21 @@ def _digest_all(paths: list[str], jobs: int) -> dict:
         return dict(zip(paths, ex.map(one, paths)))
 
 
+_MEMO_MAX = 4 << 20
+"""The fingerprint memo holds at most a few dozen small sections; anything larger is not one."""
+
+
 def _warm_ptxas(env) -> None:
     """Identify the environment's ptxas from the fingerprint's persistent memo, when its stat still matches.
 
     A warm activation does not collect the fingerprint, so without this the first proof of a
     start-up runs ``ptxas --version`` and hashes each ptxas binary (tens of MB each) again.
     """
-    import json
-
     from jitwarden.env import ptxas
-    from jitwarden.store.fsutil import memo_dir
+    from jitwarden.store.fsutil import memo_dir, read_own_json
 
-    try:
-        with open(os.path.join(memo_dir(env), "fingerprint-memo.json"), encoding="utf-8") as f:
-            section = json.load(f).get("ptxas")
+    try:  # never a FIFO, another user's file or an unbounded read: this runs inside activate()
+        section = read_own_json(os.path.join(memo_dir(env), "fingerprint-memo.json"), max_bytes=_MEMO_MAX).get("ptxas")
     except (OSError, ValueError, AttributeError):
         return
     if isinstance(section, dict):
@@ -203,8 +239,8 @@ def prove(path: str, env=None) -> Proof:
     return prove_many([path], jobs=1, env=env)[path]
 
 
-def prove_ahead(paths, *, jobs: int | None = None, env=None, on_proof=None) -> dict:
-    """Prove ``paths`` in parallel now; returns counts (proven, refuted, unproven, seconds, jobs).
+def prove_ahead(paths, *, jobs: int | None = None, env=None, on_proof=None) -> ProofCounts:
+    """Prove ``paths`` in parallel now; returns their :class:`ProofCounts`.
 
     Without ``on_proof`` each proof is kept for :func:`prove` (one later use each); with it, each
     is handed over as it ends (see :func:`prove_many`) and nothing is kept.
@@ -215,29 +251,9 @@ def prove_ahead(paths, *, jobs: int | None = None, env=None, on_proof=None) -> d
     if on_proof is None:
         with _lock:
             _memo.update(proofs)
-    counts = {s: sum(1 for p in proofs.values() if p.state == s) for s in (PROVEN, REFUTED, UNPROVEN)}
-    counts["seconds"] = time.perf_counter() - t0
-    counts["jobs"] = jobs or os.cpu_count() or 1
-    for k in _STATS:
-        counts[k] = stats.get(k, 0)
-    return counts
-
-
-def unsealed_kernels(trees) -> list[str]:
-    """Entry dirs of ``trees`` that hold a cubin and no seal: what the start-up sweep will seal."""
-    from jitwarden.runtime.sweep import entry_names
-
-    out = []
-    for tree in trees:
-        for d in (os.path.join(tree, n) for n in entry_names(tree)):
-            try:
-                with os.scandir(d) as it:
-                    names = {e.name for e in it}
-            except OSError:
-                continue
-            if SEAL_FILE not in names and any(n.endswith(".cubin") for n in names):
-                out.append(d)
-    return out
+    states = [p.state for p in proofs.values()]
+    return ProofCounts(states.count(PROVEN), states.count(REFUTED), states.count(UNPROVEN), time.perf_counter() - t0,
+                       jobs or os.cpu_count() or 1, *(stats.get(k, 0) for k in _STATS))
 
 
 def seal_proven(path: str, names, proof: Proof, fingerprint: str | None, producer: dict) -> bool:
@@ -281,35 +297,6 @@ def admit(path: str, names, fingerprint: str | None, producer: dict, env=None,
     return proof.code, [f"first use of an unsealed entry: {proof.reason}"]
 
 
-def summary(counts: dict, background: bool = False) -> str | None:
-    """The one start-up line: how many unsealed kernels were proven, in what time, and how many were not.
-
-    ``background``: the proofs ran beside the workload's start (:mod:`jitwarden.runtime.prover`).
-    """
-    from jitwarden.model.text import plural
-
-    n = counts.get(PROVEN, 0) + counts.get(REFUTED, 0) + counts.get(UNPROVEN, 0)
-    if not n:
-        return None
-    bad = counts.get(REFUTED, 0) + counts.get(UNPROVEN, 0)
-    tail = (f"; {bad} not proven ({counts.get(REFUTED, 0)} refuted, {counts.get(UNPROVEN, 0)} unprovable): "
-            "quarantined, recompiled when used" if bad else "")
-    return (f"proved {counts.get(PROVEN, 0)} of {n} unsealed Triton kernels by rebuilding their PTX in "
-            f"{counts.get('seconds', 0.0):.2f} s on {plural(counts.get('jobs', 1), 'core')}"
-            f"{', beside the workload start' if background else ''}{tail} ({PROVE_VAR}=0 skips proofs)")
-
-
-_STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")
-
-
-def add_counts(into: dict, counts: dict) -> dict:
-    """Add one sweep's proof counts to ``into`` (several cache trees, one start-up line)."""
-    for k in (PROVEN, REFUTED, UNPROVEN, "seconds", *_STATS):
-        into[k] = into.get(k, 0) + counts.get(k, 0)
-    into["jobs"] = max(into.get("jobs", 1), counts.get("jobs", 1))
-    return into
-
-
 def totals() -> dict:
     """Proofs made by this process so far (all callers)."""
     with _lock:
@@ -317,13 +304,11 @@ def totals() -> dict:
 
 
 def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
-    """(kind, text, fix) for ``jitwarden doctor``: risks someone accepted, and what cannot be guarded here."""
-    from jitwarden.runtime import torchhooks
-
+    """(kind, text, fix) for ``jitwarden doctor``: the risk someone accepted by turning proofs off."""
     env = os.environ if env is None else env
     out = []
     if not enabled(env):
         out.append(("proofs-off", f"{PROVE_VAR}=0: unsealed Triton kernels are sealed and served after structural "
                     "checks alone; another kernel's cubin under the same name would be used",
                     f"unset {PROVE_VAR}  (first use then rebuilds each unsealed kernel once)"))
-    return out + torchhooks.doctor_warnings(env)
+    return out
