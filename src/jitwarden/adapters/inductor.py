@@ -276,7 +276,7 @@ class InductorFacts(KindFacts):
         return dict(sorted(KindFacts.to_json(self).items()))
 
 
-class _Facts:
+class Judging:
     """What the judging of one entry found so far (mutable while judging it); ``extra`` holds fields of
     ``make`` (:class:`InductorFacts`, or the vLLM adapter's subclass), which :func:`entry_of` freezes."""
 
@@ -299,7 +299,7 @@ class _Facts:
             self.extra[field] = replace(old, **found) if old is not None else group(**found)
 
 
-def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: _Facts, kind: str = "") -> None:
+def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, kind: str = "") -> None:
     """Judge one generated file of an Inductor cache by its bytes (``kind``: fxgraph, aotautograd or "" for by name)."""
     add = facts.findings.append
     base = os.path.basename(rel)
@@ -422,7 +422,7 @@ def _group(name: str) -> str:
     return "other"
 
 
-def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts: _Facts) -> None:
+def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts: Judging) -> None:
     """Judge every file of one surveyed entry (a file or a dir); shared with the vLLM adapter."""
     kind = group if group in PICKLE_DIRS else ""
     tmps = []
@@ -460,7 +460,7 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
             facts.type = "empty"
 
 
-def _aot_refs(root: str, rel: str, data: bytes, facts: _Facts) -> None:
+def _aot_refs(root: str, rel: str, data: bytes, facts: Judging) -> None:
     """An AOTAutograd result that loads its graphs from ``fxgraph/``: each named graph must be there."""
     for m in FX_KEY_AFTER_INFO.finditer(data):
         key = m.group(1).decode()
@@ -469,7 +469,7 @@ def _aot_refs(root: str, rel: str, data: bytes, facts: _Facts) -> None:
             facts.findings.append(Finding("incomplete", f"{rel} loads FX graph {key}, which is missing from fxgraph/"))
 
 
-def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
+def _local_cache(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
     """``cache/<system hash>``: JSON ``{"system": {"device": {"name"}, "version": {...}}, "cache": {...}}``."""
     if not data.lstrip()[:1] == b"{":
         return
@@ -493,7 +493,7 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: _Facts) -> None:
     facts.grouped("system", SystemFactors, gpu_name=gpu or None, cuda=cuda)
 
 
-def entry_of(kind: str, root: str, name: str, s: Survey, facts: _Facts, findings: list[Finding]) -> Entry:
+def entry_of(kind: str, root: str, name: str, s: Survey, facts: Judging, findings: list[Finding]) -> Entry:
     mtime = s.newest if s.files else s.mtime
     frozen = facts.make(**{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()})
     return Entry(kind, root, name, s.path, facts.type, facts.name, facts.arch, s.bytes, mtime,
@@ -524,7 +524,7 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
                root_uid: int | None, make: type[InductorFacts] = InductorFacts) -> Entry:
     """Judge ``root/name`` of an Inductor cache dir, reported as entry ``shown_name`` of ``shown_root`` (vLLM nests them)."""
     s = survey(root, name)
-    facts = _Facts(make)
+    facts = Judging(make)
     if s.is_symlink:
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))

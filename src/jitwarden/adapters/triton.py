@@ -348,32 +348,17 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
       (``triton_key``) never yields this entry;
     - ``unrecognised`` (info): whole JSON without the fields Triton 3.4-3.9 write;
     - ``orphan``: an old staging dir of TorchInductor's ``TritonBundler`` (``tmp.<uuid4>``), which Triton never reads.
+
+    One helper per part of the entry, called in the order their findings are listed: the entry's own
+    items (:func:`_item_findings`), the group files, the metadata, the cubin, the PTX, the launchers, the seal.
     """
-    out: list[Finding] = []
+    sv = f.survey
+    if sv.is_symlink:
+        return _symlinked(root, f)
+    out = _item_findings(f, j, root_uid)
     add = out.append
     size = sum(map(_SIZE, f.files))
     mtime = max(map(_MTIME, f.files), default=0.0)
-    sv = f.survey
-
-    if sv.is_symlink:
-        if sv.links[0].leaves:
-            add(Finding("unsafe", f"entry is a symlink leaving the cache root (-> {sv.symlink_target}); not followed"))
-        else:
-            add(Finding("unsafe", f"entry is a symlink (-> {sv.symlink_target}); Triton would follow it, jitwarden does not"))
-        return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=tuple(out), facts=TritonFacts())
-
-    for name, why in f.read_errors:
-        add(Finding("corrupt", f"{name}: {why}" if name else why))
-    out += ownership_findings(sv, root_uid)
-    for link in sv.links:
-        if link.leaves:
-            add(Finding("unsafe", f"{link.name} is a symlink leaving the entry (-> {link.target}); not followed"))
-        else:
-            add(Finding("unsafe", f"{link.name} is a symlink (-> {link.target}); Triton writes no symlinks"))
-    for t in f.tmps:
-        if j.now - t.mtime >= j.orphan_age:
-            add(Finding("orphan", f"{t.name}: leftover of an interrupted write, {int((j.now - t.mtime) // 60)} min old"))
-
     if _STAGING.match(f.id):
         # Evidence: none of damage. Triton's keys are base32, so it never opens this dir; its group files
         # name the final dir by design. Old, it is dead weight from a rename that lost or never came.
@@ -389,109 +374,18 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     kname = md.get("name") if md and isinstance(md.get("name"), str) else None
     tv = md.get("triton_version") if md else None
 
-    # Group files: every child must be a file of this very entry.
     for gname, doc in f.groups:
-        if doc is None:
-            continue
-        children = doc.get("child_paths")
-        if not isinstance(children, dict):
-            # Valid JSON without Triton's (3.4-3.9) layout: a version we do not know, not damage.
-            add(Finding("unrecognised", f"{gname}: no child_paths mapping (a group layout jitwarden does not know)"))
-            continue
-        outside: list[str] = []
-        prefix = f.path + os.sep
-        for child, cpath in children.items():
-            if not isinstance(cpath, str) or not isinstance(child, str):
-                add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
-                continue
-            if cpath != prefix + child:  # the common case, this entry's own file by its own name, needs no more
-                cdir, cbase = os.path.split(os.path.normpath(cpath))
-                if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not same_dir(cdir, f.path):
-                    outside.append(cpath)
-                elif cbase != child:
-                    add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
-            if child not in names:
-                add(Finding("incomplete", f"{gname} lists {child}, which is missing"))
-            elif sizes.get(child) == 0:
-                add(Finding("corrupt", f"{child} is empty"))
-        if outside:
-            there = [p for p in outside if os.path.lexists(p)]
-            dirs = sorted({os.path.dirname(p) for p in outside})
-            where = (f"{len(there)} exist there: Triton loads them from that tree" if there
-                     else "none exist there: Triton drops them and recompiles")
-            add(Finding("foreign-path", f"{gname} points {len(outside)} of {len(children)} files outside the entry, "
-                                        f"into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} ({where})"))
-
+        if doc is not None:
+            _group_findings(f, gname, doc, sizes, add)
     etype = _entry_type(f, names)
-    if etype == "partial":
-        age = j.now - mtime if mtime else 0
-        if age >= j.orphan_age:
-            add(Finding("orphan", f"files without a group file ({', '.join(sorted(names)[:4])}): an interrupted compile, never loaded"))
-
-    backend, raw_arch = metadata_target(md)
+    if etype == "partial" and (j.now - mtime if mtime else 0) >= j.orphan_age:
+        add(Finding("orphan", f"files without a group file ({', '.join(sorted(names)[:4])}): an interrupted compile, never loaded"))
     if md is not None:
-        # Whole JSON (a cut one is a read error) without the fields Triton 3.4-3.9 write: an unknown layout.
-        if kname is None:
-            add(Finding("unrecognised", f"{f.metadata_file}: metadata has no kernel name (a layout jitwarden does not "
-                                        "know); not judged by name"))
-        if backend == "cuda" and arch is None:
-            add(Finding("unrecognised", f"{f.metadata_file}: metadata has no CUDA target arch jitwarden reads; "
-                                        "not judged by arch"))
-        h = md.get("hash")
-        if isinstance(h, str) and _ENTRY_ID.match(f.id):
-            if not id_matches_hash(f.id, h):
-                add(Finding("mismatch", f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one"))
-        if tv and j.triton_version and tv != j.triton_version:
-            add(Finding("stale", f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it"))
-        if j.target_arch is not None and backend != "cuda":
-            add(Finding("foreign-arch", f"built for {backend} {raw_arch}, judged against sm_{j.target_arch}: unreachable here"))
-        elif arch is not None and j.target_arch is not None and arch != j.target_arch:
-            add(Finding("foreign-arch", f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here"))
-
-    cubin_sm = None
-    producer = None
-    if f.cubin is not None:
-        if f.cubin.machine != elf.EM_CUDA:
-            add(Finding("mismatch", f"{f.cubin_file} is an ELF for {f.cubin.machine_name}, not a CUDA cubin"))
-        else:
-            cubin_sm = elf.cubin_sm(f.cubin)
-            if arch is not None and cubin_sm != arch:
-                add(Finding("mismatch", f"{f.cubin_file} is assembled for sm_{cubin_sm}, metadata says sm_{arch}"))
-            try:
-                syms = f.cubin.function_symbols()
-                if kname and kname not in syms:
-                    shown = ", ".join(s for s in syms if not s.startswith("__")) or "none"
-                    add(Finding("mismatch", f"{f.cubin_file} does not define kernel {kname} (defines: {shown})"))
-            except elf.ElfError as exc:
-                add(Finding("corrupt", f"{f.cubin_file}: {exc}"))
-            try:
-                tk = elf.tkinfo(f.cubin)
-                if tk:
-                    producer = next((s for s in tk if "release" in s), None)
-            except Exception:  # noqa: BLE001 - a damaged note is reported by the rebuild, not here
-                producer = None
-    ptx_version = ptx_target = None
-    if f.ptx_head is not None:
-        hdr = parse_header(f.ptx_head)
-        ptx_version, ptx_target = hdr.version, hdr.target
-        if hdr.target is None or hdr.version is None:
-            add(Finding("corrupt", f"{f.ptx_file}: no PTX .version/.target header"))
-        elif arch is not None and hdr.target_arch != arch:
-            add(Finding("mismatch", f"{f.ptx_file} targets {hdr.target}, metadata says sm_{arch}"))
-        if kname and hdr.entries and kname not in hdr.entries:
-            add(Finding("mismatch", f"{f.ptx_file} defines {', '.join(hdr.entries)}, metadata names {kname}"))
-
-    host = _HOST_MACHINES.get(j.host_machine or "", j.host_machine)
-    for fname, so in f.launchers:
-        if so is None:
-            continue
-        so_machine = so.machine_name
-        claimed = _ext_suffix_machine(fname)
-        if claimed and claimed != so_machine:
-            add(Finding("mismatch", f"{fname} is named for {claimed} but is an ELF for {so_machine}"))
-        elif host and so_machine != host:
-            add(Finding("foreign-arch", f"{fname} is built for {so_machine}, this host is {host}: unreachable here"))
-
+        _metadata_findings(f, md, arch, kname, tv, j, add)
+    cubin_sm, producer = _cubin_findings(f.cubin, f.cubin_file, arch, kname, add) if f.cubin is not None else (None, None)
+    ptx_version, ptx_target = _ptx_findings(f.ptx_head, f.ptx_file, arch, kname, add) if f.ptx_head is not None else (None, None)
+    if f.launchers:
+        _launcher_findings(f.launchers, j.host_machine, add)
     if f.seal_problems:
         for p in f.seal_problems:
             add(Finding("corrupt", f"seal: {p}"))
@@ -501,6 +395,139 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     return Entry(KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime,
                  f.seal_problems is not None or SEAL_FILE in names, findings,
                  TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer))
+
+
+def _symlinked(root: str, f: EntryFacts) -> Entry:
+    """The entry when its directory is a symlink: never followed, ``unsafe`` either way."""
+    sv = f.survey
+    if sv.links[0].leaves:
+        why = f"entry is a symlink leaving the cache root (-> {sv.symlink_target}); not followed"
+    else:
+        why = f"entry is a symlink (-> {sv.symlink_target}); Triton would follow it, jitwarden does not"
+    return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=(Finding("unsafe", why),),
+                 facts=TritonFacts())
+
+
+def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Finding]:
+    """What is wrong with the entry's items as listed, whatever they hold: files that could not be read or
+    parsed, the ownership rule, symlinks inside, old leftovers of an interrupted write."""
+    out = [Finding("corrupt", f"{name}: {why}" if name else why) for name, why in f.read_errors]
+    sv = f.survey
+    out += ownership_findings(sv, root_uid)
+    for link in sv.links:
+        if link.leaves:
+            out.append(Finding("unsafe", f"{link.name} is a symlink leaving the entry (-> {link.target}); not followed"))
+        else:
+            out.append(Finding("unsafe", f"{link.name} is a symlink (-> {link.target}); Triton writes no symlinks"))
+    for t in f.tmps:
+        if j.now - t.mtime >= j.orphan_age:
+            out.append(Finding("orphan", f"{t.name}: leftover of an interrupted write, {int((j.now - t.mtime) // 60)} min old"))
+    return out
+
+
+def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int], add) -> None:
+    """One group file's children: each must be a file of this very entry, present and not empty."""
+    children = doc.get("child_paths")
+    if not isinstance(children, dict):
+        # Valid JSON without Triton's (3.4-3.9) layout: a version we do not know, not damage.
+        add(Finding("unrecognised", f"{gname}: no child_paths mapping (a group layout jitwarden does not know)"))
+        return
+    outside: list[str] = []
+    prefix = f.path + os.sep
+    for child, cpath in children.items():
+        if not isinstance(cpath, str) or not isinstance(child, str):
+            add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
+            continue
+        if cpath != prefix + child:  # the common case, this entry's own file by its own name, needs no more
+            cdir, cbase = os.path.split(os.path.normpath(cpath))
+            if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not same_dir(cdir, f.path):
+                outside.append(cpath)
+            elif cbase != child:
+                add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
+        csize = sizes.get(child)
+        if csize is None:
+            add(Finding("incomplete", f"{gname} lists {child}, which is missing"))
+        elif csize == 0:
+            add(Finding("corrupt", f"{child} is empty"))
+    if outside:
+        there = [p for p in outside if os.path.lexists(p)]
+        dirs = sorted({os.path.dirname(p) for p in outside})
+        where = (f"{len(there)} exist there: Triton loads them from that tree" if there
+                 else "none exist there: Triton drops them and recompiles")
+        add(Finding("foreign-path", f"{gname} points {len(outside)} of {len(children)} files outside the entry, "
+                                    f"into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} ({where})"))
+
+
+def _metadata_findings(f: EntryFacts, md: dict, arch: int | None, kname: str | None, tv, j: Judge, add) -> None:
+    """The metadata JSON (whole: a cut one is a read error) against Triton's layout, the entry's id, the
+    installed Triton and the target GPU."""
+    if kname is None:
+        add(Finding("unrecognised", f"{f.metadata_file}: metadata has no kernel name (a layout jitwarden does not "
+                                    "know); not judged by name"))
+    backend, raw_arch = metadata_target(md)
+    if backend == "cuda" and arch is None:
+        add(Finding("unrecognised", f"{f.metadata_file}: metadata has no CUDA target arch jitwarden reads; "
+                                    "not judged by arch"))
+    h = md.get("hash")
+    if isinstance(h, str) and _ENTRY_ID.match(f.id) and not id_matches_hash(f.id, h):
+        add(Finding("mismatch", f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one"))
+    if tv and j.triton_version and tv != j.triton_version:
+        add(Finding("stale", f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it"))
+    if j.target_arch is not None and backend != "cuda":
+        add(Finding("foreign-arch", f"built for {backend} {raw_arch}, judged against sm_{j.target_arch}: unreachable here"))
+    elif arch is not None and j.target_arch is not None and arch != j.target_arch:
+        add(Finding("foreign-arch", f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here"))
+
+
+def _cubin_findings(cubin: elf.Elf, cubin_file: str, arch: int | None, kname: str | None, add) -> tuple[int | None, str | None]:
+    """The cubin against the metadata (its SM, its kernel symbol); returns (its SM, the ptxas release in its notes)."""
+    if cubin.machine != elf.EM_CUDA:
+        add(Finding("mismatch", f"{cubin_file} is an ELF for {cubin.machine_name}, not a CUDA cubin"))
+        return None, None
+    cubin_sm = elf.cubin_sm(cubin)
+    if arch is not None and cubin_sm != arch:
+        add(Finding("mismatch", f"{cubin_file} is assembled for sm_{cubin_sm}, metadata says sm_{arch}"))
+    try:
+        syms = cubin.function_symbols()
+        if kname and kname not in syms:
+            shown = ", ".join(s for s in syms if not s.startswith("__")) or "none"
+            add(Finding("mismatch", f"{cubin_file} does not define kernel {kname} (defines: {shown})"))
+    except elf.ElfError as exc:
+        add(Finding("corrupt", f"{cubin_file}: {exc}"))
+    producer = None
+    try:
+        tk = elf.tkinfo(cubin)
+        if tk:
+            producer = next((s for s in tk if "release" in s), None)
+    except Exception:  # noqa: BLE001 - a damaged note is reported by the rebuild, not here
+        producer = None
+    return cubin_sm, producer
+
+
+def _ptx_findings(head: bytes, ptx_file: str, arch: int | None, kname: str | None, add) -> tuple[str | None, str | None]:
+    """The PTX header against the metadata (its target, its entries); returns (its .version, its .target)."""
+    hdr = parse_header(head)
+    if hdr.target is None or hdr.version is None:
+        add(Finding("corrupt", f"{ptx_file}: no PTX .version/.target header"))
+    elif arch is not None and hdr.target_arch != arch:
+        add(Finding("mismatch", f"{ptx_file} targets {hdr.target}, metadata says sm_{arch}"))
+    if kname and hdr.entries and kname not in hdr.entries:
+        add(Finding("mismatch", f"{ptx_file} defines {', '.join(hdr.entries)}, metadata names {kname}"))
+    return hdr.version, hdr.target
+
+
+def _launcher_findings(launchers, host_machine: str | None, add) -> None:
+    """Each launcher module's ELF machine against its file name and this host."""
+    host = _HOST_MACHINES.get(host_machine or "", host_machine)
+    for fname, so in launchers:
+        if so is None:
+            continue
+        so_machine = so.machine_name
+        claimed = _ext_suffix_machine(fname)
+        if claimed and claimed != so_machine:
+            add(Finding("mismatch", f"{fname} is named for {claimed} but is an ELF for {so_machine}"))
+        elif host and so_machine != host:
+            add(Finding("foreign-arch", f"{fname} is built for {so_machine}, this host is {host}: unreachable here"))
 
 
 def same_dir(a: str, b: str) -> bool:

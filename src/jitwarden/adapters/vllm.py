@@ -26,10 +26,8 @@ fingerprint (activation) is what keeps a GB10's kernels from another device of t
 
 from __future__ import annotations
 
-import ast
 import os
 import re
-import zlib
 from dataclasses import dataclass
 
 from jitwarden.formats import elf
@@ -37,6 +35,7 @@ from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
+from jitwarden.formats.vllm_files import Handle, artifact_layout, graph_handles
 from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge
@@ -53,9 +52,6 @@ TRITON_DIRS = ("triton_cache",)  # Triton cache dirs vLLM sets TRITON_CACHE_DIR 
 DEEP_GEMM = "deep_gemm"
 FLASHINFER = "flashinfer_autotune_cache"
 RANK = re.compile(r"^rank_\d+_\d+$")
-ARTIFACT_HEADERS = (b"CacheCompiledArtifact", b"AOTCompiledArtifact")
-TORCH29_ARTIFACT = "CompiledArtifact (torch 2.9, no header)"
-_TORCH29_KEY = re.compile(rb"^Y[A-Za-z0-9+/]{69}==$")  # base64 of "a" + 51 base32 chars: AOTAutograd's key
 _ARCH = re.compile(r"(\d+)[af]?")
 AOT_TEMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile of torch 2.12+ atomic_write_binary
 
@@ -195,59 +191,6 @@ def _aot_names(root: str, rel: str) -> list[str]:
 # ---------------------------------------------------------------- reading
 
 
-@dataclass(frozen=True)
-class ArtifactLayout:
-    """What the bytes of a binary standalone-compile artifact are: ``layout`` when known, else ``code`` and ``why``."""
-
-    layout: str | None
-    code: str | None = None  # "corrupt" (damage) or "unrecognised" (a layout jitwarden has not read)
-    why: str | None = None
-
-
-def artifact_layout(data: bytes) -> ArtifactLayout:
-    """Read a binary standalone-compile artifact (torch ``BytesWriter``: CRC32, then length-prefixed fields).
-
-    The layouts torch writes (``torch/_inductor/standalone_compile.py``, ``CompiledArtifact.save``):
-
-    - torch 2.10-2.15: ``CacheCompiledArtifact`` header, ``torch_key``, the key, the bytes (4 fields);
-      ``AOTCompiledArtifact`` header, ``torch_key``, the bytes (3 fields);
-    - torch 2.9 (vLLM 0.16): no header: ``torch_key`` (a 32-byte SHA-256), the key (base64 of
-      ``a<51 base32>``), the bytes (3 fields).
-
-    Evidence: a CRC or a length field that does not hold is damage (``corrupt``). A whole file
-    whose fields are none of these layouts is from a torch jitwarden has not read (``unrecognised``).
-    """
-    if len(data) < 12:
-        return ArtifactLayout(None, "corrupt", "truncated: shorter than its checksum and first field")
-    if zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
-        return ArtifactLayout(None, "corrupt", "checksum (CRC32) does not match: damaged or truncated")
-    i, fields = 4, []
-    while i < len(data):
-        if i + 8 > len(data):
-            return ArtifactLayout(None, "corrupt", "truncated inside a length field")
-        n = int.from_bytes(data[i:i + 8], "big")
-        i += 8
-        if i + n > len(data):
-            return ArtifactLayout(None, "corrupt", f"a field of {n} bytes runs past the end of the file")
-        fields.append((i, n))
-        i += n
-
-    def field(k: int) -> bytes:
-        return data[fields[k][0]:fields[k][0] + fields[k][1]]
-
-    header = field(0) if fields else b""
-    if header in ARTIFACT_HEADERS:
-        want = 4 if header == b"CacheCompiledArtifact" else 3
-        if len(fields) == want:
-            return ArtifactLayout(header.decode())
-        return ArtifactLayout(None, "unrecognised", f"{header.decode()} with {len(fields)} fields, where torch "
-                                                   f"2.10-2.15 write {want}; not judged")
-    if len(fields) == 3 and fields[0][1] == 32 and _TORCH29_KEY.match(field(1)):
-        return ArtifactLayout(TORCH29_ARTIFACT)
-    return ArtifactLayout(None, "unrecognised", "whole (its CRC32 holds), but in no standalone-compile layout of "
-                                                "torch 2.9-2.15; not judged")
-
-
 def _pairs(x):
     """vLLM's normalize_value turns mappings into sorted (key, value) pairs: read either form as a dict."""
     if isinstance(x, dict):
@@ -305,33 +248,6 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
     cuda = system.cuda
     if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
         out.append(Finding("stale", f"compiled by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}"))
-    return out
-
-
-@dataclass(frozen=True)
-class Handle:
-    """One graph of ``vllm_compile_cache.py``: the compiler that made it and its ``graph_handle`` (key, path)."""
-
-    compiler: str | None  # "inductor_standalone", "inductor", "eager"; None when the key has no name
-    key: str
-    path: str
-
-
-def _handles(src: bytes) -> list[Handle]:
-    """Every graph handle in ``vllm_compile_cache.py``; ValueError when it is no literal dict.
-
-    ``{(range, graph index, compiler name): value}``, where the value is
-    ``{"graph_handle": (key, path), "cache_key": key}`` (vLLM 0.18-0.34) or the handle itself (0.16-0.17).
-    """
-    doc = ast.literal_eval(src.decode("utf-8"))
-    if not isinstance(doc, dict):
-        raise ValueError("not a dict")
-    out = []
-    for k, v in doc.items():
-        compiler = k[2] if isinstance(k, tuple) and len(k) == 3 and isinstance(k[2], str) else None
-        h = v.get("graph_handle") if isinstance(v, dict) else v
-        if isinstance(h, (tuple, list)) and len(h) == 2 and all(isinstance(x, str) for x in h):
-            out.append(Handle(compiler, h[0], h[1]))
     return out
 
 
@@ -439,7 +355,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     rank_dir = os.path.dirname(s.path)
     if "vllm_compile_cache.py" in files:
         try:
-            handles = _handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py")))
+            handles = graph_handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py")))
         except OSError as exc:
             handles = []
             add(Finding("corrupt", f"vllm_compile_cache.py: unreadable: {exc.strerror}"))
@@ -586,7 +502,7 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
         sub_root = os.path.join(root, *parts[: i + 1])
         return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid, VllmFacts)
     s = survey(root, name)
-    facts = inductor._Facts(VllmFacts)
+    facts = inductor.Judging(VllmFacts)
     if s.is_symlink:
         facts.type = "link"
         return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))

@@ -3,7 +3,7 @@
 The battery (:data:`BATTERY`) exercises different code paths: elementwise, a reduction,
 softmax, tensor-core ``tl.dot`` in fp16 and bf16, fp8 (e4m3) conversion where the GPU has
 it (compute capability 8.9 and newer), and atomics. Each kernel's output is compared with a
-torch reference computed in float64 (:func:`compare`), with a tolerance per dtype.
+torch reference computed in float64 (``canary_worker.compare``), with a tolerance per dtype.
 
 Two passes, each in a fresh Python process (:func:`run_passes`): the first compiles into the
 cache (or, with an existing cache, loads what is there), the second must load every kernel
@@ -11,20 +11,22 @@ from the on-disk cache; Triton's compilation listener reports, per kernel, wheth
 cache hit. A wrong binary under a key (the silent corruption jitwarden exists for) shows up as
 a wrong answer in the pass that loads it.
 
-This module imports only the standard library at import time: torch and Triton are
-imported inside the functions that need them (the worker, the references, :func:`compare`).
-Run as ``python -m jitwarden.ops.canary --worker`` it is the per-pass GPU worker.
+This module is the parent: the battery, the records, the passes; standard library only. The
+GPU worker each pass runs (torch and Triton: inputs, references, :func:`~jitwarden.ops.canary_worker.compare`)
+is :mod:`jitwarden.ops.canary_worker`, started as ``python -m jitwarden.ops.canary_worker --worker``; its
+one line of JSON is read with the bounded JSON reader (``formats/jsonlimits``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import subprocess
 import sys
 import time
+
+from jitwarden.formats import jsonlimits
 
 MARKER = "JW-CANARY-RESULT "
 MANAGER = "jitwarden.guard:GuardedCacheManager"
@@ -126,115 +128,6 @@ def _num(x: float) -> str:
     if not math.isfinite(x):
         return "inf"
     return "0" if x == 0 else f"{x:.2g}"
-
-
-def compare(out, ref, tol: Tolerance) -> Comparison:
-    """Compare tensor ``out`` with ``ref`` (any device, any dtype) in float64 on the CPU.
-
-    NaN where the reference has NaN (or the same infinity) counts as equal; NaN or inf where the
-    reference is finite is an infinite error. Relative error is ``|out - ref| / |ref|`` over
-    elements whose reference is larger than the absolute tolerance (elsewhere it means little).
-    """
-    import torch
-
-    if tuple(out.shape) != tuple(ref.shape):
-        return Comparison(math.inf, math.inf, max(out.numel(), ref.numel()), ref.numel(), tol,
-                          f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
-    o = out.detach().to("cpu").to(torch.float64)
-    r = ref.detach().to("cpu").to(torch.float64)
-    same = (o == r) | (torch.isnan(o) & torch.isnan(r))
-    diff = torch.where(same, torch.zeros_like(o), (o - r).abs())
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
-    thresh = tol.atol + tol.rtol * r.abs()
-    thresh = torch.where(torch.isnan(thresh), torch.zeros_like(thresh), thresh)
-    bad = ((diff > thresh) | torch.isinf(diff)) & ~same
-    # Relative error where it means something: references larger than the absolute tolerance.
-    big = torch.isfinite(r) & (r.abs() > max(tol.atol, 1e-300))
-    rel = torch.where(big, diff / r.abs().clamp_min(1e-300), torch.zeros_like(diff))
-    n = r.numel()
-    return Comparison(float(diff.max()) if n else 0.0, float(rel.max()) if n else 0.0, int(bad.sum()), n, tol)
-
-
-# ---------------------------------------------------------------- inputs and references (torch, any device)
-
-
-def make_inputs(case: Case, device="cpu", seed: int = 0) -> dict:
-    """The inputs of ``case``, reproducible from ``seed`` (generated on the CPU, moved to ``device``)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape, dtype=torch.float32):
-        return torch.randn(*shape, generator=g, dtype=torch.float32).to(dtype).to(device)
-
-    if case.name == "add":
-        return {"x": randn(N_ELEM), "y": randn(N_ELEM)}
-    if case.name in ("rowsum", "softmax"):
-        return {"x": randn(ROWS, COLS) * (4.0 if case.name == "softmax" else 1.0)}
-    if case.name.startswith("dot-"):
-        dt = getattr(torch, case.dtype)
-        m, n, k = MM
-        return {"a": randn(m, k, dtype=dt), "b": randn(k, n, dtype=dt)}
-    if case.name == "fp8-e4m3":
-        return {"x": (torch.randn(N_ELEM, generator=g) * 64).clamp(-400, 400).to(device)}
-    if case.name == "atomic-hist":
-        return {"x": torch.randint(0, N_BINS, (N_ELEM,), generator=g, dtype=torch.int32).to(device)}
-    raise KeyError(case.name)
-
-
-def reference(case: Case, inputs: dict):
-    """The expected output of ``case`` computed by torch (float64 where it matters)."""
-    import torch
-
-    if case.name == "add":
-        return inputs["x"] + inputs["y"]
-    if case.name == "rowsum":
-        return inputs["x"].double().sum(dim=1)
-    if case.name == "softmax":
-        return torch.softmax(inputs["x"].double(), dim=1)
-    if case.name.startswith("dot-"):
-        return inputs["a"].double() @ inputs["b"].double()
-    if case.name == "fp8-e4m3":
-        return inputs["x"].to(torch.float8_e4m3fn).to(torch.float32)
-    if case.name == "atomic-hist":
-        return torch.bincount(inputs["x"].long(), minlength=N_BINS).to(torch.int32)
-    raise KeyError(case.name)
-
-
-def launch(case: Case, inputs: dict, kernels):
-    """Run ``case``'s Triton kernel (module ``kernels``) on ``inputs``; returns its output tensor."""
-    import torch
-
-    grid1 = lambda n, block: ((n + block - 1) // block,)  # noqa: E731
-    if case.name == "add":
-        x, y = inputs["x"], inputs["y"]
-        out = torch.empty_like(x)
-        kernels.jw_canary_add[grid1(x.numel(), 1024)](x, y, out, x.numel(), BLOCK=1024)
-    elif case.name == "rowsum":
-        x = inputs["x"]
-        out = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
-        kernels.jw_canary_rowsum[(x.shape[0],)](x, out, x.shape[1], BLOCK=1024)
-    elif case.name == "softmax":
-        x = inputs["x"]
-        out = torch.empty_like(x)
-        kernels.jw_canary_softmax[(x.shape[0],)](x, out, x.shape[1], BLOCK=1024)
-    elif case.name.startswith("dot-"):
-        a, b = inputs["a"], inputs["b"]
-        m, k = a.shape
-        n = b.shape[1]
-        out = torch.empty(m, n, device=a.device, dtype=a.dtype)
-        kernels.jw_canary_matmul[((m + 63) // 64, (n + 63) // 64)](a, b, out, m, n, k, BM=64, BN=64, BK=32)
-    elif case.name == "fp8-e4m3":
-        x = inputs["x"]
-        out = torch.empty_like(x)
-        kernels.jw_canary_fp8_roundtrip[grid1(x.numel(), 1024)](x, out, x.numel(), BLOCK=1024)
-    elif case.name == "atomic-hist":
-        x = inputs["x"]
-        out = torch.zeros(N_BINS, device=x.device, dtype=torch.int32)
-        kernels.jw_canary_histogram[grid1(x.numel(), 1024)](x, out, x.numel(), BLOCK=1024)
-    else:
-        raise KeyError(case.name)
-    return out
 
 
 # ---------------------------------------------------------------- results
@@ -402,78 +295,6 @@ class NoGPU(Exception):
     """The worker found no usable CUDA GPU (or no torch/Triton)."""
 
 
-def _worker(seed: int = 0) -> dict:
-    """Run the battery once in this process; returns the JSON document the parent reads."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise NoGPU(f"torch is not importable ({exc})") from None
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
-        raise NoGPU(f"Triton is not importable ({exc})") from None
-    if not torch.cuda.is_available() or torch.version.cuda is None:
-        why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
-        raise NoGPU(f"no CUDA GPU: {why} (torch {torch.__version__})")
-    cc = torch.cuda.get_device_capability()
-    events: list[tuple[str, bool]] = []
-    listener_ok = False
-    try:
-        from triton import knobs
-
-        def listener(*, src, metadata, metadata_group, times, cache_hit, **_kw):
-            events.append((str(metadata.get("name", "")), bool(cache_hit)))
-
-        knobs.compilation.listener = listener
-        listener_ok = True
-    except Exception:  # noqa: BLE001 - an older Triton without the listener: hits are reported as unknown
-        pass
-    from jitwarden.ops import _canary_kernels as kernels
-
-    runs = []
-    for case in BATTERY:
-        if cc < case.min_capability:
-            runs.append(KernelRun(case.name, skipped=f"needs compute capability {case.min_capability[0]}."
-                                                    f"{case.min_capability[1]}+, this GPU is {cc[0]}.{cc[1]}"))
-            continue
-        if case.name == "fp8-e4m3" and not hasattr(torch, "float8_e4m3fn"):
-            runs.append(KernelRun(case.name, skipped="torch has no float8_e4m3fn"))
-            continue
-        start = len(events)
-        try:
-            inputs = make_inputs(case, "cuda", seed)
-            out = launch(case, inputs, kernels)
-            torch.cuda.synchronize()
-            cmp = compare(out, reference(case, inputs), case.tolerance)
-            mine = [hit for name, hit in events[start:] if name == case.kernel]
-            hit = all(mine) if mine else None
-            runs.append(KernelRun(case.name, hit if listener_ok else None, cmp))
-        except Exception as exc:  # noqa: BLE001 - a failing kernel is a result, not a crash
-            mine = [hit for name, hit in events[start:] if name == case.kernel]
-            runs.append(KernelRun(case.name, (all(mine) if mine else None) if listener_ok else None,
-                                  error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]))
-    return {
-        "device": {"name": torch.cuda.get_device_name(), "capability": list(cc), "torch": torch.__version__,
-                   "torch_cuda": torch.version.cuda, "triton": triton.__version__},
-        "listener": listener_ok,
-        "runs": [r.to_json() for r in runs],
-    }
-
-
-def worker_main(argv=None) -> int:
-    seed = 0
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--seed" in args:
-        seed = int(args[args.index("--seed") + 1])
-    try:
-        doc = _worker(seed)
-    except NoGPU as exc:
-        doc = {"no_gpu": str(exc)}
-    sys.stdout.flush()
-    print(MARKER + json.dumps(doc), flush=True)
-    return 0
-
-
 # ---------------------------------------------------------------- the parent: passes in fresh processes
 
 
@@ -522,7 +343,7 @@ def worker_env(cache_dir: str, manager: str | None, base=None) -> dict:
 
 def run_pass(env: dict, timeout: float = 900.0, stderr_sink=None) -> dict:
     """One pass of the battery in a fresh Python process; returns the worker's document."""
-    cmd = [sys.executable, "-m", "jitwarden.ops.canary", "--worker"]
+    cmd = [sys.executable, "-m", "jitwarden.ops.canary_worker", "--worker"]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -531,11 +352,27 @@ def run_pass(env: dict, timeout: float = 900.0, stderr_sink=None) -> dict:
         for line in p.stderr.splitlines():
             if line.startswith("jitwarden:"):
                 stderr_sink(line)
-    for line in p.stdout.splitlines():
+    doc = worker_result(p.stdout)
+    if doc is None:
+        tail = " | ".join(p.stderr.strip().splitlines()[-3:])
+        raise PassFailed(f"the worker exited with status {p.returncode} and no result: {tail or 'no output'}")
+    return doc
+
+
+def worker_result(stdout: str) -> dict | None:
+    """The worker's document: the first line of ``stdout`` that starts with :data:`MARKER`, read with the
+    bounded JSON reader (pure); None when there is no such line. A result that is not a JSON object we
+    read (too deep, too large, malformed: the worker's process may be anyone's) raises :class:`PassFailed`."""
+    for line in stdout.splitlines():
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
-    tail = " | ".join(p.stderr.strip().splitlines()[-3:])
-    raise PassFailed(f"the worker exited with status {p.returncode} and no result: {tail or 'no output'}")
+            try:
+                doc = jsonlimits.loads(line[len(MARKER):])
+            except ValueError as exc:
+                raise PassFailed(f"the worker's result is not JSON jitwarden reads: {exc}") from None
+            if not isinstance(doc, dict):
+                raise PassFailed(f"the worker's result is a JSON {type(doc).__name__}, not an object")
+            return doc
+    return None
 
 
 def run_passes(cache_dir: str, scratch: bool, manager: str | None, passes: int = 2, stderr_sink=None) -> CanaryReport:
@@ -568,10 +405,3 @@ def run_passes(cache_dir: str, scratch: bool, manager: str | None, passes: int =
     kernels = merge_passes(docs)
     return CanaryReport(kernels, cache_dir, scratch, manager, device, count_quarantined(cache_dir) - q0,
                         tuple(dict.fromkeys(notes)), time.perf_counter() - start)
-
-
-if __name__ == "__main__":
-    if "--worker" in sys.argv[1:]:
-        sys.exit(worker_main())
-    print("usage: jitwarden canary (this module's --worker mode is internal)", file=sys.stderr)
-    sys.exit(2)

@@ -29,6 +29,10 @@ Verdicts (one :class:`RebuildResult` per kernel entry):
   ``ptx_options`` outside the allow-list (never passed to ptxas), or a Triton release
   whose command line jitwarden does not know and whose rebuild differs.
 
+Three modules: :mod:`~jitwarden.ops.ptxas_cmdline` rebuilds the ptxas command line and names a
+cubin's producer, :mod:`~jitwarden.ops.ptxas_candidates` chooses which ptxas to try; this one is the
+engine (``_Engine``: one ptxas run per PTX and flags, the verdict of each entry) and its API.
+
 The engine is stdlib only and knows nothing of the command line: it takes a
 :class:`RebuildOptions`, reports progress through a plain callback (the CLI draws the bar),
 and refuses a bad option with an :class:`OptionError` that names the option's field (the CLI
@@ -40,21 +44,21 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import os
-import re
 import secrets
-import shutil
 import subprocess
-import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field as dataclass_field
 
 from jitwarden.formats import cubin_compare
 from jitwarden.env import ptxas
 from jitwarden.adapters import triton as tri
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.fsutil import make_dirs, private_dir, read_bytes, remove_file, remove_tree, write_bytes_atomic, write_new_file
 from jitwarden.model.findings import Finding
-from jitwarden.model.flags import parse_flag
 from jitwarden.formats.ptx import parse_header
+from jitwarden.ops.ptxas_candidates import (  # noqa: F401 - OptionError, recipe_disagreements: the engine's API
+    Candidate, CandidatePool, OptionError, recipe_disagreements, triton_choice, validate_extra)
+from jitwarden.ops.ptxas_cmdline import (  # noqa: F401 - the command line's names, used through this module
+    RefusedOption, allowed_ptx_options, cubin_producer, ptxas_flags, releases_for_ptx)
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
 PTXAS_TIMEOUT_S = 900.0
@@ -75,14 +79,6 @@ class RebuildOptions:
     keep_dir: str | None = None
 
 
-class OptionError(ValueError):
-    """A :class:`RebuildOptions` field that cannot be used: which ``field``, its ``value``, and ``why``."""
-
-    def __init__(self, field: str, value, why: str):
-        super().__init__(f"{field} {value}: {why}")
-        self.field, self.value, self.why = field, value, why
-
-
 @dataclass(frozen=True)
 class RebuildResult:
     verdict: str  # verified | stale | not-reproducible | unverifiable
@@ -95,342 +91,16 @@ class RebuildResult:
                 "findings": [f.to_json() for f in self.findings]}
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One ptxas to try. ``environment``: one this environment's compilers use."""
-
-    path: str
-    info: ptxas.PtxasInfo
-    role: str  # triton, triton-blackwell, inductor, cli, machine
-    environment: bool
-
-    @property
-    def label(self) -> str:
-        rel = self.info.build or self.info.release or "?"
-        return f"{self.path} ({self.role}, {rel})"
-
-
-# ---------------------------------------------------------------- what Triton ran
-
-
-def _env_true(md: dict, key: str) -> bool:
-    v = md.get(key)
-    if isinstance(v, bool):
-        return v
-    return parse_flag(v) is True
-
-
-class RefusedOption(ValueError):
-    """The entry's ``ptx_options`` hold something jitwarden will not hand to ptxas."""
-
-
-# ptxas options a cache entry's ``ptx_options`` (Triton's ``PTXAS_OPTIONS`` knob) may carry into
-# a rebuild: the ones Triton's own make_cubin emits, and the codegen options people set with
-# PTXAS_OPTIONS. Each changes the code, none reads or writes a file. Anything else (an
-# ``--options-file``, an output path, a second ``--gpu-name``) makes the entry unverifiable:
-# the metadata is untrusted input and never becomes an arbitrary ptxas argument.
-_BOOL = re.compile(r"(true|false)\Z")
-_INT = re.compile(r"\d{1,4}\Z")
-_PTX_FLAGS = frozenset({
-    "-v", "--verbose", "-lineinfo", "--generate-line-info", "-suppress-debug-info", "--suppress-debug-info",
-    "-g", "--device-debug", "--warn-on-spills", "-warn-spills", "--warn-on-local-memory-usage",
-    "-warn-lmem-usage", "--warn-on-double-precision-use", "-warn-double-usage",
-    "--disable-optimizer-constants", "-disable-optimizer-consts", "--sp-bounds-check", "-sp-bounds-check",
-})
-_PTX_VALUED = {
-    "--maxrregcount": _INT, "-maxrregcount": _INT,
-    "--opt-level": re.compile(r"[0-4]\Z"), "-O": re.compile(r"[0-4]\Z"),
-    "--regAllocOptLevel": _INT, "-regAllocOptLevel": _INT,
-    "--fmad": _BOOL, "-fmad": _BOOL,
-    "--allow-expensive-optimizations": _BOOL, "-allow-expensive-optimizations": _BOOL,
-    "--def-load-cache": re.compile(r"(ca|cg|cs|lu|cv)\Z"), "-dlcm": re.compile(r"(ca|cg|cs|lu|cv)\Z"),
-    "--def-store-cache": re.compile(r"(wb|cg|cs|wt)\Z"), "-dscm": re.compile(r"(wb|cg|cs|wt)\Z"),
-}
-
-
-def _shown(token: str) -> str:
-    return repr(token if len(token) <= 40 else token[:40] + "…")
-
-
-def allowed_ptx_options(text: str) -> list[str]:
-    """``ptx_options`` split as Triton splits it (on single spaces), each token allow-listed.
-
-    Raises :class:`RefusedOption` naming the first token that is not an option Triton
-    passes to ptxas (or a value that option does not take).
-    """
-    tokens = text.split(" ")
-    out: list[str] = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if tok == "" or tok in _PTX_FLAGS:
-            out.append(tok)
-            continue
-        name, eq, value = tok.partition("=")
-        if not eq and name.startswith("-O") and name != "-O" and name[:2] in _PTX_VALUED:
-            name, value, eq = "-O", name[2:], "attached"
-        check = _PTX_VALUED.get(name)
-        if check is None:
-            raise RefusedOption(f"ptx_options holds {_shown(tok)}, not an option Triton passes to ptxas; "
-                                "it was not run (untrusted metadata never becomes a ptxas argument)")
-        if eq:
-            out.append(tok)
-        else:
-            if i >= len(tokens):
-                raise RefusedOption(f"ptx_options ends with {_shown(tok)} and no value; it was not run")
-            value = tokens[i]
-            i += 1
-            out += [tok, value]
-        if not check.match(value):
-            raise RefusedOption(f"ptx_options gives {_shown(name)} the value {_shown(value)}, which it does not "
-                                "take; it was not run (untrusted metadata never becomes a ptxas argument)")
-    return out
-
-
-def _sanitizer_opt(md: dict, how: str | None) -> bool:
-    """Whether Triton 3.8+ added ``--opt-level 1`` for a consan/fpsan instrumented kernel."""
-    mode = md.get("instrumentation_mode")
-    if not how or not isinstance(mode, str) or not mode:
-        return False
-    if how == "names":
-        names = {m.strip() for m in mode.split(",")}
-        return "consan" in names or "fpsan" in names
-    return "consan" in mode or "fpsan" in mode
-
-
-def ptxas_flags(md: dict, recipe: ptxas.TritonRecipe | None = None) -> tuple[int, list[str]]:
-    """(arch, flags) of ``make_cubin`` of the Triton that built this metadata: all but ptxas, input and ``-o``.
-
-    ``recipe``: the Triton release's rules, by default the one the metadata's
-    ``triton_version`` names. Raises ValueError (:class:`RefusedOption` for ``ptx_options``
-    outside the allow-list).
-    """
-    arch = tri.metadata_arch(md)
-    if arch is None:
-        raise ValueError("metadata has no integer target arch")
-    if recipe is None:
-        tv = md.get("triton_version")
-        recipe = ptxas.recipe_for(tv if isinstance(tv, str) else None)
-    no_opt = _env_true(md, "DISABLE_PTXAS_OPT")
-    if _env_true(md, "TRITON_DISABLE_LINE_INFO"):
-        debug = ["-lineinfo", "-suppress-debug-info"]
-    elif no_opt and recipe.debug_g:
-        debug = ["-g"]
-    else:
-        debug = ["-lineinfo"]
-    fmad = [] if md.get("enable_fp_fusion", True) else ["--fmad=false"]
-    disable_opt = ["--opt-level", "0"] if no_opt else []
-    reg_alloc = ["--regAllocOptLevel=2"] if recipe.reg_alloc else []
-    opts = md.get("ptx_options")
-    if opts is not None and not isinstance(opts, str):
-        raise RefusedOption(f"ptx_options is a {type(opts).__name__}, not a string; it was not run")
-    extra = allowed_ptx_options(opts) if opts else []
-    if not no_opt and _sanitizer_opt(md, recipe.sanitizer_opt):
-        extra += ["--opt-level", "1"]
-    gpu = f"--gpu-name=sm_{arch}{'a' if arch >= 90 else ''}"
-    return arch, [*debug, *fmad, "-v", *disable_opt, *reg_alloc, *extra, gpu]
-
-
-def releases_for_ptx(version: str | None) -> frozenset[str]:
-    """CUDA releases whose ptxas Triton pairs with PTX ``.version`` (inverse of ``ptx_get_version``)."""
-    if not version:
-        return frozenset()
-    try:
-        major, minor = (int(x) for x in version.split("."))
-    except ValueError:
-        return frozenset()
-    v = major * 10 + minor
-    out = set()
-    for cmaj, cmin in [(11, m) for m in range(10)] + [(12, m) for m in range(10)] + [(13, m) for m in range(10)] + [(14, m) for m in range(10)]:
-        if cmaj == 12:
-            p = 80 + cmin if cmin < 6 else 80 + cmin - 1
-        elif cmaj == 11:
-            p = 70 + cmin
-        else:
-            p = 90 + (cmaj - 13) * 10 + cmin
-        if p == v:
-            out.add(f"{cmaj}.{cmin}")
-    return frozenset(out)
-
-
-def cubin_producer(data: bytes) -> tuple[str | None, str | None]:
-    """(release, build) the cached cubin names: ``.note.nv.tkinfo`` where present, else ELF ``e_version``."""
-    try:
-        from jitwarden.formats import elf
-
-        e = elf.parse(data)
-        tk = elf.tkinfo(e)
-    except Exception:  # noqa: BLE001 - a damaged cubin names no producer
-        return None, None
-    if tk:
-        for s in tk:
-            rel, build = ptxas.parse_version(s)
-            if rel:
-                return rel, build
-    # ptxas stamps its CUDA version into e_version (12.8 -> 128, 13.0 -> 130).
-    v = int.from_bytes(data[20:24], "little") if len(data) >= 24 else 0
-    if 100 <= v < 1000:
-        return f"{v // 10}.{v % 10}", None
-    return None, None
-
-
-# ---------------------------------------------------------------- candidates
-
-
-def _validate_extra(paths) -> None:
-    for p in paths or ():
-        if not os.path.isfile(p):
-            raise OptionError("extra_ptxas", p, "no such file")
-        if not os.access(p, os.X_OK):
-            raise OptionError("extra_ptxas", p, "not executable")
-        info = ptxas.inspect(p)
-        if info is None or info.release is None:
-            raise OptionError("extra_ptxas", p, f"`{p} --version` does not name a CUDA release; is it a ptxas?")
-
-
 def _validate_keep(keep_dir: str | None) -> None:
     if keep_dir is None:
         return
     try:
-        os.makedirs(keep_dir, exist_ok=True)
+        make_dirs(keep_dir)
     except OSError as exc:
         raise OptionError("keep_dir", keep_dir, f"cannot create: {exc.strerror or exc}") from None
     if not os.access(keep_dir, os.W_OK | os.X_OK):
         raise OptionError("keep_dir", keep_dir, "not writable")
 
-
-_RUNTIME: dict[int, str | None] = {}
-_RUNTIME_LOCK = threading.Lock()
-
-
-def triton_choice(arch: int) -> str | None:
-    """The ptxas path the installed Triton itself picks for ``arch``: its own ``get_ptxas``.
-
-    Asked of Triton at run time (its knobs read this process's environment), so a release
-    jitwarden has not read still gets its real choice; None when Triton cannot be imported
-    or finds no ptxas. Costs one Triton import (~0.4 s), paid only by ``--rebuild``.
-    """
-    with _RUNTIME_LOCK:
-        if arch in _RUNTIME:
-            return _RUNTIME[arch]
-        path = None
-        try:
-            import inspect
-
-            from triton.backends.nvidia import compiler
-
-            fn = compiler.get_ptxas
-            tool = fn(arch) if inspect.signature(fn).parameters else fn()  # no argument up to 3.5
-            path = tool.path if isinstance(getattr(tool, "path", None), str) else None
-        except Exception:  # noqa: BLE001 - no Triton, no NVIDIA backend, no ptxas: use the table
-            path = None
-        _RUNTIME[arch] = path
-        return path
-
-
-def recipe_disagreements(archs=(80, 90, 100, 120), recipe: ptxas.TritonRecipe | None = None) -> list[str]:
-    """Where :data:`jitwarden.env.ptxas.RECIPES` (or ``recipe``) disagrees with the installed Triton, in words.
-
-    Checks the ptxas Triton's own ``get_ptxas`` picks for each arch, and the flags its
-    ``make_cubin`` source emits. Empty too when Triton cannot be imported (nothing to check).
-    """
-    import inspect
-
-    try:
-        from triton.backends.nvidia import compiler
-    except Exception:  # noqa: BLE001
-        return []
-    version = ptxas.installed_triton_version()
-    recipe = ptxas.recipe_for(version) if recipe is None else recipe
-    out = [] if recipe.known else [f"Triton {version} is not in the table; Triton {recipe.release}'s stands in"]
-    for arch in archs:
-        real = triton_choice(arch)
-        want = recipe.binary(arch)[0]
-        if real is not None and os.path.basename(real) != want and not os.environ.get(recipe.binary(arch)[1]):
-            out.append(f"sm_{arch}: Triton runs {os.path.basename(real)}, the table says {want}")
-    try:
-        src = inspect.getsource(compiler.CUDABackend.make_cubin)
-    except (OSError, TypeError, AttributeError):
-        return out + ["make_cubin's source is not readable"]
-    facts = (("-g for DISABLE_PTXAS_OPT", '["-g"]' in src, recipe.debug_g),
-             ("--regAllocOptLevel=2", "--regAllocOptLevel=2" in src, recipe.reg_alloc),
-             ("--opt-level 1 for consan/fpsan", "consan" in src, recipe.sanitizer_opt is not None))
-    for what, in_source, in_table in facts:
-        if in_source != in_table:
-            out.append(f"make_cubin {'emits' if in_source else 'does not emit'} {what}; the table says otherwise")
-    return out
-
-
-class _Pool:
-    """Every ptxas we may try, identified once (``--version`` + sha256, memoised by ptxas.inspect)."""
-
-    def __init__(self, env, extra: list[str], machine: list[str] | None):
-        self.env = env
-        self._infos: dict[str, ptxas.PtxasInfo | None] = {}
-        self.extra = extra
-        self.recipe = ptxas.recipe_for(None)  # the installed Triton's
-        sel = ptxas.selected(env, recipe=self.recipe)
-        self.inductor = [p for role, p in sel if role == "inductor"]
-        self.machine_paths = ptxas.machine_candidates(env) if machine is None else list(machine)
-        self._per_arch: dict[tuple, list[Candidate]] = {}
-        self._lock = threading.Lock()
-
-    def info(self, path: str) -> ptxas.PtxasInfo | None:
-        if path not in self._infos:
-            self._infos[path] = ptxas.inspect(path)
-        return self._infos[path]
-
-    def _build(self, arch: int, machine: bool) -> list[Candidate]:
-        cands: list[Candidate] = []
-        seen: set[str] = set()
-
-        def add(path: str | None, role: str, environment: bool) -> None:
-            if not path:
-                return
-            info = self.info(path)
-            if info is None or info.sha256 in seen:
-                return
-            seen.add(info.sha256)
-            if environment or machine:
-                cands.append(Candidate(path, info, role, environment))
-
-        role = self.recipe.role(arch)
-        add(self.triton_ptxas(arch), role, True)
-        if role == "triton":  # Inductor's TRITON_PTXAS_PATH reaches only the arches Triton runs `ptxas` for
-            for p in self.inductor:
-                add(p, "inductor", True)
-        for p in self.extra:
-            add(p, "cli", True)
-        if machine:
-            for p in self.machine_paths:
-                add(p, "machine", False)
-        return cands
-
-    def triton_ptxas(self, arch: int) -> str | None:
-        """What the installed Triton runs for ``arch``: asked of Triton for this process's own
-        environment, else from its release's recipe (another ``env``, or Triton not importable)."""
-        if self.env is os.environ:
-            p = triton_choice(arch)
-            if p and ptxas.inspect(p) is not None:
-                return p
-        return ptxas.for_arch(arch, self.env, recipe=self.recipe)
-
-    def environment(self, arch: int) -> list[Candidate]:
-        """The ptxas this environment's compilers use for ``arch`` (plus ``--ptxas``)."""
-        with self._lock:
-            key = (arch, False)
-            if key not in self._per_arch:
-                self._per_arch[key] = self._build(arch, False)
-            return self._per_arch[key]
-
-    def machine(self, arch: int) -> list[Candidate]:
-        """Every other ptxas on this machine; identified only when an entry needs it."""
-        with self._lock:
-            key = (arch, True)
-            if key not in self._per_arch:
-                self._per_arch[key] = [c for c in self._build(arch, True) if not c.environment]
-            return self._per_arch[key]
 
 
 # ---------------------------------------------------------------- the engine
@@ -456,7 +126,48 @@ class _Work:
     arch: int | None = None
     result: RebuildResult | None = None
     kept: tuple[str, str] | None = None
-    extra: dict = field(default_factory=dict)
+    retried: bool = False  # read again once because its PTX or cubin changed while it was verified
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What one entry gives a rebuild, read once: the PTX to assemble, the cubin to compare with, how
+    Triton ran ptxas for it, who built it, and the stamp of both files (to tell a writer still at work)."""
+
+    ptx_file: str
+    cubin_file: str
+    ptx: bytes
+    cached: bytes
+    digest: str  # sha256 of the PTX: one ptxas run per (ptxas, PTX, flags), however many entries share it
+    arch: int
+    flags: list[str]
+    recipe: ptxas.TritonRecipe
+    triton_version: object  # as the metadata records it
+    ptx_version: str | None
+    expected: frozenset[str]  # the CUDA releases that should have assembled it
+    cub_rel: str | None
+    cub_build: str | None
+    producer: str  # who built it, in words
+    stamp: tuple
+
+    def rank(self, c: Candidate) -> int:
+        """0 for the cubin's own ptxas build, 1 for its release, 2 for any other: the order candidates are tried in."""
+        if self.cub_build and c.info.build == self.cub_build:
+            return 0
+        return 1 if c.info.release in self.expected or c.info.release == self.cub_rel else 2
+
+    def same_release(self, c: Candidate) -> bool:
+        return not self.expected or c.info.release in self.expected
+
+
+@dataclass
+class _Tries:
+    """Every assembly of one entry's PTX so far: (candidate, attempt) in order, the candidates skipped
+    (and why), and each candidate's cubins."""
+
+    tried: list = dataclass_field(default_factory=list)
+    skipped: list = dataclass_field(default_factory=list)
+    outputs: dict = dataclass_field(default_factory=dict)
 
 
 def _first_error_line(text: str) -> str:
@@ -468,7 +179,7 @@ def _first_error_line(text: str) -> str:
 
 
 class _Engine:
-    def __init__(self, tmp: str, pool: _Pool, keep_dir: str | None):
+    def __init__(self, tmp: str, pool: CandidatePool, keep_dir: str | None):
         self.tmp = tmp
         self.pool = pool
         self.keep_dir = keep_dir
@@ -493,9 +204,7 @@ class _Engine:
                 return p
             # Same shape of name as Triton's NamedTemporaryFile ("tmpXXXXXXXX.ptx").
             p = os.path.join(self.tmp, f"tmp{secrets.token_hex(4)}.ptx")
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            write_new_file(p, data)
             self.ptx_files[digest] = p
             return p
 
@@ -551,14 +260,14 @@ class _Engine:
             raise _Cancelled()
         msg = text.decode("utf-8", "replace")
         if proc.returncode != 0:
-            _unlink(out)
+            remove_file(out)
             return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
         try:
             data = read_bytes(out)
         except OSError as exc:
             return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
         finally:
-            _unlink(out)
+            remove_file(out)
         return _Attempt(True, data, None, dt)
 
     def cancel(self) -> None:
@@ -582,7 +291,42 @@ class _Engine:
             return _unverifiable(f"cannot rebuild: {exc}")
 
     def _verify(self, w: _Work) -> RebuildResult:
+        """One entry: read it (:meth:`_read`), try the environment's ptxas then the machine's
+        (:meth:`_assemble_all`), and judge what no candidate reproduced (:meth:`_unmatched`)."""
+        inp = self._read(w)
+        if isinstance(inp, RebuildResult):
+            return inp
+        w.arch = inp.arch
+        tries = _Tries()
+        matched = self._assemble_all(w, inp, tries)
+        if matched is not None:
+            return matched
+        if not tries.tried and not tries.skipped:
+            return _unverifiable(f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)")
+        assembled = [(c, a) for c, a in tries.tried if a.ok]
+        if not assembled:
+            why = "; ".join([f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped)
+            return _unverifiable(f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}")
+        same = [(c, a) for c, a in assembled if inp.same_release(c)]
+        if not same:
+            rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
+            wanted = "/".join(sorted(inp.expected))
+            return _unverifiable(
+                f"built by a CUDA {wanted} ptxas ({inp.producer}); none is here, and a rebuild by "
+                f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
+                f"{wanted} ptxas")
+        if _stamp(w.path, inp.ptx_file, inp.cubin_file) != inp.stamp:
+            # Triton writes a group file by file: a writer still at work can pair one compile's
+            # PTX with another's cubin. Judge only what stood still while we read it.
+            if w.retried:
+                return _unverifiable("the entry's PTX or cubin changed while it was being verified "
+                                     "(a process is still writing it); rerun when it is idle")
+            w.retried = True
+            return self._verify(w)
+        return self._unmatched(w, inp, [c for c, _ in same], assembled, tries.outputs)
 
+    def _read(self, w: _Work) -> _Inputs | RebuildResult:
+        """The entry's :class:`_Inputs`, or the ``unverifiable`` result that says why there is nothing to rebuild."""
         root, name = os.path.dirname(w.path), os.path.basename(w.path)
         facts = tri.read_entry(root, name, check_seal=False)
         if facts.survey.is_symlink:
@@ -615,104 +359,83 @@ class _Engine:
         stamp = _stamp(w.path, facts.ptx_file, facts.cubin_file)
         if not ptx.strip():
             return _unverifiable(f"{facts.ptx_file} is empty: nothing to rebuild from")
-        digest = hashlib.sha256(ptx).hexdigest()
         hdr = parse_header(ptx[:16384])
-
         # Who built it: Triton derives the PTX .version from the release of the ptxas it
         # runs (unless ptx_version is forced), so the PTX names the release to expect;
         # the cubin's tkinfo note / e_version stamp names the one that actually assembled it.
         ptx_rels = releases_for_ptx(hdr.version) if md.get("ptx_version") is None else frozenset()
         cub_rel, cub_build = cubin_producer(cached)
         expected = ptx_rels or (frozenset({cub_rel}) if cub_rel else frozenset())
-        producer = _producer_text(hdr.version, ptx_rels, cub_rel, cub_build)
+        return _Inputs(facts.ptx_file, facts.cubin_file, ptx, cached, hashlib.sha256(ptx).hexdigest(), arch, flags,
+                       recipe, tv, hdr.version, expected, cub_rel, cub_build,
+                       _producer_text(hdr.version, ptx_rels, cub_rel, cub_build), stamp)
 
-        def rank(c: Candidate) -> int:
-            return 0 if (cub_build and c.info.build == cub_build) else 1 if c.info.release in expected or c.info.release == cub_rel else 2
+    def _assemble_all(self, w: _Work, inp: _Inputs, tries: _Tries) -> RebuildResult | None:
+        """Assemble the PTX with each candidate until one reproduces the cubin (its result), recording every
+        try in ``tries``; None when none does.
 
-        def same_release(c: Candidate) -> bool:
-            return not expected or c.info.release in expected
-
-        tried: list[tuple[Candidate, _Attempt]] = []
-        skipped: list[str] = []
-        outputs: dict[str, list[bytes]] = {}  # candidate path -> every cubin it wrote for this PTX
-        # Environment first (a match there verifies), the producer's release first within each group;
-        # the machine's other ptxas are looked up only when the environment's do not reproduce it.
+        Environment first (a match there verifies), the producer's release first within each group;
+        the machine's other ptxas are looked up only when the environment's do not reproduce it.
+        """
+        arch, ptx, cached = inp.arch, inp.ptx, inp.cached
         for group in (self.pool.environment, self.pool.machine):
             firsts: list[Candidate] = []
-            for c in sorted(group(arch), key=rank):
+            for c in sorted(group(arch), key=inp.rank):
                 if ptxas.can_target(c.info, arch) is False:
-                    skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
+                    tries.skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
                     continue
-                att = self.assemble(c, digest, ptx, flags)
-                tried.append((c, att))
+                att = self.assemble(c, inp.digest, ptx, inp.flags)
+                tries.tried.append((c, att))
                 if not att.ok:
                     continue
                 firsts.append(c)
-                outputs[c.path] = [att.cubin]
+                tries.outputs[c.path] = [att.cubin]
                 cmp = cubin_compare.compare(cached, att.cubin)
                 if cmp.equal:
-                    return self._matched(w, c, cmp, cached, arch, producer, tried)
+                    return self._matched(w, c, cmp, cached, arch, inp.producer, tries.tried)
             # None of this group reproduced it in one run. ptxas is not deterministic for every
             # kernel, so assemble again (same temp dir, this worker thread) with the ones of the
             # producer's release before judging; clean deterministic entries never get here.
             for c in firsts:
-                if not same_release(c):
+                if not inp.same_release(c):
                     continue
                 for k in range(1, 1 + PTXAS_RETRIES):
-                    att = self.assemble(c, digest, ptx, flags, k)
+                    att = self.assemble(c, inp.digest, ptx, inp.flags, k)
                     if not att.ok:
                         continue
-                    outputs[c.path].append(att.cubin)
+                    tries.outputs[c.path].append(att.cubin)
                     cmp = cubin_compare.compare(cached, att.cubin)
                     if cmp.equal:
-                        distinct = cubin_compare.judge_attempts(cached, outputs[c.path]).distinct
+                        distinct = cubin_compare.judge_attempts(cached, tries.outputs[c.path]).distinct
                         note = (f"; this ptxas's output varies between runs for this kernel: run {k + 1} matched "
                                 f"after {k} differing run(s) ({distinct} distinct results)")
-                        return self._matched(w, c, cmp, cached, arch, producer, tried, note)
+                        return self._matched(w, c, cmp, cached, arch, inp.producer, tries.tried, note)
+        return None
 
-        assembled = [(c, a) for c, a in tried if a.ok]
-        if not tried and not skipped:
-            return _unverifiable(f"no ptxas found for sm_{arch} (none in the environment or on this machine)")
-        if not assembled:
-            why = "; ".join([f"{c.path} ({c.info.release}): {a.error}" for c, a in tried] + skipped)
-            return _unverifiable(f"no ptxas here can assemble this PTX (.version {hdr.version}, sm_{arch}): {why}")
-        same = [(c, a) for c, a in assembled if same_release(c)]
-        if not same:
-            rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
-            return _unverifiable(
-                f"built by a CUDA {'/'.join(sorted(expected))} ptxas ({producer}); none is here, and a rebuild by "
-                f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
-                f"{'/'.join(sorted(expected))} ptxas")
-        if _stamp(w.path, facts.ptx_file, facts.cubin_file) != stamp:
-            # Triton writes a group file by file: a writer still at work can pair one compile's
-            # PTX with another's cubin. Judge only what stood still while we read it.
-            if w.extra.get("retried"):
-                return _unverifiable("the entry's PTX or cubin changed while it was being verified "
-                                     "(a process is still writing it); rerun when it is idle")
-            w.extra["retried"] = True
-            return self._verify(w)
-        # Every run of every producer-release candidate differs. Judge the set of outputs of each
-        # (cubin_compare.judge_attempts): one that varies only where the cached cubin differs
-        # leaves it unproven (unverifiable); otherwise the cubin differs where ptxas is stable.
-        judged = [(c, cubin_compare.judge_attempts(cached, outputs[c.path])) for c, _ in same]
+    def _unmatched(self, w: _Work, inp: _Inputs, same: list[Candidate], assembled, outputs) -> RebuildResult:
+        """The verdict when every run of every producer-release candidate (``same``) differs: judge the set
+        of outputs of each (cubin_compare.judge_attempts). One that varies only where the cached cubin
+        differs leaves it unproven (unverifiable); otherwise the cubin differs where ptxas is stable."""
+        cached, producer = inp.cached, inp.producer
+        judged = [(c, cubin_compare.judge_attempts(cached, outputs[c.path])) for c in same]
         confined = next(((c, j) for c, j in judged if j.verdict == "varies-confined"), None)
         if confined is not None:
             c, j = confined
             kept = self._keep(w, cached, outputs[c.path][j.nearest])
-            msg = f"{j.reason}; assembled with {c.label} ({producer})" + _diff_hint(kept)
-            return _unverifiable(msg)
-        if not recipe.known:
+            return _unverifiable(f"{j.reason}; assembled with {c.label} ({producer})" + _diff_hint(kept))
+        if not inp.recipe.known:
             return _unverifiable(
-                f"built by Triton {tv or '(no version recorded)'}, whose ptxas command line jitwarden does not know "
-                f"(it knows Triton {ptxas.RECIPES[0].release} to {ptxas.RECIPES[-1].release}); the rebuild with "
-                f"Triton {recipe.release}'s differs, which proves nothing either way")
+                f"built by Triton {inp.triton_version or '(no version recorded)'}, whose ptxas command line jitwarden "
+                f"does not know (it knows Triton {ptxas.RECIPES[0].release} to {ptxas.RECIPES[-1].release}); the "
+                f"rebuild with Triton {inp.recipe.release}'s differs, which proves nothing either way")
         ref_c, ref_j = judged[0]
         ref_cubin = outputs[ref_c.path][ref_j.nearest or 0]
         cmp = cubin_compare.compare(cached, ref_cubin)
         kept = self._keep(w, cached, ref_cubin)
-        version_note = (
-            f"same release as the entry's producer ({producer})" if ref_c.info.release == cub_rel or cub_rel is None and ref_c.info.release in expected
-            else f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})")
+        if ref_c.info.release == inp.cub_rel or inp.cub_rel is None and ref_c.info.release in inp.expected:
+            version_note = f"same release as the entry's producer ({producer})"
+        else:
+            version_note = f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
         where = f"first difference in {cmp.first_section}" + (f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else "")
         others = [c.path for c, _ in assembled if c is not ref_c]
         runs = (f"; {ref_j.reason}" if ref_j.verdict == "varies-differs"
@@ -742,10 +465,7 @@ class _Engine:
         a = os.path.join(self.keep_dir, f"{stem}.cached.cubin")
         b = os.path.join(self.keep_dir, f"{stem}.rebuilt.cubin")
         for p, data in ((a, cached), (b, rebuilt)):
-            tmp = f"{p}.tmp{os.getpid()}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, p)
+            write_bytes_atomic(p, data)
         w.kept = (a, b)
         return a, b
 
@@ -784,9 +504,10 @@ def _unverifiable(reason: str) -> RebuildResult:
     return RebuildResult("unverifiable", None, reason, (Finding("unverifiable", reason),))
 
 
-def _unlink(path: str) -> None:
+def _remove_work(tmp: str) -> None:
+    """The engine's temp dir gone; what cannot be removed stays in the system's temp dir (never an error)."""
     try:
-        os.unlink(path)
+        remove_tree(tmp)
     except OSError:
         pass
 
@@ -822,8 +543,8 @@ def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=N
     results: dict[str, RebuildResult] = {}
     if not work:
         return results
-    pool = _Pool(env, list(options.extra_ptxas), machine_ptxas)
-    tmp = tempfile.mkdtemp(prefix="jitwarden-rebuild-")  # mode 0700
+    pool = CandidatePool(env, list(options.extra_ptxas), machine_ptxas)
+    tmp = private_dir("jitwarden-rebuild-")  # mode 0700
     engine = _Engine(tmp, pool, options.keep_dir)
     ex = cf.ThreadPoolExecutor(max_workers=min(jobs, total), thread_name_prefix="jw-rebuild")
     futs: dict[cf.Future, _Work] = {}
@@ -845,10 +566,10 @@ def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=N
         for f in futs:
             f.cancel()
         ex.shutdown(wait=True, cancel_futures=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_work(tmp)
         raise
     ex.shutdown(wait=True)
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove_work(tmp)
     if stats is not None:
         stats.update(ptxas_runs=engine.runs, ptxas_retries=engine.retry_runs, ptxas_seconds=engine.ptxas_seconds, entries=total, jobs=jobs)
     for w in work:
@@ -868,7 +589,7 @@ def candidates(entries) -> list:
 
 def check_options(options: RebuildOptions) -> None:
     """Refuse an option that cannot be used (:class:`OptionError`) before any scanning; creates ``keep_dir``."""
-    _validate_extra(options.extra_ptxas)
+    validate_extra(options.extra_ptxas)
     _validate_keep(options.keep_dir)
     if options.jobs is not None and options.jobs < 1:
         raise OptionError("jobs", options.jobs, "must be at least 1")

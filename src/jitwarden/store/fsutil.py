@@ -792,3 +792,116 @@ def open_entry_dir(path: str) -> int:
         os.close(pfd)
 
 
+# --- added by ops-house ---
+# Removing trees (moved here from store/quarantine.py) and the private work files of verify --rebuild and
+# the canary: the one place those touch the disk.
+
+
+def chmod_at(dir_fd: int, name: str, mode: int) -> None:
+    """chmod a directory entry without following a symlink (through an O_PATH fd where there is one)."""
+    o_path = getattr(os, "O_PATH", 0)
+    if not o_path:  # pragma: no cover - Linux has O_PATH
+        os.chmod(name, mode, dir_fd=dir_fd)
+        return
+    fd = os.open(name, o_path | _O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.ENOTDIR, "not a directory", name)
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+
+
+def rmtree_trash(trash_fd: int, top: str) -> None:
+    """Delete ``top`` inside the trash without recursion and without following a symlink.
+
+    Each subdirectory is first renamed up beside ``top`` in the trash, then emptied on its
+    own: any depth (a 10,000-deep chain) takes no stack, no long paths and one fd at a time.
+    A directory we may not enter or change is made so first (it is ours, and going). Every
+    step is relative to the trash's fd: nothing outside it can be reached.
+    """
+    work = [top]
+    n = 0
+    while work:
+        p = work.pop()
+        try:
+            st = os.stat(p, dir_fd=trash_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(p, dir_fd=trash_fd)
+            continue
+        if st.st_mode & 0o700 != 0o700:
+            chmod_at(trash_fd, p, st.st_mode | 0o700)
+        fd = os.open(p, O_DIR_NOFOLLOW, dir_fd=trash_fd)
+        try:
+            with os.scandir(fd) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            for name, is_dir in names:  # noqa: B007
+                if is_dir:
+                    n += 1
+                    flat = f"{top}.d{n}"
+                    try:
+                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
+                    except PermissionError:  # moving a dir needs write access to it (its "..")
+                        chmod_at(fd, name, 0o700)
+                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
+                    work.append(flat)
+                else:
+                    os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(p, dir_fd=trash_fd)
+
+
+def private_dir(prefix: str) -> str:
+    """A new directory only this user may enter (mode 0700) in the system's temp dir, for work files."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def make_dirs(path: str) -> None:
+    """``path`` and its missing parents as directories (an existing one is fine); OSError otherwise."""
+    os.makedirs(path, exist_ok=True)
+
+
+def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
+    """A new file ``path`` holding ``data``: created exclusively (FileExistsError if anything is there,
+    a symlink included), never left half-written under its name by an error (removed then)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        remove_file(path)
+        raise
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """``data`` as the file ``path``, replaced atomically: written to an exclusive temporary beside it, then
+    renamed onto it; a crash leaves the old file or none, never half."""
+    where, name = os.path.split(path)
+    for _ in range(100):
+        tmp = os.path.join(where, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            write_new(tmp, data, 0o666 & ~umask())
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - a hundred random names taken
+        raise FileExistsError(errno.EEXIST, "no free temporary name", path)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        remove_file(tmp)
+        raise
+
+
+def remove_file(path: str) -> bool:
+    """Unlink ``path`` (a symlink itself, never its target); False when it could not be (gone, or refused)."""
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False

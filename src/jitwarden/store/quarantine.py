@@ -33,7 +33,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from jitwarden.store.fsutil import UnsafeName, inside, open_beneath, open_dir, read_json, reserved_dir  # noqa: F401 (q.UnsafeName)
+from jitwarden.store.fsutil import UnsafeName, inside, open_beneath, open_dir, read_json, reserved_dir, rmtree_trash  # noqa: F401 (q.UnsafeName)
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
 
 RECORD = ".jitwarden-quarantine.json"
@@ -487,66 +487,6 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
     return displaced
 
 
-def _chmod_at(dir_fd: int, name: str, mode: int) -> None:
-    """chmod a directory entry without following a symlink (through an O_PATH fd where there is one)."""
-    o_path = getattr(os, "O_PATH", 0)
-    if not o_path:  # pragma: no cover - Linux has O_PATH
-        os.chmod(name, mode, dir_fd=dir_fd)
-        return
-    fd = os.open(name, o_path | _O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise OSError(errno.ENOTDIR, "not a directory", name)
-        os.chmod(f"/proc/self/fd/{fd}", mode)
-    finally:
-        os.close(fd)
-
-
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
-def _rmtree(trash_fd: int, top: str) -> None:
-    """Delete ``top`` inside the trash without recursion and without following a symlink.
-
-    Each subdirectory is first renamed up beside ``top`` in the trash, then emptied on its
-    own: any depth (a 10,000-deep chain) takes no stack, no long paths and one fd at a time.
-    A directory we may not enter or change is made so first (it is ours, and going). Every
-    step is relative to the trash's fd: nothing outside it can be reached.
-    """
-    work = [top]
-    n = 0
-    while work:
-        p = work.pop()
-        try:
-            st = os.stat(p, dir_fd=trash_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            os.unlink(p, dir_fd=trash_fd)
-            continue
-        if st.st_mode & 0o700 != 0o700:
-            _chmod_at(trash_fd, p, st.st_mode | 0o700)
-        fd = os.open(p, _DIR_FLAGS, dir_fd=trash_fd)
-        try:
-            with os.scandir(fd) as it:
-                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-            for name, is_dir in names:  # noqa: B007
-                if is_dir:
-                    n += 1
-                    flat = f"{top}.d{n}"
-                    try:
-                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
-                    except PermissionError:  # moving a dir needs write access to it (its "..")
-                        _chmod_at(fd, name, 0o700)
-                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
-                    work.append(flat)
-                else:
-                    os.unlink(name, dir_fd=fd)
-        finally:
-            os.close(fd)
-        os.rmdir(p, dir_fd=trash_fd)
-
-
 def purge(rec: Record) -> None:
     """Delete one quarantined entry for good (only on request): rename into the trash, then remove there."""
     if os.path.basename(os.path.dirname(rec.path)) != QUARANTINE_DIR or os.sep in rec.id or rec.id in (".", ".."):
@@ -562,7 +502,7 @@ def purge(rec: Record) -> None:
         try:
             dest = f"{rec.id}.{os.getpid()}.{time.monotonic_ns()}"
             os.rename(rec.id, dest, src_dir_fd=r.qfd, dst_dir_fd=tfd)
-            _rmtree(tfd, dest)
+            rmtree_trash(tfd, dest)
         finally:
             os.close(tfd)
         _rmdir_empty(r.fd, TRASH_DIR, QUARANTINE_DIR)  # leave no empty dirs behind
@@ -589,7 +529,7 @@ def finish_trash(root: str) -> int:
         try:
             names = os.listdir(tfd)
             for n in names:
-                _rmtree(tfd, n)
+                rmtree_trash(tfd, n)
         finally:
             os.close(tfd)
         _rmdir_empty(root_fd, TRASH_DIR)

@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from jitwarden.ops import canary
-from jitwarden.ops.canary import BATTERY, CASES, CanaryReport, Comparison, KernelRun, Tolerance, compare
+from jitwarden.ops import canary_worker
+from jitwarden.ops.canary import BATTERY, CASES, CanaryReport, Comparison, KernelRun, Tolerance
+from jitwarden.ops.canary_worker import compare
 from jitwarden.cli.main import main
 
 
@@ -78,6 +80,21 @@ def test_worker_reports_no_gpu_as_a_document():
     assert "no CUDA GPU" in doc["no_gpu"]
 
 
+@pytest.mark.parametrize("line, why", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than"),  # json.loads: RecursionError out of the parent
+    ('{"runs": [1, 2', "not JSON jitwarden reads"),
+    ("[]", "a JSON list, not an object"),
+])
+def test_a_hostile_worker_result_is_a_failed_pass(line, why):
+    with pytest.raises(canary.PassFailed, match=why):
+        canary.worker_result(f"noise\n{canary.MARKER}{line}\n")
+
+
+def test_worker_result_is_the_marked_line():
+    assert canary.worker_result(f"x\n{canary.MARKER}{{\"no_gpu\": \"none\"}}\n") == {"no_gpu": "none"}
+    assert canary.worker_result("no marker here\n") is None
+
+
 def test_module_imports_no_torch_or_triton():
     import subprocess
     import sys
@@ -92,14 +109,14 @@ def test_module_imports_no_torch_or_triton():
 
 
 def _inputs(name):
-    return canary.make_inputs(CASES[name], "cpu", seed=0)
+    return canary_worker.make_inputs(CASES[name], "cpu", seed=0)
 
 
 def test_add_seed_failure_is_caught():
     """The seed's corruption: a cubin computing x - y under the key of x + y."""
     case = CASES["add"]
     inp = _inputs("add")
-    ref = canary.reference(case, inp)
+    ref = canary_worker.reference(case, inp)
     assert compare(inp["x"] + inp["y"], ref, case.tolerance).ok
     bad = compare(inp["x"] - inp["y"], ref, case.tolerance)
     assert not bad.ok
@@ -125,9 +142,9 @@ def test_cpu_result_within_tolerance(name):
     else:
         out = torch.zeros(canary.N_BINS, dtype=torch.int32)
         out.index_add_(0, inp["x"].long(), torch.ones_like(inp["x"]))
-    c = compare(out, canary.reference(case, inp), case.tolerance)
+    c = compare(out, canary_worker.reference(case, inp), case.tolerance)
     assert c.ok, c
-    assert c.total == canary.reference(case, inp).numel()
+    assert c.total == canary_worker.reference(case, inp).numel()
 
 
 @pytest.mark.parametrize("name, wrong", [
@@ -141,7 +158,7 @@ def test_cpu_result_within_tolerance(name):
 def test_wrong_kernels_fail(name, wrong):
     case = CASES[name]
     inp = _inputs(name)
-    c = compare(wrong(inp), canary.reference(case, inp), case.tolerance)
+    c = compare(wrong(inp), canary_worker.reference(case, inp), case.tolerance)
     assert not c.ok
     assert c.mismatched > 0
     assert c.max_abs > case.tolerance.atol
@@ -188,7 +205,7 @@ def test_compare_accepts_low_precision_dtypes_exactly():
 def _run(name, out_fn, hit):
     case = CASES[name]
     inp = _inputs(name)
-    return KernelRun(name, hit, compare(out_fn(inp), canary.reference(case, inp), case.tolerance))
+    return KernelRun(name, hit, compare(out_fn(inp), canary_worker.reference(case, inp), case.tolerance))
 
 
 def _report(pass1, pass2, **kw):

@@ -194,6 +194,25 @@ def test_keep_leaves_both_cubins(built, tmp_path):
     assert sorted(os.listdir(keep)) == sorted([os.path.basename(cached), os.path.basename(rebuilt)])
 
 
+def test_keep_never_writes_through_a_planted_symlink(built, tmp_path):
+    """A shared --keep dir (``/tmp/keep``): another user's symlink where the kept cubin's temporary file
+    goes must not redirect the write (it used to be ``<name>.tmp<pid>``, opened following links)."""
+    root, man = copy(built, tmp_path)
+    job = man["sub_sm90"]
+    shutil.copyfile(cubin_path(man["add_sm90"]), cubin_path(job))
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    for kind in ("cached", "rebuilt"):
+        os.symlink(victim, keep / f"{job['id']}.{job['name']}.{kind}.cubin.tmp{os.getpid()}")
+    r = verify(root, keep_dir=str(keep))[job["path"]]
+    assert r.verdict == "not-reproducible"
+    assert victim.read_bytes() == b"not yours"
+    cached = keep / f"{job['id']}.{job['name']}.cached.cubin"
+    assert not cached.is_symlink() and cached.read_bytes() == open(cubin_path(job), "rb").read()
+
+
 # ---------------------------------------------------------------- unverifiable
 
 

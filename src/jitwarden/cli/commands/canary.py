@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 
 from jitwarden.cli import options, render as out
 from jitwarden.model.errors import UsageError
+from jitwarden.store import fsutil
 
 
 def register(sub) -> None:
@@ -60,7 +59,7 @@ def run(args) -> int:
         scratch = False
         manager = canary.MANAGER if args.guard else os.environ.get("TRITON_CACHE_MANAGER") or None
     else:
-        cache_dir = tempfile.mkdtemp(prefix="jitwarden-canary-")
+        cache_dir = fsutil.private_dir("jitwarden-canary-")
         scratch = True
         manager = canary.MANAGER
 
@@ -75,11 +74,19 @@ def run(args) -> int:
         raise UsageError(f"canary needs a CUDA GPU: {why}") from None
     finally:
         if scratch and not args.keep:
-            shutil.rmtree(cache_dir, ignore_errors=True)
+            _remove_scratch(cache_dir)
     out.output_format(args).result("canary", rep.to_json, lambda: _print_table(rep))
     if scratch and args.keep:
         print(f"jitwarden: scratch cache kept at {cache_dir}", file=sys.stderr)
     return rep.exit_code
+
+
+def _remove_scratch(cache_dir: str) -> None:
+    """The scratch cache gone; what cannot be removed stays in the system's temp dir (never an error)."""
+    try:
+        fsutil.remove_tree(cache_dir)
+    except OSError:
+        pass
 
 
 _STATUS_STYLE = {"pass": "green", "FAIL": "bold red", "skipped": "dim"}
