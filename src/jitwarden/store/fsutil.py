@@ -885,7 +885,7 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     for _ in range(100):
         tmp = os.path.join(where, f".{name}.{os.urandom(6).hex()}.tmp")
         try:
-            write_new(tmp, data, 0o666 & ~umask())
+            write_new_file(tmp, data, 0o666 & ~umask())
             break
         except FileExistsError:
             continue
