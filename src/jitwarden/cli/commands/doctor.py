@@ -188,6 +188,15 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
     return out_ + doctor_warnings()
 
 
+def misconfig_problems(env=None) -> list[Problem]:
+    """A warning for each setting that silently does nothing: a cache dir variable naming a file, the remote
+    cache's URL, trusted keys, credentials or server (``ops/config_checks.py``)."""
+    from jitwarden.ops import config_checks
+
+    return [Problem(m.code, Severity.WARN, 1, m.message, m.fix)
+            for m in config_checks.check(os.environ if env is None else env)]
+
+
 def pending_proofs(report) -> list[Problem]:
     """Unsealed kernels hidden for their first-use proof (jitwarden.runtime.prover): info while a prover
     works on them, a warning when the prover that hid them is gone (each is a recompile until the next start)."""
@@ -223,7 +232,8 @@ def run(args) -> int:
     digest = getattr(fp, "digest", None)
     probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, req is not None,
                      startup_not_run(fp, report))
-    probs = sorted(probs + protection_problems(report) + pending_proofs(report), key=lambda p: (-int(p.severity), p.code))
+    probs = sorted(probs + protection_problems(report) + pending_proofs(report) + misconfig_problems(),
+                   key=lambda p: (-int(p.severity), p.code))
     worst = report.worst
 
     def body() -> dict:
