@@ -161,15 +161,16 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     return out
 
 
-def shared_root(fp, root: str, archs: tuple[int, ...] | None = None) -> list[str]:
-    """An unpartitioned root read by this process holds entries of another fingerprint (GPU ``archs``, else the visible ones)."""
+def shared_root(fp, root: str, archs: tuple[int, ...] | None = None, advice: str | None = None) -> list[str]:
+    """An unpartitioned root read by this process holds entries of another fingerprint (GPU ``archs``, else the
+    visible ones). ``advice``: what to do, where partitions were not switched off (``doctor``)."""
     tp = fp.package("triton")
     why = foreign_entries(sample_metadata(root), fp.device_archs() if archs is None else archs, tp.version if tp else None)
     if not why:
         return []
     return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "
-            "can load another toolchain's kernel; unset JITWARDEN_PARTITION=0 (partitions keep them apart) "
-            "or run `jitwarden verify` on it"]
+            "can load another toolchain's kernel; " + (advice or "unset JITWARDEN_PARTITION=0 (partitions keep them "
+                                                               "apart) or run `jitwarden verify` on it")]
 
 
 def unsafe_root(root: str, why: str, instead: str | None) -> str:
