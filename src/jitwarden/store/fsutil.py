@@ -323,5 +323,5 @@ def memo_dir(env=None) -> str:
     env = os.environ if env is None else env
     if env.get("JITWARDEN_HOME"):
         return env["JITWARDEN_HOME"]
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")  # env's own home
     return os.path.join(base, "jitwarden")
