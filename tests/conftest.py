@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -46,21 +47,30 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _session_sandbox(tmp_path_factory):
-    """Session fixtures (the shared caches, the Inductor build) run with every location inside the sandbox."""
+def _session_sandbox():
+    """Session fixtures (the shared caches, the Inductor build) run with every location inside the sandbox.
+
+    The sandbox lies in the caller's temp dir, traversable by others (mode 755): tests that act as ``nobody``
+    need to reach what they hand to it; pytest's own base dir is private (700)."""
     saved = dict(os.environ)
+    top = tempfile.mkdtemp(prefix="jw-sandbox-")
+    os.chmod(top, 0o755)
+    _REAL["sandbox"] = top
     os.environ.clear()
-    os.environ.update(sandbox.sandbox_env(str(tmp_path_factory.mktemp("sandbox")), saved))
+    os.environ.update(sandbox.sandbox_env(os.path.join(top, "session"), saved))
     yield
     os.environ.clear()
     os.environ.update(saved)
+    shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
-def _sandbox(tmp_path_factory, monkeypatch):
+def _sandbox(monkeypatch):
     """Each test: its own HOME, temp dir, XDG dirs; every cache, memo and key location unset (so defaults fall
     inside them); no setting of jitwarden or of the tools it guards leaks in from the caller."""
-    env = sandbox.sandbox_env(str(tmp_path_factory.mktemp("sbx")))
+    base = tempfile.mkdtemp(dir=_REAL["sandbox"])
+    os.chmod(base, 0o755)
+    env = sandbox.sandbox_env(base)
     for k in [k for k in os.environ if k not in env]:
         monkeypatch.delenv(k)
     for k, v in env.items():

@@ -30,8 +30,8 @@ def sandbox_env(base: str, env=os.environ) -> dict[str, str]:
         "XDG_CONFIG_HOME": os.path.join(home, ".config"), "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
         "XDG_STATE_HOME": os.path.join(home, ".local", "state"), "XDG_RUNTIME_DIR": os.path.join(base, "run"),
     }
-    for path in placed.values():
-        os.makedirs(path, mode=0o700, exist_ok=True)
+    for var, path in placed.items():
+        os.makedirs(path, mode=0o755 if var == "TMPDIR" else 0o700, exist_ok=True)  # TMPDIR: reachable by nobody
     out = {k: v for k, v in env.items()
            if not k.startswith(CLEARED_PREFIXES) and k not in dict(locations.LOCATION_VARS)}
     out.update(placed)

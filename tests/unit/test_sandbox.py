@@ -38,9 +38,10 @@ def test_every_location_variable_the_code_names_is_in_the_table():
     assert not missing, f"add these to env/locations.py LOCATION_VARS (the sandbox is built from it): {missing}"
 
 
-def test_a_test_sees_only_its_sandbox(tmp_path_factory):
-    base = str(tmp_path_factory.getbasetemp())
+def test_a_test_sees_only_its_sandbox():
     env = dict(os.environ)
+    base = os.path.dirname(env["HOME"])  # the test's own sandbox dir
+    assert env["TMPDIR"] == os.path.join(base, "tmp") and os.path.basename(os.path.dirname(base)).startswith("jw-sandbox-")
     for var in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"):
         assert env[var].startswith(base + os.sep), (var, env[var])
     assert not [k for k in env if k.startswith(("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_"))]
