@@ -58,25 +58,29 @@ def _session_sandbox():
     _REAL["sandbox"] = top
     os.environ.clear()
     os.environ.update(sandbox.sandbox_env(os.path.join(top, "session"), saved))
+    _REAL["tmp"] = os.environ["TMPDIR"]
+    tempfile.tempdir = None  # recomputed from the sandboxed TMPDIR
     yield
     os.environ.clear()
     os.environ.update(saved)
+    tempfile.tempdir = None
     shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
 def _sandbox(monkeypatch):
-    """Each test: its own HOME, temp dir, XDG dirs; every cache, memo and key location unset (so defaults fall
-    inside them); no setting of jitwarden or of the tools it guards leaks in from the caller."""
+    """Each test: its own HOME and XDG dirs (the session's sandboxed temp dir); every cache, memo and key
+    location unset (so defaults fall inside them); no setting of jitwarden or of the tools it guards leaks in."""
     base = tempfile.mkdtemp(dir=_REAL["sandbox"])
     os.chmod(base, 0o755)
-    env = sandbox.sandbox_env(base)
+    # The temp dir is the session's: module fixtures compile kernels from files in it, and a kernel's line
+    # info names its source path, so a temp dir per test would change the cubins they compare.
+    env = sandbox.sandbox_env(base, tmpdir=_REAL["tmp"])
     for k in [k for k in os.environ if k not in env]:
         monkeypatch.delenv(k)
     for k, v in env.items():
         if os.environ.get(k) != v:
             monkeypatch.setenv(k, v)
-    monkeypatch.setattr(tempfile, "tempdir", None)  # recomputed from the sandboxed TMPDIR
     yield
 
 

@@ -20,13 +20,13 @@ CLEARED_PREFIXES = ("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_", "CUDA_CA
 must not reach a test (a test that needs one sets it)."""
 
 
-def sandbox_env(base: str, env=os.environ) -> dict[str, str]:
+def sandbox_env(base: str, env=os.environ, tmpdir: str | None = None) -> dict[str, str]:
     """``env`` with every location variable inside ``base`` (created) and every tool setting cleared: the
     location variables that have a default under HOME, the temp dir or XDG are unset, so each tool falls back
-    to its own default, now inside ``base``."""
+    to its own default, now inside ``base``. ``tmpdir``: the temp dir to use instead of ``<base>/tmp``."""
     home = os.path.join(base, "home")
     placed = {
-        "HOME": home, "TMPDIR": os.path.join(base, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        "HOME": home, "TMPDIR": tmpdir or os.path.join(base, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
         "XDG_CONFIG_HOME": os.path.join(home, ".config"), "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
         "XDG_STATE_HOME": os.path.join(home, ".local", "state"), "XDG_RUNTIME_DIR": os.path.join(base, "run"),
     }
