@@ -1,16 +1,87 @@
-"""Shared fixtures: one real Triton cache, compiled on the CPU once per test session."""
+"""Shared fixtures: one real Triton cache, compiled on the CPU once per test session; the sandbox every test
+runs in (its own HOME, temp dir and cache locations), and the check that the run left the caller's untouched."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 
 import pytest
 
-from tests.helpers import inductor_real, kernels
+from tests.helpers import inductor_real, kernels, sandbox
 from tests.helpers.fleet import Server, jw, node_env, server_binary
 from tests.helpers.guarded import ADD, compile_jobs, evil_kernel_dir
 from tests.helpers.vllm_root import cubin_of, make_root
+
+
+# ---- the sandbox: no test touches the real home or a default location (issue 23, item 2) -------------
+
+_REAL: dict = {}
+
+
+def pytest_configure(config):
+    """Before anything runs: where the caller's caches, memo and config live, and a digest of each."""
+    env = dict(os.environ)
+    _REAL["places"] = sandbox.watched_places(env)
+    home = env.get("HOME") or os.path.expanduser("~")
+    _REAL["shallow"] = [home, os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"))]
+    _REAL["before"] = sandbox.digest(_REAL["places"], _REAL["shallow"])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when anything in the caller's home or default cache locations changed while it ran."""
+    if "before" not in _REAL:
+        return
+    after = sandbox.digest(_REAL["places"], _REAL["shallow"])
+    changed = [p for p, d in _REAL["before"].items() if after.get(p) != d]
+    if changed:
+        rep = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = "the test run changed the real home or a default cache location: " + ", ".join(changed)
+        if rep is not None:
+            rep.write_line(msg, red=True)
+        else:
+            print(msg)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_sandbox():
+    """Session fixtures (the shared caches, the Inductor build) run with every location inside the sandbox.
+
+    The sandbox lies in the caller's temp dir, traversable by others (mode 755): tests that act as ``nobody``
+    need to reach what they hand to it; pytest's own base dir is private (700)."""
+    saved = dict(os.environ)
+    top = tempfile.mkdtemp(prefix="jw-sandbox-")
+    os.chmod(top, 0o755)
+    _REAL["sandbox"] = top
+    os.environ.clear()
+    os.environ.update(sandbox.sandbox_env(os.path.join(top, "session"), saved))
+    _REAL["tmp"] = os.environ["TMPDIR"]
+    tempfile.tempdir = None  # recomputed from the sandboxed TMPDIR
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+    tempfile.tempdir = None
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _sandbox(monkeypatch):
+    """Each test: its own HOME and XDG dirs (the session's sandboxed temp dir); every cache, memo and key
+    location unset (so defaults fall inside them); no setting of jitwarden or of the tools it guards leaks in."""
+    base = tempfile.mkdtemp(dir=_REAL["sandbox"])
+    os.chmod(base, 0o755)
+    # The temp dir is the session's: module fixtures compile kernels from files in it, and a kernel's line
+    # info names its source path, so a temp dir per test would change the cubins they compare.
+    env = sandbox.sandbox_env(base, tmpdir=_REAL["tmp"])
+    for k in [k for k in os.environ if k not in env]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        if os.environ.get(k) != v:
+            monkeypatch.setenv(k, v)
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -64,7 +64,8 @@ REGISTRY: tuple[tuple[str, str], ...] = (
 
 KINDS = tuple(k for k, _ in REGISTRY)
 ASKED_LAST = "triton"
-"""The adapter asked last whose directory a path is: Triton's claims any (its caches have no marker of their own)."""
+"""The adapter asked last whose directory a path is: Triton's evidence (entry dirs named by kernel keys) is the
+weakest, as its caches have no marker file of their own."""
 
 
 def get(kind: str) -> CacheAdapter:
@@ -91,10 +92,11 @@ def discover_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list
     return out
 
 
-def kind_of_path(path: str) -> str:
-    """The kind of a directory named on the command line: the first adapter that claims it, :data:`ASKED_LAST` last."""
+def kind_of_path(path: str) -> str | None:
+    """The kind of a directory named on the command line: the first adapter whose evidence claims it,
+    :data:`ASKED_LAST` last; None when no kind does (the path holds no cache of a known kind)."""
     order = [a for a in every() if a.KIND != ASKED_LAST] + [get(ASKED_LAST)]
-    return next(a.KIND for a in order if a.looks_like_root(path))
+    return next((a.KIND for a in order if a.looks_like_root(path)), None)
 
 
 def judge_root(adapter: CacheAdapter, path: str, uid: int | None = None) -> list[Finding]:

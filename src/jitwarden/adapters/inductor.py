@@ -32,7 +32,7 @@ from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
-from jitwarden.model.layout import is_reserved
+from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
 
@@ -435,6 +435,7 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
         if base.startswith(".") and group in PICKLE_DIRS:
             continue  # Inductor itself skips dot files in key dirs
         real.append((f.name, f.size))
+    sealed = _pickle_seal(s, facts) if group in PICKLE_DIRS and s.is_dir else {}
     for rel, mtime in tmps:
         if judge.now - mtime >= judge.orphan_age:
             facts.findings.append(Finding("orphan", f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old"))
@@ -447,6 +448,8 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
             facts.findings.append(Finding("corrupt", f"{shown}: unreadable: {exc.strerror}"))
             continue
         judge_blob(shown if not s.is_dir else rel, data, size, judge, facts, kind)
+        if rel in sealed:
+            _check_sealed(rel, data, size, sealed[rel], facts)
         if group == "aotautograd":
             _aot_refs(root, rel, data, facts)
     if group in PICKLE_DIRS:
@@ -458,6 +461,37 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
                     facts.findings.append(Finding("orphan", f"{group} key directory holds no graph: an interrupted write, "
                                                             f"{_age_min(judge, newest)} min old"))
             facts.type = "empty"
+
+
+def _pickle_seal(s: Survey, facts: Judging) -> dict:
+    """{file: {sha256, size}} the seal of a pickle key dir covers (the torch hooks write it,
+    ``runtime/torchhooks.py``); empty when there is no seal. A seal that does not parse is reported
+    at info level: it says nothing about the pickles (ARCHITECTURE.md, "A finding code")."""
+    from jitwarden.store import seal
+
+    if not any(f.name == SEAL_FILE for f in s.files):
+        return {}
+    try:
+        found = seal.read(s.path)
+    except seal.SealError as exc:
+        facts.findings.append(Finding("unrecognised", f"{SEAL_FILE}: {exc}; the pickles are judged without it"))
+        return {}
+    except OSError as exc:
+        facts.findings.append(Finding("unrecognised", f"{SEAL_FILE}: unreadable ({exc.strerror}); not judged"))
+        return {}
+    return dict(found.files) if found else {}
+
+
+def _check_sealed(rel: str, data: bytes, size: int, rec: dict, facts: Judging) -> None:
+    """A sealed pickle whose bytes contradict its seal is ``corrupt``: the evidence the guard acts on at load."""
+    import hashlib
+
+    if len(data) != size:
+        return  # only part of it was read (a library's header): nothing to compare
+    if size != rec["size"]:
+        facts.findings.append(Finding("corrupt", f"{rel} is {size} bytes, sealed as {rec['size']}"))
+    elif hashlib.sha256(data).hexdigest() != rec["sha256"]:
+        facts.findings.append(Finding("corrupt", f"{rel} does not match its sealed sha256"))
 
 
 def _aot_refs(root: str, rel: str, data: bytes, facts: Judging) -> None:

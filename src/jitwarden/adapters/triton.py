@@ -22,7 +22,7 @@ from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.model.layout import SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
+from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
 from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, surveyed, with_partitions
 
@@ -115,10 +115,25 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     return distinct(roots)
 
 
+_OLD_ENTRY_ID = re.compile(r"^[0-9a-f]{64}$")  # Triton < 3.0 named entries by a sha256 hex digest
+_LOOK_AT = 4096  # names read before a directory is judged not to be a Triton root
+
+
 def looks_like_root(path: str) -> bool:
-    """Any directory: a Triton cache has no marker of its own, so the registry asks this adapter last and
-    reads a directory that no other kind claims as a Triton cache."""
-    return True
+    """A directory holding Triton's evidence: an entry dir named by a kernel key (52 base32 characters, or
+    64 hex before Triton 3.0), or jitwarden's own partitions or quarantine. A Triton cache has no marker
+    file, so an empty or unrelated directory is not taken for one (ARCHITECTURE.md, "A cache kind")."""
+    try:
+        with os.scandir(path) as it:
+            for n, e in enumerate(it):
+                if n >= _LOOK_AT:
+                    return False
+                if (e.name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(e.name)
+                        or _OLD_ENTRY_ID.match(e.name)) and e.is_dir(follow_symlinks=False):
+                    return True
+    except OSError:
+        return False
+    return False
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

@@ -121,3 +121,28 @@ def vllm_triton_trees(cache_root: str) -> list[str]:
                 out.append(flat)
             out += inductor_triton_trees(os.path.join(rank, "inductor_cache"))
     return out
+
+
+# --- added by honest-answers ---
+
+LOCATION_VARS = (
+    ("HOME", "the default of every location below"),
+    ("TMPDIR", "TorchInductor's default cache dir (<tmp>/torchinductor_<user>), the guard's and activation's private dirs"),
+    ("TEMP", "as TMPDIR"), ("TMP", "as TMPDIR"),
+    ("XDG_CACHE_HOME", "vLLM's, FlashInfer's and torch extensions' default roots, jitwarden's memo and registry"),
+    ("XDG_CONFIG_HOME", "jitwarden's config dir: trusted keys, signing key"),
+    ("XDG_RUNTIME_DIR", "the guard's per-process dirs and activation's private root (else /dev/shm, the temp dir)"),
+    ("XDG_DATA_HOME", "tools' data"), ("XDG_STATE_HOME", "tools' state"),
+    ("TRITON_CACHE_DIR", "Triton's cache"), ("TRITON_HOME", "Triton's cache (<home>/.triton/cache)"),
+    ("TRITON_DUMP_DIR", "Triton's IR dumps"), ("TRITON_OVERRIDE_DIR", "Triton's kernel overrides"),
+    ("TORCHINDUCTOR_CACHE_DIR", "TorchInductor's cache"), ("VLLM_CACHE_ROOT", "vLLM's cache"),
+    ("TORCH_EXTENSIONS_DIR", "torch's C++/CUDA extension builds"), ("CUDA_CACHE_PATH", "the driver's ComputeCache"),
+    ("FLASHINFER_WORKSPACE_BASE", "FlashInfer's JIT workspace"), ("DG_JIT_CACHE_DIR", "DeepGEMM's JIT cache"),
+    ("DG_CACHE_DIR", "DeepGEMM's cache (older name)"),
+    ("JITWARDEN_HOME", "jitwarden's memo, private roots and quarantine registry"),
+    ("JITWARDEN_CONFIG_DIR", "jitwarden's config dir"), ("JITWARDEN_TRUSTED_KEYS", "keys trusted for fleet bundles"),
+    ("JITWARDEN_SIGNING_KEY", "the key fleet bundles are signed with"),
+)
+"""(variable, what it places) of every environment variable that decides where a cache, a memo, a key or a
+private directory lives: a program run with all of them pointed into one directory writes nowhere else
+(the test suite's sandbox, ``tests/conftest.py``, is built from this table)."""

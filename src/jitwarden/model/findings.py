@@ -29,7 +29,7 @@ class Code:
     severity: Severity
     meaning: str
     what: str  # after "N entries" / "1 entry" in doctor's summary: worded for either number
-    fix: str | None  # the command doctor prints; None where nothing should be removed
+    fix: str | None  # the command doctor prints, which clears the finding when run; None where nothing should be removed
 
 
 CATALOG: dict[str, Code] = {
@@ -72,7 +72,9 @@ CATALOG: dict[str, Code] = {
     "stale": Code(
         Severity.WARN,
         "built by another toolchain, package version, driver or Python than this environment uses",
-        "built by another toolchain, package version or driver than this environment's: dead weight",
+        "built by another toolchain, package version or driver than this environment's: unreachable from this "
+        "one, though another venv or container on this machine may still use them (clean moves them into a "
+        "quarantine they can be restored from)",
         "jitwarden clean --stale"),
     "orphan": Code(
         Severity.WARN,

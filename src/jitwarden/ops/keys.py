@@ -48,7 +48,7 @@ def _ed25519():
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise KeyError_("signatures need the 'cryptography' package: pip install 'jitwarden[fleet]'") from None
+        raise KeyError_("signatures need the 'cryptography' package: pip install cryptography (the 'fleet' extra)") from None
     return ed25519
 
 

@@ -318,8 +318,9 @@ class EmptyPlan:
 
 
 def plan_empty(records, ids_given: bool, older_than: float | None = None, now: float = 0.0) -> EmptyPlan:
-    """From every record of the roots (``include_empty``): the present ones chosen, older than the cutoff (pure)."""
-    present = [r for r in records if r.present]
+    """From every record of the roots (``include_empty``): the present ones chosen, older than the cutoff (pure);
+    empty slots too, older than the same cutoff (``--older-than 7d`` with nothing that old plans nothing)."""
     if older_than is not None:
-        present = [r for r in present if r.quarantined_at < now - older_than]
+        records = [r for r in records if r.quarantined_at < now - older_than]
+    present = [r for r in records if r.present]
     return EmptyPlan(tuple(present), () if ids_given else tuple(r for r in records if not r.present))

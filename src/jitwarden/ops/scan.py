@@ -115,9 +115,23 @@ class ScanReport:
 # ---------------------------------------------------------------- roots
 
 
-def roots_from_paths(paths: list[str]) -> list[tuple[CacheRoot, list[str] | None]]:
-    """Roots named on the command line; a path that is itself one entry scans just that entry."""
+SEARCH_DEPTH = 3
+"""How many levels below a path that is no cache root :func:`roots_from_paths` looks for roots (``~`` holds
+``~/.triton/cache``, ``~/.cache/vllm``, ``~/.nv/ComputeCache`` two levels down)."""
+SEARCH_DIRS = 20000
+"""At most this many directories are looked at in that search: a home of datasets costs a bounded time."""
+
+
+def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, list[str] | None]]:
+    """Roots named on the command line; a path that is itself one entry scans just that entry.
+
+    A path is taken as a root only on evidence (an adapter's ``looks_like_root``, or being a root this
+    environment uses). A parent of roots (``~``, ``~/.triton``) stands for the roots found beneath it,
+    each reported on its own; a path with no cache of a known kind is a :class:`UsageError` (exit 2),
+    never an empty, clean-looking report (ARCHITECTURE.md, "The flow of one command").
+    """
     out = []
+    known = None
     for p in paths:
         try:
             os.lstat(p)
@@ -135,11 +149,53 @@ def roots_from_paths(paths: list[str]) -> list[tuple[CacheRoot, list[str] | None
         except OSError as exc:
             raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
         kind = adapters.kind_of_path(path)
-        if kind == tri.KIND and _holds_kernel_files(names):
+        if kind in (None, tri.KIND) and _holds_kernel_files(names):
             out.append((CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)]))
-        else:
+            continue
+        if kind is None:
+            if known is None:
+                known = {os.path.realpath(r.path): r.kind for r, _ in default_roots(env)}
+            kind = known.get(os.path.realpath(path))  # a root this environment uses, even while empty
+        if kind is not None:
             out.append((CacheRoot(kind, path, "cli"), None))
+            continue
+        found, complete = roots_beneath(path)
+        if not found:
+            searched = f"nor within {SEARCH_DEPTH} levels below it" if complete else \
+                f"nor in the first {SEARCH_DIRS} directories below it"
+            raise UsageError(f"{p}: no cache of a known kind here, {searched} "
+                             "(give a cache root such as ~/.triton/cache; `jitwarden doctor` lists the roots in use)")
+        out += [(CacheRoot(k, r, "cli"), None) for k, r in found]
     return out
+
+
+def roots_beneath(path: str, depth: int = SEARCH_DEPTH, limit: int = SEARCH_DIRS) -> tuple[list[tuple[str, str]], bool]:
+    """((kind, root) of every cache root below ``path``, breadth first, never inside a root found; whether
+    the search was complete): symlinks are not followed, jitwarden's own directories are skipped, and at
+    most ``limit`` directories are looked at."""
+    from jitwarden.model.layout import is_reserved
+
+    found: list[tuple[str, str]] = []
+    level, seen = [path], 0
+    for _ in range(depth):
+        below = []
+        for d in level:
+            try:
+                with os.scandir(d) as it:
+                    kids = sorted(e.path for e in it if not is_reserved(e.name) and e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            for k in kids:
+                seen += 1
+                if seen > limit:
+                    return found, False
+                kind = adapters.kind_of_path(k)
+                if kind is not None:
+                    found.append((kind, k))
+                else:
+                    below.append(k)
+        level = below
+    return found, True
 
 
 def _holds_kernel_files(names: list[str]) -> bool:

@@ -170,15 +170,16 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     return out
 
 
-def shared_root(root: str, archs: tuple[int, ...], triton_version: str | None) -> list[str]:
+def shared_root(root: str, archs: tuple[int, ...], triton_version: str | None, advice: str | None = None) -> list[str]:
     """An unpartitioned root read by this process holds entries of another fingerprint: built for other
-    GPU ``archs`` or by another Triton than ``triton_version``. Plain values, whichever record they came from."""
+    GPU ``archs`` or by another Triton than ``triton_version``. Plain values, whichever record they came from.
+    ``advice``: what to do, where partitions were not switched off (``doctor``)."""
     why = foreign_entries(sample_metadata(root), archs, triton_version)
     if not why:
         return []
     return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "
-            f"can load another toolchain's kernel; unset {PARTITION.name}=0 (partitions keep them apart) "
-            "or run `jitwarden verify` on it"]
+            "can load another toolchain's kernel; " + (advice or f"unset {PARTITION.name}=0 (partitions keep them "
+                                                               "apart) or run `jitwarden verify` on it")]
 
 
 def unsafe_root(root: str, why: str, instead: str | None, unsafe: bool = True) -> str:

@@ -1,4 +1,4 @@
-"""vLLM ``vllm.general_plugins`` entry point: ``pip install jitwarden`` and vLLM is guarded.
+"""vLLM ``vllm.general_plugins`` entry point: jitwarden installed in vLLM's environment and vLLM is guarded.
 
 vLLM calls :func:`register` in the API server, the engine core and every
 worker, after importing torch and before any kernel compiles. It filters

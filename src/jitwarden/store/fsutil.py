@@ -346,7 +346,7 @@ def memo_dir(env=None) -> str:
     env = os.environ if env is None else env
     if HOME.raw(env):
         return HOME.raw(env)
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")  # env's own home
     return os.path.join(base, "jitwarden")
 
 

@@ -138,4 +138,14 @@ def hold(roots, timeout: float | None = None, stream=None):
         yield
     finally:
         for fd in reversed(fds):
-            os.close(fd)  # closing releases the flock; the file stays (deleting lock files races)
+            release(fd)
+
+
+def release(fd: int) -> None:
+    """Give a lock back: its pid is cleared first, so a lock file never names a process that no longer holds
+    it; closing releases the flock, and the file stays (deleting lock files races)."""
+    try:
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    os.close(fd)

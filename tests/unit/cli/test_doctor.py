@@ -47,7 +47,8 @@ def test_damaged_cache_every_problem_has_its_fix(built_cache, env, tmp_path):
         assert probs[code]["severity"] == "error" and probs[code]["fix"] == f"jitwarden clean --code {code} --target sm_90"
     assert probs["stale"]["fix"].startswith("jitwarden clean --stale")
     assert probs["orphan"]["fix"].startswith("jitwarden clean --orphans")
-    assert probs["partitions"]["fix"].startswith("jitwarden prune")
+    # made just now: another environment's, in use; no prune line offered for it (tests/unit/cli/test_fix_lines.py)
+    assert "partitions" not in probs and probs["partitions-recent"]["fix"] is None
     assert any(c["root"] == root for c in doc["caches"]) and doc["summary"]["errors"] == 6
     table = cli("doctor", "--target", "90", env=env)
     assert table.returncode == 1 and "fix: jitwarden clean --code corrupt --target sm_90" in table.stdout
@@ -89,7 +90,7 @@ def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitu
     shutil.copyfile(os.path.join(by["add_b256_sm90"], "add_kernel.cubin"), os.path.join(by["add_sm90"], "add_kernel.cubin"))
     quick = json.loads(cli("doctor", "--target", "90", "--format", "json", env=env).stdout)
     probs = {x["code"]: x for x in quick["problems"]}
-    assert quick["summary"]["errors"] == 0 and probs["unsealed"]["fix"] == "jitwarden doctor --rebuild --target sm_90"
+    assert quick["summary"]["errors"] == 0 and "`jitwarden doctor --rebuild --target sm_90`" in probs["unsealed"]["fix"]
     p = cli("doctor", "--rebuild", "--target", "90", "--format", "json", env=env)
     assert p.returncode == 1
     rebuilt = {x["code"]: x for x in json.loads(p.stdout)["problems"]}

@@ -16,7 +16,7 @@ from jitwarden.cli import render as out
 from jitwarden.model.arch import parse_arch
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import CODES
-from jitwarden.model.text import human_size, parse_age
+from jitwarden.model.text import display, human_size, parse_age
 from jitwarden.ops import scan as scanner
 
 if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebuilds
@@ -78,10 +78,25 @@ def run_scan(args, fp=None):
     target = resolve_target(args.target, fp)
     kinds = kinds_of(args)
     roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
+    if args.paths:
+        _note_searched(args.paths, roots)
     if kinds:
         roots = [(r, only) for r, only in roots if r.kind in kinds]
     judge = scanner.make_judge(target.arch, orphan_age(args), fp=fp)
     return scanner.scan(roots, judge, target)
+
+
+def _note_searched(paths, roots) -> None:
+    """One stderr line per path that held no cache itself and stands for the roots found beneath it."""
+    given = {os.path.abspath(p) for p in paths}
+    for p in paths:
+        top = os.path.abspath(p)
+        below = [r for r, only in roots if only is None and r.path not in given
+                 and r.path.startswith(top.rstrip(os.sep) + os.sep)]
+        if below:
+            listed = ", ".join(f"{display(out.short_path(r.path))} ({r.kind})" for r in below)
+            print(f"{display(out.short_path(top))} is not a cache root; checking the {len(below)} found beneath it: {listed}",
+                  file=sys.stderr)
 
 
 def kinds_of(args) -> tuple[str, ...] | None:

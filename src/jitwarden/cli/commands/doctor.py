@@ -18,7 +18,7 @@ from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
 from jitwarden.model.findings import CATALOG, CODES, Severity
-from jitwarden.model.text import display, human_size, plural
+from jitwarden.model.text import display, human_age, human_size, plural
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +85,21 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
         out_.append(Problem(kind, Severity.WARN, 1, text, fix))
     for check, why in not_run:
         out_.append(Problem("not-run", Severity.INFO, 1, f"start-up check {check} could not run: {why}", None))
-    others = [c for c in report.caches if c.root.partition and c.root.partition != current]
-    if others:
-        n = len({c.root.partition for c in others})
-        out_.append(Problem("partitions", Severity.INFO, n, f"{n} partition(s) of other environments "
-                            f"({human_size(sum(c.bytes for c in others))})", "jitwarden prune --older-than 30d"))
+    out_ += partition_problems(report, current)
     quarantined = sum(c.quarantined for c in report.caches) + elsewhere_quarantined(report)
     if quarantined:
         out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{plural(quarantined, 'entry')} in quarantine",
-                            "jitwarden quarantine ls  (restore ID, or empty --older-than 7d)"))
+                            "nothing needs doing: see them with `jitwarden quarantine ls`, put one back with "
+                            "`jitwarden quarantine restore ID`, delete them for good with `jitwarden quarantine empty`"))
     unsealed = [e for e in report.entries if e.kind == "triton" and e.type == "kernel" and not e.sealed
                 and not any(f.severity >= Severity.ERROR for f in e.findings)]
     if unsealed and not rebuilt:
         out_.append(Problem("unsealed", Severity.INFO, len(unsealed),
                             f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "
                             "under the same name passes every structural check, only a rebuild tells",
-                            "jitwarden doctor --rebuild" + suffix))
+                            "no command seals them: the guard proves and seals each one the first time a workload "
+                            "uses it (`jitwarden run -- CMD`, the vLLM plugin); `jitwarden doctor --rebuild" + suffix +
+                            "` checks them all now without sealing"))
     if tgt.arch is None:
         archs: dict[int, int] = {}
         for e in report.entries:
@@ -114,6 +113,49 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
         out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks of cache "
                             "entries and of torch and ptxas skipped", hint))
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+
+
+PRUNE_AGE = 30 * 86400.0
+"""The age ``doctor`` suggests pruning other environments' partitions at (``prune --older-than 30d``)."""
+
+
+def partition_problems(report, current: str | None, now: float | None = None) -> list[Problem]:
+    """Partitions of other environments: those unused for longer than :data:`PRUNE_AGE` with the ``prune``
+    command that removes exactly them; the younger ones (another venv's or GPU's, in use) as information only.
+    Ages are read as ``prune`` reads them (``ops.maintenance.partition_facts``), so the fix clears the line."""
+    import time
+
+    from jitwarden.ops import maintenance
+    from jitwarden.store import partition
+
+    others = [c for c in report.caches if c.root.partition and c.root.partition != current]
+    if not others:
+        return []
+    now = time.time() if now is None else now
+    infos: dict[str, dict] = {}
+    ages: dict[str, float] = {}
+    for c in others:
+        base = c.root.base or partition.base_of(c.root.path)
+        if base not in infos:
+            infos[base] = {p: i for p, i in partition.list_partitions(base)}
+        f = maintenance.partition_facts(base, c.root.path, c.root.partition, getattr(infos[base].get(c.root.path),
+                                        "last_used", None), current)
+        ages[c.root.partition] = min(ages.get(c.root.partition, now), now - f.last_used)
+    old = {d for d, a in ages.items() if a > PRUNE_AGE}
+    young = set(ages) - old
+    out_ = []
+    if old:
+        size = human_size(sum(c.bytes for c in others if c.root.partition in old))
+        out_.append(Problem("partitions", Severity.INFO, len(old), f"{plural(len(old), 'partition')} of other "
+                            f"environments unused for more than 30 days ({size})", "jitwarden prune --older-than 30d"))
+    if young:
+        size = human_size(sum(c.bytes for c in others if c.root.partition in young))
+        newest = min(ages[d] for d in young)
+        out_.append(Problem("partitions-recent", Severity.INFO, len(young),
+                            f"{plural(len(young), 'partition')} of other environments used within 30 days ({size}; "
+                            f"the latest {human_age(now - newest, now)} ago): another venv, container or GPU may use them",
+                            None))
+    return out_
 
 
 def _archs(fp, report) -> tuple[int, ...]:
@@ -174,12 +216,14 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
         seen.add(c.root.path)
         try:
             tp = fp.package("triton")
-            shared = sc.shared_root(c.root.path, archs, tp.version if tp else None)
+            shared = sc.shared_root(c.root.path, archs, tp.version if tp else None,
+                                    advice=None if _partitions_off() else "run `jitwarden verify` on it")
         except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
             shared = []
         for w in shared:
-            out_.append(("shared-root", w, "jitwarden run -- YOUR_COMMAND  (partitions by fingerprint), "
-                                           "then jitwarden clean --stale"))
+            out_.append(("shared-root", w, "run workloads partitioned by fingerprint (`jitwarden run -- CMD`, the vLLM "
+                                           "plugin), so each GPU and toolchain writes its own partition; the entries "
+                                           "built for others stay theirs (nothing here removes them)"))
     from jitwarden.runtime.remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
     from jitwarden.runtime import proof, torchhooks  # proofs off, torch loaders that cannot be wrapped
 
@@ -187,6 +231,21 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
         out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
                                             "fingerprint) or signed bundles (jitwarden export / import) instead"))
     return out_ + proof.doctor_warnings() + torchhooks.doctor_warnings()
+
+
+def misconfig_problems(env=None) -> list[Problem]:
+    """A warning for each setting that silently does nothing: a cache dir variable naming a file, the remote
+    cache's URL, trusted keys, credentials or server (``ops/config_checks.py``)."""
+    from jitwarden.ops import config_checks
+
+    return [Problem(m.code, Severity.WARN, 1, m.message, m.fix)
+            for m in config_checks.check(os.environ if env is None else env)]
+
+
+def _partitions_off() -> bool:
+    from jitwarden.model.flags import parse_flag
+
+    return parse_flag(os.environ.get("JITWARDEN_PARTITION")) is False
 
 
 def pending_proofs(report) -> list[Problem]:
@@ -224,7 +283,8 @@ def run(args) -> int:
     digest = getattr(fp, "digest", None)
     probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, req is not None,
                      startup_not_run(fp, report))
-    probs = sorted(probs + protection_problems(report) + pending_proofs(report), key=lambda p: (-int(p.severity), p.code))
+    probs = sorted(probs + protection_problems(report) + pending_proofs(report) + misconfig_problems(),
+                   key=lambda p: (-int(p.severity), p.code))
     worst = report.worst
 
     def body() -> dict:

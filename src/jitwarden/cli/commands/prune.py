@@ -84,9 +84,10 @@ def run(args) -> int:
     for b in base_list:  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
         lock.vet(b)
     now = time.time()
-    plan = cleanplan.plan_prune(facts(base_list, current), args.keep, args.max_size, args.older_than, now, busy, current)
+    parts = facts(base_list, current)
+    plan = cleanplan.plan_prune(parts, args.keep, args.max_size, args.older_than, now, busy, current)
     fmt = out.output_format(args)
-    fmt.human(_print_plan, plan, args.long)
+    fmt.human(_print_plan, plan, args.long, _nothing_why(parts, now, args.older_than))
     if not plan.actions or not _common.confirm(args, f"Remove {len(plan.actions)} partition(s) "
                                                      f"({human_size(plan.bytes)})?"):
         fmt.result("prune", lambda: _body(plan, [], args), lambda: plan.actions and print(
@@ -101,10 +102,23 @@ def run(args) -> int:
     return 0
 
 
-def _print_plan(plan, long: bool) -> None:
+def _nothing_why(parts, now: float, older_than: float | None) -> str:
+    """Why a plan is empty, in a few words: no other partition, or how long the longest unused one was unused."""
+    from jitwarden.model.text import human_duration
+
+    others = [p for p in parts if not p.current]
+    if not others:
+        return "no partition of another environment"
+    idle = max(now - p.last_used for p in others)
+    limit = f", not more than {human_duration(older_than)}" if older_than is not None and idle <= older_than else ""
+    return (f"{len(others)} partition(s) of other environments, the longest unused for "
+            f"{human_duration(max(idle, 0.0))}{limit}")
+
+
+def _print_plan(plan, long: bool, why: str = "") -> None:
     con = out.console()
     if not plan.actions:
-        con.print(out.text("nothing to prune"))
+        con.print(out.text("nothing to prune" + (f": {why}" if why else "")))
         return
     g = out.Grid([out.Column("PARTITION", flex=long), out.Column("ROOT", flex=True, min=10), out.Column("LAST USED"),
                   out.Column("SIZE", right=True), out.Column("WHY", wrap=True, min=10)])
