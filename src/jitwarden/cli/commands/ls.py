@@ -41,14 +41,14 @@ def run(args) -> int:
             print((lambda x: x if raw else display(x))(e.path if args.long else e.id))
         return 0
     out.output_format(args).result("ls", lambda: out.scan_json(report, getattr(fp, "digest", None), entries),
-                                   lambda: _print(report, entries, args.long))
+                                   lambda: _print(report, entries, args.long, getattr(fp, "digest", None)))
     return 0
 
 
-def _print(report, entries, long: bool) -> None:
+def _print(report, entries, long: bool, digest: str | None = None) -> None:
     con = out.console()
     if entries:
-        con.print(out.entries_table(report, entries, long=long))
+        con.print(out.entries_table(report, entries, long=long, current_digest=digest))
     else:
         con.print(out.text("no entries"))
     out.hanging(con, out.text((out.summary_line(report), "dim")))

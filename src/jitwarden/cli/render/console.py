@@ -27,10 +27,16 @@ def console(stderr: bool = False):
     """
     from rich.console import Console
 
+    class _Console(Console):
+        def print(self, *objects, crop: bool = False, **kw):
+            # Not cropped at the width: a table line that must stay whole (a path or id moved below its row,
+            # longer than the terminal) is soft-wrapped by the terminal and copied as one line.
+            super().print(*objects, crop=crop, **kw)
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     kw = {"color_system": None} if no_color() else {}
-    return Console(file=stream, highlight=False, emoji=False, markup=False, soft_wrap=not tty,
+    return _Console(file=stream, highlight=False, emoji=False, markup=False, soft_wrap=not tty,
                    width=None if tty else 100_000, **kw)
 
 
