@@ -4,7 +4,7 @@ Quarantined entries live in ``<cache dir>/jitwarden-quarantine/<UTC stamp>-<entr
 beside the cache dir (or partition) they came from, each with a record of where it came
 from and why. ``restore`` and ``empty`` print their plan first, accept ``--dry-run`` and
 ``-y``, default to No when asked, and act under the root's lock. ``list`` and ``purge``
-are kept as aliases of ``ls`` and ``empty``.
+are aliases of ``ls`` and ``empty``, with the same arguments and rules.
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ def register(sub) -> None:
     rs.add_argument("ids", nargs="+", metavar="ID", help="quarantine id (as listed), or a unique prefix or entry id")
     rs.add_argument("--replace", action="store_true", help="quarantine a rebuilt entry in the way instead of refusing")
     _add_arguments(rs, destructive=True)
-    es = qs.add_parser("empty", help="delete quarantined entries for good")
-    es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: all)")
-    es.add_argument("--older-than", type=age_arg, metavar="AGE", help="only entries quarantined more than AGE ago (7d, 12h)")
-    _add_arguments(es, destructive=True)
-    ps = qs.add_parser("purge", help="delete quarantined entries for good (ids, or --all; alias of empty)")
-    ps.add_argument("ids", nargs="*", metavar="ID", help="quarantine ids (default: all, with --all)")
-    ps.add_argument("--all", action="store_true", help="every quarantined entry")
-    ps.add_argument("--older-than", type=age_arg, metavar="AGE",
-                    help="only entries quarantined more than AGE ago (7d, 12h)")
-    _add_arguments(ps, destructive=True)
+    for name in ("empty", "purge"):  # one command, one set of rules; purge is its alias (as in `pip cache purge`)
+        es = qs.add_parser(name, help="delete quarantined entries for good (only the quarantine: live cache entries "
+                                      "are never touched; `clean --all` moves a whole cache aside)"
+                                      + (" (alias of empty)" if name == "purge" else ""))
+        es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: every quarantined entry)")
+        es.add_argument("--all", action="store_true",
+                        help="every quarantined entry (the default without ids; refused with ids)")
+        es.add_argument("--older-than", type=age_arg, metavar="AGE",
+                        help="only entries quarantined more than AGE ago (7d, 12h)")
+        _add_arguments(es, destructive=True)
     p.set_defaults(func=run, action=None)
 
 
@@ -198,6 +198,19 @@ def _result(fmt, action: str, plan, done, args, show) -> None:
     fmt.result(f"quarantine {action}", lambda: {"dry_run": bool(args.dry_run), "plan": plan, "done": done}, show)
 
 
+def _plan_json(records, why, **extra) -> list[dict]:
+    """A restore or empty plan as every command's ``plan`` (cli/render/output.py): one record per quarantined entry."""
+    return [out.plan_record(r.id, r.kind, r.root, r.path, r.bytes, why(r), entry_id=r.entry_id,
+                            original_path=r.original_path, **{k: f(r) for k, f in extra.items()}) for r in records]
+
+
+def _done_json(records, ids, status: str, path) -> list[dict]:
+    """The ids a plan's execute() returned, as every command's ``done`` records."""
+    by_id = {r.id: r for r in records}
+    return [out.done_record(i, path(by_id[i]) if i in by_id else "", status, bytes=by_id[i].bytes if i in by_id else 0,
+                            quarantine_id=i) for i in ids]
+
+
 def _execute(plan, timeout, verb: str) -> list[str]:
     """``plan.execute()``; its first failure becomes one usage-error line saying how many were done before it."""
     try:
@@ -231,7 +244,10 @@ def _restore(args) -> int:
     done = []
     if _common.confirm(args, f"Restore {plural(len(plan.records), 'entry')}?"):
         done = _execute(plan, args.lock_timeout, "done")
-    _result(fmt, "restore", plan.to_json(), done, args, lambda: _print_done(
+    plan_json = _plan_json(plan.records, lambda r: f"restore to {r.original_path}",
+                           replaces=lambda r: r.id in plan.conflicts)
+    _result(fmt, "restore", plan_json, _done_json(plan.records, done, "restored", lambda r: r.original_path), args,
+            lambda: _print_done(
         f"restored {len(done)}" if done else "dry run: nothing restored" if args.dry_run else ""))
     return 0
 
@@ -250,8 +266,8 @@ def _print_done(line: str) -> None:
 
 
 def _empty(args) -> int:
-    if args.action == "purge" and not args.ids and not args.all:
-        raise UsageError("purge needs ids or --all")
+    if args.all and args.ids:
+        raise UsageError(f"quarantine {args.action}: --all and IDs conflict (--all is every entry; name IDs or pass --all)")
     recs = records(args, include_empty=True)
     picked = pick([r for r in recs if r.present], args.ids, args.root or ()) if args.ids else recs
     plan = plans.plan_empty(picked, ids_given=bool(args.ids), older_than=args.older_than, now=time.time())
@@ -261,7 +277,9 @@ def _empty(args) -> int:
     if (plan.records or plan.slots) and _common.confirm(
             args, f"Delete {plural(len(plan.records), 'quarantined entry', 'quarantined entries')} for good?"):
         done = _execute(plan, args.lock_timeout, "deleted")
-    _result(fmt, args.action, plan.to_json(), done, args, lambda: _print_done(f"deleted {len(done)}" if done else ""))
+    _result(fmt, "empty", _plan_json(plan.records, lambda r: "delete for good"),
+            _done_json(plan.records, done, "deleted", lambda r: r.path), args,
+            lambda: _print_done(f"deleted {len(done)}" if done else ""))
     return 0
 
 

@@ -156,9 +156,31 @@ def print_caches(con, report: ScanReport, long: bool = False, current_digest: st
         con.print(text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
 
 
-def summary_line(report: ScanReport) -> str:
+def shown_summary(report: ScanReport, entries) -> dict:
+    """``report.summary()`` over the ``entries`` a filter kept (``ls --name``, ``--code``): what the footer under
+    them counts (pure)."""
+    by_code: dict[str, int] = {}
+    errors = warnings = 0
+    for e in entries:
+        for f in e.findings:
+            by_code[f.code] = by_code.get(f.code, 0) + 1
+        sev = max((f.severity for f in e.findings), default=None)
+        errors += sev == Severity.ERROR
+        warnings += sev == Severity.WARN
+    return {"entries": len(entries), "errors": errors, "warnings": warnings, "by_code": dict(sorted(by_code.items()))}
+
+
+def summary_line(report: ScanReport, entries=None) -> str:
+    """The footer: entries, how many with errors and warnings, by code, what they were judged against. Given
+    ``entries`` (those a filter kept), it counts those: ``4 of 36 entries shown · …``."""
     s = report.summary()
-    parts = [plural(s["entries"], "entry"), f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
+    if entries is not None and len(entries) != s["entries"]:
+        total = s["entries"]
+        s = shown_summary(report, entries)
+        first = f"{s['entries']} of {plural(total, 'entry')} shown"
+    else:
+        first = plural(s["entries"], "entry")
+    parts = [first, f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
     codes = ", ".join(f"{k} {v}" for k, v in s["by_code"].items())
     tgt = report.target
     where = f"judged against sm_{tgt.arch} ({tgt.source})" if tgt.arch else "no GPU and no --target: arch checks skipped"
