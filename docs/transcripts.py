@@ -83,6 +83,10 @@ class Session:
         # (``.file`` and its debug-info bytes, one ``.b8 N`` line per character, 2 or 3 digits), so a
         # random name changes entry sizes from run to run and the transcripts would drift.
         self.base = os.path.join("/tmp", f"jw-transcripts-{os.getuid()}")
+        # One session at a time per user: two checkouts generating transcripts at once (CI beside a test run,
+        # two worktrees) would remove each other's fixed-place caches. Held until this process exits.
+        self._lock = os.open(self.base + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         if os.path.lexists(self.base):
             if os.path.islink(self.base) or not os.path.isdir(self.base) or os.lstat(self.base).st_uid != os.getuid():
                 sys.exit(f"transcripts: {self.base} exists and is not a directory of ours; remove it")
@@ -136,6 +140,7 @@ class Session:
 
     def close(self):
         shutil.rmtree(self.base, ignore_errors=True)
+        os.close(self._lock)  # the next session (of this run or another checkout's) may start
 
 
 def build(cache_dir: str, archs=(90, 80)) -> dict[str, dict]:
@@ -186,8 +191,10 @@ def scenario_tour() -> dict[str, str]:
             s.run(f"jitwarden quarantine restore {add} --dry-run"),
         ])
         out["verify"] = s.run("jitwarden verify --target sm_90 --all")
-        out["ls-quiet"] = s.run("jitwarden ls -q --code foreign-arch --target 90")
+        out["ls-ids"] = s.run("jitwarden ls --ids --code foreign-arch --target 90")
+        out["dir"] = s.run("jitwarden dir")
         out["bad-input"] = "\n".join([
+            s.run("jitwarden docter"),
             s.run("jitwarden clean --older-than 7"),
             s.run("jitwarden doctor --target sm_999"),
             s.run("jitwarden quarantine restore NOSUCHID"),

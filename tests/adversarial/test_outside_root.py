@@ -77,7 +77,7 @@ def test_partitions_dir_symlink_out_of_the_root_is_refused_by_prune(small_cache,
     p = jw("prune", base, "--older-than", "0s", "--orphan-age", "0", "-y", env=env)
     clean_failure(p, 2)
     assert "jitwarden-v1" in p.stderr
-    p = jw("prune", base, "--keep", "1", "--orphan-age", "0", "-y", env=env)
+    p = jw("prune", base, "--keep-last", "1", "--orphan-age", "0", "-y", env=env)
     clean_failure(p, 2)
 
 

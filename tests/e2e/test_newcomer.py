@@ -82,7 +82,7 @@ def test_ambiguous_and_unknown_ids_say_what_to_do(env, damaged):
     assert cli("clean", root, "--target", "90", "-y", "--code", "mismatch", env=env).returncode == 0
     ls = cli("quarantine", "ls", env=env)
     # Both rows are told apart, and each shown id names exactly one of them.
-    shown = re.findall(r"^(\S+)  +mismatch", ls.stdout, re.M)
+    shown = re.findall(r"^(\S+)  +\S+  +mismatch", ls.stdout, re.M)  # ID, ROOT, REASON
     assert len(shown) == len(set(shown)) >= 1
     p = cli("quarantine", "restore", "ZZZZZZZZ", env=env)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
@@ -189,7 +189,7 @@ def test_verify_code_and_rebuild_only_options(env, damaged, tmp_path):
     assert recs["add_sm80"]["id"][:12] in p.stdout and recs["add_sm90"]["id"][:12] not in p.stdout
     assert cli("verify", "--code", "bogus", root, env=env).returncode == 2
     keep = tmp_path / "keep"
-    for opt in (["--keep", str(keep)], ["--jobs", "2"]):
+    for opt in (["--keep-cubins", str(keep)], ["--jobs", "2"]):
         p = cli("verify", root, "--target", "90", *opt, env=env)
         assert p.returncode == 2 and "needs --rebuild" in p.stderr
     assert not keep.exists()
@@ -203,7 +203,7 @@ def test_rebuild_says_how_many_and_with_which_ptxas_and_keeps_no_empty_dir(env, 
         if r["label"] not in ("add_sm90", "sub_sm90"):
             shutil.rmtree(os.path.join(only, r["id"]))
     keep = tmp_path / "keep"
-    p = cli("verify", "--rebuild", str(only), "--target", "90", "--keep", str(keep), env=env)
+    p = cli("verify", "--rebuild", str(only), "--target", "90", "--keep-cubins", str(keep), env=env)
     assert p.returncode == 0, p.stderr
     line = next(l for l in p.stdout.splitlines() if l.startswith("rebuilt "))
     assert line.startswith("rebuilt 2 kernels: 2 verified (with ") and "ptxas" in line

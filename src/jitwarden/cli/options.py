@@ -24,6 +24,23 @@ def _positive_int(text: str) -> int:
     return n
 
 
+class _Refused(argparse.Action):
+    """A spelling that is no longer taken: refused at parse time with one line naming what replaced it (exit 2)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string}: {self.help_text}")
+
+
+def refuse(p, flag: str, why: str, takes_value: bool = False) -> None:
+    """Refuse ``flag`` clearly rather than accept it with another meaning or silently ignore it (hidden from help).
+
+    One meaning per flag name (docs/commands.md, "Flags"): ``--keep`` was a directory in ``clean``, a count in
+    ``prune`` and a switch in ``canary``; each now has its own name and ``--keep`` says which."""
+    a = p.add_argument(flag, action=_Refused, nargs="?" if takes_value else 0, help=argparse.SUPPRESS,
+                       dest=f"_refused_{flag.lstrip('-').replace('-', '_')}", default=None)
+    a.help_text = why
+
+
 def add_format_argument(p) -> None:
     """``--format table|json`` (read once, by :func:`jitwarden.cli.render.output_format`)."""
     p.add_argument("--format", choices=FORMATS, default="table")
@@ -44,7 +61,7 @@ def add_scan_arguments(p) -> None:
 
 
 def add_rebuild_arguments(parser, mode=None) -> None:
-    """``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep`` (verify, doctor, clean, export).
+    """``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep-cubins`` (verify, doctor, clean, export).
 
     ``mode``: the mutually exclusive group ``--quick`` lives in, if any.
     """
@@ -55,8 +72,10 @@ def add_rebuild_arguments(parser, mode=None) -> None:
                         help="ptxas processes at once for --rebuild (default: all cores)")
     parser.add_argument("--ptxas", action="append", default=None, metavar="PATH",
                         help="another ptxas this environment uses (repeatable); a match verifies")
-    parser.add_argument("--keep", default=None, metavar="DIR",
+    parser.add_argument("--keep-cubins", default=None, metavar="DIR",
                         help="leave <id>.<name>.cached.cubin and .rebuilt.cubin in DIR for entries that differ")
+    refuse(parser, "--keep", "renamed --keep-cubins DIR (where to leave the cubins of kernels that differ)",
+           takes_value=True)
 
 
 def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default: wait)") -> None:
@@ -66,5 +85,7 @@ def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default:
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
     if purge:
         p.add_argument("--purge", action="store_true", help="delete instead of keeping in quarantine (after the move)")
+    else:
+        p.set_defaults(purge=False)
     p.add_argument("--lock-timeout", type=age_arg, default=None, metavar="AGE",
                    help=f"give up waiting for another jitwarden on the same root after AGE{lock_help}")

@@ -79,11 +79,12 @@ class SigningKey:
 class TrustedKeys:
     """The public keys signatures are checked against, by key id."""
 
-    __slots__ = ("keys", "sources", "_objs")
+    __slots__ = ("keys", "sources", "where", "_objs")
 
-    def __init__(self, keys: dict, sources: tuple = ()):
+    def __init__(self, keys: dict, sources: tuple = (), where: str = "<config>/trusted-keys"):
         self.keys = dict(keys)  # id -> 32 raw bytes
         self.sources = tuple(sources)  # where they were read from, for messages
+        self.where = where  # the directory *.pub files are read from by default, named in the hint
         self._objs: dict = {}
 
     def verify(self, kid: str, signature: bytes, message: bytes) -> str | None:
@@ -91,7 +92,7 @@ class TrustedKeys:
         raw = self.keys.get(kid)
         if raw is None and not self.keys:
             return (f"signed by key {kid}, which is not among the trusted keys: none are configured "
-                    "(set JITWARDEN_TRUSTED_KEYS, or put *.pub files into <config>/trusted-keys)")
+                    f"(set JITWARDEN_TRUSTED_KEYS, or put *.pub files into {self.where})")
         if raw is None:
             return f"signed by key {kid}, which is not among the trusted keys ({', '.join(self.sources) or 'none'})"
         obj = self._objs.get(kid)
@@ -189,7 +190,7 @@ def load_trusted(env=None) -> TrustedKeys:
     paths = trusted_key_paths(env)
     for p in paths:
         keys.update(parse_public(_read_key_file(p, "trusted key"), p))
-    return TrustedKeys(keys, tuple(paths))
+    return TrustedKeys(keys, tuple(paths), os.path.join(config_dir(env), "trusted-keys"))
 
 
 def signing_key_path(explicit: str | None = None, env=None) -> str:

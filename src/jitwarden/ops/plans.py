@@ -41,16 +41,21 @@ class Selection:
             parts.append(f"older than {human_duration(self.older_than)}")
         if self.kinds:
             parts.append("kind " + ", ".join(sorted(self.kinds)))
+        if not self.codes and self.older_than is None:
+            parts.insert(0, "every entry")  # clean --all
         return "; ".join(parts) or "nothing"
 
 
 def selection(codes=(), stale=False, foreign_arch=False, orphans=False, older_than=None, kinds=None,
-              now: float = 0.0) -> Selection:
-    """The selection the clean options ask for: no code option and no age means every error (pure)."""
+              now: float = 0.0, every: bool = False) -> Selection:
+    """The selection the clean options ask for: no code option and no age means every error; ``every``
+    (``clean --all``): every entry, whatever its findings (pure)."""
     chosen = set(codes or ())
     chosen |= {"stale"} if stale else set()
     chosen |= {"foreign-arch"} if foreign_arch else set()
     chosen |= {"orphan"} if orphans else set()
+    if every:
+        return Selection(frozenset(), None, frozenset(kinds) if kinds else None, now)
     if not chosen and older_than is None:
         chosen = set(ERROR_CODES)
     return Selection(frozenset(chosen), older_than, frozenset(kinds) if kinds else None, now)
@@ -147,6 +152,8 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
                     continue
                 reasons = tuple(dict.fromkeys(f.code for f in hits))
                 details = tuple(f.message for f in hits)
+            elif sel.older_than is None:  # clean --all
+                reasons, details = ("all",), ()
             else:
                 reasons, details = ("older-than",), (f"newest file {human_duration(sel.now - e.mtime)} old",)
             scope = "entry"

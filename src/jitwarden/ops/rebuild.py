@@ -492,7 +492,7 @@ def _producer_text(ptx_version, ptx_rels, cub_rel, cub_build) -> str:
 
 def _diff_hint(kept: tuple[str, str] | None) -> str:
     if not kept:
-        return "; rerun with --keep DIR to keep both cubins for nvdisasm/cuobjdump"
+        return "; rerun with --keep-cubins DIR to keep both cubins for nvdisasm/cuobjdump"
     bindir = ptxas.triton_bin_dir() or ""
     nvd = os.path.join(bindir, "nvdisasm") if bindir else "nvdisasm"
     a, b = kept

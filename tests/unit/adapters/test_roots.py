@@ -113,7 +113,7 @@ def test_partitions_and_private_roots_are_discovered(isolated_env, tmp_path, mon
     assert (str(ind_part), "inductor", digest) in found
     assert (str(v_part), "vllm", digest) in found
     assert (str(tmp_path / "jwhome" / "roots" / "triton"), "private", None) in found
-    assert main(["ls", "-q", "--long"]) == 0
+    assert main(["ls", "--ids", "--long"]) == 0
     listed = capsys.readouterr().out.split()
     for base in (tri_part, ind_part, v_part, private):
         assert os.path.join(str(base), manifest[0]["id"]) in listed

@@ -93,7 +93,7 @@ def test_selectors(damaged, capsys):
 
     def planned(*args):
         main(["clean", root, "--target", "90", "--dry-run", "--format", "json", *args])
-        return {a["id"]: a for a in json.loads(capsys.readouterr().out)["plan"]["actions"]}
+        return {a["id"]: a for a in json.loads(capsys.readouterr().out)["plan"]}
 
     assert set(planned("--stale")) == {recs["sub_sm90"]["id"]}
     orphans = planned("--orphans")

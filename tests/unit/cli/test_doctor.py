@@ -26,7 +26,7 @@ def test_empty_machine_says_something_useful_and_exits_0(env):
     assert "--target" in p.stdout  # no GPU here: it says how to judge for one
     assert "Traceback" not in p.stderr
     doc = json.loads(cli("doctor", "--format", "json", env=env).stdout)
-    assert doc["schema"] == 1 and doc["command"] == "doctor" and doc["ok"] is True
+    assert doc["schema"] == 2 and doc["command"] == "doctor" and doc["mode"] == "quick" and doc["ok"] is True
     assert doc["caches"] == [] and doc["fingerprint_digest"]
 
 
@@ -75,7 +75,8 @@ def test_rebuild_flag_and_bad_input(env):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     p = cli("doctor", "--rebuild", env=env)
     assert p.returncode == 0, p.stderr
-    assert json.loads(cli("doctor", "--rebuild", "--format", "json", env=env).stdout)["command"] == "doctor --rebuild"
+    doc = json.loads(cli("doctor", "--rebuild", "--format", "json", env=env).stdout)
+    assert doc["command"] == "doctor" and doc["mode"] == "rebuild"
 
 
 def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitute(built_cache, env, tmp_path):

@@ -50,7 +50,7 @@ def test_prune_least_recently_used_first_never_current(built_cache, env):
     others = ["a" * 16, "b" * 16, "c" * 16]
     make_partitions(built_cache, base, [cur] + others, [90, 1, 10, 40])  # current is the oldest
     keep_cur = snapshot(partition.path_for(base, cur))
-    p = cli("prune", "--keep", "2", "--dry-run", "--format", "json", env=env)
+    p = cli("prune", "--keep-last", "2", "--dry-run", "--format", "json", env=env)
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)["plan"]
     assert [x["digest"] for x in plan] == ["c" * 16, "b" * 16]  # least recently used first
@@ -124,7 +124,7 @@ def test_compiling_beside_clean_and_prune(built_cache, env, tmp_path):
         for _ in range(3):
             results.append(cli("clean", live, "--target", "90", "-y", env=env))
             results.append(cli("clean", live, "--target", "90", "-y", "--stale", "--orphans", "--purge", env=env))
-            results.append(cli("prune", "--keep", "1", "-y", env=env))
+            results.append(cli("prune", "--keep-last", "1", "-y", env=env))
         for r in results:
             assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     finally:

@@ -144,7 +144,7 @@ def test_piped_output_has_no_escapes_and_never_breaks_a_word(damaged):
     assert not any(l.startswith(("┃", "│", "┏", "└")) for l in p.stdout.splitlines())
     p = cli("verify", "--target", "90", "--long", env=env)
     assert "\x1b" not in p.stdout
-    assert any(l.startswith(root + "/") for l in p.stdout.splitlines())  # --long: full paths, uncut
+    assert any(l.split()[-1].startswith(root + "/") for l in p.stdout.splitlines())  # --long: full paths, uncut, last
 
 
 def test_names_are_escaped_at_the_cell_boundary():
@@ -221,8 +221,10 @@ def test_the_format_is_chosen_once_and_builds_only_its_own_view(capsys):
     js.result("demo", body, show)
     assert calls == ["body"]
     doc = json.loads(capsys.readouterr().out)
-    assert list(doc) == ["schema", "tool", "command", "answer"]
-    assert doc == {"schema": 1, "tool": {"name": "jitwarden", "version": __version__}, "command": "demo", "answer": 42}
+    # The envelope's schema is never overridden by a body's: the body's is renamed <verb>_schema.
+    assert list(doc) == ["schema", "tool", "command", "answer", "demo_schema"]
+    assert doc == {"schema": 2, "tool": {"name": "jitwarden", "version": __version__}, "command": "demo", "answer": 42,
+                   "demo_schema": 1}
     # A command without --format prints tables.
     assert isinstance(out.output_format(argparse.Namespace()), out.TableFormat)
 

@@ -56,7 +56,7 @@ def test_each_arch_is_clean_for_its_own_target(cache, capsys, arch):
 def test_json_contract(cache, capsys):
     root, recs = cache
     rc, doc = run_json(capsys, root, "--target", "90")
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert doc["tool"]["name"] == "jitwarden"
     assert doc["target"] == {"arch": 90, "source": "cli"}
     assert doc["caches"][0]["root"] == root and doc["caches"][0]["entries"] == len(recs)
@@ -290,17 +290,17 @@ def snapshot(root):
 
 def test_ls_quiet_prints_ids(cache, capsys):
     root, recs = cache
-    assert main(["ls", "-q", root]) == 0
+    assert main(["ls", "--ids", root]) == 0
     ids = capsys.readouterr().out.split()
     assert sorted(ids) == sorted(r["id"] for r in recs.values())
-    assert main(["ls", "-q", "--name", "matmul*", root]) == 0
+    assert main(["ls", "--ids", "--name", "matmul*", root]) == 0
     assert len(capsys.readouterr().out.split()) == len(kernels.ARCHS)
 
 
 def test_ls_filters_by_code(cache, capsys):
     root, recs = cache
     os.unlink(file_of(recs["matmul_sm90"], "ptx"))
-    assert main(["ls", "-q", "--code", "incomplete", root, "--target", "90"]) == 0
+    assert main(["ls", "--ids", "--code", "incomplete", root, "--target", "90"]) == 0
     assert capsys.readouterr().out.split() == [recs["matmul_sm90"]["id"]]
 
 

@@ -292,5 +292,5 @@ def test_cli_prints_table_and_json_from_a_report(monkeypatch, capsys):
     assert "1 quarantined" in out and "note a note" in out
     assert main(["canary", "--format", "json"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == 1 and doc["tool"]["name"] == "jitwarden" and doc["command"] == "canary"
+    assert doc["schema"] == 2 and doc["tool"]["name"] == "jitwarden" and doc["command"] == "canary"
     assert doc["ok"] is False and doc["counts"]["FAIL"] == 1 and doc["quarantined"] == 1

@@ -259,7 +259,7 @@ def test_quarantine_command_lists_and_restores(tmp_path, reference):
     assert len(quarantined(root)) == 1
     done = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "-y", "--format", "json"])
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["done"] == [rec["id"]]
+    assert [d["quarantine_id"] for d in json.loads(done.stdout)["done"]] == [rec["id"]]
     assert [r.reason for r in quarantined(root)] == ["replaced"]  # the rebuilt entry moved aside
     purge = _cli(["quarantine", "purge", "--all", "--root", base, "-y"])
     assert purge.returncode == 0 and quarantined(root) == []

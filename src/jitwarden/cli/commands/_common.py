@@ -119,11 +119,13 @@ def check_codes(codes) -> None:
 
 def confirm(args, question: str) -> bool:
     """Ask on a terminal (default No); ``--dry-run`` never proceeds, ``-y`` always does; without a terminal,
-    ``-y`` is required."""
+    ``-y`` is required, and so with ``-q``, which never asks (it may have hidden the plan the question is about)."""
     if args.dry_run:
         return False
     if args.yes:
         return True
+    if getattr(args, "quiet", False):
+        raise UsageError("-q never asks: pass -y to proceed, or --dry-run to see the plan only")
     if not sys.stdin.isatty():
         raise UsageError("not a terminal: pass -y to proceed, or --dry-run to see the plan only")
     print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
@@ -137,12 +139,12 @@ def confirm(args, question: str) -> bool:
 # --- --rebuild: typed options for the engine, its errors worded with our flags ---------------------
 
 #: Each :class:`jitwarden.ops.rebuild.RebuildOptions` field and the flag that sets it.
-REBUILD_FLAGS = {"keep_dir": "--keep", "extra_ptxas": "--ptxas", "jobs": "--jobs"}
+REBUILD_FLAGS = {"keep_dir": "--keep-cubins", "extra_ptxas": "--ptxas", "jobs": "--jobs"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RebuildRequest:
-    """A checked ``--rebuild``: the engine's options, and whether ``--keep DIR`` is new (removed again if
+    """A checked ``--rebuild``: the engine's options, and whether ``--keep-cubins DIR`` is new (removed again if
     left empty)."""
 
     options: RebuildOptions
@@ -163,10 +165,10 @@ def _worded():
 def rebuild_request(args) -> RebuildRequest | None:
     """The ``--rebuild`` options, checked before any scan (exit 2 for a bad one); None without ``--rebuild``.
 
-    ``--keep``, ``--ptxas`` and ``--jobs`` act only with ``--rebuild``: given without it, they are refused
+    ``--keep-cubins``, ``--ptxas`` and ``--jobs`` act only with ``--rebuild``: given without it, they are refused
     rather than ignored silently.
     """
-    given = {"keep_dir": args.keep, "extra_ptxas": args.ptxas, "jobs": args.jobs}
+    given = {"keep_dir": args.keep_cubins, "extra_ptxas": args.ptxas, "jobs": args.jobs}
     if not args.rebuild:
         for field, val in given.items():
             if val:
@@ -174,8 +176,8 @@ def rebuild_request(args) -> RebuildRequest | None:
         return None
     from jitwarden.ops import rebuild
 
-    opts = rebuild.RebuildOptions(jobs=args.jobs, extra_ptxas=tuple(args.ptxas or ()), keep_dir=args.keep)
-    keep_is_new = bool(args.keep) and not os.path.lexists(args.keep)
+    opts = rebuild.RebuildOptions(jobs=args.jobs, extra_ptxas=tuple(args.ptxas or ()), keep_dir=args.keep_cubins)
+    keep_is_new = bool(args.keep_cubins) and not os.path.lexists(args.keep_cubins)
     with _worded():
         rebuild.check_options(opts)
     return RebuildRequest(opts, keep_is_new)

@@ -32,7 +32,8 @@ def register(sub) -> None:
                         "canary's entries and quarantines any that fail their seal)")
     p.add_argument("--passes", type=int, default=2, metavar="N",
                    help="fresh processes to run the battery in (default 2: compile, then cache hit)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch cache and print where it is")
+    p.add_argument("--keep-cache", action="store_true", help="keep the scratch cache and print where it is")
+    options.refuse(p, "--keep", "renamed --keep-cache (keep the scratch cache)")
     options.add_format_argument(p)
     p.set_defaults(func=run)
 
@@ -73,10 +74,10 @@ def run(args) -> int:
         why = why[len("no CUDA GPU: "):] if why.startswith("no CUDA GPU: ") else why
         raise UsageError(f"canary needs a CUDA GPU: {why}") from None
     finally:
-        if scratch and not args.keep:
+        if scratch and not args.keep_cache:
             _remove_scratch(cache_dir)
     out.output_format(args).result("canary", rep.to_json, lambda: _print_table(rep))
-    if scratch and args.keep:
+    if scratch and args.keep_cache:
         print(f"jitwarden: scratch cache kept at {cache_dir}", file=sys.stderr)
     return rep.exit_code
 

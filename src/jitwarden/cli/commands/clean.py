@@ -1,5 +1,9 @@
 """``jitwarden clean [PATH…]``: move bad cache entries into quarantine (``--purge``: delete them).
 
+Only entries with findings (default: every error-level one) or the ones selected; ``--all`` moves every
+entry of the roots, a restorable ``rm -rf`` (as ``uv cache clean`` or ``ccache -C``, but undone by
+``quarantine restore``). ``quarantine empty`` is what empties the quarantine.
+
 Scan, plan (a pure function of the findings), print the plan, ask (default No; ``-y``
 skips, ``--dry-run`` stops), then under each root's lock re-scan and carry out only
 what was shown and is still selected. Exit 0 when done (skipped entries are named on
@@ -13,14 +17,17 @@ import time
 
 from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
+from jitwarden.model.errors import UsageError
 from jitwarden.model.text import age_arg, display, human_size, plural
 from jitwarden.ops import plans as cleanplan
 
 
 def register(sub) -> None:
-    p = sub.add_parser("clean", help="move bad cache entries into quarantine",
+    p = sub.add_parser("clean", help="move bad cache entries into quarantine (--all: every entry)",
                        description="Move cache entries with findings into quarantine (default: every error-level "
-                                   "finding). Prints the plan and asks first.")
+                                   "finding); only those: sound entries stay. --all moves every entry of the roots "
+                                   "(a restorable rm -rf). Prints the plan and asks first. The quarantine itself is "
+                                   "emptied by `jitwarden quarantine empty`.")
     options.add_scan_arguments(p)
     sel = p.add_argument_group("what to take (codes are or'ed; --older-than and --kind narrow)")
     sel.add_argument("--code", action="append", metavar="CODE", help="entries with this finding code (repeatable)")
@@ -29,6 +36,9 @@ def register(sub) -> None:
     sel.add_argument("--orphans", action="store_true", help="leftovers of interrupted writes older than --orphan-age")
     sel.add_argument("--older-than", type=age_arg, metavar="AGE",
                      help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry")
+    sel.add_argument("--all", action="store_true",
+                     help="every entry of the roots (PATH, or every root found; --kind narrows), findings or not: "
+                          "the whole cache moves into quarantine, restorable")
     options.add_rebuild_arguments(p)
     options.add_action_arguments(p, purge=True)
     p.set_defaults(func=run)
@@ -42,8 +52,13 @@ def scan(args, fp, req):
 
 def selection_of(args, now: float) -> cleanplan.Selection:
     _common.check_codes(args.code)
+    if args.all:
+        given = [f for f, v in (("--code", args.code), ("--stale", args.stale), ("--foreign-arch", args.foreign_arch),
+                                ("--orphans", args.orphans), ("--older-than", args.older_than is not None)) if v]
+        if given:
+            raise UsageError(f"--all takes every entry; {', '.join(given)} would select among them (drop one)")
     return cleanplan.selection(args.code, args.stale, args.foreign_arch, args.orphans, args.older_than,
-                               _common.kinds_of(args), now)
+                               _common.kinds_of(args), now, every=args.all)
 
 
 def run(args) -> int:
@@ -105,12 +120,15 @@ def print_plan(plan: cleanplan.CleanPlan, long: bool = False) -> None:
     if not plan.actions:
         con.print(out.text(f"nothing to clean ({plan.selection.describe()})"))
         return
-    g = out.Grid([out.Column("ID", flex=long), out.Column("KIND"), out.Column("TYPE", flex=True, min=6),
-                  out.Column("SIZE", right=True), out.Column("WHY", flex=True, min=10)])
+    roots = len({a.root for a in plan.actions}) > 1  # one id can be in a root and its partition
+    g = out.Grid([out.Column("ID")] + ([out.Column("ROOT", flex=True, min=24, cut="middle", hide=4)] if roots else [])
+                 + [out.Column("KIND", hide=2), out.Column("TYPE", hide=1), out.Column("SIZE", right=True, hide=3),
+                    out.Column("WHY", flex=True, min=10)] + ([out.Column("PATH", hide=1)] if long else []))
     for a in plan.actions:
         why = ", ".join(a.reasons) + (" (leftovers only)" if a.scope == "leftovers" else "")
-        g.add(a.path if long else out.short_key(a.id), a.kind, a.type, human_size(a.bytes), why,
-              details=["; ".join(a.details)])
+        why = "--all" if a.reasons == ("all",) else why
+        g.add(a.id if long else out.short_key(a.id), *([out.root_label(a.root)] if roots else []), a.kind, a.type,
+              human_size(a.bytes), why, *([a.path] if long else []), details=["; ".join(a.details)])
     con.print(g)
     counts = ", ".join(f"{k} {v}" for k, v in plan.by_reason().items())
     out.hanging(con, out.text((f"plan: {plural(len(plan.actions), 'entry')}, {human_size(plan.bytes)} ({counts}) · "
@@ -136,5 +154,11 @@ def print_outcomes(outcomes, purge: bool) -> None:
 
 
 def _body(plan, outcomes, args) -> dict:
-    return {"dry_run": bool(args.dry_run), "purge": bool(args.purge), "plan": plan.to_json(),
-            "done": [o.to_json() for o in outcomes]}
+    """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py)."""
+    doc = plan.to_json()
+    return {"dry_run": bool(args.dry_run), "purge": bool(args.purge), "selection": doc["selection"],
+            "by_reason": doc["by_reason"], "notes": doc["notes"],
+            "plan": [out.plan_record(a["id"], a["kind"], a["root"], a["path"], a["bytes"], ", ".join(a["reasons"]),
+                                     **{k: v for k, v in a.items() if k not in ("id", "kind", "root", "path", "bytes")})
+                     for a in doc["actions"]],
+            "done": [out.done_record(**o.to_json()) for o in outcomes]}

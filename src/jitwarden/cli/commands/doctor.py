@@ -288,10 +288,11 @@ def run(args) -> int:
     worst = report.worst
 
     def body() -> dict:
-        return {**out.scan_json(report, digest, entries=[]), "headline": fp.headline() if fp is not None else None,
+        return {"mode": "rebuild" if req is not None else "quick", **out.scan_json(report, digest, entries=[]),
+                "headline": fp.headline() if fp is not None else None,
                 "problems": [p.to_json() for p in probs], "ok": worst != Severity.ERROR}
 
-    out.output_format(args).result("doctor --rebuild" if req is not None else "doctor", body,
+    out.output_format(args).result("doctor", body,
                                    lambda: _print(report, fp, digest, probs, args.long))
     return EXIT_FINDINGS if worst == Severity.ERROR else EXIT_OK
 

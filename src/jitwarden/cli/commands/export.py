@@ -16,6 +16,7 @@ from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from jitwarden.model.findings import Severity
+from jitwarden.model.text import human_size
 
 
 def register(sub) -> None:
@@ -139,7 +140,7 @@ def _print(output: str, doc: dict, skipped, signer) -> None:
     for e, why in skipped:
         print(f"skipped {e.kind} {out.short_path(e.path)}: {why}", file=sys.stderr)
     if doc["entries"]:
-        print(f"{output}: {doc['entries']} entries, {doc['bytes']} bytes of cache, fingerprint {doc['digest']}, "
+        print(f"{output}: {doc['entries']} entries, {human_size(doc['bytes'])}, fingerprint {doc['digest']}, "
               + (f"signed by key {signer.id}" if signer else "UNSIGNED"))
     else:
         where = ", ".join(doc["partitions"].values()) or "no partition of this fingerprint exists"

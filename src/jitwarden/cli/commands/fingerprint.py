@@ -43,6 +43,8 @@ def load(path: str):
         raise UsageError(f"{path}: not JSON we read ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("fingerprint"), dict):
         data = data["fingerprint"]  # accept `jitwarden status --format json` too
+    if isinstance(data, dict) and "fingerprint_schema" in data:  # `fingerprint --format json` (envelope schema 2)
+        data = {**data, "schema": data["fingerprint_schema"]}
     try:
         return Fingerprint.from_json(data)
     except ValueError as exc:
@@ -66,8 +68,8 @@ def _run_diff(fmt, old, new) -> int:
     from jitwarden.env.fingerprint import diff
 
     changes = diff(old, new)
-    fmt.result("fingerprint --diff",
-               lambda: {"old": old.digest, "new": new.digest, "identical": not changes,
+    fmt.result("fingerprint",
+               lambda: {"mode": "diff", "old": old.digest, "new": new.digest, "identical": not changes,
                         "changes": [{"component": c.component, "old": c.old, "new": c.new, "why": c.why}
                                     for c in changes]},
                lambda: _print_diff(old, new, changes))

@@ -67,7 +67,7 @@ def run(args) -> int:
                 diffs = tuple(fingerprint.diff(theirs, fp))
             except ValueError:
                 diffs = ()
-            why = _mismatch_line(theirs_headline(m), fp.headline(), diffs)
+            why = _mismatch_line(theirs_headline(m), brief(fp), diffs)
             outcomes = tuple(bundle.Outcome(e.kind, e.path, "skipped", why, None, e.bytes) for e in m.entries)
             rep = bundle.ImportReport(args.bundle, m.digest, digest, opened.signed_by, opened.signature_note,
                                       diffs, outcomes, dry_run=args.dry_run)
@@ -111,12 +111,19 @@ def _not_a_bundle_file(path: str, exc: OSError) -> str:
     return f"{path}: cannot read ({exc.strerror or exc})"
 
 
+def brief(fp) -> str:
+    """A fingerprint's headline for a refusal: its GPUs, or "no GPU" without the probe's notes ("no GPU visible
+    (nvml: libnvidia-ml.so.1 not found…)" says why this machine saw none, not what a bundle was built for)."""
+    head = fp.headline()
+    return head if fp.gpus else head.replace(fp.gpu_str(), "no GPU", 1)
+
+
 def theirs_headline(m) -> str:
     fpj = m.fingerprint
     try:
         from jitwarden.env.fingerprint import Fingerprint
 
-        return Fingerprint.from_json(fpj).headline()
+        return brief(Fingerprint.from_json(fpj))
     except ValueError:
         return f"fp {m.digest}"
 

@@ -1,4 +1,4 @@
-"""``jitwarden ls``: every cache entry, one row each (``-q`` for ids only)."""
+"""``jitwarden ls``: every cache entry, one row each (``--ids`` for ids only)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def register(sub) -> None:
                        description="List the entries of every kind of kernel cache found (or of those named "
                                    "with --kind or PATH), with their status.")
     options.add_scan_arguments(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="print entry ids only (paths with --long), one per line")
+    p.add_argument("--ids", action="store_true", help="print entry ids only (paths with --long), one per line")
     p.add_argument("--code", action="append", metavar="CODE", help="only entries with this finding code (repeatable)")
     p.add_argument("--name", metavar="GLOB", help="only entries whose kernel name matches GLOB")
     p.set_defaults(func=run)
@@ -35,20 +35,20 @@ def run(args) -> int:
     fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)
-    if args.quiet:
+    if args.ids:
         raw = not sys.stdout.isatty()  # ids for a pipe as they are; a terminal gets them escaped
         for e in entries:
             print((lambda x: x if raw else display(x))(e.path if args.long else e.id))
         return 0
     out.output_format(args).result("ls", lambda: out.scan_json(report, getattr(fp, "digest", None), entries),
-                                   lambda: _print(report, entries, args.long))
+                                   lambda: _print(report, entries, args.long, getattr(fp, "digest", None)))
     return 0
 
 
-def _print(report, entries, long: bool) -> None:
+def _print(report, entries, long: bool, digest: str | None = None) -> None:
     con = out.console()
     if entries:
-        con.print(out.entries_table(report, entries, long=long))
+        con.print(out.entries_table(report, entries, long=long, current_digest=digest))
     else:
         con.print(out.text("no entries"))
-    out.hanging(con, out.text((out.summary_line(report), "dim")))
+    out.hanging(con, out.text((out.summary_line(report, entries), "dim")))

@@ -26,15 +26,19 @@ def register(sub) -> None:
                        description="Remove whole fingerprint partitions (never the current environment's), least "
                                    "recently used first. Prints the plan and asks first.")
     p.add_argument("paths", nargs="*", metavar="PATH", help="roots holding partitions (default: every root found)")
-    p.add_argument("--keep", type=int, metavar="N", help="keep the N most recently used partitions per root (the current one counts)")
+    p.add_argument("--keep-last", type=int, metavar="N",
+                   help="keep the N most recently used partitions per root (the current one counts)")
+    options.refuse(p, "--keep", "renamed --keep-last N (how many recently used partitions to keep)", takes_value=True)
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="drop the least recently used until a root's partitions fit in SIZE (500M, 20G)")
     p.add_argument("--older-than", type=age_arg, metavar="AGE", help="drop partitions unused for more than AGE (30d, 12h)")
     p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
                    help="a partition written to more recently than AGE is in use and kept (default 1h)")
     p.add_argument("--keep-quarantined", action="store_true", help="leave pruned partitions restorable in quarantine")
+    options.refuse(p, "--purge", "prune already deletes (after moving each partition into quarantine); "
+                                 "--keep-quarantined leaves them restorable instead")
     options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
-    options.add_action_arguments(p, purge=True)
+    options.add_action_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -71,10 +75,10 @@ def facts(base_list, current) -> list[cleanplan.PartitionFacts]:
 
 
 def run(args) -> int:
-    if args.keep is None and args.max_size is None and args.older_than is None:
-        raise UsageError("prune needs --keep N, --max-size SIZE or --older-than AGE")
-    if args.keep is not None and args.keep < 1:
-        raise UsageError("--keep must be at least 1 (the current partition always stays)")
+    if args.keep_last is None and args.max_size is None and args.older_than is None:
+        raise UsageError("prune needs --keep-last N, --max-size SIZE or --older-than AGE")
+    if args.keep_last is not None and args.keep_last < 1:
+        raise UsageError("--keep-last must be at least 1 (the current partition always stays)")
     busy = _common.orphan_age(args)
     fp = _common.fingerprint_or_none()
     current = getattr(fp, "digest", None)
@@ -85,7 +89,7 @@ def run(args) -> int:
         lock.vet(b)
     now = time.time()
     parts = facts(base_list, current)
-    plan = cleanplan.plan_prune(parts, args.keep, args.max_size, args.older_than, now, busy, current)
+    plan = cleanplan.plan_prune(parts, args.keep_last, args.max_size, args.older_than, now, busy, current)
     fmt = out.output_format(args)
     fmt.human(_print_plan, plan, args.long, _nothing_why(parts, now, args.older_than))
     if not plan.actions or not _common.confirm(args, f"Remove {len(plan.actions)} partition(s) "
@@ -96,7 +100,7 @@ def run(args) -> int:
     # execute() decides again under the locks and acts only on what was shown and is still chosen.
     chosen_bases = sorted({a.partition.base for a in plan.actions})
     outcomes = plan.execute(keep_quarantined=args.keep_quarantined, lock_timeout=args.lock_timeout,
-                            replan=lambda: cleanplan.plan_prune(facts(chosen_bases, current), args.keep, args.max_size,
+                            replan=lambda: cleanplan.plan_prune(facts(chosen_bases, current), args.keep_last, args.max_size,
                                                                 args.older_than, time.time(), busy, current))
     fmt.result("prune", lambda: _body(plan, outcomes, args), lambda: _print_outcomes(outcomes))
     return 0
@@ -139,4 +143,10 @@ def _print_outcomes(outcomes) -> None:
 
 
 def _body(plan, outcomes, args) -> dict:
-    return {"dry_run": bool(args.dry_run), "plan": [a.to_json() for a in plan.actions], "done": [o.to_json() for o in outcomes]}
+    """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py)."""
+    return {"dry_run": bool(args.dry_run), "keep_quarantined": bool(args.keep_quarantined),
+            "plan": [out.plan_record(a.partition.digest, "partition", a.partition.base, a.partition.path,
+                                     a.partition.bytes, a.why, **{k: v for k, v in a.to_json().items()
+                                                                  if k not in ("path", "bytes", "why")})
+                     for a in plan.actions],
+            "done": [out.done_record(**o.to_json()) for o in outcomes]}

@@ -4,12 +4,13 @@ Quarantined entries live in ``<cache dir>/jitwarden-quarantine/<UTC stamp>-<entr
 beside the cache dir (or partition) they came from, each with a record of where it came
 from and why. ``restore`` and ``empty`` print their plan first, accept ``--dry-run`` and
 ``-y``, default to No when asked, and act under the root's lock. ``list`` and ``purge``
-are kept as aliases of ``ls`` and ``empty``.
+are aliases of ``ls`` and ``empty``, with the same arguments and rules.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 
@@ -33,16 +34,16 @@ def register(sub) -> None:
     rs.add_argument("ids", nargs="+", metavar="ID", help="quarantine id (as listed), or a unique prefix or entry id")
     rs.add_argument("--replace", action="store_true", help="quarantine a rebuilt entry in the way instead of refusing")
     _add_arguments(rs, destructive=True)
-    es = qs.add_parser("empty", help="delete quarantined entries for good")
-    es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: all)")
-    es.add_argument("--older-than", type=age_arg, metavar="AGE", help="only entries quarantined more than AGE ago (7d, 12h)")
-    _add_arguments(es, destructive=True)
-    ps = qs.add_parser("purge", help="delete quarantined entries for good (ids, or --all; alias of empty)")
-    ps.add_argument("ids", nargs="*", metavar="ID", help="quarantine ids (default: all, with --all)")
-    ps.add_argument("--all", action="store_true", help="every quarantined entry")
-    ps.add_argument("--older-than", type=age_arg, metavar="AGE",
-                    help="only entries quarantined more than AGE ago (7d, 12h)")
-    _add_arguments(ps, destructive=True)
+    for name in ("empty", "purge"):  # one command, one set of rules; purge is its alias (as in `pip cache purge`)
+        es = qs.add_parser(name, help="delete quarantined entries for good (only the quarantine: live cache entries "
+                                      "are never touched; `clean --all` moves a whole cache aside)"
+                                      + (" (alias of empty)" if name == "purge" else ""))
+        es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: every quarantined entry)")
+        es.add_argument("--all", action="store_true",
+                        help="every quarantined entry (the default without ids; refused with ids)")
+        es.add_argument("--older-than", type=age_arg, metavar="AGE",
+                        help="only entries quarantined more than AGE ago (7d, 12h)")
+        _add_arguments(es, destructive=True)
     p.set_defaults(func=run, action=None)
 
 
@@ -105,21 +106,25 @@ def records(args, include_empty: bool = False) -> list[q.Record]:
     return sorted(recs, key=lambda r: (r.quarantined_at, r.id))
 
 
-def short_ids(recs: list[q.Record]) -> dict[str, str]:
-    """The shortest id each record can be named by in a table, and that ``pick`` takes back (pure):
-    the entry's short id (as ``clean``, ``ls`` and ``verify`` show it) when no other record has it,
-    else ``<stamp>-<short id>``, else the full quarantine id."""
+def short_ids(recs: list[q.Record]) -> dict[tuple[str, str], str]:
+    """The shortest id each record, keyed by (root, quarantine id), can be named by in a table, and that
+    ``pick`` takes back (pure): the entry's short id (as ``clean``, ``ls`` and ``verify`` show it) when no
+    other record of its root has it, else ``<stamp>-<short id>``, else the full quarantine id. The same id in
+    two roots (the stock cache and a partition) is told apart by the ROOT column and ``--root``."""
     def stamped(r):
         return r.id.split("-", 1)[0] + "-" + out.short_key(r.entry_id) if "-" in r.id else r.id
 
+    by_root: dict[str, list[q.Record]] = {}
+    for r in recs:
+        by_root.setdefault(r.root, []).append(r)
     names = {}
     for r in recs:
         for cand in (out.short_key(r.entry_id), stamped(r)):
-            if len(pick_candidates(recs, cand)) == 1:
-                names[r.id] = cand
+            if len(pick_candidates(by_root[r.root], cand)) == 1:
+                names[(r.root, r.id)] = cand
                 break
         else:
-            names[r.id] = r.id
+            names[(r.root, r.id)] = r.id
     return names
 
 
@@ -134,11 +139,16 @@ def pick_candidates(recs: list[q.Record], i: str) -> list[q.Record]:
     return []
 
 
-def pick(recs: list[q.Record], ids: list[str]) -> list[q.Record]:
-    """Records named by quarantine id, entry id, the short ids tables show, or a unique prefix (pure)."""
+def pick(recs: list[q.Record], ids: list[str], roots=()) -> list[q.Record]:
+    """Records named by quarantine id, entry id, the short ids tables show, or a unique prefix (pure).
+
+    ``roots``: the ``--root`` paths given; an id found in several roots is taken from the one named exactly."""
     chosen = []
+    exact = {os.path.realpath(r) for r in roots}
     for i in ids:
         cands = pick_candidates(recs, i) if i else []
+        if len(cands) > 1 and exact:
+            cands = [r for r in cands if os.path.realpath(r.root) in exact] or cands
         if not cands:
             where = f"{plural(len(recs), 'quarantined entry', 'quarantined entries')} in {_roots_phrase(recs)}" if recs \
                 else "nothing is quarantined in any root jitwarden knows"
@@ -146,8 +156,13 @@ def pick(recs: list[q.Record], ids: list[str]) -> list[q.Record]:
                              "or add --root PATH for a root jitwarden never quarantined into)")
         if len(cands) > 1:
             names = short_ids(recs)
-            raise UsageError(f"{display(i)!r} names {len(cands)} quarantined entries: "
-                             f"{', '.join(display(names[r.id]) for r in cands[:5])}{', …' if len(cands) > 5 else ''}")
+            listed = ", ".join(f"{display(names[(r.root, r.id)])} in {display(out.short_path(r.root))}"
+                               for r in cands[:5])
+            roots_ = list(dict.fromkeys(r.root for r in cands))
+            hint = (f"name a longer id, or add --root {shlex.quote(display(roots_[0]))} to take it from that root"
+                    if len(roots_) > 1 else "name a longer id (see `jitwarden quarantine ls`)")
+            raise UsageError(f"{display(i)!r} names {len(cands)} quarantined entries: {listed}"
+                             f"{', …' if len(cands) > 5 else ''}; {hint}")
         chosen.append(cands[0])
     return chosen
 
@@ -164,19 +179,36 @@ def _print_list(recs, long: bool) -> None:
         con.print(out.text("nothing quarantined"))
         return
     names = short_ids(recs)
-    g = out.Grid([out.Column("ID"), out.Column("REASON", flex=True), out.Column("AGE", right=True),
-                  out.Column("SIZE", right=True), out.Column("FROM", flex=True, min=16)])
+    # ids are never cut nor split (they are copied into `restore`); on a narrow terminal REASON, SIZE, AGE and
+    # the root move below the row (cli/render/table.py).
+    g = out.Grid([out.Column("ID"), out.Column("ROOT", flex=True, min=24, cut="middle", hide=4),
+                  out.Column("REASON", hide=3), out.Column("AGE", right=True, hide=1),
+                  out.Column("SIZE", right=True, hide=2)] + ([out.Column("FROM", hide=1)] if long else []))
     for r in recs:
-        g.add(r.id if long else names[r.id], r.reason, human_age(r.quarantined_at), human_size(r.bytes),
-              r.original_path if long else out.root_label(r.root), details=["; ".join(r.details)])
+        g.add(r.id if long else names[(r.root, r.id)], out.root_label(r.root), r.reason,
+              human_age(r.quarantined_at), human_size(r.bytes), *([r.original_path] if long else []),
+              details=["; ".join(r.details)])
     con.print(g)
-    con.print(out.text((f"{len(recs)} quarantined, "
-                        f"{human_size(sum(r.bytes for r in recs))} · "
-                        "restore with `jitwarden quarantine restore ID`", "dim")))
+    out.hanging(con, out.text((f"{len(recs)} quarantined, "
+                               f"{human_size(sum(r.bytes for r in recs))} · "
+                               "restore with `jitwarden quarantine restore ID`", "dim")))
 
 
 def _result(fmt, action: str, plan, done, args, show) -> None:
     fmt.result(f"quarantine {action}", lambda: {"dry_run": bool(args.dry_run), "plan": plan, "done": done}, show)
+
+
+def _plan_json(records, why, **extra) -> list[dict]:
+    """A restore or empty plan as every command's ``plan`` (cli/render/output.py): one record per quarantined entry."""
+    return [out.plan_record(r.id, r.kind, r.root, r.path, r.bytes, why(r), entry_id=r.entry_id,
+                            original_path=r.original_path, **{k: f(r) for k, f in extra.items()}) for r in records]
+
+
+def _done_json(records, ids, status: str, path) -> list[dict]:
+    """The ids a plan's execute() returned, as every command's ``done`` records."""
+    by_id = {r.id: r for r in records}
+    return [out.done_record(i, path(by_id[i]) if i in by_id else "", status, bytes=by_id[i].bytes if i in by_id else 0,
+                            quarantine_id=i) for i in ids]
 
 
 def _execute(plan, timeout, verb: str) -> list[str]:
@@ -202,7 +234,7 @@ def run(args) -> int:
 
 
 def _restore(args) -> int:
-    plan = plans.plan_restore(pick(records(args), args.ids), replace=args.replace)
+    plan = plans.plan_restore(pick(records(args), args.ids, args.root or ()), replace=args.replace)
     if plan.blocked:
         r = plan.blocked[0]
         raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
@@ -212,7 +244,10 @@ def _restore(args) -> int:
     done = []
     if _common.confirm(args, f"Restore {plural(len(plan.records), 'entry')}?"):
         done = _execute(plan, args.lock_timeout, "done")
-    _result(fmt, "restore", plan.to_json(), done, args, lambda: _print_done(
+    plan_json = _plan_json(plan.records, lambda r: f"restore to {r.original_path}",
+                           replaces=lambda r: r.id in plan.conflicts)
+    _result(fmt, "restore", plan_json, _done_json(plan.records, done, "restored", lambda r: r.original_path), args,
+            lambda: _print_done(
         f"restored {len(done)}" if done else "dry run: nothing restored" if args.dry_run else ""))
     return 0
 
@@ -221,7 +256,7 @@ def _print_restore_plan(plan, args) -> None:
     names = short_ids(records(args)) if not args.long else {}
     for r in plan.records:
         extra = " (the entry there is quarantined first)" if r.id in plan.conflicts else ""
-        what = r.original_path if args.long else f"{names.get(r.id, r.id)} into {out.short_path(r.root)}"
+        what = r.original_path if args.long else f"{names.get((r.root, r.id), r.id)} into {out.short_path(r.root)}"
         print(f"restore {display(what)}{extra}", file=sys.stderr)
 
 
@@ -231,10 +266,10 @@ def _print_done(line: str) -> None:
 
 
 def _empty(args) -> int:
-    if args.action == "purge" and not args.ids and not args.all:
-        raise UsageError("purge needs ids or --all")
+    if args.all and args.ids:
+        raise UsageError(f"quarantine {args.action}: --all and IDs conflict (--all is every entry; name IDs or pass --all)")
     recs = records(args, include_empty=True)
-    picked = pick([r for r in recs if r.present], args.ids) if args.ids else recs
+    picked = pick([r for r in recs if r.present], args.ids, args.root or ()) if args.ids else recs
     plan = plans.plan_empty(picked, ids_given=bool(args.ids), older_than=args.older_than, now=time.time())
     fmt = out.output_format(args)
     fmt.human(_print_empty_plan, recs, plan, args.long)
@@ -242,7 +277,9 @@ def _empty(args) -> int:
     if (plan.records or plan.slots) and _common.confirm(
             args, f"Delete {plural(len(plan.records), 'quarantined entry', 'quarantined entries')} for good?"):
         done = _execute(plan, args.lock_timeout, "deleted")
-    _result(fmt, args.action, plan.to_json(), done, args, lambda: _print_done(f"deleted {len(done)}" if done else ""))
+    _result(fmt, "empty", _plan_json(plan.records, lambda r: "delete for good"),
+            _done_json(plan.records, done, "deleted", lambda r: r.path), args,
+            lambda: _print_done(f"deleted {len(done)}" if done else ""))
     return 0
 
 
@@ -250,7 +287,7 @@ def _print_empty_plan(recs, plan, long: bool) -> None:
     names = short_ids(recs) if not long else {}
     chosen, slots = plan.records, plan.slots
     for r in chosen:
-        where = r.path if long else f"{names.get(r.id, r.id)} from {out.short_path(r.root)}"
+        where = r.path if long else f"{names.get((r.root, r.id), r.id)} from {out.short_path(r.root)}"
         print(f"delete {display(where)} ({human_size(r.bytes)})", file=sys.stderr)
     if slots:
         print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)

@@ -18,7 +18,8 @@ def register(sub) -> None:
                        description="Run CMD with jitwarden activated through its environment "
                                    "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, TRITON_CACHE_MANAGER).",
                        usage="jitwarden run [-q] [-v] -- CMD [ARGS...]")
-    p.add_argument("-q", "--quiet", action="store_true", help="no start-up warnings")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no start-up warnings (errors only on stderr, as -q everywhere; CMD's own output is untouched)")
     p.add_argument("-v", "--verbose", action="store_true", help="print the partition and changed variables to stderr")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments, after --")
     p.set_defaults(func=run)

@@ -41,8 +41,8 @@ def run(args) -> int:
     codes = set(args.code or ())
     with_codes = [e for e in report.entries if any(f.code in codes for f in e.findings)] if codes else None
     out.output_format(args).result(
-        "verify --rebuild" if req is not None else "verify --quick",
-        lambda: out.scan_json(report, getattr(fp, "digest", None), with_codes),
+        "verify", lambda: {"mode": "rebuild" if req is not None else "quick",
+                           **out.scan_json(report, getattr(fp, "digest", None), with_codes)},
         lambda: _print(report, with_codes, args.all, args.long, results if req is not None else None))
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
 

@@ -10,8 +10,8 @@ Sizes and ages are written by :mod:`jitwarden.model.text`. See ARCHITECTURE.md f
 """
 
 from jitwarden.cli.render.console import console, hanging, no_color, text
-from jitwarden.cli.render.output import (SCHEMA, JsonFormat, OutputFormat, TableFormat, envelope, output_format,
-                                         write_json)
+from jitwarden.cli.render.output import (SCHEMA, JsonFormat, OutputFormat, TableFormat, done_record, envelope,
+                                         output_format, plan_record, write_json)
 from jitwarden.cli.render.progress import progress_bar
 from jitwarden.cli.render.report import (SEVERITY_STYLE, caches_table, entries_table, print_caches,
                                          print_overview, root_label,
@@ -19,6 +19,6 @@ from jitwarden.cli.render.report import (SEVERITY_STYLE, caches_table, entries_t
 from jitwarden.cli.render.table import Column, Grid, Row
 
 __all__ = ["SCHEMA", "SEVERITY_STYLE", "Column", "Grid", "JsonFormat", "OutputFormat", "Row", "TableFormat",
-           "caches_table", "console", "entries_table", "envelope", "hanging", "no_color", "output_format", "print_caches", "print_overview",
+           "caches_table", "console", "done_record", "entries_table", "envelope", "plan_record", "hanging", "no_color", "output_format", "print_caches", "print_overview",
            "progress_bar", "root_label", "scan_json", "short_id", "short_key", "short_path", "status_cell",
            "summary_line", "text", "write_json"]

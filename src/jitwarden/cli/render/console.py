@@ -27,10 +27,16 @@ def console(stderr: bool = False):
     """
     from rich.console import Console
 
+    class _Console(Console):
+        def print(self, *objects, crop: bool = False, **kw):
+            # Not cropped at the width: a table line that must stay whole (a path or id moved below its row,
+            # longer than the terminal) is soft-wrapped by the terminal and copied as one line.
+            super().print(*objects, crop=crop, **kw)
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     kw = {"color_system": None} if no_color() else {}
-    return Console(file=stream, highlight=False, emoji=False, markup=False, soft_wrap=not tty,
+    return _Console(file=stream, highlight=False, emoji=False, markup=False, soft_wrap=not tty,
                    width=None if tty else 100_000, **kw)
 
 
@@ -46,18 +52,73 @@ def text(*parts):
 
 
 def hanging(con, line, indent: int = 4) -> None:
-    """Print ``line`` (a Text); on a terminal, what does not fit wraps onto lines indented by ``indent``."""
+    """Print ``line`` (a Text); on a terminal, what does not fit wraps onto lines indented by ``indent``, between
+    words only: a path or an id longer than the width stays whole on its line, to be copied."""
     from rich.text import Text
 
     width = con.width
     if not con.is_terminal or len(line) <= width or width <= indent + 20:
         con.print(line)
         return
-    cut = line.plain.rfind(" ", 0, width + 1)
-    if cut <= width // 2:
-        cut = width - 1
-    first, rest = line.divide([cut + 1])
-    first.rstrip()
-    con.print(first)
-    for chunk in rest.wrap(con, width - indent):
-        con.print(Text(" " * indent).append_text(chunk))
+    first = True
+    for piece in line.divide(_breaks(line.plain, width, indent))[0:]:
+        piece.rstrip()
+        if not piece.plain:
+            continue
+        out = piece if first else Text(" " * indent).append_text(piece)
+        out.no_wrap, out.overflow = True, "ignore"
+        con.print(out)
+        first = False
+
+
+def _breaks(plain: str, width: int, indent: int) -> list[int]:
+    """Offsets where ``plain`` is cut into lines of ``width`` (the first) and ``width - indent`` (the rest),
+    at spaces only; a word longer than a line gets a line of its own (pure)."""
+    cuts, start, room = [], 0, width
+    while len(plain) - start > room:
+        cut = plain.rfind(" ", start, start + room + 1)
+        if cut <= start:  # one word longer than the line: whole, up to the next space
+            cut = plain.find(" ", start + room)
+            if cut < 0:
+                break
+        cuts.append(cut + 1)
+        start, room = cut + 1, width - indent
+    return cuts
+
+
+class QuietStderr:
+    """``-q/--quiet``, one meaning in every command: stderr keeps errors and questions only (no warning, note,
+    hint or progress bar); stdout, the result, is unchanged. Wraps the real stream; whole lines are judged."""
+
+    KEEP = ("jitwarden: error", "jitwarden: internal error", "jitwarden: interrupted")
+
+    def __init__(self, stream):
+        self._stream, self._line = stream, ""
+
+    def write(self, s: str) -> int:
+        self._line += s
+        while "\n" in self._line:
+            line, self._line = self._line.split("\n", 1)
+            if self._kept(line):
+                self._stream.write(line + "\n")
+        if self._line.endswith("[y/N] "):  # a question waits for its answer on the same line
+            self._stream.write(self._line)
+            self._stream.flush()
+            self._line = ""
+        return len(s)
+
+    def _kept(self, line: str) -> bool:
+        return line.startswith(self.KEEP) or (line.startswith("jitwarden ") and ": error: " in line)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False  # no progress bar, no colour for what is dropped anyway
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self):
+        return getattr(self._stream, "encoding", "utf-8")

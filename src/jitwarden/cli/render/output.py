@@ -5,8 +5,19 @@ which builds only the one asked for (the pip-audit shape: a format is an object,
 tested on every line). :meth:`human` lines (a plan before a question, progress notes) reach
 a person and are left out of JSON; :meth:`result` prints the command's outcome.
 
-Every JSON document is ``{"schema": 1, "tool": {"name", "version"}, "command": ..., **body}``:
-a stable contract, fields added, never repurposed.
+Every JSON document is ``{"schema": 2, "tool": {"name", "version"}, "command": VERB, **body}``: a stable
+contract, fields added, never repurposed; a field whose type changes bumps ``schema`` (docs/commands.md, "JSON").
+
+- ``command`` is the verb without flags (``doctor``, ``quarantine restore``); how it ran is in the body
+  (``mode``: ``quick`` or ``rebuild``).
+- The envelope's fields are never overridden by a body: a body field of the same name is renamed
+  ``<verb>_<name>`` (the fingerprint's own ``schema`` is ``fingerprint_schema``).
+- Every command that plans has ``plan``, a list of :func:`plan_record` (the same six fields, then its own), and
+  ``done``, a list of :func:`done_record`.
+
+Schema 2 (from 1): ``plan`` of ``clean`` was an object (now a list; its selection, counts and notes are
+top-level ``selection``, ``by_reason``, ``notes``); ``done`` of ``quarantine restore|empty`` was a list of ids
+(now records); ``command`` held flags (``verify --quick``, ``doctor --rebuild``, ``fingerprint --diff``).
 """
 
 from __future__ import annotations
@@ -18,15 +29,31 @@ from typing import Callable
 
 from jitwarden import tool
 
-SCHEMA = 1
+SCHEMA = 2
+ENVELOPE = ("schema", "tool", "command")
 
 
 def envelope(command: str, body: dict) -> dict:
-    """The JSON document of ``command``: schema, tool, command, then ``body``'s fields.
+    """The JSON document of ``command`` (the verb, without flags): schema, tool, command, then ``body``'s
+    fields; a body field named like an envelope field becomes ``<verb>_<name>``, never overriding it."""
+    if any(w.startswith("-") for w in command.split()):
+        raise ValueError(f"command {command!r}: the verb only; say how it ran in the body")
+    verb = command.split()[-1]
+    return {"schema": SCHEMA, "tool": tool(), "command": command,
+            **{(f"{verb}_{k}" if k in ENVELOPE else k): v for k, v in body.items()}}
 
-    A body with a ``schema`` of its own (a fingerprint, whose schema ``--diff`` checks) keeps it.
-    """
-    return {"schema": SCHEMA, "tool": tool(), "command": command, **body}
+
+def plan_record(id: str, kind: str | None, root: str, path: str, bytes: int, why: str, **extra) -> dict:
+    """One thing a plan would act on, the same six fields in every command's ``plan``, then its own."""
+    return {"id": id, "kind": kind, "root": root, "path": path, "bytes": bytes, "why": why, **extra}
+
+
+def done_record(id: str, path: str, status: str, why: str = "", bytes: int = 0, quarantine_id: str | None = None,
+                **extra) -> dict:
+    """What happened to one thing, the same fields in every command's ``done`` (``status``: quarantined,
+    deleted, restored, skipped)."""
+    return {"id": id, "path": path, "status": status, "why": why, "bytes": bytes, "quarantine_id": quarantine_id,
+            **extra}
 
 
 def write_json(doc: dict, indent: bool | None = None) -> None:

@@ -62,20 +62,31 @@ def status_cell(findings):
     return (", ".join(codes), SEVERITY_STYLE[worst])
 
 
-def entries_table(report: ScanReport, entries, long: bool = False, details: bool = False) -> Grid:
-    """One row per entry; with ``details``, each finding's message on its own line below the row."""
+def entries_table(report: ScanReport, entries, long: bool = False, details: bool = False,
+                  current_digest: str | None = None) -> Grid:
+    """One row per entry; with ``details``, each finding's message on its own line below the row.
+
+    KIND and ROOT columns appear when the entries come from more than one kind or root (one id can be in the
+    stock cache and in a partition); ``--long``: the whole id, and the path, last (on a narrow terminal, on its
+    own line below the row). On a narrow terminal ID and STATUS are never cut, a long NAME is written whole
+    below its row, and TYPE, AGE, SIZE, ARCH, KIND and ROOT move below the row, in that order (:class:`Grid`)."""
     entries = list(entries)
     kinds = len({e.kind for e in entries}) > 1
-    cols = ([Column("KIND")] if kinds else []) + [
-        Column("ID", flex=long), Column("NAME", flex=True, min=10), Column("TYPE", flex=True, min=6),
-        Column("ARCH", right=True), Column("SIZE", right=True), Column("AGE", right=True), Column("STATUS", flex=True, min=8)]
+    roots = len({e.root for e in entries}) > 1
+    cols = ([Column("KIND", hide=7)] if kinds else []) + (
+        [Column("ROOT", flex=True, min=24, cut="middle", hide=8)] if roots else []) + [
+        Column("ID"), Column("NAME", spill=True, min=14, hide=11 if long else 0), Column("TYPE", hide=2),
+        Column("ARCH", right=True, hide=6), Column("SIZE", right=True, hide=5), Column("AGE", right=True, hide=3),
+        Column("STATUS", hide=10 if long else 0)] + ([Column("PATH", hide=1)] if long else [])
     g = Grid(cols)
     now = time.time()
     for e in entries:
         fs = e.findings
         row = [e.kind] if kinds else []
-        row += [e.path if long else short_id(e), e.name or "-", e.type, f"sm_{e.arch}" if e.arch else "-",
+        row += [root_label(e.root, current_digest)] if roots else []
+        row += [e.id if long else short_id(e), e.name or "-", e.type, f"sm_{e.arch}" if e.arch else "-",
                 human_size(e.bytes), human_age(e.mtime, now), status_cell(fs)]
+        row += [e.path] if long else []
         shown = ()
         if details:
             shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
@@ -97,13 +108,14 @@ def short_key(entry_id: str) -> str:
 
 
 def caches_table(report: ScanReport, long: bool = False, current_digest: str | None = None) -> Grid:
-    """One row per root. A partition shows as ``<base>/@<digest>``, ``*`` marking this environment's;
-    ``--long``: full paths, and where each root came from (SOURCE)."""
-    cols = [Column("KIND"), Column("ROOT", flex=not long, min=16)]
+    """One row per root. A partition shows as ``<base>/@<digest>``, ``*`` marking this environment's (a root too
+    long for the terminal is cut in its middle, so the mark stays); ``--long``: full paths, and where each
+    root came from (SOURCE)."""
+    cols = [Column("KIND"), Column("ROOT", flex=not long, min=16, cut="middle", hide=9 if long else 0)]
     if long:
-        cols += [Column("SOURCE"), Column("PARTITION")]
-    g = Grid(cols + [Column("ENTRIES", right=True), Column("SIZE", right=True), Column("ERR", right=True),
-                     Column("WARN", right=True), Column("QUAR", right=True)])
+        cols += [Column("SOURCE", hide=2), Column("PARTITION", hide=1)]
+    g = Grid(cols + [Column("ENTRIES", right=True), Column("SIZE", right=True, hide=3), Column("ERR", right=True),
+                     Column("WARN", right=True), Column("QUAR", right=True, hide=4)])
     for c in report.caches:
         errs = warns = 0
         for e in c.entries:
@@ -144,9 +156,31 @@ def print_caches(con, report: ScanReport, long: bool = False, current_digest: st
         con.print(text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
 
 
-def summary_line(report: ScanReport) -> str:
+def shown_summary(report: ScanReport, entries) -> dict:
+    """``report.summary()`` over the ``entries`` a filter kept (``ls --name``, ``--code``): what the footer under
+    them counts (pure)."""
+    by_code: dict[str, int] = {}
+    errors = warnings = 0
+    for e in entries:
+        for f in e.findings:
+            by_code[f.code] = by_code.get(f.code, 0) + 1
+        sev = max((f.severity for f in e.findings), default=None)
+        errors += sev == Severity.ERROR
+        warnings += sev == Severity.WARN
+    return {"entries": len(entries), "errors": errors, "warnings": warnings, "by_code": dict(sorted(by_code.items()))}
+
+
+def summary_line(report: ScanReport, entries=None) -> str:
+    """The footer: entries, how many with errors and warnings, by code, what they were judged against. Given
+    ``entries`` (those a filter kept), it counts those: ``4 of 36 entries shown · …``."""
     s = report.summary()
-    parts = [plural(s["entries"], "entry"), f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
+    if entries is not None and len(entries) != s["entries"]:
+        total = s["entries"]
+        s = shown_summary(report, entries)
+        first = f"{s['entries']} of {plural(total, 'entry')} shown"
+    else:
+        first = plural(s["entries"], "entry")
+    parts = [first, f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
     codes = ", ".join(f"{k} {v}" for k, v in s["by_code"].items())
     tgt = report.target
     where = f"judged against sm_{tgt.arch} ({tgt.source})" if tgt.arch else "no GPU and no --target: arch checks skipped"

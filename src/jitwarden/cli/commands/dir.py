@@ -1,0 +1,103 @@
+"""``jitwarden dir [KIND]``: where each kernel cache lives (as ``uv cache dir`` and ``pip cache dir`` say).
+
+For each kind, the directory its tool uses in this environment (the same variables, in the same order,
+as the tool itself: ``env/locations.py`` and each adapter's ``discover_roots``), what named it, whether it
+exists yet, and for the kinds jitwarden partitions, where ``jitwarden run`` and ``jitwarden.activate()`` put
+this environment's caches. ``dir KIND`` prints only that kind's paths, one per line, for scripts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from jitwarden.cli import options, render as out
+from jitwarden.model.text import display
+
+
+def register(sub) -> None:
+    p = sub.add_parser("dir", help="print where each kernel cache lives",
+                       description="Print where each kind of kernel cache lives in this environment (the "
+                                   "variable or default that decides it, whether it exists, and this "
+                                   "environment's partition). With KIND, only that kind's paths, one per line.")
+    p.add_argument("kind", nargs="?", metavar="KIND",
+                   help="triton, inductor, vllm, cuda-compute, flashinfer, deepgemm, torch-ext, or jitwarden "
+                        "(jitwarden's own state: the list of roots it quarantined into)")
+    options.add_format_argument(p)
+    p.set_defaults(func=run)
+
+
+def locations_of(env, digest: str | None, kinds) -> list[dict]:
+    """One record per cache dir: kind, path, source, exists, partition (this environment's, or None)."""
+    from jitwarden import adapters
+    from jitwarden.env import locations
+    from jitwarden.store import partition, qregistry
+
+    partitioned = dict(locations.PARTITION_VARS)
+    rows = []
+    for kind in kinds:
+        if kind == "jitwarden":
+            path = os.path.dirname(qregistry.path(env))
+            rows.append(_row(kind, path, "JITWARDEN_HOME" if env.get("JITWARDEN_HOME") else "default", None))
+            continue
+        found = []
+        if kind in partitioned:
+            var = partitioned[kind]
+            base = partition.base_of(locations.default_base(kind, env))
+            found.append((base, var if env.get(var) else "default"))
+        for r in adapters.get(kind).discover_roots(env):
+            if r.partition or r.source == "partition":
+                continue
+            found.append((r.base or partition.base_of(r.path), r.source))
+        seen = set()
+        for n, (path, source) in enumerate(found):
+            key = os.path.realpath(path)
+            if key in seen:
+                continue
+            seen.add(key)
+            # Activation partitions the dir the kind's own variable names (the first), not trees nested in others.
+            part = partition.path_for(path, digest) if kind in partitioned and digest and n == 0 else None
+            rows.append(_row(kind, path, source, part))
+        if not seen:
+            rows.append(_row(kind, None, "none found", None))
+    return rows
+
+
+def _row(kind, path, source, part) -> dict:
+    return {"kind": kind, "path": path, "source": source, "exists": bool(path) and os.path.isdir(path),
+            "partition": part}
+
+
+def run(args) -> int:
+    from jitwarden.adapters import KINDS
+    from jitwarden.cli.commands import _common
+    from jitwarden.model.errors import UsageError
+
+    every = KINDS + ("jitwarden",)
+    if args.kind is not None and args.kind not in every:
+        raise UsageError(f"unknown cache kind {args.kind!r} (one of: {', '.join(every)})")
+    fp = _common.fingerprint_or_none()
+    digest = getattr(fp, "digest", None)
+    rows = locations_of(os.environ, digest, (args.kind,) if args.kind else every)
+    out.output_format(args).result("dir", lambda: {"fingerprint_digest": digest, "dirs": rows},
+                                   lambda: _print(rows, bool(args.kind)))
+    return 0
+
+
+def _print(rows, bare: bool) -> None:
+    if bare:  # `cd "$(jitwarden dir triton)"`: the paths only
+        raw = not sys.stdout.isatty()
+        for r in rows:
+            if r["path"]:
+                print(r["path"] if raw else display(r["path"]))
+        return
+    con = out.console()
+    g = out.Grid([out.Column("KIND"), out.Column("PATH"), out.Column("SOURCE", hide=2),
+                  out.Column("PARTITION", hide=1)])
+    for r in rows:
+        path = out.short_path(r["path"]) if r["path"] else "-"
+        source = r["source"] + ("" if r["exists"] or not r["path"] else ", not created yet")
+        g.add(r["kind"], path, source, out.root_label(r["partition"]) if r["partition"] else "-")
+    con.print(g)
+    out.hanging(con, out.text(("partition: where `jitwarden run` and jitwarden.activate() keep this "
+                               "environment's caches (@DIGEST)", "dim")))
