@@ -59,6 +59,8 @@ REGISTRY: tuple[tuple[str, str], ...] = (
     ("flashinfer", "flashinfer"),
     ("deepgemm", "deepgemm"),
     ("torch-ext", "torch_ext"),
+    ("jax", "jax"),
+    ("cupy", "cupy"),
 )
 """(kind, module) of every adapter, in the order roots are discovered and reported."""
 
