@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from jitwarden.env import nvml, ptxas, torchinfo
+from jitwarden.env import jaxcupy, nvml, ptxas, torchinfo
 from jitwarden.store.fsutil import memo_dir, write_json_atomic  # noqa: F401 - memo_dir re-exported for callers
 from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
@@ -67,7 +67,7 @@ PACKAGES = (
     ("vllm", ("vllm",)),
     ("flashinfer", ("flashinfer_python", "flashinfer")),
     ("deep_gemm", ("deep_gemm", "deepgemm")),
-)
+) + jaxcupy.PACKAGES  # JAX's and CuPy's builds and the CUDA wheels they depend on (env/jaxcupy.py)
 
 _MEMO_CAP = 64
 
@@ -458,7 +458,7 @@ def _packages(memo: dict) -> tuple[Package, ...]:
     records, arches = memo.setdefault("records", _Section()), memo.setdefault("torch_arch", _Section())
     for name, candidates in PACKAGES:
         hit = next((d for d in candidates if d in dists), None)
-        if hit is None:
+        if hit is None or not jaxcupy.counted(name, dists):
             continue
         dist_info, version = dists[hit]
         identity = _record_identity(dist_info, records)
