@@ -137,7 +137,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     """Read one file (no symlink followed) and judge it (see the module docstring).
 
     Evidence per rule: ``corrupt`` for a header SHA-1 that does not match the payload, a cubin that does not
-    parse, an empty file; ``mismatch`` for a recorded mangled name the cubin lacks, or a saved source whose
+    parse, an empty file, a file that no longer matches the dir's seal (a file moved to another key); ``mismatch`` for a recorded mangled name the cubin lacks, or a saved source whose
     kernels the cubin lacks; ``foreign-arch`` for a cubin of another SM than the target (CuPy keys by arch);
     ``orphan`` for an old ``tmp*`` leftover; ``unrecognised`` for a payload jitwarden does not know.
     """
@@ -169,6 +169,8 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         out.append(Finding("corrupt", f"unreadable: {exc.strerror or exc}"))
         return Entry(KIND, root, name, s.path, "kernel", None, None, f.size, f.mtime, findings=tuple(out),
                      facts=CupyFacts(key, suffix))
+    sealed, out_seal = base.dir_seal_findings(root, name, data, j)
+    out += out_seal
     p = cupyentry.parse(data, suffix)
     if p.problem:
         out.append(Finding("corrupt" if "header" in p.problem or "not a sound" in p.problem or "damaged" in p.problem
@@ -190,5 +192,5 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         except OSError:
             pass
     return Entry(KIND, root, name, s.path, "kernel", p.kernels[0] if len(p.kernels) == 1 else None, arch, size, f.mtime,
-                 findings=tuple(dict.fromkeys(out + sfind)),
+                 sealed, findings=tuple(dict.fromkeys(out + sfind)),
                  facts=CupyFacts(key, suffix, p.payload, p.cubin_sm, p.ptx_target, p.kernels[:16], saved))

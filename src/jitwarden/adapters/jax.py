@@ -158,14 +158,15 @@ def same_module(file_module: str, exe_module: str) -> bool:
     return norm.sub("_", file_module) == norm.sub("_", exe_module)
 
 
-def _judge_executable(path: str, size: int, module: str, j: Judge) -> tuple[JaxFacts, list[Finding], int | None]:
+def _judge_executable(path: str, size: int, module: str, j: Judge) -> tuple[JaxFacts, list[Finding], int | None, bool]:
     out: list[Finding] = []
     if size == 0:
-        return JaxFacts(), [Finding("corrupt", "empty -cache file (an interrupted write: JAX writes it in place)")], None
+        return JaxFacts(), [Finding("corrupt", "empty -cache file (an interrupted write: JAX writes it in place)")], None, False
     try:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
     except OSError as exc:
-        return JaxFacts(), [Finding("corrupt", f"unreadable: {exc.strerror or exc}")], None
+        return JaxFacts(), [Finding("corrupt", f"unreadable: {exc.strerror or exc}")], None, False
+    sealed, out = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)
     p = jaxexec.parse(data)
     if p.problem:
         out.append(Finding("corrupt", f"{p.problem}: JAX cannot load it"))
@@ -181,10 +182,10 @@ def _judge_executable(path: str, size: int, module: str, j: Judge) -> tuple[JaxF
             out.append(Finding("foreign-arch", f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
                                                f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here"))
     facts = JaxFacts(None, None, p.compression, p.serialization, p.module, p.compile_time, arch, p.cubin_sms)
-    return facts, out, arch
+    return facts, out, arch, sealed
 
 
-def _xla_file_findings(path: str, name: str, size: int) -> list[Finding]:
+def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Finding]:
     """XLA's own cache files, serialized protobuf messages: the per-fusion autotune result
     ``<version hash>/<fusion key>.pb`` names its own key inside (field 1: version hash as 1.1.1, fusion key
     as 1.1.3), so a result moved under another key contradicts its path; the kernel cache file is a list of
@@ -196,6 +197,11 @@ def _xla_file_findings(path: str, name: str, size: int) -> list[Finding]:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
     except OSError as exc:
         return [Finding("corrupt", f"unreadable: {exc.strerror or exc}")]
+    sealed = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)[1]
+    return sealed + _xla_proto_findings(data, name, parts)
+
+
+def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Finding]:
     try:
         top = jaxexec.fields(data)
         if name == KERNEL_CACHE_FILE:
@@ -223,7 +229,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     """Read one entry (no symlink followed, nothing deserialized) and judge it (see the module docstring).
 
     Evidence per rule: ``corrupt`` for a zlib/zstd stream that is damaged or cut short, an empty file, an
-    ``-atime`` that is not 8 bytes; ``mismatch`` for an executable of another module than its key names;
+    ``-atime`` that is not 8 bytes, a file that no longer matches its dir's seal; ``mismatch`` for an executable of another module than its key names;
     ``incomplete`` for a missing ``-atime`` while eviction is on; ``orphan`` for an ``-atime`` whose entry
     is gone; ``unrecognised`` for a compression or serialization jitwarden does not know.
     """
@@ -239,7 +245,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     f = s.files[0]
     if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:
         etype = "autotune" if top == AUTOTUNE_DIR else "kernel-cache"
-        out += _xla_file_findings(s.path, name, f.size)
+        out += _xla_file_findings(s.path, name, f.size, j)
         return Entry(KIND, root, name, s.path, etype, None, None, f.size, f.mtime, findings=tuple(out), facts=JaxFacts())
     m = ENTRY.match(name)
     if m is None:
@@ -252,10 +258,10 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             out.append(Finding("orphan", f"-atime of an entry that is gone ({key}-cache): JAX never reads it again"))
         return Entry(KIND, root, name, s.path, "partial", module, None, f.size, f.mtime, findings=tuple(out),
                      facts=JaxFacts(module, khash))
-    facts, found, arch = _judge_executable(s.path, f.size, module, j)
+    facts, found, arch, sealed = _judge_executable(s.path, f.size, module, j)
     has_atime, afind = _atime_findings(root, key, j)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
     facts = JaxFacts(module, khash, facts.compression, facts.serialization, facts.executable_module,
                      facts.compile_time_ms, facts.cubin_sm, facts.cubin_sms, has_atime)
-    return Entry(KIND, root, name, s.path, "executable", module, arch, size, f.mtime,
+    return Entry(KIND, root, name, s.path, "executable", module, arch, size, f.mtime, sealed,
                  findings=tuple(dict.fromkeys(out + found + afind)), facts=facts)

@@ -154,3 +154,22 @@ def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
 def test_run_leaves_jax_off_when_the_user_left_it_off(tmp_path):
     r = _run(tmp_path, {}, [sys.executable, "-c", "import os; print(os.environ.get('JAX_COMPILATION_CACHE_DIR'))"])
     assert r.returncode == 0 and r.stdout.strip() == "None"
+
+
+def test_verify_reports_a_sealed_file_that_changed(tmp_path, capsys):
+    """Where a seal exists, verify catches what the file alone cannot show: the captured CuPy swap."""
+    from tests.helpers import otherkinds as ok
+
+    root = cupy_unpack("cupy_cache", tmp_path)
+    swapped = cupy_unpack("cupy_swapped", tmp_path)
+    flatseal.check_root("cupy", root, "d1")
+    rc, doc = ok.verify(capsys, root, "--target", "90")
+    assert rc == 0 and all(e["sealed"] for e in doc["entries"])
+    copy_bytes(os.path.join(swapped, CUPY_ADD), os.path.join(root, CUPY_ADD), age=0)
+    rc, doc = ok.verify(capsys, root, "--target", "90")
+    assert rc == 1 and {k: v for k, v in ok.codes(doc).items() if v} == {CUPY_ADD: ["corrupt"]}
+    jroot = jax_unpack("jax_cache", tmp_path)
+    flatseal.check_root("jax", jroot, "d1")
+    copy_bytes(os.path.join(jroot, ADD), os.path.join(jroot, SUB), age=0)
+    rc, doc = ok.verify(capsys, jroot, "--target", "90")
+    assert rc == 1 and {k: v for k, v in ok.codes(doc).items() if v} == {SUB: ["corrupt", "mismatch"]}
