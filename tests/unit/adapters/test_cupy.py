@@ -142,3 +142,23 @@ def test_roots_as_cupy_finds_them(cache, tmp_path):
     assert [(r.path, r.source) for r in cp.discover_roots({"HOME": str(home), "CUPY_CACHE_DIR": cache})] == \
         [(cache, "CUPY_CACHE_DIR"), (str(default), "default")]
     assert adapters.kind_of_path(cache) == "cupy" and adapters.kind_of_path(str(default)) == "cupy"
+
+
+def test_clean_quarantines_and_restore_puts_back(cache, capsys, tmp_path, monkeypatch):
+    from jitwarden.cli.main import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the quarantine registry: this test's own
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / ".cache"))
+
+    data = bytearray(read(os.path.join(cache, NVRTC)))
+    data[-1] ^= 0x01
+    write(os.path.join(cache, NVRTC), bytes(data))
+    assert main(["clean", "--code", "corrupt", "-y", cache]) == 0
+    capsys.readouterr()
+    assert not os.path.exists(os.path.join(cache, NVRTC))
+    rc, doc = ok.verify(capsys, cache, "--target", "90")
+    assert rc == 0 and bad(doc) == {} and len(doc["entries"]) == 15
+    assert main(["quarantine", "restore", "-y", NVRTC[:12]]) == 0
+    capsys.readouterr()
+    rc, doc = ok.verify(capsys, cache, "--target", "90")
+    assert rc == 1 and bad(doc) == {NVRTC: ["corrupt"]}

@@ -154,3 +154,21 @@ def test_an_unknown_compression_is_unrecognised_not_corrupt(cache, capsys):
         f.write(b"BZh91AY&SY" + os.urandom(200))
     rc, doc = ok.verify(capsys, cache, "--target", "90", "--all")
     assert rc == 0 and ok.codes(doc)[ADD] == ["unrecognised"]
+
+
+def test_clean_quarantines_and_restore_puts_back(cache, capsys, tmp_path, monkeypatch):
+    from jitwarden.cli.main import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the quarantine registry: this test's own
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / ".cache"))
+
+    _damage(os.path.join(cache, ADD), "bitflip")
+    assert main(["clean", "--code", "corrupt", "-y", cache]) == 0
+    capsys.readouterr()
+    assert not os.path.exists(os.path.join(cache, ADD)) and os.path.exists(os.path.join(cache, SUB))
+    rc, doc = ok.verify(capsys, cache, "--target", "90")
+    assert rc == 0 and bad(doc) == {}
+    assert main(["quarantine", "restore", "-y", ADD[:12]]) == 0
+    capsys.readouterr()
+    rc, doc = ok.verify(capsys, cache, "--target", "90")
+    assert rc == 1 and bad(doc) == {ADD: ["corrupt"]}
