@@ -172,3 +172,42 @@ def test_clean_quarantines_and_restore_puts_back(cache, capsys, tmp_path, monkey
     capsys.readouterr()
     rc, doc = ok.verify(capsys, cache, "--target", "90")
     assert rc == 1 and bad(doc) == {ADD: ["corrupt"]}
+
+
+def _zstd_raw_frame(payload: bytes, checksum: bool = False) -> bytes:
+    """A zstd frame (RFC 8878) of raw blocks, as JAX writes with Python 3.14's compression.zstd or the zstandard
+    package: single segment, 4-byte content size, optional checksum (its value unchecked here)."""
+    fhd = 0b10_1_0_0_0_00 | (0b100 if checksum else 0)  # FCS 4 bytes, single segment
+    out = b"\x28\xb5\x2f\xfd" + bytes([fhd]) + len(payload).to_bytes(4, "little")
+    for i in range(0, len(payload), 1000):
+        chunk = payload[i:i + 1000]
+        last = i + 1000 >= len(payload)
+        out += ((len(chunk) << 3) | (0 << 1) | int(last)).to_bytes(3, "little") + chunk
+    return out + (b"\0\0\0\0" if checksum else b"")
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_zstd_entries_are_walked_and_a_cut_frame_is_corrupt(cache, capsys, checksum):
+    """Without a zstd decoder in this Python the content is not judged (info), but a frame cut short is damage."""
+    import zlib
+
+    from jitwarden.formats import jaxexec
+
+    if checksum and jaxexec._zstd_decoder() is not None:
+        pytest.skip("a real decoder checks the XXH64 checksum, which the stdlib cannot compute to forge one")
+    with open(os.path.join(cache, ADD), "rb") as f:
+        raw = zlib.decompress(f.read())
+    frame = _zstd_raw_frame(raw, checksum)
+    with open(os.path.join(cache, ADD), "wb") as f:
+        f.write(frame)
+    rc, doc = ok.verify(capsys, cache, "--target", "90", "--all")
+    e = next(e for e in doc["entries"] if e["id"] == ADD)
+    assert rc == 0 and e["extra"]["compression"] == "zstd"
+    if jaxexec._zstd_decoder() is None:
+        assert [f["code"] for f in e["findings"]] == ["unrecognised"]
+    else:  # decoded: judged like a zlib entry
+        assert e["findings"] == [] and e["extra"]["executable_module"] == "jit_f_add"
+    with open(os.path.join(cache, ADD), "wb") as f:
+        f.write(frame[:-7])
+    rc, doc = ok.verify(capsys, cache, "--target", "90")
+    assert rc == 1 and bad(doc) == {ADD: ["corrupt"]}
