@@ -46,8 +46,8 @@ MAX_ENTRY = 4 << 30
 @dataclass(frozen=True, slots=True)
 class JaxFacts(KindFacts):
     """An entry's key parts (``<module>-<hash>``), what its file says (compression, serialization, the
-    executable's own module name, compile time in ms as JAX measured it), its cubins' SMs and whether
-    an ``-atime`` companion is there."""
+    executable's own module name, compile time in ms as JAX measured it, its ABI version strings: platform,
+    CUDA and cuDNN versions on GPU), its cubins' SMs and whether an ``-atime`` companion is there."""
 
     TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm"})
 
@@ -60,6 +60,7 @@ class JaxFacts(KindFacts):
     cubin_sm: int | None = None
     cubin_sms: tuple[int, ...] = ()
     atime: bool | None = None
+    abi: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- roots
@@ -181,7 +182,8 @@ def _judge_executable(path: str, size: int, module: str, j: Judge) -> tuple[JaxF
         if j.target_arch is not None and j.target_arch not in p.cubin_sms:
             out.append(Finding("foreign-arch", f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
                                                f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here"))
-    facts = JaxFacts(None, None, p.compression, p.serialization, p.module, p.compile_time, arch, p.cubin_sms)
+    facts = JaxFacts(None, None, p.compression, p.serialization, p.module, p.compile_time, arch, p.cubin_sms,
+                     None, p.abi)
     return facts, out, arch, sealed
 
 
@@ -262,6 +264,6 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     has_atime, afind = _atime_findings(root, key, j)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
     facts = JaxFacts(module, khash, facts.compression, facts.serialization, facts.executable_module,
-                     facts.compile_time_ms, facts.cubin_sm, facts.cubin_sms, has_atime)
+                     facts.compile_time_ms, facts.cubin_sm, facts.cubin_sms, has_atime, facts.abi)
     return Entry(KIND, root, name, s.path, "executable", module, arch, size, f.mtime, sealed,
                  findings=tuple(dict.fromkeys(out + found + afind)), facts=facts)

@@ -44,6 +44,10 @@ class JaxPayload:
     module: str | None = None
     cubin_sms: tuple[int, ...] = ()
     executable_bytes: int | None = None
+    abi: tuple[str, ...] = ()
+    """The IFRT header's executable ABI version (field 9), as its strings in order: on the H200
+    ``("xla::GpuXlaExecutableAbiVersion", "CUDA", "13.0.0", "9.19.0", "3.2.0")``, where 9.19.0 is the
+    installed cuDNN's version; shown as read, not judged."""
 
 
 # ---------------------------------------------------------------- protobuf wire format (read only)
@@ -191,6 +195,24 @@ def embedded_cubin_sms(exe: bytes, limit: int = 256) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
+def strings(buf: bytes, depth: int = 6) -> list[str]:
+    """The printable strings of a protobuf message and the messages nested in it, in order (empty when
+    ``buf`` is no message)."""
+    out: list[str] = []
+    try:
+        found = fields(buf)
+    except ValueError:
+        return out
+    for _num, wt, v in found:
+        if wt != 2 or not v:
+            continue
+        if all(32 <= c < 127 for c in v):
+            out.append(v.decode("ascii"))
+        elif depth > 0:
+            out += strings(v, depth - 1)
+    return out
+
+
 def parse(data: bytes) -> JaxPayload:
     """Judge one ``-cache`` file's bytes (see the module docstring)."""
     comp, raw, problem, unknown = decompress(data)
@@ -216,5 +238,6 @@ def parse(data: bytes) -> JaxPayload:
                           ctime, fmt_s, cubin_sms=sms, executable_bytes=len(exe))
     name = head.get(7)
     module = name.decode("utf-8", "replace") if isinstance(name, bytes) and name else None
+    abi = head.get(9)
     return JaxPayload(comp, None, None if module else "the executable's header names no module", ctime, fmt_s,
-                      module, sms, len(exe))
+                      module, sms, len(exe), tuple(strings(abi)[:8]) if isinstance(abi, bytes) else ())

@@ -51,6 +51,7 @@ def test_real_cache_has_no_false_alarm(cache, capsys):
     add = next(e for e in doc["entries"] if e["id"] == ADD)
     assert add["name"] == "jit_f_add" and add["extra"]["executable_module"] == "jit_f_add"
     assert add["extra"]["compression"] == "zlib" and add["extra"]["serialization"] == "pjrt_ifrt"
+    assert add["extra"]["abi"] == ["xla::GpuXlaExecutableAbiVersion", "CUDA", "13.0.0", "9.19.0", "3.2.0"]
 
 
 def test_the_captured_swap_is_a_mismatch(tmp_path, capsys):
