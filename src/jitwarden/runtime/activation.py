@@ -287,7 +287,7 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     if parse_flag(env.get("JITWARDEN_SWEEP")) is False:
         out.append((f"JITWARDEN_SWEEP={env['JITWARDEN_SWEEP']}",
                     "TorchInductor's kernels are not checked at start-up: its static launcher loads cubins the "
-                    "Triton guard never sees",
+                    "Triton guard never sees; nor are JAX's and CuPy's cache files, which nothing else checks",
                     "unset JITWARDEN_SWEEP"))
     manager = env.get("TRITON_CACHE_MANAGER")
     if manager and manager != MANAGER:

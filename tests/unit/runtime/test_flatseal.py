@@ -173,3 +173,15 @@ def test_verify_reports_a_sealed_file_that_changed(tmp_path, capsys):
     copy_bytes(os.path.join(jroot, ADD), os.path.join(jroot, SUB), age=0)
     rc, doc = ok.verify(capsys, jroot, "--target", "90")
     assert rc == 1 and {k: v for k, v in ok.codes(doc).items() if v} == {SUB: ["corrupt", "mismatch"]}
+
+
+def test_sweep_off_turns_the_check_off_and_says_so(tmp_path):
+    from jitwarden.runtime.activation import reduced_protection
+
+    root = cupy_unpack("cupy_cache", tmp_path)
+    env = {"JITWARDEN_SWEEP": "0"}
+    assert flatseal.startup({"CUPY_CACHE_DIR": root}, {}, "d1", env) == []
+    assert not os.path.exists(os.path.join(root, SEAL_FILE))
+    ((_setting, cost, _undo),) = reduced_protection(env)
+    assert "CuPy" in cost
+    assert flatseal.startup({"CUPY_CACHE_DIR": root}, {}, "d1", {}) == [] and len(sealed(root)) == 16
