@@ -159,9 +159,18 @@ def same_module(file_module: str, exe_module: str) -> bool:
     return norm.sub("_", file_module) == norm.sub("_", exe_module)
 
 
-def _judge_executable(path: str, size: int, module: str, j: Judge) -> tuple[JaxFacts, list[Finding], int | None, bool]:
+WRITING_S = 60.0
+"""JAX writes a ``-cache`` file in place (``Path.write_bytes``): one cut short and younger than this may still
+be being written, and is not called damage yet."""
+
+
+def _judge_executable(path: str, size: int, mtime: float, module: str, j: Judge) -> tuple[JaxFacts, list[Finding], int | None, bool]:
     out: list[Finding] = []
+    young = not base.older_than(mtime, j, WRITING_S)
     if size == 0:
+        if young:
+            return JaxFacts(), [Finding("unrecognised", "empty, written in the last minute: perhaps still being "
+                                                        "written (JAX writes in place)")], None, False
         return JaxFacts(), [Finding("corrupt", "empty -cache file (an interrupted write: JAX writes it in place)")], None, False
     try:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
@@ -169,7 +178,10 @@ def _judge_executable(path: str, size: int, module: str, j: Judge) -> tuple[JaxF
         return JaxFacts(), [Finding("corrupt", f"unreadable: {exc.strerror or exc}")], None, False
     sealed, out = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)
     p = jaxexec.parse(data)
-    if p.problem:
+    if p.problem and young and "cut short" in p.problem:
+        out.append(Finding("unrecognised", f"{p.problem}, written in the last minute: perhaps still being written "
+                                           "(JAX writes in place)"))
+    elif p.problem:
         out.append(Finding("corrupt", f"{p.problem}: JAX cannot load it"))
     elif p.unknown:
         out.append(Finding("unrecognised", p.unknown))
@@ -260,7 +272,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             out.append(Finding("orphan", f"-atime of an entry that is gone ({key}-cache): JAX never reads it again"))
         return Entry(KIND, root, name, s.path, "partial", module, None, f.size, f.mtime, findings=tuple(out),
                      facts=JaxFacts(module, khash))
-    facts, found, arch, sealed = _judge_executable(s.path, f.size, module, j)
+    facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, j)
     has_atime, afind = _atime_findings(root, key, j)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
     facts = JaxFacts(module, khash, facts.compression, facts.serialization, facts.executable_module,
