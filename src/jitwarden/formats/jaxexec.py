@@ -4,8 +4,9 @@ JAX (``jax/_src/compilation_cache.py``, 0.10-0.11) writes ``<module>-<sha256 key
 ``compress(compile_time (4 bytes, big-endian) + executable.serialize())``, compressed with zstd when
 Python has ``compression.zstd`` (3.14) or the ``zstandard`` package, else zlib. The serialized executable
 of PJRT's IFRT wrapper starts with a varint length and a header message (protobuf wire format) whose
-field 2 is the format name (``pjrt_ifrt``) and field 7 the executable's (HLO module's) name; the
-backend's own executable follows, with the GPU's cubins inside it as ELF images.
+field 2 is the format name (``pjrt_ifrt``), field 7 the executable's (HLO module's) name and field 9 its
+ABI version; the backend's own executable follows, with the GPU's cubins inside it (compressed by XLA
+0.11 on the H200; each cubin's ptxas command line still reads as text).
 
 What is judged (design.md §3): a zlib stream is fully known (its Adler-32 covers every byte), so a
 broken, truncated or trailing-garbage stream is damage; a zstd frame is walked block by block (a frame
@@ -16,6 +17,7 @@ the bytes are what JAX wrote. See ARCHITECTURE.md ("How to add … A cache kind"
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -182,10 +184,15 @@ def decompress(data: bytes) -> tuple[str | None, bytes | None, str | None, str |
 # ---------------------------------------------------------------- the executable
 
 
+_PTXAS_ARCH = re.compile(rb"-arch sm_(\d{2,3})[af]? ")
+
+
 def embedded_cubin_sms(exe: bytes, limit: int = 256) -> tuple[int, ...]:
     """The SM of every CUDA ELF image in ``exe`` (sound headers only; anything else that starts with the
-    ELF magic is ignored: a byte string inside the executable is no evidence)."""
-    out = []
+    ELF magic is ignored: a byte string inside the executable is no evidence), and of every cubin whose
+    ptxas command line (CUDA 13's ``.note.nv.tkinfo``: ``... -arch sm_90a ...``) reads in it: XLA keeps its
+    cubins compressed inside the executable, where that text survives as it is."""
+    out = [int(m) for m in _PTXAS_ARCH.findall(exe)]
     i = exe.find(elf.MAGIC)
     while i >= 0 and len(out) < limit:
         head = elf.parse_head(exe[i:i + elf.HEADER_SIZE], len(exe) - i)

@@ -52,6 +52,7 @@ def test_real_cache_has_no_false_alarm(cache, capsys):
     assert add["name"] == "jit_f_add" and add["extra"]["executable_module"] == "jit_f_add"
     assert add["extra"]["compression"] == "zlib" and add["extra"]["serialization"] == "pjrt_ifrt"
     assert add["extra"]["abi"] == ["xla::GpuXlaExecutableAbiVersion", "CUDA", "13.0.0", "9.19.0", "3.2.0"]
+    assert add["arch"] == 90 and add["cubin_sm"] == 90
 
 
 def test_the_captured_swap_is_a_mismatch(tmp_path, capsys):
@@ -227,3 +228,21 @@ def test_a_file_cut_short_while_jax_may_still_write_it_is_no_alarm(cache, capsys
     ok.set_age(p, 120)
     rc, doc = ok.verify(capsys, cache, "--target", "90")
     assert rc == 1 and bad(doc) == {ADD: ["corrupt"]}
+
+
+def test_an_executable_for_another_gpu_is_foreign_arch(cache, capsys):
+    """XLA keeps cubins compressed inside the executable; their ptxas command line (CUDA 13's tkinfo note) reads
+    as text. An entry built for sm_100 (the text rewritten, the stream made whole again) is unreachable on sm_90."""
+    import zlib
+
+    p = os.path.join(cache, ADD)
+    with open(p, "rb") as f:
+        raw = zlib.decompress(f.read())
+    assert raw.count(b"-arch sm_90a ") == 1
+    with open(p, "wb") as f:
+        f.write(zlib.compress(raw.replace(b"-arch sm_90a ", b"-arch sm_100a ")))
+    rc, doc = ok.verify(capsys, cache, "--target", "90")
+    assert rc == 0 and bad(doc) == {ADD: ["foreign-arch"]}
+    rc, doc = ok.verify(capsys, cache, "--target", "100", "--all")
+    assert next(e for e in doc["entries"] if e["id"] == ADD)["findings"] == []
+    assert next(e for e in doc["entries"] if e["id"] == ADD)["arch"] == 100
