@@ -173,8 +173,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     out += out_seal
     p = cupyentry.parse(data, suffix)
     if p.problem:
-        out.append(Finding("corrupt" if "header" in p.problem or "not a sound" in p.problem or "damaged" in p.problem
-                           else "mismatch", p.problem))
+        out.append(Finding("mismatch" if p.contradiction else "corrupt", p.problem))
     elif p.unknown:
         out.append(Finding("unrecognised", p.unknown))
     arch = p.cubin_sm

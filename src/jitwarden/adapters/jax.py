@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.adapters import base
-from jitwarden.env import locations
 from jitwarden.formats import jaxexec
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -134,7 +133,7 @@ def _eviction_on(root: str) -> bool:
     return os.path.lexists(os.path.join(root, LOCKFILE))
 
 
-def _atime_findings(root: str, key: str, j: Judge) -> tuple[bool, list[Finding]]:
+def _atime_findings(root: str, key: str) -> tuple[bool, list[Finding]]:
     """(companion present, findings) for ``<key>-atime``."""
     path = os.path.join(root, f"{key}-atime")
     try:
@@ -250,10 +249,11 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     s = base.survey(root, name)
     out = base.survey_findings(s, root_uid, "entry")
     top = name.partition("/")[0]
-    if s.is_symlink or s.is_dir:
-        return base.not_a_directory(KIND, root, name, s, out, "entry", None, JaxFacts()) if s.is_symlink else \
-            Entry(KIND, root, name, s.path, "other", None, None, s.bytes, s.mtime,
-                  findings=tuple(out + [Finding("unrecognised", "a directory where JAX writes files")]), facts=JaxFacts())
+    if s.is_symlink:
+        return base.not_a_directory(KIND, root, name, s, out, "entry", None, JaxFacts())
+    if s.is_dir:
+        out.append(Finding("unrecognised", "a directory where JAX writes files"))
+        return Entry(KIND, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out), facts=JaxFacts())
     if not s.files:
         return Entry(KIND, root, name, s.path, "other", None, None, 0, s.mtime, findings=tuple(out), facts=JaxFacts())
     f = s.files[0]
@@ -273,7 +273,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return Entry(KIND, root, name, s.path, "partial", module, None, f.size, f.mtime, findings=tuple(out),
                      facts=JaxFacts(module, khash))
     facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, j)
-    has_atime, afind = _atime_findings(root, key, j)
+    has_atime, afind = _atime_findings(root, key)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
     facts = JaxFacts(module, khash, facts.compression, facts.serialization, facts.executable_module,
                      facts.compile_time_ms, facts.cubin_sm, facts.cubin_sms, has_atime, facts.abi)

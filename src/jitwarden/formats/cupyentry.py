@@ -38,6 +38,8 @@ class CupyPayload:
     ptx_target: str | None = None
     kernels: tuple[str, ...] = ()
     mangled_names: tuple[str, ...] = ()
+    contradiction: bool = False
+    """``problem`` is two facts of the file that contradict each other (a ``mismatch``), not damage (``corrupt``)."""
 
 
 def _names_payload(body: bytes) -> tuple[tuple[str, ...], bytes] | str:
@@ -112,7 +114,7 @@ def parse(data: bytes, suffix: str) -> CupyPayload:
         missing = [n for n in names if n not in kernels]
         if missing:
             return CupyPayload(f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel",
-                               None, kind, sm, None, kernels, names)
+                               None, kind, sm, None, kernels, names, contradiction=True)
         return CupyPayload(None, None, kind, sm, None, kernels, names)
     if not names and (b".version" in body[:4096] or b".target" in body[:4096]):
         hdr = parse_header(body[:16384])
