@@ -60,18 +60,11 @@ class CupyFacts(KindFacts):
 # ---------------------------------------------------------------- roots
 
 
-def default_dir(env) -> tuple[str, str]:
-    """CuPy's own choice and why: ``CUPY_CACHE_DIR`` when set, else ``~/.cupy/kernel_cache``."""
-    if "CUPY_CACHE_DIR" in env:  # os.environ.get('CUPY_CACHE_DIR', default): even an empty value is taken
-        return env["CUPY_CACHE_DIR"], "CUPY_CACHE_DIR"
-    return os.path.join(locations.home(env), ".cupy", "kernel_cache"), "default"
-
-
 def discover_roots(env=os.environ) -> list[CacheRoot]:
-    """CuPy's dir (:func:`default_dir`), the default one too when the variable moved it, and jitwarden's
-    private root; existing dirs only."""
-    path, src = default_dir(env)
-    cands = ([(path, src)] if path else []) + [(os.path.join(locations.home(env), ".cupy", "kernel_cache"), "default")]
+    """CuPy's dir (``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache``: :func:`jitwarden.env.locations.cupy_cache_dir`),
+    the default one too when the variable moved it, and jitwarden's private root; existing dirs only."""
+    default = os.path.join(locations.home(env), ".cupy", "kernel_cache")
+    cands = base.set_vars(env, "CUPY_CACHE_DIR") + [(default, "default")]
     return base.existing(KIND, cands + base.private_root(KIND, env))
 
 
