@@ -61,6 +61,7 @@ REGISTRY: tuple[tuple[str, str], ...] = (
     ("torch-ext", "torch_ext"),
     ("jax", "jax"),
     ("cupy", "cupy"),
+    ("numba", "numba_cuda"),
 )
 """(kind, module) of every adapter, in the order roots are discovered and reported."""
 
