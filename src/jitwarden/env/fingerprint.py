@@ -557,7 +557,8 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     env = os.environ if env is None else env
     if memo_path is None:
         memo_path = os.path.join(memo_dir(env), "fingerprint-memo.json")
-    files = [sys.modules[__name__].__file__, ptxas.__file__, nvml.__file__, torchinfo.__file__, sys.executable]
+    files = [sys.modules[__name__].__file__, ptxas.__file__, nvml.__file__, torchinfo.__file__, jaxcupy.__file__,
+             sys.executable]
     tb = ptxas.triton_bin_dir()
     for var, binary in (("TRITON_PTXAS_PATH", "ptxas"), ("TRITON_PTXAS_BLACKWELL_PATH", "ptxas-blackwell")):
         if env.get(var):

@@ -7,6 +7,7 @@ NVRTC 13.0.88 and the CUDA runtime 13.0.96 as wheels.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -59,3 +60,10 @@ def test_a_rebuild_under_the_same_version_is_another_package(tmp_path, monkeypat
     c = packages(monkeypatch, str(tmp_path / "b" / "site"))
     name = "cupy" if dist.startswith("cupy") else "jaxlib"
     assert c[name][2] != a[name][2] and {k: v for k, v in c.items() if k != name} == {k: v for k, v in a.items() if k != name}
+
+
+def test_a_warm_activation_notices_jax_or_cupy_arriving(tmp_path):
+    """Activation's memo watches what the fingerprint read: the dist names it looks for and this module."""
+    deps = fingerprint.dependencies(env={"HOME": str(tmp_path)}, memo_path=str(tmp_path / "memo.json"))
+    assert {"jaxlib", "cupy_cuda13x", "nvidia_cudnn_cu13", "nvidia_cuda_nvrtc"} <= set(deps["names"])
+    assert any(f.endswith(os.path.join("env", "jaxcupy.py")) for f in deps["files"])
