@@ -360,8 +360,8 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         if needs and fp.package(needs) is None:
             skipped[var] = f"{needs} is not installed"
             continue
-        if kind == "jax" and not cur:  # JAX has no cache unless asked: activation never turns one on
-            skipped[var] = "JAX's persistent cache is off (JAX_COMPILATION_CACHE_DIR unset)"
+        if kind == "jax" and (not cur or "://" in cur):  # no cache unless asked; a gs:// or s3:// one is not a dir here
+            skipped[var] = f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
             continue
         if no_partition:
             skipped[var] = "JITWARDEN_PARTITION=0"

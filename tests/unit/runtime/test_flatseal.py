@@ -126,7 +126,7 @@ def _run(tmp_path, env_extra: dict, cmd: list[str]) -> subprocess.CompletedProce
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
            "TMPDIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([SRC, _fake_site(tmp_path)]), **env_extra}
     return subprocess.run([sys.executable, "-m", "jitwarden", "run", "--", *cmd], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, cwd=str(tmp_path))
 
 
 def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
@@ -185,3 +185,11 @@ def test_sweep_off_turns_the_check_off_and_says_so(tmp_path):
     ((_setting, cost, _undo),) = reduced_protection(env)
     assert "CuPy" in cost
     assert flatseal.startup({"CUPY_CACHE_DIR": root}, {}, "d1", {}) == [] and len(sealed(root)) == 16
+
+
+def test_run_leaves_a_remote_jax_cache_alone(tmp_path):
+    """JAX takes gs:// and other etils paths: no local partition is made of one."""
+    r = _run(tmp_path, {"JAX_COMPILATION_CACHE_DIR": "gs://bucket/jax-cache"},
+             [sys.executable, "-c", "import os; print(os.environ['JAX_COMPILATION_CACHE_DIR'])"])
+    assert r.returncode == 0 and r.stdout.strip() == "gs://bucket/jax-cache"
+    assert not os.path.exists(os.path.join(str(tmp_path), "gs:"))
