@@ -105,7 +105,8 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
             except OSError:
                 continue  # not a regular file any more, unreadable: the scanner reports it
             if rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
-                why = f"{name} does not match its seal (sealed {rec['size']} bytes, now {size})"
+                why = (f"{name} is {size} bytes, sealed as {rec['size']}" if size != rec["size"]
+                       else f"{name} does not match its sealed sha256")
             elif rec is None and by_sha.get(sha, name) != name:
                 why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry copied to another key"
             elif rec is None:

@@ -59,7 +59,7 @@ def test_another_functions_executable_over_a_sealed_key_is_quarantined(jax_root)
     flatseal.check_root("jax", jax_root, "d1")
     copy_bytes(os.path.join(jax_root, SUB), os.path.join(jax_root, ADD), age=0)
     (line,) = flatseal.check_root("jax", jax_root, "d1")
-    assert ADD in line and "does not match its seal" in line
+    assert ADD in line and "sealed as" in line
     assert not os.path.exists(os.path.join(jax_root, ADD)) and os.path.exists(os.path.join(jax_root, SUB))
     assert len(quarantined(jax_root)) == 1 and ADD not in sealed(jax_root)
     assert flatseal.check_root("jax", jax_root, "d1") == []  # JAX compiles f_add again; nothing left to catch
