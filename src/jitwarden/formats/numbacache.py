@@ -3,7 +3,7 @@
 numba (``numba/core/caching.py``, used by numba-cuda 0.30) writes per function ``<module>.<qualname>-<line>.py<XY>.nbi``
 (the index: a pickle of numba's version, then a pickle of ``(source stamp, {key: data file name})``,
 the key holding the signature, the target's ``ComputeCapability(major, minor)`` and numba-cuda's version)
-and one ``<same stem>.<n>.nbc`` per overload (a pickle of a dict: ``name``, the kernel's mangled name
+and one ``<same stem>.<n>.nbc`` per overload (a pickle of the kernel's state, a dict: ``cooperative``, ``name``, the kernel's mangled name
 ``_ZN<len><module><len><function>B2v<n>…``, its signature, and the code library with its PTX and cubin).
 
 :func:`pickletools.genops` reads opcodes without executing anything: a pickle that does not parse to its
@@ -96,6 +96,10 @@ def parse_data(data: bytes) -> NumbaFile:
         ops = _ops(data)
     except ValueError as exc:
         return NumbaFile(problem=f"data pickle does not parse ({exc}): numba cannot load it")
+    first = next((a for _n, a in ops if isinstance(a, str)), None)
+    if first != "cooperative":  # numba-cuda 0.30's kernel state starts so; CPU numba's data is another shape
+        return NumbaFile(unknown="not a numba-cuda kernel's data as numba-cuda 0.30 writes it (a CPU numba cache?): "
+                                 "not judged")
     mangled = None
     for k, (_n, a) in enumerate(ops):
         if a == "name":  # the top-level dict's first "name" key: the kernel's mangled name follows

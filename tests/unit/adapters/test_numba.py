@@ -74,3 +74,13 @@ def test_roots_as_numba_finds_them(cache, tmp_path):
     assert [r.path for r in nb.discover_roots({"NUMBA_CACHE_DIR": cache})] == [cache]
     assert nb.discover_roots({"HOME": str(tmp_path)}) == []  # numba's default is beside each source file
     assert adapters.kind_of_path(cache) == "numba" and adapters.kind_of_path(os.path.join(cache, SUB)) == "numba"
+
+
+def test_data_of_another_shape_is_not_judged(cache, capsys):
+    """CPU numba writes .nbc files of another shape under the same names: not understood, never a mismatch."""
+    import pickle
+
+    with open(os.path.join(cache, ADD_NBC), "wb") as f:
+        f.write(pickle.dumps(({"name": "_ZN6jwkern3subB2v1"}, b"library"), protocol=4))
+    rc, doc = ok.verify(capsys, cache, "--target", "90", "--all")
+    assert rc == 0 and bad(doc) == {ADD_NBC: ["unrecognised"]}
