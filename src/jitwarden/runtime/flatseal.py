@@ -19,6 +19,8 @@ At start-up, for each dir:
   CuPy key, a flipped bit;
 - an unsealed file holding the very bytes of a sealed file of another name is quarantined too: an
   entry copied to another key;
+- an unsealed file its adapter finds unsound at error level is quarantined, never sealed: a JAX file
+  holding another module's executable (tampered before any start sealed it), a damaged stream or header;
 - any other unsealed file is sealed, unless written in the last :data:`SETTLE_S` seconds (JAX writes
   in place: a file another process is still writing is left for the next start);
 - a sealed file that is gone is dropped from the seal (JAX's eviction, a clean).
@@ -109,9 +111,10 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
                        else f"{name} does not match its sealed sha256")
             elif rec is None and by_sha.get(sha, name) != name:
                 why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry copied to another key"
+            elif rec is None and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None:
+                pass  # damaged, or another entry's under this key, before it was ever sealed
             elif rec is None:
                 files[name] = {"sha256": sha, "size": size}
-                by_sha.setdefault(sha, name)
                 changed = True
                 continue
             else:
@@ -131,6 +134,19 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
         return out
     finally:
         unlock(fd)
+
+
+def _unsound(kind: str, root: str, rel: str) -> str | None:
+    """Why a file about to be sealed must not be, by its adapter's own checks at error level (a JAX
+    executable of another module than its key names, a damaged stream or header), else None: a seal
+    vouches only for what was sound when sealed."""
+    from jitwarden.adapters import get
+    from jitwarden.model.entries import Judge
+    from jitwarden.model.findings import Severity
+
+    entry = get(kind).inspect_entry(root, rel, Judge(now=time.time(), check_seals=False))
+    bad = [f for f in entry.findings if f.severity >= Severity.ERROR and f.code != "unsafe"]
+    return f"{rel}: {bad[0].code}: {bad[0].message}" if bad else None
 
 
 def _quarantine(kind: str, root: str, rel: str, why: str, digest: str | None) -> str | None:

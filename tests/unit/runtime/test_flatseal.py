@@ -84,9 +84,13 @@ def test_a_moved_autotune_result_is_quarantined(jax_root):
 
 def test_new_entries_are_sealed_unless_still_being_written_and_gone_ones_dropped(jax_root):
     flatseal.check_root("jax", jax_root, "d1")
-    fresh = "jit_new-" + "1" * 64 + "-cache"
+    import zlib
+
+    fresh = "jit_f_sub-" + "1" * 64 + "-cache"  # f_sub compiled under another key (other options, say)
+    with open(os.path.join(jax_root, SUB), "rb") as f:
+        raw = zlib.decompress(f.read())
     with open(os.path.join(jax_root, fresh), "wb") as f:
-        f.write(b"x\x9c" + b"half-written")
+        f.write(zlib.compress(raw, 1))
     assert flatseal.check_root("jax", jax_root, "d1") == [] and fresh not in sealed(jax_root)
     os.utime(os.path.join(jax_root, fresh), (1, 1))
     os.remove(os.path.join(jax_root, ADD))  # evicted
@@ -193,3 +197,13 @@ def test_run_leaves_a_remote_jax_cache_alone(tmp_path):
              [sys.executable, "-c", "import os; print(os.environ['JAX_COMPILATION_CACHE_DIR'])"])
     assert r.returncode == 0 and r.stdout.strip() == "gs://bucket/jax-cache"
     assert not os.path.exists(os.path.join(str(tmp_path), "gs:"))
+
+
+def test_a_swap_before_any_seal_is_not_sealed_in(tmp_path):
+    """Both entries written, then swapped before a start sealed them: the file alone shows it (JAX's module name),
+    so it is quarantined rather than sealed, whatever the names' order."""
+    root = jax_unpack("jax_swapped", tmp_path)
+    swapped = "jit_f_add-fdabe1d4f303b975f435551660db2bfeb9936ac5371536484be84bdd0100c38b-cache"
+    (line,) = flatseal.check_root("jax", root, "d1")
+    assert swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
+    assert swapped not in sealed(root) and len(sealed(root)) == 6
