@@ -18,7 +18,7 @@ At start-up, for each dir:
   quarantined: another function's executable copied over a JAX key, another kernel's file over a
   CuPy key, a flipped bit;
 - an unsealed file holding the very bytes of a sealed file of another name is quarantined too: an
-  entry copied to another key;
+  entry moved or copied to another key (for CuPy only a move: one cubin under two keys can be honest);
 - an unsealed file its adapter finds unsound at error level is quarantined, never sealed: a JAX file
   holding another module's executable (tampered before any start sealed it), a damaged stream or header;
 - any other unsealed file is sealed, unless written in the last :data:`SETTLE_S` seconds (JAX writes
@@ -109,8 +109,8 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
             if rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
                 why = (f"{name} is {size} bytes, sealed as {rec['size']}" if size != rec["size"]
                        else f"{name} does not match its sealed sha256")
-            elif rec is None and by_sha.get(sha, name) != name:
-                why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry copied to another key"
+            elif rec is None and by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha]):
+                why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
             elif rec is None and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None:
                 pass  # damaged, or another entry's under this key, before it was ever sealed
             elif rec is None:
@@ -134,6 +134,13 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
         return out
     finally:
         unlock(fd)
+
+
+def _copy_counts(kind: str, d: str, original: str) -> bool:
+    """Whether a new file with the bytes of the sealed ``original`` is a planted copy: always for JAX (an entry
+    starts with its compile time: two keys never hold the same bytes); for CuPy only when the original is gone
+    (a move), since two keys can hold one cubin (the same kernel after a CuPy upgrade, without partitions)."""
+    return kind != "cupy" or not os.path.lexists(os.path.join(d, original))
 
 
 def _unsound(kind: str, root: str, rel: str) -> str | None:

@@ -207,3 +207,15 @@ def test_a_swap_before_any_seal_is_not_sealed_in(tmp_path):
     (line,) = flatseal.check_root("jax", root, "d1")
     assert swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
     assert swapped not in sealed(root) and len(sealed(root)) == 6
+
+
+def test_a_cupy_file_moved_to_another_key_is_quarantined_a_copy_beside_it_is_not(tmp_path):
+    root = cupy_unpack("cupy_cache", tmp_path)
+    flatseal.check_root("cupy", root, "d1")
+    twin = "1" * 40 + ".cubin"  # one cubin under two keys: the same kernel, keyed anew after a CuPy upgrade
+    copy_bytes(os.path.join(root, CUPY_ADD), os.path.join(root, twin))
+    assert flatseal.check_root("cupy", root, "d1") == [] and twin in sealed(root)
+    moved = "2" * 40 + ".cubin"
+    os.rename(os.path.join(root, "5df1347ceae95afef2943b99cc67bb42fdc3bad2.cubin"), os.path.join(root, moved))
+    (line,) = flatseal.check_root("cupy", root, "d1")
+    assert moved in line and "moved or copied" in line and not os.path.exists(os.path.join(root, moved))
