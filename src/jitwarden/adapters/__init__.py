@@ -59,6 +59,9 @@ REGISTRY: tuple[tuple[str, str], ...] = (
     ("flashinfer", "flashinfer"),
     ("deepgemm", "deepgemm"),
     ("torch-ext", "torch_ext"),
+    ("jax", "jax"),
+    ("cupy", "cupy"),
+    ("numba", "numba_cuda"),
 )
 """(kind, module) of every adapter, in the order roots are discovered and reported."""
 

@@ -13,7 +13,7 @@ import os
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import reduce
+from functools import lru_cache, reduce
 from itertools import chain
 from operator import attrgetter, or_
 from typing import NamedTuple
@@ -413,3 +413,42 @@ def so_findings(rel: str, head: elf.ElfHead, host: str | None) -> list[Finding]:
     if host and head.machine_name != host:
         return [Finding("foreign-arch", f"{rel} is built for {head.machine_name}, this host is {host}: unreachable here")]
     return []
+
+
+# --- added by jax-cupy ---
+
+
+@lru_cache(maxsize=64)
+def _dir_seal(d: str, mtime_ns: int, size: int) -> dict | None:
+    """The files a directory's seal covers (name -> {sha256, size}); None when it is damaged. Cached by the
+    seal file's mtime and size: every entry of a JAX or CuPy dir shares one seal."""
+    from jitwarden.store import seal
+
+    try:
+        s = seal.read(d)
+    except seal.SealError:
+        return None
+    return dict(s.files) if s else None
+
+
+def dir_seal_findings(d: str, name: str, data: bytes, j) -> tuple[bool, list[Finding]]:
+    """(sealed, findings) of the file ``name`` of ``d`` whose bytes are ``data``, against the seal of ``d``
+    (:mod:`jitwarden.runtime.flatseal` writes one per JAX or CuPy dir): ``corrupt`` when they differ."""
+    import hashlib
+
+    from jitwarden.model.layout import SEAL_FILE
+
+    if not j.check_seals:
+        return False, []
+    try:
+        st = os.lstat(os.path.join(d, SEAL_FILE))
+    except OSError:
+        return False, []
+    files = _dir_seal(d, st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
+    rec = files.get(name) if files else None
+    if not isinstance(rec, dict):
+        return False, []
+    if len(data) != rec.get("size") or hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+        return True, [Finding("corrupt", f"{name} does not match its seal: changed since it was sealed (another "
+                                         "entry's file under this key, or damaged)")]
+    return True, []

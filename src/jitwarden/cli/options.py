@@ -57,7 +57,7 @@ def add_scan_arguments(p) -> None:
     p.add_argument("--long", action="store_true", help="show full paths in tables")
     p.add_argument("--kind", action="append", metavar="KIND",
                    help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
-                        "deepgemm, torch-ext")
+                        "deepgemm, torch-ext, jax, cupy, numba")
 
 
 def add_rebuild_arguments(parser, mode=None) -> None:

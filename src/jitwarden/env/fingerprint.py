@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from jitwarden.env import nvml, ptxas, torchinfo
+from jitwarden.env import jaxcupy, nvml, ptxas, torchinfo
 from jitwarden.formats import jsonlimits
 from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
 from jitwarden.store.fsutil import memo_dir  # noqa: F401 - re-exported for callers
@@ -70,7 +70,7 @@ PACKAGES = (
     ("vllm", ("vllm",)),
     ("flashinfer", ("flashinfer_python", "flashinfer")),
     ("deep_gemm", ("deep_gemm", "deepgemm")),
-)
+) + jaxcupy.PACKAGES  # JAX's and CuPy's builds and the CUDA wheels they depend on (env/jaxcupy.py)
 
 _MEMO_CAP = 64
 MEMO_MAX_BYTES = 4 << 20
@@ -454,7 +454,7 @@ def _packages(memo: dict) -> tuple[Package, ...]:
     records, arches = memo.setdefault("records", _Section()), memo.setdefault("torch_arch", _Section())
     for name, candidates in PACKAGES:
         hit = next((d for d in candidates if d in dists), None)
-        if hit is None:
+        if hit is None or not jaxcupy.counted(name, dists):
             continue
         dist_info, version = dists[hit]
         identity = _record_identity(dist_info, records)
@@ -551,7 +551,8 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     env = os.environ if env is None else env
     if memo_path is None:
         memo_path = os.path.join(memo_dir(env), "fingerprint-memo.json")
-    files = [sys.modules[__name__].__file__, ptxas.__file__, nvml.__file__, torchinfo.__file__, sys.executable]
+    files = [sys.modules[__name__].__file__, ptxas.__file__, nvml.__file__, torchinfo.__file__, jaxcupy.__file__,
+             sys.executable]
     tb = ptxas.triton_bin_dir()
     for var, binary in (("TRITON_PTXAS_PATH", "ptxas"), ("TRITON_PTXAS_BLACKWELL_PATH", "ptxas-blackwell")):
         if env.get(var):

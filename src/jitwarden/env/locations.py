@@ -10,8 +10,16 @@ import os
 
 PARTITION_VARS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
                   ("vllm", "VLLM_CACHE_ROOT"), ("torch-ext", "TORCH_EXTENSIONS_DIR"))
-"""(kind, variable its tool reads) of each cache kind activation partitions; every kind jitwarden
-knows is :data:`jitwarden.adapters.KINDS`."""
+"""(kind, variable its tool reads) of each cache kind activation partitions and bundles carry; every kind
+jitwarden knows is :data:`jitwarden.adapters.KINDS`."""
+
+FILE_PARTITION_VARS = (("jax", "JAX_COMPILATION_CACHE_DIR"), ("cupy", "CUPY_CACHE_DIR"))
+"""(kind, variable) of the caches of single-file entries activation partitions too (sealed by
+:mod:`jitwarden.runtime.flatseal`, not carried by bundles). JAX reads its variable as the default of
+``jax_compilation_cache_dir`` and has no cache without it: activation partitions it only when set."""
+
+ACTIVATION_VARS = PARTITION_VARS + FILE_PARTITION_VARS
+"""Every (kind, variable) activation points at a fingerprint partition."""
 
 
 def home(env) -> str:
@@ -63,8 +71,19 @@ def torch_extensions_dir(env) -> str:
     return os.path.join(cache, "torch_extensions")
 
 
+def cupy_cache_dir(env) -> str:
+    """CuPy's: ``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache`` (CuPy would take an empty value as the working
+    directory; a partition base never is)."""
+    return env.get("CUPY_CACHE_DIR") or os.path.join(home(env), ".cupy", "kernel_cache")
+
+
 def default_base(kind: str, env) -> str:
-    """The root of one cache kind of :data:`PARTITION_VARS` for ``env``."""
+    """The root of one cache kind of :data:`ACTIVATION_VARS` for ``env`` (JAX has none: its variable's
+    value, else "")."""
+    if kind == "cupy":
+        return cupy_cache_dir(env)
+    if kind == "jax":
+        return env.get("JAX_COMPILATION_CACHE_DIR") or ""
     if kind == "triton":
         return triton_cache_dir(env)[0]
     if kind == "inductor":

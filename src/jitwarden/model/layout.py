@@ -11,7 +11,8 @@ QUARANTINE_DIR = "jitwarden-quarantine"
 """``<root>/jitwarden-quarantine/<stamp>-<entry id>/``: entries moved aside, restorable."""
 
 SEAL_FILE = ".jitwarden-seal.json"
-"""Inside an entry: checksums and provenance of every file (see :mod:`jitwarden.store.seal`)."""
+"""Inside an entry: checksums and provenance of every file (see :mod:`jitwarden.store.seal`); in a JAX or CuPy
+cache dir, of its entry files (see :mod:`jitwarden.runtime.flatseal`)."""
 
 PARTITION_INFO = ".jitwarden-partition.json"
 """Inside a partition: its fingerprint and last use, for ``status`` and pruning."""

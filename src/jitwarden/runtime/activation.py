@@ -36,9 +36,10 @@ import sys
 
 from jitwarden.env import locations
 from jitwarden.store import partition
-from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.env.locations import ACTIVATION_VARS, PARTITION_VARS, default_base
 from jitwarden.model import settings
 from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION, SWEEP
+from jitwarden.runtime import flatseal
 
 MANAGER = GUARD_MANAGER
 _SAID: set[str] = set()
@@ -233,7 +234,7 @@ def _say(msg: str, quiet: bool) -> None:
         logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
 
 
-def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), quiet: bool = False) -> Activation:
+def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"), quiet: bool = False) -> Activation:
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
 
     ``roots``: which cache kinds to partition. Idempotent: a second call on the same
@@ -242,7 +243,7 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext"), qui
     installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
-    touched = [var for _k, var in PARTITION_VARS] + ["TRITON_CACHE_MANAGER"]
+    touched = [var for _k, var in ACTIVATION_VARS] + ["TRITON_CACHE_MANAGER"]
     before = {k: target.get(k) for k in touched}
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
@@ -349,13 +350,16 @@ def _activate(env, roots, quiet, knobs) -> Activation:
 
     in_use: dict = {}
     no_partition = not PARTITION.on(env)
-    for kind, var in PARTITION_VARS:
+    for kind, var in ACTIVATION_VARS:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)
-        needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch"}.get(kind)
+        needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch", "jax": "jaxlib", "cupy": "cupy"}.get(kind)
         if needs and fp.version(needs) is None:
             skipped[var] = f"{needs} is not installed"
+            continue
+        if kind == "jax" and (not cur or "://" in cur):  # no cache unless asked; a gs:// or s3:// one is not a dir here
+            skipped[var] = f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
             continue
         if no_partition:
             skipped[var] = f"{PARTITION.name}=0"
@@ -397,6 +401,7 @@ def _activate(env, roots, quiet, knobs) -> Activation:
 
         warnings += startup_checks.shared_root(unpartitioned_triton, fp.archs, fp.version("triton"))
     warnings += _sweep(in_use, partitions, digest, env, quiet)
+    warnings += flatseal.startup(in_use, partitions, digest, env)  # JAX's and CuPy's files (runtime/flatseal.py)
     if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
         from jitwarden.runtime.torchhooks import install
 

@@ -92,6 +92,15 @@ def trees(built_cache, tmp_path_factory):
     shutil.copy(so["so"], os.path.join(bd, "norm.so"))
     shutil.copy(so["o"], os.path.join(bd, "norm.o"))
     out["torch-ext"] = (te, os.path.relpath(bd, te), os.path.relpath(os.path.join(bd, "norm.so"), te))
+    for kind, tar, name in (("jax", "jax_cache", "jit_f_add-1cf5a0029ee6ef98074c80757aa1e8d1b56240a338b8fb62c93c9e3286e738a8-cache"),
+                            ("cupy", "cupy_cache", "1f073b36c7dc0c08f88e0dfc36bd6c0501f42343.cubin")):
+        with tarfile.open(os.path.join(DATA, "real", "jax_cupy", f"{tar}.tar.xz")) as t:
+            t.extractall(base, filter="data")
+        out[kind] = (os.path.join(base, tar), name, name)
+    with tarfile.open(os.path.join(DATA, "real", "jax_cupy", "numba_cache.tar.xz")) as t:
+        t.extractall(base, filter="data")
+    nbc = "numba_src_a0b4d7817057cd1fd30682c0564032fc52b99b16/jwkern.add-3.py312.1.nbc"
+    out["numba"] = (os.path.join(base, "numba_cache"), nbc, nbc)
     assert sorted(out) == sorted(KINDS)
     return out
 
@@ -154,7 +163,7 @@ def test_a_root_owned_file_in_a_users_cache_is_no_alarm_another_users_is(kind, o
 
 
 @needs_root
-@pytest.mark.parametrize("kind", [k for k in KINDS if k != "cuda-compute"])  # its entries are single files
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ("cuda-compute", "jax", "cupy", "numba")])  # single-file entries
 def test_an_entry_directory_owned_by_another_user_is_unsafe_by_root_not(kind, owned_by):
     root, entry, _victim = owned_by(kind, NOBODY)
     os.lchown(os.path.join(root, entry), 0, 0)

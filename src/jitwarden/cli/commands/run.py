@@ -16,7 +16,8 @@ from jitwarden.model.errors import UsageError
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a command with partitioned, guarded kernel caches",
                        description="Run CMD with jitwarden activated through its environment "
-                                   "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, TRITON_CACHE_MANAGER).",
+                                   "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, CUPY_CACHE_DIR, "
+                                   "JAX_COMPILATION_CACHE_DIR, TRITON_CACHE_MANAGER).",
                        usage="jitwarden run [-q] [-v] -- CMD [ARGS...]")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start-up warnings (errors only on stderr, as -q everywhere; CMD's own output is untouched)")

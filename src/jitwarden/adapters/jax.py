@@ -1,0 +1,281 @@
+"""JAX adapter: JAX's persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``) (stdlib only).
+
+Followed sources (jax-ml/jax, 0.10-0.11): ``jax/_src/config.py`` (``jax_compilation_cache_dir``,
+default None: no cache unless set; every flag's default is read from its upper-cased variable, so
+``JAX_COMPILATION_CACHE_DIR`` sets it; a ``jax.config.update`` or ``compilation_cache.set_cache_dir``
+call inside the program cannot be read without importing jax, so ``--path`` is how to name such a
+dir), ``jax/_src/lru_cache.py`` (``<key>-cache`` written in place with ``Path.write_bytes``; with
+``jax_compilation_cache_max_size`` set, an 8-byte little-endian ns ``<key>-atime`` beside it and a
+``.lockfile``, and eviction reads every entry's ``-atime``), ``jax/_src/cache_key.py`` (a key is
+``<module name>-<sha256 hex>``), ``jax/_src/compilation_cache.py`` (the file's format:
+:mod:`jitwarden.formats.jaxexec`) and ``jax/_src/compiler.py`` (XLA's own caches beside the entries:
+``xla_gpu_per_fusion_autotune_cache_dir/``, on by default, and ``xla_gpu_kernel_cache_file``).
+
+What binds an entry to its key: the module name in the file name against the executable's own name.
+JAX checks neither (design.md §2: ``jit_f_sub``'s file under ``jit_f_add``'s key loads and computes
+x-y); a swap between two modules of one name is beyond that evidence and is caught by the seal
+(:mod:`jitwarden.runtime.flatseal`). See ARCHITECTURE.md ("How to add … A cache kind").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from jitwarden.adapters import base
+from jitwarden.formats import jaxexec
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import is_reserved
+from jitwarden.store.fsutil import read_bytes
+
+KIND = "jax"
+ROOT_RISK = None
+ROOT_CHECKS = ()
+ENTRY = re.compile(r"^(.+)-([0-9a-f]{64})-(cache|atime)$")
+AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
+KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
+LOCKFILE = ".lockfile"
+ATIME_BYTES = 8
+MAX_ENTRY = 4 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class JaxFacts(KindFacts):
+    """An entry's key parts (``<module>-<hash>``), what its file says (compression, serialization, the
+    executable's own module name, compile time in ms as JAX measured it, its ABI version strings: platform,
+    CUDA and cuDNN versions on GPU), its cubins' SMs and whether an ``-atime`` companion is there."""
+
+    TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm"})
+
+    module: str | None = None
+    key_hash: str | None = None
+    compression: str | None = None
+    serialization: str | None = None
+    executable_module: str | None = None
+    compile_time_ms: int | None = None
+    cubin_sm: int | None = None
+    cubin_sms: tuple[int, ...] = ()
+    atime: bool | None = None
+    abi: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- roots
+
+
+def discover_roots(env=os.environ) -> list[CacheRoot]:
+    """``JAX_COMPILATION_CACHE_DIR`` when set (JAX has no default: its persistent cache is off without it), and
+    jitwarden's private root; existing dirs only."""
+    return base.existing(KIND, base.set_vars(env, "JAX_COMPILATION_CACHE_DIR") + base.private_root(KIND, env))
+
+
+def looks_like_root(path: str) -> bool:
+    """A dir holding ``<module>-<sha256>-cache`` files or XLA's autotune dir."""
+    if os.path.isdir(os.path.join(path, AUTOTUNE_DIR)) and not os.path.islink(os.path.join(path, AUTOTUNE_DIR)):
+        return True
+    try:
+        with os.scandir(path) as it:
+            return any(ENTRY.match(e.name) for e in it)
+    except OSError:
+        return False
+
+
+def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """``<key>-cache`` for every entry (its ``-atime`` goes with it), a lone ``<key>-atime``, each file of
+    XLA's autotune dir as ``xla_gpu_per_fusion_autotune_cache_dir/<file>``, and XLA's kernel cache file."""
+    names, strays = [], []
+    with os.scandir(root) as it:
+        tops = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
+    have = {n for n, _d in tops}
+    for top, is_dir in tops:
+        m = ENTRY.match(top)
+        if m and m.group(3) == "cache":
+            names.append(top)
+        elif m:  # an -atime: part of its entry, or left over
+            if f"{m.group(1)}-{m.group(2)}-cache" not in have:
+                names.append(top)
+        elif top == AUTOTUNE_DIR and is_dir:
+            names += _autotune_names(os.path.join(root, top))
+        elif top == KERNEL_CACHE_FILE:
+            names.append(top)
+        elif top == LOCKFILE:
+            continue  # JAX's eviction lock (filelock): no entry
+        else:
+            strays.append((top, "not part of JAX's persistent cache layout"))
+    return names, strays
+
+
+def _autotune_names(adir: str) -> list[str]:
+    """``xla_gpu_per_fusion_autotune_cache_dir/<version hash>/<fusion key>.pb`` for every result file (and any
+    other item at either level, judged as not understood)."""
+    out = []
+    with os.scandir(adir) as it:
+        subs = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
+    for sub, is_dir in subs:
+        if not is_dir:
+            out.append(f"{AUTOTUNE_DIR}/{sub}")
+            continue
+        try:
+            with os.scandir(os.path.join(adir, sub)) as it:
+                out += sorted(f"{AUTOTUNE_DIR}/{sub}/{e.name}" for e in it if not is_reserved(e.name))
+        except OSError:
+            out.append(f"{AUTOTUNE_DIR}/{sub}")
+    return out
+
+
+# ---------------------------------------------------------------- judging
+
+
+def _eviction_on(root: str) -> bool:
+    """Whether JAX's LRU eviction has been used on ``root``: it alone creates the ``.lockfile``."""
+    return os.path.lexists(os.path.join(root, LOCKFILE))
+
+
+def _atime_findings(root: str, key: str) -> tuple[bool, list[Finding]]:
+    """(companion present, findings) for ``<key>-atime``."""
+    path = os.path.join(root, f"{key}-atime")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if _eviction_on(root):
+            return False, [Finding("incomplete", f"{key}-atime is missing while JAX's eviction is on (.lockfile): "
+                                                 "eviction reads every entry's -atime and fails on this one")]
+        return False, []
+    if not os.path.isfile(path) or os.path.islink(path):
+        return True, [Finding("unsafe", f"{key}-atime is not a regular file; not followed")]
+    if st.st_size != ATIME_BYTES:
+        return True, [Finding("corrupt", f"{key}-atime holds {st.st_size} bytes; JAX writes exactly {ATIME_BYTES} "
+                                         "(a little-endian time in ns)")]
+    return True, []
+
+
+def same_module(file_module: str, exe_module: str) -> bool:
+    """Whether the key's module name and the executable's name are the same module (XLA may replace
+    characters outside ``[A-Za-z0-9_.-]`` in a module's name: those are not told apart)."""
+    norm = re.compile(r"[^A-Za-z0-9_.\-]")
+    return norm.sub("_", file_module) == norm.sub("_", exe_module)
+
+
+WRITING_S = 60.0
+"""JAX writes a ``-cache`` file in place (``Path.write_bytes``): one cut short and younger than this may still
+be being written, and is not called damage yet."""
+
+
+def _judge_executable(path: str, size: int, mtime: float, module: str, j: Judge) -> tuple[JaxFacts, list[Finding], int | None, bool]:
+    out: list[Finding] = []
+    young = not base.older_than(mtime, j, WRITING_S)
+    if size == 0:
+        if young:
+            return JaxFacts(), [Finding("unrecognised", "empty, written in the last minute: perhaps still being "
+                                                        "written (JAX writes in place)")], None, False
+        return JaxFacts(), [Finding("corrupt", "empty -cache file (an interrupted write: JAX writes it in place)")], None, False
+    try:
+        data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
+    except OSError as exc:
+        return JaxFacts(), [Finding("corrupt", f"unreadable: {exc.strerror or exc}")], None, False
+    sealed, out = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)
+    p = jaxexec.parse(data)
+    if p.problem and young and "cut short" in p.problem:
+        out.append(Finding("unrecognised", f"{p.problem}, written in the last minute: perhaps still being written "
+                                           "(JAX writes in place)"))
+    elif p.problem:
+        out.append(Finding("corrupt", f"{p.problem}: JAX cannot load it"))
+    elif p.unknown:
+        out.append(Finding("unrecognised", p.unknown))
+    elif p.module and not same_module(module, p.module):
+        out.append(Finding("mismatch", f"the key names module {module}, the executable in the file is {p.module}: "
+                                       "another function's executable under this key (JAX would run it)"))
+    arch = None
+    if p.cubin_sms:
+        arch = max(p.cubin_sms)
+        if j.target_arch is not None and j.target_arch not in p.cubin_sms:
+            out.append(Finding("foreign-arch", f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
+                                               f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here"))
+    facts = JaxFacts(None, None, p.compression, p.serialization, p.module, p.compile_time, arch, p.cubin_sms,
+                     None, p.abi)
+    return facts, out, arch, sealed
+
+
+def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Finding]:
+    """XLA's own cache files, serialized protobuf messages: the per-fusion autotune result
+    ``<version hash>/<fusion key>.pb`` names its own key inside (field 1: version hash as 1.1.1, fusion key
+    as 1.1.3), so a result moved under another key contradicts its path; the kernel cache file is a list of
+    kernels (field 1). A message that does not parse is damage; any other shape is not understood."""
+    parts = name.split("/")
+    if name != KERNEL_CACHE_FILE and not (len(parts) == 3 and parts[2].endswith(".pb")):
+        return [Finding("unrecognised", "not laid out as <version hash>/<fusion key>.pb as XLA's autotune cache is")]
+    try:
+        data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
+    except OSError as exc:
+        return [Finding("corrupt", f"unreadable: {exc.strerror or exc}")]
+    sealed = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)[1]
+    return sealed + _xla_proto_findings(data, name, parts)
+
+
+def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Finding]:
+    try:
+        top = jaxexec.fields(data)
+        if name == KERNEL_CACHE_FILE:
+            for num, wt, v in top:
+                if num == 1 and wt == 2:
+                    jaxexec.fields(v)
+            return []
+        key = next((v for num, wt, v in top if num == 1 and wt == 2), None)
+        ident = next((v for num, wt, v in jaxexec.fields(key) if num == 1 and wt == 2), None) if key else None
+        got = {num: v for num, wt, v in jaxexec.fields(ident) if wt == 2} if ident else {}
+    except ValueError as exc:
+        return [Finding("corrupt", f"not a whole protobuf message ({exc}): XLA cannot parse it")]
+    version, fusion = got.get(1), got.get(3)
+    if not isinstance(version, bytes) or not isinstance(fusion, bytes):
+        return [Finding("unrecognised", "an autotune result without the key fields jitwarden knows")]
+    want = (parts[1], parts[2][:-3])
+    have = (version.decode("utf-8", "replace"), fusion.decode("utf-8", "replace"))
+    if have != want:
+        return [Finding("mismatch", f"the result inside is for {have[0]}/{have[1]}, the file is {want[0]}/{want[1]}: "
+                                    "another fusion's autotune result under this key")]
+    return []
+
+
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+    """Read one entry (no symlink followed, nothing deserialized) and judge it (see the module docstring).
+
+    Evidence per rule: ``corrupt`` for a zlib/zstd stream that is damaged or cut short, an empty file, an
+    ``-atime`` that is not 8 bytes, a file that no longer matches its dir's seal; ``mismatch`` for an executable of another module than its key names;
+    ``incomplete`` for a missing ``-atime`` while eviction is on; ``orphan`` for an ``-atime`` whose entry
+    is gone; ``unrecognised`` for a compression or serialization jitwarden does not know.
+    """
+    s = base.survey(root, name)
+    out = base.survey_findings(s, root_uid, "entry")
+    top = name.partition("/")[0]
+    if s.is_symlink:
+        return base.not_a_directory(KIND, root, name, s, out, "entry", None, JaxFacts())
+    if s.is_dir:
+        out.append(Finding("unrecognised", "a directory where JAX writes files"))
+        return Entry(KIND, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out), facts=JaxFacts())
+    if not s.files:
+        return Entry(KIND, root, name, s.path, "other", None, None, 0, s.mtime, findings=tuple(out), facts=JaxFacts())
+    f = s.files[0]
+    if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:
+        etype = "autotune" if top == AUTOTUNE_DIR else "kernel-cache"
+        out += _xla_file_findings(s.path, name, f.size, j)
+        return Entry(KIND, root, name, s.path, etype, None, None, f.size, f.mtime, findings=tuple(out), facts=JaxFacts())
+    m = ENTRY.match(name)
+    if m is None:
+        out.append(Finding("unrecognised", "not named <module>-<sha256>-cache as JAX names entries"))
+        return Entry(KIND, root, name, s.path, "other", None, None, f.size, f.mtime, findings=tuple(out), facts=JaxFacts())
+    module, khash, part = m.groups()
+    key = f"{module}-{khash}"
+    if part == "atime":
+        if base.older_than(f.mtime, j):
+            out.append(Finding("orphan", f"-atime of an entry that is gone ({key}-cache): JAX never reads it again"))
+        return Entry(KIND, root, name, s.path, "partial", module, None, f.size, f.mtime, findings=tuple(out),
+                     facts=JaxFacts(module, khash))
+    facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, j)
+    has_atime, afind = _atime_findings(root, key)
+    size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
+    facts = JaxFacts(module, khash, facts.compression, facts.serialization, facts.executable_module,
+                     facts.compile_time_ms, facts.cubin_sm, facts.cubin_sms, has_atime, facts.abi)
+    return Entry(KIND, root, name, s.path, "executable", module, arch, size, f.mtime, sealed,
+                 findings=tuple(dict.fromkeys(out + found + afind)), facts=facts)

@@ -1,0 +1,197 @@
+"""Seals for caches of single-file entries, JAX's and CuPy's, checked and extended at start-up (stdlib only).
+
+Neither tool offers a load hook jitwarden could use without importing it: JAX reads
+``<key>-cache`` inside ``compilation_cache.get_executable_and_time`` and CuPy reads ``<sha1>.cubin``
+inside ``_compile_with_cache_cuda``, both plain Python functions with no plug-in point (CuPy's
+``_set_kernel_cache_backend`` is experimental and private). So the files a guarded process writes are
+sealed at the next start-up of a guarded process, and every start-up checks them before the workload
+runs (activation calls :func:`startup`; ARCHITECTURE.md, "The flow of activation").
+
+One seal per directory (``<dir>/.jitwarden-seal.json``, :mod:`jitwarden.store.seal`'s format) covers
+its entry files by name: JAX's ``-cache`` files (its root) and XLA's autotune results (one seal per
+``xla_gpu_per_fusion_autotune_cache_dir/<version hash>/``); CuPy's ``<sha1>.<suffix>`` files. Left out:
+``-atime`` files and ``xla_gpu_kernel_cache_file``, which JAX and XLA rewrite in normal use.
+
+At start-up, for each dir:
+
+- a sealed file that changed (size, or its sha256 when its ctime is not older than the seal) is
+  quarantined: another function's executable copied over a JAX key, another kernel's file over a
+  CuPy key, a flipped bit;
+- an unsealed file holding the very bytes of a sealed file of another name is quarantined too: an
+  entry moved or copied to another key (for CuPy only a move: one cubin under two keys can be honest);
+- an unsealed file its adapter finds unsound at error level is quarantined, never sealed: a JAX file
+  holding another module's executable (tampered before any start sealed it), a damaged stream or header;
+- any other unsealed file is sealed, unless written in the last :data:`SETTLE_S` seconds (JAX writes
+  in place: a file another process is still writing is left for the next start);
+- a sealed file that is gone is dropped from the seal (JAX's eviction, a clean).
+
+A quarantine is a miss: the tool compiles again. Never raises: a failure is one warning line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+SETTLE_S = 5.0
+AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
+
+
+def _jax_names(names: list[str]) -> list[str]:
+    return [n for n in names if n.endswith("-cache")]
+
+
+def _cupy_names(names: list[str]) -> list[str]:
+    return [n for n in names if len(n) > 41 and n[40] == "." and n[41:] in ("cubin", "ltoir", "hsaco")]
+
+
+def _files(d: str) -> list[str]:
+    from jitwarden.model.layout import is_reserved
+
+    with os.scandir(d) as it:
+        return [e.name for e in it if e.is_file(follow_symlinks=False) and not is_reserved(e.name)]
+
+
+def _subdirs(d: str) -> list[str]:
+    try:
+        with os.scandir(d) as it:
+            return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
+    """(dir, entry file names in it) of every dir of ``root`` a seal covers for ``kind`` (``jax`` or ``cupy``)."""
+    if kind == "cupy":
+        return [(root, _cupy_names(_files(root)))]
+    out = [(root, _jax_names(_files(root)))]
+    for d in _subdirs(os.path.join(root, AUTOTUNE_DIR)):
+        out.append((d, [n for n in _files(d) if n.endswith(".pb")]))
+    return out
+
+
+def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None, now: float | None = None) -> list[str]:
+    """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
+    warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to."""
+    import fcntl
+
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.store import seal
+    from jitwarden.store.entrylock import lock, unlock
+
+    fd = lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)
+    if fd is None:
+        return []  # another start-up is at it
+    try:
+        now = time.time() if now is None else now
+        try:
+            old = seal.read(d)
+        except seal.SealError:
+            old = None  # a damaged seal vouches for nothing: sealed again from what is there
+        files = dict(old.files) if old else {}
+        at = seal.sealed_at_ns(d) if old else None
+        by_sha = {rec["sha256"]: n for n, rec in files.items()}
+        out, changed = [], False
+        for name in sorted(names):
+            path = os.path.join(d, name)
+            try:
+                st = os.lstat(path)
+                rec = files.get(name)
+                if rec is not None and at is not None and st.st_ctime_ns < at and st.st_size == rec["size"]:
+                    continue  # unchanged since sealed: two lstats, no hashing
+                if rec is None and now - st.st_mtime < SETTLE_S:
+                    continue  # perhaps still being written (JAX writes in place)
+                sha, size = seal.file_digest(path, st.st_size)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                continue  # not a regular file any more, unreadable: the scanner reports it
+            if rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
+                why = (f"{name} is {size} bytes, sealed as {rec['size']}" if size != rec["size"]
+                       else f"{name} does not match its sealed sha256")
+            elif rec is None and by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha]):
+                why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
+            elif rec is None and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None:
+                pass  # damaged, or another entry's under this key, before it was ever sealed
+            elif rec is None:
+                files[name] = {"sha256": sha, "size": size}
+                changed = True
+                continue
+            else:
+                changed = True  # same bytes, touched: the seal's time moves on
+                continue
+            line = _quarantine(kind, root, os.path.relpath(path, root), why, digest)
+            if line:
+                out.append(line)
+                if files.pop(name, None) is not None:
+                    changed = True
+        gone = [n for n in files if n not in names and not os.path.lexists(os.path.join(d, n))]
+        for n in gone:
+            del files[n]
+        if changed or gone or (old is None and files):
+            seal.write(d, seal.Seal(files, digest, {"by": "start-up", "kind": kind}, time.time()),
+                       seal.newest_ctime(d, list(files)))
+        return out
+    finally:
+        unlock(fd)
+
+
+def _copy_counts(kind: str, d: str, original: str) -> bool:
+    """Whether a new file with the bytes of the sealed ``original`` is a planted copy: always for JAX (an entry
+    starts with its compile time: two keys never hold the same bytes); for CuPy only when the original is gone
+    (a move), since two keys can hold one cubin (the same kernel after a CuPy upgrade, without partitions)."""
+    return kind != "cupy" or not os.path.lexists(os.path.join(d, original))
+
+
+def _unsound(kind: str, root: str, rel: str) -> str | None:
+    """Why a file about to be sealed must not be, by its adapter's own checks at error level (a JAX
+    executable of another module than its key names, a damaged stream or header), else None: a seal
+    vouches only for what was sound when sealed."""
+    from jitwarden.adapters import get
+    from jitwarden.model.entries import Judge
+    from jitwarden.model.findings import Severity
+
+    entry = get(kind).inspect_entry(root, rel, Judge(now=time.time(), check_seals=False))
+    bad = [f for f in entry.findings if f.severity >= Severity.ERROR and f.code != "unsafe"]
+    return f"{rel}: {bad[0].code}: {bad[0].message}" if bad else None
+
+
+def _quarantine(kind: str, root: str, rel: str, why: str, digest: str | None) -> str | None:
+    from jitwarden.store import quarantine
+
+    try:
+        rec = quarantine.move(os.path.join(root, rel), "corrupt", [why], root=root, entry_id=rel, kind=kind,
+                              by="start-up", fingerprint=digest)
+    except (OSError, quarantine.QuarantineError):
+        return None
+    tool = "JAX" if kind == "jax" else "CuPy"
+    return (f"quarantined {tool} cache entry {rel} at start-up (corrupt: {why}); {tool} compiles it again when next "
+            f"used. Restore with `jitwarden quarantine restore {rec.id}`")
+
+
+def check_root(kind: str, root: str, digest: str | None) -> list[str]:
+    """:func:`check_dir` over every sealed dir of ``root``."""
+    out: list[str] = []
+    for d, names in sealed_dirs(kind, root):
+        out += check_dir(kind, root, d, names, digest)
+    return out
+
+
+def startup(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
+    """Activation's hook: check and seal the JAX and CuPy dirs in use (``in_use``: variable -> dir); entries of
+    one of ``partitions`` are sealed under ``digest``. ``JITWARDEN_SWEEP=0`` turns it off with the sweep."""
+    from jitwarden.env.locations import FILE_PARTITION_VARS
+    from jitwarden.model.settings import SWEEP
+
+    if not SWEEP.on(env):
+        return []
+    out: list[str] = []
+    for kind, var in FILE_PARTITION_VARS:
+        d = in_use.get(var)
+        if not d or not os.path.isdir(d) or os.path.islink(d):
+            continue
+        try:
+            out += check_root(kind, d, digest if var in partitions else None)
+        except Exception as exc:  # noqa: BLE001 - a start-up check must never stop the workload
+            out.append(f"start-up check of the {kind} cache skipped ({type(exc).__name__}: {exc})")
+    return out
