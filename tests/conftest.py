@@ -12,6 +12,8 @@ from tests.helpers.fleet import Server, jw, node_env, server_binary
 from tests.helpers.guarded import ADD, compile_jobs, evil_kernel_dir
 from tests.helpers.vllm_root import cubin_of, make_root
 
+pytest_plugins = ("tests.helpers.slow",)  # marks `slow` tests (tests/helpers/slow.py)
+
 
 @pytest.fixture(scope="session")
 def built_cache(tmp_path_factory):
