@@ -249,27 +249,34 @@ def sample(cases: list[Case], per_entry: int, seed: int) -> list[Case]:
     random.Random(seed).shuffle(order)
     order.sort(key=lambda c: 0 if c.target.arg else 1)  # an entry point's own arguments first: they are its own
     need_entry = {c.entry.name: per_entry for c in cases}
-    seen_shape, seen_path, seen_arg, seen_entry_shape = set(), set(), set(), set()
+    seen_shape, seen_path, seen_arg, seen_entry_shape, seen_entry_path = set(), set(), set(), set(), set()
     out = []
     for c in order:
+        e = c.entry.name
         gain = (c.shape not in seen_shape or c.target.label not in seen_path
-                or (c.target.arg and (c.entry.name, c.target.label) not in seen_arg)
-                or (need_entry[c.entry.name] > 0 and (c.entry.name, c.shape) not in seen_entry_shape))
+                or (c.target.arg and (e, c.target.label) not in seen_arg)
+                or (need_entry[e] > 0 and ((e, c.shape) not in seen_entry_shape
+                                           or (e, c.target.label) not in seen_entry_path)))
         if gain:
             out.append(c)
             seen_shape.add(c.shape)
             seen_path.add(c.target.label)
-            seen_entry_shape.add((c.entry.name, c.shape))
+            seen_entry_shape.add((e, c.shape))
+            seen_entry_path.add((e, c.target.label))
             if c.target.arg:
-                seen_arg.add((c.entry.name, c.target.label))
-            need_entry[c.entry.name] -= 1
+                seen_arg.add((e, c.target.label))
+            need_entry[e] -= 1
     return sorted(out, key=lambda c: c.id)
 
 
 def selected_cases() -> list[Case]:
-    """``JW_MATRIX=full``: the whole product; else a sample (``JW_MATRIX=<cases per entry point>``, default 2)."""
+    """``JW_MATRIX=full``: the whole product; else a sample (``JW_MATRIX=<cases per entry point>``, default 2).
+    ``JW_MATRIX_ONLY=import,metrics``: only those entry points."""
     mode = os.environ.get("JW_MATRIX", "")
     cases = all_cases()
+    only = {n.strip() for n in os.environ.get("JW_MATRIX_ONLY", "").split(",") if n.strip()}
+    if only:
+        cases = [c for c in cases if c.entry.name in only]
     if mode == "full":
         return cases
     return sample(cases, int(mode) if mode.isdigit() else 2, int(os.environ.get("JW_MATRIX_SEED", "0")))
