@@ -177,28 +177,32 @@ def state_targets() -> list[Target]:
             Target("config/trusted-keys/*.pub", "file", "config", "trusted-keys/*.pub")]
 
 
-_VAR = re.compile(r'"([A-Z][A-Z0-9_]*)"')
 _SEARCH_PATHS = {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}  # lists of directories to search, not locations
 _FILE_VARS = ("_KEY", "_KEYS", "PTXAS_PATH")  # variables that name files rather than directories
+_PATHLIKE = re.compile(r"[A-Z][A-Z0-9_]*(_DIR|_HOME|_ROOT|_PATH|_KEYS?)|HOME|TMPDIR|TEMP|TMP")
+
+
+def _names_read(tree: ast.Module) -> set:
+    """Upper-case string constants in a module, except those of module-level tables (names only recorded,
+    such as the compiler variables a fingerprint lists: jitwarden never reads a path from them)."""
+    tables = {id(n) for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+              for n in ast.walk(node)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in tables and re.fullmatch(r"[A-Z][A-Z0-9_]+", n.value)}
 
 
 def location_vars() -> list[str]:
-    """Every cache location variable: the names ``env/locations.py`` reads, and every path-like
-    variable (``*_DIR``, ``*_HOME``, ``*_ROOT``, ``*_PATH``, ``*_KEY(S)``) read anywhere in ``src``."""
+    """Every cache location variable: the names ``env/locations.py`` reads, and every path-like variable
+    (``*_DIR``, ``*_HOME``, ``*_ROOT``, ``*_PATH``, ``*_KEY(S)``) that code in ``src`` reads."""
     names = set()
-    with open(os.path.join(SRC, "jitwarden", "env", "locations.py"), encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"[A-Z][A-Z0-9_]+", node.value):
-            names.add(node.value)
-    names -= {"LOGNAME", "USER", "LNAME", "USERNAME"}  # who the user is, not where a cache lives
     for d, _dirs, files in os.walk(os.path.join(SRC, "jitwarden")):
         for n in files:
             if n.endswith(".py"):
                 with open(os.path.join(d, n), encoding="utf-8") as f:
-                    for v in _VAR.findall(f.read()):
-                        if re.search(r"(_DIR|_HOME|_ROOT|_PATH|_KEYS?)$", v):
-                            names.add(v)
+                    read = _names_read(ast.parse(f.read()))
+                if n == "locations.py" and os.path.basename(d) == "env":
+                    names |= read - {"LOGNAME", "USER", "LNAME", "USERNAME"}  # who the user is, not a location
+                names |= {v for v in read if _PATHLIKE.fullmatch(v)}
     return sorted(n for n in names - _SEARCH_PATHS if not n.startswith("O_"))  # O_PATH is an open flag
 
 
@@ -405,10 +409,22 @@ class Planter:
         return os.path.join(d, t.name)
 
     # -- shapes
-    def plant(self, shape: str, path: str, kind: str) -> str:
-        """Plant ``shape`` at ``path``; returns the path to hand the entry point (it differs for non-UTF-8 names)."""
+    def plant(self, shape: str, path: str, kind: str, fs: str | None = None) -> str:
+        """Plant ``shape`` at ``path``. A read-only or full filesystem is mounted at ``fs``, the top of the tree
+        ``path`` is in (a cache root, the memo dir: what a real mount holds), else at ``path`` (a directory)
+        or its parent. Returns the path to hand the entry point."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        if shape in ("read-only-fs", "full-fs"):
+            host = fs or (path if kind == "dir" else os.path.dirname(path))
+            if kind == "dir":
+                os.makedirs(path, exist_ok=True)
+            self._mount(host, ro=shape == "read-only-fs")
+            return path
         return getattr(self, "_" + shape.replace("-", "_"))(path, kind)
+
+    def fs_of(self, level: str) -> str:
+        """The tree a level lives in: the cache root for root, partition, entry and slot."""
+        return self.level_dir("root" if level in ("root", "partition", "entry", "slot") else level if level != "stats" else "memo")
 
     @staticmethod
     def _remove(path):
@@ -503,22 +519,6 @@ class Planter:
                     if len(chunk) == 1:
                         break
                     chunk = chunk[: len(chunk) // 2]
-
-    def _read_only_fs(self, path, kind):
-        if kind == "dir":
-            os.makedirs(path, exist_ok=True)
-            self._mount(path, ro=True)
-        else:
-            self._mount(os.path.dirname(path), ro=True)
-        return path
-
-    def _full_fs(self, path, kind):
-        if kind == "dir":
-            os.makedirs(path, exist_ok=True)
-            self._mount(path, ro=False)
-        else:
-            self._mount(os.path.dirname(path), ro=False)
-        return path
 
     def undo(self) -> None:
         for m in reversed(self.mounts):
@@ -657,7 +657,7 @@ def run_case(world: World, case: Case, base: str) -> dict:
                 shutil.copyfile(was, p)
             env[t.var] = planter.plant(case.shape, p, t.kind)
         else:
-            planter.plant(case.shape, planter.resolve(t), t.kind)
+            planter.plant(case.shape, planter.resolve(t), t.kind, fs=planter.fs_of(t.level))
         rec = _execute(argv, env)
     finally:
         planter.undo()
