@@ -38,7 +38,7 @@ import time
 
 from tests.adversarial.adv import tree_hash
 from tests.helpers import kernels
-from tests.helpers.guarded import ADD, DRIVER as GUARDED_DRIVER
+from tests.helpers.guarded import ADD, DRIVER as GUARDED_DRIVER, JOBS
 from tests.helpers.paths import SRC
 
 WALL_S = float(os.environ.get("JW_MATRIX_WALL", "15"))
@@ -617,12 +617,29 @@ def _replace_positional(argv, arg, value):
 
 
 def run_case(world: World, case: Case, base: str) -> dict:
-    """Run one case: fresh world, shape planted, entry point under a wall limit; what happened, as a record."""
+    """Run one case: fresh world, shape planted, entry point under a wall limit; what happened, as a record.
+
+    A workload that fails is run once more with stock Triton (no jitwarden) on the same hostile files,
+    compiling a kernel the cache lacks, so the report says whether Triton alone survives a miss there
+    (the failure is counted either way: the guard is the cache manager and must not let the workload down)."""
+    e, t = case.entry, case.target
+    outside = os.path.join(base, "outside")
+    rec, before = _run_once(world, case, outside, stock=False)
+    rec.update(id=case.id, entry=e.name, path=t.label, shape=case.shape)
+    rec["outside changed"] = tree_hash(outside) != before
+    rec["tampered served"] = bool(e.serves and world.tampered_sha in rec["stdout"])
+    rec["stock rc"] = None
+    if e.serves and rec["rc"] not in (0, None):
+        rec["stock rc"] = _run_once(world, case, outside, stock=True)[0]["rc"]
+    rec["problems"] = problems(case, rec)
+    return rec
+
+
+def _run_once(world: World, case: Case, outside: str, stock: bool) -> tuple[dict, dict]:
     w = world.path
     if os.path.lexists(w):
         shutil.rmtree(w)
     shutil.copytree(world.template, w, symlinks=True)
-    outside = os.path.join(base, "outside")
     if os.path.lexists(outside):
         shutil.rmtree(outside)
     make_outside(outside)
@@ -658,14 +675,16 @@ def run_case(world: World, case: Case, base: str) -> dict:
             env[t.var] = planter.plant(case.shape, p, t.kind)
         else:
             planter.plant(case.shape, planter.resolve(t), t.kind, fs=planter.fs_of(t.level))
+        if stock:  # stock Triton on the same files, compiling a kernel it lacks (the guard made a miss of the tampered one)
+            env = {k: v for k, v in env.items() if not k.startswith("JITWARDEN_") and k != "TRITON_CACHE_MANAGER"}
+            env["JW_JOBS"] = json.dumps([j for j in JOBS if j["label"] == "add_b256_sm90"])
+            if t.var != "TRITON_CACHE_DIR":
+                env["TRITON_CACHE_DIR"] = os.path.join(w, world.partition)
+            argv = [sys.executable, "-c", GUARDED_DRIVER]
         rec = _execute(argv, env)
     finally:
         planter.undo()
-    rec.update(id=case.id, entry=e.name, path=t.label, shape=case.shape)
-    rec["outside changed"] = tree_hash(outside) != before
-    rec["tampered served"] = bool(e.serves and world.tampered_sha in rec["stdout"])
-    rec["problems"] = problems(case, rec)
-    return rec
+    return rec, before
 
 
 def _execute(argv: list, env: dict) -> dict:
@@ -700,8 +719,8 @@ def problems(case: Case, rec: dict) -> list[str]:
     if rec["hang"]:
         out.append(f"hang (killed after {WALL_S:.0f}s)")
     elif case.entry.serves:
-        if rec["rc"] != 0:
-            out.append(f"workload exit {rec['rc']}")  # a hostile cache must never take the workload down
+        if rec["rc"] != 0:  # a hostile cache must never take the workload down
+            out.append(f"workload exit {rec['rc']} (stock Triton: exit {rec['stock rc']})")
     elif rec["rc"] not in (0, 1, 2, 4):
         out.append(f"exit {rec['rc']}")
     if "Traceback" in err or "Traceback" in rec["stdout"]:
