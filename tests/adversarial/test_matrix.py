@@ -55,6 +55,11 @@ def test_generated_cases_cover_every_verb_and_layout_name():
                 assert (e.name, f"arg {a.option or a.dest}") in {(c.entry.name, c.target.label) for c in cases}
 
 
+def test_the_pinned_cases_of_issue_21_exist():
+    """A renamed path or verb must not drop a pinned case silently."""
+    assert set(mx.PINNED) <= {c.id for c in mx.all_cases()}
+
+
 def test_sample_is_bounded():
     """The CI sample stays a small fraction of the product (the full run is JW_MATRIX=full)."""
     assert len(mx.sample(mx.all_cases(), 2, 0)) <= max(150, len(mx.entry_points()) * 6)
