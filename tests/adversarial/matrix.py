@@ -737,7 +737,7 @@ def problems(case: Case, rec: dict) -> list[str]:
         out.append(f"exit {rec['rc']}")
     if "Traceback" in err or "Traceback" in rec["stdout"]:
         out.append("traceback")
-    if not case.entry.serves and rec["rc"] not in (None, 0, 1) and len(_ERROR_LINE.findall(err)) != 1:
+    if not case.entry.serves and rec["rc"] == 2 and len(_ERROR_LINE.findall(err)) != 1:  # a refusal: one line
         out.append(f"{len(_ERROR_LINE.findall(err))} error lines")
     if rec["outside changed"]:
         out.append("outside changed")

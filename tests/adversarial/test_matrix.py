@@ -1,6 +1,6 @@
 """The hostile-environment matrix of issue 21 (the generator, the world and the shapes: tests/adversarial/matrix.py).
 
-Every case: an exit in {0, 1, 2, 4} with one error line and no traceback (a workload that serves
+Every case: an exit in {0, 1, 2, 4} (a refusal, 2, in one error line) and no traceback (a workload that serves
 kernels: exit 0), no hang, nothing outside the world changed, no tampered cubin served. CI runs a
 seeded sample that has every entry point, shape, path and path argument; ``JW_MATRIX=full`` runs the
 whole product, ``JW_MATRIX=<n>`` at least n cases per entry point, ``JW_MATRIX_SEED`` another sample.
