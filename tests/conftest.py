@@ -15,6 +15,8 @@ from tests.helpers.fleet import Server, jw, node_env, server_binary
 from tests.helpers.guarded import ADD, compile_jobs, evil_kernel_dir
 from tests.helpers.vllm_root import cubin_of, make_root
 
+pytest_plugins = ("tests.helpers.slow",)  # marks `slow` tests (tests/helpers/slow.py)
+
 
 # ---- the sandbox: no test touches the real home or a default location (issue 23, item 2) -------------
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
-import subprocess
-import sys
 
-import pytest
+from tests.helpers.cli import jw as run_cli
 
 TALLY = {"cases": 0, "kills": 0, "races": 0, "hangs": 0, "data lost": 0}
 TIMEOUT_S = 30
@@ -34,19 +33,25 @@ def tree_hash(path: str) -> dict:
 
 
 def jw(*args, env, timeout=TIMEOUT_S):
-    """Run the CLI; a run past ``timeout`` is a hang: counted, and the test fails."""
-    try:
-        return subprocess.run([sys.executable, "-m", "jitwarden", *args], env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        TALLY["hangs"] += 1
-        pytest.fail(f"hang: jitwarden {' '.join(args)} ran past {timeout}s")
+    """Run the CLI (the one runner, with the environment's own PYTHONPATH); a run past ``timeout`` is a hang:
+    counted, and the test fails."""
+    return run_cli(*args, env=env, timeout=timeout, src=None, on_hang=_hang)
+
+
+def _hang():
+    TALLY["hangs"] += 1
+
+
+ERROR_LINE = re.compile(r"^jitwarden[^\n:]*: (internal )?error\b", re.M)
 
 
 def clean_failure(p, code=None):
-    """One clear line: no traceback, no internal error; ``code`` when given."""
+    """An exit users can act on: 0, 1, 2 or 4 (4: ``import`` of a bundle built for another environment), a
+    refusal (2) said in exactly one error line, no traceback, no internal error; ``code`` when given."""
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr.lower(), p.stderr
-    assert p.returncode != 3, p.stderr
+    assert p.returncode in (0, 1, 2, 4), (p.returncode, p.stdout[-500:], p.stderr)
+    if p.returncode == 2:
+        assert len(ERROR_LINE.findall(p.stderr)) == 1, p.stderr
     if code is not None:
         assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
 

@@ -66,3 +66,7 @@ def env(tmp_path):
 def pytest_terminal_summary(terminalreporter):
     if TALLY["cases"]:
         terminalreporter.write_line("adversarial suite: " + ", ".join(f"{k} {v}" for k, v in TALLY.items()))
+    from tests.adversarial import matrix
+
+    if matrix.RESULTS:
+        terminalreporter.write_line(matrix.summary())

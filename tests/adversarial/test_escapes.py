@@ -9,9 +9,14 @@ import shutil
 
 from tests.adversarial.adv import clean_failure, jw, truncate_cubin
 
+from jitwarden.model.layout import is_reserved
 from jitwarden.store import quarantine as q
 
 ESC_NAMES = ["\x1b[2Jclear", "\x1b]0;pwned\x07title", "evil[/bold]", "[red]x[/red]", "bell\x07\x9bc"]
+
+
+def _entries(root):
+    return sorted(n for n in os.listdir(root) if not is_reserved(n))
 
 
 def assert_no_raw_escapes(p):
@@ -33,12 +38,15 @@ def test_entry_and_file_names_with_escapes(acache, env):
                  ("verify", root, "--target", "90"), ("doctor", root, "--target", "90"),
                  ("clean", root, "--target", "90", "--dry-run"), ("status",)):
         assert_no_raw_escapes(jw(*args, env=env))
+    names = _entries(root)
     p = jw("clean", root, "--target", "90", "-y", env=env)
     assert_no_raw_escapes(p)
     assert_no_raw_escapes(jw("quarantine", "ls", "--root", root, env=env))
     assert_no_raw_escapes(jw("quarantine", "ls", "--root", root, "--long", env=env))
     ids = [r.id for r in q.list_root(root)]
+    assert ids and set(_entries(root)) < set(names), ids  # clean took entries
     assert_no_raw_escapes(jw("quarantine", "restore", *ids, "--root", root, "-y", env=env))
+    assert _entries(root) == names  # each back under its own name
 
 
 def test_kernel_named_like_rich_markup(acache, env):

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from tests.adversarial.adv import clean_failure, jw
+from tests.adversarial.adv import clean_failure, jw, tree_hash
 
 from jitwarden.store import seal
 from jitwarden.store import quarantine as q
@@ -56,9 +56,14 @@ def test_nested_triton_files(acache, env, which):
     p, entries = _entries(root, env)
     assert len(entries) == len(recs)
     assert entries[e["id"]]["findings"], entries[e["id"]]
+    before = tree_hash(root)
     for args in (("ls", root, "--target", "90"), ("clean", root, "--target", "90", "--dry-run"),
                  ("doctor", root, "--target", "90")):
-        clean_failure(jw(*args, env=env))
+        p = jw(*args, env=env)
+        clean_failure(p)
+        if args[0] != "doctor":
+            assert e["id"][:8] in p.stdout, (args, p.stdout)  # listed, not skipped
+    assert tree_hash(root) == before
 
 
 def test_nested_quarantine_record(acache, env):
@@ -69,8 +74,15 @@ def test_nested_quarantine_record(acache, env):
     p = jw("quarantine", "ls", "--root", root, "--format", "json", env=env)
     clean_failure(p, 0)
     assert len(json.loads(p.stdout)["quarantined"]) == 1
-    clean_failure(jw("quarantine", "restore", rec.id, "--root", root, "-y", env=env))
+    p = jw("quarantine", "restore", rec.id, "--root", root, "-y", env=env)
+    clean_failure(p)
+    home = recs["add_sm90"]["path"]
+    if p.returncode == 0:  # restored where it came from, whole
+        assert os.path.isdir(home) and not os.path.lexists(rec.path), p.stderr
+    else:  # refused: the slot and its entry are still there, nothing half-moved
+        assert os.path.isdir(rec.path) and not os.path.lexists(home), p.stderr
     clean_failure(jw("clean", root, "--target", "90", "-y", env=env))
+    assert os.path.isdir(home) or any(r.present for r in q.list_root(root))  # never lost
 
 
 def test_nested_partition_info(tmp_path, env):
@@ -82,8 +94,10 @@ def test_nested_partition_info(tmp_path, env):
     with open(os.path.join(part, ".jitwarden-partition.json"), "wb") as f:
         f.write(DEEP)
     assert partition.read_info(part) is None
+    before = tree_hash(base)
     clean_failure(jw("prune", base, "--older-than", "0s", "--dry-run", env=env))
-    clean_failure(jw("ls", base, env=env))
+    clean_failure(jw("ls", base, env=env), 0)
+    assert tree_hash(base) == before  # a dry run and a listing change nothing
 
 
 def test_nested_best_config(tmp_path):

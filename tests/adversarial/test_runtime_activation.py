@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from tests.helpers.cli import jw as run_cli
 from tests.helpers.guarded import SRC, clean_env
 from tests.helpers.guarded import DRIVER, JOBS, compile_jobs, kernel_dir
 
@@ -44,12 +45,8 @@ def _activate(env: dict, code: str = _ACTIVATE) -> dict:
     return out
 
 
-def _jw_run(env: dict, *cmd: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run([sys.executable, "-m", "jitwarden", "run", "-v", "--", *cmd], env=env,
-                              capture_output=True, text=True, timeout=HANG_S + 270)
-    except subprocess.TimeoutExpired:
-        pytest.fail("`jitwarden run` hung")
+def _jw_run(env: dict, *cmd: str):
+    return run_cli("run", "-v", "--", *cmd, env=env, timeout=HANG_S + 270, src=None)
 
 
 def _assert_partitioned_and_guarded(out: dict) -> None:

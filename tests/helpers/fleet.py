@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import tarfile
 
 from tests.helpers import kernels
+from tests.helpers.cli import environ, jw as run_cli
 
 GUARD = "jitwarden.guard:GuardedCacheManager"
 SMALL_JOBS = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] in ("add", "sub")]
@@ -24,26 +24,9 @@ def node_env(home: str, **extra) -> dict:
     return env
 
 
-@contextlib.contextmanager
-def environ(env: dict):
-    old = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-
-
 def jw(env: dict, *argv) -> tuple[int, str, str]:
     """Run ``jitwarden ARGV`` in this process under ``env``: (exit code, stdout, stderr)."""
-    from jitwarden.cli import main as cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with environ(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in argv])
-    return rc, out.getvalue(), err.getvalue()
+    return tuple(run_cli(*argv, env=env, in_process=True, src=None))
 
 
 def digest_of(env: dict) -> str:

@@ -7,8 +7,8 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import time
+from tests.helpers.cli import jw
 from tests.helpers.paths import SRC  # noqa: F401 - re-exported for the CLI runners
 
 
@@ -86,8 +86,4 @@ def damage_everything(root: str, recs: dict, outside_dir: str) -> dict:
     return d
 
 
-def cli(*args, env=None, timeout=300, **kw):
-    e = dict(os.environ if env is None else env)
-    e["PYTHONPATH"] = SRC + os.pathsep + e.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "jitwarden", *args], env=e, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+cli = jw  # the one CLI runner (tests/helpers/cli.py), under the name this module's callers use

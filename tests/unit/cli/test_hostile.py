@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 
+from tests.helpers.cli import jw as run_cli
 from tests.helpers import kernels
 from tests.helpers.maint import SRC, cli, snapshot, sub
 
@@ -82,8 +83,7 @@ def nobody_cache(built_cache):
 
 def as_nobody(*args, home):
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": SRC, "XDG_CACHE_HOME": os.path.join(home, ".cache")}
-    return subprocess.run(NOBODY + [sys.executable, "-m", "jitwarden", *args], env=env, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return run_cli(*args, env=env, prefix=NOBODY, src=None)
 
 
 def test_unreadable_directory_as_an_unprivileged_user(nobody_cache):

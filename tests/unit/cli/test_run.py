@@ -10,13 +10,13 @@ import sys
 
 
 from jitwarden.store import seal
+from tests.helpers.cli import jw as run_cli
 from tests.helpers.guarded import clean_env
 from tests.helpers.guarded import JOBS, DRIVER, kernel_dir
 
 
-def jw(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "jitwarden", *args], env=env, capture_output=True, text=True,
-                          timeout=300, **kw)
+def jw(args, env):
+    return run_cli(*args, env=env, src=None)
 
 
 def test_env_is_activated_for_the_command(tmp_path):

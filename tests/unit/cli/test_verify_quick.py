@@ -13,6 +13,7 @@ import pytest
 
 from jitwarden.cli.main import main
 
+from tests.helpers.cli import jw as run_cli
 from tests.helpers import kernels
 
 
@@ -325,8 +326,7 @@ def test_partitions_are_scanned_as_their_own_caches(cache, capsys, tmp_path):
 
 
 def cli(*args, user=None, env=None):
-    return subprocess.run([sys.executable, "-m", "jitwarden", *args], capture_output=True, text=True, env=env,
-                          user=user)
+    return run_cli(*args, env=env, user=user, src=None)
 
 
 @pytest.mark.parametrize(

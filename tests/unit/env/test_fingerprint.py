@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.helpers.cli import jw as run_cli
 from tests.helpers.paths import REPO as ROOT
 
 from jitwarden.env import fingerprint as fpm  # noqa: E402
@@ -376,8 +377,7 @@ def test_arch_flags_from_a_compiled_library(tmp_path):
 
 
 def _cli(tmp_path, *args, **env):
-    return subprocess.run([sys.executable, "-m", "jitwarden", "fingerprint", *args], cwd=str(tmp_path),
-                          env=_env(tmp_path, COLUMNS="250", **env), capture_output=True, text=True, timeout=120)
+    return run_cli("fingerprint", *args, cwd=str(tmp_path), env=_env(tmp_path, COLUMNS="250", **env), timeout=120, src=None)
 
 
 def test_cli_json_and_diff(tmp_path):

@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 
+from tests.helpers.cli import jw as run_cli
 from tests.helpers import kernels
 from tests.helpers.guarded import DRIVER, JOBS, MANAGER, SRC, assert_sound, compile_jobs, kernel_dir, quarantined
 from jitwarden.store import quarantine, seal
@@ -232,10 +233,8 @@ def test_mismatch_while_a_writer_is_mid_group_is_a_plain_miss(tmp_path, referenc
     assert_sound(root, out["add_sm90"]["id"])
 
 
-def _cli(args, **kw):
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "jitwarden", *args], env=env, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, **kw)
+def _cli(args):
+    return run_cli(*args, timeout=120)
 
 
 def test_quarantine_command_lists_and_restores(tmp_path, reference):
