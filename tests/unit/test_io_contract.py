@@ -52,14 +52,7 @@ ALLOWED = {
     ("cli.main", "open"),
 }
 
-PENDING = {
-    # Modules of other branches (issue 21) still holding raw I/O when the contract landed. The lead removes
-    # each line as its branch merges; a line whose module is clean fails the check (see below).
-    "runtime.sweep", "runtime.firstuse", "runtime.prover", "runtime.torchhooks", "runtime.guard",
-    "runtime.activation", "runtime.memo", "runtime.remote", "runtime.remote_manager",
-    "ops.rebuild", "ops.canary", "cli.commands.canary",
-    "env.fingerprint", "env.nvml", "env.ptxas", "env.torchinfo",
-}
+PENDING: set[str] = set()  # emptied: every module is under the contract (issue 21)
 
 
 @dataclass(frozen=True)
@@ -193,14 +186,14 @@ def test_a_planted_violation_fails_the_check(tree_copy, what):
     assert len(problems) == 1 and problems[0].startswith("ops/scan.py:"), problems
 
 
-def test_the_disk_layer_itself_is_exempt_and_a_clean_pending_module_is_reported(tree_copy):
+def test_the_disk_layer_itself_is_exempt_and_a_stale_allowance_is_reported(tree_copy):
     assert check(tree_copy) == []  # the copy passes as the tree does
     with open(os.path.join(tree_copy, "store", "fsutil.py"), "a", encoding="utf-8") as f:
         f.write("\n\n" + PLANTS["builtin open"])
     assert check(tree_copy) == []
-    with open(os.path.join(tree_copy, "ops", "canary.py"), "w", encoding="utf-8") as f:
+    with open(os.path.join(tree_copy, "cli", "main.py"), "w", encoding="utf-8") as f:
         f.write('"""Emptied: no raw I/O left."""\n')
-    assert check(tree_copy) == ["PENDING has 'ops.canary', which holds no banned call any more: remove it"]
+    assert check(tree_copy) == ["ALLOWED has ('cli.main', 'open'), which matches no call: remove it"]
 
 
 def test_harmless_lookalikes_are_not_flagged():

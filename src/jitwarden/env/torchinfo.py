@@ -21,7 +21,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from jitwarden.store.fsutil import open_regular, package_dir, read_bytes
+from jitwarden.store.fsutil import open_regular_file, package_dir, read_bytes
 
 MAX_RODATA = 256 << 20
 _FLAGS = re.compile(rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)")
@@ -150,8 +150,7 @@ def arch_flags(path: str) -> tuple[str, ...] | None:
     from jitwarden.formats.elf import file_sections  # only when the library is read (not memoized)
 
     try:
-        fd, _st = open_regular(path)
-        with os.fdopen(fd, "rb") as f:
+        with open_regular_file(path) as f:
             sections = file_sections(f)
             if not sections or ".rodata" not in sections:
                 return None

@@ -45,13 +45,14 @@ from jitwarden.store.entrylock import lock as _lock, unlock as _unlock
 from jitwarden.store.partition import split
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
+from jitwarden.model.settings import GUARD_HASH_ALL
 
 _STANDALONE = (".so", ".autotune.json")
 _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 """Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
-``JITWARDEN_GUARD_HASH_ALL=1``; the group, metadata and binaries are always hashed. ``jitwarden
+the ``GUARD_HASH_ALL`` setting (model/settings.py) is on; the group, metadata and binaries are always hashed. ``jitwarden
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
-_HASH_ALL = parse_flag(os.environ.get("JITWARDEN_GUARD_HASH_ALL")) is True
+_HASH_ALL = parse_flag(os.environ.get(GUARD_HASH_ALL.name)) is True
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _GROUP_MAX = 1 << 20

@@ -33,8 +33,9 @@ import time
 from collections import namedtuple
 
 from jitwarden.runtime import tree
+from jitwarden.model.settings import PROVE
 
-PROVE_VAR = "JITWARDEN_PROVE"
+PROVE_VAR = PROVE.name
 PROVEN, REFUTED, UNPROVEN = "proven", "refuted", "unproven"
 _CODES = {REFUTED: "not-reproducible", UNPROVEN: "unverifiable"}
 

@@ -33,8 +33,9 @@ from __future__ import annotations
 import os
 import time
 import sys
+from jitwarden.model.settings import TORCH_HOOKS
 
-HOOKS_VAR = "JITWARDEN_TORCH_HOOKS"
+HOOKS_VAR = TORCH_HOOKS.name
 BUNDLER = "torch._inductor.triton_bundler"
 CODECACHE = "torch._inductor.codecache"
 AOTCACHE = "torch._functorch._aot_autograd.autograd_cache"
