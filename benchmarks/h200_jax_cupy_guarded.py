@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "src"))
@@ -78,6 +79,9 @@ def tool(name: str, results: dict) -> None:
     before = files(part)
     r["build_sub"] = run(guarded + [sys.executable, script, "sub"], env)
     sub_files = files(part) - before
+    from jitwarden.runtime.flatseal import SETTLE_S
+
+    time.sleep(SETTLE_S + 1)  # a start seals only files that have settled (a file may still be being written)
     r["seal_start"] = run(guarded + ["true"], env)
     if name == "jax":
         add = next(n for n in files(part) if n.startswith("jit_f_add-") and n.endswith("-cache"))

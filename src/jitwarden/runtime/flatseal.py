@@ -99,14 +99,22 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
                 rec = files.get(name)
                 if rec is not None and at is not None and st.st_ctime_ns < at and st.st_size == rec["size"]:
                     continue  # unchanged since sealed: two lstats, no hashing
+                sha = size = None
                 if rec is None and now - st.st_mtime < SETTLE_S:
-                    continue  # perhaps still being written (JAX writes in place)
-                sha, size = seal.file_digest(path, st.st_size)
+                    # Perhaps still being written (JAX writes in place): not sealed yet. But a file that names
+                    # another entry than its key is refused now: no partial write gives that evidence.
+                    why = _unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
+                    if why is None:
+                        continue
+                else:
+                    sha, size = seal.file_digest(path, st.st_size)
             except FileNotFoundError:
                 continue
             except OSError:
                 continue  # not a regular file any more, unreadable: the scanner reports it
-            if rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
+            if sha is None:
+                pass  # a recent file holding another entry's code (above)
+            elif rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
                 why = (f"{name} is {size} bytes, sealed as {rec['size']}" if size != rec["size"]
                        else f"{name} does not match its sealed sha256")
             elif rec is None and by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha]):
@@ -143,16 +151,17 @@ def _copy_counts(kind: str, d: str, original: str) -> bool:
     return kind != "cupy" or not os.path.lexists(os.path.join(d, original))
 
 
-def _unsound(kind: str, root: str, rel: str) -> str | None:
+def _unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = None) -> str | None:
     """Why a file about to be sealed must not be, by its adapter's own checks at error level (a JAX
     executable of another module than its key names, a damaged stream or header), else None: a seal
-    vouches only for what was sound when sealed."""
+    vouches only for what was sound when sealed. ``codes``: only findings of these codes count."""
     from jitwarden.adapters import get
     from jitwarden.model.entries import Judge
     from jitwarden.model.findings import Severity
 
     entry = get(kind).inspect_entry(root, rel, Judge(now=time.time(), check_seals=False))
-    bad = [f for f in entry.findings if f.severity >= Severity.ERROR and f.code != "unsafe"]
+    bad = [f for f in entry.findings if f.severity >= Severity.ERROR and f.code != "unsafe"
+           and (codes is None or f.code in codes)]
     return f"{rel}: {bad[0].code}: {bad[0].message}" if bad else None
 
 

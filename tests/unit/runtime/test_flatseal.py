@@ -219,3 +219,19 @@ def test_a_cupy_file_moved_to_another_key_is_quarantined_a_copy_beside_it_is_not
     os.rename(os.path.join(root, "5df1347ceae95afef2943b99cc67bb42fdc3bad2.cubin"), os.path.join(root, moved))
     (line,) = flatseal.check_root("cupy", root, "d1")
     assert moved in line and "moved or copied" in line and not os.path.exists(os.path.join(root, moved))
+
+
+def test_a_swap_written_a_moment_before_the_start_is_refused_not_left_to_settle(tmp_path):
+    """A never-sealed file written in the last seconds is not sealed (it may still be being written), but one
+    holding another module's executable is quarantined at once: the H200 run showed a swap made right after
+    the build, then a start, was otherwise left in place and served (add5 = 3.0 under ``jitwarden run``)."""
+    root = jax_unpack("jax_swapped", tmp_path)
+    swapped = "jit_f_add-fdabe1d4f303b975f435551660db2bfeb9936ac5371536484be84bdd0100c38b-cache"
+    now = __import__("time").time()
+    for n in os.listdir(root):
+        p = os.path.join(root, n)
+        if os.path.isfile(p):
+            os.utime(p, (now, now))  # everything just written
+    (line,) = flatseal.check_root("jax", root, "d1")
+    assert swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
+    assert not os.path.exists(os.path.join(root, SEAL_FILE)) or swapped not in sealed(root)
