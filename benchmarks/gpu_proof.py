@@ -153,6 +153,7 @@ WORKLOAD = textwrap.dedent(
 )
 
 summary: dict = {"schema": 1}
+OTHER_RUNS = "<!-- runs of other scripts: kept by --render -->"
 OUT_DIR = "."
 ENVS: dict = {}  # the workload's environments, for the verify step (not saved: they hold the whole environment)
 
@@ -1292,8 +1293,14 @@ def main() -> int:
     if args.render:
         with open(args.render) as f:
             doc = json.load(f)
-        with open(os.path.splitext(args.render)[0] + ".md", "w") as f:
-            f.write(render_md(doc))
+        md = os.path.splitext(args.render)[0] + ".md"
+        kept = ""
+        if os.path.exists(md):  # sections from other scripts' runs (JAX/CuPy, ranks, warm modes) stay
+            with open(md) as f:
+                text = f.read()
+            kept = text[text.index(OTHER_RUNS):] if OTHER_RUNS in text else ""
+        with open(md, "w") as f:
+            f.write(render_md(doc) + ("\n" + kept if kept else ""))
         return 0
     args.mode = args.mode or ("default" if args.quick else "max-autotune-no-cudagraphs")
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
