@@ -91,16 +91,23 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
 
 
 def looks_like_root(path: str) -> bool:
-    """A dir named ``ComputeCache``, or one holding the driver's ``index`` file beside one-hex-digit dirs."""
+    """A dir named ``ComputeCache``, or one holding the driver's ``index`` beside one-hex-digit dirs, or (the
+    index gone or damaged: a damaged cache is still a cache, reported as such) the driver's two-level layout
+    ``a/3/<file>`` alone."""
     if os.path.basename(os.path.normpath(path)) == "ComputeCache":
         return True
-    if not os.path.isfile(os.path.join(path, "index")):
-        return False
     try:
         with os.scandir(path) as it:
-            return any(len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False) for e in it)
+            tops = [e.path for e in it if len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False)]
+        if tops and os.path.lexists(os.path.join(path, "index")):
+            return True
+        for top in tops:
+            with os.scandir(top) as it:
+                if any(len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False) for e in it):
+                    return True
     except OSError:
         return False
+    return False
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

@@ -23,6 +23,7 @@ import pytest
 from jitwarden.adapters import inductor as ind
 from jitwarden.adapters import triton as tri
 from jitwarden.adapters import vllm as vl
+from jitwarden.formats import vllm_files
 from jitwarden.model.findings import Severity
 from tests.helpers import inductor_real
 from tests.helpers.vllm_root import AOT_NEW, ART0, ART1, PREFIX, RANK, codes, judge
@@ -89,7 +90,7 @@ def test_torch29_artifact_without_a_header_is_recognised_and_damage_still_caught
     parts = fields(open(p, "rb").read())
     assert parts[0] == b"CacheCompiledArtifact" and len(parts) == 4  # what torch 2.10-2.15 write
     torch29 = bytes_writer(*parts[1:])
-    assert vl.artifact_layout(torch29).layout == vl.TORCH29_ARTIFACT
+    assert vl.artifact_layout(torch29).layout == vllm_files.TORCH29_ARTIFACT
     open(p, "wb").write(torch29)
     e = vl.inspect_entry(root, PREFIX, judge(), os.getuid())
     assert e.findings == () and "torch 2.9" in e.facts.artifact_layouts

@@ -384,7 +384,7 @@ def test_cli_json_and_diff(tmp_path):
     r = _cli(tmp_path, "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema"] == 1 and doc["tool"]["name"] == "jitwarden" and len(doc["digest"]) == 16
+    assert doc["schema"] == 2 and doc["fingerprint_schema"] == 1 and doc["tool"]["name"] == "jitwarden" and len(doc["digest"]) == 16
     saved = tmp_path / "a.json"
     saved.write_text(r.stdout)
     same = _cli(tmp_path, "--diff", str(saved))
