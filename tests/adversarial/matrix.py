@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 
 from tests.adversarial.adv import tree_hash
@@ -450,6 +451,17 @@ class Planter:
         os.symlink(os.path.join(self.outside, "a") if kind == "dir" else os.path.join(self.outside, "a", "precious0.txt"), path)
         return path
 
+    def links_inside(self, path: str, names) -> str:
+        """A real directory at ``path`` with links out of the world at ``names`` (files jitwarden writes there)
+        and at two names of its own (a file link and a directory link). Returns ``path``."""
+        os.makedirs(path, exist_ok=True)
+        to_file = os.path.join(self.outside, "a", "precious0.txt")
+        for n, dest in [(n, to_file) for n in names] + [("matrix-link", to_file),
+                                                        ("matrix-dir-link", os.path.join(self.outside, "a"))]:
+            self._remove(os.path.join(path, n))
+            os.symlink(dest, os.path.join(path, n))
+        return path
+
     def _fifo(self, path, kind):
         self._remove(path)
         os.mkfifo(path)
@@ -584,6 +596,13 @@ def _var_default(var: str, env: dict) -> str | None:
             "JITWARDEN_TRUSTED_KEYS": lambda: os.path.join(keys.config_dir(env), "trusted-keys", "builder.pub")}.get(var, lambda: None)()
 
 
+def arg_dir_writes() -> dict:
+    """The names a verb writes inside a directory argument (by dest): where symlink-out plants its links."""
+    from jitwarden.ops import metrics
+
+    return {"textfile_dir": (metrics.TEXTFILE,)}
+
+
 def _arg_default(a, w: str) -> str:
     return os.path.join(w, "args", a.dest)
 
@@ -633,7 +652,7 @@ def run_case(world: World, case: Case, base: str) -> dict:
 
     A workload that fails is run once more with stock Triton (no jitwarden) on the same hostile files,
     compiling a kernel the cache lacks, so the report says whether Triton alone survives a miss there
-    (the failure is counted either way: the guard is the cache manager and must not let the workload down)."""
+    (the failure is forgiven only when it is stock Triton's own: see :func:`same_triton_failure`)."""
     e, t = case.entry, case.target
     outside = os.path.join(base, "outside")
     rec, before = _run_once(world, case, outside, stock=False)
@@ -642,7 +661,8 @@ def run_case(world: World, case: Case, base: str) -> dict:
     rec["tampered served"] = bool(e.serves and world.tampered_sha in rec["stdout"])
     rec["stock rc"] = None
     if e.serves and rec["rc"] not in (0, None):
-        rec["stock rc"] = _run_once(world, case, outside, stock=True)[0]["rc"]
+        stock = _run_once(world, case, outside, stock=True)[0]
+        rec["stock rc"], rec["stock stderr"] = stock["rc"], stock["stderr"]
     rec["problems"] = problems(case, rec)
     return rec
 
@@ -673,6 +693,11 @@ def _run_once(world: World, case: Case, outside: str, stock: bool) -> tuple[dict
                 elif t.arg.kind == "dir":
                     os.makedirs(bad)
                 value = bad
+            elif case.shape == "symlink-out" and t.arg.kind == "dir":
+                # A directory the user names is followed like `cp x link/` follows it (fsutil.open_dir_path: the
+                # user's own symlinks are followed), so a link AS the argument is the user's choice, not hostile;
+                # hostile are links planted at the names jitwarden writes INSIDE it, which must never be followed.
+                value = planter.links_inside(p, arg_dir_writes().get(t.arg.dest, ()))
             else:
                 value = planter.plant(case.shape, p, t.arg.kind)
             argv = _with_arg(argv, t.arg, value)
@@ -724,18 +749,63 @@ def _execute(argv: list, env: dict) -> dict:
 _ERROR_LINE = re.compile(r"^jitwarden[^\n:]*: (internal )?error\b", re.M)
 
 
+_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)', re.M)
+
+
+def _last_traceback(text: str) -> tuple[list, str] | None:
+    """(frames as (file, function), the exception line) of the last traceback in ``text``; None if there is none."""
+    i = text.rfind("Traceback (most recent call last):")
+    if i < 0:
+        return None
+    tb = text[i:]
+    frames = _FRAME.findall(tb)
+    lines = [ln for ln in tb.splitlines()[1:] if ln and not ln.startswith(" ")]
+    return frames, (lines[0] if lines else "")
+
+
+def same_triton_failure(err: str, stock_err: str) -> bool:
+    """Whether ``err``'s traceback is stock Triton's own failure: no frame of jitwarden's, raised in Triton's code
+    (the innermost frame outside the standard library is Triton's), and stock Triton (``stock_err``) raised the
+    same exception (type, errno and message; the path it names aside) in its own code too."""
+    import triton
+
+    ours, stock = _last_traceback(err), _last_traceback(stock_err)
+    if ours is None or stock is None:
+        return False
+    tdir = os.path.dirname(os.path.realpath(triton.__file__)) + os.sep
+    jdir = os.path.join(os.path.realpath(SRC), "jitwarden") + os.sep
+    stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+
+    def raiser(frames):
+        own = [(f, fn) for f, fn in frames if not f.startswith("<frozen ") and not f.startswith(stdlib)]
+        return own[-1] if own and os.path.realpath(own[-1][0]).startswith(tdir) else None
+
+    if any(os.path.realpath(f).startswith(jdir) or f"{os.sep}jitwarden{os.sep}" in f for f, _fn in ours[0]):
+        return False
+    exc = lambda line: re.sub(r": '[^']*'$", "", line)  # noqa: E731 - the path in the message differs
+    return raiser(ours[0]) is not None and raiser(stock[0]) is not None and exc(ours[1]) == exc(stock[1])
+
+
 def problems(case: Case, rec: dict) -> list[str]:
     """What the case broke: the promises of issue 21, one short phrase each."""
     out = []
     err = rec["stderr"]
+    stock_too = False
     if rec["hang"]:
         out.append(f"hang (killed after {WALL_S:.0f}s)")
     elif case.entry.serves:
-        if rec["rc"] != 0:  # a hostile cache must never take the workload down
-            out.append(f"workload exit {rec['rc']} (stock Triton: exit {rec['stock rc']})")
+        # A hostile cache must never take the workload down, unless stock Triton fails the same way (one rule for
+        # every case: same exit, same exception raised in Triton's own code, no jitwarden frame at all).
+        stock_too = rec["rc"] != 0 and rec.get("stock rc") == rec["rc"] and \
+            same_triton_failure(err, rec.get("stock stderr", ""))
+        if rec["rc"] != 0 and not stock_too:
+            tb = _last_traceback(err)
+            ours = [f"{os.path.basename(f)}:{fn}" for f, fn in (tb[0] if tb else []) if f"{os.sep}jitwarden{os.sep}" in f]
+            out.append(f"workload exit {rec['rc']} (stock Triton: exit {rec['stock rc']})"
+                       + (f" through jitwarden's {ours[-1]}" if ours else ""))
     elif rec["rc"] not in (0, 1, 2, 4):
         out.append(f"exit {rec['rc']}")
-    if "Traceback" in err or "Traceback" in rec["stdout"]:
+    if ("Traceback" in err or "Traceback" in rec["stdout"]) and not (case.entry.serves and stock_too):
         out.append("traceback")
     if not case.entry.serves and rec["rc"] == 2 and len(_ERROR_LINE.findall(err)) != 1:  # a refusal: one line
         out.append(f"{len(_ERROR_LINE.findall(err))} error lines")
@@ -760,7 +830,8 @@ def record(rec: dict) -> None:
     TALLY["tampered served"] += rec["tampered served"]
     TALLY["bad exits"] += any(p.startswith(("exit ", "workload exit")) for p in rec["problems"])
     TALLY["failed"] += bool(rec["problems"])
-    RESULTS.append({k: v for k, v in rec.items() if k not in ("stdout",)} | {"stderr": rec["stderr"][-600:]})
+    RESULTS.append({k: v for k, v in rec.items() if k not in ("stdout",)} | {"stderr": rec["stderr"][-600:]}
+                   | ({"stock stderr": rec["stock stderr"][-600:]} if "stock stderr" in rec else {}))
     path = os.environ.get("JW_MATRIX_REPORT")
     if path:
         with open(path, "a", encoding="utf-8") as f:

@@ -1,7 +1,7 @@
 """The hostile-environment matrix of issue 21 (the generator, the world and the shapes: tests/adversarial/matrix.py).
 
 Every case: an exit in {0, 1, 2, 4} (a refusal, 2, in one error line) and no traceback (a workload that serves
-kernels: exit 0), no hang, nothing outside the world changed, no tampered cubin served. CI runs a
+kernels: exit 0, unless stock Triton fails identically in its own code with no jitwarden frame), no hang, nothing outside the world changed, no tampered cubin served. CI runs a
 seeded sample that has every entry point, shape, path and path argument; ``JW_MATRIX=full`` runs the
 whole product, ``JW_MATRIX=<n>`` at least n cases per entry point, ``JW_MATRIX_SEED`` another sample.
 ``JW_MATRIX_ONLY=<entry,...>`` only those entry points; ``JW_MATRIX_REPORT=<file>`` appends one JSON line per case. The summary line is printed at the end.

@@ -180,7 +180,9 @@ class Link:
 class Survey:
     """What one entry (a file or a directory tree) holds, read without following anything.
 
-    ``mode``/``uid``/``mtime``: the entry itself; ``errors``: (relative path or "" for the entry, why).
+    ``mode``/``uid``/``mtime``: the entry itself; ``errors``: (relative path or "" for the entry, why);
+    ``others``: items that are neither regular files, symlinks nor directories (FIFOs, devices, sockets),
+    as ``lstat`` saw them and never opened: an adapter judges them by the name they sit under.
     """
 
     path: str
@@ -195,6 +197,7 @@ class Survey:
     dirs: tuple[Dir, ...] = ()
     errors: tuple[tuple[str, str], ...] = ()
     too_deep: bool = False
+    others: tuple[File, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -297,7 +300,7 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
     try:
         st = os.fstat(top)
         bound = root if links_within is None else links_within
-        files, links, dirs, errors = [], [], [], []
+        files, links, dirs, errors, others = [], [], [], [], []
         too_deep = False
         stack = [("", 0)]
         while stack:
@@ -342,6 +345,8 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
                             dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
                             if nested:
                                 stack.append((relp, depth + 1))
+                        else:  # a FIFO, a device, a socket: recorded, never opened
+                            others.append(file_of(relp, est))
             finally:
                 if fd != top:
                     os.close(fd)
@@ -351,8 +356,9 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
     files.sort(key=_BY_NAME)
     links.sort(key=_BY_NAME)
     dirs.sort(key=_BY_NAME)
+    others.sort(key=_BY_NAME)
     return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
-                  tuple(dirs), tuple(errors), too_deep), top
+                  tuple(dirs), tuple(errors), too_deep, tuple(others)), top
 
 
 def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[Finding], what: str,

@@ -19,7 +19,7 @@ from jitwarden.formats import elf
 from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_bytes, read_head
+from jitwarden.store.fsutil import kind_of, read_bytes, read_head
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
@@ -35,6 +35,9 @@ _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 # dies) and jitwarden's torch hook (tmp.jitwarden-<hex>). Their group files name the final dir; Triton never reads them.
 _STAGING = re.compile(r"^tmp\.(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|jitwarden-[0-9a-f]{32})$")
 _PTX_HEAD = 16384
+# The names Triton writes into an entry and opens by name (group, metadata, code, launchers, its IR dumps).
+_TRITON_SUFFIXES = (".json", ".cubin", ".ptx", ".so", ".pyd", ".source", ".ttir", ".ttgir", ".llir", ".hsaco",
+                    ".amdgcn", ".spv")
 
 _NAME_SIZE, _SIZE, _MTIME = attrgetter("name", "size"), attrgetter("size"), attrgetter("mtime")
 _HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
@@ -196,6 +199,13 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         elif fname.endswith(".so"):
             records.append(fname)
     names = sizes.keys()
+    seal_other = None
+    for o in sv.others:  # never opened: Triton's blocking open() of a FIFO under its name hangs the workload
+        if o.name == SEAL_FILE:
+            seal_other = f"seal unreadable: {SEAL_FILE} is {kind_of(o.mode)}, not a regular file"
+        elif not is_reserved(o.name) and o.name.endswith(_TRITON_SUFFIXES):
+            errors.append((o.name, f"is {kind_of(o.mode)}, not a regular file: Triton's blocking open() would "
+                                   "hang on it or read endless bytes; not opened"))
 
     def read(fname: str) -> bytes:
         return read_bytes(fname, size_hint=sizes[fname], dir_fd=dfd)
@@ -266,7 +276,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             except (ValueError, UnicodeDecodeError):
                 errors.append((fname, "autotune record is not valid JSON"))
 
-    seal_problems = None
+    seal_problems = (seal_other,) if check_seal and seal_other else None
     if check_seal and SEAL_FILE in names:
         from jitwarden.store import seal  # sealed entries only: hashlib and the seal format stay off the scan's start-up
 

@@ -57,6 +57,9 @@ _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _GROUP_MAX = 1 << 20
 _SAID: set = set()
+# A lock file that cannot be opened safely: a symlink (ELOOP, never followed), a FIFO or device
+# (EINVAL, from entrylock's regular-file check), a directory (EISDIR), a file as a parent (ENOTDIR).
+_UNSAFE_LOCK = (errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENOTDIR, errno.ENXIO)
 
 
 def _say_once(what: str, msg: str, *args) -> None:
@@ -64,6 +67,18 @@ def _say_once(what: str, msg: str, *args) -> None:
     if what not in _SAID:
         _SAID.add(what)
         _log.warning(msg, *args)
+
+
+def _unsafe_lock(exc: OSError, path: str) -> bool:
+    """Whether ``exc`` (from :func:`~jitwarden.store.entrylock.lock`) says the lock file is no regular file
+    jitwarden may open: then that entry is neither served nor sealed (a miss, a write without a seal), one
+    warning per process, and the workload goes on as with stock Triton."""
+    if exc.errno not in _UNSAFE_LOCK:
+        return False
+    _say_once("unsafe-lock", "jitwarden: cannot lock Triton cache entry %s (%s: a lock file that is no regular "
+              "file, never followed); what needs that lock is skipped: a miss, written as stock Triton writes",
+              path, exc.strerror or exc)
+    return True
 
 
 def _json(raw: bytes):
@@ -155,7 +170,11 @@ class GuardedCacheManager(FileCacheManager):
 
     def _begin_write(self) -> None:
         if self._writers_fd is None:
-            self._writers_fd = _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_SH)
+            try:
+                self._writers_fd = _lock(self.cache_dir, ENTRY_WRITERS_FILE, fcntl.LOCK_SH)
+            except OSError as exc:
+                if not _unsafe_lock(exc, self.cache_dir):
+                    raise
 
     def _end_write(self) -> None:
         fd, self._writers_fd = self._writers_fd, None
@@ -331,6 +350,8 @@ class GuardedCacheManager(FileCacheManager):
         try:
             fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
         except OSError as exc:  # read-only cache: judge without locks, never write
+            if _unsafe_lock(exc, self.cache_dir):
+                return None
             if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
                 raise
             fd = None
@@ -393,7 +414,12 @@ class GuardedCacheManager(FileCacheManager):
         raw = data if isinstance(data, bytes) else str(data).encode("utf-8")
         standalone = filename.endswith(_STANDALONE)
         if standalone:
-            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+            try:
+                fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+            except OSError as exc:
+                if not _unsafe_lock(exc, self.cache_dir):
+                    raise
+                return self._private(filename, raw, self._put_file(raw, filename))  # written, never sealed
             try:
                 path = self._put_file(raw, filename)
                 self._seal_files({filename: raw}, merge=True)
@@ -433,7 +459,15 @@ class GuardedCacheManager(FileCacheManager):
         grp_name = f"__grp__{filename}"
         group = {name: self._make_path(name) for name in group}  # the cache's own paths, not private copies
         self._begin_write()
-        fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+        except OSError as exc:
+            try:
+                if not _unsafe_lock(exc, self.cache_dir):
+                    raise
+                return super().put_group(filename, group)  # published as stock Triton does, never sealed
+            finally:
+                self._end_write()
         try:
             # Republish what another writer replaced with different bytes: one writer's set, never a mix.
             for name in group:
@@ -542,6 +576,8 @@ class GuardedCacheManager(FileCacheManager):
         try:
             fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_SH)
         except OSError as exc:  # read-only cache: judge without locks, never write
+            if _unsafe_lock(exc, self.cache_dir):
+                return None
             if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
                 raise
             v = self._judge_file(filename, efd)
@@ -554,7 +590,12 @@ class GuardedCacheManager(FileCacheManager):
             return v.result
         if v.state == "gone":
             return None
-        fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+        try:
+            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
+        except OSError as exc:
+            if _unsafe_lock(exc, self.cache_dir):
+                return None
+            raise
         try:
             v = self._judge_file(filename, efd)
             if v.state == "legacy":

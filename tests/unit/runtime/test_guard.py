@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -262,3 +263,49 @@ def test_quarantine_command_lists_and_restores(tmp_path, reference):
     assert [r.reason for r in quarantined(root)] == ["replaced"]  # the rebuilt entry moved aside
     purge = _cli(["quarantine", "purge", "--all", "--root", base, "-y"])
     assert purge.returncode == 0 and quarantined(root) == []
+
+
+def _plant(path: str, shape: str, outside: str) -> None:
+    if shape == "symlink-out":
+        os.symlink(outside, path)
+    elif shape == "fifo":
+        os.mkfifo(path)
+    else:
+        os.mkdir(path)
+
+
+@pytest.mark.parametrize("shape", ["symlink-out", "fifo", "dir"])
+@pytest.mark.parametrize("lock_name", [".jitwarden-writers", ".jitwarden-lock"])
+def test_an_entry_lock_that_is_no_regular_file_never_takes_the_workload_down(tmp_path, reference, lock_name, shape):
+    """A symlink, FIFO or directory planted as an entry's lock file: the guard never raises into Triton, never
+    follows the link nor blocks on the FIFO; it compiles and publishes as stock Triton does (seals what it
+    can lock), warns once per process, and never serves from an entry whose lock it cannot take."""
+    from tests.helpers.guarded import ADD
+
+    from jitwarden.runtime import guard
+
+    root = str(tmp_path / "cache")
+    eid = reference["add_sm90"]["id"]
+    entry = os.path.join(root, eid)
+    os.makedirs(entry)
+    outside = str(tmp_path / "outside-target")
+    planted = os.path.join(entry, lock_name)
+    _plant(planted, shape, outside)
+    for _ in range(2):  # a fresh write, then a lookup of what that write published
+        out = compile_jobs(root, jobs=ADD)
+        assert out["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
+        assert "Traceback" not in out["_stderr"]
+        assert out["_stderr"].count("cannot lock Triton cache entry") <= 1, out["_stderr"]
+    assert not os.path.lexists(outside)  # the link was never followed, its target never made
+    if shape == "symlink-out":
+        assert os.path.islink(planted) and os.readlink(planted) == outside
+    elif shape == "fifo":
+        assert stat.S_ISFIFO(os.lstat(planted).st_mode)
+    else:
+        assert os.path.isdir(planted) and not os.path.islink(planted)
+    assert quarantined(root) == []
+    if lock_name == guard.ENTRY_LOCK_FILE:
+        assert seal.read(entry) is None  # never sealed without its lock
+    else:
+        s = seal.read(entry)  # the entry lock still orders the seal (the scan names the planted item itself)
+        assert s is not None and seal.check(entry, s) == []
