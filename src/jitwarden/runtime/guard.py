@@ -55,6 +55,8 @@ verify`` and every slow-path decision (quarantine, legacy sealing) hash everythi
 _HASH_ALL = parse_flag(os.environ.get(GUARD_HASH_ALL.name)) is True
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+_FALLBACK_ROOT: str | None = None
+"""The private root of this process's kernels once the cache dir proved unwritable (``_put_file``)."""
 _GROUP_MAX = 1 << 20
 _SAID: set = set()
 # A lock file that cannot be opened safely: a symlink (ELOOP, never followed), a FIFO or device
@@ -432,14 +434,33 @@ class GuardedCacheManager(FileCacheManager):
         return path if filename.startswith("__grp__") else self._private(filename, raw, path)
 
     def _put_file(self, raw: bytes, filename: str) -> str:
-        """Triton's own put, again when the entry was moved away (``clean``) while it wrote."""
+        """Triton's own put, again when the entry was moved away (``clean``) while it wrote; on a read-only
+        or full cache, into a fresh private dir of this process instead (one warning): the workload goes on
+        and its kernels are simply not cached (ARCHITECTURE.md, "the runtime ... falls back to a safe state")."""
         for attempt in range(3):
             try:
                 return super().put(raw, filename, binary=True)
             except FileNotFoundError:
                 if attempt == 2:
                     raise
+            except OSError as exc:
+                if exc.errno not in _READ_ONLY + (errno.ENOSPC, errno.EDQUOT) or attempt == 2:
+                    raise
+                self.cache_dir = self._fallback_dir(exc)
         raise AssertionError("unreachable")
+
+    def _fallback_dir(self, exc: OSError) -> str:
+        """This entry's dir in a private root of this process, for a cache dir that cannot be written."""
+        global _FALLBACK_ROOT
+        from jitwarden.store.fsutil import private_dir
+
+        if _FALLBACK_ROOT is None:
+            _FALLBACK_ROOT = private_dir("jitwarden-triton-")
+            _say_once("fallback-put", "jitwarden: cannot write the Triton cache (%s); this process caches its "
+                      "kernels in the private dir %s instead", exc.strerror or exc, _FALLBACK_ROOT)
+        d = os.path.join(_FALLBACK_ROOT, os.path.basename(self.cache_dir.rstrip(os.sep)))
+        ensure_dir(d)
+        return d
 
     def _private(self, filename: str, raw: bytes, path: str) -> str:
         """A private copy of bytes just written: Triton reads back what ``put`` returns (a compile's result,
