@@ -545,26 +545,44 @@ def rmtree_at(dir_fd: int, name: str) -> None:
 
     For jitwarden's own staging directories (shallow): one fd per level is held while it
     walks. Every step is relative to a directory fd: nothing outside ``name`` can be reached.
+    OSError on the first step that fails.
     """
+    _rmtree(dir_fd, name, quiet=False)
+
+
+def _rmtree(dir_fd: int, name: str, quiet: bool) -> None:
+    """:func:`rmtree_at`'s walk; ``quiet``: what fails is left, and the rest still goes (:func:`remove_tree_at`)."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=dir_fd)
-        return
-    fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        if quiet:
+            return
+        raise
     try:
-        with os.scandir(fd) as it:
-            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        for sub, is_dir in names:
-            if is_dir:
-                rmtree_at(fd, sub)
-            else:
-                os.unlink(sub, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+            return
+        fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+        try:
+            with os.scandir(fd) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            for sub, is_dir in names:
+                if is_dir:
+                    _rmtree(fd, sub, quiet)
+                    continue
+                try:
+                    os.unlink(sub, dir_fd=fd)
+                except OSError:
+                    if not quiet:
+                        raise
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        if not quiet:
+            raise
 
 
 def remove_empty_dir(path: str) -> bool:
@@ -727,28 +745,7 @@ def rename_at(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
 
 def remove_tree_at(dir_fd: int, name: str) -> None:
     """Remove ``name`` in ``dir_fd`` and everything below it, by directory fds, never following a link; quiet on errors."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        try:
-            fd = os.open(name, _O_DIR, dir_fd=dir_fd)
-        except OSError:
-            return
-        try:
-            for child in os.listdir(fd):
-                remove_tree_at(fd, child)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        remove_empty_dir_at(dir_fd, name)
-        return
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
+    _rmtree(dir_fd, name, quiet=True)
 
 
 def remove_tree(path: str) -> None:
