@@ -643,8 +643,8 @@ def ensure_dir(path: str, mode: int = 0o777) -> None:
     os.makedirs(path, mode=mode, exist_ok=True)
 
 
-def private_tempdir(prefix: str, where: str) -> str:
-    """A new directory of mode 0700 in ``where`` with a unique name starting with ``prefix`` (O_EXCL-like: never
+def private_tempdir(prefix: str, where: str | None) -> str:
+    """A new directory of mode 0700 in ``where`` (None: the system's temp dir) with a unique name starting with ``prefix`` (O_EXCL-like: never
     an existing one), for a place nobody else can have prepared."""
     import tempfile
 
@@ -853,9 +853,7 @@ def rmtree_trash(trash_fd: int, top: str) -> None:
 
 def private_dir(prefix: str) -> str:
     """A new directory only this user may enter (mode 0700) in the system's temp dir, for work files."""
-    import tempfile
-
-    return tempfile.mkdtemp(prefix=prefix)
+    return private_tempdir(prefix, None)
 
 
 def make_dirs(path: str) -> None:
