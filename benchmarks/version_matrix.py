@@ -355,8 +355,15 @@ def ensure_venv(venvs: str, version: str) -> tuple[str, float]:
 def run_version(py: str, keep: str | None) -> dict:
     work = tempfile.mkdtemp(prefix="jw-matrix-", dir=keep)
     try:
+        # A private HOME: the matrix runs beside the main suite in CI, whose last check is that nothing in the
+        # caller's home or default cache locations changed (jitwarden's memo and keys live under ~/.cache).
+        home = os.path.join(work, "home")
+        os.makedirs(home, exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("TRITON_", "JITWARDEN_", "XDG_"))}
+        env["HOME"] = home
         p = subprocess.run([py, os.path.abspath(__file__), "--worker", work], capture_output=True, text=True,
-                           env={k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))})
+                           env=env)
         if p.returncode != 0:
             return {"error": (p.stderr or p.stdout).strip()[-1500:]}
         return json.loads(p.stdout.strip().splitlines()[-1])
