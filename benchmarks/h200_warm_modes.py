@@ -73,7 +73,7 @@ def one(script: str, mode: str, root: str, guarded: bool, fx: str, profile: str 
     wall = time.perf_counter() - t
     res = next((json.loads(x[7:]) for x in p.stdout.splitlines() if x.startswith("RESULT ")), {})
     return {"rc": p.returncode, "wall_s": round(wall, 3), **res,
-            "jw": [x for x in p.stderr.splitlines() if x.startswith("jitwarden:")][:4],
+            "jw": [x[:300] for x in p.stderr.splitlines() if x.startswith("jitwarden:")][:12],
             "err": p.stderr[-800:] if p.returncode else ""}
 
 
@@ -82,6 +82,26 @@ def kernels(root: str) -> int:
     for _d, _s, files in os.walk(root):
         n += any(f.endswith(".cubin") for f in files)
     return n
+
+
+def tamper(script: str, mode: str, root: str, n: int) -> dict:
+    """Flip one byte in the cubins of ``n`` sealed entries of the guarded Triton partition, then one warm start."""
+    hit = []
+    for d, _s, files in sorted(os.walk(os.path.join(root, "triton"))):
+        cub = [f for f in files if f.endswith(".cubin")]
+        if cub and ".jitwarden-seal.json" in files and len(hit) < n:
+            path = os.path.join(d, cub[0])
+            with open(path, "r+b") as f:
+                f.seek(os.path.getsize(path) // 2)
+                b = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([b[0] ^ 0xFF]))
+            hit.append(os.path.basename(d))
+    r = one(script, mode, root, True, "on")
+    with_lines = [x for x in r.get("jw", [])]
+    p = subprocess.run([sys.executable, "-m", "jitwarden", "quarantine", "ls", "--format", "json", "--root",
+                        os.path.join(root, "triton")], env=env_for(root, "on"), capture_output=True, text=True)
+    return {"flipped": hit, "run": r, "lines": with_lines, "quarantine": p.stdout[-4000:]}
 
 
 def med(xs):
@@ -107,7 +127,12 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=3, help="interleaved warm pairs per mode/FX setting")
     p.add_argument("--pairs-hot", type=int, default=6, help="pairs for max-autotune with the FX cache on")
     p.add_argument("--profile", action="store_true", help="one cProfile'd warm start per side, for the last mode")
+    p.add_argument("--deadline", type=float, default=0, help="seconds: start no warm pair that may not end by then")
+    p.add_argument("--tamper", type=int, default=0,
+                   help="then flip a byte in N sealed cubins of the guarded Triton partition and run one guarded warm "
+                        "start: each must be refused as Inductor loads it, the result still right")
     a = p.parse_args()
+    t_start = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
     work = os.path.join(a.out, "work")
     os.makedirs(work, exist_ok=True)
@@ -117,19 +142,29 @@ def main() -> int:
     rows, raw = [], {}
     for mode in a.modes.split(","):
         roots = {s: os.path.join(work, f"{mode}-{s}") for s in ("stock", "guarded")}
-        cold = {s: one(script, mode, roots[s], s == "guarded", "on") for s in ("stock", "guarded")}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as ex:  # both colds at once: they compile, the warm pairs below are timed alone
+            futs = {s: ex.submit(one, script, mode, roots[s], s == "guarded", "on") for s in ("stock", "guarded")}
+            cold = {s: f.result() for s, f in futs.items()}
         raw[f"{mode}/cold"] = cold
         print(mode, "cold", json.dumps(cold), "kernels", {s: kernels(r) for s, r in roots.items()}, flush=True)
         for fx in a.fx.split(","):
             n = a.pairs_hot if (mode.startswith("max-autotune") and fx == "on") else a.pairs
             runs = {"stock": [], "guarded": []}
             for i in range(n):
+                spent = time.perf_counter() - t_start
+                pair = max([r["wall_s"] for rs in runs.values() for r in rs] or [60]) * 2
+                if a.deadline and spent + pair + (90 if a.tamper else 0) > a.deadline:
+                    print(f"deadline: {i} pairs of {n} fit", flush=True)
+                    break
                 order = ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")
                 for s in order:
                     runs[s].append(one(script, mode, roots[s], s == "guarded", fx))
             raw[f"{mode}/fx-{fx}"] = runs
             ok = all(r["rc"] == 0 and isinstance(r.get("max_abs_err"), float) for rs in runs.values() for r in rs)
-            row = {"mode": mode, "fx": fx, "pairs": n, "kernels": kernels(roots["guarded"]), "all_ok": ok}
+            row = {"mode": mode, "fx": fx, "pairs": len(runs["stock"]), "kernels": kernels(roots["guarded"]),
+                   "all_ok": ok, "guarded_lines": sorted({x for r in runs["guarded"] for x in r["jw"]})}
             for key in ("wall_s", "t_first"):
                 s, g = med(r.get(key) for r in runs["stock"]), med(r.get(key) for r in runs["guarded"])
                 row[key] = {"stock": s, "guarded": g, "ratio": round(g / s, 3) if s and g else None,
@@ -147,6 +182,10 @@ def main() -> int:
             gp = os.path.join(a.out, f"prof-{mode}-guarded.pstats")
             if os.path.exists(gp):
                 print("\n".join(top_jitwarden(gp)))
+    if a.tamper:
+        raw["tamper"] = tamper(script, a.modes.split(",")[-1], os.path.join(work, f"{a.modes.split(',')[-1]}-guarded"),
+                               a.tamper)
+        print("TAMPER", json.dumps(raw["tamper"]), flush=True)
     print()
     print("| mode | FX cache | pairs | kernels | stock wall (s) | guarded wall (s) | ratio | stock compile (s) | "
           "guarded compile (s) | ratio | all right |")

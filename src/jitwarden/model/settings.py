@@ -106,10 +106,11 @@ DISABLE = Setting("JITWARDEN_DISABLE", "flag", False, "activation does nothing a
 PARTITION = Setting("JITWARDEN_PARTITION", "flag", True, "partition every cache root by fingerprint",
                     "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
                     "driver or GPU built into the shared root", False)
-SWEEP = Setting("JITWARDEN_SWEEP", "flag", True, "check TorchInductor's and Triton's trees, and JAX's and CuPy's cache "
-                "files, at start-up, before they are read", "TorchInductor's kernels are not checked at start-up: its "
-                "static launcher loads cubins the Triton guard never sees; nor are JAX's and CuPy's cache files, which "
-                "nothing else checks", False)
+SWEEP = Setting("JITWARDEN_SWEEP", "flag", True, "check JAX's and CuPy's cache files at start-up, and every entry of "
+                "TorchInductor's and Triton's trees where the torch hooks cannot check kernels as they load (hooks off, "
+                "an unknown torch)", "JAX's and CuPy's cache files are not checked, and nothing else checks them; "
+                "without the torch hooks, TorchInductor's static launcher loads cubins the Triton guard never sees",
+                False)
 PROVE = Setting("JITWARDEN_PROVE", "flag", True, "prove an unsealed kernel by a rebuild before it is served or sealed",
                 "unsealed kernels (copied in, restored from an FX-graph bundle, made before jitwarden) are sealed "
                 "and served without being rebuilt and compared", False)

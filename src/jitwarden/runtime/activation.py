@@ -13,7 +13,11 @@ What it changes in ``env`` (``os.environ`` by default, in place):
   rest of its root (model-info and asset caches) is small and rebuilt on demand;
   (Inductor and vLLM roots only when torch, respectively vLLM, is installed.)
 - ``TRITON_CACHE_MANAGER`` -> ``jitwarden.guard:GuardedCacheManager``, unless the user set
-  another manager (then one warning, and it stays).
+  another manager (then one warning, and it stays);
+- ``PYTHONPATH`` gets ``runtime/_boot`` first, when torch is installed: every Python started with
+  this environment installs the torch hooks, which check each TorchInductor kernel as it is
+  loaded. Nothing then walks the cache trees at start-up; with the hooks off
+  (``JITWARDEN_TORCH_HOOKS=0``) every entry is swept here instead (``runtime/fullsweep.py``).
 
 A root the user set explicitly is kept and partitioned *inside* (a Docker volume on
 ``~/.triton`` keeps working); an already partitioned value is never nested again.
@@ -38,7 +42,7 @@ from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.env.locations import ACTIVATION_VARS, PARTITION_VARS, default_base
 from jitwarden.model import settings
-from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION, SWEEP
+from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION
 from jitwarden.runtime import flatseal
 
 MANAGER = GUARD_MANAGER
@@ -243,7 +247,7 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext", "jax
     installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
-    touched = [var for _k, var in ACTIVATION_VARS] + ["TRITON_CACHE_MANAGER"]
+    touched = [var for _k, var in ACTIVATION_VARS] + ["TRITON_CACHE_MANAGER", "PYTHONPATH"]
     before = {k: target.get(k) for k in touched}
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
@@ -295,39 +299,27 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     return out
 
 
-def _sweep(in_use: dict, partitions: dict, digest: str, env, quiet: bool = False) -> list[str]:
-    """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
+def _checked_at_load(env, changes: dict) -> bool:
+    """Whether the workload will check each TorchInductor kernel as it loads it, so no start-up sweep is needed.
 
-    ``in_use``: variable -> the dir that kind's cache is in now (a partition, or the user's own dir
-    under ``JITWARDEN_PARTITION=0``); Inductor's entry says torch is installed. Entries in one of
-    ``partitions`` are sealed under its digest, others under none (as the guard does).
+    The torch hooks (:mod:`~jitwarden.runtime.torchhooks`) do that: installed here when ``env`` is this
+    process's, and through ``PYTHONPATH`` in every Python started with ``env`` (``jitwarden run``, a
+    workload's own workers). Where they are
+    off or cannot be put there, False: the whole tree is swept now (:mod:`~jitwarden.runtime.fullsweep`).
+    A torch whose loader the hooks do not know is swept when it imports it (torchhooks does that).
     """
-    if not SWEEP.on(env) or "TORCHINDUCTOR_CACHE_DIR" not in in_use:
-        return []
-    try:
-        from jitwarden.runtime import hiding, prover, sweep
-        from jitwarden.runtime.proof import ProofCounts
+    from jitwarden.runtime import torchhooks
 
-        out: list[str] = []
-        proofs = ProofCounts()  # unsealed kernels proven by every sweep below: one line for the start-up
-        jobs: list | None = [] if hiding.background(env) else None  # proofs left to a prover in the background
-        for kind, var in PARTITION_VARS:
-            if var not in in_use:
-                continue
-            # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
-            trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
-            if trees:
-                w, counts = sweep.sweep(trees, digest if var in partitions else None, jobs, proof_line=False)
-                out += w
-                proofs = proofs.plus(counts.get("proofs"))
-        if jobs:  # to a prover in the background; proven here only when none can start
-            proofs = proofs.plus(prover.run(jobs, quiet, env, say=out.append))
-        line = proofs.summary()
-        if line:
-            out.append(line)
-        return out
-    except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
-        return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
+    if not torchhooks.enabled(env):
+        return False
+    path = {"PYTHONPATH": env.get("PYTHONPATH", "")}  # every Python started with env installs them too
+    if not torchhooks.add_boot_path(path):
+        return False
+    if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
+        changes["PYTHONPATH"] = path["PYTHONPATH"]  # set with the rest, undone with them on a failure
+    if env is os.environ:  # and this one, now (or as soon as torch imports its loaders)
+        return all(not v.startswith("not installed") for v in torchhooks.install(env).values())
+    return True
 
 
 def _fingerprint(env):
@@ -400,12 +392,11 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         from jitwarden.runtime import startup_checks
 
         warnings += startup_checks.shared_root(unpartitioned_triton, fp.archs, fp.version("triton"))
-    warnings += _sweep(in_use, partitions, digest, env, quiet)
-    warnings += flatseal.startup(in_use, partitions, digest, env)  # JAX's and CuPy's files (runtime/flatseal.py)
-    if "TORCHINDUCTOR_CACHE_DIR" in in_use and env is os.environ:  # torch is installed: guard what it restores
-        from jitwarden.runtime.torchhooks import install
+    if "TORCHINDUCTOR_CACHE_DIR" in in_use and not _checked_at_load(env, changes):  # torch is installed
+        from jitwarden.runtime import fullsweep
 
-        install(env)
+        warnings += fullsweep.sweep_in_use(in_use, partitions, digest, env, quiet)
+    warnings += flatseal.startup(in_use, partitions, digest, env)  # JAX's and CuPy's files (runtime/flatseal.py)
 
     for var, value in changes.items():
         env[var] = value

@@ -145,7 +145,10 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
     return True
 
 
-def _entry(path: str, digest: str | None, counts: dict, proof=None) -> str | None:
+def _entry(path: str, digest: str | None, counts: dict, proof=None, then: str | None = None) -> str | None:
+    """Check one entry as the sweep does; the warning line when it was set aside or could not be checked.
+
+    ``then``: what follows a quarantine, in its line (the start-up's words by default)."""
     sealed = False
     files = []
     with os.scandir(path) as it:
@@ -168,26 +171,26 @@ def _entry(path: str, digest: str | None, counts: dict, proof=None) -> str | Non
     try:
         if sealed:
             counts["rehashed"] += 1
-            return _recheck(path, digest, counts)
-        return _seal_unsealed(path, digest, counts, proof)
+            return _recheck(path, digest, counts, then)
+        return _seal_unsealed(path, digest, counts, proof, then)
     finally:
         unlock(fd)
 
 
-def _recheck(path: str, digest: str | None, counts: dict) -> str | None:
+def _recheck(path: str, digest: str | None, counts: dict, then: str | None = None) -> str | None:
     from jitwarden.store import seal
 
     try:
         s = seal.read(path)
     except seal.SealError as exc:
-        return _set_aside(path, "corrupt", [str(exc)], digest, counts)
+        return _set_aside(path, "corrupt", [str(exc)], digest, counts, then)
     present = _tree.files(path)
     found = seal.judge(path, s, present=present)
     # Inductor's bundle rewrites a group file's absolute paths when it restores an entry
     # elsewhere: that alone is no damage when every child still names this very entry.
     problems = [p for p in found.problems if not _relocated_group(path, p)]
     if problems:
-        return _set_aside(path, "corrupt", [p.text for p in problems], digest, counts)
+        return _set_aside(path, "corrupt", [p.text for p in problems], digest, counts, then)
     _reseal(path, s, present)  # refresh the recorded time: the next start is a few lstats again
     return None
 
@@ -220,30 +223,73 @@ def _reseal(path: str, s, present: list[str]) -> None:
         pass
 
 
-def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None) -> str | None:
+def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None, then: str | None = None) -> str | None:
     from jitwarden.adapters import triton as tri
     from jitwarden.runtime.proof import admit
 
     errors, kind = tri.structural_errors(path)
     if errors:
-        return _set_aside(path, errors[0].code, [f.message for f in errors], digest, counts)
+        return _set_aside(path, errors[0].code, [f.message for f in errors], digest, counts, then)
     if kind != "kernel":
         return None
     try:
         why = admit(path, _tree.files(path), digest, {"by": "sweep"}, proof=proof)  # proven first, or refused
         if why is not None:
-            return _set_aside(path, why[0], why[1], digest, counts)
+            return _set_aside(path, why[0], why[1], digest, counts, then)
         counts["sealed"] += 1
     except OSError:
         pass
     return None
 
 
-def _set_aside(path: str, code: str, details, digest: str | None, counts: dict) -> str | None:
+def _set_aside(path: str, code: str, details, digest: str | None, counts: dict, then: str | None = None) -> str | None:
     from jitwarden.runtime import setaside
 
     rec = setaside.set_aside(path, code, details, by="sweep", fingerprint=digest)
     if rec is None:
         return None  # a writer is mid-entry (its own seal settles it), or someone moved it first
     counts["quarantined"] += 1
-    return setaside.line(rec, "Triton cache entry", code, details, setaside.AT_STARTUP)
+    return setaside.line(rec, "Triton cache entry", code, details, then or setaside.AT_STARTUP)
+
+
+# ---------------------------------------------------------------- one entry, as a loader loads it
+
+AT_LOAD = "found as TorchInductor was about to load it; Inductor recompiles it"
+
+
+def sealed_unchanged(path: str) -> bool:
+    """Whether ``path`` is a sealed entry none of whose files changed since it was sealed: what may be loaded.
+
+    The one rule (:func:`jitwarden.store.seal.unchanged`): an ``lstat`` per file and one small read of
+    the seal. A link, FIFO or anything but a regular file or a writer's ``tmp.*`` dir says no."""
+    try:
+        with os.scandir(path) as it:
+            entries = list(it)
+    except OSError:
+        return False
+    if not any(e.name == SEAL_FILE for e in entries):
+        return False
+    files = [e for e in entries if not is_reserved(e.name) and not e.is_dir(follow_symlinks=False)]
+    try:
+        return _unchanged(path, files)
+    except OSError:
+        return False
+
+
+def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
+    """(may it be loaded now, the line to say) for the entry a loader is about to read: O(1) in the tree.
+
+    What :func:`sweep` does for one entry, at the moment Inductor's static launcher loads it
+    (runtime/torchhooks.py) instead of for every entry at every start: unchanged since sealed is a
+    yes; changed, it is checked against its seal (and set aside when damaged); unsealed, it is
+    proven and sealed (or set aside). The answer is read afterwards from the entry itself, so one
+    that a writer holds, that cannot be locked or that was set aside is a no: the caller recompiles.
+    """
+    if sealed_unchanged(path):
+        return True, None
+    counts = {"entries": 1, "rehashed": 0, "sealed": 0, "quarantined": 0, "hidden": 0}
+    try:
+        w = _entry(path, digest, counts, then=AT_LOAD)
+    except Exception as exc:  # noqa: BLE001 - a no: the kernel is recompiled instead
+        w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
+    return sealed_unchanged(path), w

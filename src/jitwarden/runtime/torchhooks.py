@@ -84,7 +84,11 @@ def install(env=None) -> dict[str, str]:
 
 
 def status() -> dict[str, str]:
-    return {m: _applied.get(m, "waiting for import") for m in _PATCHERS}
+    """{module: how it is guarded}, and how the static launcher's loads are checked once torch's code cache is in."""
+    out = {m: _applied.get(m, "waiting for import") for m in _PATCHERS}
+    if _STATIC in _applied:
+        out[_STATIC] = _applied[_STATIC]
+    return out
 
 
 class _Finder:
@@ -375,10 +379,75 @@ def _set_aside(path: str, root: str, code: str, details, entry_id: str | None = 
         _log.warning("jitwarden: %s", setaside.line(rec, "Triton kernel", code, details, _BUNDLE_THEN))
 
 
+# ---------------------------------------------------------------- the static launcher's loads
+
+_STATIC = "static launcher"  # the status() key of the check below
+
+
+def _guard_static_loads(mod) -> None:
+    """Check each kernel Inductor's static launcher is about to load, or sweep the whole tree now.
+
+    ``StaticAutotunerFuture.result`` (torch 2.9-2.13) turns a statically launchable autotuner
+    restored from an FX-graph bundle into launchers: its ``reload_cubin_path`` names each cubin in
+    the Triton cache dir and the launcher reads it, never asking Triton's cache manager. Wrapped,
+    every entry it names is checked first (:func:`jitwarden.runtime.sweep.check_loaded`: unchanged
+    since sealed, else checked, proven or set aside); if one may not be loaded, the kernel is
+    compiled from its source as on a cache miss, through Triton's guarded cache. Where this torch
+    has no such loader, the trees in use are swept here and now, before anything can load from them.
+    Never raises.
+    """
+    try:
+        cls = mod.StaticAutotunerFuture
+        fn = cls.__dict__["result"]
+        if not getattr(fn, "__jitwarden__", False):
+            def result(self, *args, **kwargs):
+                if _loadable(self.static_autotuner):
+                    return fn(self, *args, **kwargs)
+                kernel = self.reload_kernel_from_src()  # what AsyncCompile.triton does on a miss
+                kernel.precompile(warm_cache_only=False)
+                return kernel
+
+            result.__jitwarden__ = True
+            result.__wrapped__ = fn
+            cls.result = result
+        _applied[_STATIC] = "guarded"
+    except Exception as exc:  # noqa: BLE001 - an unknown torch: check every entry now instead
+        _applied[_STATIC] = (f"swept at import: this torch's StaticAutotunerFuture is not the shape jitwarden knows "
+                             f"({type(exc).__name__}: {exc})")
+        from jitwarden.runtime import fullsweep
+
+        for line in fullsweep.sweep_env():
+            _log.warning("jitwarden: %s", line)
+
+
+def _loadable(autotuner) -> bool:
+    """Whether every cubin ``autotuner``'s static launchers will read passes :func:`~jitwarden.runtime.sweep.check_loaded`."""
+    from jitwarden.runtime import sweep
+    from jitwarden.store import partition
+
+    try:
+        for result in autotuner.compile_results:
+            kernel = result.kernel
+            if not getattr(kernel, "cubin_path", None):
+                result.reload_cubin_path()  # Inductor's own path: <triton cache dir>/<key>/<name>.cubin
+            entry = os.path.dirname(kernel.cubin_path)
+            ok, line = sweep.check_loaded(entry, _digest(partition, os.path.dirname(entry)))
+            if line:
+                _log.warning("jitwarden: %s", line)
+            if not ok:
+                return False
+        return True
+    except Exception as exc:  # noqa: BLE001 - fail closed: compiled from source instead
+        _log.warning("jitwarden: could not check a Triton kernel TorchInductor was about to load (%s: %s); "
+                     "Inductor recompiles it", type(exc).__name__, exc)
+        return False
+
+
 # ---------------------------------------------------------------- FX-graph and AOTAutograd pickles
 
 
 def _patch_codecache(mod) -> None:
+    _guard_static_loads(mod)
     _wrap_writer(mod.FxGraphCache)
     gc = mod.GuardedCache
     fn = gc.__dict__["iterate_over_candidates"].__func__  # a classmethod
@@ -550,7 +619,8 @@ _PATCHERS = {BUNDLER: _patch_bundler, CODECACHE: _patch_codecache, AOTCACHE: _pa
 #: What each wrapper needs to find in torch's source: module -> (file, the definitions it wraps).
 _SHAPES = {
     BUNDLER: ("_inductor/triton_bundler.py", ("def read_and_emit(", "triton_cache_dir", "_REPLACE_BYTES")),
-    CODECACHE: ("_inductor/codecache.py", ("def iterate_over_candidates(", "def _write_to_local_cache(")),
+    CODECACHE: ("_inductor/codecache.py", ("def iterate_over_candidates(", "def _write_to_local_cache(",
+                                           "class StaticAutotunerFuture")),
     AOTCACHE: ("_functorch/_aot_autograd/autograd_cache.py", ("def _write_to_local_cache(",)),
 }
 
@@ -584,8 +654,9 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     out = []
     if not enabled(env):
         out.append(("torch-hooks", f"{HOOKS_VAR}=0: Triton kernels TorchInductor restores mid-run (FX-graph bundles, "
-                    "remote caches, AOT artifacts) are checked only at the next start-up, and FX-graph pickles are "
-                    "not sealed", f"unset {HOOKS_VAR}"))
+                    "remote caches, AOT artifacts) are checked only at the next start-up, by a sweep of every "
+                    "entry (a start-up that grows with the cache), and FX-graph pickles are not sealed",
+                    f"unset {HOOKS_VAR}"))
         return out
     missing = []
     for name, (rel, needles) in _SHAPES.items():
@@ -599,7 +670,8 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
             missing.append(f"{rel} (no {', '.join(lacks)})")
     if missing:
         out.append(("torch-hooks", "this torch's " + "; ".join(missing) + ": the kernels or pickles it restores "
-                    "mid-run cannot be wrapped, and are checked only at the next start-up",
+                    "mid-run cannot be wrapped (without StaticAutotunerFuture, every Triton tree in use is swept as "
+                    "torch imports its code cache, a start-up that grows with the cache)",
                     "export TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0  (Inductor then compiles through "
                     f"Triton's guarded cache instead of restoring bundles; {HOOKS_VAR}=0 silences this)"))
     if env.get("TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW") == "1":

@@ -47,7 +47,9 @@ def _copy(template, tmp_path, evil=None) -> tuple[str, dict]:
 
 
 def _env(tmp_path, tree, **extra) -> dict:
-    return clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, **extra)
+    """The start-up sweep's world: the torch hooks off, so activation sweeps the tree and hides what it proves
+    (with them on, each kernel is checked as it is loaded instead: tests/unit/runtime/test_sweep.py)."""
+    return clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, JITWARDEN_TORCH_HOOKS="0", **extra)
 
 
 def _wait_prover(tree: str, timeout: float = 120) -> None:

@@ -1,8 +1,10 @@
-"""The start-up sweep of TorchInductor's Triton trees (jitwarden.runtime.sweep), on real sealed kernels.
+"""TorchInductor's Triton kernels checked before its static launcher loads them, on real sealed kernels.
 
 TorchInductor's static CUDA launcher reads ``<inductor cache>/triton/<device>/<key>/<name>.cubin``
 itself on an FX-graph-cache hit (torch/_inductor/runtime/triton_heuristics.py,
-``reload_cubin_path``), so these entries must be checked at activation, before it does.
+``reload_cubin_path``). With the torch hooks in the workload each entry is checked as it is loaded
+(``sweep.check_loaded``, O(kernels used)) and activation walks nothing; with them off, activation
+sweeps every entry first (``runtime/fullsweep.py``).
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def test_unsealed_entries_are_judged_then_sealed_and_bad_ones_quarantined(tmp_pa
 
 
 def test_activation_sweeps_the_inductor_partition_and_can_be_turned_off(sealed_tree, tmp_path):
-    env = clean_env(tmp_path)
+    env = clean_env(tmp_path, JITWARDEN_TORCH_HOOKS="0")
     rec = activation.activate(env=dict(env), quiet=True)
     part = rec.partitions.get("TORCHINDUCTOR_CACHE_DIR")
     if part is None:
@@ -118,7 +120,7 @@ def test_activation_sweeps_the_inductor_partition_and_can_be_turned_off(sealed_t
 
 def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(sealed_tree, tmp_path):
     """With TRITON_CACHE_DIR set (activation sets it), Inductor's kernels live in the Triton partition."""
-    env = clean_env(tmp_path)
+    env = clean_env(tmp_path, JITWARDEN_TORCH_HOOKS="0")
     rec = activation.activate(env=dict(env), quiet=True)
     if "TORCHINDUCTOR_CACHE_DIR" not in rec.partitions:
         pytest.skip(f"torch is not installed here: {rec.skipped}")
@@ -135,7 +137,7 @@ def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(
 def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
     """JITWARDEN_PARTITION=0: Inductor still loads from TRITON_CACHE_DIR behind the guard's back."""
     own = tmp_path / "own-triton"
-    env = clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(own))
+    env = clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(own), JITWARDEN_TORCH_HOOKS="0")
     shutil.copytree(sealed_tree, own)
     rec = activation.activate(env=dict(env), quiet=True)
     if "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped or "torch" in rec.skipped["TORCHINDUCTOR_CACHE_DIR"]:
@@ -148,3 +150,65 @@ def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
     assert victim not in entries(str(own))
     (rec_,) = quarantine.list_root(str(own))
     assert rec_.fingerprint is None  # not a partition: sealed and judged under no fingerprint
+
+
+# ---- with the torch hooks on: nothing walked at start-up, each kernel checked as it is loaded ----------
+
+def test_with_the_hooks_on_activation_walks_nothing_and_every_python_it_starts_installs_them(sealed_tree, tmp_path):
+    env = clean_env(tmp_path)
+    rec = activation.activate(env=dict(env), quiet=True)
+    if "TORCHINDUCTOR_CACHE_DIR" not in rec.partitions:
+        pytest.skip(f"torch is not installed here: {rec.skipped}")
+    tree = rec.partitions["TRITON_CACHE_DIR"]
+    for n in entries(sealed_tree):
+        shutil.copytree(os.path.join(sealed_tree, n), os.path.join(tree, n))
+    victim = kernel_entry(tree)
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    before = snapshot(tree)
+    child = dict(env)
+    on = activation.activate(env=child, quiet=True)
+    assert on.warnings == () and snapshot(tree) == before  # not even the damaged one: it is judged when loaded
+    from jitwarden.runtime.torchhooks import boot_dir
+
+    assert child["PYTHONPATH"].split(os.pathsep)[0] == boot_dir()
+    ok, line = sweep.check_loaded(os.path.join(tree, victim), rec.digest)
+    assert not ok and "about to load" in line and victim not in entries(tree)
+
+
+def test_check_loaded_says_yes_only_to_a_sealed_unchanged_or_newly_proven_kernel(tmp_path):
+    tree = str(tmp_path / "t")
+    compile_jobs(tree, guarded=True)  # here, not copied: a copy's group files name the other tree
+    names = entries(tree)
+    good = kernel_entry(tree)
+    assert sweep.check_loaded(os.path.join(tree, good), None) == (True, None)
+    os.chmod(os.path.join(tree, good, "add_kernel.cubin"), 0o600)  # a ctime moved, the bytes did not
+    assert sweep.check_loaded(os.path.join(tree, good), None) == (True, None)  # checked, resealed
+    assert sweep.sealed_unchanged(os.path.join(tree, good))
+    os.unlink(os.path.join(tree, good, SEAL_FILE))  # unsealed: proven by a rebuild, then sealed
+    assert sweep.check_loaded(os.path.join(tree, good), None) == (True, None)
+    assert seal.read(os.path.join(tree, good)) is not None
+    other = next(n for n in names if n != good and os.path.exists(os.path.join(tree, n, SEAL_FILE)))
+    link = os.path.join(tree, other, "extra")
+    os.symlink("/etc/passwd", link)  # a planted link is never loaded
+    assert sweep.check_loaded(os.path.join(tree, other), None)[0] is False
+    assert sweep.check_loaded(str(tmp_path / "absent"), None)[0] is False
+
+
+def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(sealed_tree, tmp_path, monkeypatch):
+    """A torch with no StaticAutotunerFuture (another release, a refactor): the trees are swept as it is imported."""
+    import types
+
+    from jitwarden.runtime import torchhooks
+
+    tree = str(tmp_path / "part")
+    shutil.copytree(sealed_tree, tree)
+    sweep.sweep([tree])
+    victim = kernel_entry(tree)
+    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    for k, v in clean_env(tmp_path, TRITON_CACHE_DIR=tree, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+                          JITWARDEN_PROVE_WAIT="1").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delitem(torchhooks._applied, torchhooks._STATIC, raising=False)
+    torchhooks._guard_static_loads(types.ModuleType("torch._inductor.codecache"))  # the shape it does not know
+    assert victim not in entries(tree)
+    assert torchhooks.status()[torchhooks._STATIC].startswith("swept at import")

@@ -275,3 +275,72 @@ def test_a_pickle_flipped_in_place_is_caught_even_after_the_seal_is_touched(tmp_
     os.chmod(os.path.join(d, SEAL_FILE), 0o644)
     res, err = _fx(cache)
     assert res["ok"] and err.count("quarantined TorchInductor cache pickle") == 1, err[-2000:]
+
+
+# ---- the static launcher's own loads: each kernel checked as Inductor is about to load it ------------
+
+STATIC = textwrap.dedent(
+    '''
+    import json, os, sys, types
+    sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
+    from jitwarden.runtime import torchhooks
+    torchhooks.install()  # before torch: patched as torch imports its code cache
+    import triton
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    import torch._inductor.codecache as cc
+    from torch._inductor.runtime.static_triton_launcher import StaticallyLaunchedCudaKernel
+    from torch._inductor.runtime.triton_heuristics import StaticTritonCompileResult
+    import jw_test_kernels as K
+    job = json.loads(os.environ["JW_JOB"])
+    src = ASTSource(fn=getattr(K, job["kernel"]), signature=job["signature"], constexprs=job["constexprs"])
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=job["options"])  # through the guard
+
+    def future():
+        """What an FX-graph-cache hit hands AsyncCompile: a pickled static autotuner (no cubin path yet)."""
+        k._cubin_path = ""
+        sk = StaticallyLaunchedCudaKernel(k)
+        sk.cubin_path = None
+        r = StaticTritonCompileResult(sk, triton.Config({}), {"device": 0, "device_type": "cuda"}, {})
+        f = cc.StaticAutotunerFuture(types.SimpleNamespace(compile_results=[r]))
+        f.reload_kernel_from_src = lambda: Recompiled()
+        return f, r
+
+    class Recompiled:
+        """The autotuner AsyncCompile builds from the kernel's source on a miss."""
+        def precompile(self, warm_cache_only):
+            self.compiled = not warm_cache_only
+
+    out = {"status": torchhooks.status().get("static launcher")}
+    f, r = future()
+    out["good_loadable"] = torchhooks._loadable(f.static_autotuner)
+    out["cubin_path"] = r.kernel.cubin_path  # Inductor's own reload_cubin_path named it
+    with open(r.kernel.cubin_path, "r+b") as fh:  # damage it after it was sealed
+        fh.seek(3000); b = fh.read(1); fh.seek(3000); fh.write(bytes([b[0] ^ 1]))
+    f, r = future()
+    got = f.result()
+    out["damaged"] = type(got).__name__ + ":" + str(getattr(got, "compiled", None))
+    f, r = future()  # the entry is gone now: its cubin cannot be found
+    out["missing"] = type(f.result()).__name__
+    print(json.dumps(out))
+    '''
+)
+
+
+def test_the_static_launcher_gets_only_checked_kernels_and_a_damaged_one_is_recompiled(tmp_path):
+    from tests.helpers.guarded import ADD, clean_env, kernel_dir
+
+    tree = tmp_path / "triton"
+    env = clean_env(tmp_path, TRITON_CACHE_DIR=str(tree), TRITON_CACHE_MANAGER="jitwarden.guard:GuardedCacheManager",
+                    JW_KERNEL_DIR=kernel_dir(), JW_JOB=json.dumps(ADD[0]))
+    p = subprocess.run([sys.executable, "-c", STATIC], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["status"] == "guarded" and out["good_loadable"] is True
+    entry = os.path.basename(os.path.dirname(out["cubin_path"]))
+    assert os.path.dirname(os.path.dirname(out["cubin_path"])) == str(tree)
+    assert out["damaged"] == "Recompiled:True"  # compiled from source through the guard, never loaded
+    assert out["missing"] == "Recompiled"
+    (rec,) = quarantine.list_root(str(tree))
+    assert rec.entry_id == entry and rec.reason == "corrupt"
+    assert "as TorchInductor was about to load it" in p.stderr, p.stderr[-2000:]
