@@ -134,7 +134,7 @@ def main() -> int:
     a = p.parse_args()
     t_start = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
-    work = os.path.join(a.out, "work")
+    work = os.environ.get("JW_WORK") or os.path.join(a.out, "work")
     os.makedirs(work, exist_ok=True)
     script = os.path.join(work, "model.py")
     with open(script, "w") as f:
@@ -154,13 +154,14 @@ def main() -> int:
             runs = {"stock": [], "guarded": []}
             for i in range(n):
                 spent = time.perf_counter() - t_start
-                pair = max([r["wall_s"] for rs in runs.values() for r in rs] or [60]) * 2
+                pair = max([r["wall_s"] for rs in runs.values() for r in rs] or [cold["guarded"]["wall_s"]]) * 2
                 if a.deadline and spent + pair + (90 if a.tamper else 0) > a.deadline:
                     print(f"deadline: {i} pairs of {n} fit", flush=True)
                     break
                 order = ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")
                 for s in order:
                     runs[s].append(one(script, mode, roots[s], s == "guarded", fx))
+                    print("RUN", mode, fx, i, s, runs[s][-1]["wall_s"], runs[s][-1].get("t_first"), flush=True)
             raw[f"{mode}/fx-{fx}"] = runs
             ok = all(r["rc"] == 0 and isinstance(r.get("max_abs_err"), float) for rs in runs.values() for r in rs)
             row = {"mode": mode, "fx": fx, "pairs": len(runs["stock"]), "kernels": kernels(roots["guarded"]),

@@ -189,6 +189,8 @@ def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats
 
     digests: dict[str, dict] = {}
     for p, d in _digest_all(paths, jobs).items():
+        if isinstance(d, FileNotFoundError):
+            continue  # gone since it was listed (hidden or set aside by another process): not ours to prove or count
         if isinstance(d, OSError):
             done(p, Proof(p, UNPROVEN, f"cannot read the entry: {d.strerror or d}", {}))
         else:
@@ -217,7 +219,7 @@ def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats
         _totals["seconds"] += time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return {p: out[p] for p in paths}
+    return {p: out[p] for p in paths if p in out}
 
 
 def prove(path: str, env=None) -> Proof:
@@ -237,7 +239,8 @@ def prove(path: str, env=None) -> Proof:
                 return pr
         except OSError:
             pass
-    return prove_many([path], jobs=1, env=env)[path]
+    got = prove_many([path], jobs=1, env=env).get(path)
+    return got if got is not None else Proof(path, UNPROVEN, "the entry is gone", {})
 
 
 def prove_ahead(paths, *, jobs: int | None = None, env=None, on_proof=None) -> ProofCounts:

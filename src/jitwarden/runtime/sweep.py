@@ -55,6 +55,8 @@ def sweep(trees: list[str], digest: str | None = None, background: list | None =
         done.add(path)
         try:
             w = _entry(path, digest, counts, proof)
+        except FileNotFoundError:
+            w = None  # gone since it was listed: another process (a rank's sweep) hid it or set it aside
         except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
             w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
         if w:

@@ -318,7 +318,10 @@ def _judge(st: _Staged) -> None:
             refused.add(id(a))
 
     if staged or unsealed:
-        proof.prove_many(list(staged) + unsealed, on_proof=place)
+        proven = proof.prove_many(list(staged) + unsealed, on_proof=place)
+        for path in unsealed:
+            if path not in proven:  # gone since it was listed (another rank hid it): restore nothing there
+                refused.add(id(existing[path][0]))
 
 
 def _digest(partition, base: str) -> str | None:

@@ -212,3 +212,18 @@ def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(sealed_t
     torchhooks._guard_static_loads(types.ModuleType("torch._inductor.codecache"))  # the shape it does not know
     assert victim not in entries(tree)
     assert torchhooks.status()[torchhooks._STATIC].startswith("swept at import")
+
+
+def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warning(sealed_tree, tmp_path, monkeypatch):
+    """Several ranks sweep one tree (hooks off): one hides or sets aside what another has just listed."""
+    from jitwarden.runtime import proof, tree as tree_mod
+
+    tree = str(tmp_path / "t")
+    shutil.copytree(sealed_tree, tree)
+    gone = os.path.join(tree, "A" * 52)
+    real = tree_mod.entry_names
+    monkeypatch.setattr(tree_mod, "entry_names", lambda t: real(t) + ["A" * 52])  # listed, then gone
+    warnings, counts = sweep.sweep([tree])
+    assert not [w for w in warnings if "could not check" in w], warnings
+    made = proof.prove_ahead([gone])
+    assert made.total == 0 and made.summary() is None  # never "proved 0 of 1 ... quarantined"
