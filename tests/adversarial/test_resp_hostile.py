@@ -125,9 +125,9 @@ def _limit_memory():
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
-def lookup_twice(url: str, tmp_path) -> dict:
+def lookup_twice(url: str, tmp_path, retry: str = "0.05") -> dict:
     """Two lookups by one workload process (a short retry pause, so the second one asks the server again)."""
-    env = dict(os.environ, JITWARDEN_REMOTE=url, JITWARDEN_REMOTE_RETRY="0.05", JITWARDEN_REMOTE_TIMEOUT=str(TIMEOUT),
+    env = dict(os.environ, JITWARDEN_REMOTE=url, JITWARDEN_REMOTE_RETRY=retry, JITWARDEN_REMOTE_TIMEOUT=str(TIMEOUT),
                JITWARDEN_HOME=str(tmp_path / "jw"))
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60,
@@ -163,6 +163,21 @@ def test_hostile_server_costs_one_deadline_and_a_miss(case, tmp_path, baseline):
     assert out["rss_kb"] < baseline["rss_kb"] + RSS_SLACK_KB, (case, out["rss_kb"], baseline["rss_kb"])
     assert out["counters"].get("unavailable") == 2, out["counters"]  # each lookup failed and was counted
     assert srv.connections == 2  # the bad connection was dropped: the second lookup opened a fresh one
+
+
+@pytest.mark.parametrize("case", ["garbage", "huge-bulk"])
+def test_a_failed_lookup_is_never_taken_for_an_answer_when_the_retry_pause_is_over(case, tmp_path):
+    """A failed lookup whose retry pause had already run out (``JITWARDEN_REMOTE_RETRY=0``, or a loaded machine
+    with a short one) was judged as an answer: with no trusted keys, the remote cache switched itself off
+    for the process, and the second lookup never asked the server (the hostile cases above, now and then)."""
+    srv = HostileServer(HOSTILE[case])
+    try:
+        out = lookup_twice(srv.url, tmp_path, retry="0")
+    finally:
+        srv.close()
+    assert [r["got"] for r in out["runs"]] == [[], []]
+    assert out["counters"].get("unavailable") == 2, out["counters"]  # each lookup failed, and was counted as such
+    assert srv.connections == 2  # the second lookup asked the server again
 
 
 @pytest.mark.parametrize("case", ["drip", "deep-nesting", "garbage", "bulk-overrun", "two-replies"])
