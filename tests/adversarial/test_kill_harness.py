@@ -121,7 +121,7 @@ def test_random_kills_keep_every_entry_whole(acache, small_cache, outside, env):
                                     stderr=subprocess.DEVNULL)
             deadline = start + rng.uniform(0.5, 0.95) * took[op]  # late in the run: where the moves and deletes are
             while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.005)
+                time.sleep(0.005)  # the kill's moment is what is tested: drawn within a run, not an event to await
             alive = proc.poll() is None
             proc.send_signal(signal.SIGKILL)
             try:

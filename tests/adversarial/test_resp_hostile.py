@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import time
 import pytest
 
 from jitwarden.formats import resp
+from tests.helpers.wait import wait_for
 
 TIMEOUT = 0.5  # the documented default of JITWARDEN_REMOTE_TIMEOUT
 BOUND_S = 5.0  # a generous bound for one lookup with a 0.5 s deadline
@@ -31,7 +33,7 @@ def _drip(conn):
     conn.sendall(b"$100\r\n")
     while True:  # one byte every 0.3 s: each recv gets data well inside any per-recv timeout
         conn.sendall(b"x")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the attack itself: a server that is slow on purpose
 
 
 def _stream(prefix: bytes, unit: bytes):
@@ -107,7 +109,9 @@ from jitwarden.runtime import remote
 backend = remote.GuardedRemoteBackend("k" * 52, digest="d" * 16)
 runs = []
 for _ in range(2):
-    time.sleep(0.1)  # past the retry pause a failed lookup starts
+    st = remote.state()
+    while st.down_until != float("inf") and time.monotonic() < st.down_until:
+        time.sleep(0.01)  # until the retry pause a failed lookup started is over (none before the first)
     t = time.monotonic()
     got = backend.get(["add.cubin"])
     runs.append({"s": time.monotonic() - t, "got": sorted(got)})
@@ -121,9 +125,9 @@ def _limit_memory():
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
-def lookup_twice(url: str, tmp_path) -> dict:
+def lookup_twice(url: str, tmp_path, retry: str = "0.05") -> dict:
     """Two lookups by one workload process (a short retry pause, so the second one asks the server again)."""
-    env = dict(os.environ, JITWARDEN_REMOTE=url, JITWARDEN_REMOTE_RETRY="0.05", JITWARDEN_REMOTE_TIMEOUT=str(TIMEOUT),
+    env = dict(os.environ, JITWARDEN_REMOTE=url, JITWARDEN_REMOTE_RETRY=retry, JITWARDEN_REMOTE_TIMEOUT=str(TIMEOUT),
                JITWARDEN_HOME=str(tmp_path / "jw"))
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60,
@@ -161,6 +165,21 @@ def test_hostile_server_costs_one_deadline_and_a_miss(case, tmp_path, baseline):
     assert srv.connections == 2  # the bad connection was dropped: the second lookup opened a fresh one
 
 
+@pytest.mark.parametrize("case", ["garbage", "huge-bulk"])
+def test_a_failed_lookup_is_never_taken_for_an_answer_when_the_retry_pause_is_over(case, tmp_path):
+    """A failed lookup whose retry pause had already run out (``JITWARDEN_REMOTE_RETRY=0``, or a loaded machine
+    with a short one) was judged as an answer: with no trusted keys, the remote cache switched itself off
+    for the process, and the second lookup never asked the server (the hostile cases above, now and then)."""
+    srv = HostileServer(HOSTILE[case])
+    try:
+        out = lookup_twice(srv.url, tmp_path, retry="0")
+    finally:
+        srv.close()
+    assert [r["got"] for r in out["runs"]] == [[], []]
+    assert out["counters"].get("unavailable") == 2, out["counters"]  # each lookup failed, and was counted as such
+    assert srv.connections == 2  # the second lookup asked the server again
+
+
 @pytest.mark.parametrize("case", ["drip", "deep-nesting", "garbage", "bulk-overrun", "two-replies"])
 def test_client_drops_the_connection_after_a_protocol_error_or_deadline(case):
     """In this process, so only the cases whose memory a broken client could not blow up (the child test has them all)."""
@@ -195,7 +214,7 @@ def test_an_error_inside_an_array_keeps_the_stream_in_step():
 def _late_extra(conn):
     """A nil reply, then, once the client has it, a reply nobody asked for, then nil to every later request."""
     conn.sendall(b"$-1\r\n")
-    time.sleep(0.05)
+    time.sleep(0.05)  # the race window itself: the extra reply arrives after the client read the one it asked for
     conn.sendall(b"$5\r\nwrong\r\n")
     while conn.recv(1 << 16):
         conn.sendall(b"$-1\r\n")
@@ -206,7 +225,8 @@ def test_bytes_nobody_asked_for_are_never_read_as_the_next_reply():
     cl = resp.Client(resp.parse_url(srv.url), 0.25, TIMEOUT)
     try:
         assert cl.execute("GET", "a") is None
-        time.sleep(0.2)  # the unsolicited reply is in the socket now
+        wait_for(lambda: select.select([cl._sock], [], [], 0)[0], 30,
+                 "the unsolicited reply to reach the client's socket")
         assert cl.execute("GET", "b") is None  # not b"wrong": the connection was dropped and opened again
         assert srv.connections == 2
     finally:
@@ -217,7 +237,7 @@ def test_bytes_nobody_asked_for_are_never_read_as_the_next_reply():
 def _slow_each(conn):
     """Answers AUTH, then GET, each after 0.35 s: within any per-read timeout, over one 0.5 s deadline together."""
     while True:  # the first request (AUTH) was read by the server already
-        time.sleep(0.35)
+        time.sleep(0.35)  # the attack itself: each answer late, within a per-read timeout
         conn.sendall(b"+OK\r\n")
         if not conn.recv(1 << 16):
             return

@@ -63,7 +63,7 @@ _SWAP_CUBIN = textwrap.dedent('''
     entry, good, evil, ready = sys.argv[1:5]
     cubin = os.path.join(entry, os.path.basename(good))
     tmp = os.path.join(os.path.dirname(good), ".swap")
-    while not os.path.exists(ready):
+    while not os.path.exists(ready):  # the test's start signal
         time.sleep(0.001)
     swaps = 0
     while os.path.exists(ready):
@@ -84,14 +84,14 @@ _SWAP_CUBIN = textwrap.dedent('''
 _MOVE_ENTRY = textwrap.dedent('''
     import os, random, shutil, sys, time
     entry, aside, ready = sys.argv[1:4]
-    while not os.path.exists(ready):
+    while not os.path.exists(ready):  # the test's start signal
         time.sleep(0.001)
     seal = os.path.join(entry, ".jitwarden-seal.json")
     moves = 0
     while os.path.exists(ready):
         if not os.path.exists(seal):
             continue
-        time.sleep(random.random() * 0.002)
+        time.sleep(random.random() * 0.002)  # the race itself: the move lands at a random point of a compile
         try:
             os.rename(entry, f"{aside}.{moves}")
         except OSError:

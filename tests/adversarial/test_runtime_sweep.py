@@ -80,7 +80,7 @@ def test_a_changed_cubin_with_its_old_times_and_mode_is_rehashed(sealed_tree, tm
         os.chmod(cubin + ".x", st.st_mode & 0o7777)
         os.replace(cubin + ".x", cubin)
     _restore_times(cubin, st)
-    time.sleep(0.02)
+    time.sleep(0.02)  # the seal's chmod lands in a later clock tick than the cubin's change (its ctime), as above
     _chmod(os.path.join(tree, victim, SEAL_FILE))
     warnings, counts = sweep.sweep([tree])
     assert counts["quarantined"] == 1, (how, warnings)

@@ -112,7 +112,8 @@ class Server:
     def __init__(self, binary: str, workdir: str, *extra: str):
         import socket
         import subprocess
-        import time
+
+        from tests.helpers.wait import wait_for
 
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
@@ -122,15 +123,21 @@ class Server:
         self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--dir", workdir, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
+
+        def answers() -> bool:
             try:
                 self.call("PING")
-                return
+                return True
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{binary} did not start on port {self.port}")
-                time.sleep(0.02)
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{binary} exited before it answered on port {self.port}") from None
+                return False
+
+        try:
+            wait_for(answers, 10, f"{binary} to answer PING on port {self.port}")
+        except BaseException:
+            self.stop()  # never left running behind a test that could not use it
+            raise
 
     def call(self, *args):
         from jitwarden.formats import resp

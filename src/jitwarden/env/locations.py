@@ -1,4 +1,5 @@
-"""Where each tool keeps its kernel cache, and whether a cache root is safe to share (stdlib ``os`` only).
+"""Where each tool keeps its kernel cache, and whether a cache root is safe to share (stdlib ``os`` and
+the settings table only).
 
 One answer for the scanner and for activation, read from a given ``env`` (its HOME too),
 the way each tool decides it; cheap enough for the warm activation path.
@@ -7,6 +8,8 @@ the way each tool decides it; cheap enough for the warm activation path.
 from __future__ import annotations
 
 import os
+
+from jitwarden.model import settings
 
 PARTITION_VARS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
                   ("vllm", "VLLM_CACHE_ROOT"), ("torch-ext", "TORCH_EXTENSIONS_DIR"))
@@ -161,9 +164,10 @@ LOCATION_VARS = (
     ("JAX_COMPILATION_CACHE_DIR", "JAX's persistent compilation cache (and XLA's caches beside it)"),
     ("CUPY_CACHE_DIR", "CuPy's kernel cache (else <home>/.cupy/kernel_cache)"),
     ("NUMBA_CACHE_DIR", "numba's cache (else beside each source file)"),
-    ("JITWARDEN_HOME", "jitwarden's memo, private roots and quarantine registry"),
-    ("JITWARDEN_CONFIG_DIR", "jitwarden's config dir"), ("JITWARDEN_TRUSTED_KEYS", "keys trusted for fleet bundles"),
-    ("JITWARDEN_SIGNING_KEY", "the key fleet bundles are signed with"),
+    (settings.HOME.name, "jitwarden's memo, private roots and quarantine registry"),
+    (settings.CONFIG_DIR.name, "jitwarden's config dir"),
+    (settings.TRUSTED_KEYS.name, "keys trusted for fleet bundles"),
+    (settings.SIGNING_KEY.name, "the key fleet bundles are signed with"),
 )
 """(variable, what it places) of every environment variable that decides where a cache, a memo, a key or a
 private directory lives: a program run with all of them pointed into one directory writes nowhere else

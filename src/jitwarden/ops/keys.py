@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+from jitwarden.model import settings
+
 SECRET_TAG = "jitwarden-ed25519-secret"
 PUBLIC_TAG = "jitwarden-ed25519"
 
@@ -34,8 +36,9 @@ class KeyTooOpen(KeyError_):
 
 def config_dir(env=None) -> str:
     env = os.environ if env is None else env
-    if env.get("JITWARDEN_CONFIG_DIR"):
-        return env["JITWARDEN_CONFIG_DIR"]
+    explicit = settings.CONFIG_DIR.raw(env)
+    if explicit:
+        return explicit
     base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
     return os.path.join(base, "jitwarden")
 
@@ -92,7 +95,7 @@ class TrustedKeys:
         raw = self.keys.get(kid)
         if raw is None and not self.keys:
             return (f"signed by key {kid}, which is not among the trusted keys: none are configured "
-                    f"(set JITWARDEN_TRUSTED_KEYS, or put *.pub files into {self.where})")
+                    f"(set {settings.TRUSTED_KEYS.name}, or put *.pub files into {self.where})")
         if raw is None:
             return f"signed by key {kid}, which is not among the trusted keys ({', '.join(self.sources) or 'none'})"
         obj = self._objs.get(kid)
@@ -170,7 +173,7 @@ def parse_public(text: str, where: str) -> dict:
 
 def trusted_key_paths(env=None) -> list[str]:
     env = os.environ if env is None else env
-    raw = env.get("JITWARDEN_TRUSTED_KEYS")
+    raw = env.get(settings.TRUSTED_KEYS.name)
     items = [p for p in raw.split(os.pathsep) if p] if raw else [os.path.join(config_dir(env), "trusted-keys")]
     out = []
     for p in items:
@@ -195,4 +198,4 @@ def load_trusted(env=None) -> TrustedKeys:
 
 def signing_key_path(explicit: str | None = None, env=None) -> str:
     env = os.environ if env is None else env
-    return explicit or env.get("JITWARDEN_SIGNING_KEY") or os.path.join(config_dir(env), "signing-key")
+    return explicit or settings.SIGNING_KEY.raw(env) or os.path.join(config_dir(env), "signing-key")

@@ -191,10 +191,12 @@ class _State:
     def available(self) -> bool:
         return self.client is not None and time.monotonic() >= self.down_until
 
-    def call(self, *args):
-        """The reply, or None when the server is down, slow or refuses (counted, logged once per outage)."""
+    def call(self, *args, down=None):
+        """The reply; ``down`` when the server is down or slow (counted, logged once per outage) or skipped for
+        its retry pause; None when it refuses. A failed call is told by ``down``, never by the retry pause,
+        which may be over already (``JITWARDEN_REMOTE_RETRY`` may be 0)."""
         if not self.available():
-            return None
+            return down
         try:
             with self.lock:
                 return self.client.execute(*args)
@@ -207,7 +209,7 @@ class _State:
             self.count("unavailable")
             _say(f"remote cache {self.addr.display()} unavailable ({exc}); compiling locally, "
                  f"retrying in {self.retry:g} s")
-            return None
+            return down
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -232,6 +234,8 @@ class _State:
             pass
 
 
+_DOWN = object()
+"""What :meth:`_State.call` returns to a lookup when the server did not answer."""
 _STATE: list = []
 _SAID: set = set()
 
@@ -325,8 +329,8 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         if not self.enabled or not filenames:
             return {}
         rkeys = [self._rkey(f) for f in filenames]
-        reply = st.call("GET", rkeys[0]) if len(rkeys) == 1 else st.call("MGET", *rkeys)
-        if reply is None and not st.available():
+        reply = st.call("GET", rkeys[0], down=_DOWN) if len(rkeys) == 1 else st.call("MGET", *rkeys, down=_DOWN)
+        if reply is _DOWN:
             return {}
         raws = [reply] if len(rkeys) == 1 else (reply or [None] * len(rkeys))
         try:

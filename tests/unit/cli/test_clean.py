@@ -274,7 +274,7 @@ def test_sigkill_leaves_every_entry_whole(built_cache, tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "jitwarden", "clean", root, "--target", "90", "-y",
                                  *(["--purge"] if purge else [])],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.1, 1.0) * whole)
+        time.sleep(rng.uniform(0.1, 1.0) * whole)  # the kill's moment is what is tested: drawn within a whole run
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         placed, moved, gone = _whole_or_quarantined(root, original, entries)

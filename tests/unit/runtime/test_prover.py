@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from jitwarden.runtime import activation, hiding, prover, tree as tree_
 from jitwarden.store import quarantine, seal
 from tests.helpers import kernels
 from tests.helpers.guarded import ADD, clean_env, compile_jobs, quarantined, substitute
+from tests.helpers.wait import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,27 @@ def _env(tmp_path, tree, **extra) -> dict:
 
 
 def _wait_prover(tree: str, timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while hiding.alive(tree):
-        assert time.monotonic() < end, "the prover did not finish"
-        time.sleep(0.05)
+    """Until the background prover is gone: it holds the staging lock for its whole life."""
+    wait_for(lambda: not hiding.alive(tree), timeout, "the background prover to finish (release its staging lock)")
+
+
+def _in_thread(target, done: dict) -> threading.Thread:
+    """``target`` in a started thread; what it raises is kept in ``done["error"]`` for :func:`_joined`."""
+    def run():
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's own thread
+            done["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def _joined(t: threading.Thread, done: dict) -> None:
+    t.join()
+    if "error" in done:
+        raise done["error"]
 
 
 def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_only_the_proven(tmp_path, evil_cubin, _stock):
@@ -97,16 +114,25 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
     tree, out = _stock(tmp_path)
     fd = _hide_all(tree)
     done = {}
+    ended = threading.Event()
+    looked_up = os.path.join(tree, out["add_sm90"]["id"])
 
     def prove_later():
-        time.sleep(3)  # the workload below is already waiting on its lookup (or about to)
-        done["counts"] = prover.prove_staged([(tree, None, fd)], cores=1)
-        os.close(fd)
+        try:  # until the workload looks the hidden kernel up: Triton's cache manager makes the key's (empty) dir,
+            # then the guard's lookup waits; the proofs begin only then
+            wait_for(lambda: os.path.isdir(looked_up) or ended.is_set(), 300, "the workload's lookup of the kernel")
+            done["looked_up"] = os.path.isdir(looked_up)
+        finally:
+            done["counts"] = prover.prove_staged([(tree, None, fd)], cores=1)
+            os.close(fd)
 
-    t = threading.Thread(target=prove_later)
-    t.start()
-    again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter
-    t.join()
+    t = _in_thread(prove_later, done)
+    try:
+        again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter
+    finally:
+        ended.set()
+        _joined(t, done)
+    assert done["looked_up"]
     assert done["counts"].proven == 3
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
     path = os.path.join(tree, out["add_sm90"]["id"])
@@ -186,21 +212,23 @@ def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path, _stock):
     dst = kernels.copy_cache(src, str(tmp_path / "dst"))
     fd = _hide_all(dst)
     done = {}
-
-    ready = str(tmp_path / "ready")
+    ended = threading.Event()
+    waiting = str(tmp_path / "waiting")  # made by the child when torch's hook starts waiting for a hidden kernel
 
     def prove_later():
-        end = time.monotonic() + 300
-        while not os.path.exists(ready) and time.monotonic() < end:
-            time.sleep(0.05)
-        time.sleep(0.5)  # torch is in read_and_emit now, at the hook
-        done["counts"] = prover.prove_staged([(dst, None, fd)], cores=1)
-        os.close(fd)
+        try:
+            wait_for(lambda: os.path.exists(waiting) or ended.is_set(), 300, "the bundle hook to wait for a kernel")
+        finally:
+            done["counts"] = prover.prove_staged([(dst, None, fd)], cores=1)
+            os.close(fd)
 
-    t = threading.Thread(target=prove_later)
-    t.start()
-    res, err = restore(src, dst, [v["id"] for v in out.values()], "1", {"JW_READY_FILE": ready})
-    t.join()
+    t = _in_thread(prove_later, done)
+    try:
+        res, err = restore(src, dst, [v["id"] for v in out.values()], "1", {"JW_WAITING_FILE": waiting})
+    finally:
+        ended.set()
+        _joined(t, done)
+    assert os.path.exists(waiting)  # the hook waited for the hidden kernels (rather than restoring the bundle's)
     assert done["counts"].proven == 3 and res["restored"] == []
     for v in out.values():
         assert seal.read(os.path.join(dst, v["id"])).producer.get("by") == "sweep"

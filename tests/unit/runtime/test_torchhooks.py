@@ -49,8 +49,15 @@ BUNDLE = textwrap.dedent(
     blob = pickle.dumps(bundle)
     # ... and on a hit, in another cache dir: restore them.
     os.environ["TRITON_CACHE_DIR"] = os.environ["JW_DST"]
-    if os.environ.get("JW_READY_FILE"):  # a test that acts as the background prover starts it now
-        open(os.environ["JW_READY_FILE"], "w").close()
+    if os.environ.get("JW_WAITING_FILE"):  # a test that acts as the background prover starts it once the hook waits
+        from jitwarden.runtime import hiding
+        real_wait_for = hiding.wait_for
+
+        def wait_for(*args, **kwargs):  # the real wait, made visible to the test: the file, then the wait itself
+            open(os.environ["JW_WAITING_FILE"], "w").close()
+            return real_wait_for(*args, **kwargs)
+
+        hiding.wait_for = wait_for
     meta = TritonBundler.read_and_emit(pickle.loads(blob))
     print(json.dumps({"guarded": guarded, "restored": sorted(meta.cached_kernel_names)}))
     '''

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from jitwarden.cli import render as out
 from jitwarden.model.arch import parse_arch
 from jitwarden.model.errors import UsageError
+from jitwarden.model import settings
 from jitwarden.model.findings import CODES
 from jitwarden.model.text import display, human_size, parse_age
 from jitwarden.ops import scan as scanner
@@ -63,14 +64,14 @@ def orphan_age(args) -> float:
     """
     if args.orphan_age is not None:
         return check_age(args.orphan_age, "--orphan-age")
-    raw = os.environ.get("JITWARDEN_ORPHAN_AGE")
+    name, raw = settings.ORPHAN_AGE.name, settings.ORPHAN_AGE.raw(os.environ)
     if raw:
         try:
             value = parse_age(raw, bare_unit="s")  # its documented form is a bare number of seconds
         except ValueError as exc:
-            raise UsageError(f"JITWARDEN_ORPHAN_AGE: {exc}") from None
-        return check_age(value, f"JITWARDEN_ORPHAN_AGE={raw!r}")
-    return 3600.0
+            raise UsageError(f"{name}: {exc}") from None
+        return check_age(value, f"{name}={raw!r}")
+    return settings.ORPHAN_AGE.default
 
 
 def run_scan(args, fp=None):

@@ -12,6 +12,7 @@ import os
 import sys
 
 from jitwarden.cli import options, render as out
+from jitwarden.model import settings
 from jitwarden.model.text import display
 
 
@@ -38,7 +39,7 @@ def locations_of(env, digest: str | None, kinds) -> list[dict]:
     for kind in kinds:
         if kind == "jitwarden":
             path = os.path.dirname(qregistry.path(env))
-            rows.append(_row(kind, path, "JITWARDEN_HOME" if env.get("JITWARDEN_HOME") else "default", None))
+            rows.append(_row(kind, path, settings.HOME.name if settings.HOME.raw(env) else "default", None))
             continue
         found = []
         if kind in partitioned:

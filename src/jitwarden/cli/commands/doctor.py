@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
+from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
 from jitwarden.model.findings import CATALOG, CODES, Severity
 from jitwarden.model.text import display, human_age, human_size, plural
@@ -228,7 +229,7 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
     from jitwarden.runtime import proof, torchhooks  # proofs off, torch loaders that cannot be wrapped
 
     for w in unguarded(os.environ):
-        out_.append(("remote-unguarded", w, "share kernels through JITWARDEN_REMOTE (signed, namespaced by "
+        out_.append(("remote-unguarded", w, f"share kernels through {settings.REMOTE.name} (signed, namespaced by "
                                             "fingerprint) or signed bundles (jitwarden export / import) instead"))
     return out_ + proof.doctor_warnings() + torchhooks.doctor_warnings()
 
@@ -243,9 +244,7 @@ def misconfig_problems(env=None) -> list[Problem]:
 
 
 def _partitions_off() -> bool:
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag(os.environ.get("JITWARDEN_PARTITION")) is False
+    return settings.PARTITION.weakened(os.environ)
 
 
 def pending_proofs(report) -> list[Problem]:

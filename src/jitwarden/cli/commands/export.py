@@ -14,6 +14,7 @@ import time
 from jitwarden import __version__
 from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
+from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from jitwarden.model.findings import Severity
 from jitwarden.model.text import human_size
@@ -26,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (.gz: compressed)")
     p.add_argument("--kind", action="append", metavar="KIND",
                    help="only these partitioned cache kinds (repeatable): triton, inductor, vllm, torch-ext")
-    p.add_argument("--key", metavar="PATH", help="secret key (default: JITWARDEN_SIGNING_KEY, else <config>/signing-key)")
+    p.add_argument("--key", metavar="PATH",
+                   help=f"secret key (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)")
     p.add_argument("--unsigned", action="store_true", help="write an unsigned bundle (import refuses it by default)")
     options.add_format_argument(p)
     options.add_rebuild_arguments(p)

@@ -6,6 +6,7 @@ import os
 import stat
 import sys
 
+from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_OK, UsageError
 
 
@@ -14,7 +15,7 @@ def register(sub) -> None:
                        description="Write a secret signing key (mode 0600, for builders) and its public key "
                                    "(PATH.pub, for every node's trusted keys).")
     p.add_argument("-o", "--output", metavar="PATH", default=None,
-                   help="secret key file (default: JITWARDEN_SIGNING_KEY, else <config>/signing-key)")
+                   help=f"secret key file (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)")
     p.add_argument("--force", action="store_true", help="overwrite an existing key")
     p.set_defaults(func=run)
 
@@ -54,14 +55,14 @@ def run(args) -> int:
         os.close(dir_fd)
     print(pub)
     print(f"jitwarden: key {kid}: secret key {path} (keep it on builders only), public key {pub} "
-          "(put it in every node's JITWARDEN_TRUSTED_KEYS)", file=sys.stderr)
+          f"(put it in every node's {settings.TRUSTED_KEYS.name})", file=sys.stderr)
     return EXIT_OK
 
 
 def _where_problem(path: str, exc: OSError, default: bool) -> str:
     """One line for a key path whose directory cannot be reached or made (pure)."""
     where = exc.filename or os.path.dirname(path)
-    how = " (from JITWARDEN_SIGNING_KEY or JITWARDEN_CONFIG_DIR)" if default else ""
+    how = f" (from {settings.SIGNING_KEY.name} or {settings.CONFIG_DIR.name})" if default else ""
     if isinstance(exc, IsADirectoryError):
         return f"{path} is a directory; name the key file to write (e.g. {os.path.join(path, 'signing-key')})"
     if isinstance(exc, NotADirectoryError):
