@@ -146,7 +146,7 @@ class Fingerprint:
             "schema": SCHEMA,
             "digest": self.digest,
             "gpu": {"source": self.gpu_source, "note": self.gpu_note,
-                    "devices": [_gpu_json(g) for g in self.gpus]},
+                    "devices": [gpu_json(g) for g in self.gpus]},
             "driver": {"version": self.driver_version, "cuda_driver_version": self.cuda_driver_version},
             "toolchain": {"ptxas": [{"role": r, **i.to_json()} for r, i in self.ptxas]},
             "packages": [_package_json(p) for p in self.packages],
@@ -246,7 +246,8 @@ class Fingerprint:
         return out
 
 
-def _gpu_json(g: Gpu) -> dict:
+def gpu_json(g: Gpu) -> dict:
+    """One GPU as JSON: what `doctor` lists and the fingerprint records."""
     return {"index": g.index, "name": g.name, "capability": list(g.capability) if g.capability else None,
             "uuid": g.uuid, "pci_bus_id": g.pci_bus_id}
 
@@ -531,7 +532,7 @@ def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
             pass
     p = nvml.probe(proc_root, env)
     if key and p.source == "nvml":  # /proc answers are cheap, and NVML may load next time
-        section[key] = {"source": p.source, "gpus": [_gpu_json(g) for g in p.gpus],
+        section[key] = {"source": p.source, "gpus": [gpu_json(g) for g in p.gpus],
                         "driver_version": p.driver_version, "cuda_driver_version": p.cuda_driver_version,
                         "note": p.note}
     return p

@@ -392,10 +392,11 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         from jitwarden.runtime import startup_checks
 
         warnings += startup_checks.shared_root(unpartitioned_triton, fp.archs, fp.version("triton"))
-    if "TORCHINDUCTOR_CACHE_DIR" in in_use and not _checked_at_load(env, changes):  # torch is installed
+    if "TORCHINDUCTOR_CACHE_DIR" in in_use:  # torch is installed
         from jitwarden.runtime import fullsweep
 
-        warnings += fullsweep.sweep_in_use(in_use, partitions, digest, env, quiet)
+        if not _checked_at_load(env, changes) or fullsweep.left_hidden(in_use):
+            warnings += fullsweep.sweep_in_use(in_use, partitions, digest, env, quiet)
     warnings += flatseal.startup(in_use, partitions, digest, env)  # JAX's and CuPy's files (runtime/flatseal.py)
 
     for var, value in changes.items():

@@ -57,6 +57,21 @@ def sweep_in_use(in_use: dict, partitions: dict, digest: str | None, env, quiet:
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
 
 
+def left_hidden(in_use: dict) -> bool:
+    """Whether a tree in use holds kernels a stopped prover left hidden (one ``scandir`` per tree, not per entry).
+
+    Only the whole-tree sweep takes them up (proves them and puts them back), so activation runs it
+    then even where the torch hooks check loads."""
+    from jitwarden.runtime import hiding, sweep
+
+    for kind, var in PARTITION_VARS:
+        if var in in_use:
+            trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
+            if any(hiding.staged(t) for t in trees):
+                return True
+    return False
+
+
 def sweep_env(env=None, quiet: bool = False) -> list[str]:
     """:func:`sweep_in_use` for the cache dirs ``env`` points at now (inside the workload, after activation).
 

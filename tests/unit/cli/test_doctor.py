@@ -187,3 +187,23 @@ def test_doctor_counts_entries_it_cannot_judge(env, tmp_path):
     assert "cannot judge" in probs["unrecognised"]["message"]
     table = cli("doctor", "--target", "90", str(cc), env=env)
     assert "2 entries could not be judged" in " ".join(table.stdout.split()) and "all good" not in table.stdout
+
+
+def test_doctor_lists_the_gpus_it_sees_and_warns_when_they_mix_compute_capabilities(env):
+    """Issue 26: on a multi-GPU host doctor lists every GPU and says when the visible set mixes kinds."""
+    from types import SimpleNamespace
+
+    from jitwarden.cli.commands.doctor import mixed_gpus
+    from jitwarden.env.nvml import Gpu
+
+    doc = json.loads(cli("doctor", "--format", "json", env=env).stdout)
+    assert isinstance(doc["gpus"], list)  # this machine's, from NVML or /proc (none on a CPU runner)
+    assert all({"index", "name", "capability", "uuid", "pci_bus_id"} <= set(g) for g in doc["gpus"])
+    h200 = [Gpu(i, "NVIDIA H200", (9, 0), f"GPU-{i}", None) for i in range(2)]
+    assert mixed_gpus(SimpleNamespace(gpus=h200)) == []
+    a100 = Gpu(2, "NVIDIA A100-SXM4-80GB", (8, 0), "GPU-2", None)
+    unknown = Gpu(3, "GPU from /proc", None, None, None)  # a capability nobody can tell says nothing
+    (p,) = mixed_gpus(SimpleNamespace(gpus=h200 + [a100, unknown]))
+    assert p.code == "mixed-gpus" and "sm_80 (GPU 2)" in p.message and "sm_90 (GPU 0, 1)" in p.message
+    assert p.fix.startswith("export CUDA_VISIBLE_DEVICES=2 ")
+    assert mixed_gpus(None) == [] and mixed_gpus(SimpleNamespace(gpus=h200[:1] + [unknown])) == []

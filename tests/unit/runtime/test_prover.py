@@ -140,12 +140,17 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
     assert quarantined(tree) == []  # a recompile meanwhile would have made the prover's copy "replaced"
 
 
-def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin, _stock):
+@pytest.mark.parametrize("hooks", ["off", "on"])
+def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin, _stock,
+                                                                                          hooks):
+    """Also where the torch hooks check loads and nothing else is swept at start-up: leftovers are taken up."""
     tree, out = _stock(tmp_path, evil_cubin)
     os.close(_hide_all(tree))  # the prover that hid them is gone
     w = hiding.wait_for(tree, out["sub_sm90"]["id"])
     assert w.outcome == "no-prover" and w.polls == 0  # nobody holds the lock: no waiting
     env = _env(tmp_path, tree)
+    if hooks == "on":
+        del env["JITWARDEN_TORCH_HOOKS"]
     rec = activation.activate(env=dict(env), quiet=True)
     assert rec.active
     _wait_prover(tree)

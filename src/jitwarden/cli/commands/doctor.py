@@ -101,6 +101,7 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
                             "no command seals them: the guard proves and seals each one the first time a workload "
                             "uses it (`jitwarden run -- CMD`, the vLLM plugin); `jitwarden doctor --rebuild" + suffix +
                             "` checks them all now without sealing"))
+    out_ += mixed_gpus(fp)
     if tgt.arch is None:
         archs: dict[int, int] = {}
         for e in report.entries:
@@ -114,6 +115,29 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
         out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks of cache "
                             "entries and of torch and ptxas skipped", hint))
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+
+
+def mixed_gpus(fp) -> list[Problem]:
+    """The GPUs this process sees mix compute capabilities (pure over the fingerprint's GPU list).
+
+    One process picks one partition from all the GPUs it sees; a rank that sees several kinds
+    shares it across them, and a device index can name another GPU in another process's order.
+    One GPU kind per process (as vLLM and torchrun ranks do with ``CUDA_VISIBLE_DEVICES``) keeps
+    each kind's kernels in a partition of its own."""
+    gpus = list(getattr(fp, "gpus", None) or ())
+    kinds: dict[tuple, list[str]] = {}
+    for g in gpus:
+        if g.capability:
+            kinds.setdefault(tuple(g.capability), []).append(str(g.index))
+    if len(kinds) < 2:
+        return []
+    parts = [f"sm_{c[0]}{c[1]} (GPU {', '.join(ix)})" for c, ix in sorted(kinds.items())]
+    first = sorted(kinds.items())[0][1]
+    return [Problem("mixed-gpus", Severity.WARN, len(gpus),
+                    f"the visible GPUs mix compute capabilities: {'; '.join(parts)}; one process shares one partition "
+                    "across them, and a device index can name another GPU in a process that orders them differently",
+                    f"export CUDA_VISIBLE_DEVICES={','.join(first)}  (one GPU kind per process; vLLM and torchrun "
+                    "ranks each see one GPU)")]
 
 
 PRUNE_AGE = 30 * 86400.0
@@ -287,8 +311,11 @@ def run(args) -> int:
     worst = report.worst
 
     def body() -> dict:
+        from jitwarden.env.fingerprint import gpu_json
+
         return {"mode": "rebuild" if req is not None else "quick", **out.scan_json(report, digest, entries=[]),
                 "headline": fp.headline() if fp is not None else None,
+                "gpus": [gpu_json(g) for g in fp.gpus] if fp is not None else [],
                 "problems": [p.to_json() for p in probs], "ok": worst != Severity.ERROR}
 
     out.output_format(args).result("doctor", body,
