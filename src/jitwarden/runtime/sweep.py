@@ -287,6 +287,13 @@ def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
     proven and sealed (or set aside). The answer is read afterwards from the entry itself, so one
     that a writer holds, that cannot be locked or that was set aside is a no: the caller recompiles.
     """
+    import stat
+
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):  # a link (or anything but a dir) in an entry's place
+            return False, f"refused Inductor kernel {os.path.basename(path)[:12]}…: not a directory of its own"
+    except OSError:
+        return False, None  # gone: compiled from source instead
     if sealed_unchanged(path):
         return True, None
     counts = {"entries": 1, "rehashed": 0, "sealed": 0, "quarantined": 0, "hidden": 0}

@@ -192,6 +192,10 @@ def test_check_loaded_says_yes_only_to_a_sealed_unchanged_or_newly_proven_kernel
     os.symlink("/etc/passwd", link)  # a planted link is never loaded
     assert sweep.check_loaded(os.path.join(tree, other), None)[0] is False
     assert sweep.check_loaded(str(tmp_path / "absent"), None)[0] is False
+    alias = os.path.join(tree, "B" * 52)
+    os.symlink(os.path.join(tree, good), alias)  # a sealed, unchanged entry behind a link in another key's place
+    ok, line = sweep.check_loaded(alias, None)
+    assert ok is False and "not a directory of its own" in line
 
 
 def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(sealed_tree, tmp_path, monkeypatch):
