@@ -204,6 +204,9 @@ def location_vars() -> list[str]:
                 if n == "locations.py" and os.path.basename(d) == "env":
                     names |= read - {"LOGNAME", "USER", "LNAME", "USERNAME"}  # who the user is, not a location
                 names |= {v for v in read if _PATHLIKE.fullmatch(v)}
+    from jitwarden.model import settings  # the JITWARDEN_* variables are named there only, one row each
+
+    names |= {s.name for s in settings.SETTINGS if _PATHLIKE.fullmatch(s.name)}
     return sorted(n for n in names - _SEARCH_PATHS if not n.startswith("O_"))  # O_PATH is an open flag
 
 
