@@ -28,7 +28,6 @@ from jitwarden.adapters import base
 from jitwarden.formats import jaxexec
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
-from jitwarden.model.layout import is_reserved
 from jitwarden.store.fsutil import read_bytes
 
 KIND = "jax"
@@ -75,21 +74,16 @@ def looks_like_root(path: str) -> bool:
     """A dir holding ``<module>-<sha256>-cache`` files or XLA's autotune dir."""
     if os.path.isdir(os.path.join(path, AUTOTUNE_DIR)) and not os.path.islink(os.path.join(path, AUTOTUNE_DIR)):
         return True
-    try:
-        with os.scandir(path) as it:
-            return any(ENTRY.match(e.name) for e in it)
-    except OSError:
-        return False
+    return base.holds_match(path, ENTRY)
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """``<key>-cache`` for every entry (its ``-atime`` goes with it), a lone ``<key>-atime``, each file of
     XLA's autotune dir as ``xla_gpu_per_fusion_autotune_cache_dir/<file>``, and XLA's kernel cache file."""
     names, strays = [], []
-    with os.scandir(root) as it:
-        tops = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
-    have = {n for n, _d in tops}
-    for top, is_dir in tops:
+    tops = base.entries(root)
+    have = {e.name for e in tops}
+    for top, is_dir in ((e.name, e.is_dir(follow_symlinks=False)) for e in tops):
         m = ENTRY.match(top)
         if m and m.group(3) == "cache":
             names.append(top)
@@ -111,17 +105,14 @@ def _autotune_names(adir: str) -> list[str]:
     """``xla_gpu_per_fusion_autotune_cache_dir/<version hash>/<fusion key>.pb`` for every result file (and any
     other item at either level, judged as not understood)."""
     out = []
-    with os.scandir(adir) as it:
-        subs = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
-    for sub, is_dir in subs:
-        if not is_dir:
-            out.append(f"{AUTOTUNE_DIR}/{sub}")
+    for sub in base.entries(adir):
+        if not sub.is_dir(follow_symlinks=False):
+            out.append(f"{AUTOTUNE_DIR}/{sub.name}")
             continue
         try:
-            with os.scandir(os.path.join(adir, sub)) as it:
-                out += sorted(f"{AUTOTUNE_DIR}/{sub}/{e.name}" for e in it if not is_reserved(e.name))
+            out += [f"{AUTOTUNE_DIR}/{sub.name}/{e.name}" for e in base.entries(sub.path)]
         except OSError:
-            out.append(f"{AUTOTUNE_DIR}/{sub}")
+            out.append(f"{AUTOTUNE_DIR}/{sub.name}")
     return out
 
 
