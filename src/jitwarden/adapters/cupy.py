@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from jitwarden.adapters import base
 from jitwarden.env import locations
@@ -47,7 +47,7 @@ class CupyFacts(KindFacts):
     TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm", "ptx_target"})
 
     key_hash: str | None = None
-    suffix: str | None = None
+    suffix: Literal[".cubin", ".ltoir", ".hsaco"] | None = None  # as ENTRY names them
     payload: str | None = None
     cubin_sm: int | None = None
     ptx_target: str | None = None
