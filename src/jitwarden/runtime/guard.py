@@ -87,8 +87,8 @@ class _UnsafeLock(Exception):
     """The entry lock file is no regular file jitwarden may open (:func:`_unsafe_lock` has warned): a miss."""
 
 
-def _entry_lock(cache_dir: str, how: int, read_only: bool = True) -> int | None:
-    """An fd holding the entry lock of ``cache_dir`` (``how``: ``fcntl.LOCK_SH`` or ``LOCK_EX``); with ``read_only``,
+def _entry_lock(cache_dir: str, how: int, read_only_ok: bool = True) -> int | None:
+    """An fd holding the entry lock of ``cache_dir`` (``how``: ``fcntl.LOCK_SH`` or ``LOCK_EX``); with ``read_only_ok``,
     None where the cache cannot be written (read-only, no permission, full): judged without locks, nothing written.
     :class:`_UnsafeLock` when the lock file is no regular file; any other OSError is raised."""
     try:
@@ -96,7 +96,7 @@ def _entry_lock(cache_dir: str, how: int, read_only: bool = True) -> int | None:
     except OSError as exc:
         if _unsafe_lock(exc, cache_dir):
             raise _UnsafeLock from None
-        if not read_only or exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
+        if not read_only_ok or exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
             raise
         return None
 
@@ -624,7 +624,7 @@ class GuardedCacheManager(FileCacheManager):
         if v.state == "gone":
             return None
         try:
-            fd = _entry_lock(self.cache_dir, fcntl.LOCK_EX, read_only=False)
+            fd = _entry_lock(self.cache_dir, fcntl.LOCK_EX, read_only_ok=False)
         except _UnsafeLock:
             return None
         try:
