@@ -14,7 +14,7 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, reduce
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter, or_
 from typing import NamedTuple
 
@@ -23,7 +23,7 @@ from jitwarden.formats import elf
 from jitwarden.store import partition
 from jitwarden.store.fsutil import open_dir_at
 from jitwarden.model.findings import Finding
-from jitwarden.model.layout import PARTITIONS_DIR
+from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, KindFacts
 
 MAX_DEPTH = 64
@@ -68,6 +68,30 @@ def private_root(kind: str, env) -> list[tuple[str, str]]:
     """jitwarden's private root of ``kind``, as a candidate (none when its place is unknown)."""
     d = private_dir(env)
     return [(os.path.join(d, kind), "private")] if d else []
+
+
+def holds(path: str, test, most: int | None = None) -> bool:
+    """Whether the directory ``path`` holds an item (``os.DirEntry``) that passes ``test``, among the first
+    ``most`` listed (None: all): how a root is told by its entries (``looks_like_root``); False when it
+    cannot be listed."""
+    try:
+        with os.scandir(path) as it:
+            return any(map(test, islice(it, most)))
+    except OSError:
+        return False
+
+
+def holds_match(path: str, pattern) -> bool:
+    """:func:`holds` an item whose name ``pattern`` (a compiled regex) matches."""
+    return holds(path, lambda e: pattern.match(e.name))
+
+
+def entries(path: str) -> list[os.DirEntry]:
+    """The items of the directory ``path`` but jitwarden's reserved names, sorted by name: what an adapter's
+    ``list_entry_names`` sorts into entries and strays (OSError when it cannot be listed). Their ``is_dir`` and
+    ``is_symlink`` answer from the listing, never following a link."""
+    with os.scandir(path) as it:
+        return sorted((e for e in it if not is_reserved(e.name)), key=_BY_NAME)
 
 
 # ---------------------------------------------------------------- partitions
@@ -371,6 +395,22 @@ def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[F
             findings.append(Finding("unsafe", f"{what} is a symlink (-> {s.symlink_target}); not followed"))
         return Entry(kind, root, name, s.path, "link", label, None, 0, 0.0, findings=tuple(findings), facts=facts)
     return Entry(kind, root, name, s.path, "other", label, None, s.bytes, s.mtime, findings=tuple(findings), facts=facts)
+
+
+def lone_file(kind: str, root: str, name: str, root_uid: int | None, facts: KindFacts,
+              not_file: str) -> tuple[Survey, list[Finding], Entry | None]:
+    """The start of judging an entry of a kind that writes one regular file per entry: (its survey, the
+    findings every kind shares, the finished entry when it is no regular file or None). A symlink is never
+    followed (:func:`not_a_directory`); a directory, FIFO or device is ``unrecognised``, ``not_file`` saying why."""
+    s = survey(root, name)
+    out = survey_findings(s, root_uid, "entry")
+    if s.is_symlink:
+        return s, out, not_a_directory(kind, root, name, s, out, "entry", None, facts)
+    if s.is_dir or not s.files:
+        out.append(Finding("unrecognised", not_file))
+        return s, out, Entry(kind, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out),
+                             facts=facts)
+    return s, out, None
 
 
 def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:

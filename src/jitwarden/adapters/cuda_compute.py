@@ -56,7 +56,7 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.env import locations
-from jitwarden.adapters.base import cubin_findings, existing, set_vars, survey, survey_findings
+from jitwarden.adapters.base import cubin_findings, entries, existing, set_vars, survey, survey_findings
 
 KIND = "cuda-compute"
 ROOT_RISK = None
@@ -97,28 +97,26 @@ def looks_like_root(path: str) -> bool:
     if os.path.basename(os.path.normpath(path)) == "ComputeCache":
         return True
     try:
-        with os.scandir(path) as it:
-            tops = [e.path for e in it if len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False)]
-        if tops and os.path.lexists(os.path.join(path, "index")):
-            return True
-        for top in tops:
-            with os.scandir(top) as it:
-                if any(len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False) for e in it):
-                    return True
+        tops = _hex_dirs(path)
+        return bool(tops) and os.path.lexists(os.path.join(path, "index")) or any(map(_hex_dirs, tops))
     except OSError:
         return False
-    return False
+
+
+def _hex_dirs(path: str) -> list[str]:
+    """The paths of the one-hex-digit directories in ``path`` (the driver's two levels: ``a/3``)."""
+    with os.scandir(path) as it:
+        return [e.path for e in it if len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False)]
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """Every file under the root's subdirectories (``a/3/<hash>``); top-level files (``index``) are the root's own."""
     names, strays = [], []
-    with os.scandir(root) as it:
-        tops = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it if not is_reserved(e.name))
-    for name, is_dir, is_link in tops:
-        if is_link:
+    for top in entries(root):
+        name = top.name
+        if top.is_symlink():
             names.append(name)  # judged (unsafe), never followed
-        elif is_dir:
+        elif top.is_dir(follow_symlinks=False):
             stack = [name]
             while stack:
                 rel = stack.pop()

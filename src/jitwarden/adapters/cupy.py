@@ -20,14 +20,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from jitwarden.adapters import base
 from jitwarden.env import locations
 from jitwarden.formats import cupyentry
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
-from jitwarden.model.layout import is_reserved
 from jitwarden.store.fsutil import read_bytes
 
 KIND = "cupy"
@@ -48,7 +47,7 @@ class CupyFacts(KindFacts):
     TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm", "ptx_target"})
 
     key_hash: str | None = None
-    suffix: str | None = None
+    suffix: Literal[".cubin", ".ltoir", ".hsaco"] | None = None  # as ENTRY names them
     payload: str | None = None
     cubin_sm: int | None = None
     ptx_target: str | None = None
@@ -73,18 +72,13 @@ def looks_like_root(path: str) -> bool:
     p = os.path.normpath(path)
     if os.path.basename(p) == "kernel_cache" and os.path.basename(os.path.dirname(p)) == ".cupy":
         return True
-    try:
-        with os.scandir(path) as it:
-            return any(ENTRY.match(e.name) for e in it)
-    except OSError:
-        return False
+    return base.holds_match(path, ENTRY)
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """Every ``<sha1>.<suffix>`` file (its saved ``.cu`` source goes with it) and every ``tmp*`` leftover."""
     names, strays = [], []
-    with os.scandir(root) as it:
-        tops = sorted(e.name for e in it if not is_reserved(e.name))
+    tops = [e.name for e in base.entries(root)]
     have = set(tops)
     for top in tops:
         m = ENTRY.match(top)
@@ -134,13 +128,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     kernels the cubin lacks; ``foreign-arch`` for a cubin of another SM than the target (CuPy keys by arch);
     ``orphan`` for an old ``tmp*`` leftover; ``unrecognised`` for a payload jitwarden does not know.
     """
-    s = base.survey(root, name)
-    out = base.survey_findings(s, root_uid, "entry")
-    if s.is_symlink:
-        return base.not_a_directory(KIND, root, name, s, out, "entry", None, CupyFacts())
-    if s.is_dir or not s.files:
-        out.append(Finding("unrecognised", "not a regular file: CuPy writes one file per kernel"))
-        return Entry(KIND, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out), facts=CupyFacts())
+    s, out, other = base.lone_file(KIND, root, name, root_uid, CupyFacts(), "not a regular file: CuPy writes one file per kernel")
+    if other:
+        return other
     f = s.files[0]
     if TMP.match(name):
         if base.older_than(f.mtime, j):

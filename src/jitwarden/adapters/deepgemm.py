@@ -31,11 +31,10 @@ from typing import ClassVar
 
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_head
-from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.ptx import parse_header
 from jitwarden.env import locations
-from jitwarden.adapters.base import cubin_findings, elf_head, existing, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
+from jitwarden.adapters.base import cubin_findings, elf_head, entries, existing, holds_match, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "deepgemm"
 ROOT_RISK = None
@@ -85,27 +84,17 @@ def looks_like_root(path: str) -> bool:
     cache = os.path.join(path, "cache")
     if os.path.basename(os.path.normpath(path)) == ".deep_gemm" and (os.path.isdir(cache) or os.path.isdir(os.path.join(path, "tmp"))):
         return True
-    try:
-        with os.scandir(cache) as it:
-            return any(ENTRY.match(e.name) for e in it)
-    except OSError:
-        return False
+    return holds_match(cache, ENTRY)
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """``cache/kernel.<name>.<hash>`` for every kernel, ``tmp/<item>`` for every temp leftover."""
     names, strays = [], []
-    with os.scandir(root) as it:
-        tops = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
-    for top, is_dir in tops:
-        if top in ("cache", "tmp") and is_dir:
-            with os.scandir(os.path.join(root, top)) as it:
-                for e in it:
-                    if not is_reserved(e.name):
-                        names.append(f"{top}/{e.name}")
+    for top in entries(root):
+        if top.name in ("cache", "tmp") and top.is_dir(follow_symlinks=False):
+            names += [f"{top.name}/{e.name}" for e in entries(top.path)]
         else:
-            strays.append((top, "not part of DeepGEMM's layout"))
-    names.sort()
+            strays.append((top.name, "not part of DeepGEMM's layout"))
     return names, strays
 
 

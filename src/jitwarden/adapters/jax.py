@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from jitwarden.adapters import base
 from jitwarden.formats import jaxexec
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
-from jitwarden.model.layout import is_reserved
 from jitwarden.store.fsutil import read_bytes
 
 KIND = "jax"
@@ -43,19 +42,26 @@ MAX_ENTRY = 4 << 30
 
 
 @dataclass(frozen=True, slots=True)
+class Executable(FactGroup):
+    """What a ``-cache`` file says of the executable in it (:func:`jitwarden.formats.jaxexec.parse`): its
+    compression and serialization, its own module name and its compile time in ms as JAX measured it."""
+
+    compression: str | None = None
+    serialization: str | None = None
+    executable_module: str | None = None
+    compile_time_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JaxFacts(KindFacts):
-    """An entry's key parts (``<module>-<hash>``), what its file says (compression, serialization, the
-    executable's own module name, compile time in ms as JAX measured it, its ABI version strings: platform,
-    CUDA and cuDNN versions on GPU), its cubins' SMs and whether an ``-atime`` companion is there."""
+    """An entry's key parts (``<module>-<hash>``), what its file says (:class:`Executable`; its ABI version
+    strings: platform, CUDA and cuDNN versions on GPU), its cubins' SMs and whether an ``-atime`` companion is there."""
 
     TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm"})
 
     module: str | None = None
     key_hash: str | None = None
-    compression: str | None = None
-    serialization: str | None = None
-    executable_module: str | None = None
-    compile_time_ms: int | None = None
+    executable: Executable | None = None
     cubin_sm: int | None = None
     cubin_sms: tuple[int, ...] = ()
     atime: bool | None = None
@@ -75,21 +81,16 @@ def looks_like_root(path: str) -> bool:
     """A dir holding ``<module>-<sha256>-cache`` files or XLA's autotune dir."""
     if os.path.isdir(os.path.join(path, AUTOTUNE_DIR)) and not os.path.islink(os.path.join(path, AUTOTUNE_DIR)):
         return True
-    try:
-        with os.scandir(path) as it:
-            return any(ENTRY.match(e.name) for e in it)
-    except OSError:
-        return False
+    return base.holds_match(path, ENTRY)
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """``<key>-cache`` for every entry (its ``-atime`` goes with it), a lone ``<key>-atime``, each file of
     XLA's autotune dir as ``xla_gpu_per_fusion_autotune_cache_dir/<file>``, and XLA's kernel cache file."""
     names, strays = [], []
-    with os.scandir(root) as it:
-        tops = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
-    have = {n for n, _d in tops}
-    for top, is_dir in tops:
+    tops = base.entries(root)
+    have = {e.name for e in tops}
+    for top, is_dir in ((e.name, e.is_dir(follow_symlinks=False)) for e in tops):
         m = ENTRY.match(top)
         if m and m.group(3) == "cache":
             names.append(top)
@@ -111,17 +112,14 @@ def _autotune_names(adir: str) -> list[str]:
     """``xla_gpu_per_fusion_autotune_cache_dir/<version hash>/<fusion key>.pb`` for every result file (and any
     other item at either level, judged as not understood)."""
     out = []
-    with os.scandir(adir) as it:
-        subs = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it if not is_reserved(e.name))
-    for sub, is_dir in subs:
-        if not is_dir:
-            out.append(f"{AUTOTUNE_DIR}/{sub}")
+    for sub in base.entries(adir):
+        if not sub.is_dir(follow_symlinks=False):
+            out.append(f"{AUTOTUNE_DIR}/{sub.name}")
             continue
         try:
-            with os.scandir(os.path.join(adir, sub)) as it:
-                out += sorted(f"{AUTOTUNE_DIR}/{sub}/{e.name}" for e in it if not is_reserved(e.name))
+            out += [f"{AUTOTUNE_DIR}/{sub.name}/{e.name}" for e in base.entries(sub.path)]
         except OSError:
-            out.append(f"{AUTOTUNE_DIR}/{sub}")
+            out.append(f"{AUTOTUNE_DIR}/{sub.name}")
     return out
 
 
@@ -193,8 +191,8 @@ def _judge_executable(path: str, size: int, mtime: float, module: str, j: Judge)
         if j.target_arch is not None and j.target_arch not in p.cubin_sms:
             out.append(Finding("foreign-arch", f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
                                                f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here"))
-    facts = JaxFacts(None, None, p.compression, p.serialization, p.module, p.compile_time, arch, p.cubin_sms,
-                     None, p.abi)
+    facts = JaxFacts(executable=Executable(p.compression, p.serialization, p.module, p.compile_time), cubin_sm=arch,
+                     cubin_sms=p.cubin_sms, abi=p.abi)
     return facts, out, arch, sealed
 
 
@@ -275,7 +273,6 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, j)
     has_atime, afind = _atime_findings(root, key)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
-    facts = JaxFacts(module, khash, facts.compression, facts.serialization, facts.executable_module,
-                     facts.compile_time_ms, facts.cubin_sm, facts.cubin_sms, has_atime, facts.abi)
+    facts = replace(facts, module=module, key_hash=khash, atime=has_atime)
     return Entry(KIND, root, name, s.path, "executable", module, arch, size, f.mtime, sealed,
                  findings=tuple(dict.fromkeys(out + found + afind)), facts=facts)

@@ -113,13 +113,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     for a data file an index lists that is missing; ``foreign-arch`` for a compute capability or cubin SM
     other than the target's (numba keys by it); ``unrecognised`` for a shape jitwarden does not know.
     """
-    s = base.survey(root, name)
-    out = base.survey_findings(s, root_uid, "entry")
-    if s.is_symlink:
-        return base.not_a_directory(KIND, root, name, s, out, "entry", None, NumbaFacts())
-    if s.is_dir or not s.files:
-        out.append(Finding("unrecognised", "not a regular file: numba writes one file per index and overload"))
-        return Entry(KIND, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out), facts=NumbaFacts())
+    s, out, other = base.lone_file(KIND, root, name, root_uid, NumbaFacts(), "not a regular file: numba writes one file per index and overload")
+    if other:
+        return other
     f = s.files[0]
     base_name = name.rpartition("/")[2]
     mi, md = INDEX.match(base_name), DATA.match(base_name)

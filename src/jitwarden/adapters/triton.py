@@ -24,7 +24,7 @@ from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, private_dir, surveyed, with_partitions
+from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, entries, holds, private_dir, surveyed, with_partitions
 
 KIND = "triton"
 ROOT_RISK = None
@@ -126,31 +126,22 @@ def looks_like_root(path: str) -> bool:
     """A directory holding Triton's evidence: an entry dir named by a kernel key (52 base32 characters, or
     64 hex before Triton 3.0), or jitwarden's own partitions or quarantine. A Triton cache has no marker
     file, so an empty or unrelated directory is not taken for one (ARCHITECTURE.md, "A cache kind")."""
-    try:
-        with os.scandir(path) as it:
-            for n, e in enumerate(it):
-                if n >= _LOOK_AT:
-                    return False
-                if (e.name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(e.name)
-                        or _OLD_ENTRY_ID.match(e.name)) and e.is_dir(follow_symlinks=False):
-                    return True
-    except OSError:
-        return False
-    return False
+    return holds(path, _is_evidence, _LOOK_AT)
+
+
+def _is_evidence(e: os.DirEntry) -> bool:
+    return bool(e.name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(e.name)
+                or _OLD_ENTRY_ID.match(e.name)) and e.is_dir(follow_symlinks=False)
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """(entry directory names, stray top-level items as (name, why)) of a root; reserved names skipped."""
     names, strays = [], []
-    with os.scandir(root) as it:
-        for e in it:
-            if is_reserved(e.name):
-                continue
-            if e.is_dir(follow_symlinks=False) or e.is_symlink():
-                names.append(e.name)
-            elif e.is_file(follow_symlinks=False):
-                strays.append((e.name, "file"))
-    names.sort()
+    for e in entries(root):
+        if e.is_dir(follow_symlinks=False) or e.is_symlink():
+            names.append(e.name)
+        elif e.is_file(follow_symlinks=False):
+            strays.append((e.name, "file"))
     return names, strays
 
 

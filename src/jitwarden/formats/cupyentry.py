@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from jitwarden.formats import elf
 from jitwarden.formats.ptx import parse_header
+from jitwarden.formats.reading import Reading
 
 HASH_LEN = 40
 NE_MAGIC = b"\x93CUPYNE\x00"
@@ -27,12 +28,10 @@ _HEX = frozenset(b"0123456789abcdef")
 
 
 @dataclass(frozen=True, slots=True)
-class CupyPayload:
-    """One cache file read: ``problem`` is damage, ``unknown`` what was not understood; ``payload`` is
-    ``cubin``, ``ptx``, ``name-expressions`` (a cubin behind mangled names), ``ltoir`` or None."""
+class CupyPayload(Reading):
+    """One cache file read (:class:`~jitwarden.formats.reading.Reading`); ``payload`` is ``cubin``, ``ptx``,
+    ``name-expressions`` (a cubin behind mangled names), ``ltoir`` or None."""
 
-    problem: str | None = None
-    unknown: str | None = None
     payload: str | None = None
     cubin_sm: int | None = None
     ptx_target: str | None = None

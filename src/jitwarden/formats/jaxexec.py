@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass
 
 from jitwarden.formats import elf
+from jitwarden.formats.reading import Reading
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 TIME_BYTES = 4
@@ -30,8 +31,8 @@ MAX_EXECUTABLE = 4 << 30
 
 
 @dataclass(frozen=True, slots=True)
-class JaxPayload:
-    """What one ``-cache`` file says.
+class JaxPayload(Reading):
+    """What one ``-cache`` file says, in the order the file holds it.
 
     ``problem``: damage to the compression stream (a fully known format); ``unknown``: what was not
     understood (the entry is then not judged further); ``module``: the executable's own name, from
@@ -39,17 +40,15 @@ class JaxPayload:
     """
 
     compression: str | None = None
-    problem: str | None = None
-    unknown: str | None = None
     compile_time: int | None = None
     serialization: str | None = None
     module: str | None = None
-    cubin_sms: tuple[int, ...] = ()
-    executable_bytes: int | None = None
     abi: tuple[str, ...] = ()
     """The IFRT header's executable ABI version (field 9), as its strings in order: on the H200
     ``("xla::GpuXlaExecutableAbiVersion", "CUDA", "13.0.0", "9.19.0", "3.2.0")``, where 9.19.0 is the
     installed cuDNN's version; shown as read, not judged."""
+    cubin_sms: tuple[int, ...] = ()
+    executable_bytes: int | None = None
 
 
 # ---------------------------------------------------------------- protobuf wire format (read only)
@@ -224,9 +223,9 @@ def parse(data: bytes) -> JaxPayload:
     """Judge one ``-cache`` file's bytes (see the module docstring)."""
     comp, raw, problem, unknown = decompress(data)
     if raw is None:
-        return JaxPayload(comp, problem, unknown)
+        return JaxPayload(problem, unknown, comp)
     if len(raw) < TIME_BYTES:
-        return JaxPayload(comp, None, f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix")
+        return JaxPayload(None, f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix", comp)
     ctime = int.from_bytes(raw[:TIME_BYTES], "big")
     exe = raw[TIME_BYTES:]
     sms = embedded_cubin_sms(exe)
@@ -236,15 +235,15 @@ def parse(data: bytes) -> JaxPayload:
             raise ValueError("header past the end")
         head = {num: v for num, wt, v in fields(exe[i:i + n]) if wt == 2}
     except ValueError as exc:
-        return JaxPayload(comp, None, f"serialized executable has no header jitwarden knows ({exc})", ctime,
+        return JaxPayload(None, f"serialized executable has no header jitwarden knows ({exc})", comp, ctime,
                           cubin_sms=sms, executable_bytes=len(exe))
     fmt = head.get(2)
     fmt_s = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else None
     if fmt_s != "pjrt_ifrt":
-        return JaxPayload(comp, None, f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
-                          ctime, fmt_s, cubin_sms=sms, executable_bytes=len(exe))
+        return JaxPayload(None, f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
+                          comp, ctime, fmt_s, cubin_sms=sms, executable_bytes=len(exe))
     name = head.get(7)
     module = name.decode("utf-8", "replace") if isinstance(name, bytes) and name else None
     abi = head.get(9)
-    return JaxPayload(comp, None, None if module else "the executable's header names no module", ctime, fmt_s,
-                      module, sms, len(exe), tuple(strings(abi)[:8]) if isinstance(abi, bytes) else ())
+    return JaxPayload(None, None if module else "the executable's header names no module", comp, ctime, fmt_s,
+                      module, tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (), sms, len(exe))

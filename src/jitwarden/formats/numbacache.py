@@ -18,16 +18,15 @@ import re
 from dataclasses import dataclass
 
 from jitwarden.formats import elf
+from jitwarden.formats.reading import Reading
 
 _MANGLED_PART = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
-class NumbaFile:
-    """What one ``.nbi`` or ``.nbc`` says: ``problem`` is damage, ``unknown`` what was not understood."""
+class NumbaFile(Reading):
+    """What one ``.nbi`` or ``.nbc`` says (:class:`~jitwarden.formats.reading.Reading`)."""
 
-    problem: str | None = None
-    unknown: str | None = None
     numba_version: str | None = None
     data_files: tuple[str, ...] = ()
     compute_capabilities: tuple[int, ...] = ()

@@ -16,3 +16,9 @@ class UsageError(JitwardenError):
     """Bad input: a missing path, a malformed option, a file that is not what it should be."""
 
     exit_code = EXIT_USAGE
+
+
+def os_error_line(exc: OSError, lines: dict, other: str) -> str:
+    """The line ``lines`` holds for the first OSError subclass (in order) that ``exc`` is one of, else ``other``
+    (pure): how a command words each way a path it was given fails, in its own words, without a ladder of excepts."""
+    return next((line for kind, line in lines.items() if isinstance(exc, kind)), other)

@@ -6,11 +6,13 @@ never by writing the name again; ``doctor`` and ``status`` word a weakened prote
 row's ``costs``; ``docs/settings.md`` is generated from the table (:func:`markdown`).
 
 Activation reads this module in every Python process, so it imports only :mod:`model.flags`
-(nothing) and its rows are tuples, not dataclasses. Also here: the dotted paths users and
-activation write into ``TRITON_CACHE_MANAGER`` and ``TRITON_REMOTE_CACHE_BACKEND``.
+(nothing) and :mod:`operator` (built in), and its rows are tuples, not dataclasses. Also here: the
+dotted paths users and activation write into ``TRITON_CACHE_MANAGER`` and ``TRITON_REMOTE_CACHE_BACKEND``.
 """
 
 from __future__ import annotations
+
+from operator import itemgetter
 
 from jitwarden.model.flags import parse_flag
 
@@ -45,29 +47,12 @@ class Setting(tuple):
     def __new__(cls, name: str, kind: str, default, what: str, costs: str = "", weak: bool | None = None):
         return tuple.__new__(cls, (name, kind, default, what, costs, weak))
 
-    @property
-    def name(self) -> str:
-        return self[0]
-
-    @property
-    def kind(self) -> str:
-        return self[1]
-
-    @property
-    def default(self):
-        return self[2]
-
-    @property
-    def what(self) -> str:
-        return self[3]
-
-    @property
-    def costs(self) -> str:
-        return self[4]
-
-    @property
-    def weak(self) -> bool | None:
-        return self[5]
+    name = property(itemgetter(0))
+    kind = property(itemgetter(1))
+    default = property(itemgetter(2))
+    what = property(itemgetter(3))
+    costs = property(itemgetter(4))
+    weak = property(itemgetter(5))
 
     def raw(self, env) -> str | None:
         """The variable's text in ``env``, None when unset or empty."""

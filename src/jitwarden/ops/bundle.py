@@ -153,21 +153,7 @@ def parse_manifest(raw: bytes) -> Manifest:
 
 def entry_files(path: str) -> dict | None:
     """``{name: None}`` for a flat directory of regular files, ``{"": None}`` for a regular file, else None."""
-    import stat as st
-
-    s = os.lstat(path)
-    if st.S_ISREG(s.st_mode):
-        return {"": None}
-    if not st.S_ISDIR(s.st_mode):
-        return None
-    out = {}
-    for d in os.scandir(path):
-        if is_reserved(d.name):
-            continue
-        if not d.is_file(follow_symlinks=False):
-            return None
-        out[d.name] = None
-    return out or None
+    return _files_at(None, path)
 
 
 def describe(kind: str, partition_dir: str, entry_path: str, sealed: bool) -> BundleEntry | str:
@@ -381,8 +367,8 @@ def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | N
         raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror)) from None
 
 
-def _files_at(dir_fd: int, name: str) -> dict | None:
-    """:func:`entry_files` of ``name`` inside ``dir_fd``, never through a symlink."""
+def _files_at(dir_fd: int | None, name: str) -> dict | None:
+    """:func:`entry_files` of ``name`` inside ``dir_fd`` (None: ``name`` is a path), never through a symlink."""
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if stat.S_ISREG(st.st_mode):
         return {"": None}

@@ -92,15 +92,15 @@ def _read_stats(sfd: int, name: str, problems: list) -> dict | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        problems.append(f"{STATS_DIR}/{name}: unreadable ({exc.strerror or exc}); left out of the metrics")
-        return None
+        why = f"unreadable ({exc.strerror or exc})"
     except ValueError as exc:
-        problems.append(f"{STATS_DIR}/{name}: not JSON we read ({exc}); left out of the metrics")
-        return None
-    if not isinstance(doc, dict):
-        problems.append(f"{STATS_DIR}/{name}: not a jitwarden stats record; left out of the metrics")
-        return None
-    return doc
+        why = f"not JSON we read ({exc})"
+    else:
+        if isinstance(doc, dict):
+            return doc
+        why = "not a jitwarden stats record"
+    problems.append(f"{STATS_DIR}/{name}: {why}; left out of the metrics")
+    return None
 
 
 def remote_counters(env=None, problems: list | None = None) -> dict:
@@ -249,17 +249,21 @@ def write_textfile(path: str, text: str) -> None:
     """
     try:
         fd, name = fsutil.open_parent(path)
-    except IsADirectoryError:
-        raise MetricsError(f"{path} is a directory; the metrics file must be a file") from None
-    except NotADirectoryError as exc:
-        raise MetricsError(f"{exc.filename or os.path.dirname(path)} is not a directory") from None
-    except FileNotFoundError as exc:
-        raise MetricsError(f"{exc.filename or os.path.dirname(path)}: no such directory") from None
+    except (IsADirectoryError, NotADirectoryError, FileNotFoundError) as exc:
+        raise MetricsError(_unwritable(path, exc, exc.filename or os.path.dirname(path))) from None
     try:
         fsutil.write_atomic(fd, name, text.encode(), f".{name}.")
-    except IsADirectoryError:
-        raise MetricsError(f"{path} is a directory; the metrics file must be a file") from None
     except OSError as exc:
-        raise MetricsError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}") from None
+        raise MetricsError(_unwritable(path, exc)) from None
     finally:
         os.close(fd)
+
+
+def _unwritable(path: str, exc: OSError, where: str | None = None) -> str:
+    """One line for the metrics file ``path`` that cannot be written (pure); ``where``: the directory
+    :func:`~jitwarden.store.fsutil.open_parent` could not reach (None once it was reached: then a write failed)."""
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a directory; the metrics file must be a file"
+    if where is None:
+        return f"cannot write {path}: {(exc.strerror or str(exc)).lower()}"
+    return f"{where} is not a directory" if isinstance(exc, NotADirectoryError) else f"{where}: no such directory"

@@ -52,20 +52,14 @@ def _files(d: str) -> list[str]:
         return [e.name for e in it if e.is_file(follow_symlinks=False) and not is_reserved(e.name)]
 
 
-def _subdirs(d: str) -> list[str]:
-    try:
-        with os.scandir(d) as it:
-            return sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
-
-
 def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
     """(dir, entry file names in it) of every dir of ``root`` a seal covers for ``kind`` (``jax`` or ``cupy``)."""
     if kind == "cupy":
         return [(root, _cupy_names(_files(root)))]
+    from jitwarden.env.locations import subdirs
+
     out = [(root, _jax_names(_files(root)))]
-    for d in _subdirs(os.path.join(root, AUTOTUNE_DIR)):
+    for d in subdirs(os.path.join(root, AUTOTUNE_DIR)):
         out.append((d, [n for n in _files(d) if n.endswith(".pb")]))
     return out
 

@@ -83,6 +83,24 @@ def _unsafe_lock(exc: OSError, path: str) -> bool:
     return True
 
 
+class _UnsafeLock(Exception):
+    """The entry lock file is no regular file jitwarden may open (:func:`_unsafe_lock` has warned): a miss."""
+
+
+def _entry_lock(cache_dir: str, how: int, read_only_ok: bool = True) -> int | None:
+    """An fd holding the entry lock of ``cache_dir`` (``how``: ``fcntl.LOCK_SH`` or ``LOCK_EX``); with ``read_only_ok``,
+    None where the cache cannot be written (read-only, no permission, full): judged without locks, nothing written.
+    :class:`_UnsafeLock` when the lock file is no regular file; any other OSError is raised."""
+    try:
+        return _lock(cache_dir, ENTRY_LOCK_FILE, how)
+    except OSError as exc:
+        if _unsafe_lock(exc, cache_dir):
+            raise _UnsafeLock from None
+        if not read_only_ok or exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
+            raise
+        return None
+
+
 def _json(raw: bytes):
     """JSON from bytes (already bounded by their reader), through the depth-limited parser; ValueError for
     anything that is not (too deep included)."""
@@ -350,13 +368,9 @@ class GuardedCacheManager(FileCacheManager):
         digests taken for that judgement.
         """
         try:
-            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
-        except OSError as exc:  # read-only cache: judge without locks, never write
-            if _unsafe_lock(exc, self.cache_dir):
-                return None
-            if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
-                raise
-            fd = None
+            fd = _entry_lock(self.cache_dir, fcntl.LOCK_EX)  # None: read-only, judged without locks
+        except _UnsafeLock:
+            return None
         try:
             v = self._judge_group(grp_name)  # judged under the lock: no writer is sealing meanwhile
             if v.state == "legacy":
@@ -595,12 +609,10 @@ class GuardedCacheManager(FileCacheManager):
     def _verified_file(self, filename: str, efd: int) -> bytes | None:
         """The file's bytes when it is sound (sealing an unsealed one that passes), else None."""
         try:
-            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_SH)
-        except OSError as exc:  # read-only cache: judge without locks, never write
-            if _unsafe_lock(exc, self.cache_dir):
-                return None
-            if exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
-                raise
+            fd = _entry_lock(self.cache_dir, fcntl.LOCK_SH)
+        except _UnsafeLock:
+            return None
+        if fd is None:  # read-only cache: judge without locks, never write
             v = self._judge_file(filename, efd)
             return v.result if v.state in ("ok", "legacy") else None
         try:
@@ -612,11 +624,9 @@ class GuardedCacheManager(FileCacheManager):
         if v.state == "gone":
             return None
         try:
-            fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
-        except OSError as exc:
-            if _unsafe_lock(exc, self.cache_dir):
-                return None
-            raise
+            fd = _entry_lock(self.cache_dir, fcntl.LOCK_EX, read_only_ok=False)
+        except _UnsafeLock:
+            return None
         try:
             v = self._judge_file(filename, efd)
             if v.state == "legacy":

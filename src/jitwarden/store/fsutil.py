@@ -145,18 +145,8 @@ def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None,
     stay in it, whatever happens to the path that led there. ``mode``: None for a file readable
     like Triton's own (0666 less the umask), 0o600 for one only this user may read.
     """
-    where, name = (None, path) if dir_fd is not None else os.path.split(path)
-    for _ in range(100):
-        tmp = f"{prefix}{os.urandom(6).hex()}.tmp"  # what secrets.token_hex(6) returns, without importing secrets
-        tmp_at = tmp if dir_fd is not None else os.path.join(where, tmp)
-        try:
-            fd = os.open(tmp_at, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
-                         0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd)
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - a hundred random names taken
-        raise FileExistsError(errno.EEXIST, "no free temporary name", path)
+    at = prefix if dir_fd is not None else os.path.join(os.path.dirname(path), prefix)
+    fd, tmp_at = _new_temp(at, mode, dir_fd, path)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, sort_keys=True)
@@ -254,13 +244,8 @@ def reserved_dir(root_fd: int, name: str, create: bool = False) -> int | None:
     Never follows a symlink; raises :class:`UnsafeName` when ``name`` is not a directory
     jitwarden made (see :func:`unsafe_reserved`).
     """
-    if create:
-        try:
-            os.mkdir(name, 0o755, dir_fd=root_fd)
-        except FileExistsError:
-            pass
     try:
-        fd = os.open(name, _O_DIR, dir_fd=root_fd)
+        fd = _open_made(name, root_fd, _O_DIR, create)
     except FileNotFoundError:
         if create:
             raise
@@ -287,33 +272,23 @@ def open_beneath(root_fd: int, rel: str, create: bool = False) -> int:
     parts = [p for p in rel.split(os.sep) if p not in ("", os.curdir)]
     if os.path.isabs(rel) or os.pardir in parts:
         raise UnsafeName(errno.EPERM, f"{rel} is not a path inside the root", rel)
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            if create:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
+
+    def step(fd: int, _i: int, part: str) -> int:
+        try:
+            return _open_made(part, fd, _O_DIR, create)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            where = os.path.join(*parts[:parts.index(part) + 1])
             try:
-                nxt = os.open(part, _O_DIR, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                where = os.path.join(*parts[:parts.index(part) + 1])
-                try:
-                    mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
-                    what = "a symlink" if stat.S_ISLNK(mode) else ("a file" if stat.S_ISREG(mode) else kind_of(mode))
-                except OSError:
-                    what = None
-                why = f"{where} is {what}, not a directory" if what else f"{where} is not a directory"
-                raise UnsafeName(exc.errno, f"{why}; refusing to go through it", where) from None
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+                mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                what = "a symlink" if stat.S_ISLNK(mode) else ("a file" if stat.S_ISREG(mode) else kind_of(mode))
+            except OSError:
+                what = None
+            why = f"{where} is {what}, not a directory" if what else f"{where} is not a directory"
+            raise UnsafeName(exc.errno, f"{why}; refusing to go through it", where) from None
+
+    return _descend(os.dup(root_fd), parts, step)
 
 
 def inside(root: str, path: str) -> str | None:
@@ -382,25 +357,17 @@ def open_dir_path(path: str, *, create: bool = False, mode: int = 0o755) -> int:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     parts = [p for p in path.split("/") if p not in ("", os.curdir)]
     last_up = max((i for i, p in enumerate(parts) if p == os.pardir), default=-1)
-    fd = os.open("/" if path.startswith("/") else os.curdir, _O_DIR_FOLLOW)
-    try:
-        for i, part in enumerate(parts):
-            if create and i > last_up:
-                try:
-                    os.mkdir(part, mode, dir_fd=fd)
-                except FileExistsError:
-                    pass
-            try:
-                nxt = os.open(part, _O_DIR_FOLLOW, dir_fd=fd)
-            except OSError as exc:
-                raise type(exc)(exc.errno, exc.strerror, "/".join(parts[:i + 1]) if not path.startswith("/")
-                                else "/" + "/".join(parts[:i + 1])) from None
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+
+    def step(fd: int, i: int, part: str) -> int:
+        if create and i > last_up:
+            _make_dir(part, fd, mode)
+        try:
+            return os.open(part, _O_DIR_FOLLOW, dir_fd=fd)
+        except OSError as exc:
+            raise type(exc)(exc.errno, exc.strerror, "/".join(parts[:i + 1]) if not path.startswith("/")
+                            else "/" + "/".join(parts[:i + 1])) from None
+
+    return _descend(os.open("/" if path.startswith("/") else os.curdir, _O_DIR_FOLLOW), parts, step)
 
 
 def open_parent(path: str, *, create: bool = False) -> tuple[int, str]:
@@ -436,18 +403,8 @@ class AtomicWriter:
     """
 
     def __init__(self, dir_fd: int, name: str, prefix: str, mode: int | None = None):
-        self.dir_fd, self.name, self.fd, self.tmp = dir_fd, name, -1, ""
-        for _ in range(100):
-            tmp = f"{prefix}{os.urandom(6).hex()}.tmp"
-            try:
-                self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
-                                  0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd)
-                self.tmp = tmp
-                break
-            except FileExistsError:
-                continue
-        else:  # pragma: no cover - a hundred random names taken
-            raise FileExistsError(errno.EEXIST, "no free temporary name", name)
+        self.dir_fd, self.name = dir_fd, name
+        self.fd, self.tmp = _new_temp(prefix, mode, dir_fd, name)
         if mode is not None:
             os.fchmod(self.fd, mode)  # exactly this mode, whatever the umask
 
@@ -550,48 +507,52 @@ def rmtree_at(dir_fd: int, name: str) -> None:
     _rmtree(dir_fd, name, quiet=False)
 
 
-def _rmtree(dir_fd: int, name: str, quiet: bool) -> None:
-    """:func:`rmtree_at`'s walk; ``quiet``: what fails is left, and the rest still goes (:func:`remove_tree_at`)."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    except OSError:
-        if quiet:
-            return
-        raise
-    try:
-        if not stat.S_ISDIR(st.st_mode):
-            os.unlink(name, dir_fd=dir_fd)
-            return
-        fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+def _rmtree(dir_fd: int, top: str, quiet: bool, flat: bool = False) -> None:
+    """The one no-follow removal walk, every step relative to ``dir_fd``: :func:`rmtree_at` (``quiet``
+    False: OSError on the first step that fails), :func:`remove_tree_at` (``quiet``: what fails is left,
+    and the rest still goes) and :func:`rmtree_trash` (``flat``: each subdirectory is renamed up beside
+    ``top`` and emptied on its own, so any depth takes no stack; one we may not enter is made so first).
+    """
+    work, n = [top], 0
+    while work:
+        p = work.pop()
         try:
-            with os.scandir(fd) as it:
-                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-            for sub, is_dir in names:
-                if is_dir:
-                    _rmtree(fd, sub, quiet)
-                    continue
-                try:
-                    os.unlink(sub, dir_fd=fd)
-                except OSError:
-                    if not quiet:
-                        raise
-        finally:
-            os.close(fd)
-        os.rmdir(name, dir_fd=dir_fd)
-    except OSError:
-        if not quiet:
-            raise
+            try:
+                st = os.stat(p, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(p, dir_fd=dir_fd)
+                continue
+            if flat and st.st_mode & 0o700 != 0o700:
+                chmod_at(dir_fd, p, st.st_mode | 0o700)
+            fd = os.open(p, O_DIR_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                with os.scandir(fd) as it:
+                    names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+                for sub, is_dir in names:
+                    try:
+                        if not is_dir:
+                            os.unlink(sub, dir_fd=fd)
+                        elif flat:
+                            n += 1
+                            work.append(_move_up(fd, sub, dir_fd, f"{top}.d{n}"))
+                        else:
+                            _rmtree(fd, sub, quiet)
+                    except OSError:
+                        if not quiet:
+                            raise
+            finally:
+                os.close(fd)
+            os.rmdir(p, dir_fd=dir_fd)
+        except OSError:
+            if not quiet:
+                raise
 
 
 def remove_empty_dir(path: str) -> bool:
     """Remove the directory ``path`` when it is empty (rmdir never removes anything else); whether it went."""
-    try:
-        os.rmdir(path)
-        return True
-    except OSError:
-        return False
+    return _went(os.rmdir, path)
 # --- added by remote-memo-settings ---
 
 
@@ -698,11 +659,7 @@ def open_lock_file(dir_fd: int, name: str, *, create: bool = False) -> int | Non
 
 def remove_empty_dir_at(dir_fd: int, name: str) -> bool:
     """Remove the empty directory ``name`` in ``dir_fd``; False when it is not there, not empty or not a directory."""
-    try:
-        os.rmdir(name, dir_fd=dir_fd)
-        return True
-    except OSError:
-        return False
+    return _went(os.rmdir, name, dir_fd=dir_fd)
 
 
 def make_private_dir(parent: str, prefix: str) -> tuple[str, int]:
@@ -713,14 +670,8 @@ def make_private_dir(parent: str, prefix: str) -> tuple[str, int]:
     os.makedirs(parent, exist_ok=True)
     pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for _ in range(100):
-            name = f"{prefix}{os.urandom(8).hex()}"
-            try:
-                os.mkdir(name, 0o700, dir_fd=pfd)
-            except FileExistsError:
-                continue
-            return os.path.join(parent, name), os.open(name, _O_DIR, dir_fd=pfd)
-        raise FileExistsError(errno.EEXIST, "no free directory name", parent)  # pragma: no cover
+        name, fd = make_temp_dir(pfd, prefix)
+        return os.path.join(parent, name), fd
     finally:
         os.close(pfd)
 
@@ -817,38 +768,7 @@ def rmtree_trash(trash_fd: int, top: str) -> None:
     A directory we may not enter or change is made so first (it is ours, and going). Every
     step is relative to the trash's fd: nothing outside it can be reached.
     """
-    work = [top]
-    n = 0
-    while work:
-        p = work.pop()
-        try:
-            st = os.stat(p, dir_fd=trash_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            os.unlink(p, dir_fd=trash_fd)
-            continue
-        if st.st_mode & 0o700 != 0o700:
-            chmod_at(trash_fd, p, st.st_mode | 0o700)
-        fd = os.open(p, O_DIR_NOFOLLOW, dir_fd=trash_fd)
-        try:
-            with os.scandir(fd) as it:
-                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-            for name, is_dir in names:  # noqa: B007
-                if is_dir:
-                    n += 1
-                    flat = f"{top}.d{n}"
-                    try:
-                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
-                    except PermissionError:  # moving a dir needs write access to it (its "..")
-                        chmod_at(fd, name, 0o700)
-                        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=trash_fd)
-                    work.append(flat)
-                else:
-                    os.unlink(name, dir_fd=fd)
-        finally:
-            os.close(fd)
-        os.rmdir(p, dir_fd=trash_fd)
+    _rmtree(trash_fd, top, quiet=False, flat=True)
 
 
 def private_dir(prefix: str) -> str:
@@ -877,16 +797,10 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     """``data`` as the file ``path``, replaced atomically: written to an exclusive temporary beside it, then
     renamed onto it; a crash leaves the old file or none, never half."""
     where, name = os.path.split(path)
-    for _ in range(100):
-        tmp = os.path.join(where, f".{name}.{os.urandom(6).hex()}.tmp")
-        try:
-            write_new_file(tmp, data, 0o666 & ~umask())
-            break
-        except FileExistsError:
-            continue
-    else:  # pragma: no cover - a hundred random names taken
-        raise FileExistsError(errno.EEXIST, "no free temporary name", path)
+    fd, tmp = _new_temp(os.path.join(where, f".{name}."), None, None, path)
     try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         remove_file(tmp)
@@ -895,8 +809,70 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 
 def remove_file(path: str) -> bool:
     """Unlink ``path`` (a symlink itself, never its target); False when it could not be (gone, or refused)."""
+    return _went(os.unlink, path)
+
+
+# --- added by dedup ---
+
+
+def _move_up(fd: int, name: str, to_fd: int, flat: str) -> str:
+    """Rename the directory ``name`` in ``fd`` to ``flat`` in ``to_fd`` (made writable first when it must be:
+    moving a directory rewrites its ``..``); ``flat``."""
     try:
-        os.unlink(path)
+        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=to_fd)
+    except PermissionError:
+        chmod_at(fd, name, 0o700)
+        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=to_fd)
+    return flat
+
+
+def _went(op, *args, **kw) -> bool:
+    """Whether ``op(*args, **kw)`` (an unlink or rmdir) succeeded; an OSError is a False, never raised."""
+    try:
+        op(*args, **kw)
         return True
     except OSError:
         return False
+
+
+def _open_made(name: str, dir_fd: int, flags: int, create: bool, mode: int = 0o755) -> int:
+    """An fd of the directory ``name`` in ``dir_fd`` opened with ``flags``; ``create``: made first when missing."""
+    if create:
+        _make_dir(name, dir_fd, mode)
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+def _make_dir(name: str, dir_fd: int, mode: int) -> None:
+    """The directory ``name`` in ``dir_fd``, made when nothing is there (anything already there is left as it is)."""
+    try:
+        os.mkdir(name, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+
+
+def _new_temp(prefix: str, mode: int | None, dir_fd: int | None, target: str) -> tuple[int, str]:
+    """(write fd, name) of a new temporary ``<prefix><random>.tmp`` (in ``dir_fd`` when given), created
+    ``O_EXCL | O_NOFOLLOW``: a planted link or file at any name is never followed nor reused. ``mode``:
+    None for 0666 less the umask. The one temporary of every atomic write here (``target``: what it becomes)."""
+    for _ in range(100):
+        tmp = f"{prefix}{os.urandom(6).hex()}.tmp"  # what secrets.token_hex(6) returns, without importing secrets
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
+                           0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", target)  # pragma: no cover - a hundred names taken
+
+
+def _descend(fd: int, parts: list[str], step) -> int:
+    """The directory fd reached from ``fd`` (taken over) through ``step(fd, i, part)`` for each of ``parts`` in
+    turn (each opens the next one in ``fd``): every fd on the way is closed, the last one too on an error."""
+    try:
+        for i, part in enumerate(parts):
+            nxt = step(fd, i, part)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise

@@ -454,3 +454,29 @@ def test_a_cache_root_that_is_a_file_names_the_path(fleet, tmp_path):
     for extra in ([], ["--dry-run"]):
         rc, _, err = jw(env_b, "import", fleet["bundle"], *extra)
         assert rc == 1 and f"cannot install: Not a directory ({base})" in _one_line(err), err
+
+
+def test_entry_files_names_a_flat_entry_and_leaves_no_listing_open(tmp_path):
+    """``entry_files`` (export's look at an entry) names a flat entry's regular files, refuses a nested one, and
+    closes every listing it opened, the refused one too (an export over thousands of entries holds no fds)."""
+    import gc
+    import warnings
+
+    from jitwarden.ops import bundle
+
+    flat, nested = tmp_path / "flat", tmp_path / "nested"
+    for d in (flat, nested):
+        d.mkdir()
+        (d / "k.cubin").write_bytes(b"x")
+        (d / "k.json").write_bytes(b"{}")
+    (nested / "sub").mkdir()
+    (tmp_path / "lone").write_bytes(b"x")
+    os.symlink(flat, tmp_path / "link")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert bundle.entry_files(str(flat)) == {"k.cubin": None, "k.json": None}
+        assert bundle.entry_files(str(nested)) is None
+        assert bundle.entry_files(str(tmp_path / "lone")) == {"": None}
+        assert bundle.entry_files(str(tmp_path / "link")) is None  # never followed
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]

@@ -15,7 +15,7 @@ from jitwarden import __version__
 from jitwarden.cli import options, render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model import settings
-from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError, os_error_line
 from jitwarden.model.findings import Severity
 from jitwarden.model.text import human_size
 
@@ -119,13 +119,12 @@ def run(args) -> int:
 
 def _output_problem(path: str, exc: OSError) -> str:
     """One line for an output path that cannot be written (pure)."""
-    if isinstance(exc, IsADirectoryError):
-        return f"{path}: is a directory; name the bundle file to write (e.g. {os.path.join(path, 'cache.tar')})"
-    if isinstance(exc, FileNotFoundError):
-        return f"{path}: directory {exc.filename or os.path.dirname(path)} does not exist"
-    if isinstance(exc, NotADirectoryError):
-        return f"{path}: {exc.filename or os.path.dirname(path)} is not a directory"
-    return f"{path}: cannot write ({exc.strerror or exc})"
+    where = exc.filename or os.path.dirname(path)
+    return os_error_line(exc, {
+        IsADirectoryError: f"{path}: is a directory; name the bundle file to write (e.g. {os.path.join(path, 'cache.tar')})",
+        FileNotFoundError: f"{path}: directory {where} does not exist",
+        NotADirectoryError: f"{path}: {where} is not a directory",
+    }, f"{path}: cannot write ({exc.strerror or exc})")
 
 
 def _check_output(path: str) -> None:

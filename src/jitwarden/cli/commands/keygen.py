@@ -7,7 +7,7 @@ import stat
 import sys
 
 from jitwarden.model import settings
-from jitwarden.model.errors import EXIT_OK, UsageError
+from jitwarden.model.errors import EXIT_OK, UsageError, os_error_line
 
 
 def register(sub) -> None:
@@ -63,10 +63,8 @@ def _where_problem(path: str, exc: OSError, default: bool) -> str:
     """One line for a key path whose directory cannot be reached or made (pure)."""
     where = exc.filename or os.path.dirname(path)
     how = f" (from {settings.SIGNING_KEY.name} or {settings.CONFIG_DIR.name})" if default else ""
-    if isinstance(exc, IsADirectoryError):
-        return f"{path} is a directory; name the key file to write (e.g. {os.path.join(path, 'signing-key')})"
-    if isinstance(exc, NotADirectoryError):
-        return f"{where} is not a directory, so {path}{how} cannot be written"
-    if isinstance(exc, FileNotFoundError):
-        return f"{where}: no such directory, so {path}{how} cannot be written (a directory before '..' is not made)"
-    return f"cannot write {path}{how}: {(exc.strerror or str(exc)).lower()} ({where})"
+    return os_error_line(exc, {
+        IsADirectoryError: f"{path} is a directory; name the key file to write (e.g. {os.path.join(path, 'signing-key')})",
+        NotADirectoryError: f"{where} is not a directory, so {path}{how} cannot be written",
+        FileNotFoundError: f"{where}: no such directory, so {path}{how} cannot be written (a directory before '..' is not made)",
+    }, f"cannot write {path}{how}: {(exc.strerror or str(exc)).lower()} ({where})")
