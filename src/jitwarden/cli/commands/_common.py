@@ -73,8 +73,9 @@ def orphan_age(args) -> float:
     return 3600.0
 
 
-def run_scan(args, fp=None):
-    """Resolve roots and target from ``args`` and scan; returns the report."""
+def run_scan(args, fp=None, *, emit=None, sink=None):
+    """Resolve roots and target from ``args`` and scan; returns the report. With ``emit`` and ``sink``:
+    a streamed scan (:func:`jitwarden.ops.scan.scan_streamed`), whose entries are not kept."""
     target = resolve_target(args.target, fp)
     kinds = kinds_of(args)
     roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
@@ -83,6 +84,8 @@ def run_scan(args, fp=None):
     if kinds:
         roots = [(r, only) for r, only in roots if r.kind in kinds]
     judge = scanner.make_judge(target.arch, orphan_age(args), fp=fp)
+    if emit is not None:
+        return scanner.scan_streamed(roots, judge, target, emit, sink)
     return scanner.scan(roots, judge, target)
 
 
