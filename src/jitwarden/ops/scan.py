@@ -226,11 +226,11 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
             raise UsageError(f"{p}: permission denied")
         path = os.path.abspath(p)
         try:
-            names = os.listdir(path)
+            kernel_files = _holds_kernel_files(os.listdir(path))  # the names dropped at once: a root lists 10,000s
         except OSError as exc:
             raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
         kind = adapters.kind_of_path(path)
-        if kind in (None, tri.KIND) and _holds_kernel_files(names):
+        if kind in (None, tri.KIND) and kernel_files:
             out.append((CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)]))
             continue
         if kind is None:

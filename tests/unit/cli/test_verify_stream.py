@@ -128,3 +128,38 @@ def test_spill_where_no_file_can_be_made_holds_the_bytes_in_memory(tmp_path):
         spill.write(b"abc")
         spill.write(b"def")
         assert b"".join(spill.chunks()) == b"abcdef"
+
+
+def grown_tree(src_entry: str, dst: str, n: int) -> str:
+    """``n`` copies of one real Triton entry under fresh kernel keys (their findings do not matter here)."""
+    import base64
+    import hashlib
+
+    os.makedirs(dst)
+    for i in range(n):
+        key = base64.b32encode(hashlib.sha256(f"{dst}-{i}".encode()).digest()).decode().rstrip("=")
+        shutil.copytree(src_entry, os.path.join(dst, key))
+    return dst
+
+
+def test_streamed_verify_holds_no_more_for_four_times_the_entries(cache, tmp_path, capsys, monkeypatch):
+    """Peak memory flat in the number of entries: what the process allocates at its peak grows by no more than
+    the sorted entry names (~110 bytes an entry) from N to 4N entries; the whole report holds ~5 KB an entry."""
+    import tracemalloc
+
+    root, recs = cache
+    monkeypatch.setattr(scan, "PARALLEL_THRESHOLD", 10**9)  # this process judges every chunk: all of it is traced
+    monkeypatch.setattr(scan, "CHUNK", 50)  # at most one chunk of entries is alive at a time
+    peaks = {}
+    for n in (150, 600):
+        tree = grown_tree(recs["add_sm90"]["path"], str(tmp_path / f"t{n}"), n)
+        with open(os.devnull, "w") as null, monkeypatch.context() as m:  # the printed document is not held either
+            m.setattr(sys, "stdout", null)
+            tracemalloc.start()
+            try:
+                main(["verify", "--format", "json", tree, "--target", "90"])
+                peaks[n] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        assert json.loads(verify_json(capsys, monkeypatch, tree, "--target", "90", streamed=True))["summary"]["entries"] == n
+    assert peaks[600] - peaks[150] < 450 * 1000, peaks
