@@ -24,7 +24,9 @@ from jitwarden.model.layout import QUARANTINE_DIR
 from jitwarden.model.entries import CacheRoot, Entry, Judge
 
 PARALLEL_THRESHOLD = 1500
-CHUNK = 500
+CHUNK = 250
+"""Entries judged (and, streamed, held) at a time by one process: the pool's workers take the next chunk when
+free, so at the end one of them waits at most one chunk (~40 ms of Triton entries) for the other."""
 
 
 @dataclass(frozen=True)
