@@ -83,15 +83,19 @@ def looks_like_root(path: str) -> bool:
     """A ``torch_extensions`` dir, or a dir holding tag dirs (``py311_cu128``) or build dirs with ``build.ninja``."""
     if os.path.basename(os.path.normpath(path)) == "torch_extensions":
         return True
+    kids = []  # the first 64 subdirs: a root of 10,000s of another kind's entries is not held whole
     try:
         with os.scandir(path) as it:
-            kids = [e for e in it if e.is_dir(follow_symlinks=False)]
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    if TAG.match(e.name):
+                        return True
+                    if len(kids) < 64:
+                        kids.append(e)
     except OSError:
         return False
     if not kids:
         return False
-    if any(TAG.match(e.name) for e in kids):
-        return True
     if os.path.isfile(os.path.join(path, "build.ninja")):
         return False  # one build dir, not a root
     return any(os.path.isfile(os.path.join(e.path, "build.ninja")) and not os.path.isfile(os.path.join(e.path, "kernel.cu"))

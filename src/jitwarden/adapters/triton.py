@@ -24,7 +24,7 @@ from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, entries, holds, private_dir, surveyed, with_partitions
+from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, holds, sorted_listing, private_dir, surveyed, with_partitions
 
 KIND = "triton"
 ROOT_RISK = None
@@ -136,13 +136,13 @@ def _is_evidence(e: os.DirEntry) -> bool:
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """(entry directory names, stray top-level items as (name, why)) of a root; reserved names skipped."""
-    names, strays = [], []
-    for e in entries(root):
-        if e.is_dir(follow_symlinks=False) or e.is_symlink():
-            names.append(e.name)
-        elif e.is_file(follow_symlinks=False):
-            strays.append((e.name, "file"))
-    return names, strays
+    return sorted_listing(root, _entry_or_stray)
+
+
+def _entry_or_stray(e: os.DirEntry):
+    if e.is_dir(follow_symlinks=False) or e.is_symlink():
+        return True
+    return "file" if e.is_file(follow_symlinks=False) else None
 
 
 # ---------------------------------------------------------------- reading

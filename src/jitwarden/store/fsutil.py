@@ -876,3 +876,82 @@ def _descend(fd: int, parts: list[str], step) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+# --- added by scan ---
+
+
+class Spill:
+    """Bytes set aside in order and read back once, in that order: what a streamed report holds until its
+    head can be written (``verify --format json``: the roots' totals come before the entries).
+
+    On disk, so memory stays flat however much is set aside: an unnamed file in ``where`` (default: the
+    system's temp dir) made with ``O_TMPFILE``, else an ``O_EXCL`` name removed at once, mode 0600: no
+    other process finds it by name and nothing is left behind, however the process ends. Where neither
+    can be made (no temp dir, a full disk), the bytes are held in memory instead: the report is the same.
+    """
+
+    def __init__(self, where: str | None = None) -> None:
+        self._mem: list[bytes] | None = None
+        self._fd: int | None = None
+        self._size = 0
+        try:
+            self._fd = _unnamed_file(where)
+        except OSError:
+            self._mem = []
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``; a failed write moves what was set aside into memory and goes on there."""
+        if self._mem is not None:
+            self._mem.append(data)
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(self._fd, view, self._size + len(data) - len(view)):]
+            self._size += len(data)
+        except OSError:
+            self._mem = [*self.chunks(), data]
+            self.close()
+
+    def chunks(self, size: int = 1 << 20):
+        """What was written, in order, in pieces of at most ``size`` bytes (memory: as written)."""
+        if self._mem is not None:
+            yield from self._mem
+            return
+        if self._fd is None:
+            return
+        at = 0
+        while at < self._size:
+            piece = os.pread(self._fd, min(size, self._size - at), at)
+            if not piece:
+                raise OSError(errno.EIO, "set-aside bytes shorter than written")
+            at += len(piece)
+            yield piece
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Spill:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _unnamed_file(where: str | None) -> int:
+    """An fd open for reading and writing on a new regular file of ``where`` that no name reaches (see :class:`Spill`)."""
+    import tempfile
+
+    d = where or tempfile.gettempdir()
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            return os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    fd, name = tempfile.mkstemp(prefix=".jitwarden-spill-", dir=d)
+    os.unlink(name)
+    return fd

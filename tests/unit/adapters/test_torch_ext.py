@@ -300,3 +300,23 @@ def test_activation_partitions_torch_extensions_and_the_scanner_finds_the_partit
     assert e["path"] == build_dir and e["findings"] == []
     (c,) = [c for c in doc["caches"] if c["entries"]]
     assert c["partition"] == os.path.basename(os.path.dirname(build_dir)) and c["current"] is True
+
+
+def test_root_test_of_a_large_other_cache_holds_a_bounded_number_of_subdirs(tmp_path):
+    """Asked whether a Triton root of 10,000s of entry dirs is a torch-extensions root (``verify PATH`` asks every
+    kind), the answer costs memory bounded by the 64 subdirs it looks into, not one DirEntry per entry dir."""
+    import tracemalloc
+
+    for i in range(3000):
+        (tmp_path / f"{i:052d}").mkdir()
+    tracemalloc.start()
+    try:
+        assert torch_ext.looks_like_root(str(tmp_path)) is False
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000, peak  # 3000 DirEntry objects held: ~400 KB
+    (tmp_path / f"{7:052d}" / "build.ninja").write_text("rule cxx\n")
+    assert torch_ext.looks_like_root(str(tmp_path)) is (f"{7:052d}" in [e.name for e in list(os.scandir(tmp_path))[:64]])
+    (tmp_path / "py311_cu128").mkdir()
+    assert torch_ext.looks_like_root(str(tmp_path)) is True

@@ -56,19 +56,82 @@ def done_record(id: str, path: str, status: str, why: str = "", bytes: int = 0, 
             **extra}
 
 
+def indented(indent: bool | None = None) -> bool:
+    """Whether JSON goes out indented: for a person at a terminal, unless ``indent`` True or False decides."""
+    return sys.stdout.isatty() if indent is None else indent
+
+
+def dumps(value, indent: bool, level: int = 0) -> str:
+    """``value`` as :func:`write_json` writes it at nesting ``level`` of a document (0: the document itself)."""
+    if not indent:
+        return json.dumps(value, separators=(",", ":"))
+    text = json.dumps(value, indent=2)
+    return text.replace("\n", "\n" + "  " * level) if level else text  # JSON strings hold no raw newline
+
+
 def write_json(doc: dict, indent: bool | None = None) -> None:
     """``doc`` on stdout: indented for a person at a terminal, compact (C encoder, ~3x faster) for pipes
     and files; ``indent`` True or False decides instead."""
-    if sys.stdout.isatty() if indent is None else indent:
-        sys.stdout.write(json.dumps(doc, indent=2))
-    else:
-        sys.stdout.write(json.dumps(doc, separators=(",", ":")))
+    sys.stdout.write(dumps(doc, indented(indent)))
     sys.stdout.write("\n")
+
+
+class Streamed:
+    """A list in a document that :func:`write_json_streamed` writes from items encoded ahead, piece by piece
+    (:func:`list_items`), and set aside in ``store`` (anything with ``write(bytes)`` and ``chunks()``, such as
+    :class:`~jitwarden.store.fsutil.Spill`) until the document reaches it. :meth:`add` is the sink."""
+
+    def __init__(self, store, indent: bool) -> None:
+        self.store = store
+        self.indent = indent
+        self.empty = True
+
+    def add(self, piece: bytes) -> None:
+        """Append the items encoded in ``piece`` (none: b"")."""
+        if not piece:
+            return
+        if not self.empty:
+            self.store.write(b",\n" if self.indent else b",")
+        self.store.write(piece)
+        self.empty = False
+
+
+def list_items(items, indent: bool) -> bytes:
+    """``items`` as members of a list at the top level of a document (nesting 2), joined as
+    :func:`write_json` joins them: what :class:`Streamed` pieces hold. Empty: b""."""
+    if not indent:
+        return json.dumps(items, separators=(",", ":"))[1:-1].encode()
+    return ",\n".join("    " + dumps(x, True, 2) for x in items).encode()
+
+
+def write_json_streamed(doc: dict, indent: bool) -> None:
+    """``doc`` on stdout byte for byte as :func:`write_json` writes it, where a value may be a
+    :class:`Streamed` list, written piece by piece as it is read (never held whole)."""
+    out = sys.stdout.write
+    key_sep, item_sep = (": ", ",\n  ") if indent else (":", ",")
+    out("{\n  " if indent else "{")
+    for n, (k, v) in enumerate(doc.items()):
+        if n:
+            out(item_sep)
+        out(json.dumps(k) + key_sep)
+        if not isinstance(v, Streamed):
+            out(dumps(v, indent, 1))
+            continue
+        if v.empty:
+            out("[]")
+            continue
+        out("[\n" if indent else "[")
+        for chunk in v.store.chunks():
+            out(chunk.decode("ascii"))  # json.dumps escapes every non-ASCII character
+        out("\n  ]" if indent else "]")
+    out("\n}\n" if indent else "}\n")
 
 
 @dataclass(frozen=True, slots=True)
 class TableFormat:
     """For a person: tables and lines; no JSON body is built."""
+
+    streams = False  # no streamed_result: a table is sized from every row
 
     def human(self, show: Callable[..., object], *args, **kw) -> None:
         show(*args, **kw)
@@ -82,12 +145,17 @@ class JsonFormat:
     """For programs: one JSON document on stdout, nothing else there. ``indent``: see :func:`write_json`."""
 
     indent: bool | None = None
+    streams = True  # has streamed_result
 
     def human(self, show: Callable[..., object], *args, **kw) -> None:
         pass
 
     def result(self, command: str, body: Callable[[], dict], show: Callable[[], object]) -> None:
         write_json(envelope(command, body()), self.indent)
+
+    def streamed_result(self, command: str, body: dict) -> None:
+        """:meth:`result` of a body whose lists may be :class:`Streamed` (written as they are read)."""
+        write_json_streamed(envelope(command, body), indented(self.indent))
 
 
 OutputFormat = TableFormat | JsonFormat

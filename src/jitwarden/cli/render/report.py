@@ -11,26 +11,46 @@ import re
 import time
 from typing import TYPE_CHECKING
 
+from jitwarden.cli.render.output import Streamed, list_items
 from jitwarden.cli.render.table import Column, Grid
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.text import human_age, human_size, plural
 
 if TYPE_CHECKING:  # building the CLI imports this module; the scanner is imported when a command runs
-    from jitwarden.ops.scan import ScanReport
+    from jitwarden.ops.scan import ScanReport, StreamedScan
 
 
 def scan_json(report: ScanReport, fingerprint_digest: str | None, entries=None) -> dict:
     """The body of every scanning command's JSON (``entries``: those to list, default all)."""
     entries = report.entries if entries is None else entries
+    return _scan_body(report, fingerprint_digest, [e.to_json() for e in entries])
+
+
+def scan_json_streamed(report: StreamedScan, fingerprint_digest: str | None, entries: Streamed) -> dict:
+    """:func:`scan_json` of a streamed scan, whose ``entries`` :func:`entries_json` encoded chunk by chunk into a
+    :class:`~jitwarden.cli.render.output.Streamed` list (written by ``JsonFormat.streamed_result``)."""
+    return _scan_body(report, fingerprint_digest, entries)
+
+
+def _scan_body(report, fingerprint_digest: str | None, entries) -> dict:
     return {
         "fingerprint_digest": fingerprint_digest,
         "target": report.target.to_json(),
         "caches": [c.to_json(fingerprint_digest) for c in report.caches],
-        "entries": [e.to_json() for e in entries],
+        "entries": entries,
         "summary": report.summary(),
         "elapsed_s": round(report.elapsed, 3),
     }
+
+
+def entries_json(indent: bool, codes: frozenset[str], entries) -> bytes:
+    """The ``entries`` a scan's JSON lists (with ``codes``: only those with a finding of one of those codes),
+    encoded as items of that list (:func:`~jitwarden.cli.render.output.list_items`): what a streamed scan
+    emits where each chunk is judged (a worker process), so the entries never travel or wait whole."""
+    if codes:
+        entries = [e for e in entries if any(f.code in codes for f in e.findings)]
+    return list_items([e.to_json() for e in entries], indent)
 
 
 def short_path(path: str) -> str:
