@@ -1,7 +1,7 @@
 """The modules of ``jitwarden.runtime`` one ``activate()`` enters, in order (ARCHITECTURE.md, "The runtime").
 
 A cold start over a Triton tree of three unsealed kernels, proofs in the background (the
-default), traced with ``sys.setprofile``: every function call whose module is in
+default; ``--hooks off`` for the whole-tree sweep), traced with ``sys.setprofile``: every function call whose module is in
 ``jitwarden.runtime``, module bodies (imports) left out, consecutive repeats folded. ``--src``
 points at another checkout's ``src`` to trace the code before a change the same way.
 
@@ -22,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default=os.path.join(HERE, os.pardir, "src"), help="the src dir whose jitwarden to trace")
+    ap.add_argument("--hooks", choices=("on", "off"), default="on",
+                    help="on: the torch hooks check kernels as they load (the default); off: the whole-tree sweep")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
     sys.path.insert(0, os.path.abspath(args.src))
@@ -34,6 +36,8 @@ def main(argv=None) -> int:
     kernels.copy_cache(stock, tree)
     env = dict(os.environ, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, JITWARDEN_HOME=os.path.join(work, "home"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor"))
+    if args.hooks == "off":
+        env["JITWARDEN_TORCH_HOOKS"] = "0"
     from jitwarden.runtime import activation
 
     seq: list[str] = []
