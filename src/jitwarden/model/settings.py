@@ -102,9 +102,10 @@ PROVE = Setting("JITWARDEN_PROVE", "flag", True, "prove an unsealed kernel by a 
 PROVE_WAIT = Setting("JITWARDEN_PROVE_WAIT", "flag", False, "prove unsealed kernels before the workload starts, "
                      "instead of in a background process beside it")
 TORCH_HOOKS = Setting("JITWARDEN_TORCH_HOOKS", "flag", True,
-                      "check FX-graph and autotune pickles when torch loads them",
-                      "kernels torch restores from its own pickles (FX-graph bundles, autotune records) are loaded "
-                      "without jitwarden's checks", False)
+                      "check each TorchInductor kernel as it loads, and FX-graph and autotune pickles when torch "
+                      "loads them", "kernels torch restores from its own pickles (FX-graph bundles, autotune records) "
+                      "are loaded without jitwarden's checks, and every start-up sweeps every Triton entry instead "
+                      "(a start-up that grows with the cache)", False)
 GUARD_HASH_ALL = Setting("JITWARDEN_GUARD_HASH_ALL", "flag", False, "the guard hashes every file of an entry on each "
                          "hit, not only the group, metadata and binaries")
 DEBUG = Setting("JITWARDEN_DEBUG", "flag", False, "the CLI shows a traceback for an internal error (exit 3)")
