@@ -424,26 +424,65 @@ def _guard_static_loads(mod) -> None:
 
 
 def _loadable(autotuner) -> bool:
-    """Whether every cubin ``autotuner``'s static launchers will read passes :func:`~jitwarden.runtime.sweep.check_loaded`."""
+    """Whether every cubin ``autotuner``'s static launchers will read passes :func:`~jitwarden.runtime.sweep.check_loaded`.
+
+    When it does, each launcher is pointed at a private copy of exactly the bytes its seal records
+    (:mod:`jitwarden.store.served`, as the guard serves Triton): a cubin swapped in the cache between
+    this check and the launcher's read is never what it loads. The launcher reads its copy once,
+    inside ``StaticAutotunerFuture.result``, and forgets the path.
+    """
     from jitwarden.runtime import sweep
     from jitwarden.store import partition
 
     try:
+        checked = []
         for result in autotuner.compile_results:
             kernel = result.kernel
             if not getattr(kernel, "cubin_path", None):
                 result.reload_cubin_path()  # Inductor's own path: <triton cache dir>/<key>/<name>.cubin
-            entry = os.path.dirname(kernel.cubin_path)
+            entry, name = os.path.split(kernel.cubin_path)
             ok, line = sweep.check_loaded(entry, _digest(partition, os.path.dirname(entry)))
             if line:
                 _log.warning("jitwarden: %s", line)
-            if not ok:
+            data = _sealed_bytes(entry, name) if ok else None
+            if data is None:
                 return False
+            checked.append((kernel, name, data))
+        if checked:
+            where = _served().begin(os.path.dirname(os.path.dirname(checked[0][0].cubin_path)))
+            for i, (kernel, name, data) in enumerate(checked):
+                kernel.cubin_path = _served().write(where, f"{i}.{name}", data)
         return True
     except Exception as exc:  # noqa: BLE001 - fail closed: compiled from source instead
         _log.warning("jitwarden: could not check a Triton kernel TorchInductor was about to load (%s: %s); "
                      "Inductor recompiles it", type(exc).__name__, exc)
         return False
+
+
+def _sealed_bytes(entry: str, name: str) -> bytes | None:
+    """``entry/name`` as its seal records it (read once, no link followed); None when the bytes differ."""
+    import hashlib
+
+    from jitwarden.store import seal
+    from jitwarden.store.fsutil import read_bytes
+
+    s = seal.read(entry)
+    rec = s.files.get(name) if s is not None else None
+    if rec is None:
+        return None
+    data = read_bytes(os.path.join(entry, name), size_hint=rec.get("size") or 0)
+    return data if hashlib.sha256(data).hexdigest() == rec.get("sha256") else None
+
+
+_SERVED_COPIES: list = []  # one Served of its own: the guard's sets are removed at that thread's next hit
+
+
+def _served():
+    if not _SERVED_COPIES:
+        from jitwarden.store.served import Served
+
+        _SERVED_COPIES.append(Served())
+    return _SERVED_COPIES[0]
 
 
 # ---------------------------------------------------------------- FX-graph and AOTAutograd pickles

@@ -320,10 +320,14 @@ STATIC = textwrap.dedent(
 
     out = {"status": torchhooks.status().get("static launcher")}
     f, r = future()
+    r.reload_cubin_path()
+    cached = out["cubin_path"] = r.kernel.cubin_path  # Inductor's own reload_cubin_path names the cache's file
+    sealed = open(cached, "rb").read()
     out["good_loadable"] = torchhooks._loadable(f.static_autotuner)
-    out["cubin_path"] = r.kernel.cubin_path  # Inductor's own reload_cubin_path named it
-    with open(r.kernel.cubin_path, "r+b") as fh:  # damage it after it was sealed
+    served = out["served"] = r.kernel.cubin_path  # what the launcher will read: a private copy of the sealed bytes
+    with open(cached, "r+b") as fh:  # damage it after it was checked: the swap between check and load
         fh.seek(3000); b = fh.read(1); fh.seek(3000); fh.write(bytes([b[0] ^ 1]))
+    out["served_is_sealed"] = open(served, "rb").read() == sealed
     f, r = future()
     got = f.result()
     out["damaged"] = type(got).__name__ + ":" + str(getattr(got, "compiled", None))
@@ -346,6 +350,8 @@ def test_the_static_launcher_gets_only_checked_kernels_and_a_damaged_one_is_reco
     assert out["status"] == "guarded" and out["good_loadable"] is True
     entry = os.path.basename(os.path.dirname(out["cubin_path"]))
     assert os.path.dirname(os.path.dirname(out["cubin_path"])) == str(tree)
+    assert not out["served"].startswith(str(tree)) and out["served"].endswith(".add_kernel.cubin")
+    assert out["served_is_sealed"]  # a swap after the check never reaches the launcher
     assert out["damaged"] == "Recompiled:True"  # compiled from source through the guard, never loaded
     assert out["missing"] == "Recompiled"
     (rec,) = quarantine.list_root(str(tree))
