@@ -17,6 +17,7 @@ import sys
 from tests.adversarial.adv import TALLY, clean_failure, jw
 
 from tests.helpers import kernels
+from tests.helpers.wait import wait_for
 
 RACES = int(os.environ.get("JW_ADV_RACES", "8"))
 WRITERS = 2
@@ -42,6 +43,10 @@ def test_verify_and_clean_racing_writers(tmp_path, env):
     writers = [_writer(root, k, env) for k in range(WRITERS)]
     runs = 0
     try:
+        # The race starts with the first key dir a writer makes: before it, the root is an empty directory, which
+        # verify and clean rightly refuse as "no cache here" (a loaded machine imports Triton slowly).
+        wait_for(lambda: any(len(n) == 52 for n in os.listdir(root)) or all(w.poll() is not None for w in writers),
+                 120, "a writer's first Triton key dir")
         while runs < RACES or any(w.poll() is None for w in writers):
             racing = any(w.poll() is None for w in writers)
             args = ("clean", root, "--target", "90", "-y") if runs % 3 == 2 else \

@@ -3,8 +3,8 @@
 An entry nobody sealed (a cache from before jitwarden, one used under
 ``JITWARDEN_PARTITION=0``, kernels TorchInductor restored from an FX-graph bundle,
 anything copied in) passes every structural check even when its cubin is another
-kernel of the same name and signature. So before the guard serves it or the
-start-up sweep seals it, its PTX is re-assembled with the ptxas that produced it
+kernel of the same name and signature. So before the guard serves it, the torch hooks
+let Inductor load it or a sweep seals it, its PTX is re-assembled with the ptxas that produced it
 and compared with the cubin, exactly as ``jitwarden verify --rebuild`` does
 (:func:`jitwarden.ops.rebuild.verify_entries`):
 

@@ -5,7 +5,7 @@ seconds on all cores. Done before the workload starts, all of it is added to the
 it overlaps the workload's own start (imports, model build) and costs only what is left when the
 workload first asks for one of those kernels.
 
-- The start-up sweep hides each unsealed kernel that passed the structural checks
+- The whole-tree sweep (:mod:`jitwarden.runtime.fullsweep`) hides each unsealed kernel that passed the structural checks
   (:mod:`jitwarden.runtime.hiding`): renamed into the tree's staging dir, simply absent for any loader.
 - A detached prover process rebuilds them on every core, at a lower priority (``nice`` 10) than the
   workload, beating on the staging lock while it works. Each proven entry is sealed and put back

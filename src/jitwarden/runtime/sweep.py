@@ -1,15 +1,17 @@
-"""The start-up sweep: TorchInductor's Triton kernels checked against their seals before Inductor loads them.
+"""TorchInductor's Triton kernels checked against their seals before Inductor loads them: one entry, or a tree.
 
 TorchInductor restores kernels on an FX-graph-cache hit and launches them through its
 static CUDA launcher, which reads ``<triton cache dir>/<key>/<name>.cubin`` itself
 (``TRITON_CACHE_DIR`` when set, as under activation, else ``<inductor cache>/triton/<device>``;
 ``torch/_inductor/runtime/triton_heuristics.py: reload_cubin_path``) and never asks Triton's
-cache manager, so the guard never sees those loads. Activation therefore sweeps this
-environment's Triton, Inductor and vLLM partitions first (when torch is installed): per entry one ``scandir``,
-an ``lstat`` per file and one small read of the seal when nothing changed since it was sealed
+cache manager, so the guard never sees those loads. :func:`check_loaded` checks the one entry
+the launcher is about to load (the torch hooks call it, O(kernels used)); :func:`sweep` checks
+every entry of a tree, where loads cannot be checked as they happen
+(:mod:`~jitwarden.runtime.fullsweep`). Per entry: one ``scandir``, an ``lstat`` per file and one
+small read of the seal when nothing changed since it was sealed
 (:func:`jitwarden.store.seal.unchanged`, the one rule), a full seal check otherwise, and a
 structural check plus a proof and a seal for entries nobody sealed (:mod:`~jitwarden.runtime.proof`),
-or, by default, their hiding for the background prover (:mod:`~jitwarden.runtime.hiding`).
+or, in a tree sweep by default, their hiding for the background prover (:mod:`~jitwarden.runtime.hiding`).
 A damaged entry is set aside (:mod:`~jitwarden.runtime.setaside`), and Inductor's own bundle (or a
 recompile) replaces it. ARCHITECTURE.md, "The runtime", shows where it sits.
 
