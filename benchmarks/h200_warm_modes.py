@@ -98,10 +98,9 @@ def tamper(script: str, mode: str, root: str, n: int) -> dict:
                 f.write(bytes([b[0] ^ 0xFF]))
             hit.append(os.path.basename(d))
     r = one(script, mode, root, True, "on")
-    with_lines = [x for x in r.get("jw", [])]
     p = subprocess.run([sys.executable, "-m", "jitwarden", "quarantine", "ls", "--format", "json", "--root",
                         os.path.join(root, "triton")], env=env_for(root, "on"), capture_output=True, text=True)
-    return {"flipped": hit, "run": r, "lines": with_lines, "quarantine": p.stdout[-4000:]}
+    return {"flipped": hit, "run": r, "lines": r.get("jw", []), "quarantine": p.stdout[-4000:]}
 
 
 def med(xs):

@@ -82,7 +82,8 @@ def sweep_env(env=None, quiet: bool = False) -> list[str]:
         from jitwarden.env.locations import default_base
 
         in_use["TORCHINDUCTOR_CACHE_DIR"] = default_base("inductor", env)
-    parts = {var: p for var, p in in_use.items() if partition.split(p)}
-    digests = {partition.split(p)[1] for p in parts.values()}
+    split = {var: partition.split(p) for var, p in in_use.items()}
+    parts = {var: in_use[var] for var, s in split.items() if s}
+    digests = {s[1] for s in split.values() if s}
     digest = digests.pop() if len(digests) == 1 else None
     return sweep_in_use(in_use, parts if digest else {}, digest, env, quiet)

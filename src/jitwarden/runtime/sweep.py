@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 
 from jitwarden.model.layout import ENTRY_LOCK_FILE, SEAL_FILE, is_reserved
 from jitwarden.runtime import tree as _tree
@@ -289,8 +290,6 @@ def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
     proven and sealed (or set aside). The answer is read afterwards from the entry itself, so one
     that a writer holds, that cannot be locked or that was set aside is a no: the caller recompiles.
     """
-    import stat
-
     try:
         if not stat.S_ISDIR(os.lstat(path).st_mode):  # a link (or anything but a dir) in an entry's place
             return False, f"refused Inductor kernel {os.path.basename(path)[:12]}…: not a directory of its own"

@@ -118,9 +118,8 @@ def test_activation_sweeps_the_inductor_partition_and_can_be_turned_off(sealed_t
     assert victim not in entries(tree)
 
 
-def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(sealed_tree, tmp_path):
-    """With TRITON_CACHE_DIR set (activation sets it), Inductor's kernels live in the Triton partition."""
-    env = clean_env(tmp_path, JITWARDEN_TORCH_HOOKS="0")
+def _partition_with_a_flipped_kernel(sealed_tree, env):
+    """(activation record, its Triton partition holding the sealed kernels, the one whose cubin has a byte flipped)."""
     rec = activation.activate(env=dict(env), quiet=True)
     if "TORCHINDUCTOR_CACHE_DIR" not in rec.partitions:
         pytest.skip(f"torch is not installed here: {rec.skipped}")
@@ -129,6 +128,13 @@ def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(
         shutil.copytree(os.path.join(sealed_tree, n), os.path.join(tree, n))
     victim = kernel_entry(tree)
     flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    return rec, tree, victim
+
+
+def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(sealed_tree, tmp_path):
+    """With TRITON_CACHE_DIR set (activation sets it), Inductor's kernels live in the Triton partition."""
+    env = clean_env(tmp_path, JITWARDEN_TORCH_HOOKS="0")
+    _rec, tree, victim = _partition_with_a_flipped_kernel(sealed_tree, env)
     on = activation.activate(env=dict(env), quiet=True)
     assert any("at start-up" in w for w in on.warnings), on.warnings
     assert victim not in entries(tree) and len(entries(tree)) == len(entries(sealed_tree)) - 1
@@ -156,14 +162,7 @@ def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
 
 def test_with_the_hooks_on_activation_walks_nothing_and_every_python_it_starts_installs_them(sealed_tree, tmp_path):
     env = clean_env(tmp_path)
-    rec = activation.activate(env=dict(env), quiet=True)
-    if "TORCHINDUCTOR_CACHE_DIR" not in rec.partitions:
-        pytest.skip(f"torch is not installed here: {rec.skipped}")
-    tree = rec.partitions["TRITON_CACHE_DIR"]
-    for n in entries(sealed_tree):
-        shutil.copytree(os.path.join(sealed_tree, n), os.path.join(tree, n))
-    victim = kernel_entry(tree)
-    flip(os.path.join(tree, victim, "add_kernel.cubin"))
+    rec, tree, victim = _partition_with_a_flipped_kernel(sealed_tree, env)
     before = snapshot(tree)
     child = dict(env)
     on = activation.activate(env=child, quiet=True)
