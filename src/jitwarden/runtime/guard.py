@@ -221,11 +221,8 @@ class GuardedCacheManager(FileCacheManager):
         problems = _seal.check(self.cache_dir, sealed, names=names)
         if problems:
             return _Verdict("bad", "corrupt", problems)
-        fingerprint = sealed.fingerprint
-        mine = self._digest
-        if also_fingerprint and mine and fingerprint and fingerprint != mine:
-            return _Verdict("bad", "mismatch", [f"sealed under fingerprint {fingerprint}, this partition is {mine}"])
-        return None
+        why = _seal.foreign(sealed.fingerprint, self._digest) if also_fingerprint else None
+        return _Verdict("bad", "mismatch", [why]) if why else None
 
     # ------------------------------------------------------------ groups (kernels)
 

@@ -80,8 +80,9 @@ def sweep(trees: list[str], digest: str | None = None, background: list | None =
     return warnings, counts
 
 
-def _unchanged(path: str, files: list) -> bool:
-    """Whether no file of the entry changed since its seal was written (:func:`jitwarden.store.seal.unchanged`)."""
+def _unchanged(path: str, files: list, digest: str | None = None) -> bool:
+    """Whether no file of the entry changed since its seal was written under ``digest`` (or none)
+    (:func:`jitwarden.store.seal.unchanged`)."""
     from jitwarden.store.seal import unchanged
 
     ctimes = []
@@ -89,7 +90,7 @@ def _unchanged(path: str, files: list) -> bool:
         if not e.is_file(follow_symlinks=False):
             return False
         ctimes.append(e.stat(follow_symlinks=False).st_ctime_ns)
-    return unchanged(path, ctimes)
+    return unchanged(path, ctimes, digest)
 
 
 def _prove_ahead(trees: list[str], check):
@@ -163,8 +164,8 @@ def _entry(path: str, digest: str | None, counts: dict, proof=None, then: str | 
             elif not is_reserved(e.name) and not e.is_dir(follow_symlinks=False):
                 files.append(e)  # a writer's tmp.pid_* dir is not sealed content
     binaries = any(e.name.endswith(_tree.BINARIES) for e in files)
-    if sealed and binaries and _unchanged(path, files):
-        return None  # unchanged since it was sealed
+    if sealed and binaries and _unchanged(path, files, digest):
+        return None  # unchanged since it was sealed, under this partition's fingerprint
     if sealed and not binaries:
         return None  # no kernel binary for Inductor's launcher to load: the guard judges the rest on use
     try:
@@ -189,6 +190,8 @@ def _recheck(path: str, digest: str | None, counts: dict, then: str | None = Non
         s = seal.read(path)
     except seal.SealError as exc:
         return _set_aside(path, "corrupt", [str(exc)], digest, counts, then)
+    if s is not None and (why := seal.foreign(s.fingerprint, digest)):
+        return _set_aside(path, "mismatch", [why], digest, counts, then)  # moved in from another environment
     present = _tree.files(path)
     found = seal.judge(path, s, present=present)
     # Inductor's bundle rewrites a group file's absolute paths when it restores an entry
@@ -262,8 +265,9 @@ def _set_aside(path: str, code: str, details, digest: str | None, counts: dict, 
 AT_LOAD = "found as TorchInductor was about to load it; Inductor recompiles it"
 
 
-def sealed_unchanged(path: str) -> bool:
-    """Whether ``path`` is a sealed entry none of whose files changed since it was sealed: what may be loaded.
+def sealed_unchanged(path: str, digest: str | None = None) -> bool:
+    """Whether ``path`` is a sealed entry none of whose files changed since it was sealed under ``digest``
+    (the partition's fingerprint; None: an unpartitioned root): what may be loaded.
 
     The one rule (:func:`jitwarden.store.seal.unchanged`): an ``lstat`` per file and one small read of
     the seal. A link, FIFO or anything but a regular file or a writer's ``tmp.*`` dir says no."""
@@ -276,7 +280,7 @@ def sealed_unchanged(path: str) -> bool:
         return False
     files = [e for e in entries if not is_reserved(e.name) and not e.is_dir(follow_symlinks=False)]
     try:
-        return _unchanged(path, files)
+        return _unchanged(path, files, digest)
     except OSError:
         return False
 
@@ -295,11 +299,11 @@ def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
             return False, f"refused Inductor kernel {os.path.basename(path)[:12]}…: not a directory of its own"
     except OSError:
         return False, None  # gone: compiled from source instead
-    if sealed_unchanged(path):
+    if sealed_unchanged(path, digest):
         return True, None
     counts = {"entries": 1, "rehashed": 0, "sealed": 0, "quarantined": 0, "hidden": 0}
     try:
         w = _entry(path, digest, counts, then=AT_LOAD)
     except Exception as exc:  # noqa: BLE001 - a no: the kernel is recompiled instead
         w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
-    return sealed_unchanged(path), w
+    return sealed_unchanged(path, digest), w

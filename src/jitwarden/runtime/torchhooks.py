@@ -292,9 +292,9 @@ def _judge(st: _Staged) -> None:
     unsealed = [d for d in existing if not os.path.exists(os.path.join(d, SEAL_FILE))]
     for d in existing:
         if d not in unsealed:
-            bad = _seal_problems(d)
+            code, bad = _seal_problems(d, _digest(partition, existing[d][1]))
             if bad:
-                _set_aside(d, existing[d][1], "corrupt", bad)
+                _set_aside(d, existing[d][1], code, bad)
                 refused.add(id(existing[d][0]))
 
     def place(path: str, pr) -> None:
@@ -329,11 +329,13 @@ def _digest(partition, base: str) -> str | None:
     return s[1] if s else None
 
 
-def _seal_problems(path: str) -> list[str]:
-    """Problems with a sealed directory's seal; none when no file changed since it was sealed.
+def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]]:
+    """(reason code, problems) of a sealed directory against its seal; ``("", [])`` when no file changed since
+    it was sealed under ``digest`` (the partition's fingerprint; None: an unpartitioned root).
 
     "Unchanged since sealed" is :func:`jitwarden.store.seal.unchanged` (the time recorded inside
     the seal), never the seal file's own ctime, which a ``chmod`` of the seal moves past a tampered file's.
+    A seal of another fingerprint is a ``mismatch``: an entry moved in from another environment.
     """
     from jitwarden.store import seal
 
@@ -341,18 +343,22 @@ def _seal_problems(path: str) -> list[str]:
         with os.scandir(path) as it:
             ours = [e for e in it if not e.name.startswith(".jitwarden")]
             if all(e.is_file(follow_symlinks=False) for e in ours) and \
-                    seal.unchanged(path, [e.stat(follow_symlinks=False).st_ctime_ns for e in ours]):
-                return []
+                    seal.unchanged(path, [e.stat(follow_symlinks=False).st_ctime_ns for e in ours], digest):
+                return "", []
     except OSError:
         pass
     try:
         s = seal.read(path)
     except seal.SealError as exc:
-        return [str(exc)]
+        return "corrupt", [str(exc)]
     if s is None:
-        return ["not sealed"]
+        return "corrupt", ["not sealed"]
+    why = seal.foreign(s.fingerprint, digest)
+    if why:
+        return "mismatch", [why]
     present = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
-    return seal.check(path, s, present=present)
+    bad = seal.check(path, s, present=present)
+    return ("corrupt", bad) if bad else ("", [])
 
 
 def _drop_raw_cubins(static_autotuners) -> None:

@@ -169,16 +169,30 @@ def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
     return judge(entry_dir, seal, present=present, names=names).messages
 
 
-def unchanged(entry_dir: str, ctimes_ns) -> bool:
+def unchanged(entry_dir: str, ctimes_ns, fingerprint: str | None = None) -> bool:
     """THE rule for "unchanged since sealed": every one of ``ctimes_ns`` (the files' ctimes, ns) is older
     than the time recorded inside the entry's seal (:func:`sealed_at_ns`); False when there is none.
 
     A file's ctime moves forward on any change to it and cannot be set back; the recorded time
     does not move when the seal file's own metadata does (a ``chmod`` or ``touch`` of the seal).
+    ``fingerprint``: the partition's; a seal naming another one vouches for nothing here, however
+    unchanged (an entry moved in from another environment's partition keeps its files' ctimes).
     Nothing else in jitwarden decides this question.
     """
-    at = sealed_at_ns(entry_dir)
-    return at is not None and all(c < at for c in ctimes_ns)
+    stamp = _stamp(entry_dir)
+    if stamp is None:
+        return False
+    at, sealed_under = stamp
+    return foreign(sealed_under, fingerprint) is None and all(c < at for c in ctimes_ns)
+
+
+def foreign(sealed_under, mine: str | None) -> str | None:
+    """Why a seal made under fingerprint ``sealed_under`` does not vouch for an entry of the partition ``mine``,
+    else None. A seal of no fingerprint (an unpartitioned root's) and a root of none are judged by none: two
+    environments sharing an unpartitioned root would quarantine each other's entries in turn."""
+    if mine is None or sealed_under is None or sealed_under == mine:
+        return None
+    return f"sealed under fingerprint {sealed_under}, this partition is {mine}"
 
 
 def sealed_at_ns(entry_dir: str) -> int | None:
@@ -188,11 +202,18 @@ def sealed_at_ns(entry_dir: str) -> int | None:
     older did not change after sealing. The seal file's own ctime is no such
     reference: a ``chmod`` or ``touch`` of the seal moves it past a tampered file's.
     """
+    stamp = _stamp(entry_dir)
+    return stamp[0] if stamp else None
+
+
+def _stamp(entry_dir: str) -> tuple[int, object] | None:
+    """(recorded time, fingerprint) of the entry's seal, one small read; None when there is none to read."""
     try:
-        at = json.loads(read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096))["fs_time_ns"]
+        doc = json.loads(read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096))
+        at = doc["fs_time_ns"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    return at if type(at) is int else None
+    return (at, doc.get("fingerprint")) if type(at) is int else None
 
 
 def newest_ctime(entry_dir: str, names) -> int:

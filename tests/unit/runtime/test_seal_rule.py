@@ -33,8 +33,7 @@ def _tampered_then_seal_chmodded(sealed_tree, tmp_path) -> str:
 
 def test_the_torch_hooks_see_a_flipped_cubin_after_the_seal_was_chmodded(sealed_tree, tmp_path):
     entry = _tampered_then_seal_chmodded(sealed_tree, tmp_path)
-    problems = torchhooks._seal_problems(entry)
-    assert problems == ["add_kernel.cubin does not match its sealed sha256"]
+    assert torchhooks._seal_problems(entry) == ("corrupt", ["add_kernel.cubin does not match its sealed sha256"])
 
 
 def test_the_one_rule_reads_the_time_inside_the_seal_not_the_seal_files_ctime(sealed_tree, tmp_path):

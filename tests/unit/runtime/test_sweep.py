@@ -230,3 +230,51 @@ def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warni
     assert not [w for w in warnings if "could not check" in w], warnings
     made = proof.prove_ahead([gone])
     assert made.total == 0 and made.summary() is None  # never "proved 0 of 1 ... quarantined"
+
+
+def _sealed_under(path: str, fingerprint: str) -> None:
+    """Reseal ``path`` as another environment's partition sealed it: same files, same recorded time, its fingerprint."""
+    s = seal.read(path)
+    seal.write(path, seal.Seal(s.files, fingerprint, s.producer, s.sealed_at), seal.newest_ctime(path, list(s.files)))
+
+
+def test_a_kernel_sealed_under_another_fingerprint_is_never_loaded_moved_in_or_copied_in(tmp_path):
+    """An entry of another environment's partition keeps its seal when moved into this one (its files keep their
+    ctimes: "unchanged") or copied (new ctimes: rechecked, and every byte matches). The seal's fingerprint is
+    not this partition's, so the static launcher's check refuses it and sets it aside as a mismatch, as the
+    guard does on Triton's own loads; a root that is no partition judges by no fingerprint."""
+    tree = str(tmp_path / "t")
+    compile_jobs(tree, guarded=True)
+    moved, copied = [n for n in entries(tree) if os.path.exists(os.path.join(tree, n, SEAL_FILE))][:2]
+    mine, theirs = "b" * 16, "a" * 16
+    for name in (moved, copied):
+        _sealed_under(os.path.join(tree, name), theirs)
+    assert sweep.sealed_unchanged(os.path.join(tree, moved))  # unpartitioned: no fingerprint to judge by
+    assert sweep.check_loaded(os.path.join(tree, moved), None) == (True, None)
+    a_file = next(f for f in sorted(os.listdir(os.path.join(tree, copied))) if not f.startswith(".jitwarden"))
+    os.chmod(os.path.join(tree, copied, a_file), 0o600)  # a new ctime, as a copy gives, the bytes the same
+    for name in (moved, copied):
+        path = os.path.join(tree, name)
+        assert not sweep.sealed_unchanged(path, mine)
+        ok, line = sweep.check_loaded(path, mine)
+        assert ok is False and f"sealed under fingerprint {theirs}, this partition is {mine}" in line, line
+        assert name not in entries(tree)
+    recs = quarantine.list_root(tree)
+    assert sorted(r.entry_id for r in recs) == sorted([moved, copied]) and {r.reason for r in recs} == {"mismatch"}
+
+
+def test_the_sweep_and_the_bundle_hook_refuse_a_seal_of_another_fingerprint(tmp_path):
+    from jitwarden.runtime import torchhooks
+
+    tree = str(tmp_path / "t")
+    compile_jobs(tree, guarded=True)
+    name = kernel_entry(tree)
+    path = os.path.join(tree, name)
+    _sealed_under(path, "a" * 16)
+    assert torchhooks._seal_problems(path) == ("", [])
+    assert torchhooks._seal_problems(path, "a" * 16) == ("", [])
+    code, problems = torchhooks._seal_problems(path, "b" * 16)
+    assert code == "mismatch" and problems == [f"sealed under fingerprint {'a' * 16}, this partition is {'b' * 16}"]
+    warnings, counts = sweep.sweep([tree], digest="b" * 16)
+    assert counts["quarantined"] == 1 and name not in entries(tree), warnings
+    assert [r.reason for r in quarantine.list_root(tree)] == ["mismatch"]
