@@ -492,8 +492,10 @@ def _dir_seal(d: str, mtime_ns: int, size: int) -> dict | None:
     from jitwarden.store import seal
 
     try:
-        s = seal.read(d)
-    except seal.SealError:
+        with os.scandir(d) as it:
+            n = sum(1 for _ in it)
+        s = seal.read(d, max_bytes=seal.dir_bound(n))
+    except (seal.SealError, OSError):
         return None
     return dict(s.files) if s else None
 

@@ -78,12 +78,11 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
         return []  # another start-up is at it
     try:
         now = time.time() if now is None else now
-        try:
-            old = seal.read(d)
+        try:  # one seal covers the whole dir: read once, its bound grows with the files in it
+            old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(names)))
         except seal.SealError:
-            old = None  # a damaged seal vouches for nothing: sealed again from what is there
+            old = at = None  # a damaged seal vouches for nothing: sealed again from what is there
         files = dict(old.files) if old else {}
-        at = seal.sealed_at_ns(d) if old else None
         by_sha = {rec["sha256"]: n for n, rec in files.items()}
         out, changed = [], False
         for name in sorted(names):
@@ -127,7 +126,8 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
                 out.append(line)
                 if files.pop(name, None) is not None:
                     changed = True
-        gone = [n for n in files if n not in names and not os.path.lexists(os.path.join(d, n))]
+        listed = set(names)  # a list here made this O(files^2): 19 s a start at 50,000 JAX files
+        gone = [n for n in files if n not in listed and not os.path.lexists(os.path.join(d, n))]
         for n in gone:
             del files[n]
         if changed or gone or (old is None and files):

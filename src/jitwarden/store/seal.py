@@ -21,6 +21,14 @@ SCHEMA = 1
 MAX_FILE = 1 << 31
 """Larger than any kernel binary: a sealed name that reads on past this (a device) is not a kernel file."""
 MAX_SEAL = 4 << 20
+BYTES_PER_FILE = 512  # a seal's line per file: its name (at most 255 bytes), sha256 and size, with room to spare
+
+
+def dir_bound(files: int) -> int:
+    """The read bound of a seal that covers a whole directory of ``files`` files (runtime/flatseal.py): it grows
+    with the directory, ~175 bytes a JAX file (a fixed 4 MiB stopped at about 24,000 files, and the seal went
+    unread: every file rehashed at each start, a swap resealed unseen)."""
+    return MAX_SEAL + BYTES_PER_FILE * files
 
 
 class SealError(ValueError):
@@ -59,25 +67,38 @@ def compute(entry_dir: str, names, fingerprint: str | None = None, producer: dic
     return Seal(files, fingerprint, dict(producer or {}), time.time())
 
 
-def read(entry_dir: str, *, dir_fd: int | None = None) -> Seal | None:
+def read(entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL) -> Seal | None:
     """The entry's seal, None when it has none; SealError when it is damaged.
 
-    ``dir_fd``: the entry's directory fd (``entry_dir`` is then only used in messages).
+    ``dir_fd``: the entry's directory fd (``entry_dir`` is then only used in messages). ``max_bytes``:
+    a seal over a whole directory of files (runtime/flatseal.py) is bounded by that directory's size.
     """
+    return read_stamped(entry_dir, dir_fd=dir_fd, max_bytes=max_bytes)[0]
+
+
+def read_stamped(entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL) -> tuple[Seal | None, int | None]:
+    """(:func:`read`, :func:`sealed_at_ns`) from one read of the seal: a directory's seal of 50,000 files is
+    8 MB, read and parsed once a start."""
     try:
         if dir_fd is None:
-            raw = read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096)
+            raw = read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=max_bytes, size_hint=4096)
         else:
-            raw = read_bytes(SEAL_FILE, max_bytes=MAX_SEAL, dir_fd=dir_fd, size_hint=4096)
+            raw = read_bytes(SEAL_FILE, max_bytes=max_bytes, dir_fd=dir_fd, size_hint=4096)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
         raise SealError(f"seal unreadable: {exc.strerror or exc}") from None
-    return parse(raw)
+    s, at = _parse(raw)
+    return s, at if type(at) is int else None
 
 
 def parse(raw: bytes) -> Seal:
     """The seal in ``raw``; SealError unless it is exactly a seal (flat names, sha256 and size each)."""
+    return _parse(raw)[0]
+
+
+def _parse(raw: bytes) -> tuple[Seal, object]:
+    """(:func:`parse`, the ``fs_time_ns`` recorded in it, unchecked)."""
     try:
         doc = json.loads(raw)
         files = doc["files"]
@@ -90,7 +111,8 @@ def parse(raw: bytes) -> Seal:
                 raise ValueError
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError, AttributeError):
         raise SealError("seal is not a valid jitwarden seal") from None
-    return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0))
+    return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0)), \
+        doc.get("fs_time_ns")
 
 
 MISSING, UNREADABLE, LINK, SIZE, DIGEST, NOT_COVERED = "missing", "unreadable", "link", "size", "digest", "not-covered"

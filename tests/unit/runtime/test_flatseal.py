@@ -235,3 +235,31 @@ def test_a_swap_written_a_moment_before_the_start_is_refused_not_left_to_settle(
     (line,) = flatseal.check_root("jax", root, "d1")
     assert swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
     assert not os.path.exists(os.path.join(root, SEAL_FILE)) or swapped not in sealed(root)
+
+
+def test_a_swap_in_a_jax_dir_of_30000_files_is_caught_at_start_up_and_by_verify(tmp_path, capsys):
+    """One seal covers the whole dir: 30,000 JAX names make it ~5 MB. It used to be read with the 4 MiB bound of an
+    entry's seal, so past ~24,000 files it went unread: every start rehashed every file and resealed what it
+    found, a swapped file included, and verify called every file unsealed."""
+    import hashlib
+
+    from jitwarden.store import seal
+    from tests.helpers import otherkinds as ok
+
+    root = str(tmp_path / "jax")
+    os.makedirs(root)
+    names = []
+    for i in range(30000):
+        names.append(f"jit_f-{hashlib.sha256(str(i).encode()).hexdigest()}-cache")
+        with open(os.path.join(root, names[-1]), "wb") as f:
+            f.write(b"not JAX's own bytes: " + i.to_bytes(4, "little") * 16)  # unrecognised (info): the seal judges
+    seal.write(root, seal.compute(root, names, "d1", {"by": "start-up", "kind": "jax"}), seal.newest_ctime(root, names))
+    assert os.path.getsize(os.path.join(root, SEAL_FILE)) > seal.MAX_SEAL
+    assert flatseal.check_root("jax", root, "d1") == []  # unchanged: read, not rewritten
+    victim = names[12345]
+    copy_bytes(os.path.join(root, names[2]), os.path.join(root, victim), age=0)  # another entry's bytes
+    rc, doc = ok.verify(capsys, root, "--kind", "jax")
+    assert rc == 1 and [k for k, v in ok.codes(doc).items() if "corrupt" in v] == [victim]
+    (line,) = flatseal.check_root("jax", root, "d1")
+    assert victim in line and "does not match its sealed sha256" in line
+    assert quarantined(root) and not os.path.exists(os.path.join(root, victim)) and victim not in sealed(root)
