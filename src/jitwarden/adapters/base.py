@@ -70,20 +70,102 @@ def private_root(kind: str, env) -> list[tuple[str, str]]:
     return [(os.path.join(d, kind), "private")] if d else []
 
 
-def holds(path: str, test, most: int | None = None) -> bool:
-    """Whether the directory ``path`` holds an item (``os.DirEntry``) that passes ``test``, among the first
-    ``most`` listed (None: all): how a root is told by its entries (``looks_like_root``); False when it
-    cannot be listed."""
+class Listing:
+    """The items of one directory as one ``scandir`` gave them, in its order: ``names``, and ``types``, each
+    item's type from the listing itself (``d`` directory, ``l`` symlink, ``f`` regular file, ``o`` anything
+    else; no stat, no link followed). What each adapter's ``looks_like_root`` reads of a path, through
+    :func:`listed`; it holds the names, never a ``DirEntry`` per item (ARCHITECTURE.md, "The flow of one command")."""
+
+    __slots__ = ("names", "types", "_blob")
+
+    def __init__(self, names: list[str], types: str):
+        self.names = names
+        self.types = types
+        self._blob: str | None = None
+
+    @property
+    def blob(self) -> str:
+        """The names joined by NUL (which no name holds), one at each end: one C-speed search finds a name's
+        shape among 10,000s (built on first use)."""
+        if self._blob is None:
+            self._blob = "\0" + "\0".join(self.names) + "\0"
+        return self._blob
+
+    def dirs(self):
+        """The names of the directories, in listing order (lazily: a caller may stop early)."""
+        return (n for n, t in zip(self.names, self.types) if t == "d")
+
+    def has_name_ending(self, suffix: str) -> bool:
+        """Whether a name ends with ``suffix``, or with ``suffix`` and a newline (where a regex's ``$`` also
+        matches): a necessary condition of a ``^...suffix$`` pattern, in one search of :attr:`blob`."""
+        return f"{suffix}\0" in self.blob or f"{suffix}\n\0" in self.blob
+
+
+_LISTINGS: dict[str, Listing] | None = None  # within listing_once(): each directory listed once
+
+
+def _type_of(e: os.DirEntry) -> str:
+    if e.is_dir(follow_symlinks=False):  # never a symlink
+        return "d"
+    if e.is_symlink():
+        return "l"
+    return "f" if e.is_file(follow_symlinks=False) else "o"
+
+
+def listed(path: str) -> Listing:
+    """The :class:`Listing` of the directory ``path`` (OSError when it cannot be listed); within
+    :func:`listing_once`, listed once however many adapters ask (a root of 10,000 entries costs ~8 ms a listing)."""
+    memo = _LISTINGS
+    if memo is not None:
+        got = memo.get(path)
+        if got is not None:
+            return got
+    names, types = [], []
+    with os.scandir(path) as it:
+        for e in it:
+            names.append(e.name)
+            types.append(_type_of(e))
+    got = Listing(names, "".join(types))
+    if memo is not None:
+        memo[path] = got
+    return got
+
+
+@contextmanager
+def listing_once():
+    """Within it, :func:`listed` lists each directory once: telling what a path named on the command line is
+    asks every adapter, and most look at the same directory. The listings are dropped on leaving (a
+    root's listing is as large as its names); not for threads (the CLI's discovery runs in one)."""
+    global _LISTINGS
+    outer = _LISTINGS
+    if outer is None:
+        _LISTINGS = {}
     try:
-        with os.scandir(path) as it:
-            return any(map(test, islice(it, most)))
+        yield
+    finally:
+        if outer is None:
+            _LISTINGS = None
+
+
+def holds(path: str, test, most: int | None = None) -> bool:
+    """Whether the directory ``path`` holds an item that passes ``test(name, type)`` (type as in
+    :class:`Listing`), among the first ``most`` listed (None: all): how a root is told by its entries
+    (``looks_like_root``); False when it cannot be listed."""
+    try:
+        ls = listed(path)
     except OSError:
         return False
+    return any(map(test, islice(ls.names, most), ls.types))
 
 
 def holds_match(path: str, pattern) -> bool:
-    """:func:`holds` an item whose name ``pattern`` (a compiled regex) matches."""
-    return holds(path, lambda e: pattern.match(e.name))
+    """Whether the directory ``path`` holds an item whose name ``pattern`` (a compiled regex) matches;
+    False when it cannot be listed."""
+    try:
+        names = listed(path).names
+    except OSError:
+        return False
+    return any(map(pattern.match, names))
 
 
 def entries(path: str) -> list[os.DirEntry]:

@@ -129,9 +129,9 @@ def looks_like_root(path: str) -> bool:
     return holds(path, _is_evidence, _LOOK_AT)
 
 
-def _is_evidence(e: os.DirEntry) -> bool:
-    return bool(e.name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(e.name)
-                or _OLD_ENTRY_ID.match(e.name)) and e.is_dir(follow_symlinks=False)
+def _is_evidence(name: str, type_: str) -> bool:
+    return type_ == "d" and bool(name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(name)
+                                 or _OLD_ENTRY_ID.match(name))
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

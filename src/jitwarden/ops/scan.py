@@ -17,7 +17,7 @@ from operator import attrgetter
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
-from jitwarden.adapters.base import expand_partitions
+from jitwarden.adapters.base import expand_partitions, listed, listing_once
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
@@ -227,11 +227,12 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
         if not os.access(p, os.R_OK | os.X_OK):
             raise UsageError(f"{p}: permission denied")
         path = os.path.abspath(p)
-        try:
-            kernel_files = _holds_kernel_files(os.listdir(path))  # the names dropped at once: a root lists 10,000s
-        except OSError as exc:
-            raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
-        kind = adapters.kind_of_path(path)
+        with listing_once():  # one listing of the path for this test and every adapter's (a root lists 10,000s)
+            try:
+                kernel_files = _holds_kernel_files(listed(path).blob)
+            except OSError as exc:
+                raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
+            kind = adapters.kind_of_path(path)
         if kind in (None, tri.KIND) and kernel_files:
             out.append((CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)]))
             continue
@@ -281,11 +282,10 @@ def roots_beneath(path: str, depth: int = SEARCH_DEPTH, limit: int = SEARCH_DIRS
     return found, True
 
 
-def _holds_kernel_files(names: list[str]) -> bool:
+def _holds_kernel_files(blob: str) -> bool:
     """Whether a directory's names include a ``__grp__*`` file, a ``.cubin`` or a ``.so`` (one entry's own
-    directory, not a root): one search of the names joined by NUL, which no name contains (10,000 names in
-    a root: a per-name loop costs more than the search)."""
-    blob = "\0" + "\0".join(names) + "\0"
+    directory, not a root): one search of its names joined by NUL (:attr:`~jitwarden.adapters.base.Listing.blob`),
+    which no name contains (10,000 names in a root: a per-name loop costs more than the search)."""
     return "\0__grp__" in blob or ".cubin\0" in blob or ".so\0" in blob
 
 

@@ -157,3 +157,19 @@ def test_status_counts_quarantined_entries(isolated_env, built_cache, capsys):
     assert cache["quarantined"] == 1 and cache["entries"] == len(manifest) - 1
     assert main(["status", "--target", "90"]) == 0
     assert "QUAR" in capsys.readouterr().out
+
+
+def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path, monkeypatch):
+    """``verify PATH`` asks every kind whether PATH is its root; a Triton root of 10,000s of entry dirs is listed
+    once for all of them (each listing of such a root costs ~8 ms), and the answer is still Triton's."""
+    from jitwarden.ops import scan
+
+    root = tmp_path / "cache"
+    for i in range(300):
+        (root / tri.entry_id_for_hash(f"{i:064x}")).mkdir(parents=True)
+    listed = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p=".": (listed.append(os.fspath(p)) if isinstance(p, (str, os.PathLike)) else None, real(p))[1])
+    ((r, only),) = scan.roots_from_paths([str(root)])
+    assert (r.kind, r.path, only) == ("triton", str(root), None)
+    assert listed.count(str(root)) == 1, listed
