@@ -379,18 +379,25 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
     return s
 
 
-@contextmanager
-def surveyed(root: str, rel: str, *, nested: bool = True, links_within: str | None = None):
-    """:func:`survey`, with the entry's directory kept open: yields (survey, fd of the directory, or None
+class surveyed:  # noqa: N801 - used as a function: ``with surveyed(root, rel) as (survey, fd)``
+    """:func:`survey`, with the entry's directory kept open: gives (survey, fd of the directory, or None
     when the entry is no directory or cannot be listed), closed on leaving. Reading its files by that
     fd (``dir_fd=``) opens what was listed: no path is resolved again, and a directory swapped for a
-    symlink meanwhile is never entered."""
-    s, fd = _survey(root, rel, MAX_DEPTH, nested, links_within)
-    try:
-        yield s, fd
-    finally:
-        if fd is not None:
-            os.close(fd)
+    symlink meanwhile is never entered. A class, not a generator: the scan enters one per entry."""
+
+    __slots__ = ("_args", "_fd")
+
+    def __init__(self, root: str, rel: str, *, nested: bool = True, links_within: str | None = None):
+        self._args = (root, rel, MAX_DEPTH, nested, links_within)
+        self._fd = None
+
+    def __enter__(self) -> tuple[Survey, int | None]:
+        s, self._fd = _survey(*self._args)
+        return s, self._fd
+
+    def __exit__(self, *_exc) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
 
 
 def _not_listed(root: str, path: str, why: OSError) -> Survey:

@@ -26,7 +26,7 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge
 PARALLEL_THRESHOLD = 1500
 CHUNK = 250
 """Entries judged (and, streamed, held) at a time by one process: the pool's workers take the next chunk when
-free, so at the end one of them waits at most one chunk (~40 ms of Triton entries) for the other."""
+free; the last ones are cut in quarters, so at the end one of them waits at most ~10 ms for the other."""
 
 
 @dataclass(frozen=True)
@@ -425,6 +425,13 @@ def _judged(plan: list[_Planned], judge: Judge, jobs: int, work, extra: tuple = 
         for i, t in zip(owners, tasks):
             yield i, here(t)
         return
+    # The last ``jobs`` chunks go in quarters: a worker that finds the queue empty waits for the others' last
+    # chunk, so the smaller that chunk, the shorter the wait (the order of the entries is the same).
+    cut, tail = len(tasks) - jobs, max(1, CHUNK // 4)
+    split = [(i, (*t[:2], t[2][q : q + tail], *t[3:])) for i, t in zip(owners[cut:], tasks[cut:])
+             for q in range(0, len(t[2]), tail)]
+    owners[cut:] = [i for i, _ in split]
+    tasks[cut:] = [t for _, t in split]
     with _pool(jobs) as pool:
         yield from zip(owners, pool.imap(work, tasks))
 
