@@ -211,7 +211,9 @@ def main() -> int:
         walk(args.walk)
         return 0
 
-    work = args.keep or tempfile.mkdtemp(prefix="jw-bench-scan-")
+    # Absolute: the group files name their children by absolute path, as Triton writes them (a relative
+    # --keep would make every entry's children lie "outside" it: 50,000 foreign-path findings).
+    work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="jw-bench-scan-")
     scratch = tempfile.mkdtemp(prefix="jw-bench-base-")  # the baseline's code: never written into a kept tree
     try:
         src = os.path.join(work, "templates")

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from itertools import chain, islice
-from operator import attrgetter, or_
+from operator import attrgetter, methodcaller, or_
 from typing import NamedTuple
 
 from jitwarden.env import locations
@@ -71,61 +71,54 @@ def private_root(kind: str, env) -> list[tuple[str, str]]:
 
 
 class Listing:
-    """The items of one directory as one ``scandir`` gave them, in its order: ``names``, and ``types``, each
-    item's type from the listing itself (``d`` directory, ``l`` symlink, ``f`` regular file, ``o`` anything
-    else; no stat, no link followed). What each adapter's ``looks_like_root`` reads of a path, through
-    :func:`listed`; it holds the names, never a ``DirEntry`` per item (ARCHITECTURE.md, "The flow of one command")."""
+    """The names of one directory's items, in the order the directory lists them (``os.listdir``): what each
+    adapter's ``looks_like_root`` reads of a path, through :func:`listed`. A name's type is looked up only
+    when asked (:meth:`type_of`: one ``lstat``, never following a link), as a root test asks it of the few
+    names of the shape it looks for: a root lists 10,000s, and holding one ``DirEntry`` or type per name
+    would cost memory that grows with them (ARCHITECTURE.md, "How to add … A cache kind")."""
 
-    __slots__ = ("names", "types", "_blob")
+    __slots__ = ("path", "names", "_types")
 
-    def __init__(self, names: list[str], types: str):
+    def __init__(self, path: str, names: list[str]):
+        self.path = path
         self.names = names
-        self.types = types
-        self._blob: str | None = None
+        self._types: dict[str, str] = {}
 
-    @property
-    def blob(self) -> str:
-        """The names joined by NUL (which no name holds), one at each end: one C-speed search finds a name's
-        shape among 10,000s (built on first use)."""
-        if self._blob is None:
-            self._blob = "\0" + "\0".join(self.names) + "\0"
-        return self._blob
+    def type_of(self, name: str) -> str:
+        """``d`` (a directory), ``l`` (a symlink), ``f`` (a regular file), ``o`` (anything else), or ``-`` (gone
+        since the listing): the item as ``lstat`` sees it now, asked once."""
+        t = self._types.get(name)
+        if t is None:
+            try:
+                mode = os.lstat(os.path.join(self.path, name)).st_mode
+                t = "d" if stat.S_ISDIR(mode) else "l" if stat.S_ISLNK(mode) else "f" if stat.S_ISREG(mode) else "o"
+            except OSError:
+                t = "-"
+            self._types[name] = t
+        return t
 
     def dirs(self):
         """The names of the directories, in listing order (lazily: a caller may stop early)."""
-        return (n for n, t in zip(self.names, self.types) if t == "d")
+        return (n for n in self.names if self.type_of(n) == "d")
 
     def has_name_ending(self, suffix: str) -> bool:
         """Whether a name ends with ``suffix``, or with ``suffix`` and a newline (where a regex's ``$`` also
-        matches): a necessary condition of a ``^...suffix$`` pattern, in one search of :attr:`blob`."""
-        return f"{suffix}\0" in self.blob or f"{suffix}\n\0" in self.blob
+        matches): a necessary condition of a ``^...suffix$`` pattern, in one C-level pass over the names."""
+        return any(map(methodcaller("endswith", (suffix, suffix + "\n")), self.names))
 
 
 _LISTINGS: dict[str, Listing] | None = None  # within listing_once(): each directory listed once
 
 
-def _type_of(e: os.DirEntry) -> str:
-    if e.is_dir(follow_symlinks=False):  # never a symlink
-        return "d"
-    if e.is_symlink():
-        return "l"
-    return "f" if e.is_file(follow_symlinks=False) else "o"
-
-
 def listed(path: str) -> Listing:
     """The :class:`Listing` of the directory ``path`` (OSError when it cannot be listed); within
-    :func:`listing_once`, listed once however many adapters ask (a root of 10,000 entries costs ~8 ms a listing)."""
+    :func:`listing_once`, listed once however many adapters ask (a root of 10,000 entries costs ~5 ms a listing)."""
     memo = _LISTINGS
     if memo is not None:
         got = memo.get(path)
         if got is not None:
             return got
-    names, types = [], []
-    with os.scandir(path) as it:
-        for e in it:
-            names.append(e.name)
-            types.append(_type_of(e))
-    got = Listing(names, "".join(types))
+    got = Listing(path, os.listdir(path))
     if memo is not None:
         memo[path] = got
     return got
@@ -147,15 +140,16 @@ def listing_once():
             _LISTINGS = None
 
 
-def holds(path: str, test, most: int | None = None) -> bool:
-    """Whether the directory ``path`` holds an item that passes ``test(name, type)`` (type as in
-    :class:`Listing`), among the first ``most`` listed (None: all): how a root is told by its entries
-    (``looks_like_root``); False when it cannot be listed."""
+def holds(path: str, test, most: int | None = None, type_: str | None = None) -> bool:
+    """Whether the directory ``path`` holds an item whose name passes ``test`` and, given ``type_``, of that
+    type (:meth:`Listing.type_of`, asked of those names only), among the first ``most`` listed (None: all):
+    how a root is told by its entries (``looks_like_root``); False when it cannot be listed."""
     try:
         ls = listed(path)
     except OSError:
         return False
-    return any(map(test, islice(ls.names, most), ls.types))
+    named = filter(test, islice(ls.names, most))
+    return any(named) if type_ is None else any(ls.type_of(n) == type_ for n in named)
 
 
 def holds_match(path: str, pattern) -> bool:

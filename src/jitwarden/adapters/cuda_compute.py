@@ -75,7 +75,6 @@ LIBCUDA_PATHS = (
 )
 PROC_VERSION = "/proc/driver/nvidia/version"
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
-_ONE_HEX = re.compile("\0[0-9a-fA-F]\0")  # a name of one hex digit, in a Listing's blob
 _STAMP = re.compile(rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)?")
 _ENTRY_MAGIC = 0x41
 _HEADER = struct.Struct("<IIIIIQ")
@@ -107,9 +106,9 @@ def looks_like_root(path: str) -> bool:
 def _hex_dirs(path: str) -> list[str]:
     """The paths of the one-hex-digit directories in ``path`` (the driver's two levels: ``a/3``), in listing order."""
     ls = listed(path)
-    if not _ONE_HEX.search(ls.blob):  # one C-speed search: a root of another kind lists 10,000s of names
+    if 1 not in map(len, ls.names):  # a C-level pass: a root of another kind lists 10,000s of names
         return []
-    return [os.path.join(path, n) for n, t in zip(ls.names, ls.types) if len(n) == 1 and t == "d" and _HEX.match(n)]
+    return [os.path.join(path, n) for n in ls.names if len(n) == 1 and _HEX.match(n) and ls.type_of(n) == "d"]
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
@@ -229,7 +229,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
         path = os.path.abspath(p)
         with listing_once():  # one listing of the path for this test and every adapter's (a root lists 10,000s)
             try:
-                kernel_files = _holds_kernel_files(listed(path).blob)
+                kernel_files = _holds_kernel_files(listed(path).names)
             except OSError as exc:
                 raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
             kind = adapters.kind_of_path(path)
@@ -282,11 +282,13 @@ def roots_beneath(path: str, depth: int = SEARCH_DEPTH, limit: int = SEARCH_DIRS
     return found, True
 
 
-def _holds_kernel_files(blob: str) -> bool:
+def _holds_kernel_files(names: list[str]) -> bool:
     """Whether a directory's names include a ``__grp__*`` file, a ``.cubin`` or a ``.so`` (one entry's own
-    directory, not a root): one search of its names joined by NUL (:attr:`~jitwarden.adapters.base.Listing.blob`),
-    which no name contains (10,000 names in a root: a per-name loop costs more than the search)."""
-    return "\0__grp__" in blob or ".cubin\0" in blob or ".so\0" in blob
+    directory, not a root): C-level passes of str methods over the names (10,000 in a root), nothing built."""
+    return any(map(_IS_GROUP, names)) or any(map(_IS_KERNEL_FILE, names))
+
+
+_IS_GROUP, _IS_KERNEL_FILE = methodcaller("startswith", "__grp__"), methodcaller("endswith", (".cubin", ".so"))
 
 
 def default_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list[tuple[CacheRoot, list[str] | None]]:

@@ -168,8 +168,13 @@ def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path
     for i in range(300):
         (root / tri.entry_id_for_hash(f"{i:064x}")).mkdir(parents=True)
     listed = []
-    real = os.scandir
-    monkeypatch.setattr(os, "scandir", lambda p=".": (listed.append(os.fspath(p)) if isinstance(p, (str, os.PathLike)) else None, real(p))[1])
+    for name in ("scandir", "listdir"):  # every way a directory is listed
+        def counted(p=".", real=getattr(os, name)):
+            if isinstance(p, (str, os.PathLike)):
+                listed.append(os.fspath(p))
+            return real(p)
+
+        monkeypatch.setattr(os, name, counted)
     ((r, only),) = scan.roots_from_paths([str(root)])
     assert (r.kind, r.path, only) == ("triton", str(root), None)
     assert listed.count(str(root)) == 1, listed
