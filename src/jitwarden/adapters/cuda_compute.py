@@ -108,7 +108,7 @@ def _hex_dirs(path: str) -> list[str]:
     ls = listed(path)
     if 1 not in map(len, ls.names):  # a C-level pass: a root of another kind lists 10,000s of names
         return []
-    return [os.path.join(path, n) for n in ls.names if len(n) == 1 and _HEX.match(n) and ls.type_of(n) == "d"]
+    return [os.path.join(path, n) for n, t in zip(ls.names, ls.types) if len(n) == 1 and t == "d" and _HEX.match(n)]
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

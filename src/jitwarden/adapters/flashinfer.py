@@ -80,7 +80,7 @@ def _workspaces(root: str) -> list[tuple[str, str | None, str]]:
         return out
     # Only names a workspace can have are looked at (C-speed matches: a root of another kind lists 10,000s).
     named = set(filter(ARCHS.match, ls.names)).union(filter(VERSION.match, ls.names))
-    tops = sorted(n for n in named if not is_reserved(n) and ls.type_of(n) == "d")
+    tops = sorted(n for n in ls.dirs(named) if not is_reserved(n)) if named else []
     for top in tops:
         if ARCHS.match(top):
             out.append((top, None, top))

@@ -89,7 +89,7 @@ def looks_like_root(path: str) -> bool:
     except OSError:
         return False
     tags = set(filter(TAG.match, ls.names))  # C-speed: a root of another kind lists 10,000s of names
-    if any(ls.type_of(n) == "d" for n in tags):
+    if tags and any(ls.dirs(tags)):
         return True
     kids = list(islice(ls.dirs(), 64))  # the first 64 subdirs, in listing order
     if not kids:
