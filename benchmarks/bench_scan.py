@@ -211,7 +211,10 @@ def main() -> int:
         walk(args.walk)
         return 0
 
-    work = args.keep or tempfile.mkdtemp(prefix="jw-bench-scan-")
+    # Absolute: the group files name their children by absolute path, as Triton writes them (a relative
+    # --keep would make every entry's children lie "outside" it: 50,000 foreign-path findings).
+    work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="jw-bench-scan-")
+    scratch = tempfile.mkdtemp(prefix="jw-bench-base-")  # the baseline's code: never written into a kept tree
     try:
         src = os.path.join(work, "templates")
         if not os.path.isdir(src):
@@ -227,11 +230,12 @@ def main() -> int:
 
         against = args.against
         if against is None and not args.no_base:
-            against = base_src(args.base, os.path.join(work, f"base-{args.base.replace('/', '_')}"))
+            against = base_src(args.base, os.path.join(scratch, f"base-{args.base.replace('/', '_')}"))
         fig = measure([tree], args.repeat, against=against, with_walk=True)
         print(f"tree: {n} entries, {files} files, {walk(tree) / 1e6:.1f} MB read by the walk; {os.cpu_count()} cores")
         report(n, fig, args.repeat)
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0

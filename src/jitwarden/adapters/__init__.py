@@ -97,9 +97,13 @@ def discover_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list
 
 def kind_of_path(path: str) -> str | None:
     """The kind of a directory named on the command line: the first adapter whose evidence claims it,
-    :data:`ASKED_LAST` last; None when no kind does (the path holds no cache of a known kind)."""
+    :data:`ASKED_LAST` last; None when no kind does (the path holds no cache of a known kind). The path is
+    listed once for them all (:func:`jitwarden.adapters.base.listing_once`)."""
+    from jitwarden.adapters.base import listing_once
+
     order = [a for a in every() if a.KIND != ASKED_LAST] + [get(ASKED_LAST)]
-    return next((a.KIND for a in order if a.looks_like_root(path)), None)
+    with listing_once():
+        return next((a.KIND for a in order if a.looks_like_root(path)), None)
 
 
 def judge_root(adapter: CacheAdapter, path: str, uid: int | None = None) -> list[Finding]:

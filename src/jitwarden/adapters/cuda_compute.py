@@ -56,7 +56,7 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
 from jitwarden.store.fsutil import read_bytes, read_head
 from jitwarden.env import locations
-from jitwarden.adapters.base import cubin_findings, entries, existing, set_vars, survey, survey_findings
+from jitwarden.adapters.base import cubin_findings, entries, existing, listed, set_vars, survey, survey_findings
 
 KIND = "cuda-compute"
 ROOT_RISK = None
@@ -104,9 +104,11 @@ def looks_like_root(path: str) -> bool:
 
 
 def _hex_dirs(path: str) -> list[str]:
-    """The paths of the one-hex-digit directories in ``path`` (the driver's two levels: ``a/3``)."""
-    with os.scandir(path) as it:
-        return [e.path for e in it if len(e.name) == 1 and _HEX.match(e.name) and e.is_dir(follow_symlinks=False)]
+    """The paths of the one-hex-digit directories in ``path`` (the driver's two levels: ``a/3``), in listing order."""
+    ls = listed(path)
+    if 1 not in map(len, ls.names):  # a C-level pass: a root of another kind lists 10,000s of names
+        return []
+    return [os.path.join(path, n) for n, t in zip(ls.names, ls.types) if len(n) == 1 and t == "d" and _HEX.match(n)]
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

@@ -34,7 +34,7 @@ from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.env import locations
-from jitwarden.adapters.base import elf_head, existing, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
+from jitwarden.adapters.base import elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
 
 KIND = "flashinfer"
 ROOT_RISK = None
@@ -75,10 +75,12 @@ def _workspaces(root: str) -> list[tuple[str, str | None, str]]:
     """(relative workspace dir, version or None, archs) for every workspace under ``root``."""
     out = []
     try:
-        with os.scandir(root) as it:
-            tops = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not is_reserved(e.name))
+        ls = listed(root)
     except OSError:
         return out
+    # Only names a workspace can have are looked at (C-speed matches: a root of another kind lists 10,000s).
+    named = set(filter(ARCHS.match, ls.names)).union(filter(VERSION.match, ls.names))
+    tops = sorted(n for n in ls.dirs(named) if not is_reserved(n)) if named else []
     for top in tops:
         if ARCHS.match(top):
             out.append((top, None, top))

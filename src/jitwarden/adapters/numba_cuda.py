@@ -65,11 +65,15 @@ def _files(d: str) -> list[str]:
 def looks_like_root(path: str) -> bool:
     """A dir holding ``*.nbi`` index files, itself or in its ``<source dir>_<sha1>`` subdirs."""
     try:
-        names = _files(path)
+        ls = base.listed(path)
     except OSError:
         return False
-    if any(INDEX.match(n) for n in names):
+    # C-speed tests first: a root of another kind lists 10,000s of names, none an index or a source dir.
+    if ls.has_name_ending(".nbi") and any(INDEX.match(n) and not is_reserved(n) for n in ls.names):
         return True
+    if not any(map(SUBDIR.match, ls.names)):
+        return False
+    names = sorted(n for n in ls.names if not is_reserved(n))
     return any(SUBDIR.match(n) and any(INDEX.match(x) for x in _safe_files(os.path.join(path, n))) for n in names[:256])
 
 

@@ -126,12 +126,11 @@ def looks_like_root(path: str) -> bool:
     """A directory holding Triton's evidence: an entry dir named by a kernel key (52 base32 characters, or
     64 hex before Triton 3.0), or jitwarden's own partitions or quarantine. A Triton cache has no marker
     file, so an empty or unrelated directory is not taken for one (ARCHITECTURE.md, "A cache kind")."""
-    return holds(path, _is_evidence, _LOOK_AT)
+    return holds(path, _is_evidence, _LOOK_AT, "d")
 
 
-def _is_evidence(e: os.DirEntry) -> bool:
-    return bool(e.name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(e.name)
-                or _OLD_ENTRY_ID.match(e.name)) and e.is_dir(follow_symlinks=False)
+def _is_evidence(name: str) -> bool:
+    return bool(name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(name) or _OLD_ENTRY_ID.match(name))
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:

@@ -157,3 +157,45 @@ def test_status_counts_quarantined_entries(isolated_env, built_cache, capsys):
     assert cache["quarantined"] == 1 and cache["entries"] == len(manifest) - 1
     assert main(["status", "--target", "90"]) == 0
     assert "QUAR" in capsys.readouterr().out
+
+
+def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path, monkeypatch):
+    """``verify PATH`` asks every kind whether PATH is its root; a Triton root of 10,000s of entry dirs is listed
+    once for all of them (each listing of such a root costs ~8 ms), and the answer is still Triton's."""
+    from jitwarden.ops import scan
+
+    root = tmp_path / "cache"
+    for i in range(300):
+        (root / tri.entry_id_for_hash(f"{i:064x}")).mkdir(parents=True)
+    listed = []
+    for name in ("scandir", "listdir"):  # every way a directory is listed
+        def counted(p=".", real=getattr(os, name)):
+            if isinstance(p, (str, os.PathLike)):
+                listed.append(os.fspath(p))
+            return real(p)
+
+        monkeypatch.setattr(os, name, counted)
+    ((r, only),) = scan.roots_from_paths([str(root)])
+    assert (r.kind, r.path, only) == ("triton", str(root), None)
+    assert listed.count(str(root)) == 1, listed
+
+
+def test_telling_a_root_of_files_stats_none_of_them(tmp_path, monkeypatch):
+    """A root of 10,000s of files (JAX's, CuPy's) is told by every kind from its one listing: the types come
+    with the listing, so no kind stats the root's items one by one (10,000 stats cost more than the listing)."""
+    from jitwarden import adapters
+
+    root = tmp_path / "jax"
+    root.mkdir()
+    for i in range(300):
+        (root / f"mod-{i:064x}-cache").write_bytes(b"")
+    stats = []
+    for name in ("stat", "lstat"):
+        def counted(p, *a, real=getattr(os, name), **k):
+            if os.path.basename(os.fspath(p)).startswith("mod-"):  # one of the root's items
+                stats.append(os.fspath(p))
+            return real(p, *a, **k)
+
+        monkeypatch.setattr(os, name, counted)
+    assert adapters.kind_of_path(str(root)) == "jax"
+    assert stats == []

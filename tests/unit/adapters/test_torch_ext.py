@@ -304,7 +304,8 @@ def test_activation_partitions_torch_extensions_and_the_scanner_finds_the_partit
 
 def test_root_test_of_a_large_other_cache_holds_a_bounded_number_of_subdirs(tmp_path):
     """Asked whether a Triton root of 10,000s of entry dirs is a torch-extensions root (``verify PATH`` asks every
-    kind), the answer costs memory bounded by the 64 subdirs it looks into, not one DirEntry per entry dir."""
+    kind), the answer holds the root's names once (the listing every adapter shares), never one DirEntry per
+    entry dir, and looks into at most 64 subdirs."""
     import tracemalloc
 
     for i in range(3000):
@@ -315,7 +316,7 @@ def test_root_test_of_a_large_other_cache_holds_a_bounded_number_of_subdirs(tmp_
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 100_000, peak  # 3000 DirEntry objects held: ~400 KB
+    assert peak < 3000 * 150, peak  # the names, ~120 bytes each; 3000 DirEntry objects held: ~1 MB
     (tmp_path / f"{7:052d}" / "build.ninja").write_text("rule cxx\n")
     assert torch_ext.looks_like_root(str(tmp_path)) is (f"{7:052d}" in [e.name for e in list(os.scandir(tmp_path))[:64]])
     (tmp_path / "py311_cu128").mkdir()

@@ -163,3 +163,18 @@ def test_streamed_verify_holds_no_more_for_four_times_the_entries(cache, tmp_pat
                 tracemalloc.stop()
         assert json.loads(verify_json(capsys, monkeypatch, tree, "--target", "90", streamed=True))["summary"]["entries"] == n
     assert peaks[600] - peaks[150] < 450 * 1000, peaks
+
+
+def test_a_pool_judges_the_entries_one_process_does_in_its_order(cache, built_cache, capsys, monkeypatch):
+    """Chunks judged in worker processes, the last ones cut smaller so that no worker waits long for another,
+    make the same document as one process judging them all: each entry under its own root, in order."""
+    root, recs = cache
+    damaged(root, recs)
+    args = [root, built_cache[0], "--target", "90", "--all"]
+    monkeypatch.setattr(scan, "CHUNK", 5)  # several chunks per root, the last two cut in entries of one
+    alone = verify_json(capsys, monkeypatch, *args, streamed=True)
+    monkeypatch.setattr(scan, "PARALLEL_THRESHOLD", 1)
+    pooled = verify_json(capsys, monkeypatch, *args, streamed=True)
+    assert same(pooled, alone)
+    doc = json.loads(pooled)
+    assert [c["entries"] for c in doc["caches"]] == [len(os.listdir(root)), len(os.listdir(built_cache[0]))]
