@@ -79,6 +79,7 @@ class EntryFacts:
     launchers: tuple[tuple[str, elf.Elf | None], ...] = ()
     read_errors: tuple[tuple[str, str], ...] = ()  # name, why (unparseable / unreadable)
     seal_problems: tuple[str, ...] | None = None  # None: no seal
+    seal_foreign: str | None = None  # why the seal does not vouch for an entry of this partition (another fingerprint)
 
     @property
     def path(self) -> str:
@@ -267,6 +268,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
                 errors.append((fname, "autotune record is not valid JSON"))
 
     seal_problems = (seal_other,) if check_seal and seal_other else None
+    seal_foreign = None
     if check_seal and SEAL_FILE in names:
         from jitwarden.store import seal  # sealed entries only: hashlib and the seal format stay off the scan's start-up
 
@@ -274,11 +276,13 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             s = seal.read(path)
             present = [f for f in names if not is_reserved(f)]
             seal_problems = tuple(seal.check(path, s, present)) if s else None
+            part = partition.split(os.path.dirname(path))  # the runtime loads only what this partition sealed
+            seal_foreign = seal.foreign(s.fingerprint, part[1]) if s and part else None
         except seal.SealError as exc:
             seal_problems = (str(exc),)
 
     return EntryFacts(name, sv, tuple(files), tuple(tmps), metadata, metadata_file, tuple(groups), cubin, cubin_file,
-                      ptx_head, ptx_file, tuple(launchers), tuple(errors), seal_problems)
+                      ptx_head, ptx_file, tuple(launchers), tuple(errors), seal_problems, seal_foreign)
 
 
 # ---------------------------------------------------------------- judging
@@ -404,6 +408,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     if f.seal_problems:
         for p in f.seal_problems:
             add(Finding("corrupt", f"seal: {p}"))
+    if f.seal_foreign:  # moved or copied in from another environment's partition: the guard refuses to load it
+        add(Finding("mismatch", f"seal: {f.seal_foreign}: copied or moved in from another environment's partition"))
 
     # One finding per (code, message): repeated groups can say the same thing twice.
     findings = tuple(dict.fromkeys(out))

@@ -491,3 +491,29 @@ def test_symlinked_seal_is_not_followed(cache, capsys, tmp_path):
     assert e["sealed"] is False  # the seal behind the link is never read
     with pytest.raises(seal.SealError, match="seal unreadable"):
         seal.read(rec["path"])  # the guard's reader does not follow it either
+
+
+def test_an_entry_sealed_under_another_fingerprint_in_a_partition_is_a_mismatch(tmp_path, capsys):
+    """What the runtime refuses to load, verify does not call clean: a partition's entry whose seal names another
+    environment's fingerprint was moved or copied in. Outside a partition no fingerprint is judged."""
+    from jitwarden.store import seal
+    from tests.helpers.guarded import compile_jobs, entries
+
+    part = str(tmp_path / "cache" / "jitwarden-v1" / ("c" * 16))
+    compile_jobs(part, guarded=True)
+    sealed = [n for n in entries(part) if os.path.exists(os.path.join(part, n, ".jitwarden-seal.json"))]
+    victim = sealed[0]
+    path = os.path.join(part, victim)
+    s = seal.read(path)
+    assert s.fingerprint == "c" * 16  # what the guard sealed it under
+    rc, doc = run_json(capsys, "--target", "90", part)
+    assert rc == 0, findings_by_id(doc)
+    seal.write(path, seal.Seal(s.files, "a" * 16, s.producer, s.sealed_at), seal.newest_ctime(path, list(s.files)))
+    rc, doc = run_json(capsys, "--target", "90", part)
+    assert rc == 1 and {k: v for k, v in findings_by_id(doc).items() if v} == {victim: ["mismatch"]}
+    (e,) = [e for e in doc["entries"] if e["id"] == victim]
+    assert "sealed under fingerprint aaaaaaaaaaaaaaaa, this partition is cccccccccccccccc" in e["findings"][0]["message"]
+    plain = str(tmp_path / "plain")
+    shutil.copytree(part, plain, symlinks=True)
+    rc, doc = run_json(capsys, "--target", "90", "--kind", "triton", plain)
+    assert "mismatch" not in findings_by_id(doc).get(victim, [])  # no partition: judged by no fingerprint
