@@ -214,7 +214,8 @@ def foreign(sealed_under, mine: str | None) -> str | None:
     environments sharing an unpartitioned root would quarantine each other's entries in turn."""
     if mine is None or sealed_under is None or sealed_under == mine:
         return None
-    return f"sealed under fingerprint {sealed_under}, this partition is {mine}"
+    shown = sealed_under if isinstance(sealed_under, str) and len(sealed_under) <= 64 else f"{str(sealed_under)[:64]!r}…"
+    return f"sealed under fingerprint {shown}, this partition is {mine}"  # a forged seal's field is not echoed whole
 
 
 def sealed_at_ns(entry_dir: str) -> int | None:

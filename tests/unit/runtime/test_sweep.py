@@ -278,3 +278,12 @@ def test_the_sweep_and_the_bundle_hook_refuse_a_seal_of_another_fingerprint(tmp_
     warnings, counts = sweep.sweep([tree], digest="b" * 16)
     assert counts["quarantined"] == 1 and name not in entries(tree), warnings
     assert [r.reason for r in quarantine.list_root(tree)] == ["mismatch"]
+
+
+def test_a_forged_fingerprint_in_a_seal_is_refused_and_not_echoed_whole():
+    from jitwarden.store.seal import foreign
+
+    assert foreign("a" * 16, "a" * 16) is None and foreign(None, "b" * 16) is None and foreign("a" * 16, None) is None
+    line = foreign("x" * 3_000_000, "b" * 16)
+    assert line.startswith("sealed under fingerprint 'xxx") and len(line) < 200
+    assert foreign(12, "b" * 16) == "sealed under fingerprint '12'…, this partition is " + "b" * 16
