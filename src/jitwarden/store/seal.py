@@ -212,7 +212,7 @@ def foreign(sealed_under, mine: str | None) -> str | None:
     """Why a seal made under fingerprint ``sealed_under`` does not vouch for an entry of the partition ``mine``,
     else None. A seal of no fingerprint (an unpartitioned root's) and a root of none are judged by none: two
     environments sharing an unpartitioned root would quarantine each other's entries in turn."""
-    if mine is None or sealed_under is None or sealed_under == mine:
+    if not mine or sealed_under is None or sealed_under == "" or sealed_under == mine:
         return None
     shown = sealed_under if isinstance(sealed_under, str) and len(sealed_under) <= 64 else f"{str(sealed_under)[:64]!r}…"
     return f"sealed under fingerprint {shown}, this partition is {mine}"  # a forged seal's field is not echoed whole
