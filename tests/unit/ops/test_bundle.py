@@ -321,6 +321,26 @@ def test_entries_that_fail_verify_stay_home(fleet, tmp_path):
     assert {s["why"] for s in doc["skipped"]} == {"verify: foreign-path"}
 
 
+def test_an_entry_sealed_under_another_fingerprint_stays_home(fleet, tmp_path):
+    """An entry moved in from another environment's partition keeps that environment's seal. Exported, the
+    importer would seal it under this fingerprint and load it: it stays home, as verify calls it a mismatch."""
+    from jitwarden.store import seal
+
+    env = dict(fleet["env_a"], HOME=str(tmp_path / "a3"))
+    env.update(XDG_CACHE_HOME=os.path.join(env["HOME"], ".cache"), XDG_CONFIG_HOME=os.path.join(env["HOME"], ".config"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(env["HOME"], "inductor"))
+    part = build_guarded(env)
+    moved, kept = entries(part)
+    path = os.path.join(part, moved)
+    s = seal.read(path)
+    seal.write(path, seal.Seal(s.files, "f" * 16, s.producer, s.sealed_at), seal.newest_ctime(path, list(s.files)))
+    rc, so, err = jw(env, "export", "-o", str(tmp_path / "z.tar"), "--format", "json")
+    doc = json.loads(so)
+    assert rc == 0 and doc["entries"] == 1, err
+    assert [(os.path.basename(s_["path"]), s_["why"]) for s_ in doc["skipped"]] == [(moved, "verify: mismatch")]
+    assert [e["path"] for e in json.loads(read_bundle(str(tmp_path / "z.tar"))[0][1])["entries"]] == [kept]
+
+
 # ---------------------------------------------------------------- hostile destinations and inputs (issue 21)
 
 
