@@ -276,8 +276,8 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             s = seal.read(path)
             present = [f for f in names if not is_reserved(f)]
             seal_problems = tuple(seal.check(path, s, present)) if s else None
-            part = partition.split(os.path.dirname(path))  # the runtime loads only what this partition sealed
-            seal_foreign = seal.foreign(s.fingerprint, part[1]) if s and part else None
+            # the runtime loads only what this partition sealed
+            seal_foreign = seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path))) if s else None
         except seal.SealError as exc:
             seal_problems = (str(exc),)
 

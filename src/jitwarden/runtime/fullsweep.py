@@ -82,8 +82,8 @@ def sweep_env(env=None, quiet: bool = False) -> list[str]:
         from jitwarden.env.locations import default_base
 
         in_use["TORCHINDUCTOR_CACHE_DIR"] = default_base("inductor", env)
-    split = {var: partition.split(p) for var, p in in_use.items()}
-    parts = {var: in_use[var] for var, s in split.items() if s}
-    digests = {s[1] for s in split.values() if s}
+    named = {var: partition.digest_of(p) for var, p in in_use.items()}
+    parts = {var: in_use[var] for var, d in named.items() if d}
+    digests = {d for d in named.values() if d}
     digest = digests.pop() if len(digests) == 1 else None
     return sweep_in_use(in_use, parts if digest else {}, digest, env, quiet)

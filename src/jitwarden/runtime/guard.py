@@ -42,7 +42,7 @@ from jitwarden.store.served import Served
 from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
 from jitwarden.store.entrylock import lock as _lock, unlock as _unlock
-from jitwarden.store.partition import split
+from jitwarden.store.partition import digest_of
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
 from jitwarden.model.settings import GUARD_HASH_ALL
@@ -121,17 +121,6 @@ def _producer() -> dict:
     return {"triton": tv, "jitwarden": __version__}
 
 
-@functools.lru_cache(maxsize=64)
-def _digest_for(root: str) -> str | None:
-    """The fingerprint digest entries of ``root`` are sealed under: its partition name, else None.
-
-    Unpartitioned roots (``JITWARDEN_PARTITION=0``) are never judged by fingerprint: two
-    environments sharing one would quarantine each other's entries in turn.
-    """
-    s = split(root)
-    return s[1] if s else None
-
-
 @functools.lru_cache(maxsize=1)
 def _host() -> str:
     return _adapter.host_machine()
@@ -186,7 +175,7 @@ class GuardedCacheManager(FileCacheManager):
 
     @property
     def _digest(self) -> str | None:
-        return _digest_for(os.path.dirname(self.cache_dir.rstrip(os.sep)))
+        return digest_of(os.path.dirname(self.cache_dir.rstrip(os.sep)))
 
     def _begin_write(self) -> None:
         if self._writers_fd is None:
@@ -352,8 +341,7 @@ class GuardedCacheManager(FileCacheManager):
         for c, p in children.items():
             if p != prefix + c or os.sep in c:
                 return None
-        mine = self._digest
-        if mine and sealed.get("fingerprint") not in (None, mine):
+        if _seal.foreign(sealed.get("fingerprint"), self._digest):
             return None
         return self._read_checked(efd, children, files)
 

@@ -292,7 +292,7 @@ def _judge(st: _Staged) -> None:
     unsealed = [d for d in existing if not os.path.exists(os.path.join(d, SEAL_FILE))]
     for d in existing:
         if d not in unsealed:
-            code, bad = _seal_problems(d, _digest(partition, existing[d][1]))
+            code, bad = _seal_problems(d, partition.digest_of(existing[d][1]))
             if bad:
                 _set_aside(d, existing[d][1], code, bad)
                 refused.add(id(existing[d][0]))
@@ -301,7 +301,7 @@ def _judge(st: _Staged) -> None:
         if path in staged:
             a, directory, base = staged[path]
             names = sorted(os.listdir(path))
-            if pr.proven and proof.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True}):
+            if pr.proven and proof.seal_proven(path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True}):
                 try:
                     rename_path(path, directory)  # onto nothing or an empty dir; torch then skips it
                 except OSError:
@@ -313,7 +313,7 @@ def _judge(st: _Staged) -> None:
             return
         a, base = existing[path]
         names = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
-        if not (pr.proven and proof.seal_proven(path, names, pr, _digest(partition, base), {"by": "bundle", "legacy": True})):
+        if not (pr.proven and proof.seal_proven(path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True})):
             _set_aside(path, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
             refused.add(id(a))
 
@@ -322,11 +322,6 @@ def _judge(st: _Staged) -> None:
         for path in unsealed:
             if path not in proven:  # gone since it was listed (another rank hid it): restore nothing there
                 refused.add(id(existing[path][0]))
-
-
-def _digest(partition, base: str) -> str | None:
-    s = partition.split(base)
-    return s[1] if s else None
 
 
 def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]]:
@@ -447,7 +442,7 @@ def _loadable(autotuner) -> bool:
             if not getattr(kernel, "cubin_path", None):
                 result.reload_cubin_path()  # Inductor's own path: <triton cache dir>/<key>/<name>.cubin
             entry, name = os.path.split(kernel.cubin_path)
-            ok, line = sweep.check_loaded(entry, _digest(partition, os.path.dirname(entry)))
+            ok, line = sweep.check_loaded(entry, partition.digest_of(os.path.dirname(entry)))
             if line:
                 _log.warning("jitwarden: %s", line)
             data = _sealed_bytes(entry, name) if ok else None

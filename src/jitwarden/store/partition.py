@@ -8,6 +8,7 @@ belongs to and when it was last used, for ``status`` and pruning.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from operator import itemgetter
@@ -55,6 +56,16 @@ def split(path: str) -> tuple[str, str] | None:
     if os.path.basename(parent) == PARTITIONS_DIR and digest:
         return os.path.dirname(parent), digest
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def digest_of(path: str) -> str | None:
+    """The fingerprint digest entries of ``path`` are sealed under: its name when it is a partition dir, else None
+    (pure; cached: the guard, the torch hooks and the scan ask it for every kernel). Unpartitioned roots
+    (``JITWARDEN_PARTITION=0``) are never judged by fingerprint: two environments sharing one would
+    quarantine each other's entries in turn."""
+    s = split(path)
+    return s[1] if s else None
 
 
 def base_of(path: str) -> str:
