@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from functools import lru_cache, reduce
 from itertools import chain, islice
 from operator import attrgetter, methodcaller, or_
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import ClassVar, NamedTuple
 
 from jitwarden.env import locations
 from jitwarden.formats import elf
 from jitwarden.store import partition
-from jitwarden.store.fsutil import open_dir_at
+from jitwarden.store.fsutil import open_dir_at, stat_and_read
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, KindFacts
@@ -306,6 +307,8 @@ class Survey:
     ``mode``/``uid``/``mtime``: the entry itself; ``errors``: (relative path or "" for the entry, why);
     ``others``: items that are neither regular files, symlinks nor directories (FIFOs, devices, sockets),
     as ``lstat`` saw them and never opened: an adapter judges them by the name they sit under.
+    ``read``: the bytes of the files the survey was asked to read as it listed them (``reading``), by name,
+    or None: each file opened once, its ``File`` the ``fstat`` of that open (no ``lstat`` beside it).
     """
 
     path: str
@@ -321,6 +324,7 @@ class Survey:
     errors: tuple[tuple[str, str], ...] = ()
     too_deep: bool = False
     others: tuple[File, ...] = ()
+    read: Mapping[str, bytes] | None = None
 
     @property
     def bytes(self) -> int:
@@ -369,7 +373,7 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
     ``nested=False`` lists the entry's own directory only (its subdirectories are recorded, not
     entered). Symlinks inside it are judged against ``links_within`` (default: the root).
     """
-    s, fd = _survey(root, rel, max_depth, nested, links_within)
+    s, fd = _survey(root, rel, max_depth, nested, links_within, None)
     if fd is not None:
         os.close(fd)
     return s
@@ -383,8 +387,9 @@ class surveyed:  # noqa: N801 - used as a function: ``with surveyed(root, rel) a
 
     __slots__ = ("_args", "_fd")
 
-    def __init__(self, root: str, rel: str, *, nested: bool = True, links_within: str | None = None):
-        self._args = (root, rel, MAX_DEPTH, nested, links_within)
+    def __init__(self, root: str, rel: str, *, nested: bool = True, links_within: str | None = None,
+                 reading: Reading | None = None):
+        self._args = (root, rel, MAX_DEPTH, nested, links_within, reading)
         self._fd = None
 
     def __enter__(self) -> tuple[Survey, int | None]:
@@ -415,12 +420,29 @@ def _not_listed(root: str, path: str, why: OSError) -> Survey:
     return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, errors=errors)
 
 
-def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str | None) -> tuple[Survey, int | None]:
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Which files a survey reads as it lists them (:attr:`Survey.read`): ``head(name)`` gives, for a regular
+    file's name, the bytes to read (``WHOLE``: all of it, when it holds at most ``whole_max``) or None (stat it
+    only); at most ``most`` files an entry. One open gives the file's stat and its bytes: what its reader
+    would open next anyway, without the ``lstat`` before it (the scan's hot path, ARCHITECTURE.md)."""
+
+    WHOLE: ClassVar[int] = 0
+    head: Callable[[str], int | None]
+    most: int = 8
+    whole_max: int = 1 << 20
+
+
+def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str | None,
+            reading: Reading | None) -> tuple[Survey, int | None]:
     """:func:`survey` and the fd of the entry's directory (None when it is none or cannot be listed).
 
     The directory is opened once (``O_NOFOLLOW``), then listed and stat'ed through its fd (``fstatat``):
     no path below it is resolved again. A subdirectory is opened from it by its relative path, never
-    through a symlink at the last step (the steps before were directories when listed).
+    through a symlink at the last step (the steps before were directories when listed). With ``reading``,
+    the regular files it names are opened (by the same fd, never through a symlink, never blocking) and
+    read as they are listed, their ``fstat`` standing for the ``fstatat``; one that is no regular file
+    by then is stat'ed and recorded as what it is.
     """
     path = os.path.join(root, rel)
     try:
@@ -431,6 +453,8 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
         st = os.fstat(top)
         bound = root if links_within is None else links_within
         files, links, dirs, errors, others = [], [], [], [], []
+        read: dict[str, bytes] = {}
+        to_read = reading.most if reading is not None else 0
         too_deep = False
         stack = [("", 0)]
         while stack:
@@ -455,6 +479,19 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
                     for e in it:
                         name = e.name
                         relp = f"{sub}/{name}" if sub else name
+                        if to_read and e.is_file(follow_symlinks=False):  # the listing's type: no stat
+                            head = reading.head(name)
+                            if head is not None:
+                                try:
+                                    st_read, data = stat_and_read(name, dir_fd=fd, head=head, max_bytes=reading.whole_max)
+                                except OSError:
+                                    pass  # no regular file since the listing: stat'ed below, recorded as what it is
+                                else:
+                                    to_read -= 1
+                                    files.append(file_of(relp, st_read))
+                                    if data is not None:
+                                        read[relp] = data
+                                    continue
                         try:
                             est = e.stat(follow_symlinks=False)
                         except FileNotFoundError:
@@ -488,7 +525,7 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
     dirs.sort(key=_BY_NAME)
     others.sort(key=_BY_NAME)
     return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
-                  tuple(dirs), tuple(errors), too_deep, tuple(others)), top
+                  tuple(dirs), tuple(errors), too_deep, tuple(others), read or None), top
 
 
 def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[Finding], what: str,

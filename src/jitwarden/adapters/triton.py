@@ -24,7 +24,8 @@ from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters.base import Dir, File, Survey, distinct, ownership_findings, holds, sorted_listing, private_dir, surveyed, with_partitions
+from jitwarden.adapters.base import (Dir, File, Reading, Survey, distinct, ownership_findings, holds, sorted_listing,
+                                     private_dir, surveyed, with_partitions)
 
 KIND = "triton"
 ROOT_RISK = None
@@ -148,14 +149,32 @@ def _entry_or_stray(e: os.DirEntry):
 # ---------------------------------------------------------------- reading
 
 
+def _read_while_listing(fname: str) -> int | None:
+    """What :func:`_read_listed` reads of a file, by its name: the head of a PTX file, the whole of a JSON
+    file, a cubin or a launcher (the survey reads them as it lists them: :class:`~jitwarden.adapters.base.Reading`);
+    None for the rest, Triton's temporaries and jitwarden's own files (the seal is read by its own reader)."""
+    if not fname.endswith(_READ_SUFFIXES):  # most names of an entry: one C-level test
+        return None
+    if fname.endswith(".ptx"):
+        return _PTX_HEAD
+    if (TMP_FILE_INFIX in fname and is_tmp_file(fname)) or is_reserved(fname):
+        return None
+    return Reading.WHOLE
+
+
+_READ_SUFFIXES = (".json", ".cubin", ".so", ".ptx")
+_READING = Reading(_read_while_listing)
+
+
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     """Read one entry directory without following any symlink and without writing anything.
 
-    Its files are opened by the fd of the directory as surveyed (:func:`~jitwarden.adapters.base.surveyed`),
-    each read with one ``read()`` of the size the survey saw.
+    Its files are opened by the fd of the directory as surveyed (:func:`~jitwarden.adapters.base.surveyed`):
+    the ones Triton's reader needs as the survey lists them (one open each gives their stat and bytes), any
+    other the survey did not read (too large, too many) with one ``read()`` of the size the survey saw.
     """
     path = os.path.join(root, name)
-    with surveyed(root, name, nested=False, links_within=path) as (sv, dfd):
+    with surveyed(root, name, nested=False, links_within=path, reading=_READING) as (sv, dfd):
         if sv.is_symlink or not sv.is_dir:
             return EntryFacts(name, sv, read_errors=sv.errors)
         return _read_listed(path, name, sv, dfd, check_seal)
@@ -198,8 +217,11 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             errors.append((o.name, f"is {kind_of(o.mode)}, not a regular file: Triton's blocking open() would "
                                    "hang on it or read endless bytes; not opened"))
 
+    pre = sv.read or {}
+
     def read(fname: str) -> bytes:
-        return read_bytes(fname, size_hint=sizes[fname], dir_fd=dfd)
+        data = pre.get(fname)
+        return data if data is not None else read_bytes(fname, size_hint=sizes[fname], dir_fd=dfd)
 
     groups = []
     metadata = metadata_file = cubin = cubin_file = ptx_head = ptx_file = None
@@ -247,7 +269,9 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
     if ptxs:
         ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
         try:
-            ptx_head = read_head(ptx_file, _PTX_HEAD, dir_fd=dfd)
+            ptx_head = pre.get(ptx_file)
+            if ptx_head is None:
+                ptx_head = read_head(ptx_file, _PTX_HEAD, dir_fd=dfd)
         except OSError as exc:
             errors.append((ptx_file, f"unreadable: {exc.strerror}"))
     for fname in records:
@@ -261,7 +285,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
                 errors.append((fname, f"not a valid shared object: {exc}"))
         else:
             try:
-                jsonlimits.loads(read_bytes(fname, dir_fd=dfd))
+                jsonlimits.loads(read(fname))
             except OSError as exc:
                 errors.append((fname, f"unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

@@ -95,6 +95,26 @@ def read_head(path: str, n: int, *, dir_fd: int | None = None) -> bytes:
         os.close(fd)
 
 
+def stat_and_read(name: str, *, dir_fd: int, head: int = 0, max_bytes: int = 1 << 20) -> tuple[os.stat_result, bytes | None]:
+    """(stat, bytes) of the regular file ``name`` in ``dir_fd``, opened once by :func:`open_regular`: the stat
+    describes the very file whose bytes are returned. The bytes: its first ``head`` bytes, or with ``head`` 0
+    the whole file when it holds at most ``max_bytes``; None when it holds more or a read fails (the caller
+    reads it again by :func:`read_bytes` and reports why). OSError when it cannot be opened as a regular file
+    (a symlink, a FIFO, gone): the caller stats it to say what it is."""
+    fd, st = open_regular(name, dir_fd=dir_fd)
+    try:
+        if head:
+            return st, os.read(fd, head)
+        if st.st_size > max_bytes:
+            return st, None
+        data = read_fd(fd, max_bytes, st.st_size)
+        return st, (data if len(data) <= max_bytes else None)
+    except OSError:
+        return st, None
+    finally:
+        os.close(fd)
+
+
 def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
                follow: bool = False) -> bytes:
     """The whole regular file ``path``; OSError EFBIG when it holds more than ``max_bytes``.

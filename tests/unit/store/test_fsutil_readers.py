@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from jitwarden.store.fsutil import NotRegularFile, read_bytes, read_head, read_json
+from jitwarden.store.fsutil import NotRegularFile, read_bytes, read_head, read_json, stat_and_read
 
 BODY = bytes(range(256)) * 300  # 76,800 bytes: more than one first read of a small hint
 
@@ -75,3 +75,26 @@ def test_json_limits(tmp_path):
     (tmp_path / "bad.json").write_bytes(b'{"a": \xff}')
     with pytest.raises(ValueError):
         read_json(str(tmp_path / "bad.json"))
+
+
+def test_stat_and_read_gives_the_stat_of_the_very_file_it_read(blob, tmp_path):
+    """The survey's reader (the scan's hot path): one open, its fstat and its bytes; the same refusals as
+    every reader here, and a file past the bound left to read_bytes (None), never returned cut short."""
+    fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        st, data = stat_and_read("blob", dir_fd=fd)
+        assert data == BODY and st.st_size == len(BODY) and st.st_ino == os.lstat(blob).st_ino
+        assert stat_and_read("blob", dir_fd=fd, head=16)[1] == BODY[:16]
+        st, data = stat_and_read("blob", dir_fd=fd, max_bytes=len(BODY) - 1)
+        assert data is None and st.st_size == len(BODY)
+        os.symlink(blob, tmp_path / "link")
+        os.mkfifo(tmp_path / "fifo")  # opened non-blocking: refused, never waited on
+        with pytest.raises(OSError) as exc:
+            stat_and_read("link", dir_fd=fd)
+        assert exc.value.errno == errno.ELOOP
+        with pytest.raises(NotRegularFile):
+            stat_and_read("fifo", dir_fd=fd)
+        with pytest.raises(FileNotFoundError):
+            stat_and_read("gone", dir_fd=fd)
+    finally:
+        os.close(fd)
