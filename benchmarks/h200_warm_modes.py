@@ -86,8 +86,12 @@ def kernels(root: str) -> int:
     return n
 
 
-def tamper(script: str, mode: str, root: str, n: int) -> dict:
-    """Flip one byte in the cubins of ``n`` sealed entries of the guarded Triton partition, then one warm start."""
+def tamper(script: str, mode: str, root: str, n: int, fx_off: bool = False) -> dict:
+    """Flip one byte in the cubins of ``n`` sealed entries of the guarded Triton partition, then one warm start
+    (FX graph cache on: only the kernels of the cached graph load). Then, per flipped entry: whether that start
+    quarantined it, and what ``verify --quick`` says of those still in place (a kernel the graph never loads,
+    an autotuning candidate, is checked only when something loads it). ``fx_off``: one more guarded start with
+    the FX graph cache off, whose autotuning loads every candidate: then every flipped entry must be refused."""
     hit = []
     for d, _s, files in sorted(os.walk(os.path.join(root, "triton"))):
         cub = [f for f in files if f.endswith(".cubin")]
@@ -99,10 +103,25 @@ def tamper(script: str, mode: str, root: str, n: int) -> dict:
                 f.seek(-1, 1)
                 f.write(bytes([b[0] ^ 0xFF]))
             hit.append(os.path.basename(d))
-    r = one(script, mode, root, True, "on")
-    p = subprocess.run([sys.executable, "-m", "jitwarden", "quarantine", "ls", "--format", "json", "--root",
-                        os.path.join(root, "triton")], env=env_for(root, "on"), capture_output=True, text=True)
-    return {"flipped": hit, "run": r, "lines": r.get("jw", []), "quarantine": p.stdout[-4000:]}
+    runs = {"fx-on": one(script, mode, root, True, "on")}
+    if fx_off:
+        runs["fx-off"] = one(script, mode, root, True, "off")
+    jw = [sys.executable, "-m", "jitwarden"]
+    q = subprocess.run(jw + ["quarantine", "ls", "--format", "json", "--root", os.path.join(root, "triton")],
+                       env=env_for(root, "on"), capture_output=True, text=True)
+    v = subprocess.run(jw + ["verify", "--quick", "--format", "json", os.path.join(root, "triton")],
+                       env=env_for(root, "on"), capture_output=True, text=True)
+    try:
+        held = {e["entry_id"]: e.get("by") for e in json.loads(q.stdout)["quarantined"]}
+    except (ValueError, KeyError, TypeError):
+        held = {}
+    try:
+        found = {e["id"]: (e["name"], sorted({f["code"] for f in e["findings"]})) for e in json.loads(v.stdout)["entries"]}
+    except (ValueError, KeyError, TypeError):
+        found = {}
+    per = {h: {"quarantined_by": held.get(h), "verify": found.get(h)} for h in hit}  # verify: (kernel, codes)
+    return {"flipped": hit, "runs": runs, "per_entry": per, "verify_rc": v.returncode,
+            "lines": {k: r.get("jw", []) for k, r in runs.items()}, "quarantine": q.stdout[-4000:]}
 
 
 def med(xs):
@@ -131,7 +150,11 @@ def main() -> int:
     p.add_argument("--deadline", type=float, default=0, help="seconds: start no warm pair that may not end by then")
     p.add_argument("--tamper", type=int, default=0,
                    help="then flip a byte in N sealed cubins of the guarded Triton partition and run one guarded warm "
-                        "start: each must be refused as Inductor loads it, the result still right")
+                        "start: each it loads must be refused as Inductor loads it, the result still right; the "
+                        "rest are reported by verify")
+    p.add_argument("--tamper-fx-off", action="store_true",
+                   help="after --tamper, one more guarded start with the FX graph cache off, which loads every "
+                        "autotuning candidate: every flipped kernel must then be refused")
     a = p.parse_args()
     t_start = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
@@ -165,7 +188,7 @@ def main() -> int:
             for i in range(n):
                 spent = time.perf_counter() - t_start
                 pair = max([r["wall_s"] for rs in runs.values() for r in rs] or [0]) * 2  # the first pair always runs
-                if a.deadline and spent + pair + (90 if a.tamper else 0) > a.deadline:
+                if a.deadline and spent + pair + ((90 + (70 if a.tamper_fx_off else 0)) if a.tamper else 0) > a.deadline:
                     print(f"deadline: {i} pairs of {n} fit", flush=True)
                     break
                 order = ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")
@@ -197,7 +220,7 @@ def main() -> int:
                 print("\n".join(top_jitwarden(gp)))
     if a.tamper:
         raw["tamper"] = tamper(script, a.modes.split(",")[-1], os.path.join(work, f"{a.modes.split(',')[-1]}-guarded"),
-                               a.tamper)
+                               a.tamper, a.tamper_fx_off)
         print("TAMPER", json.dumps(raw["tamper"]), flush=True)
     if os.path.exists(os.path.join(work, "rows.jsonl")):
         with open(os.path.join(work, "rows.jsonl")) as f:
