@@ -111,11 +111,9 @@ class ProofCounts(namedtuple("ProofCounts", "proven refuted unproven seconds job
 _Entry = namedtuple("_Entry", "path id name type", defaults=("kernel",))  # what rebuild.verify_entries reads
 
 def _digests(path: str) -> dict:
-    import hashlib
+    from jitwarden.store.seal import file_digest  # hashed 1 MiB at a time: a file of gigabytes costs no memory
 
-    from jitwarden.store.fsutil import read_bytes
-
-    return {n: hashlib.sha256(read_bytes(os.path.join(path, n))).hexdigest() for n in tree.files(path)}
+    return {n: file_digest(os.path.join(path, n))[0] for n in tree.files(path)}
 
 
 def _kernel_name(names) -> str | None:

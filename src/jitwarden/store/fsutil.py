@@ -125,12 +125,48 @@ def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_
     """
     fd, st = open_regular(path, dir_fd=dir_fd, follow=follow)
     try:
-        data = read_fd(fd, max_bytes, size_hint or st.st_size)
+        if st.st_size > max_bytes:  # over the bound already: refused unread (a sparse file of gigabytes costs nothing)
+            data = None
+        else:
+            data = read_fd(fd, max_bytes, size_hint or st.st_size)
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
+    if data is None or len(data) > max_bytes:
         raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
     return data
+
+
+HASH_CHUNK = 1 << 20
+
+
+def digest_file(path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int = 0,
+                dir_fd: int | None = None) -> int:
+    """Feed the regular file ``path`` to ``hasher.update`` (a ``hashlib`` object) in chunks of at most
+    :data:`HASH_CHUNK` bytes and return its size: memory does not grow with the file. Opened by
+    :func:`open_regular`; OSError EFBIG past ``max_bytes`` (refused unread when its size already says so).
+    ``size_hint``: the size expected, so a small file takes one read, as :func:`read_bytes`'s do."""
+    fd, st = open_regular(path, dir_fd=dir_fd)
+    try:
+        if st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+        expect = size_hint or st.st_size
+        total = 0
+        if 0 < expect < HASH_CHUNK:
+            data = os.read(fd, expect + 1)
+            total = len(data)
+            hasher.update(data)
+            if total <= expect:  # its end: one read
+                return total
+        while True:
+            data = os.read(fd, min(HASH_CHUNK, max_bytes + 1 - total))
+            if not data:
+                return total
+            total += len(data)
+            if total > max_bytes:
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+            hasher.update(data)
+    finally:
+        os.close(fd)
 
 
 def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None,

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.fsutil import digest_file, read_bytes
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 
 SCHEMA = 1
@@ -54,9 +54,11 @@ class Seal:
 
 def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> tuple[str, int]:
     """(sha256, size) of a regular file, never through a symlink (OSError ELOOP), never blocking
-    on a FIFO or device (OSError EINVAL), reading at most :data:`MAX_FILE` bytes (OSError EFBIG)."""
-    data = read_bytes(path, max_bytes=MAX_FILE, dir_fd=dir_fd, size_hint=size_hint)
-    return hashlib.sha256(data).hexdigest(), len(data)
+    on a FIFO or device (OSError EINVAL), reading at most :data:`MAX_FILE` bytes (OSError EFBIG), in chunks:
+    a kernel file of gigabytes costs its time to hash, never its size in memory."""
+    h = hashlib.sha256()
+    size = digest_file(path, h, max_bytes=MAX_FILE, dir_fd=dir_fd, size_hint=size_hint)
+    return h.hexdigest(), size
 
 
 def compute(entry_dir: str, names, fingerprint: str | None = None, producer: dict | None = None) -> Seal:

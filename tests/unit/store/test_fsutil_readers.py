@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from jitwarden.store.fsutil import NotRegularFile, read_bytes, read_head, read_json, stat_and_read
+from jitwarden.store.fsutil import HASH_CHUNK, NotRegularFile, digest_file, read_bytes, read_head, read_json, stat_and_read
 
 BODY = bytes(range(256)) * 300  # 76,800 bytes: more than one first read of a small hint
 
@@ -98,3 +98,46 @@ def test_stat_and_read_gives_the_stat_of_the_very_file_it_read(blob, tmp_path):
             stat_and_read("gone", dir_fd=fd)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("size", [0, 1, HASH_CHUNK - 1, HASH_CHUNK, HASH_CHUNK + 1, 3 * HASH_CHUNK + 7])
+@pytest.mark.parametrize("hint", ["none", "right", "short", "long"])
+def test_digest_file_hashes_every_byte_in_chunks(tmp_path, size, hint):
+    import hashlib
+
+    data = (bytes(range(251)) * (size // 251 + 1))[:size]
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    h = hashlib.sha256()
+    n = digest_file(str(p), h, size_hint={"none": 0, "right": size, "short": max(size // 2, 1), "long": size + 9}[hint])
+    assert (n, h.hexdigest()) == (size, hashlib.sha256(data).hexdigest())
+
+
+def test_digest_file_and_read_bytes_refuse_past_the_bound_unread(tmp_path):
+    """A sparse file of gigabytes: refused from its size, never read into memory (the bound rule above)."""
+    import hashlib
+    import tracemalloc
+
+    p = tmp_path / "sparse"
+    with open(p, "wb") as f:
+        f.truncate(3 << 30)
+    tracemalloc.start()
+    try:
+        for call in (lambda: digest_file(str(p), hashlib.sha256(), max_bytes=1 << 20),
+                     lambda: read_bytes(str(p), max_bytes=1 << 20)):
+            with pytest.raises(OSError) as exc:
+                call()
+            assert exc.value.errno == errno.EFBIG
+        h = hashlib.sha256()
+        p.write_bytes(b"")
+        with open(p, "wb") as f:
+            f.truncate(64 << 20)
+        assert digest_file(str(p), h) == 64 << 20  # under the bound: hashed whole, 1 MiB at a time
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    want = hashlib.sha256()
+    for _ in range(64):
+        want.update(bytes(1 << 20))
+    assert h.hexdigest() == want.hexdigest()
