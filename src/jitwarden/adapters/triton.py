@@ -8,6 +8,7 @@ a :class:`Judge`, so every command reaches the same verdict.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Collection
@@ -24,8 +25,8 @@ from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters.base import (Dir, File, Reading, Survey, distinct, ownership_findings, holds, sorted_listing,
-                                     private_dir, surveyed, with_partitions)
+from jitwarden.adapters.base import (Dir, File, Reading, Survey, cubin_findings, distinct, ownership_findings, holds,
+                                     sorted_listing, private_dir, surveyed, with_partitions)
 
 KIND = "triton"
 ROOT_RISK = None
@@ -36,6 +37,11 @@ _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 # dies) and jitwarden's torch hook (tmp.jitwarden-<hex>). Their group files name the final dir; Triton never reads them.
 _STAGING = re.compile(r"^tmp\.(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|jitwarden-[0-9a-f]{32})$")
 _PTX_HEAD = 16384
+_JSON_MAX = jsonlimits.MAX_BYTES
+"""The most of a group, metadata or autotune file read: what the JSON reader parses at all (Triton writes KiBs)."""
+_ELF_WHOLE_MAX = 256 << 20
+"""A cubin or launcher larger than this is not read whole, only its ELF header (its machine, a cubin's SM): the
+largest Triton writes are a few MiB, and a sparse file of gigabytes then costs a header, not its size."""
 # The names Triton writes into an entry and opens by name (group, metadata, code, launchers, its IR dumps).
 _TRITON_SUFFIXES = (".json", ".cubin", ".ptx", ".so", ".pyd", ".source", ".ttir", ".ttgir", ".llir", ".hsaco",
                     ".amdgcn", ".spv")
@@ -77,10 +83,12 @@ class EntryFacts:
     cubin_file: str | None = None
     ptx_head: bytes | None = None
     ptx_file: str | None = None
-    launchers: tuple[tuple[str, elf.Elf | None], ...] = ()
+    launchers: tuple[tuple[str, elf.Elf | elf.ElfHead | None], ...] = ()
     read_errors: tuple[tuple[str, str], ...] = ()  # name, why (unparseable / unreadable)
     seal_problems: tuple[str, ...] | None = None  # None: no seal
     seal_foreign: str | None = None  # why the seal does not vouch for an entry of this partition (another fingerprint)
+    cubin_head: elf.ElfHead | None = None  # the cubin's header alone, when it is too large to read whole
+    unread: tuple[tuple[str, int], ...] = ()  # (name, size) of ELF files of which only the header was read
 
     @property
     def path(self) -> str:
@@ -219,22 +227,27 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
 
     pre = sv.read or {}
 
-    def read(fname: str) -> bytes:
+    def read(fname: str, bound: int) -> bytes:
         data = pre.get(fname)
-        return data if data is not None else read_bytes(fname, size_hint=sizes[fname], dir_fd=dfd)
+        return data if data is not None else read_bytes(fname, max_bytes=bound, size_hint=sizes[fname], dir_fd=dfd)
+
+    def head(fname: str) -> elf.ElfHead:  # an ELF file too large to read whole: its header says what it is
+        return elf.parse_head(read_head(fname, elf.HEADER_SIZE, dir_fd=dfd), sizes[fname])
+
+    unread = []
 
     groups = []
-    metadata = metadata_file = cubin = cubin_file = ptx_head = ptx_file = None
+    metadata = metadata_file = cubin = cubin_head = cubin_file = ptx_head = ptx_file = None
     launchers = []
     for fname in group_files:
         try:
-            doc = jsonlimits.loads(read(fname))
+            doc = jsonlimits.loads(read(fname, _JSON_MAX))
             groups.append((fname, doc if isinstance(doc, dict) else None))
             if not isinstance(doc, dict):
                 errors.append((fname, "group file is not a JSON object"))
         except OSError as exc:
             groups.append((fname, None))
-            errors.append((fname, f"unreadable: {exc.strerror}"))
+            errors.append((fname, _unreadable(exc, _JSON_MAX)))
         except (ValueError, UnicodeDecodeError):
             groups.append((fname, None))
             errors.append((fname, "group file is not valid JSON"))
@@ -248,22 +261,26 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         metadata_file = jsons[0]
     if metadata_file is not None:
         try:
-            doc = jsonlimits.loads(read(metadata_file))
+            doc = jsonlimits.loads(read(metadata_file, _JSON_MAX))
             if isinstance(doc, dict):
                 metadata = doc
             else:
                 errors.append((metadata_file, "metadata is not a JSON object"))
         except OSError as exc:
-            errors.append((metadata_file, f"unreadable: {exc.strerror}"))
+            errors.append((metadata_file, _unreadable(exc, _JSON_MAX)))
         except (ValueError, UnicodeDecodeError):
             errors.append((metadata_file, "metadata is not valid JSON"))
     stem = metadata_file[: -len(".json")] if metadata_file else None
     if cubins:
         cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
         try:
-            cubin = elf.parse(read(cubin_file))
+            if sizes[cubin_file] > _ELF_WHOLE_MAX:
+                cubin_head = head(cubin_file)
+                unread.append((cubin_file, sizes[cubin_file]))
+            else:
+                cubin = elf.parse(read(cubin_file, _ELF_WHOLE_MAX))
         except OSError as exc:
-            errors.append((cubin_file, f"unreadable: {exc.strerror}"))
+            errors.append((cubin_file, _unreadable(exc, _ELF_WHOLE_MAX)))
         except elf.ElfError as exc:
             errors.append((cubin_file, f"not a valid cubin: {exc}"))
     if ptxs:
@@ -277,17 +294,24 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
     for fname in records:
         if fname.endswith(".so"):
             try:
-                launchers.append((fname, elf.parse(read(fname))))
+                if sizes[fname] > _ELF_WHOLE_MAX:
+                    so = head(fname)
+                    if so.problem:
+                        raise elf.ElfError(so.problem)
+                    launchers.append((fname, so))
+                    unread.append((fname, sizes[fname]))
+                else:
+                    launchers.append((fname, elf.parse(read(fname, _ELF_WHOLE_MAX))))
             except OSError as exc:
-                errors.append((fname, f"unreadable: {exc.strerror}"))
+                errors.append((fname, _unreadable(exc, _ELF_WHOLE_MAX)))
             except elf.ElfError as exc:
                 launchers.append((fname, None))
                 errors.append((fname, f"not a valid shared object: {exc}"))
         else:
             try:
-                jsonlimits.loads(read(fname))
+                jsonlimits.loads(read(fname, _JSON_MAX))
             except OSError as exc:
-                errors.append((fname, f"unreadable: {exc.strerror}"))
+                errors.append((fname, _unreadable(exc, _JSON_MAX)))
             except (ValueError, UnicodeDecodeError):
                 errors.append((fname, "autotune record is not valid JSON"))
 
@@ -306,7 +330,15 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             seal_problems = (str(exc),)
 
     return EntryFacts(name, sv, tuple(files), tuple(tmps), metadata, metadata_file, tuple(groups), cubin, cubin_file,
-                      ptx_head, ptx_file, tuple(launchers), tuple(errors), seal_problems, seal_foreign)
+                      ptx_head, ptx_file, tuple(launchers), tuple(errors), seal_problems, seal_foreign, cubin_head,
+                      tuple(unread))
+
+
+def _unreadable(exc: OSError, bound: int) -> str:
+    """Why a file could not be read, for a finding: past ``bound`` (more than any such file Triton writes), or the OS's words."""
+    if exc.errno == errno.EFBIG:
+        return f"larger than the {bound >> 20} MiB jitwarden reads of such a file (Triton writes KiBs to MiBs); not read"
+    return f"unreadable: {exc.strerror}"
 
 
 # ---------------------------------------------------------------- judging
@@ -426,6 +458,11 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     if md is not None:
         _metadata_findings(f, md, arch, kname, tv, j, add)
     cubin_sm, producer = _cubin_findings(f.cubin, f.cubin_file, arch, kname, add) if f.cubin is not None else (None, None)
+    if f.cubin_head is not None:
+        cubin_sm = _cubin_head_findings(f.cubin_head, f.cubin_file, arch, add)
+    for fname, fsize in f.unread:
+        add(Finding("unrecognised", f"{fname}: {fsize} bytes, larger than any file of its kind Triton writes: only its "
+                                    "ELF header was read (its machine, a cubin's SM), not its symbols or notes"))
     ptx_version, ptx_target = _ptx_findings(f.ptx_head, f.ptx_file, arch, kname, add) if f.ptx_head is not None else (None, None)
     if f.launchers:
         _launcher_findings(f.launchers, j.host_machine, add)
@@ -547,6 +584,16 @@ def _cubin_findings(cubin: elf.Elf, cubin_file: str, arch: int | None, kname: st
     except Exception:  # noqa: BLE001 - a damaged note is reported by the rebuild, not here
         producer = None
     return cubin_sm, producer
+
+
+def _cubin_head_findings(head: elf.ElfHead, cubin_file: str, arch: int | None, add) -> int | None:
+    """A cubin too large to read whole, judged by its ELF header against the metadata; returns its SM."""
+    for finding in cubin_findings(cubin_file, head):
+        add(finding)
+    sm = head.sm
+    if sm is not None and arch is not None and sm != arch:
+        add(Finding("mismatch", f"{cubin_file} is assembled for sm_{sm}, metadata says sm_{arch}"))
+    return sm
 
 
 def _ptx_findings(head: bytes, ptx_file: str, arch: int | None, kname: str | None, add) -> tuple[str | None, str | None]:
