@@ -344,7 +344,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     add = facts.findings.append
     if "cache_key_factors.json" in files:
         try:
-            doc = jsonlimits.loads(read_bytes(os.path.join(s.path, "cache_key_factors.json")))
+            doc = jsonlimits.loads(read_bytes(os.path.join(s.path, "cache_key_factors.json"), max_bytes=jsonlimits.MAX_BYTES))
             got = factors_facts(doc)
             facts.extra.update(got)
             facts.findings += _version_findings(got, judge)
@@ -461,7 +461,7 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
                                                               f"sm_{judge.target_arch}: unreachable here"))
         elif rel.endswith(".json"):
             try:
-                jsonlimits.loads(read_bytes(path))
+                jsonlimits.loads(read_bytes(path, max_bytes=jsonlimits.MAX_BYTES))  # past what it parses: refused unread
             except OSError as exc:
                 facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
             except (ValueError, UnicodeDecodeError):

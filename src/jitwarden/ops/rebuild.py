@@ -42,6 +42,7 @@ words it with its flag).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import hashlib
 import os
 import secrets
@@ -263,7 +264,7 @@ class _Engine:
             remove_file(out)
             return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
         try:
-            data = read_bytes(out)
+            data = read_bytes(out, max_bytes=REBUILD_MAX)
         except OSError as exc:
             return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
         finally:
@@ -349,13 +350,13 @@ class _Engine:
             return _unverifiable(f"{facts.metadata_file}: {exc}")
         w.arch = arch
         try:
-            ptx = read_bytes(os.path.join(w.path, facts.ptx_file))
+            ptx = read_bytes(os.path.join(w.path, facts.ptx_file), max_bytes=REBUILD_MAX)
         except OSError as exc:
-            return _unverifiable(f"cannot read {facts.ptx_file}: {exc.strerror}")
+            return _unverifiable(f"cannot read {facts.ptx_file}: {_why(exc)}")
         try:
-            cached = read_bytes(os.path.join(w.path, facts.cubin_file))
+            cached = read_bytes(os.path.join(w.path, facts.cubin_file), max_bytes=REBUILD_MAX)
         except OSError as exc:
-            return _unverifiable(f"cannot read {facts.cubin_file}: {exc.strerror}")
+            return _unverifiable(f"cannot read {facts.cubin_file}: {_why(exc)}")
         stamp = _stamp(w.path, facts.ptx_file, facts.cubin_file)
         if not ptx.strip():
             return _unverifiable(f"{facts.ptx_file} is empty: nothing to rebuild from")
@@ -498,6 +499,17 @@ def _diff_hint(kept: tuple[str, str] | None) -> str:
     a, b = kept
     return (f"; kept {a} and {b}: diff <({nvd} -c -g {a}) <({nvd} -c -g {b}) "
             f"(or {os.path.join(bindir, 'cuobjdump') if bindir else 'cuobjdump'} -sass -elf)")
+
+
+REBUILD_MAX = 256 << 20
+"""The most of a PTX file, a cubin or ptxas's output a rebuild reads: past it, unverifiable (Triton writes MiBs)."""
+
+
+def _why(exc: OSError) -> str:
+    """An unreadable input's reason, for an ``unverifiable`` verdict."""
+    if exc.errno == errno.EFBIG:
+        return f"larger than the {REBUILD_MAX >> 20} MiB a rebuild reads"
+    return exc.strerror or str(exc)
 
 
 def _unverifiable(reason: str) -> RebuildResult:

@@ -73,7 +73,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
         path = super().put_group(filename, group)
         if self._remote is not None and self._remote.writer and not self._fetching:
             try:
-                files = {name: read_bytes(p) for name, p in group.items()}
+                files = {name: read_bytes(p, max_bytes=remote.MAX_VALUE) for name, p in group.items()}  # what the server takes
                 files[f"__grp__{filename}"] = json.dumps({"child_paths": sorted(group)}).encode()
                 self._remote.put_entry(filename, files)
             except OSError as exc:

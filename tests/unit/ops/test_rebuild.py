@@ -236,6 +236,26 @@ def test_missing_ptx_is_unverifiable(built, tmp_path):
     assert "no PTX" in r.message
 
 
+@pytest.mark.parametrize("which", ["cubin", "ptx"])
+def test_an_input_of_gigabytes_is_unverifiable_unread(built, tmp_path, which):
+    """A forged sparse cubin or PTX of gigabytes: refused from its size (a rebuild reads at most 256 MiB of
+    either), never read into memory; before, the rebuild read all of it (1.8 GB: 19 s, 1.9 GB of memory)."""
+    import tracemalloc
+
+    root, man = copy(built, tmp_path)
+    job = man["add_sm90"]
+    os.truncate(cubin_path(job) if which == "cubin" else ptx_path(job), 3 << 30)
+    tracemalloc.start()
+    try:
+        r = verify(root, jobs=1)[job["path"]]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20
+    assert r.verdict == "unverifiable"
+    assert "larger than the 256 MiB a rebuild reads" in r.message
+
+
 @pytest.mark.skipif(not os.access(CUDA13, os.X_OK), reason="needs a CUDA 13 ptxas at /usr/local/cuda-13.0")
 def test_ptx_90_from_another_toolchain(built, tmp_path):
     """An Inductor-like entry: assembled by a CUDA 13 ptxas (PTX .version 9.0), which Triton's 12.8 rejects."""
