@@ -567,8 +567,7 @@ def _cubin_findings(cubin: elf.Elf, cubin_file: str, arch: int | None, kname: st
         add(Finding("mismatch", f"{cubin_file} is an ELF for {cubin.machine_name}, not a CUDA cubin"))
         return None, None
     cubin_sm = elf.cubin_sm(cubin)
-    if arch is not None and cubin_sm != arch:
-        add(Finding("mismatch", f"{cubin_file} is assembled for sm_{cubin_sm}, metadata says sm_{arch}"))
+    _sm_findings(cubin_sm, cubin_file, arch, add)
     try:
         syms = cubin.function_symbols()
         if kname and kname not in syms:
@@ -590,10 +589,15 @@ def _cubin_head_findings(head: elf.ElfHead, cubin_file: str, arch: int | None, a
     """A cubin too large to read whole, judged by its ELF header against the metadata; returns its SM."""
     for finding in cubin_findings(cubin_file, head):
         add(finding)
-    sm = head.sm
-    if sm is not None and arch is not None and sm != arch:
+    if head.sm is not None:
+        _sm_findings(head.sm, cubin_file, arch, add)
+    return head.sm
+
+
+def _sm_findings(sm: int, cubin_file: str, arch: int | None, add) -> None:
+    """The cubin's SM against the metadata's arch, read from the whole file or its header alike."""
+    if arch is not None and sm != arch:
         add(Finding("mismatch", f"{cubin_file} is assembled for sm_{sm}, metadata says sm_{arch}"))
-    return sm
 
 
 def _ptx_findings(head: bytes, ptx_file: str, arch: int | None, kname: str | None, add) -> tuple[str | None, str | None]:

@@ -472,8 +472,7 @@ def _sealed_bytes(entry: str, name: str) -> bytes | None:
     rec = s.files.get(name) if s is not None else None
     if rec is None:
         return None
-    size = rec.get("size")
-    bound = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else 0
+    bound = max(rec["size"], 0)  # an int: seal.read refuses a seal whose sizes are not
     try:  # past its sealed size it is not the sealed bytes: refused unread (a sparse file of gigabytes costs nothing)
         data = read_bytes(os.path.join(entry, name), max_bytes=bound, size_hint=bound)
     except OSError as exc:

@@ -103,16 +103,21 @@ def stat_and_read(name: str, *, dir_fd: int, head: int = 0, max_bytes: int = 1 <
     (a symlink, a FIFO, gone): the caller stats it to say what it is."""
     fd, st = open_regular(name, dir_fd=dir_fd)
     try:
-        if head:
-            return st, os.read(fd, head)
-        if st.st_size > max_bytes:
-            return st, None
-        data = read_fd(fd, max_bytes, st.st_size)
-        return st, (data if len(data) <= max_bytes else None)
+        return st, (os.read(fd, head) if head else _whole(fd, st, max_bytes, 0))
     except OSError:
         return st, None
     finally:
         os.close(fd)
+
+
+def _whole(fd: int, st: os.stat_result, max_bytes: int, expect: int) -> bytes | None:
+    """The bytes of the open regular file ``fd`` (``st``: its fstat) to its end, None when it holds more than
+    ``max_bytes``: the bound rule of the whole-file readers, in one place. A file whose size already says so
+    is refused unread (a sparse file of gigabytes costs nothing); one that grows past it is never returned cut."""
+    if st.st_size > max_bytes:
+        return None
+    data = read_fd(fd, max_bytes, expect or st.st_size)
+    return data if len(data) <= max_bytes else None
 
 
 def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
@@ -125,13 +130,10 @@ def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_
     """
     fd, st = open_regular(path, dir_fd=dir_fd, follow=follow)
     try:
-        if st.st_size > max_bytes:  # over the bound already: refused unread (a sparse file of gigabytes costs nothing)
-            data = None
-        else:
-            data = read_fd(fd, max_bytes, size_hint or st.st_size)
+        data = _whole(fd, st, max_bytes, size_hint)
     finally:
         os.close(fd)
-    if data is None or len(data) > max_bytes:
+    if data is None:
         raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
     return data
 
