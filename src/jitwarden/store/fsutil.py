@@ -13,6 +13,10 @@ import errno
 import json
 import os
 import stat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_READ = (os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
@@ -43,6 +47,12 @@ def kind_of(mode: int) -> str:
 # FIFO or a device, anything but a regular file refused (NotRegularFile, EINVAL). The bound rule:
 # a whole-file reader given ``max_bytes`` raises OSError EFBIG for a file that holds more, so a
 # file is never returned cut short; only read_head cuts, by its name.
+
+
+def too_large(max_bytes: int, path: str) -> OSError:
+    """The one error of every bounded reader here for a file past its bound: EFBIG, its bound said in MiB."""
+    bound = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 and not max_bytes % (1 << 20) else f"{max_bytes} bytes"
+    return OSError(errno.EFBIG, f"larger than the {bound} jitwarden reads of such a file; not read", path)
 
 
 def open_regular(path: str, *, dir_fd: int | None = None, follow: bool = False) -> tuple[int, os.stat_result]:
@@ -134,41 +144,57 @@ def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_
     finally:
         os.close(fd)
     if data is None:
-        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+        raise too_large(max_bytes, path)
     return data
 
 
 HASH_CHUNK = 1 << 20
 
 
-def digest_file(path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int = 0,
-                dir_fd: int | None = None) -> int:
-    """Feed the regular file ``path`` to ``hasher.update`` (a ``hashlib`` object) in chunks of at most
-    :data:`HASH_CHUNK` bytes and return its size: memory does not grow with the file. Opened by
-    :func:`open_regular`; OSError EFBIG past ``max_bytes`` (refused unread when its size already says so).
-    ``size_hint``: the size expected, so a small file takes one read, as :func:`read_bytes`'s do."""
+def read_chunks(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
+                chunk: int = HASH_CHUNK) -> Iterator[bytes]:
+    """The regular file ``path`` in chunks of at most ``chunk`` bytes, for a reader that needs every byte of a
+    file it must not hold whole (a hash, a checksum, a search): memory does not grow with the file. Opened by
+    :func:`open_regular` when the first chunk is asked for, closed when the last is given (or the generator is
+    dropped); OSError EFBIG past ``max_bytes``, refused unread when its size already says so. ``size_hint``:
+    the size expected, so a small file takes one read, as :func:`read_bytes`'s do."""
     fd, st = open_regular(path, dir_fd=dir_fd)
     try:
         if st.st_size > max_bytes:
-            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+            raise too_large(max_bytes, path)
         expect = size_hint or st.st_size
         total = 0
-        if 0 < expect < HASH_CHUNK:
+        if 0 < expect < chunk:
             data = os.read(fd, expect + 1)
             total = len(data)
-            hasher.update(data)
+            if total > max_bytes:
+                raise too_large(max_bytes, path)
+            if data:
+                yield data
             if total <= expect:  # its end: one read
-                return total
+                return
         while True:
-            data = os.read(fd, min(HASH_CHUNK, max_bytes + 1 - total))
+            data = os.read(fd, min(chunk, max_bytes + 1 - total))
             if not data:
-                return total
+                return
             total += len(data)
             if total > max_bytes:
-                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
-            hasher.update(data)
+                raise too_large(max_bytes, path)
+            yield data
     finally:
         os.close(fd)
+
+
+def digest_file(path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int = 0,
+                dir_fd: int | None = None) -> int:
+    """Feed the regular file ``path`` to ``hasher.update`` (a ``hashlib`` object) by :func:`read_chunks` and return
+    its size: memory does not grow with the file; OSError EFBIG past ``max_bytes``, before anything is fed
+    when its size already says so."""
+    total = 0
+    for data in read_chunks(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd):
+        hasher.update(data)
+        total += len(data)
+    return total
 
 
 def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None,
@@ -653,7 +679,7 @@ def read_private(path: str, *, max_bytes: int) -> bytes:
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+        raise too_large(max_bytes, path)
     return data
 
 
@@ -690,7 +716,7 @@ def read_own_json(path: str, *, max_bytes: int = 4 << 20, dir_fd: int | None = N
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes; not read", path)
+        raise too_large(max_bytes, path)
     return loads(data, max_bytes=max_bytes)
 
 
