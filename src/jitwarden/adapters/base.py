@@ -9,6 +9,7 @@ re-exported through them (ARCHITECTURE.md, "How to add … A cache kind").
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from contextlib import contextmanager
@@ -582,6 +583,15 @@ def elf_head(path: str, size: int) -> elf.ElfHead:
 def older_than(mtime: float, judge, age: float | None = None) -> bool:
     """Whether something last written at ``mtime`` is older than ``age`` (default: the judge's orphan age)."""
     return judge.now - mtime >= (judge.orphan_age if age is None else age)
+
+
+def unreadable(what: str, exc: OSError) -> Finding:
+    """The finding for a file of an entry that could not be read: ``corrupt`` with the OS's words, except one
+    past the bound jitwarden reads of its kind (EFBIG, ``store/fsutil.too_large``): that says nothing about its
+    bytes, so it is ``unrecognised`` (not understood is not damage)."""
+    if exc.errno == errno.EFBIG:
+        return Finding("unrecognised", f"{what}: {exc.strerror}; not judged")
+    return Finding("corrupt", f"{what}: unreadable: {exc.strerror}")
 
 
 def cubin_findings(rel: str, head: elf.ElfHead) -> list[Finding]:

@@ -34,7 +34,8 @@ from jitwarden.store.fsutil import read_head
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.env import locations
-from jitwarden.adapters.base import elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
+from jitwarden.adapters.base import (elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings,
+                                     survey, survey_findings, unreadable)
 
 KIND = "flashinfer"
 ROOT_RISK = None
@@ -207,7 +208,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             try:
                 out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine)
             except OSError as exc:
-                out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                out.append(unreadable(f"{rel}", exc))
         if f"{op}.so" not in files:
             if older_than(newest, j):
                 what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
@@ -228,6 +229,6 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                         out.append(Finding("mismatch", f"build.ninja compiles for {', '.join(foreign)}, which the "
                                                        f"arch directory {archs} does not name"))
             except OSError as exc:
-                out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
+                out.append(unreadable(f"build.ninja", exc))
     return Entry(KIND, root, name, path, etype, op, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
                  facts=facts)

@@ -22,6 +22,7 @@ searched as text, never imported.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, replace
@@ -31,10 +32,10 @@ from jitwarden.env import locations
 from jitwarden.store import partition
 from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_bytes, read_head
+from jitwarden.store.fsutil import read_bytes, read_chunks, read_head
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
-from jitwarden.adapters.base import Survey, existing, private_root, survey, survey_findings
+from jitwarden.adapters.base import Survey, cubin_findings, existing, private_root, survey, survey_findings, unreadable
 
 KIND = "inductor"
 ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
@@ -127,18 +128,24 @@ def list_entry_names(root: str, skip: tuple[str, ...] = (TRITON_DIR,)) -> tuple[
 # ---------------------------------------------------------------- reading bytes
 
 
-def pickle_problem(data: bytes) -> str | None:
-    """Why ``data`` is not a whole pickle, judged by its framing only (nothing is unpickled); None when it looks whole."""
-    if not data:
+def pickle_problem(data: bytes | Streamed) -> str | None:
+    """Why ``data`` (a whole file, or a large one as :func:`stream_blob` saw it) is not a whole pickle, judged by
+    its framing only (nothing is unpickled): PROTO at the start, STOP at the end, the first frame within the
+    file; None when it looks whole."""
+    if isinstance(data, Streamed):
+        head, last, size = data.head, data.tail[-1:], data.size
+    else:
+        head, last, size = data, data[-1:], len(data)
+    if not size:
         return "empty"
-    if len(data) < 3 or data[0] != 0x80 or data[1] > 5:
+    if size < 3 or head[0] != 0x80 or head[1] > 5:
         return "not a pickle (no PROTO opcode at the start)"
-    if data[-1:] != b".":
+    if last != b".":
         return "truncated: the pickle does not end with STOP"
-    if data[1] >= 4 and data[2] == 0x95 and len(data) >= 11:  # protocol 4+ opens with a FRAME and its length
-        flen = int.from_bytes(data[3:11], "little")
-        if 11 + flen > len(data):
-            return f"truncated: its first frame needs {11 + flen} bytes, the file has {len(data)}"
+    if head[1] >= 4 and head[2] == 0x95 and size >= 11:  # protocol 4+ opens with a FRAME and its length
+        flen = int.from_bytes(head[3:11], "little")
+        if 11 + flen > size:
+            return f"truncated: its first frame needs {11 + flen} bytes, the file has {size}"
     return None
 
 
@@ -203,8 +210,10 @@ def _parses(data: bytes, rel: str = "<tail>") -> Exception | None:
     return None
 
 
-def device_props(data: bytes) -> list[tuple[str, object, int | None]]:
+def device_props(data: bytes | Streamed) -> list[tuple[str, object, int | None]]:
     """Every ``DeviceProperties(type=..., cc=...)`` Inductor wrote into ``data`` (source or pickle): (type, cc, SMs)."""
+    if isinstance(data, Streamed):
+        return list(data.props)
     out = []
     for m in DEVPROPS.finditer(data):
         cc_raw = m.group(3).decode()
@@ -317,6 +326,9 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, k
         if arch is not None:
             facts.arch = arch
         return
+    if isinstance(data, Streamed):
+        _judge_large(rel, data, judge, facts)
+        return
     if base.endswith(".py"):
         if not data.strip():
             add(Finding("corrupt", f"{rel} is empty"))
@@ -398,15 +410,74 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, k
 
 _ELF_HEAD_ONLY = (".so", ".o")
 _SKIP_CONTENT = (".lock", ".cpp", ".h", ".cu", ".c", ".txt", ".log")
+WHOLE_MAX = 64 << 20
+"""The most of one Inductor or vLLM cache file read whole (FX pickles of small models run to tens of MiB);
+a larger one is judged by :func:`stream_blob`, one pass in 1 MiB chunks, so memory does not grow with it
+(ARCHITECTURE.md, "reads bounded by kind")."""
+_HEAD = 64 << 10
+_CHUNK = 1 << 20
+_OVERLAP = 4096  # a DeviceProperties(...) or an FX key split by a chunk's end is found in the next one
 
 
-def read_blob(path: str, rel: str, size: int) -> bytes:
-    """The bytes judging needs: the ELF header of libraries, nothing of sources and locks, else the whole file."""
+@dataclass(frozen=True)
+class Streamed:
+    """A cache file larger than :data:`WHOLE_MAX`, as one pass over its chunks saw it: what the judges of pickles,
+    standalone-compile artifacts and seals need of it, without holding it. ``passed`` is False for a file of
+    which only the head was read (a cubin: its ELF header says what it is); the other fields are then empty."""
+
+    size: int
+    head: bytes  # its first _HEAD bytes
+    tail: bytes = b""  # its last 16 bytes
+    crc_after_4: int | None = None  # CRC32 of all but its first 4 bytes: torch's BytesWriter checksum
+    sha256: str | None = None  # when asked for (a sealed pickle)
+    props: tuple = ()  # device_props() of the whole file
+    fx_keys: tuple[str, ...] = ()  # FX_KEY_AFTER_INFO's keys, in order
+    passed: bool = True
+
+
+def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
+    """:class:`Streamed` of the file ``path``: every byte read once, 1 MiB at a time (``store/fsutil.read_chunks``),
+    searched with an overlap of 4 KiB between chunks; OSError past ``fsutil.MAX_READ``."""
+    import hashlib
+    import zlib
+
+    head, tail, carry, pos, crc = b"", b"", b"", 0, 0
+    props: dict = {}
+    keys: dict = {}
+    h = hashlib.sha256() if sha256 else None
+    for chunk in read_chunks(path, size_hint=size, chunk=_CHUNK):
+        if len(head) < _HEAD:
+            head += chunk[: _HEAD - len(head)]
+        if pos + len(chunk) > 4:
+            crc = zlib.crc32(chunk[max(0, 4 - pos):] if pos < 4 else chunk, crc)
+        if h is not None:
+            h.update(chunk)
+        buf = carry + chunk
+        props.update(dict.fromkeys(device_props(buf)))
+        keys.update(dict.fromkeys(m.group(1).decode() for m in FX_KEY_AFTER_INFO.finditer(buf)))
+        carry = buf[-_OVERLAP:]
+        tail = (tail + chunk[-16:])[-16:]
+        pos += len(chunk)
+    return Streamed(pos, head, tail, crc, h.hexdigest() if h is not None else None, tuple(props), tuple(keys))
+
+
+def read_blob(path: str, rel: str, size: int, *, sha256: bool = False) -> bytes | Streamed:
+    """The bytes judging needs: the ELF header of libraries, nothing of sources and locks, else the whole file up
+    to :data:`WHOLE_MAX`; a larger file as :func:`stream_blob` saw it (a cubin: its head alone). ``sha256``:
+    the stream hashes it too (a sealed pickle)."""
     if rel.endswith(_SKIP_CONTENT):
         return b""
     if rel.endswith(_ELF_HEAD_ONLY):
         return read_head(path, elf.HEADER_SIZE)
-    return read_bytes(path, size_hint=size)
+    if size <= WHOLE_MAX:
+        try:
+            return read_bytes(path, max_bytes=WHOLE_MAX, size_hint=size)
+        except OSError as exc:
+            if exc.errno != errno.EFBIG:
+                raise  # else: it grew past the bound since it was listed
+    if rel.endswith(".cubin"):
+        return Streamed(size, read_head(path, elf.HEADER_SIZE), passed=False)
+    return stream_blob(path, size, sha256=sha256)
 
 
 # ---------------------------------------------------------------- judging
@@ -443,9 +514,9 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         shown = f"{name}/{rel}" if s.is_dir else name
         try:
-            data = read_blob(path, rel, size)
+            data = read_blob(path, rel, size, sha256=rel in sealed)
         except OSError as exc:
-            facts.findings.append(Finding("corrupt", f"{shown}: unreadable: {exc.strerror}"))
+            facts.findings.append(unreadable(f"{shown}", exc))
             continue
         judge_blob(shown if not s.is_dir else rel, data, size, judge, facts, kind)
         if rel in sealed:
@@ -461,6 +532,33 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
                     facts.findings.append(Finding("orphan", f"{group} key directory holds no graph: an interrupted write, "
                                                             f"{_age_min(judge, newest)} min old"))
             facts.type = "empty"
+
+
+def _judge_large(rel: str, data: Streamed, judge: Judge, facts: Judging) -> None:
+    """A file other than a pickle larger than :data:`WHOLE_MAX`: a cubin by its ELF header, anything else by the
+    device properties it names. What needs it whole (parsing source or JSON, a cubin's symbols) is not done,
+    and the finding says so: not understood is not damage."""
+    add = facts.findings.append
+    if not data.passed:  # a cubin: its header
+        facts.type = "cubin"
+        head = elf.parse_head(data.head, data.size)
+        found = cubin_findings(rel, head)
+        if found or head.sm is None:
+            facts.findings += found
+            return
+        facts.arch = head.sm
+        if judge.target_arch is not None and head.sm != judge.target_arch:
+            add(Finding("foreign-arch", f"{rel} is assembled for sm_{head.sm}, judged against sm_{judge.target_arch}: "
+                                        "unreachable here"))
+        add(Finding("unrecognised", f"{rel}: {data.size} bytes, larger than the {WHOLE_MAX >> 20} MiB jitwarden reads "
+                                    "whole of such a file: only its ELF header was read (its machine, its SM)"))
+        return
+    arch, fs = arch_findings(device_props(data), judge, rel)
+    facts.findings += fs
+    if arch is not None:
+        facts.arch = arch
+    add(Finding("unrecognised", f"{rel}: {data.size} bytes, larger than the {WHOLE_MAX >> 20} MiB jitwarden reads "
+                                "whole of such a file: only searched for the GPU it names, not parsed"))
 
 
 def _pickle_seal(s: Survey, facts: Judging) -> dict:
@@ -482,22 +580,26 @@ def _pickle_seal(s: Survey, facts: Judging) -> dict:
     return dict(found.files) if found else {}
 
 
-def _check_sealed(rel: str, data: bytes, size: int, rec: dict, facts: Judging) -> None:
+def _check_sealed(rel: str, data: bytes | Streamed, size: int, rec: dict, facts: Judging) -> None:
     """A sealed pickle whose bytes contradict its seal is ``corrupt``: the evidence the guard acts on at load."""
     import hashlib
 
-    if len(data) != size:
-        return  # only part of it was read (a library's header): nothing to compare
+    if isinstance(data, Streamed):
+        got, digest = data.size, data.sha256
+    else:
+        got, digest = len(data), None
+    if got != size or (isinstance(data, Streamed) and digest is None):
+        return  # only part of it was read (a library's header), or it changed since listed: nothing to compare
     if size != rec["size"]:
         facts.findings.append(Finding("corrupt", f"{rel} is {size} bytes, sealed as {rec['size']}"))
-    elif hashlib.sha256(data).hexdigest() != rec["sha256"]:
+    elif (digest or hashlib.sha256(data).hexdigest()) != rec["sha256"]:
         facts.findings.append(Finding("corrupt", f"{rel} does not match its sealed sha256"))
 
 
-def _aot_refs(root: str, rel: str, data: bytes, facts: Judging) -> None:
+def _aot_refs(root: str, rel: str, data: bytes | Streamed, facts: Judging) -> None:
     """An AOTAutograd result that loads its graphs from ``fxgraph/``: each named graph must be there."""
-    for m in FX_KEY_AFTER_INFO.finditer(data):
-        key = m.group(1).decode()
+    keys = data.fx_keys if isinstance(data, Streamed) else [m.group(1).decode() for m in FX_KEY_AFTER_INFO.finditer(data)]
+    for key in keys:
         facts.extra.setdefault("fx_graphs", []).append(key)
         if not os.path.isdir(os.path.join(root, "fxgraph", key[1:3], key)):
             facts.findings.append(Finding("incomplete", f"{rel} loads FX graph {key}, which is missing from fxgraph/"))
@@ -574,9 +676,9 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         judge_tree(root, name, s, judge, group, facts)
         if not s.is_dir and s.files:
             try:
-                data = read_bytes(s.path, size_hint=s.files[0].size)
+                data = read_bytes(s.path, max_bytes=jsonlimits.MAX_BYTES, size_hint=s.files[0].size)
             except OSError:
-                data = b""
+                data = b""  # unreadable or past what the JSON reader parses: judge_tree's finding says so
             _local_cache(name, data, judge, facts)
         facts.type = facts.type if facts.type != "other" else "local-cache"
     elif s.errors and not s.files and not s.is_dir:

@@ -29,7 +29,8 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.layout import is_reserved
 from jitwarden.env import locations
 from jitwarden.store import partition
-from jitwarden.adapters.base import elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings, survey, survey_findings
+from jitwarden.adapters.base import (elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings,
+                                     survey, survey_findings, unreadable)
 
 KIND = "torch-ext"
 ROOT_RISK = None
@@ -201,7 +202,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         try:
             head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError as exc:
-            out.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+            out.append(unreadable(f"{rel}", exc))
             continue
         out += so_findings(rel, head, host)
         if not head.problem:
@@ -225,7 +226,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         try:
             ninja = parse_ninja(read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
         except OSError as exc:
-            out.append(Finding("corrupt", f"build.ninja: unreadable: {exc.strerror}"))
+            out.append(unreadable(f"build.ninja", exc))
 
     # Half-built: torch creates the directory, writes build.ninja, then runs ninja.
     etype = "extension"

@@ -40,7 +40,7 @@ from jitwarden.store.fsutil import read_bytes
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge
 from jitwarden.adapters import inductor
-from jitwarden.adapters.base import Survey, existing, inside, private_root, survey, survey_findings
+from jitwarden.adapters.base import Survey, existing, inside, private_root, survey, survey_findings, unreadable
 
 KIND = "vllm"
 ROOT_RISK = "vLLM and Inductor unpickle entries from it, so loading one runs their code"
@@ -349,16 +349,16 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             facts.extra.update(got)
             facts.findings += _version_findings(got, judge)
         except OSError as exc:
-            add(Finding("corrupt", f"cache_key_factors.json: unreadable: {exc.strerror}"))
+            add(unreadable(f"cache_key_factors.json", exc))
         except (ValueError, UnicodeDecodeError):
             add(Finding("corrupt", "cache_key_factors.json is not valid JSON"))
     rank_dir = os.path.dirname(s.path)
     if "vllm_compile_cache.py" in files:
         try:
-            handles = graph_handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py")))
+            handles = graph_handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py"), max_bytes=jsonlimits.MAX_BYTES))
         except OSError as exc:
             handles = []
-            add(Finding("corrupt", f"vllm_compile_cache.py: unreadable: {exc.strerror}"))
+            add(unreadable(f"vllm_compile_cache.py", exc))
         except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
             handles = []
             add(Finding("corrupt", "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)"))
@@ -371,11 +371,14 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
         size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
             try:
-                data = read_bytes(path, size_hint=size)
+                data = inductor.read_blob(path, rel, size)  # past WHOLE_MAX: one pass, its head, CRC and GPU
             except OSError as exc:
-                add(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                add(unreadable(f"{rel}", exc))
                 continue
-            art = artifact_layout(data)
+            if isinstance(data, inductor.Streamed):
+                art = artifact_layout(data.head, size=data.size, crc_after_4=data.crc_after_4)
+            else:
+                art = artifact_layout(data)
             if art.code:
                 add(Finding(art.code, f"{rel}: {art.why}"))
             else:
@@ -392,7 +395,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             try:
                 data = inductor.read_blob(path, rel, size)
             except OSError as exc:
-                add(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                add(unreadable(f"{rel}", exc))
                 continue
             saved = facts.type
             inductor.judge_blob(rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else "")
@@ -423,12 +426,13 @@ def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
         if judge.now - newest >= judge.orphan_age:
             facts.findings.append(Finding("orphan", "no model file: an AOT save that never finished, "
                                                     f"{int((judge.now - newest) // 60)} min old (vLLM compiles again)"))
+    sizes = {f.name: f.size for f in s.files}
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         try:
-            data = read_bytes(path)
+            data = inductor.read_blob(path, rel, sizes.get(rel, 0))  # past WHOLE_MAX: one pass, never held
         except OSError as exc:
-            facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+            facts.findings.append(unreadable(f"{rel}", exc))
             continue
         if os.path.basename(rel) == "model":
             why = inductor.pickle_problem(data)
@@ -444,26 +448,22 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
     """DeepGEMM kernels and FlashInfer autotune results: cubins by ELF, JSON by parsing."""
     facts.type = kind
     real = _orphans(s, judge, facts)
+    sizes = {f.name: f.size for f in s.files}
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
-        if rel.endswith(".cubin"):
+        if rel.endswith(".cubin"):  # judged as Inductor's are: by ELF, past WHOLE_MAX by its header alone
             try:
-                sm = elf.cubin_sm(elf.parse(read_bytes(path)))
+                data = inductor.read_blob(path, rel, sizes.get(rel, 0))
             except OSError as exc:
-                facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                facts.findings.append(unreadable(f"{rel}", exc))
                 continue
-            except elf.ElfError as exc:
-                facts.findings.append(Finding("corrupt", f"{rel}: not a valid cubin: {exc}"))
-                continue
-            facts.arch = sm
-            if judge.target_arch is not None and sm != judge.target_arch:
-                facts.findings.append(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against "
-                                                              f"sm_{judge.target_arch}: unreachable here"))
+            inductor.judge_blob(rel, data, len(data) if isinstance(data, bytes) else data.size, judge, facts)
+            facts.type = kind
         elif rel.endswith(".json"):
             try:
                 jsonlimits.loads(read_bytes(path, max_bytes=jsonlimits.MAX_BYTES))  # past what it parses: refused unread
             except OSError as exc:
-                facts.findings.append(Finding("corrupt", f"{rel}: unreadable: {exc.strerror}"))
+                facts.findings.append(unreadable(f"{rel}", exc))
             except (ValueError, UnicodeDecodeError):
                 facts.findings.append(Finding("corrupt", f"{rel} is not valid JSON"))
 

@@ -25,8 +25,12 @@ class ArtifactLayout:
     why: str | None = None
 
 
-def artifact_layout(data: bytes) -> ArtifactLayout:
+def artifact_layout(data: bytes, *, size: int | None = None, crc_after_4: int | None = None) -> ArtifactLayout:
     """Read a binary standalone-compile artifact (torch ``BytesWriter``: CRC32, then length-prefixed fields).
+
+    ``data`` is the whole file, or, for a file too large to hold, its head: then ``size`` is the file's size
+    and ``crc_after_4`` the CRC32 of all but its first 4 bytes, taken in one pass over it; the fields are
+    walked by their lengths as far as the head holds them (the last, the compiled bytes, runs to the end).
 
     The layouts torch writes (``torch/_inductor/standalone_compile.py``, ``CompiledArtifact.save``):
 
@@ -38,17 +42,22 @@ def artifact_layout(data: bytes) -> ArtifactLayout:
     Evidence: a CRC or a length field that does not hold is damage (``corrupt``). A whole file
     whose fields are none of these layouts is from a torch jitwarden has not read (``unrecognised``).
     """
-    if len(data) < 12:
+    total = len(data) if size is None else size
+    if total < 12:
         return ArtifactLayout(None, "corrupt", "truncated: shorter than its checksum and first field")
-    if zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
+    crc = zlib.crc32(data[4:]) if crc_after_4 is None else crc_after_4
+    if crc.to_bytes(4, "big") != data[:4]:
         return ArtifactLayout(None, "corrupt", "checksum (CRC32) does not match: damaged or truncated")
     i, fields = 4, []
-    while i < len(data):
-        if i + 8 > len(data):
+    while i < total:
+        if i + 8 > total:
             return ArtifactLayout(None, "corrupt", "truncated inside a length field")
+        if i + 8 > len(data):
+            return ArtifactLayout(None, "unrecognised", f"whole (its CRC32 holds), {total} bytes: a length field lies "
+                                                        f"past the first {len(data)} bytes jitwarden holds of it; not judged")
         n = int.from_bytes(data[i:i + 8], "big")
         i += 8
-        if i + n > len(data):
+        if i + n > total:
             return ArtifactLayout(None, "corrupt", f"a field of {n} bytes runs past the end of the file")
         fields.append((i, n))
         i += n
