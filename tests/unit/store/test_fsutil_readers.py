@@ -141,3 +141,40 @@ def test_digest_file_and_read_bytes_refuse_past_the_bound_unread(tmp_path):
     for _ in range(64):
         want.update(bytes(1 << 20))
     assert h.hexdigest() == want.hexdigest()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
+@pytest.mark.parametrize("hint", [0, 10, len(BODY), len(BODY) * 3])
+def test_read_chunks_gives_every_byte_in_bounded_chunks_and_closes(blob, chunk, hint):
+    from jitwarden.store.fsutil import read_chunks
+
+    before = _open_fds()
+    got = list(read_chunks(blob, chunk=chunk, size_hint=hint))
+    assert b"".join(got) == BODY
+    assert all(len(c) <= max(chunk, hint + 1) for c in got)  # a small file's one read may take its hinted size
+    assert _open_fds() == before
+    it = read_chunks(blob, chunk=1000)
+    next(it)  # a reader that stops early: the fd goes with the generator
+    del it
+    assert _open_fds() == before
+
+
+def test_read_chunks_refuses_what_is_no_regular_file_or_past_the_bound(tmp_path, blob):
+    from jitwarden.store.fsutil import read_chunks
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotRegularFile):  # opened without blocking, then refused
+        next(read_chunks(str(fifo)))
+    link = tmp_path / "link"
+    link.symlink_to(blob)
+    with pytest.raises(OSError) as exc:
+        next(read_chunks(str(link)))
+    assert exc.value.errno == errno.ELOOP
+    with pytest.raises(OSError) as exc:
+        next(read_chunks(blob, max_bytes=len(BODY) - 1))  # its size says so: refused before a byte is read
+    assert exc.value.errno == errno.EFBIG and "jitwarden reads of such a file" in exc.value.strerror
