@@ -34,6 +34,7 @@ import errno
 import os
 import time
 import sys
+from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
 
 HOOKS_VAR = TORCH_HOOKS.name
@@ -267,6 +268,8 @@ def _stage(artifacts, cache_dir_for, replace_bytes) -> _Staged:
                 os.close(pfd)
             try:
                 for x in a.artifacts:
+                    if is_reserved(x.filename):
+                        continue  # jitwarden's own (the seal a guarded compile bundled): never carried in, never trusted
                     payload = x.payload
                     if x.filename.endswith(".json"):
                         payload = payload.replace(replace_bytes, directory.encode())
@@ -285,7 +288,7 @@ def _judge(st: _Staged) -> None:
     """Prove the staged and the unsealed directories in parallel; seal and place each proven one as its
     proof ends (while the others' ptxas runs go on), set the rest aside."""
     from jitwarden.model.layout import SEAL_FILE
-    from jitwarden.runtime import proof
+    from jitwarden.runtime import proof, tree
     from jitwarden.store import partition
     from jitwarden.store.fsutil import rename_path
 
@@ -301,22 +304,23 @@ def _judge(st: _Staged) -> None:
     def place(path: str, pr) -> None:
         if path in staged:
             a, directory, base = staged[path]
-            names = sorted(os.listdir(path))
-            if pr.proven and proof.seal_proven(path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True}):
+        else:
+            (a, base), directory = existing[path], path
+        names = tree.files(path)  # what the proof hashed: never jitwarden's own files
+        if pr.proven and proof.seal_proven(path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True}):
+            if path in staged:
                 try:
                     rename_path(path, directory)  # onto nothing or an empty dir; torch then skips it
                 except OSError:
                     refused.add(id(a))  # someone else wrote it meanwhile: theirs is judged on its own
-                return
-            _set_aside(path, base, pr.code or "unverifiable", [f"restored from an FX-graph bundle: {pr.reason}"],
-                       entry_id=a.kernel_hash)
-            refused.add(id(a))
             return
-        a, base = existing[path]
-        names = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
-        if not (pr.proven and proof.seal_proven(path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True})):
-            _set_aside(path, base, pr.code or "unverifiable", [f"first use of an unsealed entry: {pr.reason}"])
-            refused.add(id(a))
+        code, why = (pr.code or "unverifiable", pr.reason) if not pr.proven else \
+            ("unverifiable", "its files changed after they were proven; not used until they are proven")
+        if path in staged:
+            _set_aside(path, base, code, [f"restored from an FX-graph bundle: {why}"], entry_id=a.kernel_hash)
+        else:
+            _set_aside(path, base, code, [f"first use of an unsealed entry: {why}"])
+        refused.add(id(a))
 
     if staged or unsealed:
         proven = proof.prove_many(list(staged) + unsealed, on_proof=place)
@@ -337,7 +341,7 @@ def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]
 
     try:
         with os.scandir(path) as it:
-            ours = [e for e in it if not e.name.startswith(".jitwarden")]
+            ours = [e for e in it if not is_reserved(e.name)]
             if all(e.is_file(follow_symlinks=False) for e in ours) and \
                     seal.unchanged(path, [e.stat(follow_symlinks=False).st_ctime_ns for e in ours], digest):
                 return "", []
@@ -352,7 +356,7 @@ def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]
     why = seal.foreign(s.fingerprint, digest)
     if why:
         return "mismatch", [why]
-    present = [n for n in os.listdir(path) if not n.startswith(".jitwarden")]
+    present = [n for n in os.listdir(path) if not is_reserved(n)]
     bad = seal.check(path, s, present=present)
     return ("corrupt", bad) if bad else ("", [])
 

@@ -118,6 +118,33 @@ def test_bundle_with_a_substituted_kernel_restores_only_proven_kernels(stock, tm
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
 
 
+def test_a_guarded_compiles_bundle_restores_into_an_empty_cache_proven_and_sealed_afresh(tmp_path):
+    """A bundle from a guarded compile carries each kernel's seal (TritonBundler takes every file of the dir).
+    Restored where the kernel dirs are missing (a node that never compiled them, or a kernel quarantined
+    since), each is proven and placed, sealed afresh by this hook: the carried seal is never written nor
+    trusted, and is no reason to refuse. Found on the H200: after a tampered kernel was quarantined, every
+    later warm start proved its bundled copy, refused it ("unverifiable: ... reproduced byte for byte") and
+    set it aside again."""
+    src = str(tmp_path / "guarded")
+    out = {k: v for k, v in compile_jobs(src, guarded=True).items() if k != "_stderr"}
+    hashes = [out[k]["id"] for k in ("add_sm90", "sub_sm90")]
+    for h in hashes:
+        assert seal.read(os.path.join(src, h)) is not None  # what the bundle carries
+    # A forged seal carried by the bundle changes nothing either: the staged files are proven, then sealed here.
+    with open(os.path.join(src, hashes[1], ".jitwarden-seal.json"), "w") as f:
+        f.write('{"schema": 1, "files": {"x": {"sha256": "00", "size": 1}}}')
+    dst = str(tmp_path / "dst")
+    res, err = restore(src, dst, hashes, "1")
+    assert res["guarded"] is True and res["restored"] == []  # placed by the hook
+    assert "quarantined" not in err and quarantine.list_root(dst) == []
+    for h in hashes:
+        s = seal.read(os.path.join(dst, h))
+        assert s.producer.get("by") == "bundle" and s.producer.get("proven")
+        assert seal.check(os.path.join(dst, h), s) == []
+    res, err = restore(src, dst, hashes, "1")  # the next start: in place and sealed, nothing proven again
+    assert "quarantined" not in err and quarantine.list_root(dst) == []
+
+
 def test_without_the_hook_the_substitute_is_restored(stock, tmp_path, evil_cubin):
     """The path exists: torch writes the substituted cubin where its static launcher loads it."""
     import hashlib
