@@ -161,7 +161,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         out.append(Finding("unrecognised", p.unknown))
     arch = p.cubin_sm
     if arch is None and p.ptx_target:
-        m2 = re.match(r"(?:sm|compute)_(\d+)", p.ptx_target)
+        m2 = re.match(r"(?:sm|compute)_(\d{1,9})(?!\d)", p.ptx_target)
         arch = int(m2.group(1)) if m2 else None
     if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
         out.append(Finding("foreign-arch", f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: CuPy keys by "

@@ -43,9 +43,9 @@ ROOT_CHECKS = ()
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
 SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
 TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
-DEVPROPS = re.compile(
-    rb"DeviceProperties\(type='(\w+)', index=(?:\d+|None), multi_processor_count=(\d+), cc=(\d+|'[^']*')"
-    rb"(?:, major=(\d+|None))?")
+DEVPROPS = re.compile(  # bounded: a forged 5,000-digit number is no match, not an int() that raises
+    rb"DeviceProperties\(type='(\w{1,32})', index=(?:\d{1,9}|None), multi_processor_count=(\d{1,9}), "
+    rb"cc=(\d{1,9}(?!\d)|'[^']{0,64}')(?:, major=(\d{1,9}|None))?")
 KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
 FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
 TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
@@ -216,7 +216,7 @@ def device_props(data: bytes | Streamed) -> list[tuple[str, object, int | None]]
         return list(data.props)
     out = []
     for m in DEVPROPS.finditer(data):
-        cc_raw = m.group(3).decode()
+        cc_raw = m.group(3).decode("utf-8", "replace")
         cc: object = int(cc_raw) if cc_raw.isdigit() else cc_raw.strip("'")
         out.append((m.group(1).decode(), cc, int(m.group(2))))
     return list(dict.fromkeys(out))

@@ -38,7 +38,7 @@ ROOT_CHECKS = ()
 TAG = re.compile(r"^py(\d)(\d+)([a-z]*)_(cpu|cu\d+|rocm\d+|xpu)$")
 _NINJA_MAX = 1 << 20
 _PY_INCLUDE = re.compile(r"/include/python(\d)\.(\d+)([a-z]*)\b")
-_GENCODE = re.compile(r"-gencode[= ]arch=compute_(\d+)[a-z]?,code=(sm|compute)_(\d+)[a-z]?")
+_GENCODE = re.compile(r"-gencode[= ]arch=compute_(\d{1,9})[a-z]?,code=(sm|compute)_(\d{1,9})(?!\d)[a-z]?")
 _SO_NAME = re.compile(r"^(.+?)(?:_v(\d+))?\.so$")
 
 
@@ -156,7 +156,7 @@ def parse_ninja(text: str) -> dict:
     arch_flags = re.findall(r"--generate-code=arch=compute_(\d+)[a-z]?,code=\[?([a-z_0-9,]+)\]?", text)
     for _arch, codes in arch_flags:
         for c in codes.split(","):
-            m = re.match(r"(sm|compute)_(\d+)", c)
+            m = re.match(r"(sm|compute)_(\d{1,9})(?!\d)", c)
             if m:
                 (sms if m.group(1) == "sm" else ptx).append(int(m.group(2)))
     default = re.search(r"^default\s+(\S+)", text, re.MULTILINE)

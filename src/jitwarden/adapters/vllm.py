@@ -52,7 +52,7 @@ TRITON_DIRS = ("triton_cache",)  # Triton cache dirs vLLM sets TRITON_CACHE_DIR 
 DEEP_GEMM = "deep_gemm"
 FLASHINFER = "flashinfer_autotune_cache"
 RANK = re.compile(r"^rank_\d+_\d+$")
-_ARCH = re.compile(r"(\d+)[af]?")
+_ARCH = re.compile(r"(\d{1,9})[af]?")
 AOT_TEMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile of torch 2.12+ atomic_write_binary
 
 
@@ -253,7 +253,7 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
 
 def vllm_release(version: str | None) -> tuple[int, int] | None:
     """(major, minor) of a vLLM version string such as ``0.34.0`` or ``0.32.0rc1.dev3+g1234``; None when unknown."""
-    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    m = re.match(r"^(\d{1,9})\.(\d{1,9})(?!\d)", version or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 

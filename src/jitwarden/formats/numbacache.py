@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from jitwarden.formats import elf
 from jitwarden.formats.reading import Reading
 
-_MANGLED_PART = re.compile(r"(\d+)")
+_MANGLED_PART = re.compile(r"(\d{1,9})")  # a longer length runs past any name
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 _VERSION = re.compile(rb"^\s*\.version\s+(\d+\.\d+)", re.MULTILINE)
 _TARGET = re.compile(rb"^\s*\.target\s+([A-Za-z0-9_]+)", re.MULTILINE)
 _ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][A-Za-z0-9_$]*)")
-_SM = re.compile(r"sm_(\d+)")
+_SM = re.compile(r"sm_(\d{1,9})(?!\d)")  # more digits: no SM (int() refuses 4,300+)
 
 
 @dataclass(frozen=True, slots=True)

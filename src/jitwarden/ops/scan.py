@@ -339,7 +339,21 @@ def _count_quarantined(root: str) -> int:
 def _judge_chunk(args) -> list[Entry]:
     kind, root, names, judge, root_uid = args
     inspect = adapters.get(kind).inspect_entry
-    return [inspect(root, n, judge, root_uid) for n in names]
+    return [_inspected(inspect, kind, root, n, judge, root_uid) for n in names]
+
+
+def _inspected(inspect, kind: str, root: str, name: str, judge: Judge, root_uid) -> Entry:
+    """One entry judged. An error of jitwarden's own while judging it (a reader meeting bytes it was not written
+    for) is that entry's ``unrecognised`` finding, saying so: never damage, and never the end of the scan of the
+    others (docs/threat-model.md, promise 5)."""
+    try:
+        return inspect(root, name, judge, root_uid)
+    except Exception as exc:  # noqa: BLE001 - the one net under every adapter's judging
+        why = f"{type(exc).__name__}: {exc}"
+        why = why if len(why) <= 160 else why[:157] + "..."
+        return Entry(kind, root, name, os.path.join(root, name), "other", None, None, 0, 0.0, findings=(
+            Finding("unrecognised", f"jitwarden could not judge this entry ({why}); not judged, and a bug of "
+                                    "jitwarden's to report, not damage"),))
 
 
 _ENTRY_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Entry)))
