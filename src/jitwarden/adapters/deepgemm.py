@@ -159,7 +159,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             try:
                 out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size), j.host_machine)
             except OSError as exc:
-                out.append(unreadable(f"kernel.so", exc))
+                out.append(unreadable("kernel.so", exc))
             arch = 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
             if j.target_arch is not None and j.target_arch != 90:
                 out.append(Finding("foreign-arch", f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}"))
@@ -175,7 +175,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
             except OSError as exc:
                 head = None
-                out.append(unreadable(f"kernel.cubin", exc))
+                out.append(unreadable("kernel.cubin", exc))
             if head is not None:
                 bad = cubin_findings("kernel.cubin", head)
                 out += bad
@@ -190,7 +190,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 elif cubin_sm is not None and hdr.target_arch is not None and hdr.target_arch != cubin_sm:
                     out.append(Finding("mismatch", f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}"))
             except OSError as exc:
-                out.append(unreadable(f"kernel.ptx", exc))
+                out.append(unreadable("kernel.ptx", exc))
         if cubin_sm is not None and j.target_arch is not None and not reachable(cubin_sm, j.target_arch):
             out.append(Finding("foreign-arch", f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
                                                "DeepGEMM builds another target there, this one is unreachable"))

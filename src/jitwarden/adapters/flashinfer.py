@@ -208,7 +208,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             try:
                 out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine)
             except OSError as exc:
-                out.append(unreadable(f"{rel}", exc))
+                out.append(unreadable(rel, exc))
         if f"{op}.so" not in files:
             if older_than(newest, j):
                 what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
@@ -229,6 +229,6 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                         out.append(Finding("mismatch", f"build.ninja compiles for {', '.join(foreign)}, which the "
                                                        f"arch directory {archs} does not name"))
             except OSError as exc:
-                out.append(unreadable(f"build.ninja", exc))
+                out.append(unreadable("build.ninja", exc))
     return Entry(KIND, root, name, path, etype, op, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
                  facts=facts)

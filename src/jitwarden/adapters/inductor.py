@@ -238,6 +238,15 @@ def arch_findings(props, judge: Judge, what: str) -> tuple[int | None, list[Find
     return (archs[0] if len(archs) == 1 else None), out
 
 
+def named_arch(props, judge: Judge, what: str, facts: Judging) -> int | None:
+    """:func:`arch_findings` applied to an entry: its findings added, the arch named (when one) recorded; returned."""
+    arch, fs = arch_findings(props, judge, what)
+    facts.findings += fs
+    if arch is not None:
+        facts.arch = arch
+    return arch
+
+
 def _host(judge: Judge) -> str | None:
     return judge.host_machine
 
@@ -308,7 +317,7 @@ class Judging:
             self.extra[field] = replace(old, **found) if old is not None else group(**found)
 
 
-def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, kind: str = "") -> None:
+def judge_blob(rel: str, data: bytes | Streamed, size: int, judge: Judge, facts: Judging, kind: str = "") -> None:
     """Judge one generated file of an Inductor cache by its bytes (``kind``: fxgraph, aotautograd or "" for by name)."""
     add = facts.findings.append
     base = os.path.basename(rel)
@@ -321,10 +330,7 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, k
         if why:
             add(Finding("corrupt", f"{rel}: {why}"))
             return
-        arch, fs = arch_findings(device_props(data), judge, rel)
-        facts.findings += fs
-        if arch is not None:
-            facts.arch = arch
+        named_arch(device_props(data), judge, rel, facts)
         return
     if isinstance(data, Streamed):
         _judge_large(rel, data, judge, facts)
@@ -356,10 +362,7 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, k
             add(Finding("unrecognised", f"{rel}: @triton.jit is not followed by a kernel definition jitwarden reads"))
         else:
             facts.type = "output-code"
-        arch, fs = arch_findings(props, judge, rel)
-        facts.findings += fs
-        if arch is not None:
-            facts.arch = arch
+        arch = named_arch(props, judge, rel, facts)
         facts.grouped("generated_for", GeneratedFor, cc=arch, device=props[0][0] if props else None,
                       multi_processor_count=props[0][2] if props else None)
         return
@@ -382,9 +385,7 @@ def judge_blob(rel: str, data: bytes, size: int, judge: Judge, facts: Judging, k
         except elf.ElfError as exc:
             add(Finding("corrupt", f"{rel}: not a valid cubin: {exc}"))
             return
-        facts.arch = sm
-        if judge.target_arch is not None and sm != judge.target_arch:
-            add(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against sm_{judge.target_arch}: unreachable here"))
+        _cubin_arch(rel, sm, judge, facts)
         return
     if base.endswith((".so", ".o")) or data[:4] == elf.MAGIC:
         facts.type = "library" if base.endswith(".so") else "object"
@@ -516,7 +517,7 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
         try:
             data = read_blob(path, rel, size, sha256=rel in sealed)
         except OSError as exc:
-            facts.findings.append(unreadable(f"{shown}", exc))
+            facts.findings.append(unreadable(shown, exc))
             continue
         judge_blob(shown if not s.is_dir else rel, data, size, judge, facts, kind)
         if rel in sealed:
@@ -539,6 +540,7 @@ def _judge_large(rel: str, data: Streamed, judge: Judge, facts: Judging) -> None
     device properties it names. What needs it whole (parsing source or JSON, a cubin's symbols) is not done,
     and the finding says so: not understood is not damage."""
     add = facts.findings.append
+    too_large = f"{rel}: {data.size} bytes, larger than the {WHOLE_MAX >> 20} MiB jitwarden reads whole of such a file"
     if not data.passed:  # a cubin: its header
         facts.type = "cubin"
         head = elf.parse_head(data.head, data.size)
@@ -546,19 +548,19 @@ def _judge_large(rel: str, data: Streamed, judge: Judge, facts: Judging) -> None
         if found or head.sm is None:
             facts.findings += found
             return
-        facts.arch = head.sm
-        if judge.target_arch is not None and head.sm != judge.target_arch:
-            add(Finding("foreign-arch", f"{rel} is assembled for sm_{head.sm}, judged against sm_{judge.target_arch}: "
-                                        "unreachable here"))
-        add(Finding("unrecognised", f"{rel}: {data.size} bytes, larger than the {WHOLE_MAX >> 20} MiB jitwarden reads "
-                                    "whole of such a file: only its ELF header was read (its machine, its SM)"))
+        _cubin_arch(rel, head.sm, judge, facts)
+        add(Finding("unrecognised", f"{too_large}: only its ELF header was read (its machine, its SM)"))
         return
-    arch, fs = arch_findings(device_props(data), judge, rel)
-    facts.findings += fs
-    if arch is not None:
-        facts.arch = arch
-    add(Finding("unrecognised", f"{rel}: {data.size} bytes, larger than the {WHOLE_MAX >> 20} MiB jitwarden reads "
-                                "whole of such a file: only searched for the GPU it names, not parsed"))
+    named_arch(device_props(data), judge, rel, facts)
+    add(Finding("unrecognised", f"{too_large}: only searched for the GPU it names, not parsed"))
+
+
+def _cubin_arch(rel: str, sm: int, judge: Judge, facts: Judging) -> None:
+    """A cubin's SM, read from the whole file or its header alike, against the target."""
+    facts.arch = sm
+    if judge.target_arch is not None and sm != judge.target_arch:
+        facts.findings.append(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against "
+                                                      f"sm_{judge.target_arch}: unreachable here"))
 
 
 def _pickle_seal(s: Survey, facts: Judging) -> dict:
@@ -584,15 +586,12 @@ def _check_sealed(rel: str, data: bytes | Streamed, size: int, rec: dict, facts:
     """A sealed pickle whose bytes contradict its seal is ``corrupt``: the evidence the guard acts on at load."""
     import hashlib
 
-    if isinstance(data, Streamed):
-        got, digest = data.size, data.sha256
-    else:
-        got, digest = len(data), None
-    if got != size or (isinstance(data, Streamed) and digest is None):
+    streamed = isinstance(data, Streamed)
+    if (data.size if streamed else len(data)) != size or (streamed and data.sha256 is None):
         return  # only part of it was read (a library's header), or it changed since listed: nothing to compare
     if size != rec["size"]:
         facts.findings.append(Finding("corrupt", f"{rel} is {size} bytes, sealed as {rec['size']}"))
-    elif (digest or hashlib.sha256(data).hexdigest()) != rec["sha256"]:
+    elif (data.sha256 if streamed else hashlib.sha256(data).hexdigest()) != rec["sha256"]:
         facts.findings.append(Finding("corrupt", f"{rel} does not match its sealed sha256"))
 
 

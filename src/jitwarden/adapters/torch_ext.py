@@ -202,7 +202,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         try:
             head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError as exc:
-            out.append(unreadable(f"{rel}", exc))
+            out.append(unreadable(rel, exc))
             continue
         out += so_findings(rel, head, host)
         if not head.problem:
@@ -226,7 +226,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         try:
             ninja = parse_ninja(read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
         except OSError as exc:
-            out.append(unreadable(f"build.ninja", exc))
+            out.append(unreadable("build.ninja", exc))
 
     # Half-built: torch creates the directory, writes build.ninja, then runs ninja.
     etype = "extension"

@@ -349,7 +349,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             facts.extra.update(got)
             facts.findings += _version_findings(got, judge)
         except OSError as exc:
-            add(unreadable(f"cache_key_factors.json", exc))
+            add(unreadable("cache_key_factors.json", exc))
         except (ValueError, UnicodeDecodeError):
             add(Finding("corrupt", "cache_key_factors.json is not valid JSON"))
     rank_dir = os.path.dirname(s.path)
@@ -358,7 +358,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             handles = graph_handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py"), max_bytes=jsonlimits.MAX_BYTES))
         except OSError as exc:
             handles = []
-            add(unreadable(f"vllm_compile_cache.py", exc))
+            add(unreadable("vllm_compile_cache.py", exc))
         except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
             handles = []
             add(Finding("corrupt", "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)"))
@@ -373,7 +373,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             try:
                 data = inductor.read_blob(path, rel, size)  # past WHOLE_MAX: one pass, its head, CRC and GPU
             except OSError as exc:
-                add(unreadable(f"{rel}", exc))
+                add(unreadable(rel, exc))
                 continue
             if isinstance(data, inductor.Streamed):
                 art = artifact_layout(data.head, size=data.size, crc_after_4=data.crc_after_4)
@@ -384,10 +384,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             else:
                 seen = set(filter(None, facts.extra.get("artifact_layouts", "").split(", ")))
                 facts.extra["artifact_layouts"] = ", ".join(sorted(seen | {art.layout}))
-                arch, fs = inductor.arch_findings(inductor.device_props(data), judge, rel)
-                facts.findings += fs
-                if arch is not None:
-                    facts.arch = arch
+                inductor.named_arch(inductor.device_props(data), judge, rel, facts)
         elif top.startswith("artifact_"):
             # "unpacked" format: the artifact is an Inductor cache dir of its own
             sub = rel.split("/", 1)[1]
@@ -395,7 +392,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             try:
                 data = inductor.read_blob(path, rel, size)
             except OSError as exc:
-                add(unreadable(f"{rel}", exc))
+                add(unreadable(rel, exc))
                 continue
             saved = facts.type
             inductor.judge_blob(rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else "")
@@ -432,7 +429,7 @@ def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
         try:
             data = inductor.read_blob(path, rel, sizes.get(rel, 0))  # past WHOLE_MAX: one pass, never held
         except OSError as exc:
-            facts.findings.append(unreadable(f"{rel}", exc))
+            facts.findings.append(unreadable(rel, exc))
             continue
         if os.path.basename(rel) == "model":
             why = inductor.pickle_problem(data)
@@ -455,15 +452,15 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
             try:
                 data = inductor.read_blob(path, rel, sizes.get(rel, 0))
             except OSError as exc:
-                facts.findings.append(unreadable(f"{rel}", exc))
+                facts.findings.append(unreadable(rel, exc))
                 continue
-            inductor.judge_blob(rel, data, len(data) if isinstance(data, bytes) else data.size, judge, facts)
+            inductor.judge_blob(rel, data, sizes.get(rel, 0), judge, facts)
             facts.type = kind
         elif rel.endswith(".json"):
             try:
                 jsonlimits.loads(read_bytes(path, max_bytes=jsonlimits.MAX_BYTES))  # past what it parses: refused unread
             except OSError as exc:
-                facts.findings.append(unreadable(f"{rel}", exc))
+                facts.findings.append(unreadable(rel, exc))
             except (ValueError, UnicodeDecodeError):
                 facts.findings.append(Finding("corrupt", f"{rel} is not valid JSON"))
 
