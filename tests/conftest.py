@@ -114,6 +114,12 @@ def inductor_build(tmp_path_factory):
 
 
 @pytest.fixture
+def inductor_cache(inductor_build, tmp_path):
+    """A private copy of the session's real TorchInductor cache (``inductor_build``), to damage at will."""
+    return inductor_real.copy(inductor_build["inductor"], str(tmp_path / "inductor"))
+
+
+@pytest.fixture
 def vllm_root(inductor_build, built_cache, tmp_path):
     """A vLLM cache root laid out as vLLM 0.34 writes it, holding real torch artifacts (tests.helpers.vllm_root)."""
     return make_root(str(tmp_path / "vllm"), inductor_build, cubin_of(built_cache))

@@ -79,10 +79,10 @@ def make_root(root: str, real: dict, cubin: str) -> str:
     return root
 
 
-def cubin_of(built_cache) -> str:
-    """A real sm_90 kernel cubin of the session's Triton cache (conftest ``built_cache``)."""
+def cubin_of(built_cache, arch: int = 90) -> str:
+    """A real kernel cubin for ``sm_<arch>`` of the session's Triton cache (conftest ``built_cache``)."""
     src, manifest = built_cache
-    job = next(j for j in manifest if j.get("arch") == 90 and j.get("type", "kernel") == "kernel")
+    job = next(j for j in manifest if j.get("arch") == arch and j.get("type", "kernel") == "kernel")
     return next(os.path.join(src, job["id"], f) for f in os.listdir(os.path.join(src, job["id"])) if f.endswith(".cubin"))
 
 

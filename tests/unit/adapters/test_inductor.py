@@ -29,14 +29,9 @@ from jitwarden.model.entries import Judge
 HOST = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
 
 
-@pytest.fixture(scope="session")
-def real(tmp_path_factory):
-    return inductor_real.shared(tmp_path_factory)
-
-
 @pytest.fixture
-def cache(real, tmp_path):
-    return inductor_real.copy(real["inductor"], str(tmp_path / "inductor"))
+def cache(inductor_cache):
+    return inductor_cache
 
 
 def judge(arch=90, **kw):

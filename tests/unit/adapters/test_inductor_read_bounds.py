@@ -17,18 +17,12 @@ import pytest
 
 from jitwarden.adapters import inductor as ind
 from jitwarden.adapters import vllm as vl
-from tests.helpers import inductor_real
-from tests.helpers.vllm_root import ART0, AOT_NEW, PREFIX, codes, judge
-
-
-@pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    return inductor_real.shared(tmp_path_factory)
+from tests.helpers.vllm_root import ART0, AOT_NEW, PREFIX, codes, cubin_of, judge
 
 
 @pytest.fixture
-def cache(real, tmp_path):
-    return inductor_real.copy(real["inductor"], str(tmp_path / "inductor"))
+def cache(inductor_cache):
+    return inductor_cache
 
 
 def _inductor(root, j=None):
@@ -49,12 +43,17 @@ def _view(es):
                 e.facts.fx_graphs if e.type == "aotautograd" else None) for n, e in es.items()}
 
 
+def _through_the_stream(m) -> None:
+    """Every file past 1 KiB goes through the stream, in chunks of 5,000 bytes that a 4 KiB overlap joins."""
+    m.setattr(ind, "WHOLE_MAX", 1024)
+    m.setattr(ind, "_CHUNK", 5000)
+    m.setattr(ind, "_HEAD", 600)
+
+
 @pytest.fixture
 def streamed(monkeypatch):
-    """Every file past 1 KiB goes through the stream, in chunks of 5,000 bytes that a 4 KiB overlap joins."""
-    monkeypatch.setattr(ind, "WHOLE_MAX", 1024)
-    monkeypatch.setattr(ind, "_CHUNK", 5000)
-    monkeypatch.setattr(ind, "_HEAD", 600)
+    """:func:`_through_the_stream`, and the paths streamed, in order."""
+    _through_the_stream(monkeypatch)
     calls = []
     real_stream = ind.stream_blob
 
@@ -69,9 +68,7 @@ def streamed(monkeypatch):
 def test_a_real_inductor_cache_is_judged_the_same_through_the_stream(cache, monkeypatch):
     whole = _view(_inductor(cache))
     with monkeypatch.context() as m:
-        m.setattr(ind, "WHOLE_MAX", 1024)
-        m.setattr(ind, "_CHUNK", 5000)
-        m.setattr(ind, "_HEAD", 600)
+        _through_the_stream(m)
         through = _view(_inductor(cache))
     pickles = {n for n, (t, *_r) in through.items() if t in ("fxgraph", "aotautograd")}
     assert pickles, "the real cache holds pickles"
@@ -124,9 +121,7 @@ def test_a_sealed_pickle_past_the_bound_is_checked_against_its_seal(cache, monke
 def test_a_vllm_root_is_judged_the_same_through_the_stream(vllm_root, monkeypatch):
     whole = _view(_vllm(vllm_root))
     with monkeypatch.context() as m:
-        m.setattr(ind, "WHOLE_MAX", 1024)
-        m.setattr(ind, "_CHUNK", 5000)
-        m.setattr(ind, "_HEAD", 600)
+        _through_the_stream(m)
         through = _view(_vllm(vllm_root))
     for n in (PREFIX, f"{AOT_NEW}/rank_0_0"):  # the binary artifact (CRC, fields, GPU) and the AOT model pickle
         assert through[n][:3] == whole[n][:3], n
@@ -192,16 +187,10 @@ def test_a_file_past_what_is_read_at_all_is_not_called_damaged(cache):
     assert codes(e) == ["unrecognised"] and "not read" in e.findings[0].message
 
 
-def _cubin(built_cache, arch):
-    _src, manifest = built_cache
-    d = next(j["path"] for j in manifest if j["arch"] == arch)
-    return next(os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".cubin"))
-
-
 def test_a_large_inductor_cubin_is_judged_by_its_elf_header(cache, built_cache):
     dst = os.path.join(cache, "zz", "kernel.cubin")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    shutil.copy(_cubin(built_cache, 80), dst)
+    shutil.copy(cubin_of(built_cache, 80), dst)
     assert ind.inspect_entry(cache, "zz", judge(), os.getuid()).arch == 80  # whole: its ELF parsed
     os.truncate(dst, 300 << 20)  # its real header, then zeros
     e, peak = _peak(lambda: ind.inspect_entry(cache, "zz", judge(), os.getuid()))
@@ -215,7 +204,7 @@ def test_a_large_deepgemm_cubin_in_a_vllm_root_is_judged_by_its_elf_header(vllm_
     name = "deep_gemm/cache/kernel.fp8_gemm_nt.0123abcd"
     d = os.path.join(vllm_root, name)
     (cub,) = [f for f in os.listdir(d) if f.endswith(".cubin")]
-    shutil.copy(_cubin(built_cache, 80), os.path.join(d, cub))
+    shutil.copy(cubin_of(built_cache, 80), os.path.join(d, cub))
     os.truncate(os.path.join(d, cub), 300 << 20)
     e, peak = _peak(lambda: vl.inspect_entry(vllm_root, name, judge(), os.getuid()))
     assert peak < 16 << 20
