@@ -48,8 +48,8 @@ def report(base, warm, cold, runs: int) -> str:
         f"(extra {w - b:6.1f} ms; goal < 30 ms idle)",
         f"activate, cold (no memo) median {c:7.1f} ms  = {c / b:5.2f}x python's start  "
         f"(extra {c - b:6.1f} ms; goal < 1000 ms idle)",
-        f"timing spread (p90/p10): {noisy:.2f}" + ("  (a loaded machine: read the ratios, not the milliseconds)"
-                                                 if noisy > 1.5 else ""),
+        f"timing spread (p90/p10): {noisy:.2f}"
+        + ("  (a loaded machine: read the ratios, not the milliseconds)" if noisy > 1.5 else ""),
     ]
     return "\n".join(lines)
 
@@ -62,15 +62,28 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="jw-bench-activate-")
     try:
         src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_", "VLLM_"))}
-        env.update(HOME=os.path.join(tmp, "home"), XDG_CACHE_HOME=os.path.join(tmp, "home", ".cache"),
-                   JITWARDEN_HOME=os.path.join(tmp, "memo"), TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
-                   PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TRITON_", "JITWARDEN_", "VLLM_"))
+        }
+        env.update(
+            HOME=os.path.join(tmp, "home"),
+            XDG_CACHE_HOME=os.path.join(tmp, "home", ".cache"),
+            JITWARDEN_HOME=os.path.join(tmp, "memo"),
+            TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+            PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""),
+        )
         os.makedirs(env["HOME"])
         other = None
         if args.against:
-            other = dict(env, PYTHONPATH=os.path.abspath(args.against) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                         JITWARDEN_HOME=os.path.join(tmp, "memo-other"))
+            other = dict(
+                env,
+                PYTHONPATH=os.path.abspath(args.against)
+                + os.pathsep
+                + os.environ.get("PYTHONPATH", ""),
+                JITWARDEN_HOME=os.path.join(tmp, "memo-other"),
+            )
             once(ACTIVATE, other)
         once(ACTIVATE, env)  # fill the memo and the page cache
         base, warm, cold, owarm, ocold = [], [], [], [], []
@@ -86,10 +99,14 @@ def main(argv=None) -> int:
         b, w, c = (statistics.median(x) * 1000 for x in (base, warm, cold))
         if other is not None:
             ow, oc = (statistics.median(x) * 1000 for x in (owarm, ocold))
-            print(f"against {args.against}: warm median {ow:7.1f} ms (extra {ow - b:6.1f} ms), "
-                  f"cold {oc:7.1f} ms (extra {oc - b:6.1f} ms)")
-            print(f"ratio this/against, extra cost: warm {(w - b) / max(ow - b, 1e-9):.2f}, "
-                  f"cold {(c - b) / max(oc - b, 1e-9):.2f}; whole start: warm {w / ow:.2f}, cold {c / oc:.2f}")
+            print(
+                f"against {args.against}: warm median {ow:7.1f} ms (extra {ow - b:6.1f} ms), "
+                f"cold {oc:7.1f} ms (extra {oc - b:6.1f} ms)"
+            )
+            print(
+                f"ratio this/against, extra cost: warm {(w - b) / max(ow - b, 1e-9):.2f}, "
+                f"cold {(c - b) / max(oc - b, 1e-9):.2f}; whole start: warm {w / ow:.2f}, cold {c / oc:.2f}"
+            )
         print(report(base, warm, cold, args.runs))
         return 0
     finally:

@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helper
 sys.path.insert(0, SRC)
 
 DRIVER = textwrap.dedent(
-    '''
+    """
     import json, os, sys, time
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     def cpu():
@@ -75,19 +75,25 @@ DRIVER = textwrap.dedent(
     t_end = time.perf_counter()
     print(json.dumps({"compile_s": t_end - t0, "total_s": t_end - t_start, "sweep_s": t_sweep, "warnings": warnings,
                       "proofs": counts.get("proofs"), "sweep_self_cpu_s": sweep_cpu[0], "sweep_ptxas_cpu_s": sweep_cpu[1]}))
-    '''
+    """
 )
 
 
 def run(cache: str, jobs, guarded: bool, sweep=False, kdir: str = "", src: str = SRC) -> dict:
     """One driver process; ``sweep``: False, True (proofs before the start) or "bg" (beside it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))}
-    env.update(TRITON_CACHE_DIR=cache, JW_KERNEL_DIR=kdir, JW_JOBS=json.dumps(jobs),
-               PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""),
-               JW_SWEEP="bg" if sweep == "bg" else "1" if sweep else "0")
+    env.update(
+        TRITON_CACHE_DIR=cache,
+        JW_KERNEL_DIR=kdir,
+        JW_JOBS=json.dumps(jobs),
+        PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""),
+        JW_SWEEP="bg" if sweep == "bg" else "1" if sweep else "0",
+    )
     if guarded:
         env["TRITON_CACHE_MANAGER"] = "jitwarden.guard:GuardedCacheManager"
-    p = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=3600)
+    p = subprocess.run(
+        [sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=3600
+    )
     if p.returncode != 0:
         raise SystemExit(f"driver failed:\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -96,10 +102,12 @@ def run(cache: str, jobs, guarded: bool, sweep=False, kdir: str = "", src: str =
 def jobs_for(archs) -> list[dict]:
     from tests.helpers import kernels
 
-    variants = list(kernels.VARIANTS) + [
-        (f"add_b{b}", "add_kernel", {"BLOCK": b}, {}) for b in (32, 512, 1024)] + [
-        (f"sub_b{b}", "sub_kernel", {"BLOCK": b}, {}) for b in (64, 256, 512)] + [
-        (f"mm{b}", "matmul_kernel", {"BM": b, "BN": b, "BK": 32}, {}) for b in (16, 64)]
+    variants = (
+        list(kernels.VARIANTS)
+        + [(f"add_b{b}", "add_kernel", {"BLOCK": b}, {}) for b in (32, 512, 1024)]
+        + [(f"sub_b{b}", "sub_kernel", {"BLOCK": b}, {}) for b in (64, 256, 512)]
+        + [(f"mm{b}", "matmul_kernel", {"BM": b, "BN": b, "BK": 32}, {}) for b in (16, 64)]
+    )
     return kernels.jobs_for(archs=archs, variants=tuple(variants))
 
 
@@ -107,12 +115,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--archs", default="80,90,120")
-    ap.add_argument("--baseline-src", default=None, help="jitwarden's src before a change, measured in the same run")
-    ap.add_argument("--background", action="store_true", help="also the sweep with its proofs beside the start "
-                    "(a prover process, as activation does), on its own copy; timed to the last kernel loaded")
+    ap.add_argument(
+        "--baseline-src",
+        default=None,
+        help="jitwarden's src before a change, measured in the same run",
+    )
+    ap.add_argument(
+        "--background",
+        action="store_true",
+        help="also the sweep with its proofs beside the start "
+        "(a prover process, as activation does), on its own copy; timed to the last kernel loaded",
+    )
     args = ap.parse_args(argv)
-    from tests.helpers.kernels import copy_cache  # group files name absolute paths: a copy must point at itself
     from tests.helpers.guarded import kernel_dir
+    from tests.helpers.kernels import (
+        copy_cache,
+    )  # group files name absolute paths: a copy must point at itself
 
     jobs = jobs_for(tuple(int(a) for a in args.archs.split(",")))
     n = len(jobs)
@@ -128,8 +146,21 @@ def main(argv=None) -> int:
         for i in range(args.runs):
             res["plain"].append(run(stock, jobs, guarded=False, kdir=kdir)["compile_s"])
             for code, src in codes.items():
-                r = res.setdefault(code, {k: [] for k in ("first", "warm", "sweep", "after_sweep", "self_cpu", "ptxas_cpu",
-                                                          "tail")})
+                r = res.setdefault(
+                    code,
+                    {
+                        k: []
+                        for k in (
+                            "first",
+                            "warm",
+                            "sweep",
+                            "after_sweep",
+                            "self_cpu",
+                            "ptxas_cpu",
+                            "tail",
+                        )
+                    },
+                )
                 a = os.path.join(tmp, f"first-{code}{i}")
                 copy_cache(stock, a)
                 r["first"].append(run(a, jobs, guarded=True, kdir=kdir, src=src)["compile_s"])
@@ -147,28 +178,46 @@ def main(argv=None) -> int:
                 if args.background and code == "new":
                     c = os.path.join(tmp, f"bg-{code}{i}")
                     copy_cache(stock, c)
-                    r.setdefault("bg_total", []).append(run(c, jobs, guarded=True, sweep="bg", kdir=kdir, src=src)["total_s"])
+                    r.setdefault("bg_total", []).append(
+                        run(c, jobs, guarded=True, sweep="bg", kdir=kdir, src=src)["total_s"]
+                    )
         plain = statistics.median(res["plain"])
-        print(f"{n} Triton kernels (archs {args.archs}), {os.cpu_count()} cores, medians of {args.runs} runs")
+        print(
+            f"{n} Triton kernels (archs {args.archs}), {os.cpu_count()} cores, medians of {args.runs} runs"
+        )
         print(f"cold compile (stock)                 {cold * 1e3:9.1f} ms")
-        print(f"plain warm load (stock, unguarded)   {plain * 1e3:9.1f} ms  = {plain / n * 1e3:6.2f} ms/kernel")
+        print(
+            f"plain warm load (stock, unguarded)   {plain * 1e3:9.1f} ms  = {plain / n * 1e3:6.2f} ms/kernel"
+        )
         for code in codes:
             med = {k: statistics.median(v) for k, v in res[code].items() if isinstance(v, list)}
             extra = med["first"] - plain
             print(f"--- {code} code ({codes[code]})")
-            print(f"first use through the guard (proofs) {med['first'] * 1e3:9.1f} ms  extra {extra * 1e3:8.1f} ms "
-                  f"= {extra / n * 1e3:6.2f} ms/kernel proof cost")
-            print(f"guarded warm load (sealed)           {med['warm'] * 1e3:9.1f} ms  ratio to plain {med['warm'] / plain:.3f}")
-            print(f"start-up sweep, proofs in parallel   {med['sweep'] * 1e3:9.1f} ms  = {med['sweep'] / n * 1e3:6.2f} ms/kernel "
-                  f"(then the hits: {med['after_sweep'] * 1e3:.1f} ms)")
-            print(f"  its CPU: jitwarden's own {med['self_cpu'] * 1e3:7.1f} ms, ptxas {med['ptxas_cpu'] * 1e3:7.1f} ms; "
-                  f"wall after the proofs' own time (serial sealing): {med['tail'] * 1e3:7.1f} ms")
-            print(f"first-use cost / cold compile: guard {extra / cold:.3f}, sweep "
-                  f"{(med['sweep'] + med['after_sweep'] - plain) / cold:.3f}")
+            print(
+                f"first use through the guard (proofs) {med['first'] * 1e3:9.1f} ms  extra {extra * 1e3:8.1f} ms "
+                f"= {extra / n * 1e3:6.2f} ms/kernel proof cost"
+            )
+            print(
+                f"guarded warm load (sealed)           {med['warm'] * 1e3:9.1f} ms  ratio to plain {med['warm'] / plain:.3f}"
+            )
+            print(
+                f"start-up sweep, proofs in parallel   {med['sweep'] * 1e3:9.1f} ms  = {med['sweep'] / n * 1e3:6.2f} ms/kernel "
+                f"(then the hits: {med['after_sweep'] * 1e3:.1f} ms)"
+            )
+            print(
+                f"  its CPU: jitwarden's own {med['self_cpu'] * 1e3:7.1f} ms, ptxas {med['ptxas_cpu'] * 1e3:7.1f} ms; "
+                f"wall after the proofs' own time (serial sealing): {med['tail'] * 1e3:7.1f} ms"
+            )
+            print(
+                f"first-use cost / cold compile: guard {extra / cold:.3f}, sweep "
+                f"{(med['sweep'] + med['after_sweep'] - plain) / cold:.3f}"
+            )
             if med.get("bg_total"):
-                print(f"start-up to the last kernel loaded (sweep, import triton, the hits): proving first "
-                      f"{med['total'] * 1e3:.1f} ms, beside the start {med['bg_total'] * 1e3:.1f} ms "
-                      f"(ratio {med['bg_total'] / med['total']:.3f})")
+                print(
+                    f"start-up to the last kernel loaded (sweep, import triton, the hits): proving first "
+                    f"{med['total'] * 1e3:.1f} ms, beside the start {med['bg_total'] * 1e3:.1f} ms "
+                    f"(ratio {med['bg_total'] / med['total']:.3f})"
+                )
             if res[code].get("line"):
                 print(f"the sweep's line: jitwarden: {res[code]['line']}")
     finally:

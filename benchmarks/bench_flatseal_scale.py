@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, os.pardir, "src")
 sys.path.insert(0, HERE)
 
-from bench_scan import base_src  # noqa: E402 - one way to unpack the code of a revision
+from bench_scan import base_src
 
 ONE = """
 import sys, time
@@ -41,14 +41,18 @@ def make_dir(root: str, n: int) -> None:
     """``n`` files named as JAX names its entries (``<module>-<sha256>-cache``), sealed once by the check itself."""
     os.makedirs(root)
     for i in range(n):
-        with open(os.path.join(root, f"jit_f-{hashlib.sha256(str(i).encode()).hexdigest()}-cache"), "wb") as f:
+        with open(
+            os.path.join(root, f"jit_f-{hashlib.sha256(str(i).encode()).hexdigest()}-cache"), "wb"
+        ) as f:
             f.write(b"bench " + i.to_bytes(8, "little") * 256)
 
 
 def once(src: str, root: str, home: str) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JITWARDEN_", "XDG_"))}
     env.update(PYTHONPATH=src, HOME=home, TMPDIR=home)
-    out = subprocess.run([sys.executable, "-c", ONE, root], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ONE, root], env=env, capture_output=True, text=True, check=True
+    )
     seconds, lines = out.stdout.split()
     if lines != "0":
         raise SystemExit(f"the check quarantined {lines} files of a clean dir")
@@ -71,13 +75,18 @@ def main() -> int:
         sizes = [int(x) for x in a.sizes.split(",")]
         times: dict = {(c, n): [] for c in codes for n in sizes}
         for n in sizes:
-            for c, src in codes.items():  # a dir per code: the first check of each seals it its own way
+            for (
+                c,
+                src,
+            ) in codes.items():  # a dir per code: the first check of each seals it its own way
                 make_dir(os.path.join(tmp, f"{c.split()[0]}-{n}"), n)
         for _ in range(a.runs):
             for n in sizes:
                 for c, src in codes.items():
                     times[(c, n)].append(once(src, os.path.join(tmp, f"{c.split()[0]}-{n}"), home))
-        print(f"flatseal.check_root over N sealed JAX files; median of {a.runs} fresh processes each")
+        print(
+            f"flatseal.check_root over N sealed JAX files; median of {a.runs} fresh processes each"
+        )
         for c in codes:
             empty = statistics.median(times[(c, 0)]) if 0 in sizes else 0.0
             for n in sizes:

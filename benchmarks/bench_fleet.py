@@ -39,12 +39,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repo root: tests.helpers
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
-from tests.helpers import kernels  # noqa: E402
+from tests.helpers import kernels
 
 GUARD = "jitwarden.guard:GuardedCacheManager"
 REMOTE = "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
 
-DRIVER = r'''
+DRIVER = r"""
 import json, os, sys, time
 sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
 import triton
@@ -64,15 +64,24 @@ for job in json.loads(os.environ["JW_JOBS"]):
     triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=job["options"])
     total += time.perf_counter() - t
 print(json.dumps({"compile_s": total, "startup_s": startup}))
-'''
+"""
 
 
 def jobs(n: int) -> list[dict]:
-    combos = itertools.product(("add_kernel", "sub_kernel", "fma_kernel"), (64, 128, 256, 512), (90,), (4, 8))
+    combos = itertools.product(
+        ("add_kernel", "sub_kernel", "fma_kernel"), (64, 128, 256, 512), (90,), (4, 8)
+    )
     out = []
     for kernel, block, arch, warps in itertools.islice(combos, n):
-        out.append({"kernel": kernel, "signature": kernels.SIGNATURES[kernel], "constexprs": {"BLOCK": block},
-                    "options": {"num_warps": warps}, "arch": arch})
+        out.append(
+            {
+                "kernel": kernel,
+                "signature": kernels.SIGNATURES[kernel],
+                "constexprs": {"BLOCK": block},
+                "options": {"num_warps": warps},
+                "arch": arch,
+            }
+        )
     return out
 
 
@@ -84,8 +93,23 @@ def start_server(workdir: str):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(500):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
@@ -98,8 +122,14 @@ def start_server(workdir: str):
 
 def node_env(home: str, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))}
-    env.update(HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"), JITWARDEN_HOME=os.path.join(home, ".jw"),
-               PYTHONPATH=os.pathsep.join([os.path.join(os.path.dirname(HERE), "src"), env.get("PYTHONPATH", "")]))
+    env.update(
+        HOME=home,
+        XDG_CACHE_HOME=os.path.join(home, ".cache"),
+        JITWARDEN_HOME=os.path.join(home, ".jw"),
+        PYTHONPATH=os.pathsep.join(
+            [os.path.join(os.path.dirname(HERE), "src"), env.get("PYTHONPATH", "")]
+        ),
+    )
     env.update(extra)
     return env
 
@@ -110,15 +140,27 @@ def partition_dir(home: str, digest: str) -> str:
     return partition.path_for(os.path.join(home, ".triton", "cache"), digest)
 
 
-def run_nodes(tmp: str, label: str, n: int, extra: dict, digest: str, kdir: str, todo, parallel: bool) -> list[float]:
+def run_nodes(
+    tmp: str, label: str, n: int, extra: dict, digest: str, kdir: str, todo, parallel: bool
+) -> list[float]:
     procs = []
     for i in range(n):
         home = os.path.join(tmp, f"{label}-{i}")
-        env = node_env(home, TRITON_CACHE_DIR=partition_dir(home, digest), JW_KERNEL_DIR=kdir,
-                       JW_JOBS=json.dumps(todo), **extra)
+        env = node_env(
+            home,
+            TRITON_CACHE_DIR=partition_dir(home, digest),
+            JW_KERNEL_DIR=kdir,
+            JW_JOBS=json.dumps(todo),
+            **extra,
+        )
         os.makedirs(env["TRITON_CACHE_DIR"])
-        p = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", DRIVER],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if not parallel:
             p.wait()
         procs.append(p)
@@ -137,39 +179,80 @@ def counters_of(tmp: str, label: str) -> dict:
     total: dict = {}
     for d in os.listdir(tmp):
         if d.startswith(label + "-"):
-            for k, v in metrics.remote_counters({"JITWARDEN_HOME": os.path.join(tmp, d, ".jw")}).items():
+            for k, v in metrics.remote_counters(
+                {"JITWARDEN_HOME": os.path.join(tmp, d, ".jw")}
+            ).items():
                 total[k] = total.get(k, 0) + v
     return total
 
 
 def part1(args, tmp, url, keys_env, digest, kdir) -> dict:
     todo = jobs(args.kernels)
-    local = run_nodes(tmp, "local", args.procs, {"TRITON_CACHE_MANAGER": GUARD}, digest, kdir, todo, args.parallel)
-    builder = run_nodes(tmp, "builder", 1, {"TRITON_CACHE_MANAGER": REMOTE, "JITWARDEN_REMOTE": url,
-                                            "JITWARDEN_REMOTE_ROLE": "writer", **keys_env},
-                        digest, kdir, todo, False)
-    served = run_nodes(tmp, "served", args.procs, {"TRITON_CACHE_MANAGER": REMOTE, "JITWARDEN_REMOTE": url,
-                                                   **keys_env}, digest, kdir, todo, args.parallel)
-    return {"kernels": len(todo), "procs": args.procs, "local": local, "builder": builder[0], "remote": served,
-            "remote_counters": counters_of(tmp, "served")}
+    local = run_nodes(
+        tmp, "local", args.procs, {"TRITON_CACHE_MANAGER": GUARD}, digest, kdir, todo, args.parallel
+    )
+    builder = run_nodes(
+        tmp,
+        "builder",
+        1,
+        {
+            "TRITON_CACHE_MANAGER": REMOTE,
+            "JITWARDEN_REMOTE": url,
+            "JITWARDEN_REMOTE_ROLE": "writer",
+            **keys_env,
+        },
+        digest,
+        kdir,
+        todo,
+        False,
+    )
+    served = run_nodes(
+        tmp,
+        "served",
+        args.procs,
+        {"TRITON_CACHE_MANAGER": REMOTE, "JITWARDEN_REMOTE": url, **keys_env},
+        digest,
+        kdir,
+        todo,
+        args.parallel,
+    )
+    return {
+        "kernels": len(todo),
+        "procs": args.procs,
+        "local": local,
+        "builder": builder[0],
+        "remote": served,
+        "remote_counters": counters_of(tmp, "served"),
+    }
 
 
 def part2(args, tmp, port, keys_env, digest, kdir) -> dict:
     """Both backends in this process, on the same server, alternating."""
-    os.environ.update(TRITON_REDIS_HOST="127.0.0.1", TRITON_REDIS_PORT=str(port),
-                      JITWARDEN_REMOTE=f"redis://127.0.0.1:{port}/0", JITWARDEN_REMOTE_ROLE="writer",
-                      JITWARDEN_HOME=os.path.join(tmp, "part2-home"), **keys_env)
+    os.environ.update(
+        TRITON_REDIS_HOST="127.0.0.1",
+        TRITON_REDIS_PORT=str(port),
+        JITWARDEN_REMOTE=f"redis://127.0.0.1:{port}/0",
+        JITWARDEN_REMOTE_ROLE="writer",
+        JITWARDEN_HOME=os.path.join(tmp, "part2-home"),
+        **keys_env,
+    )
     from triton import knobs
     from triton.runtime.cache import RedisRemoteCacheBackend
 
-    if not hasattr(knobs.cache, "redis"):  # Triton 3.6's stock backend reads knobs.cache.redis, which is knobs.redis
+    if not hasattr(
+        knobs.cache, "redis"
+    ):  # Triton 3.6's stock backend reads knobs.cache.redis, which is knobs.redis
         vars(knobs.cache)["redis"] = knobs.redis
     from jitwarden.runtime import remote
 
     src_home = os.path.join(tmp, "builder-0")
     part = partition_dir(src_home, digest)
-    entry = sorted(d for d in os.listdir(part) if not d.startswith((".", "jitwarden")) and
-                   any(n.startswith("__grp__") for n in os.listdir(os.path.join(part, d))))[0]
+    entry = min(
+        d
+        for d in os.listdir(part)
+        if not d.startswith((".", "jitwarden"))
+        and any(n.startswith("__grp__") for n in os.listdir(os.path.join(part, d)))
+    )
     edir = os.path.join(part, entry)
     grp = next(n for n in os.listdir(edir) if n.startswith("__grp__"))
     children = sorted(json.load(open(os.path.join(edir, grp)))["child_paths"])
@@ -182,7 +265,7 @@ def part2(args, tmp, port, keys_env, digest, kdir) -> dict:
         for n, data in files.items():
             b.put(n, data)
         b.put(grp, grp_value)
-    entry_name = grp[len("__grp__"):]
+    entry_name = grp[len("__grp__") :]
     ours.put_entry(entry_name, {**files, grp: grp_value})
     remote.state().role = "reader"
 
@@ -202,12 +285,14 @@ def part2(args, tmp, port, keys_env, digest, kdir) -> dict:
     assert hit(remote.GuardedRemoteBackend(key, digest)) == ref  # same bytes back
     assert {k: v for k, v in hit_entry(ours).items() if k != grp} == ref
     ours_reused = remote.GuardedRemoteBackend(key, digest)
-    ways = {"stock new": lambda: hit(RedisRemoteCacheBackend(key)),
-            "guarded-files new": lambda: hit(remote.GuardedRemoteBackend(key, digest)),
-            "guarded-entry new": lambda: hit_entry(remote.GuardedRemoteBackend(key, digest)),
-            "stock reused": lambda: hit(stock),
-            "guarded-files reused": lambda: hit(ours_reused),
-            "guarded-entry reused": lambda: hit_entry(ours_reused)}
+    ways = {
+        "stock new": lambda: hit(RedisRemoteCacheBackend(key)),
+        "guarded-files new": lambda: hit(remote.GuardedRemoteBackend(key, digest)),
+        "guarded-entry new": lambda: hit_entry(remote.GuardedRemoteBackend(key, digest)),
+        "stock reused": lambda: hit(stock),
+        "guarded-files reused": lambda: hit(ours_reused),
+        "guarded-entry reused": lambda: hit_entry(ours_reused),
+    }
     times = {k: [] for k in ways}
     for _ in range(50):
         for f in ways.values():
@@ -217,9 +302,12 @@ def part2(args, tmp, port, keys_env, digest, kdir) -> dict:
             t = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t)
-    return {"files": len(children) + 1, "bytes": sum(map(len, files.values())),
-            "median_us": {k: statistics.median(v) * 1e6 for k, v in times.items()},
-            "counters": dict(remote.state().counters)}
+    return {
+        "files": len(children) + 1,
+        "bytes": sum(map(len, files.values())),
+        "median_us": {k: statistics.median(v) * 1e6 for k, v in times.items()},
+        "counters": dict(remote.state().counters),
+    }
 
 
 def main(argv=None) -> int:
@@ -241,7 +329,10 @@ def main(argv=None) -> int:
             f.write(secret)
         with open(os.path.join(tmp, "k.pub"), "w") as f:
             f.write(public)
-        keys_env = {"JITWARDEN_SIGNING_KEY": os.path.join(tmp, "k"), "JITWARDEN_TRUSTED_KEYS": os.path.join(tmp, "k.pub")}
+        keys_env = {
+            "JITWARDEN_SIGNING_KEY": os.path.join(tmp, "k"),
+            "JITWARDEN_TRUSTED_KEYS": os.path.join(tmp, "k.pub"),
+        }
         digest = fingerprint.collect().digest
         kdir = os.path.join(tmp, "kernels")
         os.makedirs(kdir)
@@ -254,25 +345,43 @@ def main(argv=None) -> int:
         local = [x["compile_s"] for x in r1["local"]]
         rem = [x["compile_s"] for x in r1["remote"]]
         start = [x["startup_s"] for x in r1["local"] + r1["remote"]]
-        print(f"part 1: {r1['procs']} fresh processes x {r1['kernels']} kernels, empty local caches, one server")
-        print(f"  without remote cache: {sum(local):8.2f} s in triton.compile in total "
-              f"(per process {min(local):.3f}-{max(local):.3f} s)")
-        print(f"  with remote cache:    {sum(rem):8.2f} s in total (per process {min(rem):.3f}-{max(rem):.3f} s); "
-              f"the builder that filled it: {r1['builder']['compile_s']:.2f} s")
-        print(f"  ratio with/without: {sum(rem) / sum(local):.3f}  (speed-up {sum(local) / sum(rem):.1f}x); "
-              f"remote counters of the {r1['procs']}: {r1['remote_counters']}")
-        print(f"  not counted above, paid by every process either way: Triton's first-compile start-up "
-              f"(triton_key, ptxas --version) {statistics.median(start):.2f} s median")
+        print(
+            f"part 1: {r1['procs']} fresh processes x {r1['kernels']} kernels, empty local caches, one server"
+        )
+        print(
+            f"  without remote cache: {sum(local):8.2f} s in triton.compile in total "
+            f"(per process {min(local):.3f}-{max(local):.3f} s)"
+        )
+        print(
+            f"  with remote cache:    {sum(rem):8.2f} s in total (per process {min(rem):.3f}-{max(rem):.3f} s); "
+            f"the builder that filled it: {r1['builder']['compile_s']:.2f} s"
+        )
+        print(
+            f"  ratio with/without: {sum(rem) / sum(local):.3f}  (speed-up {sum(local) / sum(rem):.1f}x); "
+            f"remote counters of the {r1['procs']}: {r1['remote_counters']}"
+        )
+        print(
+            f"  not counted above, paid by every process either way: Triton's first-compile start-up "
+            f"(triton_key, ptxas --version) {statistics.median(start):.2f} s median"
+        )
         m = r2["median_us"]
-        print(f"part 2: remote hit of one kernel entry ({r2['files']} values, {r2['bytes']} bytes), "
-              f"median of {args.reps}")
-        for way, what in (("new", "a new backend per lookup, as Triton makes one per kernel key"),
-                          ("reused", "one backend reused: the backend's own cost")):
+        print(
+            f"part 2: remote hit of one kernel entry ({r2['files']} values, {r2['bytes']} bytes), "
+            f"median of {args.reps}"
+        )
+        for way, what in (
+            ("new", "a new backend per lookup, as Triton makes one per kernel key"),
+            ("reused", "one backend reused: the backend's own cost"),
+        ):
             st, gf, ge = m[f"stock {way}"], m[f"guarded-files {way}"], m[f"guarded-entry {way}"]
             print(f"  {what}:")
             print(f"    stock RedisRemoteCacheBackend (group, then children) {st:8.1f} us")
-            print(f"    guarded backend, same two gets (Triton's RemoteCacheManager) {gf:8.1f} us, ratio {gf / st:.2f}")
-            print(f"    guarded entry, one signed value (RemoteGuardedCacheManager) {ge:8.1f} us, ratio {ge / st:.2f}")
+            print(
+                f"    guarded backend, same two gets (Triton's RemoteCacheManager) {gf:8.1f} us, ratio {gf / st:.2f}"
+            )
+            print(
+                f"    guarded entry, one signed value (RemoteGuardedCacheManager) {ge:8.1f} us, ratio {ge / st:.2f}"
+            )
         rej = {k: v for k, v in r2["counters"].items() if k.startswith("reject")}
         print(f"  guarded counters: hits {r2['counters'].get('hit', 0)}, rejects {rej or 0}")
         if args.json:

@@ -22,14 +22,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repo root: tests.helpers
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
-from tests.helpers import kernels  # noqa: E402
+from tests.helpers import kernels
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 
 
 def specs(n: int):
-    combos = itertools.product(("add_kernel", "sub_kernel", "fma_kernel"), (64, 128, 256, 512, 1024),
-                               (80, 90, 100, 120, 121), (1, 2, 4, 8))
+    combos = itertools.product(
+        ("add_kernel", "sub_kernel", "fma_kernel"),
+        (64, 128, 256, 512, 1024),
+        (80, 90, 100, 120, 121),
+        (1, 2, 4, 8),
+    )
     return list(itertools.islice(combos, n))
 
 
@@ -55,8 +59,14 @@ def main(argv=None) -> int:
 
         def compile_all():
             for name, block, arch, warps in todo:
-                src = ASTSource(fn=getattr(K, name), signature=kernels.SIGNATURES[name], constexprs={"BLOCK": block})
-                triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+                src = ASTSource(
+                    fn=getattr(K, name),
+                    signature=kernels.SIGNATURES[name],
+                    constexprs={"BLOCK": block},
+                )
+                triton.compile(
+                    src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps}
+                )
 
         from triton import knobs
 
@@ -82,7 +92,10 @@ def main(argv=None) -> int:
         kernels.copy_cache(stock, guarded)
         use(guarded, MANAGER)
         compile_all()  # first guarded hit seals each (legacy) entry
-        sealed = sum(os.path.exists(os.path.join(guarded, d, ".jitwarden-seal.json")) for d in os.listdir(guarded))
+        sealed = sum(
+            os.path.exists(os.path.join(guarded, d, ".jitwarden-seal.json"))
+            for d in os.listdir(guarded)
+        )
         assert sealed == len(todo), f"{sealed} of {len(todo)} entries sealed"
         use(stock, None)
         compile_all()  # warm the page cache for both trees
@@ -95,9 +108,13 @@ def main(argv=None) -> int:
                 out.append(time.perf_counter() - t)
         s, g = statistics.median(s_times), statistics.median(g_times)
         n = len(todo)
-        print(f"stock   FileCacheManager     {s * 1e6 / n:8.1f} us per cache hit (median of {args.rounds} rounds of {n})")
+        print(
+            f"stock   FileCacheManager     {s * 1e6 / n:8.1f} us per cache hit (median of {args.rounds} rounds of {n})"
+        )
         print(f"guarded GuardedCacheManager  {g * 1e6 / n:8.1f} us per cache hit")
-        print(f"ratio guarded/stock {g / s:.3f} (goal <= 1.10); best rounds: {min(g_times) / min(s_times):.3f}")
+        print(
+            f"ratio guarded/stock {g / s:.3f} (goal <= 1.10); best rounds: {min(g_times) / min(s_times):.3f}"
+        )
         print("PASS" if g / s <= 1.10 else "FAIL")
         return 0 if g / s <= 1.10 else 1
     finally:

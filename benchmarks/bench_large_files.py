@@ -31,7 +31,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_scan import base_src, byte_compile, timed  # noqa: E402
+from bench_scan import base_src, byte_compile, timed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, os.pardir, "tests", "data", "h200_inductor_cache.tgz")
@@ -43,7 +43,7 @@ def make_tree(dst: str) -> str:
         t.extractall(dst, filter="data")
     root = os.path.join(dst, "ind")
     fx = os.path.join(root, "fxgraph")
-    key = sorted(os.listdir(fx))[0]
+    key = min(os.listdir(fx))
     for label, size in (("sparse", 1_500_000_000), ("real", 300 << 20)):
         d = os.path.join(fx, key, "f" + label + "0" * (52 - len(label)))
         os.makedirs(d)
@@ -75,31 +75,58 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="jw-bench-large-")
     try:
         # Built by another process: a child's peak memory (wait4) counts what the parent held when it forked.
-        root = subprocess.run([sys.executable, os.path.abspath(__file__), "--make-tree", os.path.join(work, "tree")],
-                              check=True, capture_output=True, text=True).stdout.strip()
+        root = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--make-tree", os.path.join(work, "tree")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         here = os.path.abspath(os.path.join(HERE, os.pardir, "src"))
         base = base_src(a.base, os.path.join(work, "base"))
         byte_compile(here)
         byte_compile(base)
-        cmd = [sys.executable, "-m", "jitwarden", "verify", "--quick", "--format", "json", "--target", "90", root]
-        env = {"this code": dict(os.environ, PYTHONPATH=here), f"code at {a.base}": dict(os.environ, PYTHONPATH=base)}
+        cmd = [
+            sys.executable,
+            "-m",
+            "jitwarden",
+            "verify",
+            "--quick",
+            "--format",
+            "json",
+            "--target",
+            "90",
+            root,
+        ]
+        env = {
+            "this code": dict(os.environ, PYTHONPATH=here),
+            f"code at {a.base}": dict(os.environ, PYTHONPATH=base),
+        }
         docs = {}
         for k, e in env.items():
             out = subprocess.run(cmd, env=e, capture_output=True, text=True).stdout
-            docs[k] = sorted((x["name"] if x.get("name") else x["id"], f["code"], f["message"])
-                             for x in json.loads(out)["entries"] for f in x["findings"])
+            docs[k] = sorted(
+                (x["name"] if x.get("name") else x["id"], f["code"], f["message"])
+                for x in json.loads(out)["entries"]
+                for f in x["findings"]
+            )
         runs = {k: [] for k in env}
         order = list(env)
         for r in range(a.repeat):
-            for k in (order if r % 2 == 0 else order[::-1]):
+            for k in order if r % 2 == 0 else order[::-1]:
                 runs[k].append(timed(cmd, env[k]))
-        print(f"tree: the real H200 Inductor cache, plus a 1.5 GB sparse FX pickle and a 300 MB real one; "
-              f"medians of {a.repeat} rounds, fresh processes, the two codes alternating")
-        med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
+        print(
+            f"tree: the real H200 Inductor cache, plus a 1.5 GB sparse FX pickle and a 300 MB real one; "
+            f"medians of {a.repeat} rounds, fresh processes, the two codes alternating"
+        )
+        med = {
+            k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()
+        }
         for k, (w, c, m) in med.items():
             print(f"{k:22s} wall {w:7.2f} s   cpu {c:7.2f} s   peak {m:8.1f} MB")
         (kt, t), (kb, b) = list(med.items())
-        print(f"ratio {kt} / {kb}: {t[0] / b[0]:.2f}x wall, {t[1] / b[1]:.2f}x cpu, {t[2] / b[2]:.3f}x peak memory")
+        print(
+            f"ratio {kt} / {kb}: {t[0] / b[0]:.2f}x wall, {t[1] / b[1]:.2f}x cpu, {t[2] / b[2]:.3f}x peak memory"
+        )
         for k, d in docs.items():
             print(f"findings, {k}:")
             for name, code, msg in d:

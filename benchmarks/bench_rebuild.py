@@ -28,10 +28,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
 sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 
+from jitwarden.adapters import triton as tri
 from jitwarden.env import ptxas
-from jitwarden.ops import rebuild  # noqa: E402
-from jitwarden.adapters import triton as tri  # noqa: E402
-from jitwarden.model.entries import Judge  # noqa: E402
+from jitwarden.model.entries import Judge
+from jitwarden.ops import rebuild
 
 
 def bench_jobs() -> list[dict]:
@@ -39,16 +39,38 @@ def bench_jobs() -> list[dict]:
 
     jobs = []
     for arch in (80, 90, 120):
-        for bm, bn, bk in ((32, 32, 32), (64, 64, 32), (64, 128, 32), (128, 128, 32), (128, 64, 64)):
+        for bm, bn, bk in (
+            (32, 32, 32),
+            (64, 64, 32),
+            (64, 128, 32),
+            (128, 128, 32),
+            (128, 64, 64),
+        ):
             for warps in (4, 8):
-                jobs.append({"label": f"mm_{bm}x{bn}x{bk}_w{warps}_sm{arch}", "variant": "matmul", "kernel": "matmul_kernel",
-                             "signature": kernels.SIGNATURES["matmul_kernel"], "constexprs": {"BM": bm, "BN": bn, "BK": bk},
-                             "options": {"num_warps": warps}, "arch": arch})
+                jobs.append(
+                    {
+                        "label": f"mm_{bm}x{bn}x{bk}_w{warps}_sm{arch}",
+                        "variant": "matmul",
+                        "kernel": "matmul_kernel",
+                        "signature": kernels.SIGNATURES["matmul_kernel"],
+                        "constexprs": {"BM": bm, "BN": bn, "BK": bk},
+                        "options": {"num_warps": warps},
+                        "arch": arch,
+                    }
+                )
         for block in (128, 512, 2048):
             for kern in ("add_kernel", "fma_kernel"):
-                jobs.append({"label": f"{kern}_{block}_sm{arch}", "variant": kern, "kernel": kern,
-                             "signature": kernels.SIGNATURES[kern], "constexprs": {"BLOCK": block},
-                             "options": {}, "arch": arch})
+                jobs.append(
+                    {
+                        "label": f"{kern}_{block}_sm{arch}",
+                        "variant": kern,
+                        "kernel": kern,
+                        "signature": kernels.SIGNATURES[kern],
+                        "constexprs": {"BLOCK": block},
+                        "options": {},
+                        "arch": arch,
+                    }
+                )
     return jobs
 
 
@@ -64,7 +86,13 @@ def floor_seconds(entries, tmp: str) -> tuple[float, int]:
         md = json.load(open(os.path.join(e.path, f"{e.name}.json")))
         arch, flags = rebuild.ptxas_flags(md)
         exe = ptxas.for_arch(arch)
-        cmd = [exe, *flags, os.path.join(e.path, f"{e.name}.ptx"), "-o", os.path.join(tmp, f"{i}.o")]
+        cmd = [
+            exe,
+            *flags,
+            os.path.join(e.path, f"{e.name}.ptx"),
+            "-o",
+            os.path.join(tmp, f"{i}.o"),
+        ]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         total += time.perf_counter() - t0
@@ -86,7 +114,10 @@ def main(argv=None) -> int:
             root = os.path.join(tmp, "cache")
             t0 = time.perf_counter()
             kernels.build_cache(root, jobs=bench_jobs())
-            print(f"compiled {len(bench_jobs())} kernels in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            print(
+                f"compiled {len(bench_jobs())} kernels in {time.perf_counter() - t0:.1f} s",
+                file=sys.stderr,
+            )
         t0 = time.perf_counter()
         entries = scan(root)
         scan_s = time.perf_counter() - t0
@@ -102,15 +133,25 @@ def main(argv=None) -> int:
         verdicts = rebuild.summarize(res)
     ideal = floor / min(cores, args.jobs)
     out = {
-        "kernels": n, "cores": cores, "jobs": args.jobs, "scan_s": round(scan_s, 3),
-        "floor_serial_s": round(floor, 3), "floor_per_core_s": round(ideal, 3),
-        "jitwarden_wall_s": round(wall, 3), "kernels_per_s": round(n / wall, 1),
-        "ratio": round(wall / ideal, 3), "goal": 1.25, "verdicts": verdicts,
-        "ptxas_runs": stats.get("ptxas_runs"), "ptxas_seconds_in_jitwarden": round(stats.get("ptxas_seconds", 0.0), 3),
+        "kernels": n,
+        "cores": cores,
+        "jobs": args.jobs,
+        "scan_s": round(scan_s, 3),
+        "floor_serial_s": round(floor, 3),
+        "floor_per_core_s": round(ideal, 3),
+        "jitwarden_wall_s": round(wall, 3),
+        "kernels_per_s": round(n / wall, 1),
+        "ratio": round(wall / ideal, 3),
+        "goal": 1.25,
+        "verdicts": verdicts,
+        "ptxas_runs": stats.get("ptxas_runs"),
+        "ptxas_seconds_in_jitwarden": round(stats.get("ptxas_seconds", 0.0), 3),
     }
-    print(f"{n} kernels, {cores} cores: floor {floor:.2f} s serial ({ideal:.2f} s per core); "
-          f"jitwarden {wall:.2f} s = {n / wall:.1f} kernels/s; ratio {wall / ideal:.3f} (goal <= 1.25); "
-          f"verdicts {verdicts}")
+    print(
+        f"{n} kernels, {cores} cores: floor {floor:.2f} s serial ({ideal:.2f} s per core); "
+        f"jitwarden {wall:.2f} s = {n / wall:.1f} kernels/s; ratio {wall / ideal:.3f} (goal <= 1.25); "
+        f"verdicts {verdicts}"
+    )
     print(json.dumps(out))
     if args.json:
         with open(args.json, "w") as f:

@@ -29,9 +29,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))  # the repo root: tests.helpers
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), os.pardir)
+)  # the repo root: tests.helpers
 
-from tests.helpers import kernels  # noqa: E402
+from tests.helpers import kernels
 
 
 def make_tree(dst: str, n: int, templates: list[str]) -> None:
@@ -78,7 +80,9 @@ def base_src(rev: str, dst: str) -> str:
     repository's worktrees are left alone); returns the ``src`` dir."""
     repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
     os.makedirs(dst, exist_ok=True)
-    archive = subprocess.run(["git", "-C", repo, "archive", rev, "src"], check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", repo, "archive", rev, "src"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", dst], input=archive, check=True)
     return os.path.join(dst, "src")
 
@@ -114,7 +118,11 @@ def byte_compile(src: str | None) -> None:
     import compileall
     import importlib.util
 
-    pkg = os.path.join(src, "jitwarden") if src else os.path.dirname(importlib.util.find_spec("jitwarden").origin)
+    pkg = (
+        os.path.join(src, "jitwarden")
+        if src
+        else os.path.dirname(importlib.util.find_spec("jitwarden").origin)
+    )
     compileall.compile_dir(pkg, quiet=1)
 
 
@@ -130,11 +138,24 @@ class Figures:
     same_json: bool | None = None  # whether ``against`` printed the same JSON (elapsed_s aside)
 
 
-def measure(roots: list[str], repeat: int, *, against: str | None = None, with_walk: bool = False) -> Figures:
+def measure(
+    roots: list[str], repeat: int, *, against: str | None = None, with_walk: bool = False
+) -> Figures:
     """Time ``du -s``, the bare walk (``with_walk``: one Triton root), ``verify --quick`` and, with ``against``
     (another checkout's ``src``), the same verify run by that code: one warm-up each, then ``repeat`` rounds
     in which every command runs once, so machine noise hits them alike. Medians of each."""
-    jw = [sys.executable, "-m", "jitwarden", "verify", "--quick", "--format", "json", "--target", "90", *roots]
+    jw = [
+        sys.executable,
+        "-m",
+        "jitwarden",
+        "verify",
+        "--quick",
+        "--format",
+        "json",
+        "--target",
+        "90",
+        *roots,
+    ]
     cmds: dict[str, tuple[list[str], dict | None]] = {"du": (["du", "-s", *roots], None)}
     if with_walk:
         cmds["walk"] = ([sys.executable, os.path.abspath(__file__), "--walk", roots[0]], None)
@@ -152,7 +173,9 @@ def measure(roots: list[str], repeat: int, *, against: str | None = None, with_w
         # The two codes swap places every round (as the warm-start pairs do): a fixed order favoured the code run
         # second by 6-12 % in an A/A run (the same code in both places), more than the differences measured.
         if "base" in cmds and r % 2:
-            order = [k for k in order if k not in ("jw", "base")] + (["base", "jw"] if order[-1] == "base" else ["jw", "base"])
+            order = [k for k in order if k not in ("jw", "base")] + (
+                ["base", "jw"] if order[-1] == "base" else ["jw", "base"]
+            )
         elif "base" in cmds:
             order = [k for k in order if k not in ("jw", "base")] + ["jw", "base"]
         for k in order:
@@ -164,8 +187,10 @@ def measure(roots: list[str], repeat: int, *, against: str | None = None, with_w
     if against:
         old = subprocess.run(jw, capture_output=True, text=True, env=cmds["base"][1]).stdout
         same = _without_times(text) == _without_times(old)
-        print(f"JSON of this code and of {against}: {'identical byte for byte' if same else 'DIFFERENT'} "
-              "(elapsed_s aside)")
+        print(
+            f"JSON of this code and of {against}: {'identical byte for byte' if same else 'DIFFERENT'} "
+            "(elapsed_s aside)"
+        )
     return Figures(med["du"], med["jw"], json.loads(text), med.get("walk"), med.get("base"), same)
 
 
@@ -178,11 +203,16 @@ def _without_times(text: str) -> str:
 
 def report(n: int, fig: Figures, repeat: int, goal: float = 10_000) -> None:
     """The figures every scan benchmark prints, each against baselines measured in the same run."""
-    def line(what: str, t: tuple[float, float, float]) -> None:
-        print(f"{what:34s} {t[0] * 1000:8.1f} ms  {n / t[0]:9.0f} entries/s   cpu {t[1] * 1000:7.1f} ms "
-              f"({n / t[1]:7.0f} entries per CPU s)   peak {t[2]:6.1f} MB")
 
-    print(f"medians of {repeat} interleaved rounds; every command a fresh process; cpu = user + sys of it and its children")
+    def line(what: str, t: tuple[float, float, float]) -> None:
+        print(
+            f"{what:34s} {t[0] * 1000:8.1f} ms  {n / t[0]:9.0f} entries/s   cpu {t[1] * 1000:7.1f} ms "
+            f"({n / t[1]:7.0f} entries per CPU s)   peak {t[2]:6.1f} MB"
+        )
+
+    print(
+        f"medians of {repeat} interleaved rounds; every command a fresh process; cpu = user + sys of it and its children"
+    )
     line("du -s", fig.du)
     if fig.walk:
         line("bare Python walk (1 process)", fig.walk)
@@ -191,16 +221,24 @@ def report(n: int, fig: Figures, repeat: int, goal: float = 10_000) -> None:
     line("jitwarden verify --quick", fig.jw)
     print(f"ratio verify / du:   {fig.jw[0] / fig.du[0]:.2f}x wall")
     if fig.walk:
-        print(f"ratio verify / walk: {fig.jw[0] / fig.walk[0]:.2f}x wall, {fig.jw[1] / fig.walk[1]:.2f}x cpu")
+        print(
+            f"ratio verify / walk: {fig.jw[0] / fig.walk[0]:.2f}x wall, {fig.jw[1] / fig.walk[1]:.2f}x cpu"
+        )
     if fig.base:
-        print(f"ratio verify / the code compared: {fig.jw[0] / fig.base[0]:.2f}x wall, {fig.jw[1] / fig.base[1]:.2f}x cpu, "
-              f"{fig.jw[2] / fig.base[2]:.2f}x peak memory")
+        print(
+            f"ratio verify / the code compared: {fig.jw[0] / fig.base[0]:.2f}x wall, {fig.jw[1] / fig.base[1]:.2f}x cpu, "
+            f"{fig.jw[2] / fig.base[2]:.2f}x peak memory"
+        )
     s = fig.doc["summary"]
-    print(f"findings on the clean tree: errors={s['errors']} warnings={s['warnings']} {s['by_code']}")
-    print(f"goal >= {goal:.0f} entries/s: {'met' if n / fig.jw[0] >= goal else 'NOT met'} by wall, "
-          f"{'met' if n / fig.jw[1] * min(os.cpu_count() or 1, 2) >= goal else 'NOT met'} by CPU time on "
-          f"{min(os.cpu_count() or 1, 2)} cores; "
-          f"goal <= 3x du: {'met' if fig.jw[0] <= 3 * fig.du[0] else 'NOT met'}")
+    print(
+        f"findings on the clean tree: errors={s['errors']} warnings={s['warnings']} {s['by_code']}"
+    )
+    print(
+        f"goal >= {goal:.0f} entries/s: {'met' if n / fig.jw[0] >= goal else 'NOT met'} by wall, "
+        f"{'met' if n / fig.jw[1] * min(os.cpu_count() or 1, 2) >= goal else 'NOT met'} by CPU time on "
+        f"{min(os.cpu_count() or 1, 2)} cores; "
+        f"goal <= 3x du: {'met' if fig.jw[0] <= 3 * fig.du[0] else 'NOT met'}"
+    )
 
 
 def main() -> int:
@@ -209,11 +247,23 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", metavar="DIR", help="build the tree here and keep it")
     base = ap.add_mutually_exclusive_group()
-    base.add_argument("--against", metavar="SRC", help="time this checkout's code (its src/ dir) in the same rounds")
-    base.add_argument("--base", metavar="REV", default="main",
-                      help="time the code of this git revision in the same rounds (default: main)")
-    base.add_argument("--no-base", action="store_true", help="no baseline code (du and the walk only)")
-    ap.add_argument("--walk", metavar="TREE", help=argparse.SUPPRESS)  # the bare walk, run as its own process
+    base.add_argument(
+        "--against",
+        metavar="SRC",
+        help="time this checkout's code (its src/ dir) in the same rounds",
+    )
+    base.add_argument(
+        "--base",
+        metavar="REV",
+        default="main",
+        help="time the code of this git revision in the same rounds (default: main)",
+    )
+    base.add_argument(
+        "--no-base", action="store_true", help="no baseline code (du and the walk only)"
+    )
+    ap.add_argument(
+        "--walk", metavar="TREE", help=argparse.SUPPRESS
+    )  # the bare walk, run as its own process
     args = ap.parse_args()
     if args.walk:
         walk(args.walk)
@@ -222,7 +272,9 @@ def main() -> int:
     # Absolute: the group files name their children by absolute path, as Triton writes them (a relative
     # --keep would make every entry's children lie "outside" it: 50,000 foreign-path findings).
     work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="jw-bench-scan-")
-    scratch = tempfile.mkdtemp(prefix="jw-bench-base-")  # the baseline's code: never written into a kept tree
+    scratch = tempfile.mkdtemp(
+        prefix="jw-bench-base-"
+    )  # the baseline's code: never written into a kept tree
     try:
         src = os.path.join(work, "templates")
         if not os.path.isdir(src):
@@ -238,9 +290,13 @@ def main() -> int:
 
         against = args.against
         if against is None and not args.no_base:
-            against = base_src(args.base, os.path.join(scratch, f"base-{args.base.replace('/', '_')}"))
+            against = base_src(
+                args.base, os.path.join(scratch, f"base-{args.base.replace('/', '_')}")
+            )
         fig = measure([tree], args.repeat, against=against, with_walk=True)
-        print(f"tree: {n} entries, {files} files, {walk(tree) / 1e6:.1f} MB read by the walk; {os.cpu_count()} cores")
+        print(
+            f"tree: {n} entries, {files} files, {walk(tree) / 1e6:.1f} MB read by the walk; {os.cpu_count()} cores"
+        )
         report(n, fig, args.repeat)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

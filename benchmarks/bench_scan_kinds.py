@@ -26,12 +26,13 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))  # the repo root: tests.helpers
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), os.pardir)
+)  # the repo root: tests.helpers
 
-from tests.helpers import inductor_real  # noqa: E402
+from bench_scan import measure, report
+from tests.helpers import inductor_real
 
-
-from bench_scan import measure, report  # noqa: E402 - one way to measure and report every scan benchmark
 
 def _key(prefix: str, i: int) -> str:
     return prefix + hashlib.sha256(f"{prefix}-{i}".encode()).hexdigest()[:51]
@@ -51,10 +52,21 @@ def make_inductor(dst: str, n: int, real: str) -> None:
     files = _files(real)
     fx = [(r, b) for r, b in files.items() if r.startswith("fxgraph/")]
     aot = [(r, b) for r, b in files.items() if r.startswith("aotautograd/")]
-    shard = [(r, b) for r, b in files.items() if len(r.split("/")[0]) == 2 and not r.startswith("locks")]
+    shard = [
+        (r, b) for r, b in files.items() if len(r.split("/")[0]) == 2 and not r.startswith("locks")
+    ]
     kernel = inductor_real.triton_kernel_source(90).encode()
-    best = json.dumps({"XBLOCK": 1024, "num_warps": 4, "num_stages": 1, "configs_hash": "c0", "found_by_coordesc": False,
-                       "time_taken_ms": 3, "triton_cache_hash": None}).encode()
+    best = json.dumps(
+        {
+            "XBLOCK": 1024,
+            "num_warps": 4,
+            "num_stages": 1,
+            "configs_hash": "c0",
+            "found_by_coordesc": False,
+            "time_taken_ms": 3,
+            "triton_cache_hash": None,
+        }
+    ).encode()
     made = len(os.listdir(dst))
     i = 0
     while made < n:
@@ -92,12 +104,30 @@ def make_vllm(dst: str, n: int, real: dict) -> None:
         rank = os.path.join(dst, "torch_compile_cache", h, "rank_0_0")
         prefix = os.path.join(rank, "backbone")
         os.makedirs(prefix)
-        shutil.copy(os.path.join(real["artifacts"], "artifact_binary"), os.path.join(prefix, "artifact_compile_range_1_8192_subgraph_0"))
+        shutil.copy(
+            os.path.join(real["artifacts"], "artifact_binary"),
+            os.path.join(prefix, "artifact_compile_range_1_8192_subgraph_0"),
+        )
         k = "artifact_compile_range_1_8192_subgraph_0"
-        open(os.path.join(prefix, "vllm_compile_cache.py"), "w").write(pprint.PrettyPrinter(indent=4).pformat(
-            {((1, 8192), 0, "inductor_standalone"): {"graph_handle": (k, os.path.join(prefix, k)), "cache_key": k}}))
-        json.dump({"config": {"version": "0.34.0"}, "compiler": {"inductor": [[["device", [["name", "NVIDIA H200"]]]]]}},
-                  open(os.path.join(prefix, "cache_key_factors.json"), "w"), indent=2, sort_keys=True)
+        open(os.path.join(prefix, "vllm_compile_cache.py"), "w").write(
+            pprint.PrettyPrinter(indent=4).pformat(
+                {
+                    ((1, 8192), 0, "inductor_standalone"): {
+                        "graph_handle": (k, os.path.join(prefix, k)),
+                        "cache_key": k,
+                    }
+                }
+            )
+        )
+        json.dump(
+            {
+                "config": {"version": "0.34.0"},
+                "compiler": {"inductor": [[["device", [["name", "NVIDIA H200"]]]]]},
+            },
+            open(os.path.join(prefix, "cache_key_factors.json"), "w"),
+            indent=2,
+            sort_keys=True,
+        )
         shutil.copytree(real["inductor"], os.path.join(rank, "inductor_cache"))
 
 
@@ -112,7 +142,11 @@ def main() -> int:
     ap.add_argument("n", nargs="?", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", metavar="DIR", help="build the trees here and keep them")
-    ap.add_argument("--against", metavar="SRC", help="also time this checkout's code (its src/ dir) in the same rounds")
+    ap.add_argument(
+        "--against",
+        metavar="SRC",
+        help="also time this checkout's code (its src/ dir) in the same rounds",
+    )
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="jw-bench-kinds-")
     try:

@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 
-from tests.helpers import kernels  # noqa: E402
+from tests.helpers import kernels
 
 EXT_SRC = """#include <torch/extension.h>
 int64_t jw_add(int64_t a, int64_t b) { return a + b; }
@@ -45,7 +45,8 @@ default {name}.so
 """
 
 
-from bench_scan import measure, report  # noqa: E402 - one way to measure and report every scan benchmark
+from bench_scan import measure, report
+
 
 def templates(work: str) -> dict:
     """Real artifacts: a torch extension build dir, an sm_90a cubin, a g++ .so/.o."""
@@ -56,30 +57,46 @@ def templates(work: str) -> dict:
         src = os.path.join(t, "jwext.cpp")
         open(src, "w").write(EXT_SRC)
         code = f"from torch.utils.cpp_extension import load\nload(name='jwext', sources=[{src!r}])"
-        subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TORCH_EXTENSIONS_DIR=os.path.join(t, "ext")),
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(os.environ, TORCH_EXTENSIONS_DIR=os.path.join(t, "ext")),
+            check=True,
+            capture_output=True,
+        )
     cubin_dir = os.path.join(t, "triton")
     if not os.path.isdir(cubin_dir):
         kernels.build_cache(cubin_dir, kernels.jobs_for(archs=(90,), variants=kernels.VARIANTS[:1]))
-    cubin = next(os.path.join(cubin_dir, d, f) for d in os.listdir(cubin_dir) if os.path.isdir(os.path.join(cubin_dir, d))
-                 for f in os.listdir(os.path.join(cubin_dir, d)) if f.endswith(".cubin"))
+    cubin = next(
+        os.path.join(cubin_dir, d, f)
+        for d in os.listdir(cubin_dir)
+        if os.path.isdir(os.path.join(cubin_dir, d))
+        for f in os.listdir(os.path.join(cubin_dir, d))
+        if f.endswith(".cubin")
+    )
     so = os.path.join(t, "op.so")
     if not os.path.isfile(so):
         open(os.path.join(t, "op.cpp"), "w").write('extern "C" int jw(int x) { return x + 1; }\n')
-        subprocess.run(["g++", "-fPIC", "-c", os.path.join(t, "op.cpp"), "-o", os.path.join(t, "op.o")], check=True)
+        subprocess.run(
+            ["g++", "-fPIC", "-c", os.path.join(t, "op.cpp"), "-o", os.path.join(t, "op.o")],
+            check=True,
+        )
         subprocess.run(["g++", "-shared", os.path.join(t, "op.o"), "-o", so], check=True)
     return {"ext": ext, "cubin": cubin, "so": so, "o": os.path.join(t, "op.o")}
 
 
 def make_tree(dst: str, n: int, tpl: dict) -> dict[str, str]:
     per = n // 4
-    roots = {k: os.path.join(dst, k) for k in ("cuda-compute", "flashinfer", "deepgemm", "torch-ext")}
+    roots = {
+        k: os.path.join(dst, k) for k in ("cuda-compute", "flashinfer", "deepgemm", "torch-ext")
+    }
     # cuda-compute: <hex>/<hex>/<hash> files, each a real driver JIT entry, and the driver's index
     cc = roots["cuda-compute"]
     os.makedirs(cc)
     real = os.path.join(HERE, os.pardir, "tests", "data", "cuda_compute_h200", "ComputeCache")
     shutil.copy(os.path.join(real, "index"), os.path.join(cc, "index"))
-    blob = open(os.path.join(real, "2", "4", "aca7d279b8280d"), "rb").read()  # a real H200 driver JIT entry
+    blob = open(
+        os.path.join(real, "2", "4", "aca7d279b8280d"), "rb"
+    ).read()  # a real H200 driver JIT entry
     for i in range(per):
         h = f"{i:016x}"
         d = os.path.join(cc, h[-1], h[-2])
@@ -102,7 +119,9 @@ def make_tree(dst: str, n: int, tpl: dict) -> dict[str, str]:
     for i in range(per):
         d = os.path.join(cache, f"kernel.sm90_fp8_gemm_1d2d.{i:016x}")
         os.mkdir(d)
-        open(os.path.join(d, "kernel.cu"), "w").write(f"// Includes' hash value: {i}\n#include <deep_gemm/x.cuh>\n")
+        open(os.path.join(d, "kernel.cu"), "w").write(
+            f"// Includes' hash value: {i}\n#include <deep_gemm/x.cuh>\n"
+        )
         open(os.path.join(d, "kernel.cubin"), "wb").write(cubin)
     # torch-ext: py311_cpu/ext<i>/{build.ninja, jwext.o, ext<i>.so, .ninja_log, .ninja_deps}
     tag = os.path.join(roots["torch-ext"], f"py{sys.version_info[0]}{sys.version_info[1]}_cpu")
@@ -124,7 +143,11 @@ def main() -> int:
     ap.add_argument("n", nargs="?", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", metavar="DIR", help="build the tree here and keep it")
-    ap.add_argument("--against", metavar="SRC", help="also time this checkout's code (its src/ dir) in the same rounds")
+    ap.add_argument(
+        "--against",
+        metavar="SRC",
+        help="also time this checkout's code (its src/ dir) in the same rounds",
+    )
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="jw-bench-other-")
     try:
@@ -140,8 +163,10 @@ def main() -> int:
         n = doc["summary"]["entries"]
         files = sum(len(fs) for r in roots for _d, _s, fs in os.walk(r))
         by_kind = {c["kind"]: c["entries"] for c in doc["caches"]}
-        print(f"tree: {n} entries ({', '.join(f'{k} {v}' for k, v in sorted(by_kind.items()))}), {files} files; "
-              f"{os.cpu_count()} cores")
+        print(
+            f"tree: {n} entries ({', '.join(f'{k} {v}' for k, v in sorted(by_kind.items()))}), {files} files; "
+            f"{os.cpu_count()} cores"
+        )
         report(n, fig, args.repeat)
     finally:
         if not args.keep:

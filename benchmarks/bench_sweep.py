@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
 sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
 
-from bench_activate import ACTIVATE, once  # noqa: E402 - one fresh-interpreter timer for every start-up benchmark
+from bench_activate import ACTIVATE, once
 
 
 def main(argv=None) -> int:
@@ -38,14 +38,26 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="jw-bench-sweep-")
     try:
         src = os.path.join(HERE, os.pardir, "src")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_", "VLLM_", "TORCHINDUCTOR_"))}
-        env.update(HOME=os.path.join(tmp, "home"), XDG_CACHE_HOME=os.path.join(tmp, "home", ".cache"),
-                   JITWARDEN_HOME=os.path.join(tmp, "memo"), TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
-                   PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TRITON_", "JITWARDEN_", "VLLM_", "TORCHINDUCTOR_"))
+        }
+        env.update(
+            HOME=os.path.join(tmp, "home"),
+            XDG_CACHE_HOME=os.path.join(tmp, "home", ".cache"),
+            JITWARDEN_HOME=os.path.join(tmp, "memo"),
+            TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+            PYTHONPATH=src + os.pathsep + env.get("PYTHONPATH", ""),
+        )
         os.makedirs(env["HOME"])
-        part = activation.activate(env=dict(env), quiet=True).partitions.get("TORCHINDUCTOR_CACHE_DIR")
+        part = activation.activate(env=dict(env), quiet=True).partitions.get(
+            "TORCHINDUCTOR_CACHE_DIR"
+        )
         if part is None:
-            print("torch is not installed: activation makes no Inductor partition, nothing to sweep")
+            print(
+                "torch is not installed: activation makes no Inductor partition, nothing to sweep"
+            )
             return 1
         seed = os.path.join(tmp, "seed")
         compile_jobs(seed, guarded=True)
@@ -65,8 +77,10 @@ def main(argv=None) -> int:
         b, w, o = (statistics.median(x) * 1000 for x in (base, on_, off_))
         print(f"python -c pass                      median {b:7.1f} ms  ({args.runs} runs)")
         print(f"activate, sweep off                 median {o:7.1f} ms  extra {o - b:6.1f} ms")
-        print(f"activate, sweep on ({args.entries} kernels)   median {w:7.1f} ms  extra {w - b:6.1f} ms  "
-              f"sweep {w - o:5.1f} ms = {(w - o) * 1000 / args.entries:.1f} us/kernel")
+        print(
+            f"activate, sweep on ({args.entries} kernels)   median {w:7.1f} ms  extra {w - b:6.1f} ms  "
+            f"sweep {w - o:5.1f} ms = {(w - o) * 1000 / args.entries:.1f} us/kernel"
+        )
         print(f"ratio sweep on / off: {w / o:.2f}")
         return 0
     finally:

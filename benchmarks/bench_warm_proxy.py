@@ -29,7 +29,7 @@ ROOT = os.path.join(HERE, os.pardir)
 sys.path.insert(0, ROOT)  # tests.helpers: the real kernels
 
 HIT = textwrap.dedent(
-    '''
+    """
     import json, os, sys, time, types
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     guarded = os.environ["JW_SIDE"] == "guarded"
@@ -77,14 +77,16 @@ HIT = textwrap.dedent(
                 r.reload_cubin_path()
         times.append(time.perf_counter() - t)
     print(json.dumps({"kernels": len(compiled), "times": times}))
-    '''
+    """
 )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hits", type=int, default=30, help="warm hits replayed per process")
-    ap.add_argument("--rounds", type=int, default=3, help="process pairs, the order flipping each round")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="process pairs, the order flipping each round"
+    )
     a = ap.parse_args(argv)
     from tests.helpers import kernels
     from tests.helpers.guarded import compile_jobs, kernel_dir
@@ -94,32 +96,56 @@ def main(argv=None) -> int:
         cache = os.path.join(tmp, "triton")
         jobs = kernels.jobs_for(archs=(80, 90, 100))
         compile_jobs(cache, jobs=jobs, guarded=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-        env.update(TRITON_CACHE_DIR=cache, TRITON_CACHE_MANAGER="jitwarden.guard:GuardedCacheManager",
-                   JW_KERNEL_DIR=kernel_dir(), JW_JOBS=json.dumps(jobs), JW_HITS=str(a.hits),
-                   HOME=os.path.join(tmp, "home"), XDG_CACHE_HOME=os.path.join(tmp, "home", ".cache"),
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), PYTHONWARNINGS="ignore",
-                   PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", ""))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+        }
+        env.update(
+            TRITON_CACHE_DIR=cache,
+            TRITON_CACHE_MANAGER="jitwarden.guard:GuardedCacheManager",
+            JW_KERNEL_DIR=kernel_dir(),
+            JW_JOBS=json.dumps(jobs),
+            JW_HITS=str(a.hits),
+            HOME=os.path.join(tmp, "home"),
+            XDG_CACHE_HOME=os.path.join(tmp, "home", ".cache"),
+            TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+            PYTHONWARNINGS="ignore",
+            PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", ""),
+        )
         got: dict[str, list[float]] = {"stock": [], "guarded": []}
         n = 0
         for i in range(a.rounds):
-            for side in (("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")):
-                p = subprocess.run([sys.executable, "-c", HIT], env=dict(env, JW_SIDE=side), capture_output=True,
-                                   text=True, timeout=600)
+            for side in ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock"):
+                p = subprocess.run(
+                    [sys.executable, "-c", HIT],
+                    env=dict(env, JW_SIDE=side),
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 if p.returncode != 0:
                     print(f"{side} failed:\n{p.stderr[-3000:]}")
                     return 1
                 doc = json.loads(p.stdout.strip().splitlines()[-1])
                 n = doc["kernels"]
-                got[side] += doc["times"][1:]  # the first hit warms Python's own caches on both sides
+                got[side] += doc["times"][
+                    1:
+                ]  # the first hit warms Python's own caches on both sides
         s, g = (statistics.median(got[k]) * 1000 for k in ("stock", "guarded"))
-        print(f"FX-graph-cache hit, {n} sealed Triton kernels on disk, {len(got['stock'])} hits per side "
-              f"({a.rounds} process pairs, interleaved)")
+        print(
+            f"FX-graph-cache hit, {n} sealed Triton kernels on disk, {len(got['stock'])} hits per side "
+            f"({a.rounds} process pairs, interleaved)"
+        )
         print(f"stock   read_and_emit + reload_cubin_path      median {s:8.2f} ms per hit")
-        print(f"guarded read_and_emit (seals) + check at load   median {g:8.2f} ms per hit  "
-              f"(+{(g - s) * 1000 / max(n, 1):.0f} us per kernel)")
-        print(f"ratio guarded / stock: {g / s:.2f}  (the torch-side cost only: a whole warm start also imports torch, "
-              "builds the model and runs it, which jitwarden does not touch)")
+        print(
+            f"guarded read_and_emit (seals) + check at load   median {g:8.2f} ms per hit  "
+            f"(+{(g - s) * 1000 / max(n, 1):.0f} us per kernel)"
+        )
+        print(
+            f"ratio guarded / stock: {g / s:.2f}  (the torch-side cost only: a whole warm start also imports torch, "
+            "builds the model and runs it, which jitwarden does not touch)"
+        )
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

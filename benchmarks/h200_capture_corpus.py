@@ -34,13 +34,26 @@ import sys
 import tarfile
 import time
 
-WORKLOADS = ("llama_autotune", "bert_autotune", "llama_default", "mixtral_default", "flex_gpt2",
-             "triton_plain", "compute_cache")
+WORKLOADS = (
+    "llama_autotune",
+    "bert_autotune",
+    "llama_default",
+    "mixtral_default",
+    "flex_gpt2",
+    "triton_plain",
+    "compute_cache",
+)
 
 
 def _tiny(cfg_cls, **kw):
-    base = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                vocab_size=1024, max_position_embeddings=256)
+    base = {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 1024,
+        "max_position_embeddings": 256,
+    }
     base.update(kw)
     return cfg_cls(**base)
 
@@ -53,8 +66,16 @@ def _run_model(model, ids, mode, dynamic=False):
         ref = model(ids)
         fn = torch.compile(model, mode=mode, dynamic=dynamic)
         out = fn(ids)
-    a = ref[0] if isinstance(ref, tuple) else getattr(ref, "logits", getattr(ref, "last_hidden_state", None))
-    b = out[0] if isinstance(out, tuple) else getattr(out, "logits", getattr(out, "last_hidden_state", None))
+    a = (
+        ref[0]
+        if isinstance(ref, tuple)
+        else getattr(ref, "logits", getattr(ref, "last_hidden_state", None))
+    )
+    b = (
+        out[0]
+        if isinstance(out, tuple)
+        else getattr(out, "logits", getattr(out, "last_hidden_state", None))
+    )
     torch.cuda.synchronize()
     return float((a.float() - b.float()).abs().max())
 
@@ -78,12 +99,16 @@ def worker(name: str) -> dict:
     elif name == "mixtral_default":
         from transformers import MixtralConfig, MixtralForCausalLM
 
-        cfg = _tiny(MixtralConfig, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+        cfg = _tiny(
+            MixtralConfig, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2
+        )
         res["max_err"] = _run_model(MixtralForCausalLM(cfg), ids, "default")
     elif name == "flex_gpt2":
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (
+            torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)
+        )
         mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 256, 256)
         out = torch.compile(flex_attention)(q, k, v, block_mask=mask)
         res["flex_sum"] = float(out.float().sum())
@@ -145,8 +170,11 @@ def _triton_plain() -> dict:
     f8 = torch.empty(1024, device="cuda")
     fp8_roundtrip[(1,)](x, f8, 1024, BLOCK=1024)
     torch.cuda.synchronize()
-    return {"add_ok": add_ok, "rowsum_ok": bool(torch.allclose(rs, m.sum(1), atol=1e-3)),
-            "mm_err": float((c - a.float() @ b.float()).abs().max())}
+    return {
+        "add_ok": add_ok,
+        "rowsum_ok": bool(torch.allclose(rs, m.sum(1), atol=1e-3)),
+        "mm_err": float((c - a.float() @ b.float()).abs().max()),
+    }
 
 
 CUDA_SRC = r"""
@@ -199,12 +227,16 @@ def _compute_cache() -> dict:
     def cudnn():
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        q, k, v = (torch.randn(2, 8, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
+        q, k, v = (
+            torch.randn(2, 8, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(3)
+        )
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             o.sum().backward()
-            o2 = torch.nn.functional.scaled_dot_product_attention(q[:, :, :96], k[:, :, :96], v[:, :, :96])
+            o2 = torch.nn.functional.scaled_dot_product_attention(
+                q[:, :, :96], k[:, :, :96], v[:, :, :96]
+            )
         torch.cuda.synchronize()
         return float(o.float().sum() + o2.float().sum())
 
@@ -224,8 +256,8 @@ def _compute_cache() -> dict:
         return float(a.sum() + b.sum())
 
     def numba():
-        from numba import cuda
         import numpy as np
+        from numba import cuda
 
         @cuda.jit
         def inc(a):
@@ -241,8 +273,13 @@ def _compute_cache() -> dict:
         from torch.utils.cpp_extension import load_inline
 
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0+PTX"
-        m = load_inline(name="jw_axpy", cpp_sources="torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a);",
-                        cuda_sources=CUDA_SRC, functions=["axpy"], verbose=False)
+        m = load_inline(
+            name="jw_axpy",
+            cpp_sources="torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a);",
+            cuda_sources=CUDA_SRC,
+            functions=["axpy"],
+            verbose=False,
+        )
         x = torch.ones(1000, device="cuda")
         y = torch.zeros(1000, device="cuda")
         return float(m.axpy(x, y, 2.0).sum())
@@ -265,7 +302,7 @@ def _stamps() -> dict:
         if os.path.isdir(root):
             cands += [os.path.join(root, n) for n in os.listdir(root) if "ptxjitcompiler" in n]
     try:
-        import nvidia.nvjitlink as nj  # noqa: F401
+        import nvidia.nvjitlink as nj
 
         d = os.path.join(os.path.dirname(nj.__file__), "lib")
         cands += [os.path.join(d, n) for n in os.listdir(d)]
@@ -285,8 +322,13 @@ def _stamps() -> dict:
 def facts() -> dict:
     import torch
 
-    d = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(),
-         "cc": torch.cuda.get_device_capability(), "arch_list": torch.cuda.get_arch_list()}
+    d = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(),
+        "cc": torch.cuda.get_device_capability(),
+        "arch_list": torch.cuda.get_arch_list(),
+    }
     for mod in ("triton", "transformers", "cupy", "numba", "numba_cuda"):
         try:
             d[mod] = __import__(mod).__version__
@@ -307,18 +349,25 @@ def facts() -> dict:
 def run_one(name: str, out: str, timeout: int) -> dict:
     work = os.path.join(out, "work", name)
     env = dict(os.environ)
-    env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor"),
-               TRITON_CACHE_DIR=os.path.join(work, "triton"),
-               CUDA_CACHE_PATH=os.path.join(work, "ComputeCache"),
-               TORCH_EXTENSIONS_DIR=os.path.join(work, "torch_extensions"),
-               PYTHONUNBUFFERED="1")
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor"),
+        TRITON_CACHE_DIR=os.path.join(work, "triton"),
+        CUDA_CACHE_PATH=os.path.join(work, "ComputeCache"),
+        TORCH_EXTENSIONS_DIR=os.path.join(work, "torch_extensions"),
+        PYTHONUNBUFFERED="1",
+    )
     for k in ("JITWARDEN_DISABLE", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE"):
         env.pop(k, None)
     os.makedirs(work, exist_ok=True)
     t = time.time()
     try:
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name], env=env,
-                           capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--worker", name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         rec = {"rc": p.returncode, "stderr_tail": p.stderr[-1500:]}
         try:
             rec.update(json.loads(p.stdout.strip().splitlines()[-1]))

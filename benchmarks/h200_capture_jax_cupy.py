@@ -83,8 +83,8 @@ CUPY_PRELUDE = textwrap.dedent("""
     def out(**kw): print("JW " + json.dumps(kw), flush=True)
 """)
 
-ADD_SRC = r'''extern "C" __global__ void k(const float* x, const float* y, float* z, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) z[i] = x[i] + y[i]; }'''
-SUB_SRC = r'''extern "C" __global__ void k(const float* x, const float* y, float* z, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) z[i] = x[i] - y[i]; }'''
+ADD_SRC = r"""extern "C" __global__ void k(const float* x, const float* y, float* z, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) z[i] = x[i] + y[i]; }"""
+SUB_SRC = r"""extern "C" __global__ void k(const float* x, const float* y, float* z, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) z[i] = x[i] - y[i]; }"""
 
 CUPY_PROGRAMS = {
     "raw": f"""
@@ -125,7 +125,7 @@ CUPY_SWAP = f"""
     out(add5=float(z[5]), expect_add=7.0, expect_sub=3.0)
 """
 
-NUMBA_KERNELS = '''
+NUMBA_KERNELS = """
 from numba import cuda
 @cuda.jit(cache=True)
 def add(x, y, z):
@@ -137,7 +137,7 @@ def sub(x, y, z):
     i = cuda.grid(1)
     if i < z.size:
         z[i] = x[i] - y[i]
-'''
+"""
 
 NUMBA_RUN = """
 import json, sys, numpy as np
@@ -154,10 +154,21 @@ print("JW " + json.dumps({"add5": a5, "sub5": s5, "numpy": np.__version__}), flu
 def run(step: str, code: str, env: dict, timeout: int = 240, argv: tuple = ()) -> dict:
     t0 = time.time()
     try:
-        p = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=timeout)
-        rec = {"rc": p.returncode, "s": round(time.time() - t0, 2),
-               "out": [json.loads(line[3:]) for line in p.stdout.splitlines() if line.startswith("JW ")],
-               "err_tail": p.stderr[-1500:] if p.returncode else ""}
+        p = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        rec = {
+            "rc": p.returncode,
+            "s": round(time.time() - t0, 2),
+            "out": [
+                json.loads(line[3:]) for line in p.stdout.splitlines() if line.startswith("JW ")
+            ],
+            "err_tail": p.stderr[-1500:] if p.returncode else "",
+        }
     except subprocess.TimeoutExpired:
         rec = {"rc": "timeout", "s": timeout}
     RESULTS[step] = rec
@@ -258,7 +269,12 @@ def numba_part(base_env: dict) -> None:
             if n.startswith("jwkern.sub-") and n.endswith(".nbc"):
                 with open(os.path.join(base, n), "rb") as f:
                     data = f.read()
-                tgt = [m for m in files if m.startswith("jwkern.add-") and m.rsplit(".", 2)[-2:] == n.rsplit(".", 2)[-2:]]
+                tgt = [
+                    m
+                    for m in files
+                    if m.startswith("jwkern.add-")
+                    and m.rsplit(".", 2)[-2:] == n.rsplit(".", 2)[-2:]
+                ]
                 for m in tgt:
                     with open(os.path.join(base, m), "wb") as f:
                         f.write(data)
@@ -267,24 +283,43 @@ def numba_part(base_env: dict) -> None:
 
 def dists() -> None:
     import importlib.metadata as md
+
     keep = {}
-    for name in ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "cupy-cuda13x", "nvidia-cudnn-cu13",
-                 "numba", "numba-cuda", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "ml_dtypes", "numpy"):
+    for name in (
+        "jax",
+        "jaxlib",
+        "jax-cuda13-plugin",
+        "jax-cuda13-pjrt",
+        "cupy-cuda13x",
+        "nvidia-cudnn-cu13",
+        "numba",
+        "numba-cuda",
+        "nvidia-cuda-runtime",
+        "nvidia-cuda-nvrtc",
+        "ml_dtypes",
+        "numpy",
+    ):
         try:
             d = md.distribution(name)
         except md.PackageNotFoundError:
             continue
         rec = d.read_text("RECORD") or ""
-        keep[name] = {"version": d.version, "dist_dir": str(getattr(d, "_path", "")),
-                      "metadata_head": (d.read_text("METADATA") or "")[:1500],
-                      "record_lines": len(rec.splitlines()), "record_head": rec.splitlines()[:15],
-                      "wheel": d.read_text("WHEEL")}
+        keep[name] = {
+            "version": d.version,
+            "dist_dir": str(getattr(d, "_path", "")),
+            "metadata_head": (d.read_text("METADATA") or "")[:1500],
+            "record_lines": len(rec.splitlines()),
+            "record_head": rec.splitlines()[:15],
+            "wheel": d.read_text("WHEEL"),
+        }
     RESULTS["dists"] = keep
 
 
 def main() -> None:
     os.makedirs(os.path.join(OUT, "work"), exist_ok=True)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "CUPY_", "NUMBA_", "XLA_"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "CUPY_", "NUMBA_", "XLA_"))
+    }
     base.pop("PYTHONPATH", None)
     base["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     dists()

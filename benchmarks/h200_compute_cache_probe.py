@@ -64,13 +64,25 @@ def main(out: str) -> int:
     if maps:
         st = os.stat(maps[0])
         facts["libcuda_loaded"] = {"path": maps[0], "mtime": st.st_mtime, "ctime": st.st_ctime}
-    for p in ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1"):
+    for p in (
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/lib64/libcuda.so.1",
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+    ):
         if os.path.exists(p):
-            facts["libcuda"] = {"path": p, "realpath": os.path.realpath(p), "mtime": os.stat(os.path.realpath(p)).st_mtime}
+            facts["libcuda"] = {
+                "path": p,
+                "realpath": os.path.realpath(p),
+                "mtime": os.stat(os.path.realpath(p)).st_mtime,
+            }
             break
     try:
-        facts["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
-                                             capture_output=True, text=True, timeout=30).stdout
+        facts["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except OSError as exc:
         facts["nvidia_smi"] = str(exc)
     tree = []

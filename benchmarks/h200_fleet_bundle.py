@@ -32,7 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import gpu_proof as gp  # noqa: E402 - the workload, the isolated environment and the runner
+import gpu_proof as gp
 
 
 def med(xs):
@@ -45,8 +45,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--mode", default="default", help="torch.compile mode (default: default)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--rebuild", action="store_true", help="export --rebuild: prove every kernel by re-assembly first")
-    ap.add_argument("--control", action="store_true", help="also one cold start after a wipe without import")
+    ap.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="export --rebuild: prove every kernel by re-assembly first",
+    )
+    ap.add_argument(
+        "--control", action="store_true", help="also one cold start after a wipe without import"
+    )
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="jw-fleet-h200-")
@@ -61,8 +67,11 @@ def main(argv=None) -> int:
         with open(script, "w") as f:
             f.write(gp.WORKLOAD)
         keys = os.path.join(work, "keys")
-        env = gp.isolated_env(os.path.join(work, "env"), JITWARDEN_SIGNING_KEY=os.path.join(keys, "builder"),
-                              JITWARDEN_TRUSTED_KEYS=os.path.join(keys, "builder.pub"))
+        env = gp.isolated_env(
+            os.path.join(work, "env"),
+            JITWARDEN_SIGNING_KEY=os.path.join(keys, "builder"),
+            JITWARDEN_TRUSTED_KEYS=os.path.join(keys, "builder.pub"),
+        )
         r = gp.sh([*gp.jw(), "keygen"], env)
         assert r["rc"] == 0, r["stderr"]
         r = gp.sh([*gp.jw(), "fingerprint"], env)
@@ -72,24 +81,40 @@ def main(argv=None) -> int:
         res["cold"] = gp.run_workload(env, True, args.mode, script)
         save()
         gp.log("original warm starts")
-        res["warm_original"] = [gp.run_workload(env, True, args.mode, script) for _ in range(args.reps)]
+        res["warm_original"] = [
+            gp.run_workload(env, True, args.mode, script) for _ in range(args.reps)
+        ]
         save()
 
         bundle = os.path.join(work, "bundle.tar")
-        cmd = [*gp.jw(), "export", "-o", bundle, "--format", "json"] + (["--rebuild"] if args.rebuild else [])
+        cmd = [*gp.jw(), "export", "-o", bundle, "--format", "json"] + (
+            ["--rebuild"] if args.rebuild else []
+        )
         t = time.perf_counter()
         r = gp.sh(cmd, env, timeout=1800)
-        res["export"] = {"rc": r["rc"], "wall_s": round(time.perf_counter() - t, 3),
-                         "stderr_tail": r["stderr"][-800:]}
+        res["export"] = {
+            "rc": r["rc"],
+            "wall_s": round(time.perf_counter() - t, 3),
+            "stderr_tail": r["stderr"][-800:],
+        }
         if r["rc"] == 0:
             doc = json.loads(r["stdout"])
-            res["export"].update(entries=doc["entries"], bytes=doc["bytes"], file_bytes=doc["file_bytes"],
-                                 skipped=len(doc["skipped"]), skipped_why=sorted({s["why"] for s in doc["skipped"]}))
+            res["export"].update(
+                entries=doc["entries"],
+                bytes=doc["bytes"],
+                file_bytes=doc["file_bytes"],
+                skipped=len(doc["skipped"]),
+                skipped_why=sorted({s["why"] for s in doc["skipped"]}),
+            )
         save()
         gp.log("export", res["export"])
 
         def wipe():
-            for d in (env["TRITON_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"], os.path.join(env["HOME"], ".triton")):
+            for d in (
+                env["TRITON_CACHE_DIR"],
+                env["TORCHINDUCTOR_CACHE_DIR"],
+                os.path.join(env["HOME"], ".triton"),
+            ):
                 shutil.rmtree(d, ignore_errors=True)
 
         if args.control:
@@ -99,16 +124,26 @@ def main(argv=None) -> int:
         wipe()
         t = time.perf_counter()
         r = gp.sh([*gp.jw(), "import", bundle, "--format", "json"], env)
-        res["import"] = {"rc": r["rc"], "wall_s": round(time.perf_counter() - t, 3), "stderr_tail": r["stderr"][-800:]}
+        res["import"] = {
+            "rc": r["rc"],
+            "wall_s": round(time.perf_counter() - t, 3),
+            "stderr_tail": r["stderr"][-800:],
+        }
         if r["stdout"].strip():
             doc = json.loads(r["stdout"])
-            res["import"].update(counts=doc["counts"], signed_by=doc["signed_by"], match=doc["match"],
-                                 refused=doc["refused"])
+            res["import"].update(
+                counts=doc["counts"],
+                signed_by=doc["signed_by"],
+                match=doc["match"],
+                refused=doc["refused"],
+            )
         save()
         gp.log("import", res["import"])
 
         gp.log("warm starts from the imported bundle")
-        res["warm_imported"] = [gp.run_workload(env, True, args.mode, script) for _ in range(args.reps)]
+        res["warm_imported"] = [
+            gp.run_workload(env, True, args.mode, script) for _ in range(args.reps)
+        ]
         o = med([x.get("t_first") for x in res["warm_original"]])
         i = med([x.get("t_first") for x in res["warm_imported"]])
         res["summary"] = {
@@ -116,16 +151,26 @@ def main(argv=None) -> int:
             "warm_original_t_first_median": o,
             "warm_imported_t_first_median": i,
             "ratio_imported_vs_original": round(i / o, 3) if o and i else None,
-            "max_abs_err_original": sorted({x.get("max_abs_err") for x in res["warm_original"]}, key=str),
-            "max_abs_err_imported": sorted({x.get("max_abs_err") for x in res["warm_imported"]}, key=str),
+            "max_abs_err_original": sorted(
+                {x.get("max_abs_err") for x in res["warm_original"]}, key=str
+            ),
+            "max_abs_err_imported": sorted(
+                {x.get("max_abs_err") for x in res["warm_imported"]}, key=str
+            ),
             "triton_compiles_imported": [x.get("triton_compiles") for x in res["warm_imported"]],
-            "triton_cache_hits_imported": [x.get("triton_cache_hits") for x in res["warm_imported"]],
+            "triton_cache_hits_imported": [
+                x.get("triton_cache_hits") for x in res["warm_imported"]
+            ],
             "cold_after_wipe_t_first": res.get("cold_after_wipe", {}).get("t_first"),
         }
         save()
         gp.log("summary", json.dumps(res["summary"]))
-        return 0 if res["import"]["rc"] == 0 and res["summary"]["max_abs_err_original"] == \
-            res["summary"]["max_abs_err_imported"] else 1
+        return (
+            0
+            if res["import"]["rc"] == 0
+            and res["summary"]["max_abs_err_original"] == res["summary"]["max_abs_err_imported"]
+            else 1
+        )
     finally:
         save()
         shutil.rmtree(work, ignore_errors=True)

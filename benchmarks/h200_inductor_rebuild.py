@@ -92,15 +92,17 @@ def toolchain_state(tag: str):
         from triton.backends.nvidia import compiler as nvc
 
         info = nvc.get_ptxas_version.cache_info()
-        st = {"get_ptxas_version_cache_entries": info.currsize,
-              "TRITON_PTXAS_PATH": os.environ.get("TRITON_PTXAS_PATH")}
+        st = {
+            "get_ptxas_version_cache_entries": info.currsize,
+            "TRITON_PTXAS_PATH": os.environ.get("TRITON_PTXAS_PATH"),
+        }
         if info.currsize:
             st["lru_cached_ptxas_version_90"] = nvc.get_ptxas_version(90)
         tool = nvc.get_ptxas(90)
         st["get_ptxas_90_path_now"] = tool.path
         st["get_ptxas_90_version_now"] = tool.version
         st["mixed"] = bool(info.currsize) and st.get("lru_cached_ptxas_version_90") != tool.version
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         st = {"error": f"{type(exc).__name__}: {exc}"}
     summary.setdefault("toolchain_state", {})[tag] = st
     log(f"toolchain state {tag}: {st}")
@@ -167,7 +169,7 @@ def phase_inductor():
     t0 = time.time()
     done = []
     stop_after = float(os.environ.get("JW_H200_COMPILE_START_LIMIT_S", "60"))
-    for (b, s, d) in _shapes():
+    for b, s, d in _shapes():
         if done and time.time() - t0 > stop_after:
             log(f"compile: {time.time() - t0:.0f} s gone; not starting shape {(b, s, d)}")
             break
@@ -180,7 +182,9 @@ def phase_inductor():
         torch.cuda.synchronize()
         err = (y - ref).abs().max().item()
         done.append((b, s, d))
-        log(f"compiled block {b}x{s}x{d}: max abs err vs eager {err:.3g} ({time.time() - t0:.0f} s)")
+        log(
+            f"compiled block {b}x{s}x{d}: max abs err vs eager {err:.3g} ({time.time() - t0:.0f} s)"
+        )
     summary["inductor_compile_s"] = round(time.time() - t0, 1)
     summary["inductor_set_TRITON_PTXAS_PATH"] = os.environ.get("TRITON_PTXAS_PATH")
     summary["shapes"] = done
@@ -197,7 +201,12 @@ def child_processes() -> list[dict]:
             pass
     for pid in sorted(pids):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")[:160]
+            cmd = (
+                open(f"/proc/{pid}/cmdline", "rb")
+                .read()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")[:160]
+            )
         except OSError:
             cmd = "?"
         out.append({"pid": pid, "cmd": cmd})
@@ -206,15 +215,17 @@ def child_processes() -> list[dict]:
 
 def phase_shutdown_workers():
     """Stop Inductor's async compile pool so nothing writes into the caches any more."""
-    rec: dict = {"children_before": child_processes(),
-                 "threads_before": sorted(t.name for t in threading.enumerate())}
+    rec: dict = {
+        "children_before": child_processes(),
+        "threads_before": sorted(t.name for t in threading.enumerate()),
+    }
     t0 = time.time()
     try:
         from torch._inductor.async_compile import shutdown_compile_workers
 
         shutdown_compile_workers()
         rec["shutdown"] = "shutdown_compile_workers() returned"
-    except Exception as exc:  # noqa: BLE001 - older/newer torch: say so and go on
+    except Exception as exc:
         rec["shutdown"] = f"{type(exc).__name__}: {exc}"
     try:
         from torch._inductor.async_compile import AsyncCompile
@@ -224,14 +235,16 @@ def phase_shutdown_workers():
             ci = getattr(fn, "cache_info", None)
             if ci is not None:
                 rec[f"AsyncCompile.{attr}_cached"] = ci().currsize
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         rec["async_compile_probe"] = f"{type(exc).__name__}: {exc}"
     time.sleep(1.0)
     rec["shutdown_s"] = round(time.time() - t0, 2)
     rec["children_after"] = child_processes()
     rec["threads_after"] = sorted(t.name for t in threading.enumerate())
     summary["workers"] = rec
-    log(f"workers: before {len(rec['children_before'])} children, after {len(rec['children_after'])}: {rec['shutdown']}")
+    log(
+        f"workers: before {len(rec['children_before'])} children, after {len(rec['children_after'])}: {rec['shutdown']}"
+    )
 
 
 # ---------------------------------------------------------------- caches
@@ -274,10 +287,17 @@ def snapshot() -> dict[str, tuple]:
 def snap_diff(a: dict, b: dict) -> dict:
     changed = sorted(p for p in a.keys() & b.keys() if a[p] != b[p])
     content = [p for p in changed if a[p][2] != b[p][2]]
-    return {"files_before": len(a), "files_after": len(b), "added": sorted(b.keys() - a.keys())[:20],
-            "n_added": len(b.keys() - a.keys()), "removed": sorted(a.keys() - b.keys())[:20],
-            "n_removed": len(a.keys() - b.keys()), "n_changed": len(changed), "n_content_changed": len(content),
-            "changed": [{"path": p, "before": a[p], "after": b[p]} for p in changed[:20]]}
+    return {
+        "files_before": len(a),
+        "files_after": len(b),
+        "added": sorted(b.keys() - a.keys())[:20],
+        "n_added": len(b.keys() - a.keys()),
+        "removed": sorted(a.keys() - b.keys())[:20],
+        "n_removed": len(a.keys() - b.keys()),
+        "n_changed": len(changed),
+        "n_content_changed": len(content),
+        "changed": [{"path": p, "before": a[p], "after": b[p]} for p in changed[:20]],
+    }
 
 
 def newest_mtime(snap: dict) -> int:
@@ -292,20 +312,41 @@ def verify_run(tag: str, env: dict, judge) -> tuple[dict, dict]:
     keep = os.path.join(BASE, "keep", tag)
     stats: dict = {}
     t0 = time.time()
-    res = rebuild.verify_entries(kernels, rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=keep), env=env, stats=stats)
+    res = rebuild.verify_entries(
+        kernels, rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=keep), env=env, stats=stats
+    )
     wall = time.time() - t0
     counts = rebuild.summarize(res)
-    rec = {"tag": tag, "started_s": round(t0 - T_START, 1), "wall_s": round(wall, 2), "kernels": len(kernels),
-           "verdicts": counts, "stats": stats,
-           "by_ptxas": sorted([[v, p, n] for (v, p), n in collections.Counter((r.verdict, r.ptxas) for r in res.values()).items()],
-                              key=lambda x: -x[2]),
-           "not_reproducible": {p: r.message for p, r in res.items() if r.verdict == "not-reproducible"},
-           "stale": {p: r.message for p, r in list(res.items()) if r.verdict == "stale"},
-           "unverifiable_examples": {p: r.message for p, r in res.items() if r.verdict == "unverifiable"}}
+    rec = {
+        "tag": tag,
+        "started_s": round(t0 - T_START, 1),
+        "wall_s": round(wall, 2),
+        "kernels": len(kernels),
+        "verdicts": counts,
+        "stats": stats,
+        "by_ptxas": sorted(
+            [
+                [v, p, n]
+                for (v, p), n in collections.Counter(
+                    (r.verdict, r.ptxas) for r in res.values()
+                ).items()
+            ],
+            key=lambda x: -x[2],
+        ),
+        "not_reproducible": {
+            p: r.message for p, r in res.items() if r.verdict == "not-reproducible"
+        },
+        "stale": {p: r.message for p, r in list(res.items()) if r.verdict == "stale"},
+        "unverifiable_examples": {
+            p: r.message for p, r in res.items() if r.verdict == "unverifiable"
+        },
+    }
     rec["stale"] = dict(list(rec["stale"].items())[:5])
     rec["unverifiable_examples"] = dict(list(rec["unverifiable_examples"].items())[:5])
-    log(f"{tag}: {len(kernels)} kernels in {wall:.1f} s -> {counts}; not-reproducible: "
-        f"{[os.path.basename(p)[:12] for p in rec['not_reproducible']]}")
+    log(
+        f"{tag}: {len(kernels)} kernels in {wall:.1f} s -> {counts}; not-reproducible: "
+        f"{[os.path.basename(p)[:12] for p in rec['not_reproducible']]}"
+    )
     return rec, res
 
 
@@ -318,14 +359,27 @@ def phase_overview(env, judge):
     entries = scan(roots(), judge)
     kernels = [e for e in entries if e.type == "kernel"]
     summary.update(
-        roots=roots(), entries=len(entries), kernels=len(kernels),
+        roots=roots(),
+        entries=len(entries),
+        kernels=len(kernels),
         triton_version=triton.__version__,
         scanner_findings=dict(collections.Counter(f.code for e in entries for f in e.findings)),
         environment_ptxas=ptxas.selected(env),
-        producers=[[a, b, n] for (a, b), n in collections.Counter((e.facts.ptx_version, e.facts.producer) for e in kernels).items()],
-        kernel_name_prefixes=dict(collections.Counter(re.sub(r"_\d+$", "", (e.name or "?"))[:40] for e in kernels).most_common(15)),
+        producers=[
+            [a, b, n]
+            for (a, b), n in collections.Counter(
+                (e.facts.ptx_version, e.facts.producer) for e in kernels
+            ).items()
+        ],
+        kernel_name_prefixes=dict(
+            collections.Counter(
+                re.sub(r"_\d+$", "", (e.name or "?"))[:40] for e in kernels
+            ).most_common(15)
+        ),
     )
-    log(f"roots {summary['roots']}: entries {len(entries)}, kernels {len(kernels)}, producers {summary['producers']}")
+    log(
+        f"roots {summary['roots']}: entries {len(entries)}, kernels {len(kernels)}, producers {summary['producers']}"
+    )
     return kernels
 
 
@@ -348,7 +402,7 @@ def _elf_facts(data: bytes) -> dict:
         d["e_flags"] = hex(int.from_bytes(data[48:52], "little"))
     try:
         d["tkinfo"] = elf.tkinfo(elf.parse(data))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         d["tkinfo_error"] = str(exc)
     d["producer"] = rebuild.cubin_producer(data)
     return d
@@ -372,9 +426,16 @@ def _disasm_diff(a_path: str, b_path: str) -> dict:
     a, b = _nvdisasm(a_path), _nvdisasm(b_path)
     if isinstance(a, str) or isinstance(b, str):
         return {"error": a if isinstance(a, str) else b}
-    diff = [ln for ln in difflib.unified_diff(a, b, "cached", "rebuilt", n=1, lineterm="")]
-    changed = sum(1 for ln in diff if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---")))
-    return {"lines_cached": len(a), "lines_rebuilt": len(b), "changed_lines": changed, "first_diff": diff[:40]}
+    diff = list(difflib.unified_diff(a, b, "cached", "rebuilt", n=1, lineterm=""))
+    changed = sum(
+        1 for ln in diff if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))
+    )
+    return {
+        "lines_cached": len(a),
+        "lines_rebuilt": len(b),
+        "changed_lines": changed,
+        "first_diff": diff[:40],
+    }
 
 
 def _text_words(cached: bytes, rebuilt: bytes, limit: int = 8) -> list[dict]:
@@ -390,11 +451,23 @@ def _text_words(cached: bytes, rebuilt: bytes, limit: int = 8) -> list[dict]:
             continue
         ca, cb = a.content(sa), b.content(sb)
         for off in range(0, max(len(ca), len(cb)), 16):
-            wa, wb = ca[off:off + 16], cb[off:off + 16]
+            wa, wb = ca[off : off + 16], cb[off : off + 16]
             if wa != wb:
-                diff_bits = [i for i in range(min(len(wa), len(wb)) * 8) if (wa[i // 8] >> (i % 8) ^ wb[i // 8] >> (i % 8)) & 1]
-                out.append({"section": sa.name, "insn": off // 16, "offset": hex(off), "cached": wa.hex(),
-                            "rebuilt": wb.hex(), "differing_bits": diff_bits[:16]})
+                diff_bits = [
+                    i
+                    for i in range(min(len(wa), len(wb)) * 8)
+                    if (wa[i // 8] >> (i % 8) ^ wb[i // 8] >> (i % 8)) & 1
+                ]
+                out.append(
+                    {
+                        "section": sa.name,
+                        "insn": off // 16,
+                        "offset": hex(off),
+                        "cached": wa.hex(),
+                        "rebuilt": wb.hex(),
+                        "differing_bits": diff_bits[:16],
+                    }
+                )
                 if len(out) >= limit:
                     return out
     return out
@@ -413,9 +486,16 @@ def _candidates(env) -> list[tuple[str, str]]:
     return out
 
 
-def _assemble(ptxas_path: str, flags: list[str], ptx_path: str, out_path: str) -> tuple[bytes | None, str]:
-    p = subprocess.run([ptxas_path, *flags, ptx_path, "-o", out_path], capture_output=True, text=True, timeout=600,
-                       cwd=os.path.dirname(ptx_path))
+def _assemble(
+    ptxas_path: str, flags: list[str], ptx_path: str, out_path: str
+) -> tuple[bytes | None, str]:
+    p = subprocess.run(
+        [ptxas_path, *flags, ptx_path, "-o", out_path],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.dirname(ptx_path),
+    )
     if p.returncode != 0:
         return None, (p.stdout + p.stderr)[-300:]
     data = _read(out_path)
@@ -424,10 +504,10 @@ def _assemble(ptxas_path: str, flags: list[str], ptx_path: str, out_path: str) -
 
 
 def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> dict:
-    from jitwarden.formats import cubin_compare
     from jitwarden.env import ptxas
-    from jitwarden.ops import rebuild
+    from jitwarden.formats import cubin_compare
     from jitwarden.formats.ptx import parse_header
+    from jitwarden.ops import rebuild
 
     eid = os.path.basename(path)
     d: dict = {"path": path, "id": eid}
@@ -436,9 +516,25 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
     mdf = [f for f in files if f.endswith(".json") and not f.startswith("__grp__")]
     md = json.load(open(os.path.join(path, mdf[0]))) if mdf else {}
     name = md.get("name")
-    d["metadata"] = {k: md.get(k) for k in ("name", "hash", "target", "ptx_options", "enable_fp_fusion", "debug",
-                                             "ptx_version", "num_warps", "num_stages", "num_ctas", "maxnreg",
-                                             "triton_version", "launch_cooperative_grid", "arch")}
+    d["metadata"] = {
+        k: md.get(k)
+        for k in (
+            "name",
+            "hash",
+            "target",
+            "ptx_options",
+            "enable_fp_fusion",
+            "debug",
+            "ptx_version",
+            "num_warps",
+            "num_stages",
+            "num_ctas",
+            "maxnreg",
+            "triton_version",
+            "launch_cooperative_grid",
+            "arch",
+        )
+    }
     d["metadata_env_keys"] = {k: md[k] for k in md if k.isupper()}
     try:
         arch, flags = rebuild.ptxas_flags(md)
@@ -449,14 +545,26 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
     ptx_p, cub_p = os.path.join(path, f"{name}.ptx"), os.path.join(path, f"{name}.cubin")
     ptx, cached = _read(ptx_p), _read(cub_p)
     hdr = parse_header(ptx[:16384])
-    d["ptx"] = {"version": hdr.version, "target": hdr.target, "pairs_with_cuda": sorted(rebuild.releases_for_ptx(hdr.version)),
-                "sha256": hashlib.sha256(ptx).hexdigest(), "size": len(ptx)}
+    d["ptx"] = {
+        "version": hdr.version,
+        "target": hdr.target,
+        "pairs_with_cuda": sorted(rebuild.releases_for_ptx(hdr.version)),
+        "sha256": hashlib.sha256(ptx).hexdigest(),
+        "size": len(ptx),
+    }
     d["cubin"] = _elf_facts(cached)
-    d["messages"] = {r["tag"]: r["not_reproducible"].get(path) or "not not-reproducible in this run" for r in runs}
-    d["snapshots"] = {tag: {os.path.basename(p): v for p, v in s.items() if os.path.dirname(p) == path}
-                      for tag, s in snaps.items()}
+    d["messages"] = {
+        r["tag"]: r["not_reproducible"].get(path) or "not not-reproducible in this run"
+        for r in runs
+    }
+    d["snapshots"] = {
+        tag: {os.path.basename(p): v for p, v in s.items() if os.path.dirname(p) == path}
+        for tag, s in snaps.items()
+    }
     d["file_mtimes_vs_compile_end_s"] = {
-        f: round((os.stat(os.path.join(path, f)).st_mtime - summary.get("compile_end_epoch", 0)), 3) for f in files}
+        f: round((os.stat(os.path.join(path, f)).st_mtime - summary.get("compile_end_epoch", 0)), 3)
+        for f in files
+    }
     # Every ptxas on the machine, 5 assemblies each, same flags, Triton-shaped temp name.
     wdir = os.path.join(work, eid)
     os.makedirs(wdir, exist_ok=True)
@@ -466,7 +574,12 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
     best = None
     for role, cp in _candidates(env):
         info = ptxas.inspect(cp)
-        c = {"role": role, "path": cp, "release": info.release if info else None, "build": info.build if info else None}
+        c = {
+            "role": role,
+            "path": cp,
+            "release": info.release if info else None,
+            "build": info.build if info else None,
+        }
         outs, err = [], ""
         t0 = time.time()
         for i in range(5):
@@ -481,7 +594,9 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
             continue
         c["distinct_outputs_of_5"] = len({hashlib.sha256(o).hexdigest() for o in outs})
         if c["distinct_outputs_of_5"] > 1:
-            c["determinism_diffs"] = [cubin_compare.compare(outs[0], o).summary() for o in outs[1:] if o != outs[0]][:3]
+            c["determinism_diffs"] = [
+                cubin_compare.compare(outs[0], o).summary() for o in outs[1:] if o != outs[0]
+            ][:3]
         cmp = cubin_compare.compare(cached, outs[0])
         c["identical_to_cached"] = cmp.identical
         c["equal_to_cached"] = cmp.equal
@@ -499,7 +614,9 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
         if best is None or (rel_match and not best[0]):
             best = (rel_match, c, rb)
     d["candidates"] = cands
-    d["reproduced_by"] = [f"{c['role']} {c['path']} ({c['release']})" for c in cands if c.get("equal_to_cached")]
+    d["reproduced_by"] = [
+        f"{c['role']} {c['path']} ({c['release']})" for c in cands if c.get("equal_to_cached")
+    ]
     shutil.copyfile(cub_p, os.path.join(wdir, "cached.cubin"))
     shutil.copyfile(ptx_p, os.path.join(wdir, f"{name}.ptx"))
     if best is not None:
@@ -508,7 +625,7 @@ def diagnose(path: str, env: dict, runs: list[dict], snaps: dict, work: str) -> 
         dd["against"] = f"{c['role']} {c['path']} ({c['release']})"
         try:
             dd["text_words"] = _text_words(cached, _read(rb))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             dd["text_words"] = f"{type(exc).__name__}: {exc}"
         d["nvdisasm_diff"] = dd
     return d
@@ -534,13 +651,25 @@ def phase_census(env, judge, res: dict) -> None:
         if rel and rels and rel not in rels:
             mixed[(e.facts.ptx_version, rel, verdict)] += 1
             if len(examples) < 5:
-                examples.append({"path": e.path, "name": e.name, "ptx_version": e.facts.ptx_version, "cubin_release": rel,
-                                 "cubin_build": build, "verdict": verdict})
+                examples.append(
+                    {
+                        "path": e.path,
+                        "name": e.name,
+                        "ptx_version": e.facts.ptx_version,
+                        "cubin_release": rel,
+                        "cubin_build": build,
+                        "verdict": verdict,
+                    }
+                )
     summary["mixed_toolchain"] = {
         "by_ptx_version_and_cubin_release": [[a, b, n] for (a, b), n in total.items()],
-        "mixed": [[a, b, list(v), n] for (a, b, v), n in mixed.items()], "n_mixed": sum(mixed.values()),
-        "examples": examples}
-    log(f"mixed-toolchain entries (PTX release != cubin release): {sum(mixed.values())}: {summary['mixed_toolchain']['mixed']}")
+        "mixed": [[a, b, list(v), n] for (a, b, v), n in mixed.items()],
+        "n_mixed": sum(mixed.values()),
+        "examples": examples,
+    }
+    log(
+        f"mixed-toolchain entries (PTX release != cubin release): {sum(mixed.values())}: {summary['mixed_toolchain']['mixed']}"
+    )
 
 
 def write_keep_tgz(diag_dirs: list[str], runs_keep: str) -> None:
@@ -570,10 +699,10 @@ def write_keep_tgz(diag_dirs: list[str], runs_keep: str) -> None:
 
 def phase_tamper(kernels, env, exclude=()):
     """True positives on Inductor-made kernels: they must come out not-reproducible."""
-    from jitwarden.formats import elf
-    from jitwarden.ops import rebuild
     from jitwarden.adapters import triton as tri
+    from jitwarden.formats import elf
     from jitwarden.model.entries import Judge
+    from jitwarden.ops import rebuild
 
     kernels = [e for e in kernels if e.path not in exclude]
     ind = [e for e in kernels if e.name and e.name.startswith("triton_")][:3]
@@ -597,12 +726,22 @@ def phase_tamper(kernels, env, exclude=()):
     shutil.copyfile(os.path.join(d2, f"{e2.name}.cubin"), os.path.join(d1, f"{e1.name}.cubin"))
     judge = Judge(target_arch=90)
     ents = [tri.inspect_entry(troot, n, judge) for n in tri.list_entry_names(troot)[0]]
-    res = rebuild.verify_entries(ents, rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=os.path.join(BASE, "keep_tamper")),
-                                 env=env)
+    res = rebuild.verify_entries(
+        ents,
+        rebuild.RebuildOptions(jobs=os.cpu_count(), keep_dir=os.path.join(BASE, "keep_tamper")),
+        env=env,
+    )
     got = {os.path.basename(p): r for p, r in res.items()}
-    out = {"flipped_byte": got[e0.id].verdict, "swapped_cubin": got[e1.id].verdict, "untouched": got[e2.id].verdict,
-           "flipped_message": got[e0.id].message[:600], "swapped_message": got[e1.id].message[:400]}
-    out["ok"] = out["flipped_byte"] == out["swapped_cubin"] == "not-reproducible" and out["untouched"] in ("verified", "stale")
+    out = {
+        "flipped_byte": got[e0.id].verdict,
+        "swapped_cubin": got[e1.id].verdict,
+        "untouched": got[e2.id].verdict,
+        "flipped_message": got[e0.id].message[:600],
+        "swapped_message": got[e1.id].message[:400],
+    }
+    out["ok"] = out["flipped_byte"] == out["swapped_cubin"] == "not-reproducible" and out[
+        "untouched"
+    ] in ("verified", "stale")
     log(f"tamper: {json.dumps(out)[:800]}")
     summary["tamper"] = out
 
@@ -610,9 +749,30 @@ def phase_tamper(kernels, env, exclude=()):
 def phase_cli():
     env = dict(ORIG_ENV, PYTHONPATH=os.path.abspath(SRC))
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "jitwarden", "verify", "--rebuild", "--format", "json", "--target", "90", *roots()],
-                       env=env, capture_output=True, text=True, timeout=max(30, int(left())))
-    rec = {"started_s": round(t0 - T_START, 1), "rc": p.returncode, "wall_s": round(time.time() - t0, 2), "stderr": p.stderr[-1500:]}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jitwarden",
+            "verify",
+            "--rebuild",
+            "--format",
+            "json",
+            "--target",
+            "90",
+            *roots(),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=max(30, int(left())),
+    )
+    rec = {
+        "started_s": round(t0 - T_START, 1),
+        "rc": p.returncode,
+        "wall_s": round(time.time() - t0, 2),
+        "stderr": p.stderr[-1500:],
+    }
     try:
         doc = json.loads(p.stdout)
         codes = collections.Counter()
@@ -620,10 +780,20 @@ def phase_cli():
         for e in doc.get("entries", []):
             for fd in e.get("findings", []):
                 codes[fd.get("code")] += 1
-                if fd.get("code") in ("not-reproducible", "unverifiable", "stale") and len(flagged) < 10:
-                    flagged[e.get("path") or e.get("id")] = f"{fd.get('code')}: {str(fd.get('message'))[:400]}"
-        rec.update(finding_codes=dict(codes), entries=len(doc.get("entries", [])), flagged=flagged,
-                   summary=doc.get("summary"), top_keys=sorted(doc)[:20])
+                if (
+                    fd.get("code") in ("not-reproducible", "unverifiable", "stale")
+                    and len(flagged) < 10
+                ):
+                    flagged[e.get("path") or e.get("id")] = (
+                        f"{fd.get('code')}: {str(fd.get('message'))[:400]}"
+                    )
+        rec.update(
+            finding_codes=dict(codes),
+            entries=len(doc.get("entries", [])),
+            flagged=flagged,
+            summary=doc.get("summary"),
+            top_keys=sorted(doc)[:20],
+        )
     except ValueError:
         rec["stdout_tail"] = p.stdout[-1500:]
     summary["cli"] = rec
@@ -640,11 +810,13 @@ def _phase(name, fn, need_s=0.0):
         return None
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001 - report and go on: the main figures are already in
+    except Exception as exc:
         import traceback
 
         log(f"phase {name} failed: {type(exc).__name__}: {exc}")
-        summary.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}: {traceback.format_exc()[-800:]}")
+        summary.setdefault("errors", []).append(
+            f"{name}: {type(exc).__name__}: {exc}: {traceback.format_exc()[-800:]}"
+        )
         return None
     finally:
         save()
@@ -655,7 +827,9 @@ def main():
 
     from jitwarden.model.entries import Judge
 
-    dry = os.environ.get("JW_H200_DRYRUN")  # "TRITON_SRC:INDUCTOR_TRITON_SRC": CPU check of the later phases
+    dry = os.environ.get(
+        "JW_H200_DRYRUN"
+    )  # "TRITON_SRC:INDUCTOR_TRITON_SRC": CPU check of the later phases
     if dry:
         a, b = dry.split(":")
         shutil.copytree(a, TRI)
@@ -663,7 +837,7 @@ def main():
         if os.environ.get("JW_H200_DRYRUN_TAMPER"):
             from jitwarden.formats import elf
 
-            e = sorted(glob.glob(os.path.join(TRI, "*", "*.cubin")))[0]
+            e = min(glob.glob(os.path.join(TRI, "*", "*.cubin")))
             data = bytearray(_read(e))
             nm = os.path.basename(e)[:-6]
             s = elf.parse(bytes(data)).section(f".text.{nm}")
@@ -698,14 +872,29 @@ def main():
     _phase("run0_workers_alive", lambda: one("run0", "s1_after_run0"), 60)
     _phase("shutdown_workers", phase_shutdown_workers)
     snaps["s2_after_shutdown"] = snapshot()
-    summary["files_changed_run0_to_shutdown"] = snap_diff(snaps["s1_after_run0"], snaps["s2_after_shutdown"]) if "s1_after_run0" in snaps else None
+    summary["files_changed_run0_to_shutdown"] = (
+        snap_diff(snaps["s1_after_run0"], snaps["s2_after_shutdown"])
+        if "s1_after_run0" in snaps
+        else None
+    )
     for i in (1, 2, 3):
-        _phase(f"run{i}", lambda i=i: one(f"run{i}", f"s{i + 2}_after_run{i}"), 90 if i < 3 else 120)
+        _phase(
+            f"run{i}", lambda i=i: one(f"run{i}", f"s{i + 2}_after_run{i}"), 90 if i < 3 else 120
+        )
     first, last = list(snaps)[0], list(snaps)[-1]
     summary["files_changed_first_to_last_snapshot"] = snap_diff(snaps[first], snaps[last])
-    summary["newest_file_mtime_after_compile_end_s"] = round(newest_mtime(snaps[last]) / 1e9 - summary["compile_end_epoch"], 3)
-    summary["per_run"] = [{"tag": r["tag"], "verdicts": r["verdicts"], "wall_s": r["wall_s"],
-                           "not_reproducible": sorted(os.path.basename(p) for p in r["not_reproducible"])} for r in runs]
+    summary["newest_file_mtime_after_compile_end_s"] = round(
+        newest_mtime(snaps[last]) / 1e9 - summary["compile_end_epoch"], 3
+    )
+    summary["per_run"] = [
+        {
+            "tag": r["tag"],
+            "verdicts": r["verdicts"],
+            "wall_s": r["wall_s"],
+            "not_reproducible": sorted(os.path.basename(p) for p in r["not_reproducible"]),
+        }
+        for r in runs
+    ]
     save()
 
     nr_all = []
@@ -725,16 +914,23 @@ def main():
             d = diagnose(p, env, runs, snaps, work)
             diags.append(d)
             summary["diagnoses"] = diags
-            log(f"diagnosed {os.path.basename(p)[:12]} ({d['metadata'].get('name')}): reproduced by {d.get('reproduced_by')}; "
-                f"determinism {[(c['role'], c.get('distinct_outputs_of_5')) for c in d.get('candidates', [])]}")
+            log(
+                f"diagnosed {os.path.basename(p)[:12]} ({d['metadata'].get('name')}): reproduced by {d.get('reproduced_by')}; "
+                f"determinism {[(c['role'], c.get('distinct_outputs_of_5')) for c in d.get('candidates', [])]}"
+            )
             save()
 
     _phase("diagnose", do_diag, 30)
     _phase("census", lambda: phase_census(env, judge, last_res), 15)
     _phase("tamper", lambda: phase_tamper(kernels, env, set(nr_all)), 25)
     _phase("cli", phase_cli, 40)
-    _phase("keep_tgz", lambda: write_keep_tgz([os.path.join(work, os.path.basename(p)) for p in nr_all[:MAX_DIAG]],
-                                              os.path.join(BASE, "keep")))
+    _phase(
+        "keep_tgz",
+        lambda: write_keep_tgz(
+            [os.path.join(work, os.path.basename(p)) for p in nr_all[:MAX_DIAG]],
+            os.path.join(BASE, "keep"),
+        ),
+    )
     summary["total_s"] = round(elapsed(), 1)
     save()
     human()
@@ -744,26 +940,40 @@ def main():
 
 def human():
     log("=" * 72)
-    log(f"kernels {summary.get('kernels')}, compile {summary.get('inductor_compile_s')} s, shapes {summary.get('shapes')}, "
-        f"total {summary.get('total_s')} s")
+    log(
+        f"kernels {summary.get('kernels')}, compile {summary.get('inductor_compile_s')} s, shapes {summary.get('shapes')}, "
+        f"total {summary.get('total_s')} s"
+    )
     ts = summary.get("toolchain_state", {}).get("after_inductor")
     if ts:
-        log(f"in-process toolchain after Inductor: mixed={ts.get('mixed')} (cached version "
-            f"{str(ts.get('lru_cached_ptxas_version_90'))[:60]!r}, runs {ts.get('get_ptxas_90_path_now')})")
+        log(
+            f"in-process toolchain after Inductor: mixed={ts.get('mixed')} (cached version "
+            f"{str(ts.get('lru_cached_ptxas_version_90'))[:60]!r}, runs {ts.get('get_ptxas_90_path_now')})"
+        )
     for r in summary.get("per_run", []):
-        log(f"  {r['tag']}: {r['verdicts']} in {r['wall_s']} s; not-reproducible {r['not_reproducible']}")
+        log(
+            f"  {r['tag']}: {r['verdicts']} in {r['wall_s']} s; not-reproducible {r['not_reproducible']}"
+        )
     ch = summary.get("files_changed_first_to_last_snapshot") or {}
-    log(f"  cache files changed between first and last snapshot: {ch.get('n_changed')} "
-        f"(content {ch.get('n_content_changed')}, added {ch.get('n_added')}, removed {ch.get('n_removed')})")
+    log(
+        f"  cache files changed between first and last snapshot: {ch.get('n_changed')} "
+        f"(content {ch.get('n_content_changed')}, added {ch.get('n_added')}, removed {ch.get('n_removed')})"
+    )
     log(f"  mixed-toolchain entries: {(summary.get('mixed_toolchain') or {}).get('n_mixed')}")
     for d in summary.get("diagnoses", []):
-        log(f"  {d['id'][:12]} {d['metadata'].get('name')}: PTX {d.get('ptx', {}).get('version')}, cubin producer "
-            f"{d.get('cubin', {}).get('producer')}, reproduced by {d.get('reproduced_by') or 'NONE'}")
+        log(
+            f"  {d['id'][:12]} {d['metadata'].get('name')}: PTX {d.get('ptx', {}).get('version')}, cubin producer "
+            f"{d.get('cubin', {}).get('producer')}, reproduced by {d.get('reproduced_by') or 'NONE'}"
+        )
         for c in d.get("candidates", []):
-            log(f"     {c['role']:8s} {c.get('release')}: distinct/5 {c.get('distinct_outputs_of_5')}, equal {c.get('equal_to_cached')}, "
-                f"{(c.get('differences') or [c.get('error', '')])[:1]}")
-    log(f"  tamper: {summary.get('tamper', {}).get('ok')}; cli rc {summary.get('cli', {}).get('rc')} codes "
-        f"{summary.get('cli', {}).get('finding_codes')}; errors {len(summary.get('errors', []))}")
+            log(
+                f"     {c['role']:8s} {c.get('release')}: distinct/5 {c.get('distinct_outputs_of_5')}, equal {c.get('equal_to_cached')}, "
+                f"{(c.get('differences') or [c.get('error', '')])[:1]}"
+            )
+    log(
+        f"  tamper: {summary.get('tamper', {}).get('ok')}; cli rc {summary.get('cli', {}).get('rc')} codes "
+        f"{summary.get('cli', {}).get('finding_codes')}; errors {len(summary.get('errors', []))}"
+    )
 
 
 if __name__ == "__main__":

@@ -54,12 +54,20 @@ ONLY = [t for t in sys.argv[2:] if t in TOOLS] or list(TOOLS)
 def run(cmd: list[str], env: dict) -> dict:
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     outs = [json.loads(line[3:]) for line in p.stdout.splitlines() if line.startswith("JW ")]
-    return {"rc": p.returncode, "out": outs, "jitwarden": [ln for ln in p.stderr.splitlines() if "jitwarden" in ln],
-            "err_tail": p.stderr[-600:] if p.returncode else ""}
+    return {
+        "rc": p.returncode,
+        "out": outs,
+        "jitwarden": [ln for ln in p.stderr.splitlines() if "jitwarden" in ln],
+        "err_tail": p.stderr[-600:] if p.returncode else "",
+    }
 
 
 def files(d: str) -> set[str]:
-    return {n for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)) and not n.startswith(".jitwarden")}
+    return {
+        n
+        for n in os.listdir(d)
+        if os.path.isfile(os.path.join(d, n)) and not n.startswith(".jitwarden")
+    }
 
 
 def tool(name: str, results: dict) -> None:
@@ -71,17 +79,28 @@ def tool(name: str, results: dict) -> None:
     script = os.path.join(work, "prog.py")
     with open(script, "w") as f:
         f.write(prog)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(REPO, "src"), os.environ.get("PYTHONPATH")])),
-               **{var: base})
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [os.path.join(REPO, "src"), os.environ.get("PYTHONPATH")])
+        ),
+        **{var: base},
+    )
     guarded = [sys.executable, "-m", "jitwarden", "run", "-v", "--"]
     r = {"build_add": run(guarded + [sys.executable, script, "add"], env)}
-    part = next(ln.split("=", 1)[1] for ln in r["build_add"]["jitwarden"] if ln.startswith(f"jitwarden: {var}="))
+    part = next(
+        ln.split("=", 1)[1]
+        for ln in r["build_add"]["jitwarden"]
+        if ln.startswith(f"jitwarden: {var}=")
+    )
     before = files(part)
     r["build_sub"] = run(guarded + [sys.executable, script, "sub"], env)
     sub_files = files(part) - before
     from jitwarden.runtime.flatseal import SETTLE_S
 
-    time.sleep(SETTLE_S + 1)  # a start seals only files that have settled (a file may still be being written)
+    time.sleep(
+        SETTLE_S + 1
+    )  # a start seals only files that have settled (a file may still be being written)
     r["seal_start"] = run(guarded + ["true"], env)
     if name == "jax":
         add = next(n for n in files(part) if n.startswith("jit_f_add-") and n.endswith("-cache"))
@@ -91,14 +110,18 @@ def tool(name: str, results: dict) -> None:
         from jitwarden.model.entries import Judge
 
         def k_of(names):
-            return next(n for n in sorted(names) if cupy_adapter.inspect_entry(part, n, Judge()).name == "k")
+            return next(
+                n for n in sorted(names) if cupy_adapter.inspect_entry(part, n, Judge()).name == "k"
+            )
 
         add, sub = k_of(before), k_of(sub_files)
     shutil.copyfile(os.path.join(part, sub), os.path.join(part, add))
     r["swapped"] = {"partition": part, "target": add, "copied_from": sub}
     r["stock"] = run([sys.executable, script, "add"], dict(env, **{var: part}))
     r["guarded"] = run(guarded + [sys.executable, script, "add"], env)
-    r["verify_after"] = run([sys.executable, "-m", "jitwarden", "verify", "--format", "json", part], env)
+    r["verify_after"] = run(
+        [sys.executable, "-m", "jitwarden", "verify", "--format", "json", part], env
+    )
     results[name] = r
 
 
@@ -108,7 +131,7 @@ def main() -> None:
     for name in ONLY:
         try:
             tool(name, results)
-        except Exception as exc:  # noqa: BLE001 - report the other tool anyway
+        except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -116,8 +139,10 @@ def main() -> None:
         if "error" in r:
             print(f"{name}: {r['error']}")
             continue
-        print(f"{name}: stock add5={r['stock']['out']} guarded add5={r['guarded']['out']}; "
-              f"guarded start: {r['guarded']['jitwarden']}")
+        print(
+            f"{name}: stock add5={r['stock']['out']} guarded add5={r['guarded']['out']}; "
+            f"guarded start: {r['guarded']['jitwarden']}"
+        )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main(out: str, only: str) -> int:
     cap = os.path.join(out, "capture")
-    subprocess.run([sys.executable, os.path.join(HERE, "h200_capture_corpus.py"), cap, "--only", only, "--jobs", "3"],
-                   check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(HERE, "h200_capture_corpus.py"),
+            cap,
+            "--only",
+            only,
+            "--jobs",
+            "3",
+        ],
+        check=True,
+    )
     result = {}
     for name in only.split(","):
         work = os.path.join(cap, "work")
@@ -34,18 +44,33 @@ def main(out: str, only: str) -> int:
             root = os.path.join(work, name, sub)
             if not os.path.isdir(root):
                 continue
-            p = subprocess.run([sys.executable, "-m", "jitwarden", "verify", "--format", "json", root],
-                               capture_output=True, text=True, timeout=300)
+            p = subprocess.run(
+                [sys.executable, "-m", "jitwarden", "verify", "--format", "json", root],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             try:
                 doc = json.loads(p.stdout)
             except ValueError:
                 result[f"{name}/{sub}"] = {"rc": p.returncode, "stderr": p.stderr[-400:]}
                 continue
-            c = collections.Counter(f"{f['severity']}:{f['code']}" for e in doc["entries"] for f in e["findings"])
-            result[f"{name}/{sub}"] = {"rc": p.returncode, "entries": len(doc["entries"]), "findings": dict(c),
-                                       "target": doc.get("target")}
-            print(f"{name}/{sub}: rc {p.returncode}, {len(doc['entries'])} entries, {dict(c)}", flush=True)
-    d = subprocess.run([sys.executable, "-m", "jitwarden", "doctor"], capture_output=True, text=True, timeout=300)
+            c = collections.Counter(
+                f"{f['severity']}:{f['code']}" for e in doc["entries"] for f in e["findings"]
+            )
+            result[f"{name}/{sub}"] = {
+                "rc": p.returncode,
+                "entries": len(doc["entries"]),
+                "findings": dict(c),
+                "target": doc.get("target"),
+            }
+            print(
+                f"{name}/{sub}: rc {p.returncode}, {len(doc['entries'])} entries, {dict(c)}",
+                flush=True,
+            )
+    d = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "doctor"], capture_output=True, text=True, timeout=300
+    )
     result["doctor"] = {"rc": d.returncode, "stdout": d.stdout[-3000:]}
     print(d.stdout[-3000:])
     with open(os.path.join(out, "live_verify.json"), "w") as f:
@@ -54,5 +79,11 @@ def main(out: str, only: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--only"
-                  else "llama_default,compute_cache,triton_plain"))
+    sys.exit(
+        main(
+            sys.argv[1],
+            sys.argv[3]
+            if len(sys.argv) > 3 and sys.argv[2] == "--only"
+            else "llama_default,compute_cache,triton_plain",
+        )
+    )

@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, HERE)
-from gpu_proof import COMBINE  # noqa: E402  the add/sub Triton kernel pair of the tamper step
+from gpu_proof import COMBINE
 
 RANK = textwrap.dedent(
     """
@@ -87,11 +87,20 @@ WARM = textwrap.dedent(
 
 
 def env_for(root: str, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(HOME=os.path.join(root, "home"), XDG_CACHE_HOME=os.path.join(root, "home", ".cache"),
-               TRITON_CACHE_DIR=os.path.join(root, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
-               PYTHONUNBUFFERED="1",
-               PYTHONPATH=SRC + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        HOME=os.path.join(root, "home"),
+        XDG_CACHE_HOME=os.path.join(root, "home", ".cache"),
+        TRITON_CACHE_DIR=os.path.join(root, "triton"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=SRC
+        + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    )
     env.update(extra)
     os.makedirs(env["HOME"], exist_ok=True)
     return env
@@ -100,7 +109,12 @@ def env_for(root: str, **extra) -> dict:
 def sh(cmd: list, env: dict, timeout: int = 400) -> dict:
     t = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    return {"rc": p.returncode, "wall_s": round(time.perf_counter() - t, 3), "stdout": p.stdout, "stderr": p.stderr}
+    return {
+        "rc": p.returncode,
+        "wall_s": round(time.perf_counter() - t, 3),
+        "stdout": p.stdout,
+        "stderr": p.stderr,
+    }
 
 
 def combine_entries(tree: str) -> list[str]:
@@ -121,10 +135,15 @@ def build_shared_cache(work: str) -> dict:
     sh([sys.executable, warm], env)
     twin = env_for(os.path.join(work, "twin"))
     sh([sys.executable, script, "sub"], twin)
-    add_e, sub_e = combine_entries(env["TRITON_CACHE_DIR"]), combine_entries(twin["TRITON_CACHE_DIR"])
+    add_e, sub_e = (
+        combine_entries(env["TRITON_CACHE_DIR"]),
+        combine_entries(twin["TRITON_CACHE_DIR"]),
+    )
     out = {"add_run": r_add["stdout"].strip(), "entries": len(os.listdir(env["TRITON_CACHE_DIR"]))}
     if len(add_e) == 1 and len(sub_e) == 1:
-        shutil.copyfile(os.path.join(sub_e[0], "combine.cubin"), os.path.join(add_e[0], "combine.cubin"))
+        shutil.copyfile(
+            os.path.join(sub_e[0], "combine.cubin"), os.path.join(add_e[0], "combine.cubin")
+        )
         out["substituted"] = os.path.basename(add_e[0])
         out["stock_after_substitution"] = sh([sys.executable, script, "add"], env)["stdout"].strip()
     return out
@@ -140,8 +159,24 @@ def run_ranks(work: str, n: int) -> dict:
         f.write(RANK)
     env = env_for(root, JITWARDEN_PARTITION="0", JW_RESULTS=results)
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
-    cmd = [torchrun, "--standalone", f"--nproc-per-node={n}", "--log-dir", logs, "--redirects", "3", "--no-python",
-           sys.executable, "-m", "jitwarden", "run", "-v", "--", sys.executable, script]
+    cmd = [
+        torchrun,
+        "--standalone",
+        f"--nproc-per-node={n}",
+        "--log-dir",
+        logs,
+        "--redirects",
+        "3",
+        "--no-python",
+        sys.executable,
+        "-m",
+        "jitwarden",
+        "run",
+        "-v",
+        "--",
+        sys.executable,
+        script,
+    ]
     r = sh(cmd, env, timeout=500)
     ranks = []
     for i in range(n):
@@ -159,24 +194,44 @@ def run_ranks(work: str, n: int) -> dict:
     lines = [x for rec in ranks for x in rec["jitwarden_lines"]]
     quarantined = sum("quarantin" in x for x in lines)
     proofs = [x for x in lines if "unsealed Triton kernels by rebuilding" in x]
-    return {"rc": r["rc"], "wall_s": r["wall_s"], "ranks": ranks, "quarantine_lines": quarantined,
-            "proof_lines": proofs, "stderr_tail": r["stderr"][-1500:] if r["rc"] else "",
-            "all_right": all(rec.get("combine") == 4.0 and all(e < 0.1 for e in rec.get("errs", {}).values())
-                             and rec.get("errs") for rec in ranks),
-            "longest_rank_s": max((rec.get("t") or 0) for rec in ranks),
-            "quarantine_dir": sorted(os.listdir(os.path.join(root, "triton", "jitwarden-quarantine")))
-            if os.path.isdir(os.path.join(root, "triton", "jitwarden-quarantine")) else []}
+    return {
+        "rc": r["rc"],
+        "wall_s": r["wall_s"],
+        "ranks": ranks,
+        "quarantine_lines": quarantined,
+        "proof_lines": proofs,
+        "stderr_tail": r["stderr"][-1500:] if r["rc"] else "",
+        "all_right": all(
+            rec.get("combine") == 4.0
+            and all(e < 0.1 for e in rec.get("errs", {}).values())
+            and rec.get("errs")
+            for rec in ranks
+        ),
+        "longest_rank_s": max((rec.get("t") or 0) for rec in ranks),
+        "quarantine_dir": sorted(os.listdir(os.path.join(root, "triton", "jitwarden-quarantine")))
+        if os.path.isdir(os.path.join(root, "triton", "jitwarden-quarantine"))
+        else [],
+    }
 
 
 def device_order(work: str) -> dict:
     env0 = env_for(os.path.join(work, "order"))
     try:
-        uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
-                              text=True).stdout.split()
+        uuid = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
     except OSError:
         uuid = []
     out = {}
-    for label, cvd in (("unset", None), ("0", "0"), ("uuid", uuid[0] if uuid else None), ("none", ""), ("bad", "7")):
+    for label, cvd in (
+        ("unset", None),
+        ("0", "0"),
+        ("uuid", uuid[0] if uuid else None),
+        ("none", ""),
+        ("bad", "7"),
+    ):
         env = dict(env0)
         env.pop("CUDA_VISIBLE_DEVICES", None)
         if cvd is not None:

@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from h200_warm_modes import MODEL, one, tamper  # noqa: E402
+from h200_warm_modes import MODEL, one, tamper
 
 
 def main() -> int:
@@ -26,7 +26,12 @@ def main() -> int:
     p.add_argument("--mode", default="max-autotune-no-cudagraphs")
     p.add_argument("--tamper", type=int, default=3)
     p.add_argument("--again", type=int, default=2)
-    p.add_argument("--deadline", type=float, default=0, help="seconds: start no warm start that may not end by then")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="seconds: start no warm start that may not end by then",
+    )
     a = p.parse_args()
     t0 = time.perf_counter()
     work = os.environ.get("JW_WORK") or os.path.join(a.out, "work")
@@ -38,7 +43,11 @@ def main() -> int:
     out = {"cold": one(script, a.mode, root, True, "on")}
     print("COLD", json.dumps(out["cold"]), flush=True)
     out["tamper"] = tamper(script, a.mode, root, a.tamper)
-    print("TAMPER", json.dumps({k: out["tamper"][k] for k in ("flipped", "per_entry", "lines")}), flush=True)
+    print(
+        "TAMPER",
+        json.dumps({k: out["tamper"][k] for k in ("flipped", "per_entry", "lines")}),
+        flush=True,
+    )
     out["again"] = []
     for _ in range(a.again):
         last = max(r.get("wall_s", 0) for r in [out["tamper"]["runs"]["fx-on"], *out["again"]])
@@ -48,7 +57,10 @@ def main() -> int:
         out["again"].append(one(script, a.mode, root, True, "on"))
         r = out["again"][-1]
         print("AGAIN", r["rc"], r["wall_s"], r.get("max_abs_err"), json.dumps(r["jw"]), flush=True)
-    quiet = all(r["rc"] == 0 and not r["jw"] and isinstance(r.get("max_abs_err"), float) for r in out["again"])
+    quiet = all(
+        r["rc"] == 0 and not r["jw"] and isinstance(r.get("max_abs_err"), float)
+        for r in out["again"]
+    )
     print(f"later guarded starts: {len(out['again'])}, all quiet and right: {quiet}")
     with open(os.path.join(a.out, "tamper_again.json"), "w") as f:
         json.dump(out, f, indent=1)

@@ -58,25 +58,43 @@ MODEL = textwrap.dedent(
 
 
 def env_for(root: str, fx: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(HOME=os.path.join(root, "home"), XDG_CACHE_HOME=os.path.join(root, "home", ".cache"),
-               TRITON_CACHE_DIR=os.path.join(root, "triton"), TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
-               TORCHINDUCTOR_FX_GRAPH_CACHE="1" if fx == "on" else "0", PYTHONUNBUFFERED="1",
-               PYTHONPATH=SRC + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        HOME=os.path.join(root, "home"),
+        XDG_CACHE_HOME=os.path.join(root, "home", ".cache"),
+        TRITON_CACHE_DIR=os.path.join(root, "triton"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+        TORCHINDUCTOR_FX_GRAPH_CACHE="1" if fx == "on" else "0",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=SRC
+        + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    )
     os.makedirs(env["HOME"], exist_ok=True)
     return env
 
 
-def one(script: str, mode: str, root: str, guarded: bool, fx: str, profile: str | None = None) -> dict:
+def one(
+    script: str, mode: str, root: str, guarded: bool, fx: str, profile: str | None = None
+) -> dict:
     py = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
-    cmd = ([sys.executable, "-m", "jitwarden", "run", "--"] if guarded else []) + py + [script, mode]
+    cmd = (
+        ([sys.executable, "-m", "jitwarden", "run", "--"] if guarded else []) + py + [script, mode]
+    )
     t = time.perf_counter()
     p = subprocess.run(cmd, env=env_for(root, fx), capture_output=True, text=True, timeout=580)
     wall = time.perf_counter() - t
     res = next((json.loads(x[7:]) for x in p.stdout.splitlines() if x.startswith("RESULT ")), {})
-    return {"rc": p.returncode, "wall_s": round(wall, 3), **res,
-            "jw": [x[:300] for x in p.stderr.splitlines() if x.startswith("jitwarden:")][:12],
-            "err": p.stderr[-800:] if p.returncode else ""}
+    return {
+        "rc": p.returncode,
+        "wall_s": round(wall, 3),
+        **res,
+        "jw": [x[:300] for x in p.stderr.splitlines() if x.startswith("jitwarden:")][:12],
+        "err": p.stderr[-800:] if p.returncode else "",
+    }
 
 
 def kernels(root: str) -> int:
@@ -107,21 +125,40 @@ def tamper(script: str, mode: str, root: str, n: int, fx_off: bool = False) -> d
     if fx_off:
         runs["fx-off"] = one(script, mode, root, True, "off")
     jw = [sys.executable, "-m", "jitwarden"]
-    q = subprocess.run(jw + ["quarantine", "ls", "--format", "json", "--root", os.path.join(root, "triton")],
-                       env=env_for(root, "on"), capture_output=True, text=True)
-    v = subprocess.run(jw + ["verify", "--quick", "--format", "json", os.path.join(root, "triton")],
-                       env=env_for(root, "on"), capture_output=True, text=True)
+    q = subprocess.run(
+        jw + ["quarantine", "ls", "--format", "json", "--root", os.path.join(root, "triton")],
+        env=env_for(root, "on"),
+        capture_output=True,
+        text=True,
+    )
+    v = subprocess.run(
+        jw + ["verify", "--quick", "--format", "json", os.path.join(root, "triton")],
+        env=env_for(root, "on"),
+        capture_output=True,
+        text=True,
+    )
     try:
         held = {e["entry_id"]: e.get("by") for e in json.loads(q.stdout)["quarantined"]}
     except (ValueError, KeyError, TypeError):
         held = {}
     try:
-        found = {e["id"]: (e["name"], sorted({f["code"] for f in e["findings"]})) for e in json.loads(v.stdout)["entries"]}
+        found = {
+            e["id"]: (e["name"], sorted({f["code"] for f in e["findings"]}))
+            for e in json.loads(v.stdout)["entries"]
+        }
     except (ValueError, KeyError, TypeError):
         found = {}
-    per = {h: {"quarantined_by": held.get(h), "verify": found.get(h)} for h in hit}  # verify: (kernel, codes)
-    return {"flipped": hit, "runs": runs, "per_entry": per, "verify_rc": v.returncode,
-            "lines": {k: r.get("jw", []) for k, r in runs.items()}, "quarantine": q.stdout[-4000:]}
+    per = {
+        h: {"quarantined_by": held.get(h), "verify": found.get(h)} for h in hit
+    }  # verify: (kernel, codes)
+    return {
+        "flipped": hit,
+        "runs": runs,
+        "per_entry": per,
+        "verify_rc": v.returncode,
+        "lines": {k: r.get("jw", []) for k, r in runs.items()},
+        "quarantine": q.stdout[-4000:],
+    }
 
 
 def med(xs):
@@ -134,9 +171,18 @@ def top_jitwarden(path: str, n: int = 25) -> list[str]:
     rows = []
     for (fn, line, name), (cc, nc, tt, ct, _callers) in st.stats.items():
         if "jitwarden" in fn:
-            rows.append((ct, tt, nc, f"{os.path.relpath(fn, SRC) if fn.startswith(SRC) else fn}:{line}:{name}"))
+            rows.append(
+                (
+                    ct,
+                    tt,
+                    nc,
+                    f"{os.path.relpath(fn, SRC) if fn.startswith(SRC) else fn}:{line}:{name}",
+                )
+            )
     rows.sort(reverse=True)
-    return [f"{ct:8.3f}s cum {tt:8.3f}s own {nc:7d} calls  {where}" for ct, tt, nc, where in rows[:n]]
+    return [
+        f"{ct:8.3f}s cum {tt:8.3f}s own {nc:7d} calls  {where}" for ct, tt, nc, where in rows[:n]
+    ]
 
 
 def main() -> int:
@@ -144,17 +190,37 @@ def main() -> int:
     p.add_argument("--out", default=os.environ.get("OUT") or "warm-modes-out")
     p.add_argument("--modes", default="default,max-autotune-no-cudagraphs")
     p.add_argument("--fx", default="on,off")
-    p.add_argument("--pairs", type=int, default=3, help="interleaved warm pairs per mode/FX setting")
-    p.add_argument("--pairs-hot", type=int, default=6, help="pairs for max-autotune with the FX cache on")
-    p.add_argument("--profile", action="store_true", help="one cProfile'd warm start per side, for the last mode")
-    p.add_argument("--deadline", type=float, default=0, help="seconds: start no warm pair that may not end by then")
-    p.add_argument("--tamper", type=int, default=0,
-                   help="then flip a byte in N sealed cubins of the guarded Triton partition and run one guarded warm "
-                        "start: each it loads must be refused as Inductor loads it, the result still right; the "
-                        "rest are reported by verify")
-    p.add_argument("--tamper-fx-off", action="store_true",
-                   help="after --tamper, one more guarded start with the FX graph cache off, which loads every "
-                        "autotuning candidate: every flipped kernel must then be refused")
+    p.add_argument(
+        "--pairs", type=int, default=3, help="interleaved warm pairs per mode/FX setting"
+    )
+    p.add_argument(
+        "--pairs-hot", type=int, default=6, help="pairs for max-autotune with the FX cache on"
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="one cProfile'd warm start per side, for the last mode",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="seconds: start no warm pair that may not end by then",
+    )
+    p.add_argument(
+        "--tamper",
+        type=int,
+        default=0,
+        help="then flip a byte in N sealed cubins of the guarded Triton partition and run one guarded warm "
+        "start: each it loads must be refused as Inductor loads it, the result still right; the "
+        "rest are reported by verify",
+    )
+    p.add_argument(
+        "--tamper-fx-off",
+        action="store_true",
+        help="after --tamper, one more guarded start with the FX graph cache off, which loads every "
+        "autotuning candidate: every flipped kernel must then be refused",
+    )
     a = p.parse_args()
     t_start = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
@@ -174,39 +240,85 @@ def main() -> int:
                 cold = json.load(f)
             cold["reused"] = True
         else:
-            with ThreadPoolExecutor(2) as ex:  # both colds at once: they compile; the warm pairs are timed alone
-                futs = {s: ex.submit(one, script, mode, roots[s], s == "guarded", "on") for s in ("stock", "guarded")}
+            with ThreadPoolExecutor(
+                2
+            ) as ex:  # both colds at once: they compile; the warm pairs are timed alone
+                futs = {
+                    s: ex.submit(one, script, mode, roots[s], s == "guarded", "on")
+                    for s in ("stock", "guarded")
+                }
                 cold = {s: f.result() for s, f in futs.items()}
             if all(c["rc"] == 0 for c in cold.values()):
                 with open(marker, "w") as f:
                     json.dump(cold, f)
         raw[f"{mode}/cold"] = cold
-        print(mode, "cold", json.dumps(cold), "kernels", {s: kernels(r) for s, r in roots.items()}, flush=True)
+        print(
+            mode,
+            "cold",
+            json.dumps(cold),
+            "kernels",
+            {s: kernels(r) for s, r in roots.items()},
+            flush=True,
+        )
         for fx in a.fx.split(","):
             n = a.pairs_hot if (mode.startswith("max-autotune") and fx == "on") else a.pairs
             runs = {"stock": [], "guarded": []}
             for i in range(n):
                 spent = time.perf_counter() - t_start
-                pair = max([r["wall_s"] for rs in runs.values() for r in rs] or [0]) * 2  # the first pair always runs
-                if a.deadline and spent + pair + ((90 + (70 if a.tamper_fx_off else 0)) if a.tamper else 0) > a.deadline:
+                pair = (
+                    max([r["wall_s"] for rs in runs.values() for r in rs] or [0]) * 2
+                )  # the first pair always runs
+                if (
+                    a.deadline
+                    and spent + pair + ((90 + (70 if a.tamper_fx_off else 0)) if a.tamper else 0)
+                    > a.deadline
+                ):
                     print(f"deadline: {i} pairs of {n} fit", flush=True)
                     break
                 order = ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")
                 for s in order:
                     runs[s].append(one(script, mode, roots[s], s == "guarded", fx))
-                    print("RUN", mode, fx, i, s, runs[s][-1]["wall_s"], runs[s][-1].get("t_first"), flush=True)
+                    print(
+                        "RUN",
+                        mode,
+                        fx,
+                        i,
+                        s,
+                        runs[s][-1]["wall_s"],
+                        runs[s][-1].get("t_first"),
+                        flush=True,
+                    )
             raw[f"{mode}/fx-{fx}"] = runs
-            ok = all(r["rc"] == 0 and isinstance(r.get("max_abs_err"), float) for rs in runs.values() for r in rs)
-            row = {"mode": mode, "fx": fx, "pairs": len(runs["stock"]), "kernels": kernels(roots["guarded"]),
-                   "all_ok": ok, "guarded_lines": sorted({x for r in runs["guarded"] for x in r["jw"]})}
+            ok = all(
+                r["rc"] == 0 and isinstance(r.get("max_abs_err"), float)
+                for rs in runs.values()
+                for r in rs
+            )
+            row = {
+                "mode": mode,
+                "fx": fx,
+                "pairs": len(runs["stock"]),
+                "kernels": kernels(roots["guarded"]),
+                "all_ok": ok,
+                "guarded_lines": sorted({x for r in runs["guarded"] for x in r["jw"]}),
+            }
             for key in ("wall_s", "t_first"):
-                s, g = med(r.get(key) for r in runs["stock"]), med(r.get(key) for r in runs["guarded"])
-                row[key] = {"stock": s, "guarded": g, "ratio": round(g / s, 3) if s and g else None,
-                            "stock_all": [r.get(key) for r in runs["stock"]],
-                            "guarded_all": [r.get(key) for r in runs["guarded"]]}
+                s, g = (
+                    med(r.get(key) for r in runs["stock"]),
+                    med(r.get(key) for r in runs["guarded"]),
+                )
+                row[key] = {
+                    "stock": s,
+                    "guarded": g,
+                    "ratio": round(g / s, 3) if s and g else None,
+                    "stock_all": [r.get(key) for r in runs["stock"]],
+                    "guarded_all": [r.get(key) for r in runs["guarded"]],
+                }
             rows.append(row)
             print("ROW", json.dumps(row), flush=True)
-            with open(os.path.join(work, "rows.jsonl"), "a") as f:  # the table of every call on this machine
+            with open(
+                os.path.join(work, "rows.jsonl"), "a"
+            ) as f:  # the table of every call on this machine
                 f.write(json.dumps(row) + "\n")
         if a.profile:
             prof = {}
@@ -214,25 +326,36 @@ def main() -> int:
                 path = os.path.join(a.out, f"prof-{mode}-{s}.pstats")
                 prof[s] = one(script, mode, roots[s], s == "guarded", "on", profile=path)
             raw[f"{mode}/profile"] = prof
-            print(f"PROFILE {mode}: stock {prof['stock']['wall_s']} s, guarded {prof['guarded']['wall_s']} s")
+            print(
+                f"PROFILE {mode}: stock {prof['stock']['wall_s']} s, guarded {prof['guarded']['wall_s']} s"
+            )
             gp = os.path.join(a.out, f"prof-{mode}-guarded.pstats")
             if os.path.exists(gp):
                 print("\n".join(top_jitwarden(gp)))
     if a.tamper:
-        raw["tamper"] = tamper(script, a.modes.split(",")[-1], os.path.join(work, f"{a.modes.split(',')[-1]}-guarded"),
-                               a.tamper, a.tamper_fx_off)
+        raw["tamper"] = tamper(
+            script,
+            a.modes.split(",")[-1],
+            os.path.join(work, f"{a.modes.split(',')[-1]}-guarded"),
+            a.tamper,
+            a.tamper_fx_off,
+        )
         print("TAMPER", json.dumps(raw["tamper"]), flush=True)
     if os.path.exists(os.path.join(work, "rows.jsonl")):
         with open(os.path.join(work, "rows.jsonl")) as f:
             rows = [json.loads(x) for x in f if x.strip()]
     print()
-    print("| mode | FX cache | pairs | kernels | stock wall (s) | guarded wall (s) | ratio | stock compile (s) | "
-          "guarded compile (s) | ratio | all right |")
+    print(
+        "| mode | FX cache | pairs | kernels | stock wall (s) | guarded wall (s) | ratio | stock compile (s) | "
+        "guarded compile (s) | ratio | all right |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         w, t = r["wall_s"], r["t_first"]
-        print(f"| {r['mode']} | {r['fx']} | {r['pairs']} | {r['kernels']} | {w['stock']} | {w['guarded']} | "
-              f"**{w['ratio']}** | {t['stock']} | {t['guarded']} | {t['ratio']} | {r['all_ok']} |")
+        print(
+            f"| {r['mode']} | {r['fx']} | {r['pairs']} | {r['kernels']} | {w['stock']} | {w['guarded']} | "
+            f"**{w['ratio']}** | {t['stock']} | {t['guarded']} | {t['ratio']} | {r['all_ok']} |"
+        )
     with open(os.path.join(a.out, "warm_modes.json"), "w") as f:
         json.dump({"rows": rows, "raw": raw}, f, indent=1)
     return 0

@@ -19,9 +19,11 @@ import sys
 import tempfile
 from contextlib import redirect_stdout
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: tests.real
+sys.path.insert(
+    0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # the repo root: tests.real
 
-from tests.real import corpus  # noqa: E402
+from tests.real import corpus
 
 
 def _cli_counts(roots: list[str]) -> dict:
@@ -43,7 +45,11 @@ def _cli_counts(roots: list[str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--unrelocated", action="store_true", help="judge the copies as unpacked (foreign-path is true)")
+    ap.add_argument(
+        "--unrelocated",
+        action="store_true",
+        help="judge the copies as unpacked (foreign-path is true)",
+    )
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,19 +59,25 @@ def main() -> int:
             tree = corpus.unpack(name, tmp, relocated=not a.unrelocated)
             row = {"capture": name, "cli_target_90": _cli_counts(corpus.roots(tree))}
             try:
-                row["as_capture_machine"] = corpus.counts(corpus.scan_tree(tree, corpus.facts_judge(90)))
-            except Exception as exc:  # noqa: BLE001 - an older jitwarden may lack a Judge field
+                row["as_capture_machine"] = corpus.counts(
+                    corpus.scan_tree(tree, corpus.facts_judge(90))
+                )
+            except Exception as exc:
                 row["as_capture_machine"] = f"n/a ({type(exc).__name__}: {exc})"
             rows.append(row)
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'capture':16} {'entries':>7} {'error':>6} {'warn':>5} {'info':>5}   as capture machine (e/w/i)   by code (cli)")
+    print(
+        f"{'capture':16} {'entries':>7} {'error':>6} {'warn':>5} {'info':>5}   as capture machine (e/w/i)   by code (cli)"
+    )
     for r in rows:
         c, m = r["cli_target_90"], r["as_capture_machine"]
         mm = f"{m['error']}/{m['warn']}/{m['info']}" if isinstance(m, dict) else m
         codes = ", ".join(f"{k} {v}" for k, v in sorted(c["by_code"].items()))
-        print(f"{r['capture']:16} {c['entries']:>7} {c['error']:>6} {c['warn']:>5} {c['info']:>5}   {mm:28} {codes}")
+        print(
+            f"{r['capture']:16} {c['entries']:>7} {c['error']:>6} {c['warn']:>5} {c['info']:>5}   {mm:28} {codes}"
+        )
     return 0
 
 

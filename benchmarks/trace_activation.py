@@ -21,9 +21,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", default=os.path.join(HERE, os.pardir, "src"), help="the src dir whose jitwarden to trace")
-    ap.add_argument("--hooks", choices=("on", "off"), default="on",
-                    help="on: the torch hooks check kernels as they load (the default); off: the whole-tree sweep")
+    ap.add_argument(
+        "--src",
+        default=os.path.join(HERE, os.pardir, "src"),
+        help="the src dir whose jitwarden to trace",
+    )
+    ap.add_argument(
+        "--hooks",
+        choices=("on", "off"),
+        default="on",
+        help="on: the torch hooks check kernels as they load (the default); off: the whole-tree sweep",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(HERE, os.pardir))  # the repo root: tests.helpers
     sys.path.insert(0, os.path.abspath(args.src))
@@ -34,8 +42,13 @@ def main(argv=None) -> int:
     stock, tree = os.path.join(work, "stock"), os.path.join(work, "triton")
     compile_jobs(stock, guarded=False)
     kernels.copy_cache(stock, tree)
-    env = dict(os.environ, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, JITWARDEN_HOME=os.path.join(work, "home"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor"))
+    env = dict(
+        os.environ,
+        JITWARDEN_PARTITION="0",
+        TRITON_CACHE_DIR=tree,
+        JITWARDEN_HOME=os.path.join(work, "home"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor"),
+    )
     if args.hooks == "off":
         env["JITWARDEN_TORCH_HOOKS"] = "0"
     from jitwarden.runtime import activation

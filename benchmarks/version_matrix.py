@@ -44,7 +44,7 @@ SEAL = ".jitwarden-seal.json"
 GUARD = "jitwarden.guard:GuardedCacheManager"
 
 KERNELS = textwrap.dedent(
-    '''
+    """
     import triton
     import triton.language as tl
 
@@ -78,21 +78,35 @@ KERNELS = textwrap.dedent(
         m = offs < n
         v = tl.load(x + offs, mask=m).to(tl.float32) * tl.load(scale)
         tl.store(out + offs, v.to(tl.float8e5), mask=m)
-    '''
+    """
 )
 
 # (label, kernel, signature, constexprs)
 VARIANTS = (
-    ("elementwise", "add_kernel", {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32"}, {"BLOCK": 128}),
+    (
+        "elementwise",
+        "add_kernel",
+        {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32"},
+        {"BLOCK": 128},
+    ),
     ("reduction", "rowsum_kernel", {"x": "*fp32", "out": "*fp32", "n": "i32"}, {"BLOCK": 256}),
-    ("dot", "matmul_kernel", {"a": "*fp16", "b": "*fp16", "c": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
-     {"BM": 128, "BN": 128, "BK": 64}),
-    ("fp8", "fp8_kernel", {"x": "*fp8e5", "scale": "*fp32", "out": "*fp8e5", "n": "i32"}, {"BLOCK": 128}),
+    (
+        "dot",
+        "matmul_kernel",
+        {"a": "*fp16", "b": "*fp16", "c": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
+        {"BM": 128, "BN": 128, "BK": 64},
+    ),
+    (
+        "fp8",
+        "fp8_kernel",
+        {"x": "*fp8e5", "scale": "*fp32", "out": "*fp8e5", "n": "i32"},
+        {"BLOCK": 128},
+    ),
 )
 
 # Runs inside a version's venv: compiles every job into TRITON_CACHE_DIR, prints one JSON line.
 COMPILE = textwrap.dedent(
-    '''
+    """
     import hashlib, json, os, sys
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     import triton
@@ -110,7 +124,7 @@ COMPILE = textwrap.dedent(
         out.append(dict(job, hash=k.metadata.hash, name=k.metadata.name,
                         cubin=hashlib.sha256(k.asm["cubin"]).hexdigest()))
     print(json.dumps({"triton": triton.__version__, "jobs": out}))
-    '''
+    """
 )
 
 
@@ -133,7 +147,11 @@ def _snapshot(root: str, entries) -> dict:
             if f in (".jitwarden-lock", ".jitwarden-writers"):
                 continue
             st = os.lstat(os.path.join(d, f))
-            snap[os.path.relpath(os.path.join(d, f), root)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            snap[os.path.relpath(os.path.join(d, f), root)] = (
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+            )
     return snap
 
 
@@ -146,13 +164,27 @@ class Worker:
         os.makedirs(self.kdir, exist_ok=True)
         with open(os.path.join(self.kdir, "jw_matrix_kernels.py"), "w") as f:
             f.write(KERNELS)
-        self.jobs = [{"label": f"{label}_sm{arch}", "variant": label, "kernel": kernel, "signature": sig,
-                      "constexprs": cx, "arch": arch}
-                     for arch in ARCHS for label, kernel, sig, cx in VARIANTS]
+        self.jobs = [
+            {
+                "label": f"{label}_sm{arch}",
+                "variant": label,
+                "kernel": kernel,
+                "signature": sig,
+                "constexprs": cx,
+                "arch": arch,
+            }
+            for arch in ARCHS
+            for label, kernel, sig, cx in VARIANTS
+        ]
 
     def compile(self, cache: str, guard: bool, jobs=None) -> dict:
-        env = dict(os.environ, TRITON_CACHE_DIR=cache, JW_KERNEL_DIR=self.kdir,
-                   JW_JOBS=json.dumps(self.jobs if jobs is None else jobs), JITWARDEN_PARTITION="0")
+        env = dict(
+            os.environ,
+            TRITON_CACHE_DIR=cache,
+            JW_KERNEL_DIR=self.kdir,
+            JW_JOBS=json.dumps(self.jobs if jobs is None else jobs),
+            JITWARDEN_PARTITION="0",
+        )
         env.pop("TRITON_CACHE_MANAGER", None)
         if guard:
             env["TRITON_CACHE_MANAGER"] = GUARD
@@ -167,10 +199,25 @@ class Worker:
 
     def verify(self, root: str, mode: str) -> tuple[list[dict], int]:
         """(warn/error findings, exit status) of ``jitwarden verify --<mode> --target sm_90``."""
-        cmd = [sys.executable, "-m", "jitwarden", "verify", f"--{mode}", "--target", TARGET, "--format", "json", root]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, JITWARDEN_PARTITION="0"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "jitwarden",
+            "verify",
+            f"--{mode}",
+            "--target",
+            TARGET,
+            "--format",
+            "json",
+            root,
+        ]
+        p = subprocess.run(
+            cmd, capture_output=True, text=True, env=dict(os.environ, JITWARDEN_PARTITION="0")
+        )
         if p.returncode not in (0, 1):
-            return [{"code": "internal", "severity": "error", "message": p.stderr.strip()[-300:]}], p.returncode
+            return [
+                {"code": "internal", "severity": "error", "message": p.stderr.strip()[-300:]}
+            ], p.returncode
         doc = json.loads(p.stdout)
         bad = []
         for e in doc["entries"]:
@@ -195,10 +242,14 @@ class Worker:
         for j in ok:
             g = gj.get(j["label"], {})
             if "path" not in g:
-                guard_problems.append(f"{j['label']}: compiles stock, not through the guard: {g.get('error')}")
+                guard_problems.append(
+                    f"{j['label']}: compiles stock, not through the guard: {g.get('error')}"
+                )
                 continue
             if g["cubin"] != _sha(os.path.join(g["path"], f"{g['name']}.cubin")):
-                guard_problems.append(f"{j['label']}: the guard stored other bytes than Triton compiled")
+                guard_problems.append(
+                    f"{j['label']}: the guard stored other bytes than Triton compiled"
+                )
             elif not os.path.isfile(os.path.join(g["path"], SEAL)):
                 guard_problems.append(f"{j['label']}: not sealed on write")
             if g["cubin"] != j["cubin"]:
@@ -227,10 +278,16 @@ class Worker:
         _repoint(tamper_dir)
         vpath = os.path.join(tamper_dir, _entry_id(victim["hash"]), f"{victim['name']}.cubin")
         _flip(vpath, os.path.getsize(vpath) // 2)
-        again = self.compile(tamper_dir, guard=True, jobs=[self.jobs[[x["label"] for x in self.jobs].index(victim["label"])]])
+        again = self.compile(
+            tamper_dir,
+            guard=True,
+            jobs=[self.jobs[[x["label"] for x in self.jobs].index(victim["label"])]],
+        )
         served = again["jobs"][0].get("cubin")
         if served != victim["cubin"]:
-            guard_problems.append("a tampered cubin was served" if served else f"tamper: {again['jobs'][0]}")
+            guard_problems.append(
+                "a tampered cubin was served" if served else f"tamper: {again['jobs'][0]}"
+            )
         elif _sha(vpath) != victim["cubin"]:
             guard_problems.append("after a tamper the entry was not rebuilt")
 
@@ -242,10 +299,16 @@ class Worker:
         else:
             table = recipe_disagreements()
         return {
-            "triton": stock["triton"], "kernels": len(ok), "skipped": skipped,
-            "quick_fa": quick_fa, "rebuild_fa": rebuild_fa, "guard_problems": guard_problems,
+            "triton": stock["triton"],
+            "kernels": len(ok),
+            "skipped": skipped,
+            "quick_fa": quick_fa,
+            "rebuild_fa": rebuild_fa,
+            "guard_problems": guard_problems,
             "stock_differs": stock_differs,
-            "damage": damage, "table_problems": table, "seconds": round(time.perf_counter() - t0, 1),
+            "damage": damage,
+            "table_problems": table,
+            "seconds": round(time.perf_counter() - t0, 1),
         }
 
     def damage(self, stock_dir: str, guard_dir: str, ok: list[dict]) -> list[dict]:
@@ -277,15 +340,26 @@ class Worker:
             cubin = os.path.join(dst, _entry_id(victim["hash"]), f"{victim['name']}.cubin")
             mutate(cubin, dst)
             bad, rc = self.verify(dst, mode)
-            errors = [f for f in bad if f["severity"] == "error" and f.get("entry") == victim["name"]]
-            out.append({"case": name, "mode": mode, "kernel": victim["label"], "caught": bool(errors) and rc == 1,
-                        "finding": errors[0]["code"] if errors else None})
+            errors = [
+                f for f in bad if f["severity"] == "error" and f.get("entry") == victim["name"]
+            ]
+            out.append(
+                {
+                    "case": name,
+                    "mode": mode,
+                    "kernel": victim["label"],
+                    "caught": bool(errors) and rc == 1,
+                    "finding": errors[0]["code"] if errors else None,
+                }
+            )
 
         def flip_code(cubin, _dst):
             _flip(cubin, text_offset(cubin))
 
         def swap(cubin, dst):
-            shutil.copyfile(os.path.join(dst, _entry_id(other["hash"]), f"{other['name']}.cubin"), cubin)
+            shutil.copyfile(
+                os.path.join(dst, _entry_id(other["hash"]), f"{other['name']}.cubin"), cubin
+            )
 
         def truncate(cubin, _dst):
             with open(cubin, "r+b") as f:
@@ -318,7 +392,10 @@ def _repoint(root: str) -> None:
                 gpath = os.path.join(entry, fname)
                 with open(gpath) as f:
                     doc = json.load(f)
-                doc["child_paths"] = {c: os.path.join(entry, os.path.basename(p)) for c, p in doc["child_paths"].items()}
+                doc["child_paths"] = {
+                    c: os.path.join(entry, os.path.basename(p))
+                    for c, p in doc["child_paths"].items()
+                }
                 with open(gpath, "w") as f:
                     json.dump(doc, f)
         # The seal covers the group file's bytes: reseal the repointed copy as the guard would.
@@ -348,7 +425,9 @@ def ensure_venv(venvs: str, version: str) -> tuple[str, float]:
     t0 = time.perf_counter()
     d = os.path.dirname(os.path.dirname(py))
     subprocess.run([sys.executable, "-m", "venv", d], check=True)
-    subprocess.run([py, "-m", "pip", "install", "-q", f"triton=={version}.0", "-e", REPO], check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", f"triton=={version}.0", "-e", REPO], check=True
+    )
     return py, time.perf_counter() - t0
 
 
@@ -359,11 +438,18 @@ def run_version(py: str, keep: str | None) -> dict:
         # caller's home or default cache locations changed (jitwarden's memo and keys live under ~/.cache).
         home = os.path.join(work, "home")
         os.makedirs(home, exist_ok=True)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("TRITON_", "JITWARDEN_", "XDG_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TRITON_", "JITWARDEN_", "XDG_"))
+        }
         env["HOME"] = home
-        p = subprocess.run([py, os.path.abspath(__file__), "--worker", work], capture_output=True, text=True,
-                           env=env)
+        p = subprocess.run(
+            [py, os.path.abspath(__file__), "--worker", work],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if p.returncode != 0:
             return {"error": (p.stderr or p.stdout).strip()[-1500:]}
         return json.loads(p.stdout.strip().splitlines()[-1])
@@ -374,18 +460,42 @@ def run_version(py: str, keep: str | None) -> dict:
 
 def row(version: str, r: dict) -> list[str]:
     if "error" in r:
-        return [version, "-", "-", "-", "-", "-", "-", "-", "FAILED: " + r["error"].splitlines()[-1][:80]]
+        return [
+            version,
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "FAILED: " + r["error"].splitlines()[-1][:80],
+        ]
     caught = sum(d["caught"] for d in r["damage"])
-    return [r["triton"], f"{r['kernels']}/{r['kernels'] + len(r['skipped'])}", str(len(false_alarms(r["quick_fa"]))),
-            str(len(false_alarms(r["rebuild_fa"]))), str(len(r["rebuild_fa"]) - len(false_alarms(r["rebuild_fa"]))),
-            "yes" if not r["guard_problems"] else "NO",
-            f"{caught}/{len(r['damage'])}",
-            "n/a" if r.get("table_problems") is None else "ok" if not r["table_problems"] else "NO",
-            f"{r['seconds']:.0f}"]
+    return [
+        r["triton"],
+        f"{r['kernels']}/{r['kernels'] + len(r['skipped'])}",
+        str(len(false_alarms(r["quick_fa"]))),
+        str(len(false_alarms(r["rebuild_fa"]))),
+        str(len(r["rebuild_fa"]) - len(false_alarms(r["rebuild_fa"]))),
+        "yes" if not r["guard_problems"] else "NO",
+        f"{caught}/{len(r['damage'])}",
+        "n/a" if r.get("table_problems") is None else "ok" if not r["table_problems"] else "NO",
+        f"{r['seconds']:.0f}",
+    ]
 
 
-HEADER = ["triton", "kernels", "quick FA", "rebuild FA", "unproven", "guard ok", "damage caught", "ptxas table",
-          "seconds"]
+HEADER = [
+    "triton",
+    "kernels",
+    "quick FA",
+    "rebuild FA",
+    "unproven",
+    "guard ok",
+    "damage caught",
+    "ptxas table",
+    "seconds",
+]
 
 
 def false_alarms(findings: list[dict]) -> list[dict]:
@@ -400,22 +510,39 @@ def false_alarms(findings: list[dict]) -> list[dict]:
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [HEADER] + rows) for i in range(len(HEADER))]
     fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    return "\n".join([fmt(HEADER), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in rows])
+    return "\n".join(
+        [fmt(HEADER), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in rows]
+    )
 
 
 def failed(r: dict) -> bool:
-    return ("error" in r or false_alarms(r["quick_fa"]) or false_alarms(r["rebuild_fa"]) or r["guard_problems"]
-            or r.get("table_problems")
-            or not all(d["caught"] for d in r["damage"]))
+    return (
+        "error" in r
+        or false_alarms(r["quick_fa"])
+        or false_alarms(r["rebuild_fa"])
+        or r["guard_problems"]
+        or r.get("table_problems")
+        or not all(d["caught"] for d in r["damage"])
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--versions", default=",".join(VERSIONS), help="comma-separated Triton versions (3.4,...)")
-    ap.add_argument("--venvs", default=os.path.join(tempfile.gettempdir(), "jw-matrix-venvs"),
-                    help="where the per-version venvs live (created when missing)")
-    ap.add_argument("--python", action="append", default=[], metavar="VERSION=PYTHON",
-                    help="use this interpreter for VERSION instead of a venv under --venvs")
+    ap.add_argument(
+        "--versions", default=",".join(VERSIONS), help="comma-separated Triton versions (3.4,...)"
+    )
+    ap.add_argument(
+        "--venvs",
+        default=os.path.join(tempfile.gettempdir(), "jw-matrix-venvs"),
+        help="where the per-version venvs live (created when missing)",
+    )
+    ap.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        metavar="VERSION=PYTHON",
+        help="use this interpreter for VERSION instead of a venv under --venvs",
+    )
     ap.add_argument("--json", default=None, help="write the full results here")
     ap.add_argument("--keep", default=None, help="keep the work trees under this directory")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -437,8 +564,10 @@ def main(argv=None) -> int:
         print(f"triton {v}: done", file=sys.stderr, flush=True)
         for key in ("quick_fa", "rebuild_fa"):
             for f in r.get(key, ()):
-                print(f"  {v} {key}: {f.get('entry')} sm_{f.get('arch')}: {f['code']}: {f['message'][:200]}",
-                      file=sys.stderr)
+                print(
+                    f"  {v} {key}: {f.get('entry')} sm_{f.get('arch')}: {f['code']}: {f['message'][:200]}",
+                    file=sys.stderr,
+                )
         for p in r.get("guard_problems", ()):
             print(f"  {v} guard: {p}", file=sys.stderr)
         for d in r.get("damage", ()):
@@ -447,8 +576,11 @@ def main(argv=None) -> int:
         for p in r.get("table_problems") or ():
             print(f"  {v} ptxas table: {p}", file=sys.stderr)
         for s in r.get("stock_differs", ()):
-            print(f"  {v} note: {s}: the stock and the guarded compile got different cubins from ptxas "
-                  "(ptxas is not deterministic for this kernel)", file=sys.stderr)
+            print(
+                f"  {v} note: {s}: the stock and the guarded compile got different cubins from ptxas "
+                "(ptxas is not deterministic for this kernel)",
+                file=sys.stderr,
+            )
         for s in r.get("skipped", ()):
             print(f"  {v} not compiled: {s}", file=sys.stderr)
     print(table(rows))

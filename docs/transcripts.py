@@ -40,17 +40,20 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(REPO, "src")
-FILES = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(REPO, "docs"))
-                               if n.endswith(".md"))
+FILES = ["README.md"] + sorted(
+    os.path.join("docs", n) for n in os.listdir(os.path.join(REPO, "docs")) if n.endswith(".md")
+)
 FP_STANDIN = "0f1e2d3c4b5a6978"
-BLOCK = re.compile(r"(<!-- transcript: ([\w-]+) -->\n)(.*?)(<!-- /transcript -->)", re.S)
+BLOCK = re.compile(r"(<!-- transcript: ([\w-]+) -->\n)(.*?)(<!-- /transcript -->)", re.DOTALL)
 COLUMNS = 80
 
 
 # ---------------------------------------------------------------- running commands
 
 
-def run_pty(argv: list[str], env: dict, cols: int = COLUMNS, cwd: str | None = None) -> tuple[int, str]:
+def run_pty(
+    argv: list[str], env: dict, cols: int = COLUMNS, cwd: str | None = None
+) -> tuple[int, str]:
     """(exit status, what a terminal ``cols`` wide shows) of ``argv``; stdout and stderr both on the pty."""
     pid, fd = pty.fork()
     if pid == 0:
@@ -72,7 +75,9 @@ def run_pty(argv: list[str], env: dict, cols: int = COLUMNS, cwd: str | None = N
         chunks.append(d)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace").replace(
+        "\r\n", "\n"
+    )
 
 
 class Session:
@@ -88,25 +93,43 @@ class Session:
         self._lock = os.open(self.base + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         if os.path.lexists(self.base):
-            if os.path.islink(self.base) or not os.path.isdir(self.base) or os.lstat(self.base).st_uid != os.getuid():
-                sys.exit(f"transcripts: {self.base} exists and is not a directory of ours; remove it")
+            if (
+                os.path.islink(self.base)
+                or not os.path.isdir(self.base)
+                or os.lstat(self.base).st_uid != os.getuid()
+            ):
+                sys.exit(
+                    f"transcripts: {self.base} exists and is not a directory of ours; remove it"
+                )
             shutil.rmtree(self.base)
         os.mkdir(self.base, 0o700)
         self.home = os.path.join(self.base, "home")
         os.makedirs(self.home)
         keep = ("PATH", "LANG", "LC_ALL", "PIP_CONFIG_FILE", "SYSTEMROOT")
         self.env = {k: os.environ[k] for k in keep if k in os.environ}
-        self.tmp = os.path.join(self.base, "tmp")  # TorchInductor's default root lives in TMPDIR: keep it ours
+        self.tmp = os.path.join(
+            self.base, "tmp"
+        )  # TorchInductor's default root lives in TMPDIR: keep it ours
         os.makedirs(self.tmp)
-        self.env.update(HOME=self.home, USER="me", LOGNAME="me", NO_COLOR="1", TERM="xterm", PYTHONPATH=SRC,
-                        PYTHONDONTWRITEBYTECODE="1", TMPDIR=self.tmp)
+        self.env.update(
+            HOME=self.home,
+            USER="me",
+            LOGNAME="me",
+            NO_COLOR="1",
+            TERM="xterm",
+            PYTHONPATH=SRC,
+            PYTHONDONTWRITEBYTECODE="1",
+            TMPDIR=self.tmp,
+        )
         self.digest = None
 
     def cache(self) -> str:
         return os.path.join(self.home, ".triton", "cache")
 
     def jitwarden(self, *args, env=None) -> tuple[int, str]:
-        return run_pty([sys.executable, "-m", "jitwarden", *args], dict(self.env, **(env or {})), cwd=self.home)
+        return run_pty(
+            [sys.executable, "-m", "jitwarden", *args], dict(self.env, **(env or {})), cwd=self.home
+        )
 
     def run(self, shown: str, *, env: dict | None = None, comment: str = "") -> str:
         """``$ jitwarden ARGS`` and its output. ``shown`` is the command line as printed (and split to run)."""
@@ -114,7 +137,9 @@ class Session:
 
         words = shlex.split(shown)
         assert words[0] == "jitwarden", shown
-        words = [sys.executable if w == "python" else w for w in words]  # this interpreter, whatever PATH holds
+        words = [
+            sys.executable if w == "python" else w for w in words
+        ]  # this interpreter, whatever PATH holds
         rc, text = self.jitwarden(*words[1:], env=env)
         prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
         note = comment or (f"exit status {rc}" if rc else "")
@@ -125,18 +150,26 @@ class Session:
 
     def normalise(self, text: str) -> str:
         if self.digest is None:
-            rc, out = run_pty([sys.executable, "-m", "jitwarden", "fingerprint", "--format", "json"], self.env, 400)
-            self.digest = json.loads(out[out.index("{"):])["digest"]
+            rc, out = run_pty(
+                [sys.executable, "-m", "jitwarden", "fingerprint", "--format", "json"],
+                self.env,
+                400,
+            )
+            self.digest = json.loads(out[out.index("{") :])["digest"]
         text = text.replace(self.digest, FP_STANDIN).replace(self.digest[:12], FP_STANDIN[:12])
-        text = text.replace(self.home, "~").replace(self.tmp, "/tmp").replace(self.base, "/tmp/docs")
+        text = (
+            text.replace(self.home, "~").replace(self.tmp, "/tmp").replace(self.base, "/tmp/docs")
+        )
         text = re.sub(r"\b\d{8}T\d{6}Z\b", "20260101T120000Z", text)
-        text = re.sub(r"\x1b\[\?25l.*?\x1b\[\?25h(\x1b\[1A)?(\x1b\[2K)?", "", text, flags=re.S)  # a progress bar
+        text = re.sub(
+            r"\x1b\[\?25l.*?\x1b\[\?25h(\x1b\[1A)?(\x1b\[2K)?", "", text, flags=re.DOTALL
+        )  # a progress bar
         text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # what is left of the bar's cursor moves
         text = text.replace("\r", "")
         text = re.sub(r"→ [0-9a-f]{16}\b", "→ 8796a5b4c3d2e1f0", text)
         text = re.sub(r"(?<= )[1-9]s(?=  )", "0s", text)
         text = re.sub(r"(?<![\w.])\d\.\d\ds\b", "0.00s", text)
-        return "\n".join(l.rstrip() for l in text.rstrip("\n").split("\n")) + "\n"
+        return "\n".join(line.rstrip() for line in text.rstrip("\n").split("\n")) + "\n"
 
     def close(self):
         shutil.rmtree(self.base, ignore_errors=True)
@@ -148,7 +181,9 @@ def build(cache_dir: str, archs=(90, 80)) -> dict[str, dict]:
     sys.path.insert(0, REPO)  # tests.helpers
     from tests.helpers import kernels
 
-    jobs = kernels.jobs_for(archs=archs, variants=[v for v in kernels.VARIANTS if v[0] in ("add", "sub", "matmul")])
+    jobs = kernels.jobs_for(
+        archs=archs, variants=[v for v in kernels.VARIANTS if v[0] in ("add", "sub", "matmul")]
+    )
     recs = {r["label"]: r for r in kernels.build_cache(cache_dir, jobs)}
     old = time.time() - 2 * 3600  # every entry two hours old: ages print the same on every run
     for d, dirs, files in os.walk(cache_dir):
@@ -184,21 +219,25 @@ def scenario_tour() -> dict[str, str]:
         damage(recs)
         out = {}
         add = recs["add_sm90"]["id"][:12]
-        out["tour"] = "\n".join([
-            s.run("jitwarden doctor --target sm_90"),
-            s.run("jitwarden clean --target sm_90 -y"),
-            s.run("jitwarden quarantine ls"),
-            s.run(f"jitwarden quarantine restore {add} --dry-run"),
-        ])
+        out["tour"] = "\n".join(
+            [
+                s.run("jitwarden doctor --target sm_90"),
+                s.run("jitwarden clean --target sm_90 -y"),
+                s.run("jitwarden quarantine ls"),
+                s.run(f"jitwarden quarantine restore {add} --dry-run"),
+            ]
+        )
         out["verify"] = s.run("jitwarden verify --target sm_90 --all")
         out["ls-ids"] = s.run("jitwarden ls --ids --code foreign-arch --target 90")
         out["dir"] = s.run("jitwarden dir")
-        out["bad-input"] = "\n".join([
-            s.run("jitwarden docter"),
-            s.run("jitwarden clean --older-than 7"),
-            s.run("jitwarden doctor --target sm_999"),
-            s.run("jitwarden quarantine restore NOSUCHID"),
-        ])
+        out["bad-input"] = "\n".join(
+            [
+                s.run("jitwarden docter"),
+                s.run("jitwarden clean --older-than 7"),
+                s.run("jitwarden doctor --target sm_999"),
+                s.run("jitwarden quarantine restore NOSUCHID"),
+            ]
+        )
         return out
     finally:
         s.close()
@@ -208,8 +247,10 @@ def scenario_rebuild() -> dict[str, str]:
     s = Session()
     try:
         build(s.cache(), archs=(90,))
-        return {"rebuild": s.run("jitwarden verify --rebuild --target sm_90"),
-                "canary-no-gpu": s.run("jitwarden canary")}
+        return {
+            "rebuild": s.run("jitwarden verify --rebuild --target sm_90"),
+            "canary-no-gpu": s.run("jitwarden canary"),
+        }
     finally:
         s.close()
 
@@ -219,10 +260,13 @@ def scenario_fingerprint() -> dict[str, str]:
     try:
         saved = os.path.join(s.home, "before.json")
         rc, text = s.jitwarden("fingerprint", "--format", "json")
-        open(saved, "w").write(text[text.index("{"):])
-        return {"fingerprint-diff": "$ jitwarden fingerprint --format json > before.json\n"
-                + s.run("jitwarden fingerprint --diff before.json",
-                        env={"TRITON_DEFAULT_FP_FUSION": "0"}).replace(saved, "before.json")}
+        open(saved, "w").write(text[text.index("{") :])
+        return {
+            "fingerprint-diff": "$ jitwarden fingerprint --format json > before.json\n"
+            + s.run(
+                "jitwarden fingerprint --diff before.json", env={"TRITON_DEFAULT_FP_FUSION": "0"}
+            ).replace(saved, "before.json")
+        }
     finally:
         s.close()
 
@@ -253,18 +297,29 @@ def scenario_guard() -> dict[str, str]:
     s = Session()
     try:
         open(os.path.join(s.home, "compile.py"), "w").write(COMPILE_PY)
-        first = s.run("jitwarden run -- python compile.py", comment="compiles add_kernel for sm_90, sealed")
-        cubins = [os.path.join(d, n) for d, _, ns in os.walk(s.cache()) for n in ns if n == "add_kernel.cubin"]
+        first = s.run(
+            "jitwarden run -- python compile.py", comment="compiles add_kernel for sm_90, sealed"
+        )
+        cubins = [
+            os.path.join(d, n)
+            for d, _, ns in os.walk(s.cache())
+            for n in ns
+            if n == "add_kernel.cubin"
+        ]
         assert len(cubins) == 1, cubins
         data = bytearray(open(cubins[0], "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(cubins[0], "wb").write(bytes(data))
-        return {"guard": "\n".join([
-            first,
-            "# (docs/transcripts.py inverts one byte in the middle of that entry's add_kernel.cubin)",
-            s.run("jitwarden run -- python compile.py"),
-            s.run("jitwarden quarantine ls"),
-        ])}
+        return {
+            "guard": "\n".join(
+                [
+                    first,
+                    "# (docs/transcripts.py inverts one byte in the middle of that entry's add_kernel.cubin)",
+                    s.run("jitwarden run -- python compile.py"),
+                    s.run("jitwarden quarantine ls"),
+                ]
+            )
+        }
     finally:
         s.close()
 
@@ -297,20 +352,30 @@ def comparable(text: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block drifted")
+    ap.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 when a block drifted"
+    )
     args = ap.parse_args(argv)
     wanted = {name for f in FILES for name, _ in blocks(os.path.join(REPO, f))}
     made: dict[str, str] = {}
     for sc in SCENARIOS:
         made.update(sc())
-    problems = [f"block {n!r} is in the docs but no scenario makes it" for n in sorted(wanted - set(made))]
+    problems = [
+        f"block {n!r} is in the docs but no scenario makes it" for n in sorted(wanted - set(made))
+    ]
     problems += [f"scenario output {n!r} is used by no block" for n in sorted(set(made) - wanted)]
     drifted = []
     for f in FILES:
         path = os.path.join(REPO, f)
         text = open(path, encoding="utf-8").read()
-        new = BLOCK.sub(lambda m: m.group(1) + render(made.get(m.group(2), m.group(3))) + m.group(4)
-                        if m.group(2) in made else m.group(0), text)
+        new = BLOCK.sub(
+            lambda m: (
+                m.group(1) + render(made.get(m.group(2), m.group(3))) + m.group(4)
+                if m.group(2) in made
+                else m.group(0)
+            ),
+            text,
+        )
         if new != text and (not args.check or comparable(new) != comparable(text)):
             drifted.append(f)
             if not args.check:
@@ -319,11 +384,17 @@ def main(argv=None) -> int:
         print(f"transcripts: {p}", file=sys.stderr)
     if args.check and drifted:
         for f in drifted:
-            print(f"transcripts: {f}: a transcript differs from what the tool prints now "
-                  "(run `python docs/transcripts.py` and review the diff)", file=sys.stderr)
+            print(
+                f"transcripts: {f}: a transcript differs from what the tool prints now "
+                "(run `python docs/transcripts.py` and review the diff)",
+                file=sys.stderr,
+            )
         return 1
     if not args.check:
-        print(f"transcripts: {len(made)} blocks; rewrote {', '.join(drifted) or 'nothing'}", file=sys.stderr)
+        print(
+            f"transcripts: {len(made)} blocks; rewrote {', '.join(drifted) or 'nothing'}",
+            file=sys.stderr,
+        )
     return 1 if problems else 0
 
 

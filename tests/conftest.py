@@ -28,7 +28,10 @@ def pytest_configure(config):
     env = dict(os.environ)
     _REAL["places"] = sandbox.watched_places(env)
     home = env.get("HOME") or os.path.expanduser("~")
-    _REAL["shallow"] = [home, os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"))]
+    _REAL["shallow"] = [
+        home,
+        os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")),
+    ]
     _REAL["before"] = sandbox.digest(_REAL["places"], _REAL["shallow"])
 
 
@@ -40,7 +43,9 @@ def pytest_sessionfinish(session, exitstatus):
     changed = [p for p, d in _REAL["before"].items() if after.get(p) != d]
     if changed:
         rep = session.config.pluginmanager.get_plugin("terminalreporter")
-        msg = "the test run changed the real home or a default cache location: " + ", ".join(changed)
+        msg = "the test run changed the real home or a default cache location: " + ", ".join(
+            changed
+        )
         if rep is not None:
             rep.write_line(msg, red=True)
         else:
@@ -142,6 +147,7 @@ def isolated_env(tmp_path, monkeypatch):
 
 # ---- fixtures shared across folders (the guard, the sweep, first use, the fleet) ----------------
 
+
 @pytest.fixture(scope="module")
 def sealed_tree(tmp_path_factory):
     """An Inductor-style Triton tree, every kernel compiled and sealed through the guard."""
@@ -154,7 +160,9 @@ def sealed_tree(tmp_path_factory):
 def evil_cubin(tmp_path_factory):
     """The cubin of the subtracting ``add_kernel`` for sm_90: bytes and sha256."""
     root = str(tmp_path_factory.mktemp("evil") / "cache")
-    out = compile_jobs(root, jobs=ADD, guarded=False, extra_env={"JW_KERNEL_DIR": evil_kernel_dir()})
+    out = compile_jobs(
+        root, jobs=ADD, guarded=False, extra_env={"JW_KERNEL_DIR": evil_kernel_dir()}
+    )
     with open(os.path.join(root, out["add_sm90"]["id"], "add_kernel.cubin"), "rb") as f:
         data = f.read()
     assert hashlib.sha256(data).hexdigest() == out["add_sm90"]["cubin"]

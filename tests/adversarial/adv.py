@@ -12,6 +12,7 @@ from tests.helpers.cli import jw as run_cli
 TALLY = {"cases": 0, "kills": 0, "races": 0, "hangs": 0, "data lost": 0}
 TIMEOUT_S = 30
 
+
 def tree_hash(path: str) -> dict:
     """relpath -> (type, mode, sha256 or link target) of everything under ``path``; never follows links."""
     out = {}
@@ -42,7 +43,7 @@ def _hang():
     TALLY["hangs"] += 1
 
 
-ERROR_LINE = re.compile(r"^jitwarden[^\n:]*: (internal )?error\b", re.M)
+ERROR_LINE = re.compile(r"^jitwarden[^\n:]*: (internal )?error\b", re.MULTILINE)
 
 
 def clean_failure(p, code=None):

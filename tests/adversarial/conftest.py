@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from tests.helpers import kernels
 from tests.adversarial.adv import TALLY, tree_hash
+from tests.helpers import kernels
 from tests.helpers.maint import SRC
 
 
@@ -54,18 +54,29 @@ def env(tmp_path):
     """A private environment: own HOME, no cache variables from the caller."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "CUDA_CACHE"))}
-    e.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-             TRITON_CACHE_DIR=str(tmp_path / "triton-default"))
-    src = os.environ.get("JW_ADV_SRC", SRC)  # another checkout's src/, to run the suite against it (before/after)
+    e = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "CUDA_CACHE"))
+    }
+    e.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        TRITON_CACHE_DIR=str(tmp_path / "triton-default"),
+    )
+    src = os.environ.get(
+        "JW_ADV_SRC", SRC
+    )  # another checkout's src/, to run the suite against it (before/after)
     e["PYTHONPATH"] = src + os.pathsep + e.get("PYTHONPATH", "")
     return e
 
 
 def pytest_terminal_summary(terminalreporter):
     if TALLY["cases"]:
-        terminalreporter.write_line("adversarial suite: " + ", ".join(f"{k} {v}" for k, v in TALLY.items()))
+        terminalreporter.write_line(
+            "adversarial suite: " + ", ".join(f"{k} {v}" for k, v in TALLY.items())
+        )
     from tests.adversarial import matrix
 
     if matrix.RESULTS:

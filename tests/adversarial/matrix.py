@@ -39,28 +39,49 @@ import time
 
 from tests.adversarial.adv import tree_hash
 from tests.helpers import kernels
-from tests.helpers.guarded import ADD, DRIVER as GUARDED_DRIVER, JOBS
+from tests.helpers.guarded import ADD, JOBS
+from tests.helpers.guarded import DRIVER as GUARDED_DRIVER
 from tests.helpers.paths import SRC
 
 WALL_S = float(os.environ.get("JW_MATRIX_WALL", "15"))
 """Seconds a case may run before it is killed and counted as a hang."""
 
-SHAPES = ("symlink-out", "fifo", "wrong-type", "read-only-fs", "full-fs", "deep-json", "huge-json", "non-utf8-name")
+SHAPES = (
+    "symlink-out",
+    "fifo",
+    "wrong-type",
+    "read-only-fs",
+    "full-fs",
+    "deep-json",
+    "huge-json",
+    "non-utf8-name",
+)
 JSON_ONLY = frozenset({"deep-json", "huge-json"})
 DEEP = 200_000
 GUARD = "jitwarden.guard:GuardedCacheManager"
 REMOTE = "jitwarden.remote_manager:RemoteGuardedCacheManager"
 
-TALLY = {"cases": 0, "kills": 0, "hangs": 0, "outside changes": 0, "exit-3s": 0, "tracebacks": 0,
-         "tampered served": 0, "bad exits": 0, "failed": 0}
+TALLY = {
+    "cases": 0,
+    "kills": 0,
+    "hangs": 0,
+    "outside changes": 0,
+    "exit-3s": 0,
+    "tracebacks": 0,
+    "tampered served": 0,
+    "bad exits": 0,
+    "failed": 0,
+}
 RESULTS: list = []  # one dict per case run, for the summary and JW_MATRIX_REPORT
 
 
 # ------------------------------------------------------------------------------------------- entry points
 
+
 @dataclasses.dataclass(frozen=True)
 class PathArg:
     """A path argument of a verb: its argparse destination, option string (None: positional), and kind."""
+
     dest: str
     option: str | None
     kind: str  # "dir", "file" or "json"
@@ -69,6 +90,7 @@ class PathArg:
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One entry point: a CLI verb (``verb`` words) or a runtime entry (``runtime``)."""
+
     name: str
     verb: tuple = ()
     runtime: str = ""  # "activate", "guard" or "remote"
@@ -108,7 +130,11 @@ def _path_kind(action) -> str | None:
 
 
 def _actions(parser):
-    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]
+    return [
+        a
+        for a in parser._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._VersionAction))
+    ]
 
 
 def entry_points() -> list[Entry]:
@@ -116,20 +142,30 @@ def entry_points() -> list[Entry]:
 
     out = []
     for words, p in _leaf_parsers(build_parser()):
-        args = tuple(PathArg(a.dest, (a.option_strings or [None])[-1] if a.option_strings else None, k)
-                     for a in _actions(p) if (k := _path_kind(a)))
-        serves = any(a.nargs == argparse.REMAINDER for a in _actions(p))  # `run -- CMD`: CMD compiles kernels
+        args = tuple(
+            PathArg(a.dest, (a.option_strings or [None])[-1] if a.option_strings else None, k)
+            for a in _actions(p)
+            if (k := _path_kind(a))
+        )
+        serves = any(
+            a.nargs == argparse.REMAINDER for a in _actions(p)
+        )  # `run -- CMD`: CMD compiles kernels
         out.append(Entry(" ".join(words), verb=words, path_args=args, serves=serves))
-    out += [Entry("activate()", runtime="activate", serves=True), Entry("guard", runtime="guard", serves=True),
-            Entry("remote-manager", runtime="remote", serves=True)]
+    out += [
+        Entry("activate()", runtime="activate", serves=True),
+        Entry("guard", runtime="guard", serves=True),
+        Entry("remote-manager", runtime="remote", serves=True),
+    ]
     return out
 
 
 # ------------------------------------------------------------------------------------------- paths
 
+
 @dataclasses.dataclass(frozen=True)
 class Target:
     """Where a shape is planted: a world path (``where`` relative to a level), a variable, or a verb's argument."""
+
     label: str
     kind: str  # "dir", "file" or "json"
     level: str = ""  # "root", "partition", "entry", "slot", "memo", "stats", "config"
@@ -139,20 +175,32 @@ class Target:
 
 
 LEVELS_OF = {  # layout constant -> the levels of the tree it lives at; a new constant lands at every level
-    "PARTITIONS_DIR": ("root",), "QUARANTINE_DIR": ("root", "partition"), "TRASH_DIR": ("root", "partition"),
-    "ROOT_LOCK_FILE": ("root", "partition"), "PARTITION_INFO": ("partition",), "SEAL_FILE": ("entry",),
-    "ENTRY_LOCK_FILE": ("entry",), "ENTRY_WRITERS_FILE": ("entry",), "PROVING_DIR": ("partition",),
+    "PARTITIONS_DIR": ("root",),
+    "QUARANTINE_DIR": ("root", "partition"),
+    "TRASH_DIR": ("root", "partition"),
+    "ROOT_LOCK_FILE": ("root", "partition"),
+    "PARTITION_INFO": ("partition",),
+    "SEAL_FILE": ("entry",),
+    "ENTRY_LOCK_FILE": ("entry",),
+    "ENTRY_WRITERS_FILE": ("entry",),
+    "PROVING_DIR": ("partition",),
 }
 ALL_LEVELS = ("root", "partition", "entry")
-NOT_NAMES = {"TMP_DIR_PREFIX", "TMP_FILE_INFIX"}  # prefixes Triton's writers use, not names jitwarden writes
+NOT_NAMES = {
+    "TMP_DIR_PREFIX",
+    "TMP_FILE_INFIX",
+}  # prefixes Triton's writers use, not names jitwarden writes
 
 
 def layout_names() -> dict:
     """Every on-disk name ``model/layout.py`` declares: {constant: name}."""
     from jitwarden.model import layout
 
-    return {k: v for k, v in vars(layout).items()
-            if k.isupper() and isinstance(v, str) and k not in NOT_NAMES}
+    return {
+        k: v
+        for k, v in vars(layout).items()
+        if k.isupper() and isinstance(v, str) and k not in NOT_NAMES
+    }
 
 
 def _kind_of_name(const: str, name: str) -> str:
@@ -167,18 +215,24 @@ def state_targets() -> list[Target]:
     from jitwarden.runtime import memo
     from jitwarden.store import quarantine
 
-    return [Target(f"slot/{quarantine.RECORD}", "json", "slot", quarantine.RECORD),
-            Target(f"memo/{memo.FILE}", "json", "memo", memo.FILE),
-            Target("memo/fingerprint-memo.json", "json", "memo", "fingerprint-memo.json"),
-            Target("memo/stats", "dir", "memo", "stats"),
-            Target(f"stats/{metrics.LAST_VERIFY}", "json", "stats", metrics.LAST_VERIFY),
-            Target("stats/remote-*.json", "json", "stats", "remote-*.json"),
-            Target("config/signing-key", "file", "config", "signing-key"),
-            Target("config/trusted-keys", "dir", "config", "trusted-keys"),
-            Target("config/trusted-keys/*.pub", "file", "config", "trusted-keys/*.pub")]
+    return [
+        Target(f"slot/{quarantine.RECORD}", "json", "slot", quarantine.RECORD),
+        Target(f"memo/{memo.FILE}", "json", "memo", memo.FILE),
+        Target("memo/fingerprint-memo.json", "json", "memo", "fingerprint-memo.json"),
+        Target("memo/stats", "dir", "memo", "stats"),
+        Target(f"stats/{metrics.LAST_VERIFY}", "json", "stats", metrics.LAST_VERIFY),
+        Target("stats/remote-*.json", "json", "stats", "remote-*.json"),
+        Target("config/signing-key", "file", "config", "signing-key"),
+        Target("config/trusted-keys", "dir", "config", "trusted-keys"),
+        Target("config/trusted-keys/*.pub", "file", "config", "trusted-keys/*.pub"),
+    ]
 
 
-_SEARCH_PATHS = {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}  # lists of directories to search, not locations
+_SEARCH_PATHS = {
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+}  # lists of directories to search, not locations
 _FILE_VARS = ("_KEY", "_KEYS", "PTXAS_PATH")  # variables that name files rather than directories
 _PATHLIKE = re.compile(r"[A-Z][A-Z0-9_]*(_DIR|_HOME|_ROOT|_PATH|_KEYS?)|HOME|TMPDIR|TEMP|TMP")
 
@@ -186,10 +240,20 @@ _PATHLIKE = re.compile(r"[A-Z][A-Z0-9_]*(_DIR|_HOME|_ROOT|_PATH|_KEYS?)|HOME|TMP
 def _names_read(tree: ast.Module) -> set:
     """Upper-case string constants in a module, except those of module-level tables (names only recorded,
     such as the compiler variables a fingerprint lists: jitwarden never reads a path from them)."""
-    tables = {id(n) for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-              for n in ast.walk(node)}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in tables and re.fullmatch(r"[A-Z][A-Z0-9_]+", n.value)}
+    tables = {
+        id(n)
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for n in ast.walk(node)
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and id(n) not in tables
+        and re.fullmatch(r"[A-Z][A-Z0-9_]+", n.value)
+    }
 
 
 def location_vars() -> list[str]:
@@ -202,12 +266,21 @@ def location_vars() -> list[str]:
                 with open(os.path.join(d, n), encoding="utf-8") as f:
                     read = _names_read(ast.parse(f.read()))
                 if n == "locations.py" and os.path.basename(d) == "env":
-                    names |= read - {"LOGNAME", "USER", "LNAME", "USERNAME"}  # who the user is, not a location
+                    names |= read - {
+                        "LOGNAME",
+                        "USER",
+                        "LNAME",
+                        "USERNAME",
+                    }  # who the user is, not a location
                 names |= {v for v in read if _PATHLIKE.fullmatch(v)}
-    from jitwarden.model import settings  # the JITWARDEN_* variables are named there only, one row each
+    from jitwarden.model import (
+        settings,
+    )  # the JITWARDEN_* variables are named there only, one row each
 
     names |= {s.name for s in settings.SETTINGS if _PATHLIKE.fullmatch(s.name)}
-    return sorted(n for n in names - _SEARCH_PATHS if not n.startswith("O_"))  # O_PATH is an open flag
+    return sorted(
+        n for n in names - _SEARCH_PATHS if not n.startswith("O_")
+    )  # O_PATH is an open flag
 
 
 def world_targets() -> list[Target]:
@@ -215,18 +288,21 @@ def world_targets() -> list[Target]:
     for const, name in sorted(layout_names().items()):
         for level in LEVELS_OF.get(const, ALL_LEVELS):
             out.append(Target(f"{level}/{name}", _kind_of_name(const, name), level, name))
-    out = list({t.label: t for t in out}.values())  # one lock-file name serves two constants at one level
+    out = list(
+        {t.label: t for t in out}.values()
+    )  # one lock-file name serves two constants at one level
     out += state_targets()
-    out += [Target(f"${v}", "file" if v.endswith(_FILE_VARS) else "dir", var=v) for v in location_vars()]
+    out += [
+        Target(f"${v}", "file" if v.endswith(_FILE_VARS) else "dir", var=v) for v in location_vars()
+    ]
     return out
 
 
 def applies(shape: str, target: Target) -> bool:
     if shape in JSON_ONLY:
         return target.kind == "json"
-    if shape == "symlink-out" and target.var:
-        return False  # a variable names the root itself: a symlink there is the user's own choice of root
-    return True
+    # A variable names the root itself: a symlink there is the user's own choice of root.
+    return not (shape == "symlink-out" and target.var)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,16 +331,32 @@ def sample(cases: list[Case], per_entry: int, seed: int) -> list[Case]:
     and every (entry point, path argument) pair: cases in a seeded order, kept when they add coverage."""
     order = list(cases)
     random.Random(seed).shuffle(order)
-    order.sort(key=lambda c: 0 if c.target.arg else 1)  # an entry point's own arguments first: they are its own
+    order.sort(
+        key=lambda c: 0 if c.target.arg else 1
+    )  # an entry point's own arguments first: they are its own
     need_entry = {c.entry.name: per_entry for c in cases}
-    seen_shape, seen_path, seen_arg, seen_entry_shape, seen_entry_path = set(), set(), set(), set(), set()
+    seen_shape, seen_path, seen_arg, seen_entry_shape, seen_entry_path = (
+        set(),
+        set(),
+        set(),
+        set(),
+        set(),
+    )
     out = []
     for c in order:
         e = c.entry.name
-        gain = (c.shape not in seen_shape or c.target.label not in seen_path
-                or (c.target.arg and (e, c.target.label) not in seen_arg)
-                or (need_entry[e] > 0 and ((e, c.shape) not in seen_entry_shape
-                                           or (e, c.target.label) not in seen_entry_path)))
+        gain = (
+            c.shape not in seen_shape
+            or c.target.label not in seen_path
+            or (c.target.arg and (e, c.target.label) not in seen_arg)
+            or (
+                need_entry[e] > 0
+                and (
+                    (e, c.shape) not in seen_entry_shape
+                    or (e, c.target.label) not in seen_entry_path
+                )
+            )
+        )
         if gain:
             out.append(c)
             seen_shape.add(c.shape)
@@ -278,11 +370,17 @@ def sample(cases: list[Case], per_entry: int, seed: int) -> list[Case]:
 
 
 PINNED = (  # the flaws issue 21 found, always in the sample so that their fixes stay fixed
-    "import|root/jitwarden-v1|symlink-out", "metrics|arg_--textfile-dir|symlink-out",
-    "metrics|arg_--textfile-dir|read-only-fs", "export|config/signing-key|fifo", "export|arg_--key|fifo",
-    "import|config/trusted-keys/*.pub|fifo", "remote-manager|config/trusted-keys/*.pub|fifo",
-    "metrics|stats/remote-*.json|fifo", "metrics|stats/last-verify.json|deep-json",
-    "keygen|$JITWARDEN_CONFIG_DIR|wrong-type", "keygen|arg_--output|read-only-fs",
+    "import|root/jitwarden-v1|symlink-out",
+    "metrics|arg_--textfile-dir|symlink-out",
+    "metrics|arg_--textfile-dir|read-only-fs",
+    "export|config/signing-key|fifo",
+    "export|arg_--key|fifo",
+    "import|config/trusted-keys/*.pub|fifo",
+    "remote-manager|config/trusted-keys/*.pub|fifo",
+    "metrics|stats/remote-*.json|fifo",
+    "metrics|stats/last-verify.json|deep-json",
+    "keygen|$JITWARDEN_CONFIG_DIR|wrong-type",
+    "keygen|arg_--output|read-only-fs",
     "activate()|memo/fingerprint-memo.json|fifo",
 )
 
@@ -297,30 +395,58 @@ def selected_cases() -> list[Case]:
         cases = [c for c in cases if c.entry.name in only]
     if mode == "full":
         return cases
-    chosen = sample(cases, int(mode) if mode.isdigit() else 2, int(os.environ.get("JW_MATRIX_SEED", "0")))
+    chosen = sample(
+        cases, int(mode) if mode.isdigit() else 2, int(os.environ.get("JW_MATRIX_SEED", "0"))
+    )
     ids = {c.id for c in chosen}
-    return sorted(chosen + [c for c in cases if c.id in PINNED and c.id not in ids], key=lambda c: c.id)
+    return sorted(
+        chosen + [c for c in cases if c.id in PINNED and c.id not in ids], key=lambda c: c.id
+    )
 
 
 # ------------------------------------------------------------------------------------------- the world
 
+
 def base_env(w: str) -> dict:
     """Every location inside the world ``w``; nothing of the caller's caches or settings."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "CUDA_CACHE", "XDG_", "TORCH_EXT"))}
-    env.update(HOME=f"{w}/home", XDG_CACHE_HOME=f"{w}/home/.cache", XDG_CONFIG_HOME=f"{w}/home/.config",
-               XDG_RUNTIME_DIR=f"{w}/run", TMPDIR=f"{w}/tmp", TRITON_CACHE_DIR=f"{w}/cache",
-               TORCHINDUCTOR_CACHE_DIR=f"{w}/inductor", VLLM_CACHE_ROOT=f"{w}/vllm", CUDA_CACHE_PATH=f"{w}/nv",
-               TORCH_EXTENSIONS_DIR=f"{w}/torch_ext", JW_KERNEL_DIR=f"{w}/.jw-kernels", JW_JOBS=json.dumps(ADD),
-               PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "CUDA_CACHE", "XDG_", "TORCH_EXT")
+        )
+    }
+    env.update(
+        HOME=f"{w}/home",
+        XDG_CACHE_HOME=f"{w}/home/.cache",
+        XDG_CONFIG_HOME=f"{w}/home/.config",
+        XDG_RUNTIME_DIR=f"{w}/run",
+        TMPDIR=f"{w}/tmp",
+        TRITON_CACHE_DIR=f"{w}/cache",
+        TORCHINDUCTOR_CACHE_DIR=f"{w}/inductor",
+        VLLM_CACHE_ROOT=f"{w}/vllm",
+        CUDA_CACHE_PATH=f"{w}/nv",
+        TORCH_EXTENSIONS_DIR=f"{w}/torch_ext",
+        JW_KERNEL_DIR=f"{w}/.jw-kernels",
+        JW_JOBS=json.dumps(ADD),
+        PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     return env
 
 
 def _cli(env, *args, timeout=300):
-    p = subprocess.run([sys.executable, "-m", "jitwarden", *args], env=env, capture_output=True, text=True,
-                       timeout=timeout, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     if p.returncode not in (0, 1):
-        raise RuntimeError(f"building the matrix world: jitwarden {' '.join(args)} -> {p.returncode}\n{p.stderr}")
+        raise RuntimeError(
+            f"building the matrix world: jitwarden {' '.join(args)} -> {p.returncode}\n{p.stderr}"
+        )
     return p
 
 
@@ -342,60 +468,115 @@ def build_world(base: str, remote_url: str | None) -> World:
     from jitwarden.store import quarantine as q
 
     w = os.path.join(base, "world")
-    for d in ("home/.cache", "home/.config", "run", "tmp", "cache", "inductor", "vllm", "nv", "torch_ext",
-              "metrics", "args", ".jw-kernels"):
+    for d in (
+        "home/.cache",
+        "home/.config",
+        "run",
+        "tmp",
+        "cache",
+        "inductor",
+        "vllm",
+        "nv",
+        "torch_ext",
+        "metrics",
+        "args",
+        ".jw-kernels",
+    ):
         os.makedirs(os.path.join(w, d), exist_ok=True)
     os.chmod(os.path.join(w, "run"), 0o700)
     with open(os.path.join(w, ".jw-kernels", "jw_test_kernels.py"), "w") as f:
         f.write(kernels.KERNEL_SOURCE)
     env = base_env(w)
-    legacy = kernels.build_cache(os.path.join(w, "cache"), kernels.jobs_for(archs=(90,), variants=kernels.VARIANTS[:3]),
-                                 env={k: v for k, v in env.items() if k != "TRITON_CACHE_MANAGER"})
+    legacy = kernels.build_cache(
+        os.path.join(w, "cache"),
+        kernels.jobs_for(archs=(90,), variants=kernels.VARIANTS[:3]),
+        env={k: v for k, v in env.items() if k != "TRITON_CACHE_MANAGER"},
+    )
     _cli(env, "keygen")
     cfg = os.path.join(w, "home/.config/jitwarden")
     os.makedirs(os.path.join(cfg, "trusted-keys"), exist_ok=True)
-    shutil.copy(os.path.join(cfg, "signing-key.pub"), os.path.join(cfg, "trusted-keys", "builder.pub"))
-    run = _cli(env, "run", "--", sys.executable, "-c", GUARDED_DRIVER)  # a guarded compile: partition, seals, memos
+    shutil.copy(
+        os.path.join(cfg, "signing-key.pub"), os.path.join(cfg, "trusted-keys", "builder.pub")
+    )
+    run = _cli(
+        env, "run", "--", sys.executable, "-c", GUARDED_DRIVER
+    )  # a guarded compile: partition, seals, memos
     served = json.loads(run.stdout.strip().splitlines()[-1])
     parts = os.path.join(w, "cache", "jitwarden-v1")
     (digest,) = [n for n in os.listdir(parts) if os.path.isdir(os.path.join(parts, n))]
     partition = os.path.join("cache", "jitwarden-v1", digest)
     entry = os.path.join(partition, served["add_sm90"]["id"])
-    cubin = os.path.join(entry, next(n for n in os.listdir(os.path.join(w, entry)) if n.endswith(".cubin")))
-    rec = q.move(os.path.join(w, "cache", next(j["id"] for j in legacy if j["variant"] == "sub")), "matrix",
-                 root=os.path.join(w, "cache"))
+    cubin = os.path.join(
+        entry, next(n for n in os.listdir(os.path.join(w, entry)) if n.endswith(".cubin"))
+    )
+    rec = q.move(
+        os.path.join(w, "cache", next(j["id"] for j in legacy if j["variant"] == "sub")),
+        "matrix",
+        root=os.path.join(w, "cache"),
+    )
     _cli(env, "verify", "--target", "90")  # stats/last-verify.json
     _cli(env, "export", "-o", os.path.join(w, "bundle.jwb"))
-    if remote_url:  # the served kernel on the server (signed by a builder), and stats/remote-<pid>.json
+    if (
+        remote_url
+    ):  # the served kernel on the server (signed by a builder), and stats/remote-<pid>.json
         scratch = os.path.join(w, "scratch", "jitwarden-v1", digest)
         for where, role in ((scratch, "writer"), (os.path.join(w, partition), "reader")):
-            renv = {**env, **_runtime_env(w, "remote", remote_url), "JITWARDEN_REMOTE_ROLE": role, "TRITON_CACHE_DIR": where}
-            p = subprocess.run([sys.executable, "-c", GUARDED_DRIVER], env=renv, capture_output=True, text=True, timeout=300)
+            renv = {
+                **env,
+                **_runtime_env(w, "remote", remote_url),
+                "JITWARDEN_REMOTE_ROLE": role,
+                "TRITON_CACHE_DIR": where,
+            }
+            p = subprocess.run(
+                [sys.executable, "-c", GUARDED_DRIVER],
+                env=renv,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert p.returncode == 0, p.stderr[-3000:]
         shutil.rmtree(os.path.join(w, "scratch"))
-        assert any(n.startswith("remote-") for n in os.listdir(os.path.join(w, "home/.cache/jitwarden/stats")))
+        assert any(
+            n.startswith("remote-")
+            for n in os.listdir(os.path.join(w, "home/.cache/jitwarden/stats"))
+        )
     with open(os.path.join(w, cubin), "rb") as f:
         data = bytearray(f.read())
-    data[len(data) // 2] ^= 0xFF  # what the served entry's cubin is in every case: sealed, then tampered with
+    data[len(data) // 2] ^= (
+        0xFF  # what the served entry's cubin is in every case: sealed, then tampered with
+    )
     template = os.path.join(base, "world.template")
     shutil.copytree(w, template, symlinks=True)
     with open(os.path.join(template, cubin), "wb") as f:
         f.write(data)
     shutil.rmtree(w)
-    return World(w, template, partition, entry, os.path.relpath(rec.path, w), rec.id, cubin,
-                 hashlib.sha256(bytes(data)).hexdigest(), remote_url)
+    return World(
+        w,
+        template,
+        partition,
+        entry,
+        os.path.relpath(rec.path, w),
+        rec.id,
+        cubin,
+        hashlib.sha256(bytes(data)).hexdigest(),
+        remote_url,
+    )
 
 
 def _runtime_env(w: str, runtime: str, remote_url: str | None) -> dict:
     if runtime == "guard":
         return {"TRITON_CACHE_MANAGER": GUARD}
     if runtime == "remote":
-        return {"TRITON_CACHE_MANAGER": REMOTE, "JITWARDEN_REMOTE": remote_url or "redis://127.0.0.1:1/0",
-                "JITWARDEN_REMOTE_ROLE": "reader"}
+        return {
+            "TRITON_CACHE_MANAGER": REMOTE,
+            "JITWARDEN_REMOTE": remote_url or "redis://127.0.0.1:1/0",
+            "JITWARDEN_REMOTE_ROLE": "reader",
+        }
     return {}
 
 
 # ------------------------------------------------------------------------------------------- planting
+
 
 class Planter:
     """Plants one shape at one path of a fresh world; remembers its mounts to undo them."""
@@ -408,11 +589,15 @@ class Planter:
 
     def level_dir(self, level: str) -> str:
         w = self.world
-        return {"root": os.path.join(self.w, "cache"), "partition": os.path.join(self.w, w.partition),
-                "entry": os.path.join(self.w, w.entry), "slot": os.path.join(self.w, w.slot),
-                "memo": os.path.join(self.w, "home/.cache/jitwarden"),
-                "stats": os.path.join(self.w, "home/.cache/jitwarden/stats"),
-                "config": os.path.join(self.w, "home/.config/jitwarden")}[level]
+        return {
+            "root": os.path.join(self.w, "cache"),
+            "partition": os.path.join(self.w, w.partition),
+            "entry": os.path.join(self.w, w.entry),
+            "slot": os.path.join(self.w, w.slot),
+            "memo": os.path.join(self.w, "home/.cache/jitwarden"),
+            "stats": os.path.join(self.w, "home/.cache/jitwarden/stats"),
+            "config": os.path.join(self.w, "home/.config/jitwarden"),
+        }[level]
 
     def resolve(self, t: Target) -> str:
         d = self.level_dir(t.level)
@@ -420,7 +605,11 @@ class Planter:
             sub, _, pat = t.name.rpartition("/")
             d = os.path.join(d, sub) if sub else d
             pre, _, suf = pat.partition("*")
-            found = sorted(n for n in os.listdir(d) if n.startswith(pre) and n.endswith(suf)) if os.path.isdir(d) else []
+            found = (
+                sorted(n for n in os.listdir(d) if n.startswith(pre) and n.endswith(suf))
+                if os.path.isdir(d)
+                else []
+            )
             return os.path.join(d, found[0] if found else pat.replace("*", "1"))
         return os.path.join(d, t.name)
 
@@ -440,7 +629,13 @@ class Planter:
 
     def fs_of(self, level: str) -> str:
         """The tree a level lives in: the cache root for root, partition, entry and slot."""
-        return self.level_dir("root" if level in ("root", "partition", "entry", "slot") else level if level != "stats" else "memo")
+        return self.level_dir(
+            "root"
+            if level in ("root", "partition", "entry", "slot")
+            else level
+            if level != "stats"
+            else "memo"
+        )
 
     @staticmethod
     def _remove(path):
@@ -451,7 +646,12 @@ class Planter:
 
     def _symlink_out(self, path, kind):
         self._remove(path)
-        os.symlink(os.path.join(self.outside, "a") if kind == "dir" else os.path.join(self.outside, "a", "precious0.txt"), path)
+        os.symlink(
+            os.path.join(self.outside, "a")
+            if kind == "dir"
+            else os.path.join(self.outside, "a", "precious0.txt"),
+            path,
+        )
         return path
 
     def links_inside(self, path: str, names) -> str:
@@ -459,8 +659,10 @@ class Planter:
         and at two names of its own (a file link and a directory link). Returns ``path``."""
         os.makedirs(path, exist_ok=True)
         to_file = os.path.join(self.outside, "a", "precious0.txt")
-        for n, dest in [(n, to_file) for n in names] + [("matrix-link", to_file),
-                                                        ("matrix-dir-link", os.path.join(self.outside, "a"))]:
+        for n, dest in [(n, to_file) for n in names] + [
+            ("matrix-link", to_file),
+            ("matrix-dir-link", os.path.join(self.outside, "a")),
+        ]:
             self._remove(os.path.join(path, n))
             os.symlink(dest, os.path.join(path, n))
         return path
@@ -494,8 +696,7 @@ class Planter:
         with open(path, "wb") as f:  # valid JSON, larger than any bound jitwarden reads
             f.write(b'{"pad": "')
             chunk = b"a" * (1 << 20)
-            for _ in range((MAX_BYTES >> 20) + 2):
-                f.write(chunk)
+            f.writelines(chunk for _ in range((MAX_BYTES >> 20) + 2))
             f.write(b'"}')
         return path
 
@@ -523,11 +724,17 @@ class Planter:
         if os.path.lexists(host):
             os.rename(host, orig)
         os.makedirs(host)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", host], capture_output=True, text=True)
+        p = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", host],
+            capture_output=True,
+            text=True,
+        )
         if p.returncode != 0:
             import pytest
 
-            pytest.skip(f"cannot mount a tmpfs here (a read-only or full filesystem needs one): {p.stderr.strip()}")
+            pytest.skip(
+                f"cannot mount a tmpfs here (a read-only or full filesystem needs one): {p.stderr.strip()}"
+            )
         self.mounts.append(host)
         if os.path.isdir(orig):
             shutil.copytree(orig, host, symlinks=True, dirs_exist_ok=True)
@@ -555,6 +762,7 @@ class Planter:
 
 # ------------------------------------------------------------------------------------------- one case
 
+
 def make_outside(path: str) -> None:
     for sub in ("", "a", "a/b", "c"):
         os.makedirs(os.path.join(path, sub), exist_ok=True)
@@ -568,7 +776,11 @@ def _base_argv(world: World, e: Entry, w: str) -> list:
     from jitwarden.cli.main import build_parser
 
     if e.runtime:
-        code = GUARDED_DRIVER if e.runtime != "activate" else "import jitwarden; jitwarden.activate()\n" + GUARDED_DRIVER
+        code = (
+            GUARDED_DRIVER
+            if e.runtime != "activate"
+            else "import jitwarden; jitwarden.activate()\n" + GUARDED_DRIVER
+        )
         return [sys.executable, "-c", code]
     parser = dict(_leaf_parsers(build_parser(list(e.verb))))[e.verb]
     argv = [sys.executable, "-m", "jitwarden", *e.verb]
@@ -594,9 +806,14 @@ def _var_default(var: str, env: dict) -> str | None:
     from jitwarden.ops import keys
     from jitwarden.store.fsutil import memo_dir
 
-    return {"JITWARDEN_HOME": lambda: memo_dir(env), "JITWARDEN_CONFIG_DIR": lambda: keys.config_dir(env),
-            "JITWARDEN_SIGNING_KEY": lambda: keys.signing_key_path(env=env),
-            "JITWARDEN_TRUSTED_KEYS": lambda: os.path.join(keys.config_dir(env), "trusted-keys", "builder.pub")}.get(var, lambda: None)()
+    return {
+        "JITWARDEN_HOME": lambda: memo_dir(env),
+        "JITWARDEN_CONFIG_DIR": lambda: keys.config_dir(env),
+        "JITWARDEN_SIGNING_KEY": lambda: keys.signing_key_path(env=env),
+        "JITWARDEN_TRUSTED_KEYS": lambda: os.path.join(
+            keys.config_dir(env), "trusted-keys", "builder.pub"
+        ),
+    }.get(var, lambda: None)()
 
 
 def arg_dir_writes() -> dict:
@@ -633,7 +850,7 @@ def _with_arg(argv: list, arg: PathArg, value) -> list:
         return _replace_positional(argv, arg, value)
     if arg.option in argv:
         i = argv.index(arg.option)
-        return argv[:i + 1] + [value] + argv[i + 2:]
+        return argv[: i + 1] + [value] + argv[i + 2 :]
     cut = argv.index("--") if "--" in argv else len(argv)
     return argv[:cut] + [arg.option, value] + argv[cut:]
 
@@ -641,8 +858,14 @@ def _with_arg(argv: list, arg: PathArg, value) -> list:
 def _replace_positional(argv, arg, value):
     out, done = [], False
     for x in argv:
-        if not done and isinstance(x, str) and (x.endswith(os.sep + "args" + os.sep + arg.dest) or
-                                                 (arg.dest == "bundle" and x.endswith("bundle.jwb"))):
+        if (
+            not done
+            and isinstance(x, str)
+            and (
+                x.endswith(os.sep + "args" + os.sep + arg.dest)
+                or (arg.dest == "bundle" and x.endswith("bundle.jwb"))
+            )
+        ):
             out.append(value)
             done = True
         else:
@@ -683,7 +906,10 @@ def _run_once(world: World, case: Case, outside: str, stock: bool) -> tuple[dict
     e, t = case.entry, case.target
     env = base_env(w)
     env.update(_runtime_env(w, e.runtime, world.remote_url))
-    if e.runtime in ("guard", "remote"):  # the cache manager alone, as activation leaves it: on the partition
+    if e.runtime in (
+        "guard",
+        "remote",
+    ):  # the cache manager alone, as activation leaves it: on the partition
         env["TRITON_CACHE_DIR"] = os.path.join(w, world.partition)
     argv = _base_argv(world, e, w)
     try:
@@ -716,7 +942,11 @@ def _run_once(world: World, case: Case, outside: str, stock: bool) -> tuple[dict
         else:
             planter.plant(case.shape, planter.resolve(t), t.kind, fs=planter.fs_of(t.level))
         if stock:  # stock Triton on the same files, compiling a kernel it lacks (the guard made a miss of the tampered one)
-            env = {k: v for k, v in env.items() if not k.startswith("JITWARDEN_") and k != "TRITON_CACHE_MANAGER"}
+            env = {
+                k: v
+                for k, v in env.items()
+                if not k.startswith("JITWARDEN_") and k != "TRITON_CACHE_MANAGER"
+            }
             env["JW_JOBS"] = json.dumps([j for j in JOBS if j["label"] == "add_b256_sm90"])
             if t.var != "TRITON_CACHE_DIR":
                 env["TRITON_CACHE_DIR"] = os.path.join(w, world.partition)
@@ -729,8 +959,14 @@ def _run_once(world: World, case: Case, outside: str, stock: bool) -> tuple[dict
 
 def _execute(argv: list, env: dict) -> dict:
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     hang = False
     try:
         out, err = proc.communicate(timeout=WALL_S)
@@ -745,14 +981,20 @@ def _execute(argv: list, env: dict) -> dict:
         kills += 0 if hang else 1
     except (ProcessLookupError, PermissionError):
         pass
-    return {"rc": None if hang else proc.returncode, "hang": hang, "kills": kills, "wall_s": time.monotonic() - t0,
-            "stdout": out.decode(errors="replace"), "stderr": err.decode(errors="replace")}
+    return {
+        "rc": None if hang else proc.returncode,
+        "hang": hang,
+        "kills": kills,
+        "wall_s": time.monotonic() - t0,
+        "stdout": out.decode(errors="replace"),
+        "stderr": err.decode(errors="replace"),
+    }
 
 
-_ERROR_LINE = re.compile(r"^jitwarden[^\n:]*: (internal )?error\b", re.M)
+_ERROR_LINE = re.compile(r"^jitwarden[^\n:]*: (internal )?error\b", re.MULTILINE)
 
 
-_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)', re.M)
+_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)', re.MULTILINE)
 
 
 def _last_traceback(text: str) -> tuple[list, str] | None:
@@ -780,13 +1022,22 @@ def same_triton_failure(err: str, stock_err: str) -> bool:
     stdlib = sysconfig.get_paths()["stdlib"] + os.sep
 
     def raiser(frames):
-        own = [(f, fn) for f, fn in frames if not f.startswith("<frozen ") and not f.startswith(stdlib)]
+        own = [
+            (f, fn) for f, fn in frames if not f.startswith("<frozen ") and not f.startswith(stdlib)
+        ]
         return own[-1] if own and os.path.realpath(own[-1][0]).startswith(tdir) else None
 
-    if any(os.path.realpath(f).startswith(jdir) or f"{os.sep}jitwarden{os.sep}" in f for f, _fn in ours[0]):
+    if any(
+        os.path.realpath(f).startswith(jdir) or f"{os.sep}jitwarden{os.sep}" in f
+        for f, _fn in ours[0]
+    ):
         return False
     exc = lambda line: re.sub(r": '[^']*'$", "", line)  # noqa: E731 - the path in the message differs
-    return raiser(ours[0]) is not None and raiser(stock[0]) is not None and exc(ours[1]) == exc(stock[1])
+    return (
+        raiser(ours[0]) is not None
+        and raiser(stock[0]) is not None
+        and exc(ours[1]) == exc(stock[1])
+    )
 
 
 def problems(case: Case, rec: dict) -> list[str]:
@@ -799,18 +1050,31 @@ def problems(case: Case, rec: dict) -> list[str]:
     elif case.entry.serves:
         # A hostile cache must never take the workload down, unless stock Triton fails the same way (one rule for
         # every case: same exit, same exception raised in Triton's own code, no jitwarden frame at all).
-        stock_too = rec["rc"] != 0 and rec.get("stock rc") == rec["rc"] and \
-            same_triton_failure(err, rec.get("stock stderr", ""))
+        stock_too = (
+            rec["rc"] != 0
+            and rec.get("stock rc") == rec["rc"]
+            and same_triton_failure(err, rec.get("stock stderr", ""))
+        )
         if rec["rc"] != 0 and not stock_too:
             tb = _last_traceback(err)
-            ours = [f"{os.path.basename(f)}:{fn}" for f, fn in (tb[0] if tb else []) if f"{os.sep}jitwarden{os.sep}" in f]
-            out.append(f"workload exit {rec['rc']} (stock Triton: exit {rec['stock rc']})"
-                       + (f" through jitwarden's {ours[-1]}" if ours else ""))
+            ours = [
+                f"{os.path.basename(f)}:{fn}"
+                for f, fn in (tb[0] if tb else [])
+                if f"{os.sep}jitwarden{os.sep}" in f
+            ]
+            out.append(
+                f"workload exit {rec['rc']} (stock Triton: exit {rec['stock rc']})"
+                + (f" through jitwarden's {ours[-1]}" if ours else "")
+            )
     elif rec["rc"] not in (0, 1, 2, 4):
         out.append(f"exit {rec['rc']}")
-    if ("Traceback" in err or "Traceback" in rec["stdout"]) and not (case.entry.serves and stock_too):
+    if ("Traceback" in err or "Traceback" in rec["stdout"]) and not (
+        case.entry.serves and stock_too
+    ):
         out.append("traceback")
-    if not case.entry.serves and rec["rc"] == 2 and len(_ERROR_LINE.findall(err)) != 1:  # a refusal: one line
+    if (
+        not case.entry.serves and rec["rc"] == 2 and len(_ERROR_LINE.findall(err)) != 1
+    ):  # a refusal: one line
         out.append(f"{len(_ERROR_LINE.findall(err))} error lines")
     if rec["outside changed"]:
         out.append("outside changed")
@@ -833,8 +1097,11 @@ def record(rec: dict) -> None:
     TALLY["tampered served"] += rec["tampered served"]
     TALLY["bad exits"] += any(p.startswith(("exit ", "workload exit")) for p in rec["problems"])
     TALLY["failed"] += bool(rec["problems"])
-    RESULTS.append({k: v for k, v in rec.items() if k not in ("stdout",)} | {"stderr": rec["stderr"][-600:]}
-                   | ({"stock stderr": rec["stock stderr"][-600:]} if "stock stderr" in rec else {}))
+    RESULTS.append(
+        {k: v for k, v in rec.items() if k != "stdout"}
+        | {"stderr": rec["stderr"][-600:]}
+        | ({"stock stderr": rec["stock stderr"][-600:]} if "stock stderr" in rec else {})
+    )
     path = os.environ.get("JW_MATRIX_REPORT")
     if path:
         with open(path, "a", encoding="utf-8") as f:
@@ -845,5 +1112,7 @@ def summary() -> str:
     entries = {r["entry"] for r in RESULTS}
     shapes = {r["shape"] for r in RESULTS}
     paths = {r["path"] for r in RESULTS}
-    return (f"hostile matrix: {len(entries)} entry points x {len(shapes)} shapes x {len(paths)} paths, "
-            + ", ".join(f"{k} {v}" for k, v in TALLY.items()))
+    return (
+        f"hostile matrix: {len(entries)} entry points x {len(shapes)} shapes x {len(paths)} paths, "
+        + ", ".join(f"{k} {v}" for k, v in TALLY.items())
+    )

@@ -7,12 +7,17 @@ import json
 import os
 import shutil
 
-from tests.adversarial.adv import clean_failure, jw, truncate_cubin
-
 from jitwarden.model.layout import is_reserved
 from jitwarden.store import quarantine as q
+from tests.adversarial.adv import clean_failure, jw, truncate_cubin
 
-ESC_NAMES = ["\x1b[2Jclear", "\x1b]0;pwned\x07title", "evil[/bold]", "[red]x[/red]", "bell\x07\x9bc"]
+ESC_NAMES = [
+    "\x1b[2Jclear",
+    "\x1b]0;pwned\x07title",
+    "evil[/bold]",
+    "[red]x[/red]",
+    "bell\x07\x9bc",
+]
 
 
 def _entries(root):
@@ -22,7 +27,9 @@ def _entries(root):
 def assert_no_raw_escapes(p):
     clean_failure(p)
     for stream in (p.stdout, p.stderr):
-        assert "\x1b" not in stream and "\x07" not in stream and "\x9b" not in stream, repr(stream[-2000:])
+        assert "\x1b" not in stream and "\x07" not in stream and "\x9b" not in stream, repr(
+            stream[-2000:]
+        )
     assert "MarkupError" not in p.stderr
 
 
@@ -34,9 +41,14 @@ def test_entry_and_file_names_with_escapes(acache, env):
         truncate_cubin(os.path.join(root, n))
     with open(os.path.join(recs["sub_sm90"]["path"], "\x1b[2Jstray.bin"), "wb") as f:
         f.write(b"x")
-    for args in (("ls", root, "--target", "90"), ("ls", root, "--target", "90", "--long"),
-                 ("verify", root, "--target", "90"), ("doctor", root, "--target", "90"),
-                 ("clean", root, "--target", "90", "--dry-run"), ("status",)):
+    for args in (
+        ("ls", root, "--target", "90"),
+        ("ls", root, "--target", "90", "--long"),
+        ("verify", root, "--target", "90"),
+        ("doctor", root, "--target", "90"),
+        ("clean", root, "--target", "90", "--dry-run"),
+        ("status",),
+    ):
         assert_no_raw_escapes(jw(*args, env=env))
     names = _entries(root)
     p = jw("clean", root, "--target", "90", "-y", env=env)
@@ -58,6 +70,10 @@ def test_kernel_named_like_rich_markup(acache, env):
     doc["name"] = "evil[/bold]\x1b[2J"
     with open(md, "w") as f:
         json.dump(doc, f)
-    for args in (("ls", root, "--target", "90"), ("verify", root, "--target", "90"),
-                 ("verify", root, "--target", "90", "--long"), ("clean", root, "--target", "90", "--dry-run")):
+    for args in (
+        ("ls", root, "--target", "90"),
+        ("verify", root, "--target", "90"),
+        ("verify", root, "--target", "90", "--long"),
+        ("clean", root, "--target", "90", "--dry-run"),
+    ):
         assert_no_raw_escapes(jw(*args, env=env))

@@ -8,10 +8,10 @@ import os
 import stat
 
 import pytest
-from tests.adversarial.adv import clean_failure, jw, tree_hash
 
 from jitwarden.store import partition, seal
 from jitwarden.store import quarantine as q
+from tests.adversarial.adv import clean_failure, jw, tree_hash
 
 
 def seal_entry(entry: str) -> None:
@@ -26,9 +26,14 @@ def cubin_of(entry: str) -> str:
 def every_reader(root, env, extra=()) -> dict:
     """Run each reader once: {verb: result}; every one finishes with an exit users can act on."""
     out = {}
-    for args in (("verify", root, "--target", "90"), ("ls", root, "--target", "90"),
-                 ("doctor", root, "--target", "90"), ("clean", root, "--target", "90", "--dry-run"),
-                 ("quarantine", "ls", "--root", root), *extra):
+    for args in (
+        ("verify", root, "--target", "90"),
+        ("ls", root, "--target", "90"),
+        ("doctor", root, "--target", "90"),
+        ("clean", root, "--target", "90", "--dry-run"),
+        ("quarantine", "ls", "--root", root),
+        *extra,
+    ):
         p = jw(*args, env=env)
         clean_failure(p)
         out[" ".join(args[:2]) if args[0] == "quarantine" else args[0]] = p
@@ -53,10 +58,14 @@ def test_fifo_in_place_of_a_cubin(acache, env, sealed):
     before = tree_hash(root)
     ran = every_reader(root, env)
     eid = recs["add_sm90"]["id"]
-    assert ran["verify"].returncode == 1 and eid[:8] in ran["verify"].stdout  # named, at error level
+    assert (
+        ran["verify"].returncode == 1 and eid[:8] in ran["verify"].stdout
+    )  # named, at error level
     assert ran["doctor"].returncode == 1
     assert eid[:8] in ran["ls"].stdout
-    assert eid[:8] in ran["clean"].stdout and "dry run" in ran["clean"].stderr  # would be quarantined
+    assert (
+        eid[:8] in ran["clean"].stdout and "dry run" in ran["clean"].stderr
+    )  # would be quarantined
     assert tree_hash(root) == before  # readers and a dry run change nothing, the FIFO included
     p, entries = _json_entries(root, env)
     assert p.returncode == 1  # the cubin Triton loads is not a file
@@ -84,8 +93,13 @@ def test_fifo_as_the_partition_info(tmp_path, env):
     part = partition.path_for(base, "a" * 16)
     os.makedirs(part)
     os.mkfifo(os.path.join(part, ".jitwarden-partition.json"))
-    for args in (("ls", base, "--target", "90"), ("verify", base, "--target", "90"), ("doctor", base, "--target", "90"),
-                 ("prune", base, "--older-than", "0s", "--dry-run"), ("quarantine", "ls", "--root", base)):
+    for args in (
+        ("ls", base, "--target", "90"),
+        ("verify", base, "--target", "90"),
+        ("doctor", base, "--target", "90"),
+        ("prune", base, "--older-than", "0s", "--dry-run"),
+        ("quarantine", "ls", "--root", base),
+    ):
         clean_failure(jw(*args, env=env))
 
 
@@ -95,9 +109,13 @@ def test_fifo_as_a_quarantine_record(acache, env):
     rp = os.path.join(rec.path, q.RECORD)
     os.unlink(rp)
     os.mkfifo(rp)
-    for args in (("quarantine", "ls", "--root", root), ("quarantine", "restore", rec.id, "--root", root, "--dry-run"),
-                 ("quarantine", "empty", "--root", root, "--dry-run"), ("clean", root, "--target", "90", "--dry-run"),
-                 ("doctor", root, "--target", "90")):
+    for args in (
+        ("quarantine", "ls", "--root", root),
+        ("quarantine", "restore", rec.id, "--root", root, "--dry-run"),
+        ("quarantine", "empty", "--root", root, "--dry-run"),
+        ("clean", root, "--target", "90", "--dry-run"),
+        ("doctor", root, "--target", "90"),
+    ):
         clean_failure(jw(*args, env=env))
 
 
@@ -110,9 +128,13 @@ def test_fifo_as_a_seal_and_as_an_entry_lock(acache, env):
     assert tree_hash(root) == before
     p, entries = _json_entries(root, env)
     assert len(entries) == len(recs)
-    assert not [f for f in entries[recs["sub_sm90"]["id"]]["findings"] if f["severity"] == "error"]  # a lock is no damage
+    assert not [
+        f for f in entries[recs["sub_sm90"]["id"]]["findings"] if f["severity"] == "error"
+    ]  # a lock is no damage
     # The guard quarantines an entry whose seal is a FIFO ("seal unreadable"); the scan must not call it clean.
-    assert entries[recs["add_sm90"]["id"]]["findings"], "an entry whose seal is a FIFO is reported as clean"
+    assert entries[recs["add_sm90"]["id"]]["findings"], (
+        "an entry whose seal is a FIFO is reported as clean"
+    )
 
 
 def test_fifo_as_group_and_metadata(acache, env):

@@ -16,11 +16,10 @@ import subprocess
 import sys
 import time
 
-from tests.adversarial.adv import TALLY, clean_failure, jw, tree_hash, truncate_cubin
-
-from tests.helpers import kernels
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q
+from tests.adversarial.adv import TALLY, clean_failure, jw, tree_hash, truncate_cubin
+from tests.helpers import kernels
 
 KILLS = int(os.environ.get("JW_ADV_KILLS", "10"))
 SEED = int(os.environ.get("JW_ADV_SEED", str(int(time.time()))))
@@ -56,7 +55,9 @@ def _setup(root: str, recs: dict, spare: str) -> tuple[dict, dict]:
         shutil.copytree(path, os.path.join(os.path.dirname(root), "spare-" + d), symlinks=True)
     entries = {r["id"]: _ours(tree_hash(r["path"])) for r in recs.values()}
     for r in recs.values():
-        shutil.copytree(r["path"], os.path.join(os.path.dirname(root), "spare-" + r["id"]), symlinks=True)
+        shutil.copytree(
+            r["path"], os.path.join(os.path.dirname(root), "spare-" + r["id"]), symlinks=True
+        )
     return entries, pristine
 
 
@@ -71,8 +72,11 @@ def _check_and_refill(root: str, entries: dict, parts: dict) -> None:
                 assert _ours(tree_hash(p)) == want, f"{p} is not whole"
             if not places:
                 os.makedirs(home, exist_ok=True)
-                shutil.copytree(os.path.join(os.path.dirname(root), "spare-" + name), os.path.join(home, name),
-                                symlinks=True)
+                shutil.copytree(
+                    os.path.join(os.path.dirname(root), "spare-" + name),
+                    os.path.join(home, name),
+                    symlinks=True,
+                )
 
 
 def _args(op: str, root: str, rng: random.Random) -> list:
@@ -83,8 +87,16 @@ def _args(op: str, root: str, rng: random.Random) -> list:
         return ["quarantine", "restore", *(ids or ["none"]), "--root", root, "--replace", "-y"]
     if op == "empty":
         return ["quarantine", "empty", "--root", root, "-y"]
-    return ["prune", root, "--older-than", "1d", "--orphan-age", "0", "-y", "--keep-quarantined"
-            if rng.random() < 0.5 else "-y"]
+    return [
+        "prune",
+        root,
+        "--older-than",
+        "1d",
+        "--orphan-age",
+        "0",
+        "-y",
+        "--keep-quarantined" if rng.random() < 0.5 else "-y",
+    ]
 
 
 def _measure(root: str, env: dict, base: list) -> dict:
@@ -96,8 +108,14 @@ def _measure(root: str, env: dict, base: list) -> dict:
     try:
         for op in ("clean", "restore", "clean", "empty", "prune"):
             start = time.monotonic()
-            subprocess.run(base + _args(op, scratch, random.Random(0)), env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+            subprocess.run(
+                base + _args(op, scratch, random.Random(0)),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+            )
             took[op] = min(took.get(op, float("inf")), time.monotonic() - start)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -110,18 +128,29 @@ def test_random_kills_keep_every_entry_whole(acache, small_cache, outside, env):
     before_outside = tree_hash(outside)
     rng = random.Random(SEED)
     base = [sys.executable, "-m", "jitwarden"]  # Popen, not the runner: the test kills it mid-run
-    took = _measure(root, env, base)  # kill delays are drawn within a run's measured length, not guessed
+    took = _measure(
+        root, env, base
+    )  # kill delays are drawn within a run's measured length, not guessed
     landed = 0
     for i in range(KILLS):
         op = rng.choice(("clean", "restore", "empty", "prune"))
         args = _args(op, root, rng)
         for attempt in range(4):  # a run that finished before its kill is run again, aimed earlier
             start = time.monotonic()
-            proc = subprocess.Popen(base + args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            deadline = start + rng.uniform(0.5, 0.95) * took[op]  # late in the run: where the moves and deletes are
+            proc = subprocess.Popen(
+                base + args,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = (
+                start + rng.uniform(0.5, 0.95) * took[op]
+            )  # late in the run: where the moves and deletes are
             while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.005)  # the kill's moment is what is tested: drawn within a run, not an event to await
+                time.sleep(
+                    0.005
+                )  # the kill's moment is what is tested: drawn within a run, not an event to await
             alive = proc.poll() is None
             proc.send_signal(signal.SIGKILL)
             try:
@@ -129,23 +158,34 @@ def test_random_kills_keep_every_entry_whole(acache, small_cache, outside, env):
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
                 TALLY["hangs"] += 1
                 raise
-            print(f"kill {i}.{attempt}: {op} alive={alive} at {time.monotonic() - start:.2f}s "
-                  f"(a run took {took[op]:.2f}s)", flush=True)
-            assert tree_hash(outside) == before_outside, f"kill {i} ({op}, seed {SEED}) changed data outside the root"
+            print(
+                f"kill {i}.{attempt}: {op} alive={alive} at {time.monotonic() - start:.2f}s "
+                f"(a run took {took[op]:.2f}s)",
+                flush=True,
+            )
+            assert tree_hash(outside) == before_outside, (
+                f"kill {i} ({op}, seed {SEED}) changed data outside the root"
+            )
             _check_and_refill(root, entries, parts)
             if alive:
                 break
-            took[op] = min(took[op], time.monotonic() - start) * 0.8  # this run was quicker than measured
+            took[op] = (
+                min(took[op], time.monotonic() - start) * 0.8
+            )  # this run was quicker than measured
             if op == "restore":
                 args = _args(op, root, rng)  # what is quarantined now
         TALLY["kills"] += alive  # only a kill that landed counts
         landed += alive
     # A kill that lands after the command finished tests nothing: aimed within a measured run and retried earlier
     # when it missed, nearly every kill must land mid-run.
-    assert landed >= max(1, KILLS - KILLS // 5), f"only {landed} of {KILLS} kills landed mid-run (seed {SEED})"
+    assert landed >= max(1, KILLS - KILLS // 5), (
+        f"only {landed} of {KILLS} kills landed mid-run (seed {SEED})"
+    )
     # An unkilled run finishes what the kills left: no trash, no half-deleted slot.
     p = jw("quarantine", "empty", "--root", root, "-y", env=env)
     clean_failure(p, 0)
-    assert not os.path.lexists(os.path.join(root, ".jitwarden-trash")), os.listdir(os.path.join(root, ".jitwarden-trash"))
+    assert not os.path.lexists(os.path.join(root, ".jitwarden-trash")), os.listdir(
+        os.path.join(root, ".jitwarden-trash")
+    )
     _check_and_refill(root, entries, parts)
     clean_failure(jw("verify", root, "--target", "90", env=env))

@@ -40,7 +40,14 @@ def world(tmp_path_factory, remote_url):
 def test_generated_cases_cover_every_verb_and_layout_name():
     """A new verb, sub-verb or layout name is in the matrix (and in the CI sample) without anyone adding it."""
     verbs = {" ".join(v) for v in mx.parser_verbs()}
-    assert {"quarantine ls", "quarantine restore", "quarantine empty", "import", "metrics", "run"} <= verbs
+    assert {
+        "quarantine ls",
+        "quarantine restore",
+        "quarantine empty",
+        "import",
+        "metrics",
+        "run",
+    } <= verbs
     every = mx.all_cases()
     sampled = mx.sample(every, 2, 0)
     for cases in (every, sampled):
@@ -48,11 +55,20 @@ def test_generated_cases_cover_every_verb_and_layout_name():
         assert set(mx.SHAPES) <= {c.shape for c in cases}
         labels = {c.target.label for c in cases}
         for const, name in mx.layout_names().items():
-            assert any(label.endswith("/" + name) for label in labels), f"layout name {const}={name!r} not in the matrix"
-        assert {"$TRITON_CACHE_DIR", "$TORCHINDUCTOR_CACHE_DIR", "$VLLM_CACHE_ROOT", "$JITWARDEN_HOME"} <= labels
+            assert any(label.endswith("/" + name) for label in labels), (
+                f"layout name {const}={name!r} not in the matrix"
+            )
+        assert {
+            "$TRITON_CACHE_DIR",
+            "$TORCHINDUCTOR_CACHE_DIR",
+            "$VLLM_CACHE_ROOT",
+            "$JITWARDEN_HOME",
+        } <= labels
         for e in mx.entry_points():
             for a in e.path_args:
-                assert (e.name, f"arg {a.option or a.dest}") in {(c.entry.name, c.target.label) for c in cases}
+                assert (e.name, f"arg {a.option or a.dest}") in {
+                    (c.entry.name, c.target.label) for c in cases
+                }
 
 
 def test_the_pinned_cases_of_issue_21_exist():
@@ -69,7 +85,9 @@ def test_sample_is_bounded():
 def test_hostile_case(world, case, tmp_path_factory):
     rec = mx.run_case(world, case, str(tmp_path_factory.getbasetemp()))
     mx.record(rec)
-    assert not rec["problems"], f"{case.id}: {'; '.join(rec['problems'])} (exit {rec['rc']}) {rec['stderr'][-400:]}"
+    assert not rec["problems"], (
+        f"{case.id}: {'; '.join(rec['problems'])} (exit {rec['rc']}) {rec['stderr'][-400:]}"
+    )
 
 
 def test_a_new_layout_name_and_a_new_verb_join_the_matrix_by_themselves(monkeypatch):
@@ -90,8 +108,14 @@ def test_a_new_layout_name_and_a_new_verb_join_the_matrix_by_themselves(monkeypa
     monkeypatch.setattr(cli_main, "build_parser", with_new_verb)
     cases = mx.all_cases()
     labels = {c.target.label for c in cases}
-    assert {"root/.jitwarden-new.json", "partition/.jitwarden-new.json", "entry/.jitwarden-new.json"} <= labels
-    assert {c.shape for c in cases if c.target.label == "entry/.jitwarden-new.json"} == set(mx.SHAPES)
+    assert {
+        "root/.jitwarden-new.json",
+        "partition/.jitwarden-new.json",
+        "entry/.jitwarden-new.json",
+    } <= labels
+    assert {c.shape for c in cases if c.target.label == "entry/.jitwarden-new.json"} == set(
+        mx.SHAPES
+    )
     new = {(c.target.label, c.shape) for c in cases if c.entry.name == "frobnicate"}
     assert ("arg --out", "fifo") in new and ("entry/.jitwarden-seal.json", "deep-json") in new
     assert "frobnicate" in {c.entry.name for c in mx.sample(cases, 2, 0)}

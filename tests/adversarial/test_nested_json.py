@@ -7,10 +7,10 @@ import json
 import os
 
 import pytest
-from tests.adversarial.adv import clean_failure, jw, tree_hash
 
-from jitwarden.store import seal
 from jitwarden.store import quarantine as q
+from jitwarden.store import seal
+from tests.adversarial.adv import clean_failure, jw, tree_hash
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJ = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
@@ -18,6 +18,7 @@ DEEP_OBJ = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
 
 def test_loads_limits_depth_and_size():
     from jitwarden.formats import jsonlimits
+
     _limits(jsonlimits)
 
 
@@ -27,7 +28,9 @@ def _limits(jsonlimits):
             jsonlimits.loads(doc)
         except ValueError:
             pass
-    assert jsonlimits.loads(b'{"s": "' + b"[" * 10_000 + b'"}') == {"s": "[" * 10_000}  # brackets in strings are text
+    assert jsonlimits.loads(b'{"s": "' + b"[" * 10_000 + b'"}') == {
+        "s": "[" * 10_000
+    }  # brackets in strings are text
     assert jsonlimits.loads(b'{"a": [1, {"b": "\\"]"}]}') == {"a": [1, {"b": '"]'}]}
     with pytest.raises(ValueError, match="deeper"):
         jsonlimits.loads(DEEP)
@@ -50,15 +53,22 @@ def test_nested_triton_files(acache, env, which):
     e = recs["add_sm90"]
     names = [n for n in os.listdir(e["path"]) if not n.startswith(".jitwarden")]
     seal.write(e["path"], seal.compute(e["path"], names))
-    target = {"metadata": f"{e['name']}.json", "group": f"__grp__{e['name']}.json", "seal": ".jitwarden-seal.json"}[which]
+    target = {
+        "metadata": f"{e['name']}.json",
+        "group": f"__grp__{e['name']}.json",
+        "seal": ".jitwarden-seal.json",
+    }[which]
     with open(os.path.join(e["path"], target), "wb") as f:
         f.write(DEEP)
     p, entries = _entries(root, env)
     assert len(entries) == len(recs)
     assert entries[e["id"]]["findings"], entries[e["id"]]
     before = tree_hash(root)
-    for args in (("ls", root, "--target", "90"), ("clean", root, "--target", "90", "--dry-run"),
-                 ("doctor", root, "--target", "90")):
+    for args in (
+        ("ls", root, "--target", "90"),
+        ("clean", root, "--target", "90", "--dry-run"),
+        ("doctor", root, "--target", "90"),
+    ):
         p = jw(*args, env=env)
         clean_failure(p)
         if args[0] != "doctor":
@@ -123,5 +133,7 @@ def test_nested_cache_key_factors(tmp_path):
         f.write(DEEP)
     with open(os.path.join(prefix, "vllm_compile_cache.py"), "w") as f:
         f.write("{}\n")
-    e = vl.inspect_entry(root, "torch_compile_cache/3f9c0a1b2d/rank_0_0/backbone", Judge(None), os.getuid())
+    e = vl.inspect_entry(
+        root, "torch_compile_cache/3f9c0a1b2d/rank_0_0/backbone", Judge(None), os.getuid()
+    )
     assert any("cache_key_factors.json" in f.message for f in e.findings), e.findings

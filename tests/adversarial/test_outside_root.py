@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import os
 
-from tests.adversarial.adv import clean_failure, jw, truncate_cubin
-
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q
+from tests.adversarial.adv import clean_failure, jw, truncate_cubin
 
 
 def quarantine_one(root, recs, env):
@@ -46,7 +45,10 @@ def test_quarantine_dir_symlink_out_of_the_root(acache, outside, env):
     clean_failure(p, 2)
     assert "jitwarden-quarantine" in p.stderr
     assert os.path.isdir(recs["add_sm90"]["path"])  # not moved out of the root
-    for args in (("quarantine", "empty", "--root", root, "-y"), ("quarantine", "restore", "a", "--root", root, "-y")):
+    for args in (
+        ("quarantine", "empty", "--root", root, "-y"),
+        ("quarantine", "restore", "a", "--root", root, "-y"),
+    ):
         p = jw(*args, env=env)
         clean_failure(p, 2)
     p = jw("quarantine", "ls", "--root", root, env=env)
@@ -68,7 +70,9 @@ def test_quarantine_dir_that_is_a_file_or_foreign(acache, env, tmp_path):
     assert os.path.isdir(recs["add_sm90"]["path"])
 
 
-def test_partitions_dir_symlink_out_of_the_root_is_refused_by_prune(small_cache, outside, env, tmp_path):
+def test_partitions_dir_symlink_out_of_the_root_is_refused_by_prune(
+    small_cache, outside, env, tmp_path
+):
     base = str(tmp_path / "base")
     os.makedirs(base)
     parts = os.path.join(outside, "a")  # holds files and a subdirectory "b": looks like partitions
@@ -129,7 +133,9 @@ def test_forged_entry_id_climbing_out(acache, outside, env):
     _forge(rec, entry_id=rel, original_path=os.path.join(outside, "precious1.txt"))
     p = jw("quarantine", "restore", rec.id, "--root", root, "--replace", "-y", env=env)
     clean_failure(p)
-    assert os.path.isdir(recs["add_sm90"]["path"])  # back where its slot's name says, inside the root
+    assert os.path.isdir(
+        recs["add_sm90"]["path"]
+    )  # back where its slot's name says, inside the root
     host = os.path.join(os.path.dirname(outside), "hostname")  # outside the root too
     with open(host, "w") as f:
         f.write("outside\n")
@@ -159,10 +165,20 @@ def test_entry_parent_swapped_for_a_symlink_after_the_scan(acache, outside):
 
 def test_negative_or_absurd_orphan_age_is_refused(acache, env):
     root, recs = acache
-    live = os.path.join(recs["add_sm90"]["path"], "tmp.pid_4242_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab")
+    live = os.path.join(
+        recs["add_sm90"]["path"], "tmp.pid_4242_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab"
+    )
     os.makedirs(live)
     for bad in ("-1e9", "nan", "inf", "-1", "1e400"):
-        p = jw("clean", root, "--target", "90", "--orphans", "-y", env=dict(env, JITWARDEN_ORPHAN_AGE=bad))
+        p = jw(
+            "clean",
+            root,
+            "--target",
+            "90",
+            "--orphans",
+            "-y",
+            env=dict(env, JITWARDEN_ORPHAN_AGE=bad),
+        )
         clean_failure(p, 2)
         assert "JITWARDEN_ORPHAN_AGE" in p.stderr
         p = jw("clean", root, "--target", "90", "--orphans", "--orphan-age", bad, "-y", env=env)
@@ -177,7 +193,9 @@ def test_partition_info_is_never_followed(tmp_path, outside, env):
     base = str(tmp_path / "base")
     part = partition.path_for(base, "a" * 16)
     os.makedirs(part)
-    os.symlink(os.path.join(outside, "precious0.txt"), os.path.join(part, ".jitwarden-partition.json"))
+    os.symlink(
+        os.path.join(outside, "precious0.txt"), os.path.join(part, ".jitwarden-partition.json")
+    )
     assert partition.read_info(part) is None
     p = jw("prune", base, "--older-than", "0s", "--orphan-age", "0", "--dry-run", env=env)
     clean_failure(p)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 from tests.adversarial.adv import TALLY, clean_failure, jw
-
 from tests.helpers import kernels
 from tests.helpers.wait import wait_for
 
@@ -29,12 +28,25 @@ def _writer(root: str, k: int, env: dict) -> subprocess.Popen:
     os.makedirs(kdir, exist_ok=True)
     with open(os.path.join(kdir, "jw_test_kernels.py"), "w") as f:
         f.write(kernels.KERNEL_SOURCE)
-    jobs = [{"label": f"w{k}_{i}", "kernel": "add_kernel", "signature": kernels.SIGNATURES["add_kernel"],
-             "constexprs": {"BLOCK": 16 << (i % 6)}, "options": {"num_warps": 1 << (k % 3), "num_stages": 1 + i // 6},
-             "arch": 90} for i in range(max(RACES, 6))]
+    jobs = [
+        {
+            "label": f"w{k}_{i}",
+            "kernel": "add_kernel",
+            "signature": kernels.SIGNATURES["add_kernel"],
+            "constexprs": {"BLOCK": 16 << (i % 6)},
+            "options": {"num_warps": 1 << (k % 3), "num_stages": 1 + i // 6},
+            "arch": 90,
+        }
+        for i in range(max(RACES, 6))
+    ]
     e = dict(env, TRITON_CACHE_DIR=root, JW_KERNEL_DIR=kdir, JW_JOBS=json.dumps(jobs))
-    return subprocess.Popen([sys.executable, "-c", kernels.DRIVER], env=e, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", kernels.DRIVER],
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_verify_and_clean_racing_writers(tmp_path, env):
@@ -45,17 +57,32 @@ def test_verify_and_clean_racing_writers(tmp_path, env):
     try:
         # The race starts with the first key dir a writer makes: before it, the root is an empty directory, which
         # verify and clean rightly refuse as "no cache here" (a loaded machine imports Triton slowly).
-        wait_for(lambda: any(len(n) == 52 for n in os.listdir(root)) or all(w.poll() is not None for w in writers),
-                 120, "a writer's first Triton key dir")
+        wait_for(
+            lambda: (
+                any(len(n) == 52 for n in os.listdir(root))
+                or all(w.poll() is not None for w in writers)
+            ),
+            120,
+            "a writer's first Triton key dir",
+        )
         while runs < RACES or any(w.poll() is None for w in writers):
             racing = any(w.poll() is None for w in writers)
-            args = ("clean", root, "--target", "90", "-y") if runs % 3 == 2 else \
-                   ("verify", root, "--target", "90", "--format", "json")
+            args = (
+                ("clean", root, "--target", "90", "-y")
+                if runs % 3 == 2
+                else ("verify", root, "--target", "90", "--format", "json")
+            )
             p = jw(*args, env=env)
             clean_failure(p)
-            assert "cannot stat" not in p.stdout + p.stderr and "cannot list" not in p.stdout + p.stderr, p.stdout[-3000:]
+            assert (
+                "cannot stat" not in p.stdout + p.stderr
+                and "cannot list" not in p.stdout + p.stderr
+            ), p.stdout[-3000:]
             if args[0] == "clean":
-                assert "quarantined 0" in p.stdout or "nothing to clean" in p.stdout, (p.stdout, p.stderr)
+                assert "quarantined 0" in p.stdout or "nothing to clean" in p.stdout, (
+                    p.stdout,
+                    p.stderr,
+                )
             TALLY["races"] += racing
             runs += 1
             if runs >= 4 * RACES:
@@ -75,7 +102,7 @@ def test_verify_and_clean_racing_writers(tmp_path, env):
     assert not os.path.isdir(os.path.join(root, "jitwarden-quarantine"))
 
 
-CHURN = r'''
+CHURN = r"""
 import os, sys, time, uuid
 root, stop = sys.argv[1], time.time() + float(sys.argv[2])
 entries = [os.path.join(root, n) for n in os.listdir(root) if len(n) == 52]
@@ -87,7 +114,7 @@ while time.time() < stop:
             f.write(b"x")
         os.unlink(os.path.join(t, "x.cubin"))
         os.rmdir(t)
-'''
+"""
 
 
 def test_verify_racing_temporary_files_that_vanish(acache, env):

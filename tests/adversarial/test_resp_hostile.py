@@ -42,15 +42,18 @@ def _stream(prefix: bytes, unit: bytes):
         chunk = unit * max(1, (1 << 16) // len(unit))
         while True:
             conn.sendall(chunk)
+
     return act
 
 
 def _once(data: bytes):
     """``data`` as the answer to every request, the connection kept open until the client drops it."""
+
     def act(conn):
         conn.sendall(data)
         while conn.recv(1 << 16):
             conn.sendall(data)
+
     return act
 
 
@@ -102,7 +105,7 @@ class HostileServer:
         self.sock.close()
 
 
-CHILD = r'''
+CHILD = r"""
 import json, resource, sys, time
 from jitwarden.runtime import remote
 
@@ -117,7 +120,7 @@ for _ in range(2):
     runs.append({"s": time.monotonic() - t, "got": sorted(got)})
 print(json.dumps({"runs": runs, "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                   "counters": remote.state().counters}))
-'''
+"""
 
 
 def _limit_memory():
@@ -127,11 +130,22 @@ def _limit_memory():
 
 def lookup_twice(url: str, tmp_path, retry: str = "0.05") -> dict:
     """Two lookups by one workload process (a short retry pause, so the second one asks the server again)."""
-    env = dict(os.environ, JITWARDEN_REMOTE=url, JITWARDEN_REMOTE_RETRY=retry, JITWARDEN_REMOTE_TIMEOUT=str(TIMEOUT),
-               JITWARDEN_HOME=str(tmp_path / "jw"))
+    env = dict(
+        os.environ,
+        JITWARDEN_REMOTE=url,
+        JITWARDEN_REMOTE_RETRY=retry,
+        JITWARDEN_REMOTE_TIMEOUT=str(TIMEOUT),
+        JITWARDEN_HOME=str(tmp_path / "jw"),
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60,
-                              preexec_fn=_limit_memory)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=_limit_memory,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("two lookups took over 60 s")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -146,7 +160,9 @@ def baseline(tmp_path_factory):
     finally:
         srv.close()
     assert [r["got"] for r in out["runs"]] == [[], []]
-    assert out["counters"].get("unavailable") is None and srv.connections == 1  # a good connection is reused
+    assert (
+        out["counters"].get("unavailable") is None and srv.connections == 1
+    )  # a good connection is reused
     return out
 
 
@@ -158,11 +174,21 @@ def test_hostile_server_costs_one_deadline_and_a_miss(case, tmp_path, baseline):
     finally:
         srv.close()
     for run in out["runs"]:
-        assert run["got"] == []  # a miss: Triton compiles locally, never takes bytes from this server
+        assert (
+            run["got"] == []
+        )  # a miss: Triton compiles locally, never takes bytes from this server
         assert run["s"] < BOUND_S, (case, run)
-    assert out["rss_kb"] < baseline["rss_kb"] + RSS_SLACK_KB, (case, out["rss_kb"], baseline["rss_kb"])
-    assert out["counters"].get("unavailable") == 2, out["counters"]  # each lookup failed and was counted
-    assert srv.connections == 2  # the bad connection was dropped: the second lookup opened a fresh one
+    assert out["rss_kb"] < baseline["rss_kb"] + RSS_SLACK_KB, (
+        case,
+        out["rss_kb"],
+        baseline["rss_kb"],
+    )
+    assert out["counters"].get("unavailable") == 2, out[
+        "counters"
+    ]  # each lookup failed and was counted
+    assert (
+        srv.connections == 2
+    )  # the bad connection was dropped: the second lookup opened a fresh one
 
 
 @pytest.mark.parametrize("case", ["garbage", "huge-bulk"])
@@ -176,7 +202,9 @@ def test_a_failed_lookup_is_never_taken_for_an_answer_when_the_retry_pause_is_ov
     finally:
         srv.close()
     assert [r["got"] for r in out["runs"]] == [[], []]
-    assert out["counters"].get("unavailable") == 2, out["counters"]  # each lookup failed, and was counted as such
+    assert out["counters"].get("unavailable") == 2, out[
+        "counters"
+    ]  # each lookup failed, and was counted as such
     assert srv.connections == 2  # the second lookup asked the server again
 
 
@@ -191,7 +219,9 @@ def test_client_drops_the_connection_after_a_protocol_error_or_deadline(case):
             with pytest.raises(OSError):
                 cl.execute("GET", "k")
             assert time.monotonic() - t < BOUND_S
-            assert cl._sock is None  # closed: nothing of the bad reply is left to be read as the next one
+            assert (
+                cl._sock is None
+            )  # closed: nothing of the bad reply is left to be read as the next one
             assert srv.connections == expected_connections
     finally:
         cl.close()
@@ -214,7 +244,9 @@ def test_an_error_inside_an_array_keeps_the_stream_in_step():
 def _late_extra(conn):
     """A nil reply, then, once the client has it, a reply nobody asked for, then nil to every later request."""
     conn.sendall(b"$-1\r\n")
-    time.sleep(0.05)  # the race window itself: the extra reply arrives after the client read the one it asked for
+    time.sleep(
+        0.05
+    )  # the race window itself: the extra reply arrives after the client read the one it asked for
     conn.sendall(b"$5\r\nwrong\r\n")
     while conn.recv(1 << 16):
         conn.sendall(b"$-1\r\n")
@@ -225,9 +257,14 @@ def test_bytes_nobody_asked_for_are_never_read_as_the_next_reply():
     cl = resp.Client(resp.parse_url(srv.url), 0.25, TIMEOUT)
     try:
         assert cl.execute("GET", "a") is None
-        wait_for(lambda: select.select([cl._sock], [], [], 0)[0], 30,
-                 "the unsolicited reply to reach the client's socket")
-        assert cl.execute("GET", "b") is None  # not b"wrong": the connection was dropped and opened again
+        wait_for(
+            lambda: select.select([cl._sock], [], [], 0)[0],
+            30,
+            "the unsolicited reply to reach the client's socket",
+        )
+        assert (
+            cl.execute("GET", "b") is None
+        )  # not b"wrong": the connection was dropped and opened again
         assert srv.connections == 2
     finally:
         cl.close()

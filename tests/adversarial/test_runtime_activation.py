@@ -18,25 +18,26 @@ import textwrap
 import pytest
 
 from tests.helpers.cli import jw as run_cli
-from tests.helpers.guarded import SRC, clean_env
-from tests.helpers.guarded import DRIVER, JOBS, compile_jobs, kernel_dir
+from tests.helpers.guarded import DRIVER, JOBS, SRC, clean_env, compile_jobs, kernel_dir
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 HANG_S = 30
 """A hang is an activation that has not finished after this long (a warm one takes milliseconds)."""
 
-_ACTIVATE = textwrap.dedent('''
+_ACTIVATE = textwrap.dedent("""
     import json, os, jitwarden
     rec = jitwarden.activate()
     print(json.dumps({"rec": rec.to_json(), "dir": os.environ.get("TRITON_CACHE_DIR"),
                       "manager": os.environ.get("TRITON_CACHE_MANAGER")}))
-''')
+""")
 
 
 def _activate(env: dict, code: str = _ACTIVATE) -> dict:
     """Activate in a fresh interpreter; a hang fails the test (it does not block the suite)."""
     try:
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HANG_S)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HANG_S
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"activation hung for {HANG_S} s")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -96,10 +97,14 @@ def test_fifo_as_activation_memo_does_not_hang_any_activation(tmp_path, how):
     if how == "activate":
         _assert_partitioned_and_guarded(_activate(env))
     elif how == "run":
-        proc = _jw_run(env, sys.executable, "-c", "import os; print(os.environ['TRITON_CACHE_MANAGER'])")
+        proc = _jw_run(
+            env, sys.executable, "-c", "import os; print(os.environ['TRITON_CACHE_MANAGER'])"
+        )
         assert proc.returncode == 0 and proc.stdout.strip() == MANAGER, proc.stderr
     else:
-        out = _activate(env, "from jitwarden.runtime import vllm_plugin; vllm_plugin.register(); " + _ACTIVATE)
+        out = _activate(
+            env, "from jitwarden.runtime import vllm_plugin; vllm_plugin.register(); " + _ACTIVATE
+        )
         _assert_partitioned_and_guarded(out)
 
 
@@ -136,7 +141,9 @@ def _memo_env(tmp_path, mode=0o700):
 FORGED = "deadbeefdeadbeef"
 
 
-@pytest.mark.parametrize("how", ["world-writable-home", "foreign-owned-memo", "group-writable-foreign-group"])
+@pytest.mark.parametrize(
+    "how", ["world-writable-home", "foreign-owned-memo", "group-writable-foreign-group"]
+)
 def test_a_memo_another_user_could_write_is_not_believed(tmp_path, how):
     env, memo, real = _memo_env(tmp_path, 0o777 if how == "world-writable-home" else 0o700)
     _forge(memo, digest=FORGED, headline=f"forged · fp {FORGED}")
@@ -157,7 +164,7 @@ def test_a_fingerprint_memo_another_user_could_write_does_not_decide_the_digest(
     fmemo = os.path.join(os.path.dirname(memo), "fingerprint-memo.json")
     doc = json.load(open(fmemo))
     assert doc["records"], doc  # what the forgery replaces: package identities
-    doc["records"] = {k: "0" * 64 for k in doc["records"]}
+    doc["records"] = dict.fromkeys(doc["records"], "0" * 64)
     with open(fmemo, "w") as f:
         json.dump(doc, f)
     os.chown(fmemo, 12345, 12345)
@@ -186,7 +193,9 @@ def test_a_memo_hiding_torch_from_a_process_that_imported_it_is_recomputed(tmp_p
     doc = json.load(open(memo))
     for e in doc["entries"]:
         e["fp"]["packages"].pop("torch", None)
-        e["fp"]["headline"] = " · ".join(b for b in e["fp"]["headline"].split(" · ") if not b.startswith("torch "))
+        e["fp"]["headline"] = " · ".join(
+            b for b in e["fp"]["headline"].split(" · ") if not b.startswith("torch ")
+        )
     with open(memo, "w") as f:
         json.dump(doc, f)
     out = _activate(env, code)
@@ -199,8 +208,14 @@ def test_a_memo_hiding_torch_from_a_process_that_imported_it_is_recomputed(tmp_p
 def _can_mount() -> str | None:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return "needs root and unshare(1) to mount a private tmpfs"
-    p = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"], capture_output=True)
-    return None if p.returncode == 0 else f"cannot mount a tmpfs in a mount namespace: {p.stderr.decode()[-200:]}"
+    p = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"], capture_output=True
+    )
+    return (
+        None
+        if p.returncode == 0
+        else f"cannot mount a tmpfs in a mount namespace: {p.stderr.decode()[-200:]}"
+    )
 
 
 needs_mount = pytest.mark.skipif(_can_mount() is not None, reason=_can_mount() or "")
@@ -209,8 +224,13 @@ needs_mount = pytest.mark.skipif(_can_mount() is not None, reason=_can_mount() o
 def _in_namespace(script: str, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run a shell ``script`` in a private mount namespace (its mounts vanish with it)."""
     try:
-        return subprocess.run(["unshare", "-m", "sh", "-ec", script], env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-ec", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("hung")
 
@@ -219,10 +239,15 @@ def _in_namespace(script: str, env: dict, timeout: int = 300) -> subprocess.Comp
 def test_full_disk_when_last_use_is_written_keeps_the_partition(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    env = clean_env(tmp_path, TRITON_CACHE_DIR=str(mnt / "triton"), JW_PY=sys.executable, JW_CODE=_ACTIVATE,
-                    JITWARDEN_HOME=str(mnt / "jwhome"))
+    env = clean_env(
+        tmp_path,
+        TRITON_CACHE_DIR=str(mnt / "triton"),
+        JW_PY=sys.executable,
+        JW_CODE=_ACTIVATE,
+        JITWARDEN_HOME=str(mnt / "jwhome"),
+    )
     # Activate once with room (partition + info + memo), age the info, fill the disk, activate again.
-    script = f'''
+    script = f"""
         mount -t tmpfs -o size=2m none {mnt}
         "$JW_PY" -c "$JW_CODE" > {tmp_path}/first.json
         for f in {mnt}/triton/jitwarden-v1/*/.jitwarden-partition.json; do
@@ -231,7 +256,7 @@ def test_full_disk_when_last_use_is_written_keeps_the_partition(tmp_path):
         dd if=/dev/zero of={mnt}/fill bs=4k 2>/dev/null || true
         df -k {mnt} | tail -1 > {tmp_path}/df
         "$JW_PY" -c "$JW_CODE"
-    '''
+    """
     proc = _in_namespace(script, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert open(tmp_path / "df").read().split()[3] == "0"  # really full
@@ -249,10 +274,16 @@ def test_a_seal_that_does_not_fit_on_the_disk_never_fails_the_compile(tmp_path):
     """Free space for exactly what stock Triton writes: stock succeeds, so must the guarded compile."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    env = clean_env(tmp_path, JW_PY=sys.executable, JW_KERNEL_DIR=kernel_dir(), JW_JOBS=json.dumps(JOBS[:1]),
-                    JW_CODE=_COMPILE_IN, PYTHONPATH=SRC)
-    free = f'''$(df -k --output=avail {mnt} | tail -1 | tr -d ' ')'''
-    script = f'''
+    env = clean_env(
+        tmp_path,
+        JW_PY=sys.executable,
+        JW_KERNEL_DIR=kernel_dir(),
+        JW_JOBS=json.dumps(JOBS[:1]),
+        JW_CODE=_COMPILE_IN,
+        PYTHONPATH=SRC,
+    )
+    free = f"""$(df -k --output=avail {mnt} | tail -1 | tr -d ' ')"""
+    script = f"""
         mount -t tmpfs -o size=4m none {mnt}
         before={free}
         TRITON_CACHE_DIR={mnt}/stock "$JW_PY" -c "$JW_CODE" > /dev/null
@@ -264,10 +295,12 @@ def test_a_seal_that_does_not_fit_on_the_disk_never_fails_the_compile(tmp_path):
         TRITON_CACHE_DIR={mnt}/stock2 "$JW_PY" -c "$JW_CODE" > {tmp_path}/stock.json
         rm -rf {mnt}/stock2
         TRITON_CACHE_DIR={mnt}/guarded TRITON_CACHE_MANAGER={MANAGER} "$JW_PY" -c "$JW_CODE"
-    '''
+    """
     proc = _in_namespace(script, env)
     space = open(tmp_path / "space").read() if (tmp_path / "space").exists() else ""
-    assert json.loads(open(tmp_path / "stock.json").read().strip().splitlines()[-1])  # stock Triton fits
+    assert json.loads(
+        open(tmp_path / "stock.json").read().strip().splitlines()[-1]
+    )  # stock Triton fits
     assert proc.returncode == 0, space + proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     stock = json.loads(open(tmp_path / "stock.json").read().strip().splitlines()[-1])
@@ -281,19 +314,32 @@ def test_read_only_home_and_cache_fall_back_to_a_private_writable_partition(tmp_
     ro.mkdir()
     run = tmp_path / "tmp"
     run.mkdir()
-    env = clean_env(tmp_path, HOME=str(ro / "home"), XDG_CACHE_HOME=str(ro / "home" / ".cache"),
-                    TORCHINDUCTOR_CACHE_DIR=str(ro / "inductor"), TRITON_CACHE_DIR=str(ro / "triton"), TMPDIR=str(run),
-                    JW_PY=sys.executable, JW_KERNEL_DIR=kernel_dir(), JW_JOBS=json.dumps(JOBS[:1]), JW_CODE=DRIVER)
-    script = f'''
+    env = clean_env(
+        tmp_path,
+        HOME=str(ro / "home"),
+        XDG_CACHE_HOME=str(ro / "home" / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(ro / "inductor"),
+        TRITON_CACHE_DIR=str(ro / "triton"),
+        TMPDIR=str(run),
+        JW_PY=sys.executable,
+        JW_KERNEL_DIR=kernel_dir(),
+        JW_JOBS=json.dumps(JOBS[:1]),
+        JW_CODE=DRIVER,
+    )
+    script = f"""
         mount -t tmpfs -o size=1m none {ro}
         mkdir -p {ro}/home/.cache {ro}/triton {ro}/inductor
         mount -o remount,ro {ro}
         "$JW_PY" -m jitwarden run -v -- "$JW_PY" -c "$JW_CODE"
-    '''
+    """
     proc = _in_namespace(script, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])[JOBS[0]["label"]]["cubin"]
-    where = next(ln.split("=", 1)[1] for ln in proc.stderr.splitlines() if ln.startswith("jitwarden: TRITON_CACHE_DIR="))
+    where = next(
+        ln.split("=", 1)[1]
+        for ln in proc.stderr.splitlines()
+        if ln.startswith("jitwarden: TRITON_CACHE_DIR=")
+    )
     assert where.startswith(str(run) + os.sep), where
     assert proc.stderr.count(f"refusing cache root {ro}/triton") == 1
 
@@ -312,21 +358,28 @@ def test_a_partitions_dir_symlinked_out_of_the_root_is_not_written_through(tmp_p
     assert "refusing cache root" in out["stderr"] and "symlink" in out["stderr"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="planting a directory owned by another user needs root")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="planting a directory owned by another user needs root"
+)
 def test_a_private_root_dir_planted_by_another_user_is_not_used(tmp_path):
     tmp = tmp_path / "tmp"
     planted = tmp / f"jitwarden-{os.getuid()}"
     planted.mkdir(parents=True)
     os.chown(planted, 12345, 12345)
-    env = clean_env(tmp_path, HOME="/dev/null/home", XDG_CACHE_HOME="/dev/null/cache", TRITON_CACHE_DIR="/dev/null/t",
-                    TMPDIR=str(tmp))
+    env = clean_env(
+        tmp_path,
+        HOME="/dev/null/home",
+        XDG_CACHE_HOME="/dev/null/cache",
+        TRITON_CACHE_DIR="/dev/null/t",
+        TMPDIR=str(tmp),
+    )
     out = _activate(env)
     _assert_partitioned_and_guarded(out)
     assert os.listdir(planted) == []
     assert out["dir"].startswith(str(tmp / "jitwarden-triton-"))  # a fresh 0700 dir of its own
 
 
-_PROVE_ON_FULL_DISK = '''
+_PROVE_ON_FULL_DISK = """
 import json, os, sys
 from jitwarden.runtime import hiding, prover
 from jitwarden.runtime.tree import unsealed_kernels
@@ -343,7 +396,7 @@ with open(os.path.join(os.path.dirname(tree), "fill"), "wb") as f:  # no room le
 counts = prover.prove_staged([(tree, None, fd)], cores=2)
 print(json.dumps({"counts": {k: getattr(counts, k) for k in ("proven", "refuted", "unproven")},
                   "staged": hiding.staged(tree), "entries": sorted(os.listdir(tree))}))
-'''
+"""
 
 
 @needs_mount
@@ -355,12 +408,17 @@ def test_proofs_in_the_background_on_a_full_disk_put_every_proven_kernel_back(tm
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     root = os.path.dirname(SRC)  # the repo: tests.helpers
-    env = clean_env(tmp_path, PYTHONPATH=SRC + os.pathsep + root, JW_PY=sys.executable, JW_CODE=_PROVE_ON_FULL_DISK)
-    script = f'''
+    env = clean_env(
+        tmp_path,
+        PYTHONPATH=SRC + os.pathsep + root,
+        JW_PY=sys.executable,
+        JW_CODE=_PROVE_ON_FULL_DISK,
+    )
+    script = f"""
         mount -t tmpfs -o size=4m none {mnt}
         "$JW_PY" -c "from tests.helpers.kernels import copy_cache; copy_cache('{stock}', '{mnt}/triton')"
         "$JW_PY" -c "$JW_CODE" {mnt}/triton
-    '''
+    """
     proc = _in_namespace(script, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -21,8 +21,7 @@ import textwrap
 import pytest
 
 from jitwarden.store import quarantine
-from tests.helpers.guarded import SRC
-from tests.helpers.guarded import JOBS, compile_jobs, kernel_dir
+from tests.helpers.guarded import JOBS, SRC, compile_jobs, kernel_dir
 
 MANAGER = "jitwarden.guard:GuardedCacheManager"
 RACE_COMPILES = int(os.environ.get("JW_RACE_COMPILES", "400"))
@@ -30,7 +29,7 @@ HANG_S = 60
 
 # Compile one kernel N times (every one a cache hit, unless the guard calls it a miss), counting
 # results whose cubin is not the reference and exceptions by type.
-_LOOP = textwrap.dedent('''
+_LOOP = textwrap.dedent("""
     import collections, hashlib, json, os, sys
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     import triton
@@ -55,10 +54,10 @@ _LOOP = textwrap.dedent('''
         if hashlib.sha256(k.asm["cubin"]).hexdigest() != good:
             bad += 1
     print(json.dumps({"compiles": n, "tampered": bad, "errors": dict(errors)}))
-''')
+""")
 
 # Keep swapping the entry's cubin (by rename: a new inode each time) for a tampered one and back.
-_SWAP_CUBIN = textwrap.dedent('''
+_SWAP_CUBIN = textwrap.dedent("""
     import os, sys, time
     entry, good, evil, ready = sys.argv[1:5]
     cubin = os.path.join(entry, os.path.basename(good))
@@ -77,11 +76,11 @@ _SWAP_CUBIN = textwrap.dedent('''
             except OSError:
                 pass
     print(swaps)
-''')
+""")
 
 # `jitwarden clean` racing compiles: each time the entry is complete (sealed), move it away into a
 # quarantine-like slot after a short random delay, as a clean that judged it stale or damaged would.
-_MOVE_ENTRY = textwrap.dedent('''
+_MOVE_ENTRY = textwrap.dedent("""
     import os, random, shutil, sys, time
     entry, aside, ready = sys.argv[1:4]
     while not os.path.exists(ready):  # the test's start signal
@@ -99,7 +98,7 @@ _MOVE_ENTRY = textwrap.dedent('''
         shutil.rmtree(f"{aside}.{moves}", ignore_errors=True)
         moves += 1
     print(moves)
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -117,13 +116,26 @@ def _race(tmp_path, stock, attacker: str, args_for) -> dict:
     job = JOBS[0]
     entry = os.path.join(root, out[job["label"]]["id"])
     ready = str(tmp_path / "ready")
-    env = dict(os.environ, TRITON_CACHE_DIR=root, TRITON_CACHE_MANAGER=MANAGER, JW_KERNEL_DIR=kernel_dir(),
-               JW_JOB=json.dumps(job), JW_GOOD=stock[1][job["label"]]["cubin"], JW_N=str(RACE_COMPILES),
-               JW_READY=ready, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    att = subprocess.Popen([sys.executable, "-c", attacker, *args_for(root, entry, ready)], stdout=subprocess.PIPE,
-                           text=True)
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=root,
+        TRITON_CACHE_MANAGER=MANAGER,
+        JW_KERNEL_DIR=kernel_dir(),
+        JW_JOB=json.dumps(job),
+        JW_GOOD=stock[1][job["label"]]["cubin"],
+        JW_N=str(RACE_COMPILES),
+        JW_READY=ready,
+        PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    att = subprocess.Popen(
+        [sys.executable, "-c", attacker, *args_for(root, entry, ready)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", _LOOP], env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOOP], env=env, capture_output=True, text=True, timeout=600
+        )
     finally:
         if os.path.exists(ready):
             os.unlink(ready)
@@ -154,7 +166,12 @@ def test_race_swapping_the_cubin_between_check_and_read_serves_no_tampered_cubin
 
 
 def test_race_moving_the_entry_away_like_clean_is_a_miss_never_an_error(tmp_path, stock):
-    res = _race(tmp_path, stock, _MOVE_ENTRY, lambda root, entry, ready: [entry, str(tmp_path / "aside"), ready])
+    res = _race(
+        tmp_path,
+        stock,
+        _MOVE_ENTRY,
+        lambda root, entry, ready: [entry, str(tmp_path / "aside"), ready],
+    )
     assert res["attacks"] > 0
     assert res["tampered"] == 0 and res["errors"] == {}, res
 
@@ -171,8 +188,10 @@ def _plant_outside(tmp_path, stock, root: str, label: str, other: str) -> tuple[
     src_root = stock[0]
     other_entry = os.path.join(src_root, stock[1][other]["id"])
     cubin = next(n for n in os.listdir(outside) if n.endswith(".cubin"))
-    shutil.copyfile(os.path.join(other_entry, next(n for n in os.listdir(other_entry) if n.endswith(".cubin"))),
-                    os.path.join(outside, cubin))
+    shutil.copyfile(
+        os.path.join(other_entry, next(n for n in os.listdir(other_entry) if n.endswith(".cubin"))),
+        os.path.join(outside, cubin),
+    )
     names = [n for n in os.listdir(outside) if not n.startswith(".jitwarden")]
     seal.write(outside, seal.compute(outside, names))
     shutil.rmtree(entry)
@@ -197,14 +216,20 @@ def test_a_sealed_entry_symlinked_out_of_the_root_is_never_served(tmp_path, stoc
     before = _tree(os.path.dirname(outside))
     out = compile_jobs(root, jobs=JOBS[:1])
     assert out[label]["cubin"] == stock[1][label]["cubin"]  # not sub's cubin from outside
-    assert _tree(os.path.dirname(outside)) == before  # nothing read-locked, written or moved out there
+    assert (
+        _tree(os.path.dirname(outside)) == before
+    )  # nothing read-locked, written or moved out there
     assert not os.path.islink(entry) and os.path.isdir(entry)  # recompiled into a real dir
     recs = quarantine.list_root(root)
     assert [r.reason for r in recs] == ["unsafe"]
 
 
-@pytest.mark.parametrize("what", ["fifo-cubin", "fifo-ptx", "fifo-seal", "fifo-group", "device-cubin"])
-def test_special_files_under_sealed_names_are_a_miss_never_a_hang(tmp_path, stock, what, monkeypatch):
+@pytest.mark.parametrize(
+    "what", ["fifo-cubin", "fifo-ptx", "fifo-seal", "fifo-group", "device-cubin"]
+)
+def test_special_files_under_sealed_names_are_a_miss_never_a_hang(
+    tmp_path, stock, what, monkeypatch
+):
     root = str(tmp_path / "cache")
     out = compile_jobs(root, jobs=JOBS[:1])
     label = JOBS[0]["label"]
@@ -221,7 +246,9 @@ def test_special_files_under_sealed_names_are_a_miss_never_a_hang(tmp_path, stoc
     if what == "device-cubin":
         if os.geteuid() != 0:
             pytest.skip("making a character device needs root")
-        os.mknod(os.path.join(entry, name), 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 5))  # /dev/zero
+        os.mknod(
+            os.path.join(entry, name), 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 5)
+        )  # /dev/zero
     else:
         os.mkfifo(os.path.join(entry, name))
     from tests.helpers import guarded as test_guard

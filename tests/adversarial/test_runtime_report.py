@@ -7,11 +7,15 @@ import os
 
 import pytest
 
-from tests.helpers.maint import cli
 from tests.helpers.guarded import JOBS, compile_jobs
+from tests.helpers.maint import cli
 
-SETTINGS = {"JITWARDEN_DISABLE": "1", "JITWARDEN_PARTITION": "0", "JITWARDEN_SWEEP": "0",
-            "TRITON_CACHE_MANAGER": "mypkg.cache:MyManager"}
+SETTINGS = {
+    "JITWARDEN_DISABLE": "1",
+    "JITWARDEN_PARTITION": "0",
+    "JITWARDEN_SWEEP": "0",
+    "TRITON_CACHE_MANAGER": "mypkg.cache:MyManager",
+}
 
 
 @pytest.fixture

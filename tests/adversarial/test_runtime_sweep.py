@@ -13,10 +13,14 @@ import time
 
 import pytest
 
-from jitwarden.store import quarantine
-from jitwarden.runtime import sweep
 from jitwarden.model.layout import SEAL_FILE
-from tests.helpers.guarded import entries, flip, kernel_entry  # sealed_tree: a fixture in tests/conftest.py
+from jitwarden.runtime import sweep
+from jitwarden.store import quarantine
+from tests.helpers.guarded import (
+    entries,
+    flip,
+    kernel_entry,
+)  # sealed_tree: a fixture in tests/conftest.py
 
 
 def _chmod(p):
@@ -38,10 +42,15 @@ def _same_bytes_new_inode(p):
     os.replace(p + ".x", p)
 
 
-SEAL_TRICKS = {"chmod": _chmod, "touch": _touch_now, "touch-future": _touch_future, "recopied": _same_bytes_new_inode}
+SEAL_TRICKS = {
+    "chmod": _chmod,
+    "touch": _touch_now,
+    "touch-future": _touch_future,
+    "recopied": _same_bytes_new_inode,
+}
 
 
-def _ready(sealed_tree, tmp_path):  # noqa: F811 - the fixture's value
+def _ready(sealed_tree, tmp_path):
     tree = str(tmp_path / "triton" / "0")
     shutil.copytree(sealed_tree, tree)
     sweep.sweep([tree])  # the copy gave every file a new ctime: this pass reseals
@@ -50,11 +59,13 @@ def _ready(sealed_tree, tmp_path):  # noqa: F811 - the fixture's value
 
 
 @pytest.mark.parametrize("trick", sorted(SEAL_TRICKS))
-def test_metadata_changes_of_the_seal_never_hide_a_flipped_cubin(sealed_tree, tmp_path, trick):  # noqa: F811
+def test_metadata_changes_of_the_seal_never_hide_a_flipped_cubin(sealed_tree, tmp_path, trick):
     tree = _ready(sealed_tree, tmp_path)
     victim = kernel_entry(tree)
     flip(os.path.join(tree, victim, "add_kernel.cubin"))
-    time.sleep(0.02)  # the trick lands in a later clock tick than the flip, as an attacker would make sure
+    time.sleep(
+        0.02
+    )  # the trick lands in a later clock tick than the flip, as an attacker would make sure
     SEAL_TRICKS[trick](os.path.join(tree, victim, SEAL_FILE))
     warnings, counts = sweep.sweep([tree])
     assert counts["quarantined"] == 1, (trick, warnings, counts)
@@ -67,7 +78,7 @@ def _restore_times(p, st):
 
 
 @pytest.mark.parametrize("how", ["in-place, times restored", "renamed over, times restored"])
-def test_a_changed_cubin_with_its_old_times_and_mode_is_rehashed(sealed_tree, tmp_path, how):  # noqa: F811
+def test_a_changed_cubin_with_its_old_times_and_mode_is_rehashed(sealed_tree, tmp_path, how):
     tree = _ready(sealed_tree, tmp_path)
     victim = kernel_entry(tree)
     cubin = os.path.join(tree, victim, "add_kernel.cubin")
@@ -80,13 +91,15 @@ def test_a_changed_cubin_with_its_old_times_and_mode_is_rehashed(sealed_tree, tm
         os.chmod(cubin + ".x", st.st_mode & 0o7777)
         os.replace(cubin + ".x", cubin)
     _restore_times(cubin, st)
-    time.sleep(0.02)  # the seal's chmod lands in a later clock tick than the cubin's change (its ctime), as above
+    time.sleep(
+        0.02
+    )  # the seal's chmod lands in a later clock tick than the cubin's change (its ctime), as above
     _chmod(os.path.join(tree, victim, SEAL_FILE))
     warnings, counts = sweep.sweep([tree])
     assert counts["quarantined"] == 1, (how, warnings)
 
 
-def test_a_fifo_as_the_seal_does_not_hang_the_sweep(sealed_tree, tmp_path):  # noqa: F811
+def test_a_fifo_as_the_seal_does_not_hang_the_sweep(sealed_tree, tmp_path):
     tree = _ready(sealed_tree, tmp_path)
     victim = kernel_entry(tree)
     seal_path = os.path.join(tree, victim, SEAL_FILE)

@@ -13,13 +13,13 @@ import sys
 
 import pytest
 
-from jitwarden.runtime import proof
 from jitwarden.adapters import triton as tri
+from jitwarden.runtime import proof
 from tests.helpers.guarded import compile_jobs
 from tests.helpers.paths import BENCHMARKS
 
 sys.path.insert(0, BENCHMARKS)
-import gpu_proof  # noqa: E402
+import gpu_proof
 
 
 @pytest.fixture(scope="module")
@@ -57,20 +57,33 @@ def test_same_named_substitute_passes_the_structure_and_fails_the_proof(stock, t
 
 def test_substitute_inside_a_pickled_bundle_and_clear_the_kernel_dirs(stock, tmp_path):
     pytest.importorskip("torch")
-    from torch._inductor.triton_bundler import TritonBundle, TritonKernelArtifact, TritonKernelArtifacts
+    from torch._inductor.triton_bundler import (
+        TritonBundle,
+        TritonKernelArtifact,
+        TritonKernelArtifacts,
+    )
 
     root, out = stock
     entry = os.path.join(root, out["add_sm90"]["id"])
     sub = gpu_proof.same_named_substitute(entry)
-    arts = [TritonKernelArtifact(n, open(os.path.join(entry, n), "rb").read()) for n in sorted(os.listdir(entry))]
+    arts = [
+        TritonKernelArtifact(n, open(os.path.join(entry, n), "rb").read())
+        for n in sorted(os.listdir(entry))
+    ]
     pk = tmp_path / "fxgraph" / "ab" / "key" / "graph"
     pk.parent.mkdir(parents=True)
-    pk.write_bytes(pickle.dumps(TritonBundle([TritonKernelArtifacts(out["add_sm90"]["id"], 0, arts)], [])))
+    pk.write_bytes(
+        pickle.dumps(TritonBundle([TritonKernelArtifacts(out["add_sm90"]["id"], 0, arts)], []))
+    )
     assert gpu_proof.files_holding(str(tmp_path / "fxgraph"), sub["original"]) == [str(pk)]
-    changed = gpu_proof.substitute_in_files(str(tmp_path / "fxgraph"), sub["original"], sub["cubin"])
+    changed = gpu_proof.substitute_in_files(
+        str(tmp_path / "fxgraph"), sub["original"], sub["cubin"]
+    )
     assert changed == [str(pk)]
     back = pickle.loads(pk.read_bytes())
-    cubin = next(a.payload for a in back.kernel_artifacts[0].artifacts if a.filename.endswith(".cubin"))
+    cubin = next(
+        a.payload for a in back.kernel_artifacts[0].artifacts if a.filename.endswith(".cubin")
+    )
     assert cubin == sub["cubin"]
     tree = str(tmp_path / "triton")
     shutil.copytree(root, tree)
@@ -79,15 +92,48 @@ def test_substitute_inside_a_pickled_bundle_and_clear_the_kernel_dirs(stock, tmp
 
 
 def test_the_firstuse_section_renders_from_the_data():
-    s = {"schema": 1, "firstuse": {
-        "triton": {"stock_tampered": {"rc": 0, "result": [2.0, 2.0, 2.0], "cmd": "python combine.py add"},
-                   "guarded": {"rc": 0, "result": [4.0, 4.0, 4.0], "quarantine_lines": 1, "jitwarden_lines": ["jitwarden: x"],
-                               "cmd": "JITWARDEN_PARTITION=0 jitwarden run -- python combine.py add"},
-                   "guarded_again": {"rc": 0, "result": [4.0, 4.0, 4.0], "quarantine_lines": 0, "jitwarden_lines": []}},
-        "cost": {"mode": "max-autotune-no-cudagraphs", "widths": "768", "all_correct": True, "proof": {"line": "proved 3 of 3"},
-                 "aggregate": {"kernels": 300, "cold_wall_s": 60.0, "stock_warm_wall_s": 5.0, "guarded_first_wall_s": 8.0,
-                               "guarded_warm_wall_s": 5.1, "first_use_extra_s": 3.0, "first_use_ratio_to_cold": 0.05,
-                               "proof_s_ratio_to_cold": 0.04, "warm_ratio": 1.02}}}}
+    s = {
+        "schema": 1,
+        "firstuse": {
+            "triton": {
+                "stock_tampered": {
+                    "rc": 0,
+                    "result": [2.0, 2.0, 2.0],
+                    "cmd": "python combine.py add",
+                },
+                "guarded": {
+                    "rc": 0,
+                    "result": [4.0, 4.0, 4.0],
+                    "quarantine_lines": 1,
+                    "jitwarden_lines": ["jitwarden: x"],
+                    "cmd": "JITWARDEN_PARTITION=0 jitwarden run -- python combine.py add",
+                },
+                "guarded_again": {
+                    "rc": 0,
+                    "result": [4.0, 4.0, 4.0],
+                    "quarantine_lines": 0,
+                    "jitwarden_lines": [],
+                },
+            },
+            "cost": {
+                "mode": "max-autotune-no-cudagraphs",
+                "widths": "768",
+                "all_correct": True,
+                "proof": {"line": "proved 3 of 3"},
+                "aggregate": {
+                    "kernels": 300,
+                    "cold_wall_s": 60.0,
+                    "stock_warm_wall_s": 5.0,
+                    "guarded_first_wall_s": 8.0,
+                    "guarded_warm_wall_s": 5.1,
+                    "first_use_extra_s": 3.0,
+                    "first_use_ratio_to_cold": 0.05,
+                    "proof_s_ratio_to_cold": 0.04,
+                    "warm_ratio": 1.02,
+                },
+            },
+        },
+    }
     md = gpu_proof.render_md(s)
     assert "## 6. First use of unsealed kernels" in md and "**0.050**" in md and "**1.020**" in md
     assert any("First use of a 300-kernel stock cache: 0.05" in h for h in gpu_proof.headlines(s))

@@ -38,7 +38,9 @@ def test_inductor_entries_are_clean_on_the_gpu_they_were_built_for(captured, cap
     kinds = {e["type"] for e in doc["entries"]}
     assert doc["summary"]["errors"] == 0 and len(doc["entries"]) >= 8, kinds
     archs = {e["arch"] for e in doc["entries"] if e["arch"]}
-    assert archs == {90}  # read from DeviceProperties(cc=90) in the kernels' triton_meta, never unpickled
+    assert archs == {
+        90
+    }  # read from DeviceProperties(cc=90) in the kernels' triton_meta, never unpickled
 
 
 def test_the_same_entries_are_foreign_on_another_gpu(captured, capsys):

@@ -9,21 +9,27 @@ import shutil
 
 import pytest
 
-from tests.helpers import kernels
-from tests.helpers.maint import SRC, cli
-
-from jitwarden.model import text as ages, arch
+from jitwarden.model import arch
+from jitwarden.model import text as ages
 from jitwarden.store import qregistry
 from jitwarden.store import quarantine as q
+from tests.helpers import kernels
+from tests.helpers.maint import SRC, cli
 
 
 @pytest.fixture
 def env(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_", "VLLM_"))}
-    e.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
-             PYTHONPATH=SRC)
+    e = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_", "VLLM_"))
+    }
+    e.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+        PYTHONPATH=SRC,
+    )
     return e
 
 
@@ -45,7 +51,7 @@ def test_clean_of_any_root_then_follow_the_hints(env, damaged):
     p = cli("clean", root, "--target", "90", "-y", env=env)
     assert p.returncode == 0, p.stderr
     add_short = recs["add_sm90"]["id"][:12]
-    plan_ids = re.findall(r"^([A-Z2-7]{12})  ", p.stdout, re.M)
+    plan_ids = re.findall(r"^([A-Z2-7]{12})  ", p.stdout, re.MULTILINE)
     assert add_short in plan_ids
     undo = next(l for l in p.stdout.splitlines() if l.startswith("undo: "))
     assert add_short in undo and "jitwarden quarantine ls" in p.stdout
@@ -59,7 +65,10 @@ def test_clean_of_any_root_then_follow_the_hints(env, damaged):
     assert os.path.isdir(recs["add_sm90"]["path"])
     # doctor (not given the root) counts what is still quarantined there and points at the same command.
     d = cli("doctor", "--target", "90", env=env)
-    assert "info quarantined: 1 entry in quarantine" in d.stdout and "jitwarden quarantine ls" in d.stdout
+    assert (
+        "info quarantined: 1 entry in quarantine" in d.stdout
+        and "jitwarden quarantine ls" in d.stdout
+    )
 
 
 def test_every_id_a_table_shows_is_accepted(env, damaged):
@@ -82,7 +91,7 @@ def test_ambiguous_and_unknown_ids_say_what_to_do(env, damaged):
     assert cli("clean", root, "--target", "90", "-y", "--code", "mismatch", env=env).returncode == 0
     ls = cli("quarantine", "ls", env=env)
     # Both rows are told apart, and each shown id names exactly one of them.
-    shown = re.findall(r"^(\S+)  +\S+  +mismatch", ls.stdout, re.M)  # ID, ROOT, REASON
+    shown = re.findall(r"^(\S+)  +\S+  +mismatch", ls.stdout, re.MULTILINE)  # ID, ROOT, REASON
     assert len(shown) == len(set(shown)) >= 1
     p = cli("quarantine", "restore", "ZZZZZZZZ", env=env)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
@@ -93,7 +102,12 @@ def test_a_broken_registry_never_breaks_anything(env, damaged, tmp_path):
     root, _ = damaged
     reg = qregistry.path(env)
     os.makedirs(os.path.dirname(reg), exist_ok=True)
-    for bad in (b"\xff\xfe garbage\n[1,2]\n\"relative/path\"\n\"/nonexistent/x\"\n{\"a\":1}\n", None, "dir", "link"):
+    for bad in (
+        b'\xff\xfe garbage\n[1,2]\n"relative/path"\n"/nonexistent/x"\n{"a":1}\n',
+        None,
+        "dir",
+        "link",
+    ):
         if os.path.islink(reg) or os.path.isfile(reg):
             os.unlink(reg)
         elif os.path.isdir(reg):
@@ -111,7 +125,9 @@ def test_a_broken_registry_never_breaks_anything(env, damaged, tmp_path):
     p = cli("clean", root, "--target", "90", "-y", env=env)
     assert p.returncode == 0 and "quarantined 2" in p.stdout
     assert cli("quarantine", "ls", "--root", root, env=env).stdout.count("2 quarantined") == 1
-    assert not os.path.exists(str(tmp_path / "elsewhere"))  # the symlink was never followed to create a file
+    assert not os.path.exists(
+        str(tmp_path / "elsewhere")
+    )  # the symlink was never followed to create a file
 
 
 def test_registry_remembers_once_and_forgets_roots_without_a_quarantine(tmp_path):
@@ -133,7 +149,11 @@ def test_registry_remembers_once_and_forgets_roots_without_a_quarantine(tmp_path
 
 
 def test_one_age_parser_a_unit_is_required():
-    assert ages.parse_age("7d") == 7 * 86400 and ages.parse_age("90s") == 90 and ages.parse_age("2w") == 14 * 86400
+    assert (
+        ages.parse_age("7d") == 7 * 86400
+        and ages.parse_age("90s") == 90
+        and ages.parse_age("2w") == 14 * 86400
+    )
     assert ages.parse_age("1.5h") == 5400 and ages.parse_age("0") == 0
     for bad in ("7", "30", "-1h", "soon", "7x", ""):
         with pytest.raises(ValueError):
@@ -141,17 +161,21 @@ def test_one_age_parser_a_unit_is_required():
     assert ages.parse_age("10", bare_unit="s") == 10
 
 
-@pytest.mark.parametrize("args", [
-    ["clean", "--older-than", "30", "/tmp"],
-    ["clean", "--orphan-age", "30", "/tmp"],
-    ["verify", "--orphan-age", "7", "/tmp"],
-    ["ls", "--orphan-age", "7", "/tmp"],
-    ["prune", "--older-than", "7"],
-    ["prune", "--older-than", "7d", "--orphan-age", "7"],
-    ["quarantine", "empty", "--older-than", "7"],
-    ["quarantine", "purge", "--all", "--older-than", "7"],
-    ["clean", "--lock-timeout", "5", "/tmp"],
-], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["clean", "--older-than", "30", "/tmp"],
+        ["clean", "--orphan-age", "30", "/tmp"],
+        ["verify", "--orphan-age", "7", "/tmp"],
+        ["ls", "--orphan-age", "7", "/tmp"],
+        ["prune", "--older-than", "7"],
+        ["prune", "--older-than", "7d", "--orphan-age", "7"],
+        ["quarantine", "empty", "--older-than", "7"],
+        ["quarantine", "purge", "--all", "--older-than", "7"],
+        ["clean", "--lock-timeout", "5", "/tmp"],
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_bare_numbers_are_refused_the_same_way_everywhere(env, args):
     p = cli(*args, env=env)
     assert p.returncode == 2
@@ -160,13 +184,17 @@ def test_bare_numbers_are_refused_the_same_way_everywhere(env, args):
     assert "argument " not in line and "invalid float" not in line
 
 
-@pytest.mark.parametrize("args", [
-    ["verify", "--orphan-age", "1h", "--target", "90"],
-    ["ls", "--orphan-age", "30m", "--target", "90"],
-    ["prune", "--older-than", "30d", "--orphan-age", "1h", "--dry-run"],
-    ["quarantine", "purge", "--all", "--older-than", "7d", "--dry-run"],
-    ["quarantine", "empty", "--older-than", "12h", "--dry-run"],
-], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["verify", "--orphan-age", "1h", "--target", "90"],
+        ["ls", "--orphan-age", "30m", "--target", "90"],
+        ["prune", "--older-than", "30d", "--orphan-age", "1h", "--dry-run"],
+        ["quarantine", "purge", "--all", "--older-than", "7d", "--dry-run"],
+        ["quarantine", "empty", "--older-than", "12h", "--dry-run"],
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_ages_with_units_are_accepted_everywhere(env, args):
     p = cli(*args, env=env)
     assert p.returncode == 0, p.stderr
@@ -175,8 +203,17 @@ def test_ages_with_units_are_accepted_everywhere(env, args):
 def test_unknown_arch_is_refused_with_the_known_list(env):
     for t in ("sm_999", "95", "9.9"):
         p = cli("doctor", "--target", t, env=env)
-        assert p.returncode == 2 and "known:" in p.stderr and "sm_90" in p.stderr and "sm_121" in p.stderr
-    assert arch.parse_arch("sm_90a") == 90 and arch.parse_arch("12.1") == 121 and arch.parse_arch("120") == 120
+        assert (
+            p.returncode == 2
+            and "known:" in p.stderr
+            and "sm_90" in p.stderr
+            and "sm_121" in p.stderr
+        )
+    assert (
+        arch.parse_arch("sm_90a") == 90
+        and arch.parse_arch("12.1") == 121
+        and arch.parse_arch("120") == 120
+    )
 
 
 # ---------------------------------------------------------------- 6: options and wording
@@ -247,12 +284,37 @@ def test_unreadable_entry_is_a_permission_problem_not_damage(cache):
         cubin = os.path.join(target, recs["add_sm90"]["id"], "add_kernel.cubin")
         os.lchown(cubin, 0, 0)
         os.chmod(cubin, 0o600)  # nobody owns the cache but may not read this one file
-        e = {"PATH": "/usr/bin:/bin", "HOME": base, "PYTHONPATH": SRC, "XDG_CACHE_HOME": os.path.join(base, ".c")}
-        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m",
-                            "jitwarden", "doctor", target, "--target", "90"], env=e, capture_output=True, text=True,
-                           cwd="/", stdin=subprocess.DEVNULL, timeout=300)
+        e = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": base,
+            "PYTHONPATH": SRC,
+            "XDG_CACHE_HOME": os.path.join(base, ".c"),
+        }
+        p = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "jitwarden",
+                "doctor",
+                target,
+                "--target",
+                "90",
+            ],
+            env=e,
+            capture_output=True,
+            text=True,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
         assert "Traceback" not in p.stderr, p.stderr
-        assert "unreadable: 1 entry in" in p.stdout and "permission problem, not damage" in p.stdout, p.stdout
+        assert (
+            "unreadable: 1 entry in" in p.stdout and "permission problem, not damage" in p.stdout
+        ), p.stdout
         assert "clean --code corrupt" not in p.stdout
     finally:
         shutil.rmtree(base)

@@ -13,8 +13,10 @@ from jitwarden.env import ptxas
 from jitwarden.ops import rebuild
 
 BIN = ptxas.triton_bin_dir()
-needs_bin = pytest.mark.skipif(not BIN or not os.path.exists(os.path.join(BIN, "ptxas-blackwell")),
-                               reason="no Triton with both bundled ptxas")
+needs_bin = pytest.mark.skipif(
+    not BIN or not os.path.exists(os.path.join(BIN, "ptxas-blackwell")),
+    reason="no Triton with both bundled ptxas",
+)
 
 
 def test_table_agrees_with_the_installed_triton():
@@ -22,7 +24,11 @@ def test_table_agrees_with_the_installed_triton():
     assert rebuild.recipe_disagreements() == []
     # The check reads Triton's real get_ptxas and make_cubin: another release's rules disagree.
     mine = ptxas.recipe_for(None)
-    other = next(r for r in ptxas.RECIPES if r.blackwell_from != mine.blackwell_from and r.reg_alloc != mine.reg_alloc)
+    other = next(
+        r
+        for r in ptxas.RECIPES
+        if r.blackwell_from != mine.blackwell_from and r.reg_alloc != mine.reg_alloc
+    )
     problems = rebuild.recipe_disagreements(recipe=other)
     assert any("the table says" in p and "sm_" in p for p in problems), problems
     assert any("--regAllocOptLevel=2" in p for p in problems), problems
@@ -30,7 +36,10 @@ def test_table_agrees_with_the_installed_triton():
 
 def test_recipe_for_releases():
     assert [r.release for r in ptxas.RECIPES] == ["3.4", "3.5", "3.6", "3.7", "3.8", "3.9"]
-    assert ptxas.recipe_for("3.9.0").binary(90) == ("ptxas-blackwell", "TRITON_PTXAS_BLACKWELL_PATH")
+    assert ptxas.recipe_for("3.9.0").binary(90) == (
+        "ptxas-blackwell",
+        "TRITON_PTXAS_BLACKWELL_PATH",
+    )
     assert ptxas.recipe_for("3.9.0").binary(89) == ("ptxas", "TRITON_PTXAS_PATH")
     assert ptxas.recipe_for("3.6.0+git1234").binary(90)[0] == "ptxas"
     assert ptxas.recipe_for("3.6.0").binary(100)[0] == "ptxas-blackwell"
@@ -45,14 +54,17 @@ def _md(version, arch=90, **kw):
     return {"target": {"backend": "cuda", "arch": arch}, "triton_version": version, **kw}
 
 
-@pytest.mark.parametrize("version,expected", [
-    # make_cubin of each release, read from its wheel's triton/backends/nvidia/compiler.py
-    ("3.4.0", ["-lineinfo", "-v", "--opt-level", "0", "--gpu-name=sm_90a"]),
-    ("3.5.0", ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_90a"]),
-    ("3.6.0", ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_90a"]),
-    ("3.7.0", ["-g", "-v", "--opt-level", "0", "--regAllocOptLevel=2", "--gpu-name=sm_90a"]),
-    ("3.9.0", ["-g", "-v", "--opt-level", "0", "--regAllocOptLevel=2", "--gpu-name=sm_90a"]),
-])
+@pytest.mark.parametrize(
+    "version,expected",
+    [
+        # make_cubin of each release, read from its wheel's triton/backends/nvidia/compiler.py
+        ("3.4.0", ["-lineinfo", "-v", "--opt-level", "0", "--gpu-name=sm_90a"]),
+        ("3.5.0", ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_90a"]),
+        ("3.6.0", ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_90a"]),
+        ("3.7.0", ["-g", "-v", "--opt-level", "0", "--regAllocOptLevel=2", "--gpu-name=sm_90a"]),
+        ("3.9.0", ["-g", "-v", "--opt-level", "0", "--regAllocOptLevel=2", "--gpu-name=sm_90a"]),
+    ],
+)
 def test_disable_ptxas_opt_command_line_per_release(version, expected):
     assert rebuild.ptxas_flags(_md(version, DISABLE_PTXAS_OPT="1")) == (90, expected)
 
@@ -60,14 +72,23 @@ def test_disable_ptxas_opt_command_line_per_release(version, expected):
 def test_sanitizer_opt_level_from_3_8():
     plain = ["-lineinfo", "-v", "--regAllocOptLevel=2"]
     san = plain + ["--opt-level", "1", "--gpu-name=sm_100a"]
-    assert rebuild.ptxas_flags(_md("3.7.0", 100, instrumentation_mode="consan"))[1] == plain + ["--gpu-name=sm_100a"]
+    assert rebuild.ptxas_flags(_md("3.7.0", 100, instrumentation_mode="consan"))[1] == plain + [
+        "--gpu-name=sm_100a"
+    ]
     assert rebuild.ptxas_flags(_md("3.8.0", 100, instrumentation_mode="consan"))[1] == san
-    assert rebuild.ptxas_flags(_md("3.8.0", 100, instrumentation_mode="fpsan_x"))[1] == san  # 3.8: substring
-    assert rebuild.ptxas_flags(_md("3.9.0", 100, instrumentation_mode="iisan,fpsan"))[1] == san  # 3.9: names
-    assert rebuild.ptxas_flags(_md("3.9.0", 100, instrumentation_mode="fpsan_x"))[1] == plain + ["--gpu-name=sm_100a"]
+    assert (
+        rebuild.ptxas_flags(_md("3.8.0", 100, instrumentation_mode="fpsan_x"))[1] == san
+    )  # 3.8: substring
+    assert (
+        rebuild.ptxas_flags(_md("3.9.0", 100, instrumentation_mode="iisan,fpsan"))[1] == san
+    )  # 3.9: names
+    assert rebuild.ptxas_flags(_md("3.9.0", 100, instrumentation_mode="fpsan_x"))[1] == plain + [
+        "--gpu-name=sm_100a"
+    ]
     # user options come first, Triton's own --opt-level 1 after them
-    assert rebuild.ptxas_flags(_md("3.9.0", 100, instrumentation_mode="consan", ptx_options="--maxrregcount=64"))[1] == \
-        plain + ["--maxrregcount=64", "--opt-level", "1", "--gpu-name=sm_100a"]
+    assert rebuild.ptxas_flags(
+        _md("3.9.0", 100, instrumentation_mode="consan", ptx_options="--maxrregcount=64")
+    )[1] == plain + ["--maxrregcount=64", "--opt-level", "1", "--gpu-name=sm_100a"]
 
 
 @needs_bin
@@ -90,17 +111,32 @@ def test_unknown_release_recipe_is_nearest_but_flagged():
 
 
 def test_startup_ptxas_check_follows_the_release():
-    from jitwarden.runtime import startup_checks
     from jitwarden.env.fingerprint import Fingerprint, Package
     from jitwarden.env.nvml import Gpu
+    from jitwarden.runtime import startup_checks
 
     def fp(triton, role):
-        info = ptxas.PtxasInfo("/opt/ptxas", "/opt/ptxas", "release 11.7", "11.7", None, "0" * 64, 1)
-        return Fingerprint("nvml", (Gpu(0, "NVIDIA H200", (9, 0), None, None),), "580.1", "13.0", ((role, info),),
-                           (Package("triton", "triton", triton, None),), (), (), ())
+        info = ptxas.PtxasInfo(
+            "/opt/ptxas", "/opt/ptxas", "release 11.7", "11.7", None, "0" * 64, 1
+        )
+        return Fingerprint(
+            "nvml",
+            (Gpu(0, "NVIDIA H200", (9, 0), None, None),),
+            "580.1",
+            "13.0",
+            ((role, info),),
+            (Package("triton", "triton", triton, None),),
+            (),
+            (),
+            (),
+        )
 
     ws = startup_checks.ptxas_target(fp("3.9.0", "triton-blackwell"))
-    assert len(ws) == 1 and "cannot target sm_90" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
-    assert startup_checks.ptxas_target(fp("3.6.0", "triton-blackwell")) == []  # 3.6 runs ptxas for sm_90
+    assert (
+        len(ws) == 1 and "cannot target sm_90" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
+    )
+    assert (
+        startup_checks.ptxas_target(fp("3.6.0", "triton-blackwell")) == []
+    )  # 3.6 runs ptxas for sm_90
     ws = startup_checks.ptxas_target(fp("3.6.0", "triton"))
     assert len(ws) == 1 and "TRITON_PTXAS_PATH" in ws[0]

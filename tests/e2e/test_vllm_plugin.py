@@ -22,19 +22,28 @@ MANAGER = "jitwarden.guard:GuardedCacheManager"
 def _vllm_python() -> str | None:
     for cand in (sys.executable, os.environ.get("JW_VLLM_PYTHON")):
         if cand and os.path.exists(cand):
-            ok = subprocess.run([cand, "-c", "import vllm.plugins, jitwarden.runtime.vllm_plugin"], capture_output=True,
-                                timeout=120).returncode == 0
+            ok = (
+                subprocess.run(
+                    [cand, "-c", "import vllm.plugins, jitwarden.runtime.vllm_plugin"],
+                    capture_output=True,
+                    timeout=120,
+                ).returncode
+                == 0
+            )
             if ok:
                 return cand
     return None
 
 
 VLLM_PY = _vllm_python()
-pytestmark = pytest.mark.skipif(VLLM_PY is None, reason="vllm is not importable here and JW_VLLM_PYTHON names no "
-                                "Python with vllm + jitwarden (pip install --no-deps vllm==0.34.0 torch==2.13.0 packaging)")
+pytestmark = pytest.mark.skipif(
+    VLLM_PY is None,
+    reason="vllm is not importable here and JW_VLLM_PYTHON names no "
+    "Python with vllm + jitwarden (pip install --no-deps vllm==0.34.0 torch==2.13.0 packaging)",
+)
 
 _LOAD = textwrap.dedent(
-    '''
+    """
     import json, logging, os, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     logging.getLogger("vllm").setLevel(logging.INFO)
@@ -44,14 +53,16 @@ _LOAD = textwrap.dedent(
     print(json.dumps({k: os.environ.get(k) for k in ("TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER", "VLLM_CACHE_ROOT",
                                                      "TORCHINDUCTOR_CACHE_DIR")}
                      | {"cuda_initialized": torch.cuda.is_initialized()}))
-    '''
+    """
 )
 
 
 def load(env: dict) -> tuple[dict, str]:
     env = dict(env)
     env.pop("PYTHONPATH", None)  # jitwarden comes from the vLLM venv's own install (entry points)
-    proc = subprocess.run([VLLM_PY, "-c", _LOAD], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [VLLM_PY, "-c", _LOAD], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -60,10 +71,16 @@ def test_load_general_plugins_activates_jitwarden(tmp_path):
     env = clean_env(tmp_path, VLLM_PLUGINS="jitwarden")
     got, err = load(env)
     home = env["HOME"]
-    assert got["TRITON_CACHE_DIR"].startswith(os.path.join(home, ".triton", "cache", "jitwarden-v1") + os.sep)
+    assert got["TRITON_CACHE_DIR"].startswith(
+        os.path.join(home, ".triton", "cache", "jitwarden-v1") + os.sep
+    )
     assert got["TRITON_CACHE_MANAGER"] == MANAGER
-    assert got["VLLM_CACHE_ROOT"].startswith(os.path.join(home, ".cache", "vllm", "jitwarden-v1") + os.sep)
-    assert got["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path / "inductor" / "jitwarden-v1") + os.sep)
+    assert got["VLLM_CACHE_ROOT"].startswith(
+        os.path.join(home, ".cache", "vllm", "jitwarden-v1") + os.sep
+    )
+    assert got["TORCHINDUCTOR_CACHE_DIR"].startswith(
+        str(tmp_path / "inductor" / "jitwarden-v1") + os.sep
+    )
     digest = os.path.basename(got["TRITON_CACHE_DIR"])
     assert f"kernel caches partitioned by fingerprint {digest}" in err
     assert got["cuda_initialized"] is False
@@ -79,8 +96,14 @@ def test_broken_environment_still_lets_vllm_start(tmp_path):
     memo = tmp_path / "memo"
     memo.mkdir()
     (memo / "fingerprint-memo.json").write_text("\x00garbage{{{")
-    env = clean_env(tmp_path, VLLM_PLUGINS="jitwarden", HOME="/dev/null/home", XDG_CACHE_HOME="/dev/null/cache",
-                    TORCHINDUCTOR_CACHE_DIR="/dev/null/inductor", CUDA_VISIBLE_DEVICES="")
+    env = clean_env(
+        tmp_path,
+        VLLM_PLUGINS="jitwarden",
+        HOME="/dev/null/home",
+        XDG_CACHE_HOME="/dev/null/cache",
+        TORCHINDUCTOR_CACHE_DIR="/dev/null/inductor",
+        CUDA_VISIBLE_DEVICES="",
+    )
     got, err = load(env)
     assert got["TRITON_CACHE_MANAGER"] == MANAGER  # the guard still goes in
     # Nothing of the user's is usable: activation fails closed into a fresh private partition of ours

@@ -23,6 +23,7 @@ from tests.helpers.paths import SRC
 @dataclasses.dataclass(frozen=True)
 class Ran:
     """What a run gave: exit status and both streams (also unpacks as ``rc, out, err``)."""
+
     args: tuple
     returncode: int
     stdout: str
@@ -45,8 +46,17 @@ def environ(env: dict):
         os.environ.update(old)
 
 
-def jw(*args, env: dict | None = None, timeout: float = 300, in_process: bool = False, prefix=(), cwd=None,
-       src: str | None = SRC, user=None, on_hang=None) -> Ran:
+def jw(
+    *args,
+    env: dict | None = None,
+    timeout: float = 300,
+    in_process: bool = False,
+    prefix=(),
+    cwd=None,
+    src: str | None = SRC,
+    user=None,
+    on_hang=None,
+) -> Ran:
     """Run ``jitwarden ARGS`` under ``env`` (default: this process's environment).
 
     ``prefix``: words before the interpreter (e.g. ``setpriv``); ``user``: run as that user; ``src``: the
@@ -64,8 +74,16 @@ def jw(*args, env: dict | None = None, timeout: float = 300, in_process: bool = 
             rc = cli.main(list(args))
         return Ran(args, rc, out.getvalue(), err.getvalue())
     try:
-        p = subprocess.run([*prefix, sys.executable, "-m", "jitwarden", *args], env=e, capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd, user=user)
+        p = subprocess.run(
+            [*prefix, sys.executable, "-m", "jitwarden", *args],
+            env=e,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            user=user,
+        )
     except subprocess.TimeoutExpired:
         if on_hang is not None:
             on_hang()

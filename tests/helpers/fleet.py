@@ -8,7 +8,8 @@ import os
 import tarfile
 
 from tests.helpers import kernels
-from tests.helpers.cli import environ, jw as run_cli
+from tests.helpers.cli import environ
+from tests.helpers.cli import jw as run_cli
 
 GUARD = "jitwarden.guard:GuardedCacheManager"
 SMALL_JOBS = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] in ("add", "sub")]
@@ -16,10 +17,17 @@ SMALL_JOBS = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] in ("add"
 
 def node_env(home: str, **extra) -> dict:
     """An environment whose every cache and config lives under ``home``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_", "VLLM_"))}
-    env.update(HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"), XDG_CONFIG_HOME=os.path.join(home, ".config"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_", "VLLM_"))
+    }
+    env.update(
+        HOME=home,
+        XDG_CACHE_HOME=os.path.join(home, ".cache"),
+        XDG_CONFIG_HOME=os.path.join(home, ".config"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"),
+    )
     env.update(extra)
     return env
 
@@ -37,8 +45,8 @@ def digest_of(env: dict) -> str:
 
 
 def triton_partition(env: dict) -> str:
-    from jitwarden.store import partition
     from jitwarden.env.locations import default_base
+    from jitwarden.store import partition
 
     return partition.path_for(default_base("triton", env), digest_of(env))
 
@@ -88,8 +96,14 @@ def resign(members, secret_path: str, mutate=None):
             data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
             mbytes = data
         if info.name == "manifest.sig":
-            data = json.dumps({"schema": 1, "algorithm": "ed25519", "key_id": key.id,
-                               "signature": key.sign(mbytes).hex()}).encode()
+            data = json.dumps(
+                {
+                    "schema": 1,
+                    "algorithm": "ed25519",
+                    "key_id": key.id,
+                    "signature": key.sign(mbytes).hex(),
+                }
+            ).encode()
         out.append((info, data))
     return out
 
@@ -120,9 +134,24 @@ class Server:
         self.port = s.getsockname()[1]
         s.close()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", workdir, *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
         def answers() -> bool:
             try:
@@ -130,7 +159,9 @@ class Server:
                 return True
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"{binary} exited before it answered on port {self.port}") from None
+                    raise RuntimeError(
+                        f"{binary} exited before it answered on port {self.port}"
+                    ) from None
                 return False
 
         try:
@@ -158,8 +189,13 @@ class Server:
 
 
 def remote_env(env: dict, server, role: str = "reader", **extra) -> dict:
-    out = dict(env, JITWARDEN_REMOTE=server.url, JITWARDEN_REMOTE_ROLE=role,
-               TRITON_CACHE_MANAGER=REMOTE_MANAGER, JITWARDEN_HOME=os.path.join(env["HOME"], ".jw"))
+    out = dict(
+        env,
+        JITWARDEN_REMOTE=server.url,
+        JITWARDEN_REMOTE_ROLE=role,
+        TRITON_CACHE_MANAGER=REMOTE_MANAGER,
+        JITWARDEN_HOME=os.path.join(env["HOME"], ".jw"),
+    )
     out.update(extra)
     return out
 
@@ -191,8 +227,12 @@ def compile_into(part: str, jobs, env: dict, kernel_dir: str) -> list[dict]:
         with open(src, "w") as f:
             f.write(kernels.KERNEL_SOURCE)
     os.makedirs(part, exist_ok=True)
-    run_env = dict(env, TRITON_CACHE_DIR=part, JW_KERNEL_DIR=kernel_dir, JW_JOBS=json.dumps(list(jobs)))
-    proc = subprocess.run([sys.executable, "-c", kernels.DRIVER], env=run_env, capture_output=True, text=True)
+    run_env = dict(
+        env, TRITON_CACHE_DIR=part, JW_KERNEL_DIR=kernel_dir, JW_JOBS=json.dumps(list(jobs))
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", kernels.DRIVER], env=run_env, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"triton.compile failed:\n{proc.stderr[-4000:]}")
     built = json.loads(proc.stdout.strip().splitlines()[-1])

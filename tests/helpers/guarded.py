@@ -24,7 +24,7 @@ MANAGER = "jitwarden.guard:GuardedCacheManager"
 JOBS = kernels.jobs_for(archs=(90,), variants=kernels.VARIANTS[:3])  # add, add_b256, sub
 
 DRIVER = textwrap.dedent(
-    '''
+    """
     import hashlib, json, os, sys
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     import triton
@@ -38,7 +38,7 @@ DRIVER = textwrap.dedent(
         out[job["label"]] = {"cubin": hashlib.sha256(k.asm["cubin"]).hexdigest(),
                              "id": __import__("base64").b32encode(bytes.fromhex(k.metadata.hash)).decode().rstrip("=")}
     print(json.dumps(out))
-    '''
+    """
 )
 
 
@@ -56,17 +56,27 @@ def kernel_dir() -> str:
     return kdir
 
 
-def compile_jobs(cache_dir: str, jobs=JOBS, guarded: bool = True, extra_env: dict | None = None) -> dict:
+def compile_jobs(
+    cache_dir: str, jobs=JOBS, guarded: bool = True, extra_env: dict | None = None
+) -> dict:
     """Compile ``jobs`` into ``cache_dir`` in a fresh interpreter: {label: {cubin sha256, entry id}}."""
     kdir = kernel_dir()
     env = dict(os.environ)
     env.pop("TRITON_CACHE_MANAGER", None)
-    env.update({"TRITON_CACHE_DIR": cache_dir, "JW_KERNEL_DIR": kdir, "JW_JOBS": json.dumps(jobs),
-                "PYTHONPATH": SRC + os.pathsep + env.get("PYTHONPATH", "")})
+    env.update(
+        {
+            "TRITON_CACHE_DIR": cache_dir,
+            "JW_KERNEL_DIR": kdir,
+            "JW_JOBS": json.dumps(jobs),
+            "PYTHONPATH": SRC + os.pathsep + env.get("PYTHONPATH", ""),
+        }
+    )
     if guarded:
         env["TRITON_CACHE_MANAGER"] = MANAGER
     env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["_stderr"] = proc.stderr
@@ -88,29 +98,41 @@ def assert_sound(root: str, entry_id: str) -> None:
     assert errors == [], errors
 
 
-
-
 def clean_env(tmp_path, **extra) -> dict:
     """A private environment: HOME, caches and the memo all under tmp_path."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "XDG_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "VLLM_", "JITWARDEN_", "XDG_"))
+    }
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-               PYTHONPATH=SRC)
+    env.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        PYTHONPATH=SRC,
+    )
     env.update(extra)
     return env
 
 
 def py(code: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # A same-named substitute: ``add_kernel`` computing x - y (the first-use attack).
 ADD = [j for j in JOBS if j["label"] == "add_sm90"]
 EVIL_SOURCE = kernels.KERNEL_SOURCE.replace(
-    "tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m)", "tl.load(x + offs, mask=m) - tl.load(y + offs, mask=m)")
+    "tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m)",
+    "tl.load(x + offs, mask=m) - tl.load(y + offs, mask=m)",
+)
 
 
 def evil_kernel_dir() -> str:

@@ -26,7 +26,7 @@ VARIANTS = (
 )
 
 KERNEL_SOURCE = textwrap.dedent(
-    '''
+    """
     import triton
     import triton.language as tl
 
@@ -63,7 +63,7 @@ KERNEL_SOURCE = textwrap.dedent(
             y = tl.load(b + (k + rk)[:, None] * N + rn[None, :])
             acc += tl.dot(x, y)
         tl.store(c + rm[:, None] * N + rn[None, :], acc)
-    '''
+    """
 )
 
 SIGNATURES = {
@@ -74,7 +74,7 @@ SIGNATURES = {
 }
 
 DRIVER = textwrap.dedent(
-    '''
+    """
     import json, os, sys
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     import triton
@@ -91,7 +91,7 @@ DRIVER = textwrap.dedent(
         job["name"] = k.metadata.name
         out.append(job)
     print(json.dumps(out))
-    '''
+    """
 )
 
 
@@ -117,7 +117,9 @@ def entry_id(hash_hex: str) -> str:
     return base64.b32encode(bytes.fromhex(hash_hex)).decode().rstrip("=")
 
 
-def build_cache(cache_dir: str, jobs: list[dict] | None = None, env: dict | None = None) -> list[dict]:
+def build_cache(
+    cache_dir: str, jobs: list[dict] | None = None, env: dict | None = None
+) -> list[dict]:
     """Compile ``jobs`` into ``cache_dir`` in a fresh interpreter; return them with their entry paths."""
     jobs = jobs_for() if jobs is None else jobs
     os.makedirs(cache_dir, exist_ok=True)
@@ -128,8 +130,12 @@ def build_cache(cache_dir: str, jobs: list[dict] | None = None, env: dict | None
         f.write(KERNEL_SOURCE)
     run_env = dict(os.environ)
     run_env.update(env or {})
-    run_env.update({"TRITON_CACHE_DIR": cache_dir, "JW_KERNEL_DIR": kdir, "JW_JOBS": json.dumps(jobs)})
-    proc = subprocess.run([sys.executable, "-c", DRIVER], env=run_env, capture_output=True, text=True)
+    run_env.update(
+        {"TRITON_CACHE_DIR": cache_dir, "JW_KERNEL_DIR": kdir, "JW_JOBS": json.dumps(jobs)}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER], env=run_env, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"triton.compile failed:\n{proc.stderr[-4000:]}")
     built = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -153,7 +159,10 @@ def copy_cache(src: str, dst: str) -> str:
                 gpath = os.path.join(entry, fname)
                 with open(gpath) as f:
                     doc = json.load(f)
-                doc["child_paths"] = {c: os.path.join(entry, os.path.basename(p)) for c, p in doc["child_paths"].items()}
+                doc["child_paths"] = {
+                    c: os.path.join(entry, os.path.basename(p))
+                    for c, p in doc["child_paths"].items()
+                }
                 with open(gpath, "w") as f:
                     json.dump(doc, f)
     return dst

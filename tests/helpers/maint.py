@@ -6,12 +6,10 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import time
+
 from tests.helpers.cli import jw
 from tests.helpers.paths import SRC  # noqa: F401 - re-exported for the CLI runners
-
-
 
 
 def snapshot(root: str) -> dict:
@@ -35,7 +33,7 @@ def snapshot(root: str) -> dict:
 def sub(snap: dict, prefix: str) -> dict:
     """The part of a snapshot under ``prefix`` (relative to it)."""
     pre = prefix.rstrip("/") + "/"
-    return {k[len(pre):]: v for k, v in snap.items() if k.startswith(pre)}
+    return {k[len(pre) :]: v for k, v in snap.items() if k.startswith(pre)}
 
 
 def file_of(rec, ext) -> str:
@@ -53,9 +51,13 @@ def damage_everything(root: str, recs: dict, outside_dir: str) -> dict:
     d["add_b256_sm90"] = "mismatch"
     os.unlink(file_of(recs["matmul_sm90"], "ptx"))
     d["matmul_sm90"] = "incomplete"
-    grp = os.path.join(recs["add_nofma_sm90"]["path"], f"__grp__{recs['add_nofma_sm90']['name']}.json")
+    grp = os.path.join(
+        recs["add_nofma_sm90"]["path"], f"__grp__{recs['add_nofma_sm90']['name']}.json"
+    )
     doc = json.load(open(grp))
-    doc["child_paths"] = {c: os.path.join("/elsewhere", recs["add_nofma_sm90"]["id"], c) for c in doc["child_paths"]}
+    doc["child_paths"] = {
+        c: os.path.join("/elsewhere", recs["add_nofma_sm90"]["id"], c) for c in doc["child_paths"]
+    }
     json.dump(doc, open(grp, "w"))
     d["add_nofma_sm90"] = "foreign-path"
     # unsafe: a file inside the entry is a symlink to a file outside the root
@@ -78,7 +80,9 @@ def damage_everything(root: str, recs: dict, outside_dir: str) -> dict:
     md["triton_version"] = "3.5.1"
     json.dump(md, open(md_path, "w"))
     d["sub_sm90"] = "stale"
-    old = os.path.join(recs["add_sm120"]["path"], "tmp.pid_4242_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab")
+    old = os.path.join(
+        recs["add_sm120"]["path"], "tmp.pid_4242_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab"
+    )
     os.makedirs(old)
     t = time.time() - 7200
     os.utime(old, (t, t))

@@ -16,9 +16,8 @@ import shutil
 import struct
 import subprocess
 
-from tests.helpers import kernels
-
 from jitwarden.cli.main import main
+from tests.helpers import kernels
 
 EM_AARCH64 = 183
 
@@ -27,8 +26,13 @@ def triton_artifacts(dest: str, archs=(80, 90, 120)) -> dict[int, dict[str, str]
     """{arch: {"cubin": path, "ptx": path}} of one real ``add_kernel`` per arch."""
     jobs = kernels.jobs_for(archs=archs, variants=kernels.VARIANTS[:1])
     built = kernels.build_cache(os.path.join(dest, "triton"), jobs)
-    return {j["arch"]: {"cubin": os.path.join(j["path"], f"{j['name']}.cubin"),
-                        "ptx": os.path.join(j["path"], f"{j['name']}.ptx")} for j in built}
+    return {
+        j["arch"]: {
+            "cubin": os.path.join(j["path"], f"{j['name']}.cubin"),
+            "ptx": os.path.join(j["path"], f"{j['name']}.ptx"),
+        }
+        for j in built
+    }
 
 
 CPP = 'extern "C" int jw_probe(int x) { return x + 1; }\n'
@@ -91,14 +95,22 @@ def root_codes(doc) -> list[str]:
 
 def clean_codes(root: str, kind: str, codes_: tuple[str, ...], judge_kw=None):
     """Scan ``root`` as ``kind``, plan a clean of entries with ``codes_`` and carry it out (quarantine)."""
-    from jitwarden.ops import plans as cleanplan, maintenance, scan
     from jitwarden.model.entries import CacheRoot
+    from jitwarden.ops import maintenance, scan
+    from jitwarden.ops import plans as cleanplan
 
-    report = scan.scan([(CacheRoot(kind, root, "cli"), None)], scan.make_judge(**(judge_kw or {"target_arch": 90})),
-                       scan.Target(90, "cli"))
+    report = scan.scan(
+        [(CacheRoot(kind, root, "cli"), None)],
+        scan.make_judge(**(judge_kw or {"target_arch": 90})),
+        scan.Target(90, "cli"),
+    )
     plan = cleanplan.plan_clean(report, cleanplan.selection(codes=codes_, now=report.judge.now))
     return plan, maintenance.clean(plan.actions)
 
 
 def files_under(path: str) -> list[str]:
-    return sorted(os.path.relpath(p, path) for p in glob.glob(os.path.join(path, "**"), recursive=True) if os.path.isfile(p))
+    return sorted(
+        os.path.relpath(p, path)
+        for p in glob.glob(os.path.join(path, "**"), recursive=True)
+        if os.path.isfile(p)
+    )

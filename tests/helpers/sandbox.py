@@ -15,7 +15,15 @@ import stat
 from jitwarden import adapters
 from jitwarden.env import locations
 
-CLEARED_PREFIXES = ("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_", "CUDA_CACHE_", "FLASHINFER_", "DG_")
+CLEARED_PREFIXES = (
+    "JITWARDEN_",
+    "TRITON_",
+    "TORCHINDUCTOR_",
+    "VLLM_",
+    "CUDA_CACHE_",
+    "FLASHINFER_",
+    "DG_",
+)
 """Settings of jitwarden and of the tools it guards: a caller's ``JITWARDEN_REMOTE`` or ``TRITON_CACHE_MANAGER``
 must not reach a test (a test that needs one sets it)."""
 
@@ -26,14 +34,23 @@ def sandbox_env(base: str, env=os.environ, tmpdir: str | None = None) -> dict[st
     to its own default, now inside ``base``. ``tmpdir``: the temp dir to use instead of ``<base>/tmp``."""
     home = os.path.join(base, "home")
     placed = {
-        "HOME": home, "TMPDIR": tmpdir or os.path.join(base, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
-        "XDG_CONFIG_HOME": os.path.join(home, ".config"), "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
-        "XDG_STATE_HOME": os.path.join(home, ".local", "state"), "XDG_RUNTIME_DIR": os.path.join(base, "run"),
+        "HOME": home,
+        "TMPDIR": tmpdir or os.path.join(base, "tmp"),
+        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+        "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
+        "XDG_STATE_HOME": os.path.join(home, ".local", "state"),
+        "XDG_RUNTIME_DIR": os.path.join(base, "run"),
     }
     for var, path in placed.items():
-        os.makedirs(path, mode=0o755 if var == "TMPDIR" else 0o700, exist_ok=True)  # TMPDIR: reachable by nobody
-    out = {k: v for k, v in env.items()
-           if not k.startswith(CLEARED_PREFIXES) and k not in dict(locations.LOCATION_VARS)}
+        os.makedirs(
+            path, mode=0o755 if var == "TMPDIR" else 0o700, exist_ok=True
+        )  # TMPDIR: reachable by nobody
+    out = {
+        k: v
+        for k, v in env.items()
+        if not k.startswith(CLEARED_PREFIXES) and k not in dict(locations.LOCATION_VARS)
+    }
     out.update(placed)
     return out
 
@@ -76,8 +93,10 @@ def digest(places, shallow=(), limit: int = 200_000) -> dict[str, str]:
                 if not deep:  # a home's top: which names there are (a shell's history file changes on its own)
                     h.update(f"{e.path}\0{stat.S_IFMT(st.st_mode)}\n".encode())
                     continue
-                h.update(f"{e.path}\0{st.st_mode:o}\0{0 if is_dir else st.st_size}\0"
-                         f"{0 if is_dir else st.st_mtime_ns}\n".encode())
+                h.update(
+                    f"{e.path}\0{st.st_mode:o}\0{0 if is_dir else st.st_size}\0"
+                    f"{0 if is_dir else st.st_mtime_ns}\n".encode()
+                )
                 if is_dir and deep:
                     todo.append(e.path)
         out[top] = h.hexdigest()

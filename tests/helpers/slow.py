@@ -20,8 +20,23 @@ import pytest
 from tests.helpers.paths import TESTS
 
 _MODULES = {"subprocess", "multiprocessing", "pty", "concurrent"}
-_OS_CALLS = {"fork", "forkpty", "system", "popen", "spawnv", "spawnl", "posix_spawn", "posix_spawnp",
-             "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp"}
+_OS_CALLS = {
+    "fork",
+    "forkpty",
+    "system",
+    "popen",
+    "spawnv",
+    "spawnl",
+    "posix_spawn",
+    "posix_spawnp",
+    "execv",
+    "execve",
+    "execvp",
+    "execvpe",
+    "execl",
+    "execle",
+    "execlp",
+}
 _COMPILERS = {("triton", "compile"), ("torch", "compile")}
 
 
@@ -35,7 +50,11 @@ def _spawns_directly(call: ast.Call) -> bool:
     f = call.func
     if isinstance(f, ast.Attribute):
         root = _root_name(f.value)
-        if root in _MODULES or (root == "os" and f.attr in _OS_CALLS) or (root, f.attr) in _COMPILERS:
+        if (
+            root in _MODULES
+            or (root == "os" and f.attr in _OS_CALLS)
+            or (root, f.attr) in _COMPILERS
+        ):
             return True
     return isinstance(f, ast.Name) and f.id in {"Popen", "check_output", "check_call"}
 
@@ -58,11 +77,15 @@ def _test_modules(tree: ast.Module) -> set:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tests":
             out |= {a.asname or a.name for a in node.names}
         elif isinstance(node, ast.Import):
-            out |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "tests"}
+            out |= {
+                a.asname or a.name.split(".")[0]
+                for a in node.names
+                if a.name.split(".")[0] == "tests"
+            }
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _index() -> tuple[dict, frozenset]:
     """{(file, function name): (spawns directly, names it calls)} of every function in tests/, and the
     names (functions and classes) that spawn, closed over calls."""
@@ -84,16 +107,27 @@ def _index() -> tuple[dict, frozenset]:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
                     names = frozenset(n for c in calls if (n := _called_name(c, ours)))
-                    funcs[(os.path.realpath(path), node.name)] = (any(map(_spawns_directly, calls)), names)
+                    funcs[(os.path.realpath(path), node.name)] = (
+                        any(map(_spawns_directly, calls)),
+                        names,
+                    )
                 elif isinstance(node, ast.ImportFrom):
                     aliases.update({a.asname: a.name for a in node.names if a.asname})
                 elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
-                    aliases.update({t.id: node.value.id for t in node.targets if isinstance(t, ast.Name)})
+                    aliases.update(
+                        {t.id: node.value.id for t in node.targets if isinstance(t, ast.Name)}
+                    )
                 elif isinstance(node, ast.ClassDef):
-                    classes[node.name] = {m.name for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                    classes[node.name] = {
+                        m.name
+                        for m in node.body
+                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    }
     slow = {name for (_f, name), (direct, _c) in funcs.items() if direct}
     while True:
-        grew = {name for (_f, name), (_d, calls) in funcs.items() if name not in slow and calls & slow}
+        grew = {
+            name for (_f, name), (_d, calls) in funcs.items() if name not in slow and calls & slow
+        }
         grew |= {cls for cls, methods in classes.items() if cls not in slow and methods & slow}
         grew |= {new for new, old in aliases.items() if new not in slow and old in slow}
         if not grew:
@@ -107,7 +141,9 @@ def _func_is_slow(func) -> bool:
     if code is None:
         return False
     funcs, slow = _index()
-    direct, calls = funcs.get((os.path.realpath(code.co_filename), func.__name__), (False, frozenset()))
+    direct, calls = funcs.get(
+        (os.path.realpath(code.co_filename), func.__name__), (False, frozenset())
+    )
     return direct or bool(calls & slow)
 
 
@@ -119,7 +155,7 @@ def is_slow(item) -> bool:
         return True
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
-        for fdef in (info.name2fixturedefs.get(name, ()) if info else ()):
+        for fdef in info.name2fixturedefs.get(name, ()) if info else ():
             if _func_is_slow(fdef.func):
                 return True
     return False

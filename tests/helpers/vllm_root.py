@@ -42,10 +42,20 @@ ART1 = "artifact_compile_range_1_8192_subgraph_1"
 
 
 def factors(vllm_version="0.34.0", gpu="NVIDIA H200", cuda="13.0"):
-    system = [["device", [["name", gpu]]], ["hash", "9a1b"], ["version", [["cuda", cuda], ["triton", "3.6.0" + "f" * 64]]]]
-    return {"env": {"VLLM_USE_AOT_COMPILE": True}, "config": {"model": [["model", "Qwen/Qwen3-0.6B"]], "version": vllm_version},
-            "code": {"files": []}, "compiler": {"inductor": [system, "e3b0c442" * 8, [["max_autotune", False]], []]},
-            "config_hash": "1" * 64, "code_hash": "2" * 64, "compiler_hash": "3" * 64}
+    system = [
+        ["device", [["name", gpu]]],
+        ["hash", "9a1b"],
+        ["version", [["cuda", cuda], ["triton", "3.6.0" + "f" * 64]]],
+    ]
+    return {
+        "env": {"VLLM_USE_AOT_COMPILE": True},
+        "config": {"model": [["model", "Qwen/Qwen3-0.6B"]], "version": vllm_version},
+        "code": {"files": []},
+        "compiler": {"inductor": [system, "e3b0c442" * 8, [["max_autotune", False]], []]},
+        "config_hash": "1" * 64,
+        "code_hash": "2" * 64,
+        "compiler_hash": "3" * 64,
+    }
 
 
 def make_root(root: str, real: dict, cubin: str) -> str:
@@ -54,9 +64,16 @@ def make_root(root: str, real: dict, cubin: str) -> str:
     with open(os.path.join(prefix, "cache_key_factors.json"), "w") as f:
         json.dump(factors(), f, indent=2, sort_keys=True)
     shutil.copy(os.path.join(real["artifacts"], "artifact_binary"), os.path.join(prefix, ART0))
-    shutil.copytree(os.path.join(real["artifacts"], "artifact_unpacked"), os.path.join(prefix, ART1))
-    cache = {((1, 8192), i, "inductor_standalone"): {"graph_handle": (k, os.path.join(prefix, k)), "cache_key": k}
-             for i, k in enumerate((ART0, ART1))}
+    shutil.copytree(
+        os.path.join(real["artifacts"], "artifact_unpacked"), os.path.join(prefix, ART1)
+    )
+    cache = {
+        ((1, 8192), i, "inductor_standalone"): {
+            "graph_handle": (k, os.path.join(prefix, k)),
+            "cache_key": k,
+        }
+        for i, k in enumerate((ART0, ART1))
+    }
     with open(os.path.join(prefix, "vllm_compile_cache.py"), "w") as f:
         f.write(pprint.PrettyPrinter(indent=4).pformat(cache))
     for name in ("computation_graph.py", "transformed_code.py"):
@@ -66,7 +83,9 @@ def make_root(root: str, real: dict, cubin: str) -> str:
     os.makedirs(os.path.join(root, RANK, "triton_cache"))
     for aot in (AOT_NEW, AOT_OLD):
         os.makedirs(os.path.join(root, aot, "rank_0_0"))
-        shutil.copy(os.path.join(real["artifacts"], "model"), os.path.join(root, aot, "rank_0_0", "model"))
+        shutil.copy(
+            os.path.join(real["artifacts"], "model"), os.path.join(root, aot, "rank_0_0", "model")
+        )
     inductor_real.copy(real["inductor"], os.path.join(root, AOT_NEW, "inductor_cache"))
     os.makedirs(os.path.join(root, FI))
     with open(os.path.join(root, FI, "autotune_configs.json"), "w") as f:
@@ -83,13 +102,24 @@ def cubin_of(built_cache, arch: int = 90) -> str:
     """A real kernel cubin for ``sm_<arch>`` of the session's Triton cache (conftest ``built_cache``)."""
     src, manifest = built_cache
     job = next(j for j in manifest if j.get("arch") == arch and j.get("type", "kernel") == "kernel")
-    return next(os.path.join(src, job["id"], f) for f in os.listdir(os.path.join(src, job["id"])) if f.endswith(".cubin"))
+    return next(
+        os.path.join(src, job["id"], f)
+        for f in os.listdir(os.path.join(src, job["id"]))
+        if f.endswith(".cubin")
+    )
 
 
 def judge(arch=90, **kw):
-    base = dict(target_arch=arch, host_machine=os.uname().machine, now=time.time(), orphan_age=3600.0,
-                versions=(("torch", "2.13.0"), ("vllm", "0.34.0"), ("flashinfer", "0.6.1")),
-                gpu_names=("NVIDIA H200",), torch_cuda="13.0", uid=os.getuid())
+    base = {
+        "target_arch": arch,
+        "host_machine": os.uname().machine,
+        "now": time.time(),
+        "orphan_age": 3600.0,
+        "versions": (("torch", "2.13.0"), ("vllm", "0.34.0"), ("flashinfer", "0.6.1")),
+        "gpu_names": ("NVIDIA H200",),
+        "torch_cuda": "13.0",
+        "uid": os.getuid(),
+    }
     base.update(kw)
     return Judge(**base)
 

@@ -6,8 +6,7 @@ import shutil
 
 import pytest
 
-
-from tests.real import corpus  # noqa: E402
+from tests.real import corpus
 
 
 @pytest.fixture(scope="session")
@@ -20,11 +19,13 @@ def unpacked(tmp_path_factory):
 @pytest.fixture
 def fresh_copy(unpacked, tmp_path):
     """A private copy of one capture, relocated to its new place: ``fresh_copy(name) -> tree``."""
+
     def make(name: str) -> str:
         dst = str(tmp_path / name)
         shutil.copytree(unpacked[name], dst, symlinks=True)
         corpus.relocate(dst, unpacked[name])
         return dst
+
     return make
 
 

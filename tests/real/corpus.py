@@ -17,9 +17,9 @@ import os
 import tarfile
 import time
 
-from jitwarden.ops import scan
 from jitwarden.adapters import triton as tri
 from jitwarden.model.entries import Judge
+from jitwarden.ops import scan
 from tests.helpers.paths import DATA as _DATA
 
 DATA = os.path.join(_DATA, "real")
@@ -71,9 +71,19 @@ def roots(tree: str) -> list[str]:
 def facts_judge(target_arch: int | None = 90) -> Judge:
     """A judge standing where the capture was made: its torch, Triton, CUDA, Python and driver."""
     f = facts()["facts"]
-    return Judge(target_arch, f["triton"], tri.host_machine(), 3600.0, time.time(),
-                 versions=(("torch", f["torch"]), ("triton", f["triton"])), gpu_names=(f["device"],),
-                 driver_version="580.159.04", torch_cuda=f["cuda"], python_tag="312", uid=os.getuid())
+    return Judge(
+        target_arch,
+        f["triton"],
+        tri.host_machine(),
+        3600.0,
+        time.time(),
+        versions=(("torch", f["torch"]), ("triton", f["triton"])),
+        gpu_names=(f["device"],),
+        driver_version="580.159.04",
+        torch_cuda=f["cuda"],
+        python_tag="312",
+        uid=os.getuid(),
+    )
 
 
 def scan_tree(tree: str, judge: Judge) -> scan.ScanReport:

@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from tests.real import corpus
 from jitwarden.cli.main import main
+from tests.real import corpus
 
 NAMES = corpus.names()
 
@@ -26,20 +26,29 @@ def verify(capsys, *args) -> tuple[int, dict]:
     cap = capsys.readouterr()
     assert "Traceback" not in cap.err, cap.err
     doc = json.loads(cap.out)
-    assert rc == (1 if doc["summary"]["errors"] else 0), cap.err  # exit 1 exactly when an error-level finding is shown
+    assert rc == (1 if doc["summary"]["errors"] else 0), (
+        cap.err
+    )  # exit 1 exactly when an error-level finding is shown
     return rc, doc
 
 
 def loud(doc: dict) -> list[tuple[str, str, str]]:
     """(entry, code, message) of every finding at warn or error level."""
-    return [(e["id"], f["code"], f["message"]) for e in doc["entries"] for f in e["findings"]
-            if f["severity"] in ("warn", "error")] + \
-           [(c["root"], f["code"], f["message"]) for c in doc["caches"] for f in c["findings"]
-            if f["severity"] in ("warn", "error")]
+    return [
+        (e["id"], f["code"], f["message"])
+        for e in doc["entries"]
+        for f in e["findings"]
+        if f["severity"] in ("warn", "error")
+    ] + [
+        (c["root"], f["code"], f["message"])
+        for c in doc["caches"]
+        for f in c["findings"]
+        if f["severity"] in ("warn", "error")
+    ]
 
 
 def test_the_corpus_is_all_there():
-    assert NAMES == sorted(corpus.facts()["workloads"]) and len(NAMES) == 7
+    assert sorted(corpus.facts()["workloads"]) == NAMES and len(NAMES) == 7
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -67,7 +76,9 @@ def test_the_extension_is_stale_for_another_python(unpacked, capsys):
     """Evidence, not a false alarm: its build.ninja compiles against Python 3.12 headers; this is another Python."""
     import sys
 
-    rc, doc = verify(capsys, "--target", "90", os.path.join(unpacked["compute_cache"], "torch_extensions"))
+    rc, doc = verify(
+        capsys, "--target", "90", os.path.join(unpacked["compute_cache"], "torch_extensions")
+    )
     codes = [f["code"] for e in doc["entries"] for f in e["findings"]]
     if sys.version_info[:2] == (3, 12):
         assert codes == []
@@ -80,7 +91,11 @@ def test_unrelocated_copy_is_foreign_path(tmp_path, capsys):
     tree = corpus.unpack("triton_plain", str(tmp_path), relocated=False)
     rc, doc = verify(capsys, "--target", "90", os.path.join(tree, "triton"))
     kernels = [e for e in doc["entries"] if e["type"] == "kernel"]
-    assert kernels and all([f["code"] for f in e["findings"]] == ["foreign-path"] for e in kernels) and rc == 1
+    assert (
+        kernels
+        and all([f["code"] for f in e["findings"]] == ["foreign-path"] for e in kernels)
+        and rc == 1
+    )
     assert "/root/out/work/triton_plain/triton/" in kernels[0]["findings"][0]["message"]
 
 
@@ -93,24 +108,35 @@ def test_compute_cache_flavours_are_each_recognised(unpacked, capture_driver, ca
             x = e["extra"]
             seen[(x["producer"], x["input"], x["output"])] = x["jit_date"]
             assert e["findings"] == []
-    assert seen == {("driver-jit", "ptx", "cubin"): "Apr 29 2026",
-                    ("nvjitlink", "nvvm-ir", "cubin"): "Aug 20 2025",
-                    ("nvjitlink", "nvvm-ir", "ptx"): "Aug 20 2025"}
+    assert seen == {
+        ("driver-jit", "ptx", "cubin"): "Apr 29 2026",
+        ("nvjitlink", "nvvm-ir", "cubin"): "Aug 20 2025",
+        ("nvjitlink", "nvvm-ir", "ptx"): "Aug 20 2025",
+    }
 
 
-def test_a_driver_upgrade_makes_only_the_drivers_entries_stale(unpacked, tmp_path, monkeypatch, capsys):
+def test_a_driver_upgrade_makes_only_the_drivers_entries_stale(
+    unpacked, tmp_path, monkeypatch, capsys
+):
     """Another JIT compiler stamp: the driver's PTX JIT entries are stale; nvJitLink's date says nothing."""
     from jitwarden.adapters import cuda_compute as cc
 
-    monkeypatch.setenv("JITWARDEN_LIBCUDA", corpus.driver_stand_in(str(tmp_path / "drv"), b"Jan 12 2027"))
+    monkeypatch.setenv(
+        "JITWARDEN_LIBCUDA", corpus.driver_stand_in(str(tmp_path / "drv"), b"Jan 12 2027")
+    )
     cc.reset_driver_evidence()
     try:
-        rc, doc = verify(capsys, "--target", "90", os.path.join(unpacked["compute_cache"], "ComputeCache"))
+        rc, doc = verify(
+            capsys, "--target", "90", os.path.join(unpacked["compute_cache"], "ComputeCache")
+        )
     finally:
         cc.reset_driver_evidence()
     for e in doc["entries"]:
         codes = [f["code"] for f in e["findings"]]
-        assert codes == (["stale"] if e["extra"]["producer"] == "driver-jit" else []), (e["id"], codes)
+        assert codes == (["stale"] if e["extra"]["producer"] == "driver-jit" else []), (
+            e["id"],
+            codes,
+        )
     assert sum(1 for e in doc["entries"] if e["extra"]["producer"] == "driver-jit") == 3 and rc == 0
 
 
@@ -129,15 +155,19 @@ def _cut_mid_line(path: str) -> None:
     """Cut a text file in the middle of a line about half-way through (never on a line boundary)."""
     data = open(path, "rb").read()
     half = len(data) // 2
-    while data[half - 1:half + 1].count(b"\n") or data[half - 1:half].isspace():
+    while data[half - 1 : half + 1].count(b"\n") or data[half - 1 : half].isspace():
         half += 1
     open(path, "wb").write(data[:half])
 
 
 def _files(tree: str, pattern: str) -> list[str]:
     rx = re.compile(pattern)
-    return sorted(os.path.join(d, f) for d, _s, fs in os.walk(tree) for f in fs
-                  if rx.search(os.path.relpath(os.path.join(d, f), tree)))
+    return sorted(
+        os.path.join(d, f)
+        for d, _s, fs in os.walk(tree)
+        for f in fs
+        if rx.search(os.path.relpath(os.path.join(d, f), tree))
+    )
 
 
 def _codes_by_path(doc: dict) -> dict[str, set[str]]:
@@ -156,18 +186,29 @@ def test_damage_in_each_capture_is_caught(name, fresh_copy, capture_driver, caps
     tree = fresh_copy(name)
     damaged: list[tuple[str, str]] = []
     cubins = _files(tree, r"^triton/[^/]+/[^/]+\.cubin$")
-    metas = [p for p in _files(tree, r"^triton/[^/]+/[^/]+\.json$") if "__grp__" not in p
-             and os.path.exists(p[: -len(".json")] + ".cubin")]
+    metas = [
+        p
+        for p in _files(tree, r"^triton/[^/]+/[^/]+\.json$")
+        if "__grp__" not in p and os.path.exists(p[: -len(".json")] + ".cubin")
+    ]
     if len(cubins) >= 2:
         os.truncate(cubins[0], os.path.getsize(cubins[0]) // 2)
         damaged.append((cubins[0], "corrupt"))
         os.remove(cubins[1])  # a file the group lists
         damaged.append((cubins[1], "incomplete"))
     if metas:
-        victim = next(m for m in metas if os.path.dirname(m) not in {os.path.dirname(c) for c in cubins[:2]})
-        _cut_mid_line(victim) if open(victim, "rb").read().count(b"\n") > 2 else os.truncate(victim, os.path.getsize(victim) // 2)
+        victim = next(
+            m for m in metas if os.path.dirname(m) not in {os.path.dirname(c) for c in cubins[:2]}
+        )
+        _cut_mid_line(victim) if open(victim, "rb").read().count(b"\n") > 2 else os.truncate(
+            victim, os.path.getsize(victim) // 2
+        )
         damaged.append((victim, "corrupt"))
-    sources = [p for p in _files(tree, r"^inductor/[a-z0-9_]{2}/[^/]+\.py$") if b"@triton.jit" in open(p, "rb").read()]
+    sources = [
+        p
+        for p in _files(tree, r"^inductor/[a-z0-9_]{2}/[^/]+\.py$")
+        if b"@triton.jit" in open(p, "rb").read()
+    ]
     if sources:  # cut inside its triton_meta={...}: a source that stops mid-statement
         data = open(sources[0], "rb").read()
         open(sources[0], "wb").write(data[: data.index(b"triton_meta=") + 40])
@@ -183,7 +224,9 @@ def test_damage_in_each_capture_is_caught(name, fresh_copy, capture_driver, caps
     cc_entries = _files(tree, r"^ComputeCache/[0-9a-f]/[0-9a-f]/[0-9a-f]{14}$")
     for i, path in enumerate(cc_entries[:3]):
         size = os.path.getsize(path)
-        _flip(path, [size - 1, 40, size // 2][i])  # the output's last byte, the key's stamp, the middle
+        _flip(
+            path, [size - 1, 40, size // 2][i]
+        )  # the output's last byte, the key's stamp, the middle
         damaged.append((path, "corrupt"))
     if len(cc_entries) > 3:
         os.truncate(cc_entries[3], os.path.getsize(cc_entries[3]) - 100)
@@ -195,11 +238,16 @@ def test_damage_in_each_capture_is_caught(name, fresh_copy, capture_driver, caps
     assert len(damaged) >= 4, name
     rc, doc = verify(capsys, "--target", "90", *corpus.roots(tree))
     codes = _codes_by_path(doc)
-    missed = [(os.path.relpath(p, tree), want, sorted(_entry_of(codes, p))) for p, want in damaged
-              if want not in _entry_of(codes, p)]
+    missed = [
+        (os.path.relpath(p, tree), want, sorted(_entry_of(codes, p)))
+        for p, want in damaged
+        if want not in _entry_of(codes, p)
+    ]
     assert missed == [] and rc == 1
     # and nothing else was hurt: the entries not damaged stay quiet at error level
-    hurt = {e["path"] for e in doc["entries"] if any(f["severity"] == "error" for f in e["findings"])}
+    hurt = {
+        e["path"] for e in doc["entries"] if any(f["severity"] == "error" for f in e["findings"])
+    }
     touched = {p for p in codes for d, _w in damaged if d == p or d.startswith(p.rstrip("/") + "/")}
     assert hurt == touched
 

@@ -50,7 +50,9 @@ def _targets(node, module: str, is_pkg: bool, known) -> set[str]:
             found.add(sub if sub in known else stem)  # ``from pkg import mod`` names the submodule
     out = set()
     for name in found:
-        while name and name not in known:  # ``import a.b.c`` of a name that is an attribute: its module
+        while (
+            name and name not in known
+        ):  # ``import a.b.c`` of a name that is an attribute: its module
             name = name.rpartition(".")[0]
         if name and name.split(".")[0] == PACKAGE:
             out.add(name)
@@ -133,7 +135,9 @@ def _one_cycle(graph, group) -> list[str]:
                     path = [v]
                     while parent[path[-1]] is not None:
                         path.append(parent[path[-1]])
-                    return [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, v, start]
+                    return (
+                        [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, v, start]
+                    )
                 if w not in seen:
                     seen.add(w)
                     parent[w] = v
@@ -149,35 +153,57 @@ def _describe(graph, found) -> str:
 def test_src_has_no_import_cycle_counting_imports_inside_functions():
     graph = import_graph(SRC)
     assert len(graph) > 50 and "jitwarden.runtime.activation" in graph  # the walk found the package
-    assert "jitwarden.runtime.proof" in graph["jitwarden.runtime.sweep"]  # function-level imports are edges
+    assert (
+        "jitwarden.runtime.proof" in graph["jitwarden.runtime.sweep"]
+    )  # function-level imports are edges
     found = cycles(graph)
     assert found == [], f"import cycles: {_describe(graph, found)}"
 
 
-def test_a_cycle_planted_in_a_copy_of_the_tree_through_a_function_level_relative_import_is_found(tmp_path):
+def test_a_cycle_planted_in_a_copy_of_the_tree_through_a_function_level_relative_import_is_found(
+    tmp_path,
+):
     copy = tmp_path / "src"
-    shutil.copytree(os.path.join(SRC, PACKAGE), copy / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
-    leaf = copy / PACKAGE / "runtime" / "tree.py"  # a leaf of the runtime: nothing of the runtime below it
+    shutil.copytree(
+        os.path.join(SRC, PACKAGE), copy / PACKAGE, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    leaf = (
+        copy / PACKAGE / "runtime" / "tree.py"
+    )  # a leaf of the runtime: nothing of the runtime below it
     with open(leaf, "a", encoding="utf-8") as f:
         f.write("\n\ndef _planted():\n    from . import sweep  # noqa: F401\n")
     graph = import_graph(str(copy))
     found = cycles(graph)
     [group] = [g for g in found if {"jitwarden.runtime.sweep", "jitwarden.runtime.tree"} <= set(g)]
     path = _one_cycle(graph, group)
-    assert path[0] == path[-1] and "jitwarden.runtime.tree" in path and "jitwarden.runtime.sweep" in path
+    assert (
+        path[0] == path[-1]
+        and "jitwarden.runtime.tree" in path
+        and "jitwarden.runtime.sweep" in path
+    )
     assert all(b in graph[a] for a, b in zip(path, path[1:])), path  # a real cycle, edge by edge
     assert found == [group]  # nothing else in the tree is a cycle
 
 
 def test_the_graph_resolves_relative_and_submodule_imports():
-    src = {"jitwarden.a": "from .b import c\nimport jitwarden.b.d\n", "jitwarden.b": "", "jitwarden.b.c": "",
-           "jitwarden.b.d": "def f():\n    from ..a import x\n"}
+    src = {
+        "jitwarden.a": "from .b import c\nimport jitwarden.b.d\n",
+        "jitwarden.b": "",
+        "jitwarden.b.c": "",
+        "jitwarden.b.d": "def f():\n    from ..a import x\n",
+    }
     known = dict.fromkeys(src)
     got = {}
     for name, text in src.items():
         is_pkg = name == "jitwarden.b"
-        got[name] = set().union(*[_targets(n, name, is_pkg, known) for n in ast.walk(ast.parse(text))
-                                  if isinstance(n, (ast.Import, ast.ImportFrom))] or [set()])
+        got[name] = set().union(
+            *[
+                _targets(n, name, is_pkg, known)
+                for n in ast.walk(ast.parse(text))
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+            ]
+            or [set()]
+        )
     assert got["jitwarden.a"] == {"jitwarden.b.c", "jitwarden.b.d"}
     assert got["jitwarden.b.d"] == {"jitwarden.a"}
     assert cycles(got) == [["jitwarden.a", "jitwarden.b.d"]]

@@ -28,22 +28,61 @@ SRC = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "src", "jitw
 EXEMPT_LAYERS = ("store", "formats")
 """The two layers that own the disk and the bytes: the rules live there."""
 
-BANNED_CALLS = frozenset({
-    "open", "builtins.open", "io.open", "io.FileIO", "os.open", "os.fdopen", "os.openpty",
-    "os.rename", "os.renames", "os.replace", "os.makedirs", "os.mkdir", "os.mkfifo", "os.mknod",
-    "os.remove", "os.unlink", "os.rmdir", "os.removedirs", "os.link", "os.symlink", "os.truncate",
-    "json.load", "json.loads", "tarfile.open", "tarfile.TarFile", "tarfile.TarFile.open",
-})
+BANNED_CALLS = frozenset(
+    {
+        "open",
+        "builtins.open",
+        "io.open",
+        "io.FileIO",
+        "os.open",
+        "os.fdopen",
+        "os.openpty",
+        "os.rename",
+        "os.renames",
+        "os.replace",
+        "os.makedirs",
+        "os.mkdir",
+        "os.mkfifo",
+        "os.mknod",
+        "os.remove",
+        "os.unlink",
+        "os.rmdir",
+        "os.removedirs",
+        "os.link",
+        "os.symlink",
+        "os.truncate",
+        "json.load",
+        "json.loads",
+        "tarfile.open",
+        "tarfile.TarFile",
+        "tarfile.TarFile.open",
+    }
+)
 BANNED_MODULES = ("shutil", "tempfile", "zipfile")
 """Every call into these is banned, whatever its name, except ``NOT_IO``."""
 NOT_IO = frozenset({"shutil.which"})
 """Calls of a banned module that only look names up (``which``: a stat per PATH entry, nothing opened)."""
 
-BANNED_METHODS = frozenset({
-    "recv", "recv_into", "recvfrom", "recvfrom_into", "recvmsg", "recvmsg_into",  # socket reads
-    "extractall", "extractfile",  # tar (and zip) extraction
-    "read_text", "write_text", "read_bytes", "write_bytes", "open", "touch", "symlink_to", "hardlink_to",  # pathlib
-})
+BANNED_METHODS = frozenset(
+    {
+        "recv",
+        "recv_into",
+        "recvfrom",
+        "recvfrom_into",
+        "recvmsg",
+        "recvmsg_into",  # socket reads
+        "extractall",
+        "extractfile",  # tar (and zip) extraction
+        "read_text",
+        "write_text",
+        "read_bytes",
+        "write_bytes",
+        "open",
+        "touch",
+        "symlink_to",
+        "hardlink_to",  # pathlib
+    }
+)
 """Method names banned on any object that is not a module (``sock.recv``, ``Path(p).write_text``)."""
 
 ALLOWED = {
@@ -107,11 +146,17 @@ def violations_in(source: str, module: str) -> list[Violation]:
         if name is None:
             continue
         method = name.rsplit(".", 1)[-1]
-        bad = (name in BANNED_CALLS and (imported or name in ("open",)))
+        bad = name in BANNED_CALLS and (imported or name == "open")
         bad = bad or (imported and name.split(".")[0] in BANNED_MODULES and name not in NOT_IO)
-        bad = bad or (imported and name.startswith(("tarfile.", "zipfile.")) and method in ("open", "extractall"))
+        bad = bad or (
+            imported
+            and name.startswith(("tarfile.", "zipfile."))
+            and method in ("open", "extractall")
+        )
         bad = bad or (not imported and "." in name and method in BANNED_METHODS)
-        bad = bad or (not imported and isinstance(node.func, ast.Attribute) and method in BANNED_METHODS)
+        bad = bad or (
+            not imported and isinstance(node.func, ast.Attribute) and method in BANNED_METHODS
+        )
         if bad:
             out.append(Violation(module, node.lineno, name))
     return out
@@ -139,12 +184,20 @@ def check(src: str) -> list[str]:
     """Problems with the package at ``src``: banned calls not allowed, and allow-list or PENDING lines that
     match nothing any more (so both only shrink)."""
     found = scan(src)
-    problems = [f"{v} (raw I/O outside store/ and formats/: use store.fsutil or a formats reader)"
-                for v in found if (v.module, v.call) not in ALLOWED and v.module not in PENDING]
+    problems = [
+        f"{v} (raw I/O outside store/ and formats/: use store.fsutil or a formats reader)"
+        for v in found
+        if (v.module, v.call) not in ALLOWED and v.module not in PENDING
+    ]
     seen = {(v.module, v.call) for v in found}
-    problems += [f"ALLOWED has ({m!r}, {c!r}), which matches no call: remove it" for m, c in sorted(ALLOWED - seen)]
+    problems += [
+        f"ALLOWED has ({m!r}, {c!r}), which matches no call: remove it"
+        for m, c in sorted(ALLOWED - seen)
+    ]
     clean = PENDING - {v.module for v in found}
-    problems += [f"PENDING has {m!r}, which holds no banned call any more: remove it" for m in sorted(clean)]
+    problems += [
+        f"PENDING has {m!r}, which holds no banned call any more: remove it" for m in sorted(clean)
+    ]
     return problems
 
 
@@ -156,18 +209,18 @@ def test_no_raw_io_outside_store_and_formats():
 # ---------------------------------------------------------------- the check catches what it must
 
 PLANTS = {
-    "builtin open": 'def _planted(p):\n    return open(p).read()\n',
-    "os.rename": 'import os\n\ndef _planted(a, b):\n    os.rename(a, b)\n',
-    "aliased replace": 'from os import replace as _mv\n\ndef _planted(a, b):\n    _mv(a, b)\n',
-    "json.loads": 'def _planted(b):\n    import json\n    return json.loads(b)\n',
-    "shutil.rmtree": 'import shutil\n\ndef _planted(p):\n    shutil.rmtree(p)\n',
-    "tempfile.mkdtemp": 'def _planted():\n    from tempfile import mkdtemp\n    return mkdtemp()\n',
-    "tarfile.open": 'import tarfile\n\ndef _planted(p):\n    return tarfile.open(p)\n',
-    "tar extraction": 'def _planted(tar, m):\n    return tar.extractfile(m)\n',
-    "socket recv": 'def _planted(sock):\n    return sock.recv(4096)\n',
+    "builtin open": "def _planted(p):\n    return open(p).read()\n",
+    "os.rename": "import os\n\ndef _planted(a, b):\n    os.rename(a, b)\n",
+    "aliased replace": "from os import replace as _mv\n\ndef _planted(a, b):\n    _mv(a, b)\n",
+    "json.loads": "def _planted(b):\n    import json\n    return json.loads(b)\n",
+    "shutil.rmtree": "import shutil\n\ndef _planted(p):\n    shutil.rmtree(p)\n",
+    "tempfile.mkdtemp": "def _planted():\n    from tempfile import mkdtemp\n    return mkdtemp()\n",
+    "tarfile.open": "import tarfile\n\ndef _planted(p):\n    return tarfile.open(p)\n",
+    "tar extraction": "def _planted(tar, m):\n    return tar.extractfile(m)\n",
+    "socket recv": "def _planted(sock):\n    return sock.recv(4096)\n",
     "pathlib write": 'from pathlib import Path\n\ndef _planted(p):\n    Path(p).write_text("x")\n',
-    "pathlib open": 'import pathlib\n\ndef _planted(p):\n    return pathlib.Path(p).open()\n',
-    "os.fdopen": 'import os\n\ndef _planted(fd):\n    return os.fdopen(fd)\n',
+    "pathlib open": "import pathlib\n\ndef _planted(p):\n    return pathlib.Path(p).open()\n",
+    "os.fdopen": "import os\n\ndef _planted(fd):\n    return os.fdopen(fd)\n",
 }
 
 
@@ -193,11 +246,15 @@ def test_the_disk_layer_itself_is_exempt_and_a_stale_allowance_is_reported(tree_
     assert check(tree_copy) == []
     with open(os.path.join(tree_copy, "cli", "main.py"), "w", encoding="utf-8") as f:
         f.write('"""Emptied: no raw I/O left."""\n')
-    assert check(tree_copy) == ["ALLOWED has ('cli.main', 'open'), which matches no call: remove it"]
+    assert check(tree_copy) == [
+        "ALLOWED has ('cli.main', 'open'), which matches no call: remove it"
+    ]
 
 
 def test_harmless_lookalikes_are_not_flagged():
-    src = ('import os\nfrom jitwarden.store import fsutil\nfrom jitwarden.store.fsutil import read_bytes\n\n'
-           'def f(p, s):\n    fsutil.read_bytes(p)\n    read_bytes(p)\n    s.replace("a", "b")\n'
-           '    os.path.join(p, "x")\n    os.stat(p)\n')
+    src = (
+        "import os\nfrom jitwarden.store import fsutil\nfrom jitwarden.store.fsutil import read_bytes\n\n"
+        'def f(p, s):\n    fsutil.read_bytes(p)\n    read_bytes(p)\n    s.replace("a", "b")\n'
+        '    os.path.join(p, "x")\n    os.stat(p)\n'
+    )
     assert violations_in(src, "ops.example") == []

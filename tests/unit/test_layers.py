@@ -18,8 +18,14 @@ LINT = os.path.join(os.path.dirname(sys.executable), "lint-imports")
 
 def lint(src_dir: str, cwd: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=src_dir)
-    return subprocess.run([LINT, "--no-cache", os.path.join(cwd, "pyproject.toml")], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [LINT, "--no-cache", os.path.join(cwd, "pyproject.toml")],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_every_layer_contract_is_kept():
@@ -32,7 +38,11 @@ def test_every_layer_contract_is_kept():
 def test_an_upward_import_breaks_the_layers_contract(tmp_path):
     """model/ importing the CLI is reported, naming the offending import."""
     src = tmp_path / "src"
-    shutil.copytree(os.path.join(SRC, "jitwarden"), src / "jitwarden", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(SRC, "jitwarden"),
+        src / "jitwarden",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     shutil.copy(os.path.join(REPO, "pyproject.toml"), tmp_path / "pyproject.toml")
     text = src / "jitwarden" / "model" / "text.py"
     text.write_text(text.read_text() + "\nfrom jitwarden.cli import render  # planted\n")

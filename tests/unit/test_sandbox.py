@@ -10,13 +10,21 @@ import subprocess
 import sys
 
 from jitwarden.env import locations
-from jitwarden.store import fsutil, locks
 from jitwarden.model.layout import ROOT_LOCK_FILE
+from jitwarden.store import fsutil, locks
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src", "jitwarden")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PLACE = re.compile(r"^(?:[A-Z][A-Z0-9]*_)+(?:DIR|HOME|ROOT|BASE|KEYS|KEY|CACHE_PATH)$|^(?:HOME|TMPDIR|TEMP|TMP)$")
-READ_ONLY = {"CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_LIBDEVICE_PATH", "JITWARDEN_LIBCUDA"}
+PLACE = re.compile(
+    r"^(?:[A-Z][A-Z0-9]*_)+(?:DIR|HOME|ROOT|BASE|KEYS|KEY|CACHE_PATH)$|^(?:HOME|TMPDIR|TEMP|TMP)$"
+)
+READ_ONLY = {
+    "CUDA_HOME",
+    "TRITON_PTXAS_PATH",
+    "TRITON_PTXAS_BLACKWELL_PATH",
+    "TRITON_LIBDEVICE_PATH",
+    "JITWARDEN_LIBCUDA",
+}
 """Variables naming a program or library jitwarden reads, never a place anything is written."""
 
 
@@ -27,24 +35,35 @@ def _names_in_src() -> set[str]:
             if f.endswith(".py"):
                 with open(os.path.join(d, f), encoding="utf-8") as fh:
                     tree = ast.parse(fh.read())
-                names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                          and PLACE.match(n.value)}
+                names |= {
+                    n.value
+                    for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant)
+                    and isinstance(n.value, str)
+                    and PLACE.match(n.value)
+                }
     return names
 
 
 def test_every_location_variable_the_code_names_is_in_the_table():
     listed = {v for v, _ in locations.LOCATION_VARS}
     missing = _names_in_src() - listed - READ_ONLY
-    assert not missing, f"add these to env/locations.py LOCATION_VARS (the sandbox is built from it): {missing}"
+    assert not missing, (
+        f"add these to env/locations.py LOCATION_VARS (the sandbox is built from it): {missing}"
+    )
 
 
 def test_a_test_sees_only_its_sandbox():
     env = dict(os.environ)
-    base = os.path.dirname(os.path.dirname(env["HOME"]))  # the session's sandbox: jw-sandbox-*/<test>/home
+    base = os.path.dirname(
+        os.path.dirname(env["HOME"])
+    )  # the session's sandbox: jw-sandbox-*/<test>/home
     assert os.path.basename(base).startswith("jw-sandbox-")
     for var in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"):
         assert env[var].startswith(base + os.sep), (var, env[var])
-    assert not [k for k in env if k.startswith(("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_"))]
+    assert not [
+        k for k in env if k.startswith(("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_"))
+    ]
     for kind, _ in locations.PARTITION_VARS:
         assert locations.default_base(kind, env).startswith(base + os.sep), kind
     assert fsutil.memo_dir().startswith(base + os.sep)
@@ -75,14 +94,31 @@ def _probe(tmp_path, write: str | None):
     env.update(HOME=str(home), TMPDIR=str(tmp_path / "t"), XDG_CACHE_HOME=str(home / ".cache"))
     if write:
         env["JW_PROBE_WRITE"] = str(home / write)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           os.path.join("tests", "helpers", "sandbox_probe.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            os.path.join("tests", "helpers", "sandbox_probe.py"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_run_that_writes_into_the_real_home_fails(tmp_path):
-    p = _probe(tmp_path, ".triton/cache/ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST/x.cubin")
-    assert p.returncode != 0 and "changed the real home or a default cache location" in p.stdout, p.stdout
+    p = _probe(
+        tmp_path, ".triton/cache/ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST/x.cubin"
+    )
+    assert p.returncode != 0 and "changed the real home or a default cache location" in p.stdout, (
+        p.stdout
+    )
     assert "1 passed" in p.stdout  # the test itself passed: the session-end check failed the run
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tests.helpers import cli, slow
 from tests.adversarial import adv, matrix
-from tests.helpers import maint, kernels
+from tests.helpers import cli, kernels, maint, slow
 
 
 def test_spawning_helpers_and_their_callers_and_aliases_are_slow():

@@ -19,5 +19,7 @@ def test_it_returns_the_conditions_value_as_soon_as_it_holds():
 
 
 def test_a_condition_that_never_holds_fails_naming_what_was_awaited():
-    with pytest.raises(AssertionError, match=r"timed out after 0\.05 s waiting for the prover to finish"):
+    with pytest.raises(
+        AssertionError, match=r"timed out after 0\.05 s waiting for the prover to finish"
+    ):
         wait_for(lambda: False, 0.05, "the prover to finish", interval=0.01)

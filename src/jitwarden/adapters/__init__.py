@@ -47,7 +47,9 @@ class CacheAdapter(Protocol):
         """(entry ids, relative paths for nested kinds; stray items as (name, why)) of one root, jitwarden's
         own names left out. OSError when the root cannot be listed."""
 
-    def inspect_entry(self, root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
+    def inspect_entry(
+        self, root: str, name: str, judge: Judge, root_uid: int | None = None
+    ) -> Entry:
         """Read one entry without following a symlink or running anything (never unpickle), then judge it."""
 
 
@@ -110,4 +112,6 @@ def judge_root(adapter: CacheAdapter, path: str, uid: int | None = None) -> list
     """Every finding about a root: the ownership rule (worded with the adapter's ``ROOT_RISK``), then its own checks."""
     from jitwarden.adapters import base
 
-    return base.root_safety(path, uid, adapter.ROOT_RISK) + [f for check in adapter.ROOT_CHECKS for f in check(path)]
+    return base.root_safety(path, uid, adapter.ROOT_RISK) + [
+        f for check in adapter.ROOT_CHECKS for f in check(path)
+    ]

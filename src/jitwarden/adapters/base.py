@@ -12,21 +12,21 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from itertools import chain, islice
 from operator import attrgetter, methodcaller, or_
-from collections.abc import Callable, Mapping
 from typing import ClassVar, NamedTuple
 
 from jitwarden.env import locations
 from jitwarden.formats import elf
-from jitwarden.store import partition
-from jitwarden.store.fsutil import open_dir_at, stat_and_read
+from jitwarden.model.entries import CacheRoot, Entry, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, KindFacts
+from jitwarden.store import partition
+from jitwarden.store.fsutil import open_dir_at, stat_and_read
 
 MAX_DEPTH = 64
 """A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
@@ -48,7 +48,9 @@ def distinct(roots: list[CacheRoot]) -> list[CacheRoot]:
 
 def existing(kind: str, candidates) -> list[CacheRoot]:
     """Roots of ``kind`` from (path, source) candidates in precedence order: existing dirs, each real path once."""
-    return distinct([CacheRoot(kind, os.path.abspath(os.path.expanduser(p)), src) for p, src in candidates])
+    return distinct(
+        [CacheRoot(kind, os.path.abspath(os.path.expanduser(p)), src) for p, src in candidates]
+    )
 
 
 def set_vars(env, *names: str) -> list[tuple[str, str]]:
@@ -62,7 +64,7 @@ def private_dir(env) -> str | None:
         from jitwarden.env.fingerprint import memo_dir
 
         return os.path.join(memo_dir(env), "roots")
-    except Exception:  # noqa: BLE001 - discovery must not fail on an odd memo location
+    except Exception:
         return None
 
 
@@ -230,7 +232,9 @@ def root_safety(path: str, uid: int | None = None, risk: str | None = None) -> l
         problems = locations.root_problems(path, uid)
     except OSError:
         return []
-    return [Finding("unsafe", f"cache root is {p}" + (f"; {risk}" if risk else "")) for p in problems]
+    return [
+        Finding("unsafe", f"cache root is {p}" + (f"; {risk}" if risk else "")) for p in problems
+    ]
 
 
 _MODE, _UID = attrgetter("mode"), attrgetter("uid")
@@ -255,14 +259,26 @@ def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> 
     owners = {*map(_UID, inside), s.uid} if s.is_dir else {*map(_UID, inside)}
     if not modes & stat.S_IWOTH and (trusted is None or owners <= {*trusted}):
         return []  # the common case, told by C-level passes over the modes and owners: nothing to name
-    top = [(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid)] if s.is_dir else []
+    top = (
+        [(what if what.endswith("directory") else f"{what} directory", s.mode, s.uid)]
+        if s.is_dir
+        else []
+    )
     out = []
-    for name, mode, uid in chain(top, ((f.name, f.mode, f.uid) for f in s.files),
-                                 ((f"directory {d.name}", d.mode, d.uid) for d in s.dirs)):
+    for name, mode, uid in chain(
+        top,
+        ((f.name, f.mode, f.uid) for f in s.files),
+        ((f"directory {d.name}", d.mode, d.uid) for d in s.dirs),
+    ):
         if mode & stat.S_IWOTH:
             out.append(Finding("unsafe", f"{name} is world-writable (mode {mode & 0o7777:o})"))
         if trusted is not None and uid not in trusted:
-            out.append(Finding("unsafe", f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})"))
+            out.append(
+                Finding(
+                    "unsafe",
+                    f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})",
+                )
+            )
     return out
 
 
@@ -367,8 +383,14 @@ def file_of(name: str, st: os.stat_result) -> File:
     return _NEW_TUPLE(File, (name, st.st_size, st.st_mtime, st.st_mode, st.st_uid))
 
 
-def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = True,
-           links_within: str | None = None) -> Survey:
+def survey(
+    root: str,
+    rel: str,
+    max_depth: int = MAX_DEPTH,
+    *,
+    nested: bool = True,
+    links_within: str | None = None,
+) -> Survey:
     """Read the entry ``root/rel`` (file or directory) without following symlinks or writing.
 
     ``nested=False`` lists the entry's own directory only (its subdirectories are recorded, not
@@ -380,7 +402,7 @@ def survey(root: str, rel: str, max_depth: int = MAX_DEPTH, *, nested: bool = Tr
     return s
 
 
-class surveyed:  # noqa: N801 - used as a function: ``with surveyed(root, rel) as (survey, fd)``
+class surveyed:
     """:func:`survey`, with the entry's directory kept open: gives (survey, fd of the directory, or None
     when the entry is no directory or cannot be listed), closed on leaving. Reading its files by that
     fd (``dir_fd=``) opens what was listed: no path is resolved again, and a directory swapped for a
@@ -388,8 +410,15 @@ class surveyed:  # noqa: N801 - used as a function: ``with surveyed(root, rel) a
 
     __slots__ = ("_args", "_fd")
 
-    def __init__(self, root: str, rel: str, *, nested: bool = True, links_within: str | None = None,
-                 reading: Reading | None = None):
+    def __init__(
+        self,
+        root: str,
+        rel: str,
+        *,
+        nested: bool = True,
+        links_within: str | None = None,
+        reading: Reading | None = None,
+    ):
         self._args = (root, rel, MAX_DEPTH, nested, links_within, reading)
         self._fd = None
 
@@ -411,8 +440,16 @@ def _not_listed(root: str, path: str, why: OSError) -> Survey:
         return Survey(path, False, errors=(("", f"cannot stat: {exc.strerror}"),))
     if stat.S_ISLNK(st.st_mode):
         target = link_target(path)
-        return Survey(path, False, True, target, st.st_mode, st.st_uid, st.st_mtime,
-                      links=(Link("", target, leaves(root, path, target)),))
+        return Survey(
+            path,
+            False,
+            True,
+            target,
+            st.st_mode,
+            st.st_uid,
+            st.st_mtime,
+            links=(Link("", target, leaves(root, path, target)),),
+        )
     if not stat.S_ISDIR(st.st_mode):
         files = (file_of(os.path.basename(path), st),) if stat.S_ISREG(st.st_mode) else ()
         return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
@@ -434,8 +471,14 @@ class Reading:
     whole_max: int = 1 << 20
 
 
-def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str | None,
-            reading: Reading | None) -> tuple[Survey, int | None]:
+def _survey(  # noqa: C901
+    root: str,
+    rel: str,
+    max_depth: int,
+    nested: bool,
+    links_within: str | None,
+    reading: Reading | None,
+) -> tuple[Survey, int | None]:
     """:func:`survey` and the fd of the entry's directory (None when it is none or cannot be listed).
 
     The directory is opened once (``O_NOFOLLOW``), then listed and stat'ed through its fd (``fstatat``):
@@ -480,11 +523,15 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
                     for e in it:
                         name = e.name
                         relp = f"{sub}/{name}" if sub else name
-                        if to_read and e.is_file(follow_symlinks=False):  # the listing's type: no stat
+                        if to_read and e.is_file(
+                            follow_symlinks=False
+                        ):  # the listing's type: no stat
                             head = reading.head(name)
                             if head is not None:
                                 try:
-                                    st_read, data = stat_and_read(name, dir_fd=fd, head=head, max_bytes=reading.whole_max)
+                                    st_read, data = stat_and_read(
+                                        name, dir_fd=fd, head=head, max_bytes=reading.whole_max
+                                    )
                                 except OSError:
                                     pass  # no regular file since the listing: stat'ed below, recorded as what it is
                                 else:
@@ -505,7 +552,9 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
                             files.append(file_of(relp, est))
                         elif fmt == _IFLNK:
                             target = link_target(name, fd)
-                            links.append(Link(relp, target, leaves(bound, os.path.join(path, relp), target)))
+                            links.append(
+                                Link(relp, target, leaves(bound, os.path.join(path, relp), target))
+                            )
                         elif fmt == _IFDIR:
                             if nested and depth + 1 >= max_depth:
                                 too_deep = True
@@ -525,24 +574,73 @@ def _survey(root: str, rel: str, max_depth: int, nested: bool, links_within: str
     links.sort(key=_BY_NAME)
     dirs.sort(key=_BY_NAME)
     others.sort(key=_BY_NAME)
-    return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, tuple(files), tuple(links),
-                  tuple(dirs), tuple(errors), too_deep, tuple(others), read or None), top
+    return Survey(
+        path,
+        True,
+        False,
+        None,
+        st.st_mode,
+        st.st_uid,
+        st.st_mtime,
+        tuple(files),
+        tuple(links),
+        tuple(dirs),
+        tuple(errors),
+        too_deep,
+        tuple(others),
+        read or None,
+    ), top
 
 
-def not_a_directory(kind: str, root: str, name: str, s: Survey, findings: list[Finding], what: str,
-                    label: str | None, facts: KindFacts) -> Entry:
+def not_a_directory(
+    kind: str,
+    root: str,
+    name: str,
+    s: Survey,
+    findings: list[Finding],
+    what: str,
+    label: str | None,
+    facts: KindFacts,
+) -> Entry:
     """The entry, for a kind whose entries are directories, when ``root/name`` is none: a symlink (type
     ``link``, never followed; one that leaves the root is already in ``findings``, from
     :func:`survey_findings`) or a lone file (``other``). ``what`` names the entry in a finding."""
     if s.is_symlink:
         if not s.links[0].leaves:
-            findings.append(Finding("unsafe", f"{what} is a symlink (-> {s.symlink_target}); not followed"))
-        return Entry(kind, root, name, s.path, "link", label, None, 0, 0.0, findings=tuple(findings), facts=facts)
-    return Entry(kind, root, name, s.path, "other", label, None, s.bytes, s.mtime, findings=tuple(findings), facts=facts)
+            findings.append(
+                Finding("unsafe", f"{what} is a symlink (-> {s.symlink_target}); not followed")
+            )
+        return Entry(
+            kind,
+            root,
+            name,
+            s.path,
+            "link",
+            label,
+            None,
+            0,
+            0.0,
+            findings=tuple(findings),
+            facts=facts,
+        )
+    return Entry(
+        kind,
+        root,
+        name,
+        s.path,
+        "other",
+        label,
+        None,
+        s.bytes,
+        s.mtime,
+        findings=tuple(findings),
+        facts=facts,
+    )
 
 
-def lone_file(kind: str, root: str, name: str, root_uid: int | None, facts: KindFacts,
-              not_file: str) -> tuple[Survey, list[Finding], Entry | None]:
+def lone_file(
+    kind: str, root: str, name: str, root_uid: int | None, facts: KindFacts, not_file: str
+) -> tuple[Survey, list[Finding], Entry | None]:
     """The start of judging an entry of a kind that writes one regular file per entry: (its survey, the
     findings every kind shares, the finished entry when it is no regular file or None). A symlink is never
     followed (:func:`not_a_directory`); a directory, FIFO or device is ``unrecognised``, ``not_file`` saying why."""
@@ -552,20 +650,45 @@ def lone_file(kind: str, root: str, name: str, root_uid: int | None, facts: Kind
         return s, out, not_a_directory(kind, root, name, s, out, "entry", None, facts)
     if s.is_dir or not s.files:
         out.append(Finding("unrecognised", not_file))
-        return s, out, Entry(kind, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out),
-                             facts=facts)
+        return (
+            s,
+            out,
+            Entry(
+                kind,
+                root,
+                name,
+                s.path,
+                "other",
+                None,
+                None,
+                s.bytes,
+                s.mtime,
+                findings=tuple(out),
+                facts=facts,
+            ),
+        )
     return s, out, None
 
 
 def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
     """The findings every kind but Triton shares: symlinks out of the root, the ownership rule, unreadable parts."""
-    out = [Finding("unsafe", f"{link.name or what} is a symlink leaving the cache root (-> {link.target})")
-           for link in s.links if link.leaves]
+    out = [
+        Finding(
+            "unsafe", f"{link.name or what} is a symlink leaving the cache root (-> {link.target})"
+        )
+        for link in s.links
+        if link.leaves
+    ]
     out += ownership_findings(s, root_uid, what)
     for rel, why in s.errors:
         out.append(Finding("corrupt", f"{rel or what}: {why}"))
     if s.too_deep:
-        out.append(Finding("corrupt", f"{what} nests directories deeper than {MAX_DEPTH} levels; not read further"))
+        out.append(
+            Finding(
+                "corrupt",
+                f"{what} nests directories deeper than {MAX_DEPTH} levels; not read further",
+            )
+        )
     return out
 
 
@@ -610,7 +733,12 @@ def so_findings(rel: str, head: elf.ElfHead, host: str | None) -> list[Finding]:
     if head.machine == elf.EM_CUDA:
         return [Finding("mismatch", f"{rel} is a CUDA cubin, not a host shared object")]
     if host and head.machine_name != host:
-        return [Finding("foreign-arch", f"{rel} is built for {head.machine_name}, this host is {host}: unreachable here")]
+        return [
+            Finding(
+                "foreign-arch",
+                f"{rel} is built for {head.machine_name}, this host is {host}: unreachable here",
+            )
+        ]
     return []
 
 
@@ -650,6 +778,11 @@ def dir_seal_findings(d: str, name: str, data: bytes, j) -> tuple[bool, list[Fin
     if not isinstance(rec, dict):
         return False, []
     if len(data) != rec.get("size") or hashlib.sha256(data).hexdigest() != rec.get("sha256"):
-        return True, [Finding("corrupt", f"{name} does not match its seal: changed since it was sealed (another "
-                                         "entry's file under this key, or damaged)")]
+        return True, [
+            Finding(
+                "corrupt",
+                f"{name} does not match its seal: changed since it was sealed (another "
+                "entry's file under this key, or damaged)",
+            )
+        ]
     return True, []

@@ -49,14 +49,22 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
+from jitwarden.adapters.base import (
+    cubin_findings,
+    entries,
+    existing,
+    listed,
+    set_vars,
+    survey,
+    survey_findings,
+)
+from jitwarden.env import locations
+from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import LIBCUDA
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
 from jitwarden.store.fsutil import read_bytes, read_head
-from jitwarden.env import locations
-from jitwarden.adapters.base import cubin_findings, entries, existing, listed, set_vars, survey, survey_findings
 
 KIND = "cuda-compute"
 ROOT_RISK = None
@@ -75,7 +83,9 @@ LIBCUDA_PATHS = (
 )
 PROC_VERSION = "/proc/driver/nvidia/version"
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
-_STAMP = re.compile(rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)?")
+_STAMP = re.compile(
+    rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)?"
+)
 _ENTRY_MAGIC = 0x41
 _HEADER = struct.Struct("<IIIIIQ")
 _HEAD_READ = 65536
@@ -87,7 +97,11 @@ _MODULE_DATE = re.compile(r"Kernel Module\s+(\S+)\s+(\w{3} \w{3}\s+\d+ \d\d:\d\d
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$CUDA_CACHE_PATH`` when set, and ``~/.nv/ComputeCache``; existing dirs only."""
-    return existing(KIND, set_vars(env, "CUDA_CACHE_PATH") + [(os.path.join(locations.home(env), ".nv", "ComputeCache"), "default")])
+    return existing(
+        KIND,
+        set_vars(env, "CUDA_CACHE_PATH")
+        + [(os.path.join(locations.home(env), ".nv", "ComputeCache"), "default")],
+    )
 
 
 def looks_like_root(path: str) -> bool:
@@ -98,7 +112,9 @@ def looks_like_root(path: str) -> bool:
         return True
     try:
         tops = _hex_dirs(path)
-        return bool(tops) and os.path.lexists(os.path.join(path, "index")) or any(map(_hex_dirs, tops))
+        return (
+            bool(tops) and os.path.lexists(os.path.join(path, "index")) or any(map(_hex_dirs, tops))
+        )
     except OSError:
         return False
 
@@ -108,7 +124,11 @@ def _hex_dirs(path: str) -> list[str]:
     ls = listed(path)
     if 1 not in map(len, ls.names):  # a C-level pass: a root of another kind lists 10,000s of names
         return []
-    return [os.path.join(path, n) for n, t in zip(ls.names, ls.types) if len(n) == 1 and t == "d" and _HEX.match(n)]
+    return [
+        os.path.join(path, n)
+        for n, t in zip(ls.names, ls.types)
+        if len(n) == 1 and t == "d" and _HEX.match(n)
+    ]
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -185,17 +205,32 @@ def size_findings(total: int, env=os.environ) -> list[Finding]:
     """Root findings about the driver's settings: disabled, or size at or near its limit."""
     out = []
     if env.get("CUDA_CACHE_DISABLE") == "1":
-        out.append(Finding("stale", f"CUDA_CACHE_DISABLE=1 is set: the driver neither reads nor writes this cache, "
-                                    f"its {_mib(total)} are dead weight here"))
+        out.append(
+            Finding(
+                "stale",
+                f"CUDA_CACHE_DISABLE=1 is set: the driver neither reads nor writes this cache, "
+                f"its {_mib(total)} are dead weight here",
+            )
+        )
         return out
     limit, why = maxsize(env)
     if limit and total >= limit:
-        out.append(Finding("stale", f"thrashing: the cache holds {_mib(total)}, at or over its {_mib(limit)} limit ({why}); "
-                                    "the driver evicts entries and JIT-compiles them again: raise CUDA_CACHE_MAXSIZE "
-                                    "(at most 4 GiB)"))
+        out.append(
+            Finding(
+                "stale",
+                f"thrashing: the cache holds {_mib(total)}, at or over its {_mib(limit)} limit ({why}); "
+                "the driver evicts entries and JIT-compiles them again: raise CUDA_CACHE_MAXSIZE "
+                "(at most 4 GiB)",
+            )
+        )
     elif limit and total >= NEAR * limit:
-        out.append(Finding("stale", f"near its limit: the cache holds {_mib(total)} of {_mib(limit)} ({why}); "
-                                    "new JIT output will soon evict older entries"))
+        out.append(
+            Finding(
+                "stale",
+                f"near its limit: the cache holds {_mib(total)} of {_mib(limit)} ({why}); "
+                "new JIT output will soon evict older entries",
+            )
+        )
     return out
 
 
@@ -236,16 +271,30 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
         except OSError:
             continue
         if st.st_mtime >= PLAUSIBLE:
-            found.append((st.st_mtime, f"{os.path.realpath(p)} was built {time.strftime('%Y-%m-%d', time.gmtime(st.st_mtime))}"))
+            found.append(
+                (
+                    st.st_mtime,
+                    f"{os.path.realpath(p)} was built {time.strftime('%Y-%m-%d', time.gmtime(st.st_mtime))}",
+                )
+            )
         break
     if not LIBCUDA.raw(env):
         try:
-            m = _MODULE_DATE.search(read_bytes(PROC_VERSION, max_bytes=1 << 16).decode("utf-8", "replace"))
+            m = _MODULE_DATE.search(
+                read_bytes(PROC_VERSION, max_bytes=1 << 16).decode("utf-8", "replace")
+            )
             if m:
                 import calendar
 
-                t = calendar.timegm(time.strptime(" ".join(m.group(2).split()), "%a %b %d %H:%M:%S %Z %Y"))
-                found.append((t, f"kernel module {m.group(1)} was built {time.strftime('%Y-%m-%d', time.gmtime(t))}"))
+                t = calendar.timegm(
+                    time.strptime(" ".join(m.group(2).split()), "%a %b %d %H:%M:%S %Z %Y")
+                )
+                found.append(
+                    (
+                        t,
+                        f"kernel module {m.group(1)} was built {time.strftime('%Y-%m-%d', time.gmtime(t))}",
+                    )
+                )
         except (OSError, ValueError):
             pass
     _DRIVER.append(max(found) if found else None)
@@ -263,13 +312,16 @@ def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
     """
     if _STAMPS:
         return _STAMPS[0]
-    dirs = ([os.path.dirname(LIBCUDA.raw(env))] if LIBCUDA.raw(env) else []) + \
-        [os.path.dirname(p) for p in LIBCUDA_PATHS]
+    dirs = ([os.path.dirname(LIBCUDA.raw(env))] if LIBCUDA.raw(env) else []) + [
+        os.path.dirname(p) for p in LIBCUDA_PATHS
+    ]
     stamp = None
     for d in dirs:
         p = os.path.join(d, "libnvidia-ptxjitcompiler.so.1")
         try:
-            data = read_bytes(p, follow=True)  # a system library's soname link; never a FIFO, bounded
+            data = read_bytes(
+                p, follow=True
+            )  # a system library's soname link; never a FIFO, bounded
         except OSError:
             continue
         dates = {m.group(1) for m in _STAMP.finditer(data)}
@@ -295,8 +347,10 @@ FNV_PRIME = 0x100000001B3
 _M64 = (1 << 64) - 1
 CHECKSUM_MAX = 4 << 20
 """Entries up to this size are read whole and both their checksums computed (pure Python: ~0.1-0.3 s/MiB)."""
-_PREFIX = re.compile(rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)"
-                     rb"HOST(32|64)(sm_\d+[af]?)")
+_PREFIX = re.compile(
+    rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)"
+    rb"HOST(32|64)(sm_\d+[af]?)"
+)
 _BITCODE = b"BC\xc0\xde"
 READ_MAX = 64 << 20
 """Larger entry files are read only in part: their first bytes, for the header and key."""
@@ -390,7 +444,7 @@ def _producer(inp: str | None, options: str | None, output: str | None) -> str |
     return None
 
 
-def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:
+def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:  # noqa: C901
     """Facts of one entry file from its bytes (``data``: all of it, or its first bytes when it is large).
 
     ``name`` is the entry's hash as its path spells it (``a2daf144f9da5951``); checksums are
@@ -398,40 +452,58 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     """
     if len(data) < _HEADER.size:
         if size < _HEADER.size:
-            return ComputeEntry(None, size, unknown=(f"{size} bytes is shorter than the driver's 28-byte entry header",))
+            return ComputeEntry(
+                None,
+                size,
+                unknown=(f"{size} bytes is shorter than the driver's 28-byte entry header",),
+            )
         return ComputeEntry(None, size, unknown=("header unreadable",))
     magic, text_len, z1, out_len, z2, out_hash = _HEADER.unpack_from(data, 0)
     if magic != _ENTRY_MAGIC or z1 or z2:
-        return ComputeEntry(None, size, unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",))
+        return ComputeEntry(
+            None, size, unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",)
+        )
     out_off = _HEADER.size + text_len
     problem = None
     if out_off + out_len != size:
-        problem = f"header says {out_off + out_len} bytes, the file has {size}: truncated or overwritten"
+        problem = (
+            f"header says {out_off + out_len} bytes, the file has {size}: truncated or overwritten"
+        )
     whole = len(data) == size
-    text = data[_HEADER.size:min(out_off, len(data))]
+    text = data[_HEADER.size : min(out_off, len(data))]
     unknown: list[str] = []
     m = _PREFIX.match(text)
     inp = options = None
     if m is None:
         unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
     else:
-        body = text[m.end():]
+        body = text[m.end() :]
         inp, _input = _input_kind(body)
         if inp is None:
             unknown.append("its input is neither PTX nor NVVM IR")
         if whole and out_off <= len(data):
             nul = body.rfind(b"\x00")
-            tail = body[nul + 1:] if nul >= 0 else b""
+            tail = body[nul + 1 :] if nul >= 0 else b""
             if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
                 unknown.append("no option string after its input")
             else:
                 options = tail.decode("ascii").strip()
-    key = None if m is None else EntryKey(BuildStamp(_norm_date(m.group(1)), m.group(2).decode()), m.group(4).decode(),
-                                          inp, options)
-    out = data[out_off:out_off + out_len] if out_off < len(data) else b""
+    key = (
+        None
+        if m is None
+        else EntryKey(
+            BuildStamp(_norm_date(m.group(1)), m.group(2).decode()),
+            m.group(4).decode(),
+            inp,
+            options,
+        )
+    )
+    out = data[out_off : out_off + out_len] if out_off < len(data) else b""
     output = None
     if out.startswith(b"\x7fELF"):
-        output = EntryOutput("cubin", elf=parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0))))
+        output = EntryOutput(
+            "cubin", elf=parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0)))
+        )
     elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
         t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
         output = EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
@@ -443,19 +515,33 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
         if name and len(name) == 16 and _HEX.match(name):
             key_ok = fnv1a64(text) == int(name, 16)
     if not whole:
-        unknown.append(f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read")
+        unknown.append(
+            f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read"
+        )
     kind = output.kind if output else None
     producer = _producer(inp, options, kind) if not unknown else None
     if producer is None and not unknown:
-        unknown.append(f"{inp} in, {kind} out with options {options!r}: a producer jitwarden does not know")
-    return ComputeEntry(magic, size, problem, tuple(unknown), key, output, producer,
-                        Checksums(f"{out_hash:016x}", sum_ok, key_ok))
+        unknown.append(
+            f"{inp} in, {kind} out with options {options!r}: a producer jitwarden does not know"
+        )
+    return ComputeEntry(
+        magic,
+        size,
+        problem,
+        tuple(unknown),
+        key,
+        output,
+        producer,
+        Checksums(f"{out_hash:016x}", sum_ok, key_ok),
+    )
 
 
 # ---------------------------------------------------------------- judging
 
 
-def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None) -> tuple[list[Finding], int | None]:
+def entry_findings(
+    e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None
+) -> tuple[list[Finding], int | None]:
     """(findings, cubin SM) of one parsed entry (pure). Each rule names its evidence.
 
     - ``unrecognised`` (info): a header that is not the driver's 0x41 format, or a known header
@@ -473,16 +559,28 @@ def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None)
     """
     out: list[Finding] = []
     if e.format is None:
-        return [Finding("unrecognised", f"not judged: {'; '.join(e.unknown) or 'unknown format'}")], None
+        return [
+            Finding("unrecognised", f"not judged: {'; '.join(e.unknown) or 'unknown format'}")
+        ], None
     if e.problem:
         return [Finding("corrupt", e.problem)], None
     sums, key, output = e.checksums, e.key, e.output
     if sums.output_ok is False:
-        out.append(Finding("corrupt", f"its {output.kind if output else 'output'} does not hash to the FNV-1a "
-                                      f"{sums.header} its header records: damaged after the driver wrote it"))
+        out.append(
+            Finding(
+                "corrupt",
+                f"its {output.kind if output else 'output'} does not hash to the FNV-1a "
+                f"{sums.header} its header records: damaged after the driver wrote it",
+            )
+        )
     if sums.key_ok is False:
-        out.append(Finding("corrupt", "its key (stamp, target, input, options) does not hash to its file name: "
-                                      "damaged, or stored under another entry's name"))
+        out.append(
+            Finding(
+                "corrupt",
+                "its key (stamp, target, input, options) does not hash to its file name: "
+                "damaged, or stored under another entry's name",
+            )
+        )
     if e.unknown:
         out.append(Finding("unrecognised", f"not judged further: {'; '.join(e.unknown)}"))
         return out, None
@@ -495,19 +593,40 @@ def entry_findings(e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None)
         if not bad:
             sm = head.sm
             if target and int(re.sub(r"\D", "", target)) != sm:
-                out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {target}"))
+                out.append(
+                    Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {target}")
+                )
             if j.target_arch is not None and sm != j.target_arch:
-                out.append(Finding("foreign-arch", f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
-                                                   "unreachable here"))
-    elif output and output.kind == "ptx" and target and j.target_arch is not None:
-        if int(re.sub(r"\D", "", target)) != j.target_arch:
-            out.append(Finding("foreign-arch", f"compiled for {target}, judged against sm_{j.target_arch}: "
-                                               "unreachable here"))
+                out.append(
+                    Finding(
+                        "foreign-arch",
+                        f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
+                        "unreachable here",
+                    )
+                )
+    elif (
+        output
+        and output.kind == "ptx"
+        and target
+        and j.target_arch is not None
+        and int(re.sub(r"\D", "", target)) != j.target_arch
+    ):
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"compiled for {target}, judged against sm_{j.target_arch}: unreachable here",
+            )
+        )
     if e.producer == "driver-jit" and jit_stamp is not None and key.stamp.date != jit_stamp[0]:
         drv = f" (driver {j.driver_version})" if j.driver_version else ""
-        out.append(Finding("stale", f"JIT-compiled by a driver whose JIT compiler was built {key.stamp.date}; the "
-                                    f"installed one was built {jit_stamp[0]}{drv}: the driver invalidates its cache "
-                                    "on upgrade"))
+        out.append(
+            Finding(
+                "stale",
+                f"JIT-compiled by a driver whose JIT compiler was built {key.stamp.date}; the "
+                f"installed one was built {jit_stamp[0]}{drv}: the driver invalidates its cache "
+                "on upgrade",
+            )
+        )
     return out, sm
 
 
@@ -534,9 +653,15 @@ class CudaComputeFacts(KindFacts):
             if p.format is None:
                 out["format"] = "unknown"
             key, stamp = p.key, p.key.stamp if p.key else None
-            shown = (("producer", p.producer), ("jit_date", stamp and stamp.date), ("jit_time", stamp and stamp.time),
-                     ("target", key and key.target), ("input", key and key.input),
-                     ("output", p.output and p.output.kind), ("options", key and key.options))
+            shown = (
+                ("producer", p.producer),
+                ("jit_date", stamp and stamp.date),
+                ("jit_time", stamp and stamp.time),
+                ("target", key and key.target),
+                ("input", key and key.input),
+                ("output", p.output and p.output.kind),
+                ("options", key and key.options),
+            )
             for name, v in shown:
                 if v is not None:
                     out[name] = v[:160] + "…" if len(v) > 160 else v
@@ -551,21 +676,42 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     out = survey_findings(s, root_uid, "entry")
     if s.is_symlink:
         if not s.links[0].leaves:
-            out.append(Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); the driver writes none"))
-        return Entry(KIND, root, name, s.path, "link", None, None, 0, 0.0, findings=tuple(out), facts=CudaComputeFacts())
+            out.append(
+                Finding(
+                    "unsafe", f"entry is a symlink (-> {s.symlink_target}); the driver writes none"
+                )
+            )
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "link",
+            None,
+            None,
+            0,
+            0.0,
+            findings=tuple(out),
+            facts=CudaComputeFacts(),
+        )
     etype = "jit" if s.files else ("empty" if s.is_dir else "other")
     mtime = s.newest
     parsed: ComputeEntry | None = None
     if s.files and not s.is_dir:
         size = s.files[0].size
         try:
-            parsed = parse_entry(read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ), size,
-                                 name.replace("/", ""))
+            parsed = parse_entry(
+                read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ),
+                size,
+                name.replace("/", ""),
+            )
         except OSError as exc:
             out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))
     sm = since = None
     if parsed is not None:
-        found, sm = entry_findings(parsed, j, driver_jit_stamp() if parsed.producer == "driver-jit" else None)
+        found, sm = entry_findings(
+            parsed, j, driver_jit_stamp() if parsed.producer == "driver-jit" else None
+        )
         out += found
     ev = driver_evidence()
     driver_made = parsed is not None and parsed.producer == "driver-jit"
@@ -575,7 +721,23 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         since = ev[0]
         if mtime < ev[0]:
             drv = f" (driver {j.driver_version} now)" if j.driver_version else ""
-            out.append(Finding("stale", f"written {time.strftime('%Y-%m-%d', time.gmtime(mtime))}, before the installed "
-                                        f"driver existed ({ev[1]}){drv}: the driver invalidates its cache on upgrade"))
-    return Entry(KIND, root, name, s.path, etype, None, sm, s.bytes, mtime, findings=tuple(dict.fromkeys(out)),
-                 facts=CudaComputeFacts(parsed, since, sm))
+            out.append(
+                Finding(
+                    "stale",
+                    f"written {time.strftime('%Y-%m-%d', time.gmtime(mtime))}, before the installed "
+                    f"driver existed ({ev[1]}){drv}: the driver invalidates its cache on upgrade",
+                )
+            )
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        etype,
+        None,
+        sm,
+        s.bytes,
+        mtime,
+        findings=tuple(dict.fromkeys(out)),
+        facts=CudaComputeFacts(parsed, since, sm),
+    )

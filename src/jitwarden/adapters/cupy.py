@@ -36,7 +36,9 @@ ENTRY = re.compile(r"^([0-9a-f]{40})(\.cubin|\.ltoir|\.hsaco)(\.cu)?$")
 TMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile's name in the cache dir
 MAX_ENTRY = 1 << 30
 MAX_SOURCE = 16 << 20
-_EXTERN_C_KERNEL = re.compile(rb'extern\s+"C"\s+__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?([A-Za-z_]\w*)\s*\(')
+_EXTERN_C_KERNEL = re.compile(
+    rb'extern\s+"C"\s+__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?([A-Za-z_]\w*)\s*\('
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
 
 def source_kernels(src: bytes) -> tuple[str, ...]:
     """Names of the ``extern "C" __global__`` kernels a saved source defines (C++-mangled ones are not read)."""
-    return tuple(sorted(set(m.decode() for m in _EXTERN_C_KERNEL.findall(src))))
+    return tuple(sorted({m.decode() for m in _EXTERN_C_KERNEL.findall(src)}))
 
 
 def _source_findings(root: str, name: str, kernels: tuple[str, ...]) -> tuple[bool, list[Finding]]:
@@ -110,13 +112,22 @@ def _source_findings(root: str, name: str, kernels: tuple[str, ...]) -> tuple[bo
     except FileNotFoundError:
         return False, []
     except OSError as exc:
-        return True, [Finding("unrecognised", f"{name}.cu unreadable ({exc.strerror or exc}): source not compared")]
+        return True, [
+            Finding(
+                "unrecognised", f"{name}.cu unreadable ({exc.strerror or exc}): source not compared"
+            )
+        ]
     want = source_kernels(src)
     if not want or not kernels:
         return True, []
     if not set(want) & set(kernels):
-        return True, [Finding("mismatch", f"the source saved for this key defines {', '.join(want[:3])}, the cubin holds "
-                                          f"{', '.join(kernels[:3])}: another kernel's file under this key (CuPy would load it)")]
+        return True, [
+            Finding(
+                "mismatch",
+                f"the source saved for this key defines {', '.join(want[:3])}, the cubin holds "
+                f"{', '.join(kernels[:3])}: another kernel's file under this key (CuPy would load it)",
+            )
+        ]
     return True, []
 
 
@@ -128,30 +139,87 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     kernels the cubin lacks; ``foreign-arch`` for a cubin of another SM than the target (CuPy keys by arch);
     ``orphan`` for an old ``tmp*`` leftover; ``unrecognised`` for a payload jitwarden does not know.
     """
-    s, out, other = base.lone_file(KIND, root, name, root_uid, CupyFacts(), "not a regular file: CuPy writes one file per kernel")
+    s, out, other = base.lone_file(
+        KIND,
+        root,
+        name,
+        root_uid,
+        CupyFacts(),
+        "not a regular file: CuPy writes one file per kernel",
+    )
     if other:
         return other
     f = s.files[0]
     if TMP.match(name):
         if base.older_than(f.mtime, j):
-            out.append(Finding("orphan", f"leftover of an interrupted write, {int((j.now - f.mtime) // 60)} min old; "
-                                         "CuPy never reads it"))
-        return Entry(KIND, root, name, s.path, "partial", None, None, f.size, f.mtime, findings=tuple(out),
-                     facts=CupyFacts(tmp=True))
+            out.append(
+                Finding(
+                    "orphan",
+                    f"leftover of an interrupted write, {int((j.now - f.mtime) // 60)} min old; "
+                    "CuPy never reads it",
+                )
+            )
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "partial",
+            None,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=CupyFacts(tmp=True),
+        )
     m = ENTRY.match(name)
     key, suffix, cu = m.groups()
     if cu:
-        return Entry(KIND, root, name, s.path, "source", None, None, f.size, f.mtime, findings=tuple(out),
-                     facts=CupyFacts(key, suffix, "source"))
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "source",
+            None,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=CupyFacts(key, suffix, "source"),
+        )
     if f.size == 0:
         out.append(Finding("corrupt", "empty file: CuPy's header and payload are missing"))
-        return Entry(KIND, root, name, s.path, "kernel", None, None, 0, f.mtime, findings=tuple(out), facts=CupyFacts(key, suffix))
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "kernel",
+            None,
+            None,
+            0,
+            f.mtime,
+            findings=tuple(out),
+            facts=CupyFacts(key, suffix),
+        )
     try:
         data = read_bytes(s.path, max_bytes=MAX_ENTRY, size_hint=f.size)
     except OSError as exc:
         out.append(Finding("corrupt", f"unreadable: {exc.strerror or exc}"))
-        return Entry(KIND, root, name, s.path, "kernel", None, None, f.size, f.mtime, findings=tuple(out),
-                     facts=CupyFacts(key, suffix))
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "kernel",
+            None,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=CupyFacts(key, suffix),
+        )
     sealed, out_seal = base.dir_seal_findings(root, name, data, j)
     out += out_seal
     p = cupyentry.parse(data, suffix)
@@ -164,15 +232,35 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         m2 = re.match(r"(?:sm|compute)_(\d{1,9})(?!\d)", p.ptx_target)
         arch = int(m2.group(1)) if m2 else None
     if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
-        out.append(Finding("foreign-arch", f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: CuPy keys by "
-                                           "arch, so this one is unreachable there"))
-    saved, sfind = _source_findings(root, name, p.kernels) if not p.problem else (os.path.lexists(s.path + ".cu"), [])
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: CuPy keys by "
+                "arch, so this one is unreachable there",
+            )
+        )
+    saved, sfind = (
+        _source_findings(root, name, p.kernels)
+        if not p.problem
+        else (os.path.lexists(s.path + ".cu"), [])
+    )
     size = f.size
     if saved:
         try:
             size += os.lstat(s.path + ".cu").st_size
         except OSError:
             pass
-    return Entry(KIND, root, name, s.path, "kernel", p.kernels[0] if len(p.kernels) == 1 else None, arch, size, f.mtime,
-                 sealed, findings=tuple(dict.fromkeys(out + sfind)),
-                 facts=CupyFacts(key, suffix, p.payload, p.cubin_sm, p.ptx_target, p.kernels[:16], saved))
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        "kernel",
+        p.kernels[0] if len(p.kernels) == 1 else None,
+        arch,
+        size,
+        f.mtime,
+        sealed,
+        findings=tuple(dict.fromkeys(out + sfind)),
+        facts=CupyFacts(key, suffix, p.payload, p.cubin_sm, p.ptx_target, p.kernels[:16], saved),
+    )

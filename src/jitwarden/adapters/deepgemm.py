@@ -29,21 +29,31 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from jitwarden.adapters.base import (
+    cubin_findings,
+    elf_head,
+    entries,
+    existing,
+    holds_match,
+    not_a_directory,
+    older_than,
+    set_vars,
+    so_findings,
+    survey,
+    survey_findings,
+    unreadable,
+)
+from jitwarden.env import locations
+from jitwarden.formats.ptx import parse_header
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_head
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.formats.ptx import parse_header
-from jitwarden.env import locations
-from jitwarden.adapters.base import (cubin_findings, elf_head, entries, existing, holds_match, not_a_directory,
-                                     older_than, set_vars, so_findings, survey, survey_findings, unreadable)
 
 KIND = "deepgemm"
 ROOT_RISK = None
 ROOT_CHECKS = ()
 ENTRY = re.compile(r"^kernel\.(.+)\.([0-9a-f]{8,64})$")
 _FAMILY_MAJORS = (10, 12)  # get_arch: sm_100f / sm_120f, one cubin for the whole family
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +87,19 @@ class DeepGemmFacts(KindFacts):
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``DG_JIT_CACHE_DIR`` (DeepGEMM 2.x), ``DG_CACHE_DIR`` (1.0.0), and ``$HOME/.deep_gemm``; existing dirs only."""
-    return existing(KIND, set_vars(env, "DG_JIT_CACHE_DIR", "DG_CACHE_DIR") + [(os.path.join(locations.home(env), ".deep_gemm"), "default")])
+    return existing(
+        KIND,
+        set_vars(env, "DG_JIT_CACHE_DIR", "DG_CACHE_DIR")
+        + [(os.path.join(locations.home(env), ".deep_gemm"), "default")],
+    )
 
 
 def looks_like_root(path: str) -> bool:
     """A dir with ``cache/kernel.*`` entries (or named ``.deep_gemm`` with a ``cache`` or ``tmp`` dir)."""
     cache = os.path.join(path, "cache")
-    if os.path.basename(os.path.normpath(path)) == ".deep_gemm" and (os.path.isdir(cache) or os.path.isdir(os.path.join(path, "tmp"))):
+    if os.path.basename(os.path.normpath(path)) == ".deep_gemm" and (
+        os.path.isdir(cache) or os.path.isdir(os.path.join(path, "tmp"))
+    ):
         return True
     return holds_match(cache, ENTRY)
 
@@ -106,21 +122,39 @@ def reachable(sm: int, target: int) -> bool:
     """Whether DeepGEMM's cubin for ``sm`` is the one it loads on a ``target`` GPU (``get_arch``)."""
     if sm == target:
         return True
-    return sm // 10 == target // 10 and sm // 10 in _FAMILY_MAJORS and sm % 10 == 0 and not (target == 101)
+    return (
+        sm // 10 == target // 10 and sm // 10 in _FAMILY_MAJORS and sm % 10 == 0 and target != 101
+    )
 
 
 def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
     out = survey_findings(s, root_uid, "temp item")
     mtime = s.newest
     if older_than(mtime, j):
-        out.append(Finding("orphan", f"leftover of an interrupted compile, {int((j.now - mtime) // 60)} min old; "
-                                     "DeepGEMM never reads it"))
+        out.append(
+            Finding(
+                "orphan",
+                f"leftover of an interrupted compile, {int((j.now - mtime) // 60)} min old; "
+                "DeepGEMM never reads it",
+            )
+        )
     # "partial" (an interrupted write, never loaded): clean takes the item whole.
-    return Entry(KIND, root, name, s.path, "partial", None, None, s.bytes, mtime, findings=tuple(out),
-                 facts=DeepGemmFacts(tmp=True))
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        "partial",
+        None,
+        None,
+        s.bytes,
+        mtime,
+        findings=tuple(out),
+        facts=DeepGemmFacts(tmp=True),
+    )
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:  # noqa: C901
     """Read one kernel dir (names, ELF headers, PTX head) or temp leftover, and judge it.
 
     Evidence per rule: ``corrupt`` for an empty ``kernel.cu``, a cubin whose ELF header is broken,
@@ -138,11 +172,18 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     kname = m.group(1) if m else None
     khash = m.group(2) if m else None
     if not s.is_dir:
-        return not_a_directory(KIND, root, name, s, out, "kernel directory", kname, DeepGemmFacts(kname, khash))
+        return not_a_directory(
+            KIND, root, name, s, out, "kernel directory", kname, DeepGemmFacts(kname, khash)
+        )
     if m is None:
         # A name DeepGEMM 1.0 never writes is a layout we do not know, not evidence of damage.
-        out.append(Finding("unrecognised", f"{base} is not named kernel.<name>.<hash> as DeepGEMM 1.0 names its "
-                                           "kernels: not a layout jitwarden knows"))
+        out.append(
+            Finding(
+                "unrecognised",
+                f"{base} is not named kernel.<name>.<hash> as DeepGEMM 1.0 names its "
+                "kernels: not a layout jitwarden knows",
+            )
+        )
     files = {f.name: f for f in s.files}
     newest = s.newest
     cubin_sm = arch = ptx_target = ptx_version = None
@@ -153,21 +194,40 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         etype = "kernel-so"
         missing = [f for f in ("kernel.cu", "kernel.args", "kernel.so") if f not in files]
         if missing and older_than(newest, j):
-            out.append(Finding("incomplete", f"missing {', '.join(missing)}: an interrupted compile; DeepGEMM 1.0.0 "
-                                             "treats the directory as a miss and compiles it again"))
+            out.append(
+                Finding(
+                    "incomplete",
+                    f"missing {', '.join(missing)}: an interrupted compile; DeepGEMM 1.0.0 "
+                    "treats the directory as a miss and compiles it again",
+                )
+            )
         if "kernel.so" in files:
             try:
-                out += so_findings("kernel.so", elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size), j.host_machine)
+                out += so_findings(
+                    "kernel.so",
+                    elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size),
+                    j.host_machine,
+                )
             except OSError as exc:
                 out.append(unreadable("kernel.so", exc))
             arch = 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
             if j.target_arch is not None and j.target_arch != 90:
-                out.append(Finding("foreign-arch", f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}"))
+                out.append(
+                    Finding(
+                        "foreign-arch",
+                        f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}",
+                    )
+                )
     else:
         missing = [f for f in ("kernel.cu", "kernel.cubin") if f not in files]
         if missing:
-            out.append(Finding("incomplete", f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
-                                             "whole, so this one was damaged after; loading it aborts the process"))
+            out.append(
+                Finding(
+                    "incomplete",
+                    f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
+                    "whole, so this one was damaged after; loading it aborts the process",
+                )
+            )
         if "kernel.cu" in files and files["kernel.cu"].size == 0:
             out.append(Finding("corrupt", "kernel.cu is empty"))
         if "kernel.cubin" in files:
@@ -187,14 +247,54 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 ptx_target, ptx_version = hdr.target, hdr.version
                 if hdr.target is None:
                     out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
-                elif cubin_sm is not None and hdr.target_arch is not None and hdr.target_arch != cubin_sm:
-                    out.append(Finding("mismatch", f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}"))
+                elif (
+                    cubin_sm is not None
+                    and hdr.target_arch is not None
+                    and hdr.target_arch != cubin_sm
+                ):
+                    out.append(
+                        Finding(
+                            "mismatch",
+                            f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}",
+                        )
+                    )
             except OSError as exc:
                 out.append(unreadable("kernel.ptx", exc))
-        if cubin_sm is not None and j.target_arch is not None and not reachable(cubin_sm, j.target_arch):
-            out.append(Finding("foreign-arch", f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
-                                               "DeepGEMM builds another target there, this one is unreachable"))
-    others = sorted(f for f in files if f not in ("kernel.cu", "kernel.cubin", "kernel.ptx", "kernel.sass",
-                                                  "kernel.args", "kernel.so"))
-    return Entry(KIND, root, name, path, etype, kname, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
-                 facts=DeepGemmFacts(kname, khash, cubin_sm, ptx_target, ptx_version, tuple(others[:8])))
+        if (
+            cubin_sm is not None
+            and j.target_arch is not None
+            and not reachable(cubin_sm, j.target_arch)
+        ):
+            out.append(
+                Finding(
+                    "foreign-arch",
+                    f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
+                    "DeepGEMM builds another target there, this one is unreachable",
+                )
+            )
+    others = sorted(
+        f
+        for f in files
+        if f
+        not in (
+            "kernel.cu",
+            "kernel.cubin",
+            "kernel.ptx",
+            "kernel.sass",
+            "kernel.args",
+            "kernel.so",
+        )
+    )
+    return Entry(
+        KIND,
+        root,
+        name,
+        path,
+        etype,
+        kname,
+        arch,
+        s.bytes,
+        newest,
+        findings=tuple(dict.fromkeys(out)),
+        facts=DeepGemmFacts(kname, khash, cubin_sm, ptx_target, ptx_version, tuple(others[:8])),
+    )

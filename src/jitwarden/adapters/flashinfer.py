@@ -29,13 +29,23 @@ import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_head
-from jitwarden.model.layout import is_reserved
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.adapters.base import (
+    elf_head,
+    existing,
+    listed,
+    not_a_directory,
+    older_than,
+    set_vars,
+    so_findings,
+    survey,
+    survey_findings,
+    unreadable,
+)
 from jitwarden.env import locations
-from jitwarden.adapters.base import (elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings,
-                                     survey, survey_findings, unreadable)
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import is_reserved
+from jitwarden.store.fsutil import read_head
 
 KIND = "flashinfer"
 ROOT_RISK = None
@@ -43,11 +53,11 @@ ROOT_CHECKS = ()
 ARCHS = re.compile(r"^(?:noarch|\d+[af]?(?:_\d+[af]?)*)$")
 VERSION = re.compile(r"^\d+\.\d+[0-9A-Za-z.+_-]*$")
 _ONE_ARCH = re.compile(r"(\d+)([af]?)")
-_GENCODE = re.compile(r"(?:-gencode[= ]|--generate-code=)arch=compute_(\d+)([af]?),code=\[?(?:sm|compute)_(\d+)([af]?)")
+_GENCODE = re.compile(
+    r"(?:-gencode[= ]|--generate-code=)arch=compute_(\d+)([af]?),code=\[?(?:sm|compute)_(\d+)([af]?)"
+)
 _SKIP = frozenset({"tmp"})  # cached_ops/tmp: lock files and the batch ninja file, not an op
 _NINJA_MAX = 1 << 20
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +110,9 @@ def looks_like_root(path: str) -> bool:
     p = os.path.normpath(path)
     if os.path.basename(p) == "flashinfer" and os.path.basename(os.path.dirname(p)) == ".cache":
         return True
-    return any(os.path.isdir(os.path.join(path, ws, "cached_ops")) for ws, _v, _a in _workspaces(path)[:32])
+    return any(
+        os.path.isdir(os.path.join(path, ws, "cached_ops")) for ws, _v, _a in _workspaces(path)[:32]
+    )
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -149,8 +161,11 @@ def _named(n: int, suf: str, parsed) -> bool:
 
 def version_matches(dir_version: str, installed: str) -> bool:
     """The directory is named by ``flashinfer.__version__``; dist metadata may add or drop a ``+local`` part."""
-    return dir_version == installed or dir_version.split("+")[0] == installed.split("+")[0] and (
-        "+" not in dir_version or "+" not in installed)
+    return (
+        dir_version == installed
+        or dir_version.split("+")[0] == installed.split("+")[0]
+        and ("+" not in dir_version or "+" not in installed)
+    )
 
 
 def _split(name: str) -> tuple[str | None, str, str, str | None]:
@@ -190,45 +205,89 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     installed = j.version("flashinfer")
     if installed:
         if version is not None and not version_matches(version, installed):
-            out.append(Finding("stale", f"built by FlashInfer {version}; FlashInfer {installed} is installed and reads "
-                                        f"{installed}/<archs>/ only"))
+            out.append(
+                Finding(
+                    "stale",
+                    f"built by FlashInfer {version}; FlashInfer {installed} is installed and reads "
+                    f"{installed}/<archs>/ only",
+                )
+            )
         elif version is None and not installed.startswith("0.2."):
-            out.append(Finding("stale", f"unversioned layout of FlashInfer 0.2.x; FlashInfer {installed} reads "
-                                        f"{installed}/<archs>/ only"))
+            out.append(
+                Finding(
+                    "stale",
+                    f"unversioned layout of FlashInfer 0.2.x; FlashInfer {installed} reads "
+                    f"{installed}/<archs>/ only",
+                )
+            )
 
     # Arch directory against the GPU judged for.
     parsed = parse_archs(archs)
     arch = max((a for a, _s in parsed), default=None)
-    if j.target_arch is not None and parsed and not any(arch_runs_on(a, suf, j.target_arch) for a, suf in parsed):
-        out.append(Finding("foreign-arch", f"built for {archs}, judged against sm_{j.target_arch}: unreachable here"))
+    if (
+        j.target_arch is not None
+        and parsed
+        and not any(arch_runs_on(a, suf, j.target_arch) for a, suf in parsed)
+    ):
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"built for {archs}, judged against sm_{j.target_arch}: unreachable here",
+            )
+        )
 
     if op is not None:
         sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
         for rel in sos:
             try:
-                out += so_findings(rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine)
+                out += so_findings(
+                    rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine
+                )
             except OSError as exc:
                 out.append(unreadable(rel, exc))
         if f"{op}.so" not in files:
             if older_than(newest, j):
                 what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
-                out.append(Finding("incomplete", f"op directory has {what} {op}.so: an interrupted build "
-                                                 f"({int((j.now - newest) // 60)} min old)"))
+                out.append(
+                    Finding(
+                        "incomplete",
+                        f"op directory has {what} {op}.so: an interrupted build "
+                        f"({int((j.now - newest) // 60)} min old)",
+                    )
+                )
                 etype = "partial"
             else:
                 etype = "building"
         if "build.ninja" in files and parsed:
             try:
-                text = read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
+                text = read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode(
+                    "utf-8", "replace"
+                )
                 targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
                 if targets:
                     facts = replace(facts, gencode=tuple(f"sm_{n}{suf}" for n, suf in targets))
                     # Compare numbers: FlashInfer spells 12.0 as 120f or 120a depending on the CUDA toolkit.
                     foreign = [f"sm_{n}{suf}" for n, suf in targets if not _named(n, suf, parsed)]
                     if foreign:
-                        out.append(Finding("mismatch", f"build.ninja compiles for {', '.join(foreign)}, which the "
-                                                       f"arch directory {archs} does not name"))
+                        out.append(
+                            Finding(
+                                "mismatch",
+                                f"build.ninja compiles for {', '.join(foreign)}, which the "
+                                f"arch directory {archs} does not name",
+                            )
+                        )
             except OSError as exc:
                 out.append(unreadable("build.ninja", exc))
-    return Entry(KIND, root, name, path, etype, op, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
-                 facts=facts)
+    return Entry(
+        KIND,
+        root,
+        name,
+        path,
+        etype,
+        op,
+        arch,
+        s.bytes,
+        newest,
+        findings=tuple(dict.fromkeys(out)),
+        facts=facts,
+    )

@@ -27,15 +27,22 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from jitwarden.formats import elf
+from jitwarden.adapters.base import (
+    Survey,
+    cubin_findings,
+    existing,
+    private_root,
+    survey,
+    survey_findings,
+    unreadable,
+)
 from jitwarden.env import locations
-from jitwarden.store import partition
-from jitwarden.model.findings import Finding
-from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import read_bytes, read_chunks, read_head
-from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.formats import elf, jsonlimits
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
-from jitwarden.adapters.base import Survey, cubin_findings, existing, private_root, survey, survey_findings, unreadable
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.store import partition
+from jitwarden.store.fsutil import read_bytes, read_chunks, read_head
 
 KIND = "inductor"
 ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
@@ -45,7 +52,8 @@ SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
 TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
 DEVPROPS = re.compile(  # bounded: a forged 5,000-digit number is no match, not an int() that raises
     rb"DeviceProperties\(type='(\w{1,32})', index=(?:\d{1,9}|None), multi_processor_count=(\d{1,9}), "
-    rb"cc=(\d{1,9}(?!\d)|'[^']{0,64}')(?:, major=(\d{1,9}|None))?")
+    rb"cc=(\d{1,9}(?!\d)|'[^']{0,64}')(?:, major=(\d{1,9}|None))?"
+)
 KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
 FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
 TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
@@ -54,8 +62,15 @@ PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
 CUTLASS_DIR = "torch_cutlass"
 #: The links torch's ``try_import_cutlass`` makes in ``<cache>/torch_cutlass`` (torch 2.9-2.14
 #: ``codegen/cuda/cutlass_utils.py``, 2.15 ``codegen/cutlass/utils.py``): name -> the dir its target lies in.
-CUTLASS_LINKS = {"cutlass_library": "python", "cutlass": "python", "cutlass_cppgen": "python", "pycute": "python",
-                 "cuda": "cutlass_mock_imports", "scipy": "cutlass_mock_imports", "pydot": "cutlass_mock_imports"}
+CUTLASS_LINKS = {
+    "cutlass_library": "python",
+    "cutlass": "python",
+    "cutlass_cppgen": "python",
+    "pycute": "python",
+    "cuda": "cutlass_mock_imports",
+    "scipy": "cutlass_mock_imports",
+    "pydot": "cutlass_mock_imports",
+}
 
 
 # ---------------------------------------------------------------- roots
@@ -64,18 +79,27 @@ CUTLASS_LINKS = {"cutlass_library": "python", "cutlass": "python", "cutlass_cppg
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """Inductor's own cache dir (partitions are expanded by the scanner) and jitwarden's private root."""
     source = "TORCHINDUCTOR_CACHE_DIR" if env.get("TORCHINDUCTOR_CACHE_DIR") else "default"
-    return existing(KIND, [(partition.base_of(locations.inductor_cache_dir(env)), source)] + private_root(KIND, env))
+    return existing(
+        KIND,
+        [(partition.base_of(locations.inductor_cache_dir(env)), source)] + private_root(KIND, env),
+    )
 
 
 def looks_like_root(path: str) -> bool:
     """An Inductor cache dir: named ``torchinductor_<user>``, or holding ``fxgraph/``, ``aotautograd/``,
     ``precompiled_headers/`` (CPU builds), or ``locks/`` beside ``triton/``."""
+
     def isdir(name):
         p = os.path.join(path, name)
         return os.path.isdir(p) and not os.path.islink(p)
 
-    return (isdir("fxgraph") or isdir("aotautograd") or isdir("precompiled_headers") or (isdir("locks") and isdir(TRITON_DIR))
-            or os.path.basename(os.path.normpath(path)).startswith("torchinductor_"))
+    return (
+        isdir("fxgraph")
+        or isdir("aotautograd")
+        or isdir("precompiled_headers")
+        or (isdir("locks") and isdir(TRITON_DIR))
+        or os.path.basename(os.path.normpath(path)).startswith("torchinductor_")
+    )
 
 
 # ---------------------------------------------------------------- entries
@@ -92,7 +116,9 @@ def _dirs_and_files(path: str) -> tuple[list[str], list[str]]:
     return sorted(dirs), sorted(files)
 
 
-def list_entry_names(root: str, skip: tuple[str, ...] = (TRITON_DIR,)) -> tuple[list[str], list[tuple[str, str]]]:
+def list_entry_names(
+    root: str, skip: tuple[str, ...] = (TRITON_DIR,)
+) -> tuple[list[str], list[tuple[str, str]]]:
     """Entry ids of an Inductor cache dir (relative paths); ``triton/`` and jitwarden's names left out.
 
     ``fxgraph/<xx>/<key>`` and ``aotautograd/<key>`` are one entry per key; each file of a
@@ -111,10 +137,7 @@ def list_entry_names(root: str, skip: tuple[str, ...] = (TRITON_DIR,)) -> tuple[
                     sd, sf = _dirs_and_files(os.path.join(p, shard))
                     names += [f"fxgraph/{shard}/{k}" for k in sd + sf]
                 names += [f"fxgraph/{f}" for f in _dirs_and_files(p)[1]]
-            elif d in ("aotautograd", "cache"):
-                sd, sf = _dirs_and_files(p)
-                names += [f"{d}/{k}" for k in sd + sf]
-            elif SHARD.match(d):
+            elif d in ("aotautograd", "cache") or SHARD.match(d):
                 sd, sf = _dirs_and_files(p)
                 names += [f"{d}/{k}" for k in sd + sf]
             else:
@@ -142,7 +165,9 @@ def pickle_problem(data: bytes | Streamed) -> str | None:
         return "not a pickle (no PROTO opcode at the start)"
     if last != b".":
         return "truncated: the pickle does not end with STOP"
-    if head[1] >= 4 and head[2] == 0x95 and size >= 11:  # protocol 4+ opens with a FRAME and its length
+    if (
+        head[1] >= 4 and head[2] == 0x95 and size >= 11
+    ):  # protocol 4+ opens with a FRAME and its length
         flen = int.from_bytes(head[3:11], "little")
         if 11 + flen > size:
             return f"truncated: its first frame needs {11 + flen} bytes, the file has {size}"
@@ -166,11 +191,24 @@ def source_problem(data: bytes, rel: str) -> Finding | None:
         return None
     if isinstance(exc, SyntaxError):
         last = data.rstrip().count(b"\n") + 1
-        if exc.lineno is None or exc.lineno >= last or "EOF" in str(exc.msg) or "never closed" in str(exc.msg):
-            return Finding("corrupt", f"{rel}: truncated: the source stops mid-statement (line {exc.lineno}: {exc.msg})")
-        return Finding("unrecognised", f"{rel}: does not parse as this Python's syntax (line {exc.lineno}: "
-                                       f"{exc.msg}); not judged")
-    return Finding("unrecognised", f"{rel}: cannot be parsed here ({type(exc).__name__}); not judged")
+        if (
+            exc.lineno is None
+            or exc.lineno >= last
+            or "EOF" in str(exc.msg)
+            or "never closed" in str(exc.msg)
+        ):
+            return Finding(
+                "corrupt",
+                f"{rel}: truncated: the source stops mid-statement (line {exc.lineno}: {exc.msg})",
+            )
+        return Finding(
+            "unrecognised",
+            f"{rel}: does not parse as this Python's syntax (line {exc.lineno}: "
+            f"{exc.msg}); not judged",
+        )
+    return Finding(
+        "unrecognised", f"{rel}: cannot be parsed here ({type(exc).__name__}); not judged"
+    )
 
 
 TAIL_LINES = 40
@@ -230,11 +268,21 @@ def arch_findings(props, judge: Judge, what: str) -> tuple[int | None, list[Find
     if judge.target_arch is not None:
         foreign = [a for a in archs if a != judge.target_arch]
         if foreign:
-            out.append(Finding("foreign-arch", f"{what} generated for sm_{', sm_'.join(map(str, foreign))} "
-                                               f"(triton_meta cc), judged against sm_{judge.target_arch}: unreachable here"))
+            out.append(
+                Finding(
+                    "foreign-arch",
+                    f"{what} generated for sm_{', sm_'.join(map(str, foreign))} "
+                    f"(triton_meta cc), judged against sm_{judge.target_arch}: unreachable here",
+                )
+            )
         if others:
-            out.append(Finding("foreign-arch", f"{what} generated for {', '.join(others)}, judged against "
-                                               f"sm_{judge.target_arch}: unreachable here"))
+            out.append(
+                Finding(
+                    "foreign-arch",
+                    f"{what} generated for {', '.join(others)}, judged against "
+                    f"sm_{judge.target_arch}: unreachable here",
+                )
+            )
     return (archs[0] if len(archs) == 1 else None), out
 
 
@@ -317,7 +365,9 @@ class Judging:
             self.extra[field] = replace(old, **found) if old is not None else group(**found)
 
 
-def judge_blob(rel: str, data: bytes | Streamed, size: int, judge: Judge, facts: Judging, kind: str = "") -> None:
+def judge_blob(  # noqa: C901
+    rel: str, data: bytes | Streamed, size: int, judge: Judge, facts: Judging, kind: str = ""
+) -> None:
     """Judge one generated file of an Inductor cache by its bytes (``kind``: fxgraph, aotautograd or "" for by name)."""
     add = facts.findings.append
     base = os.path.basename(rel)
@@ -355,18 +405,33 @@ def judge_blob(rel: str, data: bytes | Streamed, size: int, judge: Judge, facts:
         if m and b"triton_meta=" in data:
             facts.type, facts.name = "kernel", m.group(1).decode()
             if not props:
-                add(Finding("unrecognised", f"{rel}: its triton_meta has no DeviceProperties(...) in a form "
-                                            "jitwarden reads; its GPU is not judged"))
+                add(
+                    Finding(
+                        "unrecognised",
+                        f"{rel}: its triton_meta has no DeviceProperties(...) in a form "
+                        "jitwarden reads; its GPU is not judged",
+                    )
+                )
         elif b"@triton.jit" in data:
             facts.type = "kernel"
-            add(Finding("unrecognised", f"{rel}: @triton.jit is not followed by a kernel definition jitwarden reads"))
+            add(
+                Finding(
+                    "unrecognised",
+                    f"{rel}: @triton.jit is not followed by a kernel definition jitwarden reads",
+                )
+            )
         else:
             facts.type = "output-code"
         arch = named_arch(props, judge, rel, facts)
-        facts.grouped("generated_for", GeneratedFor, cc=arch, device=props[0][0] if props else None,
-                      multi_processor_count=props[0][2] if props else None)
+        facts.grouped(
+            "generated_for",
+            GeneratedFor,
+            cc=arch,
+            device=props[0][0] if props else None,
+            multi_processor_count=props[0][2] if props else None,
+        )
         return
-    if base.endswith(".best_config") or base.endswith(".json"):
+    if base.endswith((".best_config", ".json")):
         facts.type = "autotune" if base.endswith(".best_config") else "json"
         try:
             doc = jsonlimits.loads(data)
@@ -374,7 +439,12 @@ def judge_blob(rel: str, data: bytes | Streamed, size: int, judge: Judge, facts:
             add(Finding("corrupt", f"{rel} is not valid JSON"))
             return
         if facts.type == "autotune" and not (isinstance(doc, dict) and "num_warps" in doc):
-            add(Finding("unrecognised", f"{rel}: JSON, but not an autotune result jitwarden knows (no num_warps)"))
+            add(
+                Finding(
+                    "unrecognised",
+                    f"{rel}: JSON, but not an autotune result jitwarden knows (no num_warps)",
+                )
+            )
         elif facts.type == "autotune" and doc.get("triton_cache_hash"):
             facts.extra["triton_cache_hash"] = doc["triton_cache_hash"]
         return
@@ -397,7 +467,12 @@ def judge_blob(rel: str, data: bytes | Streamed, size: int, judge: Judge, facts:
         facts.extra["machine"] = mname
         host = _host(judge)
         if host and mname != host:
-            add(Finding("foreign-arch", f"{rel} is built for {mname}, this host is {host}: unreachable here"))
+            add(
+                Finding(
+                    "foreign-arch",
+                    f"{rel} is built for {mname}, this host is {host}: unreachable here",
+                )
+            )
         return
     if base.endswith(".lock"):
         facts.type = "lock"
@@ -417,7 +492,9 @@ a larger one is judged by :func:`stream_blob`, one pass in 1 MiB chunks, so memo
 (ARCHITECTURE.md, "reads bounded by kind")."""
 _HEAD = 64 << 10
 _CHUNK = 1 << 20
-_OVERLAP = 4096  # a DeviceProperties(...) or an FX key split by a chunk's end is found in the next one
+_OVERLAP = (
+    4096  # a DeviceProperties(...) or an FX key split by a chunk's end is found in the next one
+)
 
 
 @dataclass(frozen=True)
@@ -429,7 +506,9 @@ class Streamed:
     size: int
     head: bytes  # its first _HEAD bytes
     tail: bytes = b""  # its last 16 bytes
-    crc_after_4: int | None = None  # CRC32 of all but its first 4 bytes: torch's BytesWriter checksum
+    crc_after_4: int | None = (
+        None  # CRC32 of all but its first 4 bytes: torch's BytesWriter checksum
+    )
     sha256: str | None = None  # when asked for (a sealed pickle)
     props: tuple = ()  # device_props() of the whole file
     fx_keys: tuple[str, ...] = ()  # FX_KEY_AFTER_INFO's keys, in order
@@ -450,7 +529,7 @@ def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
         if len(head) < _HEAD:
             head += chunk[: _HEAD - len(head)]
         if pos + len(chunk) > 4:
-            crc = zlib.crc32(chunk[max(0, 4 - pos):] if pos < 4 else chunk, crc)
+            crc = zlib.crc32(chunk[max(0, 4 - pos) :] if pos < 4 else chunk, crc)
         if h is not None:
             h.update(chunk)
         buf = carry + chunk
@@ -459,7 +538,9 @@ def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
         carry = buf[-_OVERLAP:]
         tail = (tail + chunk[-16:])[-16:]
         pos += len(chunk)
-    return Streamed(pos, head, tail, crc, h.hexdigest() if h is not None else None, tuple(props), tuple(keys))
+    return Streamed(
+        pos, head, tail, crc, h.hexdigest() if h is not None else None, tuple(props), tuple(keys)
+    )
 
 
 def read_blob(path: str, rel: str, size: int, *, sha256: bool = False) -> bytes | Streamed:
@@ -510,7 +591,12 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
     sealed = _pickle_seal(s, facts) if group in PICKLE_DIRS and s.is_dir else {}
     for rel, mtime in tmps:
         if judge.now - mtime >= judge.orphan_age:
-            facts.findings.append(Finding("orphan", f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old"))
+            facts.findings.append(
+                Finding(
+                    "orphan",
+                    f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old",
+                )
+            )
     for rel, size in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         shown = f"{name}/{rel}" if s.is_dir else name
@@ -528,10 +614,14 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
         facts.type = group
         if not real:
             newest = s.newest
-            if tmps or judge.now - newest >= judge.orphan_age:
-                if not tmps:
-                    facts.findings.append(Finding("orphan", f"{group} key directory holds no graph: an interrupted write, "
-                                                            f"{_age_min(judge, newest)} min old"))
+            if (tmps or judge.now - newest >= judge.orphan_age) and not tmps:
+                facts.findings.append(
+                    Finding(
+                        "orphan",
+                        f"{group} key directory holds no graph: an interrupted write, "
+                        f"{_age_min(judge, newest)} min old",
+                    )
+                )
             facts.type = "empty"
 
 
@@ -549,7 +639,11 @@ def _judge_large(rel: str, data: Streamed, judge: Judge, facts: Judging) -> None
             facts.findings += found
             return
         _cubin_arch(rel, head.sm, judge, facts)
-        add(Finding("unrecognised", f"{too_large}: only its ELF header was read (its machine, its SM)"))
+        add(
+            Finding(
+                "unrecognised", f"{too_large}: only its ELF header was read (its machine, its SM)"
+            )
+        )
         return
     named_arch(device_props(data), judge, rel, facts)
     add(Finding("unrecognised", f"{too_large}: only searched for the GPU it names, not parsed"))
@@ -559,8 +653,13 @@ def _cubin_arch(rel: str, sm: int, judge: Judge, facts: Judging) -> None:
     """A cubin's SM, read from the whole file or its header alike, against the target."""
     facts.arch = sm
     if judge.target_arch is not None and sm != judge.target_arch:
-        facts.findings.append(Finding("foreign-arch", f"{rel} is assembled for sm_{sm}, judged against "
-                                                      f"sm_{judge.target_arch}: unreachable here"))
+        facts.findings.append(
+            Finding(
+                "foreign-arch",
+                f"{rel} is assembled for sm_{sm}, judged against "
+                f"sm_{judge.target_arch}: unreachable here",
+            )
+        )
 
 
 def _pickle_seal(s: Survey, facts: Judging) -> dict:
@@ -574,10 +673,14 @@ def _pickle_seal(s: Survey, facts: Judging) -> dict:
     try:
         found = seal.read(s.path)
     except seal.SealError as exc:
-        facts.findings.append(Finding("unrecognised", f"{SEAL_FILE}: {exc}; the pickles are judged without it"))
+        facts.findings.append(
+            Finding("unrecognised", f"{SEAL_FILE}: {exc}; the pickles are judged without it")
+        )
         return {}
     except OSError as exc:
-        facts.findings.append(Finding("unrecognised", f"{SEAL_FILE}: unreadable ({exc.strerror}); not judged"))
+        facts.findings.append(
+            Finding("unrecognised", f"{SEAL_FILE}: unreadable ({exc.strerror}); not judged")
+        )
         return {}
     return dict(found.files) if found else {}
 
@@ -597,16 +700,22 @@ def _check_sealed(rel: str, data: bytes | Streamed, size: int, rec: dict, facts:
 
 def _aot_refs(root: str, rel: str, data: bytes | Streamed, facts: Judging) -> None:
     """An AOTAutograd result that loads its graphs from ``fxgraph/``: each named graph must be there."""
-    keys = data.fx_keys if isinstance(data, Streamed) else [m.group(1).decode() for m in FX_KEY_AFTER_INFO.finditer(data)]
+    keys = (
+        data.fx_keys
+        if isinstance(data, Streamed)
+        else [m.group(1).decode() for m in FX_KEY_AFTER_INFO.finditer(data)]
+    )
     for key in keys:
         facts.extra.setdefault("fx_graphs", []).append(key)
         if not os.path.isdir(os.path.join(root, "fxgraph", key[1:3], key)):
-            facts.findings.append(Finding("incomplete", f"{rel} loads FX graph {key}, which is missing from fxgraph/"))
+            facts.findings.append(
+                Finding("incomplete", f"{rel} loads FX graph {key}, which is missing from fxgraph/")
+            )
 
 
 def _local_cache(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
     """``cache/<system hash>``: JSON ``{"system": {"device": {"name"}, "version": {...}}, "cache": {...}}``."""
-    if not data.lstrip()[:1] == b"{":
+    if data.lstrip()[:1] != b"{":
         return
     try:
         doc = jsonlimits.loads(data)
@@ -620,25 +729,60 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
     if gpu:
         facts.name = gpu
         if judge.gpu_names and gpu not in judge.gpu_names:
-            facts.findings.append(Finding("stale", f"autotune results for {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}"))
+            facts.findings.append(
+                Finding(
+                    "stale",
+                    f"autotune results for {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}",
+                )
+            )
     ver = system.get("version") if isinstance(system, dict) else None
     cuda = ver["cuda"] if isinstance(ver, dict) and ver.get("cuda") else None
     if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
-        facts.findings.append(Finding("stale", f"written by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}"))
+        facts.findings.append(
+            Finding(
+                "stale",
+                f"written by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}",
+            )
+        )
     facts.grouped("system", SystemFactors, gpu_name=gpu or None, cuda=cuda)
 
 
-def entry_of(kind: str, root: str, name: str, s: Survey, facts: Judging, findings: list[Finding]) -> Entry:
+def entry_of(
+    kind: str, root: str, name: str, s: Survey, facts: Judging, findings: list[Finding]
+) -> Entry:
     mtime = s.newest if s.files else s.mtime
-    frozen = facts.make(**{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()})
-    return Entry(kind, root, name, s.path, facts.type, facts.name, facts.arch, s.bytes, mtime,
-                 findings=tuple(dict.fromkeys(findings)), facts=frozen)
+    frozen = facts.make(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()}
+    )
+    return Entry(
+        kind,
+        root,
+        name,
+        s.path,
+        facts.type,
+        facts.name,
+        facts.arch,
+        s.bytes,
+        mtime,
+        findings=tuple(dict.fromkeys(findings)),
+        facts=frozen,
+    )
 
 
 def link_findings(s: Survey, tool: str = "Inductor") -> list[Finding]:
     if s.links[0].leaves:
-        return [Finding("unsafe", f"entry is a symlink leaving the cache root (-> {s.symlink_target}); not followed")]
-    return [Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); {tool} would follow it, jitwarden does not")]
+        return [
+            Finding(
+                "unsafe",
+                f"entry is a symlink leaving the cache root (-> {s.symlink_target}); not followed",
+            )
+        ]
+    return [
+        Finding(
+            "unsafe",
+            f"entry is a symlink (-> {s.symlink_target}); {tool} would follow it, jitwarden does not",
+        )
+    ]
 
 
 def torch_cutlass_link(rel: str, target: str) -> bool:
@@ -647,7 +791,12 @@ def torch_cutlass_link(rel: str, target: str) -> bool:
     before use, so these are no hazard; any other link there is judged as any link is."""
     parent = CUTLASS_LINKS.get(rel)
     t = os.path.normpath(target)
-    return parent is not None and os.path.isabs(t) and os.path.basename(t) == rel and os.path.basename(os.path.dirname(t)) == parent
+    return (
+        parent is not None
+        and os.path.isabs(t)
+        and os.path.basename(t) == rel
+        and os.path.basename(os.path.dirname(t)) == parent
+    )
 
 
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
@@ -655,8 +804,16 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     return inspect_as(KIND, root, root, name, name, judge, root_uid)
 
 
-def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str, judge: Judge,
-               root_uid: int | None, make: type[InductorFacts] = InductorFacts) -> Entry:
+def inspect_as(
+    kind: str,
+    shown_root: str,
+    root: str,
+    name: str,
+    shown_name: str,
+    judge: Judge,
+    root_uid: int | None,
+    make: type[InductorFacts] = InductorFacts,
+) -> Entry:
     """Judge ``root/name`` of an Inductor cache dir, reported as entry ``shown_name`` of ``shown_root`` (vLLM nests them)."""
     s = survey(root, name)
     facts = Judging(make)
@@ -687,4 +844,3 @@ def inspect_as(kind: str, shown_root: str, root: str, name: str, shown_name: str
         if group == "other" and s.is_dir and facts.type != "cutlass-links":
             facts.type = "other"
     return entry_of(kind, shown_root, shown_name, s, facts, findings + facts.findings)
-

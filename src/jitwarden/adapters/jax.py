@@ -74,12 +74,16 @@ class JaxFacts(KindFacts):
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``JAX_COMPILATION_CACHE_DIR`` when set (JAX has no default: its persistent cache is off without it), and
     jitwarden's private root; existing dirs only."""
-    return base.existing(KIND, base.set_vars(env, "JAX_COMPILATION_CACHE_DIR") + base.private_root(KIND, env))
+    return base.existing(
+        KIND, base.set_vars(env, "JAX_COMPILATION_CACHE_DIR") + base.private_root(KIND, env)
+    )
 
 
 def looks_like_root(path: str) -> bool:
     """A dir holding ``<module>-<sha256>-cache`` files or XLA's autotune dir."""
-    if os.path.isdir(os.path.join(path, AUTOTUNE_DIR)) and not os.path.islink(os.path.join(path, AUTOTUNE_DIR)):
+    if os.path.isdir(os.path.join(path, AUTOTUNE_DIR)) and not os.path.islink(
+        os.path.join(path, AUTOTUNE_DIR)
+    ):
         return True
     return base.holds_match(path, ENTRY)
 
@@ -138,14 +142,24 @@ def _atime_findings(root: str, key: str) -> tuple[bool, list[Finding]]:
         st = os.lstat(path)
     except FileNotFoundError:
         if _eviction_on(root):
-            return False, [Finding("incomplete", f"{key}-atime is missing while JAX's eviction is on (.lockfile): "
-                                                 "eviction reads every entry's -atime and fails on this one")]
+            return False, [
+                Finding(
+                    "incomplete",
+                    f"{key}-atime is missing while JAX's eviction is on (.lockfile): "
+                    "eviction reads every entry's -atime and fails on this one",
+                )
+            ]
         return False, []
     if not os.path.isfile(path) or os.path.islink(path):
         return True, [Finding("unsafe", f"{key}-atime is not a regular file; not followed")]
     if st.st_size != ATIME_BYTES:
-        return True, [Finding("corrupt", f"{key}-atime holds {st.st_size} bytes; JAX writes exactly {ATIME_BYTES} "
-                                         "(a little-endian time in ns)")]
+        return True, [
+            Finding(
+                "corrupt",
+                f"{key}-atime holds {st.st_size} bytes; JAX writes exactly {ATIME_BYTES} "
+                "(a little-endian time in ns)",
+            )
+        ]
     return True, []
 
 
@@ -161,14 +175,35 @@ WRITING_S = 60.0
 be being written, and is not called damage yet."""
 
 
-def _judge_executable(path: str, size: int, mtime: float, module: str, j: Judge) -> tuple[JaxFacts, list[Finding], int | None, bool]:
+def _judge_executable(
+    path: str, size: int, mtime: float, module: str, j: Judge
+) -> tuple[JaxFacts, list[Finding], int | None, bool]:
     out: list[Finding] = []
     young = not base.older_than(mtime, j, WRITING_S)
     if size == 0:
         if young:
-            return JaxFacts(), [Finding("unrecognised", "empty, written in the last minute: perhaps still being "
-                                                        "written (JAX writes in place)")], None, False
-        return JaxFacts(), [Finding("corrupt", "empty -cache file (an interrupted write: JAX writes it in place)")], None, False
+            return (
+                JaxFacts(),
+                [
+                    Finding(
+                        "unrecognised",
+                        "empty, written in the last minute: perhaps still being "
+                        "written (JAX writes in place)",
+                    )
+                ],
+                None,
+                False,
+            )
+        return (
+            JaxFacts(),
+            [
+                Finding(
+                    "corrupt", "empty -cache file (an interrupted write: JAX writes it in place)"
+                )
+            ],
+            None,
+            False,
+        )
     try:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
     except OSError as exc:
@@ -176,23 +211,42 @@ def _judge_executable(path: str, size: int, mtime: float, module: str, j: Judge)
     sealed, out = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)
     p = jaxexec.parse(data)
     if p.problem and young and "cut short" in p.problem:
-        out.append(Finding("unrecognised", f"{p.problem}, written in the last minute: perhaps still being written "
-                                           "(JAX writes in place)"))
+        out.append(
+            Finding(
+                "unrecognised",
+                f"{p.problem}, written in the last minute: perhaps still being written "
+                "(JAX writes in place)",
+            )
+        )
     elif p.problem:
         out.append(Finding("corrupt", f"{p.problem}: JAX cannot load it"))
     elif p.unknown:
         out.append(Finding("unrecognised", p.unknown))
     elif p.module and not same_module(module, p.module):
-        out.append(Finding("mismatch", f"the key names module {module}, the executable in the file is {p.module}: "
-                                       "another function's executable under this key (JAX would run it)"))
+        out.append(
+            Finding(
+                "mismatch",
+                f"the key names module {module}, the executable in the file is {p.module}: "
+                "another function's executable under this key (JAX would run it)",
+            )
+        )
     arch = None
     if p.cubin_sms:
         arch = max(p.cubin_sms)
         if j.target_arch is not None and j.target_arch not in p.cubin_sms:
-            out.append(Finding("foreign-arch", f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
-                                               f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here"))
-    facts = JaxFacts(executable=Executable(p.compression, p.serialization, p.module, p.compile_time), cubin_sm=arch,
-                     cubin_sms=p.cubin_sms, abi=p.abi)
+            out.append(
+                Finding(
+                    "foreign-arch",
+                    f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
+                    f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here",
+                )
+            )
+    facts = JaxFacts(
+        executable=Executable(p.compression, p.serialization, p.module, p.compile_time),
+        cubin_sm=arch,
+        cubin_sms=p.cubin_sms,
+        abi=p.abi,
+    )
     return facts, out, arch, sealed
 
 
@@ -203,7 +257,12 @@ def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Findin
     kernels (field 1). A message that does not parse is damage; any other shape is not understood."""
     parts = name.split("/")
     if name != KERNEL_CACHE_FILE and not (len(parts) == 3 and parts[2].endswith(".pb")):
-        return [Finding("unrecognised", "not laid out as <version hash>/<fusion key>.pb as XLA's autotune cache is")]
+        return [
+            Finding(
+                "unrecognised",
+                "not laid out as <version hash>/<fusion key>.pb as XLA's autotune cache is",
+            )
+        ]
     try:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
     except OSError as exc:
@@ -221,18 +280,29 @@ def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Findin
                     jaxexec.fields(v)
             return []
         key = next((v for num, wt, v in top if num == 1 and wt == 2), None)
-        ident = next((v for num, wt, v in jaxexec.fields(key) if num == 1 and wt == 2), None) if key else None
+        ident = (
+            next((v for num, wt, v in jaxexec.fields(key) if num == 1 and wt == 2), None)
+            if key
+            else None
+        )
         got = {num: v for num, wt, v in jaxexec.fields(ident) if wt == 2} if ident else {}
     except ValueError as exc:
         return [Finding("corrupt", f"not a whole protobuf message ({exc}): XLA cannot parse it")]
     version, fusion = got.get(1), got.get(3)
     if not isinstance(version, bytes) or not isinstance(fusion, bytes):
-        return [Finding("unrecognised", "an autotune result without the key fields jitwarden knows")]
+        return [
+            Finding("unrecognised", "an autotune result without the key fields jitwarden knows")
+        ]
     want = (parts[1], parts[2][:-3])
     have = (version.decode("utf-8", "replace"), fusion.decode("utf-8", "replace"))
     if have != want:
-        return [Finding("mismatch", f"the result inside is for {have[0]}/{have[1]}, the file is {want[0]}/{want[1]}: "
-                                    "another fusion's autotune result under this key")]
+        return [
+            Finding(
+                "mismatch",
+                f"the result inside is for {have[0]}/{have[1]}, the file is {want[0]}/{want[1]}: "
+                "another fusion's autotune result under this key",
+            )
+        ]
     return []
 
 
@@ -251,28 +321,106 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return base.not_a_directory(KIND, root, name, s, out, "entry", None, JaxFacts())
     if s.is_dir:
         out.append(Finding("unrecognised", "a directory where JAX writes files"))
-        return Entry(KIND, root, name, s.path, "other", None, None, s.bytes, s.mtime, findings=tuple(out), facts=JaxFacts())
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "other",
+            None,
+            None,
+            s.bytes,
+            s.mtime,
+            findings=tuple(out),
+            facts=JaxFacts(),
+        )
     if not s.files:
-        return Entry(KIND, root, name, s.path, "other", None, None, 0, s.mtime, findings=tuple(out), facts=JaxFacts())
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "other",
+            None,
+            None,
+            0,
+            s.mtime,
+            findings=tuple(out),
+            facts=JaxFacts(),
+        )
     f = s.files[0]
     if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:
         etype = "autotune" if top == AUTOTUNE_DIR else "kernel-cache"
         out += _xla_file_findings(s.path, name, f.size, j)
-        return Entry(KIND, root, name, s.path, etype, None, None, f.size, f.mtime, findings=tuple(out), facts=JaxFacts())
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            etype,
+            None,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=JaxFacts(),
+        )
     m = ENTRY.match(name)
     if m is None:
-        out.append(Finding("unrecognised", "not named <module>-<sha256>-cache as JAX names entries"))
-        return Entry(KIND, root, name, s.path, "other", None, None, f.size, f.mtime, findings=tuple(out), facts=JaxFacts())
+        out.append(
+            Finding("unrecognised", "not named <module>-<sha256>-cache as JAX names entries")
+        )
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "other",
+            None,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=JaxFacts(),
+        )
     module, khash, part = m.groups()
     key = f"{module}-{khash}"
     if part == "atime":
         if base.older_than(f.mtime, j):
-            out.append(Finding("orphan", f"-atime of an entry that is gone ({key}-cache): JAX never reads it again"))
-        return Entry(KIND, root, name, s.path, "partial", module, None, f.size, f.mtime, findings=tuple(out),
-                     facts=JaxFacts(module, khash))
+            out.append(
+                Finding(
+                    "orphan",
+                    f"-atime of an entry that is gone ({key}-cache): JAX never reads it again",
+                )
+            )
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "partial",
+            module,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=JaxFacts(module, khash),
+        )
     facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, j)
     has_atime, afind = _atime_findings(root, key)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
     facts = replace(facts, module=module, key_hash=khash, atime=has_atime)
-    return Entry(KIND, root, name, s.path, "executable", module, arch, size, f.mtime, sealed,
-                 findings=tuple(dict.fromkeys(out + found + afind)), facts=facts)
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        "executable",
+        module,
+        arch,
+        size,
+        f.mtime,
+        sealed,
+        findings=tuple(dict.fromkeys(out + found + afind)),
+        facts=facts,
+    )

@@ -74,7 +74,10 @@ def looks_like_root(path: str) -> bool:
     if not any(map(SUBDIR.match, ls.names)):
         return False
     names = sorted(n for n in ls.names if not is_reserved(n))
-    return any(SUBDIR.match(n) and any(INDEX.match(x) for x in _safe_files(os.path.join(path, n))) for n in names[:256])
+    return any(
+        SUBDIR.match(n) and any(INDEX.match(x) for x in _safe_files(os.path.join(path, n)))
+        for n in names[:256]
+    )
 
 
 def _safe_files(d: str) -> list[str]:
@@ -117,7 +120,14 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     for a data file an index lists that is missing; ``foreign-arch`` for a compute capability or cubin SM
     other than the target's (numba keys by it); ``unrecognised`` for a shape jitwarden does not know.
     """
-    s, out, other = base.lone_file(KIND, root, name, root_uid, NumbaFacts(), "not a regular file: numba writes one file per index and overload")
+    s, out, other = base.lone_file(
+        KIND,
+        root,
+        name,
+        root_uid,
+        NumbaFacts(),
+        "not a regular file: numba writes one file per index and overload",
+    )
     if other:
         return other
     f = s.files[0]
@@ -128,8 +138,19 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         data = read_bytes(s.path, max_bytes=MAX_FILE, size_hint=f.size)
     except OSError as exc:
         out.append(Finding("corrupt", f"unreadable: {exc.strerror or exc}"))
-        return Entry(KIND, root, name, s.path, "index" if mi else "data", stem, None, f.size, f.mtime,
-                     findings=tuple(out), facts=NumbaFacts(stem))
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "index" if mi else "data",
+            stem,
+            None,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=NumbaFacts(stem),
+        )
     if mi:
         p = numbacache.parse_index(data)
         arch = None
@@ -141,18 +162,43 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             here = os.path.dirname(s.path)
             missing = [d for d in p.data_files if not os.path.lexists(os.path.join(here, d))]
             if missing:
-                out.append(Finding("incomplete", f"lists {', '.join(missing[:3])}, which is missing: numba compiles "
-                                                 "that overload again"))
+                out.append(
+                    Finding(
+                        "incomplete",
+                        f"lists {', '.join(missing[:3])}, which is missing: numba compiles "
+                        "that overload again",
+                    )
+                )
             foreign = [d for d in p.data_files if not d.startswith(f"{stem}-")]
             if foreign:
                 out.append(Finding("mismatch", f"lists {foreign[0]}, another function's data file"))
             arch = max(p.compute_capabilities) if p.compute_capabilities else None
-            if j.target_arch is not None and p.compute_capabilities and j.target_arch not in p.compute_capabilities:
-                out.append(Finding("foreign-arch", f"compiled for compute capability "
-                                                   f"{', '.join(str(c) for c in p.compute_capabilities)}, judged "
-                                                   f"against sm_{j.target_arch}: numba keys by it, unreachable here"))
-        return Entry(KIND, root, name, s.path, "index", stem, arch, f.size, f.mtime, findings=tuple(out),
-                     facts=NumbaFacts(stem, p.numba_version, p.data_files, p.compute_capabilities))
+            if (
+                j.target_arch is not None
+                and p.compute_capabilities
+                and j.target_arch not in p.compute_capabilities
+            ):
+                out.append(
+                    Finding(
+                        "foreign-arch",
+                        f"compiled for compute capability "
+                        f"{', '.join(str(c) for c in p.compute_capabilities)}, judged "
+                        f"against sm_{j.target_arch}: numba keys by it, unreachable here",
+                    )
+                )
+        return Entry(
+            KIND,
+            root,
+            name,
+            s.path,
+            "index",
+            stem,
+            arch,
+            f.size,
+            f.mtime,
+            findings=tuple(out),
+            facts=NumbaFacts(stem, p.numba_version, p.data_files, p.compute_capabilities),
+        )
     p = numbacache.parse_data(data)
     if p.problem:
         out.append(Finding("corrupt", p.problem))
@@ -162,9 +208,30 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         want = _named_function(stem)
         got = p.function[-1] if p.function else None
         if want and got and _IDENT.match(got) and got != want:
-            out.append(Finding("mismatch", f"the file is {stem}'s, the kernel in it is {'.'.join(p.function)}: another "
-                                           "function's code under this key (numba would run it)"))
+            out.append(
+                Finding(
+                    "mismatch",
+                    f"the file is {stem}'s, the kernel in it is {'.'.join(p.function)}: another "
+                    "function's code under this key (numba would run it)",
+                )
+            )
     if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
-        out.append(Finding("foreign-arch", f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: unreachable here"))
-    return Entry(KIND, root, name, s.path, "data", stem, p.cubin_sm, f.size, f.mtime, findings=tuple(out),
-                 facts=NumbaFacts(stem, None, (), (), p.mangled, p.cubin_sm))
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: unreachable here",
+            )
+        )
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        "data",
+        stem,
+        p.cubin_sm,
+        f.size,
+        f.mtime,
+        findings=tuple(out),
+        facts=NumbaFacts(stem, None, (), (), p.mangled, p.cubin_sm),
+    )

@@ -19,18 +19,28 @@ from __future__ import annotations
 
 import os
 import re
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from typing import ClassVar
 
-from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_head
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.model.layout import is_reserved
+from jitwarden.adapters.base import (
+    elf_head,
+    existing,
+    listed,
+    not_a_directory,
+    older_than,
+    set_vars,
+    so_findings,
+    survey,
+    survey_findings,
+    unreadable,
+)
 from jitwarden.env import locations
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import is_reserved
 from jitwarden.store import partition
-from jitwarden.adapters.base import (elf_head, existing, listed, not_a_directory, older_than, set_vars, so_findings,
-                                     survey, survey_findings, unreadable)
+from jitwarden.store.fsutil import read_head
 
 KIND = "torch-ext"
 ROOT_RISK = None
@@ -38,10 +48,10 @@ ROOT_CHECKS = ()
 TAG = re.compile(r"^py(\d)(\d+)([a-z]*)_(cpu|cu\d+|rocm\d+|xpu)$")
 _NINJA_MAX = 1 << 20
 _PY_INCLUDE = re.compile(r"/include/python(\d)\.(\d+)([a-z]*)\b")
-_GENCODE = re.compile(r"-gencode[= ]arch=compute_(\d{1,9})[a-z]?,code=(sm|compute)_(\d{1,9})(?!\d)[a-z]?")
+_GENCODE = re.compile(
+    r"-gencode[= ]arch=compute_(\d{1,9})[a-z]?,code=(sm|compute)_(\d{1,9})(?!\d)[a-z]?"
+)
 _SO_NAME = re.compile(r"^(.+?)(?:_v(\d+))?\.so$")
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +99,9 @@ def looks_like_root(path: str) -> bool:
         ls = listed(path)
     except OSError:
         return False
-    tags = set(filter(TAG.match, ls.names))  # C-speed: a root of another kind lists 10,000s of names
+    tags = set(
+        filter(TAG.match, ls.names)
+    )  # C-speed: a root of another kind lists 10,000s of names
     if tags and any(ls.dirs(tags)):
         return True
     kids = list(islice(ls.dirs(), 64))  # the first 64 subdirs, in listing order
@@ -97,21 +109,30 @@ def looks_like_root(path: str) -> bool:
         return False
     if os.path.isfile(os.path.join(path, "build.ninja")):
         return False  # one build dir, not a root
-    return any(os.path.isfile(os.path.join(path, k, "build.ninja")) and not os.path.isfile(os.path.join(path, k, "kernel.cu"))
-               for k in kids)
+    return any(
+        os.path.isfile(os.path.join(path, k, "build.ninja"))
+        and not os.path.isfile(os.path.join(path, k, "kernel.cu"))
+        for k in kids
+    )
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """``<tag>/<name>`` for every build under a tag dir, ``<name>`` for a build directly in the root."""
     names, strays = [], []
     with os.scandir(root) as it:
-        kids = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink()) for e in it if not is_reserved(e.name))
+        kids = sorted(
+            (e.name, e.is_dir(follow_symlinks=False), e.is_symlink())
+            for e in it
+            if not is_reserved(e.name)
+        )
     for name, is_dir, is_link in kids:
         if is_dir and TAG.match(name):
             try:
                 with os.scandir(os.path.join(root, name)) as it:
                     for e in it:
-                        if not is_reserved(e.name) and (e.is_dir(follow_symlinks=False) or e.is_symlink()):
+                        if not is_reserved(e.name) and (
+                            e.is_dir(follow_symlinks=False) or e.is_symlink()
+                        ):
                             names.append(f"{name}/{e.name}")
                         elif e.is_file(follow_symlinks=False):
                             strays.append((f"{name}/{e.name}", "file"))
@@ -153,7 +174,9 @@ def parse_ninja(text: str) -> dict:
     sms, ptx = [], []
     for _arch, kind, num in _GENCODE.findall(text):
         (sms if kind == "sm" else ptx).append(int(num))
-    arch_flags = re.findall(r"--generate-code=arch=compute_(\d+)[a-z]?,code=\[?([a-z_0-9,]+)\]?", text)
+    arch_flags = re.findall(
+        r"--generate-code=arch=compute_(\d+)[a-z]?,code=\[?([a-z_0-9,]+)\]?", text
+    )
     for _arch, codes in arch_flags:
         for c in codes.split(","):
             m = re.match(r"(sm|compute)_(\d{1,9})(?!\d)", c)
@@ -162,7 +185,10 @@ def parse_ninja(text: str) -> dict:
     default = re.search(r"^default\s+(\S+)", text, re.MULTILINE)
     return {
         "python": f"py{py.group(1)}{py.group(2)}{py.group(3)}" if py else None,
-        "cuda": bool(re.search(r"^\s*nvcc\s*=", text, re.MULTILINE) or re.search(r"^\s*cuda_cflags\s*=", text, re.MULTILINE)),
+        "cuda": bool(
+            re.search(r"^\s*nvcc\s*=", text, re.MULTILINE)
+            or re.search(r"^\s*cuda_cflags\s*=", text, re.MULTILINE)
+        ),
         "sm": tuple(sorted(set(sms))),
         "ptx": tuple(sorted(set(ptx))),
         "default": default.group(1) if default else None,
@@ -176,7 +202,7 @@ def _covers(sms, ptx, arch: int) -> bool:
     return any(p <= arch for p in ptx)
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:  # noqa: C901
     """Read one build directory (file names, ELF headers, build.ninja text) and judge it.
 
     Evidence per rule: ``corrupt`` for ``.so``/``.o`` whose ELF header is broken; ``mismatch``
@@ -190,7 +216,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     out = survey_findings(s, root_uid, "build directory")
     tag, _, mod = name.rpartition("/")
     if not s.is_dir:
-        return not_a_directory(KIND, root, name, s, out, "build directory", mod, TorchExtFacts(mod, tag or None))
+        return not_a_directory(
+            KIND, root, name, s, out, "build directory", mod, TorchExtFacts(mod, tag or None)
+        )
     files = {f.name: f for f in s.files}
     host = j.host_machine
 
@@ -218,13 +246,20 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         else:
             obj_machines.add(head.machine_name)
     if so_machines and obj_machines and not (so_machines & obj_machines):
-        out.append(Finding("mismatch", f"the module is built for {', '.join(sorted(so_machines))} but its objects for "
-                                       f"{', '.join(sorted(obj_machines))}: the .so was not linked from them"))
+        out.append(
+            Finding(
+                "mismatch",
+                f"the module is built for {', '.join(sorted(so_machines))} but its objects for "
+                f"{', '.join(sorted(obj_machines))}: the .so was not linked from them",
+            )
+        )
 
     ninja = None
     if "build.ninja" in files:
         try:
-            ninja = parse_ninja(read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace"))
+            ninja = parse_ninja(
+                read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
+            )
         except OSError as exc:
             out.append(unreadable("build.ninja", exc))
 
@@ -234,14 +269,24 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if not own:
         if older_than(newest, j):
             what = "build.ninja but no" if ninja is not None else "neither build.ninja nor"
-            out.append(Finding("incomplete", f"build directory has {what} {mod}.so: an interrupted build "
-                                             f"({int((j.now - newest) // 60)} min old); torch rebuilds it on the next load()"))
+            out.append(
+                Finding(
+                    "incomplete",
+                    f"build directory has {what} {mod}.so: an interrupted build "
+                    f"({int((j.now - newest) // 60)} min old); torch rebuilds it on the next load()",
+                )
+            )
             etype = "partial"
         else:
             etype = "building"
     if "lock" in files and older_than(files["lock"].mtime, j):
-        out.append(Finding("orphan", f"lock: left by an interrupted build, {int((j.now - files['lock'].mtime) // 60)} min old; "
-                                     f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed"))
+        out.append(
+            Finding(
+                "orphan",
+                f"lock: left by an interrupted build, {int((j.now - files['lock'].mtime) // 60)} min old; "
+                f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed",
+            )
+        )
         etype = "partial"  # the build it guarded never finished: clean takes the whole directory
 
     # Tags: the tag directory names the Python and accelerator torch built for; build.ninja says what it really used.
@@ -251,30 +296,77 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if m:
         py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
         if ninja and ninja["python"] and ninja["python"] != py_tag:
-            out.append(Finding("mismatch", f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                                           f"headers but sits under {tag}"))
+            out.append(
+                Finding(
+                    "mismatch",
+                    f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                    f"headers but sits under {tag}",
+                )
+            )
         if ninja and acc_tag == "cpu" and ninja["cuda"]:
-            out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
+            out.append(
+                Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}")
+            )
         if py_now and py_tag != py_now:
-            out.append(Finding("stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/"))
+            out.append(
+                Finding(
+                    "stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/"
+                )
+            )
         elif acc_now and acc_tag != acc_now:
-            out.append(Finding("stale", f"built for {acc_tag}, the installed torch is {acc_now}: torch never looks in {tag}/"))
+            out.append(
+                Finding(
+                    "stale",
+                    f"built for {acc_tag}, the installed torch is {acc_now}: torch never looks in {tag}/",
+                )
+            )
     elif ninja and ninja["python"]:
         py_tag = ninja["python"]
         if py_now and ninja["python"] != py_now:
-            out.append(Finding("stale", f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                                        f"headers, this is {py_now}: loading it fails or rebuilds"))
+            out.append(
+                Finding(
+                    "stale",
+                    f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                    f"headers, this is {py_now}: loading it fails or rebuilds",
+                )
+            )
 
     arch = sms = ptxs = None
     if ninja and (ninja["sm"] or ninja["ptx"]):
         sms, ptxs = ninja["sm"], ninja["ptx"]
         if j.target_arch is not None and not _covers(ninja["sm"], ninja["ptx"], j.target_arch):
-            shown = ", ".join([f"sm_{x}" for x in ninja["sm"]] + [f"compute_{x}" for x in ninja["ptx"]])
-            out.append(Finding("foreign-arch", f"built for {shown}, judged against sm_{j.target_arch}: "
-                                               "no kernel image for this GPU"))
+            shown = ", ".join(
+                [f"sm_{x}" for x in ninja["sm"]] + [f"compute_{x}" for x in ninja["ptx"]]
+            )
+            out.append(
+                Finding(
+                    "foreign-arch",
+                    f"built for {shown}, judged against sm_{j.target_arch}: "
+                    "no kernel image for this GPU",
+                )
+            )
         arch = max(ninja["sm"] or ninja["ptx"])
 
-    facts = TorchExtFacts(mod, tag or None, tuple(own), sorted(so_machines)[0] if so_machines else None, py_tag, acc_tag,
-                          sms, ptxs)
-    return Entry(KIND, root, name, path, etype, mod, arch, s.bytes, newest, findings=tuple(dict.fromkeys(out)),
-                 facts=facts)
+    facts = TorchExtFacts(
+        mod,
+        tag or None,
+        tuple(own),
+        min(so_machines) if so_machines else None,
+        py_tag,
+        acc_tag,
+        sms,
+        ptxs,
+    )
+    return Entry(
+        KIND,
+        root,
+        name,
+        path,
+        etype,
+        mod,
+        arch,
+        s.bytes,
+        newest,
+        findings=tuple(dict.fromkeys(out)),
+        facts=facts,
+    )

@@ -16,17 +16,36 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import ClassVar
 
-from jitwarden.formats import elf
+from jitwarden.adapters.base import (
+    Dir,
+    File,
+    Reading,
+    Survey,
+    cubin_findings,
+    distinct,
+    holds,
+    ownership_findings,
+    private_dir,
+    sorted_listing,
+    surveyed,
+    with_partitions,
+)
 from jitwarden.env import locations
-from jitwarden.store import partition
-from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import kind_of, read_bytes, read_head
-from jitwarden.model.findings import Finding, Severity
-from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
-from jitwarden.model.layout import PARTITIONS_DIR, QUARANTINE_DIR, SEAL_FILE, TMP_FILE_INFIX, is_reserved, is_tmp_dir, is_tmp_file
+from jitwarden.formats import elf, jsonlimits
 from jitwarden.formats.ptx import parse_header
-from jitwarden.adapters.base import (Dir, File, Reading, Survey, cubin_findings, distinct, ownership_findings, holds,
-                                     sorted_listing, private_dir, surveyed, with_partitions)
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
+from jitwarden.model.findings import Finding, Severity
+from jitwarden.model.layout import (
+    PARTITIONS_DIR,
+    QUARANTINE_DIR,
+    SEAL_FILE,
+    TMP_FILE_INFIX,
+    is_reserved,
+    is_tmp_dir,
+    is_tmp_file,
+)
+from jitwarden.store import partition
+from jitwarden.store.fsutil import kind_of, read_bytes, read_head
 
 KIND = "triton"
 ROOT_RISK = None
@@ -35,7 +54,9 @@ _ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 # Kernel dirs staged beside their final name, then renamed onto it: TorchInductor's TritonBundler.read_and_emit
 # (torch 2.9-2.15: tmp.<uuid4>, left behind when the rename finds the final dir already filled or the process
 # dies) and jitwarden's torch hook (tmp.jitwarden-<hex>). Their group files name the final dir; Triton never reads them.
-_STAGING = re.compile(r"^tmp\.(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|jitwarden-[0-9a-f]{32})$")
+_STAGING = re.compile(
+    r"^tmp\.(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|jitwarden-[0-9a-f]{32})$"
+)
 _PTX_HEAD = 16384
 _JSON_MAX = jsonlimits.MAX_BYTES
 """The most of a group, metadata or autotune file read: what the JSON reader parses at all (Triton writes KiBs)."""
@@ -43,11 +64,29 @@ _ELF_WHOLE_MAX = 256 << 20
 """A cubin or launcher larger than this is not read whole, only its ELF header (its machine, a cubin's SM): the
 largest Triton writes are a few MiB, and a sparse file of gigabytes then costs a header, not its size."""
 # The names Triton writes into an entry and opens by name (group, metadata, code, launchers, its IR dumps).
-_TRITON_SUFFIXES = (".json", ".cubin", ".ptx", ".so", ".pyd", ".source", ".ttir", ".ttgir", ".llir", ".hsaco",
-                    ".amdgcn", ".spv")
+_TRITON_SUFFIXES = (
+    ".json",
+    ".cubin",
+    ".ptx",
+    ".so",
+    ".pyd",
+    ".source",
+    ".ttir",
+    ".ttgir",
+    ".llir",
+    ".hsaco",
+    ".amdgcn",
+    ".spv",
+)
 
 _NAME_SIZE, _SIZE, _MTIME = attrgetter("name", "size"), attrgetter("size"), attrgetter("mtime")
-_HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
+_HOST_MACHINES = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "aarch64": "aarch64",
+    "arm64": "aarch64",
+    "ppc64le": "ppc64le",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +94,9 @@ class TritonFacts(KindFacts):
     """What a Triton entry says of its build: the metadata's Triton version, the cubin's SM, the PTX
     header, the ptxas release in the cubin's notes. JSON shows them at the entry's top level."""
 
-    TOP: ClassVar[frozenset[str]] = frozenset({"triton_version", "cubin_sm", "ptx_version", "ptx_target", "producer"})
+    TOP: ClassVar[frozenset[str]] = frozenset(
+        {"triton_version", "cubin_sm", "ptx_version", "ptx_target", "producer"}
+    )
 
     triton_version: str | None = None
     cubin_sm: int | None = None
@@ -86,9 +127,15 @@ class EntryFacts:
     launchers: tuple[tuple[str, elf.Elf | elf.ElfHead | None], ...] = ()
     read_errors: tuple[tuple[str, str], ...] = ()  # name, why (unparseable / unreadable)
     seal_problems: tuple[str, ...] | None = None  # None: no seal
-    seal_foreign: str | None = None  # why the seal does not vouch for an entry of this partition (another fingerprint)
-    cubin_head: elf.ElfHead | None = None  # the cubin's header alone, when it is too large to read whole
-    unread: tuple[tuple[str, int], ...] = ()  # (name, size) of ELF files of which only the header was read
+    seal_foreign: str | None = (
+        None  # why the seal does not vouch for an entry of this partition (another fingerprint)
+    )
+    cubin_head: elf.ElfHead | None = (
+        None  # the cubin's header alone, when it is too large to read whole
+    )
+    unread: tuple[
+        tuple[str, int], ...
+    ] = ()  # (name, size) of ELF files of which only the header was read
 
     @property
     def path(self) -> str:
@@ -102,8 +149,11 @@ def _nested_roots(base: str, source: str, trees) -> list[CacheRoot]:
     """Triton trees that ``trees(dir)`` finds in ``base`` and in each of its partitions: an Inductor cache
     dir's ``triton/<device>`` (:func:`locations.inductor_triton_trees`), vLLM's per-model ones
     (:func:`locations.vllm_triton_trees`)."""
-    return [CacheRoot(KIND, t, source, digest, base if digest else None)
-            for d, digest in with_partitions(base) for t in trees(d)]
+    return [
+        CacheRoot(KIND, t, source, digest, base if digest else None)
+        for d, digest in with_partitions(base)
+        for t in trees(d)
+    ]
 
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
@@ -117,14 +167,26 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     # Under activation TRITON_CACHE_DIR names a partition: list the root it lives in (and so every partition).
     roots.append(CacheRoot(KIND, partition.base_of(path), source))
     if source != "default":
-        roots.append(CacheRoot(KIND, os.path.join(locations.home(env), ".triton", "cache"), "default"))
-    roots += _nested_roots(partition.base_of(locations.inductor_cache_dir(env)), "inductor", locations.inductor_triton_trees)
-    roots += _nested_roots(partition.base_of(locations.vllm_cache_root(env)), "vllm", locations.vllm_triton_trees)
+        roots.append(
+            CacheRoot(KIND, os.path.join(locations.home(env), ".triton", "cache"), "default")
+        )
+    roots += _nested_roots(
+        partition.base_of(locations.inductor_cache_dir(env)),
+        "inductor",
+        locations.inductor_triton_trees,
+    )
+    roots += _nested_roots(
+        partition.base_of(locations.vllm_cache_root(env)), "vllm", locations.vllm_triton_trees
+    )
     private = private_dir(env)
     if private:
         roots.append(CacheRoot(KIND, os.path.join(private, "triton"), "private"))
-        roots += _nested_roots(os.path.join(private, "inductor"), "private", locations.inductor_triton_trees)
-        roots += _nested_roots(os.path.join(private, "vllm"), "private", locations.vllm_triton_trees)
+        roots += _nested_roots(
+            os.path.join(private, "inductor"), "private", locations.inductor_triton_trees
+        )
+        roots += _nested_roots(
+            os.path.join(private, "vllm"), "private", locations.vllm_triton_trees
+        )
     return distinct(roots)
 
 
@@ -140,7 +202,11 @@ def looks_like_root(path: str) -> bool:
 
 
 def _is_evidence(name: str) -> bool:
-    return bool(name in (PARTITIONS_DIR, QUARANTINE_DIR) or _ENTRY_ID.match(name) or _OLD_ENTRY_ID.match(name))
+    return bool(
+        name in (PARTITIONS_DIR, QUARANTINE_DIR)
+        or _ENTRY_ID.match(name)
+        or _OLD_ENTRY_ID.match(name)
+    )
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -188,13 +254,19 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
         return _read_listed(path, name, sv, dfd, check_seal)
 
 
-def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: bool) -> EntryFacts:
+def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: bool) -> EntryFacts:  # noqa: C901
     """:func:`read_entry` of a directory as listed in ``sv``; its files are read by ``dfd``."""
     files, tmps = [], [d for d in sv.dirs if is_tmp_dir(d.name)]
     errors = list(sv.errors)
     # One pass sorts the names (sorted already, as the survey lists them) by what they hold.
     sizes = {}  # one read() per file: the size is known from the stat
-    group_files, cubins, ptxs, records, jsons = [], [], [], [], []  # records: launchers, autotune results
+    group_files, cubins, ptxs, records, jsons = (
+        [],
+        [],
+        [],
+        [],
+        [],
+    )  # records: launchers, autotune results
     for f in sv.files:
         fname = f.name
         if TMP_FILE_INFIX in fname and is_tmp_file(fname):
@@ -218,20 +290,33 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             records.append(fname)
     names = sizes.keys()
     seal_other = None
-    for o in sv.others:  # never opened: Triton's blocking open() of a FIFO under its name hangs the workload
+    for o in (
+        sv.others
+    ):  # never opened: Triton's blocking open() of a FIFO under its name hangs the workload
         if o.name == SEAL_FILE:
             seal_other = f"seal unreadable: {SEAL_FILE} is {kind_of(o.mode)}, not a regular file"
         elif not is_reserved(o.name) and o.name.endswith(_TRITON_SUFFIXES):
-            errors.append((o.name, f"is {kind_of(o.mode)}, not a regular file: Triton's blocking open() would "
-                                   "hang on it or read endless bytes; not opened"))
+            errors.append(
+                (
+                    o.name,
+                    f"is {kind_of(o.mode)}, not a regular file: Triton's blocking open() would "
+                    "hang on it or read endless bytes; not opened",
+                )
+            )
 
     pre = sv.read or {}
 
     def read(fname: str, bound: int) -> bytes:
         data = pre.get(fname)
-        return data if data is not None else read_bytes(fname, max_bytes=bound, size_hint=sizes[fname], dir_fd=dfd)
+        return (
+            data
+            if data is not None
+            else read_bytes(fname, max_bytes=bound, size_hint=sizes[fname], dir_fd=dfd)
+        )
 
-    def head(fname: str) -> elf.ElfHead:  # an ELF file too large to read whole: its header says what it is
+    def head(
+        fname: str,
+    ) -> elf.ElfHead:  # an ELF file too large to read whole: its header says what it is
         return elf.parse_head(read_head(fname, elf.HEADER_SIZE, dir_fd=dfd), sizes[fname])
 
     unread = []
@@ -253,7 +338,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             errors.append((fname, "group file is not valid JSON"))
     # The metadata is the group's own name without the __grp__ prefix.
     for gname, _doc in groups:
-        mname = gname[len("__grp__"):]
+        mname = gname[len("__grp__") :]
         if mname in names:
             metadata_file = mname
             break
@@ -318,20 +403,42 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
     seal_problems = (seal_other,) if check_seal and seal_other else None
     seal_foreign = None
     if check_seal and SEAL_FILE in names:
-        from jitwarden.store import seal  # sealed entries only: hashlib and the seal format stay off the scan's start-up
+        from jitwarden.store import (
+            seal,
+        )  # sealed entries only: hashlib and the seal format stay off the scan's start-up
 
         try:
             s = seal.read(path)
             present = [f for f in names if not is_reserved(f)]
             seal_problems = tuple(seal.check(path, s, present)) if s else None
             # the runtime loads only what this partition sealed
-            seal_foreign = seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path))) if s else None
+            seal_foreign = (
+                seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path)))
+                if s
+                else None
+            )
         except seal.SealError as exc:
             seal_problems = (str(exc),)
 
-    return EntryFacts(name, sv, tuple(files), tuple(tmps), metadata, metadata_file, tuple(groups), cubin, cubin_file,
-                      ptx_head, ptx_file, tuple(launchers), tuple(errors), seal_problems, seal_foreign, cubin_head,
-                      tuple(unread))
+    return EntryFacts(
+        name,
+        sv,
+        tuple(files),
+        tuple(tmps),
+        metadata,
+        metadata_file,
+        tuple(groups),
+        cubin,
+        cubin_file,
+        ptx_head,
+        ptx_file,
+        tuple(launchers),
+        tuple(errors),
+        seal_problems,
+        seal_foreign,
+        cubin_head,
+        tuple(unread),
+    )
 
 
 def _unreadable(exc: OSError, bound: int) -> str:
@@ -366,8 +473,11 @@ def id_matches_hash(entry_id: str, hash_hex: str) -> bool:
         raw = bytes.fromhex(hash_hex)
     except ValueError:
         return False
-    return (len(raw) == 32 and len(entry_id) == 52
-            and int.from_bytes(raw, "big") << 4 == int(entry_id.translate(_B32_DIGITS), 32))
+    return (
+        len(raw) == 32
+        and len(entry_id) == 52
+        and int.from_bytes(raw, "big") << 4 == int(entry_id.translate(_B32_DIGITS), 32)
+    )
 
 
 def metadata_target(metadata: dict | None) -> tuple[str, object]:
@@ -438,9 +548,26 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         # Evidence: none of damage. Triton's keys are base32, so it never opens this dir; its group files
         # name the final dir by design. Old, it is dead weight from a rename that lost or never came.
         if f.files and j.now - mtime >= j.orphan_age:
-            add(Finding("orphan", f"a kernel dir TorchInductor staged from an FX-graph bundle and never renamed into "
-                                  f"place, {int((j.now - mtime) // 60)} min old"))
-        return Entry(KIND, root, f.id, f.path, "staging", None, None, size, mtime, findings=tuple(out), facts=TritonFacts())
+            add(
+                Finding(
+                    "orphan",
+                    f"a kernel dir TorchInductor staged from an FX-graph bundle and never renamed into "
+                    f"place, {int((j.now - mtime) // 60)} min old",
+                )
+            )
+        return Entry(
+            KIND,
+            root,
+            f.id,
+            f.path,
+            "staging",
+            None,
+            None,
+            size,
+            mtime,
+            findings=tuple(out),
+            facts=TritonFacts(),
+        )
 
     sizes = dict(map(_NAME_SIZE, f.files))
     names = sizes.keys()
@@ -454,29 +581,65 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             _group_findings(f, gname, doc, sizes, add)
     etype = _entry_type(f, names)
     if etype == "partial" and (j.now - mtime if mtime else 0) >= j.orphan_age:
-        add(Finding("orphan", f"files without a group file ({', '.join(sorted(names)[:4])}): an interrupted compile, never loaded"))
+        add(
+            Finding(
+                "orphan",
+                f"files without a group file ({', '.join(sorted(names)[:4])}): an interrupted compile, never loaded",
+            )
+        )
     if md is not None:
         _metadata_findings(f, md, arch, kname, tv, j, add)
-    cubin_sm, producer = _cubin_findings(f.cubin, f.cubin_file, arch, kname, add) if f.cubin is not None else (None, None)
+    cubin_sm, producer = (
+        _cubin_findings(f.cubin, f.cubin_file, arch, kname, add)
+        if f.cubin is not None
+        else (None, None)
+    )
     if f.cubin_head is not None:
         cubin_sm = _cubin_head_findings(f.cubin_head, f.cubin_file, arch, add)
     for fname, fsize in f.unread:
-        add(Finding("unrecognised", f"{fname}: {fsize} bytes, larger than any file of its kind Triton writes: only its "
-                                    "ELF header was read (its machine, a cubin's SM), not its symbols or notes"))
-    ptx_version, ptx_target = _ptx_findings(f.ptx_head, f.ptx_file, arch, kname, add) if f.ptx_head is not None else (None, None)
+        add(
+            Finding(
+                "unrecognised",
+                f"{fname}: {fsize} bytes, larger than any file of its kind Triton writes: only its "
+                "ELF header was read (its machine, a cubin's SM), not its symbols or notes",
+            )
+        )
+    ptx_version, ptx_target = (
+        _ptx_findings(f.ptx_head, f.ptx_file, arch, kname, add)
+        if f.ptx_head is not None
+        else (None, None)
+    )
     if f.launchers:
         _launcher_findings(f.launchers, j.host_machine, add)
     if f.seal_problems:
         for p in f.seal_problems:
             add(Finding("corrupt", f"seal: {p}"))
-    if f.seal_foreign:  # moved or copied in from another environment's partition: the guard refuses to load it
-        add(Finding("mismatch", f"seal: {f.seal_foreign}: copied or moved in from another environment's partition"))
+    if (
+        f.seal_foreign
+    ):  # moved or copied in from another environment's partition: the guard refuses to load it
+        add(
+            Finding(
+                "mismatch",
+                f"seal: {f.seal_foreign}: copied or moved in from another environment's partition",
+            )
+        )
 
     # One finding per (code, message): repeated groups can say the same thing twice.
     findings = tuple(dict.fromkeys(out))
-    return Entry(KIND, root, f.id, f.path, etype, kname if md else _launcher_name(f), arch, size, mtime,
-                 f.seal_problems is not None or SEAL_FILE in names, findings,
-                 TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer))
+    return Entry(
+        KIND,
+        root,
+        f.id,
+        f.path,
+        etype,
+        kname if md else _launcher_name(f),
+        arch,
+        size,
+        mtime,
+        f.seal_problems is not None or SEAL_FILE in names,
+        findings,
+        TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer),
+    )
 
 
 def _symlinked(root: str, f: EntryFacts) -> Entry:
@@ -486,8 +649,19 @@ def _symlinked(root: str, f: EntryFacts) -> Entry:
         why = f"entry is a symlink leaving the cache root (-> {sv.symlink_target}); not followed"
     else:
         why = f"entry is a symlink (-> {sv.symlink_target}); Triton would follow it, jitwarden does not"
-    return Entry(KIND, root, f.id, f.path, "link", None, None, 0, 0.0, findings=(Finding("unsafe", why),),
-                 facts=TritonFacts())
+    return Entry(
+        KIND,
+        root,
+        f.id,
+        f.path,
+        "link",
+        None,
+        None,
+        0,
+        0.0,
+        findings=(Finding("unsafe", why),),
+        facts=TritonFacts(),
+    )
 
 
 def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Finding]:
@@ -498,12 +672,27 @@ def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Findin
     out += ownership_findings(sv, root_uid)
     for link in sv.links:
         if link.leaves:
-            out.append(Finding("unsafe", f"{link.name} is a symlink leaving the entry (-> {link.target}); not followed"))
+            out.append(
+                Finding(
+                    "unsafe",
+                    f"{link.name} is a symlink leaving the entry (-> {link.target}); not followed",
+                )
+            )
         else:
-            out.append(Finding("unsafe", f"{link.name} is a symlink (-> {link.target}); Triton writes no symlinks"))
+            out.append(
+                Finding(
+                    "unsafe",
+                    f"{link.name} is a symlink (-> {link.target}); Triton writes no symlinks",
+                )
+            )
     for t in f.tmps:
         if j.now - t.mtime >= j.orphan_age:
-            out.append(Finding("orphan", f"{t.name}: leftover of an interrupted write, {int((j.now - t.mtime) // 60)} min old"))
+            out.append(
+                Finding(
+                    "orphan",
+                    f"{t.name}: leftover of an interrupted write, {int((j.now - t.mtime) // 60)} min old",
+                )
+            )
     return out
 
 
@@ -512,7 +701,12 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
     children = doc.get("child_paths")
     if not isinstance(children, dict):
         # Valid JSON without Triton's (3.4-3.9) layout: a version we do not know, not damage.
-        add(Finding("unrecognised", f"{gname}: no child_paths mapping (a group layout jitwarden does not know)"))
+        add(
+            Finding(
+                "unrecognised",
+                f"{gname}: no child_paths mapping (a group layout jitwarden does not know)",
+            )
+        )
         return
     outside: list[str] = []
     prefix = f.path + os.sep
@@ -520,9 +714,15 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
         if not isinstance(cpath, str) or not isinstance(child, str):
             add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
             continue
-        if cpath != prefix + child:  # the common case, this entry's own file by its own name, needs no more
+        if (
+            cpath != prefix + child
+        ):  # the common case, this entry's own file by its own name, needs no more
             cdir, cbase = os.path.split(os.path.normpath(cpath))
-            if not os.path.isabs(cpath) or os.path.basename(cdir) != f.id or not same_dir(cdir, f.path):
+            if (
+                not os.path.isabs(cpath)
+                or os.path.basename(cdir) != f.id
+                or not same_dir(cdir, f.path)
+            ):
                 outside.append(cpath)
             elif cbase != child:
                 add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
@@ -534,37 +734,83 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
     if outside:
         there = [p for p in outside if os.path.lexists(p)]
         dirs = sorted({os.path.dirname(p) for p in outside})
-        where = (f"{len(there)} exist there: Triton loads them from that tree" if there
-                 else "none exist there: Triton drops them and recompiles")
-        add(Finding("foreign-path", f"{gname} points {len(outside)} of {len(children)} files outside the entry, "
-                                    f"into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} ({where})"))
+        where = (
+            f"{len(there)} exist there: Triton loads them from that tree"
+            if there
+            else "none exist there: Triton drops them and recompiles"
+        )
+        add(
+            Finding(
+                "foreign-path",
+                f"{gname} points {len(outside)} of {len(children)} files outside the entry, "
+                f"into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} ({where})",
+            )
+        )
 
 
-def _metadata_findings(f: EntryFacts, md: dict, arch: int | None, kname: str | None, tv, j: Judge, add) -> None:
+def _metadata_findings(
+    f: EntryFacts, md: dict, arch: int | None, kname: str | None, tv, j: Judge, add
+) -> None:
     """The metadata JSON (whole: a cut one is a read error) against Triton's layout, the entry's id, the
     installed Triton and the target GPU."""
     if kname is None:
-        add(Finding("unrecognised", f"{f.metadata_file}: metadata has no kernel name (a layout jitwarden does not "
-                                    "know); not judged by name"))
+        add(
+            Finding(
+                "unrecognised",
+                f"{f.metadata_file}: metadata has no kernel name (a layout jitwarden does not "
+                "know); not judged by name",
+            )
+        )
     backend, raw_arch = metadata_target(md)
     if backend == "cuda" and arch is None:
-        add(Finding("unrecognised", f"{f.metadata_file}: metadata has no CUDA target arch jitwarden reads; "
-                                    "not judged by arch"))
+        add(
+            Finding(
+                "unrecognised",
+                f"{f.metadata_file}: metadata has no CUDA target arch jitwarden reads; "
+                "not judged by arch",
+            )
+        )
     h = md.get("hash")
     if isinstance(h, str) and _ENTRY_ID.match(f.id) and not id_matches_hash(f.id, h):
-        add(Finding("mismatch", f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one"))
+        add(
+            Finding(
+                "mismatch",
+                f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one",
+            )
+        )
     if tv and j.triton_version and tv != j.triton_version:
-        add(Finding("stale", f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it"))
+        add(
+            Finding(
+                "stale",
+                f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it",
+            )
+        )
     if j.target_arch is not None and backend != "cuda":
-        add(Finding("foreign-arch", f"built for {backend} {raw_arch}, judged against sm_{j.target_arch}: unreachable here"))
+        add(
+            Finding(
+                "foreign-arch",
+                f"built for {backend} {raw_arch}, judged against sm_{j.target_arch}: unreachable here",
+            )
+        )
     elif arch is not None and j.target_arch is not None and arch != j.target_arch:
-        add(Finding("foreign-arch", f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here"))
+        add(
+            Finding(
+                "foreign-arch",
+                f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here",
+            )
+        )
 
 
-def _cubin_findings(cubin: elf.Elf, cubin_file: str, arch: int | None, kname: str | None, add) -> tuple[int | None, str | None]:
+def _cubin_findings(
+    cubin: elf.Elf, cubin_file: str, arch: int | None, kname: str | None, add
+) -> tuple[int | None, str | None]:
     """The cubin against the metadata (its SM, its kernel symbol); returns (its SM, the ptxas release in its notes)."""
     if cubin.machine != elf.EM_CUDA:
-        add(Finding("mismatch", f"{cubin_file} is an ELF for {cubin.machine_name}, not a CUDA cubin"))
+        add(
+            Finding(
+                "mismatch", f"{cubin_file} is an ELF for {cubin.machine_name}, not a CUDA cubin"
+            )
+        )
         return None, None
     cubin_sm = elf.cubin_sm(cubin)
     _sm_findings(cubin_sm, cubin_file, arch, add)
@@ -572,7 +818,11 @@ def _cubin_findings(cubin: elf.Elf, cubin_file: str, arch: int | None, kname: st
         syms = cubin.function_symbols()
         if kname and kname not in syms:
             shown = ", ".join(s for s in syms if not s.startswith("__")) or "none"
-            add(Finding("mismatch", f"{cubin_file} does not define kernel {kname} (defines: {shown})"))
+            add(
+                Finding(
+                    "mismatch", f"{cubin_file} does not define kernel {kname} (defines: {shown})"
+                )
+            )
     except elf.ElfError as exc:
         add(Finding("corrupt", f"{cubin_file}: {exc}"))
     producer = None
@@ -580,7 +830,7 @@ def _cubin_findings(cubin: elf.Elf, cubin_file: str, arch: int | None, kname: st
         tk = elf.tkinfo(cubin)
         if tk:
             producer = next((s for s in tk if "release" in s), None)
-    except Exception:  # noqa: BLE001 - a damaged note is reported by the rebuild, not here
+    except Exception:
         producer = None
     return cubin_sm, producer
 
@@ -600,7 +850,9 @@ def _sm_findings(sm: int, cubin_file: str, arch: int | None, add) -> None:
         add(Finding("mismatch", f"{cubin_file} is assembled for sm_{sm}, metadata says sm_{arch}"))
 
 
-def _ptx_findings(head: bytes, ptx_file: str, arch: int | None, kname: str | None, add) -> tuple[str | None, str | None]:
+def _ptx_findings(
+    head: bytes, ptx_file: str, arch: int | None, kname: str | None, add
+) -> tuple[str | None, str | None]:
     """The PTX header against the metadata (its target, its entries); returns (its .version, its .target)."""
     hdr = parse_header(head)
     if hdr.target is None or hdr.version is None:
@@ -608,7 +860,11 @@ def _ptx_findings(head: bytes, ptx_file: str, arch: int | None, kname: str | Non
     elif arch is not None and hdr.target_arch != arch:
         add(Finding("mismatch", f"{ptx_file} targets {hdr.target}, metadata says sm_{arch}"))
     if kname and hdr.entries and kname not in hdr.entries:
-        add(Finding("mismatch", f"{ptx_file} defines {', '.join(hdr.entries)}, metadata names {kname}"))
+        add(
+            Finding(
+                "mismatch", f"{ptx_file} defines {', '.join(hdr.entries)}, metadata names {kname}"
+            )
+        )
     return hdr.version, hdr.target
 
 
@@ -621,9 +877,18 @@ def _launcher_findings(launchers, host_machine: str | None, add) -> None:
         so_machine = so.machine_name
         claimed = _ext_suffix_machine(fname)
         if claimed and claimed != so_machine:
-            add(Finding("mismatch", f"{fname} is named for {claimed} but is an ELF for {so_machine}"))
+            add(
+                Finding(
+                    "mismatch", f"{fname} is named for {claimed} but is an ELF for {so_machine}"
+                )
+            )
         elif host and so_machine != host:
-            add(Finding("foreign-arch", f"{fname} is built for {so_machine}, this host is {host}: unreachable here"))
+            add(
+                Finding(
+                    "foreign-arch",
+                    f"{fname} is built for {so_machine}, this host is {host}: unreachable here",
+                )
+            )
 
 
 def same_dir(a: str, b: str) -> bool:
@@ -652,7 +917,12 @@ def _entry_type(f: EntryFacts, names: Collection[str]) -> str:
         return "empty"
     if all(n.endswith(".autotune.json") for n in real):
         return "autotune"
-    if any(n.endswith((".cubin", ".ptx", ".source", ".ttir", ".ttgir", ".llir", ".json", ".hsaco", ".amdgcn")) for n in real):
+    if any(
+        n.endswith(
+            (".cubin", ".ptx", ".source", ".ttir", ".ttgir", ".llir", ".json", ".hsaco", ".amdgcn")
+        )
+        for n in real
+    ):
         return "partial"
     return "other"
 
@@ -685,4 +955,3 @@ def host_machine() -> str:
 
         machine = platform.machine()
     return _HOST_MACHINES.get(machine, machine)
-

@@ -30,17 +30,24 @@ import os
 import re
 from dataclasses import dataclass
 
-from jitwarden.formats import elf
+from jitwarden.adapters import inductor
+from jitwarden.adapters.base import (
+    Survey,
+    existing,
+    inside,
+    private_root,
+    survey,
+    survey_findings,
+    unreadable,
+)
 from jitwarden.env import locations
-from jitwarden.store import partition
-from jitwarden.model.findings import Finding
 from jitwarden.formats import jsonlimits
 from jitwarden.formats.vllm_files import Handle, artifact_layout, graph_handles
-from jitwarden.store.fsutil import read_bytes
-from jitwarden.model.layout import is_reserved
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge
-from jitwarden.adapters import inductor
-from jitwarden.adapters.base import Survey, existing, inside, private_root, survey, survey_findings, unreadable
+from jitwarden.model.findings import Finding
+from jitwarden.model.layout import is_reserved
+from jitwarden.store import partition
+from jitwarden.store.fsutil import read_bytes
 
 KIND = "vllm"
 ROOT_RISK = "vLLM and Inductor unpickle entries from it, so loading one runs their code"
@@ -48,14 +55,16 @@ ROOT_CHECKS = ()
 COMPILE = "torch_compile_cache"
 AOT = "torch_aot_compile"
 INDUCTOR = "inductor_cache"
-TRITON_DIRS = ("triton_cache",)  # Triton cache dirs vLLM sets TRITON_CACHE_DIR to (the Triton adapter's)
+TRITON_DIRS = (
+    "triton_cache",
+)  # Triton cache dirs vLLM sets TRITON_CACHE_DIR to (the Triton adapter's)
 DEEP_GEMM = "deep_gemm"
 FLASHINFER = "flashinfer_autotune_cache"
 RANK = re.compile(r"^rank_\d+_\d+$")
 _ARCH = re.compile(r"(\d{1,9})[af]?")
-AOT_TEMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile of torch 2.12+ atomic_write_binary
-
-
+AOT_TEMP = re.compile(
+    r"^tmp[a-z0-9_]{8}$"
+)  # tempfile.NamedTemporaryFile of torch 2.12+ atomic_write_binary
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +100,18 @@ def root_source(env) -> str:
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """vLLM's cache root (its partitions are expanded by the scanner) and jitwarden's private vLLM root."""
-    return existing(KIND, [(partition.base_of(locations.vllm_cache_root(env)), root_source(env))] + private_root(KIND, env))
+    return existing(
+        KIND,
+        [(partition.base_of(locations.vllm_cache_root(env)), root_source(env))]
+        + private_root(KIND, env),
+    )
 
 
 def looks_like_root(path: str) -> bool:
-    return any(os.path.isdir(os.path.join(path, d)) and not os.path.islink(os.path.join(path, d))
-               for d in (COMPILE, AOT, FLASHINFER))
+    return any(
+        os.path.isdir(os.path.join(path, d)) and not os.path.islink(os.path.join(path, d))
+        for d in (COMPILE, AOT, FLASHINFER)
+    )
 
 
 # ---------------------------------------------------------------- entries
@@ -134,7 +149,9 @@ def _rank_names(root: str, rank_rel: str, aot: bool) -> list[str]:
         if c == INDUCTOR and not os.path.islink(p) and os.path.isdir(p):
             out += _inductor_names(root, f"{rank_rel}/{c}")
         else:
-            out.append(f"{rank_rel}/{c}")  # a prefix dir (backbone, ...), or a loose file of prefix ""
+            out.append(
+                f"{rank_rel}/{c}"
+            )  # a prefix dir (backbone, ...), or a loose file of prefix ""
     return out
 
 
@@ -150,7 +167,11 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
             continue
         for r in _subdirs(os.path.join(cc, h)):
             names += _rank_names(root, f"{hrel}/{r}", aot=False)
-        names += [f"{hrel}/{f}" for f in _children(os.path.join(cc, h)) if not os.path.isdir(os.path.join(cc, h, f))]
+        names += [
+            f"{hrel}/{f}"
+            for f in _children(os.path.join(cc, h))
+            if not os.path.isdir(os.path.join(cc, h, f))
+        ]
     names += _aot_names(root, AOT)  # vLLM 0.11.1-0.13: <root>/torch_aot_compile/<hash>/rank_*/model
     dg = os.path.join(root, DEEP_GEMM)
     if os.path.isdir(os.path.join(dg, "cache")):
@@ -195,7 +216,9 @@ def _pairs(x):
     """vLLM's normalize_value turns mappings into sorted (key, value) pairs: read either form as a dict."""
     if isinstance(x, dict):
         return x
-    if isinstance(x, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in x):
+    if isinstance(x, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in x
+    ):
         return dict(x)
     return None
 
@@ -240,14 +263,29 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
     out = []
     v, mine = facts.get("vllm_version"), judge.version("vllm")
     if v and mine and v != mine:
-        out.append(Finding("stale", f"compiled by vLLM {v}; vLLM {mine} is installed and keys its cache by its own version"))
+        out.append(
+            Finding(
+                "stale",
+                f"compiled by vLLM {v}; vLLM {mine} is installed and keys its cache by its own version",
+            )
+        )
     system = facts.get("system") or inductor.SystemFactors()
     gpu = system.gpu_name
     if gpu and judge.gpu_names and gpu not in judge.gpu_names:
-        out.append(Finding("stale", f"compiled for a {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}"))
+        out.append(
+            Finding(
+                "stale",
+                f"compiled for a {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}",
+            )
+        )
     cuda = system.cuda
     if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
-        out.append(Finding("stale", f"compiled by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}"))
+        out.append(
+            Finding(
+                "stale",
+                f"compiled by a torch built with CUDA {cuda}; this torch uses CUDA {judge.torch_cuda}",
+            )
+        )
     return out
 
 
@@ -275,7 +313,9 @@ def _opened(h: Handle, prefix_dir: str, rank_dir: str, by_key: bool) -> str:
     return "ok" if os.path.lexists(p) else "missing"
 
 
-def handle_findings(handles: list[Handle], prefix_dir: str, rank_dir: str, reader: tuple[int, int] | None) -> list[Finding]:
+def handle_findings(
+    handles: list[Handle], prefix_dir: str, rank_dir: str, reader: tuple[int, int] | None
+) -> list[Finding]:
     """Findings on the graphs ``vllm_compile_cache.py`` lists, judged as the vLLM that reads them loads them.
 
     Evidence per rule: ``incomplete`` when the file vLLM opens is missing; ``foreign-path`` when it
@@ -288,7 +328,11 @@ def handle_findings(handles: list[Handle], prefix_dir: str, rank_dir: str, reade
     fxgraph = os.path.join(rank_dir, "inductor_cache", "fxgraph")
     for h in handles:
         if h.compiler == "inductor":
-            if FX_KEY.match(h.key) and os.path.isdir(fxgraph) and not os.path.isdir(os.path.join(fxgraph, h.key[1:3], h.key)):
+            if (
+                FX_KEY.match(h.key)
+                and os.path.isdir(fxgraph)
+                and not os.path.isdir(os.path.join(fxgraph, h.key[1:3], h.key))
+            ):
                 missing.append(h)
             continue
         if h.compiler not in (None, "inductor_standalone"):
@@ -304,17 +348,32 @@ def handle_findings(handles: list[Handle], prefix_dir: str, rank_dir: str, reade
         paths = [os.path.normpath(h.path) for h in outside]
         dirs = sorted({os.path.dirname(p) for p in paths})
         there = sum(os.path.lexists(p) for p in paths)
-        out.append(Finding("foreign-path", f"vllm_compile_cache.py points {len(outside)} of {len(handles)} graphs outside this "
-                                           f"rank's directory, into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} "
-                                           f"({there} exist there: vLLM 0.16-0.31 loads them from that tree)"))
+        out.append(
+            Finding(
+                "foreign-path",
+                f"vllm_compile_cache.py points {len(outside)} of {len(handles)} graphs outside this "
+                f"rank's directory, into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} "
+                f"({there} exist there: vLLM 0.16-0.31 loads them from that tree)",
+            )
+        )
     if missing:
         keys = [h.key for h in missing]
-        out.append(Finding("incomplete", f"vllm_compile_cache.py lists {len(keys)} artifact(s) that are missing: "
-                                         f"{', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}"))
+        out.append(
+            Finding(
+                "incomplete",
+                f"vllm_compile_cache.py lists {len(keys)} artifact(s) that are missing: "
+                f"{', '.join(keys[:3])}{' …' if len(keys) > 3 else ''}",
+            )
+        )
     if unsure:
-        out.append(Finding("unrecognised", f"vllm_compile_cache.py: {len(unsure)} graph(s) load differently by vLLM release "
-                                           f"(0.16-0.31 open the stored path, e.g. {unsure[0].path}; 0.32 and later open "
-                                           f"{unsure[0].key} here), and which vLLM reads this cache is not known here; not judged"))
+        out.append(
+            Finding(
+                "unrecognised",
+                f"vllm_compile_cache.py: {len(unsure)} graph(s) load differently by vLLM release "
+                f"(0.16-0.31 open the stored path, e.g. {unsure[0].path}; 0.32 and later open "
+                f"{unsure[0].key} here), and which vLLM reads this cache is not known here; not judged",
+            )
+        )
     return out
 
 
@@ -328,8 +387,13 @@ def _orphans(s: Survey, judge: Judge, facts, temp=None) -> list[str]:
         base = os.path.basename(f.name)
         if base.endswith(".tmp") or (temp is not None and temp.match(base)):
             if judge.now - f.mtime >= judge.orphan_age:
-                facts.findings.append(Finding("orphan", f"{f.name}: leftover of an interrupted write, "
-                                                        f"{int((judge.now - f.mtime) // 60)} min old"))
+                facts.findings.append(
+                    Finding(
+                        "orphan",
+                        f"{f.name}: leftover of an interrupted write, "
+                        f"{int((judge.now - f.mtime) // 60)} min old",
+                    )
+                )
         else:
             real.append(f.name)
     return real
@@ -344,7 +408,11 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     add = facts.findings.append
     if "cache_key_factors.json" in files:
         try:
-            doc = jsonlimits.loads(read_bytes(os.path.join(s.path, "cache_key_factors.json"), max_bytes=jsonlimits.MAX_BYTES))
+            doc = jsonlimits.loads(
+                read_bytes(
+                    os.path.join(s.path, "cache_key_factors.json"), max_bytes=jsonlimits.MAX_BYTES
+                )
+            )
             got = factors_facts(doc)
             facts.extra.update(got)
             facts.findings += _version_findings(got, judge)
@@ -355,15 +423,26 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     rank_dir = os.path.dirname(s.path)
     if "vllm_compile_cache.py" in files:
         try:
-            handles = graph_handles(read_bytes(os.path.join(s.path, "vllm_compile_cache.py"), max_bytes=jsonlimits.MAX_BYTES))
+            handles = graph_handles(
+                read_bytes(
+                    os.path.join(s.path, "vllm_compile_cache.py"), max_bytes=jsonlimits.MAX_BYTES
+                )
+            )
         except OSError as exc:
             handles = []
             add(unreadable("vllm_compile_cache.py", exc))
         except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
             handles = []
-            add(Finding("corrupt", "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)"))
+            add(
+                Finding(
+                    "corrupt",
+                    "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)",
+                )
+            )
         facts.extra["graphs"] = len(handles)
-        reader = vllm_release(judge.version("vllm")) or vllm_release(facts.extra.get("vllm_version"))
+        reader = vllm_release(judge.version("vllm")) or vllm_release(
+            facts.extra.get("vllm_version")
+        )
         facts.findings += handle_findings(handles, s.path, rank_dir, reader)
     for rel in real:
         top = rel.split("/", 1)[0]
@@ -371,7 +450,9 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
         size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
             try:
-                data = inductor.read_blob(path, rel, size)  # past WHOLE_MAX: one pass, its head, CRC and GPU
+                data = inductor.read_blob(
+                    path, rel, size
+                )  # past WHOLE_MAX: one pass, its head, CRC and GPU
             except OSError as exc:
                 add(unreadable(rel, exc))
                 continue
@@ -395,7 +476,9 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
                 add(unreadable(rel, exc))
                 continue
             saved = facts.type
-            inductor.judge_blob(rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else "")
+            inductor.judge_blob(
+                rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else ""
+            )
             facts.type = saved
         elif rel.endswith(".py") and size == 0:
             add(Finding("corrupt", f"{rel} is empty"))
@@ -418,16 +501,25 @@ def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
     facts.type = "aot"
     facts.extra["key_has_gpu"] = False
     real = _orphans(s, judge, facts, AOT_TEMP)
-    if s.is_dir and "model" not in real and len(real) == len(s.files):  # temp files are reported on their own
+    if (
+        s.is_dir and "model" not in real and len(real) == len(s.files)
+    ):  # temp files are reported on their own
         newest = s.newest if s.files else s.mtime
         if judge.now - newest >= judge.orphan_age:
-            facts.findings.append(Finding("orphan", "no model file: an AOT save that never finished, "
-                                                    f"{int((judge.now - newest) // 60)} min old (vLLM compiles again)"))
+            facts.findings.append(
+                Finding(
+                    "orphan",
+                    "no model file: an AOT save that never finished, "
+                    f"{int((judge.now - newest) // 60)} min old (vLLM compiles again)",
+                )
+            )
     sizes = {f.name: f.size for f in s.files}
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         try:
-            data = inductor.read_blob(path, rel, sizes.get(rel, 0))  # past WHOLE_MAX: one pass, never held
+            data = inductor.read_blob(
+                path, rel, sizes.get(rel, 0)
+            )  # past WHOLE_MAX: one pass, never held
         except OSError as exc:
             facts.findings.append(unreadable(rel, exc))
             continue
@@ -448,7 +540,9 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
     sizes = {f.name: f.size for f in s.files}
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
-        if rel.endswith(".cubin"):  # judged as Inductor's are: by ELF, past WHOLE_MAX by its header alone
+        if rel.endswith(
+            ".cubin"
+        ):  # judged as Inductor's are: by ELF, past WHOLE_MAX by its header alone
             try:
                 data = inductor.read_blob(path, rel, sizes.get(rel, 0))
             except OSError as exc:
@@ -458,7 +552,9 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
             facts.type = kind
         elif rel.endswith(".json"):
             try:
-                jsonlimits.loads(read_bytes(path, max_bytes=jsonlimits.MAX_BYTES))  # past what it parses: refused unread
+                jsonlimits.loads(
+                    read_bytes(path, max_bytes=jsonlimits.MAX_BYTES)
+                )  # past what it parses: refused unread
             except OSError as exc:
                 facts.findings.append(unreadable(rel, exc))
             except (ValueError, UnicodeDecodeError):
@@ -475,11 +571,18 @@ def _flashinfer_facts(name: str, judge: Judge, facts) -> None:
     facts.extra["flashinfer_tune"] = FlashInferTune(ver, archs)
     mine = judge.version("flashinfer")
     if mine and ver != mine and re.match(r"^\d+\.\d+", ver):
-        facts.findings.append(Finding("stale", f"tuned by FlashInfer {ver}; FlashInfer {mine} is installed"))
+        facts.findings.append(
+            Finding("stale", f"tuned by FlashInfer {ver}; FlashInfer {mine} is installed")
+        )
     built = [int(m.group(1)) for m in _ARCH.finditer(archs)]
     if judge.target_arch is not None and built and judge.target_arch not in built:
-        facts.findings.append(Finding("foreign-arch", f"tuned under FlashInfer's workspace for sm_{archs}, judged against "
-                                                      f"sm_{judge.target_arch}: unreachable here"))
+        facts.findings.append(
+            Finding(
+                "foreign-arch",
+                f"tuned under FlashInfer's workspace for sm_{archs}, judged against "
+                f"sm_{judge.target_arch}: unreachable here",
+            )
+        )
 
 
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
@@ -494,10 +597,14 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     depends on an unknown release is ``unrecognised`` (info).
     """
     parts = name.split("/")
-    if INDUCTOR in parts:  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
+    if (
+        INDUCTOR in parts
+    ):  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
         i = parts.index(INDUCTOR)
         sub_root = os.path.join(root, *parts[: i + 1])
-        return inductor.inspect_as(KIND, root, sub_root, "/".join(parts[i + 1:]), name, judge, root_uid, VllmFacts)
+        return inductor.inspect_as(
+            KIND, root, sub_root, "/".join(parts[i + 1 :]), name, judge, root_uid, VllmFacts
+        )
     s = survey(root, name)
     facts = inductor.Judging(VllmFacts)
     if s.is_symlink:

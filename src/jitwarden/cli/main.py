@@ -17,16 +17,31 @@ import sys
 from jitwarden import __version__
 from jitwarden.model.errors import EXIT_INTERNAL, EXIT_USAGE, JitwardenError
 
-COMMANDS = ("doctor", "status", "ls", "verify", "clean", "prune", "quarantine", "fingerprint", "run", "canary",
-            "keygen", "export", "import", "metrics", "dir", "completion")
+COMMANDS = (
+    "doctor",
+    "status",
+    "ls",
+    "verify",
+    "clean",
+    "prune",
+    "quarantine",
+    "fingerprint",
+    "run",
+    "canary",
+    "keygen",
+    "export",
+    "import",
+    "metrics",
+    "dir",
+    "completion",
+)
 SHELLS = ("bash", "zsh", "fish")
 _MODULE = {"import": "import_"}  # a verb that is a Python keyword
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, as for every other usage error
-        if message.startswith("argument "):  # "argument --older-than: 7: ..." -> "--older-than 7: ..."
-            message = message[len("argument "):]
+        message = message.removeprefix("argument ")
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
@@ -38,10 +53,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     first = next((a for a in (argv or ()) if not a.startswith("-")), None)
     for name in (first,) if first in COMMANDS else COMMANDS:
         if name == "completion":
-            c = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)",
-                               description="Print the completion script of SHELL on stdout, e.g. "
-                                           "`jitwarden completion bash > ~/.local/share/bash-completion/completions/"
-                                           "jitwarden`, or `eval \"$(jitwarden completion zsh)\"` in ~/.zshrc.")
+            c = sub.add_parser(
+                "completion",
+                help="print a shell completion script (bash, zsh or fish)",
+                description="Print the completion script of SHELL on stdout, e.g. "
+                "`jitwarden completion bash > ~/.local/share/bash-completion/completions/"
+                'jitwarden`, or `eval "$(jitwarden completion zsh)"` in ~/.zshrc.',
+            )
             c.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
             c.set_defaults(func=_completion)
             continue
@@ -77,7 +95,13 @@ def _json_error(args, message: str, code: int) -> None:
     from jitwarden.cli.render import output
 
     verb = " ".join(w for w in (args.command, getattr(args, "action", None)) if w)
-    verb = "quarantine empty" if verb == "quarantine purge" else "quarantine ls" if verb == "quarantine list" else verb
+    verb = (
+        "quarantine empty"
+        if verb == "quarantine purge"
+        else "quarantine ls"
+        if verb == "quarantine list"
+        else verb
+    )
     output.write_json(output.envelope(verb, {"ok": False, "error": message, "exit": code}))
 
 
@@ -94,7 +118,9 @@ def unknown_verb(word: str) -> str:
     import difflib
 
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
-    hint = f"; did you mean `jitwarden {close[0]}`?" if close else f" (one of: {', '.join(COMMANDS)})"
+    hint = (
+        f"; did you mean `jitwarden {close[0]}`?" if close else f" (one of: {', '.join(COMMANDS)})"
+    )
     return f"jitwarden: error: unknown command {word!r}{hint}\n"
 
 
@@ -137,12 +163,15 @@ def _dispatch(args) -> int:
         except OSError:
             pass
         return 0
-    except Exception as exc:  # noqa: BLE001 - the one place that turns bugs into exit 3
+    except Exception as exc:
         from jitwarden.model.settings import DEBUG
 
         if DEBUG.on(os.environ):  # a flag like every switch: JITWARDEN_DEBUG=0 is off
             raise
-        print(f"jitwarden: internal error: {type(exc).__name__}: {exc} (set {DEBUG.name}=1 for a traceback)", file=sys.stderr)
+        print(
+            f"jitwarden: internal error: {type(exc).__name__}: {exc} (set {DEBUG.name}=1 for a traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from jitwarden.model.text import age_arg
 from jitwarden.model.settings import ORPHAN_AGE
+from jitwarden.model.text import age_arg
 
 FORMATS = ("table", "json")
 
@@ -36,8 +36,14 @@ def refuse(p, flag: str, why: str, takes_value: bool = False) -> None:
 
     One meaning per flag name (docs/commands.md, "Flags"): ``--keep`` was a directory in ``clean``, a count in
     ``prune`` and a switch in ``canary``; each now has its own name and ``--keep`` says which."""
-    a = p.add_argument(flag, action=_Refused, nargs="?" if takes_value else 0, help=argparse.SUPPRESS,
-                       dest=f"_refused_{flag.lstrip('-').replace('-', '_')}", default=None)
+    a = p.add_argument(
+        flag,
+        action=_Refused,
+        nargs="?" if takes_value else 0,
+        help=argparse.SUPPRESS,
+        dest=f"_refused_{flag.lstrip('-').replace('-', '_')}",
+        default=None,
+    )
     a.help_text = why
 
 
@@ -49,15 +55,33 @@ def add_format_argument(p) -> None:
 def add_scan_arguments(p) -> None:
     """What every command that scans caches takes: paths, ``--target``, ``--format``, ``--orphan-age``,
     ``--long``, ``--kind``."""
-    p.add_argument("paths", nargs="*", metavar="PATH", help="cache roots or entry directories (default: every root found)")
-    p.add_argument("--target", metavar="ARCH", help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="cache roots or entry directories (default: every root found)",
+    )
+    p.add_argument(
+        "--target",
+        metavar="ARCH",
+        help="judge as if running on this GPU (sm_90, 90, 9.0); default: the live GPU",
+    )
     add_format_argument(p)
-    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
-                   help=f"tmp.pid_* leftovers older than AGE are orphans (default 1h, env {ORPHAN_AGE.name})")
+    p.add_argument(
+        "--orphan-age",
+        type=age_arg,
+        default=None,
+        metavar="AGE",
+        help=f"tmp.pid_* leftovers older than AGE are orphans (default 1h, env {ORPHAN_AGE.name})",
+    )
     p.add_argument("--long", action="store_true", help="show full paths in tables")
-    p.add_argument("--kind", action="append", metavar="KIND",
-                   help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
-                        "deepgemm, torch-ext, jax, cupy, numba")
+    p.add_argument(
+        "--kind",
+        action="append",
+        metavar="KIND",
+        help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
+        "deepgemm, torch-ext, jax, cupy, numba",
+    )
 
 
 def add_rebuild_arguments(parser, mode=None) -> None:
@@ -66,16 +90,37 @@ def add_rebuild_arguments(parser, mode=None) -> None:
     ``mode``: the mutually exclusive group ``--quick`` lives in, if any.
     """
     (mode or parser).add_argument(
-        "--rebuild", action="store_true",
-        help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached cubin")
-    parser.add_argument("--jobs", "-j", type=_positive_int, default=None, metavar="N",
-                        help="ptxas processes at once for --rebuild (default: all cores)")
-    parser.add_argument("--ptxas", action="append", default=None, metavar="PATH",
-                        help="another ptxas this environment uses (repeatable); a match verifies")
-    parser.add_argument("--keep-cubins", default=None, metavar="DIR",
-                        help="leave <id>.<name>.cached.cubin and .rebuilt.cubin in DIR for entries that differ")
-    refuse(parser, "--keep", "renamed --keep-cubins DIR (where to leave the cubins of kernels that differ)",
-           takes_value=True)
+        "--rebuild",
+        action="store_true",
+        help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached cubin",
+    )
+    parser.add_argument(
+        "--jobs",
+        "-j",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="ptxas processes at once for --rebuild (default: all cores)",
+    )
+    parser.add_argument(
+        "--ptxas",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="another ptxas this environment uses (repeatable); a match verifies",
+    )
+    parser.add_argument(
+        "--keep-cubins",
+        default=None,
+        metavar="DIR",
+        help="leave <id>.<name>.cached.cubin and .rebuilt.cubin in DIR for entries that differ",
+    )
+    refuse(
+        parser,
+        "--keep",
+        "renamed --keep-cubins DIR (where to leave the cubins of kernels that differ)",
+        takes_value=True,
+    )
 
 
 def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default: wait)") -> None:
@@ -84,8 +129,17 @@ def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default:
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
     if purge:
-        p.add_argument("--purge", action="store_true", help="delete instead of keeping in quarantine (after the move)")
+        p.add_argument(
+            "--purge",
+            action="store_true",
+            help="delete instead of keeping in quarantine (after the move)",
+        )
     else:
         p.set_defaults(purge=False)
-    p.add_argument("--lock-timeout", type=age_arg, default=None, metavar="AGE",
-                   help=f"give up waiting for another jitwarden on the same root after AGE{lock_help}")
+    p.add_argument(
+        "--lock-timeout",
+        type=age_arg,
+        default=None,
+        metavar="AGE",
+        help=f"give up waiting for another jitwarden on the same root after AGE{lock_help}",
+    )

@@ -18,12 +18,17 @@ import sys
 from dataclasses import dataclass, field
 
 from jitwarden.env import jaxcupy, nvml, ptxas, torchinfo
-from jitwarden.formats import jsonlimits
-from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
-from jitwarden.store.fsutil import memo_dir  # noqa: F401 - re-exported for callers
-from jitwarden.store.fsutil import ensure_dir, read_bytes, read_private, write_json_atomic
 from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
+from jitwarden.formats import jsonlimits
+from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
+from jitwarden.store.fsutil import (
+    ensure_dir,
+    memo_dir,
+    read_bytes,
+    read_private,
+    write_json_atomic,
+)
 
 SCHEMA = 1
 
@@ -38,26 +43,59 @@ SCHEMA = 1
 #  * vLLM switches that pick different kernels into compiled graphs.
 #  * The CUDA driver: TF32 override and PTX JIT policy.
 TRITON_CACHE_INVALIDATING_ENV_VARS = (
-    "ALLOW_LHS_TMEM_LAYOUT_CONVERSION", "AMDGCN_ENABLE_DUMP", "AMDGCN_USE_BUFFER_ATOMICS",
-    "AMDGCN_USE_BUFFER_OPS", "DISABLE_LLVM_OPT", "DISABLE_MMA_V3", "DISABLE_MMA_V5",
-    "DISABLE_PTXAS_OPT", "LLVM_ENABLE_TIMING", "LLVM_EXTRACT_DI_LOCAL_VARIABLES",
-    "LLVM_IR_ENABLE_DUMP", "LLVM_PASS_PLUGIN_PATH", "MLIR_DISABLE_MULTITHREADING",
-    "MLIR_DUMP_PATH", "MLIR_ENABLE_DIAGNOSTICS", "MLIR_ENABLE_DUMP", "MLIR_ENABLE_TIMING",
-    "NVPTX_ENABLE_DUMP", "TRITON_DEFAULT_FP_FUSION", "TRITON_DISABLE_LINE_INFO",
-    "TRITON_DUMP_MIR", "TRITON_ENABLE_ASAN", "TRITON_ENABLE_EXPERIMENTAL_CONSAN",
-    "TRITON_ENABLE_LLVM_DEBUG", "TRITON_F32_DEFAULT", "TRITON_HIP_USE_ASYNC_COPY",
-    "TRITON_HIP_USE_BLOCK_PINGPONG", "TRITON_HIP_USE_IN_THREAD_TRANSPOSE",
-    "TRITON_LLVM_DEBUG_ONLY", "TRITON_OVERRIDE_ARCH", "USE_IR_LOC",
+    "ALLOW_LHS_TMEM_LAYOUT_CONVERSION",
+    "AMDGCN_ENABLE_DUMP",
+    "AMDGCN_USE_BUFFER_ATOMICS",
+    "AMDGCN_USE_BUFFER_OPS",
+    "DISABLE_LLVM_OPT",
+    "DISABLE_MMA_V3",
+    "DISABLE_MMA_V5",
+    "DISABLE_PTXAS_OPT",
+    "LLVM_ENABLE_TIMING",
+    "LLVM_EXTRACT_DI_LOCAL_VARIABLES",
+    "LLVM_IR_ENABLE_DUMP",
+    "LLVM_PASS_PLUGIN_PATH",
+    "MLIR_DISABLE_MULTITHREADING",
+    "MLIR_DUMP_PATH",
+    "MLIR_ENABLE_DIAGNOSTICS",
+    "MLIR_ENABLE_DUMP",
+    "MLIR_ENABLE_TIMING",
+    "NVPTX_ENABLE_DUMP",
+    "TRITON_DEFAULT_FP_FUSION",
+    "TRITON_DISABLE_LINE_INFO",
+    "TRITON_DUMP_MIR",
+    "TRITON_ENABLE_ASAN",
+    "TRITON_ENABLE_EXPERIMENTAL_CONSAN",
+    "TRITON_ENABLE_LLVM_DEBUG",
+    "TRITON_F32_DEFAULT",
+    "TRITON_HIP_USE_ASYNC_COPY",
+    "TRITON_HIP_USE_BLOCK_PINGPONG",
+    "TRITON_HIP_USE_IN_THREAD_TRANSPOSE",
+    "TRITON_LLVM_DEBUG_ONLY",
+    "TRITON_OVERRIDE_ARCH",
+    "USE_IR_LOC",
 )
 CODEGEN_ENV_VARS = TRITON_CACHE_INVALIDATING_ENV_VARS + (
-    "TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "PTXAS_OPTIONS", "TRITON_LIBDEVICE_PATH",
-    "TORCH_CUDA_ARCH_LIST", "CUDA_HOME",
-    "TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE",
-    "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS",
-    "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING", "TORCHINDUCTOR_FREEZING", "TORCHINDUCTOR_CPP_WRAPPER",
-    "VLLM_USE_TRITON_FLASH_ATTN", "VLLM_ATTENTION_BACKEND", "VLLM_USE_DEEP_GEMM",
+    "TRITON_PTXAS_PATH",
+    "TRITON_PTXAS_BLACKWELL_PATH",
+    "PTXAS_OPTIONS",
+    "TRITON_LIBDEVICE_PATH",
+    "TORCH_CUDA_ARCH_LIST",
+    "CUDA_HOME",
+    "TORCHINDUCTOR_MAX_AUTOTUNE",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS",
+    "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING",
+    "TORCHINDUCTOR_FREEZING",
+    "TORCHINDUCTOR_CPP_WRAPPER",
+    "VLLM_USE_TRITON_FLASH_ATTN",
+    "VLLM_ATTENTION_BACKEND",
+    "VLLM_USE_DEEP_GEMM",
     "VLLM_USE_FLASHINFER_SAMPLER",
-    "NVIDIA_TF32_OVERRIDE", "CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT",
+    "NVIDIA_TF32_OVERRIDE",
+    "CUDA_FORCE_PTX_JIT",
+    "CUDA_DISABLE_PTX_JIT",
 )
 # Represented in the digest by what they resolve to (the ptxas sha256), so that two
 # installs of the same binary at different paths agree.
@@ -123,13 +161,28 @@ class Fingerprint:
         """Everything that decides compiled code, and nothing volatile (uuids, paths, order)."""
         py = dict(self.python)
         return {
-            "gpu": sorted({f"{g.name}|{'%d.%d' % g.capability if g.capability else '?'}" for g in self.gpus}),
+            "gpu": sorted(
+                {
+                    f"{g.name}|{'{}.{}'.format(*g.capability) if g.capability else '?'}"
+                    for g in self.gpus
+                }
+            ),
             "driver": self.driver_version,
             "ptxas": sorted([r, i.sha256, i.version_text] for r, i in self.ptxas),
-            "packages": sorted([p.name, p.version, p.identity, p.cuda, p.git_version,
-                                list(p.arch_list) if p.arch_list is not None else None]
-                               for p in self.packages),
-            "python": [py.get(k) for k in ("implementation", "cache_tag", "soabi", "abiflags", "minor")],
+            "packages": sorted(
+                [
+                    p.name,
+                    p.version,
+                    p.identity,
+                    p.cuda,
+                    p.git_version,
+                    list(p.arch_list) if p.arch_list is not None else None,
+                ]
+                for p in self.packages
+            ),
+            "python": [
+                py.get(k) for k in ("implementation", "cache_tag", "soabi", "abiflags", "minor")
+            ],
             "platform": sorted(self.platform),
             "env": sorted([k, v] for k, v in self.env if k not in _DIGEST_EXCLUDED_ENV),
         }
@@ -145,9 +198,15 @@ class Fingerprint:
         return {
             "schema": SCHEMA,
             "digest": self.digest,
-            "gpu": {"source": self.gpu_source, "note": self.gpu_note,
-                    "devices": [gpu_json(g) for g in self.gpus]},
-            "driver": {"version": self.driver_version, "cuda_driver_version": self.cuda_driver_version},
+            "gpu": {
+                "source": self.gpu_source,
+                "note": self.gpu_note,
+                "devices": [gpu_json(g) for g in self.gpus],
+            },
+            "driver": {
+                "version": self.driver_version,
+                "cuda_driver_version": self.cuda_driver_version,
+            },
             "toolchain": {"ptxas": [{"role": r, **i.to_json()} for r, i in self.ptxas]},
             "packages": [_package_json(p) for p in self.packages],
             "python": dict(self.python),
@@ -156,40 +215,59 @@ class Fingerprint:
         }
 
     @classmethod
-    def from_json(cls, d) -> "Fingerprint":
+    def from_json(cls, d) -> Fingerprint:
         """Rebuild from :meth:`to_json` output; ValueError saying what is wrong otherwise."""
         if not isinstance(d, dict):
             raise ValueError("not a jitwarden fingerprint (expected a JSON object)")
         if d.get("schema") != SCHEMA:
-            raise ValueError(f"not a jitwarden fingerprint of schema {SCHEMA} (schema={d.get('schema')!r})")
+            raise ValueError(
+                f"not a jitwarden fingerprint of schema {SCHEMA} (schema={d.get('schema')!r})"
+            )
         try:
             gpu, drv = d["gpu"], d["driver"]
             gpus = tuple(
-                Gpu(int(g["index"]), str(g["name"]),
+                Gpu(
+                    int(g["index"]),
+                    str(g["name"]),
                     tuple(int(x) for x in g["capability"]) if g.get("capability") else None,
-                    g.get("uuid"), g.get("pci_bus_id"))
-                for g in gpu["devices"])
+                    g.get("uuid"),
+                    g.get("pci_bus_id"),
+                )
+                for g in gpu["devices"]
+            )
             pt = []
             for e in d["toolchain"]["ptxas"]:
                 e = dict(e)
                 role = str(e.pop("role"))
                 pt.append((role, PtxasInfo.from_json(e)))
             pkgs = tuple(
-                Package(str(p["name"]), str(p.get("dist") or p["name"]), str(p["version"]), p.get("identity"),
-                        p.get("cuda"), p.get("git_version"),
-                        tuple(p["arch_list"]) if p.get("arch_list") is not None else None)
-                for p in d["packages"])
+                Package(
+                    str(p["name"]),
+                    str(p.get("dist") or p["name"]),
+                    str(p["version"]),
+                    p.get("identity"),
+                    p.get("cuda"),
+                    p.get("git_version"),
+                    tuple(p["arch_list"]) if p.get("arch_list") is not None else None,
+                )
+                for p in d["packages"]
+            )
             return cls(
-                gpu_source=str(gpu["source"]), gpus=gpus,
-                driver_version=drv.get("version"), cuda_driver_version=drv.get("cuda_driver_version"),
-                ptxas=tuple(pt), packages=pkgs,
+                gpu_source=str(gpu["source"]),
+                gpus=gpus,
+                driver_version=drv.get("version"),
+                cuda_driver_version=drv.get("cuda_driver_version"),
+                ptxas=tuple(pt),
+                packages=pkgs,
                 python=tuple(sorted((str(k), str(v)) for k, v in d["python"].items())),
                 platform=tuple(sorted((str(k), str(v)) for k, v in d["platform"].items())),
                 env=tuple(sorted((str(k), str(v)) for k, v in d["env"].items())),
                 gpu_note=str(gpu.get("note") or ""),
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise ValueError(f"not a jitwarden fingerprint: missing or malformed field {exc}") from None
+            raise ValueError(
+                f"not a jitwarden fingerprint: missing or malformed field {exc}"
+            ) from None
 
     # -- display --
 
@@ -237,10 +315,14 @@ class Fingerprint:
             for role in roles:
                 info = self.ptxas_for(role)
                 if info is not None and ptxas.can_target(info, arch) is False:
-                    out.append(f"the resolved ptxas[{role}] ({info.path}, release {info.release}) "
-                               f"cannot target sm_{arch}")
+                    out.append(
+                        f"the resolved ptxas[{role}] ({info.path}, release {info.release}) "
+                        f"cannot target sm_{arch}"
+                    )
             if torch and torch.arch_list is not None and torch.cuda:
-                w = torch_arch_warning(torch.version, torch.arch_list, arch)  # the one rule (model.arch)
+                w = torch_arch_warning(
+                    torch.version, torch.arch_list, arch
+                )  # the one rule (model.arch)
                 if w:
                     out.append(w)
         return out
@@ -248,15 +330,23 @@ class Fingerprint:
 
 def gpu_json(g: Gpu) -> dict:
     """One GPU as JSON: what `doctor` lists and the fingerprint records."""
-    return {"index": g.index, "name": g.name, "capability": list(g.capability) if g.capability else None,
-            "uuid": g.uuid, "pci_bus_id": g.pci_bus_id}
+    return {
+        "index": g.index,
+        "name": g.name,
+        "capability": list(g.capability) if g.capability else None,
+        "uuid": g.uuid,
+        "pci_bus_id": g.pci_bus_id,
+    }
 
 
 def _package_json(p: Package) -> dict:
     d = {"name": p.name, "dist": p.dist, "version": p.version, "identity": p.identity}
     if p.name == "torch":
-        d.update(cuda=p.cuda, git_version=p.git_version,
-                 arch_list=list(p.arch_list) if p.arch_list is not None else None)
+        d.update(
+            cuda=p.cuda,
+            git_version=p.git_version,
+            arch_list=list(p.arch_list) if p.arch_list is not None else None,
+        )
     return d
 
 
@@ -282,87 +372,174 @@ def _ptxas_label(info: PtxasInfo | None) -> str:
     return info.build or info.release or (lines[-1] if lines else "(no version)")
 
 
-def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
+def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
     """What differs from ``a`` (old) to ``b`` (new), and why each difference matters."""
     out: list[Change] = []
 
     def gpuset(fp):
-        return sorted({f"{g.name} ({'sm_%d%d' % g.capability if g.capability else 'capability unknown'})"
-                       for g in fp.gpus})
+        return sorted(
+            {
+                f"{g.name} ({'sm_{}{}'.format(*g.capability) if g.capability else 'capability unknown'})"
+                for g in fp.gpus
+            }
+        )
 
     if a.device_archs() != b.device_archs() and (a.device_archs() or b.device_archs()):
-        out.append(Change("gpu.capability", _s(", ".join(f"sm_{x}" for x in a.device_archs())),
-                          _s(", ".join(f"sm_{x}" for x in b.device_archs())),
-                          "kernels are assembled for one exact compute capability (Triton emits sm_90a, which "
-                          "runs only on 9.0): cached cubins of the old GPU cannot run on the new one"))
+        out.append(
+            Change(
+                "gpu.capability",
+                _s(", ".join(f"sm_{x}" for x in a.device_archs())),
+                _s(", ".join(f"sm_{x}" for x in b.device_archs())),
+                "kernels are assembled for one exact compute capability (Triton emits sm_90a, which "
+                "runs only on 9.0): cached cubins of the old GPU cannot run on the new one",
+            )
+        )
     elif gpuset(a) != gpuset(b):
-        out.append(Change("gpu", _s(", ".join(gpuset(a))), _s(", ".join(gpuset(b))),
-                          "another GPU model: autotuned configs and vLLM's compile cache (keyed by GPU name) "
-                          "were chosen for the old one"))
+        out.append(
+            Change(
+                "gpu",
+                _s(", ".join(gpuset(a))),
+                _s(", ".join(gpuset(b))),
+                "another GPU model: autotuned configs and vLLM's compile cache (keyed by GPU name) "
+                "were chosen for the old one",
+            )
+        )
     if a.driver_version != b.driver_version:
-        out.append(Change("driver", _s(a.driver_version), _s(b.driver_version),
-                          "the driver JIT-compiles PTX (torch's fallback kernels, the CUDA compute cache) and "
-                          "decides which PTX versions load at all"))
+        out.append(
+            Change(
+                "driver",
+                _s(a.driver_version),
+                _s(b.driver_version),
+                "the driver JIT-compiles PTX (torch's fallback kernels, the CUDA compute cache) and "
+                "decides which PTX versions load at all",
+            )
+        )
 
     pa, pb = dict(a.ptxas), dict(b.ptxas)
     for role in sorted(set(pa) | set(pb)):
         x, y = pa.get(role), pb.get(role)
         comp = f"ptxas[{role}]"
         if x is None or y is None:
-            out.append(Change(comp, _ptxas_label(x), _ptxas_label(y),
-                              "a ptxas appeared or disappeared: kernels are assembled by a different binary"))
+            out.append(
+                Change(
+                    comp,
+                    _ptxas_label(x),
+                    _ptxas_label(y),
+                    "a ptxas appeared or disappeared: kernels are assembled by a different binary",
+                )
+            )
         elif x.version_text != y.version_text:
-            out.append(Change(comp, _ptxas_label(x), _ptxas_label(y),
-                              "another ptxas release assembles PTX into different machine code; Triton keys "
-                              "kernels by this version text, so its old entries become dead weight"))
+            out.append(
+                Change(
+                    comp,
+                    _ptxas_label(x),
+                    _ptxas_label(y),
+                    "another ptxas release assembles PTX into different machine code; Triton keys "
+                    "kernels by this version text, so its old entries become dead weight",
+                )
+            )
         elif x.sha256 != y.sha256:
-            out.append(Change(comp + ".sha256", x.sha256[:12], y.sha256[:12],
-                              "the ptxas binary differs although it prints the same version: Triton's cache key "
-                              "would not notice (a wrapper or a TRITON_PTXAS_PATH swap)"))
+            out.append(
+                Change(
+                    comp + ".sha256",
+                    x.sha256[:12],
+                    y.sha256[:12],
+                    "the ptxas binary differs although it prints the same version: Triton's cache key "
+                    "would not notice (a wrapper or a TRITON_PTXAS_PATH swap)",
+                )
+            )
 
     ka, kb = {p.name: p for p in a.packages}, {p.name: p for p in b.packages}
     for name in sorted(set(ka) | set(kb)):
         x, y = ka.get(name), kb.get(name)
         if x is None or y is None:
-            out.append(Change(f"package:{name}", _s(x and x.version), _s(y and y.version),
-                              f"{name} was {'installed' if x is None else 'removed'}: it generates or launches "
-                              "compiled kernels"))
+            out.append(
+                Change(
+                    f"package:{name}",
+                    _s(x and x.version),
+                    _s(y and y.version),
+                    f"{name} was {'installed' if x is None else 'removed'}: it generates or launches "
+                    "compiled kernels",
+                )
+            )
             continue
         if x.version != y.version:
-            out.append(Change(f"package:{name}", x.version, y.version,
-                              f"another {name} generates different code and keys its caches differently"))
+            out.append(
+                Change(
+                    f"package:{name}",
+                    x.version,
+                    y.version,
+                    f"another {name} generates different code and keys its caches differently",
+                )
+            )
         elif x.identity != y.identity:
-            out.append(Change(f"package:{name}.files", _s(x.identity and x.identity[:12]), _s(y.identity and y.identity[:12]),
-                              f"the installed files of {name} changed under the same version (a rebuild, a "
-                              "reinstall from another index or a local edit)"))
+            out.append(
+                Change(
+                    f"package:{name}.files",
+                    _s(x.identity and x.identity[:12]),
+                    _s(y.identity and y.identity[:12]),
+                    f"the installed files of {name} changed under the same version (a rebuild, a "
+                    "reinstall from another index or a local edit)",
+                )
+            )
         if x.cuda != y.cuda:
-            out.append(Change(f"package:{name}.cuda", _s(x.cuda), _s(y.cuda),
-                              f"{name} was built against another CUDA: its bundled kernels and ptxas differ"))
+            out.append(
+                Change(
+                    f"package:{name}.cuda",
+                    _s(x.cuda),
+                    _s(y.cuda),
+                    f"{name} was built against another CUDA: its bundled kernels and ptxas differ",
+                )
+            )
         if x.arch_list != y.arch_list:
             why = "the GPU archs torch's own kernels were compiled for changed"
             for arch in b.device_archs():
                 if y.arch_list is not None and not torch_compiled_for(y.arch_list, arch):
                     why += f"; the new list lacks the GPU's sm_{arch}, so torch's kernels go through driver PTX JIT or fail"
-            out.append(Change(f"package:{name}.arch_list", _s(x.arch_list and " ".join(x.arch_list)),
-                              _s(y.arch_list and " ".join(y.arch_list)), why))
+            out.append(
+                Change(
+                    f"package:{name}.arch_list",
+                    _s(x.arch_list and " ".join(x.arch_list)),
+                    _s(y.arch_list and " ".join(y.arch_list)),
+                    why,
+                )
+            )
 
     ya, yb = dict(a.python), dict(b.python)
     for k in ("implementation", "cache_tag", "soabi", "abiflags", "minor"):
         if ya.get(k) != yb.get(k):
-            out.append(Change(f"python.{k}", _s(ya.get(k)), _s(yb.get(k)),
-                              "another Python ABI: compiled launcher modules (.so) and Inductor's C++ wrappers "
-                              "built for the old one cannot be loaded"))
+            out.append(
+                Change(
+                    f"python.{k}",
+                    _s(ya.get(k)),
+                    _s(yb.get(k)),
+                    "another Python ABI: compiled launcher modules (.so) and Inductor's C++ wrappers "
+                    "built for the old one cannot be loaded",
+                )
+            )
     fa, fb = dict(a.platform), dict(b.platform)
     for k in sorted(set(fa) | set(fb)):
         if fa.get(k) != fb.get(k):
-            out.append(Change(f"platform.{k}", _s(fa.get(k)), _s(fb.get(k)),
-                              "compiled host modules depend on the machine, OS and C library"))
+            out.append(
+                Change(
+                    f"platform.{k}",
+                    _s(fa.get(k)),
+                    _s(fb.get(k)),
+                    "compiled host modules depend on the machine, OS and C library",
+                )
+            )
     ea, eb = dict(a.env), dict(b.env)
     for k in sorted(set(ea) | set(eb)):
         if ea.get(k) != eb.get(k):
             state = "set" if k not in ea else "unset" if k not in eb else "changed"
-            out.append(Change(f"env:{k}", _s(ea.get(k)), _s(eb.get(k)),
-                              f"{k} was {state}; it changes the code compilers generate"))
+            out.append(
+                Change(
+                    f"env:{k}",
+                    _s(ea.get(k)),
+                    _s(eb.get(k)),
+                    f"{k} was {state}; it changes the code compilers generate",
+                )
+            )
     return out
 
 
@@ -376,7 +553,9 @@ def _load_memo(path: str) -> dict:
     block activation, and a memo another user could write does not decide package identity.
     """
     try:
-        data = jsonlimits.loads(read_private(path, max_bytes=MEMO_MAX_BYTES), max_bytes=MEMO_MAX_BYTES)
+        data = jsonlimits.loads(
+            read_private(path, max_bytes=MEMO_MAX_BYTES), max_bytes=MEMO_MAX_BYTES
+        )
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -452,7 +631,10 @@ def _record_identity(dist_info: str, memo: dict) -> str | None:
 def _packages(memo: dict) -> tuple[Package, ...]:
     dists = _find_dists({d for _, ds in PACKAGES for d in ds})
     out = []
-    records, arches = memo.setdefault("records", _Section()), memo.setdefault("torch_arch", _Section())
+    records, arches = (
+        memo.setdefault("records", _Section()),
+        memo.setdefault("torch_arch", _Section()),
+    )
     for name, candidates in PACKAGES:
         hit = next((d for d in candidates if d in dists), None)
         if hit is None or not jaxcupy.counted(name, dists):
@@ -473,14 +655,18 @@ def _python() -> tuple[tuple[str, str], ...]:
     import sysconfig
 
     v = sys.version_info
-    return tuple(sorted({
-        "implementation": sys.implementation.name,
-        "version": f"{v.major}.{v.minor}.{v.micro}",
-        "minor": f"{v.major}.{v.minor}",
-        "cache_tag": str(sys.implementation.cache_tag),
-        "soabi": str(sysconfig.get_config_var("SOABI")),
-        "abiflags": getattr(sys, "abiflags", ""),
-    }.items()))
+    return tuple(
+        sorted(
+            {
+                "implementation": sys.implementation.name,
+                "version": f"{v.major}.{v.minor}.{v.micro}",
+                "minor": f"{v.major}.{v.minor}",
+                "cache_tag": str(sys.implementation.cache_tag),
+                "soabi": str(sysconfig.get_config_var("SOABI")),
+                "abiflags": getattr(sys, "abiflags", ""),
+            }.items()
+        )
+    )
 
 
 def _platform() -> tuple[tuple[str, str], ...]:
@@ -508,7 +694,9 @@ def _gpu_key(proc_root: str, cvd: str | None) -> str | None:
         for bus in sorted(os.listdir(gpus)):
             h.update(b"\0" + bus.encode())
             try:
-                h.update(read_bytes(os.path.join(gpus, bus, "information"), max_bytes=nvml.PROC_MAX))
+                h.update(
+                    read_bytes(os.path.join(gpus, bus, "information"), max_bytes=nvml.PROC_MAX)
+                )
             except OSError:
                 pass
     except OSError:
@@ -524,17 +712,33 @@ def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
     if key and key in section:
         try:
             d = section[key]
-            return nvml.Probe(d["source"], tuple(
-                Gpu(g["index"], g["name"], tuple(g["capability"]) if g["capability"] else None,
-                    g["uuid"], g["pci_bus_id"]) for g in d["gpus"]),
-                d["driver_version"], d["cuda_driver_version"], d.get("note", ""))
+            return nvml.Probe(
+                d["source"],
+                tuple(
+                    Gpu(
+                        g["index"],
+                        g["name"],
+                        tuple(g["capability"]) if g["capability"] else None,
+                        g["uuid"],
+                        g["pci_bus_id"],
+                    )
+                    for g in d["gpus"]
+                ),
+                d["driver_version"],
+                d["cuda_driver_version"],
+                d.get("note", ""),
+            )
         except (KeyError, TypeError, ValueError):
             pass
     p = nvml.probe(proc_root, env)
     if key and p.source == "nvml":  # /proc answers are cheap, and NVML may load next time
-        section[key] = {"source": p.source, "gpus": [gpu_json(g) for g in p.gpus],
-                        "driver_version": p.driver_version, "cuda_driver_version": p.cuda_driver_version,
-                        "note": p.note}
+        section[key] = {
+            "source": p.source,
+            "gpus": [gpu_json(g) for g in p.gpus],
+            "driver_version": p.driver_version,
+            "cuda_driver_version": p.cuda_driver_version,
+            "note": p.note,
+        }
     return p
 
 
@@ -552,30 +756,48 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     env = os.environ if env is None else env
     if memo_path is None:
         memo_path = os.path.join(memo_dir(env), "fingerprint-memo.json")
-    files = [sys.modules[__name__].__file__, ptxas.__file__, nvml.__file__, torchinfo.__file__, jaxcupy.__file__,
-             sys.executable]
+    files = [
+        sys.modules[__name__].__file__,
+        ptxas.__file__,
+        nvml.__file__,
+        torchinfo.__file__,
+        jaxcupy.__file__,
+        sys.executable,
+    ]
     tb = ptxas.triton_bin_dir()
-    for var, binary in (("TRITON_PTXAS_PATH", "ptxas"), ("TRITON_PTXAS_BLACKWELL_PATH", "ptxas-blackwell")):
+    for var, binary in (
+        ("TRITON_PTXAS_PATH", "ptxas"),
+        ("TRITON_PTXAS_BLACKWELL_PATH", "ptxas-blackwell"),
+    ):
         if env.get(var):
             files.append(env[var])
         if tb:
             files.append(os.path.join(tb, binary))
     td = torchinfo.torch_dir()
     if td:
-        files += [os.path.join(td, "version.py"), os.path.join(td, "bin", "ptxas"),
-                  os.path.join(td, "lib", "libtorch_python.so")]
+        files += [
+            os.path.join(td, "version.py"),
+            os.path.join(td, "bin", "ptxas"),
+            os.path.join(td, "lib", "libtorch_python.so"),
+        ]
     prefixes = {d for _, ds in PACKAGES for d in ds}
     files += [os.path.join(d, "RECORD") for d, _v in _find_dists(prefixes).values()]
-    return {"env": list(CODEGEN_ENV_VARS) + ["CUDA_VISIBLE_DEVICES"], "files": files, "memo": memo_path,
-            "path_dirs": [e or "." for e in sys.path], "names": sorted(prefixes | {"triton", "torch"}),
-            "proc": os.path.join(proc_root, "driver", "nvidia")}
+    return {
+        "env": list(CODEGEN_ENV_VARS) + ["CUDA_VISIBLE_DEVICES"],
+        "files": files,
+        "memo": memo_path,
+        "path_dirs": [e or "." for e in sys.path],
+        "names": sorted(prefixes | {"triton", "torch"}),
+        "proc": os.path.join(proc_root, "driver", "nvidia"),
+    }
 
 
 _PROCESS_MEMO: dict = {}
 
 
-def collect(*, use_memo: bool = True, env=None, memo_path: str | None = None,
-            proc_root: str = "/proc") -> Fingerprint:
+def collect(
+    *, use_memo: bool = True, env=None, memo_path: str | None = None, proc_root: str = "/proc"
+) -> Fingerprint:
     """The fingerprint of this process's environment (``env`` defaults to ``os.environ``).
 
     With ``use_memo`` the persistent memo (``memo_dir()/fingerprint-memo.json``) lets a
@@ -584,8 +806,12 @@ def collect(*, use_memo: bool = True, env=None, memo_path: str | None = None,
     env = dict(os.environ if env is None else env)
     if memo_path is None:
         memo_path = os.path.join(memo_dir(env), "fingerprint-memo.json")
-    pkey = (memo_path, proc_root, tuple(sys.path),
-            tuple((k, env.get(k)) for k in CODEGEN_ENV_VARS + ("CUDA_VISIBLE_DEVICES",)))
+    pkey = (
+        memo_path,
+        proc_root,
+        tuple(sys.path),
+        tuple((k, env.get(k)) for k in CODEGEN_ENV_VARS + ("CUDA_VISIBLE_DEVICES",)),
+    )
     if use_memo and pkey in _PROCESS_MEMO:
         return _PROCESS_MEMO[pkey]
     raw = _load_memo(memo_path) if use_memo else {}
@@ -600,14 +826,21 @@ def collect(*, use_memo: bool = True, env=None, memo_path: str | None = None,
         if info is not None:
             infos.append((role, info))
     fp = Fingerprint(
-        gpu_source=probe.source, gpus=probe.gpus, driver_version=probe.driver_version,
-        cuda_driver_version=probe.cuda_driver_version, ptxas=tuple(infos),
-        packages=_packages(memo), python=_python(), platform=_platform(),
+        gpu_source=probe.source,
+        gpus=probe.gpus,
+        driver_version=probe.driver_version,
+        cuda_driver_version=probe.cuda_driver_version,
+        ptxas=tuple(infos),
+        packages=_packages(memo),
+        python=_python(),
+        platform=_platform(),
         env=tuple(sorted((k, env[k]) for k in CODEGEN_ENV_VARS if env.get(k) is not None)),
         gpu_note=probe.note,
     )
     if use_memo:
-        if json.dumps({k: dict(v) for k, v in memo.items()}, sort_keys=True) != before or not os.path.exists(memo_path):
+        if json.dumps(
+            {k: dict(v) for k, v in memo.items()}, sort_keys=True
+        ) != before or not os.path.exists(memo_path):
             _save_memo(memo_path, memo)
         _PROCESS_MEMO[pkey] = fp
     return fp

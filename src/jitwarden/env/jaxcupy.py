@@ -26,7 +26,10 @@ PACKAGES = (
     ("cupy", ("cupy_cuda13x", "cupy_cuda12x", "cupy_cuda11x", "cupy")),
     ("cudnn", ("nvidia_cudnn_cu13", "nvidia_cudnn_cu12")),
     ("cuda-nvrtc", ("nvidia_cuda_nvrtc", "nvidia_cuda_nvrtc_cu13", "nvidia_cuda_nvrtc_cu12")),
-    ("cuda-runtime", ("nvidia_cuda_runtime", "nvidia_cuda_runtime_cu13", "nvidia_cuda_runtime_cu12")),
+    (
+        "cuda-runtime",
+        ("nvidia_cuda_runtime", "nvidia_cuda_runtime_cu13", "nvidia_cuda_runtime_cu12"),
+    ),
 )
 """(fingerprint name, dist-info name prefixes) in :data:`jitwarden.env.fingerprint.PACKAGES`' shape."""
 

@@ -11,8 +11,12 @@ import os
 
 from jitwarden.model import settings
 
-PARTITION_VARS = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
-                  ("vllm", "VLLM_CACHE_ROOT"), ("torch-ext", "TORCH_EXTENSIONS_DIR"))
+PARTITION_VARS = (
+    ("triton", "TRITON_CACHE_DIR"),
+    ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
+    ("vllm", "VLLM_CACHE_ROOT"),
+    ("torch-ext", "TORCH_EXTENSIONS_DIR"),
+)
 """(kind, variable its tool reads) of each cache kind activation partitions and bundles carry; every kind
 jitwarden knows is :data:`jitwarden.adapters.KINDS`."""
 
@@ -46,7 +50,9 @@ def inductor_cache_dir(env) -> str:
     """
     if env.get("TORCHINDUCTOR_CACHE_DIR"):
         return env["TORCHINDUCTOR_CACHE_DIR"]
-    tmp = next((env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k) and os.path.isdir(env[k])), "/tmp")
+    tmp = next(
+        (env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k) and os.path.isdir(env[k])), "/tmp"
+    )
     user = next((env[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if env.get(k)), None)
     if user is None:
         try:
@@ -70,7 +76,9 @@ def vllm_cache_root(env) -> str:
 def torch_extensions_dir(env) -> str:
     """Where torch builds C++/CUDA extensions without ``TORCH_EXTENSIONS_DIR``: ``<user cache dir>/torch_extensions``
     (torch adds a ``py<XY>_<cuda>`` level below it; with the variable set it builds directly inside)."""
-    cache = env["XDG_CACHE_HOME"] if "XDG_CACHE_HOME" in env else os.path.join(home(env), ".cache")  # as torch's appdirs
+    cache = (
+        env["XDG_CACHE_HOME"] if "XDG_CACHE_HOME" in env else os.path.join(home(env), ".cache")
+    )  # as torch's appdirs
     return os.path.join(cache, "torch_extensions")
 
 
@@ -149,19 +157,38 @@ def vllm_triton_trees(cache_root: str) -> list[str]:
 
 LOCATION_VARS = (
     ("HOME", "the default of every location below"),
-    ("TMPDIR", "TorchInductor's default cache dir (<tmp>/torchinductor_<user>), the guard's and activation's private dirs"),
-    ("TEMP", "as TMPDIR"), ("TMP", "as TMPDIR"),
-    ("XDG_CACHE_HOME", "vLLM's, FlashInfer's and torch extensions' default roots, jitwarden's memo and registry"),
+    (
+        "TMPDIR",
+        "TorchInductor's default cache dir (<tmp>/torchinductor_<user>), the guard's and activation's private dirs",
+    ),
+    ("TEMP", "as TMPDIR"),
+    ("TMP", "as TMPDIR"),
+    (
+        "XDG_CACHE_HOME",
+        "vLLM's, FlashInfer's and torch extensions' default roots, jitwarden's memo and registry",
+    ),
     ("XDG_CONFIG_HOME", "jitwarden's config dir: trusted keys, signing key"),
-    ("XDG_RUNTIME_DIR", "the guard's per-process dirs and activation's private root (else /dev/shm, the temp dir)"),
-    ("XDG_DATA_HOME", "tools' data"), ("XDG_STATE_HOME", "tools' state"),
-    ("TRITON_CACHE_DIR", "Triton's cache"), ("TRITON_HOME", "Triton's cache (<home>/.triton/cache)"),
-    ("TRITON_DUMP_DIR", "Triton's IR dumps"), ("TRITON_OVERRIDE_DIR", "Triton's kernel overrides"),
-    ("TORCHINDUCTOR_CACHE_DIR", "TorchInductor's cache"), ("VLLM_CACHE_ROOT", "vLLM's cache"),
-    ("TORCH_EXTENSIONS_DIR", "torch's C++/CUDA extension builds"), ("CUDA_CACHE_PATH", "the driver's ComputeCache"),
-    ("FLASHINFER_WORKSPACE_BASE", "FlashInfer's JIT workspace"), ("DG_JIT_CACHE_DIR", "DeepGEMM's JIT cache"),
+    (
+        "XDG_RUNTIME_DIR",
+        "the guard's per-process dirs and activation's private root (else /dev/shm, the temp dir)",
+    ),
+    ("XDG_DATA_HOME", "tools' data"),
+    ("XDG_STATE_HOME", "tools' state"),
+    ("TRITON_CACHE_DIR", "Triton's cache"),
+    ("TRITON_HOME", "Triton's cache (<home>/.triton/cache)"),
+    ("TRITON_DUMP_DIR", "Triton's IR dumps"),
+    ("TRITON_OVERRIDE_DIR", "Triton's kernel overrides"),
+    ("TORCHINDUCTOR_CACHE_DIR", "TorchInductor's cache"),
+    ("VLLM_CACHE_ROOT", "vLLM's cache"),
+    ("TORCH_EXTENSIONS_DIR", "torch's C++/CUDA extension builds"),
+    ("CUDA_CACHE_PATH", "the driver's ComputeCache"),
+    ("FLASHINFER_WORKSPACE_BASE", "FlashInfer's JIT workspace"),
+    ("DG_JIT_CACHE_DIR", "DeepGEMM's JIT cache"),
     ("DG_CACHE_DIR", "DeepGEMM's cache (older name)"),
-    ("JAX_COMPILATION_CACHE_DIR", "JAX's persistent compilation cache (and XLA's caches beside it)"),
+    (
+        "JAX_COMPILATION_CACHE_DIR",
+        "JAX's persistent compilation cache (and XLA's caches beside it)",
+    ),
     ("CUPY_CACHE_DIR", "CuPy's kernel cache (else <home>/.cupy/kernel_cache)"),
     ("NUMBA_CACHE_DIR", "numba's cache (else beside each source file)"),
     (settings.HOME.name, "jitwarden's memo, private roots and quarantine registry"),

@@ -39,7 +39,9 @@ class Probe:
     note: str = ""
 
 
-def query(proc_root: str = "/proc", env=None) -> tuple[str, tuple[Gpu, ...], str | None, str | None]:
+def query(
+    proc_root: str = "/proc", env=None
+) -> tuple[str, tuple[Gpu, ...], str | None, str | None]:
     """(source, gpus, driver_version, cuda_driver_version); see :func:`probe`."""
     p = probe(proc_root, env)
     return p.source, p.gpus, p.driver_version, p.cuda_driver_version
@@ -54,11 +56,11 @@ def probe(proc_root: str = "/proc", env=None, use_nvml: bool = True) -> Probe:
         try:
             gpus, driver, cuda = _nvml_query()
             return Probe("nvml", filter_visible(gpus, cvd), driver, cuda)
-        except Exception as exc:  # noqa: BLE001 - any NVML failure degrades to /proc
+        except Exception as exc:
             notes.append(f"nvml: {exc}")
     try:
         res = read_proc(proc_root)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         res = None
         notes.append(f"proc: {exc}")
     if res is not None:
@@ -158,11 +160,18 @@ def read_proc(proc_root: str = "/proc") -> tuple[tuple[Gpu, ...], str | None] | 
         except OSError:
             continue
         uuid = info.get("GPU UUID")
-        found.append((info.get("Bus Location") or bus, info.get("Model") or "unknown NVIDIA GPU",
-                      uuid if uuid and not uuid.startswith("?") else None))
+        found.append(
+            (
+                info.get("Bus Location") or bus,
+                info.get("Model") or "unknown NVIDIA GPU",
+                uuid if uuid and not uuid.startswith("?") else None,
+            )
+        )
     found.sort(key=lambda t: t[0].lower())
-    gpus = tuple(Gpu(index=i, name=name, capability=None, uuid=uuid, pci_bus_id=bus)
-                 for i, (bus, name, uuid) in enumerate(found))
+    gpus = tuple(
+        Gpu(index=i, name=name, capability=None, uuid=uuid, pci_bus_id=bus)
+        for i, (bus, name, uuid) in enumerate(found)
+    )
     return gpus, driver
 
 
@@ -217,7 +226,12 @@ def _nvml_query() -> tuple[tuple[Gpu, ...], str | None, str | None]:
             call("nvmlDeviceGetName", handle, name_buf, ctypes.c_uint(len(name_buf)))
             major, minor = ctypes.c_int(0), ctypes.c_int(0)
             try:
-                call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
+                call(
+                    "nvmlDeviceGetCudaComputeCapability",
+                    handle,
+                    ctypes.byref(major),
+                    ctypes.byref(minor),
+                )
                 cap = (major.value, minor.value)
             except NvmlError:
                 cap = None
@@ -239,7 +253,7 @@ def _nvml_query() -> tuple[tuple[Gpu, ...], str | None, str | None]:
     finally:
         try:
             lib.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -260,7 +274,7 @@ def _pci_struct():
     return PciInfo
 
 
-def _PciInfo():  # noqa: N802 - built lazily so importing this module does not import ctypes
+def _PciInfo():
     global _PCI_CLS
     if _PCI_CLS is None:
         _PCI_CLS = _pci_struct()

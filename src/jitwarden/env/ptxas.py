@@ -24,16 +24,39 @@ _RELEASE_RE = re.compile(r"release (\d+\.\d+)(?:, (V[\w.]+))?")
 
 # First CUDA (ptxas) release able to target each arch; anything not listed is "unknown".
 _FIRST_RELEASE = {
-    50: (6, 0), 52: (6, 5), 53: (7, 0), 60: (8, 0), 61: (8, 0), 62: (8, 0),
-    70: (9, 0), 72: (10, 0), 75: (10, 0), 80: (11, 0), 86: (11, 1), 87: (11, 4),
-    89: (11, 8), 90: (11, 8),
-    100: (12, 8), 101: (12, 8), 120: (12, 8),
-    103: (12, 9), 121: (12, 9),
+    50: (6, 0),
+    52: (6, 5),
+    53: (7, 0),
+    60: (8, 0),
+    61: (8, 0),
+    62: (8, 0),
+    70: (9, 0),
+    72: (10, 0),
+    75: (10, 0),
+    80: (11, 0),
+    86: (11, 1),
+    87: (11, 4),
+    89: (11, 8),
+    90: (11, 8),
+    100: (12, 8),
+    101: (12, 8),
+    120: (12, 8),
+    103: (12, 9),
+    121: (12, 9),
     110: (13, 0),
 }
 # CUDA 13.0 renamed sm_101 (Thor) to sm_110 and dropped targets below sm_75.
-_LAST_RELEASE = {101: (12, 9), 50: (12, 9), 52: (12, 9), 53: (12, 9), 60: (12, 9),
-                 61: (12, 9), 62: (12, 9), 70: (12, 9), 72: (12, 9)}
+_LAST_RELEASE = {
+    101: (12, 9),
+    50: (12, 9),
+    52: (12, 9),
+    53: (12, 9),
+    60: (12, 9),
+    61: (12, 9),
+    62: (12, 9),
+    70: (12, 9),
+    72: (12, 9),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +72,9 @@ class TritonRecipe:
     blackwell_from: int | None  # get_ptxas returns ptxas-blackwell from this arch on; None: never
     debug_g: bool  # DISABLE_PTXAS_OPT passes -g (3.5 on) rather than -lineinfo
     reg_alloc: bool  # --regAllocOptLevel=2 after the opt level (3.7 on: a ptxas 13.x workaround)
-    sanitizer_opt: str | None  # consan/fpsan add --opt-level 1: None, "substring" (3.8), "names" (3.9)
+    sanitizer_opt: (
+        str | None
+    )  # consan/fpsan add --opt-level 1: None, "substring" (3.8), "names" (3.9)
     known: bool = True
 
     def binary(self, arch: int) -> tuple[str, str]:
@@ -100,7 +125,14 @@ def recipe_for(version: str | None) -> TritonRecipe:
         near = RECIPES[0]
     else:
         near = RECIPES[-1]
-    return TritonRecipe(near.release, near.blackwell_from, near.debug_g, near.reg_alloc, near.sanitizer_opt, known=False)
+    return TritonRecipe(
+        near.release,
+        near.blackwell_from,
+        near.debug_g,
+        near.reg_alloc,
+        near.sanitizer_opt,
+        known=False,
+    )
 
 
 _INSTALLED: dict[str, str | None] = {}
@@ -122,7 +154,7 @@ def installed_triton_version() -> str | None:
     for n in sorted(names):
         for prefix in ("triton-", "pytorch_triton-"):
             if n.startswith(prefix) and n.endswith(".dist-info"):
-                version = n[len(prefix):-len(".dist-info")]
+                version = n[len(prefix) : -len(".dist-info")]
                 break
         if version:
             break
@@ -146,15 +178,18 @@ class PtxasInfo:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "PtxasInfo":
+    def from_json(cls, d: dict) -> PtxasInfo:
         if not isinstance(d, dict):
             raise ValueError("ptxas entry is not an object")
         try:
             return cls(
-                path=str(d["path"]), realpath=str(d["realpath"]), version_text=str(d["version_text"]),
+                path=str(d["path"]),
+                realpath=str(d["realpath"]),
+                version_text=str(d["version_text"]),
                 release=None if d.get("release") is None else str(d["release"]),
                 build=None if d.get("build") is None else str(d["build"]),
-                sha256=str(d["sha256"]), size=int(d["size"]),
+                sha256=str(d["sha256"]),
+                size=int(d["size"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"ptxas entry lacks or mangles {exc}") from None
@@ -203,7 +238,9 @@ def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
     import subprocess  # lazily: a memoised start never pays for it
 
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, timeout=VERSION_TIMEOUT_S, check=False)
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, timeout=VERSION_TIMEOUT_S, check=False
+        )
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     if out.returncode != 0:
@@ -214,8 +251,15 @@ def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
         digest = _sha256_file(real)
     except OSError:
         return None
-    info = PtxasInfo(path=path, realpath=real, version_text=text, release=release, build=build,
-                     sha256=digest, size=st.st_size)
+    info = PtxasInfo(
+        path=path,
+        realpath=real,
+        version_text=text,
+        release=release,
+        build=build,
+        sha256=digest,
+        size=st.st_size,
+    )
     _MEMO[key] = info
     if memo is not None:
         memo[key] = info.to_json()
@@ -223,7 +267,9 @@ def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
 
 
 def _with_path(info: PtxasInfo, path: str) -> PtxasInfo:
-    return PtxasInfo(path, info.realpath, info.version_text, info.release, info.build, info.sha256, info.size)
+    return PtxasInfo(
+        path, info.realpath, info.version_text, info.release, info.build, info.sha256, info.size
+    )
 
 
 def _sha256_file(path: str) -> str:
@@ -256,7 +302,9 @@ def _runs(path: str, memo: dict | None = None) -> bool:
     return info is not None and info.release is not None
 
 
-def for_arch(arch: int, env=None, memo: dict | None = None, recipe: TritonRecipe | None = None) -> str | None:
+def for_arch(
+    arch: int, env=None, memo: dict | None = None, recipe: TritonRecipe | None = None
+) -> str | None:
     """The ptxas path the installed Triton (or ``recipe``'s) picks for ``arch`` (knobs.env_nvidia_tool + get_ptxas)."""
     env = os.environ if env is None else env
     recipe = recipe_for(None) if recipe is None else recipe
@@ -270,7 +318,9 @@ def for_arch(arch: int, env=None, memo: dict | None = None, recipe: TritonRecipe
     return None
 
 
-def selected(env=None, memo: dict | None = None, recipe: TritonRecipe | None = None) -> list[tuple[str, str]]:
+def selected(
+    env=None, memo: dict | None = None, recipe: TritonRecipe | None = None
+) -> list[tuple[str, str]]:
     """(role, path) of every ptxas this environment's compilers would use.
 
     ``triton``: Triton's ``ptxas`` (every arch up to 3.5; below sm_100 in 3.6-3.8; below
@@ -344,6 +394,4 @@ def can_target(info: PtxasInfo, arch: int) -> bool | None:
     if rel < _FIRST_RELEASE[arch]:
         return False
     last = _LAST_RELEASE.get(arch)
-    if last is not None and rel > last:
-        return False
-    return True
+    return not (last is not None and rel > last)

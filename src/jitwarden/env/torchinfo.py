@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from jitwarden.store.fsutil import open_regular_file, package_dir, read_bytes
 
 MAX_RODATA = 256 << 20
-_FLAGS = re.compile(rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)")
+_FLAGS = re.compile(
+    rb"(?<![\x20-\x7e])((?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)*)(?=\x00)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,7 @@ class TorchInfo:
 def torch_dir() -> str | None:
     """The installed torch package directory, found without importing torch."""
     return package_dir("torch")
+
 
 def torch_bin_ptxas() -> str | None:
     """``torch/bin/ptxas`` (shipped by CUDA wheels; Inductor's default ptxas) if present."""
@@ -63,7 +66,11 @@ def parse_version_py(text: str) -> dict[str, str | None]:
     """``cuda`` and ``git_version`` from ``torch/version.py`` text, without exec."""
     out: dict[str, str | None] = {}
     for name in ("cuda", "git_version", "hip", "__version__"):
-        m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)", text, re.MULTILINE)
+        m = re.search(
+            rf"^{re.escape(name)}\s*(?::[^=\n]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)",
+            text,
+            re.MULTILINE,
+        )
         out[name] = (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
     return out
 
@@ -86,12 +93,19 @@ def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | No
             version = None
     vp = {}
     try:
-        vp = parse_version_py(read_bytes(os.path.join(d, "version.py"), max_bytes=1 << 20).decode("utf-8", "replace"))
+        vp = parse_version_py(
+            read_bytes(os.path.join(d, "version.py"), max_bytes=1 << 20).decode("utf-8", "replace")
+        )
     except OSError:
         pass
     version = version or vp.get("__version__") or "unknown"
-    return TorchInfo(version=version, cuda=vp.get("cuda"), git_version=vp.get("git_version"),
-                     arch_list=arch_list(d, memo), directory=d)
+    return TorchInfo(
+        version=version,
+        cuda=vp.get("cuda"),
+        git_version=vp.get("git_version"),
+        arch_list=arch_list(d, memo),
+        directory=d,
+    )
 
 
 def normalize_arches(names) -> tuple[str, ...]:
@@ -136,7 +150,7 @@ def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[s
             flags = torch._C._cuda_getArchFlags()
             if flags:
                 return normalize_arches(str(flags).split())
-        except Exception:  # noqa: BLE001 - a CPU build or an odd torch: unknown
+        except Exception:
             pass
     return None
 
@@ -161,5 +175,9 @@ def arch_flags(path: str) -> tuple[str, ...] | None:
             data = f.read(size) + b"\0"
     except (OSError, ValueError):
         return None
-    best = max((m.group(1) for m in _FLAGS.finditer(data)), key=lambda b: (b.count(b" "), len(b)), default=None)
+    best = max(
+        (m.group(1) for m in _FLAGS.finditer(data)),
+        key=lambda b: (b.count(b" "), len(b)),
+        default=None,
+    )
     return tuple(best.decode("ascii").split()) if best else None

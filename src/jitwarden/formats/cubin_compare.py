@@ -28,8 +28,8 @@ from jitwarden.formats.elf import SHT_SYMTAB, SYM, Elf, ElfError, Section, parse
 # shows, never an instruction, a register count or a launch parameter.
 IGNORED_SECTIONS: dict[str, str] = {
     ".debug_line": "DWARF line table (source line <-> SASS address); its file entries record the source "
-                   "directories, names and the source file's mtime/size as ptxas stats it at assembly time "
-                   "(shown: touching the kernel's .py changes 2 LEB128 bytes here and nothing else)",
+    "directories, names and the source file's mtime/size as ptxas stats it at assembly time "
+    "(shown: touching the kernel's .py changes 2 LEB128 bytes here and nothing else)",
     ".debug_frame": "DWARF call-frame info, only for unwinding in a debugger",
     ".debug_info": "DWARF debug info (-g, DISABLE_PTXAS_OPT): names, types, directories",
     ".debug_abbrev": "DWARF abbreviation table for .debug_info",
@@ -44,7 +44,7 @@ IGNORED_SECTIONS: dict[str, str] = {
     ".nv_debug_info_reg_sass": "register-location debug info for cuda-gdb",
     ".nv_debug_info_reg_type": "register-type debug info for cuda-gdb",
     ".note.nv.tkinfo": "tool note: ptxas name, version and its command line, which holds temporary file paths; "
-                       "its release/build strings are compared separately (TKINFO_VERSION_STRINGS)",
+    "its release/build strings are compared separately (TKINFO_VERSION_STRINGS)",
 }
 # Relocations of an ignored section (``.rela.debug_line``) only patch that section;
 # ``.nv.merc.<name>`` is the Blackwell (sm_100+) "mercury" twin of ``<name>``.
@@ -54,6 +54,7 @@ TKINFO_VERSION_STRINGS = True
 SHT_RELA = 4
 SHT_REL = 9
 SHF_INFO_LINK = 0x40
+
 
 @dataclass(frozen=True, slots=True)
 class CubinComparison:
@@ -70,18 +71,24 @@ class CubinComparison:
         if self.identical:
             return "byte-identical"
         if self.equal:
-            return "equal except debug-only sections (" + ", ".join(self.ignored) + ")" if self.ignored else "equal"
-        return "; ".join(self.differences[:3]) + (f" (+{len(self.differences) - 3} more)" if len(self.differences) > 3 else "")
+            return (
+                "equal except debug-only sections (" + ", ".join(self.ignored) + ")"
+                if self.ignored
+                else "equal"
+            )
+        return "; ".join(self.differences[:3]) + (
+            f" (+{len(self.differences) - 3} more)" if len(self.differences) > 3 else ""
+        )
 
 
 def is_ignored(name: str) -> bool:
     """Whether ``name`` is an ignored section or one of its relocation / ``.nv.merc`` twins."""
     base = name
     if base.startswith(".nv.merc."):
-        base = base[len(".nv.merc"):]
+        base = base[len(".nv.merc") :]
     for prefix in (".rela", ".rel"):
         if base.startswith(prefix + "."):
-            base = base[len(prefix):]
+            base = base[len(prefix) :]
             break
     return base in IGNORED_SECTIONS
 
@@ -93,7 +100,7 @@ def _symbols(p: Elf, s: Section) -> list[tuple]:
     for off in range(0, len(table) - SYM.size + 1, SYM.size):
         st_name, st_info, st_other, shndx, value, size = SYM.unpack_from(table, off)
         end = strtab.find(b"\0", st_name)
-        name = strtab[st_name:end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+        name = strtab[st_name : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
         sec = p.name_of(shndx) if 0 < shndx < 0xFF00 else shndx
         out.append((name, st_info, st_other, sec, value, size))
     return out
@@ -119,18 +126,22 @@ def _link_name(p: Elf, s: Section, field: int, as_index: bool) -> object:
     return p.name_of(field) if as_index else field
 
 
-def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
+def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:  # noqa: C901
     """Compare ``cached`` with ``rebuilt``; see the module docstring for what counts."""
     if cached == rebuilt:
         return CubinComparison(True, True)
     try:
         a = parse(cached)
     except ElfError as exc:
-        return CubinComparison(False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0)
+        return CubinComparison(
+            False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0
+        )
     try:
         b = parse(rebuilt)
     except ElfError as exc:  # pragma: no cover - ptxas wrote garbage
-        return CubinComparison(False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0)
+        return CubinComparison(
+            False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0
+        )
 
     diffs: list[tuple[str, str | None, int | None]] = []
 
@@ -141,7 +152,11 @@ def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
         if va != vb:
             if field == "e_ident":
                 i = _first_diff(va, vb)
-                note(f"ELF header e_ident byte {i} differs ({va[i]:#x} vs {vb[i]:#x})", "ELF header", i)
+                note(
+                    f"ELF header e_ident byte {i} differs ({va[i]:#x} vs {vb[i]:#x})",
+                    "ELF header",
+                    i,
+                )
             else:
                 what = ""
                 if field == "e_version":
@@ -151,16 +166,32 @@ def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
         if len(a.phdrs) != len(b.phdrs):
             why = f"{len(a.phdrs)} vs {len(b.phdrs)} segments"
         else:  # same count: say which of the segments' fields differ
-            fields = ("type", "flags", "virtual address", "physical address", "file size", "memory size", "alignment")
-            diff = {name for pa, pb in zip(a.phdrs, b.phdrs) for name, x, y in zip(fields, pa, pb) if x != y}
+            fields = (
+                "type",
+                "flags",
+                "virtual address",
+                "physical address",
+                "file size",
+                "memory size",
+                "alignment",
+            )
+            diff = {
+                name
+                for pa, pb in zip(a.phdrs, b.phdrs)
+                for name, x, y in zip(fields, pa, pb)
+                if x != y
+            }
             why = f"same {len(a.phdrs)} segments; their {', '.join(n for n in fields if n in diff) or 'layout'} differ"
         note(f"program headers differ ({why})", "program headers", None)
 
     ta = _tk_versions(a)
     tb = _tk_versions(b)
     if TKINFO_VERSION_STRINGS and ta != tb:
-        note(f".note.nv.tkinfo names another ptxas: {' '.join(ta) or 'none'} vs {' '.join(tb) or 'none'}",
-             ".note.nv.tkinfo", None)
+        note(
+            f".note.nv.tkinfo names another ptxas: {' '.join(ta) or 'none'} vs {' '.join(tb) or 'none'}",
+            ".note.nv.tkinfo",
+            None,
+        )
 
     ignored: list[str] = []
     ka = [s for s in a.sections if not is_ignored(s.name)]
@@ -180,8 +211,14 @@ def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
         only_a = [n for n in names_a if n not in names_b]
         only_b = [n for n in names_b if n not in names_a]
         if only_a or only_b:
-            note("sections differ: " + ", ".join([f"only cached: {n}" for n in only_a] + [f"only rebuilt: {n}" for n in only_b]),
-                 (only_a or only_b)[0], None)
+            note(
+                "sections differ: "
+                + ", ".join(
+                    [f"only cached: {n}" for n in only_a] + [f"only rebuilt: {n}" for n in only_b]
+                ),
+                (only_a or only_b)[0],
+                None,
+            )
         else:
             note("sections are in another order", None, None)
     bmap = {s.name: s for s in kb}
@@ -191,25 +228,50 @@ def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
             continue
         index_link = sa.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or sa.link != 0
         index_info = sa.type in (SHT_RELA, SHT_REL) or bool(sa.flags & SHF_INFO_LINK)
-        ha = (sa.type, sa.flags, sa.addr, sa.size, sa.align, sa.entsize,
-              _link_name(a, sa, sa.link, index_link), _link_name(a, sa, sa.info, index_info))
-        hb = (sb.type, sb.flags, sb.addr, sb.size, sb.align, sb.entsize,
-              _link_name(b, sb, sb.link, index_link), _link_name(b, sb, sb.info, index_info))
+        ha = (
+            sa.type,
+            sa.flags,
+            sa.addr,
+            sa.size,
+            sa.align,
+            sa.entsize,
+            _link_name(a, sa, sa.link, index_link),
+            _link_name(a, sa, sa.info, index_info),
+        )
+        hb = (
+            sb.type,
+            sb.flags,
+            sb.addr,
+            sb.size,
+            sb.align,
+            sb.entsize,
+            _link_name(b, sb, sb.link, index_link),
+            _link_name(b, sb, sb.info, index_info),
+        )
         if sa.type == SHT_SYMTAB:
             syma, symb = _symbols(a, sa), _symbols(b, sb)
             if syma != symb:
-                k = next((i for i, (x, y) in enumerate(zip(syma, symb)) if x != y), min(len(syma), len(symb)))
+                k = next(
+                    (i for i, (x, y) in enumerate(zip(syma, symb)) if x != y),
+                    min(len(syma), len(symb)),
+                )
                 which = syma[k][0] if k < len(syma) else (symb[k][0] if k < len(symb) else "?")
-                note(f"symbol table differs at symbol {k} ({which!r}): "
-                     f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
-                     sa.name, sa.offset + k * SYM.size)
+                note(
+                    f"symbol table differs at symbol {k} ({which!r}): "
+                    f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
+                    sa.name,
+                    sa.offset + k * SYM.size,
+                )
             continue
         ca, cb = a.section_bytes(sa), b.section_bytes(sb)
         if ca != cb:
             i = _first_diff(ca, cb)
             size = f", size {sa.size} vs {sb.size}" if sa.size != sb.size else ""
-            note(f"section {sa.name} differs at section offset {i:#x} (file offset {sa.offset + i:#x}){size}",
-                 sa.name, sa.offset + i)
+            note(
+                f"section {sa.name} differs at section offset {i:#x} (file offset {sa.offset + i:#x}){size}",
+                sa.name,
+                sa.offset + i,
+            )
         elif ha != hb:
             note(f"section {sa.name} header differs: {ha} vs {hb}", sa.name, None)
     if not diffs:
@@ -260,8 +322,19 @@ def _view(data: bytes):
     for s in kept:
         index_link = s.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or s.link != 0
         index_info = s.type in (SHT_RELA, SHT_REL) or bool(s.flags & SHF_INFO_LINK)
-        heads.append((s.name, s.type, s.flags, s.addr, s.size, s.align, s.entsize,
-                      _link_name(p, s, s.link, index_link), _link_name(p, s, s.info, index_info)))
+        heads.append(
+            (
+                s.name,
+                s.type,
+                s.flags,
+                s.addr,
+                s.size,
+                s.align,
+                s.entsize,
+                _link_name(p, s, s.link, index_link),
+                _link_name(p, s, s.info, index_info),
+            )
+        )
         if s.type == SHT_SYMTAB:
             heads.append(("symbols", s.name, tuple(_symbols(p, s))))
         else:
@@ -318,26 +391,42 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     n = len(attempts)
     for i, a in enumerate(attempts):
         if compare(cached, a).equal:
-            distinct = _count_distinct(attempts[:i + 1])
-            return AttemptsJudgement("reproduced", i + 1, distinct, matched=i,
-                                     reason=f"attempt {i + 1} of {i + 1} matched ({distinct} distinct outputs so far)")
+            distinct = _count_distinct(attempts[: i + 1])
+            return AttemptsJudgement(
+                "reproduced",
+                i + 1,
+                distinct,
+                matched=i,
+                reason=f"attempt {i + 1} of {i + 1} matched ({distinct} distinct outputs so far)",
+            )
     views = [_view(a) for a in attempts]
     distinct = _count_distinct(attempts, views)
     cv = _view(cached)
     if distinct <= 1:
         c = compare(cached, attempts[0]) if attempts else None
-        return AttemptsJudgement("differs", n, distinct, nearest=0 if attempts else None,
-                                 first_section=c.first_section if c else None,
-                                 first_offset=c.first_offset if c else None,
-                                 reason=f"the same output in all {n} runs" if n > 1 else "one run")
+        return AttemptsJudgement(
+            "differs",
+            n,
+            distinct,
+            nearest=0 if attempts else None,
+            first_section=c.first_section if c else None,
+            first_offset=c.first_offset if c else None,
+            reason=f"the same output in all {n} runs" if n > 1 else "one run",
+        )
     same = [i for i, v in enumerate(views) if v is not None and cv is not None and v[0] == cv[0]]
     if not same:
         c = compare(cached, attempts[0])
         return AttemptsJudgement(
-            "varies-differs", n, distinct, nearest=0, first_section=c.first_section, first_offset=None,
+            "varies-differs",
+            n,
+            distinct,
+            nearest=0,
+            first_section=c.first_section,
+            first_offset=None,
             reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached "
-                   f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
-                   f"bytes that vary")
+            f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
+            f"bytes that vary",
+        )
     contents = cv[1]
     varying: dict[str, set[int]] = {}
     for name in contents:
@@ -354,16 +443,26 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
             best = (k, i, d)
     k, nearest, d = best
     nvar = sum(len(v) for v in varying.values())
-    unexplained = [(name, off) for name, offs in d.items() for off in offs if off not in varying[name]]
+    unexplained = [
+        (name, off) for name, offs in d.items() for off in offs if off not in varying[name]
+    ]
     if not unexplained:
         secs = sorted(name for name, offs in d.items() if offs)
         return AttemptsJudgement(
-            "varies-confined", n, distinct, nearest=nearest, differing_bytes=k, varying_bytes=nvar,
+            "varies-confined",
+            n,
+            distinct,
+            nearest=nearest,
+            differing_bytes=k,
+            varying_bytes=nvar,
             reason=f"ptxas output varies between runs for this kernel: {distinct} distinct results in {n} attempts, "
-                   f"none identical; the differences are confined to bytes that vary between runs ({k} byte(s) in "
-                   f"{', '.join(secs)} differ from the nearest attempt, all among the {nvar} byte(s) that vary)")
+            f"none identical; the differences are confined to bytes that vary between runs ({k} byte(s) in "
+            f"{', '.join(secs)} differ from the nearest attempt, all among the {nvar} byte(s) that vary)",
+        )
     # Code sections first, as in compare().
-    unexplained.sort(key=lambda t: (0 if t[0].startswith((".text.", ".nv.capmerc.text.")) else 1, t[0], t[1]))
+    unexplained.sort(
+        key=lambda t: (0 if t[0].startswith((".text.", ".nv.capmerc.text.")) else 1, t[0], t[1])
+    )
     stable = [(name, off) for name, off in unexplained if not varying[name]]
     if not stable:
         # Every unexplained byte lies in a section this ptxas writes differently from run to run.
@@ -372,19 +471,32 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         # so a difference there is no evidence of damage: neither proven nor disproven.
         secs = sorted({name for name, _ in unexplained})
         return AttemptsJudgement(
-            "varies-confined", n, distinct, nearest=nearest, differing_bytes=k, varying_bytes=nvar,
+            "varies-confined",
+            n,
+            distinct,
+            nearest=nearest,
+            differing_bytes=k,
+            varying_bytes=nvar,
             reason=f"ptxas output varies between runs for this kernel: {distinct} distinct results in {n} attempts, "
-                   f"none identical; the cached cubin differs from the nearest attempt in {k} byte(s), all in "
-                   f"sections this ptxas does not reproduce from run to run ({', '.join(secs)}); the layout and "
-                   f"every section ptxas reproduces agree")
+            f"none identical; the cached cubin differs from the nearest attempt in {k} byte(s), all in "
+            f"sections this ptxas does not reproduce from run to run ({', '.join(secs)}); the layout and "
+            f"every section ptxas reproduces agree",
+        )
     sec, off = stable[0]
     return AttemptsJudgement(
-        "varies-differs", n, distinct, nearest=nearest, differing_bytes=k, varying_bytes=nvar,
-        first_section=sec, first_offset=off,
+        "varies-differs",
+        n,
+        distinct,
+        nearest=nearest,
+        differing_bytes=k,
+        varying_bytes=nvar,
+        first_section=sec,
+        first_offset=off,
         reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached cubin "
-               f"differs from every attempt where all {len(same)} same-layout attempts agree: {len(unexplained)} of "
-               f"{k} differing byte(s) lie outside the {nvar} byte(s) that vary, first in {sec} at section offset "
-               f"{off:#x}")
+        f"differs from every attempt where all {len(same)} same-layout attempts agree: {len(unexplained)} of "
+        f"{k} differing byte(s) lie outside the {nvar} byte(s) that vary, first in {sec} at section offset "
+        f"{off:#x}",
+    )
 
 
 def _count_distinct(attempts: list[bytes], views=None) -> int:

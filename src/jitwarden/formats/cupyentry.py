@@ -57,7 +57,7 @@ def _names_payload(body: bytes) -> tuple[tuple[str, ...], bytes] | str:
         if len(body) < pos + n:
             return f"name-expression payload cut short in name {len(names) + 1} of {count}"
         try:
-            names.append(body[pos:pos + n].decode("utf-8"))
+            names.append(body[pos : pos + n].decode("utf-8"))
         except UnicodeDecodeError:
             return f"name {len(names) + 1} of the name-expression payload is not UTF-8"
         pos += n
@@ -79,7 +79,12 @@ def _cubin(data: bytes) -> tuple[int | None, tuple[str, ...], str | None, str | 
         except elf.ElfError:
             return None, (), f"payload is not a sound cubin: {exc}", None
     if e.machine != elf.EM_CUDA:
-        return None, (), None, f"payload is an ELF for {elf.machine_name(e.machine)}, not a CUDA cubin"
+        return (
+            None,
+            (),
+            None,
+            f"payload is an ELF for {elf.machine_name(e.machine)}, not a CUDA cubin",
+        )
     try:
         kernels = e.function_symbols()
     except elf.ElfError as exc:
@@ -91,18 +96,26 @@ def parse(data: bytes, suffix: str) -> CupyPayload:
     """Judge one cache file's bytes; ``suffix`` is its name's (``.cubin``, ``.ltoir``, ``.hsaco``)."""
     head, body = data[:HASH_LEN], data[HASH_LEN:]
     if len(data) < HASH_LEN or not set(head) <= _HEX:
-        return CupyPayload(unknown=f"does not start with the 40 hex digits of a SHA-1 header ({len(data)} bytes)")
-    if hashlib.sha1(body).hexdigest().encode() != head:  # noqa: S324 - CuPy's own checksum, compared as CuPy does
-        return CupyPayload(problem=f"header SHA-1 {head.decode()} does not match the {len(body)}-byte payload "
-                                   "(CuPy treats it as a miss)")
+        return CupyPayload(
+            unknown=f"does not start with the 40 hex digits of a SHA-1 header ({len(data)} bytes)"
+        )
+    if hashlib.sha1(body).hexdigest().encode() != head:
+        return CupyPayload(
+            problem=f"header SHA-1 {head.decode()} does not match the {len(body)}-byte payload "
+            "(CuPy treats it as a miss)"
+        )
     if suffix == ".ltoir":
         return CupyPayload(payload="ltoir")
     if suffix == ".hsaco":
-        return CupyPayload(payload="hsaco", unknown="a ROCm code object: jitwarden judges its header only")
+        return CupyPayload(
+            payload="hsaco", unknown="a ROCm code object: jitwarden judges its header only"
+        )
     names: tuple[str, ...] = ()
     if body.startswith(NE_MAGIC):
         got = _names_payload(body)
-        if isinstance(got, str):  # the header vouches for the bytes: CuPy wrote a payload we cannot split
+        if isinstance(
+            got, str
+        ):  # the header vouches for the bytes: CuPy wrote a payload we cannot split
             return CupyPayload(payload="name-expressions", unknown=got)
         names, body = got
     if body.startswith(elf.MAGIC):
@@ -112,12 +125,22 @@ def parse(data: bytes, suffix: str) -> CupyPayload:
             return CupyPayload(problem, unknown, kind)
         missing = [n for n in names if n not in kernels]
         if missing:
-            return CupyPayload(f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel",
-                               None, kind, sm, None, kernels, names, contradiction=True)
+            return CupyPayload(
+                f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel",
+                None,
+                kind,
+                sm,
+                None,
+                kernels,
+                names,
+                contradiction=True,
+            )
         return CupyPayload(None, None, kind, sm, None, kernels, names)
     if not names and (b".version" in body[:4096] or b".target" in body[:4096]):
         hdr = parse_header(body[:16384])
         if hdr.target is None:
             return CupyPayload(unknown="text payload without a PTX .target", payload="ptx")
         return CupyPayload(payload="ptx", ptx_target=hdr.target, kernels=hdr.entries)
-    return CupyPayload(unknown="payload is neither a cubin nor PTX", payload=None, mangled_names=names)
+    return CupyPayload(
+        unknown="payload is neither a cubin nor PTX", payload=None, mangled_names=names
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from operator import add
 from typing import NamedTuple
 
@@ -136,7 +136,9 @@ class Elf:
     _shoff: int = 0  # where the section table starts
     _types: tuple[int, ...] = ()  # each section's type, in table order
     _name_offsets: tuple[int, ...] = ()  # each section's name, as an offset into _names
-    _names: str = ""  # the section name table, decoded ("replace": one character a byte, offsets hold)
+    _names: str = (
+        ""  # the section name table, decoded ("replace": one character a byte, offsets hold)
+    )
 
     @property
     def machine_name(self) -> str:
@@ -148,18 +150,38 @@ class Elf:
 
     def _section(self, index: int) -> Section:
         name_off, stype, sflags, addr, off, size, link, info, align, entsize = SHDR.unpack_from(
-            self.data, self._shoff + index * SHDR.size)
-        return _new_section(Section, (self._names[name_off : self._names.find("\0", name_off)], stype, sflags, off,
-                                      size, link, entsize, addr, info, align))
+            self.data, self._shoff + index * SHDR.size
+        )
+        return _new_section(
+            Section,
+            (
+                self._names[name_off : self._names.find("\0", name_off)],
+                stype,
+                sflags,
+                off,
+                size,
+                link,
+                entsize,
+                addr,
+                info,
+                align,
+            ),
+        )
 
     def section(self, name: str) -> Section | None:
         """The first section named ``name``."""
         if "\0" in name:
             return None
-        key, names, offsets = name + "\0", self._names, self._name_offsets  # a name runs from its offset to a NUL
+        key, names, offsets = (
+            name + "\0",
+            self._names,
+            self._name_offsets,
+        )  # a name runs from its offset to a NUL
         first = len(offsets)
         at = names.find(key)
-        while at >= 0:  # each place the name stands in the table (names share tails: ".text" in ".rela.text")
+        while (
+            at >= 0
+        ):  # each place the name stands in the table (names share tails: ".text" in ".rela.text")
             if at in offsets:
                 first = min(first, offsets.index(at))
             at = names.find(key, at + 1)
@@ -188,7 +210,9 @@ class Elf:
             strtab = self.section_bytes(self._section(s.link))
             table = self.section_bytes(s)
             whole = table[: len(table) - len(table) % SYM.size]  # a cut last record is not read
-            funcs = whole[4 :: SYM.size].translate(_IS_FUNC)  # each symbol's st_info byte: 1 for STT_FUNC
+            funcs = whole[4 :: SYM.size].translate(
+                _IS_FUNC
+            )  # each symbol's st_info byte: 1 for STT_FUNC
             k = funcs.find(1)
             while k >= 0:
                 (st_name,) = _U32.unpack_from(whole, k * SYM.size)
@@ -234,7 +258,7 @@ def _indices(values: tuple, value) -> list[int]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _checked_columns(count: int) -> struct.Struct:
     """The struct of a section table of ``count`` (at most 256) headers, keeping what :func:`parse` checks
     of each: name offset, type, offset, size."""
@@ -251,12 +275,35 @@ def parse(data: bytes) -> Elf:
     fields, why = _header(data, len(data))
     if why:
         raise ElfError(why)
-    (ident, etype, machine, version, entry, phoff, shoff, flags, ehsize, phentsize, phnum, shentsize, shnum,
-     shstrndx) = fields
+    (
+        ident,
+        etype,
+        machine,
+        version,
+        entry,
+        phoff,
+        shoff,
+        flags,
+        ehsize,
+        phentsize,
+        phnum,
+        shentsize,
+        shnum,
+        shstrndx,
+    ) = fields
     limit = len(data)
-    header = (("e_ident", ident), ("e_type", etype), ("e_machine", machine), ("e_version", version),
-              ("e_entry", entry), ("e_flags", flags), ("e_ehsize", ehsize), ("e_phentsize", phentsize),
-              ("e_phnum", phnum), ("e_shentsize", shentsize))
+    header = (
+        ("e_ident", ident),
+        ("e_type", etype),
+        ("e_machine", machine),
+        ("e_version", version),
+        ("e_entry", entry),
+        ("e_flags", flags),
+        ("e_ehsize", ehsize),
+        ("e_phentsize", phentsize),
+        ("e_phnum", phnum),
+        ("e_shentsize", shentsize),
+    )
     phdrs = ()
     if phnum:
         if phentsize != PHDR.size or phoff + phnum * phentsize > limit:
@@ -272,11 +319,15 @@ def parse(data: bytes) -> Elf:
         cols = _checked_columns(shnum).unpack_from(data, shoff)
         name_offs, types, offsets, sizes = cols[0::4], cols[1::4], cols[2::4], cols[3::4]
     else:
-        name_offs, types, offsets, sizes = zip(*_checked_columns(1).iter_unpack(data[shoff : shoff + shnum * SHDR.size]))
+        name_offs, types, offsets, sizes = zip(
+            *_checked_columns(1).iter_unpack(data[shoff : shoff + shnum * SHDR.size])
+        )
     str_off, str_size = offsets[shstrndx], sizes[shstrndx]
     names = data[str_off : str_off + str_size].decode("ascii", "replace")
     if max(map(add, offsets, sizes)) > limit or max(name_offs) > names.rfind("\0"):
-        _check_rows(data, shoff, shnum, names)  # a fault, or a SHT_NOBITS section's size: row by row
+        _check_rows(
+            data, shoff, shnum, names
+        )  # a fault, or a SHT_NOBITS section's size: row by row
     return Elf(machine, ident[8], flags, data, header, phdrs, shoff, types, name_offs, names)
 
 
@@ -284,7 +335,9 @@ def _check_rows(data: bytes, shoff: int, shnum: int, names: str) -> None:
     """The section table checked row by row: ElfError at the first section that ends past the file (but
     a SHT_NOBITS one, which holds no bytes) or whose name runs past its string table."""
     limit = len(data)
-    for name_off, stype, off, size in _checked_columns(1).iter_unpack(data[shoff : shoff + shnum * SHDR.size]):
+    for name_off, stype, off, size in _checked_columns(1).iter_unpack(
+        data[shoff : shoff + shnum * SHDR.size]
+    ):
         if off + size > limit and stype != SHT_NOBITS:
             raise ElfError(f"a section ends past the file ({limit} bytes): truncated")
         if names.find("\0", name_off) < 0:
@@ -356,7 +409,7 @@ def file_sections(f) -> dict[str, tuple[int, int]] | None:
     out = {}
     for r in rows:
         end = strtab.find(b"\0", r[0])
-        name = strtab[r[0]:end if end >= 0 else None].decode("ascii", "replace")
+        name = strtab[r[0] : end if end >= 0 else None].decode("ascii", "replace")
         if name and r[1] != SHT_NOBITS:
             out[name] = (r[4], r[5])
     return out

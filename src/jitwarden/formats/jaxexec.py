@@ -57,7 +57,7 @@ class JaxPayload(Reading):
 def varint(buf: bytes, i: int) -> tuple[int, int]:
     """(value, next offset) of the varint at ``buf[i]``; ValueError when it runs past the end or 10 bytes."""
     out = shift = 0
-    for n in range(10):
+    for _n in range(10):
         if i >= len(buf):
             raise ValueError("varint past the end")
         c = buf[i]
@@ -86,13 +86,13 @@ def fields(buf: bytes) -> list[tuple[int, int, int | bytes]]:
             n, i = varint(buf, i)
             if i + n > len(buf):
                 raise ValueError("length-delimited field past the end")
-            out.append((num, wt, buf[i:i + n]))
+            out.append((num, wt, buf[i : i + n]))
             i += n
         elif wt in (1, 5):
             n = 8 if wt == 1 else 4
             if i + n > len(buf):
                 raise ValueError("fixed field past the end")
-            out.append((num, wt, int.from_bytes(buf[i:i + n], "little")))
+            out.append((num, wt, int.from_bytes(buf[i : i + n], "little")))
             i += n
         else:
             raise ValueError(f"wire type {wt}")
@@ -114,7 +114,9 @@ def _zstd_decoder():
     try:
         import zstandard  # type: ignore[import-not-found]
 
-        return lambda data: zstandard.ZstdDecompressor().decompress(data, max_output_size=MAX_EXECUTABLE)
+        return lambda data: zstandard.ZstdDecompressor().decompress(
+            data, max_output_size=MAX_EXECUTABLE
+        )
     except ImportError:
         return None
 
@@ -134,7 +136,7 @@ def zstd_frame_problem(data: bytes) -> str | None:
     while True:
         if i + 3 > len(data):
             return f"zstd frame cut short after {len(data)} bytes (a block header is missing)"
-        h = int.from_bytes(data[i:i + 3], "little")
+        h = int.from_bytes(data[i : i + 3], "little")
         last, btype, size = h & 1, (h >> 1) & 3, h >> 3
         if btype == 3:
             return "reserved zstd block type"
@@ -159,10 +161,15 @@ def decompress(data: bytes) -> tuple[str | None, bytes | None, str | None, str |
             return "zstd", None, why, None
         decode = _zstd_decoder()
         if decode is None:
-            return "zstd", None, None, "zstd-compressed and this Python has no zstd decoder: content not checked"
+            return (
+                "zstd",
+                None,
+                None,
+                "zstd-compressed and this Python has no zstd decoder: content not checked",
+            )
         try:
             return "zstd", decode(data), None, None
-        except Exception as exc:  # noqa: BLE001 - any decoder error on a whole frame is a damaged stream
+        except Exception as exc:
             return "zstd", None, f"zstd stream does not decode: {exc}", None
     if len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0:
         d = zlib.decompressobj()
@@ -175,7 +182,12 @@ def decompress(data: bytes) -> tuple[str | None, bytes | None, str | None, str |
         if not d.eof:
             return "zlib", None, f"zlib stream cut short after {len(data)} bytes", None
         if d.unused_data:
-            return "zlib", None, f"{len(d.unused_data)} bytes after the end of the zlib stream", None
+            return (
+                "zlib",
+                None,
+                f"{len(d.unused_data)} bytes after the end of the zlib stream",
+                None,
+            )
         return "zlib", out, None, None
     return None, None, None, "neither a zlib stream nor a zstd frame: not a compression JAX writes"
 
@@ -194,7 +206,7 @@ def embedded_cubin_sms(exe: bytes, limit: int = 256) -> tuple[int, ...]:
     out = [int(m) for m in _PTXAS_ARCH.findall(exe)]
     i = exe.find(elf.MAGIC)
     while i >= 0 and len(out) < limit:
-        head = elf.parse_head(exe[i:i + elf.HEADER_SIZE], len(exe) - i)
+        head = elf.parse_head(exe[i : i + elf.HEADER_SIZE], len(exe) - i)
         if head.sm is not None:
             out.append(head.sm)
         i = exe.find(elf.MAGIC, i + 4)
@@ -225,7 +237,9 @@ def parse(data: bytes) -> JaxPayload:
     if raw is None:
         return JaxPayload(problem, unknown, comp)
     if len(raw) < TIME_BYTES:
-        return JaxPayload(None, f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix", comp)
+        return JaxPayload(
+            None, f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix", comp
+        )
     ctime = int.from_bytes(raw[:TIME_BYTES], "big")
     exe = raw[TIME_BYTES:]
     sms = embedded_cubin_sms(exe)
@@ -233,17 +247,39 @@ def parse(data: bytes) -> JaxPayload:
         n, i = varint(exe, 0)
         if i + n > len(exe):
             raise ValueError("header past the end")
-        head = {num: v for num, wt, v in fields(exe[i:i + n]) if wt == 2}
+        head = {num: v for num, wt, v in fields(exe[i : i + n]) if wt == 2}
     except ValueError as exc:
-        return JaxPayload(None, f"serialized executable has no header jitwarden knows ({exc})", comp, ctime,
-                          cubin_sms=sms, executable_bytes=len(exe))
+        return JaxPayload(
+            None,
+            f"serialized executable has no header jitwarden knows ({exc})",
+            comp,
+            ctime,
+            cubin_sms=sms,
+            executable_bytes=len(exe),
+        )
     fmt = head.get(2)
     fmt_s = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else None
     if fmt_s != "pjrt_ifrt":
-        return JaxPayload(None, f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
-                          comp, ctime, fmt_s, cubin_sms=sms, executable_bytes=len(exe))
+        return JaxPayload(
+            None,
+            f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
+            comp,
+            ctime,
+            fmt_s,
+            cubin_sms=sms,
+            executable_bytes=len(exe),
+        )
     name = head.get(7)
     module = name.decode("utf-8", "replace") if isinstance(name, bytes) and name else None
     abi = head.get(9)
-    return JaxPayload(None, None if module else "the executable's header names no module", comp, ctime, fmt_s,
-                      module, tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (), sms, len(exe))
+    return JaxPayload(
+        None,
+        None if module else "the executable's header names no module",
+        comp,
+        ctime,
+        fmt_s,
+        module,
+        tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (),
+        sms,
+        len(exe),
+    )

@@ -16,19 +16,26 @@ MAX_DEPTH = 64
 MAX_BYTES = 64 << 20
 """Larger than any cache JSON we read (the biggest seen: vLLM factors, ~100 KB)."""
 
-_BRACKETS_ONLY = None  # (strings, empty pairs, non-brackets), built on the first input that looks deep:
+_BRACKETS_ONLY = (
+    None  # (strings, empty pairs, non-brackets), built on the first input that looks deep:
+)
 # activation reads partition info through here in every process, and compiling costs more than the rest
 
 
 def _brackets_only() -> tuple:
     global _BRACKETS_ONLY
     if _BRACKETS_ONLY is None:  # two threads at once build the same tuple twice, harmlessly
-        _BRACKETS_ONLY = (re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S), re.compile(rb"\[\]|\{\}"),
-                          bytes(b for b in range(256) if b not in b"[]{}"))
+        _BRACKETS_ONLY = (
+            re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL),
+            re.compile(rb"\[\]|\{\}"),
+            bytes(b for b in range(256) if b not in b"[]{}"),
+        )
     return _BRACKETS_ONLY
 
 
-_SCAN = json.JSONDecoder().scan_once  # the scanner json.loads runs (same decoder settings), called directly
+_SCAN = (
+    json.JSONDecoder().scan_once
+)  # the scanner json.loads runs (same decoder settings), called directly
 _BLANKS = json.decoder.WHITESPACE.match
 
 
@@ -37,8 +44,12 @@ class JsonLimitError(ValueError):
 
 
 _FAST = None  # a C decoder the CLI hands in (use_fast_decoder); the runtime never does: it stays stdlib only
-_DIGITS = bytes(48 if 48 <= b <= 57 else 46 for b in range(256))  # bytes.translate: each digit to "0", the rest "."
-_LONG_NUMBER = b"0" * 20  # 20 digits in a row: maybe an integer past 64 bits, which orjson reads as a float
+_DIGITS = bytes(
+    48 if 48 <= b <= 57 else 46 for b in range(256)
+)  # bytes.translate: each digit to "0", the rest "."
+_LONG_NUMBER = (
+    b"0" * 20
+)  # 20 digits in a row: maybe an integer past 64 bits, which orjson reads as a float
 
 
 def use_fast_decoder(decode) -> None:
@@ -67,7 +78,9 @@ def deeper_than(data: bytes, max_depth: int) -> bool:
         if not brackets:
             return False
         shorter = pairs.sub(b"", brackets)
-        if shorter == brackets:  # unbalanced: not JSON either way; refuse it here when it could recurse deep
+        if (
+            shorter == brackets
+        ):  # unbalanced: not JSON either way; refuse it here when it could recurse deep
             return len(brackets) > max_depth
         brackets = shorter
     return bool(brackets)
@@ -83,7 +96,7 @@ def loads(data, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES):
     if _FAST is not None and type(data) is bytes and _LONG_NUMBER not in data.translate(_DIGITS):
         try:
             return _FAST(data)
-        except Exception:  # noqa: BLE001 - anything it refuses, the standard library decides below
+        except Exception:
             pass
     try:
         if type(data) is bytes and data[:1] == b"{" and data[1:2] != b"\0":

@@ -62,7 +62,7 @@ def demangle(name: str) -> tuple[str, ...]:
         i = m.end()
         if i + n > len(name):
             return ()
-        out.append(name[i:i + n])
+        out.append(name[i : i + n])
         i += n
     return tuple(out)
 
@@ -81,12 +81,16 @@ def parse_index(data: bytes) -> NumbaFile:
     ccs = []
     for k, (_n, a) in enumerate(body):
         if a == "ComputeCapability" and k + 6 < len(body):
-            ints = [x for nn, x in body[k + 1:k + 8] if nn.startswith("BININT") and isinstance(x, int)][:2]
+            ints = [
+                x for nn, x in body[k + 1 : k + 8] if nn.startswith("BININT") and isinstance(x, int)
+            ][:2]
             if len(ints) == 2:
                 ccs.append(ints[0] * 10 + ints[1])
     if not files:
         return NumbaFile(unknown="an index listing no .nbc data file", numba_version=version)
-    return NumbaFile(numba_version=version, data_files=files, compute_capabilities=tuple(sorted(set(ccs))))
+    return NumbaFile(
+        numba_version=version, data_files=files, compute_capabilities=tuple(sorted(set(ccs)))
+    )
 
 
 def parse_data(data: bytes) -> NumbaFile:
@@ -96,18 +100,22 @@ def parse_data(data: bytes) -> NumbaFile:
     except ValueError as exc:
         return NumbaFile(problem=f"data pickle does not parse ({exc}): numba cannot load it")
     first = next((a for _n, a in ops if isinstance(a, str)), None)
-    if first != "cooperative":  # numba-cuda 0.30's kernel state starts so; CPU numba's data is another shape
-        return NumbaFile(unknown="not a numba-cuda kernel's data as numba-cuda 0.30 writes it (a CPU numba cache?): "
-                                 "not judged")
+    if (
+        first != "cooperative"
+    ):  # numba-cuda 0.30's kernel state starts so; CPU numba's data is another shape
+        return NumbaFile(
+            unknown="not a numba-cuda kernel's data as numba-cuda 0.30 writes it (a CPU numba cache?): "
+            "not judged"
+        )
     mangled = None
     for k, (_n, a) in enumerate(ops):
         if a == "name":  # the top-level dict's first "name" key: the kernel's mangled name follows
-            mangled = next((x for _nn, x in ops[k + 1:k + 4] if isinstance(x, str)), None)
+            mangled = next((x for _nn, x in ops[k + 1 : k + 4] if isinstance(x, str)), None)
             break
     sm = None
     for _n, a in ops:
         if isinstance(a, bytes) and a[:4] == elf.MAGIC:
-            head = elf.parse_head(a[:elf.HEADER_SIZE], len(a))
+            head = elf.parse_head(a[: elf.HEADER_SIZE], len(a))
             if head.sm is not None:
                 sm = head.sm
                 break

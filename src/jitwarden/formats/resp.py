@@ -23,7 +23,6 @@ import time
 from operator import itemgetter
 from urllib.parse import unquote, urlsplit
 
-
 MAX_LINE = 64 << 10
 """The longest line of a reply (a status, an error, a length); Redis's own are a few hundred bytes."""
 
@@ -50,7 +49,14 @@ class Address(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, host: str, port: int, db: int = 0, username: str | None = None, password: str | None = None):
+    def __new__(
+        cls,
+        host: str,
+        port: int,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+    ):
         return tuple.__new__(cls, (host, port, db, username, password))
 
     host, port, db, username, password = (property(itemgetter(i)) for i in range(5))
@@ -64,7 +70,9 @@ def parse_url(url: str) -> Address:
     """ValueError (saying why) unless ``url`` is a ``redis://`` or ``valkey://`` URL."""
     u = urlsplit(url.strip())
     if u.scheme not in ("redis", "valkey"):
-        raise ValueError(f"{url!r}: expected redis://host[:port][/db] (rediss:// and unix sockets are not supported)")
+        raise ValueError(
+            f"{url!r}: expected redis://host[:port][/db] (rediss:// and unix sockets are not supported)"
+        )
     if not u.hostname:
         raise ValueError(f"{url!r}: no host")
     path = u.path.strip("/")
@@ -73,8 +81,13 @@ def parse_url(url: str) -> Address:
         port = u.port or 6379
     except ValueError:
         raise ValueError(f"{url!r}: port and database must be numbers") from None
-    return Address(u.hostname, port, db, unquote(u.username) if u.username else None,
-                   unquote(u.password) if u.password else None)
+    return Address(
+        u.hostname,
+        port,
+        db,
+        unquote(u.username) if u.username else None,
+        unquote(u.password) if u.password else None,
+    )
 
 
 def encode(*args) -> bytes:
@@ -92,8 +105,13 @@ class Client:
     bounds the TCP connect within it. ``max_reply``: bytes of bulk data one reply may hold.
     """
 
-    def __init__(self, addr: Address, connect_timeout: float = 0.25, timeout: float = 0.5,
-                 max_reply: int = MAX_REPLY):
+    def __init__(
+        self,
+        addr: Address,
+        connect_timeout: float = 0.25,
+        timeout: float = 0.5,
+        max_reply: int = MAX_REPLY,
+    ):
         self.addr = addr
         self.connect_timeout = connect_timeout
         self.timeout = timeout
@@ -130,20 +148,27 @@ class Client:
             raise
         except TimeoutError:  # the socket's own timeout is the remaining part of the same deadline
             self.close()
-            raise OSError(f"{self.addr.display()}: no complete reply within {self.timeout:g} s") from None
+            raise OSError(
+                f"{self.addr.display()}: no complete reply within {self.timeout:g} s"
+            ) from None
         except (OSError, ValueError) as exc:
             self.close()
             raise OSError(f"{self.addr.display()}: {exc or type(exc).__name__}") from None
 
     def _connect(self) -> None:
-        s = socket.create_connection((self.addr.host, self.addr.port),
-                                     timeout=max(0.001, min(self.connect_timeout, self._remaining())))
+        s = socket.create_connection(
+            (self.addr.host, self.addr.port),
+            timeout=max(0.001, min(self.connect_timeout, self._remaining())),
+        )
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = s
         try:
             if self.addr.password is not None:
-                auth = (("AUTH", self.addr.username, self.addr.password) if self.addr.username
-                        else ("AUTH", self.addr.password))
+                auth = (
+                    ("AUTH", self.addr.username, self.addr.password)
+                    if self.addr.username
+                    else ("AUTH", self.addr.password)
+                )
                 self._roundtrip(encode(*auth))
             if self.addr.db:
                 self._roundtrip(encode("SELECT", self.addr.db))
@@ -210,7 +235,7 @@ class Client:
     def _exact(self, n: int) -> bytes:
         while len(self._buf) < n + 2:
             self._fill()
-        if self._buf[n:n + 2] != b"\r\n":
+        if self._buf[n : n + 2] != b"\r\n":
             raise ProtocolError("a bulk string longer than its length")
         data = bytes(self._buf[:n])
         del self._buf[: n + 2]

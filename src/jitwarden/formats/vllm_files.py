@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 ARTIFACT_HEADERS = (b"CacheCompiledArtifact", b"AOTCompiledArtifact")
 TORCH29_ARTIFACT = "CompiledArtifact (torch 2.9, no header)"
-_TORCH29_KEY = re.compile(rb"^Y[A-Za-z0-9+/]{69}==$")  # base64 of "a" + 51 base32 chars: AOTAutograd's key
+_TORCH29_KEY = re.compile(
+    rb"^Y[A-Za-z0-9+/]{69}==$"
+)  # base64 of "a" + 51 base32 chars: AOTAutograd's key
 
 
 @dataclass(frozen=True)
@@ -21,11 +23,15 @@ class ArtifactLayout:
     """What the bytes of a binary standalone-compile artifact are: ``layout`` when known, else ``code`` and ``why``."""
 
     layout: str | None
-    code: str | None = None  # "corrupt" (damage) or "unrecognised" (a layout jitwarden has not read)
+    code: str | None = (
+        None  # "corrupt" (damage) or "unrecognised" (a layout jitwarden has not read)
+    )
     why: str | None = None
 
 
-def artifact_layout(data: bytes, *, size: int | None = None, crc_after_4: int | None = None) -> ArtifactLayout:
+def artifact_layout(
+    data: bytes, *, size: int | None = None, crc_after_4: int | None = None
+) -> ArtifactLayout:
     """Read a binary standalone-compile artifact (torch ``BytesWriter``: CRC32, then length-prefixed fields).
 
     ``data`` is the whole file, or, for a file too large to hold, its head: then ``size`` is the file's size
@@ -44,45 +50,65 @@ def artifact_layout(data: bytes, *, size: int | None = None, crc_after_4: int | 
     """
     total = len(data) if size is None else size
     if total < 12:
-        return ArtifactLayout(None, "corrupt", "truncated: shorter than its checksum and first field")
+        return ArtifactLayout(
+            None, "corrupt", "truncated: shorter than its checksum and first field"
+        )
     crc = zlib.crc32(data[4:]) if crc_after_4 is None else crc_after_4
     if crc.to_bytes(4, "big") != data[:4]:
-        return ArtifactLayout(None, "corrupt", "checksum (CRC32) does not match: damaged or truncated")
+        return ArtifactLayout(
+            None, "corrupt", "checksum (CRC32) does not match: damaged or truncated"
+        )
     i, fields = 4, []
     while i < total:
         if i + 8 > total:
             return ArtifactLayout(None, "corrupt", "truncated inside a length field")
         if i + 8 > len(data):
-            return ArtifactLayout(None, "unrecognised", f"whole (its CRC32 holds), {total} bytes: a length field lies "
-                                                        f"past the first {len(data)} bytes jitwarden holds of it; not judged")
-        n = int.from_bytes(data[i:i + 8], "big")
+            return ArtifactLayout(
+                None,
+                "unrecognised",
+                f"whole (its CRC32 holds), {total} bytes: a length field lies "
+                f"past the first {len(data)} bytes jitwarden holds of it; not judged",
+            )
+        n = int.from_bytes(data[i : i + 8], "big")
         i += 8
         if i + n > total:
-            return ArtifactLayout(None, "corrupt", f"a field of {n} bytes runs past the end of the file")
+            return ArtifactLayout(
+                None, "corrupt", f"a field of {n} bytes runs past the end of the file"
+            )
         fields.append((i, n))
         i += n
 
     def field(k: int) -> bytes:
-        return data[fields[k][0]:fields[k][0] + fields[k][1]]
+        return data[fields[k][0] : fields[k][0] + fields[k][1]]
 
     header = field(0) if fields else b""
     if header in ARTIFACT_HEADERS:
         want = 4 if header == b"CacheCompiledArtifact" else 3
         if len(fields) == want:
             return ArtifactLayout(header.decode())
-        return ArtifactLayout(None, "unrecognised", f"{header.decode()} with {len(fields)} fields, where torch "
-                                                   f"2.10-2.15 write {want}; not judged")
+        return ArtifactLayout(
+            None,
+            "unrecognised",
+            f"{header.decode()} with {len(fields)} fields, where torch "
+            f"2.10-2.15 write {want}; not judged",
+        )
     if len(fields) == 3 and fields[0][1] == 32 and _TORCH29_KEY.match(field(1)):
         return ArtifactLayout(TORCH29_ARTIFACT)
-    return ArtifactLayout(None, "unrecognised", "whole (its CRC32 holds), but in no standalone-compile layout of "
-                                                "torch 2.9-2.15; not judged")
+    return ArtifactLayout(
+        None,
+        "unrecognised",
+        "whole (its CRC32 holds), but in no standalone-compile layout of "
+        "torch 2.9-2.15; not judged",
+    )
 
 
 @dataclass(frozen=True)
 class Handle:
     """One graph of ``vllm_compile_cache.py``: the compiler that made it and its ``graph_handle`` (key, path)."""
 
-    compiler: str | None  # "inductor_standalone", "inductor", "eager"; None when the key has no name
+    compiler: (
+        str | None
+    )  # "inductor_standalone", "inductor", "eager"; None when the key has no name
     key: str
     path: str
 

@@ -9,7 +9,31 @@ _ARCH_RE = re.compile(r"^(?:sm_?|compute_?)?(\d{2,3})([af]?)$", re.IGNORECASE)
 # Every compute capability a CUDA release (9.x to 13.x) has a ptxas target for. A number not
 # here is refused: judging a cache against a GPU that does not exist would call every
 # entry foreign-arch and suggest cleaning them all.
-KNOWN = (35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121)
+KNOWN = (
+    35,
+    37,
+    50,
+    52,
+    53,
+    60,
+    61,
+    62,
+    70,
+    72,
+    75,
+    80,
+    86,
+    87,
+    88,
+    89,
+    90,
+    100,
+    101,
+    103,
+    110,
+    120,
+    121,
+)
 
 
 def known_list() -> str:
@@ -36,7 +60,6 @@ def _known(arch: int, text) -> int:
     return arch
 
 
-
 def torch_compiled_for(arch_list, arch: int) -> bool:
     """Whether torch's compiled arch list holds ``sm_<arch>`` (or its ``a``/``f`` variant): real cubins for it.
 
@@ -44,7 +67,10 @@ def torch_compiled_for(arch_list, arch: int) -> bool:
     activation's start-up check, doctor). A neighbour does not count: the seed report's sm_121 GPU
     under a list ending in sm_120 ran torch's kernels through driver PTX JIT (ARCHITECTURE.md, model/).
     """
-    return any(a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch) for a in arch_list)
+    return any(
+        a.partition("_")[0] == "sm" and a.partition("_")[2].rstrip("af") == str(arch)
+        for a in arch_list
+    )
 
 
 def torch_arch_warning(version: str, arch_list, arch: int) -> str | None:
@@ -52,6 +78,8 @@ def torch_arch_warning(version: str, arch_list, arch: int) -> str | None:
     if torch_compiled_for(arch_list, arch):
         return None
     shown = " ".join(arch_list) or "empty"
-    return (f"sm_{arch} is not in torch {version}'s compiled arch list ({shown}): torch's own "
-            f"kernels run through driver PTX JIT or fail; install a torch build for sm_{arch} "
-            f"(or build it with TORCH_CUDA_ARCH_LIST including {arch // 10}.{arch % 10})")
+    return (
+        f"sm_{arch} is not in torch {version}'s compiled arch list ({shown}): torch's own "
+        f"kernels run through driver PTX JIT or fail; install a torch build for sm_{arch} "
+        f"(or build it with TORCH_CUDA_ARCH_LIST including {arch // 10}.{arch % 10})"
+    )

@@ -41,11 +41,17 @@ class Judge:
     orphan_age: float = 3600.0
     now: float = 0.0
     check_seals: bool = True
-    versions: tuple[tuple[str, str], ...] = ()  # installed (package, version) by fingerprint name: torch, vllm, flashinfer, deep_gemm
+    versions: tuple[
+        tuple[str, str], ...
+    ] = ()  # installed (package, version) by fingerprint name: torch, vllm, flashinfer, deep_gemm
     gpu_names: tuple[str, ...] = ()  # names of the visible GPUs, as NVML reports them
     driver_version: str | None = None
-    torch_cuda: str | None = None  # the CUDA torch was built with ("13.0"), None for a CPU build or no torch
-    python_tag: str | None = None  # "311": what torch extensions and FlashInfer name their builds by
+    torch_cuda: str | None = (
+        None  # the CUDA torch was built with ("13.0"), None for a CPU build or no torch
+    )
+    python_tag: str | None = (
+        None  # "311": what torch extensions and FlashInfer name their builds by
+    )
     uid: int | None = None  # whose caches these are; other owners make a root unsafe
 
     def version(self, package: str) -> str | None:

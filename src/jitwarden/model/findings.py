@@ -29,7 +29,9 @@ class Code:
     severity: Severity
     meaning: str
     what: str  # after "N entries" / "1 entry" in doctor's summary: worded for either number
-    fix: str | None  # the command doctor prints, which clears the finding when run; None where nothing should be removed
+    fix: (
+        str | None
+    )  # the command doctor prints, which clears the finding when run; None where nothing should be removed
 
 
 CATALOG: dict[str, Code] = {
@@ -38,61 +40,72 @@ CATALOG: dict[str, Code] = {
         "unreadable, truncated or unparseable files of a format jitwarden fully knows, or a checksum that does "
         "not match",
         "with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
-        "jitwarden clean --code corrupt"),
+        "jitwarden clean --code corrupt",
+    ),
     "mismatch": Code(
         Severity.ERROR,
         "the entry contradicts itself (cubin SM vs recorded target, kernel symbol vs name)",
         "whose facts contradict each other (e.g. another kernel's or another GPU's binary under this key)",
-        "jitwarden clean --code mismatch"),
+        "jitwarden clean --code mismatch",
+    ),
     "foreign-path": Code(
         Severity.ERROR,
         "a group file points outside its own entry (a copied cache)",
         "copied from another tree: the tool would load files from there",
-        "jitwarden clean --code foreign-path"),
+        "jitwarden clean --code foreign-path",
+    ),
     "incomplete": Code(
         Severity.ERROR,
         "a file the entry lists is missing",
         "missing files their group lists or needs (an interrupted write)",
-        "jitwarden clean --code incomplete"),
+        "jitwarden clean --code incomplete",
+    ),
     "not-reproducible": Code(
         Severity.ERROR,
         "rebuilding from the entry's own PTX with the current toolchain gives different code",
         "whose cubin no ptxas rebuilds from the entry's own PTX",
-        "jitwarden clean --rebuild --code not-reproducible"),
+        "jitwarden clean --rebuild --code not-reproducible",
+    ),
     "unsafe": Code(
         Severity.ERROR,
         "a symlink leaving the root, a world-writable or foreign-owned file: nothing a clean may follow",
         "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
-        "jitwarden clean --code unsafe"),
+        "jitwarden clean --code unsafe",
+    ),
     "foreign-arch": Code(
         Severity.INFO,
         "built for another GPU than the one judged against: harmless, unreachable here",
         "built for another GPU: harmless here, unreachable",
-        "jitwarden clean --foreign-arch"),
+        "jitwarden clean --foreign-arch",
+    ),
     "stale": Code(
         Severity.WARN,
         "built by another toolchain, package version, driver or Python than this environment uses",
         "built by another toolchain, package version or driver than this environment's: unreachable from this "
         "one, though another venv or container on this machine may still use them (clean moves them into a "
         "quarantine they can be restored from)",
-        "jitwarden clean --stale"),
+        "jitwarden clean --stale",
+    ),
     "orphan": Code(
         Severity.WARN,
         "leftovers of an interrupted write",
         "with leftovers of interrupted writes",
-        "jitwarden clean --orphans"),
+        "jitwarden clean --orphans",
+    ),
     "unverifiable": Code(
         Severity.WARN,
         "a rebuild was asked for but cannot be made; says why",
         "a rebuild could not check (see `jitwarden verify --rebuild` for why)",
-        None),
+        None,
+    ),
     "unrecognised": Code(
         Severity.INFO,
         "jitwarden cannot judge this entry: a format, flavour, version or producer it does not fully know; says "
         "what was not understood. Never damage",
         "jitwarden cannot judge (a format, flavour, version or producer it does not fully know): not checked, and "
         "not called damage; `jitwarden verify --all` says what was not understood",
-        None),
+        None,
+    ),
 }
 """Every finding code, once (ARCHITECTURE.md, "How to add a finding code")."""
 

@@ -65,14 +65,14 @@ def _pid_tag(rest: str) -> bool:
 
 def is_tmp_dir(name: str) -> bool:
     """A Triton writer's temporary directory name (``tmp.pid_<pid>_…``)."""
-    return name.startswith(TMP_DIR_PREFIX) and _pid_tag(name[len(TMP_DIR_PREFIX):])
+    return name.startswith(TMP_DIR_PREFIX) and _pid_tag(name[len(TMP_DIR_PREFIX) :])
 
 
 def is_tmp_file(name: str) -> bool:
     """A Triton writer's temporary file name (``….tmp.pid_<pid>_…``)."""
     at = name.find(TMP_FILE_INFIX)
     while at >= 0:
-        if _pid_tag(name[at + len(TMP_FILE_INFIX):]):
+        if _pid_tag(name[at + len(TMP_FILE_INFIX) :]):
             return True
         at = name.find(TMP_FILE_INFIX, at + 1)
     return False

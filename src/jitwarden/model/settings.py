@@ -44,7 +44,9 @@ class Setting(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, name: str, kind: str, default, what: str, costs: str = "", weak: bool | None = None):
+    def __new__(
+        cls, name: str, kind: str, default, what: str, costs: str = "", weak: bool | None = None
+    ):
         return tuple.__new__(cls, (name, kind, default, what, costs, weak))
 
     name = property(itemgetter(0))
@@ -86,52 +88,156 @@ class Setting(tuple):
         return f"{self.name}={env.get(self.name, '')}"
 
 
-DISABLE = Setting("JITWARDEN_DISABLE", "flag", False, "activation does nothing at all",
-                  "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded", True)
-PARTITION = Setting("JITWARDEN_PARTITION", "flag", True, "partition every cache root by fingerprint",
-                    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
-                    "driver or GPU built into the shared root", False)
-SWEEP = Setting("JITWARDEN_SWEEP", "flag", True, "check JAX's and CuPy's cache files at start-up, and every entry of "
-                "TorchInductor's and Triton's trees where the torch hooks cannot check kernels as they load (hooks off, "
-                "an unknown torch)", "JAX's and CuPy's cache files are not checked, and nothing else checks them; "
-                "without the torch hooks, TorchInductor's static launcher loads cubins the Triton guard never sees",
-                False)
-PROVE = Setting("JITWARDEN_PROVE", "flag", True, "prove an unsealed kernel by a rebuild before it is served or sealed",
-                "unsealed kernels (copied in, restored from an FX-graph bundle, made before jitwarden) are sealed "
-                "and served without being rebuilt and compared", False)
-PROVE_WAIT = Setting("JITWARDEN_PROVE_WAIT", "flag", False, "prove unsealed kernels before the workload starts, "
-                     "instead of in a background process beside it")
-TORCH_HOOKS = Setting("JITWARDEN_TORCH_HOOKS", "flag", True,
-                      "check each TorchInductor kernel as it loads, and FX-graph and autotune pickles when torch "
-                      "loads them", "kernels torch restores from its own pickles (FX-graph bundles, autotune records) "
-                      "are loaded without jitwarden's checks, and every start-up sweeps every Triton entry instead "
-                      "(a start-up that grows with the cache)", False)
-GUARD_HASH_ALL = Setting("JITWARDEN_GUARD_HASH_ALL", "flag", False, "the guard hashes every file of an entry on each "
-                         "hit, not only the group, metadata and binaries")
-DEBUG = Setting("JITWARDEN_DEBUG", "flag", False, "the CLI shows a traceback for an internal error (exit 3)")
-PROGRESS = Setting("JITWARDEN_PROGRESS", "flag", False, "draw progress bars even when stderr is not a terminal")
-REMOTE = Setting("JITWARDEN_REMOTE", "text", None, "the guarded remote kernel cache: redis://[[user]:password@]"
-                 "host[:port][/db]")
-REMOTE_ROLE = Setting("JITWARDEN_REMOTE_ROLE", "text", "reader", "writer (builders sign and store) or reader "
-                      "(serving nodes never store)")
-REMOTE_TIMEOUT = Setting("JITWARDEN_REMOTE_TIMEOUT", "number", 0.5, "seconds one remote request may take, "
-                         "connect to complete reply")
-REMOTE_RETRY = Setting("JITWARDEN_REMOTE_RETRY", "number", 30.0, "seconds the remote cache is skipped after it failed")
-SIGNING_KEY = Setting("JITWARDEN_SIGNING_KEY", "path", None, "the secret key a writer signs with (default "
-                      "<config>/signing-key)")
-TRUSTED_KEYS = Setting("JITWARDEN_TRUSTED_KEYS", "path", None, "public keys whose signatures are trusted: files or "
-                       "directories separated by the path separator (default <config>/trusted-keys)")
-CONFIG_DIR = Setting("JITWARDEN_CONFIG_DIR", "path", None, "jitwarden's configuration directory (default "
-                     "${XDG_CONFIG_HOME:-~/.config}/jitwarden)")
-HOME = Setting("JITWARDEN_HOME", "path", None, "where memos, statistics and private roots live (default "
-               "${XDG_CACHE_HOME:-~/.cache}/jitwarden)")
-LIBCUDA = Setting("JITWARDEN_LIBCUDA", "path", None, "libcuda when it is not in a standard place (the ComputeCache "
-                  "adapter reads the driver's version from it)")
-ORPHAN_AGE = Setting("JITWARDEN_ORPHAN_AGE", "age", 3600.0, "seconds after which tmp.pid_* leftovers are orphans "
-                     "(--orphan-age wins)")
+DISABLE = Setting(
+    "JITWARDEN_DISABLE",
+    "flag",
+    False,
+    "activation does nothing at all",
+    "activation does nothing: kernel caches are neither partitioned by fingerprint nor guarded",
+    True,
+)
+PARTITION = Setting(
+    "JITWARDEN_PARTITION",
+    "flag",
+    True,
+    "partition every cache root by fingerprint",
+    "cache roots are not partitioned by fingerprint: a hit can load a kernel another toolchain, "
+    "driver or GPU built into the shared root",
+    False,
+)
+SWEEP = Setting(
+    "JITWARDEN_SWEEP",
+    "flag",
+    True,
+    "check JAX's and CuPy's cache files at start-up, and every entry of "
+    "TorchInductor's and Triton's trees where the torch hooks cannot check kernels as they load (hooks off, "
+    "an unknown torch)",
+    "JAX's and CuPy's cache files are not checked, and nothing else checks them; "
+    "without the torch hooks, TorchInductor's static launcher loads cubins the Triton guard never sees",
+    False,
+)
+PROVE = Setting(
+    "JITWARDEN_PROVE",
+    "flag",
+    True,
+    "prove an unsealed kernel by a rebuild before it is served or sealed",
+    "unsealed kernels (copied in, restored from an FX-graph bundle, made before jitwarden) are sealed "
+    "and served without being rebuilt and compared",
+    False,
+)
+PROVE_WAIT = Setting(
+    "JITWARDEN_PROVE_WAIT",
+    "flag",
+    False,
+    "prove unsealed kernels before the workload starts, "
+    "instead of in a background process beside it",
+)
+TORCH_HOOKS = Setting(
+    "JITWARDEN_TORCH_HOOKS",
+    "flag",
+    True,
+    "check each TorchInductor kernel as it loads, and FX-graph and autotune pickles when torch "
+    "loads them",
+    "kernels torch restores from its own pickles (FX-graph bundles, autotune records) "
+    "are loaded without jitwarden's checks, and every start-up sweeps every Triton entry instead "
+    "(a start-up that grows with the cache)",
+    False,
+)
+GUARD_HASH_ALL = Setting(
+    "JITWARDEN_GUARD_HASH_ALL",
+    "flag",
+    False,
+    "the guard hashes every file of an entry on each "
+    "hit, not only the group, metadata and binaries",
+)
+DEBUG = Setting(
+    "JITWARDEN_DEBUG", "flag", False, "the CLI shows a traceback for an internal error (exit 3)"
+)
+PROGRESS = Setting(
+    "JITWARDEN_PROGRESS", "flag", False, "draw progress bars even when stderr is not a terminal"
+)
+REMOTE = Setting(
+    "JITWARDEN_REMOTE",
+    "text",
+    None,
+    "the guarded remote kernel cache: redis://[[user]:password@]host[:port][/db]",
+)
+REMOTE_ROLE = Setting(
+    "JITWARDEN_REMOTE_ROLE",
+    "text",
+    "reader",
+    "writer (builders sign and store) or reader (serving nodes never store)",
+)
+REMOTE_TIMEOUT = Setting(
+    "JITWARDEN_REMOTE_TIMEOUT",
+    "number",
+    0.5,
+    "seconds one remote request may take, connect to complete reply",
+)
+REMOTE_RETRY = Setting(
+    "JITWARDEN_REMOTE_RETRY", "number", 30.0, "seconds the remote cache is skipped after it failed"
+)
+SIGNING_KEY = Setting(
+    "JITWARDEN_SIGNING_KEY",
+    "path",
+    None,
+    "the secret key a writer signs with (default <config>/signing-key)",
+)
+TRUSTED_KEYS = Setting(
+    "JITWARDEN_TRUSTED_KEYS",
+    "path",
+    None,
+    "public keys whose signatures are trusted: files or "
+    "directories separated by the path separator (default <config>/trusted-keys)",
+)
+CONFIG_DIR = Setting(
+    "JITWARDEN_CONFIG_DIR",
+    "path",
+    None,
+    "jitwarden's configuration directory (default ${XDG_CONFIG_HOME:-~/.config}/jitwarden)",
+)
+HOME = Setting(
+    "JITWARDEN_HOME",
+    "path",
+    None,
+    "where memos, statistics and private roots live (default "
+    "${XDG_CACHE_HOME:-~/.cache}/jitwarden)",
+)
+LIBCUDA = Setting(
+    "JITWARDEN_LIBCUDA",
+    "path",
+    None,
+    "libcuda when it is not in a standard place (the ComputeCache "
+    "adapter reads the driver's version from it)",
+)
+ORPHAN_AGE = Setting(
+    "JITWARDEN_ORPHAN_AGE",
+    "age",
+    3600.0,
+    "seconds after which tmp.pid_* leftovers are orphans (--orphan-age wins)",
+)
 
-SETTINGS = (DISABLE, PARTITION, SWEEP, PROVE, PROVE_WAIT, TORCH_HOOKS, GUARD_HASH_ALL, DEBUG, PROGRESS, REMOTE,
-            REMOTE_ROLE, REMOTE_TIMEOUT, REMOTE_RETRY, SIGNING_KEY, TRUSTED_KEYS, CONFIG_DIR, HOME, LIBCUDA, ORPHAN_AGE)
+SETTINGS = (
+    DISABLE,
+    PARTITION,
+    SWEEP,
+    PROVE,
+    PROVE_WAIT,
+    TORCH_HOOKS,
+    GUARD_HASH_ALL,
+    DEBUG,
+    PROGRESS,
+    REMOTE,
+    REMOTE_ROLE,
+    REMOTE_TIMEOUT,
+    REMOTE_RETRY,
+    SIGNING_KEY,
+    TRUSTED_KEYS,
+    CONFIG_DIR,
+    HOME,
+    LIBCUDA,
+    ORPHAN_AGE,
+)
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
@@ -150,7 +256,10 @@ def _default_text(s: Setting) -> str:
 
 def markdown() -> str:
     """The table of ``docs/settings.md`` (pure; a test keeps the page equal to it)."""
-    rows = ["| variable | kind | default | what it does | turning it off costs |", "|---|---|---|---|---|"]
+    rows = [
+        "| variable | kind | default | what it does | turning it off costs |",
+        "|---|---|---|---|---|",
+    ]
     for s in SETTINGS:
         costs = f"`{s.name}={'1' if s.weak else '0'}`: {s.costs}" if s.weak is not None else ""
         rows.append(f"| `{s.name}` | {s.kind} | {_default_text(s)} | {s.what} | {costs} |")

@@ -17,7 +17,9 @@ import time
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_AGE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?\s*")
+_AGE_RE = re.compile(
+    r"\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?\s*"
+)
 
 
 def parse_age(text: str, bare_unit: str | None = None) -> float:
@@ -37,8 +39,10 @@ def parse_age(text: str, bare_unit: str | None = None) -> float:
         if n == 0:
             return 0.0
         if bare_unit is None:
-            raise ValueError(f"{text}: an age needs a unit ({m.group(1)}s, {m.group(1)}m, {m.group(1)}h, "
-                             f"{m.group(1)}d or {m.group(1)}w)")
+            raise ValueError(
+                f"{text}: an age needs a unit ({m.group(1)}s, {m.group(1)}m, {m.group(1)}h, "
+                f"{m.group(1)}d or {m.group(1)}w)"
+            )
         unit = bare_unit
     return n * AGE_UNITS[unit[0]]
 
@@ -116,5 +120,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     if n == 1:
         return f"{n} {word}"
     if many is None:
-        many = word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else word + "s"
+        many = (
+            word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else word + "s"
+        )
     return f"{n} {many}"

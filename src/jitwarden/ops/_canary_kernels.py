@@ -38,15 +38,25 @@ def jw_canary_softmax(x_ptr, out_ptr, ncols, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def jw_canary_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def jw_canary_matmul(
+    a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         ka = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * K + ka[None, :], mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ka[:, None] * N + rn[None, :], mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None] * K + ka[None, :],
+            mask=(rm[:, None] < M) & (ka[None, :] < K),
+            other=0.0,
+        )
+        b = tl.load(
+            b_ptr + ka[:, None] * N + rn[None, :],
+            mask=(ka[:, None] < K) & (rn[None, :] < N),
+            other=0.0,
+        )
         acc += tl.dot(a, b)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)

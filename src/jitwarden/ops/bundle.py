@@ -28,11 +28,11 @@ import stat
 import time
 from dataclasses import dataclass, field
 
+from jitwarden.env.locations import PARTITION_VARS, default_base
 from jitwarden.formats import jsonlimits, tarball
+from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.store import fsutil, partition, seal
 from jitwarden.store.quarantine import rename_noreplace
-from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
-from jitwarden.env.locations import PARTITION_VARS, default_base
 
 SCHEMA = 1
 FORMAT = "jitwarden-bundle"
@@ -82,9 +82,15 @@ class Manifest:
     entries: tuple[BundleEntry, ...]
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "format": FORMAT, "digest": self.digest, "fingerprint": self.fingerprint,
-                "producer": self.producer, "created": self.created,
-                "entries": [e.to_json() for e in self.entries]}
+        return {
+            "schema": SCHEMA,
+            "format": FORMAT,
+            "digest": self.digest,
+            "fingerprint": self.fingerprint,
+            "producer": self.producer,
+            "created": self.created,
+            "entries": [e.to_json() for e in self.entries],
+        }
 
 
 # ---------------------------------------------------------------- checks (pure)
@@ -105,8 +111,14 @@ def safe_relpath(path: str) -> str | None:
 
 
 def safe_name(name: str) -> bool:
-    return bool(name) and "/" not in name and "\\" not in name and "\x00" not in name and name not in (".", "..") \
+    return (
+        bool(name)
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
+        and name not in (".", "..")
         and not is_reserved(name)
+    )
 
 
 def parse_manifest(raw: bytes) -> Manifest:
@@ -134,14 +146,27 @@ def parse_manifest(raw: bytes) -> Manifest:
             for name, rec in files.items():
                 if name != "" and not safe_name(name):
                     raise BundleRefused(f"entry {i}: unsafe file name {name!r}")
-                if not (isinstance(rec.get("sha256"), str) and len(rec["sha256"]) == 64
-                        and isinstance(rec.get("size"), int) and rec["size"] >= 0):
+                if not (
+                    isinstance(rec.get("sha256"), str)
+                    and len(rec["sha256"]) == 64
+                    and isinstance(rec.get("size"), int)
+                    and rec["size"] >= 0
+                ):
                     raise BundleRefused(f"entry {i}: file {name!r} has no valid sha256 and size")
             if "" in files and len(files) != 1:
                 raise BundleRefused(f"entry {i}: a single-file entry with other files")
-            entries.append(BundleEntry(kind, path, {k: dict(v) for k, v in files.items()}, bool(e.get("sealed"))))
-        return Manifest(str(doc["digest"]), dict(doc["fingerprint"]), dict(doc.get("producer") or {}),
-                        float(doc.get("created") or 0), tuple(entries))
+            entries.append(
+                BundleEntry(
+                    kind, path, {k: dict(v) for k, v in files.items()}, bool(e.get("sealed"))
+                )
+            )
+        return Manifest(
+            str(doc["digest"]),
+            dict(doc["fingerprint"]),
+            dict(doc.get("producer") or {}),
+            float(doc.get("created") or 0),
+            tuple(entries),
+        )
     except BundleRefused:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -206,8 +231,12 @@ def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> i
             with tarball.open_writer(w, out_path.endswith(".gz")) as tar:
                 tarball.add_bytes(tar, MANIFEST, mbytes, manifest.created)
                 if signer is not None:
-                    sig = {"schema": SCHEMA, "algorithm": "ed25519", "key_id": signer.id,
-                           "signature": signer.sign(mbytes).hex()}
+                    sig = {
+                        "schema": SCHEMA,
+                        "algorithm": "ed25519",
+                        "key_id": signer.id,
+                        "signature": signer.sign(mbytes).hex(),
+                    }
                     tarball.add_bytes(tar, SIGNATURE, json.dumps(sig).encode(), manifest.created)
                 for n, e in enumerate(manifest.entries):
                     base = os.path.join(partitions[e.kind], *e.path.split("/"))
@@ -216,8 +245,13 @@ def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> i
                         fd, _st = fsutil.open_regular(src)
                         try:
                             r = _HashingReader(fd)
-                            tarball.add_stream(tar, f"entries/{n}/{fname or os.path.basename(base)}", r, rec["size"],
-                                               manifest.created)
+                            tarball.add_stream(
+                                tar,
+                                f"entries/{n}/{fname or os.path.basename(base)}",
+                                r,
+                                rec["size"],
+                                manifest.created,
+                            )
                         finally:
                             os.close(fd)
                         if r.h.hexdigest() != rec["sha256"] or r.n != rec["size"]:
@@ -242,8 +276,14 @@ class Outcome:
     bytes: int = 0
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "path": self.path, "action": self.action, "why": self.why, "dest": self.dest,
-                "bytes": self.bytes}
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "action": self.action,
+            "why": self.why,
+            "dest": self.dest,
+            "bytes": self.bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -263,7 +303,9 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
     when ``path`` cannot be opened as a regular file (a directory, a FIFO, missing). Returns
     (the tar reader, :class:`Opened`); closing the reader closes the file.
     """
-    f = fsutil.open_regular_file(path, follow=True)  # the user named it: their link is followed, a FIFO never blocks
+    f = fsutil.open_regular_file(
+        path, follow=True
+    )  # the user named it: their link is followed, a FIFO never blocks
     try:
         tar = tarball.open_reader(f, owns=True)
     except tarball.NotATar as exc:
@@ -276,11 +318,16 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
         try:
             first = tar.next()
             if first is None or first.name != MANIFEST:
-                raise BundleRefused("not a jitwarden bundle (its first member is not manifest.json)")
+                raise BundleRefused(
+                    "not a jitwarden bundle (its first member is not manifest.json)"
+                )
             mbytes = tarball.read_member(tar, first, MAX_MANIFEST)
             second = tar.next()
-            sig = tarball.read_member(tar, second, MAX_SIGNATURE) if second is not None and second.name == SIGNATURE \
+            sig = (
+                tarball.read_member(tar, second, MAX_SIGNATURE)
+                if second is not None and second.name == SIGNATURE
                 else None
+            )
         except (*tarball.TarError, OSError, ValueError) as exc:
             raise BundleRefused(f"not a readable jitwarden bundle ({exc})") from None
         signed_by, note = None, ""
@@ -296,14 +343,20 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
                     raise ValueError("algorithm")
             except (ValueError, KeyError, TypeError, AttributeError):
                 raise BundleRefused("manifest.sig is not a valid signature record") from None
-            why = trusted.verify(kid, raw, mbytes) if trusted is not None else "no trusted keys are configured"
+            why = (
+                trusted.verify(kid, raw, mbytes)
+                if trusted is not None
+                else "no trusted keys are configured"
+            )
             if why is not None:
                 if not allow_unsigned:
                     raise BundleRefused(f"signature rejected: {why}")
                 note = f"signature rejected ({why}), installed anyway by --allow-unsigned"
             else:
                 signed_by, note = kid, f"signed by trusted key {kid}"
-        manifest = parse_manifest(mbytes)  # only after the signature: nothing unsigned is interpreted first
+        manifest = parse_manifest(
+            mbytes
+        )  # only after the signature: nothing unsigned is interpreted first
         return tar, Opened(manifest, signed_by, note)
     except BaseException:
         tar.close()
@@ -342,7 +395,9 @@ def _open_partition(part: str, create: bool) -> int | None:
         try:
             return fsutil.reserved_dir(v1, digest, create=create)
         except fsutil.UnsafeName as exc:
-            raise fsutil.UnsafeName(exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror)) from None
+            raise fsutil.UnsafeName(
+                exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror)
+            ) from None
         finally:
             os.close(v1)
     except fsutil.UnsafeName as exc:
@@ -404,7 +459,9 @@ def _present(parent_fd: int, leaf: str, e: BundleEntry) -> str | None:
     try:
         for name, rec in e.files.items():
             try:
-                digest, _size = seal.file_digest(name or leaf, dir_fd=parent_fd if efd is None else efd)
+                digest, _size = seal.file_digest(
+                    name or leaf, dir_fd=parent_fd if efd is None else efd
+                )
             except OSError:
                 return taken
             if digest != rec["sha256"] and not name.startswith("__grp__"):
@@ -432,7 +489,9 @@ def plan(manifest: Manifest, dests: dict) -> list[Outcome]:
             pfd = parts[e.kind]
             parent_fd = _parent_of(pfd, dests[e.kind], e, create=False) if pfd is not None else None
             try:
-                state = _present(parent_fd, e.path.split("/")[-1], e) if parent_fd is not None else None
+                state = (
+                    _present(parent_fd, e.path.split("/")[-1], e) if parent_fd is not None else None
+                )
             finally:
                 if parent_fd is not None:
                     os.close(parent_fd)
@@ -462,7 +521,7 @@ def _write_new(name: str, dir_fd: int, src, size: int) -> str:
             h.update(b)
             view = memoryview(b)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             left -= len(b)
     finally:
         os.close(fd)
@@ -486,7 +545,9 @@ def _rewrite_groups(entry_fd: int, final: str) -> None:
         for k, v in list(kids.items()):
             base = os.path.basename(str(v))
             try:
-                is_file = stat.S_ISREG(os.stat(base, dir_fd=entry_fd, follow_symlinks=False).st_mode)
+                is_file = stat.S_ISREG(
+                    os.stat(base, dir_fd=entry_fd, follow_symlinks=False).st_mode
+                )
             except OSError:
                 is_file = False
             if is_file:
@@ -494,8 +555,9 @@ def _rewrite_groups(entry_fd: int, final: str) -> None:
         fsutil.write_json_atomic(name, doc, ".jitwarden-group.", dir_fd=entry_fd)
 
 
-def install(tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, digest: str,
-            producer_note: dict) -> list[Outcome]:
+def install(  # noqa: C901
+    tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, digest: str, producer_note: dict
+) -> list[Outcome]:
     """Stage every entry to install, check every digest, then move each in by rename and seal it.
 
     Nothing is moved in unless every staged file matches the manifest (BundleRefused
@@ -508,7 +570,9 @@ def install(tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, diges
         return outcomes
     fds: list[int] = []
     parts: dict[str, int] = {}  # kind -> partition fd
-    stages: dict[str, tuple[int, str, int]] = {}  # kind -> (partition fd, staging name, staging fd): same filesystem
+    stages: dict[
+        str, tuple[int, str, int]
+    ] = {}  # kind -> (partition fd, staging name, staging fd): same filesystem
     staged: dict[int, int | None] = {}  # entry -> its staged dir's fd (None: a single file)
     got: dict[int, set] = {i: set() for i in range(len(manifest.entries))}
     header: set = set()
@@ -527,7 +591,10 @@ def install(tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, diges
 
     try:
         for info in tar:
-            if info.name in (MANIFEST, SIGNATURE):  # tarfile yields the members open_bundle read first
+            if info.name in (
+                MANIFEST,
+                SIGNATURE,
+            ):  # tarfile yields the members open_bundle read first
                 if info.name in header:
                     raise BundleRefused(f"{info.name} appears twice")
                 header.add(info.name)
@@ -536,35 +603,56 @@ def install(tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, diges
             if m is None:
                 raise BundleRefused(f"unexpected member {info.name!r} (outside entries/<n>/<file>)")
             if not info.isreg():
-                raise BundleRefused(f"member {info.name!r} is not a regular file (links and devices are refused)")
+                raise BundleRefused(
+                    f"member {info.name!r} is not a regular file (links and devices are refused)"
+                )
             i, fname = int(m.group(1)), m.group(2)
             if i >= len(manifest.entries):
                 raise BundleRefused(f"member {info.name!r} belongs to no entry of the manifest")
             e = manifest.entries[i]
             key = "" if "" in e.files else fname
             if key not in e.files or not safe_name(fname) or key in got[i]:
-                raise BundleRefused(f"member {info.name!r} is not a file the manifest lists (or appears twice)")
+                raise BundleRefused(
+                    f"member {info.name!r} is not a file the manifest lists (or appears twice)"
+                )
             rec = e.files[key]
             if info.size != rec["size"]:
-                raise BundleRefused(f"{e.kind} {e.path}/{key}: {info.size} bytes in the bundle, {rec['size']} signed")
+                raise BundleRefused(
+                    f"{e.kind} {e.path}/{key}: {info.size} bytes in the bundle, {rec['size']} signed"
+                )
             if i not in todo:
                 got[i].add(key)
                 continue
             sfd = stage_of(e.kind)
             if i not in staged:
-                staged[i] = keep(fsutil.open_beneath(sfd, str(i), create=True)) if key != "" else None
+                staged[i] = (
+                    keep(fsutil.open_beneath(sfd, str(i), create=True)) if key != "" else None
+                )
             into, name = (sfd, str(i)) if key == "" else (staged[i], key)
             if _write_new(name, into, tarball.member_stream(tar, info), info.size) != rec["sha256"]:
-                raise BundleRefused(f"{e.kind} {e.path}/{key}: sha256 does not match the manifest (tampered)")
+                raise BundleRefused(
+                    f"{e.kind} {e.path}/{key}: sha256 does not match the manifest (tampered)"
+                )
             got[i].add(key)
         for i in range(len(manifest.entries)):
             missing = set(manifest.entries[i].files) - got[i]
             if missing:
-                raise BundleRefused(f"{manifest.entries[i].path}: {len(missing)} listed file(s) missing from the bundle")
+                raise BundleRefused(
+                    f"{manifest.entries[i].path}: {len(missing)} listed file(s) missing from the bundle"
+                )
         # Every destination directory is opened (made where missing) before anything moves in:
         # a symlinked component refuses the whole import with nothing installed.
-        parents = {i: keep(_parent_of(parts[manifest.entries[i].kind], dests[manifest.entries[i].kind],
-                                      manifest.entries[i], create=True)) for i in sorted(todo)}
+        parents = {
+            i: keep(
+                _parent_of(
+                    parts[manifest.entries[i].kind],
+                    dests[manifest.entries[i].kind],
+                    manifest.entries[i],
+                    create=True,
+                )
+            )
+            for i in sorted(todo)
+        }
         out = list(outcomes)
         for i in sorted(todo):
             e, o = manifest.entries[i], outcomes[i]
@@ -572,17 +660,40 @@ def install(tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, diges
             if efd is not None:
                 _rewrite_groups(efd, o.dest)
                 if e.sealed:
-                    where = fsutil.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way to it
-                    s = seal.compute(where, list(e.files), digest, {**producer_note, "imported_at": time.time()})
+                    where = fsutil.fd_path(
+                        efd
+                    )  # exactly the staged dir, whatever is swapped in on the way to it
+                    s = seal.compute(
+                        where, list(e.files), digest, {**producer_note, "imported_at": time.time()}
+                    )
                     seal.write(where, s)
             try:
-                rename_noreplace(str(i), e.path.split("/")[-1], src_dir_fd=stages[e.kind][2], dst_dir_fd=parents[i])
+                rename_noreplace(
+                    str(i),
+                    e.path.split("/")[-1],
+                    src_dir_fd=stages[e.kind][2],
+                    dst_dir_fd=parents[i],
+                )
             except FileExistsError:
-                out[i] = Outcome(e.kind, e.path, "skipped", "an entry of that name appeared meanwhile", o.dest, e.bytes)
+                out[i] = Outcome(
+                    e.kind,
+                    e.path,
+                    "skipped",
+                    "an entry of that name appeared meanwhile",
+                    o.dest,
+                    e.bytes,
+                )
             except OSError as exc:
                 if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
-                out[i] = Outcome(e.kind, e.path, "skipped", "an entry of that name appeared meanwhile", o.dest, e.bytes)
+                out[i] = Outcome(
+                    e.kind,
+                    e.path,
+                    "skipped",
+                    "an entry of that name appeared meanwhile",
+                    o.dest,
+                    e.bytes,
+                )
         return out
     except tarball.TarError as exc:
         raise BundleRefused(f"the bundle is damaged ({exc})") from None
@@ -614,9 +725,19 @@ class ImportReport:
         return {action: sum(o.action == action for o in self.outcomes) for action in ACTIONS}
 
     def to_json(self) -> dict:
-        return {"schema": 1, "bundle": self.path, "digest": {"bundle": self.digest_bundle, "here": self.digest_here},
-                "match": self.digest_bundle == self.digest_here, "signed_by": self.signed_by,
-                "signature": self.signature_note, "refused": self.refused, "dry_run": self.dry_run,
-                "differences": [{"component": d.component, "bundle": d.old, "here": d.new, "why": d.why}
-                                for d in self.differences],
-                "counts": self.counts(), "entries": [o.to_json() for o in self.outcomes]}
+        return {
+            "schema": 1,
+            "bundle": self.path,
+            "digest": {"bundle": self.digest_bundle, "here": self.digest_here},
+            "match": self.digest_bundle == self.digest_here,
+            "signed_by": self.signed_by,
+            "signature": self.signature_note,
+            "refused": self.refused,
+            "dry_run": self.dry_run,
+            "differences": [
+                {"component": d.component, "bundle": d.old, "here": d.new, "why": d.why}
+                for d in self.differences
+            ],
+            "counts": self.counts(),
+            "entries": [o.to_json() for o in self.outcomes],
+        }

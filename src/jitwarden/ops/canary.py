@@ -53,7 +53,7 @@ TOLERANCES = {
     "float32-softmax": Tolerance(1e-6, 1e-4),
     "float16": Tolerance(1e-2, 2e-3),
     "bfloat16": Tolerance(5e-2, 1e-2),
-    "float8_e4m3": Tolerance(2.0 ** -10, 2.0 ** -4),
+    "float8_e4m3": Tolerance(2.0**-10, 2.0**-4),
     "int32": Tolerance(0.0, 0.0),
 }
 
@@ -72,13 +72,43 @@ class Case:
 
 BATTERY: tuple[Case, ...] = (
     Case("add", "jw_canary_add", "float32", "elementwise load/store", TOLERANCES["float32"]),
-    Case("rowsum", "jw_canary_rowsum", "float32", "reduction (tl.sum)", TOLERANCES["float32-reduce"]),
-    Case("softmax", "jw_canary_softmax", "float32", "row max/exp/sum", TOLERANCES["float32-softmax"]),
-    Case("dot-fp16", "jw_canary_matmul", "float16", "tl.dot on tensor cores", TOLERANCES["float16"], (7, 0)),
-    Case("dot-bf16", "jw_canary_matmul", "bfloat16", "tl.dot on tensor cores", TOLERANCES["bfloat16"], (8, 0)),
-    Case("fp8-e4m3", "jw_canary_fp8_roundtrip", "float8_e4m3", "fp32 -> fp8 e4m3 -> fp32 conversion",
-         TOLERANCES["float8_e4m3"], (8, 9)),
-    Case("atomic-hist", "jw_canary_histogram", "int32", "tl.atomic_add histogram", TOLERANCES["int32"]),
+    Case(
+        "rowsum", "jw_canary_rowsum", "float32", "reduction (tl.sum)", TOLERANCES["float32-reduce"]
+    ),
+    Case(
+        "softmax", "jw_canary_softmax", "float32", "row max/exp/sum", TOLERANCES["float32-softmax"]
+    ),
+    Case(
+        "dot-fp16",
+        "jw_canary_matmul",
+        "float16",
+        "tl.dot on tensor cores",
+        TOLERANCES["float16"],
+        (7, 0),
+    ),
+    Case(
+        "dot-bf16",
+        "jw_canary_matmul",
+        "bfloat16",
+        "tl.dot on tensor cores",
+        TOLERANCES["bfloat16"],
+        (8, 0),
+    ),
+    Case(
+        "fp8-e4m3",
+        "jw_canary_fp8_roundtrip",
+        "float8_e4m3",
+        "fp32 -> fp8 e4m3 -> fp32 conversion",
+        TOLERANCES["float8_e4m3"],
+        (8, 9),
+    ),
+    Case(
+        "atomic-hist",
+        "jw_canary_histogram",
+        "int32",
+        "tl.atomic_add histogram",
+        TOLERANCES["int32"],
+    ),
 )
 
 CASES = {c.name: c for c in BATTERY}
@@ -109,15 +139,27 @@ class Comparison:
         return self.mismatched == 0 and not self.detail
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "max_abs": _finite(self.max_abs), "max_rel": _finite(self.max_rel),
-                "mismatched": self.mismatched, "total": self.total, "tolerance": self.tolerance.to_json(),
-                "detail": self.detail}
+        return {
+            "ok": self.ok,
+            "max_abs": _finite(self.max_abs),
+            "max_rel": _finite(self.max_rel),
+            "mismatched": self.mismatched,
+            "total": self.total,
+            "tolerance": self.tolerance.to_json(),
+            "detail": self.detail,
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Comparison":
+    def from_json(cls, d: dict) -> Comparison:
         inf = float("inf")
-        return cls(inf if d["max_abs"] is None else d["max_abs"], inf if d["max_rel"] is None else d["max_rel"],
-                   d["mismatched"], d["total"], Tolerance(**d["tolerance"]), d.get("detail", ""))
+        return cls(
+            inf if d["max_abs"] is None else d["max_abs"],
+            inf if d["max_rel"] is None else d["max_rel"],
+            d["mismatched"],
+            d["total"],
+            Tolerance(**d["tolerance"]),
+            d.get("detail", ""),
+        )
 
 
 def _finite(x: float):
@@ -145,21 +187,34 @@ class KernelRun:
 
     @property
     def ok(self) -> bool:
-        return self.skipped is not None or (self.error is None and self.comparison is not None and self.comparison.ok)
+        return self.skipped is not None or (
+            self.error is None and self.comparison is not None and self.comparison.ok
+        )
 
     @property
     def source_str(self) -> str:
         return {True: "cache", False: "compiled", None: "?"}[self.cache_hit]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "ok": self.ok, "cache_hit": self.cache_hit,
-                "comparison": self.comparison.to_json() if self.comparison else None,
-                "error": self.error, "skipped": self.skipped}
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "cache_hit": self.cache_hit,
+            "comparison": self.comparison.to_json() if self.comparison else None,
+            "error": self.error,
+            "skipped": self.skipped,
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "KernelRun":
+    def from_json(cls, d: dict) -> KernelRun:
         c = d.get("comparison")
-        return cls(d["name"], d.get("cache_hit"), Comparison.from_json(c) if c else None, d.get("error"), d.get("skipped"))
+        return cls(
+            d["name"],
+            d.get("cache_hit"),
+            Comparison.from_json(c) if c else None,
+            d.get("error"),
+            d.get("skipped"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,17 +260,28 @@ class KernelResult:
                 parts.append(f"pass {i}: {r.error}")
             elif r.comparison and not r.comparison.ok:
                 c = r.comparison
-                parts.append(f"pass {i} ({r.source_str}): {c.detail or f'{c.mismatched}/{c.total} out of tolerance'}")
+                parts.append(
+                    f"pass {i} ({r.source_str}): {c.detail or f'{c.mismatched}/{c.total} out of tolerance'}"
+                )
         if not parts and not self.cache_path_tested:
             parts.append("never loaded from the cache")
         return "; ".join(parts)
 
     def to_json(self) -> dict:
-        return {"name": self.case.name, "kernel": self.case.kernel, "dtype": self.case.dtype,
-                "exercises": self.case.exercises, "status": self.status, "ok": self.ok,
-                "max_abs": _finite(self.max_abs), "max_rel": _finite(self.max_rel),
-                "tolerance": self.case.tolerance.to_json(), "cache_path_tested": self.cache_path_tested,
-                "passes": [r.to_json() for r in self.runs], "detail": self.detail()}
+        return {
+            "name": self.case.name,
+            "kernel": self.case.kernel,
+            "dtype": self.case.dtype,
+            "exercises": self.case.exercises,
+            "status": self.status,
+            "ok": self.ok,
+            "max_abs": _finite(self.max_abs),
+            "max_rel": _finite(self.max_rel),
+            "tolerance": self.case.tolerance.to_json(),
+            "cache_path_tested": self.cache_path_tested,
+            "passes": [r.to_json() for r in self.runs],
+            "detail": self.detail(),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,15 +317,25 @@ class CanaryReport:
         dev = self.device.get("name") or "GPU"
         cc = self.device.get("capability")
         cc_s = f" (sm_{cc[0]}{cc[1]})" if cc else ""
-        return (f"{c['pass']} passed · {c['FAIL']} failed · {c['skipped']} skipped · {len(self.kernels[0].runs) if self.kernels else 0}"
-                f" passes · {where} · {dev}{cc_s}{q} · {self.elapsed:.1f}s")
+        return (
+            f"{c['pass']} passed · {c['FAIL']} failed · {c['skipped']} skipped · {len(self.kernels[0].runs) if self.kernels else 0}"
+            f" passes · {where} · {dev}{cc_s}{q} · {self.elapsed:.1f}s"
+        )
 
     def to_json(self) -> dict:
         """The report's fields (the CLI adds its envelope: schema, tool, command)."""
-        return {"ok": self.ok, "cache_dir": self.cache_dir,
-                "scratch": self.scratch, "cache_manager": self.cache_manager, "device": self.device,
-                "quarantined": self.quarantined, "counts": self.counts, "notes": list(self.notes),
-                "kernels": [k.to_json() for k in self.kernels], "elapsed_s": round(self.elapsed, 3)}
+        return {
+            "ok": self.ok,
+            "cache_dir": self.cache_dir,
+            "scratch": self.scratch,
+            "cache_manager": self.cache_manager,
+            "device": self.device,
+            "quarantined": self.quarantined,
+            "counts": self.counts,
+            "notes": list(self.notes),
+            "kernels": [k.to_json() for k in self.kernels],
+            "elapsed_s": round(self.elapsed, 3),
+        }
 
 
 def merge_passes(passes: list[list[KernelRun]], battery=BATTERY) -> tuple[KernelResult, ...]:
@@ -280,12 +356,31 @@ def table_rows(report: CanaryReport) -> list[tuple[str, ...]]:
     for k in report.kernels:
         src = "/".join("-" if r.skipped else r.source_str for r in k.runs)
         skipped = k.status == "skipped"
-        rows.append((k.case.name, k.case.dtype, k.case.exercises, src,
-                     "-" if skipped else _num(k.max_abs), "-" if skipped else _num(k.max_rel), k.status, k.detail()))
+        rows.append(
+            (
+                k.case.name,
+                k.case.dtype,
+                k.case.exercises,
+                src,
+                "-" if skipped else _num(k.max_abs),
+                "-" if skipped else _num(k.max_rel),
+                k.status,
+                k.detail(),
+            )
+        )
     return rows
 
 
-TABLE_HEADER = ("KERNEL", "DTYPE", "EXERCISES", "PASSES", "MAX ABS ERR", "MAX REL ERR", "STATUS", "DETAILS")
+TABLE_HEADER = (
+    "KERNEL",
+    "DTYPE",
+    "EXERCISES",
+    "PASSES",
+    "MAX ABS ERR",
+    "MAX REL ERR",
+    "STATUS",
+    "DETAILS",
+)
 
 
 # ---------------------------------------------------------------- the GPU worker (one pass, one process)
@@ -335,8 +430,12 @@ def worker_env(cache_dir: str, manager: str | None, base=None) -> dict:
         env["TRITON_CACHE_MANAGER"] = manager
     else:
         env.pop("TRITON_CACHE_MANAGER", None)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # src/, above jitwarden/ops/
-    env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    pkg_parent = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )  # src/, above jitwarden/ops/
+    env["PYTHONPATH"] = pkg_parent + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -355,7 +454,9 @@ def run_pass(env: dict, timeout: float = 900.0, stderr_sink=None) -> dict:
     doc = worker_result(p.stdout)
     if doc is None:
         tail = " | ".join(p.stderr.strip().splitlines()[-3:])
-        raise PassFailed(f"the worker exited with status {p.returncode} and no result: {tail or 'no output'}")
+        raise PassFailed(
+            f"the worker exited with status {p.returncode} and no result: {tail or 'no output'}"
+        )
     return doc
 
 
@@ -366,16 +467,22 @@ def worker_result(stdout: str) -> dict | None:
     for line in stdout.splitlines():
         if line.startswith(MARKER):
             try:
-                doc = jsonlimits.loads(line[len(MARKER):])
+                doc = jsonlimits.loads(line[len(MARKER) :])
             except ValueError as exc:
-                raise PassFailed(f"the worker's result is not JSON jitwarden reads: {exc}") from None
+                raise PassFailed(
+                    f"the worker's result is not JSON jitwarden reads: {exc}"
+                ) from None
             if not isinstance(doc, dict):
-                raise PassFailed(f"the worker's result is a JSON {type(doc).__name__}, not an object")
+                raise PassFailed(
+                    f"the worker's result is a JSON {type(doc).__name__}, not an object"
+                )
             return doc
     return None
 
 
-def run_passes(cache_dir: str, scratch: bool, manager: str | None, passes: int = 2, stderr_sink=None) -> CanaryReport:
+def run_passes(
+    cache_dir: str, scratch: bool, manager: str | None, passes: int = 2, stderr_sink=None
+) -> CanaryReport:
     """Run the battery ``passes`` times, each in a fresh process, through ``cache_dir``.
 
     Raises :class:`NoGPU` when the first worker finds no GPU, torch or Triton.
@@ -401,7 +508,17 @@ def run_passes(cache_dir: str, scratch: bool, manager: str | None, passes: int =
         docs.append([KernelRun.from_json(r) for r in doc["runs"]])
         added = count_entries(cache_dir) - before
         if i > 0 and added > 0:
-            notes.append(f"pass {i + 1} wrote {added} new cache entries: some kernels were compiled again, not loaded")
+            notes.append(
+                f"pass {i + 1} wrote {added} new cache entries: some kernels were compiled again, not loaded"
+            )
     kernels = merge_passes(docs)
-    return CanaryReport(kernels, cache_dir, scratch, manager, device, count_quarantined(cache_dir) - q0,
-                        tuple(dict.fromkeys(notes)), time.perf_counter() - start)
+    return CanaryReport(
+        kernels,
+        cache_dir,
+        scratch,
+        manager,
+        device,
+        count_quarantined(cache_dir) - q0,
+        tuple(dict.fromkeys(notes)),
+        time.perf_counter() - start,
+    )

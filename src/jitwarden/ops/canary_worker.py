@@ -13,7 +13,20 @@ import json
 import math
 import sys
 
-from jitwarden.ops.canary import BATTERY, COLS, MARKER, MM, N_BINS, N_ELEM, ROWS, Case, Comparison, KernelRun, NoGPU, Tolerance
+from jitwarden.ops.canary import (
+    BATTERY,
+    COLS,
+    MARKER,
+    MM,
+    N_BINS,
+    N_ELEM,
+    ROWS,
+    Case,
+    Comparison,
+    KernelRun,
+    NoGPU,
+    Tolerance,
+)
 
 
 def compare(out, ref, tol: Tolerance) -> Comparison:
@@ -26,8 +39,14 @@ def compare(out, ref, tol: Tolerance) -> Comparison:
     import torch
 
     if tuple(out.shape) != tuple(ref.shape):
-        return Comparison(math.inf, math.inf, max(out.numel(), ref.numel()), ref.numel(), tol,
-                          f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+        return Comparison(
+            math.inf,
+            math.inf,
+            max(out.numel(), ref.numel()),
+            ref.numel(),
+            tol,
+            f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}",
+        )
     o = out.detach().to("cpu").to(torch.float64)
     r = ref.detach().to("cpu").to(torch.float64)
     same = (o == r) | (torch.isnan(o) & torch.isnan(r))
@@ -40,7 +59,9 @@ def compare(out, ref, tol: Tolerance) -> Comparison:
     big = torch.isfinite(r) & (r.abs() > max(tol.atol, 1e-300))
     rel = torch.where(big, diff / r.abs().clamp_min(1e-300), torch.zeros_like(diff))
     n = r.numel()
-    return Comparison(float(diff.max()) if n else 0.0, float(rel.max()) if n else 0.0, int(bad.sum()), n, tol)
+    return Comparison(
+        float(diff.max()) if n else 0.0, float(rel.max()) if n else 0.0, int(bad.sum()), n, tol
+    )
 
 
 # ---------------------------------------------------------------- inputs and references (torch, any device)
@@ -111,7 +132,9 @@ def launch(case: Case, inputs: dict, kernels):
         m, k = a.shape
         n = b.shape[1]
         out = torch.empty(m, n, device=a.device, dtype=a.dtype)
-        kernels.jw_canary_matmul[((m + 63) // 64, (n + 63) // 64)](a, b, out, m, n, k, BM=64, BN=64, BK=32)
+        kernels.jw_canary_matmul[((m + 63) // 64, (n + 63) // 64)](
+            a, b, out, m, n, k, BM=64, BN=64, BK=32
+        )
     elif case.name == "fp8-e4m3":
         x = inputs["x"]
         out = torch.empty_like(x)
@@ -132,11 +155,15 @@ def _worker(seed: int = 0) -> dict:
     except ImportError as exc:
         raise NoGPU(f"torch is not importable ({exc})") from None
     try:
-        import triton  # noqa: F401
+        import triton
     except ImportError as exc:
         raise NoGPU(f"Triton is not importable ({exc})") from None
     if not torch.cuda.is_available() or torch.version.cuda is None:
-        why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
+        why = (
+            "torch was built without CUDA"
+            if torch.version.cuda is None
+            else "torch sees no CUDA device"
+        )
         raise NoGPU(f"no CUDA GPU: {why} (torch {torch.__version__})")
     cc = torch.cuda.get_device_capability()
     events: list[tuple[str, bool]] = []
@@ -149,15 +176,20 @@ def _worker(seed: int = 0) -> dict:
 
         knobs.compilation.listener = listener
         listener_ok = True
-    except Exception:  # noqa: BLE001 - an older Triton without the listener: hits are reported as unknown
+    except Exception:
         pass
     from jitwarden.ops import _canary_kernels as kernels
 
     runs = []
     for case in BATTERY:
         if cc < case.min_capability:
-            runs.append(KernelRun(case.name, skipped=f"needs compute capability {case.min_capability[0]}."
-                                                    f"{case.min_capability[1]}+, this GPU is {cc[0]}.{cc[1]}"))
+            runs.append(
+                KernelRun(
+                    case.name,
+                    skipped=f"needs compute capability {case.min_capability[0]}."
+                    f"{case.min_capability[1]}+, this GPU is {cc[0]}.{cc[1]}",
+                )
+            )
             continue
         if case.name == "fp8-e4m3" and not hasattr(torch, "float8_e4m3fn"):
             runs.append(KernelRun(case.name, skipped="torch has no float8_e4m3fn"))
@@ -171,13 +203,25 @@ def _worker(seed: int = 0) -> dict:
             mine = [hit for name, hit in events[start:] if name == case.kernel]
             hit = all(mine) if mine else None
             runs.append(KernelRun(case.name, hit if listener_ok else None, cmp))
-        except Exception as exc:  # noqa: BLE001 - a failing kernel is a result, not a crash
+        except Exception as exc:
             mine = [hit for name, hit in events[start:] if name == case.kernel]
-            runs.append(KernelRun(case.name, (all(mine) if mine else None) if listener_ok else None,
-                                  error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]))
+            runs.append(
+                KernelRun(
+                    case.name,
+                    (all(mine) if mine else None) if listener_ok else None,
+                    error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
+                        :300
+                    ],
+                )
+            )
     return {
-        "device": {"name": torch.cuda.get_device_name(), "capability": list(cc), "torch": torch.__version__,
-                   "torch_cuda": torch.version.cuda, "triton": triton.__version__},
+        "device": {
+            "name": torch.cuda.get_device_name(),
+            "capability": list(cc),
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "triton": triton.__version__,
+        },
         "listener": listener_ok,
         "runs": [r.to_json() for r in runs],
     }

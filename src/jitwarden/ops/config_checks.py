@@ -17,7 +17,11 @@ from jitwarden.model.text import display
 PING_TIMEOUT = 1.0
 """Seconds one ``PING`` may take: the runtime's own timeout is 0.5 s, so a server slower than this fails it too."""
 
-DIR_VARS = tuple(var for _, var in locations.PARTITION_VARS) + ("TRITON_HOME", "CUDA_CACHE_PATH", settings.HOME.name)
+DIR_VARS = tuple(var for _, var in locations.PARTITION_VARS) + (
+    "TRITON_HOME",
+    "CUDA_CACHE_PATH",
+    settings.HOME.name,
+)
 """Variables that must name a directory (or a path where one can be made)."""
 
 
@@ -45,9 +49,14 @@ def _dirs(env) -> list[Misconfig]:
         path = os.path.expanduser(value)
         if os.path.lexists(path) and not os.path.isdir(path):
             what = "a file" if os.path.isfile(path) else "something that is not a directory"
-            out.append(Misconfig("bad-cache-dir", f"{var}={display(value)} names {what}: the cache cannot be "
-                                                  "written there, so every compile fails or starts cold",
-                                 f"export {var}=<a directory>  (or unset {var} for the tool's default)"))
+            out.append(
+                Misconfig(
+                    "bad-cache-dir",
+                    f"{var}={display(value)} names {what}: the cache cannot be "
+                    "written there, so every compile fails or starts cold",
+                    f"export {var}=<a directory>  (or unset {var} for the tool's default)",
+                )
+            )
     return out
 
 
@@ -62,23 +71,38 @@ def _remote(env, ping: bool) -> list[Misconfig]:
     try:
         addr = resp.parse_url(url)
     except ValueError as exc:
-        return [Misconfig("remote-config", f"{remote}: {display(str(exc))}; the remote cache is off",
-                          f"export {remote}=redis://[user:password@]host[:port][/db]")]
+        return [
+            Misconfig(
+                "remote-config",
+                f"{remote}: {display(str(exc))}; the remote cache is off",
+                f"export {remote}=redis://[user:password@]host[:port][/db]",
+            )
+        ]
     out = []
     trust_dir = os.path.join(keys.config_dir(env), "trusted-keys")
     try:
         trusted = keys.load_trusted(env)
     except keys.KeyError_ as exc:
-        out.append(Misconfig("remote-keys", f"{remote} is set but the trusted keys cannot be read "
-                                            f"({display(str(exc))}): the remote cache switches itself off at run time",
-                             f"fix or remove that key file (trusted keys: {display(trust_dir)}/*.pub or "
-                             f"{settings.TRUSTED_KEYS.name})"))
+        out.append(
+            Misconfig(
+                "remote-keys",
+                f"{remote} is set but the trusted keys cannot be read "
+                f"({display(str(exc))}): the remote cache switches itself off at run time",
+                f"fix or remove that key file (trusted keys: {display(trust_dir)}/*.pub or "
+                f"{settings.TRUSTED_KEYS.name})",
+            )
+        )
     else:
         if not trusted.keys:
-            out.append(Misconfig("remote-keys", f"{remote} is set but no public key is trusted: no value can be "
-                                                "checked, so the remote cache switches itself off at run time",
-                                 f"copy the builder's key (jitwarden keygen makes one) into {display(trust_dir)}/"
-                                 f"NAME.pub, or export {settings.TRUSTED_KEYS.name}=/path/to/builder.pub"))
+            out.append(
+                Misconfig(
+                    "remote-keys",
+                    f"{remote} is set but no public key is trusted: no value can be "
+                    "checked, so the remote cache switches itself off at run time",
+                    f"copy the builder's key (jitwarden keygen makes one) into {display(trust_dir)}/"
+                    f"NAME.pub, or export {settings.TRUSTED_KEYS.name}=/path/to/builder.pub",
+                )
+            )
     if ping:
         problem = _ping(resp, addr)
         if problem is not None:
@@ -94,17 +118,29 @@ def _ping(resp, addr) -> Misconfig | None:
         return None
     except resp.RespError as exc:
         why = display(str(exc))
-        if any(w in why.upper() for w in ("WRONGPASS", "NOAUTH", "AUTH", "INVALID PASSWORD", "INVALID USERNAME")):
+        if any(
+            w in why.upper()
+            for w in ("WRONGPASS", "NOAUTH", "AUTH", "INVALID PASSWORD", "INVALID USERNAME")
+        ):
             remote = settings.REMOTE.name
-            return Misconfig("remote-auth", f"{addr.display()} refused the credentials in {remote} ({why}): "
-                                            "every get is refused, so kernels are compiled locally",
-                             f"export {remote}=redis://USER:PASSWORD@host:port/db  (the server's user and password)")
-        return Misconfig("remote-refused", f"{addr.display()} refused PING ({why}): the remote cache cannot be used",
-                         "check the server's ACL for this user (it needs PING, GET and, on builders, SET)")
+            return Misconfig(
+                "remote-auth",
+                f"{addr.display()} refused the credentials in {remote} ({why}): "
+                "every get is refused, so kernels are compiled locally",
+                f"export {remote}=redis://USER:PASSWORD@host:port/db  (the server's user and password)",
+            )
+        return Misconfig(
+            "remote-refused",
+            f"{addr.display()} refused PING ({why}): the remote cache cannot be used",
+            "check the server's ACL for this user (it needs PING, GET and, on builders, SET)",
+        )
     except OSError as exc:
         why = display(exc.strerror or str(exc) or type(exc).__name__)
-        return Misconfig("remote-unreachable", f"cannot reach {addr.display()} ({why}): each process waits out a "
-                                               "timeout, then compiles locally",
-                         f"start the server or fix the host and port in {settings.REMOTE.name}")
+        return Misconfig(
+            "remote-unreachable",
+            f"cannot reach {addr.display()} ({why}): each process waits out a "
+            "timeout, then compiles locally",
+            f"start the server or fix the host and port in {settings.REMOTE.name}",
+        )
     finally:
         client.close()

@@ -39,7 +39,9 @@ def config_dir(env=None) -> str:
     explicit = settings.CONFIG_DIR.raw(env)
     if explicit:
         return explicit
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".config"
+    )
     return os.path.join(base, "jitwarden")
 
 
@@ -51,7 +53,9 @@ def _ed25519():
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise KeyError_("signatures need the 'cryptography' package: pip install cryptography (the 'fleet' extra)") from None
+        raise KeyError_(
+            "signatures need the 'cryptography' package: pip install cryptography (the 'fleet' extra)"
+        ) from None
     return ed25519
 
 
@@ -94,8 +98,10 @@ class TrustedKeys:
         """None when ``signature`` is a valid signature of ``message`` by trusted key ``kid``, else why not."""
         raw = self.keys.get(kid)
         if raw is None and not self.keys:
-            return (f"signed by key {kid}, which is not among the trusted keys: none are configured "
-                    f"(set {settings.TRUSTED_KEYS.name}, or put *.pub files into {self.where})")
+            return (
+                f"signed by key {kid}, which is not among the trusted keys: none are configured "
+                f"(set {settings.TRUSTED_KEYS.name}, or put *.pub files into {self.where})"
+            )
         if raw is None:
             return f"signed by key {kid}, which is not among the trusted keys ({', '.join(self.sources) or 'none'})"
         obj = self._objs.get(kid)
@@ -103,7 +109,7 @@ class TrustedKeys:
             obj = self._objs[kid] = _ed25519().Ed25519PublicKey.from_public_bytes(raw)
         try:
             obj.verify(signature, message)
-        except Exception:  # noqa: BLE001 - cryptography raises InvalidSignature (and ValueError for odd lengths)
+        except Exception:
             return f"the signature by key {kid} does not match"
         return None
 
@@ -135,19 +141,28 @@ def _read_key_file(path: str, what: str, *, secret: bool = False) -> str:
     from jitwarden.store.fsutil import open_regular, read_fd
 
     try:
-        fd, st = open_regular(path, follow=True)  # the user's own link to a key is fine; a FIFO never blocks
+        fd, st = open_regular(
+            path, follow=True
+        )  # the user's own link to a key is fine; a FIFO never blocks
         try:
             if secret and st.st_mode & 0o077:
-                raise KeyTooOpen(f"{path}: secret key is accessible by group or others (mode "
-                                f"{st.st_mode & 0o777:04o}); refusing to use it: run `chmod 600 {path}`")
+                raise KeyTooOpen(
+                    f"{path}: secret key is accessible by group or others (mode "
+                    f"{st.st_mode & 0o777:04o}); refusing to use it: run `chmod 600 {path}`"
+                )
             data = read_fd(fd, MAX_KEY_FILE, st.st_size)
         finally:
             os.close(fd)
         if len(data) > MAX_KEY_FILE:
             raise OSError(f"larger than {MAX_KEY_FILE} bytes")
         return data.decode("ascii")
-    except (OSError, UnicodeDecodeError) as exc:  # NotRegularFile says "not a regular file (a FIFO)"
-        raise KeyError_(f"{path}: cannot read {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    except (
+        OSError,
+        UnicodeDecodeError,
+    ) as exc:  # NotRegularFile says "not a regular file (a FIFO)"
+        raise KeyError_(
+            f"{path}: cannot read {what}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
 
 
 def load_signing_key(path: str) -> SigningKey:
@@ -165,7 +180,9 @@ def parse_public(text: str, where: str) -> dict:
         if not parts or parts[0].startswith("#"):
             continue
         if parts[0] != PUBLIC_TAG or len(parts) < 2:
-            raise KeyError_(f"{where}:{n}: not a jitwarden public key line ({PUBLIC_TAG} <hex> [comment])")
+            raise KeyError_(
+                f"{where}:{n}: not a jitwarden public key line ({PUBLIC_TAG} <hex> [comment])"
+            )
         raw = _hex32(parts[1], f"{where}:{n}")
         out[key_id(raw)] = raw
     return out
@@ -174,7 +191,11 @@ def parse_public(text: str, where: str) -> dict:
 def trusted_key_paths(env=None) -> list[str]:
     env = os.environ if env is None else env
     raw = env.get(settings.TRUSTED_KEYS.name)
-    items = [p for p in raw.split(os.pathsep) if p] if raw else [os.path.join(config_dir(env), "trusted-keys")]
+    items = (
+        [p for p in raw.split(os.pathsep) if p]
+        if raw
+        else [os.path.join(config_dir(env), "trusted-keys")]
+    )
     out = []
     for p in items:
         if os.path.isdir(p):

@@ -18,8 +18,8 @@ import stat
 import time
 from dataclasses import dataclass
 
-from jitwarden.store import quarantine as q
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
+from jitwarden.store import quarantine as q
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
 # an action is read by its fields (path, root, id, kind, reasons, details, scope), a prune by its partition.
@@ -37,22 +37,37 @@ class Outcome:
     bytes: int = 0
 
     def to_json(self) -> dict:
-        return {"path": self.path, "id": self.id, "status": self.status, "why": self.why,
-                "quarantine_id": self.quarantine_id, "bytes": self.bytes}
+        return {
+            "path": self.path,
+            "id": self.id,
+            "status": self.status,
+            "why": self.why,
+            "quarantine_id": self.quarantine_id,
+            "bytes": self.bytes,
+        }
 
 
 def escapes(root: str, path: str) -> str | None:
     """Why ``path`` may not be acted on as an entry of ``root``, or None (a symlinked parent, outside the root)."""
     rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
-    if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+    if (
+        rel == os.curdir
+        or rel == os.pardir
+        or rel.startswith(os.pardir + os.sep)
+        or os.path.isabs(rel)
+    ):
         return "not inside its cache root"
     parent = os.path.dirname(rel)
-    if parent and os.path.realpath(os.path.join(root, parent)) != os.path.join(os.path.realpath(root), parent):
+    if parent and os.path.realpath(os.path.join(root, parent)) != os.path.join(
+        os.path.realpath(root), parent
+    ):
         return "a directory between the root and the entry is a symlink; not followed"
     return None
 
 
-def leftovers(path: str, now: float, orphan_age: float) -> tuple[list[str], list[tuple[str, float]]]:
+def leftovers(
+    path: str, now: float, orphan_age: float
+) -> tuple[list[str], list[tuple[str, float]]]:
     """(old, fresh) write leftovers directly inside an entry directory: names, and (name, age) of fresh ones."""
     old, fresh = [], []
     try:
@@ -89,11 +104,19 @@ def check(root: str, path: str, now: float, orphan_age: float) -> str | None:
     return None
 
 
-def clean(actions, *, purge: bool = False, orphan_age: float = 3600.0, by: str = "clean",
-          fingerprint: str | None = None) -> list[Outcome]:
+def clean(
+    actions,
+    *,
+    purge: bool = False,
+    orphan_age: float = 3600.0,
+    by: str = "clean",
+    fingerprint: str | None = None,
+) -> list[Outcome]:
     """Carry out clean actions (:class:`jitwarden.ops.plans.Action`) in order; the caller holds the lock
     of every root involved."""
-    if not 0.0 <= orphan_age < float("inf"):  # a negative or NaN age makes a live writer's files look old
+    if (
+        not 0.0 <= orphan_age < float("inf")
+    ):  # a negative or NaN age makes a live writer's files look old
         raise ValueError(f"orphan age must be a finite number of seconds >= 0, not {orphan_age!r}")
     outcomes = []
     for a in actions:
@@ -103,11 +126,28 @@ def clean(actions, *, purge: bool = False, orphan_age: float = 3600.0, by: str =
             done = [Outcome(a.path, a.id, "skipped", why)]
         elif a.scope == "leftovers":
             old, _fresh = leftovers(a.path, now, orphan_age)
-            done = [_move(os.path.join(a.path, n), a.root, f"{a.id}/{n}", a.kind, _reason(a), a.details, purge, by,
-                          fingerprint) for n in old] or [
-                Outcome(a.path, a.id, "skipped", "no write leftovers older than the orphan age any more")]
+            done = [
+                _move(
+                    os.path.join(a.path, n),
+                    a.root,
+                    f"{a.id}/{n}",
+                    a.kind,
+                    _reason(a),
+                    a.details,
+                    purge,
+                    by,
+                    fingerprint,
+                )
+                for n in old
+            ] or [
+                Outcome(
+                    a.path, a.id, "skipped", "no write leftovers older than the orphan age any more"
+                )
+            ]
         else:
-            done = [_move(a.path, a.root, a.id, a.kind, _reason(a), a.details, purge, by, fingerprint)]
+            done = [
+                _move(a.path, a.root, a.id, a.kind, _reason(a), a.details, purge, by, fingerprint)
+            ]
         outcomes += done
     return outcomes
 
@@ -116,12 +156,29 @@ def _reason(a) -> str:
     return a.reasons[0] if a.reasons else "clean"
 
 
-def _move(path: str, root: str, entry_id: str, kind: str, reason: str, details, purge: bool, by: str,
-          fingerprint: str | None) -> Outcome:
+def _move(
+    path: str,
+    root: str,
+    entry_id: str,
+    kind: str,
+    reason: str,
+    details,
+    purge: bool,
+    by: str,
+    fingerprint: str | None,
+) -> Outcome:
     """Quarantine ``path`` (and with ``purge`` delete it); what happened."""
     try:
-        rec = q.move(path, reason, details, root=root, entry_id=entry_id, kind=kind, by=by,
-                     fingerprint=fingerprint)
+        rec = q.move(
+            path,
+            reason,
+            details,
+            root=root,
+            entry_id=entry_id,
+            kind=kind,
+            by=by,
+            fingerprint=fingerprint,
+        )
     except FileNotFoundError:
         return Outcome(path, entry_id, "skipped", "gone since the scan")
     except (OSError, q.QuarantineError) as exc:
@@ -131,7 +188,9 @@ def _move(path: str, root: str, entry_id: str, kind: str, reason: str, details, 
     try:
         q.purge(rec)
     except (OSError, q.QuarantineError) as exc:
-        return Outcome(path, entry_id, "quarantined", f"not deleted: {_why(exc)}", rec.id, rec.bytes)
+        return Outcome(
+            path, entry_id, "quarantined", f"not deleted: {_why(exc)}", rec.id, rec.bytes
+        )
     return Outcome(path, entry_id, "deleted", "", rec.id, rec.bytes)
 
 
@@ -157,13 +216,23 @@ class PartitionFacts:
     newest: float = 0.0  # newest mtime inside: a write in progress shows here
 
     def to_json(self) -> dict:
-        return {"base": self.base, "path": self.path, "digest": self.digest, "last_used": self.last_used,
-                "bytes": self.bytes, "current": self.current}
+        return {
+            "base": self.base,
+            "path": self.path,
+            "digest": self.digest,
+            "last_used": self.last_used,
+            "bytes": self.bytes,
+            "current": self.current,
+        }
 
 
-def partition_facts(base: str, path: str, digest: str, last_used: float | None, current: str | None) -> PartitionFacts:
+def partition_facts(
+    base: str, path: str, digest: str, last_used: float | None, current: str | None
+) -> PartitionFacts:
     """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
-    total, newest = q.tree_stats(path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE}))  # our own locks are no use
+    total, newest = q.tree_stats(
+        path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE})
+    )  # our own locks are no use
     if not last_used:
         try:
             last_used = os.lstat(path).st_mtime
@@ -190,8 +259,17 @@ def prune(actions, *, current: str | None, keep_quarantined: bool = False) -> li
                 bad = "gone since the scan"
             o = Outcome(p.path, p.digest, "skipped", bad) if bad else None
             if o is None:
-                o = _move(p.path, p.base, f"{PARTITIONS_DIR}/{p.digest}", "partition", "pruned", (a.why,),
-                          not keep_quarantined, "prune", p.digest)
+                o = _move(
+                    p.path,
+                    p.base,
+                    f"{PARTITIONS_DIR}/{p.digest}",
+                    "partition",
+                    "pruned",
+                    (a.why,),
+                    not keep_quarantined,
+                    "prune",
+                    p.digest,
+                )
         outcomes.append(o)
     return outcomes
 

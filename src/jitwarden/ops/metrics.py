@@ -13,10 +13,10 @@ import os
 import time
 from dataclasses import dataclass
 
+from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
 from jitwarden.store import fsutil, partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
-from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
-from jitwarden.env.locations import PARTITION_VARS, default_base
 
 LAST_VERIFY = "last-verify.json"
 STATS_DIR = "stats"
@@ -37,16 +37,37 @@ class Sample:
 
 
 _HELP = {
-    "jitwarden_remote_requests_total": ("counter", "Remote cache lookups per file, by result (hit, miss, unavailable)."),
-    "jitwarden_remote_rejects_total": ("counter", "Remote cache values refused, by reason (never loaded)."),
-    "jitwarden_remote_puts_total": ("counter", "Signed values stored in the remote cache (writer role)."),
-    "jitwarden_local_lookups_total": ("counter", "Local kernel cache lookups of processes with the remote cache on."),
+    "jitwarden_remote_requests_total": (
+        "counter",
+        "Remote cache lookups per file, by result (hit, miss, unavailable).",
+    ),
+    "jitwarden_remote_rejects_total": (
+        "counter",
+        "Remote cache values refused, by reason (never loaded).",
+    ),
+    "jitwarden_remote_puts_total": (
+        "counter",
+        "Signed values stored in the remote cache (writer role).",
+    ),
+    "jitwarden_local_lookups_total": (
+        "counter",
+        "Local kernel cache lookups of processes with the remote cache on.",
+    ),
     "jitwarden_quarantined_entries": ("gauge", "Entries moved into a cache root's quarantine."),
     "jitwarden_partition_bytes": ("gauge", "Bytes in one fingerprint partition of a cache root."),
-    "jitwarden_partition_entries": ("gauge", "Entries in one fingerprint partition of a cache root."),
-    "jitwarden_partition_last_used_timestamp_seconds": ("gauge", "When activation last used the partition."),
+    "jitwarden_partition_entries": (
+        "gauge",
+        "Entries in one fingerprint partition of a cache root.",
+    ),
+    "jitwarden_partition_last_used_timestamp_seconds": (
+        "gauge",
+        "When activation last used the partition.",
+    ),
     "jitwarden_last_verify_timestamp_seconds": ("gauge", "When `jitwarden verify` last finished."),
-    "jitwarden_last_verify_errors": ("gauge", "Entries at error level in the last `jitwarden verify`."),
+    "jitwarden_last_verify_errors": (
+        "gauge",
+        "Entries at error level in the last `jitwarden verify`.",
+    ),
 }
 
 
@@ -59,8 +80,17 @@ def record_verify(summary: dict, env=None) -> None:
         finally:
             os.close(top)
         try:
-            write_json_atomic(LAST_VERIFY, {"schema": 1, "time": time.time(), "errors": summary.get("errors", 0),
-                                            "entries": summary.get("entries", 0)}, ".last-verify.", dir_fd=sfd)
+            write_json_atomic(
+                LAST_VERIFY,
+                {
+                    "schema": 1,
+                    "time": time.time(),
+                    "errors": summary.get("errors", 0),
+                    "entries": summary.get("entries", 0),
+                },
+                ".last-verify.",
+                dir_fd=sfd,
+            )
         finally:
             os.close(sfd)
     except OSError:
@@ -122,8 +152,12 @@ def remote_counters(env=None, problems: list | None = None) -> dict:
             if doc is None:
                 continue
             counters = doc.get("counters")
-            if not isinstance(counters, dict) or not all(isinstance(k, str) and _count(v) for k, v in counters.items()):
-                problems.append(f"{STATS_DIR}/{n}: its counters are not counts; left out of the metrics")
+            if not isinstance(counters, dict) or not all(
+                isinstance(k, str) and _count(v) for k, v in counters.items()
+            ):
+                problems.append(
+                    f"{STATS_DIR}/{n}: its counters are not counts; left out of the metrics"
+                )
                 continue
             for k, v in counters.items():
                 total[k] = total.get(k, 0) + v
@@ -150,8 +184,10 @@ def last_verify(env=None, problems: list | None = None) -> tuple[float, int] | N
         return None
     t, errors = doc.get("time"), doc.get("errors")
     if not (type(t) in (int, float) and math.isfinite(t) and t >= 0 and _count(errors)):
-        problems.append(f"{STATS_DIR}/{LAST_VERIFY}: not a valid record (time {t!r}, errors {errors!r}); "
-                        "left out of the metrics (the next `jitwarden verify` writes it again)")
+        problems.append(
+            f"{STATS_DIR}/{LAST_VERIFY}: not a valid record (time {t!r}, errors {errors!r}); "
+            "left out of the metrics (the next `jitwarden verify` writes it again)"
+        )
         return None
     return float(t), errors
 
@@ -159,7 +195,7 @@ def last_verify(env=None, problems: list | None = None) -> tuple[float, int] | N
 def _tree(path: str) -> tuple[int, int]:
     """(bytes, top-level entries) of a directory, never following links."""
     size = 0
-    for d, dirs, files in os.walk(path):
+    for d, _dirs, files in os.walk(path):
         for n in files:
             try:
                 size += os.lstat(os.path.join(d, n)).st_size
@@ -191,14 +227,21 @@ def collect(env=None, current: str | None = None, problems: list | None = None) 
         cur = env.get(var)
         base = partition.base_of(cur) if cur else default_base(kind, env)
         try:
-            q = sum(1 for e in os.scandir(os.path.join(base, QUARANTINE_DIR)) if e.is_dir(follow_symlinks=False))
+            q = sum(
+                1
+                for e in os.scandir(os.path.join(base, QUARANTINE_DIR))
+                if e.is_dir(follow_symlinks=False)
+            )
         except OSError:
             q = None
         parts = partition.list_partitions(base)
         for pdir, _info in parts:
             try:
-                q = (q or 0) + sum(1 for e in os.scandir(os.path.join(pdir, QUARANTINE_DIR))
-                                   if e.is_dir(follow_symlinks=False))
+                q = (q or 0) + sum(
+                    1
+                    for e in os.scandir(os.path.join(pdir, QUARANTINE_DIR))
+                    if e.is_dir(follow_symlinks=False)
+                )
             except OSError:
                 pass
         if q is not None:
@@ -206,12 +249,20 @@ def collect(env=None, current: str | None = None, problems: list | None = None) 
         for pdir, info in parts:
             digest = os.path.basename(pdir)
             size, n = _tree(pdir)
-            labels = (("kind", kind), ("root", base), ("partition", digest),
-                      ("current", "1" if digest == current else "0"))
+            labels = (
+                ("kind", kind),
+                ("root", base),
+                ("partition", digest),
+                ("current", "1" if digest == current else "0"),
+            )
             out.append(Sample("jitwarden_partition_bytes", labels, size))
             out.append(Sample("jitwarden_partition_entries", labels, n))
             if info is not None and info.last_used:
-                out.append(Sample("jitwarden_partition_last_used_timestamp_seconds", labels, info.last_used))
+                out.append(
+                    Sample(
+                        "jitwarden_partition_last_used_timestamp_seconds", labels, info.last_used
+                    )
+                )
     lv = last_verify(env, problems)
     if lv is not None:
         out.append(Sample("jitwarden_last_verify_timestamp_seconds", (), lv[0]))
@@ -234,8 +285,11 @@ def render(samples: list[Sample]) -> str:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
         for s in by[name]:
             lab = ",".join(f'{k}="{_esc(v)}"' for k, v in s.labels)
-            val = repr(float(s.value)) if isinstance(s.value, float) and not float(s.value).is_integer() else \
-                str(int(s.value))
+            val = (
+                repr(float(s.value))
+                if isinstance(s.value, float) and not float(s.value).is_integer()
+                else str(int(s.value))
+            )
             lines.append(f"{name}{{{lab}}} {val}" if lab else f"{name} {val}")
     return "\n".join(lines) + "\n"
 
@@ -266,4 +320,8 @@ def _unwritable(path: str, exc: OSError, where: str | None = None) -> str:
         return f"{path} is a directory; the metrics file must be a file"
     if where is None:
         return f"cannot write {path}: {(exc.strerror or str(exc)).lower()}"
-    return f"{where} is not a directory" if isinstance(exc, NotADirectoryError) else f"{where}: no such directory"
+    return (
+        f"{where} is not a directory"
+        if isinstance(exc, NotADirectoryError)
+        else f"{where}: no such directory"
+    )

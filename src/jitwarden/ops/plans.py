@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass
 
 from jitwarden.model.findings import CODES, Severity
+from jitwarden.model.text import human_duration, human_size
 from jitwarden.ops import maintenance
-from jitwarden.ops.maintenance import Outcome, PartitionFacts  # noqa: F401 - PartitionFacts: a plan's input, named here too
+from jitwarden.ops.maintenance import Outcome, PartitionFacts
 from jitwarden.store import locks
 from jitwarden.store import quarantine as q
 from jitwarden.store.fsutil import UnsafeName
-from jitwarden.model.text import human_duration, human_size
 
 ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR)
 
@@ -36,7 +36,11 @@ class Selection:
     def describe(self) -> str:
         parts = []
         if self.codes:
-            parts.append("every error-level finding" if self.codes == ERROR_CODES else ", ".join(sorted(self.codes)))
+            parts.append(
+                "every error-level finding"
+                if self.codes == ERROR_CODES
+                else ", ".join(sorted(self.codes))
+            )
         if self.older_than is not None:
             parts.append(f"older than {human_duration(self.older_than)}")
         if self.kinds:
@@ -46,8 +50,16 @@ class Selection:
         return "; ".join(parts) or "nothing"
 
 
-def selection(codes=(), stale=False, foreign_arch=False, orphans=False, older_than=None, kinds=None,
-              now: float = 0.0, every: bool = False) -> Selection:
+def selection(
+    codes=(),
+    stale=False,
+    foreign_arch=False,
+    orphans=False,
+    older_than=None,
+    kinds=None,
+    now: float = 0.0,
+    every: bool = False,
+) -> Selection:
     """The selection the clean options ask for: no code option and no age means every error; ``every``
     (``clean --all``): every entry, whatever its findings (pure)."""
     chosen = set(codes or ())
@@ -74,12 +86,23 @@ class Action:
     mtime: float
     reasons: tuple[str, ...]  # the finding codes (or "older-than") that selected it
     details: tuple[str, ...]  # the findings' messages
-    scope: str = "entry"  # entry | leftovers (tmp.pid_* older than the orphan age, inside a good entry)
+    scope: str = (
+        "entry"  # entry | leftovers (tmp.pid_* older than the orphan age, inside a good entry)
+    )
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "root": self.root, "id": self.id, "path": self.path, "type": self.type,
-                "bytes": self.bytes, "mtime": self.mtime, "reasons": list(self.reasons),
-                "details": list(self.details), "scope": self.scope}
+        return {
+            "kind": self.kind,
+            "root": self.root,
+            "id": self.id,
+            "path": self.path,
+            "type": self.type,
+            "bytes": self.bytes,
+            "mtime": self.mtime,
+            "reasons": list(self.reasons),
+            "details": list(self.details),
+            "scope": self.scope,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +111,9 @@ class CleanPlan:
 
     actions: tuple[Action, ...]
     selection: Selection
-    notes: tuple[str, ...] = ()  # problems clean does not act on (unsafe roots), with what to do instead
+    notes: tuple[
+        str, ...
+    ] = ()  # problems clean does not act on (unsafe roots), with what to do instead
 
     @property
     def bytes(self) -> int:
@@ -106,14 +131,28 @@ class CleanPlan:
         return dict(sorted(out.items()))
 
     def to_json(self) -> dict:
-        return {"selection": {"codes": sorted(self.selection.codes), "older_than_s": self.selection.older_than,
-                              "kinds": sorted(self.selection.kinds) if self.selection.kinds else None},
-                "actions": [a.to_json() for a in self.actions], "entries": len(self.actions), "bytes": self.bytes,
-                "by_reason": self.by_reason(), "notes": list(self.notes)}
+        return {
+            "selection": {
+                "codes": sorted(self.selection.codes),
+                "older_than_s": self.selection.older_than,
+                "kinds": sorted(self.selection.kinds) if self.selection.kinds else None,
+            },
+            "actions": [a.to_json() for a in self.actions],
+            "entries": len(self.actions),
+            "bytes": self.bytes,
+            "by_reason": self.by_reason(),
+            "notes": list(self.notes),
+        }
 
-
-    def execute(self, *, purge: bool = False, orphan_age: float = 3600.0, fingerprint: str | None = None,
-                lock_timeout: float | None = None, replan=None) -> list[Outcome]:
+    def execute(
+        self,
+        *,
+        purge: bool = False,
+        orphan_age: float = 3600.0,
+        fingerprint: str | None = None,
+        lock_timeout: float | None = None,
+        replan=None,
+    ) -> list[Outcome]:
         """Carry the plan out under every root's lock (ARCHITECTURE.md, "The flow of one command").
 
         ``replan`` (no arguments, returns a fresh plan) judges again under the lock: only what
@@ -123,9 +162,14 @@ class CleanPlan:
         with locks.hold(self.roots, lock_timeout):
             again = replan() if replan is not None else self
             actions = [a for a in again.actions if a.path in shown]
-            outcomes = maintenance.clean(actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint)
+            outcomes = maintenance.clean(
+                actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint
+            )
         gone = shown - {a.path for a in actions}
-        return outcomes + [Outcome(p, "", "skipped", "no longer selected (changed since the plan)") for p in sorted(gone)]
+        return outcomes + [
+            Outcome(p, "", "skipped", "no longer selected (changed since the plan)")
+            for p in sorted(gone)
+        ]
 
 
 def plan_clean(report, sel: Selection) -> CleanPlan:
@@ -155,12 +199,27 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
             elif sel.older_than is None:  # clean --all
                 reasons, details = ("all",), ()
             else:
-                reasons, details = ("older-than",), (f"newest file {human_duration(sel.now - e.mtime)} old",)
+                reasons, details = (
+                    ("older-than",),
+                    (f"newest file {human_duration(sel.now - e.mtime)} old",),
+                )
             scope = "entry"
             if reasons == ("orphan",) and e.type not in ("partial", "empty", "other"):
                 scope = "leftovers"
-            actions.append(Action(e.kind, e.root, e.id, e.path, e.type, 0 if scope == "leftovers" else e.bytes,
-                                  e.mtime, reasons, details, scope))
+            actions.append(
+                Action(
+                    e.kind,
+                    e.root,
+                    e.id,
+                    e.path,
+                    e.type,
+                    0 if scope == "leftovers" else e.bytes,
+                    e.mtime,
+                    reasons,
+                    details,
+                    scope,
+                )
+            )
     return CleanPlan(tuple(actions), sel, tuple(notes))
 
 
@@ -187,22 +246,38 @@ class PrunePlan:
     def bytes(self) -> int:
         return sum(a.partition.bytes for a in self.actions)
 
-    def execute(self, *, keep_quarantined: bool = False, lock_timeout: float | None = None,
-                replan=None) -> list[Outcome]:
+    def execute(
+        self, *, keep_quarantined: bool = False, lock_timeout: float | None = None, replan=None
+    ) -> list[Outcome]:
         """Remove the partitions under the locks of their bases and themselves; ``replan`` decides again there."""
         shown = {a.partition.path for a in self.actions}
         with locks.hold({a.partition.base for a in self.actions} | shown, lock_timeout):
             again = replan() if replan is not None else self
             chosen = [a for a in again.actions if a.partition.path in shown]
-            outcomes = maintenance.prune(chosen, current=self.current, keep_quarantined=keep_quarantined)
+            outcomes = maintenance.prune(
+                chosen, current=self.current, keep_quarantined=keep_quarantined
+            )
         left = shown - {a.partition.path for a in chosen}
-        return outcomes + [Outcome(p, os.path.basename(p), "skipped", "no longer chosen (used or changed since the plan)")
-                           for p in sorted(left)]
+        return outcomes + [
+            Outcome(
+                p,
+                os.path.basename(p),
+                "skipped",
+                "no longer chosen (used or changed since the plan)",
+            )
+            for p in sorted(left)
+        ]
 
 
-def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: int | None = None,
-               older_than: float | None = None, now: float = 0.0, busy_age: float = 0.0,
-               current: str | None = None) -> PrunePlan:
+def plan_prune(
+    parts: list[PartitionFacts],
+    keep: int | None = None,
+    max_size: int | None = None,
+    older_than: float | None = None,
+    now: float = 0.0,
+    busy_age: float = 0.0,
+    current: str | None = None,
+) -> PrunePlan:
     """Whole partitions to remove, least recently used first; never the current one (pure).
 
     Per base: beyond the ``keep`` most recently used (the current one counts and always
@@ -215,7 +290,9 @@ def plan_prune(parts: list[PartitionFacts], keep: int | None = None, max_size: i
     for p in parts:
         bases.setdefault(p.base, []).append(p)
     for base in sorted(bases):
-        ps = sorted(bases[base], key=lambda p: (not p.current, -p.last_used, p.digest))  # current first, then MRU
+        ps = sorted(
+            bases[base], key=lambda p: (not p.current, -p.last_used, p.digest)
+        )  # current first, then MRU
         drop: dict[str, str] = {}
         for i, p in enumerate(ps):
             if p.current or (busy_age and now - p.newest < busy_age):
@@ -278,7 +355,10 @@ class RestorePlan:
         return () if self.replace else tuple(r for r in self.records if r.id in self.conflicts)
 
     def to_json(self) -> list[dict]:
-        return [{"id": r.id, "to": r.original_path, "replaces": r.id in self.conflicts} for r in self.records]
+        return [
+            {"id": r.id, "to": r.original_path, "replaces": r.id in self.conflicts}
+            for r in self.records
+        ]
 
     def execute(self, *, lock_timeout: float | None = None) -> list[str]:
         """Restore under the roots' locks, in order; the ids restored. Refuses a blocked plan."""
@@ -291,7 +371,9 @@ class RestorePlan:
 def plan_restore(records, replace: bool = False) -> RestorePlan:
     """What restoring ``records`` would do (reads only whether each original path is taken)."""
     recs = tuple(records)
-    return RestorePlan(recs, frozenset(r.id for r in recs if os.path.lexists(r.original_path)), replace)
+    return RestorePlan(
+        recs, frozenset(r.id for r in recs if os.path.lexists(r.original_path)), replace
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,10 +406,14 @@ class EmptyPlan:
         return done
 
 
-def plan_empty(records, ids_given: bool, older_than: float | None = None, now: float = 0.0) -> EmptyPlan:
+def plan_empty(
+    records, ids_given: bool, older_than: float | None = None, now: float = 0.0
+) -> EmptyPlan:
     """From every record of the roots (``include_empty``): the present ones chosen, older than the cutoff (pure);
     empty slots too, older than the same cutoff (``--older-than 7d`` with nothing that old plans nothing)."""
     if older_than is not None:
         records = [r for r in records if r.quarantined_at < now - older_than]
     present = [r for r in records if r.present]
-    return EmptyPlan(tuple(present), () if ids_given else tuple(r for r in records if not r.present))
+    return EmptyPlan(
+        tuple(present), () if ids_given else tuple(r for r in records if not r.present)
+    )

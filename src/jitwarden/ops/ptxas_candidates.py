@@ -46,7 +46,9 @@ def validate_extra(paths) -> None:
             raise OptionError("extra_ptxas", p, "not executable")
         info = ptxas.inspect(p)
         if info is None or info.release is None:
-            raise OptionError("extra_ptxas", p, f"`{p} --version` does not name a CUDA release; is it a ptxas?")
+            raise OptionError(
+                "extra_ptxas", p, f"`{p} --version` does not name a CUDA release; is it a ptxas?"
+            )
 
 
 _RUNTIME: dict[int, str | None] = {}
@@ -72,13 +74,15 @@ def triton_choice(arch: int) -> str | None:
             fn = compiler.get_ptxas
             tool = fn(arch) if inspect.signature(fn).parameters else fn()  # no argument up to 3.5
             path = tool.path if isinstance(getattr(tool, "path", None), str) else None
-        except Exception:  # noqa: BLE001 - no Triton, no NVIDIA backend, no ptxas: use the table
+        except Exception:
             path = None
         _RUNTIME[arch] = path
         return path
 
 
-def recipe_disagreements(archs=(80, 90, 100, 120), recipe: ptxas.TritonRecipe | None = None) -> list[str]:
+def recipe_disagreements(
+    archs=(80, 90, 100, 120), recipe: ptxas.TritonRecipe | None = None
+) -> list[str]:
     """Where :data:`jitwarden.env.ptxas.RECIPES` (or ``recipe``) disagrees with the installed Triton, in words.
 
     Checks the ptxas Triton's own ``get_ptxas`` picks for each arch, and the flags its
@@ -88,26 +92,38 @@ def recipe_disagreements(archs=(80, 90, 100, 120), recipe: ptxas.TritonRecipe | 
 
     try:
         from triton.backends.nvidia import compiler
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
     version = ptxas.installed_triton_version()
     recipe = ptxas.recipe_for(version) if recipe is None else recipe
-    out = [] if recipe.known else [f"Triton {version} is not in the table; Triton {recipe.release}'s stands in"]
+    out = (
+        []
+        if recipe.known
+        else [f"Triton {version} is not in the table; Triton {recipe.release}'s stands in"]
+    )
     for arch in archs:
         real = triton_choice(arch)
         want = recipe.binary(arch)[0]
-        if real is not None and os.path.basename(real) != want and not os.environ.get(recipe.binary(arch)[1]):
+        if (
+            real is not None
+            and os.path.basename(real) != want
+            and not os.environ.get(recipe.binary(arch)[1])
+        ):
             out.append(f"sm_{arch}: Triton runs {os.path.basename(real)}, the table says {want}")
     try:
         src = inspect.getsource(compiler.CUDABackend.make_cubin)
     except (OSError, TypeError, AttributeError):
         return out + ["make_cubin's source is not readable"]
-    facts = (("-g for DISABLE_PTXAS_OPT", '["-g"]' in src, recipe.debug_g),
-             ("--regAllocOptLevel=2", "--regAllocOptLevel=2" in src, recipe.reg_alloc),
-             ("--opt-level 1 for consan/fpsan", "consan" in src, recipe.sanitizer_opt is not None))
+    facts = (
+        ("-g for DISABLE_PTXAS_OPT", '["-g"]' in src, recipe.debug_g),
+        ("--regAllocOptLevel=2", "--regAllocOptLevel=2" in src, recipe.reg_alloc),
+        ("--opt-level 1 for consan/fpsan", "consan" in src, recipe.sanitizer_opt is not None),
+    )
     for what, in_source, in_table in facts:
         if in_source != in_table:
-            out.append(f"make_cubin {'emits' if in_source else 'does not emit'} {what}; the table says otherwise")
+            out.append(
+                f"make_cubin {'emits' if in_source else 'does not emit'} {what}; the table says otherwise"
+            )
     return out
 
 
@@ -146,7 +162,9 @@ class CandidatePool:
 
         role = self.recipe.role(arch)
         add(self.triton_ptxas(arch), role, True)
-        if role == "triton":  # Inductor's TRITON_PTXAS_PATH reaches only the arches Triton runs `ptxas` for
+        if (
+            role == "triton"
+        ):  # Inductor's TRITON_PTXAS_PATH reaches only the arches Triton runs `ptxas` for
             for p in self.inductor:
                 add(p, "inductor", True)
         for p in self.extra:

@@ -33,20 +33,43 @@ class RefusedOption(ValueError):
 # the metadata is untrusted input and never becomes an arbitrary ptxas argument.
 _BOOL = re.compile(r"(true|false)\Z")
 _INT = re.compile(r"\d{1,4}\Z")
-_PTX_FLAGS = frozenset({
-    "-v", "--verbose", "-lineinfo", "--generate-line-info", "-suppress-debug-info", "--suppress-debug-info",
-    "-g", "--device-debug", "--warn-on-spills", "-warn-spills", "--warn-on-local-memory-usage",
-    "-warn-lmem-usage", "--warn-on-double-precision-use", "-warn-double-usage",
-    "--disable-optimizer-constants", "-disable-optimizer-consts", "--sp-bounds-check", "-sp-bounds-check",
-})
+_PTX_FLAGS = frozenset(
+    {
+        "-v",
+        "--verbose",
+        "-lineinfo",
+        "--generate-line-info",
+        "-suppress-debug-info",
+        "--suppress-debug-info",
+        "-g",
+        "--device-debug",
+        "--warn-on-spills",
+        "-warn-spills",
+        "--warn-on-local-memory-usage",
+        "-warn-lmem-usage",
+        "--warn-on-double-precision-use",
+        "-warn-double-usage",
+        "--disable-optimizer-constants",
+        "-disable-optimizer-consts",
+        "--sp-bounds-check",
+        "-sp-bounds-check",
+    }
+)
 _PTX_VALUED = {
-    "--maxrregcount": _INT, "-maxrregcount": _INT,
-    "--opt-level": re.compile(r"[0-4]\Z"), "-O": re.compile(r"[0-4]\Z"),
-    "--regAllocOptLevel": _INT, "-regAllocOptLevel": _INT,
-    "--fmad": _BOOL, "-fmad": _BOOL,
-    "--allow-expensive-optimizations": _BOOL, "-allow-expensive-optimizations": _BOOL,
-    "--def-load-cache": re.compile(r"(ca|cg|cs|lu|cv)\Z"), "-dlcm": re.compile(r"(ca|cg|cs|lu|cv)\Z"),
-    "--def-store-cache": re.compile(r"(wb|cg|cs|wt)\Z"), "-dscm": re.compile(r"(wb|cg|cs|wt)\Z"),
+    "--maxrregcount": _INT,
+    "-maxrregcount": _INT,
+    "--opt-level": re.compile(r"[0-4]\Z"),
+    "-O": re.compile(r"[0-4]\Z"),
+    "--regAllocOptLevel": _INT,
+    "-regAllocOptLevel": _INT,
+    "--fmad": _BOOL,
+    "-fmad": _BOOL,
+    "--allow-expensive-optimizations": _BOOL,
+    "-allow-expensive-optimizations": _BOOL,
+    "--def-load-cache": re.compile(r"(ca|cg|cs|lu|cv)\Z"),
+    "-dlcm": re.compile(r"(ca|cg|cs|lu|cv)\Z"),
+    "--def-store-cache": re.compile(r"(wb|cg|cs|wt)\Z"),
+    "-dscm": re.compile(r"(wb|cg|cs|wt)\Z"),
 }
 
 
@@ -74,19 +97,25 @@ def allowed_ptx_options(text: str) -> list[str]:
             name, value, eq = "-O", name[2:], "attached"
         check = _PTX_VALUED.get(name)
         if check is None:
-            raise RefusedOption(f"ptx_options holds {_shown(tok)}, not an option Triton passes to ptxas; "
-                                "it was not run (untrusted metadata never becomes a ptxas argument)")
+            raise RefusedOption(
+                f"ptx_options holds {_shown(tok)}, not an option Triton passes to ptxas; "
+                "it was not run (untrusted metadata never becomes a ptxas argument)"
+            )
         if eq:
             out.append(tok)
         else:
             if i >= len(tokens):
-                raise RefusedOption(f"ptx_options ends with {_shown(tok)} and no value; it was not run")
+                raise RefusedOption(
+                    f"ptx_options ends with {_shown(tok)} and no value; it was not run"
+                )
             value = tokens[i]
             i += 1
             out += [tok, value]
         if not check.match(value):
-            raise RefusedOption(f"ptx_options gives {_shown(name)} the value {_shown(value)}, which it does not "
-                                "take; it was not run (untrusted metadata never becomes a ptxas argument)")
+            raise RefusedOption(
+                f"ptx_options gives {_shown(name)} the value {_shown(value)}, which it does not "
+                "take; it was not run (untrusted metadata never becomes a ptxas argument)"
+            )
     return out
 
 
@@ -144,7 +173,12 @@ def releases_for_ptx(version: str | None) -> frozenset[str]:
         return frozenset()
     v = major * 10 + minor
     out = set()
-    for cmaj, cmin in [(11, m) for m in range(10)] + [(12, m) for m in range(10)] + [(13, m) for m in range(10)] + [(14, m) for m in range(10)]:
+    for cmaj, cmin in (
+        [(11, m) for m in range(10)]
+        + [(12, m) for m in range(10)]
+        + [(13, m) for m in range(10)]
+        + [(14, m) for m in range(10)]
+    ):
         if cmaj == 12:
             p = 80 + cmin if cmin < 6 else 80 + cmin - 1
         elif cmaj == 11:
@@ -163,7 +197,7 @@ def cubin_producer(data: bytes) -> tuple[str | None, str | None]:
 
         e = elf.parse(data)
         tk = elf.tkinfo(e)
-    except Exception:  # noqa: BLE001 - a damaged cubin names no producer
+    except Exception:
         return None, None
     if tk:
         for s in tk:

@@ -48,18 +48,38 @@ import os
 import secrets
 import subprocess
 import threading
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
-from jitwarden.formats import cubin_compare
-from jitwarden.env import ptxas
 from jitwarden.adapters import triton as tri
-from jitwarden.store.fsutil import make_dirs, private_dir, read_bytes, remove_file, remove_tree, write_bytes_atomic, write_new_file
-from jitwarden.model.findings import Finding
+from jitwarden.env import ptxas
+from jitwarden.formats import cubin_compare
 from jitwarden.formats.ptx import parse_header
+from jitwarden.model.findings import Finding
 from jitwarden.ops.ptxas_candidates import (  # noqa: F401 - OptionError, recipe_disagreements: the engine's API
-    Candidate, CandidatePool, OptionError, recipe_disagreements, triton_choice, validate_extra)
+    Candidate,
+    CandidatePool,
+    OptionError,
+    recipe_disagreements,
+    triton_choice,
+    validate_extra,
+)
 from jitwarden.ops.ptxas_cmdline import (  # noqa: F401 - the command line's names, used through this module
-    RefusedOption, allowed_ptx_options, cubin_producer, ptxas_flags, releases_for_ptx)
+    RefusedOption,
+    allowed_ptx_options,
+    cubin_producer,
+    ptxas_flags,
+    releases_for_ptx,
+)
+from jitwarden.store.fsutil import (
+    make_dirs,
+    private_dir,
+    read_bytes,
+    remove_file,
+    remove_tree,
+    write_bytes_atomic,
+    write_new_file,
+)
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
 PTXAS_TIMEOUT_S = 900.0
@@ -88,8 +108,12 @@ class RebuildResult:
     findings: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "ptxas": self.ptxas, "message": self.message,
-                "findings": [f.to_json() for f in self.findings]}
+        return {
+            "verdict": self.verdict,
+            "ptxas": self.ptxas,
+            "message": self.message,
+            "findings": [f.to_json() for f in self.findings],
+        }
 
 
 def _validate_keep(keep_dir: str | None) -> None:
@@ -101,7 +125,6 @@ def _validate_keep(keep_dir: str | None) -> None:
         raise OptionError("keep_dir", keep_dir, f"cannot create: {exc.strerror or exc}") from None
     if not os.access(keep_dir, os.W_OK | os.X_OK):
         raise OptionError("keep_dir", keep_dir, "not writable")
-
 
 
 # ---------------------------------------------------------------- the engine
@@ -209,7 +232,9 @@ class _Engine:
             self.ptx_files[digest] = p
             return p
 
-    def assemble(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], index: int = 0) -> _Attempt:
+    def assemble(
+        self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], index: int = 0
+    ) -> _Attempt:
         """The ``index``-th assembly (0: the first) of this PTX by ``cand`` with ``flags``, run at most once."""
         key = (cand.info.sha256, digest, tuple(flags))
         for i in range(index + 1):
@@ -227,7 +252,9 @@ class _Engine:
                     raise
         return fut.result()
 
-    def _run(self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], retry: bool = False) -> _Attempt:
+    def _run(
+        self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], retry: bool = False
+    ) -> _Attempt:
         import time
 
         src = self._ptx_file(digest, ptx)
@@ -239,8 +266,14 @@ class _Engine:
         with self.lock:
             if self.cancelled.is_set():
                 raise _Cancelled()
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    cwd=self.tmp, close_fds=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=self.tmp,
+                close_fds=True,
+            )
             self.procs.add(proc)
         try:
             try:
@@ -303,11 +336,17 @@ class _Engine:
         if matched is not None:
             return matched
         if not tries.tried and not tries.skipped:
-            return _unverifiable(f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)")
+            return _unverifiable(
+                f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)"
+            )
         assembled = [(c, a) for c, a in tries.tried if a.ok]
         if not assembled:
-            why = "; ".join([f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped)
-            return _unverifiable(f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}")
+            why = "; ".join(
+                [f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped
+            )
+            return _unverifiable(
+                f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}"
+            )
         same = [(c, a) for c, a in assembled if inp.same_release(c)]
         if not same:
             rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
@@ -315,13 +354,16 @@ class _Engine:
             return _unverifiable(
                 f"built by a CUDA {wanted} ptxas ({inp.producer}); none is here, and a rebuild by "
                 f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
-                f"{wanted} ptxas")
+                f"{wanted} ptxas"
+            )
         if _stamp(w.path, inp.ptx_file, inp.cubin_file) != inp.stamp:
             # Triton writes a group file by file: a writer still at work can pair one compile's
             # PTX with another's cubin. Judge only what stood still while we read it.
             if w.retried:
-                return _unverifiable("the entry's PTX or cubin changed while it was being verified "
-                                     "(a process is still writing it); rerun when it is idle")
+                return _unverifiable(
+                    "the entry's PTX or cubin changed while it was being verified "
+                    "(a process is still writing it); rerun when it is idle"
+                )
             w.retried = True
             return self._verify(w)
         return self._unmatched(w, inp, [c for c, _ in same], assembled, tries.outputs)
@@ -337,7 +379,9 @@ class _Engine:
             return _unverifiable("no readable metadata JSON: nothing says how it was built")
         backend, _arch = tri.metadata_target(md)
         if backend != "cuda":
-            return _unverifiable(f"not a CUDA entry (backend {backend!r}): no ptxas rebuild applies")
+            return _unverifiable(
+                f"not a CUDA entry (backend {backend!r}): no ptxas rebuild applies"
+            )
         if facts.ptx_file is None:
             return _unverifiable("no PTX in the entry: nothing to rebuild from")
         if facts.cubin_file is None:
@@ -367,9 +411,23 @@ class _Engine:
         ptx_rels = releases_for_ptx(hdr.version) if md.get("ptx_version") is None else frozenset()
         cub_rel, cub_build = cubin_producer(cached)
         expected = ptx_rels or (frozenset({cub_rel}) if cub_rel else frozenset())
-        return _Inputs(facts.ptx_file, facts.cubin_file, ptx, cached, hashlib.sha256(ptx).hexdigest(), arch, flags,
-                       recipe, tv, hdr.version, expected, cub_rel, cub_build,
-                       _producer_text(hdr.version, ptx_rels, cub_rel, cub_build), stamp)
+        return _Inputs(
+            facts.ptx_file,
+            facts.cubin_file,
+            ptx,
+            cached,
+            hashlib.sha256(ptx).hexdigest(),
+            arch,
+            flags,
+            recipe,
+            tv,
+            hdr.version,
+            expected,
+            cub_rel,
+            cub_build,
+            _producer_text(hdr.version, ptx_rels, cub_rel, cub_build),
+            stamp,
+        )
 
     def _assemble_all(self, w: _Work, inp: _Inputs, tries: _Tries) -> RebuildResult | None:
         """Assemble the PTX with each candidate until one reproduces the cubin (its result), recording every
@@ -407,13 +465,21 @@ class _Engine:
                     tries.outputs[c.path].append(att.cubin)
                     cmp = cubin_compare.compare(cached, att.cubin)
                     if cmp.equal:
-                        distinct = cubin_compare.judge_attempts(cached, tries.outputs[c.path]).distinct
-                        note = (f"; this ptxas's output varies between runs for this kernel: run {k + 1} matched "
-                                f"after {k} differing run(s) ({distinct} distinct results)")
-                        return self._matched(w, c, cmp, cached, arch, inp.producer, tries.tried, note)
+                        distinct = cubin_compare.judge_attempts(
+                            cached, tries.outputs[c.path]
+                        ).distinct
+                        note = (
+                            f"; this ptxas's output varies between runs for this kernel: run {k + 1} matched "
+                            f"after {k} differing run(s) ({distinct} distinct results)"
+                        )
+                        return self._matched(
+                            w, c, cmp, cached, arch, inp.producer, tries.tried, note
+                        )
         return None
 
-    def _unmatched(self, w: _Work, inp: _Inputs, same: list[Candidate], assembled, outputs) -> RebuildResult:
+    def _unmatched(
+        self, w: _Work, inp: _Inputs, same: list[Candidate], assembled, outputs
+    ) -> RebuildResult:
         """The verdict when every run of every producer-release candidate (``same``) differs: judge the set
         of outputs of each (cubin_compare.judge_attempts). One that varies only where the cached cubin
         differs leaves it unproven (unverifiable); otherwise the cubin differs where ptxas is stable."""
@@ -423,31 +489,59 @@ class _Engine:
         if confined is not None:
             c, j = confined
             kept = self._keep(w, cached, outputs[c.path][j.nearest])
-            return _unverifiable(f"{j.reason}; assembled with {c.label} ({producer})" + _diff_hint(kept))
+            return _unverifiable(
+                f"{j.reason}; assembled with {c.label} ({producer})" + _diff_hint(kept)
+            )
         if not inp.recipe.known:
             return _unverifiable(
                 f"built by Triton {inp.triton_version or '(no version recorded)'}, whose ptxas command line jitwarden "
                 f"does not know (it knows Triton {ptxas.RECIPES[0].release} to {ptxas.RECIPES[-1].release}); the "
-                f"rebuild with Triton {inp.recipe.release}'s differs, which proves nothing either way")
+                f"rebuild with Triton {inp.recipe.release}'s differs, which proves nothing either way"
+            )
         ref_c, ref_j = judged[0]
         ref_cubin = outputs[ref_c.path][ref_j.nearest or 0]
         cmp = cubin_compare.compare(cached, ref_cubin)
         kept = self._keep(w, cached, ref_cubin)
-        if ref_c.info.release == inp.cub_rel or inp.cub_rel is None and ref_c.info.release in inp.expected:
+        if (
+            ref_c.info.release == inp.cub_rel
+            or inp.cub_rel is None
+            and ref_c.info.release in inp.expected
+        ):
             version_note = f"same release as the entry's producer ({producer})"
         else:
-            version_note = f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
-        where = f"first difference in {cmp.first_section}" + (f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else "")
+            version_note = (
+                f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
+            )
+        where = f"first difference in {cmp.first_section}" + (
+            f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else ""
+        )
         others = [c.path for c, _ in assembled if c is not ref_c]
-        runs = (f"; {ref_j.reason}" if ref_j.verdict == "varies-differs"
-                else f"; {ref_c.path} gave {ref_j.reason}" if ref_j.attempts > 1 else "")
-        msg = (f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
-               + runs + (f"; also differs from {', '.join(others)}" if others else "")
-               + _diff_hint(kept))
+        runs = (
+            f"; {ref_j.reason}"
+            if ref_j.verdict == "varies-differs"
+            else f"; {ref_c.path} gave {ref_j.reason}"
+            if ref_j.attempts > 1
+            else ""
+        )
+        msg = (
+            f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
+            + runs
+            + (f"; also differs from {', '.join(others)}" if others else "")
+            + _diff_hint(kept)
+        )
         return RebuildResult("not-reproducible", None, msg, (Finding("not-reproducible", msg),))
 
-    def _matched(self, w: _Work, c: Candidate, cmp: cubin_compare.CubinComparison, cached: bytes, arch: int,
-                 producer: str, tried, note: str = "") -> RebuildResult:
+    def _matched(
+        self,
+        w: _Work,
+        c: Candidate,
+        cmp: cubin_compare.CubinComparison,
+        cached: bytes,
+        arch: int,
+        producer: str,
+        tried,
+        note: str = "",
+    ) -> RebuildResult:
         how = ("byte for byte" if cmp.identical else f"{cmp.summary()}") + note
         if c.environment:
             return RebuildResult("verified", c.path, f"reproduced {how} by {c.label}")
@@ -455,8 +549,11 @@ class _Engine:
         env_att = next((a for x, a in tried if x.environment and a.ok), None)
         kept = self._keep(w, cached, env_att.cubin) if env_att is not None else None
         would = ", ".join(x.label for x in env) or "no ptxas (none found)"
-        msg = (f"reproduced {how} only by {c.label}, which this environment's compilers do not use; for sm_{arch} "
-               f"they would use {would} ({producer})" + (_diff_hint(kept) if env_att is not None else ""))
+        msg = (
+            f"reproduced {how} only by {c.label}, which this environment's compilers do not use; for sm_{arch} "
+            f"they would use {would} ({producer})"
+            + (_diff_hint(kept) if env_att is not None else "")
+        )
         return RebuildResult("stale", c.path, msg, (Finding("stale", msg),))
 
     def _keep(self, w: _Work, cached: bytes, rebuilt: bytes | None) -> tuple[str, str] | None:
@@ -487,7 +584,10 @@ def _producer_text(ptx_version, ptx_rels, cub_rel, cub_build) -> str:
     if cub_rel:
         parts.append(f"cubin names CUDA {cub_build or cub_rel}")
     if ptx_version:
-        parts.append(f"PTX .version {ptx_version}" + (f" pairs with CUDA {'/'.join(sorted(ptx_rels))}" if ptx_rels else ""))
+        parts.append(
+            f"PTX .version {ptx_version}"
+            + (f" pairs with CUDA {'/'.join(sorted(ptx_rels))}" if ptx_rels else "")
+        )
     return ", ".join(parts) or "producer unknown"
 
 
@@ -497,8 +597,10 @@ def _diff_hint(kept: tuple[str, str] | None) -> str:
     bindir = ptxas.triton_bin_dir() or ""
     nvd = os.path.join(bindir, "nvdisasm") if bindir else "nvdisasm"
     a, b = kept
-    return (f"; kept {a} and {b}: diff <({nvd} -c -g {a}) <({nvd} -c -g {b}) "
-            f"(or {os.path.join(bindir, 'cuobjdump') if bindir else 'cuobjdump'} -sass -elf)")
+    return (
+        f"; kept {a} and {b}: diff <({nvd} -c -g {a}) <({nvd} -c -g {b}) "
+        f"(or {os.path.join(bindir, 'cuobjdump') if bindir else 'cuobjdump'} -sass -elf)"
+    )
 
 
 REBUILD_MAX = 256 << 20
@@ -534,9 +636,16 @@ def _ptx_size(e) -> int:
 # ---------------------------------------------------------------- public API
 
 
-def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=None, progress=None,
-                   machine_ptxas: list[str] | None = None, stats: dict | None = None,
-                   on_result=None) -> dict[str, RebuildResult]:
+def verify_entries(
+    entries,
+    options: RebuildOptions = RebuildOptions(),
+    *,
+    env=None,
+    progress=None,
+    machine_ptxas: list[str] | None = None,
+    stats: dict | None = None,
+    on_result=None,
+) -> dict[str, RebuildResult]:
     """Rebuild every kernel entry; return {entry path: RebuildResult} in the order given.
 
     ``progress(done, total)`` is called from the calling thread after each entry;
@@ -549,7 +658,9 @@ def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=N
     env = os.environ if env is None else env
     check_options(options)
     jobs = (os.cpu_count() or 1) if options.jobs is None else options.jobs
-    work = [_Work(e.path, e.id, e.name) for e in entries if getattr(e, "type", "kernel") == "kernel"]
+    work = [
+        _Work(e.path, e.id, e.name) for e in entries if getattr(e, "type", "kernel") == "kernel"
+    ]
     sizes = {e.path: _ptx_size(e) for e in entries}
     total = len(work)
     results: dict[str, RebuildResult] = {}
@@ -564,11 +675,9 @@ def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=N
         # Largest PTX first: the long ptxas runs start early and the tail stays short.
         for w in sorted(work, key=lambda w: -sizes.get(w.path, 0)):
             futs[ex.submit(engine.verify, w)] = w
-        done = 0
-        for fut in cf.as_completed(futs):
+        for done, fut in enumerate(cf.as_completed(futs), start=1):
             w = futs[fut]
             w.result = fut.result()
-            done += 1
             if on_result is not None:
                 on_result(w.path, w.result)
             if progress is not None:
@@ -583,7 +692,13 @@ def verify_entries(entries, options: RebuildOptions = RebuildOptions(), *, env=N
     ex.shutdown(wait=True)
     _remove_work(tmp)
     if stats is not None:
-        stats.update(ptxas_runs=engine.runs, ptxas_retries=engine.retry_runs, ptxas_seconds=engine.ptxas_seconds, entries=total, jobs=jobs)
+        stats.update(
+            ptxas_runs=engine.runs,
+            ptxas_retries=engine.retry_runs,
+            ptxas_seconds=engine.ptxas_seconds,
+            entries=total,
+            jobs=jobs,
+        )
     for w in work:
         results[w.path] = w.result
     return results
@@ -595,8 +710,13 @@ _NO_REBUILD = frozenset({"corrupt", "incomplete", "foreign-path", "unsafe"})
 
 def candidates(entries) -> list:
     """The entries a rebuild judges: Triton kernels without a file-level error (pure)."""
-    return [e for e in entries
-            if e.kind == "triton" and e.type == "kernel" and not any(f.code in _NO_REBUILD for f in e.findings)]
+    return [
+        e
+        for e in entries
+        if e.kind == "triton"
+        and e.type == "kernel"
+        and not any(f.code in _NO_REBUILD for f in e.findings)
+    ]
 
 
 def check_options(options: RebuildOptions) -> None:
@@ -608,7 +728,7 @@ def check_options(options: RebuildOptions) -> None:
 
 
 def summarize(results: dict[str, RebuildResult]) -> dict[str, int]:
-    out = {v: 0 for v in VERDICTS}
+    out = dict.fromkeys(VERDICTS, 0)
     for r in results.values():
         out[r.verdict] = out.get(r.verdict, 0) + 1
     return out

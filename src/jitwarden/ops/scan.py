@@ -18,10 +18,10 @@ from operator import attrgetter, methodcaller
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
 from jitwarden.adapters.base import expand_partitions, listed, listing_once
+from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
-from jitwarden.model.entries import CacheRoot, Entry, Judge
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 250
@@ -44,19 +44,35 @@ class CacheScan:
         return sum(e.bytes for e in self.entries)
 
     def to_json(self, current_digest: str | None = None) -> dict:
-        return cache_json(self.root, len(self.entries), self.bytes, self.findings, self.error, self.quarantined,
-                          current_digest)
+        return cache_json(
+            self.root,
+            len(self.entries),
+            self.bytes,
+            self.findings,
+            self.error,
+            self.quarantined,
+            current_digest,
+        )
 
 
-def cache_json(root: CacheRoot, entries: int, bytes: int, findings, error: str | None, quarantined: int,
-               current_digest: str | None) -> dict:
+def cache_json(
+    root: CacheRoot,
+    entries: int,
+    bytes: int,
+    findings,
+    error: str | None,
+    quarantined: int,
+    current_digest: str | None,
+) -> dict:
     """One root's object in a scan's JSON (``caches``), for a :class:`CacheScan` and a :class:`CacheTotals` alike."""
     return {
         "kind": root.kind,
         "root": root.path,
         "source": root.source,
         "partition": root.partition,
-        "current": (root.partition == current_digest) if root.partition and current_digest else None,
+        "current": (root.partition == current_digest)
+        if root.partition and current_digest
+        else None,
         "entries": entries,
         "bytes": bytes,
         "findings": [f.to_json() for f in findings],
@@ -83,12 +99,23 @@ class Tally:
         for k, n in other.by_code:
             codes[k] = codes.get(k, 0) + n
         worst = max((s for s in (self.worst, other.worst) if s is not None), default=None)
-        return Tally(self.entries + other.entries, self.bytes + other.bytes, self.errors + other.errors,
-                     self.warnings + other.warnings, worst, tuple(sorted(codes.items())))
+        return Tally(
+            self.entries + other.entries,
+            self.bytes + other.bytes,
+            self.errors + other.errors,
+            self.warnings + other.warnings,
+            worst,
+            tuple(sorted(codes.items())),
+        )
 
     def summary(self) -> dict:
         """The ``summary`` object of a scan's JSON."""
-        return {"entries": self.entries, "errors": self.errors, "warnings": self.warnings, "by_code": dict(self.by_code)}
+        return {
+            "entries": self.entries,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "by_code": dict(self.by_code),
+        }
 
 
 def tally(entries, root_findings=()) -> Tally:
@@ -128,8 +155,15 @@ class CacheTotals:
     quarantined: int = 0
 
     def to_json(self, current_digest: str | None = None) -> dict:
-        return cache_json(self.root, self.entries, self.bytes, self.findings, self.error, self.quarantined,
-                          current_digest)
+        return cache_json(
+            self.root,
+            self.entries,
+            self.bytes,
+            self.findings,
+            self.error,
+            self.quarantined,
+            current_digest,
+        )
 
 
 @dataclass(frozen=True)
@@ -154,11 +188,17 @@ class ScanReport:
 
     def with_findings(self, added: Mapping[str, tuple[Finding, ...]]) -> ScanReport:
         """This report with findings of a later stage (the rebuild) joined to the entries they are about, by path."""
+
         def grown(e: Entry) -> Entry:
             more = added.get(e.path)
             return replace(e, findings=e.findings + tuple(more)) if more else e
 
-        return replace(self, caches=tuple(replace(c, entries=tuple(grown(e) for e in c.entries)) for c in self.caches))
+        return replace(
+            self,
+            caches=tuple(
+                replace(c, entries=tuple(grown(e) for e in c.entries)) for c in self.caches
+            ),
+        )
 
     def tally(self) -> Tally:
         """The :class:`Tally` of every entry and every root's own findings."""
@@ -223,37 +263,52 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
         except OSError as exc:
             raise UsageError(f"{p}: {exc.strerror.lower()}") from None
         if not os.path.isdir(p):
-            raise UsageError(f"{p}: not a directory (give a cache root such as ~/.triton/cache, or one entry's directory)")
+            raise UsageError(
+                f"{p}: not a directory (give a cache root such as ~/.triton/cache, or one entry's directory)"
+            )
         if not os.access(p, os.R_OK | os.X_OK):
             raise UsageError(f"{p}: permission denied")
         path = os.path.abspath(p)
-        with listing_once():  # one listing of the path for this test and every adapter's (a root lists 10,000s)
+        with (
+            listing_once()
+        ):  # one listing of the path for this test and every adapter's (a root lists 10,000s)
             try:
                 kernel_files = _holds_kernel_files(listed(path).names)
             except OSError as exc:
                 raise UsageError(f"{p}: cannot list: {exc.strerror}") from None
             kind = adapters.kind_of_path(path)
         if kind in (None, tri.KIND) and kernel_files:
-            out.append((CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)]))
+            out.append(
+                (CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)])
+            )
             continue
         if kind is None:
             if known is None:
                 known = {os.path.realpath(r.path): r.kind for r, _ in default_roots(env)}
-            kind = known.get(os.path.realpath(path))  # a root this environment uses, even while empty
+            kind = known.get(
+                os.path.realpath(path)
+            )  # a root this environment uses, even while empty
         if kind is not None:
             out.append((CacheRoot(kind, path, "cli"), None))
             continue
         found, complete = roots_beneath(path)
         if not found:
-            searched = f"nor within {SEARCH_DEPTH} levels below it" if complete else \
-                f"nor in the first {SEARCH_DIRS} directories below it"
-            raise UsageError(f"{p}: no cache of a known kind here, {searched} "
-                             "(give a cache root such as ~/.triton/cache; `jitwarden doctor` lists the roots in use)")
+            searched = (
+                f"nor within {SEARCH_DEPTH} levels below it"
+                if complete
+                else f"nor in the first {SEARCH_DIRS} directories below it"
+            )
+            raise UsageError(
+                f"{p}: no cache of a known kind here, {searched} "
+                "(give a cache root such as ~/.triton/cache; `jitwarden doctor` lists the roots in use)"
+            )
         out += [(CacheRoot(k, r, "cli"), None) for k, r in found]
     return out
 
 
-def roots_beneath(path: str, depth: int = SEARCH_DEPTH, limit: int = SEARCH_DIRS) -> tuple[list[tuple[str, str]], bool]:
+def roots_beneath(
+    path: str, depth: int = SEARCH_DEPTH, limit: int = SEARCH_DIRS
+) -> tuple[list[tuple[str, str]], bool]:
     """((kind, root) of every cache root below ``path``, breadth first, never inside a root found; whether
     the search was complete): symlinks are not followed, jitwarden's own directories are skipped, and at
     most ``limit`` directories are looked at."""
@@ -266,7 +321,11 @@ def roots_beneath(path: str, depth: int = SEARCH_DEPTH, limit: int = SEARCH_DIRS
         for d in level:
             try:
                 with os.scandir(d) as it:
-                    kids = sorted(e.path for e in it if not is_reserved(e.name) and e.is_dir(follow_symlinks=False))
+                    kids = sorted(
+                        e.path
+                        for e in it
+                        if not is_reserved(e.name) and e.is_dir(follow_symlinks=False)
+                    )
             except OSError:
                 continue
             for k in kids:
@@ -288,18 +347,24 @@ def _holds_kernel_files(names: list[str]) -> bool:
     return any(map(_IS_GROUP, names)) or any(map(_IS_KERNEL_FILE, names))
 
 
-_IS_GROUP, _IS_KERNEL_FILE = methodcaller("startswith", "__grp__"), methodcaller("endswith", (".cubin", ".so"))
+_IS_GROUP, _IS_KERNEL_FILE = (
+    methodcaller("startswith", "__grp__"),
+    methodcaller("endswith", (".cubin", ".so")),
+)
 
 
-def default_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list[tuple[CacheRoot, list[str] | None]]:
+def default_roots(
+    env=os.environ, kinds: tuple[str, ...] | None = None
+) -> list[tuple[CacheRoot, list[str] | None]]:
     return [(r, None) for r in adapters.discover_roots(env, kinds)]
 
 
 # ---------------------------------------------------------------- judging
 
 
-def make_judge(target_arch: int | None, orphan_age: float = 3600.0, triton_version: str | None = None,
-               fp=None) -> Judge:
+def make_judge(
+    target_arch: int | None, orphan_age: float = 3600.0, triton_version: str | None = None, fp=None
+) -> Judge:
     """The judge for this environment: its packages, GPUs and driver come from ``fp`` when given."""
     if fp is not None:
         versions = tuple((p.name, p.version) for p in fp.packages)
@@ -310,9 +375,19 @@ def make_judge(target_arch: int | None, orphan_age: float = 3600.0, triton_versi
         versions, gpus, driver, torch_cuda = installed_versions(), (), None, None
     if triton_version is None:
         triton_version = dict(versions).get("triton")
-    return Judge(target_arch, triton_version, tri.host_machine(), orphan_age, time.time(), versions=versions,
-                 gpu_names=gpus, driver_version=driver, torch_cuda=torch_cuda,
-                 python_tag=f"{sys.version_info[0]}{sys.version_info[1]}", uid=os.getuid())
+    return Judge(
+        target_arch,
+        triton_version,
+        tri.host_machine(),
+        orphan_age,
+        time.time(),
+        versions=versions,
+        gpu_names=gpus,
+        driver_version=driver,
+        torch_cuda=torch_cuda,
+        python_tag=f"{sys.version_info[0]}{sys.version_info[1]}",
+        uid=os.getuid(),
+    )
 
 
 def installed_versions() -> tuple[tuple[str, str], ...]:
@@ -348,12 +423,27 @@ def _inspected(inspect, kind: str, root: str, name: str, judge: Judge, root_uid)
     others (docs/threat-model.md, promise 5)."""
     try:
         return inspect(root, name, judge, root_uid)
-    except Exception as exc:  # noqa: BLE001 - the one net under every adapter's judging
+    except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
         why = why if len(why) <= 160 else why[:157] + "..."
-        return Entry(kind, root, name, os.path.join(root, name), "other", None, None, 0, 0.0, findings=(
-            Finding("unrecognised", f"jitwarden could not judge this entry ({why}); not judged, and a bug of "
-                                    "jitwarden's to report, not damage"),))
+        return Entry(
+            kind,
+            root,
+            name,
+            os.path.join(root, name),
+            "other",
+            None,
+            None,
+            0,
+            0.0,
+            findings=(
+                Finding(
+                    "unrecognised",
+                    f"jitwarden could not judge this entry ({why}); not judged, and a bug of "
+                    "jitwarden's to report, not damage",
+                ),
+            ),
+        )
 
 
 _ENTRY_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Entry)))
@@ -434,7 +524,9 @@ def _judged(plan: list[_Planned], judge: Judge, jobs: int, work, extra: tuple = 
     tasks, owners = [], []
     for i, p in enumerate(plan):
         for k in range(0, len(p.names), CHUNK):
-            tasks.append((p.root.kind, p.root.path, p.names[k : k + CHUNK], judge, p.root_uid, *extra))
+            tasks.append(
+                (p.root.kind, p.root.path, p.names[k : k + CHUNK], judge, p.root_uid, *extra)
+            )
             owners.append(i)
     if len(tasks) < 2 or jobs < 2 or sum(len(p.names) for p in plan) < PARALLEL_THRESHOLD:
         here = here or work
@@ -444,16 +536,24 @@ def _judged(plan: list[_Planned], judge: Judge, jobs: int, work, extra: tuple = 
     # The last ``jobs`` chunks go in quarters: a worker that finds the queue empty waits for the others' last
     # chunk, so the smaller that chunk, the shorter the wait (the order of the entries is the same).
     cut, tail = len(tasks) - jobs, max(1, CHUNK // 4)
-    split = [(i, (*t[:2], t[2][q : q + tail], *t[3:])) for i, t in zip(owners[cut:], tasks[cut:])
-             for q in range(0, len(t[2]), tail)]
+    split = [
+        (i, (*t[:2], t[2][q : q + tail], *t[3:]))
+        for i, t in zip(owners[cut:], tasks[cut:])
+        for q in range(0, len(t[2]), tail)
+    ]
     owners[cut:] = [i for i, _ in split]
     tasks[cut:] = [t for _, t in split]
     with _pool(jobs) as pool:
         yield from zip(owners, pool.imap(work, tasks))
 
 
-def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: Target, jobs: int | None = None,
-         expand: bool = True) -> ScanReport:
+def scan(
+    roots: list[tuple[CacheRoot, list[str] | None]],
+    judge: Judge,
+    target: Target,
+    jobs: int | None = None,
+    expand: bool = True,
+) -> ScanReport:
     """Scan every root (and the partitions inside each) and judge each entry."""
     start = time.perf_counter()
     plan = _plan(roots, expand)
@@ -464,13 +564,22 @@ def scan(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: 
         if chunk and type(chunk[0]) is tuple:  # from a worker: fields (_judge_chunk_flat)
             chunk = [Entry(*fields) for fields in chunk]
         got.extend(chunk)
-    caches = tuple(CacheScan(p.root, tuple(results.get(i, ())), p.findings, p.error, p.quarantined())
-                   for i, p in enumerate(plan))
+    caches = tuple(
+        CacheScan(p.root, tuple(results.get(i, ())), p.findings, p.error, p.quarantined())
+        for i, p in enumerate(plan)
+    )
     return ScanReport(caches, target, judge, time.perf_counter() - start)
 
 
-def scan_streamed(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge, target: Target, emit, sink,
-                  jobs: int | None = None, expand: bool = True) -> StreamedScan:
+def scan_streamed(
+    roots: list[tuple[CacheRoot, list[str] | None]],
+    judge: Judge,
+    target: Target,
+    emit,
+    sink,
+    jobs: int | None = None,
+    expand: bool = True,
+) -> StreamedScan:
     """:func:`scan`, with each chunk of judged entries handed to ``emit`` where it was judged (a worker
     process: ``emit`` must pickle, a module-level function or a ``functools.partial`` of one) and what it
     returns to ``sink`` here, chunk by chunk in the order :func:`scan` lists the entries; the entries are
@@ -485,6 +594,8 @@ def scan_streamed(roots: list[tuple[CacheRoot, list[str] | None]], judge: Judge,
     everything = Tally()
     for t in totals:
         everything = everything.plus(t)
-    caches = tuple(CacheTotals(p.root, t.entries, t.bytes, p.findings, p.error, p.quarantined())
-                   for p, t in zip(plan, totals))
+    caches = tuple(
+        CacheTotals(p.root, t.entries, t.bytes, p.findings, p.error, p.quarantined())
+        for p, t in zip(plan, totals)
+    )
     return StreamedScan(caches, target, judge, everything, time.perf_counter() - start)

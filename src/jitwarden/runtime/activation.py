@@ -39,11 +39,11 @@ import os
 import sys
 
 from jitwarden.env import locations
-from jitwarden.store import partition
-from jitwarden.env.locations import ACTIVATION_VARS, PARTITION_VARS, default_base
+from jitwarden.env.locations import ACTIVATION_VARS, default_base
 from jitwarden.model import settings
 from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION
 from jitwarden.runtime import flatseal
+from jitwarden.store import partition
 
 MANAGER = GUARD_MANAGER
 _SAID: set[str] = set()
@@ -59,11 +59,20 @@ class Activation:
 
     __slots__ = ("digest", "partitions", "cache_manager", "warnings", "skipped", "headline")
 
-    def __init__(self, digest: str | None, partitions: dict | None = None, cache_manager: str | None = None,
-                 warnings: tuple[str, ...] = (), skipped: dict | None = None, headline: str | None = None):
+    def __init__(
+        self,
+        digest: str | None,
+        partitions: dict | None = None,
+        cache_manager: str | None = None,
+        warnings: tuple[str, ...] = (),
+        skipped: dict | None = None,
+        headline: str | None = None,
+    ):
         put = object.__setattr__
         put(self, "digest", digest)
-        put(self, "partitions", {} if partitions is None else partitions)  # env var -> partition path
+        put(
+            self, "partitions", {} if partitions is None else partitions
+        )  # env var -> partition path
         put(self, "cache_manager", cache_manager)  # the TRITON_CACHE_MANAGER in effect
         put(self, "warnings", tuple(warnings))
         put(self, "skipped", {} if skipped is None else skipped)  # what -> why it was not done
@@ -93,9 +102,15 @@ class Activation:
         return self.digest is not None
 
     def to_json(self) -> dict:
-        return {"schema": 1, "digest": self.digest, "partitions": dict(self.partitions),
-                "cache_manager": self.cache_manager, "warnings": list(self.warnings),
-                "skipped": dict(self.skipped), "headline": self.headline}
+        return {
+            "schema": 1,
+            "digest": self.digest,
+            "partitions": dict(self.partitions),
+            "cache_manager": self.cache_manager,
+            "warnings": list(self.warnings),
+            "skipped": dict(self.skipped),
+            "headline": self.headline,
+        }
 
 
 def _triton_knobs():
@@ -170,7 +185,9 @@ def _not_ours(top: str) -> str | None:
         st = os.stat(top)
     except OSError as exc:
         return f"{top}: {exc.strerror or exc}"
-    if not stat.S_ISDIR(st.st_mode) or why_not_private(st):  # the memo's rule: ours, nobody else may write
+    if not stat.S_ISDIR(st.st_mode) or why_not_private(
+        st
+    ):  # the memo's rule: ours, nobody else may write
         return f"{top} is not a private directory of yours (owner {st.st_uid}, mode {st.st_mode & 0o7777:o})"
     return None
 
@@ -188,7 +205,9 @@ def _fresh_base(kind: str, env) -> str | None:
     return None
 
 
-def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> tuple[str | None, str | None]:
+def _partition(
+    kind: str, base: str, env, digest: str, headline: str | None
+) -> tuple[str | None, str | None]:
     """(partition path, warning or None): the first usable one of ``base``, the private roots, a fresh dir.
 
     Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
@@ -214,20 +233,25 @@ def _partition(kind: str, base: str, env, digest: str, headline: str | None) -> 
             except OSError as exc:
                 from jitwarden.store.fsutil import UnsafeName
 
-                refusal = (f"cannot use its partition: {exc.strerror or exc}",
-                           isinstance(exc, UnsafeName) or exc.errno in (errno.ELOOP, errno.ENOTDIR))
+                refusal = (
+                    f"cannot use its partition: {exc.strerror or exc}",
+                    isinstance(exc, UnsafeName) or exc.errno in (errno.ELOOP, errno.ENOTDIR),
+                )
             else:
                 if i == 0:
                     return path, None
-                from jitwarden.runtime import startup_checks  # only here: refusals are rare, and it imports ptxas
+                from jitwarden.runtime import (
+                    startup_checks,
+                )  # only here: refusals are rare, and it imports ptxas
 
                 return path, startup_checks.unsafe_root(base, first[0], path, first[1])
         if first is None:
             first = refusal
     from jitwarden.runtime import startup_checks
 
-    return None, startup_checks.unsafe_root(base, f"{first[0]}; no private place for a partition either", None,
-                                            first[1])
+    return None, startup_checks.unsafe_root(
+        base, f"{first[0]}; no private place for a partition either", None, first[1]
+    )
 
 
 def _say(msg: str, quiet: bool) -> None:
@@ -238,7 +262,12 @@ def _say(msg: str, quiet: bool) -> None:
         logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
 
 
-def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"), quiet: bool = False) -> Activation:
+def activate(
+    *,
+    env=None,
+    roots=("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"),
+    quiet: bool = False,
+) -> Activation:
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
 
     ``roots``: which cache kinds to partition. Idempotent: a second call on the same
@@ -256,9 +285,11 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext", "jax
             if env_obj is target and all(target.get(k) == v for k, v in left.items()):
                 return rec
         rec = _activate(target, tuple(roots), quiet, knobs)
-        _LAST[:] = [x for x in _LAST if x[0] is not target][-7:] + [(target, rec, {k: target.get(k) for k in touched})]
+        _LAST[:] = [x for x in _LAST if x[0] is not target][-7:] + [
+            (target, rec, {k: target.get(k) for k in touched})
+        ]
         return rec
-    except Exception as exc:  # noqa: BLE001 - activation must never break the host program
+    except Exception as exc:
         for k, v in before.items():
             if v is None:
                 target.pop(k, None)
@@ -275,11 +306,18 @@ def activate(*, env=None, roots=("triton", "inductor", "vllm", "torch-ext", "jax
             try:
                 target["TRITON_CACHE_MANAGER"] = MANAGER  # fail closed: the guard stays on
                 manager = MANAGER
-            except Exception:  # noqa: BLE001 - an environment that takes nothing
+            except Exception:
                 pass
-        guard = "the Triton guard is still on" if manager == MANAGER else "the Triton cache is not guarded"
-        _say(f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
-             f"{guard}", False)
+        guard = (
+            "the Triton guard is still on"
+            if manager == MANAGER
+            else "the Triton cache is not guarded"
+        )
+        _say(
+            f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
+            f"{guard}",
+            False,
+        )
         return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
 
 
@@ -290,12 +328,18 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
     turned off (for a test, a benchmark, a workaround) is never forgotten.
     """
     env = os.environ if env is None else env
-    out = settings.weakened(env)  # each JITWARDEN_* switch turned to its weak side, worded by its row
+    out = settings.weakened(
+        env
+    )  # each JITWARDEN_* switch turned to its weak side, worded by its row
     manager = env.get("TRITON_CACHE_MANAGER")
     if manager and not settings.is_guarded(manager):
-        out.append((f"TRITON_CACHE_MANAGER={manager}",
-                    "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
-                    "unset TRITON_CACHE_MANAGER"))
+        out.append(
+            (
+                f"TRITON_CACHE_MANAGER={manager}",
+                "Triton cache entries are not sealed or verified (activation leaves a user's manager in place)",
+                "unset TRITON_CACHE_MANAGER",
+            )
+        )
     return out
 
 
@@ -312,11 +356,15 @@ def _checked_at_load(env, changes: dict) -> bool:
 
     if not torchhooks.enabled(env):
         return False
-    path = {"PYTHONPATH": env.get("PYTHONPATH", "")}  # every Python started with env installs them too
+    path = {
+        "PYTHONPATH": env.get("PYTHONPATH", "")
+    }  # every Python started with env installs them too
     if not torchhooks.add_boot_path(path):
         return False
     if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
-        changes["PYTHONPATH"] = path["PYTHONPATH"]  # set with the rest, undone with them on a failure
+        changes["PYTHONPATH"] = path[
+            "PYTHONPATH"
+        ]  # set with the rest, undone with them on a failure
     if env is os.environ:  # and this one, now (or as soon as torch imports its loaders)
         return all(not v.startswith("not installed") for v in torchhooks.install(env).values())
     return True
@@ -329,9 +377,11 @@ def _fingerprint(env):
     return activation_memo.lookup(env) or activation_memo.compute(env)
 
 
-def _activate(env, roots, quiet, knobs) -> Activation:
+def _activate(env, roots, quiet, knobs) -> Activation:  # noqa: C901
     if DISABLE.on(env):
-        return Activation(None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": f"{DISABLE.name} is set"})
+        return Activation(
+            None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": f"{DISABLE.name} is set"}
+        )
     fp = _fingerprint(env)
     digest = fp.digest
     warnings: list[str] = []
@@ -346,12 +396,22 @@ def _activate(env, roots, quiet, knobs) -> Activation:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)
-        needs = {"inductor": "torch", "vllm": "vllm", "torch-ext": "torch", "jax": "jaxlib", "cupy": "cupy"}.get(kind)
+        needs = {
+            "inductor": "torch",
+            "vllm": "vllm",
+            "torch-ext": "torch",
+            "jax": "jaxlib",
+            "cupy": "cupy",
+        }.get(kind)
         if needs and fp.version(needs) is None:
             skipped[var] = f"{needs} is not installed"
             continue
-        if kind == "jax" and (not cur or "://" in cur):  # no cache unless asked; a gs:// or s3:// one is not a dir here
-            skipped[var] = f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
+        if kind == "jax" and (
+            not cur or "://" in cur
+        ):  # no cache unless asked; a gs:// or s3:// one is not a dir here
+            skipped[var] = (
+                f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
+            )
             continue
         if no_partition:
             skipped[var] = f"{PARTITION.name}=0"
@@ -373,17 +433,25 @@ def _activate(env, roots, quiet, knobs) -> Activation:
             changes[var] = path
 
     manager = env.get("TRITON_CACHE_MANAGER") or None
-    if knobs is not None and "manager_class" in vars(knobs) and vars(knobs)["manager_class"] is not None:
+    if (
+        knobs is not None
+        and "manager_class" in vars(knobs)
+        and vars(knobs)["manager_class"] is not None
+    ):
         cls = vars(knobs)["manager_class"]
         manager = f"{cls.__module__}:{cls.__qualname__}"
     if manager and manager not in (MANAGER, settings.REMOTE_MANAGER):
-        warnings.append(f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
-                        "sealed or verified (unset it to let jitwarden guard them)")
+        warnings.append(
+            f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
+            "sealed or verified (unset it to let jitwarden guard them)"
+        )
         skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
     elif manager != MANAGER:
         changes["TRITON_CACHE_MANAGER"] = MANAGER
         manager = MANAGER
-    from jitwarden.runtime.remote_wiring import wire  # fleets: JITWARDEN_REMOTE, and Inductor's unguarded remote caches
+    from jitwarden.runtime.remote_wiring import (
+        wire,
+    )  # fleets: JITWARDEN_REMOTE, and Inductor's unguarded remote caches
 
     manager = wire(env, manager, MANAGER, changes, partitions, warnings)
 
@@ -397,13 +465,15 @@ def _activate(env, roots, quiet, knobs) -> Activation:
 
         if not _checked_at_load(env, changes) or fullsweep.left_hidden(in_use):
             warnings += fullsweep.sweep_in_use(in_use, partitions, digest, env, quiet)
-    warnings += flatseal.startup(in_use, partitions, digest, env)  # JAX's and CuPy's files (runtime/flatseal.py)
+    warnings += flatseal.startup(
+        in_use, partitions, digest, env
+    )  # JAX's and CuPy's files (runtime/flatseal.py)
 
     for var, value in changes.items():
         env[var] = value
-    if knobs is not None:  # a Python-level knob would hide the variable from Triton
-        if "TRITON_CACHE_DIR" in changes and "dir" in vars(knobs):
-            vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
+    # A Python-level knob would hide the variable from Triton.
+    if knobs is not None and "TRITON_CACHE_DIR" in changes and "dir" in vars(knobs):
+        vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
     for w in warnings:
         _say(w, quiet)
     return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline)

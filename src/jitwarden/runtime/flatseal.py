@@ -42,7 +42,9 @@ def _jax_names(names: list[str]) -> list[str]:
 
 
 def _cupy_names(names: list[str]) -> list[str]:
-    return [n for n in names if len(n) > 41 and n[40] == "." and n[41:] in ("cubin", "ltoir", "hsaco")]
+    return [
+        n for n in names if len(n) > 41 and n[40] == "." and n[41:] in ("cubin", "ltoir", "hsaco")
+    ]
 
 
 def _files(d: str) -> list[str]:
@@ -64,7 +66,9 @@ def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None, now: float | None = None) -> list[str]:
+def check_dir(  # noqa: C901
+    kind: str, root: str, d: str, names: list[str], digest: str | None, now: float | None = None
+) -> list[str]:
     """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
     warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to."""
     import fcntl
@@ -90,7 +94,12 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
             try:
                 st = os.lstat(path)
                 rec = files.get(name)
-                if rec is not None and at is not None and st.st_ctime_ns < at and st.st_size == rec["size"]:
+                if (
+                    rec is not None
+                    and at is not None
+                    and st.st_ctime_ns < at
+                    and st.st_size == rec["size"]
+                ):
                     continue  # unchanged since sealed: two lstats, no hashing
                 sha = size = None
                 if rec is None and now - st.st_mtime < SETTLE_S:
@@ -108,11 +117,19 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
             if sha is None:
                 pass  # a recent file holding another entry's code (above)
             elif rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
-                why = (f"{name} is {size} bytes, sealed as {rec['size']}" if size != rec["size"]
-                       else f"{name} does not match its sealed sha256")
-            elif rec is None and by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha]):
+                why = (
+                    f"{name} is {size} bytes, sealed as {rec['size']}"
+                    if size != rec["size"]
+                    else f"{name} does not match its sealed sha256"
+                )
+            elif (
+                rec is None and by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha])
+            ):
                 why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
-            elif rec is None and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None:
+            elif (
+                rec is None
+                and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None
+            ):
                 pass  # damaged, or another entry's under this key, before it was ever sealed
             elif rec is None:
                 files[name] = {"sha256": sha, "size": size}
@@ -131,8 +148,11 @@ def check_dir(kind: str, root: str, d: str, names: list[str], digest: str | None
         for n in gone:
             del files[n]
         if changed or gone or (old is None and files):
-            seal.write(d, seal.Seal(files, digest, {"by": "start-up", "kind": kind}, time.time()),
-                       seal.newest_ctime(d, list(files)))
+            seal.write(
+                d,
+                seal.Seal(files, digest, {"by": "start-up", "kind": kind}, time.time()),
+                seal.newest_ctime(d, list(files)),
+            )
         return out
     finally:
         unlock(fd)
@@ -154,8 +174,13 @@ def _unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = Non
     from jitwarden.model.findings import Severity
 
     entry = get(kind).inspect_entry(root, rel, Judge(now=time.time(), check_seals=False))
-    bad = [f for f in entry.findings if f.severity >= Severity.ERROR and f.code != "unsafe"
-           and (codes is None or f.code in codes)]
+    bad = [
+        f
+        for f in entry.findings
+        if f.severity >= Severity.ERROR
+        and f.code != "unsafe"
+        and (codes is None or f.code in codes)
+    ]
     return f"{rel}: {bad[0].code}: {bad[0].message}" if bad else None
 
 
@@ -163,13 +188,23 @@ def _quarantine(kind: str, root: str, rel: str, why: str, digest: str | None) ->
     from jitwarden.store import quarantine
 
     try:
-        rec = quarantine.move(os.path.join(root, rel), "corrupt", [why], root=root, entry_id=rel, kind=kind,
-                              by="start-up", fingerprint=digest)
+        rec = quarantine.move(
+            os.path.join(root, rel),
+            "corrupt",
+            [why],
+            root=root,
+            entry_id=rel,
+            kind=kind,
+            by="start-up",
+            fingerprint=digest,
+        )
     except (OSError, quarantine.QuarantineError):
         return None
     tool = "JAX" if kind == "jax" else "CuPy"
-    return (f"quarantined {tool} cache entry {rel} at start-up (corrupt: {why}); {tool} compiles it again when next "
-            f"used. Restore with `jitwarden quarantine restore {rec.id}`")
+    return (
+        f"quarantined {tool} cache entry {rel} at start-up (corrupt: {why}); {tool} compiles it again when next "
+        f"used. Restore with `jitwarden quarantine restore {rec.id}`"
+    )
 
 
 def check_root(kind: str, root: str, digest: str | None) -> list[str]:
@@ -195,6 +230,6 @@ def startup(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
             continue
         try:
             out += check_root(kind, d, digest if var in partitions else None)
-        except Exception as exc:  # noqa: BLE001 - a start-up check must never stop the workload
+        except Exception as exc:
             out.append(f"start-up check of the {kind} cache skipped ({type(exc).__name__}: {exc})")
     return out

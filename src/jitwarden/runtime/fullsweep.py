@@ -22,7 +22,9 @@ from jitwarden.model.settings import SWEEP
 from jitwarden.store import partition
 
 
-def sweep_in_use(in_use: dict, partitions: dict, digest: str | None, env, quiet: bool = False) -> list[str]:
+def sweep_in_use(
+    in_use: dict, partitions: dict, digest: str | None, env, quiet: bool = False
+) -> list[str]:
     """Check the TorchInductor kernels of the cache dirs in use before Inductor's static launcher loads them.
 
     ``in_use``: variable -> the dir that kind's cache is in now (a partition, or the user's own dir
@@ -36,15 +38,21 @@ def sweep_in_use(in_use: dict, partitions: dict, digest: str | None, env, quiet:
         from jitwarden.runtime.proof import ProofCounts
 
         out: list[str] = []
-        proofs = ProofCounts()  # unsealed kernels proven by every sweep below: one line for the start-up
-        jobs: list | None = [] if hiding.background(env) else None  # proofs left to a prover in the background
+        proofs = (
+            ProofCounts()
+        )  # unsealed kernels proven by every sweep below: one line for the start-up
+        jobs: list | None = (
+            [] if hiding.background(env) else None
+        )  # proofs left to a prover in the background
         for kind, var in PARTITION_VARS:
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
             trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
             if trees:
-                w, counts = sweep.sweep(trees, digest if var in partitions else None, jobs, proof_line=False)
+                w, counts = sweep.sweep(
+                    trees, digest if var in partitions else None, jobs, proof_line=False
+                )
                 out += w
                 proofs = proofs.plus(counts.get("proofs"))
         if jobs:  # to a prover in the background; proven here only when none can start
@@ -53,7 +61,7 @@ def sweep_in_use(in_use: dict, partitions: dict, digest: str | None, env, quiet:
         if line:
             out.append(line)
         return out
-    except Exception as exc:  # noqa: BLE001 - the sweep must never stop the workload
+    except Exception as exc:
         return [f"start-up check of TorchInductor kernels skipped ({type(exc).__name__}: {exc})"]
 
 

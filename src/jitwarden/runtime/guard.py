@@ -33,19 +33,20 @@ import time
 from triton.runtime.cache import FileCacheManager
 
 from jitwarden import __version__
+from jitwarden.adapters import triton as _adapter
 from jitwarden.formats import elf
 from jitwarden.formats import jsonlimits as _jsonlimits
-from jitwarden.store import seal as _seal
-from jitwarden.adapters import triton as _adapter
-from jitwarden.store.fsutil import ensure_dir, open_entry_dir, read_bytes
-from jitwarden.store.served import Served
 from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
-from jitwarden.store.entrylock import lock as _lock, unlock as _unlock
-from jitwarden.store.partition import digest_of
+from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
-from jitwarden.model.settings import GUARD_HASH_ALL
+from jitwarden.store import seal as _seal
+from jitwarden.store.entrylock import lock as _lock
+from jitwarden.store.entrylock import unlock as _unlock
+from jitwarden.store.fsutil import ensure_dir, open_entry_dir, read_bytes
+from jitwarden.store.partition import digest_of
+from jitwarden.store.served import Served
 
 _STANDALONE = (".so", ".autotune.json")
 _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
@@ -77,9 +78,13 @@ def _unsafe_lock(exc: OSError, path: str) -> bool:
     warning per process, and the workload goes on as with stock Triton."""
     if exc.errno not in _UNSAFE_LOCK:
         return False
-    _say_once("unsafe-lock", "jitwarden: cannot lock Triton cache entry %s (%s: a lock file that is no regular "
-              "file, never followed); what needs that lock is skipped: a miss, written as stock Triton writes",
-              path, exc.strerror or exc)
+    _say_once(
+        "unsafe-lock",
+        "jitwarden: cannot lock Triton cache entry %s (%s: a lock file that is no regular "
+        "file, never followed); what needs that lock is skipped: a miss, written as stock Triton writes",
+        path,
+        exc.strerror or exc,
+    )
     return True
 
 
@@ -110,13 +115,13 @@ def _json(raw: bytes):
 _SERVED = Served()  # the private copies Triton is given (jitwarden.store.served)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _producer() -> dict:
     try:
         import triton
 
         tv = triton.__version__
-    except Exception:  # noqa: BLE001
+    except Exception:
         tv = None
     return {"triton": tv, "jitwarden": __version__}
 
@@ -142,8 +147,13 @@ class _Admitted:
 
     __slots__ = ("state", "verdict", "children", "files")
 
-    def __init__(self, state: str, verdict: "_Verdict | None" = None, children: dict | None = None,
-                 files: dict | None = None):
+    def __init__(
+        self,
+        state: str,
+        verdict: _Verdict | None = None,
+        children: dict | None = None,
+        files: dict | None = None,
+    ):
         self.state, self.verdict, self.children, self.files = state, verdict, children, files
 
 
@@ -155,10 +165,14 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 super().__init__(key, override=override, dump=dump)
                 break
-            except FileExistsError:  # the entry was moved away (``clean``) between makedirs' mkdir and its check
+            except (
+                FileExistsError
+            ):  # the entry was moved away (``clean``) between makedirs' mkdir and its check
                 if attempt == 2:
                     raise
-        self._plain = bool(override or dump or not self.cache_dir)  # override/dump dirs: exactly the parent
+        self._plain = bool(
+            override or dump or not self.cache_dir
+        )  # override/dump dirs: exactly the parent
         self._pending: dict[str, tuple[bytes, str]] = {}
         self._writers_fd: int | None = None
         self._put_dir: tuple[str, str] | None = None
@@ -193,9 +207,14 @@ class GuardedCacheManager(FileCacheManager):
     def _quarantine(self, code: str, details, make: bool = True) -> None:
         """Set the entry aside (:func:`jitwarden.runtime.setaside.set_aside`: not while a writer is mid-group,
         then it is a plain miss and that writer's put_group leaves a consistent, sealed entry)."""
-        rec = _setaside.set_aside(self.cache_dir, code, details, by="guard", fingerprint=self._digest)
+        rec = _setaside.set_aside(
+            self.cache_dir, code, details, by="guard", fingerprint=self._digest
+        )
         if rec is not None:
-            _log.warning("jitwarden: %s", _setaside.line(rec, "Triton cache entry", code, details, "recompiling"))
+            _log.warning(
+                "jitwarden: %s",
+                _setaside.line(rec, "Triton cache entry", code, details, "recompiling"),
+            )
         if make:
             ensure_dir(self.cache_dir)  # Triton's put writes into self.cache_dir
 
@@ -222,7 +241,9 @@ class GuardedCacheManager(FileCacheManager):
         except FileNotFoundError:
             return _Verdict("gone")
         except (OSError, ValueError, UnicodeDecodeError) as exc:
-            return _Verdict("bad", "corrupt", [f"{grp_name}: unreadable group file ({type(exc).__name__})"])
+            return _Verdict(
+                "bad", "corrupt", [f"{grp_name}: unreadable group file ({type(exc).__name__})"]
+            )
         children = doc.get("child_paths") if isinstance(doc, dict) else None
         if not isinstance(children, dict):
             return _Verdict("bad", "corrupt", [f"{grp_name}: no child_paths mapping"])
@@ -231,7 +252,9 @@ class GuardedCacheManager(FileCacheManager):
                 return _Verdict("bad", "corrupt", [f"{grp_name}: child {c!r} has no path"])
             d, b = os.path.split(p)
             if b != c or (d != self.cache_dir and not _adapter.same_dir(d, self.cache_dir)):
-                return _Verdict("bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"])
+                return _Verdict(
+                    "bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"]
+                )
         v = self._check_seal(list(children) + [grp_name])
         if v is not None:
             return v
@@ -257,7 +280,9 @@ class GuardedCacheManager(FileCacheManager):
             return super().get_group(filename)
         grp_name = f"__grp__{filename}"
         root, key = os.path.split(self.cache_dir.rstrip(os.sep))
-        if _hiding.hidden(root, key):  # unsealed, being proven in the background: wait for it, not a recompile
+        if _hiding.hidden(
+            root, key
+        ):  # unsealed, being proven in the background: wait for it, not a recompile
             _hiding.wait_for(root, key)
         try:
             efd = self._open_entry()
@@ -268,23 +293,35 @@ class GuardedCacheManager(FileCacheManager):
         try:
             try:
                 blobs = self._fast_group(efd, grp_name)
-            except Exception:  # noqa: BLE001 - anything odd (unsealed, missing, damaged) goes the careful way
+            except Exception:
                 blobs = None
             if blobs is None:
                 try:
                     files = self._verified_group(grp_name)
-                    blobs = None if files is None else self._read_checked(efd, files[0], files[1], hash_all=True)
-                except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
-                    _log.warning("jitwarden: cannot verify Triton cache entry %s (%s: %s); treating it as a miss",
-                                 self.key, type(exc).__name__, exc)
+                    blobs = (
+                        None
+                        if files is None
+                        else self._read_checked(efd, files[0], files[1], hash_all=True)
+                    )
+                except Exception as exc:
+                    _log.warning(
+                        "jitwarden: cannot verify Triton cache entry %s (%s: %s); treating it as a miss",
+                        self.key,
+                        type(exc).__name__,
+                        exc,
+                    )
                     return None
             if blobs is None:
                 return None
             try:
                 return _SERVED.serve(blobs, os.path.dirname(self.cache_dir.rstrip(os.sep)))
             except OSError as exc:
-                _say_once("serve", "jitwarden: cannot write private copies of verified kernels (%s); Triton cache "
-                          "hits are recompiled in this process", exc.strerror or exc)
+                _say_once(
+                    "serve",
+                    "jitwarden: cannot write private copies of verified kernels (%s); Triton cache "
+                    "hits are recompiled in this process",
+                    exc.strerror or exc,
+                )
                 return None
         finally:
             os.close(efd)
@@ -293,12 +330,21 @@ class GuardedCacheManager(FileCacheManager):
         """The entry is a symlink or not a directory: never read or write through it; move it aside."""
         what = "a symlink" if exc.errno == errno.ELOOP else "not a directory"
         try:
-            self._quarantine("unsafe", [f"the entry is {what}: a cache entry is a real directory"], make=False)
-        except Exception as qexc:  # noqa: BLE001 - still a miss; Triton's put then fails rather than write through it
-            _log.warning("jitwarden: Triton cache entry %s is %s and cannot be moved aside (%s)", self.key, what, qexc)
-        return None
+            self._quarantine(
+                "unsafe", [f"the entry is {what}: a cache entry is a real directory"], make=False
+            )
+        except Exception as qexc:
+            _log.warning(
+                "jitwarden: Triton cache entry %s is %s and cannot be moved aside (%s)",
+                self.key,
+                what,
+                qexc,
+            )
+        return
 
-    def _read_checked(self, efd: int, children: dict, files: dict, hash_all: bool = False) -> dict | None:
+    def _read_checked(
+        self, efd: int, children: dict, files: dict, hash_all: bool = False
+    ) -> dict | None:
         """Each child's bytes, read once through the entry fd, when they match ``files`` (the seal), else None.
 
         IR texts Triton never executes are checked by size only unless ``hash_all``.
@@ -317,7 +363,9 @@ class GuardedCacheManager(FileCacheManager):
                 raise
             if len(data) != rec["size"]:
                 return None
-            if (hash_all or _HASH_ALL or not c.endswith(_IR_TEXT)) and sha256(data).hexdigest() != rec["sha256"]:
+            if (hash_all or _HASH_ALL or not c.endswith(_IR_TEXT)) and sha256(
+                data
+            ).hexdigest() != rec["sha256"]:
                 return None
             out[c] = data
         return out
@@ -363,7 +411,9 @@ class GuardedCacheManager(FileCacheManager):
                 if lv.state != "ok":
                     v = lv
                 else:
-                    admitted = self._seal_legacy(grp_name, write=fd is not None)  # proven first, or refused
+                    admitted = self._seal_legacy(
+                        grp_name, write=fd is not None
+                    )  # proven first, or refused
                     if admitted.state == "sealed":
                         v = self._judge_group(grp_name)
                     elif admitted.state == "refused":
@@ -379,7 +429,7 @@ class GuardedCacheManager(FileCacheManager):
         finally:
             _unlock(fd)
 
-    def _seal_legacy(self, grp_name: str, write: bool = True) -> "_Admitted":
+    def _seal_legacy(self, grp_name: str, write: bool = True) -> _Admitted:
         """Prove an unsealed entry by rebuilding its PTX (jitwarden.runtime.proof), then seal it.
 
         ``sealed``: it is sealed now; ``refused``: the proof refuses it (its verdict; Triton
@@ -393,21 +443,38 @@ class GuardedCacheManager(FileCacheManager):
         if write:
             try:
                 why = proof.admit(self.cache_dir, names, self._digest, _producer())
-                return _Admitted("sealed") if why is None else _Admitted("refused", _Verdict("bad", why[0], why[1]))
+                return (
+                    _Admitted("sealed")
+                    if why is None
+                    else _Admitted("refused", _Verdict("bad", why[0], why[1]))
+                )
             except OSError as exc:
                 self._unsealed(exc)
         s = _seal.compute(self.cache_dir, names, self._digest, dict(_producer(), legacy=True))
         if proof.enabled():
             pr = proof.prove(self.cache_dir)
             if not pr.proven:
-                return _Admitted("refused", _Verdict("bad", pr.code, [f"first use of an unsealed entry: {pr.reason}"]))
+                return _Admitted(
+                    "refused",
+                    _Verdict("bad", pr.code, [f"first use of an unsealed entry: {pr.reason}"]),
+                )
             if any(pr.digests.get(n) != rec["sha256"] for n, rec in s.files.items()):
-                return _Admitted("refused", _Verdict("bad", "unverifiable", ["the entry changed while it was being proven"]))
+                return _Admitted(
+                    "refused",
+                    _Verdict(
+                        "bad", "unverifiable", ["the entry changed while it was being proven"]
+                    ),
+                )
         return _Admitted("unsealed", children=children, files=s.files)
 
     def _unsealed(self, exc: OSError) -> None:
-        _say_once(f"seal-{exc.errno}", "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
-                  "the entry stays unsealed and is judged again when next used", self.key, exc.strerror or exc)
+        _say_once(
+            f"seal-{exc.errno}",
+            "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
+            "the entry stays unsealed and is judged again when next used",
+            self.key,
+            exc.strerror or exc,
+        )
 
     def put(self, data, filename, binary=True) -> str:
         if self._plain:
@@ -420,7 +487,9 @@ class GuardedCacheManager(FileCacheManager):
             except OSError as exc:
                 if not _unsafe_lock(exc, self.cache_dir):
                     raise
-                return self._private(filename, raw, self._put_file(raw, filename))  # written, never sealed
+                return self._private(
+                    filename, raw, self._put_file(raw, filename)
+                )  # written, never sealed
             try:
                 path = self._put_file(raw, filename)
                 self._seal_files({filename: raw}, merge=True)
@@ -455,8 +524,13 @@ class GuardedCacheManager(FileCacheManager):
 
         if _FALLBACK_ROOT is None:
             _FALLBACK_ROOT = private_dir("jitwarden-triton-")
-            _say_once("fallback-put", "jitwarden: cannot write the Triton cache (%s); this process caches its "
-                      "kernels in the private dir %s instead", exc.strerror or exc, _FALLBACK_ROOT)
+            _say_once(
+                "fallback-put",
+                "jitwarden: cannot write the Triton cache (%s); this process caches its "
+                "kernels in the private dir %s instead",
+                exc.strerror or exc,
+                _FALLBACK_ROOT,
+            )
         d = os.path.join(_FALLBACK_ROOT, os.path.basename(self.cache_dir.rstrip(os.sep)))
         ensure_dir(d)
         return d
@@ -469,15 +543,21 @@ class GuardedCacheManager(FileCacheManager):
                 self._put_dir = _SERVED.begin(os.path.dirname(self.cache_dir.rstrip(os.sep)))
             return _SERVED.write(self._put_dir, filename, raw)
         except OSError as exc:
-            _say_once("serve-put", "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
-                      "them back from the cache dir", exc.strerror or exc)
+            _say_once(
+                "serve-put",
+                "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
+                "them back from the cache dir",
+                exc.strerror or exc,
+            )
             return path
 
     def put_group(self, filename: str, group):
         if self._plain:
             return super().put_group(filename, group)
         grp_name = f"__grp__{filename}"
-        group = {name: self._make_path(name) for name in group}  # the cache's own paths, not private copies
+        group = {
+            name: self._make_path(name) for name in group
+        }  # the cache's own paths, not private copies
         self._begin_write()
         try:
             fd = _lock(self.cache_dir, ENTRY_LOCK_FILE, fcntl.LOCK_EX)
@@ -485,7 +565,9 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 if not _unsafe_lock(exc, self.cache_dir):
                     raise
-                return super().put_group(filename, group)  # published as stock Triton does, never sealed
+                return super().put_group(
+                    filename, group
+                )  # published as stock Triton does, never sealed
             finally:
                 self._end_write()
         try:
@@ -510,7 +592,9 @@ class GuardedCacheManager(FileCacheManager):
                     else:
                         d, n = _seal.file_digest(self._make_path(name))
                         files[name] = {"sha256": d, "size": n}
-                _seal.write(self.cache_dir, _seal.Seal(files, self._digest, _producer(), time.time()))
+                _seal.write(
+                    self.cache_dir, _seal.Seal(files, self._digest, _producer(), time.time())
+                )
             except OSError as exc:
                 self._unsealed(exc)
             return path
@@ -560,9 +644,15 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 so = elf.parse(raw)
             except elf.ElfError as exc:
-                return _Verdict("bad", "corrupt", [f"{filename}: not a valid shared object ({exc})"])
+                return _Verdict(
+                    "bad", "corrupt", [f"{filename}: not a valid shared object ({exc})"]
+                )
             if so.machine_name != _host():
-                return _Verdict("bad", "mismatch", [f"{filename} is an ELF for {so.machine_name}, this host is {_host()}"])
+                return _Verdict(
+                    "bad",
+                    "mismatch",
+                    [f"{filename} is an ELF for {so.machine_name}, this host is {_host()}"],
+                )
         elif filename.endswith(".json"):
             try:
                 _json(raw)
@@ -583,10 +673,17 @@ class GuardedCacheManager(FileCacheManager):
             raw = self._verified_file(filename, efd)
             if raw is None:
                 return None
-            return _SERVED.serve({filename: raw}, os.path.dirname(self.cache_dir.rstrip(os.sep)))[filename]
-        except Exception as exc:  # noqa: BLE001 - a guard failure is a miss, never a crash
-            _log.warning("jitwarden: cannot verify Triton cache file %s/%s (%s: %s); treating it as a miss",
-                         self.key, filename, type(exc).__name__, exc)
+            return _SERVED.serve({filename: raw}, os.path.dirname(self.cache_dir.rstrip(os.sep)))[
+                filename
+            ]
+        except Exception as exc:
+            _log.warning(
+                "jitwarden: cannot verify Triton cache file %s/%s (%s: %s); treating it as a miss",
+                self.key,
+                filename,
+                type(exc).__name__,
+                exc,
+            )
             return None
         finally:
             os.close(efd)
@@ -635,10 +732,11 @@ def _pin_knob() -> None:
     try:
         from triton import knobs
 
-        if os.environ.get("TRITON_CACHE_MANAGER") == f"{__name__}:GuardedCacheManager" \
-                and "manager_class" not in vars(knobs.cache):
+        if os.environ.get(
+            "TRITON_CACHE_MANAGER"
+        ) == f"{__name__}:GuardedCacheManager" and "manager_class" not in vars(knobs.cache):
             vars(knobs.cache)["manager_class"] = GuardedCacheManager
-    except Exception:  # noqa: BLE001 - an optimisation only
+    except Exception:
         pass
 
 

@@ -89,7 +89,7 @@ def _lock_fd(tree: str, create: bool = False) -> int | None:
         return None
     try:
         sfd = reserved_dir(tfd, PROVING_DIR, create=create)
-    except Exception:  # noqa: BLE001 - absent, a link, or not ours: no lock of a prover of ours
+    except Exception:
         return None
     finally:
         os.close(tfd)
@@ -124,8 +124,9 @@ def alive(tree: str) -> bool:
 def _in_tree(tree: str, key: str) -> bool:
     """Whether the real entry ``key`` is in the tree and sealed: then it is judged there, never waited for."""
     try:
-        return stat.S_ISDIR(os.lstat(os.path.join(tree, key)).st_mode) and \
-            stat.S_ISREG(os.lstat(os.path.join(tree, key, SEAL_FILE)).st_mode)
+        return stat.S_ISDIR(os.lstat(os.path.join(tree, key)).st_mode) and stat.S_ISREG(
+            os.lstat(os.path.join(tree, key, SEAL_FILE)).st_mode
+        )
     except (OSError, ValueError):
         return False
 
@@ -154,7 +155,9 @@ def wait_for(tree: str, key: str, timeout: float | None = None, stall: float | N
     stall = STALL_S if stall is None else stall
     tree = os.path.normpath(tree)
     if not hidden(tree, key):
-        return Wait("back" if not os.path.lexists(os.path.join(staging(tree), key)) else "not-ours", 0.0, 0)
+        return Wait(
+            "back" if not os.path.lexists(os.path.join(staging(tree), key)) else "not-ours", 0.0, 0
+        )
     t0 = time.monotonic()
     polls = 0
     pause = 0.01
@@ -221,7 +224,7 @@ def tree_fds(tree: str) -> tuple[int, int] | None:
         return None
     try:
         sfd = reserved_dir(tfd, PROVING_DIR)
-    except Exception:  # noqa: BLE001 - not a directory of ours
+    except Exception:
         sfd = None
     if sfd is None:
         os.close(tfd)
@@ -254,7 +257,9 @@ def staged(tree: str) -> list[str]:
     """The entries hidden in ``tree``'s staging dir (this start-up's and any a dead prover left)."""
     try:
         with os.scandir(staging(tree)) as it:
-            return [e.path for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+            return [
+                e.path for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            ]
     except OSError:
         return []
 
@@ -277,7 +282,9 @@ def put_back(tree: str, key: str) -> bool | None:
                 rename_noreplace(key, key, src_dir_fd=fds[1], dst_dir_fd=fds[0])
                 return True
             except FileExistsError:
-                if not remove_empty_dir_at(fds[0], key):  # the empty dir a Triton cache manager makes when it looks a key up
+                if not remove_empty_dir_at(
+                    fds[0], key
+                ):  # the empty dir a Triton cache manager makes when it looks a key up
                     break
         return False
     finally:

@@ -41,7 +41,14 @@ import sys
 from operator import itemgetter
 
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import NotPrivate, ensure_dir, memo_dir, read_head, read_private, why_not_private
+from jitwarden.store.fsutil import (
+    NotPrivate,
+    ensure_dir,
+    memo_dir,
+    read_head,
+    read_private,
+    why_not_private,
+)
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"
@@ -68,8 +75,16 @@ class ActivationFacts(tuple):
     __slots__ = ()
 
     def __new__(cls, digest: str, headline: str | None, packages, archs, warnings):
-        return tuple.__new__(cls, (digest, headline, tuple(sorted(dict(packages).items())), tuple(archs),
-                                   tuple(warnings)))
+        return tuple.__new__(
+            cls,
+            (
+                digest,
+                headline,
+                tuple(sorted(dict(packages).items())),
+                tuple(archs),
+                tuple(warnings),
+            ),
+        )
 
     digest = property(itemgetter(0))
     headline = property(itemgetter(1))
@@ -82,19 +97,31 @@ class ActivationFacts(tuple):
         return next((v for n, v in self.packages if n == name), None)
 
     def to_json(self) -> dict:
-        return {"digest": self.digest, "headline": self.headline, "packages": dict(self.packages),
-                "archs": list(self.archs), "warnings": list(self.warnings)}
+        return {
+            "digest": self.digest,
+            "headline": self.headline,
+            "packages": dict(self.packages),
+            "archs": list(self.archs),
+            "warnings": list(self.warnings),
+        }
 
     @classmethod
-    def from_json(cls, d) -> "ActivationFacts":
+    def from_json(cls, d) -> ActivationFacts:
         """ValueError unless ``d`` is exactly what :meth:`to_json` writes (the digest is a path part)."""
         digest = d["digest"]
-        if not (isinstance(digest, str) and len(digest) == 16 and all(c in "0123456789abcdef" for c in digest)):
+        if not (
+            isinstance(digest, str)
+            and len(digest) == 16
+            and all(c in "0123456789abcdef" for c in digest)
+        ):
             raise ValueError("bad digest")
         headline, pk, archs, ws = d["headline"], d["packages"], d["archs"], d["warnings"]
         if headline is not None and not isinstance(headline, str):
             raise ValueError("bad headline")
-        if not (isinstance(pk, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in pk.items())):
+        if not (
+            isinstance(pk, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in pk.items())
+        ):
             raise ValueError("bad packages")
         if not (isinstance(archs, list) and all(type(a) is int for a in archs)):
             raise ValueError("bad archs")
@@ -124,7 +151,9 @@ def _names(path: str, wanted) -> list | None:
         names = os.listdir(path)
     except (OSError, ValueError):
         return None
-    return sorted(n for n in names if any(w in n.lower().replace("-", "_").replace(".", "_") for w in wanted))
+    return sorted(
+        n for n in names if any(w in n.lower().replace("-", "_").replace(".", "_") for w in wanted)
+    )
 
 
 def _read(path: str) -> str | None:
@@ -140,16 +169,27 @@ def _proc(base: str) -> list:
         buses = sorted(os.listdir(os.path.join(base, "gpus")))
     except (OSError, ValueError):
         buses = None
-    return [_read(os.path.join(base, "version")), buses,
-            [_read(os.path.join(base, "gpus", b, "information")) for b in buses or ()]]
+    return [
+        _read(os.path.join(base, "version")),
+        buses,
+        [_read(os.path.join(base, "gpus", b, "information")) for b in buses or ()],
+    ]
 
 
 def _ld_paths() -> list:
     """Where the dynamic loader would find libnvidia-ml: its cache, LD_LIBRARY_PATH, default dirs."""
     machine = os.uname().machine
     extra = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    return ["/etc/ld.so.cache", *extra, "/lib", "/lib64", "/usr/lib", "/usr/lib64",
-            f"/lib/{machine}-linux-gnu", f"/usr/lib/{machine}-linux-gnu"]
+    return [
+        "/etc/ld.so.cache",
+        *extra,
+        "/lib",
+        "/lib64",
+        "/usr/lib",
+        "/usr/lib64",
+        f"/lib/{machine}-linux-gnu",
+        f"/usr/lib/{machine}-linux-gnu",
+    ]
 
 
 def _process_key(mdir: str) -> list:
@@ -158,8 +198,17 @@ def _process_key(mdir: str) -> list:
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError, AttributeError):
         libc = ""
-    return [sys.executable, sys.version, list(sys.path), os.getuid(), "torch" in sys.modules,
-            u.sysname, u.machine, libc, mdir]
+    return [
+        sys.executable,
+        sys.version,
+        list(sys.path),
+        os.getuid(),
+        "torch" in sys.modules,
+        u.sysname,
+        u.machine,
+        libc,
+        mdir,
+    ]
 
 
 def _own_files() -> list:
@@ -183,7 +232,9 @@ def _load(path: str, why: list | None = None) -> dict | None:
     except FileNotFoundError:
         return None
     except NotPrivate as exc:
-        why.append(f"memo {'dir ' if exc.filename != path else ''}{exc.strerror.removeprefix('directory ')}")
+        why.append(
+            f"memo {'dir ' if exc.filename != path else ''}{exc.strerror.removeprefix('directory ')}"
+        )
         return None
     except OSError as exc:
         why.append(f"memo {exc.strerror or exc}")
@@ -205,7 +256,11 @@ def _implausible(entry: dict, key: list) -> str | None:
     digest, headline, packages = fp["digest"], fp["headline"], fp["packages"]
     if not isinstance(headline, str) or not headline.endswith(f"fp {digest}"):
         return "headline does not name the digest"
-    for name in ("torch", "triton", "vllm"):  # the headline lists exactly these, with their versions
+    for name in (
+        "torch",
+        "triton",
+        "vllm",
+    ):  # the headline lists exactly these, with their versions
         v = packages.get(name)
         if (v is not None) != (f" {name} {v} " in f" {headline} ".replace(" · ", " ")):
             return f"headline and packages disagree about {name}"
@@ -236,9 +291,8 @@ def _why_not(entry: dict, env, key: list) -> str | None:
             return f"{path} changed"
     wanted = entry["names"]
     for path, st, names in entry["dirs"]:
-        if st is None or _stat(path) != st:
-            if _names(path, wanted) != names:
-                return f"{path} lists other packages"
+        if (st is None or _stat(path) != st) and _names(path, wanted) != names:
+            return f"{path} lists other packages"
     base, facts = entry["proc"]
     if _proc(base) != facts:
         return f"{base} changed"
@@ -276,7 +330,7 @@ def lookup(env=None) -> ActivationFacts | None:
                 why = f"malformed entry ({type(exc).__name__})"
         last = f"miss: {why}"
         return None
-    except Exception as exc:  # noqa: BLE001 - the memo is an optimisation: fall back to the slow path
+    except Exception as exc:
         last = f"miss: {type(exc).__name__}: {exc}"
         return None
 
@@ -315,8 +369,13 @@ def compute(env=None, *, store: bool = True) -> ActivationFacts:
         st = _stat(p)
         entry["dirs"].append([p, None if _racy(st, t0) else st, _names(p, names)])
     fp = fingerprint.collect(use_memo=True, env=env)
-    facts = ActivationFacts(fp.digest, fp.headline(), {p.name: p.version for p in fp.packages}, fp.device_archs(),
-                            startup_checks.torch_arch(fp) + startup_checks.ptxas_target(fp))
+    facts = ActivationFacts(
+        fp.digest,
+        fp.headline(),
+        {p.name: p.version for p in fp.packages},
+        fp.device_archs(),
+        startup_checks.torch_arch(fp) + startup_checks.ptxas_target(fp),
+    )
     if not store:
         return facts
     if fp.gpu_source == "proc":
@@ -339,8 +398,12 @@ def _store(path: str, entry: dict) -> None:
     """Put ``entry`` first, drop entries of the same process key and env, keep :data:`MAX_ENTRIES`."""
     global last
     doc = _load(path) or {}
-    old = [e for e in doc.get("entries", ()) if isinstance(e, dict)
-           and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])]
+    old = [
+        e
+        for e in doc.get("entries", ())
+        if isinstance(e, dict)
+        and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])
+    ]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:
         ensure_dir(os.path.dirname(path) or ".", 0o700)
@@ -349,9 +412,9 @@ def _store(path: str, entry: dict) -> None:
             return
         from jitwarden.store.fsutil import write_json_atomic
 
-        write_json_atomic(path, data, ".activation-memo.", mode=0o600)  # readable and writable by us alone
+        write_json_atomic(
+            path, data, ".activation-memo.", mode=0o600
+        )  # readable and writable by us alone
         last = "stored"
     except (OSError, ValueError, TypeError) as exc:
         last = f"not stored: {type(exc).__name__}: {exc}"
-
-

@@ -32,15 +32,15 @@ import threading
 import time
 from collections import namedtuple
 
-from jitwarden.runtime import tree
 from jitwarden.model.settings import PROVE
+from jitwarden.runtime import tree
 
 PROVE_VAR = PROVE.name
 PROVEN, REFUTED, UNPROVEN = "proven", "refuted", "unproven"
 _CODES = {REFUTED: "not-reproducible", UNPROVEN: "unverifiable"}
 
 _lock = threading.Lock()
-_memo: dict[str, "Proof"] = {}  # entry path -> proof made by prove_many and not yet used
+_memo: dict[str, Proof] = {}  # entry path -> proof made by prove_many and not yet used
 _totals = {"proven": 0, "refuted": 0, "unproven": 0, "seconds": 0.0}
 _STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")
 
@@ -71,8 +71,13 @@ class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(Non
         return _CODES.get(self.state, "")
 
 
-class ProofCounts(namedtuple("ProofCounts", "proven refuted unproven seconds jobs ptxas_runs ptxas_retries ptxas_seconds",
-                             defaults=(0, 0, 0, 0.0, 1, 0, 0, 0.0))):
+class ProofCounts(
+    namedtuple(
+        "ProofCounts",
+        "proven refuted unproven seconds jobs ptxas_runs ptxas_retries ptxas_seconds",
+        defaults=(0, 0, 0, 0.0, 1, 0, 0, 0.0),
+    )
+):
     """How many proofs one start-up (or one sweep, or one prover) made, and what they cost (immutable).
 
     ``jobs``: the cores they ran on; ``ptxas_*``: the rebuild's own counters. :meth:`plus` adds
@@ -85,11 +90,14 @@ class ProofCounts(namedtuple("ProofCounts", "proven refuted unproven seconds job
     def total(self) -> int:
         return self.proven + self.refuted + self.unproven
 
-    def plus(self, other: "ProofCounts | None") -> "ProofCounts":
+    def plus(self, other: ProofCounts | None) -> ProofCounts:
         if other is None:
             return self
-        return ProofCounts(*(a + b for a, b in zip(self[:4], other[:4])), max(self.jobs, other.jobs),
-                           *(a + b for a, b in zip(self[5:], other[5:])))
+        return ProofCounts(
+            *(a + b for a, b in zip(self[:4], other[:4])),
+            max(self.jobs, other.jobs),
+            *(a + b for a, b in zip(self[5:], other[5:])),
+        )
 
     def summary(self, background: bool = False) -> str | None:
         """The one start-up line: how many unsealed kernels were proven, in what time, and how many were not.
@@ -101,17 +109,28 @@ class ProofCounts(namedtuple("ProofCounts", "proven refuted unproven seconds job
         if not self.total:
             return None
         bad = self.refuted + self.unproven
-        tail = (f"; {bad} not proven ({self.refuted} refuted, {self.unproven} unprovable): "
-                "quarantined, recompiled when used" if bad else "")
-        return (f"proved {self.proven} of {self.total} unsealed Triton kernels by rebuilding their PTX in "
-                f"{self.seconds:.2f} s on {plural(self.jobs, 'core')}"
-                f"{', beside the workload start' if background else ''}{tail} ({PROVE_VAR}=0 skips proofs)")
+        tail = (
+            f"; {bad} not proven ({self.refuted} refuted, {self.unproven} unprovable): "
+            "quarantined, recompiled when used"
+            if bad
+            else ""
+        )
+        return (
+            f"proved {self.proven} of {self.total} unsealed Triton kernels by rebuilding their PTX in "
+            f"{self.seconds:.2f} s on {plural(self.jobs, 'core')}"
+            f"{', beside the workload start' if background else ''}{tail} ({PROVE_VAR}=0 skips proofs)"
+        )
 
 
-_Entry = namedtuple("_Entry", "path id name type", defaults=("kernel",))  # what rebuild.verify_entries reads
+_Entry = namedtuple(
+    "_Entry", "path id name type", defaults=("kernel",)
+)  # what rebuild.verify_entries reads
+
 
 def _digests(path: str) -> dict:
-    from jitwarden.store.seal import file_digest  # hashed 1 MiB at a time: a file of gigabytes costs no memory
+    from jitwarden.store.seal import (
+        file_digest,
+    )  # hashed 1 MiB at a time: a file of gigabytes costs no memory
 
     return {n: file_digest(os.path.join(path, n))[0] for n in tree.files(path)}
 
@@ -133,7 +152,9 @@ def _digest_all(paths: list[str], jobs: int) -> dict:
         return {p: one(p) for p in paths}
     import concurrent.futures as cf
 
-    with cf.ThreadPoolExecutor(max_workers=min(jobs, len(paths)), thread_name_prefix="jw-digest") as ex:
+    with cf.ThreadPoolExecutor(
+        max_workers=min(jobs, len(paths)), thread_name_prefix="jw-digest"
+    ) as ex:
         return dict(zip(paths, ex.map(one, paths)))
 
 
@@ -151,17 +172,23 @@ def _warm_ptxas(env) -> None:
     from jitwarden.store.fsutil import memo_dir, read_own_json
 
     try:  # never a FIFO, another user's file or an unbounded read: this runs inside activate()
-        section = read_own_json(os.path.join(memo_dir(env), "fingerprint-memo.json"), max_bytes=_MEMO_MAX).get("ptxas")
+        section = read_own_json(
+            os.path.join(memo_dir(env), "fingerprint-memo.json"), max_bytes=_MEMO_MAX
+        ).get("ptxas")
     except (OSError, ValueError, AttributeError):
         return
     if isinstance(section, dict):
         try:
-            ptxas.selected(env, dict(section))  # fills ptxas' in-process memo; the file is never written here
-        except Exception:  # noqa: BLE001 - an optimisation: the rebuild identifies them itself
+            ptxas.selected(
+                env, dict(section)
+            )  # fills ptxas' in-process memo; the file is never written here
+        except Exception:
             pass
 
 
-def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats: dict | None = None) -> dict[str, Proof]:
+def prove_many(  # noqa: C901
+    paths, *, jobs: int | None = None, env=None, on_proof=None, stats: dict | None = None
+) -> dict[str, Proof]:
     """Prove every entry of ``paths`` in parallel (all cores by default); {path: Proof}.
 
     ``stats`` receives the rebuild's counters (``ptxas_runs``, ``ptxas_retries``, ``ptxas_seconds``).
@@ -182,7 +209,7 @@ def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats
         if on_proof is not None:
             try:
                 on_proof(path, pr)
-            except Exception as exc:  # noqa: BLE001 - raised again below, after the other proofs
+            except Exception as exc:
                 errors.append(exc)
 
     digests: dict[str, dict] = {}
@@ -196,14 +223,22 @@ def prove_many(paths, *, jobs: int | None = None, env=None, on_proof=None, stats
     todo = [_Entry(p, os.path.basename(p), _kernel_name(d)) for p, d in digests.items()]
 
     def judged(path: str, r) -> None:
-        state = PROVEN if r.verdict in ("verified", "stale") else REFUTED if r.verdict == "not-reproducible" else UNPROVEN
+        state = (
+            PROVEN
+            if r.verdict in ("verified", "stale")
+            else REFUTED
+            if r.verdict == "not-reproducible"
+            else UNPROVEN
+        )
         done(path, Proof(path, state, r.message, digests[path], r.ptxas))
 
     if todo:
         _warm_ptxas(os.environ if env is None else env)
         try:
-            rebuild.verify_entries(todo, rebuild.RebuildOptions(jobs=jobs), env=env, on_result=judged, stats=stats)
-        except Exception as exc:  # noqa: BLE001 - a proof that cannot run proves nothing
+            rebuild.verify_entries(
+                todo, rebuild.RebuildOptions(jobs=jobs), env=env, on_result=judged, stats=stats
+            )
+        except Exception as exc:
             why = f"the rebuild could not run ({type(exc).__name__}: {exc})"
             for e in todo:
                 if e.path not in out:
@@ -254,8 +289,14 @@ def prove_ahead(paths, *, jobs: int | None = None, env=None, on_proof=None) -> P
         with _lock:
             _memo.update(proofs)
     states = [p.state for p in proofs.values()]
-    return ProofCounts(states.count(PROVEN), states.count(REFUTED), states.count(UNPROVEN), time.perf_counter() - t0,
-                       jobs or os.cpu_count() or 1, *(stats.get(k, 0) for k in _STATS))
+    return ProofCounts(
+        states.count(PROVEN),
+        states.count(REFUTED),
+        states.count(UNPROVEN),
+        time.perf_counter() - t0,
+        jobs or os.cpu_count() or 1,
+        *(stats.get(k, 0) for k in _STATS),
+    )
 
 
 def seal_proven(path: str, names, proof: Proof, fingerprint: str | None, producer: dict) -> bool:
@@ -271,8 +312,9 @@ def seal_proven(path: str, names, proof: Proof, fingerprint: str | None, produce
     return True
 
 
-def admit(path: str, names, fingerprint: str | None, producer: dict, env=None,
-          proof: Proof | None = None) -> tuple[str, list[str]] | None:
+def admit(
+    path: str, names, fingerprint: str | None, producer: dict, env=None, proof: Proof | None = None
+) -> tuple[str, list[str]] | None:
     """Prove and seal an unsealed entry that passed the structural checks, for the guard and the sweep.
 
     ``proof``: one already made for this entry (the sweep's, made in parallel); else :func:`prove`.
@@ -294,8 +336,12 @@ def admit(path: str, names, fingerprint: str | None, producer: dict, env=None,
         if seal_proven(path, names, proof, fingerprint, dict(producer, legacy=True)):
             return None
         if again:
-            return "unverifiable", ["the entry changed while it was being proven; not used until it is proven"]
-        proof = prove_many([path], jobs=1, env=env)[path]  # changed since its proof: prove what is there now
+            return "unverifiable", [
+                "the entry changed while it was being proven; not used until it is proven"
+            ]
+        proof = prove_many([path], jobs=1, env=env)[
+            path
+        ]  # changed since its proof: prove what is there now
     return proof.code, [f"first use of an unsealed entry: {proof.reason}"]
 
 
@@ -310,7 +356,12 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     env = os.environ if env is None else env
     out = []
     if not enabled(env):
-        out.append(("proofs-off", f"{PROVE_VAR}=0: unsealed Triton kernels are sealed and served after structural "
-                    "checks alone; another kernel's cubin under the same name would be used",
-                    f"unset {PROVE_VAR}  (first use then rebuilds each unsealed kernel once)"))
+        out.append(
+            (
+                "proofs-off",
+                f"{PROVE_VAR}=0: unsealed Triton kernels are sealed and served after structural "
+                "checks alone; another kernel's cubin under the same name would be used",
+                f"unset {PROVE_VAR}  (first use then rebuilds each unsealed kernel once)",
+            )
+        )
     return out

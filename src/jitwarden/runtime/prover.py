@@ -27,6 +27,7 @@ import threading
 from jitwarden.runtime import hiding, proof, setaside
 from jitwarden.runtime.proof import ProofCounts
 
+
 def launch(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None) -> bool:
     """Start a detached prover for ``jobs`` (tree, seal digest, staging lock fd); False when it cannot start.
 
@@ -41,18 +42,22 @@ def launch(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None) -> bo
     if not os.path.basename(sys.executable or "").startswith("python"):
         return False  # an embedded interpreter (uwsgi, a frozen app): no Python to start
     try:
-        p = subprocess.Popen([sys.executable, "-m", "jitwarden.runtime.prover", spec],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL if quiet else None,
-                             pass_fds=[fd for _, _, fd in jobs], close_fds=True,
-                             env=None if env is None else dict(env))
+        p = subprocess.Popen(
+            [sys.executable, "-m", "jitwarden.runtime.prover", spec],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if quiet else None,
+            pass_fds=[fd for _, _, fd in jobs],
+            close_fds=True,
+            env=None if env is None else dict(env),
+        )
         try:
             started = p.wait(timeout=30) == 0  # the first process forks the prover and exits
         except subprocess.TimeoutExpired:
             p.kill()  # never two provers on one lock: the caller proves now
             p.wait()
             started = False
-    except Exception:  # noqa: BLE001 - no interpreter to start: the caller proves now
+    except Exception:
         started = False
     if started:
         for _, _, fd in jobs:
@@ -60,7 +65,9 @@ def launch(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None) -> bo
     return started
 
 
-def run(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None, say=None) -> ProofCounts | None:
+def run(
+    jobs: list[tuple[str, str | None, int]], quiet: bool, env=None, say=None
+) -> ProofCounts | None:
     """Hand ``jobs`` to a prover in the background (:func:`launch`); where none can start, prove them here on
     every core. Closes the jobs' lock fds either way. The counts of proofs made here; None when launched.
     """
@@ -73,7 +80,9 @@ def run(jobs: list[tuple[str, str | None, int]], quiet: bool, env=None, say=None
             os.close(fd)
 
 
-def prove_staged(jobs: list[tuple[str, str | None, int]], *, cores: int | None = None, say=None) -> ProofCounts:
+def prove_staged(
+    jobs: list[tuple[str, str | None, int]], *, cores: int | None = None, say=None
+) -> ProofCounts:
     """Prove every entry hidden in the jobs' trees; seal and put back the proven, quarantine the rest.
 
     Beats on each job's lock (:func:`hiding.beat`) every :data:`hiding.BEAT_S` while the proofs run,
@@ -115,28 +124,51 @@ def _settle(tree: str, path: str, pr, digest: str | None) -> str | None:
     """Seal and put back a proven entry, or quarantine it; the line to say, if any."""
     key = os.path.basename(path)
     if os.path.islink(os.path.dirname(path)) or os.path.islink(path):
-        return None  # a link appeared on the way: nothing is sealed or moved through it (left hidden)
+        return (
+            None  # a link appeared on the way: nothing is sealed or moved through it (left hidden)
+        )
     if pr.proven:
         names = sorted(n for n in os.listdir(path) if not n.startswith(".jitwarden"))
         try:
             sealed = proof.seal_proven(path, names, pr, digest, {"by": "sweep", "legacy": True})
-        except OSError:  # no room (or read-only) for the seal: back unsealed, proven again at its next use
+        except (
+            OSError
+        ):  # no room (or read-only) for the seal: back unsealed, proven again at its next use
             sealed = True
         if sealed:
             back = hiding.put_back(tree, key)
             if back is not False:
                 return None  # back in place, or left hidden where the staging dir is no longer ours
-            _set_aside(tree, path, key, "replaced", ["written again while it was being proven; the new entry is kept"], digest)
+            _set_aside(
+                tree,
+                path,
+                key,
+                "replaced",
+                ["written again while it was being proven; the new entry is kept"],
+                digest,
+            )
             return None
     code = pr.code or "unverifiable"
     details = [f"first use of an unsealed entry: {pr.reason}"]
     rec = _set_aside(tree, path, key, code, details, digest)
-    return None if rec is None else setaside.line(rec, "Triton cache entry", code, details, setaside.AT_STARTUP)
+    return (
+        None
+        if rec is None
+        else setaside.line(rec, "Triton cache entry", code, details, setaside.AT_STARTUP)
+    )
 
 
 def _set_aside(tree: str, path: str, key: str, code: str, details, digest: str | None):
-    return setaside.set_aside(path, code, details, root=tree, entry_id=key, by="sweep", fingerprint=digest,
-                              origin=os.path.join(tree, key))
+    return setaside.set_aside(
+        path,
+        code,
+        details,
+        root=tree,
+        entry_id=key,
+        by="sweep",
+        fingerprint=digest,
+        origin=os.path.join(tree, key),
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -154,7 +186,9 @@ def main(argv: list[str]) -> int:
         return 0  # the launcher waits for this; the prover goes on, not its child
     os.setsid()  # no terminal's job control: a Ctrl-C meant for the workload leaves the proofs to finish
     try:
-        os.nice(10)  # every core, but the workload's own start comes first (ptxas children inherit this)
+        os.nice(
+            10
+        )  # every core, but the workload's own start comes first (ptxas children inherit this)
     except OSError:
         pass
     code = 0
@@ -163,10 +197,12 @@ def main(argv: list[str]) -> int:
         line = made.summary(background=True)
         if line and not quiet:
             _stderr(line)
-    except BaseException as exc:  # noqa: BLE001 - what is left hidden is taken up by the next start-up
+    except BaseException as exc:
         if not quiet:
-            _stderr(f"proofs in the background stopped ({type(exc).__name__}: {exc}); the entries not yet "
-                    "proven are recompiled when used, and proven at the next start")
+            _stderr(
+                f"proofs in the background stopped ({type(exc).__name__}: {exc}); the entries not yet "
+                "proven are recompiled when used, and proven at the next start"
+            )
         code = 1
     finally:
         sys.stderr.flush()

@@ -89,18 +89,26 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
     (hlen,) = struct.unpack(">I", raw[4:8])
     if hlen > MAX_HEADER or 8 + hlen + SIG_LEN > len(raw):
         raise Rejected("truncated", f"header of {hlen} bytes in a {len(raw)}-byte value")
-    hb = raw[8:8 + hlen]
-    sig = raw[8 + hlen:8 + hlen + SIG_LEN]
-    data = raw[8 + hlen + SIG_LEN:]
+    hb = raw[8 : 8 + hlen]
+    sig = raw[8 + hlen : 8 + hlen + SIG_LEN]
+    data = raw[8 + hlen + SIG_LEN :]
     try:
         head = jsonlimits.loads(hb)
         k, s, n, kid = head["k"], head["s"], head["n"], head["i"]
-        if not (isinstance(k, str) and isinstance(s, str) and isinstance(n, int) and isinstance(kid, str)):
+        if not (
+            isinstance(k, str)
+            and isinstance(s, str)
+            and isinstance(n, int)
+            and isinstance(kid, str)
+        ):
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise Rejected("malformed", "header is not valid") from None
     if k != rkey:
-        raise Rejected("wrong-key", f"stored for {k}, found under {rkey} (replayed or copied across namespaces)")
+        raise Rejected(
+            "wrong-key",
+            f"stored for {k}, found under {rkey} (replayed or copied across namespaces)",
+        )
     if len(data) != n:
         raise Rejected("truncated", f"{len(data)} bytes of data, {n} signed")
     if hashlib.sha256(data).hexdigest() != s:
@@ -109,7 +117,9 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
         return data, head
     why = trusted.verify(kid, sig, MAGIC + hb)
     if why is not None:
-        raise Rejected("signature" if kid in trusted.keys else "untrusted-key", why)  # by the key set, not the words
+        raise Rejected(
+            "signature" if kid in trusted.keys else "untrusted-key", why
+        )  # by the key set, not the words
     return data, head
 
 
@@ -128,12 +138,18 @@ def unpack_entry(data: bytes) -> dict:
     """{name: bytes}; ValueError when ``data`` is not a packed entry of plain file names."""
     try:
         (n,) = struct.unpack(">I", data[:4])
-        index = jsonlimits.loads(data[4:4 + n])
+        index = jsonlimits.loads(data[4 : 4 + n])
         out, pos = {}, 4 + n
         for name, size in index:
-            if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or size < 0:
+            if (
+                not isinstance(name, str)
+                or not name
+                or "/" in name
+                or name.startswith(".")
+                or size < 0
+            ):
                 raise ValueError(f"bad file name {name!r}")
-            out[name] = data[pos:pos + size]
+            out[name] = data[pos : pos + size]
             pos += size
         if pos != len(data):
             raise ValueError("sizes do not add up")
@@ -166,7 +182,9 @@ class _State:
         self._signer = None
         try:
             self.addr = resp.parse_url(self.url)
-            self.client = resp.Client(self.addr, min(self.timeout, 0.25), self.timeout, max_reply=MAX_VALUE)
+            self.client = resp.Client(
+                self.addr, min(self.timeout, 0.25), self.timeout, max_reply=MAX_VALUE
+            )
         except ValueError as exc:
             self.error = f"{REMOTE.name}: {exc}"
 
@@ -207,8 +225,10 @@ class _State:
         except OSError as exc:
             self.down_until = time.monotonic() + self.retry
             self.count("unavailable")
-            _say(f"remote cache {self.addr.display()} unavailable ({exc}); compiling locally, "
-                 f"retrying in {self.retry:g} s")
+            _say(
+                f"remote cache {self.addr.display()} unavailable ({exc}); compiling locally, "
+                f"retrying in {self.retry:g} s"
+            )
             return down
 
     def count(self, name: str, n: int = 1) -> None:
@@ -226,10 +246,18 @@ class _State:
 
             d = os.path.join(memo_dir(self.env), "stats")
             ensure_dir(d)
-            write_json_atomic(os.path.join(d, f"remote-{self.pid}.json"),
-                              {"schema": 1, "pid": self.pid, "url": self.addr.display() if self.addr else None,
-                               "role": self.role, "counters": self.counters, "written": time.time()},
-                              ".remote-stats.")
+            write_json_atomic(
+                os.path.join(d, f"remote-{self.pid}.json"),
+                {
+                    "schema": 1,
+                    "pid": self.pid,
+                    "url": self.addr.display() if self.addr else None,
+                    "role": self.role,
+                    "counters": self.counters,
+                    "written": time.time(),
+                },
+                ".remote-stats.",
+            )
         except OSError:
             pass
 
@@ -302,8 +330,10 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         if self._st.error:
             _say(f"remote cache off: {self._st.error}")
         elif self._digest is None:
-            _say("remote cache off: Triton's cache dir is not a jitwarden partition, so there is no fingerprint "
-                 "to namespace remote entries by (run under jitwarden activation)")
+            _say(
+                "remote cache off: Triton's cache dir is not a jitwarden partition, so there is no fingerprint "
+                "to namespace remote entries by (run under jitwarden activation)"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -320,7 +350,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         """{filename: data} of the values that exist and pass every check; never raises."""
         try:
             return self._get(list(filenames))
-        except Exception as exc:  # noqa: BLE001 - a remote cache must never fail the workload
+        except Exception as exc:
             _say(f"remote cache get failed ({type(exc).__name__}: {exc}); compiling locally")
             return {}
 
@@ -329,19 +359,25 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         if not self.enabled or not filenames:
             return {}
         rkeys = [self._rkey(f) for f in filenames]
-        reply = st.call("GET", rkeys[0], down=_DOWN) if len(rkeys) == 1 else st.call("MGET", *rkeys, down=_DOWN)
+        reply = (
+            st.call("GET", rkeys[0], down=_DOWN)
+            if len(rkeys) == 1
+            else st.call("MGET", *rkeys, down=_DOWN)
+        )
         if reply is _DOWN:
             return {}
         raws = [reply] if len(rkeys) == 1 else (reply or [None] * len(rkeys))
         try:
             trusted = st.trusted()
-        except Exception as exc:  # noqa: BLE001 - no cryptography or a broken key file: stay local
+        except Exception as exc:
             st.down_until = float("inf")
             _say(f"remote cache off: cannot check signatures ({exc})")
             return {}
         if not trusted.keys:
             st.down_until = float("inf")
-            _say(f"remote cache off: no trusted public keys (set {TRUSTED_KEYS.name}), so no value could be checked")
+            _say(
+                f"remote cache off: no trusted public keys (set {TRUSTED_KEYS.name}), so no value could be checked"
+            )
             return {}
         out = {}
         for name, rkey, raw in zip(filenames, rkeys, raws):
@@ -352,9 +388,14 @@ class GuardedRemoteBackend(RemoteCacheBackend):
                 data, head = open_value(rkey, raw, trusted, self._vouched.get(name))
             except Rejected as rej:
                 st.count("reject:" + rej.reason)
-                _log.warning("jitwarden: remote cache value rejected (%s) for %s: %s", rej.reason, rkey, rej.detail)
+                _log.warning(
+                    "jitwarden: remote cache value rejected (%s) for %s: %s",
+                    rej.reason,
+                    rkey,
+                    rej.detail,
+                )
                 continue
-            except Exception as exc:  # noqa: BLE001 - e.g. cryptography missing: not a load
+            except Exception as exc:
                 st.count("reject:error")
                 _say(f"remote cache value not checked ({type(exc).__name__}: {exc}); not used")
                 continue
@@ -374,7 +415,9 @@ class GuardedRemoteBackend(RemoteCacheBackend):
             return None
         try:
             return unpack_entry(raw)
-        except ValueError as exc:  # signed but not an entry: a writer bug, not an attack; still a miss
+        except (
+            ValueError
+        ) as exc:  # signed but not an entry: a writer bug, not an attack; still a miss
             self._st.count("reject:malformed")
             _say(f"remote cache entry {filename} not used: {exc}")
             return None
@@ -387,7 +430,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         """Store ``data`` signed (writer role only); never raises."""
         try:
             self._put_one(filename, data if isinstance(data, bytes) else str(data).encode())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _say(f"remote cache put failed ({type(exc).__name__}: {exc})")
 
     def _put_one(self, filename: str, data: bytes) -> None:
@@ -409,7 +452,9 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         value = seal_value(rkey, data, st.signer(), children)
         if len(value) > MAX_VALUE:
             st.count("put-too-large")
-            _say(f"remote cache: {filename} not stored ({len(value)} bytes, more than the {MAX_VALUE} a value may hold)")
+            _say(
+                f"remote cache: {filename} not stored ({len(value)} bytes, more than the {MAX_VALUE} a value may hold)"
+            )
             return
         self._put[filename] = hashlib.sha256(data).hexdigest()
         if st.call("SET", rkey, value) is not None:

@@ -16,8 +16,8 @@ import logging
 
 from jitwarden.formats import jsonlimits
 from jitwarden.runtime import remote
-from jitwarden.store.fsutil import read_bytes
 from jitwarden.runtime.guard import _STANDALONE, GuardedCacheManager
+from jitwarden.store.fsutil import read_bytes
 
 _log = logging.getLogger("jitwarden")
 
@@ -47,8 +47,13 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
         try:
             if not self._fetch_group(filename):
                 return None
-        except Exception as exc:  # noqa: BLE001 - a remote problem is a local compile
-            _log.warning("jitwarden: remote cache entry %s not used (%s: %s)", self.key, type(exc).__name__, exc)
+        except Exception as exc:
+            _log.warning(
+                "jitwarden: remote cache entry %s not used (%s: %s)",
+                self.key,
+                type(exc).__name__,
+                exc,
+            )
             return None
         return super().get_group(filename)
 
@@ -73,7 +78,9 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
         path = super().put_group(filename, group)
         if self._remote is not None and self._remote.writer and not self._fetching:
             try:
-                files = {name: read_bytes(p, max_bytes=remote.MAX_VALUE) for name, p in group.items()}  # what the server takes
+                files = {
+                    name: read_bytes(p, max_bytes=remote.MAX_VALUE) for name, p in group.items()
+                }  # what the server takes
                 files[f"__grp__{filename}"] = json.dumps({"child_paths": sorted(group)}).encode()
                 self._remote.put_entry(filename, files)
             except OSError as exc:
@@ -97,6 +104,11 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
 
     def put(self, data, filename, binary=True) -> str:
         path = super().put(data, filename, binary)
-        if self._remote is not None and self._remote.writer and not self._fetching and filename.endswith(_STANDALONE):
+        if (
+            self._remote is not None
+            and self._remote.writer
+            and not self._fetching
+            and filename.endswith(_STANDALONE)
+        ):
             self._remote.put(filename, data if isinstance(data, bytes) else str(data).encode())
         return path

@@ -9,10 +9,15 @@ them: when one is switched on, activation and ``doctor`` say so.
 
 from __future__ import annotations
 
-from jitwarden.model.settings import REMOTE, REMOTE_BACKEND as BACKEND, REMOTE_MANAGER
+from jitwarden.model.settings import REMOTE, REMOTE_MANAGER
+from jitwarden.model.settings import REMOTE_BACKEND as BACKEND
 
-INDUCTOR_REMOTE = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
-                   "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE", "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE")
+INDUCTOR_REMOTE = (
+    "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+    "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
+    "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+    "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE",
+)
 
 
 def unguarded(env) -> list[str]:
@@ -22,23 +27,31 @@ def unguarded(env) -> list[str]:
     on = [v for v in INDUCTOR_REMOTE if parse_flag(env.get(v)) is True]
     if not on:
         return []
-    return [f"{', '.join(on)} {'is' if len(on) == 1 else 'are'} on: TorchInductor's Redis caches are unguarded "
-            "(values are unsigned and not namespaced by GPU or driver, and torch has no hook to check them); "
-            "kernels they bring are loaded without jitwarden's checks in this process"]
+    return [
+        f"{', '.join(on)} {'is' if len(on) == 1 else 'are'} on: TorchInductor's Redis caches are unguarded "
+        "(values are unsigned and not namespaced by GPU or driver, and torch has no hook to check them); "
+        "kernels they bring are loaded without jitwarden's checks in this process"
+    ]
 
 
-def wire(env, manager: str | None, guard: str, changes: dict, partitions: dict, warnings: list) -> str | None:
+def wire(
+    env, manager: str | None, guard: str, changes: dict, partitions: dict, warnings: list
+) -> str | None:
     """The Triton cache manager in effect after wiring ``JITWARDEN_REMOTE``; adds to ``changes`` and ``warnings``."""
     warnings += unguarded(env)
     url = REMOTE.text(env) or ""
     if not url:
         return manager
     if manager not in (guard, REMOTE_MANAGER):
-        warnings.append(f"{REMOTE.name} is set but TRITON_CACHE_MANAGER={manager} is kept: the remote cache is off")
+        warnings.append(
+            f"{REMOTE.name} is set but TRITON_CACHE_MANAGER={manager} is kept: the remote cache is off"
+        )
         return manager
     if "TRITON_CACHE_DIR" not in partitions:
-        warnings.append(f"{REMOTE.name} is set but Triton's cache is not partitioned by fingerprint: "
-                        "the remote cache is off (remote entries are namespaced by the partition's fingerprint)")
+        warnings.append(
+            f"{REMOTE.name} is set but Triton's cache is not partitioned by fingerprint: "
+            "the remote cache is off (remote entries are namespaced by the partition's fingerprint)"
+        )
         return manager
     if not url.startswith(("redis://", "valkey://")):
         warnings.append(f"{REMOTE.name}={url!r} is not a redis:// URL: the remote cache is off")

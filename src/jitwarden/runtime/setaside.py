@@ -16,13 +16,24 @@ import stat
 from jitwarden.model.layout import ENTRY_WRITERS_FILE
 from jitwarden.store.entrylock import lock, unlock
 
-
-AT_STARTUP = "found at start-up, it is rebuilt (or restored from Inductor's own bundle) when next used"
+AT_STARTUP = (
+    "found at start-up, it is rebuilt (or restored from Inductor's own bundle) when next used"
+)
 """What follows a start-up quarantine (the sweep's and the background prover's)."""
 
 
-def set_aside(path: str, code: str, details, *, by: str, root: str | None = None, entry_id: str | None = None,
-              fingerprint: str | None = None, origin: str | None = None, kind: str | None = None):
+def set_aside(
+    path: str,
+    code: str,
+    details,
+    *,
+    by: str,
+    root: str | None = None,
+    entry_id: str | None = None,
+    fingerprint: str | None = None,
+    origin: str | None = None,
+    kind: str | None = None,
+):
     """Quarantine ``path`` (store.quarantine.move); its record, or None when a writer holds it or it is gone.
 
     A real directory (a cache entry) is moved under its writers lock, taken without waiting. A
@@ -39,8 +50,17 @@ def set_aside(path: str, code: str, details, *, by: str, root: str | None = None
     if is_dir and wfd is None:
         return None  # a writer is mid-entry: its own seal settles it
     try:
-        return quarantine.move(path, code, details, root=root, entry_id=entry_id, by=by,
-                               fingerprint=fingerprint, origin=origin, kind=kind)
+        return quarantine.move(
+            path,
+            code,
+            details,
+            root=root,
+            entry_id=entry_id,
+            by=by,
+            fingerprint=fingerprint,
+            origin=origin,
+            kind=kind,
+        )
     except FileNotFoundError:
         return None  # someone else moved it first
     finally:
@@ -49,5 +69,7 @@ def set_aside(path: str, code: str, details, *, by: str, root: str | None = None
 
 def line(rec, what: str, code: str, details, then: str) -> str:
     """The one wording of a runtime quarantine: what was set aside, why, what happens next, how to undo it."""
-    return (f"quarantined {what} {rec.entry_id} ({code}: {'; '.join(details) or '-'}); {then}. "
-            f"Restore with `jitwarden quarantine restore {rec.id}`")
+    return (
+        f"quarantined {what} {rec.entry_id} ({code}: {'; '.join(details) or '-'}); {then}. "
+        f"Restore with `jitwarden quarantine restore {rec.id}`"
+    )

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from jitwarden.env import ptxas as _ptxas
 from jitwarden.adapters.triton import metadata_arch
-from jitwarden.store.fsutil import read_json
+from jitwarden.env import ptxas as _ptxas
 from jitwarden.model.arch import torch_arch_warning
 from jitwarden.model.settings import PARTITION
+from jitwarden.store.fsutil import read_json
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""
@@ -49,11 +49,15 @@ def torch_arch_not_run(fp, archs: tuple[int, ...]) -> str | None:
     if torch is None:
         return None  # no torch, no torch kernels: nothing to check
     if not torch.cuda:
-        return (f"torch {torch.version} is a CPU build: it has no compiled GPU arch list, so whether it runs on "
-                f"sm_{', sm_'.join(map(str, archs))} was not checked")
+        return (
+            f"torch {torch.version} is a CPU build: it has no compiled GPU arch list, so whether it runs on "
+            f"sm_{', sm_'.join(map(str, archs))} was not checked"
+        )
     if torch.arch_list is None:
-        return (f"torch {torch.version}'s compiled arch list (CUDA_ARCH_FLAGS in libtorch_python.so) could not be "
-                "read: whether it has kernels for this GPU was not checked")
+        return (
+            f"torch {torch.version}'s compiled arch list (CUDA_ARCH_FLAGS in libtorch_python.so) could not be "
+            "read: whether it has kernels for this GPU was not checked"
+        )
     return None
 
 
@@ -70,11 +74,15 @@ class PtxasProblem:
     arch: int
     path: str
     release: str | None
-    variable: str  # TRITON_PTXAS_PATH or TRITON_PTXAS_BLACKWELL_PATH, as the installed Triton reads them
+    variable: (
+        str  # TRITON_PTXAS_PATH or TRITON_PTXAS_BLACKWELL_PATH, as the installed Triton reads them
+    )
 
     def sentence(self) -> str:
-        return (f"ptxas {self.path} (release {self.release}) cannot target sm_{self.arch}: Triton compiles will "
-                f"fail; point {self.variable} at a ptxas from a CUDA release that supports sm_{self.arch}")
+        return (
+            f"ptxas {self.path} (release {self.release}) cannot target sm_{self.arch}: Triton compiles will "
+            f"fail; point {self.variable} at a ptxas from a CUDA release that supports sm_{self.arch}"
+        )
 
 
 def ptxas_problems(fp, archs: tuple[int, ...] | None = None) -> list[PtxasProblem]:
@@ -108,7 +116,9 @@ def ptxas_not_run(fp, archs: tuple[int, ...]) -> str | None:
         if info is None:
             why.append(f"no ptxas found for sm_{arch} (Triton's {recipe.role(arch)} role)")
         elif _ptxas.can_target(info, arch) is None:
-            why.append(f"whether ptxas release {info.release or '?'} supports sm_{arch} is not known")
+            why.append(
+                f"whether ptxas release {info.release or '?'} supports sm_{arch} is not known"
+            )
     return "; ".join(why) + ": not checked" if why else None
 
 
@@ -124,8 +134,12 @@ class CheckOutcome:
 
 def run_checks(fp, archs: tuple[int, ...]) -> list[CheckOutcome]:
     """The torch arch list and ptxas checks for ``archs`` (see :func:`archs_of`), each saying if it could not run."""
-    return [CheckOutcome("torch-arch", archs, tuple(torch_arch(fp, archs)), torch_arch_not_run(fp, archs)),
-            CheckOutcome("ptxas", archs, tuple(ptxas_target(fp, archs)), ptxas_not_run(fp, archs))]
+    return [
+        CheckOutcome(
+            "torch-arch", archs, tuple(torch_arch(fp, archs)), torch_arch_not_run(fp, archs)
+        ),
+        CheckOutcome("ptxas", archs, tuple(ptxas_target(fp, archs)), ptxas_not_run(fp, archs)),
+    ]
 
 
 def foreign_entries(metas, archs, triton_version) -> list[str]:
@@ -159,10 +173,10 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
             except OSError:
                 continue
             grp = next((x for x in names if x.startswith("__grp__") and x.endswith(".json")), None)
-            if grp is None or grp[len("__grp__"):] not in names:
+            if grp is None or grp[len("__grp__") :] not in names:
                 continue
             try:
-                md = read_json(os.path.join(e.path, grp[len("__grp__"):]), max_bytes=1 << 16)
+                md = read_json(os.path.join(e.path, grp[len("__grp__") :]), max_bytes=1 << 16)
             except (OSError, ValueError):
                 continue
             if isinstance(md, dict):
@@ -170,22 +184,33 @@ def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     return out
 
 
-def shared_root(root: str, archs: tuple[int, ...], triton_version: str | None, advice: str | None = None) -> list[str]:
+def shared_root(
+    root: str, archs: tuple[int, ...], triton_version: str | None, advice: str | None = None
+) -> list[str]:
     """An unpartitioned root read by this process holds entries of another fingerprint: built for other
     GPU ``archs`` or by another Triton than ``triton_version``. Plain values, whichever record they came from.
     ``advice``: what to do, where partitions were not switched off (``doctor``)."""
     why = foreign_entries(sample_metadata(root), archs, triton_version)
     if not why:
         return []
-    return [f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "
-            "can load another toolchain's kernel; " + (advice or f"unset {PARTITION.name}=0 (partitions keep them "
-                                                               "apart) or run `jitwarden verify` on it")]
+    return [
+        f"{root} is shared, unpartitioned, with entries built for {', '.join(why)}: a cache hit there "
+        "can load another toolchain's kernel; "
+        + (
+            advice
+            or f"unset {PARTITION.name}=0 (partitions keep them "
+            "apart) or run `jitwarden verify` on it"
+        )
+    ]
 
 
 def unsafe_root(root: str, why: str, instead: str | None, unsafe: bool = True) -> str:
     """The one warning for a refused cache root. ``unsafe``: others could write or own it (the fix is its
     owner and mode); else it cannot be created or written here (the fix is another place)."""
     where = f"using the private partition {instead} instead" if instead else "not partitioning it"
-    fix = ("fix its owner/mode (chmod o-w) to share it safely" if unsafe
-           else "point the cache at a directory you can write, or make this one writable")
+    fix = (
+        "fix its owner/mode (chmod o-w) to share it safely"
+        if unsafe
+        else "point the cache at a directory you can write, or make this one writable"
+    )
     return f"refusing cache root {root} ({why}); {where}; {fix}"

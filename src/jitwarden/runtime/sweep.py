@@ -34,8 +34,13 @@ from jitwarden.store.entrylock import lock, unlock
 tree_roots = _tree.tree_roots
 
 
-def sweep(trees: list[str], digest: str | None = None, background: list | None = None, *,
-          proof_line: bool = True) -> tuple[list[str], dict]:
+def sweep(
+    trees: list[str],
+    digest: str | None = None,
+    background: list | None = None,
+    *,
+    proof_line: bool = True,
+) -> tuple[list[str], dict]:
     """Check every entry of ``trees``; returns (warning lines, counts).
 
     ``counts["proofs"]``: the :class:`~jitwarden.runtime.proof.ProofCounts` of the proofs made here,
@@ -51,7 +56,9 @@ def sweep(trees: list[str], digest: str | None = None, background: list | None =
     done: set[str] = set()
     proven_here = trees
     if background is not None:
-        proven_here = [t for t in trees if not _hide_unsealed(t, digest, counts, warnings, background)]
+        proven_here = [
+            t for t in trees if not _hide_unsealed(t, digest, counts, warnings, background)
+        ]
 
     def check(path: str, proof=None) -> None:
         counts["entries"] += 1
@@ -60,7 +67,7 @@ def sweep(trees: list[str], digest: str | None = None, background: list | None =
             w = _entry(path, digest, counts, proof)
         except FileNotFoundError:
             w = None  # gone since it was listed: another process (a rank's sweep) hid it or set it aside
-        except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
+        except Exception as exc:
             w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
         if w:
             warnings.append(w)
@@ -102,7 +109,9 @@ def _prove_ahead(trees: list[str], check):
     return proof.prove_ahead(paths, on_proof=check) if paths else None
 
 
-def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[str], jobs: list) -> bool:
+def _hide_unsealed(
+    tree: str, digest: str | None, counts: dict, warnings: list[str], jobs: list
+) -> bool:
     """Hide ``tree``'s unsealed kernels that pass the structural checks for the background prover.
 
     True when nothing is left to prove here (none to prove, or hidden); False when this tree's
@@ -136,13 +145,15 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
                 w = _set_aside(path, errors[0].code, [f.message for f in errors], digest, counts)
             else:
                 good.append(path)
-        except Exception as exc:  # noqa: BLE001 - one odd entry never stops the sweep
+        except Exception as exc:
             w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
         finally:
             unlock(efd)
         if w:
             warnings.append(w)
-    left = set(hiding.hide(tree, good))  # the ones that could not be moved are proven here, one by one
+    left = set(
+        hiding.hide(tree, good)
+    )  # the ones that could not be moved are proven here, one by one
     counts["hidden"] += len(good) - len(left)
     if hiding.staged(tree):
         jobs.append((tree, digest, fd))
@@ -151,7 +162,9 @@ def _hide_unsealed(tree: str, digest: str | None, counts: dict, warnings: list[s
     return True
 
 
-def _entry(path: str, digest: str | None, counts: dict, proof=None, then: str | None = None) -> str | None:
+def _entry(
+    path: str, digest: str | None, counts: dict, proof=None, then: str | None = None
+) -> str | None:
     """Check one entry as the sweep does; the warning line when it was set aside or could not be checked.
 
     ``then``: what follows a quarantine, in its line (the start-up's words by default)."""
@@ -191,7 +204,9 @@ def _recheck(path: str, digest: str | None, counts: dict, then: str | None = Non
     except seal.SealError as exc:
         return _set_aside(path, "corrupt", [str(exc)], digest, counts, then)
     if s is not None and (why := seal.foreign(s.fingerprint, digest)):
-        return _set_aside(path, "mismatch", [why], digest, counts, then)  # moved in from another environment
+        return _set_aside(
+            path, "mismatch", [why], digest, counts, then
+        )  # moved in from another environment
     present = _tree.files(path)
     found = seal.judge(path, s, present=present)
     # Inductor's bundle rewrites a group file's absolute paths when it restores an entry
@@ -218,7 +233,9 @@ def _relocated_group(path: str, problem) -> bool:
         children = read_json(os.path.join(path, name), max_bytes=1 << 20)["child_paths"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return isinstance(children, dict) and all(p == os.path.join(path, c) for c, p in children.items())
+    return isinstance(children, dict) and all(
+        p == os.path.join(path, c) for c, p in children.items()
+    )
 
 
 def _reseal(path: str, s, present: list[str]) -> None:
@@ -231,7 +248,9 @@ def _reseal(path: str, s, present: list[str]) -> None:
         pass
 
 
-def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None, then: str | None = None) -> str | None:
+def _seal_unsealed(
+    path: str, digest: str | None, counts: dict, proof=None, then: str | None = None
+) -> str | None:
     from jitwarden.adapters import triton as tri
     from jitwarden.runtime.proof import admit
 
@@ -241,7 +260,9 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None, then
     if kind != "kernel":
         return None
     try:
-        why = admit(path, _tree.files(path), digest, {"by": "sweep"}, proof=proof)  # proven first, or refused
+        why = admit(
+            path, _tree.files(path), digest, {"by": "sweep"}, proof=proof
+        )  # proven first, or refused
         if why is not None:
             return _set_aside(path, why[0], why[1], digest, counts, then)
         counts["sealed"] += 1
@@ -250,7 +271,9 @@ def _seal_unsealed(path: str, digest: str | None, counts: dict, proof=None, then
     return None
 
 
-def _set_aside(path: str, code: str, details, digest: str | None, counts: dict, then: str | None = None) -> str | None:
+def _set_aside(
+    path: str, code: str, details, digest: str | None, counts: dict, then: str | None = None
+) -> str | None:
     from jitwarden.runtime import setaside
 
     rec = setaside.set_aside(path, code, details, by="sweep", fingerprint=digest)
@@ -295,8 +318,13 @@ def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
     that a writer holds, that cannot be locked or that was set aside is a no: the caller recompiles.
     """
     try:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):  # a link (or anything but a dir) in an entry's place
-            return False, f"refused Inductor kernel {os.path.basename(path)[:12]}…: not a directory of its own"
+        if not stat.S_ISDIR(
+            os.lstat(path).st_mode
+        ):  # a link (or anything but a dir) in an entry's place
+            return (
+                False,
+                f"refused Inductor kernel {os.path.basename(path)[:12]}…: not a directory of its own",
+            )
     except OSError:
         return False, None  # gone: compiled from source instead
     if sealed_unchanged(path, digest):
@@ -304,6 +332,6 @@ def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
     counts = {"entries": 1, "rehashed": 0, "sealed": 0, "quarantined": 0, "hidden": 0}
     try:
         w = _entry(path, digest, counts, then=AT_LOAD)
-    except Exception as exc:  # noqa: BLE001 - a no: the kernel is recompiled instead
+    except Exception as exc:
         w = f"could not check Inductor kernel {os.path.basename(path)[:12]}… ({type(exc).__name__}: {exc})"
     return sealed_unchanged(path, digest), w

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 import sys
+import time
+
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
 
@@ -70,7 +71,7 @@ def install(env=None) -> dict[str, str]:
     """
     try:
         if not enabled(env):
-            return {m: f"{HOOKS_VAR}=0" for m in _PATCHERS}
+            return dict.fromkeys(_PATCHERS, f"{HOOKS_VAR}=0")
         waiting = False
         for name in _PATCHERS:
             mod = sys.modules.get(name)
@@ -81,7 +82,7 @@ def install(env=None) -> dict[str, str]:
         if waiting and not any(isinstance(f, _Finder) for f in sys.meta_path):
             sys.meta_path.insert(0, _Finder())
         return status()
-    except Exception as exc:  # noqa: BLE001 - on the activation path
+    except Exception as exc:
         return {m: f"not installed ({type(exc).__name__}: {exc})" for m in _PATCHERS}
 
 
@@ -133,8 +134,10 @@ def _apply(name: str, module) -> None:
     try:
         _PATCHERS[name](module)
         _applied[name] = "guarded"
-    except Exception as exc:  # noqa: BLE001 - an unknown torch: say so, never break the import
-        _applied[name] = f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
+    except Exception as exc:
+        _applied[name] = (
+            f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
+        )
         _log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
 
 
@@ -152,12 +155,16 @@ def _patch_bundler(mod) -> None:
         try:
             if bundle is not None and cls.is_enabled():
                 bundle = guard_bundle(bundle, mod.triton_cache_dir, cls._REPLACE_BYTES)
-        except Exception as exc:  # noqa: BLE001 - fail closed: restore nothing, Inductor recompiles
-            _log.warning("jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
-                         "restoring none of them, Inductor recompiles them", type(exc).__name__, exc)
+        except Exception as exc:
+            _log.warning(
+                "jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
+                "restoring none of them, Inductor recompiles them",
+                type(exc).__name__,
+                exc,
+            )
             try:
                 bundle = _empty(bundle)
-            except Exception:  # noqa: BLE001 - a shape we cannot even empty: restore nothing at all
+            except Exception:
                 return None
         return fn(bundle)
 
@@ -185,7 +192,9 @@ def _empty(bundle):
     if isinstance(bundle, list):
         return []
     fields = {f.name for f in dataclasses.fields(bundle)}
-    return dataclasses.replace(bundle, **{k: [] for k in ("kernel_artifacts", "static_autotuners") if k in fields})
+    return dataclasses.replace(
+        bundle, **{k: [] for k in ("kernel_artifacts", "static_autotuners") if k in fields}
+    )
 
 
 def _nonempty(path: str) -> bool:
@@ -197,7 +206,12 @@ def _nonempty(path: str) -> bool:
 
 
 def _safe_name(name) -> bool:
-    return isinstance(name, str) and name not in ("", ".", "..") and os.sep not in name and "\0" not in name
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and os.sep not in name
+        and "\0" not in name
+    )
 
 
 def guard_bundle(bundle, cache_dir_for, replace_bytes: bytes = b"[REPLACE]"):
@@ -251,11 +265,15 @@ def _stage(artifacts, cache_dir_for, replace_bytes) -> _Staged:
         for a in artifacts:
             base = cache_dir_for(a.device)
             directory = os.path.join(base, a.kernel_hash)
-            if not _safe_name(a.kernel_hash) or not all(_safe_name(x.filename) for x in a.artifacts):
+            if not _safe_name(a.kernel_hash) or not all(
+                _safe_name(x.filename) for x in a.artifacts
+            ):
                 _warn(a.kernel_hash, "unsafe", "a file name in the bundle leaves its directory")
                 st.refused.add(id(a))
                 continue
-            if hiding.hidden(base, a.kernel_hash):  # on disk, being proven in the background: wait, then judge it there
+            if hiding.hidden(
+                base, a.kernel_hash
+            ):  # on disk, being proven in the background: wait, then judge it there
                 hiding.wait_for(base, a.kernel_hash)
             if _nonempty(directory):
                 st.existing[directory] = (a, base)
@@ -307,17 +325,35 @@ def _judge(st: _Staged) -> None:
         else:
             (a, base), directory = existing[path], path
         names = tree.files(path)  # what the proof hashed: never jitwarden's own files
-        if pr.proven and proof.seal_proven(path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True}):
+        if pr.proven and proof.seal_proven(
+            path, names, pr, partition.digest_of(base), {"by": "bundle", "legacy": True}
+        ):
             if path in staged:
                 try:
-                    rename_path(path, directory)  # onto nothing or an empty dir; torch then skips it
+                    rename_path(
+                        path, directory
+                    )  # onto nothing or an empty dir; torch then skips it
                 except OSError:
-                    refused.add(id(a))  # someone else wrote it meanwhile: theirs is judged on its own
+                    refused.add(
+                        id(a)
+                    )  # someone else wrote it meanwhile: theirs is judged on its own
             return
-        code, why = (pr.code or "unverifiable", pr.reason) if not pr.proven else \
-            ("unverifiable", "its files changed after they were proven; not used until they are proven")
+        code, why = (
+            (pr.code or "unverifiable", pr.reason)
+            if not pr.proven
+            else (
+                "unverifiable",
+                "its files changed after they were proven; not used until they are proven",
+            )
+        )
         if path in staged:
-            _set_aside(path, base, code, [f"restored from an FX-graph bundle: {why}"], entry_id=a.kernel_hash)
+            _set_aside(
+                path,
+                base,
+                code,
+                [f"restored from an FX-graph bundle: {why}"],
+                entry_id=a.kernel_hash,
+            )
         else:
             _set_aside(path, base, code, [f"first use of an unsealed entry: {why}"])
         refused.add(id(a))
@@ -325,7 +361,9 @@ def _judge(st: _Staged) -> None:
     if staged or unsealed:
         proven = proof.prove_many(list(staged) + unsealed, on_proof=place)
         for path in unsealed:
-            if path not in proven:  # gone since it was listed (another rank hid it): restore nothing there
+            if (
+                path not in proven
+            ):  # gone since it was listed (another rank hid it): restore nothing there
                 refused.add(id(existing[path][0]))
 
 
@@ -342,8 +380,9 @@ def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]
     try:
         with os.scandir(path) as it:
             ours = [e for e in it if not is_reserved(e.name)]
-            if all(e.is_file(follow_symlinks=False) for e in ours) and \
-                    seal.unchanged(path, [e.stat(follow_symlinks=False).st_ctime_ns for e in ours], digest):
+            if all(e.is_file(follow_symlinks=False) for e in ours) and seal.unchanged(
+                path, [e.stat(follow_symlinks=False).st_ctime_ns for e in ours], digest
+            ):
                 return "", []
     except OSError:
         pass
@@ -374,8 +413,12 @@ _BUNDLE_THEN = "TorchInductor restored it from an FX-graph bundle; Inductor reco
 
 
 def _warn(entry: str, code: str, why: str) -> None:
-    _log.warning("jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it",
-                 entry[:12], code, why)
+    _log.warning(
+        "jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it",
+        entry[:12],
+        code,
+        why,
+    )
 
 
 def _set_aside(path: str, root: str, code: str, details, entry_id: str | None = None) -> None:
@@ -385,7 +428,9 @@ def _set_aside(path: str, root: str, code: str, details, entry_id: str | None = 
     if rec is None:
         _warn(entry_id or os.path.basename(path), code, "; ".join(details))
     else:
-        _log.warning("jitwarden: %s", setaside.line(rec, "Triton kernel", code, details, _BUNDLE_THEN))
+        _log.warning(
+            "jitwarden: %s", setaside.line(rec, "Triton kernel", code, details, _BUNDLE_THEN)
+        )
 
 
 # ---------------------------------------------------------------- the static launcher's loads
@@ -409,6 +454,7 @@ def _guard_static_loads(mod) -> None:
         cls = mod.StaticAutotunerFuture
         fn = cls.__dict__["result"]
         if not getattr(fn, "__jitwarden__", False):
+
             def result(self, *args, **kwargs):
                 if _loadable(self.static_autotuner):
                     return fn(self, *args, **kwargs)
@@ -420,9 +466,11 @@ def _guard_static_loads(mod) -> None:
             result.__wrapped__ = fn
             cls.result = result
         _applied[_STATIC] = "guarded"
-    except Exception as exc:  # noqa: BLE001 - an unknown torch: check every entry now instead
-        _applied[_STATIC] = (f"swept at import: this torch's StaticAutotunerFuture is not the shape jitwarden knows "
-                             f"({type(exc).__name__}: {exc})")
+    except Exception as exc:
+        _applied[_STATIC] = (
+            f"swept at import: this torch's StaticAutotunerFuture is not the shape jitwarden knows "
+            f"({type(exc).__name__}: {exc})"
+        )
         from jitwarden.runtime import fullsweep
 
         for line in fullsweep.sweep_env():
@@ -459,9 +507,13 @@ def _loadable(autotuner) -> bool:
             for i, (kernel, name, data) in enumerate(checked):
                 kernel.cubin_path = _served().write(where, f"{i}.{name}", data)
         return True
-    except Exception as exc:  # noqa: BLE001 - fail closed: compiled from source instead
-        _log.warning("jitwarden: could not check a Triton kernel TorchInductor was about to load (%s: %s); "
-                     "Inductor recompiles it", type(exc).__name__, exc)
+    except Exception as exc:
+        _log.warning(
+            "jitwarden: could not check a Triton kernel TorchInductor was about to load (%s: %s); "
+            "Inductor recompiles it",
+            type(exc).__name__,
+            exc,
+        )
         return False
 
 
@@ -512,9 +564,14 @@ def _patch_codecache(mod) -> None:
         if local:
             try:
                 check_pickles(cls._get_tmp_dir_for_key(key))
-            except Exception as exc:  # noqa: BLE001 - fail closed: no local candidates, Inductor recompiles
-                _log.warning("jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
-                             cls.__name__, key[:16], type(exc).__name__, exc)
+            except Exception as exc:
+                _log.warning(
+                    "jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
+                    cls.__name__,
+                    key[:16],
+                    type(exc).__name__,
+                    exc,
+                )
                 local = False
         return fn(cls, local, remote_cache, key)
 
@@ -537,7 +594,7 @@ def _wrap_writer(cls) -> None:
         fn(key, content)
         try:
             seal_pickle(cls._get_tmp_dir_for_key(key), content)
-        except Exception as exc:  # noqa: BLE001 - unsealed: sealed as it is at its first read
+        except Exception as exc:
             _log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
 
     _write_to_local_cache.__jitwarden__ = True
@@ -547,7 +604,9 @@ def _wrap_writer(cls) -> None:
 
 def _pickles(subdir: str) -> list[str]:
     with os.scandir(subdir) as it:
-        return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+        return sorted(
+            e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+        )
 
 
 def _lock_seal(subdir: str):
@@ -571,7 +630,11 @@ def _lock_seal(subdir: str):
 def _write_seal(subdir: str, files: dict) -> None:
     from jitwarden.store import seal
 
-    seal.write(subdir, seal.Seal(files, None, {"by": "torch-hook"}, time.time()), seal.newest_ctime(subdir, files))
+    seal.write(
+        subdir,
+        seal.Seal(files, None, {"by": "torch-hook"}, time.time()),
+        seal.newest_ctime(subdir, files),
+    )
 
 
 def seal_pickle(subdir: str, content: bytes) -> None:
@@ -602,14 +665,18 @@ def check_pickles(subdir: str) -> list[str]:
     (its ctime is older: a ctime cannot be set back) is not hashed again, as in the start-up sweep;
     the seal is rewritten only when it changes, so a warm start costs a few ``stat`` calls per graph.
     """
+    from jitwarden.model.layout import SEAL_FILE
     from jitwarden.store import seal
     from jitwarden.store.entrylock import unlock
-    from jitwarden.model.layout import SEAL_FILE
 
     try:
         with os.scandir(subdir) as it:
-            st = {e.name: e.stat(follow_symlinks=False) for e in it
-                  if (not e.name.startswith(".") and e.is_file(follow_symlinks=False)) or e.name == SEAL_FILE}
+            st = {
+                e.name: e.stat(follow_symlinks=False)
+                for e in it
+                if (not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+                or e.name == SEAL_FILE
+            }
     except OSError:
         return []
     seal_st = st.pop(SEAL_FILE, None)
@@ -633,7 +700,9 @@ def check_pickles(subdir: str) -> list[str]:
             if problems:
                 files.pop(name)
                 out += _quarantine_pickle(subdir, name, problems)
-        files = {n: r for n, r in files.items() if n in st and os.path.exists(os.path.join(subdir, n))}
+        files = {
+            n: r for n, r in files.items() if n in st and os.path.exists(os.path.join(subdir, n))
+        }
         if files != before or seal_st is None:
             _write_seal(subdir, files)
     finally:
@@ -656,11 +725,19 @@ def _quarantine_pickle(subdir: str, name: str, problems: list[str]) -> list[str]
     """Set a pickle aside (under the directory's entry lock, which the caller holds); its line."""
     from jitwarden.runtime import setaside
 
-    rec = setaside.set_aside(os.path.join(subdir, name), "corrupt", problems, root=_inductor_root(subdir),
-                             kind="inductor", by="torch-hook")
+    rec = setaside.set_aside(
+        os.path.join(subdir, name),
+        "corrupt",
+        problems,
+        root=_inductor_root(subdir),
+        kind="inductor",
+        by="torch-hook",
+    )
     if rec is None:
         return []
-    line = setaside.line(rec, "TorchInductor cache pickle", "corrupt", problems, "Inductor recompiles it")
+    line = setaside.line(
+        rec, "TorchInductor cache pickle", "corrupt", problems, "Inductor recompiles it"
+    )
     _log.warning("jitwarden: %s", line)
     return [line]
 
@@ -672,9 +749,18 @@ _PATCHERS = {BUNDLER: _patch_bundler, CODECACHE: _patch_codecache, AOTCACHE: _pa
 
 #: What each wrapper needs to find in torch's source: module -> (file, the definitions it wraps).
 _SHAPES = {
-    BUNDLER: ("_inductor/triton_bundler.py", ("def read_and_emit(", "triton_cache_dir", "_REPLACE_BYTES")),
-    CODECACHE: ("_inductor/codecache.py", ("def iterate_over_candidates(", "def _write_to_local_cache(",
-                                           "class StaticAutotunerFuture")),
+    BUNDLER: (
+        "_inductor/triton_bundler.py",
+        ("def read_and_emit(", "triton_cache_dir", "_REPLACE_BYTES"),
+    ),
+    CODECACHE: (
+        "_inductor/codecache.py",
+        (
+            "def iterate_over_candidates(",
+            "def _write_to_local_cache(",
+            "class StaticAutotunerFuture",
+        ),
+    ),
     AOTCACHE: ("_functorch/_aot_autograd/autograd_cache.py", ("def _write_to_local_cache(",)),
 }
 
@@ -707,15 +793,22 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
         return []
     out = []
     if not enabled(env):
-        out.append(("torch-hooks", f"{HOOKS_VAR}=0: Triton kernels TorchInductor restores mid-run (FX-graph bundles, "
-                    "remote caches, AOT artifacts) are checked only at the next start-up, by a sweep of every "
-                    "entry (a start-up that grows with the cache), and FX-graph pickles are not sealed",
-                    f"unset {HOOKS_VAR}"))
+        out.append(
+            (
+                "torch-hooks",
+                f"{HOOKS_VAR}=0: Triton kernels TorchInductor restores mid-run (FX-graph bundles, "
+                "remote caches, AOT artifacts) are checked only at the next start-up, by a sweep of every "
+                "entry (a start-up that grows with the cache), and FX-graph pickles are not sealed",
+                f"unset {HOOKS_VAR}",
+            )
+        )
         return out
     missing = []
-    for name, (rel, needles) in _SHAPES.items():
+    for rel, needles in _SHAPES.values():
         try:
-            text = read_bytes(os.path.join(tdir, rel), max_bytes=_SOURCE_MAX).decode("utf-8", "replace")
+            text = read_bytes(os.path.join(tdir, rel), max_bytes=_SOURCE_MAX).decode(
+                "utf-8", "replace"
+            )
         except OSError:
             missing.append(f"{rel} (absent)")
             continue
@@ -723,15 +816,25 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
         if lacks:
             missing.append(f"{rel} (no {', '.join(lacks)})")
     if missing:
-        out.append(("torch-hooks", "this torch's " + "; ".join(missing) + ": the kernels or pickles it restores "
-                    "mid-run cannot be wrapped (without StaticAutotunerFuture, every Triton tree in use is swept as "
-                    "torch imports its code cache, a start-up that grows with the cache)",
-                    "export TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0  (Inductor then compiles through "
-                    f"Triton's guarded cache instead of restoring bundles; {HOOKS_VAR}=0 silences this)"))
+        out.append(
+            (
+                "torch-hooks",
+                "this torch's " + "; ".join(missing) + ": the kernels or pickles it restores "
+                "mid-run cannot be wrapped (without StaticAutotunerFuture, every Triton tree in use is swept as "
+                "torch imports its code cache, a start-up that grows with the cache)",
+                "export TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0  (Inductor then compiles through "
+                f"Triton's guarded cache instead of restoring bundles; {HOOKS_VAR}=0 silences this)",
+            )
+        )
     if env.get("TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW") == "1":
-        out.append(("torch-hooks", "TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW=1: raw cubins carried in FX-graph pickles have "
-                    "no PTX to prove them, so jitwarden drops them; a kernel whose directory is not on disk recompiles",
-                    "unset TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW"))
+        out.append(
+            (
+                "torch-hooks",
+                "TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW=1: raw cubins carried in FX-graph pickles have "
+                "no PTX to prove them, so jitwarden drops them; a kernel whose directory is not on disk recompiles",
+                "unset TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW",
+            )
+        )
     return out
 
 

@@ -32,14 +32,21 @@ def entry_names(tree: str) -> list[str]:
     except OSError:
         return []
     with it:
-        return [e.name for e in it if not is_reserved(e.name) and not e.name.startswith("tmp.")
-                and e.is_dir(follow_symlinks=False)]
+        return [
+            e.name
+            for e in it
+            if not is_reserved(e.name)
+            and not e.name.startswith("tmp.")
+            and e.is_dir(follow_symlinks=False)
+        ]
 
 
 def files(path: str) -> list[str]:
     """The entry's own regular files, sorted: what a seal covers (no links, no dirs, nothing of ours)."""
     with os.scandir(path) as it:
-        return sorted(e.name for e in it if not is_reserved(e.name) and e.is_file(follow_symlinks=False))
+        return sorted(
+            e.name for e in it if not is_reserved(e.name) and e.is_file(follow_symlinks=False)
+        )
 
 
 def unsealed_kernels(trees) -> list[str]:

@@ -23,7 +23,7 @@ def _logger() -> logging.Logger:
         from vllm.logger import init_logger
 
         return init_logger("vllm.jitwarden")
-    except Exception:  # noqa: BLE001
+    except Exception:
         return _log
 
 
@@ -35,23 +35,34 @@ def register() -> None:
         from jitwarden.runtime.activation import activate
 
         rec = activate()
-        from jitwarden.runtime.torchhooks import install  # torch is imported here: guard its kernel loaders now
+        from jitwarden.runtime.torchhooks import (
+            install,
+        )  # torch is imported here: guard its kernel loaders now
 
         install()
         from jitwarden.model.settings import is_guarded
 
         log = _logger()
-        guard = "on" if is_guarded(rec.cache_manager) else "off"  # the remote manager is the guard plus a remote cache
+        guard = (
+            "on" if is_guarded(rec.cache_manager) else "off"
+        )  # the remote manager is the guard plus a remote cache
         if rec.active:
             where = rec.partitions.get("TRITON_CACHE_DIR") or "unpartitioned"
-            log.info("jitwarden: kernel caches partitioned by fingerprint %s (Triton: %s; guard: %s)",
-                     rec.digest, where, guard)
+            log.info(
+                "jitwarden: kernel caches partitioned by fingerprint %s (Triton: %s; guard: %s)",
+                rec.digest,
+                where,
+                guard,
+            )
         else:
-            log.warning("jitwarden: caches not partitioned in this process (%s); Triton guard: %s",
-                        "; ".join(rec.skipped.values()) or "unknown", guard)
+            log.warning(
+                "jitwarden: caches not partitioned in this process (%s); Triton guard: %s",
+                "; ".join(rec.skipped.values()) or "unknown",
+                guard,
+            )
         _DONE[os.getpid()] = rec.digest or ""
-    except Exception as exc:  # noqa: BLE001 - a plugin exception would abort vLLM
+    except Exception as exc:
         try:
             _log.warning("jitwarden: vLLM plugin skipped (%s: %s)", type(exc).__name__, exc)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass

@@ -32,7 +32,11 @@ def lock(entry_dir: str, name: str, mode: int, block: bool = True) -> int | None
     path = os.path.join(entry_dir, name)
     for _ in range(100):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY, 0o644)
+            fd = os.open(
+                path,
+                os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
+                0o644,
+            )
         except FileNotFoundError:
             os.makedirs(entry_dir, exist_ok=True)
             continue

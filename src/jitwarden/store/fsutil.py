@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_READ = (os.O_RDONLY | os.O_CLOEXEC | _O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
-           | getattr(os, "O_NOCTTY", 0))
+_O_READ = (
+    os.O_RDONLY
+    | os.O_CLOEXEC
+    | _O_NOFOLLOW
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+)
 _UMASK: list[int] = []
 O_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _O_NOFOLLOW
 """Flags that open a directory to list it and to open what it holds by ``dir_fd``: a symlink in its
@@ -29,8 +34,13 @@ place fails (ELOOP), so does anything but a directory (ENOTDIR, before it is ope
 MAX_READ = 2 << 30
 """No file jitwarden reads is larger (the biggest cache files seen: vLLM artifacts of a few hundred MB)."""
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 class NotRegularFile(OSError):
@@ -51,11 +61,19 @@ def kind_of(mode: int) -> str:
 
 def too_large(max_bytes: int, path: str) -> OSError:
     """The one error of every bounded reader here for a file past its bound: EFBIG, its bound said in MiB."""
-    bound = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 and not max_bytes % (1 << 20) else f"{max_bytes} bytes"
-    return OSError(errno.EFBIG, f"larger than the {bound} jitwarden reads of such a file; not read", path)
+    bound = (
+        f"{max_bytes >> 20} MiB"
+        if max_bytes >= 1 << 20 and not max_bytes % (1 << 20)
+        else f"{max_bytes} bytes"
+    )
+    return OSError(
+        errno.EFBIG, f"larger than the {bound} jitwarden reads of such a file; not read", path
+    )
 
 
-def open_regular(path: str, *, dir_fd: int | None = None, follow: bool = False) -> tuple[int, os.stat_result]:
+def open_regular(
+    path: str, *, dir_fd: int | None = None, follow: bool = False
+) -> tuple[int, os.stat_result]:
     """(fd, stat) of the regular file ``path`` opened for reading: the one opener of every reader here.
 
     Opened with O_NOFOLLOW, O_NONBLOCK and O_NOCTTY, so a FIFO or a terminal in its place cannot
@@ -105,7 +123,9 @@ def read_head(path: str, n: int, *, dir_fd: int | None = None) -> bytes:
         os.close(fd)
 
 
-def stat_and_read(name: str, *, dir_fd: int, head: int = 0, max_bytes: int = 1 << 20) -> tuple[os.stat_result, bytes | None]:
+def stat_and_read(
+    name: str, *, dir_fd: int, head: int = 0, max_bytes: int = 1 << 20
+) -> tuple[os.stat_result, bytes | None]:
     """(stat, bytes) of the regular file ``name`` in ``dir_fd``, opened once by :func:`open_regular`: the stat
     describes the very file whose bytes are returned. The bytes: its first ``head`` bytes, or with ``head`` 0
     the whole file when it holds at most ``max_bytes``; None when it holds more or a read fails (the caller
@@ -130,8 +150,14 @@ def _whole(fd: int, st: os.stat_result, max_bytes: int, expect: int) -> bytes | 
     return data if len(data) <= max_bytes else None
 
 
-def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
-               follow: bool = False) -> bytes:
+def read_bytes(
+    path: str,
+    *,
+    max_bytes: int = MAX_READ,
+    size_hint: int = 0,
+    dir_fd: int | None = None,
+    follow: bool = False,
+) -> bytes:
     """The whole regular file ``path``; OSError EFBIG when it holds more than ``max_bytes``.
 
     ``size_hint``: the size the caller expects (from a seal or a directory scan), else the
@@ -151,8 +177,14 @@ def read_bytes(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_
 HASH_CHUNK = 1 << 20
 
 
-def read_chunks(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None,
-                chunk: int = HASH_CHUNK) -> Iterator[bytes]:
+def read_chunks(
+    path: str,
+    *,
+    max_bytes: int = MAX_READ,
+    size_hint: int = 0,
+    dir_fd: int | None = None,
+    chunk: int = HASH_CHUNK,
+) -> Iterator[bytes]:
     """The regular file ``path`` in chunks of at most ``chunk`` bytes, for a reader that needs every byte of a
     file it must not hold whole (a hash, a checksum, a search): memory does not grow with the file. Opened by
     :func:`open_regular` when the first chunk is asked for, closed when the last is given (or the generator is
@@ -185,8 +217,9 @@ def read_chunks(path: str, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir
         os.close(fd)
 
 
-def digest_file(path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int = 0,
-                dir_fd: int | None = None) -> int:
+def digest_file(
+    path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None
+) -> int:
     """Feed the regular file ``path`` to ``hasher.update`` (a ``hashlib`` object) by :func:`read_chunks` and return
     its size: memory does not grow with the file; OSError EFBIG past ``max_bytes``, before anything is fed
     when its size already says so."""
@@ -197,8 +230,14 @@ def digest_file(path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int 
     return total
 
 
-def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_fd: int | None = None,
-              follow: bool = False):
+def read_json(
+    path: str,
+    *,
+    max_bytes: int = 16 << 20,
+    size_hint: int = 0,
+    dir_fd: int | None = None,
+    follow: bool = False,
+):
     """The JSON document in the regular file ``path`` (:func:`read_bytes`), parsed with depth and size limits.
 
     OSError when it cannot be read as a regular file of at most ``max_bytes``, ValueError when it
@@ -206,8 +245,10 @@ def read_json(path: str, *, max_bytes: int = 16 << 20, size_hint: int = 0, dir_f
     """
     from jitwarden.formats.jsonlimits import loads
 
-    return loads(read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd, follow=follow),
-                 max_bytes=max_bytes)
+    return loads(
+        read_bytes(path, max_bytes=max_bytes, size_hint=size_hint, dir_fd=dir_fd, follow=follow),
+        max_bytes=max_bytes,
+    )
 
 
 # ---------------------------------------------------------------- writing
@@ -222,7 +263,9 @@ def umask() -> int:
     return _UMASK[0]
 
 
-def write_json_atomic(path: str, doc, prefix: str, *, dir_fd: int | None = None, mode: int | None = None) -> str:
+def write_json_atomic(
+    path: str, doc, prefix: str, *, dir_fd: int | None = None, mode: int | None = None
+) -> str:
     """Write ``doc`` as JSON to ``path`` atomically; a crash leaves the old file or none, never half.
 
     With ``dir_fd``, ``path`` is a name inside that directory: the temp file and the rename
@@ -265,7 +308,9 @@ def open_dir(path: str) -> int:
     parent, digest = os.path.split(os.path.normpath(path))
     if os.path.basename(parent) != PARTITIONS_DIR or digest in ("", os.curdir, os.pardir):
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    base_fd = os.open(os.path.dirname(parent) or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    base_fd = os.open(
+        os.path.dirname(parent) or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    )
     try:
         pfd = reserved_dir(base_fd, PARTITIONS_DIR)
         if pfd is None:
@@ -338,7 +383,9 @@ def reserved_dir(root_fd: int, name: str, create: bool = False) -> int | None:
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
         why = unsafe_reserved(root_fd, {name: True}) or [f"{name} is not a directory"]
-        raise UnsafeName(errno.EPERM, f"{why[0]}; not what jitwarden made, refusing to use it") from None
+        raise UnsafeName(
+            errno.EPERM, f"{why[0]}; not what jitwarden made, refusing to use it"
+        ) from None
     why = _why_not_ours(os.fstat(fd), True, (os.fstat(root_fd).st_uid,))
     if why:
         os.close(fd)
@@ -363,10 +410,14 @@ def open_beneath(root_fd: int, rel: str, create: bool = False) -> int:
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-            where = os.path.join(*parts[:parts.index(part) + 1])
+            where = os.path.join(*parts[: parts.index(part) + 1])
             try:
                 mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
-                what = "a symlink" if stat.S_ISLNK(mode) else ("a file" if stat.S_ISREG(mode) else kind_of(mode))
+                what = (
+                    "a symlink"
+                    if stat.S_ISLNK(mode)
+                    else ("a file" if stat.S_ISREG(mode) else kind_of(mode))
+                )
             except OSError:
                 what = None
             why = f"{where} is {what}, not a directory" if what else f"{where} is not a directory"
@@ -405,7 +456,9 @@ def memo_dir(env=None) -> str:
     env = os.environ if env is None else env
     if HOME.raw(env):
         return HOME.raw(env)
-    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")  # env's own home
+    base = env.get("XDG_CACHE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".cache"
+    )  # env's own home
     return os.path.join(base, "jitwarden")
 
 
@@ -448,8 +501,13 @@ def open_dir_path(path: str, *, create: bool = False, mode: int = 0o755) -> int:
         try:
             return os.open(part, _O_DIR_FOLLOW, dir_fd=fd)
         except OSError as exc:
-            raise type(exc)(exc.errno, exc.strerror, "/".join(parts[:i + 1]) if not path.startswith("/")
-                            else "/" + "/".join(parts[:i + 1])) from None
+            raise type(exc)(
+                exc.errno,
+                exc.strerror,
+                "/".join(parts[: i + 1])
+                if not path.startswith("/")
+                else "/" + "/".join(parts[: i + 1]),
+            ) from None
 
     return _descend(os.open("/" if path.startswith("/") else os.curdir, _O_DIR_FOLLOW), parts, step)
 
@@ -538,13 +596,17 @@ def _is_dir_at(dir_fd: int, name: str) -> bool:
         return False
 
 
-def write_atomic(dir_fd: int, name: str, data: bytes, prefix: str, *, mode: int | None = None) -> None:
+def write_atomic(
+    dir_fd: int, name: str, data: bytes, prefix: str, *, mode: int | None = None
+) -> None:
     """``data`` into ``name`` in ``dir_fd`` atomically (:class:`AtomicWriter`); a reader sees the old file or the new."""
     with AtomicWriter(dir_fd, name, prefix, mode) as w:
         w.write(data)
 
 
-def write_file_atomic(path: str, data: bytes, prefix: str, *, mode: int | None = None, create_dirs: bool = False) -> None:
+def write_file_atomic(
+    path: str, data: bytes, prefix: str, *, mode: int | None = None, create_dirs: bool = False
+) -> None:
     """``data`` into the file a user named (:func:`open_parent`, :func:`write_atomic`); never into a directory."""
     fd, name = open_parent(path, create=create_dirs)
     try:
@@ -572,7 +634,9 @@ def open_dir_at(name: str, *, dir_fd: int | None = None) -> int:
 
 def create_new(name: str, *, dir_fd: int, mode: int = 0o644) -> int:
     """A write fd of a file ``name`` that did not exist (``O_EXCL | O_NOFOLLOW``) inside ``dir_fd``."""
-    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW, mode, dir_fd=dir_fd)
+    return os.open(
+        name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW, mode, dir_fd=dir_fd
+    )
 
 
 def open_regular_file(path: str, *, dir_fd: int | None = None, follow: bool = False):
@@ -637,6 +701,8 @@ def _rmtree(dir_fd: int, top: str, quiet: bool, flat: bool = False) -> None:
 def remove_empty_dir(path: str) -> bool:
     """Remove the directory ``path`` when it is empty (rmdir never removes anything else); whether it went."""
     return _went(os.rmdir, path)
+
+
 # --- added by remote-memo-settings ---
 
 
@@ -644,7 +710,9 @@ class NotPrivate(OSError):
     """A file, or the directory holding it, that another user could have written (errno EPERM)."""
 
 
-def why_not_private(st: os.stat_result, uid: int | None = None, gid: int | None = None) -> str | None:
+def why_not_private(
+    st: os.stat_result, uid: int | None = None, gid: int | None = None
+) -> str | None:
     """Why a memo file or directory with stat ``st`` may hold someone else's words, else None (pure).
 
     Ours (root's too: a memo decides where kernels come from), and writable by nobody else:
@@ -711,7 +779,11 @@ def read_own_json(path: str, *, max_bytes: int = 4 << 20, dir_fd: int | None = N
     fd, st = open_regular(path, dir_fd=dir_fd)
     try:
         if st.st_uid != os.geteuid() or st.st_mode & 0o002:
-            raise PermissionError(errno.EPERM, f"not this user's own file (uid {st.st_uid}, mode {st.st_mode & 0o7777:o})", path)
+            raise PermissionError(
+                errno.EPERM,
+                f"not this user's own file (uid {st.st_uid}, mode {st.st_mode & 0o7777:o})",
+                path,
+            )
         data = read_fd(fd, max_bytes, st.st_size)
     finally:
         os.close(fd)
@@ -727,8 +799,16 @@ def open_lock_file(dir_fd: int, name: str, *, create: bool = False) -> int | Non
     is no lock of ours, so it is refused like one that is absent.
     """
     try:
-        fd = os.open(name, (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY) | os.O_CLOEXEC | _O_NOFOLLOW
-                     | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0), 0o644, dir_fd=dir_fd)
+        fd = os.open(
+            name,
+            (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY)
+            | os.O_CLOEXEC
+            | _O_NOFOLLOW
+            | os.O_NONBLOCK
+            | getattr(os, "O_NOCTTY", 0),
+            0o644,
+            dir_fd=dir_fd,
+        )
     except OSError:
         return None
     try:
@@ -768,7 +848,12 @@ def make_dir_at(dir_fd: int, name: str, mode: int = 0o755) -> int:
 
 def write_new(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to the new regular file ``name`` in ``dir_fd`` (O_EXCL: never over or through anything there)."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        mode,
+        dir_fd=dir_fd,
+    )
     with os.fdopen(fd, "wb") as f:
         f.write(data)
 
@@ -941,11 +1026,17 @@ def _new_temp(prefix: str, mode: int | None, dir_fd: int | None, target: str) ->
     for _ in range(100):
         tmp = f"{prefix}{os.urandom(6).hex()}.tmp"  # what secrets.token_hex(6) returns, without importing secrets
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
-                           0o666 & ~umask() if mode is None else mode, dir_fd=dir_fd), tmp
+            return os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _O_NOFOLLOW,
+                0o666 & ~umask() if mode is None else mode,
+                dir_fd=dir_fd,
+            ), tmp
         except FileExistsError:
             continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", target)  # pragma: no cover - a hundred names taken
+    raise FileExistsError(
+        errno.EEXIST, "no free temporary name", target
+    )  # pragma: no cover - a hundred names taken
 
 
 def _descend(fd: int, parts: list[str], step) -> int:
@@ -992,7 +1083,7 @@ class Spill:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.pwrite(self._fd, view, self._size + len(data) - len(view)):]
+                view = view[os.pwrite(self._fd, view, self._size + len(data) - len(view)) :]
             self._size += len(data)
         except OSError:
             self._mem = [*self.chunks(), data]

@@ -66,8 +66,10 @@ def vet(root: str, root_fd: int | None = None) -> None:
         if root_fd is None:
             os.close(fd)
     if bad:
-        raise LockError(f"refusing to act on {display(root)}: {display(bad[0])}; not what jitwarden made "
-                        f"(remove it after checking who put it there); nothing changed")
+        raise LockError(
+            f"refusing to act on {display(root)}: {display(bad[0])}; not what jitwarden made "
+            f"(remove it after checking who put it there); nothing changed"
+        )
 
 
 def acquire(root: str, timeout: float | None = None, stream=None) -> int:
@@ -84,22 +86,32 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
     try:
         root_fd = open_dir(root)
     except OSError as exc:
-        raise LockError(f"cannot lock {display(root)}: {(exc.strerror or str(exc)).lower()}; nothing changed") from None
+        raise LockError(
+            f"cannot lock {display(root)}: {(exc.strerror or str(exc)).lower()}; nothing changed"
+        ) from None
     try:
         vet(root, root_fd)
         owners = (os.geteuid(), os.fstat(root_fd).st_uid)
         try:
-            fd = os.open(ROOT_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
-                         0o644, dir_fd=root_fd)
+            fd = os.open(
+                ROOT_LOCK_FILE,
+                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
+                0o644,
+                dir_fd=root_fd,
+            )
         except OSError as exc:
-            raise LockError(f"cannot lock {display(root)}: {(exc.strerror or str(exc)).lower()}; nothing changed") from None
+            raise LockError(
+                f"cannot lock {display(root)}: {(exc.strerror or str(exc)).lower()}; nothing changed"
+            ) from None
     finally:
         os.close(root_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid not in owners:
-            raise LockError(f"refusing to act on {display(root)}: {ROOT_LOCK_FILE} changed while it was opened "
-                            "(not a regular file of ours with one link); nothing changed")
+            raise LockError(
+                f"refusing to act on {display(root)}: {ROOT_LOCK_FILE} changed while it was opened "
+                "(not a regular file of ours with one link); nothing changed"
+            )
         start = time.monotonic()
         told = False
         while True:
@@ -108,12 +120,17 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
                 break
             except BlockingIOError:
                 if not told:
-                    print(f"jitwarden: waiting for the lock on {display(root)} held by pid {holder(path)}...",
-                          file=stream, flush=True)
+                    print(
+                        f"jitwarden: waiting for the lock on {display(root)} held by pid {holder(path)}...",
+                        file=stream,
+                        flush=True,
+                    )
                     told = True
                 if timeout is not None and time.monotonic() - start >= timeout:
-                    raise LockError(f"gave up waiting for the lock on {display(root)} after {timeout:g}s "
-                                    f"(held by pid {holder(path)}); nothing changed") from None
+                    raise LockError(
+                        f"gave up waiting for the lock on {display(root)} after {timeout:g}s "
+                        f"(held by pid {holder(path)}); nothing changed"
+                    ) from None
                 time.sleep(POLL_S)
         if told:
             print(f"jitwarden: got the lock on {display(root)}", file=stream, flush=True)

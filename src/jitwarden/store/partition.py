@@ -13,8 +13,8 @@ import os
 import time
 from operator import itemgetter
 
-from jitwarden.store.fsutil import read_json, write_json_atomic
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
+from jitwarden.store.fsutil import read_json, write_json_atomic
 
 SCHEMA = 1
 TOUCH_EVERY_S = 60.0
@@ -30,18 +30,28 @@ class PartitionInfo(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()):
+    def __new__(
+        cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()
+    ):
         return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds)))
 
     digest, headline, created, last_used, kinds = (property(itemgetter(i)) for i in range(5))
 
     def __repr__(self) -> str:
-        return (f"PartitionInfo(digest={self.digest!r}, headline={self.headline!r}, created={self.created!r}, "
-                f"last_used={self.last_used!r}, kinds={self.kinds!r})")
+        return (
+            f"PartitionInfo(digest={self.digest!r}, headline={self.headline!r}, created={self.created!r}, "
+            f"last_used={self.last_used!r}, kinds={self.kinds!r})"
+        )
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "digest": self.digest, "headline": self.headline,
-                "created": self.created, "last_used": self.last_used, "kinds": list(self.kinds)}
+        return {
+            "schema": SCHEMA,
+            "digest": self.digest,
+            "headline": self.headline,
+            "created": self.created,
+            "last_used": self.last_used,
+            "kinds": list(self.kinds),
+        }
 
 
 def path_for(base: str, digest: str) -> str:
@@ -85,8 +95,13 @@ def read_info(partition: str) -> PartitionInfo | None:
         if not isinstance(kinds, (list, tuple)) or not all(isinstance(k, str) for k in kinds):
             return None
         headline = doc.get("headline")
-        return PartitionInfo(str(doc["digest"]), headline if isinstance(headline, str) else None,
-                             float(doc.get("created") or 0), float(doc.get("last_used") or 0), tuple(kinds))
+        return PartitionInfo(
+            str(doc["digest"]),
+            headline if isinstance(headline, str) else None,
+            float(doc.get("created") or 0),
+            float(doc.get("last_used") or 0),
+            tuple(kinds),
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
 
@@ -113,7 +128,9 @@ def unusable(path: str, uid: int | None = None) -> str | None:
     return None
 
 
-def ensure(partition: str, digest: str, headline: str | None, kind: str, now: float | None = None) -> PartitionInfo:
+def ensure(
+    partition: str, digest: str, headline: str | None, kind: str, now: float | None = None
+) -> PartitionInfo:
     """Create the partition dir if needed and record its last use (at most once a minute).
 
     OSError when the directory cannot be made or is not safe to use (see :func:`unusable`).
@@ -128,7 +145,9 @@ def ensure(partition: str, digest: str, headline: str | None, kind: str, now: fl
         os.mkdir(parent, 0o755)
     except FileExistsError:
         pass
-    pfd = os.open(parent, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))  # ELOOP: a symlink
+    pfd = os.open(
+        parent, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
+    )  # ELOOP: a symlink
     try:
         os.mkdir(name, 0o755, dir_fd=pfd)
     except FileExistsError:
@@ -142,9 +161,13 @@ def ensure(partition: str, digest: str, headline: str | None, kind: str, now: fl
     if old and old.digest == digest and kind in old.kinds and now - old.last_used < TOUCH_EVERY_S:
         return old
     kinds = tuple(sorted(set(old.kinds if old else ()) | {kind}))
-    info = PartitionInfo(digest, headline or (old.headline if old else None), old.created if old else now, now, kinds)
+    info = PartitionInfo(
+        digest, headline or (old.headline if old else None), old.created if old else now, now, kinds
+    )
     try:
-        write_json_atomic(os.path.join(partition, PARTITION_INFO), info.to_json(), ".jitwarden-partition.")
+        write_json_atomic(
+            os.path.join(partition, PARTITION_INFO), info.to_json(), ".jitwarden-partition."
+        )
     except OSError:
         pass  # last use is not protection: a full or read-only disk must not stop the partitioning
     return info

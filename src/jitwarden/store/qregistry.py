@@ -34,7 +34,9 @@ def _read(reg: str) -> list[str]:
     from jitwarden.store.fsutil import read_head
 
     try:
-        data = read_head(reg, _MAX_READ)  # a FIFO or a device in its place is refused, never waited on
+        data = read_head(
+            reg, _MAX_READ
+        )  # a FIFO or a device in its place is refused, never waited on
     except OSError:
         return []
     out = []
@@ -63,7 +65,7 @@ def roots(env=None) -> list[str]:
     """Remembered roots whose quarantine dir still exists, in the order they were first noted."""
     try:
         return [r for r in _read(path(env)) if _live(r)]
-    except Exception:  # noqa: BLE001 - a hint must never break a listing
+    except Exception:
         return []
 
 
@@ -86,14 +88,16 @@ def remember(root: str, env=None) -> bool:
         if size > _COMPACT_AT:
             _rewrite(reg, [r for r in known if _live(r)] + [root])
         else:
-            fd = os.open(reg, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = os.open(
+                reg, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
             try:
                 os.write(fd, (json.dumps(root) + "\n").encode())
             finally:
                 os.close(fd)
         _seen.add((reg, root))
         return True
-    except Exception:  # noqa: BLE001 - forgetting a root costs a hint, never the quarantine itself
+    except Exception:
         return False
 
 

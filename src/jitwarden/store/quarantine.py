@@ -33,8 +33,15 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from jitwarden.store.fsutil import UnsafeName, inside, open_beneath, open_dir, read_json, reserved_dir, rmtree_trash  # noqa: F401 (q.UnsafeName)
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
+from jitwarden.store.fsutil import (
+    inside,
+    open_beneath,
+    open_dir,
+    read_json,
+    reserved_dir,
+    rmtree_trash,
+)
 
 RECORD = ".jitwarden-quarantine.json"
 SCHEMA = 2
@@ -61,7 +68,9 @@ class Record:
     pid: int = 0
     bytes: int = 0
     extra: dict = field(default_factory=dict)
-    payload: str | None = None  # the entry's name inside the slot (schema 2); None: the slot is the entry (schema 1)
+    payload: str | None = (
+        None  # the entry's name inside the slot (schema 2); None: the slot is the entry (schema 1)
+    )
     kind: str | None = None  # cache kind of the entry (triton, inductor, ...)
     present: bool = True  # False: an interrupted move left the slot without its entry
 
@@ -72,11 +81,22 @@ class Record:
 
     def to_json(self) -> dict:
         return {
-            "schema": SCHEMA, "id": self.id, "path": self.path, "entry_id": self.entry_id,
-            "original_path": self.original_path, "root": self.root, "reason": self.reason,
-            "details": list(self.details), "quarantined_at": self.quarantined_at, "by": self.by,
-            "fingerprint": self.fingerprint, "pid": self.pid, "bytes": self.bytes, "payload": self.payload,
-            "kind": self.kind, "present": self.present,
+            "schema": SCHEMA,
+            "id": self.id,
+            "path": self.path,
+            "entry_id": self.entry_id,
+            "original_path": self.original_path,
+            "root": self.root,
+            "reason": self.reason,
+            "details": list(self.details),
+            "quarantined_at": self.quarantined_at,
+            "by": self.by,
+            "fingerprint": self.fingerprint,
+            "pid": self.pid,
+            "bytes": self.bytes,
+            "payload": self.payload,
+            "kind": self.kind,
+            "present": self.present,
         }
 
 
@@ -105,14 +125,22 @@ def _libc_renameat2():
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fn = libc.renameat2
-            fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+            fn.argtypes = (
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_uint,
+            )
             _renameat2 = fn
         except (OSError, AttributeError):
             _renameat2 = False
     return _renameat2
 
 
-def rename_noreplace(src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
+def rename_noreplace(
+    src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None
+) -> None:
     """``rename(src, dst)`` that fails with FileExistsError instead of replacing ``dst``.
 
     Plain ``rename`` silently replaces a file or an empty directory; restore must not.
@@ -122,8 +150,16 @@ def rename_noreplace(src: str, dst: str, *, src_dir_fd: int | None = None, dst_d
     fn = _libc_renameat2()
     AT_FDCWD = -100
     if fn:
-        if fn(AT_FDCWD if src_dir_fd is None else src_dir_fd, os.fsencode(src),
-              AT_FDCWD if dst_dir_fd is None else dst_dir_fd, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        if (
+            fn(
+                AT_FDCWD if src_dir_fd is None else src_dir_fd,
+                os.fsencode(src),
+                AT_FDCWD if dst_dir_fd is None else dst_dir_fd,
+                os.fsencode(dst),
+                _RENAME_NOREPLACE,
+            )
+            == 0
+        ):
             return
         err = ctypes.get_errno()
         if err not in (errno.ENOSYS, errno.EINVAL):
@@ -147,7 +183,9 @@ def size_of(path: str, dir_fd: int | None = None) -> int:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
-def tree_stats(path: str, skip: frozenset = frozenset(), dir_fd: int | None = None) -> tuple[int, float]:
+def tree_stats(
+    path: str, skip: frozenset = frozenset(), dir_fd: int | None = None
+) -> tuple[int, float]:
     """(bytes of regular files, newest mtime) under ``path``, without recursion or following links.
 
     Walks by directory fds, so a 10,000-deep chain (paths far beyond PATH_MAX) costs no
@@ -203,9 +241,19 @@ def tree_stats(path: str, skip: frozenset = frozenset(), dir_fd: int | None = No
     return total, newest
 
 
-def move(entry_path: str, reason: str, details=(), *, root: str | None = None, entry_id: str | None = None,
-         kind: str | None = None, by: str = "jitwarden", fingerprint: str | None = None,
-         now: float | None = None, origin: str | None = None) -> Record:
+def move(
+    entry_path: str,
+    reason: str,
+    details=(),
+    *,
+    root: str | None = None,
+    entry_id: str | None = None,
+    kind: str | None = None,
+    by: str = "jitwarden",
+    fingerprint: str | None = None,
+    now: float | None = None,
+    origin: str | None = None,
+) -> Record:
     """Rename ``entry_path`` (a directory, file or symlink) into ``root``'s quarantine; returns its record.
 
     ``root`` defaults to the entry's parent (the guard's Triton entries). ``origin``: where the entry
@@ -245,8 +293,22 @@ def move(entry_path: str, reason: str, details=(), *, root: str | None = None, e
         else:  # pragma: no cover - a thousand quarantines of one entry in one second
             raise QuarantineError(f"no free quarantine name for {entry_id}")
         slot = os.path.join(root, QUARANTINE_DIR, name)
-        rec = Record(name, slot, entry_id, os.path.normpath(origin) if origin else entry_path, root, reason, tuple(details), now, by, fingerprint,
-                     os.getpid(), size_of(payload, parent_fd), payload=payload, kind=kind)
+        rec = Record(
+            name,
+            slot,
+            entry_id,
+            os.path.normpath(origin) if origin else entry_path,
+            root,
+            reason,
+            tuple(details),
+            now,
+            by,
+            fingerprint,
+            os.getpid(),
+            size_of(payload, parent_fd),
+            payload=payload,
+            kind=kind,
+        )
         try:
             slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
             fds.append(slot_fd)
@@ -260,14 +322,22 @@ def move(entry_path: str, reason: str, details=(), *, root: str | None = None, e
             os.close(fd)
     from jitwarden.store import qregistry
 
-    qregistry.remember(root)  # so `jitwarden quarantine ls` finds this root without --root (never raises)
+    qregistry.remember(
+        root
+    )  # so `jitwarden quarantine ls` finds this root without --root (never raises)
     return rec
 
 
 def _safe_rel(rel: str) -> bool:
     """``rel`` names a place strictly inside a root: relative, normalised, no ``..`` (pure)."""
-    return (isinstance(rel, str) and bool(rel) and not os.path.isabs(rel) and os.path.normpath(rel) == rel
-            and os.pardir not in rel.split(os.sep) and "\0" not in rel)
+    return (
+        isinstance(rel, str)
+        and bool(rel)
+        and not os.path.isabs(rel)
+        and os.path.normpath(rel) == rel
+        and os.pardir not in rel.split(os.sep)
+        and "\0" not in rel
+    )
 
 
 def _drop_slot(qfd: int, name: str) -> None:
@@ -322,7 +392,9 @@ def read(qpath: str, qfd: int | None = None) -> Record:
     try:
         qfd = os.open(qdir, _DIR_FLAGS) if own_fd else qfd
     except OSError:
-        return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False)
+        return Record(
+            name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
+        )
     try:
         return _read(qfd, qpath, name, root, guess)
     finally:
@@ -334,37 +406,74 @@ def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
     try:
         slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
     except OSError:
-        return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False)
+        return Record(
+            name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
+        )
     try:
         try:
             d = read_json(RECORD, dir_fd=slot_fd, max_bytes=1 << 20)
             if not isinstance(d, dict):
                 raise ValueError("not an object")
             payload = d.get("payload") or None
-            if payload is not None and (not isinstance(payload, str) or os.sep in payload or payload in (".", "..")):
+            if payload is not None and (
+                not isinstance(payload, str) or os.sep in payload or payload in (".", "..")
+            ):
                 raise ValueError("bad payload")
             entry_id = d.get("entry_id") or guess
             if not _safe_rel(entry_id):
                 raise ValueError("entry id outside the root")
             original = d.get("original_path")
-            if not isinstance(original, str) or inside(root, original) is None or not _safe_rel(inside(root, original)):
-                original = os.path.join(root, entry_id)  # a record never sends an entry outside its root
-            where = payload if payload else None
+            if (
+                not isinstance(original, str)
+                or inside(root, original) is None
+                or not _safe_rel(inside(root, original))
+            ):
+                original = os.path.join(
+                    root, entry_id
+                )  # a record never sends an entry outside its root
+            where = payload or None
             present = _lexists(where, slot_fd) if where else True
-            return Record(name, qpath, entry_id, os.path.normpath(original), root,
-                          str(d.get("reason") or "unknown"), tuple(str(x) for x in d.get("details") or ()),
-                          float(d.get("quarantined_at") or 0), str(d.get("by") or ""), _str_or_none(d.get("fingerprint")),
-                          int(d.get("pid") or 0), size_of(where, slot_fd) if where and present else
-                          (size_of(name, qfd) if not where else 0), payload=payload,
-                          kind=_str_or_none(d.get("kind")), present=present)
+            return Record(
+                name,
+                qpath,
+                entry_id,
+                os.path.normpath(original),
+                root,
+                str(d.get("reason") or "unknown"),
+                tuple(str(x) for x in d.get("details") or ()),
+                float(d.get("quarantined_at") or 0),
+                str(d.get("by") or ""),
+                _str_or_none(d.get("fingerprint")),
+                int(d.get("pid") or 0),
+                size_of(where, slot_fd)
+                if where and present
+                else (size_of(name, qfd) if not where else 0),
+                payload=payload,
+                kind=_str_or_none(d.get("kind")),
+                present=present,
+            )
         except (OSError, ValueError, TypeError, AttributeError, OverflowError):
             try:
                 mtime = os.fstat(slot_fd).st_mtime
-                held = [n for n in os.listdir(slot_fd) if n != RECORD and not n.startswith(".jitwarden-q.")]
+                held = [
+                    n
+                    for n in os.listdir(slot_fd)
+                    if n != RECORD and not n.startswith(".jitwarden-q.")
+                ]
             except OSError:
                 mtime, held = 0.0, []
-            return Record(name, qpath, guess, os.path.join(root, guess), root, "unknown", (), mtime,
-                          bytes=size_of(name, qfd), present=bool(held))
+            return Record(
+                name,
+                qpath,
+                guess,
+                os.path.join(root, guess),
+                root,
+                "unknown",
+                (),
+                mtime,
+                bytes=size_of(name, qfd),
+                present=bool(held),
+            )
     finally:
         os.close(slot_fd)
 
@@ -399,14 +508,18 @@ def list_root(root: str, *, include_empty: bool = False) -> list[Record]:
         return []
     try:
         with os.scandir(qfd) as it:
-            names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+            names = sorted(
+                e.name for e in it if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+            )
         qdir = quarantine_dir(root)
         recs = [read(os.path.join(qdir, n), qfd) for n in names]
     except OSError:
         return []
     finally:
         os.close(qfd)
-    return sorted((r for r in recs if r.present or include_empty), key=lambda r: (r.quarantined_at, r.id))
+    return sorted(
+        (r for r in recs if r.present or include_empty), key=lambda r: (r.quarantined_at, r.id)
+    )
 
 
 # ---------------------------------------------------------------- restoring and deleting
@@ -443,30 +556,48 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
     """
     rel = inside(rec.root, rec.original_path)
     if rel is None or not _safe_rel(rel):
-        raise QuarantineError(f"cannot restore {rec.id}: its record names {rec.original_path}, outside {rec.root}")
+        raise QuarantineError(
+            f"cannot restore {rec.id}: its record names {rec.original_path}, outside {rec.root}"
+        )
     with _Root(rec.root) as r:
         try:
             slot_fd = os.open(rec.id, _DIR_FLAGS, dir_fd=r.qfd)
         except OSError as exc:
-            raise QuarantineError(f"{rec.id} is not a quarantine slot here ({(exc.strerror or '').lower()})") from None
+            raise QuarantineError(
+                f"{rec.id} is not a quarantine slot here ({(exc.strerror or '').lower()})"
+            ) from None
         try:
             src_fd, src = (slot_fd, rec.payload) if rec.payload else (r.qfd, rec.id)
             if not rec.present or not _lexists(src, src_fd):
-                raise QuarantineError(f"{rec.id} holds no entry (an interrupted move); "
-                                      "`jitwarden quarantine empty` removes it")
+                raise QuarantineError(
+                    f"{rec.id} holds no entry (an interrupted move); "
+                    "`jitwarden quarantine empty` removes it"
+                )
             parent, name = os.path.split(rel)
             try:
                 parent_fd = open_beneath(r.fd, parent, create=True)
             except OSError:
-                raise QuarantineError(f"cannot restore {rec.id}: a parent of {rec.original_path} is a symlink "
-                                      "or not a directory; not followed") from None
+                raise QuarantineError(
+                    f"cannot restore {rec.id}: a parent of {rec.original_path} is a symlink "
+                    "or not a directory; not followed"
+                ) from None
             try:
                 displaced = None
                 if _lexists(name, parent_fd):
                     if not replace:
-                        raise QuarantineError(f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out")
-                    displaced = move(os.path.join(rec.root, rel), "replaced", [f"displaced by restoring {rec.id}"],
-                                     root=rec.root, entry_id=rec.entry_id, kind=rec.kind, by="restore", now=now)
+                        raise QuarantineError(
+                            f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out"
+                        )
+                    displaced = move(
+                        os.path.join(rec.root, rel),
+                        "replaced",
+                        [f"displaced by restoring {rec.id}"],
+                        root=rec.root,
+                        entry_id=rec.entry_id,
+                        kind=rec.kind,
+                        by="restore",
+                        now=now,
+                    )
                 if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
                     try:
                         os.unlink(RECORD, dir_fd=slot_fd)
@@ -475,7 +606,9 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
                 try:
                     rename_noreplace(src, name, src_dir_fd=src_fd, dst_dir_fd=parent_fd)
                 except FileExistsError:
-                    raise QuarantineError(f"{rec.original_path} was taken while restoring {rec.id}; nothing changed") from None
+                    raise QuarantineError(
+                        f"{rec.original_path} was taken while restoring {rec.id}; nothing changed"
+                    ) from None
                 except OSError as exc:
                     raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
             finally:
@@ -489,7 +622,11 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
 
 def purge(rec: Record) -> None:
     """Delete one quarantined entry for good (only on request): rename into the trash, then remove there."""
-    if os.path.basename(os.path.dirname(rec.path)) != QUARANTINE_DIR or os.sep in rec.id or rec.id in (".", ".."):
+    if (
+        os.path.basename(os.path.dirname(rec.path)) != QUARANTINE_DIR
+        or os.sep in rec.id
+        or rec.id in (".", "..")
+    ):
         raise QuarantineError(f"refusing to delete {rec.path}: not a quarantined directory")
     with _Root(rec.root) as r:
         try:

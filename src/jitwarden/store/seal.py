@@ -14,14 +14,16 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from jitwarden.store.fsutil import digest_file, read_bytes
 from jitwarden.model.layout import SEAL_FILE, is_reserved
+from jitwarden.store.fsutil import digest_file, read_bytes
 
 SCHEMA = 1
 MAX_FILE = 1 << 31
 """Larger than any kernel binary: a sealed name that reads on past this (a device) is not a kernel file."""
 MAX_SEAL = 4 << 20
-BYTES_PER_FILE = 512  # a seal's line per file: its name (at most 255 bytes), sha256 and size, with room to spare
+BYTES_PER_FILE = (
+    512  # a seal's line per file: its name (at most 255 bytes), sha256 and size, with room to spare
+)
 
 
 def dir_bound(files: int) -> int:
@@ -61,7 +63,9 @@ def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> 
     return h.hexdigest(), size
 
 
-def compute(entry_dir: str, names, fingerprint: str | None = None, producer: dict | None = None) -> Seal:
+def compute(
+    entry_dir: str, names, fingerprint: str | None = None, producer: dict | None = None
+) -> Seal:
     files = {}
     for name in sorted(names):
         digest, size = file_digest(os.path.join(entry_dir, name))
@@ -78,12 +82,16 @@ def read(entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL
     return read_stamped(entry_dir, dir_fd=dir_fd, max_bytes=max_bytes)[0]
 
 
-def read_stamped(entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL) -> tuple[Seal | None, int | None]:
+def read_stamped(
+    entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL
+) -> tuple[Seal | None, int | None]:
     """(:func:`read`, :func:`sealed_at_ns`) from one read of the seal: a directory's seal of 50,000 files is
     8 MB, read and parsed once a start."""
     try:
         if dir_fd is None:
-            raw = read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=max_bytes, size_hint=4096)
+            raw = read_bytes(
+                os.path.join(entry_dir, SEAL_FILE), max_bytes=max_bytes, size_hint=4096
+            )
         else:
             raw = read_bytes(SEAL_FILE, max_bytes=max_bytes, dir_fd=dir_fd, size_hint=4096)
     except FileNotFoundError:
@@ -107,17 +115,29 @@ def _parse(raw: bytes) -> tuple[Seal, object]:
         if doc.get("schema") != SCHEMA or not isinstance(files, dict):
             raise ValueError
         for name, rec in files.items():
-            if not isinstance(rec, dict) or not isinstance(rec.get("sha256"), str) or not isinstance(rec.get("size"), int):
+            if (
+                not isinstance(rec, dict)
+                or not isinstance(rec.get("sha256"), str)
+                or not isinstance(rec.get("size"), int)
+            ):
                 raise ValueError
             if os.sep in name or name in (".", ".."):
                 raise ValueError
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError, AttributeError):
         raise SealError("seal is not a valid jitwarden seal") from None
-    return Seal(files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0)), \
-        doc.get("fs_time_ns")
+    return Seal(
+        files, doc.get("fingerprint"), doc.get("producer") or {}, float(doc.get("sealed_at") or 0)
+    ), doc.get("fs_time_ns")
 
 
-MISSING, UNREADABLE, LINK, SIZE, DIGEST, NOT_COVERED = "missing", "unreadable", "link", "size", "digest", "not-covered"
+MISSING, UNREADABLE, LINK, SIZE, DIGEST, NOT_COVERED = (
+    "missing",
+    "unreadable",
+    "link",
+    "size",
+    "digest",
+    "not-covered",
+)
 """Reason codes of a :class:`Problem`: callers decide from these, never from the sentence."""
 
 
@@ -162,7 +182,15 @@ def judge(entry_dir: str, seal: Seal, present=None, names=None) -> SealCheck:
     if names is not None:
         missing = sorted(n for n in names if n not in seal.files)
         if missing:
-            return SealCheck((Problem(tuple(missing), NOT_COVERED, f"not covered by the seal: {', '.join(missing)}"),))
+            return SealCheck(
+                (
+                    Problem(
+                        tuple(missing),
+                        NOT_COVERED,
+                        f"not covered by the seal: {', '.join(missing)}",
+                    ),
+                )
+            )
     for name in seal.files if names is None else names:
         rec = seal.files[name]
         try:
@@ -172,19 +200,25 @@ def judge(entry_dir: str, seal: Seal, present=None, names=None) -> SealCheck:
             continue
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                problems.append(Problem((name,), LINK, f"{name} is a symlink, the seal covers a file"))
+                problems.append(
+                    Problem((name,), LINK, f"{name} is a symlink, the seal covers a file")
+                )
             else:
                 problems.append(Problem((name,), UNREADABLE, f"{name} unreadable: {exc.strerror}"))
             continue
         if size != rec["size"]:
-            problems.append(Problem((name,), SIZE, f"{name} is {size} bytes, sealed as {rec['size']}"))
+            problems.append(
+                Problem((name,), SIZE, f"{name} is {size} bytes, sealed as {rec['size']}")
+            )
         elif digest != rec["sha256"]:
             problems.append(Problem((name,), DIGEST, f"{name} does not match its sealed sha256"))
     if present is not None:
         # jitwarden's own files (seal, lock files, records) are never covered by a seal.
         extra = sorted(n for n in set(present) - set(seal.files) if not is_reserved(n))
         if extra:
-            problems.append(Problem(tuple(extra), NOT_COVERED, f"not covered by the seal: {', '.join(extra)}"))
+            problems.append(
+                Problem(tuple(extra), NOT_COVERED, f"not covered by the seal: {', '.join(extra)}")
+            )
     return SealCheck(tuple(problems))
 
 
@@ -216,7 +250,11 @@ def foreign(sealed_under, mine: str | None) -> str | None:
     environments sharing an unpartitioned root would quarantine each other's entries in turn."""
     if not mine or sealed_under is None or sealed_under == "" or sealed_under == mine:
         return None
-    shown = sealed_under if isinstance(sealed_under, str) and len(sealed_under) <= 64 else f"{str(sealed_under)[:64]!r}…"
+    shown = (
+        sealed_under
+        if isinstance(sealed_under, str) and len(sealed_under) <= 64
+        else f"{str(sealed_under)[:64]!r}…"
+    )
     return f"sealed under fingerprint {shown}, this partition is {mine}"  # a forged seal's field is not echoed whole
 
 
@@ -234,7 +272,9 @@ def sealed_at_ns(entry_dir: str) -> int | None:
 def _stamp(entry_dir: str) -> tuple[int, object] | None:
     """(recorded time, fingerprint) of the entry's seal, one small read; None when there is none to read."""
     try:
-        doc = json.loads(read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096))
+        doc = json.loads(
+            read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096)
+        )
         at = doc["fs_time_ns"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
@@ -281,7 +321,9 @@ def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
             doc["fs_time_ns"] = fs_now
         with os.fdopen(fd, "w") as f:
             fd = -1
-            f.write(json.dumps(doc, sort_keys=True))  # dumps is the C encoder; dump streams through the Python one
+            f.write(
+                json.dumps(doc, sort_keys=True)
+            )  # dumps is the C encoder; dump streams through the Python one
         path = os.path.join(entry_dir, SEAL_FILE)
         os.replace(tmp, path)
         return path

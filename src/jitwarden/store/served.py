@@ -115,12 +115,14 @@ class Served:
 
     def write(self, where: tuple[str, str], name: str, data: bytes) -> str:
         path = os.path.join(where[0], where[1] + name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
         self.local.prev.append(path)
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         return path

@@ -15,13 +15,19 @@ import shutil
 
 import pytest
 
-from tests.helpers import otherkinds as ok
 from jitwarden.adapters import cuda_compute as cc
+from tests.helpers import otherkinds as ok
 from tests.helpers.paths import DATA
 
 CC_DATA = os.path.join(DATA, "cuda_compute_h200", "ComputeCache")
-FILES = ("2/4/aca7d279b8280d", "8/7/c971455a5e9bf5", "9/e/3710c30a7d4cc1", "9/f/bcc7849198d3d1",
-         "b/4/51b1336e4e60a5", "e/f/ea6eb703b79df1")
+FILES = (
+    "2/4/aca7d279b8280d",
+    "8/7/c971455a5e9bf5",
+    "9/e/3710c30a7d4cc1",
+    "9/f/bcc7849198d3d1",
+    "b/4/51b1336e4e60a5",
+    "e/f/ea6eb703b79df1",
+)
 ENTRY_BYTES = 3884
 
 
@@ -54,7 +60,9 @@ def libcuda(tmp_path, monkeypatch, age_s: float | None, jit_date: bytes | None =
     else:
         ok.set_age(str(p), age_s)
     if jit_date is not None:
-        (d / "libnvidia-ptxjitcompiler.so.1").write_bytes(b"\x7fELF\0" + os.urandom(64) + jit_date + b"\0" + os.urandom(64))
+        (d / "libnvidia-ptxjitcompiler.so.1").write_bytes(
+            b"\x7fELF\0" + os.urandom(64) + jit_date + b"\0" + os.urandom(64)
+        )
     monkeypatch.setenv("JITWARDEN_LIBCUDA", str(p))
     cc.reset_driver_evidence()
     return str(p)
@@ -65,10 +73,21 @@ def test_real_cache_entries(compute_cache, capsys):
     assert doc["caches"][0]["kind"] == "cuda-compute" and rc == 0
     assert ok.codes(doc) == {f: [] for f in FILES}
     e = doc["entries"][0]
-    assert e["arch"] == 90 and e["cubin_sm"] == 90 and e["type"] == "jit" and e["bytes"] == ENTRY_BYTES
-    assert e["extra"] == {"jit_date": "Apr 29 2026", "jit_time": "17:12:06", "target": "sm_90", "producer": "driver-jit",
-                          "input": "ptx", "output": "cubin", "options": ""}
-    assert doc["caches"][0]["bytes"] == len(FILES) * ENTRY_BYTES  # the index is the root's, not an entry
+    assert (
+        e["arch"] == 90 and e["cubin_sm"] == 90 and e["type"] == "jit" and e["bytes"] == ENTRY_BYTES
+    )
+    assert e["extra"] == {
+        "jit_date": "Apr 29 2026",
+        "jit_time": "17:12:06",
+        "target": "sm_90",
+        "producer": "driver-jit",
+        "input": "ptx",
+        "output": "cubin",
+        "options": "",
+    }
+    assert (
+        doc["caches"][0]["bytes"] == len(FILES) * ENTRY_BYTES
+    )  # the index is the root's, not an entry
     rc, doc = ok.verify(capsys, compute_cache, "--target", "80")
     assert ok.codes(doc) == {f: ["foreign-arch"] for f in FILES} and rc == 0
 
@@ -78,7 +97,7 @@ def _rename_to_key(root: str, rel: str) -> str:
     p = os.path.join(root, rel)
     data = open(p, "rb").read()
     text_len = int.from_bytes(data[4:8], "little")
-    name = f"{cc.fnv1a64(data[28:28 + text_len]):016x}"
+    name = f"{cc.fnv1a64(data[28 : 28 + text_len]):016x}"
     new = os.path.join(root, name[0], name[1], name[2:])
     os.makedirs(os.path.dirname(new), exist_ok=True)
     os.rename(p, new)
@@ -89,10 +108,14 @@ def test_truncated_and_self_contradicting_entries(compute_cache, capsys):
     ok.truncate(os.path.join(compute_cache, FILES[0]), 0.7)
     p = os.path.join(compute_cache, FILES[1])
     data = open(p, "rb").read()
-    open(p, "wb").write(data.replace(b"HOST64sm_90", b"HOST64sm_80", 1))  # the record says sm_80, the cubin is sm_90
-    with open(os.path.join(compute_cache, FILES[2]), "r+b") as f:  # the cubin's section table runs past the end
+    open(p, "wb").write(
+        data.replace(b"HOST64sm_90", b"HOST64sm_80", 1)
+    )  # the record says sm_80, the cubin is sm_90
+    with open(
+        os.path.join(compute_cache, FILES[2]), "r+b"
+    ) as f:  # the cubin's section table runs past the end
         f.seek(316 + 40)
-        f.write((10 ** 6).to_bytes(8, "little"))
+        f.write((10**6).to_bytes(8, "little"))
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     c = ok.codes(doc)
     assert set(c[FILES[0]]) == {"corrupt"} and set(c[FILES[2]]) == {"corrupt"}, c
@@ -109,7 +132,11 @@ def test_checksums_catch_a_flipped_byte_anywhere(compute_cache, capsys):
     """The header's hash is FNV-1a of the output, the file name FNV-1a of the key: one bit anywhere is seen."""
     data = open(os.path.join(compute_cache, FILES[0]), "rb").read()
     text_len = int.from_bytes(data[4:8], "little")
-    for rel, pos in ((FILES[0], 28 + text_len + 1000), (FILES[1], 28 + text_len - 40), (FILES[2], len(data) - 1)):
+    for rel, pos in (
+        (FILES[0], 28 + text_len + 1000),
+        (FILES[1], 28 + text_len - 40),
+        (FILES[2], len(data) - 1),
+    ):
         with open(os.path.join(compute_cache, rel), "r+b") as f:
             f.seek(pos)
             b = f.read(1)
@@ -117,8 +144,12 @@ def test_checksums_catch_a_flipped_byte_anywhere(compute_cache, capsys):
             f.write(bytes([b[0] ^ 0x10]))
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     e = {x["id"]: x for x in doc["entries"]}
-    assert [f["code"] for f in e[FILES[0]]["findings"]] == ["corrupt"] and "FNV-1a" in e[FILES[0]]["findings"][0]["message"]
-    assert [f["code"] for f in e[FILES[1]]["findings"]] == ["corrupt"] and "file name" in e[FILES[1]]["findings"][0]["message"]
+    assert [f["code"] for f in e[FILES[0]]["findings"]] == ["corrupt"] and "FNV-1a" in e[FILES[0]][
+        "findings"
+    ][0]["message"]
+    assert [f["code"] for f in e[FILES[1]]["findings"]] == ["corrupt"] and "file name" in e[
+        FILES[1]
+    ]["findings"][0]["message"]
     assert [f["code"] for f in e[FILES[2]]["findings"]] == ["corrupt"]
     assert all(e[r]["findings"] == [] for r in FILES[3:]) and rc == 1
 
@@ -133,7 +164,9 @@ def test_unknown_format_is_unrecognised_not_corrupt(compute_cache, capsys):
     open(p, "wb").write(bytes(data))
     rc, doc = ok.verify(capsys, compute_cache, "--target", "90")
     e = next(e for e in doc["entries"] if e["id"] == "0/1/00aa11bb22cc33")
-    assert [f["code"] for f in e["findings"]] == ["unrecognised"] and e["extra"] == {"format": "unknown"}
+    assert [f["code"] for f in e["findings"]] == ["unrecognised"] and e["extra"] == {
+        "format": "unknown"
+    }
     assert "not the driver's entry format" in e["findings"][0]["message"]
     c = ok.codes(doc)
     # its key hash no longer matches (positive evidence), and what follows is not judged
@@ -180,16 +213,25 @@ def test_size_against_maxsize_and_disable(compute_cache, monkeypatch, capsys):
     assert ok.root_codes(doc) == []
     monkeypatch.setenv("CUDA_CACHE_MAXSIZE", str(total - 1))
     rc, doc = ok.verify(capsys, compute_cache)
-    assert ok.root_codes(doc) == ["stale"] and "thrashing" in doc["caches"][0]["findings"][0]["message"]
+    assert (
+        ok.root_codes(doc) == ["stale"]
+        and "thrashing" in doc["caches"][0]["findings"][0]["message"]
+    )
     monkeypatch.setenv("CUDA_CACHE_MAXSIZE", str(int(total / 0.95)))
     rc, doc = ok.verify(capsys, compute_cache)
-    assert ok.root_codes(doc) == ["stale"] and "near its limit" in doc["caches"][0]["findings"][0]["message"]
+    assert (
+        ok.root_codes(doc) == ["stale"]
+        and "near its limit" in doc["caches"][0]["findings"][0]["message"]
+    )
     monkeypatch.setenv("CUDA_CACHE_MAXSIZE", str(total * 4))
     rc, doc = ok.verify(capsys, compute_cache)
     assert ok.root_codes(doc) == []
     monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
     rc, doc = ok.verify(capsys, compute_cache)
-    assert ok.root_codes(doc) == ["stale"] and "CUDA_CACHE_DISABLE=1" in doc["caches"][0]["findings"][0]["message"]
+    assert (
+        ok.root_codes(doc) == ["stale"]
+        and "CUDA_CACHE_DISABLE=1" in doc["caches"][0]["findings"][0]["message"]
+    )
     assert rc == 0
 
 
@@ -197,7 +239,10 @@ def test_maxsize_parsing():
     assert cc.maxsize({"CUDA_CACHE_MAXSIZE": "1000"}) == (1000, "CUDA_CACHE_MAXSIZE=1000")
     assert cc.maxsize({"CUDA_CACHE_MAXSIZE": str(8 << 30)})[0] == 4 << 30
     assert cc.maxsize({})[0] in (cc.DEFAULT_MAXSIZE, cc.EMBEDDED_MAXSIZE)
-    assert cc.maxsize({"CUDA_CACHE_MAXSIZE": "lots"})[0] in (cc.DEFAULT_MAXSIZE, cc.EMBEDDED_MAXSIZE)
+    assert cc.maxsize({"CUDA_CACHE_MAXSIZE": "lots"})[0] in (
+        cc.DEFAULT_MAXSIZE,
+        cc.EMBEDDED_MAXSIZE,
+    )
 
 
 def test_unsafe_files_and_links(compute_cache, tmp_path, capsys):
@@ -217,7 +262,9 @@ def test_world_writable_root(compute_cache, capsys):
 def test_discovery(tmp_path):
     home = tmp_path / "home"
     (home / ".nv" / "ComputeCache").mkdir(parents=True)
-    assert [(r.path, r.source) for r in cc.discover_roots({"HOME": str(home)})] == [(str(home / ".nv" / "ComputeCache"), "default")]
+    assert [(r.path, r.source) for r in cc.discover_roots({"HOME": str(home)})] == [
+        (str(home / ".nv" / "ComputeCache"), "default")
+    ]
     (tmp_path / "jit").mkdir()
     env = {"HOME": str(home), "CUDA_CACHE_PATH": str(tmp_path / "jit")}
     assert [r.source for r in cc.discover_roots(env)] == ["CUDA_CACHE_PATH", "default"]

@@ -23,7 +23,9 @@ from tests.helpers.paths import DATA
 
 REAL = os.path.join(DATA, "real", "jax_cupy")
 NVRTC = "1f073b36c7dc0c08f88e0dfc36bd6c0501f42343.cubin"  # cupy_sum, NVRTC: CuPy drops the cubin's last byte
-NVCC = "5df1347ceae95afef2943b99cc67bb42fdc3bad2.cubin"  # RawKernel k, backend="nvcc": a whole cubin
+NVCC = (
+    "5df1347ceae95afef2943b99cc67bb42fdc3bad2.cubin"  # RawKernel k, backend="nvcc": a whole cubin
+)
 F = "e2864911f8465e8fbb5ac39d14f46c579b02112b.cubin"  # RawKernel f
 EM_FLAGS = 48  # e_flags in an ELF64 header
 
@@ -106,7 +108,10 @@ def test_a_cubin_for_another_gpu_is_foreign_arch(cache, capsys):
 
 def test_a_moved_file_is_caught_where_the_source_was_saved(cache, capsys):
     """With CUPY_CACHE_SAVE_CUDA_SOURCE CuPy saves ``<name>.cu``: the kernels it defines must be in the cubin."""
-    write(os.path.join(cache, F + ".cu"), b'extern "C" __global__ void f(const float* x, float* y, int n) { }\n')
+    write(
+        os.path.join(cache, F + ".cu"),
+        b'extern "C" __global__ void f(const float* x, float* y, int n) { }\n',
+    )
     rc, doc = ok.verify(capsys, cache, "--target", "90")
     assert rc == 0 and bad(doc) == {}
     write(os.path.join(cache, F), read(os.path.join(cache, NVRTC)))  # cupy_sum's file under f's key
@@ -120,7 +125,9 @@ def test_a_name_expression_payload_must_name_kernels_of_its_cubin(cache, capsys)
     data = read(os.path.join(cache, name))[40:]
     (count,) = struct.unpack_from("<I", data, 8)
     (n,) = struct.unpack_from("<I", data, 12)
-    forged = data[:16] + b"x" * n + data[16 + n:]  # another mangled name, same length, header rehashed
+    forged = (
+        data[:16] + b"x" * n + data[16 + n :]
+    )  # another mangled name, same length, header rehashed
     write(os.path.join(cache, name), rehead(forged))
     rc, doc = ok.verify(capsys, cache, "--target", "90")
     assert count >= 1 and rc == 1 and bad(doc) == {name: ["mismatch"]}
@@ -131,7 +138,10 @@ def test_leftovers_and_unknown_payloads(cache, capsys):
     ok.set_age(os.path.join(cache, "tmpab12cd_9"), 7200)
     write(os.path.join(cache, "0" * 40 + ".cubin"), rehead(b"neither ELF nor PTX"))
     rc, doc = ok.verify(capsys, cache, "--target", "90", "--all")
-    assert rc == 0 and bad(doc) == {"tmpab12cd_9": ["orphan"], "0" * 40 + ".cubin": ["unrecognised"]}
+    assert rc == 0 and bad(doc) == {
+        "tmpab12cd_9": ["orphan"],
+        "0" * 40 + ".cubin": ["unrecognised"],
+    }
 
 
 def test_roots_as_cupy_finds_them(cache, tmp_path):
@@ -139,8 +149,9 @@ def test_roots_as_cupy_finds_them(cache, tmp_path):
     default = home / ".cupy" / "kernel_cache"
     default.mkdir(parents=True)
     assert [r.path for r in cp.discover_roots({"HOME": str(home)})] == [str(default)]
-    assert [(r.path, r.source) for r in cp.discover_roots({"HOME": str(home), "CUPY_CACHE_DIR": cache})] == \
-        [(cache, "CUPY_CACHE_DIR"), (str(default), "default")]
+    assert [
+        (r.path, r.source) for r in cp.discover_roots({"HOME": str(home), "CUPY_CACHE_DIR": cache})
+    ] == [(cache, "CUPY_CACHE_DIR"), (str(default), "default")]
     assert adapters.kind_of_path(cache) == "cupy" and adapters.kind_of_path(str(default)) == "cupy"
 
 

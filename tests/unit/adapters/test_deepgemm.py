@@ -17,12 +17,15 @@ import shutil
 
 import pytest
 
-from tests.helpers import otherkinds as ok
 from jitwarden.adapters import deepgemm
+from tests.helpers import otherkinds as ok
 
 KCU = "// Includes' hash value: 5a4f\n#include <deep_gemm/impls/sm90_fp8_gemm_1d2d.cuh>\n"
-NAME = {80: "kernel.sm80_gemm.0123456789abcdef", 90: "kernel.sm90_fp8_gemm_1d2d.9f3c2a1b7d6e5f40",
-        120: "kernel.sm100_bf16_gemm.aa55aa55aa55aa55"}
+NAME = {
+    80: "kernel.sm80_gemm.0123456789abcdef",
+    90: "kernel.sm90_fp8_gemm_1d2d.9f3c2a1b7d6e5f40",
+    120: "kernel.sm100_bf16_gemm.aa55aa55aa55aa55",
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +53,17 @@ def test_complete_kernels_judged_by_cubin_sm(dg, capsys):
     rc, doc = ok.verify(capsys, dg, "--target", "90")
     assert doc["caches"][0]["kind"] == "deepgemm"
     c = ok.codes(doc)
-    assert c == {f"cache/{NAME[80]}": ["foreign-arch"], f"cache/{NAME[90]}": [], f"cache/{NAME[120]}": ["foreign-arch"]}
+    assert c == {
+        f"cache/{NAME[80]}": ["foreign-arch"],
+        f"cache/{NAME[90]}": [],
+        f"cache/{NAME[120]}": ["foreign-arch"],
+    }
     e = next(e for e in doc["entries"] if e["id"] == f"cache/{NAME[90]}")
-    assert e["cubin_sm"] == 90 and e["name"] == "sm90_fp8_gemm_1d2d" and e["extra"]["hash"] == "9f3c2a1b7d6e5f40"
+    assert (
+        e["cubin_sm"] == 90
+        and e["name"] == "sm90_fp8_gemm_1d2d"
+        and e["extra"]["hash"] == "9f3c2a1b7d6e5f40"
+    )
     assert rc == 0
 
 
@@ -68,7 +79,10 @@ def test_half_entries_are_incomplete(dg, capsys):
     os.remove(os.path.join(dg, "cache", NAME[80], "kernel.cu"))
     rc, doc = ok.verify(capsys, dg, "--target", "90")
     c = ok.codes(doc)
-    assert c[f"cache/{NAME[90]}"] == ["incomplete"] and c[f"cache/{NAME[80]}"] == ["foreign-arch", "incomplete"]
+    assert c[f"cache/{NAME[90]}"] == ["incomplete"] and c[f"cache/{NAME[80]}"] == [
+        "foreign-arch",
+        "incomplete",
+    ]
     assert rc == 1
 
 
@@ -77,7 +91,9 @@ def test_truncated_cubin_is_corrupt_and_host_elf_is_mismatch(dg, arts, capsys):
     shutil.copy(arts["so"]["so"], os.path.join(dg, "cache", NAME[80], "kernel.cubin"))
     rc, doc = ok.verify(capsys, dg, "--target", "90")
     c = ok.codes(doc)
-    assert c[f"cache/{NAME[90]}"] == ["corrupt"] and c[f"cache/{NAME[80]}"] == ["mismatch"] and rc == 1
+    assert (
+        c[f"cache/{NAME[90]}"] == ["corrupt"] and c[f"cache/{NAME[80]}"] == ["mismatch"] and rc == 1
+    )
 
 
 def test_ptx_dump_contradicting_cubin_is_mismatch(dg, arts, capsys):
@@ -96,14 +112,18 @@ def test_tmp_leftovers_are_orphans_only_when_old(dg, arts, capsys):
         os.makedirs(d)
         open(os.path.join(d, "kernel.cu"), "w").write(KCU)
         shutil.copy(arts[90]["cubin"], os.path.join(d, "kernel.cubin"))
-    legacy = os.path.join(dg, "tmp", "nvcc.tmp.6b1d0c2e-aaaa-bbbb-cccc-000000000000.0123456789ab.so")
+    legacy = os.path.join(
+        dg, "tmp", "nvcc.tmp.6b1d0c2e-aaaa-bbbb-cccc-000000000000.0123456789ab.so"
+    )
     shutil.copy(arts["so"]["so"], legacy)
     ok.set_age(old, 7200)
     ok.set_age(legacy, 7200)
     rc, doc = ok.verify(capsys, dg, "--target", "90")
     c = ok.codes(doc)
     assert c[f"tmp/{os.path.basename(young)}"] == []
-    assert c[f"tmp/{os.path.basename(old)}"] == ["orphan"] and c[f"tmp/{os.path.basename(legacy)}"] == ["orphan"]
+    assert c[f"tmp/{os.path.basename(old)}"] == ["orphan"] and c[
+        f"tmp/{os.path.basename(legacy)}"
+    ] == ["orphan"]
 
 
 def test_legacy_so_layout(dg, arts, capsys):
@@ -111,7 +131,9 @@ def test_legacy_so_layout(dg, arts, capsys):
     d = os.path.join(dg, "cache", "kernel.gemm_fp8_fp8_bf16_nt.2f4e6a8c0b1d")
     os.makedirs(d)
     open(os.path.join(d, "kernel.cu"), "w").write(KCU)
-    open(os.path.join(d, "kernel.args"), "w").write("__import__('os')._exit(3)")  # proves nothing is eval'd
+    open(os.path.join(d, "kernel.args"), "w").write(
+        "__import__('os')._exit(3)"
+    )  # proves nothing is eval'd
     shutil.copy(arts["so"]["so"], os.path.join(d, "kernel.so"))
     rid = "cache/kernel.gemm_fp8_fp8_bf16_nt.2f4e6a8c0b1d"
     rc, doc = ok.verify(capsys, dg, "--target", "90")
@@ -135,17 +157,31 @@ def test_unsafe_permissions_and_links(dg, tmp_path, capsys):
     os.symlink(str(tmp_path), os.path.join(dg, "cache", "kernel.evil.00000000deadbeef"))
     rc, doc = ok.verify(capsys, dg, "--target", "90")
     c = ok.codes(doc)
-    assert c[f"cache/{NAME[90]}"] == ["unsafe"] and c["cache/kernel.evil.00000000deadbeef"] == ["unsafe"] and rc == 1
+    assert (
+        c[f"cache/{NAME[90]}"] == ["unsafe"]
+        and c["cache/kernel.evil.00000000deadbeef"] == ["unsafe"]
+        and rc == 1
+    )
 
 
 def test_discovery(tmp_path):
     home = tmp_path / "home"
     (home / ".deep_gemm").mkdir(parents=True)
-    assert [(r.path, r.source) for r in deepgemm.discover_roots({"HOME": str(home)})] == [(str(home / ".deep_gemm"), "default")]
+    assert [(r.path, r.source) for r in deepgemm.discover_roots({"HOME": str(home)})] == [
+        (str(home / ".deep_gemm"), "default")
+    ]
     (tmp_path / "jit").mkdir()
     (tmp_path / "old").mkdir()
-    env = {"HOME": str(home), "DG_JIT_CACHE_DIR": str(tmp_path / "jit"), "DG_CACHE_DIR": str(tmp_path / "old")}
-    assert [r.source for r in deepgemm.discover_roots(env)] == ["DG_JIT_CACHE_DIR", "DG_CACHE_DIR", "default"]
+    env = {
+        "HOME": str(home),
+        "DG_JIT_CACHE_DIR": str(tmp_path / "jit"),
+        "DG_CACHE_DIR": str(tmp_path / "old"),
+    }
+    assert [r.source for r in deepgemm.discover_roots(env)] == [
+        "DG_JIT_CACHE_DIR",
+        "DG_CACHE_DIR",
+        "default",
+    ]
     env["DG_JIT_CACHE_DIR"] = ""  # compiler.hpp: an empty value is ignored
     assert [r.source for r in deepgemm.discover_roots(env)] == ["DG_CACHE_DIR", "default"]
     assert not deepgemm.looks_like_root(str(home / ".deep_gemm"))  # empty: nothing says DeepGEMM
@@ -159,7 +195,10 @@ def test_clean_quarantines_broken_entries_and_old_leftovers(dg, capsys):
     os.makedirs(old)
     ok.set_age(old, 7200)
     plan, outcomes = ok.clean_codes(dg, "deepgemm", ("incomplete", "orphan"))
-    assert sorted(a.id for a in plan.actions) == [f"cache/{NAME[90]}", "tmp/11111111-2222-3333-4444-555555555555"]
+    assert sorted(a.id for a in plan.actions) == [
+        f"cache/{NAME[90]}",
+        "tmp/11111111-2222-3333-4444-555555555555",
+    ]
     assert [o.status for o in outcomes] == ["quarantined", "quarantined"]
     assert not os.path.exists(old) and not os.path.exists(os.path.join(dg, "cache", NAME[90]))
     rc, doc = ok.verify(capsys, dg, "--target", "90")

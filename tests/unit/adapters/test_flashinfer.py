@@ -18,8 +18,8 @@ import shutil
 
 import pytest
 
-from tests.helpers import otherkinds as ok
 from jitwarden.adapters import flashinfer
+from tests.helpers import otherkinds as ok
 
 VERSION = "0.7.4"
 
@@ -74,7 +74,9 @@ def make_op(ws_dir, name: str, so_src: str, targets: tuple[str, ...]) -> str:
     shutil.copy(so_src.replace(".so", ".o"), os.path.join(d, "norm_norm.cuda.o"))
     g, a = gencode(*targets)
     with open(os.path.join(d, "build.ninja"), "w") as f:
-        f.write(NINJA.format(name=name, gencode=g, arch_flags=a, dir=os.path.join(ws_dir, "cached_ops")))
+        f.write(
+            NINJA.format(name=name, gencode=g, arch_flags=a, dir=os.path.join(ws_dir, "cached_ops"))
+        )
     return d
 
 
@@ -105,13 +107,19 @@ def judged(root: str, target: int, version: str | None = VERSION) -> tuple[dict,
     """
     import dataclasses
 
-    from jitwarden.ops import scan
     from jitwarden.model.entries import CacheRoot
+    from jitwarden.ops import scan
 
     j = scan.make_judge(target)
     if version:
-        j = dataclasses.replace(j, versions=tuple(v for v in j.versions if v[0] != "flashinfer") + (("flashinfer", version),))
-    report = scan.scan([(CacheRoot("flashinfer", root, "cli"), None)], j, scan.Target(target, "cli"))
+        j = dataclasses.replace(
+            j,
+            versions=tuple(v for v in j.versions if v[0] != "flashinfer")
+            + (("flashinfer", version),),
+        )
+    report = scan.scan(
+        [(CacheRoot("flashinfer", root, "cli"), None)], j, scan.Target(target, "cli")
+    )
     es = {e.id: e for e in report.entries}
     return {i: sorted(f.code for f in e.findings) for i, e in es.items()}, es
 
@@ -120,14 +128,20 @@ def test_versioned_workspaces_judged_by_arch(fi, capsys):
     rc, doc = ok.verify(capsys, fi, "--target", "90")
     assert doc["caches"][0]["kind"] == "flashinfer"
     c = ok.codes(doc)
-    assert c == {f"{VERSION}/90a/cached_ops/norm": [], f"{VERSION}/90a/generated": [],
-                 f"{VERSION}/120f/cached_ops/norm": ["foreign-arch"], f"{VERSION}/120f/generated": ["foreign-arch"]}, c
+    assert c == {
+        f"{VERSION}/90a/cached_ops/norm": [],
+        f"{VERSION}/90a/generated": [],
+        f"{VERSION}/120f/cached_ops/norm": ["foreign-arch"],
+        f"{VERSION}/120f/generated": ["foreign-arch"],
+    }, c
     e = next(e for e in doc["entries"] if e["id"] == f"{VERSION}/90a/cached_ops/norm")
     assert e["type"] == "op" and e["name"] == "norm" and e["arch"] == 90
     assert e["extra"]["gencode"] == ["sm_90a"] and e["extra"]["version"] == VERSION
     assert rc == 0
     rc, doc = ok.verify(capsys, fi, "--target", "121")
-    assert ok.codes(doc)[f"{VERSION}/120f/cached_ops/norm"] == []  # sm_120f runs on the whole 12.x family
+    assert (
+        ok.codes(doc)[f"{VERSION}/120f/cached_ops/norm"] == []
+    )  # sm_120f runs on the whole 12.x family
     assert ok.codes(doc)[f"{VERSION}/90a/cached_ops/norm"] == ["foreign-arch"]
 
 
@@ -135,11 +149,16 @@ def test_other_version_and_unversioned_layout_are_stale(fi, so):
     make_op(os.path.join(fi, "0.6.1", "90a"), "norm", so, ("90a",))
     make_op(os.path.join(fi, "80_90"), "norm", so, ("80", "90"))
     os.makedirs(os.path.join(fi, "noarch", "cached_ops"))
-    open(os.path.join(fi, "80_90", "cached_ops", "norm.lock"), "w").close()  # 0.2.x lock beside the op dir
+    open(
+        os.path.join(fi, "80_90", "cached_ops", "norm.lock"), "w"
+    ).close()  # 0.2.x lock beside the op dir
     c, es = judged(fi, 90)
     assert c["0.6.1/90a/cached_ops/norm"] == ["stale"] and c["80_90/cached_ops/norm"] == ["stale"]
     assert c[f"{VERSION}/90a/cached_ops/norm"] == []
-    assert es["80_90/cached_ops/norm"].facts.layout == "unversioned" and "80_90/cached_ops/norm.lock" not in c
+    assert (
+        es["80_90/cached_ops/norm"].facts.layout == "unversioned"
+        and "80_90/cached_ops/norm.lock" not in c
+    )
     c, _ = judged(fi, 90, "0.2.5")  # 0.2.x itself reads the unversioned layout
     assert c["80_90/cached_ops/norm"] == [] and c[f"{VERSION}/90a/cached_ops/norm"] == ["stale"]
     c, _ = judged(fi, 90, None)  # nothing installed: nothing to compare with
@@ -148,10 +167,14 @@ def test_other_version_and_unversioned_layout_are_stale(fi, so):
 
 def test_build_ninja_for_another_arch_is_mismatch(fi, so, capsys):
     make_op(os.path.join(fi, VERSION, "90a"), "rope", so, ("90a", "100a"))
-    make_op(os.path.join(fi, VERSION, "107a"), "gemm", so, ("100f",))  # SM107 builds sm_100f: named by its family
+    make_op(
+        os.path.join(fi, VERSION, "107a"), "gemm", so, ("100f",)
+    )  # SM107 builds sm_100f: named by its family
     rc, doc = ok.verify(capsys, fi, "--target", "90")
     c = ok.codes(doc)
-    assert c[f"{VERSION}/90a/cached_ops/rope"] == ["mismatch"] and c[f"{VERSION}/107a/cached_ops/gemm"] == ["foreign-arch"]
+    assert c[f"{VERSION}/90a/cached_ops/rope"] == ["mismatch"] and c[
+        f"{VERSION}/107a/cached_ops/gemm"
+    ] == ["foreign-arch"]
     assert rc == 1
 
 
@@ -182,7 +205,9 @@ def test_unsafe(fi, tmp_path, capsys):
     os.symlink(str(tmp_path), os.path.join(d, "evil"))
     rc, doc = ok.verify(capsys, fi, "--target", "90")
     c = ok.codes(doc)
-    assert c[f"{VERSION}/90a/cached_ops/norm"] == ["unsafe"] and c[f"{VERSION}/90a/cached_ops/evil"] == ["unsafe"]
+    assert c[f"{VERSION}/90a/cached_ops/norm"] == ["unsafe"] and c[
+        f"{VERSION}/90a/cached_ops/evil"
+    ] == ["unsafe"]
     assert rc == 1
 
 
@@ -193,8 +218,10 @@ def test_discovery(tmp_path):
     (tmp_path / "ws" / ".cache" / "flashinfer").mkdir(parents=True)
     env = {"HOME": str(home), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws")}
     roots = flashinfer.discover_roots(env)
-    assert [(r.path, r.source) for r in roots] == [(str(tmp_path / "ws" / ".cache" / "flashinfer"), "FLASHINFER_WORKSPACE_BASE"),
-                                                   (str(home / ".cache" / "flashinfer"), "default")]
+    assert [(r.path, r.source) for r in roots] == [
+        (str(tmp_path / "ws" / ".cache" / "flashinfer"), "FLASHINFER_WORKSPACE_BASE"),
+        (str(home / ".cache" / "flashinfer"), "default"),
+    ]
     assert flashinfer.looks_like_root(roots[0].path)
 
 
@@ -202,9 +229,16 @@ def test_clean_quarantines_broken_and_foreign(fi, capsys):
     d = os.path.join(fi, VERSION, "90a", "cached_ops", "norm")
     ok.truncate(os.path.join(d, "norm.so"))
     plan, outcomes = ok.clean_codes(fi, "flashinfer", ("corrupt", "foreign-arch"))
-    assert sorted(a.id for a in plan.actions) == sorted([f"{VERSION}/90a/cached_ops/norm", f"{VERSION}/120f/cached_ops/norm",
-                                                         f"{VERSION}/120f/generated"])
+    assert sorted(a.id for a in plan.actions) == sorted(
+        [
+            f"{VERSION}/90a/cached_ops/norm",
+            f"{VERSION}/120f/cached_ops/norm",
+            f"{VERSION}/120f/generated",
+        ]
+    )
     assert {o.status for o in outcomes} == {"quarantined"}
-    assert not os.path.exists(d) and not os.path.exists(os.path.join(fi, VERSION, "120f", "generated"))
+    assert not os.path.exists(d) and not os.path.exists(
+        os.path.join(fi, VERSION, "120f", "generated")
+    )
     rc, doc = ok.verify(capsys, fi, "--target", "90")
     assert rc == 0 and ok.codes(doc) == {f"{VERSION}/90a/generated": []}

@@ -18,15 +18,17 @@ import time
 
 import pytest
 
-from tests.helpers import inductor_real
 from jitwarden import adapters
 from jitwarden.adapters import inductor as ind
-from jitwarden.adapters.base import expand_partitions
 from jitwarden.adapters import triton as tri
+from jitwarden.adapters.base import expand_partitions
 from jitwarden.cli.main import main
 from jitwarden.model.entries import Judge
+from tests.helpers import inductor_real
 
-HOST = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+HOST = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(
+    platform.machine(), platform.machine()
+)
 
 
 @pytest.fixture
@@ -35,8 +37,16 @@ def cache(inductor_cache):
 
 
 def judge(arch=90, **kw):
-    base = dict(target_arch=arch, host_machine=HOST, now=time.time(), orphan_age=3600.0,
-                versions=(("torch", "2.13.0"),), gpu_names=("NVIDIA H200",), torch_cuda="13.0", uid=os.getuid())
+    base = {
+        "target_arch": arch,
+        "host_machine": HOST,
+        "now": time.time(),
+        "orphan_age": 3600.0,
+        "versions": (("torch", "2.13.0"),),
+        "gpu_names": ("NVIDIA H200",),
+        "torch_cuda": "13.0",
+        "uid": os.getuid(),
+    }
     base.update(kw)
     return Judge(**base)
 
@@ -61,7 +71,9 @@ def test_real_cache_enumerates_every_part_and_is_clean(cache):
     assert {"fxgraph", "aotautograd", "output-code", "source", "library", "locks"} <= types
     assert any(n.startswith("fxgraph/") and n.count("/") == 2 for n in es)
     assert any(n.startswith("aotautograd/") and n.count("/") == 1 for n in es)
-    assert all(not e.findings for e in es.values()), {n: e.findings for n, e in es.items() if e.findings}
+    assert all(not e.findings for e in es.values()), {
+        n: e.findings for n, e in es.items() if e.findings
+    }
     aot = es[first(es, lambda n, e: e.type == "aotautograd" and e.facts.fx_graphs)]
     fx_keys = aot.facts.fx_graphs
     assert fx_keys and all(f"fxgraph/{k[1:3]}/{k}" in es for k in fx_keys)
@@ -78,7 +90,9 @@ def test_truncated_and_foreign_pickles_are_corrupt(cache):
     e = ind.inspect_entry(cache, fx, judge(), os.getuid())
     assert codes(e) == ["corrupt"] and "STOP" in e.findings[0].message
     open(path, "wb").write(b"#!/bin/sh\nrm -rf ~\n")
-    e = ind.inspect_entry(cache, fx, judge(), os.getuid())  # not a pickle: a format we do not know, not damage
+    e = ind.inspect_entry(
+        cache, fx, judge(), os.getuid()
+    )  # not a pickle: a format we do not know, not damage
     assert codes(e) == ["unrecognised"] and "not a pickle" in e.findings[0].message
     open(path, "wb").write(b"")
     assert codes(ind.inspect_entry(cache, fx, judge(), os.getuid())) == ["corrupt"]
@@ -114,7 +128,9 @@ def test_root_and_entries_owned_by_someone_else_are_unsafe(cache):
     # As root we can hand the tree to other uids; the judge takes the root's owner as the cache's owner.
     if os.getuid() != 0:
         pytest.skip("needs root to chown")
-    (f,) = adapters.judge_root(ind, cache, uid=4242)  # a root that is not the user's: someone else's pickles
+    (f,) = adapters.judge_root(
+        ind, cache, uid=4242
+    )  # a root that is not the user's: someone else's pickles
     assert f.code == "unsafe" and "owned by uid" in f.message
     es = entries(cache)
     py = first(es, lambda n, e: e.type == "output-code")
@@ -131,7 +147,11 @@ def test_symlinks_out_of_the_root_are_unsafe_and_not_followed(cache, tmp_path):
     shard = first(es, lambda n, e: e.type == "output-code").split("/")[0]
     os.symlink(str(outside), os.path.join(cache, shard, "cevil.py"))
     e = ind.inspect_entry(cache, f"{shard}/cevil.py", judge(), os.getuid())
-    assert e.type == "link" and codes(e) == ["unsafe"] and "leaving the cache root" in e.findings[0].message
+    assert (
+        e.type == "link"
+        and codes(e) == ["unsafe"]
+        and "leaving the cache root" in e.findings[0].message
+    )
     fx = first(es, lambda n, e: e.type == "fxgraph")
     os.symlink(str(outside), os.path.join(cache, fx, "zzzz"))
     e = ind.inspect_entry(cache, fx, judge(), os.getuid())
@@ -148,7 +168,11 @@ def test_generated_triton_kernels_are_judged_by_their_triton_meta(cache):
     assert (e.type, e.name, e.arch, e.findings) == ("kernel", "triton_poi_fused_add_relu_0", 90, ())
     assert e.facts.generated_for.multi_processor_count == 132
     e = ind.inspect_entry(cache, f"ab/{name}", judge(121), os.getuid())
-    assert codes(e) == ["foreign-arch"] and "sm_90" in e.findings[0].message and "sm_121" in e.findings[0].message
+    assert (
+        codes(e) == ["foreign-arch"]
+        and "sm_90" in e.findings[0].message
+        and "sm_121" in e.findings[0].message
+    )
     assert ind.inspect_entry(cache, f"ab/{name}", judge(None), os.getuid()).findings == ()
     # Inductor writes triton_mm templates without a final newline: that alone is no damage.
     open(os.path.join(shard, name), "w").write(src.rstrip("\n"))
@@ -166,16 +190,35 @@ def test_generated_triton_kernels_are_judged_by_their_triton_meta(cache):
 def test_best_config_and_local_cache(cache):
     shard = os.path.join(cache, "ab")
     os.makedirs(shard, exist_ok=True)
-    good = {"XBLOCK": 1024, "num_warps": 4, "num_stages": 1, "configs_hash": "c0ffee", "found_by_coordesc": False,
-            "time_taken_ms": 12, "triton_cache_hash": "UQW2ZBXLO3U7V4OHQNTWMPEA4KPBJ6Q5T7HJD3ZV6CDPUDDK4LTA"}
+    good = {
+        "XBLOCK": 1024,
+        "num_warps": 4,
+        "num_stages": 1,
+        "configs_hash": "c0ffee",
+        "found_by_coordesc": False,
+        "time_taken_ms": 12,
+        "triton_cache_hash": "UQW2ZBXLO3U7V4OHQNTWMPEA4KPBJ6Q5T7HJD3ZV6CDPUDDK4LTA",
+    }
     open(os.path.join(shard, "cabk.best_config"), "w").write(json.dumps(good))
     e = ind.inspect_entry(cache, "ab/cabk.best_config", judge(), os.getuid())
-    assert e.type == "autotune" and not e.findings and e.facts.triton_cache_hash == good["triton_cache_hash"]
+    assert (
+        e.type == "autotune"
+        and not e.findings
+        and e.facts.triton_cache_hash == good["triton_cache_hash"]
+    )
     open(os.path.join(shard, "cabk.best_config"), "w").write(json.dumps(good)[:-9])
-    assert codes(ind.inspect_entry(cache, "ab/cabk.best_config", judge(), os.getuid())) == ["corrupt"]
+    assert codes(ind.inspect_entry(cache, "ab/cabk.best_config", judge(), os.getuid())) == [
+        "corrupt"
+    ]
     os.makedirs(os.path.join(cache, "cache"), exist_ok=True)
-    doc = {"system": {"device": {"name": "NVIDIA H100 80GB HBM3"}, "version": {"triton": "3.6.0", "cuda": "12.8"},
-                      "hash": "ab12"}, "cache": {}}
+    doc = {
+        "system": {
+            "device": {"name": "NVIDIA H100 80GB HBM3"},
+            "version": {"triton": "3.6.0", "cuda": "12.8"},
+            "hash": "ab12",
+        },
+        "cache": {},
+    }
     open(os.path.join(cache, "cache", "ab12"), "w").write(json.dumps(doc))
     e = ind.inspect_entry(cache, "cache/ab12", judge(), os.getuid())
     assert e.type == "local-cache" and codes(e) == ["stale"] and len(e.findings) == 2
@@ -239,14 +282,22 @@ def test_discovery_follows_inductor(tmp_path, monkeypatch):
     # Activation points TORCHINDUCTOR_CACHE_DIR at a partition: the user's root is listed, partitions expanded.
     part = d / "jitwarden-v1" / "0123456789abcdef"
     part.mkdir(parents=True)
-    (r,) = [r for r in ind.discover_roots({"TORCHINDUCTOR_CACHE_DIR": str(part), "HOME": str(tmp_path)})
-            if r.source != "private"]
+    (r,) = [
+        r
+        for r in ind.discover_roots({"TORCHINDUCTOR_CACHE_DIR": str(part), "HOME": str(tmp_path)})
+        if r.source != "private"
+    ]
     assert r.path == str(d)
-    assert [(x.path, x.partition) for x in expand_partitions(r)] == [(str(d), None), (str(part), "0123456789abcdef")]
+    assert [(x.path, x.partition) for x in expand_partitions(r)] == [
+        (str(d), None),
+        (str(part), "0123456789abcdef"),
+    ]
     # jitwarden's private root
     priv = tmp_path / "jw" / "roots" / "inductor"
     priv.mkdir(parents=True)
-    roots = ind.discover_roots({"TORCHINDUCTOR_CACHE_DIR": str(d), "JITWARDEN_HOME": str(tmp_path / "jw")})
+    roots = ind.discover_roots(
+        {"TORCHINDUCTOR_CACHE_DIR": str(d), "JITWARDEN_HOME": str(tmp_path / "jw")}
+    )
     assert ("private", str(priv)) in [(r.source, r.path) for r in roots]
 
 
@@ -264,7 +315,9 @@ def test_cli_ls_verify_status_and_clean(cache, isolated_env, monkeypatch, capsys
     assert main(["verify", "--quick", "--target", "90", "--format", "json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     bad = [e for e in doc["entries"] if e["findings"]]
-    assert [(e["kind"], e["id"], e["findings"][0]["code"]) for e in bad] == [("inductor", fx, "corrupt")]
+    assert [(e["kind"], e["id"], e["findings"][0]["code"]) for e in bad] == [
+        ("inductor", fx, "corrupt")
+    ]
     main(["status", "--format", "json", "--target", "90"])
     doc = json.loads(capsys.readouterr().out)
     (c,) = [c for c in doc["caches"] if c["kind"] == "inductor"]

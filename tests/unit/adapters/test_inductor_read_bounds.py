@@ -17,7 +17,7 @@ import pytest
 
 from jitwarden.adapters import inductor as ind
 from jitwarden.adapters import vllm as vl
-from tests.helpers.vllm_root import ART0, AOT_NEW, PREFIX, codes, cubin_of, judge
+from tests.helpers.vllm_root import AOT_NEW, ART0, PREFIX, codes, cubin_of, judge
 
 
 @pytest.fixture
@@ -39,8 +39,15 @@ SEARCHED = "only searched for the GPU it names, not parsed"  # a large source or
 
 
 def _view(es):
-    return {n: (e.type, e.arch, sorted((f.code, f.message) for f in e.findings if SEARCHED not in f.message),
-                e.facts.fx_graphs if e.type == "aotautograd" else None) for n, e in es.items()}
+    return {
+        n: (
+            e.type,
+            e.arch,
+            sorted((f.code, f.message) for f in e.findings if SEARCHED not in f.message),
+            e.facts.fx_graphs if e.type == "aotautograd" else None,
+        )
+        for n, e in es.items()
+    }
 
 
 def _through_the_stream(m) -> None:
@@ -78,7 +85,9 @@ def test_a_real_inductor_cache_is_judged_the_same_through_the_stream(cache, monk
         if n in pickles:
             assert through[n] == whole[n], n
     assert all(not v[2] for v in whole.values())  # a clean cache, both ways
-    assert any(v[3] for n, v in through.items() if n in pickles)  # the FX graphs an AOT result loads, found in the stream
+    assert any(
+        v[3] for n, v in through.items() if n in pickles
+    )  # the FX graphs an AOT result loads, found in the stream
 
 
 def test_damaged_and_sealed_pickles_through_the_stream(cache, streamed):
@@ -123,7 +132,10 @@ def test_a_vllm_root_is_judged_the_same_through_the_stream(vllm_root, monkeypatc
     with monkeypatch.context() as m:
         _through_the_stream(m)
         through = _view(_vllm(vllm_root))
-    for n in (PREFIX, f"{AOT_NEW}/rank_0_0"):  # the binary artifact (CRC, fields, GPU) and the AOT model pickle
+    for n in (
+        PREFIX,
+        f"{AOT_NEW}/rank_0_0",
+    ):  # the binary artifact (CRC, fields, GPU) and the AOT model pickle
         assert through[n][:3] == whole[n][:3], n
         assert not whole[n][2], whole[n]
 
@@ -156,7 +168,7 @@ def _peak(fn):
         tracemalloc.stop()
 
 
-PROPS80 = (b"DeviceProperties(type='cuda', index=0, multi_processor_count=108, cc=80, major=8")
+PROPS80 = b"DeviceProperties(type='cuda', index=0, multi_processor_count=108, cc=80, major=8"
 
 
 def test_a_sparse_fx_pickle_of_a_gigabyte_costs_no_memory_and_is_still_judged(cache):

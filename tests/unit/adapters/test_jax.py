@@ -45,13 +45,25 @@ def cache(tmp_path):
 def test_real_cache_has_no_false_alarm(cache, capsys):
     rc, doc = ok.verify(capsys, cache, "--target", "90", "--all")
     assert rc == 0 and doc["caches"][0]["kind"] == "jax"
-    assert {e["id"]: [f["code"] for f in e["findings"]] for e in doc["entries"]} == {e["id"]: [] for e in doc["entries"]}
+    assert {e["id"]: [f["code"] for f in e["findings"]] for e in doc["entries"]} == {
+        e["id"]: [] for e in doc["entries"]
+    }
     types = [e["type"] for e in doc["entries"]]
-    assert types.count("executable") == 30 and types.count("autotune") == 48 and types.count("kernel-cache") == 1
+    assert (
+        types.count("executable") == 30
+        and types.count("autotune") == 48
+        and types.count("kernel-cache") == 1
+    )
     add = next(e for e in doc["entries"] if e["id"] == ADD)
     assert add["name"] == "jit_f_add" and add["extra"]["executable_module"] == "jit_f_add"
     assert add["extra"]["compression"] == "zlib" and add["extra"]["serialization"] == "pjrt_ifrt"
-    assert add["extra"]["abi"] == ["xla::GpuXlaExecutableAbiVersion", "CUDA", "13.0.0", "9.19.0", "3.2.0"]
+    assert add["extra"]["abi"] == [
+        "xla::GpuXlaExecutableAbiVersion",
+        "CUDA",
+        "13.0.0",
+        "9.19.0",
+        "3.2.0",
+    ]
     assert add["arch"] == 90 and add["cubin_sm"] == 90
 
 
@@ -61,7 +73,9 @@ def test_the_captured_swap_is_a_mismatch(tmp_path, capsys):
     rc, doc = ok.verify(capsys, root, "--target", "90")
     assert rc == 1
     bad = {e["id"]: e["findings"] for e in doc["entries"] if e["findings"]}
-    assert list(bad) == ["jit_f_add-fdabe1d4f303b975f435551660db2bfeb9936ac5371536484be84bdd0100c38b-cache"]
+    assert list(bad) == [
+        "jit_f_add-fdabe1d4f303b975f435551660db2bfeb9936ac5371536484be84bdd0100c38b-cache"
+    ]
     (finding,) = next(iter(bad.values()))
     assert finding["code"] == "mismatch" and "jit_f_sub" in finding["message"]
 
@@ -183,7 +197,7 @@ def _zstd_raw_frame(payload: bytes, checksum: bool = False) -> bytes:
     fhd = 0b10_1_0_0_0_00 | (0b100 if checksum else 0)  # FCS 4 bytes, single segment
     out = b"\x28\xb5\x2f\xfd" + bytes([fhd]) + len(payload).to_bytes(4, "little")
     for i in range(0, len(payload), 1000):
-        chunk = payload[i:i + 1000]
+        chunk = payload[i : i + 1000]
         last = i + 1000 >= len(payload)
         out += ((len(chunk) << 3) | (0 << 1) | int(last)).to_bytes(3, "little") + chunk
     return out + (b"\0\0\0\0" if checksum else b"")
@@ -197,7 +211,9 @@ def test_zstd_entries_are_walked_and_a_cut_frame_is_corrupt(cache, capsys, check
     from jitwarden.formats import jaxexec
 
     if checksum and jaxexec._zstd_decoder() is not None:
-        pytest.skip("a real decoder checks the XXH64 checksum, which the stdlib cannot compute to forge one")
+        pytest.skip(
+            "a real decoder checks the XXH64 checksum, which the stdlib cannot compute to forge one"
+        )
     with open(os.path.join(cache, ADD), "rb") as f:
         raw = zlib.decompress(f.read())
     frame = _zstd_raw_frame(raw, checksum)

@@ -37,8 +37,8 @@ def fields(data: bytes) -> list[bytes]:
     """The length-prefixed fields of a torch ``BytesWriter`` file (``torch/utils/_appending_byte_serializer.py``)."""
     out, i = [], 4
     while i < len(data):
-        n = int.from_bytes(data[i:i + 8], "big")
-        out.append(data[i + 8:i + 8 + n])
+        n = int.from_bytes(data[i : i + 8], "big")
+        out.append(data[i + 8 : i + 8 + n])
         i += 8 + n
     return out
 
@@ -66,12 +66,24 @@ def as_vllm_016(root: str) -> None:
     hashes (0.34 is the first to add ``config``, ``code`` and ``compiler``).
     """
     prefix = os.path.join(root, PREFIX)
-    cache = {((1, 8192), i, "inductor_standalone"): (k, os.path.join(prefix, k)) for i, k in enumerate((ART0, ART1))}
+    cache = {
+        ((1, 8192), i, "inductor_standalone"): (k, os.path.join(prefix, k))
+        for i, k in enumerate((ART0, ART1))
+    }
     with open(os.path.join(prefix, "vllm_compile_cache.py"), "w") as f:
         f.write(pprint.PrettyPrinter(indent=4).pformat(cache))
     with open(os.path.join(prefix, "cache_key_factors.json"), "w") as f:
-        json.dump({"env": {"VLLM_USE_AOT_COMPILE": False}, "config_hash": "1" * 64, "code_hash": "2" * 64,
-                   "compiler_hash": "3" * 10}, f, indent=2, sort_keys=True)
+        json.dump(
+            {
+                "env": {"VLLM_USE_AOT_COMPILE": False},
+                "config_hash": "1" * 64,
+                "code_hash": "2" * 64,
+                "compiler_hash": "3" * 10,
+            },
+            f,
+            indent=2,
+            sort_keys=True,
+        )
 
 
 def no_vllm(**kw):
@@ -114,7 +126,9 @@ def test_vllm016_handles_are_bare_tuples_and_are_checked(root, tmp_path):
     assert e.findings == () and e.facts.graphs == 2
     copy = inductor_real.copy(root, str(tmp_path / "copied"))
     e = vl.inspect_entry(copy, PREFIX, judge(versions=v016), os.getuid())
-    assert codes(e) == ["foreign-path"] and "2 exist there" in e.findings[0].message  # 0.16 opens the stored path
+    assert (
+        codes(e) == ["foreign-path"] and "2 exist there" in e.findings[0].message
+    )  # 0.16 opens the stored path
     os.remove(os.path.join(root, PREFIX, ART0))
     e = vl.inspect_entry(root, PREFIX, judge(versions=v016), os.getuid())
     assert codes(e) == ["incomplete"] and ART0 in e.findings[0].message
@@ -125,11 +139,15 @@ def test_vllm032_and_later_load_by_key_so_a_copied_cache_is_whole(root, tmp_path
     handle's stored absolute path (``vllm/compilation/compiler_interface.py``)."""
     copy = inductor_real.copy(root, str(tmp_path / "copied"))
     shutil.rmtree(root)  # the tree the stored paths name is gone, as on another machine
-    assert vl.inspect_entry(copy, PREFIX, judge(), os.getuid()).findings == ()  # vLLM 0.34 installed
+    assert (
+        vl.inspect_entry(copy, PREFIX, judge(), os.getuid()).findings == ()
+    )  # vLLM 0.34 installed
     # No vLLM here: the entry's own cache_key_factors.json (0.34's layout) names the release that reads it.
     assert vl.inspect_entry(copy, PREFIX, no_vllm(), os.getuid()).findings == ()
     e = vl.inspect_entry(copy, PREFIX, judge(versions=(("vllm", "0.31.0"),)), os.getuid())
-    assert "foreign-path" in codes(e) and "0 exist there" in next(f.message for f in e.findings if f.code == "foreign-path")
+    assert "foreign-path" in codes(e) and "0 exist there" in next(
+        f.message for f in e.findings if f.code == "foreign-path"
+    )
     os.remove(os.path.join(copy, PREFIX, ART0))
     e = vl.inspect_entry(copy, PREFIX, judge(), os.getuid())
     assert codes(e) == ["incomplete"] and ART0 in e.findings[0].message
@@ -146,7 +164,9 @@ def test_copied_cache_whose_reader_is_unknown_is_not_judged(root, tmp_path):
         p = os.path.join(copy, PREFIX, a)
         shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
     e = vl.inspect_entry(copy, PREFIX, no_vllm(), os.getuid())
-    assert codes(e) == ["foreign-path"]  # 0.16-0.31 would load the old tree's files; 0.32+ finds none here
+    assert codes(e) == [
+        "foreign-path"
+    ]  # 0.16-0.31 would load the old tree's files; 0.32+ finds none here
 
 
 def test_legacy_inductor_handles_are_found_by_fx_key_never_by_path(root):
@@ -155,7 +175,12 @@ def test_legacy_inductor_handles_are_found_by_fx_key_never_by_path(root):
     fx = os.path.join(root, RANK, "inductor_cache", "fxgraph")
     (shard,) = os.listdir(fx)[:1]
     key = os.listdir(os.path.join(fx, shard))[0]
-    cache = {((1, 8192), 0, "inductor"): {"graph_handle": (key, "/elsewhere/ab/cabc.py"), "cache_key": key}}
+    cache = {
+        ((1, 8192), 0, "inductor"): {
+            "graph_handle": (key, "/elsewhere/ab/cabc.py"),
+            "cache_key": key,
+        }
+    }
     with open(os.path.join(root, PREFIX, "vllm_compile_cache.py"), "w") as f:
         f.write(pprint.PrettyPrinter(indent=4).pformat(cache))
     assert vl.inspect_entry(root, PREFIX, judge(), os.getuid()).findings == ()
@@ -214,13 +239,13 @@ def test_triton_bundler_staging_dir_left_behind_is_an_orphan_not_a_copied_entry(
 # ---------------------------------------------------------------- torch's own links in the Inductor cache
 
 
-CUTLASS = r'''
+CUTLASS = r"""
 try:
     from torch._inductor.codegen.cutlass import utils  # torch 2.11-2.15
 except ImportError:
     from torch._inductor.codegen.cuda import cutlass_utils as utils  # torch 2.9-2.10
 print(utils.try_import_cutlass())
-'''
+"""
 
 
 def test_links_torch_makes_for_cutlass_are_not_unsafe(tmp_path):
@@ -229,10 +254,19 @@ def test_links_torch_makes_for_cutlass_are_not_unsafe(tmp_path):
     cache = tmp_path / "torchinductor_t"
     for pkg in ("cutlass_library", "cutlass_cppgen", "cutlass", "pycute"):
         (tmp_path / "cutlass" / "python" / pkg).mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TORCHINDUCTOR_CUTLASS_DIR=str(tmp_path / "cutlass"),
-               PYTHONWARNINGS="ignore")
-    subprocess.run([sys.executable, "-c", CUTLASS], env=env, check=True, timeout=300, capture_output=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=str(cache),
+        TORCHINDUCTOR_CUTLASS_DIR=str(tmp_path / "cutlass"),
+        PYTHONWARNINGS="ignore",
+    )
+    subprocess.run(
+        [sys.executable, "-c", CUTLASS], env=env, check=True, timeout=300, capture_output=True
+    )
     links = sorted(os.listdir(cache / "torch_cutlass"))
     assert len(links) == 6 and {"cuda", "pycute", "scipy"} <= set(links)
     e = ind.inspect_entry(str(cache), "torch_cutlass", judge(), os.getuid())
@@ -245,9 +279,15 @@ def test_links_torch_makes_for_cutlass_are_not_unsafe(tmp_path):
 def test_device_properties_of_every_release_are_read():
     """``DeviceProperties`` (``torch/_inductor/runtime/hints.py``) as ``triton_meta`` prints it: 2.9 has no
     ``max_threads_per_block``; 2.10-2.14 add it; 2.15 allows ``index=None``."""
-    v29 = (b"DeviceProperties(type='cuda', index=0, multi_processor_count=132, cc=90, major=9, regs_per_multiprocessor"
-           b"=65536, max_threads_per_multi_processor=2048, warp_size=32)")
+    v29 = (
+        b"DeviceProperties(type='cuda', index=0, multi_processor_count=132, cc=90, major=9, regs_per_multiprocessor"
+        b"=65536, max_threads_per_multi_processor=2048, warp_size=32)"
+    )
     v210 = v29.replace(b"warp_size", b"max_threads_per_block=1024, warp_size")
-    v215 = v210.replace(b"index=0", b"index=None").replace(b"cc=90", b"cc=121").replace(b"major=9", b"major=12")
+    v215 = (
+        v210.replace(b"index=0", b"index=None")
+        .replace(b"cc=90", b"cc=121")
+        .replace(b"major=9", b"major=12")
+    )
     assert ind.device_props(v29) == ind.device_props(v210) == [("cuda", 90, 132)]
     assert ind.device_props(v215) == [("cuda", 121, 132)]

@@ -40,8 +40,12 @@ def test_real_cache_has_no_false_alarm(cache, capsys):
     assert rc == 0 and doc["caches"][0]["kind"] == "numba" and bad(doc) == {}
     by = {e["id"]: e for e in doc["entries"]}
     assert sorted(by) == sorted([ADD_NBC, SUB_NBC, ADD_NBI, f"{SUB}/jwkern.sub-8.py312.nbi"])
-    assert by[ADD_NBC]["cubin_sm"] == 90 and by[ADD_NBC]["extra"]["mangled"].startswith("_ZN6jwkern3addB2v")
-    assert by[ADD_NBI]["extra"]["numba_version"] == "0.68.0" and by[ADD_NBI]["extra"]["compute_capabilities"] == [90]
+    assert by[ADD_NBC]["cubin_sm"] == 90 and by[ADD_NBC]["extra"]["mangled"].startswith(
+        "_ZN6jwkern3addB2v"
+    )
+    assert by[ADD_NBI]["extra"]["numba_version"] == "0.68.0" and by[ADD_NBI]["extra"][
+        "compute_capabilities"
+    ] == [90]
 
 
 def test_another_functions_data_under_a_key_is_a_mismatch(cache, capsys):
@@ -67,13 +71,20 @@ def test_a_missing_data_file_and_another_gpu(cache, capsys):
     rc, doc = ok.verify(capsys, cache, "--target", "90")
     assert rc == 1 and bad(doc) == {ADD_NBI: ["incomplete"]}
     rc, doc = ok.verify(capsys, cache, "--target", "80")
-    assert bad(doc)[SUB_NBC] == ["foreign-arch"] and bad(doc)[f"{SUB}/jwkern.sub-8.py312.nbi"] == ["foreign-arch"]
+    assert bad(doc)[SUB_NBC] == ["foreign-arch"] and bad(doc)[f"{SUB}/jwkern.sub-8.py312.nbi"] == [
+        "foreign-arch"
+    ]
 
 
 def test_roots_as_numba_finds_them(cache, tmp_path):
     assert [r.path for r in nb.discover_roots({"NUMBA_CACHE_DIR": cache})] == [cache]
-    assert nb.discover_roots({"HOME": str(tmp_path)}) == []  # numba's default is beside each source file
-    assert adapters.kind_of_path(cache) == "numba" and adapters.kind_of_path(os.path.join(cache, SUB)) == "numba"
+    assert (
+        nb.discover_roots({"HOME": str(tmp_path)}) == []
+    )  # numba's default is beside each source file
+    assert (
+        adapters.kind_of_path(cache) == "numba"
+        and adapters.kind_of_path(os.path.join(cache, SUB)) == "numba"
+    )
 
 
 def test_data_of_another_shape_is_not_judged(cache, capsys):

@@ -30,8 +30,10 @@ from tests.helpers.paths import DATA, SRC
 NOBODY, OTHER = 65534, 4343
 KINDS = adapters.KINDS
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="needs root (to hand files to other users) and setpriv (to act as one)")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root (to hand files to other users) and setpriv (to act as one)",
+)
 
 
 def _kernel_dir(d: str, cubin: str) -> None:
@@ -59,19 +61,31 @@ def trees(built_cache, tmp_path_factory):
     with tarfile.open(os.path.join(DATA, "h200_inductor_cache.tgz")) as t:
         t.extractall(os.path.join(base, "ind"), filter="data")
     ind = os.path.join(base, "ind", "ind")
-    fx = next(f"fxgraph/{s}/{k}" for s in sorted(os.listdir(os.path.join(ind, "fxgraph")))
-              for k in sorted(os.listdir(os.path.join(ind, "fxgraph", s))))
-    out["inductor"] = (ind, fx, f"{fx}/{sorted(os.listdir(os.path.join(ind, fx)))[0]}")
+    fx = next(
+        f"fxgraph/{s}/{k}"
+        for s in sorted(os.listdir(os.path.join(ind, "fxgraph")))
+        for k in sorted(os.listdir(os.path.join(ind, "fxgraph", s)))
+    )
+    out["inductor"] = (ind, fx, f"{fx}/{min(os.listdir(os.path.join(ind, fx)))}")
 
     vl = os.path.join(base, "vllm")
     os.makedirs(os.path.join(vl, "torch_compile_cache"))  # what marks a vLLM root
     _kernel_dir(os.path.join(vl, "deep_gemm", "cache", "kernel.add.0123456789abcdef"), cubin)
-    out["vllm"] = (vl, "deep_gemm/cache/kernel.add.0123456789abcdef", "deep_gemm/cache/kernel.add.0123456789abcdef/kernel.cubin")
+    out["vllm"] = (
+        vl,
+        "deep_gemm/cache/kernel.add.0123456789abcdef",
+        "deep_gemm/cache/kernel.add.0123456789abcdef/kernel.cubin",
+    )
 
     cc = os.path.join(base, "ComputeCache")
     shutil.copytree(os.path.join(DATA, "cuda_compute_h200", "ComputeCache"), cc)
-    name = next(f"{a}/{b}/{c}" for a in sorted(os.listdir(cc)) if os.path.isdir(os.path.join(cc, a))
-                for b in sorted(os.listdir(os.path.join(cc, a))) for c in sorted(os.listdir(os.path.join(cc, a, b))))
+    name = next(
+        f"{a}/{b}/{c}"
+        for a in sorted(os.listdir(cc))
+        if os.path.isdir(os.path.join(cc, a))
+        for b in sorted(os.listdir(os.path.join(cc, a)))
+        for c in sorted(os.listdir(os.path.join(cc, a, b)))
+    )
     out["cuda-compute"] = (cc, name, name)
 
     fi = os.path.join(base, "flashinfer")
@@ -84,16 +98,30 @@ def trees(built_cache, tmp_path_factory):
 
     dg = os.path.join(base, "deepgemm")
     _kernel_dir(os.path.join(dg, "cache", "kernel.add.0123456789abcdef"), cubin)
-    out["deepgemm"] = (dg, "cache/kernel.add.0123456789abcdef", "cache/kernel.add.0123456789abcdef/kernel.cubin")
+    out["deepgemm"] = (
+        dg,
+        "cache/kernel.add.0123456789abcdef",
+        "cache/kernel.add.0123456789abcdef/kernel.cubin",
+    )
 
     te = os.path.join(base, "torch_extensions")
     bd = os.path.join(te, f"py{sys.version_info[0]}{sys.version_info[1]}_cpu", "norm")
     os.makedirs(bd)
     shutil.copy(so["so"], os.path.join(bd, "norm.so"))
     shutil.copy(so["o"], os.path.join(bd, "norm.o"))
-    out["torch-ext"] = (te, os.path.relpath(bd, te), os.path.relpath(os.path.join(bd, "norm.so"), te))
-    for kind, tar, name in (("jax", "jax_cache", "jit_f_add-1cf5a0029ee6ef98074c80757aa1e8d1b56240a338b8fb62c93c9e3286e738a8-cache"),
-                            ("cupy", "cupy_cache", "1f073b36c7dc0c08f88e0dfc36bd6c0501f42343.cubin")):
+    out["torch-ext"] = (
+        te,
+        os.path.relpath(bd, te),
+        os.path.relpath(os.path.join(bd, "norm.so"), te),
+    )
+    for kind, tar, name in (
+        (
+            "jax",
+            "jax_cache",
+            "jit_f_add-1cf5a0029ee6ef98074c80757aa1e8d1b56240a338b8fb62c93c9e3286e738a8-cache",
+        ),
+        ("cupy", "cupy_cache", "1f073b36c7dc0c08f88e0dfc36bd6c0501f42343.cubin"),
+    ):
         with tarfile.open(os.path.join(DATA, "real", "jax_cupy", f"{tar}.tar.xz")) as t:
             t.extractall(base, filter="data")
         out[kind] = (os.path.join(base, tar), name, name)
@@ -133,10 +161,37 @@ def verify_as_nobody(kind: str, root: str) -> dict:
     home = tempfile.mkdtemp(prefix="jw-owner-home-")
     try:
         os.chown(home, NOBODY, NOBODY)
-        env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": SRC, "XDG_CACHE_HOME": os.path.join(home, ".cache")}
-        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m",
-                            "jitwarden", "verify", "--format", "json", "--kind", kind, "--target", "90", root],
-                           env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd="/")
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": home,
+            "PYTHONPATH": SRC,
+            "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        }
+        p = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "jitwarden",
+                "verify",
+                "--format",
+                "json",
+                "--kind",
+                kind,
+                "--target",
+                "90",
+                root,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+            cwd="/",
+        )
     finally:
         shutil.rmtree(home)
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
@@ -155,22 +210,30 @@ def test_a_root_owned_file_in_a_users_cache_is_no_alarm_another_users_is(kind, o
     os.lchown(os.path.join(root, victim), 0, 0)  # what a sudo-run workload leaves behind
     doc = verify_as_nobody(kind, root)
     assert doc["caches"][0]["findings"] == [] and unsafe(doc, entry) == []
-    os.lchown(os.path.join(root, victim), OTHER, OTHER)  # a user who can now rewrite what nobody loads
+    os.lchown(
+        os.path.join(root, victim), OTHER, OTHER
+    )  # a user who can now rewrite what nobody loads
     doc = verify_as_nobody(kind, root)
     name = os.path.relpath(victim, entry) if victim != entry else os.path.basename(victim)
-    assert unsafe(doc, entry) == [f"{name} is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})"]
+    assert unsafe(doc, entry) == [
+        f"{name} is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})"
+    ]
     assert doc["summary"]["errors"] == 1
 
 
 @needs_root
-@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ("cuda-compute", "jax", "cupy", "numba")])  # single-file entries
+@pytest.mark.parametrize(
+    "kind", [k for k in KINDS if k not in ("cuda-compute", "jax", "cupy", "numba")]
+)  # single-file entries
 def test_an_entry_directory_owned_by_another_user_is_unsafe_by_root_not(kind, owned_by):
     root, entry, _victim = owned_by(kind, NOBODY)
     os.lchown(os.path.join(root, entry), 0, 0)
     assert unsafe(verify_as_nobody(kind, root), entry) == []
     os.lchown(os.path.join(root, entry), OTHER, OTHER)
     (msg,) = unsafe(verify_as_nobody(kind, root), entry)
-    assert msg.endswith(f"directory is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})")
+    assert msg.endswith(
+        f"directory is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})"
+    )
 
 
 @needs_root
@@ -182,9 +245,12 @@ def test_roots_own_cache_is_held_to_the_rule_too(kind, owned_by):
     j = Judge(target_arch=90, host_machine="x86_64")
     assert [f.code for f in a.inspect_entry(root, entry, j, 0).findings if f.code == "unsafe"] == []
     os.lchown(os.path.join(root, victim), NOBODY, NOBODY)
-    assert [f.message for f in a.inspect_entry(root, entry, j, 0).findings if f.code == "unsafe"] == [
+    assert [
+        f.message for f in a.inspect_entry(root, entry, j, 0).findings if f.code == "unsafe"
+    ] == [
         f"{os.path.relpath(victim, entry) if victim != entry else os.path.basename(victim)} is owned by uid {NOBODY}, "
-        "not by the cache's owner (uid 0)"]
+        "not by the cache's owner (uid 0)"
+    ]
 
 
 @needs_root
@@ -192,12 +258,15 @@ def test_roots_own_cache_is_held_to_the_rule_too(kind, owned_by):
 def test_a_world_writable_file_is_unsafe_whoever_owns_it(kind, owned_by):
     root, entry, victim = owned_by(kind, 0)
     os.chmod(os.path.join(root, victim), 0o666)
-    (msg,) = [f.message for f in adapters.get(kind).inspect_entry(root, entry, Judge(target_arch=90), 0).findings
-              if f.code == "unsafe"]
+    (msg,) = [
+        f.message
+        for f in adapters.get(kind).inspect_entry(root, entry, Judge(target_arch=90), 0).findings
+        if f.code == "unsafe"
+    ]
     assert msg.endswith("is world-writable (mode 666)")
 
 
 def test_every_adapter_is_a_cache_adapter():
     for kind in KINDS:
         a = adapters.get(kind)
-        assert isinstance(a, adapters.CacheAdapter) and a.KIND == kind
+        assert isinstance(a, adapters.CacheAdapter) and kind == a.KIND

@@ -6,14 +6,16 @@ import json
 import os
 
 from jitwarden.adapters import triton as tri
-from jitwarden.env import locations
 from jitwarden.cli.main import main
-
+from jitwarden.env import locations
 from tests.helpers import kernels
 
 
 def test_triton_precedence():
-    assert locations.triton_cache_dir({"TRITON_CACHE_DIR": "/a", "TRITON_HOME": "/h"}) == ("/a", "TRITON_CACHE_DIR")
+    assert locations.triton_cache_dir({"TRITON_CACHE_DIR": "/a", "TRITON_HOME": "/h"}) == (
+        "/a",
+        "TRITON_CACHE_DIR",
+    )
     assert locations.triton_cache_dir({"TRITON_HOME": "/h"}) == ("/h/.triton/cache", "TRITON_HOME")
     path, source = locations.triton_cache_dir({})
     assert path == os.path.join(os.path.expanduser("~"), ".triton", "cache") and source == "default"
@@ -24,7 +26,9 @@ def test_inductor_dir_defaults_to_tmp_per_user():
     assert os.path.basename(locations.inductor_cache_dir({})).startswith("torchinductor_")
 
 
-def test_discovers_default_inductor_and_vllm_roots(isolated_env, tmp_path, monkeypatch, built_cache):
+def test_discovers_default_inductor_and_vllm_roots(
+    isolated_env, tmp_path, monkeypatch, built_cache
+):
     src, manifest = built_cache
     triton_root = isolated_env / ".triton" / "cache"
     kernels.copy_cache(src, str(triton_root))
@@ -34,7 +38,9 @@ def test_discovers_default_inductor_and_vllm_roots(isolated_env, tmp_path, monke
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(vllm))
     vroot = vllm / "torch_compile_cache" / "abc123" / "rank_0_0" / "inductor_cache" / "triton" / "0"
     kernels.copy_cache(src, str(vroot))
-    flat = vllm / "torch_compile_cache" / "def456" / "rank_0_0" / "triton_cache"  # vLLM's own TRITON_CACHE_DIR
+    flat = (
+        vllm / "torch_compile_cache" / "def456" / "rank_0_0" / "triton_cache"
+    )  # vLLM's own TRITON_CACHE_DIR
     kernels.copy_cache(src, str(flat))
     roots = tri.discover_roots(os.environ)
     assert [(r.path, r.source) for r in roots] == [
@@ -54,10 +60,14 @@ def test_inductor_dir_without_a_user_name_is_torchs_uid_fallback(monkeypatch):
         raise KeyError(uid)
 
     monkeypatch.setattr(pwd, "getpwuid", no_user)
-    assert locations.inductor_cache_dir({"TMPDIR": "/tmp"}) == f"/tmp/torchinductor_uid_{os.getuid()}"
+    assert (
+        locations.inductor_cache_dir({"TMPDIR": "/tmp"}) == f"/tmp/torchinductor_uid_{os.getuid()}"
+    )
 
 
-def test_triton_cache_dir_wins_and_default_is_still_listed(isolated_env, tmp_path, monkeypatch, built_cache, capsys):
+def test_triton_cache_dir_wins_and_default_is_still_listed(
+    isolated_env, tmp_path, monkeypatch, built_cache, capsys
+):
     src, manifest = built_cache
     custom = tmp_path / "custom"
     kernels.copy_cache(src, str(custom))
@@ -93,7 +103,9 @@ def test_no_roots_and_no_gpu_are_said_plainly(isolated_env, capsys):
         assert doc["target"]["arch"] is None
 
 
-def test_partitions_and_private_roots_are_discovered(isolated_env, tmp_path, monkeypatch, built_cache, capsys):
+def test_partitions_and_private_roots_are_discovered(
+    isolated_env, tmp_path, monkeypatch, built_cache, capsys
+):
     src, manifest = built_cache
     digest = "0123456789abcdef"
     tri_part = isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest
@@ -101,7 +113,17 @@ def test_partitions_and_private_roots_are_discovered(isolated_env, tmp_path, mon
     ind_part = tmp_path / "inductor" / "jitwarden-v1" / digest / "triton" / "0"
     kernels.copy_cache(src, str(ind_part))
     vllm = isolated_env / ".cache" / "vllm"
-    v_part = vllm / "jitwarden-v1" / digest / "torch_compile_cache" / "h" / "rank_0_0" / "inductor_cache" / "triton" / "0"
+    v_part = (
+        vllm
+        / "jitwarden-v1"
+        / digest
+        / "torch_compile_cache"
+        / "h"
+        / "rank_0_0"
+        / "inductor_cache"
+        / "triton"
+        / "0"
+    )
     kernels.copy_cache(src, str(v_part))
     monkeypatch.setenv("JITWARDEN_HOME", str(tmp_path / "jwhome"))
     private = tmp_path / "jwhome" / "roots" / "triton" / "jitwarden-v1" / digest
@@ -138,7 +160,10 @@ def test_status_marks_this_environments_partition(isolated_env, built_cache, cap
         kernels.copy_cache(src, str(isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest))
     assert main(["status", "--format", "json", "--target", "90"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert {c["partition"]: c["current"] for c in doc["caches"] if c["partition"]} == {mine: True, "bbbbbbbbbbbbbbbb": False}
+    assert {c["partition"]: c["current"] for c in doc["caches"] if c["partition"]} == {
+        mine: True,
+        "bbbbbbbbbbbbbbbb": False,
+    }
     assert main(["status", "--target", "90"]) == 0
     text = capsys.readouterr().out
     assert f"{mine[:12]}*" in text and "bbbbbbbbbbbb*" not in text
@@ -169,7 +194,8 @@ def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path
         (root / tri.entry_id_for_hash(f"{i:064x}")).mkdir(parents=True)
     listed = []
     for name in ("scandir", "listdir"):  # every way a directory is listed
-        def counted(p=".", real=getattr(os, name)):
+
+        def counted(p=".", real=getattr(os, name)):  # noqa: B008 (binds this loop's function)
             if isinstance(p, (str, os.PathLike)):
                 listed.append(os.fspath(p))
             return real(p)
@@ -191,7 +217,8 @@ def test_telling_a_root_of_files_stats_none_of_them(tmp_path, monkeypatch):
         (root / f"mod-{i:064x}-cache").write_bytes(b"")
     stats = []
     for name in ("stat", "lstat"):
-        def counted(p, *a, real=getattr(os, name), **k):
+
+        def counted(p, *a, real=getattr(os, name), **k):  # noqa: B008 (binds this loop's function)
             if os.path.basename(os.fspath(p)).startswith("mod-"):  # one of the root's items
                 stats.append(os.fspath(p))
             return real(p, *a, **k)

@@ -28,16 +28,25 @@ def _verdict(path: str):
 
 def test_it_reads_what_the_reader_needs_and_each_file_stat_is_the_files(cache):
     path = _entry(cache)
-    with base.surveyed(os.path.dirname(path), os.path.basename(path), nested=False, links_within=path,
-                       reading=triton._READING) as (sv, _fd):
+    with base.surveyed(
+        os.path.dirname(path),
+        os.path.basename(path),
+        nested=False,
+        links_within=path,
+        reading=triton._READING,
+    ) as (sv, _fd):
         pass
     names = sorted(os.listdir(path))
     wanted = {n for n in names if n.endswith((".json", ".cubin", ".ptx"))}
-    assert set(sv.read) == wanted and len(wanted) == 4  # group, metadata, cubin, PTX; not the IR dumps
+    assert (
+        set(sv.read) == wanted and len(wanted) == 4
+    )  # group, metadata, cubin, PTX; not the IR dumps
     for n in wanted:
         with open(os.path.join(path, n), "rb") as f:
             assert sv.read[n] == (f.read(triton._PTX_HEAD) if n.endswith(".ptx") else f.read())
-    plain = base.survey(os.path.dirname(path), os.path.basename(path), nested=False, links_within=path)
+    plain = base.survey(
+        os.path.dirname(path), os.path.basename(path), nested=False, links_within=path
+    )
     assert sv.files == plain.files and plain.read is None  # the same File records as lstat gives
 
 
@@ -51,6 +60,7 @@ def _swap(what: str, victim: str):
             os.symlink("/etc/passwd", p)
         elif what == "dir":
             os.mkdir(p)
+
     return now
 
 
@@ -66,12 +76,19 @@ def test_a_file_swapped_between_the_listing_and_the_open_is_recorded_as_what_it_
             swap(path)
         return triton._read_while_listing(name)
 
-    with base.surveyed(os.path.dirname(path), os.path.basename(path), nested=False, links_within=path,
-                       reading=base.Reading(head)) as (sv, _fd):
+    with base.surveyed(
+        os.path.dirname(path),
+        os.path.basename(path),
+        nested=False,
+        links_within=path,
+        reading=base.Reading(head),
+    ) as (sv, _fd):
         pass
     assert victim not in (sv.read or {})
     # Recorded as a survey made now records it: as a FIFO (never opened again), a link, a dir, or not at all.
-    now = base.survey(os.path.dirname(path), os.path.basename(path), nested=False, links_within=path)
+    now = base.survey(
+        os.path.dirname(path), os.path.basename(path), nested=False, links_within=path
+    )
     assert (sv.files, sv.links, sv.dirs, sv.others) == (now.files, now.links, now.dirs, now.others)
     assert victim not in {f.name for f in sv.files}
     if what != "gone":
@@ -86,11 +103,18 @@ def test_a_cubin_past_the_bound_and_files_past_the_count_are_still_read_whole(ca
     cubin = next(n for n in os.listdir(path) if n.endswith(".cubin"))
     with open(os.path.join(path, cubin), "ab") as f:
         f.write(b"\0" * (3 << 20))
-    for i in range(20):  # more JSON files than the survey reads an entry (8): the reader reads the rest itself
+    for i in range(
+        20
+    ):  # more JSON files than the survey reads an entry (8): the reader reads the rest itself
         with open(os.path.join(path, f"aaa{i:02}.json"), "w") as f:
             f.write("{}")
-    with base.surveyed(os.path.dirname(path), os.path.basename(path), nested=False, links_within=path,
-                       reading=triton._READING) as (sv, _fd):
+    with base.surveyed(
+        os.path.dirname(path),
+        os.path.basename(path),
+        nested=False,
+        links_within=path,
+        reading=triton._READING,
+    ) as (sv, _fd):
         pass
     assert cubin not in sv.read and len(sv.read) <= triton._READING.most
     after = _verdict(path)

@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
-from tests.helpers import otherkinds as ok
 from jitwarden.adapters import torch_ext
+from tests.helpers import otherkinds as ok
 from tests.helpers.paths import DATA
 from tests.helpers.paths import SRC as SRC_DIR
 
@@ -39,10 +39,14 @@ def real_ext(tmp_path_factory):
     src = base / "jwext.cpp"
     src.write_text(SRC)
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(base / "ext"))
-    code = ("from torch.utils.cpp_extension import load\n"
-            f"m = load(name='jwext', sources=[{str(src)!r}])\n"
-            "assert m.add(2, 3) == 5\nprint(m.__file__)")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    code = (
+        "from torch.utils.cpp_extension import load\n"
+        f"m = load(name='jwext', sources=[{str(src)!r}])\n"
+        "assert m.add(2, 3) == 5\nprint(m.__file__)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     build = base / "ext" / "jwext"
     assert (build / "jwext.so").is_file() and (build / "build.ninja").is_file()
@@ -71,29 +75,52 @@ def test_real_build_in_torch_extensions_dir_is_clean(real_ext, capsys):
     assert doc["caches"][0]["kind"] == "torch-ext"
     (e,) = doc["entries"]
     assert e["id"] == "jwext" and e["type"] == "extension" and e["findings"] == []
-    assert e["extra"]["python"] == PY and e["extra"]["machine"] == "x86_64" and e["extra"]["modules"] == ["jwext.so"]
+    assert (
+        e["extra"]["python"] == PY
+        and e["extra"]["machine"] == "x86_64"
+        and e["extra"]["modules"] == ["jwext.so"]
+    )
 
 
 def test_discovery_matches_torch_itself(tmp_path, monkeypatch):
     """The default root is what torch's own _get_build_directory picks, for XDG_CACHE_HOME and for HOME."""
     for xdg in (str(tmp_path / "xdg"), None):
-        env = {k: v for k, v in os.environ.items() if k not in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME")
+        }
         env["HOME"] = str(tmp_path / "home")
         if xdg:
             env["XDG_CACHE_HOME"] = xdg
-        out = subprocess.run([sys.executable, "-c", "from torch.utils.cpp_extension import _get_build_directory as g;"
-                              "print(g('probe', False))"], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from torch.utils.cpp_extension import _get_build_directory as g;"
+                "print(g('probe', False))",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         torch_dir = out.stdout.strip().splitlines()[-1]
         roots = torch_ext.discover_roots(env)
         assert [r.source for r in roots] == ["default"]
-        assert os.path.join(roots[0].path, os.path.basename(os.path.dirname(torch_dir)), "probe") == torch_dir
+        assert (
+            os.path.join(roots[0].path, os.path.basename(os.path.dirname(torch_dir)), "probe")
+            == torch_dir
+        )
         assert os.path.basename(os.path.dirname(torch_dir)) == f"{PY}_cpu"
 
 
 def test_discovery_torch_extensions_dir_first(tmp_path):
     env = {"HOME": str(tmp_path / "home"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
     os.makedirs(tmp_path / "ext")
-    assert [(r.path, r.source) for r in torch_ext.discover_roots(env)] == [(str(tmp_path / "ext"), "TORCH_EXTENSIONS_DIR")]
+    assert [(r.path, r.source) for r in torch_ext.discover_roots(env)] == [
+        (str(tmp_path / "ext"), "TORCH_EXTENSIONS_DIR")
+    ]
     os.makedirs(tmp_path / "home" / ".cache" / "torch_extensions")
     assert [r.source for r in torch_ext.discover_roots(env)] == ["TORCH_EXTENSIONS_DIR", "default"]
     assert torch_ext.discover_roots({"HOME": str(tmp_path / "nohome")}) == []
@@ -104,10 +131,16 @@ def test_tagged_layout_and_stale_tags(tagged, capsys):
     other_py = os.path.join(tagged, "py310_cpu", "jwext")
     ok.copytree(os.path.join(tagged, f"{PY}_cpu", "jwext"), other_py)
     _rewrite_ninja(other_py, f"python{sys.version_info[0]}.{sys.version_info[1]}", "python3.10")
-    ok.copytree(os.path.join(tagged, f"{PY}_cpu", "jwext"), os.path.join(tagged, f"{PY}_cu128", "jwext"))
+    ok.copytree(
+        os.path.join(tagged, f"{PY}_cpu", "jwext"), os.path.join(tagged, f"{PY}_cu128", "jwext")
+    )
     rc, doc = ok.verify(capsys, tagged, "--target", "90")
     c = ok.codes(doc)
-    assert c == {f"{PY}_cpu/jwext": [], "py310_cpu/jwext": ["stale"], f"{PY}_cu128/jwext": ["stale"]}, c
+    assert c == {
+        f"{PY}_cpu/jwext": [],
+        "py310_cpu/jwext": ["stale"],
+        f"{PY}_cu128/jwext": ["stale"],
+    }, c
     assert rc == 0
 
 
@@ -160,7 +193,9 @@ def test_versioned_module_name_is_own(tagged, capsys):
     d = os.path.join(tagged, f"{PY}_cpu", "jwext")
     os.rename(os.path.join(d, "jwext.so"), os.path.join(d, "jwext_v1.so"))
     rc, doc = ok.verify(capsys, tagged)
-    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == [] and doc["entries"][0]["extra"]["modules"] == ["jwext_v1.so"]
+    assert ok.codes(doc)[f"{PY}_cpu/jwext"] == [] and doc["entries"][0]["extra"]["modules"] == [
+        "jwext_v1.so"
+    ]
 
 
 def test_unsafe_file_and_symlink(tagged, tmp_path, capsys):
@@ -174,7 +209,9 @@ def test_unsafe_file_and_symlink(tagged, tmp_path, capsys):
 
 
 def test_clean_quarantines_stale_and_broken_builds(tagged):
-    ok.copytree(os.path.join(tagged, f"{PY}_cpu", "jwext"), os.path.join(tagged, "py310_cpu", "jwext"))
+    ok.copytree(
+        os.path.join(tagged, f"{PY}_cpu", "jwext"), os.path.join(tagged, "py310_cpu", "jwext")
+    )
     ok.truncate(os.path.join(tagged, f"{PY}_cpu", "jwext", "jwext.so"))
     plan, outcomes = ok.clean_codes(tagged, "torch-ext", ("stale", "corrupt", "mismatch"))
     assert sorted(a.id for a in plan.actions) == sorted([f"{PY}_cpu/jwext", "py310_cpu/jwext"])
@@ -192,16 +229,27 @@ def _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch) -> dict[
     import shutil
 
     home = str(isolated_env)
-    for k in ("TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "DG_JIT_CACHE_DIR", "DG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+    for k in (
+        "TORCH_EXTENSIONS_DIR",
+        "CUDA_CACHE_PATH",
+        "DG_JIT_CACHE_DIR",
+        "DG_CACHE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+    ):
         monkeypatch.delenv(k, raising=False)
     ok.copytree(real_ext, os.path.join(home, ".cache", "torch_extensions", f"{PY}_cpu", "jwext"))
     cc = os.path.join(home, ".nv", "ComputeCache")
     os.makedirs(os.path.join(cc, "4", "c"))
     open(os.path.join(cc, "index"), "wb").write(os.urandom(256))
     real = os.path.join(DATA, "cuda_compute_h200", "ComputeCache")
-    shutil.copy(os.path.join(real, "2", "4", "aca7d279b8280d"), os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"))
+    shutil.copy(
+        os.path.join(real, "2", "4", "aca7d279b8280d"),
+        os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"),
+    )
     arts = ok.triton_artifacts(str(tmp_path / "arts"), (90,))
-    dg = os.path.join(home, ".deep_gemm", "cache", "kernel.sm90_gemm.00112233445566778899aabbccddeeff")
+    dg = os.path.join(
+        home, ".deep_gemm", "cache", "kernel.sm90_gemm.00112233445566778899aabbccddeeff"
+    )
     os.makedirs(dg)
     open(os.path.join(dg, "kernel.cu"), "w").write("// DeepGEMM kernel\n")
     shutil.copy(arts[90]["cubin"], os.path.join(dg, "kernel.cubin"))
@@ -209,11 +257,17 @@ def _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch) -> dict[
     os.makedirs(op)
     shutil.copy(os.path.join(real_ext, "jwext.so"), os.path.join(op, "norm.so"))
 
-    return {"torch-ext": os.path.join(home, ".cache", "torch_extensions", f"{PY}_cpu", "jwext"),
-            "cuda-compute": os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"), "deepgemm": dg, "flashinfer": op}
+    return {
+        "torch-ext": os.path.join(home, ".cache", "torch_extensions", f"{PY}_cpu", "jwext"),
+        "cuda-compute": os.path.join(cc, "4", "c", "5e6f7a8b9c0d1e2f"),
+        "deepgemm": dg,
+        "flashinfer": op,
+    }
 
 
-def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
+def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(
+    real_ext, tmp_path, capsys, isolated_env, monkeypatch
+):
     """One home with all four caches at their default places: ls, verify and status name each kind."""
     from jitwarden.cli.main import main
 
@@ -224,9 +278,17 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
     kinds = {c["kind"]: c for c in doc["caches"]}
     assert {"cuda-compute", "flashinfer", "deepgemm", "torch-ext"} <= set(kinds)
     ids = {(e["kind"], e["id"]) for e in doc["entries"]}
-    assert {("cuda-compute", "4/c/5e6f7a8b9c0d1e2f"), ("flashinfer", "0.7.4/90a/cached_ops/norm"),
-            ("deepgemm", "cache/" + os.path.basename(dg)), ("torch-ext", f"{PY}_cpu/jwext")} <= ids
-    assert all(not e["findings"] for e in doc["entries"] if e["kind"] != "triton" and e["kind"] != "inductor")
+    assert {
+        ("cuda-compute", "4/c/5e6f7a8b9c0d1e2f"),
+        ("flashinfer", "0.7.4/90a/cached_ops/norm"),
+        ("deepgemm", "cache/" + os.path.basename(dg)),
+        ("torch-ext", f"{PY}_cpu/jwext"),
+    } <= ids
+    assert all(
+        not e["findings"]
+        for e in doc["entries"]
+        if e["kind"] != "triton" and e["kind"] != "inductor"
+    )
     assert main(["verify", "--target", "90"]) == 0
     capsys.readouterr()
     assert main(["status"]) == 0
@@ -237,25 +299,34 @@ def test_ls_verify_status_list_every_kind_on_a_machine_that_has_them(real_ext, t
 
 def test_doctor_and_clean_on_every_kind(real_ext, tmp_path, capsys, isolated_env, monkeypatch):
     """doctor names each kind; clean -y quarantines one broken entry of each and leaves the good ones."""
-    from jitwarden.store import quarantine
     from jitwarden.cli.main import main
+    from jitwarden.store import quarantine
 
     dirs = _home_with_all_kinds(real_ext, tmp_path, isolated_env, monkeypatch)
-    assert main(["doctor", "--target", "90"]) == 0  # every kind sound (as verify says in the test above)
+    assert (
+        main(["doctor", "--target", "90"]) == 0
+    )  # every kind sound (as verify says in the test above)
     doctor = capsys.readouterr().out
     for kind in dirs:
         assert kind in doctor
     broken = {}
     for kind, d in dirs.items():  # a second entry of each kind, cut short
-        copy = {"torch-ext": os.path.join(os.path.dirname(d), "jwextx"), "deepgemm": d[:-1] + "0"}.get(kind, d + "x")
+        copy = {
+            "torch-ext": os.path.join(os.path.dirname(d), "jwextx"),
+            "deepgemm": d[:-1] + "0",
+        }.get(kind, d + "x")
         if os.path.isdir(d):
             ok.copytree(d, copy)
         else:
             import shutil
 
             shutil.copy(d, copy)
-        victim = {"torch-ext": os.path.join(copy, "jwext.so"), "cuda-compute": copy,
-                  "deepgemm": os.path.join(copy, "kernel.cubin"), "flashinfer": os.path.join(copy, "norm.so")}[kind]
+        victim = {
+            "torch-ext": os.path.join(copy, "jwext.so"),
+            "cuda-compute": copy,
+            "deepgemm": os.path.join(copy, "kernel.cubin"),
+            "flashinfer": os.path.join(copy, "norm.so"),
+        }[kind]
         if kind == "torch-ext":
             os.rename(os.path.join(copy, "jwext.so"), os.path.join(copy, "jwextx.so"))
             victim = os.path.join(copy, "jwextx.so")
@@ -269,32 +340,62 @@ def test_doctor_and_clean_on_every_kind(real_ext, tmp_path, capsys, isolated_env
     for kind, copy in broken.items():
         assert not os.path.exists(copy), kind
         assert os.path.exists(dirs[kind]), kind
-    roots = {os.path.join(isolated_env, ".cache", "torch_extensions"), os.path.join(isolated_env, ".nv", "ComputeCache"),
-             os.path.join(isolated_env, ".deep_gemm"), os.path.join(isolated_env, ".cache", "flashinfer")}
+    roots = {
+        os.path.join(isolated_env, ".cache", "torch_extensions"),
+        os.path.join(isolated_env, ".nv", "ComputeCache"),
+        os.path.join(isolated_env, ".deep_gemm"),
+        os.path.join(isolated_env, ".cache", "flashinfer"),
+    }
     assert sum(len(quarantine.list_root(r)) for r in roots) == 4
     assert main(["verify", "--target", "90"]) == 0
 
 
-def test_activation_partitions_torch_extensions_and_the_scanner_finds_the_partition(real_ext, tmp_path):
+def test_activation_partitions_torch_extensions_and_the_scanner_finds_the_partition(
+    real_ext, tmp_path
+):
     """Extension builds carry no GPU identity in torch's key: under jitwarden each fingerprint builds its own."""
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "TORCH_EXTENSIONS",
-                                                                        "JITWARDEN_", "XDG_"))}
-    env.update(HOME=str(home), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
-               PYTHONPATH=SRC_DIR)
-    where = subprocess.run([sys.executable, "-m", "jitwarden", "run", "--", sys.executable, "-c",
-                            "from torch.utils.cpp_extension import _get_build_directory as g; print(g('jwext', False))"],
-                           env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "TORCH_EXTENSIONS", "JITWARDEN_", "XDG_"))
+    }
+    env.update(HOME=str(home), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"), PYTHONPATH=SRC_DIR)
+    where = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jitwarden",
+            "run",
+            "--",
+            sys.executable,
+            "-c",
+            "from torch.utils.cpp_extension import _get_build_directory as g; print(g('jwext', False))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert where.returncode == 0, where.stderr
     build_dir = where.stdout.strip().splitlines()[-1]
     base = os.path.realpath(home / ".cache" / "torch_extensions")
-    assert build_dir.startswith(os.path.join(base, "jitwarden-v1") + os.sep) and build_dir.endswith(os.sep + "jwext")
+    assert build_dir.startswith(os.path.join(base, "jitwarden-v1") + os.sep) and build_dir.endswith(
+        os.sep + "jwext"
+    )
     import shutil
 
-    shutil.copytree(real_ext, build_dir, dirs_exist_ok=True)  # what that build would leave there (torch made the dir)
-    ls = subprocess.run([sys.executable, "-m", "jitwarden", "ls", "--kind", "torch-ext", "--format", "json"],
-                        env=env, capture_output=True, text=True, timeout=300)
+    shutil.copytree(
+        real_ext, build_dir, dirs_exist_ok=True
+    )  # what that build would leave there (torch made the dir)
+    ls = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "ls", "--kind", "torch-ext", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     doc = json.loads(ls.stdout)
     (e,) = doc["entries"]
     assert e["path"] == build_dir and e["findings"] == []
@@ -318,6 +419,8 @@ def test_root_test_of_a_large_other_cache_holds_a_bounded_number_of_subdirs(tmp_
         tracemalloc.stop()
     assert peak < 3000 * 150, peak  # the names, ~120 bytes each; 3000 DirEntry objects held: ~1 MB
     (tmp_path / f"{7:052d}" / "build.ninja").write_text("rule cxx\n")
-    assert torch_ext.looks_like_root(str(tmp_path)) is (f"{7:052d}" in [e.name for e in list(os.scandir(tmp_path))[:64]])
+    assert torch_ext.looks_like_root(str(tmp_path)) is (
+        f"{7:052d}" in [e.name for e in list(os.scandir(tmp_path))[:64]]
+    )
     (tmp_path / "py311_cu128").mkdir()
     assert torch_ext.looks_like_root(str(tmp_path)) is True

@@ -30,7 +30,11 @@ def _inspect(path: str):
 
 
 def _named(path: str, suffix: str) -> str:
-    return next(os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(suffix) and not n.startswith("__grp__"))
+    return next(
+        os.path.join(path, n)
+        for n in sorted(os.listdir(path))
+        if n.endswith(suffix) and not n.startswith("__grp__")
+    )
 
 
 def test_a_sparse_metadata_of_gigabytes_is_refused_unread(cache):
@@ -47,7 +51,9 @@ def test_a_sparse_cubin_of_gigabytes_is_judged_by_its_header(cache):
     before = triton.inspect_entry(os.path.dirname(path), os.path.basename(path), JUDGE)
     assert not before.findings and before.facts.cubin_sm == 90
     cubin = _named(path, ".cubin")
-    os.truncate(cubin, 1 << 30)  # the real header, then zeros to 1 GiB (a valid ELF's tables sit inside it)
+    os.truncate(
+        cubin, 1 << 30
+    )  # the real header, then zeros to 1 GiB (a valid ELF's tables sit inside it)
     e, peak = _inspect(path)
     assert peak < 32 << 20
     assert e.facts.cubin_sm == 90  # from its header
@@ -61,7 +67,9 @@ def test_a_large_cubin_of_another_sm_is_still_a_mismatch(cache):
     os.truncate(cubin, 300 << 20)
     other = _entry(cache, arch=90)
     md = _named(path, ".json")
-    with open(_named(other, ".json"), "rb") as f:  # the metadata of an sm_90 kernel over an sm_80 cubin's header
+    with open(
+        _named(other, ".json"), "rb"
+    ) as f:  # the metadata of an sm_90 kernel over an sm_80 cubin's header
         doc = f.read()
     import json
 
@@ -71,4 +79,7 @@ def test_a_large_cubin_of_another_sm_is_still_a_mismatch(cache):
     with open(md, "w") as f:
         json.dump(meta, f)
     e, _peak = _inspect(path)
-    assert any(f.code == "mismatch" and "assembled for sm_80, metadata says sm_90" in f.message for f in e.findings)
+    assert any(
+        f.code == "mismatch" and "assembled for sm_80, metadata says sm_90" in f.message
+        for f in e.findings
+    )

@@ -12,12 +12,23 @@ import time
 
 import pytest
 
-from tests.helpers import inductor_real
 from jitwarden import adapters
-from tests.helpers.vllm_root import (AOT_NEW, AOT_OLD, ART0, ART1, FI, PREFIX, RANK, codes, factors, judge)
 from jitwarden.adapters import vllm as vl
 from jitwarden.adapters.base import expand_partitions
 from jitwarden.cli.main import main
+from tests.helpers import inductor_real
+from tests.helpers.vllm_root import (
+    AOT_NEW,
+    AOT_OLD,
+    ART0,
+    ART1,
+    FI,
+    PREFIX,
+    RANK,
+    codes,
+    factors,
+    judge,
+)
 
 
 @pytest.fixture
@@ -34,7 +45,12 @@ def test_every_part_of_the_layout_is_an_entry_and_a_fresh_root_is_clean(root):
     es = entries(root)
     assert es[PREFIX].type == "compile" and es[PREFIX].name == "backbone"
     f = es[PREFIX].facts
-    assert (f.vllm_version, f.system.gpu_name, f.system.cuda, f.graphs) == ("0.34.0", "NVIDIA H200", "13.0", 2)
+    assert (f.vllm_version, f.system.gpu_name, f.system.cuda, f.graphs) == (
+        "0.34.0",
+        "NVIDIA H200",
+        "13.0",
+        2,
+    )
     assert es[f"{AOT_NEW}/rank_0_0"].type == "aot" and es[f"{AOT_OLD}/rank_0_0"].type == "aot"
     assert es[FI].type == "flashinfer-autotune" and es[FI].name == "0.6.1/90a"
     assert es["deep_gemm/cache/kernel.fp8_gemm_nt.0123abcd"].arch == 90
@@ -66,11 +82,16 @@ def test_damaged_files_are_corrupt(root):
     assert codes(e) == ["corrupt"] and "CRC32" in e.findings[0].message
     open(p, "wb").write(bytes(data[:-100]))
     assert codes(vl.inspect_entry(root, PREFIX, judge(), os.getuid())) == ["corrupt"]
-    shutil.copy(os.path.join(root, AOT_OLD, "rank_0_0", "model"), p)  # a pickle where an artifact belongs
+    shutil.copy(
+        os.path.join(root, AOT_OLD, "rank_0_0", "model"), p
+    )  # a pickle where an artifact belongs
     assert codes(vl.inspect_entry(root, PREFIX, judge(), os.getuid())) == ["corrupt"]
     f = os.path.join(root, PREFIX, "cache_key_factors.json")
     open(f, "w").write(json.dumps(factors())[:50])
-    assert any("cache_key_factors.json" in x.message for x in vl.inspect_entry(root, PREFIX, judge(), os.getuid()).findings)
+    assert any(
+        "cache_key_factors.json" in x.message
+        for x in vl.inspect_entry(root, PREFIX, judge(), os.getuid()).findings
+    )
     f = os.path.join(root, PREFIX, "vllm_compile_cache.py")
     open(f, "w").write("__import__('os').system('id')\n")
     e = vl.inspect_entry(root, PREFIX, judge(), os.getuid())
@@ -80,9 +101,15 @@ def test_damaged_files_are_corrupt(root):
     e = vl.inspect_entry(root, f"{AOT_NEW}/rank_0_0", judge(), os.getuid())
     assert codes(e) == ["corrupt"] and "STOP" in e.findings[0].message
     # an unpacked artifact's pickles are judged as Inductor's
-    (fx,) = [os.path.join(d, x) for d, _s, fs in os.walk(os.path.join(root, PREFIX, ART1, "fxgraph")) for x in fs]
+    (fx,) = [
+        os.path.join(d, x)
+        for d, _s, fs in os.walk(os.path.join(root, PREFIX, ART1, "fxgraph"))
+        for x in fs
+    ]
     open(fx, "r+b").truncate(64)
-    assert any(ART1 in x.message for x in vl.inspect_entry(root, PREFIX, judge(), os.getuid()).findings)
+    assert any(
+        ART1 in x.message for x in vl.inspect_entry(root, PREFIX, judge(), os.getuid()).findings
+    )
 
 
 def test_copied_root_points_into_the_old_tree_and_missing_artifacts_are_incomplete(root, tmp_path):
@@ -90,7 +117,10 @@ def test_copied_root_points_into_the_old_tree_and_missing_artifacts_are_incomple
     # from <prefix>/<key>: tests/unit/adapters/test_layouts_by_release.py); the entry is judged as its installed reader loads it.
     v031 = (("torch", "2.13.0"), ("vllm", "0.31.0"))
     with open(os.path.join(root, PREFIX, "cache_key_factors.json"), "w") as f:
-        json.dump({"env": {}, "config_hash": "1" * 64, "code_hash": "2" * 64, "compiler_hash": "3" * 10}, f)  # 0.31's
+        json.dump(
+            {"env": {}, "config_hash": "1" * 64, "code_hash": "2" * 64, "compiler_hash": "3" * 10},
+            f,
+        )  # 0.31's
     copy = inductor_real.copy(root, str(tmp_path / "copied"))
     e = vl.inspect_entry(copy, PREFIX, judge(versions=v031), os.getuid())
     assert codes(e) == ["foreign-path"] and "2 exist there" in e.findings[0].message
@@ -100,8 +130,16 @@ def test_copied_root_points_into_the_old_tree_and_missing_artifacts_are_incomple
     os.remove(os.path.join(copy, PREFIX, ART0))
     shutil.rmtree(os.path.join(copy, PREFIX, ART1))
     with open(os.path.join(copy, PREFIX, "vllm_compile_cache.py"), "w") as f:
-        f.write(pprint.pformat({((1, 8192), 0, "inductor_standalone"):
-                                {"graph_handle": (ART0, os.path.join(copy, PREFIX, ART0)), "cache_key": ART0}}))
+        f.write(
+            pprint.pformat(
+                {
+                    ((1, 8192), 0, "inductor_standalone"): {
+                        "graph_handle": (ART0, os.path.join(copy, PREFIX, ART0)),
+                        "cache_key": ART0,
+                    }
+                }
+            )
+        )
     e = vl.inspect_entry(copy, PREFIX, judge(), os.getuid())
     assert codes(e) == ["incomplete"] and ART0 in e.findings[0].message
 
@@ -111,7 +149,9 @@ def test_aot_half_written_and_orphans(root):
     os.remove(os.path.join(rank, "model"))
     tmp = os.path.join(rank, "model.4242.tmp")
     open(tmp, "wb").write(b"\x80\x04")
-    assert vl.inspect_entry(root, f"{AOT_OLD}/rank_0_0", judge(), os.getuid()).findings == ()  # being written now
+    assert (
+        vl.inspect_entry(root, f"{AOT_OLD}/rank_0_0", judge(), os.getuid()).findings == ()
+    )  # being written now
     old = time.time() - 7200
     os.utime(tmp, (old, old))
     # a save that never finished: vLLM loads nothing and compiles again, so it is no damage
@@ -150,13 +190,23 @@ def test_discovery_follows_vllm(tmp_path):
     home = tmp_path / "home"
     for d in (tmp_path / "explicit", tmp_path / "xdg" / "vllm", home / ".cache" / "vllm"):
         d.mkdir(parents=True)
-    env = {"HOME": str(home), "VLLM_CACHE_ROOT": str(tmp_path / "explicit"), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
-           "JITWARDEN_HOME": str(tmp_path / "jw")}
-    assert [(r.path, r.source) for r in vl.discover_roots(env)] == [(str(tmp_path / "explicit"), "VLLM_CACHE_ROOT")]
+    env = {
+        "HOME": str(home),
+        "VLLM_CACHE_ROOT": str(tmp_path / "explicit"),
+        "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+        "JITWARDEN_HOME": str(tmp_path / "jw"),
+    }
+    assert [(r.path, r.source) for r in vl.discover_roots(env)] == [
+        (str(tmp_path / "explicit"), "VLLM_CACHE_ROOT")
+    ]
     del env["VLLM_CACHE_ROOT"]
-    assert [(r.path, r.source) for r in vl.discover_roots(env)] == [(str(tmp_path / "xdg" / "vllm"), "XDG_CACHE_HOME")]
+    assert [(r.path, r.source) for r in vl.discover_roots(env)] == [
+        (str(tmp_path / "xdg" / "vllm"), "XDG_CACHE_HOME")
+    ]
     del env["XDG_CACHE_HOME"]
-    assert [(r.path, r.source) for r in vl.discover_roots(env)] == [(str(home / ".cache" / "vllm"), "default")]
+    assert [(r.path, r.source) for r in vl.discover_roots(env)] == [
+        (str(home / ".cache" / "vllm"), "default")
+    ]
     # under activation VLLM_CACHE_ROOT names a partition: the user's root is listed and the scanner expands it
     part = home / ".cache" / "vllm" / "jitwarden-v1" / "fedcba9876543210"
     part.mkdir(parents=True)
@@ -165,7 +215,9 @@ def test_discovery_follows_vllm(tmp_path):
     assert r.path == str(home / ".cache" / "vllm")
     assert [x.partition for x in expand_partitions(r)] == [None, "fedcba9876543210"]
     (tmp_path / "jw" / "roots" / "vllm").mkdir(parents=True)
-    assert ("private", str(tmp_path / "jw" / "roots" / "vllm")) in [(r.source, r.path) for r in vl.discover_roots(env)]
+    assert ("private", str(tmp_path / "jw" / "roots" / "vllm")) in [
+        (r.source, r.path) for r in vl.discover_roots(env)
+    ]
 
 
 def test_cli_lists_verifies_and_cleans_vllm(root, isolated_env, monkeypatch, capsys):
@@ -185,7 +237,9 @@ def test_cli_lists_verifies_and_cleans_vllm(root, isolated_env, monkeypatch, cap
     assert not os.path.exists(os.path.join(root, PREFIX))
     assert os.path.isdir(os.path.join(root, RANK, "inductor_cache", "fxgraph"))
     assert main(["verify", "--quick", "--target", "90"]) == 0
-    assert main(["verify", "--quick", "--target", "90", root]) == 0  # a root named on the command line is vLLM's
+    assert (
+        main(["verify", "--quick", "--target", "90", root]) == 0
+    )  # a root named on the command line is vLLM's
     capsys.readouterr()
     assert main(["quarantine", "list"]) == 0
     assert "backbone" in capsys.readouterr().out

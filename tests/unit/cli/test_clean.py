@@ -12,12 +12,11 @@ import time
 
 import pytest
 
-from tests.helpers import kernels
-from tests.helpers.maint import cli, damage_everything, snapshot, sub
-
+from jitwarden.cli.main import main
 from jitwarden.ops import plans as cleanplan
 from jitwarden.store import quarantine as q
-from jitwarden.cli.main import main
+from tests.helpers import kernels
+from tests.helpers.maint import cli, damage_everything, snapshot, sub
 
 ERRORS = {"corrupt", "mismatch", "incomplete", "foreign-path", "unsafe"}
 
@@ -72,7 +71,9 @@ def test_clean_moves_every_error_entry_and_leaves_the_rest_byte_identical(damage
     assert main(["quarantine", "restore", *[r.id for r in recs_q], "--root", root, "-y"]) == 0
     restored = snapshot(root)
     for label, rec in recs.items():
-        assert restored[rec["id"]] == before[rec["id"]] and sub(restored, rec["id"]) == sub(before, rec["id"]), label
+        assert restored[rec["id"]] == before[rec["id"]] and sub(restored, rec["id"]) == sub(
+            before, rec["id"]
+        ), label
     assert snapshot(outside) == before_out
 
 
@@ -84,7 +85,9 @@ def test_purge_and_empty_never_touch_a_symlink_target(damaged, capsys):
     assert q.list_root(root) == []
     assert main(["clean", root, "--target", "90", "-y", "--purge"]) == 0
     assert snapshot(outside) == before_out
-    assert not os.path.lexists(recs["add_sm80"]["path"]) and os.path.isdir(os.path.join(outside, "entry_dir"))
+    assert not os.path.lexists(recs["add_sm80"]["path"]) and os.path.isdir(
+        os.path.join(outside, "entry_dir")
+    )
     capsys.readouterr()
 
 
@@ -128,7 +131,10 @@ def test_orphans_lose_only_old_leftovers_and_fresh_ones_stay(cache, capsys):
     assert main(["clean", root, "--target", "90", "--orphans", "-y"]) == 0
     assert not os.path.exists(old) and os.path.isdir(entry)
     (rec,) = q.list_root(root)
-    assert rec.entry_id == f"{recs['add_sm90']['id']}/tmp.pid_11_0c4f6a7e-aaaa" and rec.reason == "orphan"
+    assert (
+        rec.entry_id == f"{recs['add_sm90']['id']}/tmp.pid_11_0c4f6a7e-aaaa"
+        and rec.reason == "orphan"
+    )
     assert q.restore(rec) is None and os.path.isdir(old)
     capsys.readouterr()
 
@@ -145,12 +151,16 @@ def test_nested_ids_and_single_files_round_trip(tmp_path):
     link = root / "kernels" / "ln"
     link.symlink_to("/etc/hostname")
     before = snapshot(str(root))
-    recs = [q.move(str(p), "corrupt", ["test"], root=str(root), kind="inductor") for p in (f, d, link)]
+    recs = [
+        q.move(str(p), "corrupt", ["test"], root=str(root), kind="inductor") for p in (f, d, link)
+    ]
     assert [r.entry_id for r in recs] == ["fxgraph/ab/KEY123", "kernels/xy", "kernels/ln"]
     assert all(os.sep not in r.id for r in recs)
     assert not f.exists() and not d.exists() and not os.path.lexists(link)
     listed = q.list_root(str(root))
-    assert {r.entry_id for r in listed} == {r.entry_id for r in recs} and all(r.kind == "inductor" for r in listed)
+    assert {r.entry_id for r in listed} == {r.entry_id for r in recs} and all(
+        r.kind == "inductor" for r in listed
+    )
     # the slot is taken again: restore refuses, even for a plain file
     f.write_bytes(b"rebuilt")
     rf = next(r for r in listed if r.entry_id == "fxgraph/ab/KEY123")
@@ -181,16 +191,19 @@ def test_planner_is_pure_and_default_is_errors():
     assert cleanplan.selection(older_than=60).codes == frozenset()
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["clean", "--code", "bogus", "/tmp"], "unknown finding code"),
-    (["clean", "--older-than", "soon", "/tmp"], "not an age"),
-    (["clean", "--kind", "nope", "/tmp"], "unknown cache kind"),
-    (["clean", "/nonexistent/x"], "no such file"),
-    (["prune", "--max-size", "lots"], "not a size"),
-    (["prune"], "needs --keep"),
-    (["quarantine", "restore", "nothing-like-this", "--root", "/tmp"], "no quarantined entry"),
-    (["quarantine", "empty", "--older-than", "x"], "not an age"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["clean", "--code", "bogus", "/tmp"], "unknown finding code"),
+        (["clean", "--older-than", "soon", "/tmp"], "not an age"),
+        (["clean", "--kind", "nope", "/tmp"], "unknown cache kind"),
+        (["clean", "/nonexistent/x"], "no such file"),
+        (["prune", "--max-size", "lots"], "not a size"),
+        (["prune"], "needs --keep"),
+        (["quarantine", "restore", "nothing-like-this", "--root", "/tmp"], "no quarantined entry"),
+        (["quarantine", "empty", "--older-than", "x"], "not an age"),
+    ],
+)
 def test_bad_input_one_line_exit_2(args, needle):
     p = cli(*args)
     assert p.returncode == 2, p.stderr
@@ -216,8 +229,13 @@ def test_waits_visibly_for_the_lock(damaged):
         assert p.returncode == 2
         assert f"waiting for the lock on {root} held by pid {os.getpid()}" in p.stderr
         assert "gave up waiting" in p.stderr and "Traceback" not in p.stderr
-        proc = subprocess.Popen([sys.executable, "-m", "jitwarden", "clean", root, "--target", "90", "-y"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jitwarden", "clean", root, "--target", "90", "-y"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         first = proc.stderr.readline()  # blocks until it says it waits: no sleeping, no timing
         assert "waiting for the lock" in first, first
         assert q.list_root(root) == []  # nothing moved while we hold it
@@ -231,8 +249,11 @@ def test_waits_visibly_for_the_lock(damaged):
 def _whole_or_quarantined(root, original, entries) -> tuple[int, int, set]:
     """Check each entry is wholly in place or wholly in one quarantine slot; (in place, quarantined, gone)."""
     now = snapshot(root)
-    slots = {k.rsplit("/", 1)[1]: k for k in now
-             if k.startswith("jitwarden-quarantine/") and k.count("/") == 2 and not k.endswith(q.RECORD)}
+    slots = {
+        k.rsplit("/", 1)[1]: k
+        for k in now
+        if k.startswith("jitwarden-quarantine/") and k.count("/") == 2 and not k.endswith(q.RECORD)
+    }
     placed = moved = 0
     gone = set()
     for e in entries:
@@ -271,10 +292,25 @@ def test_sigkill_leaves_every_entry_whole(built_cache, tmp_path):
     midway = 0
     for it in range(6):
         purge = it == 5
-        proc = subprocess.Popen([sys.executable, "-m", "jitwarden", "clean", root, "--target", "90", "-y",
-                                 *(["--purge"] if purge else [])],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.1, 1.0) * whole)  # the kill's moment is what is tested: drawn within a whole run
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jitwarden",
+                "clean",
+                root,
+                "--target",
+                "90",
+                "-y",
+                *(["--purge"] if purge else []),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        time.sleep(
+            rng.uniform(0.1, 1.0) * whole
+        )  # the kill's moment is what is tested: drawn within a whole run
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         placed, moved, gone = _whole_or_quarantined(root, original, entries)

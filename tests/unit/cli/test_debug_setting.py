@@ -14,7 +14,9 @@ def _planted(*_a, **_k):
 
 @pytest.mark.parametrize("word", ["0", "off", "no", "false"])
 def test_debug_off_words_keep_the_one_line_error(word, monkeypatch, isolated_env, capsys):
-    monkeypatch.setattr(fingerprint, "collect", _planted)  # a bug inside a command: the handler's job
+    monkeypatch.setattr(
+        fingerprint, "collect", _planted
+    )  # a bug inside a command: the handler's job
     monkeypatch.setenv("JITWARDEN_DEBUG", word)
     assert cli.main(["fingerprint"]) == 3
     err = capsys.readouterr().err

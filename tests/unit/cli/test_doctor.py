@@ -26,7 +26,12 @@ def test_empty_machine_says_something_useful_and_exits_0(env):
     assert "--target" in p.stdout  # no GPU here: it says how to judge for one
     assert "Traceback" not in p.stderr
     doc = json.loads(cli("doctor", "--format", "json", env=env).stdout)
-    assert doc["schema"] == 2 and doc["command"] == "doctor" and doc["mode"] == "quick" and doc["ok"] is True
+    assert (
+        doc["schema"] == 2
+        and doc["command"] == "doctor"
+        and doc["mode"] == "quick"
+        and doc["ok"] is True
+    )
     assert doc["caches"] == [] and doc["fingerprint_digest"]
 
 
@@ -44,14 +49,20 @@ def test_damaged_cache_every_problem_has_its_fix(built_cache, env, tmp_path):
     doc = json.loads(p.stdout)
     probs = {x["code"]: x for x in doc["problems"]}
     for code in ("corrupt", "mismatch", "incomplete", "foreign-path", "unsafe"):
-        assert probs[code]["severity"] == "error" and probs[code]["fix"] == f"jitwarden clean --code {code} --target sm_90"
+        assert (
+            probs[code]["severity"] == "error"
+            and probs[code]["fix"] == f"jitwarden clean --code {code} --target sm_90"
+        )
     assert probs["stale"]["fix"].startswith("jitwarden clean --stale")
     assert probs["orphan"]["fix"].startswith("jitwarden clean --orphans")
     # made just now: another environment's, in use; no prune line offered for it (tests/unit/cli/test_fix_lines.py)
     assert "partitions" not in probs and probs["partitions-recent"]["fix"] is None
     assert any(c["root"] == root for c in doc["caches"]) and doc["summary"]["errors"] == 6
     table = cli("doctor", "--target", "90", env=env)
-    assert table.returncode == 1 and "fix: jitwarden clean --code corrupt --target sm_90" in table.stdout
+    assert (
+        table.returncode == 1
+        and "fix: jitwarden clean --code corrupt --target sm_90" in table.stdout
+    )
     # the fixes do fix it
     assert cli("clean", "--target", "90", "-y", env=env).returncode == 0
     after = cli("doctor", "--target", "90", "--format", "json", env=env)
@@ -66,7 +77,11 @@ def test_world_writable_root_names_chmod(built_cache, env):
     os.chmod(root, 0o777)
     p = cli("doctor", "--target", "90", "--format", "json", env=env)
     assert p.returncode == 1
-    probs = [x for x in json.loads(p.stdout)["problems"] if x["code"] == "unsafe" and "world-writable" in x["message"]]
+    probs = [
+        x
+        for x in json.loads(p.stdout)["problems"]
+        if x["code"] == "unsafe" and "world-writable" in x["message"]
+    ]
     assert probs and probs[0]["fix"] == f"chmod o-w {root}"
 
 
@@ -79,7 +94,9 @@ def test_rebuild_flag_and_bad_input(env):
     assert doc["command"] == "doctor" and doc["mode"] == "rebuild"
 
 
-def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitute(built_cache, env, tmp_path):
+def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitute(
+    built_cache, env, tmp_path
+):
     """A cubin of another kernel under the same name passes every structural check: only a rebuild tells."""
     src, manifest = built_cache
     root = env["TRITON_CACHE_DIR"]
@@ -88,10 +105,16 @@ def test_unsealed_kernels_point_at_a_rebuild_which_catches_a_same_named_substitu
     # the 256-wide add_kernel's cubin under the 128-wide add_kernel's key: same symbol, same arch
     import shutil
 
-    shutil.copyfile(os.path.join(by["add_b256_sm90"], "add_kernel.cubin"), os.path.join(by["add_sm90"], "add_kernel.cubin"))
+    shutil.copyfile(
+        os.path.join(by["add_b256_sm90"], "add_kernel.cubin"),
+        os.path.join(by["add_sm90"], "add_kernel.cubin"),
+    )
     quick = json.loads(cli("doctor", "--target", "90", "--format", "json", env=env).stdout)
     probs = {x["code"]: x for x in quick["problems"]}
-    assert quick["summary"]["errors"] == 0 and "`jitwarden doctor --rebuild --target sm_90`" in probs["unsealed"]["fix"]
+    assert (
+        quick["summary"]["errors"] == 0
+        and "`jitwarden doctor --rebuild --target sm_90`" in probs["unsealed"]["fix"]
+    )
     p = cli("doctor", "--rebuild", "--target", "90", "--format", "json", env=env)
     assert p.returncode == 1
     rebuilt = {x["code"]: x for x in json.loads(p.stdout)["problems"]}
@@ -109,12 +132,19 @@ def _torch_with_arch_list(dest, flags="sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"):
     pkg = dest / "torch"
     (pkg / "lib").mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('jitwarden must not import torch')\n")
-    (pkg / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
-                                    "git_version = '0123456789abcdef'\n")
+    (pkg / "version.py").write_text(
+        "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
+        "git_version = '0123456789abcdef'\n"
+    )
     src = dest / "flags.c"
-    src.write_text(f'const char jw_cuda_arch_flags[] = "{flags}";\n'
-                   "const char *jw_arch_flags(void) { return jw_cuda_arch_flags; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(pkg / "lib" / "libtorch_python.so"), str(src)], check=True)
+    src.write_text(
+        f'const char jw_cuda_arch_flags[] = "{flags}";\n'
+        "const char *jw_arch_flags(void) { return jw_cuda_arch_flags; }\n"
+    )
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(pkg / "lib" / "libtorch_python.so"), str(src)],
+        check=True,
+    )
     dist = dest / "torch-2.11.0+cu130.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n")
@@ -130,21 +160,32 @@ def test_target_sm_121_explains_the_dgx_spark_case_as_a_live_gb10_would(env, tmp
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     doc = json.loads(p.stdout)
     warned = [x["message"] for x in doc["problems"] if x["code"] == "torch-arch"]
-    assert len(warned) == 1 and warned[0].startswith("sm_121 is not in torch 2.11.0+cu130's compiled arch list "
-                                                     "(sm_75 sm_80 sm_86 sm_90 sm_100 sm_120)"), doc["problems"]
-    assert not [x for x in doc["problems"] if x["code"] == "not-run" and "torch-arch" in x["message"]]
+    assert len(warned) == 1 and warned[0].startswith(
+        "sm_121 is not in torch 2.11.0+cu130's compiled arch list "
+        "(sm_75 sm_80 sm_86 sm_90 sm_100 sm_120)"
+    ), doc["problems"]
+    assert not [
+        x for x in doc["problems"] if x["code"] == "not-run" and "torch-arch" in x["message"]
+    ]
     # the same torch, on a machine with a live GB10 and no --target (a child process: it sees that torch)
-    code = ("import json, dataclasses; from jitwarden.env import fingerprint; from jitwarden.runtime import startup_checks as sc; "
-            "from jitwarden.env.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
-            "fp = dataclasses.replace(fp, gpus=(Gpu(0, 'NVIDIA GB10', (12, 1), None, None),)); "
-            "print(json.dumps(sc.torch_arch(fp)))")
+    code = (
+        "import json, dataclasses; from jitwarden.env import fingerprint; from jitwarden.runtime import startup_checks as sc; "
+        "from jitwarden.env.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
+        "fp = dataclasses.replace(fp, gpus=(Gpu(0, 'NVIDIA GB10', (12, 1), None, None),)); "
+        "print(json.dumps(sc.torch_arch(fp)))"
+    )
     import subprocess
     import sys
 
     from tests.helpers.maint import SRC
 
-    live = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=env["PYTHONPATH"] + os.pathsep + SRC),
-                          capture_output=True, text=True, timeout=120)
+    live = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(env, PYTHONPATH=env["PYTHONPATH"] + os.pathsep + SRC),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert live.returncode == 0, live.stderr
     assert json.loads(live.stdout) == warned
     table = cli("doctor", "--target", "121", env=env)
@@ -152,7 +193,9 @@ def test_target_sm_121_explains_the_dgx_spark_case_as_a_live_gb10_would(env, tmp
     assert "all good" not in table.stdout
     # the arch list covers sm_90: nothing to say for an H200
     p = cli("doctor", "--target", "sm_90", "--format", "json", env=env)
-    assert not [x for x in json.loads(p.stdout)["problems"] if x["code"] in ("torch-arch", "not-run")]
+    assert not [
+        x for x in json.loads(p.stdout)["problems"] if x["code"] in ("torch-arch", "not-run")
+    ]
 
 
 def test_a_check_that_cannot_run_says_so(env):
@@ -165,7 +208,9 @@ def test_a_check_that_cannot_run_says_so(env):
 
     ti = torchinfo.info()
     if ti is not None and not ti.cuda:
-        assert any("torch-arch could not run" in m and "CPU build" in m and "sm_121" in m for m in not_run), not_run
+        assert any(
+            "torch-arch could not run" in m and "CPU build" in m and "sm_121" in m for m in not_run
+        ), not_run
     table = cli("doctor", "--target", "sm_121", env=env)
     assert table.returncode == 0 and "all good" not in table.stdout
     assert "could not run" in table.stdout
@@ -186,7 +231,10 @@ def test_doctor_counts_entries_it_cannot_judge(env, tmp_path):
     assert probs["unrecognised"]["count"] == 2 and probs["unrecognised"]["severity"] == "info"
     assert "cannot judge" in probs["unrecognised"]["message"]
     table = cli("doctor", "--target", "90", str(cc), env=env)
-    assert "2 entries could not be judged" in " ".join(table.stdout.split()) and "all good" not in table.stdout
+    assert (
+        "2 entries could not be judged" in " ".join(table.stdout.split())
+        and "all good" not in table.stdout
+    )
 
 
 def test_doctor_lists_the_gpus_it_sees_and_warns_when_they_mix_compute_capabilities(env):
@@ -197,13 +245,19 @@ def test_doctor_lists_the_gpus_it_sees_and_warns_when_they_mix_compute_capabilit
     from jitwarden.env.nvml import Gpu
 
     doc = json.loads(cli("doctor", "--format", "json", env=env).stdout)
-    assert isinstance(doc["gpus"], list)  # this machine's, from NVML or /proc (none on a CPU runner)
+    assert isinstance(
+        doc["gpus"], list
+    )  # this machine's, from NVML or /proc (none on a CPU runner)
     assert all({"index", "name", "capability", "uuid", "pci_bus_id"} <= set(g) for g in doc["gpus"])
     h200 = [Gpu(i, "NVIDIA H200", (9, 0), f"GPU-{i}", None) for i in range(2)]
     assert mixed_gpus(SimpleNamespace(gpus=h200)) == []
     a100 = Gpu(2, "NVIDIA A100-SXM4-80GB", (8, 0), "GPU-2", None)
-    unknown = Gpu(3, "GPU from /proc", None, None, None)  # a capability nobody can tell says nothing
+    unknown = Gpu(
+        3, "GPU from /proc", None, None, None
+    )  # a capability nobody can tell says nothing
     (p,) = mixed_gpus(SimpleNamespace(gpus=h200 + [a100, unknown]))
-    assert p.code == "mixed-gpus" and "sm_80 (GPU 2)" in p.message and "sm_90 (GPU 0, 1)" in p.message
+    assert (
+        p.code == "mixed-gpus" and "sm_80 (GPU 2)" in p.message and "sm_90 (GPU 0, 1)" in p.message
+    )
     assert p.fix.startswith("export CUDA_VISIBLE_DEVICES=2 ")
     assert mixed_gpus(None) == [] and mixed_gpus(SimpleNamespace(gpus=h200[:1] + [unknown])) == []

@@ -48,27 +48,38 @@ def test_a_wrong_redis_password_is_named(locked_server, trusted):
     probs = _doctor(JITWARDEN_REMOTE=url, JITWARDEN_TRUSTED_KEYS=trusted)
     assert probs["remote-auth"]["severity"] == "warn"
     assert "wrong-password" not in json.dumps(probs)  # the password is never printed
-    assert "refused the credentials" in probs["remote-auth"]["message"] and probs["remote-auth"]["fix"]
+    assert (
+        "refused the credentials" in probs["remote-auth"]["message"] and probs["remote-auth"]["fix"]
+    )
     # The right password: no remote problem at all.
-    ok = _doctor(JITWARDEN_REMOTE=f"redis://:right-password@127.0.0.1:{locked_server.port}/0",
-                 JITWARDEN_TRUSTED_KEYS=trusted)
+    ok = _doctor(
+        JITWARDEN_REMOTE=f"redis://:right-password@127.0.0.1:{locked_server.port}/0",
+        JITWARDEN_TRUSTED_KEYS=trusted,
+    )
     assert not [c for c in ok if c.startswith("remote-")], ok
 
 
 def test_a_missing_password_is_named(locked_server, trusted):
-    probs = _doctor(JITWARDEN_REMOTE=f"redis://127.0.0.1:{locked_server.port}/0", JITWARDEN_TRUSTED_KEYS=trusted)
+    probs = _doctor(
+        JITWARDEN_REMOTE=f"redis://127.0.0.1:{locked_server.port}/0", JITWARDEN_TRUSTED_KEYS=trusted
+    )
     assert "remote-auth" in probs, probs
 
 
 def test_an_unreachable_server_is_named(trusted):
-    probs = _doctor(JITWARDEN_REMOTE=f"redis://127.0.0.1:{_free_port()}/0", JITWARDEN_TRUSTED_KEYS=trusted)
+    probs = _doctor(
+        JITWARDEN_REMOTE=f"redis://127.0.0.1:{_free_port()}/0", JITWARDEN_TRUSTED_KEYS=trusted
+    )
     assert "cannot reach redis://127.0.0.1:" in probs["remote-unreachable"]["message"]
 
 
 def test_a_remote_without_trusted_keys_is_named(server):
     probs = _doctor(JITWARDEN_REMOTE=server.url)
     assert "switches itself off at run time" in probs["remote-keys"]["message"]
-    assert os.path.join(os.environ["HOME"], ".config", "jitwarden", "trusted-keys") in probs["remote-keys"]["fix"]
+    assert (
+        os.path.join(os.environ["HOME"], ".config", "jitwarden", "trusted-keys")
+        in probs["remote-keys"]["fix"]
+    )
     assert "remote-unreachable" not in probs and "remote-auth" not in probs
 
 
@@ -88,4 +99,10 @@ def test_a_cache_dir_variable_naming_a_file_is_named(tmp_path, var):
 
 def test_a_sound_configuration_names_nothing():
     probs = _doctor()
-    assert not {"bad-cache-dir", "remote-config", "remote-keys", "remote-auth", "remote-unreachable"} & set(probs)
+    assert not {
+        "bad-cache-dir",
+        "remote-config",
+        "remote-keys",
+        "remote-auth",
+        "remote-unreachable",
+    } & set(probs)

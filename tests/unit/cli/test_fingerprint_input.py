@@ -20,8 +20,13 @@ def _one_line(err: str) -> str:
 def test_a_fifo_is_refused_at_once(tmp_path):
     fifo = tmp_path / "fp.json"
     os.mkfifo(fifo)
-    p = subprocess.run([sys.executable, "-m", "jitwarden", "fingerprint", "--diff", str(fifo)],
-                       env=node_env(str(tmp_path / "h")), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "fingerprint", "--diff", str(fifo)],
+        env=node_env(str(tmp_path / "h")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "not a regular file (a FIFO)" in _one_line(p.stderr), p.stderr
 
 

@@ -98,8 +98,17 @@ def test_every_catalog_fix_clears_its_finding(code, home_cache, tmp_path, evil_c
 
 
 def test_the_catalog_fixes_are_commands_and_every_code_is_tried():
-    assert set(CODES_WITH_FIX) >= {"corrupt", "mismatch", "foreign-path", "incomplete", "unsafe", "stale", "orphan",
-                                   "foreign-arch", "not-reproducible"}
+    assert set(CODES_WITH_FIX) >= {
+        "corrupt",
+        "mismatch",
+        "foreign-path",
+        "incomplete",
+        "unsafe",
+        "stale",
+        "orphan",
+        "foreign-arch",
+        "not-reproducible",
+    }
     assert all(is_command(CATALOG[c].fix) for c in CODES_WITH_FIX)
 
 
@@ -110,7 +119,9 @@ def test_no_target_fix_names_the_gpu_and_clears_it(home_cache):
 def test_stale_does_not_call_another_venv_s_kernels_dead_weight(damaged_home):
     probs = doctor("--target", "90")
     assert "dead weight" not in probs["stale"]["message"]
-    assert "another venv or container on this machine may still use them" in probs["stale"]["message"]
+    assert (
+        "another venv or container on this machine may still use them" in probs["stale"]["message"]
+    )
 
 
 def test_unsealed_says_in_words_that_the_guard_seals_them(home_cache):
@@ -118,7 +129,9 @@ def test_unsealed_says_in_words_that_the_guard_seals_them(home_cache):
     fix = probs["unsealed"]["fix"]
     assert not is_command(fix) and "jitwarden run -- CMD" in fix, fix
     # What the old line offered proves every kernel but seals none: the same line comes back.
-    assert "unsealed" in doctor("--target", "90", "--rebuild") or "unsealed" in doctor("--target", "90")
+    assert "unsealed" in doctor("--target", "90", "--rebuild") or "unsealed" in doctor(
+        "--target", "90"
+    )
 
 
 def test_shared_root_says_what_to_do_and_blames_no_setting_the_user_never_made(home_cache):
@@ -146,8 +159,13 @@ def test_partitions_fix_prunes_the_old_and_leaves_the_recent_alone(home_cache):
     old = _other_partition(root, recs["add_sm90"]["path"], "a" * 16, 40 * 86400)
     recent = _other_partition(root, recs["sub_sm90"]["path"], "b" * 16, 3 * 86400)
     probs = doctor("--target", "90")
-    assert probs["partitions"]["count"] == 1 and "more than 30 days" in probs["partitions"]["message"]
-    assert probs["partitions-recent"]["fix"] is None and "may use them" in probs["partitions-recent"]["message"]
+    assert (
+        probs["partitions"]["count"] == 1 and "more than 30 days" in probs["partitions"]["message"]
+    )
+    assert (
+        probs["partitions-recent"]["fix"] is None
+        and "may use them" in probs["partitions-recent"]["message"]
+    )
     assert_fix_clears("partitions", ("--target", "90"))
     assert not os.path.exists(old) and os.path.isdir(recent)
     assert "partitions-recent" in doctor("--target", "90")
@@ -166,7 +184,9 @@ def test_empty_older_than_with_nothing_that_old_plans_nothing(damaged_home):
     # An interrupted move's empty slot, made now: younger than 7 days like everything else here.
     slot = os.path.join(q.quarantine_dir(root), q.list_root(root)[0].id)
     payload = os.path.join(slot, next(n for n in os.listdir(slot) if n != q.RECORD))
-    shutil.rmtree(payload) if os.path.isdir(payload) and not os.path.islink(payload) else os.unlink(payload)
+    shutil.rmtree(payload) if os.path.isdir(payload) and not os.path.islink(payload) else os.unlink(
+        payload
+    )
     assert any(not r.present for r in q.list_root(root, include_empty=True))
     p = cli("quarantine", "empty", "--older-than", "7d", "--root", root)  # no -y, no terminal
     assert p.returncode == 0, p.stderr
@@ -178,5 +198,8 @@ def test_prune_with_nothing_old_enough_says_why(home_cache):
     _other_partition(root, recs["sub_sm90"]["path"], "b" * 16, 3 * 86400)
     p = cli("prune", "--older-than", "30d", "-y")
     assert p.returncode == 0, p.stderr
-    assert "nothing to prune: 1 partition(s) of other environments, the longest unused for 3" in p.stdout, p.stdout
+    assert (
+        "nothing to prune: 1 partition(s) of other environments, the longest unused for 3"
+        in p.stdout
+    ), p.stdout
     assert "not more than 30" in p.stdout

@@ -12,11 +12,10 @@ import tempfile
 
 import pytest
 
-from tests.helpers.cli import jw as run_cli
-from tests.helpers import kernels
-from tests.helpers.maint import SRC, cli, snapshot, sub
-
 from jitwarden.store import quarantine as q
+from tests.helpers import kernels
+from tests.helpers.cli import jw as run_cli
+from tests.helpers.maint import SRC, cli, snapshot, sub
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
@@ -55,7 +54,11 @@ def test_names_with_newlines_and_undecodable_bytes(cache):
     p = cli("quarantine", "restore", *ids, "--root", root, "-y")
     no_traceback(p)
     after = snapshot(root)
-    assert {k: v for k, v in after.items() if not k.startswith(("jitwarden-quarantine", ".jitwarden-lock"))} == before
+    assert {
+        k: v
+        for k, v in after.items()
+        if not k.startswith(("jitwarden-quarantine", ".jitwarden-lock"))
+    } == before
     p = cli("doctor", root, "--target", "90")
     no_traceback(p)
     assert p.returncode == 1
@@ -82,7 +85,12 @@ def nobody_cache(built_cache):
 
 
 def as_nobody(*args, home):
-    env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": SRC, "XDG_CACHE_HOME": os.path.join(home, ".cache")}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "PYTHONPATH": SRC,
+        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+    }
     return run_cli(*args, env=env, prefix=NOBODY, src=None)
 
 
@@ -92,7 +100,7 @@ def test_unreadable_directory_as_an_unprivileged_user(nobody_cache):
     locked = recs["add_sm90"]["path"]
     truncate_cubin(recs["sub_sm90"]["path"])
     os.chmod(locked, 0o000)  # nobody owns it but cannot list it
-    before = {k: v for k, v in snapshot(root).items()}
+    before = dict(snapshot(root).items())
     p = as_nobody("clean", root, "--target", "90", "--dry-run", home=home)
     no_traceback(p)
     assert p.returncode == 0 and "cannot list" in p.stdout
@@ -107,7 +115,11 @@ def test_unreadable_directory_as_an_unprivileged_user(nobody_cache):
     assert sub(snapshot(root), recs["add_sm90"]["id"]) == sub(before, recs["add_sm90"]["id"])
     os.chmod(root, 0o000)
     # A root this user may not open: a one-line usage error for what scans it, an empty list for its quarantine.
-    for args, want in ((["clean", root, "-y"], 2), (["doctor", root], 2), (["quarantine", "ls", "--root", root], 0)):
+    for args, want in (
+        (["clean", root, "-y"], 2),
+        (["doctor", root], 2),
+        (["quarantine", "ls", "--root", root], 0),
+    ):
         p = as_nobody(*args, home=home)
         no_traceback(p)
         assert p.returncode == want, (args, p.returncode, p.stdout, p.stderr)
@@ -126,14 +138,18 @@ def test_read_only_filesystem(built_cache, tmp_path):
     mnt = tmp_path / "ro"
     mnt.mkdir()
     staged = kernels.copy_cache(src, str(tmp_path / "staged"))
-    truncate_cubin(os.path.join(staged, sorted(os.listdir(staged))[0]))
+    truncate_cubin(os.path.join(staged, min(os.listdir(staged))))
     py = f"PYTHONPATH={SRC} {sys.executable} -m jitwarden"
-    script = (f"mount -t tmpfs tmpfs {mnt} && cp -a {staged} {mnt}/cache && mount -o remount,ro {mnt} || exit 97; "
-              f"{py} clean {mnt}/cache --target 90 -y >/dev/null; echo rc=$?; "
-              f"{py} clean {mnt}/cache --target 90 --dry-run >/dev/null; echo rc=$?; "
-              f"{py} doctor {mnt}/cache --target 90 >/dev/null; echo rc=$?; "
-              f"find {mnt}/cache -type f | wc -l")
-    p = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    script = (
+        f"mount -t tmpfs tmpfs {mnt} && cp -a {staged} {mnt}/cache && mount -o remount,ro {mnt} || exit 97; "
+        f"{py} clean {mnt}/cache --target 90 -y >/dev/null; echo rc=$?; "
+        f"{py} clean {mnt}/cache --target 90 --dry-run >/dev/null; echo rc=$?; "
+        f"{py} doctor {mnt}/cache --target 90 >/dev/null; echo rc=$?; "
+        f"find {mnt}/cache -type f | wc -l"
+    )
+    p = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300
+    )
     if p.returncode == 97:
         pytest.skip(f"cannot mount here: {p.stderr.strip()}")
     no_traceback(p)
@@ -179,8 +195,11 @@ def test_ten_thousand_deep_chain_and_symlink_cycles(cache):
     os.symlink(".", os.path.join(cyc, "self"))
     os.symlink(cyc, os.path.join(root, "LOOPLINK"))
     # Two truncated cubins are errors: exit 1 where they are judged, 0 where a clean only plans.
-    for args, want in ((["verify", root, "--target", "90"], 1), (["doctor", root, "--target", "90"], 1),
-                       (["clean", root, "--target", "90", "--dry-run"], 0)):
+    for args, want in (
+        (["verify", root, "--target", "90"], 1),
+        (["doctor", root, "--target", "90"], 1),
+        (["clean", root, "--target", "90", "--dry-run"], 0),
+    ):
         p = cli(*args)
         no_traceback(p)
         assert p.returncode == want, (args, p.stdout, p.stderr)
@@ -197,7 +216,11 @@ def test_ten_thousand_deep_chain_and_symlink_cycles(cache):
     assert chain_depth(deep) == 10_000
     p = cli("quarantine", "empty", "--root", root, "-y")
     no_traceback(p)
-    assert p.returncode == 0 and q.list_root(root) == [] and os.path.isdir(os.path.join(root, recs["sub_sm90"]["id"])) is False
+    assert (
+        p.returncode == 0
+        and q.list_root(root) == []
+        and os.path.isdir(os.path.join(root, recs["sub_sm90"]["id"])) is False
+    )
     p = cli("clean", root, "--target", "90", "-y", "--purge")
     no_traceback(p)
     assert p.returncode == 0 and not os.path.lexists(deep)

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("cryptography", reason="keys need the [fleet] extra (cryptography)")
 
-from tests.helpers.fleet import jw, node_env  # noqa: E402
+from tests.helpers.fleet import jw, node_env
 
 
 @pytest.fixture
@@ -25,14 +25,18 @@ def _one_line(err: str) -> str:
 
 
 def _tree(top) -> list:
-    return sorted(os.path.relpath(os.path.join(d, n), top) for d, ds, fs in os.walk(top) for n in ds + fs)
+    return sorted(
+        os.path.relpath(os.path.join(d, n), top) for d, ds, fs in os.walk(top) for n in ds + fs
+    )
 
 
 def test_config_dir_naming_a_file(env, tmp_path):
     f = tmp_path / "cfg"
     f.write_text("not a directory")
     rc, _, err = jw(dict(env, JITWARDEN_CONFIG_DIR=str(f)), "keygen")
-    assert rc == 2 and f"{f} is not a directory" in _one_line(err) and "JITWARDEN_CONFIG_DIR" in err, err
+    assert (
+        rc == 2 and f"{f} is not a directory" in _one_line(err) and "JITWARDEN_CONFIG_DIR" in err
+    ), err
     assert f.read_text() == "not a directory"
 
 
@@ -55,9 +59,13 @@ def test_dotdot_is_resolved_as_the_kernel_does_never_collapsed(env, tmp_path, mo
     assert rc == 2 and "no such directory" in _one_line(err), err
     assert _tree(tmp_path) == before  # abspath would have made y/ here
     (tmp_path / "x" / "real").mkdir(parents=True)
-    rc, out, err = jw(env, "keygen", "-o", "x/real/../../y/k")  # resolvable up to the last '..': y is made
+    rc, out, err = jw(
+        env, "keygen", "-o", "x/real/../../y/k"
+    )  # resolvable up to the last '..': y is made
     assert rc == 0, err
-    assert (tmp_path / "y" / "k").is_file() and stat.S_IMODE((tmp_path / "y" / "k").stat().st_mode) == 0o600
+    assert (tmp_path / "y" / "k").is_file() and stat.S_IMODE(
+        (tmp_path / "y" / "k").stat().st_mode
+    ) == 0o600
     assert (tmp_path / "y" / "k.pub").is_file()
 
 

@@ -17,11 +17,10 @@ import tarfile
 
 import pytest
 
+from jitwarden.cli import render as out
 from tests.helpers import kernels
 from tests.helpers.maint import SRC, cli
 from tests.helpers.paths import DATA, DOCS
-
-from jitwarden.cli import render as out
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LONG_DIR = "a-directory-name-long-enough-that-no-root-label-fits-in-a-narrow-table"
@@ -30,7 +29,9 @@ LONG_DIR = "a-directory-name-long-enough-that-no-root-label-fits-in-a-narrow-tab
 def _run_pty():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("jw_docs_transcripts_narrow", os.path.join(DOCS, "transcripts.py"))
+    spec = importlib.util.spec_from_file_location(
+        "jw_docs_transcripts_narrow", os.path.join(DOCS, "transcripts.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.run_pty
@@ -64,11 +65,28 @@ def home(built_cache, tmp_path_factory):
     root = str(h / ".triton" / "cache")
     kernels.copy_cache(src, root)
     with tarfile.open(os.path.join(DATA, "h200_inductor_cache.tgz")) as t:
-        t.extractall(base / "h200", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")}
-    env.update(HOME=str(h), XDG_CACHE_HOME=str(h / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(base / "h200" / "ind"),
-               PYTHONPATH=SRC, TERM="xterm")
-    for k in ("TRITON_CACHE_DIR", "TRITON_HOME", "VLLM_CACHE_ROOT", "JITWARDEN_HOME", "CUDA_CACHE_PATH"):
+        t.extractall(
+            base / "h200", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {})
+        )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")
+    }
+    env.update(
+        HOME=str(h),
+        XDG_CACHE_HOME=str(h / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(base / "h200" / "ind"),
+        PYTHONPATH=SRC,
+        TERM="xterm",
+    )
+    for k in (
+        "TRITON_CACHE_DIR",
+        "TRITON_HOME",
+        "VLLM_CACHE_ROOT",
+        "JITWARDEN_HOME",
+        "CUDA_CACHE_PATH",
+    ):
         env.pop(k, None)
     digest = json.loads(cli("fingerprint", "--format", "json", env=env).stdout)["digest"]
     twice = [recs["add_sm90"]["id"], recs["sub_sm80"]["id"]]
@@ -101,10 +119,14 @@ def test_ls_keeps_ids_names_and_status_whole(home, cols):
     for e in entries:
         assert out.short_key(e["id"]) in words, e["id"]
         if e["name"]:
-            assert e["name"] in words, e["name"]  # whole somewhere (below its row when too long for the column)
+            assert e["name"] in words, e[
+                "name"
+            ]  # whole somewhere (below its row when too long for the column)
     for code in ("foreign-arch", "foreign-path", "ok"):
         assert code in words
-    assert not re.search(r"\b(foreign-a|foreign-p|mismatc|incomple)…", text), text  # status is never cut
+    assert not re.search(r"\b(foreign-a|foreign-p|mismatc|incomple)…", text), (
+        text
+    )  # status is never cut
 
 
 def test_ls_has_a_root_column_where_one_id_is_in_the_cache_and_a_partition(home):
@@ -116,8 +138,16 @@ def test_ls_has_a_root_column_where_one_id_is_in_the_cache_and_a_partition(home)
     assert any(re.search(r"\s~/\.triton/cache\s", r) for r in rows)
     assert any(f"@{digest[:12]}*" in r for r in rows), rows  # this environment's partition, marked
     # One root only: no ROOT column to spend width on.
-    rc, text = shown(["ls", "--target", "90", os.path.join(env["HOME"], ".triton", "cache", "jitwarden-v1", digest)],
-                     env, 80)
+    rc, text = shown(
+        [
+            "ls",
+            "--target",
+            "90",
+            os.path.join(env["HOME"], ".triton", "cache", "jitwarden-v1", digest),
+        ],
+        env,
+        80,
+    )
     assert rc == 0 and "ROOT" not in text.splitlines()[0]
 
 
@@ -154,7 +184,9 @@ def test_quarantine_ls_ids_are_never_split_and_roots_tell_them_apart(home, cols)
     env, recs, digest, other = home
     rc, text = shown(["quarantine", "ls"], env, cols)
     assert rc == 0, text
-    rows = [l for l in text.splitlines()[1:] if l and not l.startswith(" ") and "quarantined," not in l]
+    rows = [
+        l for l in text.splitlines()[1:] if l and not l.startswith(" ") and "quarantined," not in l
+    ]
     ids = [r.split()[0] for r in rows]
     # The same entry id quarantined from the root and from its partition: two rows, two roots.
     sub = recs["sub_sm80"]["id"][:12]
@@ -185,9 +217,22 @@ def test_restore_of_an_id_in_two_roots_lists_them_and_hints_root(home):
 
 
 def test_grid_moves_columns_below_the_row_and_never_cuts_ids_or_names():
-    g = out.Grid([out.Column("ID"), out.Column("NAME", spill=True, min=8), out.Column("TYPE", hide=1),
-                  out.Column("SIZE", right=True, hide=2), out.Column("STATUS")])
-    g.add("ABCDEFGHIJKL", "triton_per_fused__softmax_amax_mul_sub_0", "kernel", "101.9 KiB", "foreign-arch")
+    g = out.Grid(
+        [
+            out.Column("ID"),
+            out.Column("NAME", spill=True, min=8),
+            out.Column("TYPE", hide=1),
+            out.Column("SIZE", right=True, hide=2),
+            out.Column("STATUS"),
+        ]
+    )
+    g.add(
+        "ABCDEFGHIJKL",
+        "triton_per_fused__softmax_amax_mul_sub_0",
+        "kernel",
+        "101.9 KiB",
+        "foreign-arch",
+    )
     g.add("MNOPQRSTUVWX", "add", "kernel", "1 KiB", "ok")
     piped = g.plain(None).splitlines()
     assert len(piped) == 3 and piped[1].endswith("foreign-arch")

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from tests.helpers import kernels
-from tests.helpers.maint import cli, snapshot
-
 from jitwarden.ops import plans as cleanplan
 from jitwarden.store import partition
+from tests.helpers import kernels
+from tests.helpers.maint import cli, snapshot
 
 
 @pytest.fixture
@@ -60,10 +59,16 @@ def test_prune_least_recently_used_first_never_current(built_cache, env):
     left = sorted(os.listdir(os.path.join(base, "jitwarden-v1")))
     assert left == sorted([cur, "a" * 16])
     assert snapshot(partition.path_for(base, cur)) == keep_cur
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(partition.path_for(base, "a" * 16)) for f in fs)
+    size = sum(
+        os.path.getsize(os.path.join(d, f))
+        for d, _, fs in os.walk(partition.path_for(base, "a" * 16))
+        for f in fs
+    )
     p = cli("prune", "--max-size", "1k", "-y", "--keep-quarantined", env=env)
     assert p.returncode == 0, p.stderr
-    assert os.listdir(os.path.join(base, "jitwarden-v1")) == [cur]  # the current one stays even over the limit
+    assert os.listdir(os.path.join(base, "jitwarden-v1")) == [
+        cur
+    ]  # the current one stays even over the limit
     p = cli("quarantine", "ls", "--format", "json", "--root", base, env=env)
     (rec,) = json.loads(p.stdout)["quarantined"]
     assert rec["entry_id"] == f"jitwarden-v1/{'a' * 16}" and rec["bytes"] >= size - 4096
@@ -72,13 +77,16 @@ def test_prune_least_recently_used_first_never_current(built_cache, env):
 def test_busy_partition_is_kept():
     now = 1_000_000.0
     P = cleanplan.PartitionFacts
-    parts = [P("/b", "/b/x", "x", now - 9e6, 10, False, now - 5), P("/b", "/b/y", "y", now - 9e6, 10, False, now - 9e6),
-             P("/b", "/b/c", "c", now - 9e9, 10, True, now - 9e9)]
+    parts = [
+        P("/b", "/b/x", "x", now - 9e6, 10, False, now - 5),
+        P("/b", "/b/y", "y", now - 9e6, 10, False, now - 9e6),
+        P("/b", "/b/c", "c", now - 9e9, 10, True, now - 9e9),
+    ]
     plan = cleanplan.plan_prune(parts, keep=1, now=now, busy_age=3600)
     assert [a.partition.digest for a in plan.actions] == ["y"]
 
 
-COMPILER = textwrap.dedent('''
+COMPILER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     import triton
@@ -96,7 +104,7 @@ COMPILER = textwrap.dedent('''
                            target=GPUTarget("cuda", arch, 32))
             n += 1
     print(n)
-''')
+""")
 
 
 def test_compiling_beside_clean_and_prune(built_cache, env, tmp_path):
@@ -117,13 +125,30 @@ def test_compiling_beside_clean_and_prune(built_cache, env, tmp_path):
     kdir.mkdir()
     (kdir / "jw_test_kernels.py").write_text(kernels.KERNEL_SOURCE)
     cenv = dict(env, TRITON_CACHE_DIR=live, JW_KERNEL_DIR=str(kdir), JW_SECONDS="25")
-    comp = subprocess.Popen([sys.executable, "-c", COMPILER], env=cenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    comp = subprocess.Popen(
+        [sys.executable, "-c", COMPILER],
+        env=cenv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         results = []
         for _ in range(3):
             results.append(cli("clean", live, "--target", "90", "-y", env=env))
-            results.append(cli("clean", live, "--target", "90", "-y", "--stale", "--orphans", "--purge", env=env))
+            results.append(
+                cli(
+                    "clean",
+                    live,
+                    "--target",
+                    "90",
+                    "-y",
+                    "--stale",
+                    "--orphans",
+                    "--purge",
+                    env=env,
+                )
+            )
             results.append(cli("prune", "--keep-last", "1", "-y", env=env))
         for r in results:
             assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
@@ -133,4 +158,6 @@ def test_compiling_beside_clean_and_prune(built_cache, env, tmp_path):
     assert int(out.strip()) > 0
     assert os.listdir(os.path.join(base, "jitwarden-v1")) == [cur]
     p = cli("verify", live, "--target", "90", env=env)
-    assert p.returncode == 0, p.stdout  # nothing at error level is left, and the compiler's entries are sound
+    assert p.returncode == 0, (
+        p.stdout
+    )  # nothing at error level is left, and the compiler's entries are sound

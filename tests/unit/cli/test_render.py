@@ -14,11 +14,10 @@ import sys
 
 import pytest
 
-from tests.helpers import kernels
-from tests.helpers.maint import SRC, cli
-
 from jitwarden import __version__
 from jitwarden.cli import render as out
+from tests.helpers import kernels
+from tests.helpers.maint import SRC, cli
 from tests.helpers.paths import DOCS
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -52,14 +51,26 @@ def damaged(built_cache, tmp_path_factory):
     recs = {m["label"]: m for m in manifest}
     root = str(home / ".triton" / "cache")
     kernels.copy_cache(src, root)
-    add, sub = os.path.join(root, recs["add_sm90"]["id"]), os.path.join(root, recs["sub_sm90"]["id"])
+    add, sub = (
+        os.path.join(root, recs["add_sm90"]["id"]),
+        os.path.join(root, recs["sub_sm90"]["id"]),
+    )
     shutil.copyfile(os.path.join(sub, "sub_kernel.cubin"), os.path.join(add, "add_kernel.cubin"))
     os.unlink(os.path.join(root, recs["matmul_sm90"]["id"], "matmul_kernel.ptx"))
     other = str(base / "elsewhere")
     kernels.copy_cache(root, other)
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM")}
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCHINDUCTOR_CACHE_DIR=str(base / "ind"),
-               PYTHONPATH=SRC, TERM="xterm-256color")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM")
+    }
+    env.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        TORCHINDUCTOR_CACHE_DIR=str(base / "ind"),
+        PYTHONPATH=SRC,
+        TERM="xterm-256color",
+    )
     for k in ("TRITON_CACHE_DIR", "TRITON_HOME", "VLLM_CACHE_ROOT", "JITWARDEN_HOME"):
         env.pop(k, None)
     assert cli("clean", other, "--target", "90", "-y", env=env).returncode == 0
@@ -101,7 +112,9 @@ def test_tables_at_80_columns_keep_ids_whole_and_details_on_their_own_line(damag
     row = next(l for l in plain.splitlines() if l.startswith(add_id))
     assert "add_kernel" in row and "mismatch" in row
     # The finding's words are on their own indented lines, not folded into an 11-column cell.
-    assert re.search(r"^    mismatch: add_kernel\.cubin does not define kernel add_kernel", plain, re.M)
+    assert re.search(
+        r"^    mismatch: add_kernel\.cubin does not define kernel add_kernel", plain, re.MULTILINE
+    )
     rc, text = run_pty(["doctor", "--target", "90"], env)
     plain = ANSI.sub("", text)
     header = next(l for l in plain.splitlines() if l.startswith("KIND"))
@@ -113,7 +126,11 @@ def test_quarantine_ls_ids_at_80_columns_are_distinct_and_restore_them(damaged, 
     env, root, other, recs = damaged
     rc, text = run_pty(["quarantine", "ls"], env)
     plain = ANSI.sub("", text)
-    ids = [l.split()[0] for l in plain.splitlines()[1:] if l and not l.startswith((" ", "2 quarantined"))]
+    ids = [
+        l.split()[0]
+        for l in plain.splitlines()[1:]
+        if l and not l.startswith((" ", "2 quarantined"))
+    ]
     ids = [i for i in ids if not i[0].isdigit() or "-" in i]
     assert ids and len(set(ids)) == len(ids) and all("…" not in i for i in ids)
     assert recs["add_sm90"]["id"][:12] in ids
@@ -124,8 +141,16 @@ def test_quarantine_ls_ids_at_80_columns_are_distinct_and_restore_them(damaged, 
     assert p.returncode == 0 and os.path.join(other, recs["add_sm90"]["id"]) in p.stderr
 
 
-@pytest.mark.parametrize("command", ["doctor --target 90", "verify --target 90", "fingerprint", "quarantine ls",
-                                     "clean --target 90 --dry-run"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "doctor --target 90",
+        "verify --target 90",
+        "fingerprint",
+        "quarantine ls",
+        "clean --target 90 --dry-run",
+    ],
+)
 def test_no_color_means_no_escape_sequence_at_all(damaged, command):
     env, *_ = damaged
     rc, text = run_pty(command.split(), dict(env, NO_COLOR="1"))
@@ -144,14 +169,18 @@ def test_piped_output_has_no_escapes_and_never_breaks_a_word(damaged):
     assert not any(l.startswith(("┃", "│", "┏", "└")) for l in p.stdout.splitlines())
     p = cli("verify", "--target", "90", "--long", env=env)
     assert "\x1b" not in p.stdout
-    assert any(l.split()[-1].startswith(root + "/") for l in p.stdout.splitlines())  # --long: full paths, uncut, last
+    assert any(
+        l.split()[-1].startswith(root + "/") for l in p.stdout.splitlines()
+    )  # --long: full paths, uncut, last
 
 
 def test_names_are_escaped_at_the_cell_boundary():
     g = out.Grid([out.Column("ID"), out.Column("WHY", flex=True)])
     g.add("evil[/bold]", "a\x1b[31mred\nline", details=["tab\there [bold]x[/bold]"])
     text = g.plain(None)
-    assert "evil[/bold]" in text and "\\x1b[31mred\\nline" in text and "\\there [bold]x[/bold]" in text
+    assert (
+        "evil[/bold]" in text and "\\x1b[31mred\\nline" in text and "\\there [bold]x[/bold]" in text
+    )
     assert "\x1b" not in text and "\n" not in text.split("\n", 1)[1].split("\n")[0]
     # Through rich: markup in a name is printed as it is, never read as markup (no MarkupError, no styling).
     from rich.console import Console
@@ -176,8 +205,12 @@ def test_hostile_names_through_the_cli(damaged, tmp_path):
     md = entry / "add_kernel.json"
     md.write_text(md.read_text().replace('"name": "add_kernel"', '"name": "evil[/bold]"'))
     # The renamed kernel contradicts its cubin (mismatch, an error): exit 1 where it is judged, 0 where listed or planned.
-    for args, want in ((["ls", str(root), "--target", "90"], 0), (["verify", "--all", str(root), "--target", "90"], 1),
-                       (["doctor", str(root), "--target", "90"], 1), (["clean", str(root), "--target", "90", "--dry-run"], 0)):
+    for args, want in (
+        (["ls", str(root), "--target", "90"], 0),
+        (["verify", "--all", str(root), "--target", "90"], 1),
+        (["doctor", str(root), "--target", "90"], 1),
+        (["clean", str(root), "--target", "90", "--dry-run"], 0),
+    ):
         rc, text = run_pty(args, dict(env, NO_COLOR="1"))
         assert rc == want, text
         assert "internal error" not in text and "Traceback" not in text
@@ -189,7 +222,13 @@ def test_hostile_names_through_the_cli(damaged, tmp_path):
 
 
 def test_grid_cuts_only_flex_columns_and_wraps_the_last():
-    g = out.Grid([out.Column("ID"), out.Column("NAME", flex=True, min=6), out.Column("VALUE", wrap=True, min=10)])
+    g = out.Grid(
+        [
+            out.Column("ID"),
+            out.Column("NAME", flex=True, min=6),
+            out.Column("VALUE", wrap=True, min=10),
+        ]
+    )
     g.add("ABCDEFGHIJKL", "a_rather_long_kernel_name_indeed", "word " * 30)
     lines = g.plain(60).splitlines()
     assert all(len(l) <= 60 for l in lines)
@@ -223,8 +262,13 @@ def test_the_format_is_chosen_once_and_builds_only_its_own_view(capsys):
     doc = json.loads(capsys.readouterr().out)
     # The envelope's schema is never overridden by a body's: the body's is renamed <verb>_schema.
     assert list(doc) == ["schema", "tool", "command", "answer", "demo_schema"]
-    assert doc == {"schema": 2, "tool": {"name": "jitwarden", "version": __version__}, "command": "demo", "answer": 42,
-                   "demo_schema": 1}
+    assert doc == {
+        "schema": 2,
+        "tool": {"name": "jitwarden", "version": __version__},
+        "command": "demo",
+        "answer": 42,
+        "demo_schema": 1,
+    }
     # A command without --format prints tables.
     assert isinstance(out.output_format(argparse.Namespace()), out.TableFormat)
 
@@ -246,13 +290,28 @@ def test_a_table_too_wide_to_cut_folds_its_cells_and_still_fits():
     """Eight whole columns (the canary's) cannot be cut to 40 columns: the cells fold onto more lines instead."""
     from rich.console import Console
 
-    g = out.Grid([out.Column("KERNEL"), out.Column("DTYPE"), out.Column("MAX ABS ERR", right=True),
-                  out.Column("STATUS"), out.Column("DETAILS", wrap=True)])
-    g.add("atomic-hist", "float8_e4m3", "2.1e+06", ("FAIL", "bold red"), "pass 2 (cache): [bold]out[/bold] of tolerance")
+    g = out.Grid(
+        [
+            out.Column("KERNEL"),
+            out.Column("DTYPE"),
+            out.Column("MAX ABS ERR", right=True),
+            out.Column("STATUS"),
+            out.Column("DETAILS", wrap=True),
+        ]
+    )
+    g.add(
+        "atomic-hist",
+        "float8_e4m3",
+        "2.1e+06",
+        ("FAIL", "bold red"),
+        "pass 2 (cache): [bold]out[/bold] of tolerance",
+    )
     assert not g.fits(40) and g.fits(None) and g.fits(200)
     con = Console(record=True, width=40, color_system=None, force_terminal=True)
     con.print(g)
     shown = con.export_text()
     assert all(len(line) <= 40 for line in shown.splitlines()), shown
     assert "[bold]" in "".join(shown.split())  # folded, never read as markup
-    assert g.plain(None).splitlines()[1].startswith("atomic-hist  float8_e4m3")  # piped: one line per row
+    assert (
+        g.plain(None).splitlines()[1].startswith("atomic-hist  float8_e4m3")
+    )  # piped: one line per row

@@ -35,7 +35,9 @@ def home_with_damage(built_cache, tmp_path):
 @pytest.mark.parametrize("where", [".triton", ""])
 def test_a_parent_of_roots_is_searched_and_the_damage_beneath_it_found(home_with_damage, where):
     home, bad = home_with_damage
-    p = cli("verify", "--target", "90", "--format", "json", os.path.join(home, where) if where else home)
+    p = cli(
+        "verify", "--target", "90", "--format", "json", os.path.join(home, where) if where else home
+    )
     assert p.returncode == 1, p.stderr
     doc = json.loads(p.stdout)
     assert [c["root"] for c in doc["caches"]] == [os.path.join(home, ".triton", "cache")]
@@ -50,8 +52,17 @@ def test_a_parent_of_roots_in_a_table_names_the_entry(home_with_damage):
     assert p.returncode == 1 and bad[:12] in p.stdout and "0 with errors" not in p.stdout
 
 
-@pytest.mark.parametrize("command", [["verify"], ["verify", "--target", "90"], ["ls"], ["clean", "--dry-run"],
-                                     ["clean", "-y"], ["doctor"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify"],
+        ["verify", "--target", "90"],
+        ["ls"],
+        ["clean", "--dry-run"],
+        ["clean", "-y"],
+        ["doctor"],
+    ],
+)
 @pytest.mark.parametrize("shape", ["plain", "empty"])
 def test_a_directory_with_no_cache_is_refused_in_one_line(tmp_path, command, shape):
     d = tmp_path / "photos"

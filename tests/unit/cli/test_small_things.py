@@ -57,11 +57,18 @@ def test_canary_prints_json_on_exit_2(isolated_env):
     p = cli("canary", "--format", "json")
     assert p.returncode == 2  # the CPU torch here: no CUDA GPU
     doc = json.loads(p.stdout)
-    assert doc["command"] == "canary" and doc["ok"] is False and doc["exit"] == 2 and "CUDA" in doc["error"]
+    assert (
+        doc["command"] == "canary"
+        and doc["ok"] is False
+        and doc["exit"] == 2
+        and "CUDA" in doc["error"]
+    )
     assert len(p.stderr.strip().splitlines()) == 1
     # Every command, the same way: a usage error under --format json is still one JSON document on stdout.
     p = cli("verify", "--target", "sm_999", "--format", "json")
-    assert p.returncode == 2 and json.loads(p.stdout)["error"].startswith("unknown GPU architecture")
+    assert p.returncode == 2 and json.loads(p.stdout)["error"].startswith(
+        "unknown GPU architecture"
+    )
 
 
 def test_development_doc_names_the_venv_ci_makes():
@@ -71,16 +78,22 @@ def test_development_doc_names_the_venv_ci_makes():
     named = re.findall(r"(\.venv[\w-]*)/bin/([\w-]+)", text)
     assert named
     for venv, tool in named:
-        assert venv in made, f"docs/development.md names {venv}/bin/{tool}; .ci/run makes {sorted(made)}"
+        assert venv in made, (
+            f"docs/development.md names {venv}/bin/{tool}; .ci/run makes {sorted(made)}"
+        )
         here = os.path.join(sys.prefix, "bin", tool)
         if os.path.basename(sys.prefix) == venv:  # the suite runs in that venv: the tool is there
             assert os.path.exists(here), here
 
 
 def test_bench_activate_reports_ratios_from_one_run_and_never_fails_on_load(isolated_env):
-    p = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "bench_activate.py"), "--runs", "3"],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "src")))
+    p = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "bench_activate.py"), "--runs", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "src")),
+    )
     assert p.returncode == 0, p.stderr
     assert "FAIL" not in p.stdout and "PASS" not in p.stdout
     assert re.search(r"warm memo .* = +\d+\.\d\dx python's start", p.stdout), p.stdout

@@ -26,8 +26,16 @@ def sealed_inductor(tmp_path_factory):
 
 
 def _pickles(cache: str, group: str) -> list[str]:
-    pattern = os.path.join(cache, "fxgraph", "*", "*", "*") if group == "fxgraph" else os.path.join(cache, group, "*", "*")
-    return sorted(p for p in glob.glob(pattern) if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+    pattern = (
+        os.path.join(cache, "fxgraph", "*", "*", "*")
+        if group == "fxgraph"
+        else os.path.join(cache, group, "*", "*")
+    )
+    return sorted(
+        p
+        for p in glob.glob(pattern)
+        if os.path.isfile(p) and not os.path.basename(p).startswith(".")
+    )
 
 
 def _flip(path: str) -> None:
@@ -45,7 +53,12 @@ def _verify(*args):
 
 
 def _codes(doc, needle: str) -> list[tuple[str, str]]:
-    return [(f["code"], f["message"]) for e in doc["entries"] if needle in e["id"] for f in e["findings"]]
+    return [
+        (f["code"], f["message"])
+        for e in doc["entries"]
+        if needle in e["id"]
+        for f in e["findings"]
+    ]
 
 
 @pytest.mark.parametrize("group", ["fxgraph", "aotautograd"])
@@ -59,7 +72,9 @@ def test_a_byte_flipped_in_a_sealed_pickle_is_found_by_verify(sealed_inductor, t
     rc, doc = _verify("--kind", "inductor", cache)
     assert rc == 1, doc["summary"]
     found = _codes(doc, os.path.basename(os.path.dirname(victim)))
-    assert ("corrupt", f"{os.path.basename(victim)} does not match its sealed sha256") in found, found
+    assert ("corrupt", f"{os.path.basename(victim)} does not match its sealed sha256") in found, (
+        found
+    )
 
 
 def test_a_sealed_pickle_in_vllm_s_inductor_cache_is_checked(sealed_inductor, tmp_path):
@@ -72,4 +87,7 @@ def test_a_sealed_pickle_in_vllm_s_inductor_cache_is_checked(sealed_inductor, tm
     _flip(victim)
     rc, doc = _verify("--kind", "vllm", str(root))
     assert rc == 1
-    assert any(c == "corrupt" and "sealed sha256" in m for c, m in _codes(doc, os.path.basename(os.path.dirname(victim))))
+    assert any(
+        c == "corrupt" and "sealed sha256" in m
+        for c, m in _codes(doc, os.path.basename(os.path.dirname(victim)))
+    )

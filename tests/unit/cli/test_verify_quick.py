@@ -12,9 +12,8 @@ import time
 import pytest
 
 from jitwarden.cli.main import main
-
-from tests.helpers.cli import jw as run_cli
 from tests.helpers import kernels
+from tests.helpers.cli import jw as run_cli
 
 
 def run_json(capsys, *args) -> tuple[int, dict]:
@@ -87,7 +86,9 @@ def test_truncated_cubin_is_corrupt(cache, capsys):
     assert doc["summary"]["errors"] == 1
 
 
-@pytest.mark.parametrize("garbage", [b"\x00\xff\xfe garbage", b"", b"[1, 2, 3]", b'{"name": "add_kernel"'])
+@pytest.mark.parametrize(
+    "garbage", [b"\x00\xff\xfe garbage", b"", b"[1, 2, 3]", b'{"name": "add_kernel"']
+)
 def test_damaged_metadata_is_corrupt(cache, capsys, garbage):
     root, recs = cache
     rec = recs["add_sm90"]
@@ -218,8 +219,12 @@ def test_other_triton_version_is_stale(cache, capsys):
 
 def test_old_tmp_dir_is_orphan_and_fresh_one_is_not(cache, capsys):
     root, recs = cache
-    old = os.path.join(recs["add_sm90"]["path"], "tmp.pid_4242_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab")
-    new = os.path.join(recs["sub_sm90"]["path"], "tmp.pid_4243_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab")
+    old = os.path.join(
+        recs["add_sm90"]["path"], "tmp.pid_4242_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab"
+    )
+    new = os.path.join(
+        recs["sub_sm90"]["path"], "tmp.pid_4243_0c4f6a7e-aaaa-bbbb-cccc-1234567890ab"
+    )
     os.makedirs(old)
     os.makedirs(new)
     t = time.time() - 7200
@@ -259,7 +264,7 @@ def test_seal_checksum_mismatch_is_corrupt(cache, capsys):
 
     root, recs = cache
     rec = recs["add_sm90"]
-    names = [n for n in os.listdir(rec["path"])]
+    names = list(os.listdir(rec["path"]))
     seal.write(rec["path"], seal.compute(rec["path"], names))
     rc, doc = run_json(capsys, root, "--target", "90")
     assert findings_by_id(doc)[rec["id"]] == []
@@ -339,8 +344,14 @@ def cli(*args, user=None, env=None):
         (["verify", "--format", "xml"], "invalid choice"),
         (["verify", "--rebuild", "--jobs", "0", "/nonexistent/cache"], "must be at least 1"),
         # Checked before the scan: a bad option is named even when the path is fine.
-        (["verify", "--rebuild", "--ptxas", "/nonexistent/ptxas", "/tmp"], "--ptxas /nonexistent/ptxas: no such file"),
-        (["verify", "--rebuild", "--ptxas", "/etc/hostname", "/nonexistent/cache"], "--ptxas /etc/hostname"),
+        (
+            ["verify", "--rebuild", "--ptxas", "/nonexistent/ptxas", "/tmp"],
+            "--ptxas /nonexistent/ptxas: no such file",
+        ),
+        (
+            ["verify", "--rebuild", "--ptxas", "/etc/hostname", "/nonexistent/cache"],
+            "--ptxas /etc/hostname",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2(args, needle):
@@ -360,7 +371,7 @@ def test_path_that_is_a_file(tmp_path):
 
 def as_nobody(argv) -> tuple[int, str, str]:
     """Run the CLI in a forked child that dropped root for uid 65534 (no exec: the interpreter stays loaded)."""
-    import jitwarden.cli.commands.verify  # noqa: F401 - imported before dropping privileges
+    import jitwarden.cli.commands.verify
     import jitwarden.env.fingerprint  # noqa: F401
 
     out_r, out_w = os.pipe()
@@ -432,7 +443,7 @@ def test_old_triton_temp_files_are_orphans(cache, capsys):
     assert findings_by_id(doc)[rec["id"]] == ["orphan"] and rc == 0
 
 
-@pytest.mark.parametrize("target", [[ "cuda", 90, 32], 90])
+@pytest.mark.parametrize("target", [["cuda", 90, 32], 90])
 def test_older_metadata_layouts(cache, capsys, target):
     root, recs = cache
     rec = recs["add_sm90"]
@@ -460,7 +471,9 @@ def test_amd_entry_is_foreign_not_corrupt(cache, capsys):
     json.dump(doc, open(grp, "w"))
     rc, out = run_json(capsys, root, "--target", "90")
     e = next(e for e in out["entries"] if e["id"] == rec["id"])
-    assert [f["code"] for f in e["findings"]] == ["foreign-arch"] and "hip gfx942" in e["findings"][0]["message"]
+    assert [f["code"] for f in e["findings"]] == ["foreign-arch"] and "hip gfx942" in e["findings"][
+        0
+    ]["message"]
 
 
 def test_metadata_without_a_target_is_unrecognised_not_corrupt(cache, capsys):
@@ -501,19 +514,30 @@ def test_an_entry_sealed_under_another_fingerprint_in_a_partition_is_a_mismatch(
 
     part = str(tmp_path / "cache" / "jitwarden-v1" / ("c" * 16))
     compile_jobs(part, guarded=True)
-    sealed = [n for n in entries(part) if os.path.exists(os.path.join(part, n, ".jitwarden-seal.json"))]
+    sealed = [
+        n for n in entries(part) if os.path.exists(os.path.join(part, n, ".jitwarden-seal.json"))
+    ]
     victim = sealed[0]
     path = os.path.join(part, victim)
     s = seal.read(path)
     assert s.fingerprint == "c" * 16  # what the guard sealed it under
     rc, doc = run_json(capsys, "--target", "90", part)
     assert rc == 0, findings_by_id(doc)
-    seal.write(path, seal.Seal(s.files, "a" * 16, s.producer, s.sealed_at), seal.newest_ctime(path, list(s.files)))
+    seal.write(
+        path,
+        seal.Seal(s.files, "a" * 16, s.producer, s.sealed_at),
+        seal.newest_ctime(path, list(s.files)),
+    )
     rc, doc = run_json(capsys, "--target", "90", part)
     assert rc == 1 and {k: v for k, v in findings_by_id(doc).items() if v} == {victim: ["mismatch"]}
     (e,) = [e for e in doc["entries"] if e["id"] == victim]
-    assert "sealed under fingerprint aaaaaaaaaaaaaaaa, this partition is cccccccccccccccc" in e["findings"][0]["message"]
+    assert (
+        "sealed under fingerprint aaaaaaaaaaaaaaaa, this partition is cccccccccccccccc"
+        in e["findings"][0]["message"]
+    )
     plain = str(tmp_path / "plain")
     shutil.copytree(part, plain, symlinks=True)
     rc, doc = run_json(capsys, "--target", "90", "--kind", "triton", plain)
-    assert "mismatch" not in findings_by_id(doc).get(victim, [])  # no partition: judged by no fingerprint
+    assert "mismatch" not in findings_by_id(doc).get(
+        victim, []
+    )  # no partition: judged by no fingerprint

@@ -20,6 +20,7 @@ from jitwarden.store.fsutil import Spill
 
 def damaged(root: str, recs: dict) -> None:
     """Findings of several codes and severities, in entries spread over the root's sorted names."""
+
     def f(label, ext):
         return os.path.join(recs[label]["path"], f"{recs[label]['name']}.{ext}")
 
@@ -44,6 +45,7 @@ def verify_json(capsys, monkeypatch, *args, streamed: bool, tty: bool = False) -
 
 def same(a: str, b: str) -> bool:
     """Whether two documents are the same bytes, ``elapsed_s`` aside (the one field that differs run to run)."""
+
     def blank(text):
         return re.sub(r'"elapsed_s": ?[0-9.eE+-]+', '"elapsed_s":_', text)
 
@@ -52,8 +54,12 @@ def same(a: str, b: str) -> bool:
 
 @pytest.mark.parametrize("pool", [False, True], ids=["one-process", "pool"])
 @pytest.mark.parametrize("tty", [False, True], ids=["compact", "indented"])
-@pytest.mark.parametrize("codes", [(), ("mismatch", "corrupt"), ("stale",)], ids=["all", "codes", "none-listed"])
-def test_streamed_json_is_the_whole_reports_byte_for_byte(cache, built_cache, capsys, monkeypatch, pool, tty, codes):
+@pytest.mark.parametrize(
+    "codes", [(), ("mismatch", "corrupt"), ("stale",)], ids=["all", "codes", "none-listed"]
+)
+def test_streamed_json_is_the_whole_reports_byte_for_byte(
+    cache, built_cache, capsys, monkeypatch, pool, tty, codes
+):
     root, recs = cache
     damaged(root, recs)
     if pool:  # several chunks in worker processes, merged in order
@@ -77,10 +83,17 @@ def test_streamed_json_is_the_whole_reports_byte_for_byte(cache, built_cache, ca
 
 def test_streamed_json_of_an_empty_root(tmp_path, capsys, monkeypatch):
     root = tmp_path / "triton"
-    (root / "jitwarden-quarantine").mkdir(parents=True)  # a Triton root by jitwarden's own evidence, no entry
+    (root / "jitwarden-quarantine").mkdir(
+        parents=True
+    )  # a Triton root by jitwarden's own evidence, no entry
     for tty in (False, True):
-        whole = verify_json(capsys, monkeypatch, str(root), "--target", "90", streamed=False, tty=tty)
-        assert same(verify_json(capsys, monkeypatch, str(root), "--target", "90", streamed=True, tty=tty), whole)
+        whole = verify_json(
+            capsys, monkeypatch, str(root), "--target", "90", streamed=False, tty=tty
+        )
+        assert same(
+            verify_json(capsys, monkeypatch, str(root), "--target", "90", streamed=True, tty=tty),
+            whole,
+        )
         assert json.loads(whole)["entries"] == []
 
 
@@ -101,10 +114,14 @@ def test_streamed_scan_hands_on_each_chunk_before_judging_the_next(cache, monkey
         got.extend(ids)
 
     judge = scan.make_judge(90)
-    report = scan.scan_streamed([(CacheRoot("triton", root, "cli"), None)], judge, scan.Target(90, "cli"), emit, sink)
+    report = scan.scan_streamed(
+        [(CacheRoot("triton", root, "cli"), None)], judge, scan.Target(90, "cli"), emit, sink
+    )
     whole = scan.scan([(CacheRoot("triton", root, "cli"), None)], judge, scan.Target(90, "cli"))
     assert got == [e.id for e in whole.entries]
-    assert events == [ev for n in [len(c) for c in _chunks(got, 2)] for ev in (("emit", n), ("sink", n))]
+    assert events == [
+        ev for n in [len(c) for c in _chunks(got, 2)] for ev in (("emit", n), ("sink", n))
+    ]
     assert report.summary() == whole.summary() and report.worst == whole.worst
     assert [c.to_json() for c in report.caches] == [c.to_json() for c in whole.caches]
 
@@ -142,18 +159,25 @@ def grown_tree(src_entry: str, dst: str, n: int) -> str:
     return dst
 
 
-def test_streamed_verify_holds_no_more_for_four_times_the_entries(cache, tmp_path, capsys, monkeypatch):
+def test_streamed_verify_holds_no_more_for_four_times_the_entries(
+    cache, tmp_path, capsys, monkeypatch
+):
     """Peak memory flat in the number of entries: what the process allocates at its peak grows by no more than
     the sorted entry names (~110 bytes an entry) from N to 4N entries; the whole report holds ~5 KB an entry."""
     import tracemalloc
 
     root, recs = cache
-    monkeypatch.setattr(scan, "PARALLEL_THRESHOLD", 10**9)  # this process judges every chunk: all of it is traced
+    monkeypatch.setattr(
+        scan, "PARALLEL_THRESHOLD", 10**9
+    )  # this process judges every chunk: all of it is traced
     monkeypatch.setattr(scan, "CHUNK", 50)  # at most one chunk of entries is alive at a time
     peaks = {}
     for n in (150, 600):
         tree = grown_tree(recs["add_sm90"]["path"], str(tmp_path / f"t{n}"), n)
-        with open(os.devnull, "w") as null, monkeypatch.context() as m:  # the printed document is not held either
+        with (
+            open(os.devnull, "w") as null,
+            monkeypatch.context() as m,
+        ):  # the printed document is not held either
             m.setattr(sys, "stdout", null)
             tracemalloc.start()
             try:
@@ -161,20 +185,32 @@ def test_streamed_verify_holds_no_more_for_four_times_the_entries(cache, tmp_pat
                 peaks[n] = tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()
-        assert json.loads(verify_json(capsys, monkeypatch, tree, "--target", "90", streamed=True))["summary"]["entries"] == n
+        assert (
+            json.loads(verify_json(capsys, monkeypatch, tree, "--target", "90", streamed=True))[
+                "summary"
+            ]["entries"]
+            == n
+        )
     assert peaks[600] - peaks[150] < 450 * 1000, peaks
 
 
-def test_a_pool_judges_the_entries_one_process_does_in_its_order(cache, built_cache, capsys, monkeypatch):
+def test_a_pool_judges_the_entries_one_process_does_in_its_order(
+    cache, built_cache, capsys, monkeypatch
+):
     """Chunks judged in worker processes, the last ones cut smaller so that no worker waits long for another,
     make the same document as one process judging them all: each entry under its own root, in order."""
     root, recs = cache
     damaged(root, recs)
     args = [root, built_cache[0], "--target", "90", "--all"]
-    monkeypatch.setattr(scan, "CHUNK", 5)  # several chunks per root, the last two cut in entries of one
+    monkeypatch.setattr(
+        scan, "CHUNK", 5
+    )  # several chunks per root, the last two cut in entries of one
     alone = verify_json(capsys, monkeypatch, *args, streamed=True)
     monkeypatch.setattr(scan, "PARALLEL_THRESHOLD", 1)
     pooled = verify_json(capsys, monkeypatch, *args, streamed=True)
     assert same(pooled, alone)
     doc = json.loads(pooled)
-    assert [c["entries"] for c in doc["caches"]] == [len(os.listdir(root)), len(os.listdir(built_cache[0]))]
+    assert [c["entries"] for c in doc["caches"]] == [
+        len(os.listdir(root)),
+        len(os.listdir(built_cache[0])),
+    ]

@@ -13,17 +13,18 @@ import sys
 
 import pytest
 
+from jitwarden.env import fingerprint as fpm
+from jitwarden.env import nvml, ptxas, torchinfo
+from jitwarden.env.nvml import Gpu
+from jitwarden.formats import elf
 from tests.helpers.cli import jw as run_cli
 from tests.helpers.paths import REPO as ROOT
 
-from jitwarden.env import fingerprint as fpm  # noqa: E402
-from jitwarden.env import nvml, ptxas, torchinfo  # noqa: E402
-from jitwarden.env.nvml import Gpu  # noqa: E402
-from jitwarden.formats import elf  # noqa: E402
-
 BUNDLED = ptxas.triton_bin_dir()
 REAL_PTXAS = os.path.join(BUNDLED, "ptxas") if BUNDLED else None
-needs_ptxas = pytest.mark.skipif(not REAL_PTXAS or not os.path.exists(REAL_PTXAS), reason="no Triton-bundled ptxas")
+needs_ptxas = pytest.mark.skipif(
+    not REAL_PTXAS or not os.path.exists(REAL_PTXAS), reason="no Triton-bundled ptxas"
+)
 
 
 def _nvml_loads() -> bool:
@@ -61,7 +62,10 @@ def _wrapper(tmp_path) -> str:
 
 
 def test_parse_version_and_can_target():
-    assert ptxas.parse_version("Cuda compilation tools, release 12.8, V12.8.93\nBuild x") == ("12.8", "V12.8.93")
+    assert ptxas.parse_version("Cuda compilation tools, release 12.8, V12.8.93\nBuild x") == (
+        "12.8",
+        "V12.8.93",
+    )
     assert ptxas.parse_version("garbage") == (None, None)
     info = ptxas.PtxasInfo("p", "p", "", "12.8", "V12.8.93", "0" * 64, 1)
     assert ptxas.can_target(info, 90) is True
@@ -128,9 +132,17 @@ def test_wrapper_with_same_version_changes_digest(tmp_path):
 # --- memo ---------------------------------------------------------------------------
 
 
-def _collect_in_subprocess(tmp_path, memo_path, code="print(json.dumps(f.collect(memo_path=m).to_json()))"):
+def _collect_in_subprocess(
+    tmp_path, memo_path, code="print(json.dumps(f.collect(memo_path=m).to_json()))"
+):
     prog = f"import json, jitwarden.env.fingerprint as f; m={memo_path!r}; {code}"
-    r = subprocess.run([sys.executable, "-c", prog], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", prog],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -150,8 +162,15 @@ def test_warm_collect_is_served_from_memo(tmp_path):
     assert cold["packages"] == warm["packages"]
 
 
-@pytest.mark.parametrize("garbage", ["{{{ not json", '{"schema": 1, "ptxas": {"k": "bad"}, "records": [1], "gpu": 3}',
-                                     '{"schema": 99}', "[]"])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "{{{ not json",
+        '{"schema": 1, "ptxas": {"k": "bad"}, "records": [1], "gpu": 3}',
+        '{"schema": 99}',
+        "[]",
+    ],
+)
 @needs_ptxas
 def test_garbage_memo_is_ignored_and_rewritten(tmp_path, garbage):
     memo_path = tmp_path / "fingerprint-memo.json"
@@ -159,7 +178,9 @@ def test_garbage_memo_is_ignored_and_rewritten(tmp_path, garbage):
     fp = fpm.collect(env=_env(tmp_path), memo_path=str(memo_path))
     assert fp.ptxas_for("triton") is not None
     data = json.loads(memo_path.read_text())
-    assert data["schema"] == 1 and any(isinstance(v, dict) and "sha256" in v for v in data["ptxas"].values())
+    assert data["schema"] == 1 and any(
+        isinstance(v, dict) and "sha256" in v for v in data["ptxas"].values()
+    )
 
 
 def test_unwritable_memo_never_raises(tmp_path):
@@ -186,8 +207,10 @@ DMA Size: \t 52 bits
 Bus Location: \t {bus}
 Device Minor: \t {minor}
 """
-VERSION = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  "
-           "(dvs-builder@U16-I3-B03-4-3)  Sun Jul 27 06:54:38 UTC 2025\nGCC version:  gcc version 13.3.0\n")
+VERSION = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Sun Jul 27 06:54:38 UTC 2025\nGCC version:  gcc version 13.3.0\n"
+)
 
 
 def _fake_proc(tmp_path) -> str:
@@ -203,7 +226,12 @@ def _fake_proc(tmp_path) -> str:
 
 def test_proc_parsing(tmp_path):
     assert nvml.parse_driver_version(VERSION) == "580.65.06"
-    assert nvml.parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar") == "550.54.15"
+    assert (
+        nvml.parse_driver_version(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar"
+        )
+        == "550.54.15"
+    )
     gpus, driver = nvml.read_proc(_fake_proc(tmp_path))
     assert driver == "580.65.06"
     assert [g.pci_bus_id for g in gpus] == ["0000:19:00.0", "0000:9a:00.0"]  # PCI order, like NVML
@@ -212,11 +240,17 @@ def test_proc_parsing(tmp_path):
 
 
 def test_visible_devices_filter():
-    gpus = (Gpu(0, "A", (9, 0), "GPU-aaaa", None), Gpu(1, "B", (9, 0), "GPU-bbbb", None), Gpu(2, "C", (9, 0), "GPU-cccc", None))
+    gpus = (
+        Gpu(0, "A", (9, 0), "GPU-aaaa", None),
+        Gpu(1, "B", (9, 0), "GPU-bbbb", None),
+        Gpu(2, "C", (9, 0), "GPU-cccc", None),
+    )
     assert nvml.filter_visible(gpus, None) == gpus
     assert [g.index for g in nvml.filter_visible(gpus, "2,0")] == [2, 0]
     assert [g.index for g in nvml.filter_visible(gpus, "GPU-bbbb")] == [1]
-    assert [g.index for g in nvml.filter_visible(gpus, "1,7,0")] == [1]  # CUDA stops at the first bad entry
+    assert [g.index for g in nvml.filter_visible(gpus, "1,7,0")] == [
+        1
+    ]  # CUDA stops at the first bad entry
     assert nvml.filter_visible(gpus, "") == ()
     assert nvml.filter_visible(gpus, "-1") == ()
     assert nvml.filter_visible(gpus, "MIG-1234") == gpus
@@ -229,7 +263,9 @@ def test_no_nvml_falls_back_to_proc_then_none(tmp_path):
     assert source == "proc" and driver == "580.65.06" and cuda is None
     assert [g.uuid for g in gpus] == ["GPU-bbbb-2"]
     assert nvml.query(proc_root=str(tmp_path / "none"), env={}) == ("none", (), None, None)
-    fp = fpm.collect(env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=str(tmp_path / "none"))
+    fp = fpm.collect(
+        env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=str(tmp_path / "none")
+    )
     assert fp.gpu_source == "none" and fp.gpus == () and fp.device_archs() == ()
     assert fp.headline().startswith("no GPU visible (nvml:")
     fp2 = fpm.collect(env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=root)
@@ -244,13 +280,32 @@ def test_no_nvml_falls_back_to_proc_then_none(tmp_path):
 
 def _fp(**kw):
     base = fpm.Fingerprint(
-        gpu_source="nvml", gpus=(Gpu(0, "NVIDIA H200", (9, 0), "GPU-x", "0000:19:00.0"),),
-        driver_version="580.65.06", cuda_driver_version="13.0",
-        ptxas=(("triton", ptxas.PtxasInfo("/p", "/p", "release 12.8, V12.8.93", "12.8", "V12.8.93", "ab" * 32, 1)),),
-        packages=(fpm.Package("torch", "torch", "2.11.0+cu130", "cd" * 32, "13.0", "abc", ("sm_90", "sm_100")),
-                  fpm.Package("triton", "triton", "3.6.0", "ef" * 32)),
-        python=(("abiflags", ""), ("cache_tag", "cpython-311"), ("implementation", "cpython"), ("minor", "3.11"),
-                ("soabi", "cpython-311-x86_64-linux-gnu"), ("version", "3.11.7")),
+        gpu_source="nvml",
+        gpus=(Gpu(0, "NVIDIA H200", (9, 0), "GPU-x", "0000:19:00.0"),),
+        driver_version="580.65.06",
+        cuda_driver_version="13.0",
+        ptxas=(
+            (
+                "triton",
+                ptxas.PtxasInfo(
+                    "/p", "/p", "release 12.8, V12.8.93", "12.8", "V12.8.93", "ab" * 32, 1
+                ),
+            ),
+        ),
+        packages=(
+            fpm.Package(
+                "torch", "torch", "2.11.0+cu130", "cd" * 32, "13.0", "abc", ("sm_90", "sm_100")
+            ),
+            fpm.Package("triton", "triton", "3.6.0", "ef" * 32),
+        ),
+        python=(
+            ("abiflags", ""),
+            ("cache_tag", "cpython-311"),
+            ("implementation", "cpython"),
+            ("minor", "3.11"),
+            ("soabi", "cpython-311-x86_64-linux-gnu"),
+            ("version", "3.11.7"),
+        ),
         platform=(("libc", "glibc 2.36"), ("machine", "x86_64"), ("system", "Linux")),
         env=(),
     )
@@ -264,31 +319,49 @@ def test_json_round_trip_and_garbage():
     for bad in (None, [], {"schema": 1}, {"schema": 2}, {**a.to_json(), "gpu": {"devices": "x"}}):
         with pytest.raises(ValueError, match="fingerprint"):
             fpm.Fingerprint.from_json(bad)
-    assert a.headline().startswith("sm_90 NVIDIA H200 · driver 580.65.06 · torch 2.11.0+cu130 · triton 3.6.0 · ptxas 12.8 · fp ")
+    assert a.headline().startswith(
+        "sm_90 NVIDIA H200 · driver 580.65.06 · torch 2.11.0+cu130 · triton 3.6.0 · ptxas 12.8 · fp "
+    )
 
 
 def test_digest_ignores_volatile_facts_and_diff_explains():
     a = _fp()
     same = _fp(gpus=(Gpu(3, "NVIDIA H200", (9, 0), "GPU-other", "0000:9a:00.0"),) * 2)
     assert same.digest == a.digest and fpm.diff(a, same) == []
-    moved = _fp(ptxas=(("triton", dataclasses.replace(a.ptxas[0][1], path="/elsewhere", realpath="/elsewhere")),))
+    moved = _fp(
+        ptxas=(
+            (
+                "triton",
+                dataclasses.replace(a.ptxas[0][1], path="/elsewhere", realpath="/elsewhere"),
+            ),
+        )
+    )
     assert moved.digest == a.digest
-    b = _fp(gpus=(Gpu(0, "NVIDIA GB10", (12, 1), None, None),), env=(("TRITON_DISABLE_LINE_INFO", "1"),),
-            python=tuple((k, "cpython-312" if k == "cache_tag" else v) for k, v in a.python))
+    b = _fp(
+        gpus=(Gpu(0, "NVIDIA GB10", (12, 1), None, None),),
+        env=(("TRITON_DISABLE_LINE_INFO", "1"),),
+        python=tuple((k, "cpython-312" if k == "cache_tag" else v) for k, v in a.python),
+    )
     assert b.digest != a.digest
     changes = {c.component: c for c in fpm.diff(a, b)}
     assert "exact compute capability" in changes["gpu.capability"].why
     assert changes["gpu.capability"].new == "sm_121"
     assert changes["env:TRITON_DISABLE_LINE_INFO"].old == "(none)"
     assert "ABI" in changes["python.cache_tag"].why
-    c = _fp(packages=(fpm.Package("torch", "torch", "2.11.0+cu130", "cd" * 32, "13.0", "abc", ("sm_80",)),))
+    c = _fp(
+        packages=(
+            fpm.Package("torch", "torch", "2.11.0+cu130", "cd" * 32, "13.0", "abc", ("sm_80",)),
+        )
+    )
     changes = {x.component: x for x in fpm.diff(a, c)}
     assert "lacks the GPU's sm_90" in changes["package:torch.arch_list"].why
     assert "package:triton" in changes
     assert any("sm_90" in w for w in c.warnings())
     assert a.warnings() == []
-    old_ptxas = _fp(gpus=(Gpu(0, "NVIDIA GB10", (12, 1), None, None),),
-                    ptxas=(("triton-blackwell", dataclasses.replace(a.ptxas[0][1], path="/bw")),))
+    old_ptxas = _fp(
+        gpus=(Gpu(0, "NVIDIA GB10", (12, 1), None, None),),
+        ptxas=(("triton-blackwell", dataclasses.replace(a.ptxas[0][1], path="/bw")),),
+    )
     assert any("cannot target sm_121" in w for w in old_ptxas.warnings())
 
 
@@ -301,8 +374,11 @@ def test_ptxas_warning_follows_the_installed_triton_release():
     gb10 = (Gpu(0, "NVIDIA GB10", (12, 1), None, None),)
 
     def fp(triton, gpus, role):
-        return _fp(gpus=gpus, ptxas=((role, a.ptxas[0][1] if role == "triton" and gpus == gb10 else old),),
-                   packages=(torch, fpm.Package("triton", "triton", triton, "ef" * 32)))
+        return _fp(
+            gpus=gpus,
+            ptxas=((role, a.ptxas[0][1] if role == "triton" and gpus == gb10 else old),),
+            packages=(torch, fpm.Package("triton", "triton", triton, "ef" * 32)),
+        )
 
     def warns(f):
         return [w for w in f.warnings() if "cannot target" in w]
@@ -310,7 +386,10 @@ def test_ptxas_warning_follows_the_installed_triton_release():
     assert any("ptxas[triton]" in w and "sm_121" in w for w in warns(fp("3.4.0", gb10, "triton")))
     assert warns(fp("3.6.0", gb10, "triton")) == []  # 3.6 runs ptxas-blackwell there
     h200 = a.gpus
-    assert any("ptxas[triton-blackwell]" in w and "sm_90" in w for w in warns(fp("3.9.0", h200, "triton-blackwell")))
+    assert any(
+        "ptxas[triton-blackwell]" in w and "sm_90" in w
+        for w in warns(fp("3.9.0", h200, "triton-blackwell"))
+    )
     assert warns(fp("3.6.0", h200, "triton-blackwell")) == []  # 3.6 runs ptxas for sm_90
 
 
@@ -318,13 +397,19 @@ def test_ptxas_warning_follows_the_installed_triton_release():
 
 
 def test_parse_torch_version_py():
-    text = ("__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\n"
-            "git_version = 'deadbeef'\nhip: Optional[str] = None\n")
+    text = (
+        "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\n"
+        "git_version = 'deadbeef'\nhip: Optional[str] = None\n"
+    )
     v = torchinfo.parse_version_py(text)
     assert v["cuda"] == "13.0" and v["git_version"] == "deadbeef" and v["hip"] is None
     assert torchinfo.parse_version_py("cuda = None\n")["cuda"] is None
     assert torchinfo.parse_version_py('cuda = "12.8"\n')["cuda"] == "12.8"
-    assert torchinfo.normalize_arches(["sm_90a", "compute_90", "sm_100", "sm_90", "junk"]) == ("compute_90", "sm_90", "sm_100")
+    assert torchinfo.normalize_arches(["sm_90a", "compute_90", "sm_100", "sm_90", "junk"]) == (
+        "compute_90",
+        "sm_90",
+        "sm_100",
+    )
 
 
 def _elf_with_section(name: bytes, content: bytes) -> bytes:
@@ -338,7 +423,11 @@ def _elf_with_section(name: bytes, content: bytes) -> bytes:
     body = ehdr + content + shstr
     body += b"\0" * (sh_off - len(body))
     sh = lambda n, t, off, size: struct.pack("<IIQQQQIIQQ", n, t, 0, 0, off, size, 0, 0, 8, 0)  # noqa: E731
-    body += sh(0, 0, 0, 0) + sh(1, 1, data_off, len(content)) + sh(1 + len(name) + 1, 3, str_off, len(shstr))
+    body += (
+        sh(0, 0, 0, 0)
+        + sh(1, 1, data_off, len(content))
+        + sh(1 + len(name) + 1, 3, str_off, len(shstr))
+    )
     return body
 
 
@@ -349,7 +438,14 @@ def test_arch_flags_from_rodata_of_synthetic_elf(tmp_path):
     lib = tmp_path / "libtorch_python.so"
     lib.write_bytes(_elf_with_section(b".rodata", FLAGS_RODATA))
     # The whole flags string, not a lone token nor a token run inside another sentence.
-    assert torchinfo.arch_flags(str(lib)) == ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+    assert torchinfo.arch_flags(str(lib)) == (
+        "sm_75",
+        "sm_80",
+        "sm_86",
+        "sm_90",
+        "sm_100",
+        "sm_120",
+    )
     with open(lib, "rb") as f:
         assert set(elf.file_sections(f)) == {".rodata", ".shstrtab"}
     other = tmp_path / "libother.so"
@@ -366,10 +462,15 @@ def test_arch_flags_from_rodata_of_synthetic_elf(tmp_path):
 def test_arch_flags_from_a_compiled_library(tmp_path):
     # How torch embeds it: C10_STRINGIZE(CUDA_ARCH_FLAGS) becomes a string literal in .rodata.
     src = tmp_path / "m.c"
-    src.write_text('#define S(x) #x\n#define STR(x) S(x)\nconst char *arch_flags(void) { return STR(FLAGS); }\n'
-                   'const char *other(void) { return "compute sm_90 is great"; }\n')
+    src.write_text(
+        "#define S(x) #x\n#define STR(x) S(x)\nconst char *arch_flags(void) { return STR(FLAGS); }\n"
+        'const char *other(void) { return "compute sm_90 is great"; }\n'
+    )
     lib = tmp_path / "libtorch_python.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", '-DFLAGS=sm_80 sm_90 sm_120', "-o", str(lib), str(src)], check=True)
+    subprocess.run(
+        ["cc", "-O2", "-shared", "-fPIC", "-DFLAGS=sm_80 sm_90 sm_120", "-o", str(lib), str(src)],
+        check=True,
+    )
     assert torchinfo.arch_flags(str(lib)) == ("sm_80", "sm_90", "sm_120")
 
 
@@ -377,14 +478,26 @@ def test_arch_flags_from_a_compiled_library(tmp_path):
 
 
 def _cli(tmp_path, *args, **env):
-    return run_cli("fingerprint", *args, cwd=str(tmp_path), env=_env(tmp_path, COLUMNS="250", **env), timeout=120, src=None)
+    return run_cli(
+        "fingerprint",
+        *args,
+        cwd=str(tmp_path),
+        env=_env(tmp_path, COLUMNS="250", **env),
+        timeout=120,
+        src=None,
+    )
 
 
 def test_cli_json_and_diff(tmp_path):
     r = _cli(tmp_path, "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema"] == 2 and doc["fingerprint_schema"] == 1 and doc["tool"]["name"] == "jitwarden" and len(doc["digest"]) == 16
+    assert (
+        doc["schema"] == 2
+        and doc["fingerprint_schema"] == 1
+        and doc["tool"]["name"] == "jitwarden"
+        and len(doc["digest"]) == 16
+    )
     saved = tmp_path / "a.json"
     saved.write_text(r.stdout)
     same = _cli(tmp_path, "--diff", str(saved))
@@ -392,9 +505,19 @@ def test_cli_json_and_diff(tmp_path):
     changed = _cli(tmp_path, "--diff", str(saved), TRITON_DISABLE_LINE_INFO="1")
     assert changed.returncode == 1, changed.stderr
     assert "env:TRITON_DISABLE_LINE_INFO" in changed.stdout
-    as_json = _cli(tmp_path, "--diff", str(saved), "--format", "json", "--no-memo", TRITON_DISABLE_LINE_INFO="1")
+    as_json = _cli(
+        tmp_path,
+        "--diff",
+        str(saved),
+        "--format",
+        "json",
+        "--no-memo",
+        TRITON_DISABLE_LINE_INFO="1",
+    )
     assert as_json.returncode == 1
-    assert [c["component"] for c in json.loads(as_json.stdout)["changes"]] == ["env:TRITON_DISABLE_LINE_INFO"]
+    assert [c["component"] for c in json.loads(as_json.stdout)["changes"]] == [
+        "env:TRITON_DISABLE_LINE_INFO"
+    ]
 
 
 def test_cli_table_without_gpu(tmp_path):
@@ -417,10 +540,18 @@ def test_cli_diff_bad_file_is_usage_error(tmp_path, content):
 
 
 def test_activation_path_stays_stdlib_only(tmp_path):
-    prog = ("import sys, jitwarden.env.fingerprint as f; fp = f.collect(); fp.headline(); fp.to_json(); "
-            "bad = [m for m in ('torch', 'triton', 'rich', 'numpy') if m in sys.modules]; "
-            "assert not bad, bad; print('ok')")
-    r = subprocess.run([sys.executable, "-c", prog], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    prog = (
+        "import sys, jitwarden.env.fingerprint as f; fp = f.collect(); fp.headline(); fp.to_json(); "
+        "bad = [m for m in ('torch', 'triton', 'rich', 'numpy') if m in sys.modules]; "
+        "assert not bad, bad; print('ok')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", prog],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
@@ -431,10 +562,15 @@ def _fake_torch_site(tmp_path) -> str:
     pkg = site / "torch"
     (pkg / "lib").mkdir(parents=True)
     (pkg / "bin").mkdir()
-    (pkg / "__init__.py").write_text("raise RuntimeError('torch must not be imported by the fingerprint')\n")
-    (pkg / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
-                                    "git_version = '0123abcd'\n")
-    (pkg / "lib" / "libtorch_python.so").write_bytes(_elf_with_section(b".rodata", b"\0sm_80 sm_90a compute_90\0"))
+    (pkg / "__init__.py").write_text(
+        "raise RuntimeError('torch must not be imported by the fingerprint')\n"
+    )
+    (pkg / "version.py").write_text(
+        "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\ngit_version = '0123abcd'\n"
+    )
+    (pkg / "lib" / "libtorch_python.so").write_bytes(
+        _elf_with_section(b".rodata", b"\0sm_80 sm_90a compute_90\0")
+    )
     shutil.copy(_wrapper(tmp_path), pkg / "bin" / "ptxas")
     dist = site / "torch-2.11.0+cu130.dist-info"
     dist.mkdir()
@@ -446,21 +582,31 @@ def _fake_torch_site(tmp_path) -> str:
 @needs_ptxas
 def test_fake_torch_is_read_without_import(tmp_path):
     site = _fake_torch_site(tmp_path)
-    prog = ("import json, sys, jitwarden.env.fingerprint as f; fp = f.collect(); "
-            "assert 'torch' not in sys.modules; print(json.dumps(fp.to_json()))")
+    prog = (
+        "import json, sys, jitwarden.env.fingerprint as f; fp = f.collect(); "
+        "assert 'torch' not in sys.modules; print(json.dumps(fp.to_json()))"
+    )
     env = _env(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), site])
-    r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     torch = next(p for p in doc["packages"] if p["name"] == "torch")
-    assert torch["version"] == "2.11.0+cu130" and torch["cuda"] == "13.0" and torch["git_version"] == "0123abcd"
+    assert (
+        torch["version"] == "2.11.0+cu130"
+        and torch["cuda"] == "13.0"
+        and torch["git_version"] == "0123abcd"
+    )
     assert torch["arch_list"] == ["sm_80", "compute_90", "sm_90"]
     assert len(torch["identity"]) == 64
     roles = {p["role"]: p for p in doc["toolchain"]["ptxas"]}
     assert roles["inductor"]["path"] == os.path.join(site, "torch", "bin", "ptxas")
     # Inductor hands torch's ptxas to Triton only when the user did not choose one
     env["TRITON_PTXAS_PATH"] = REAL_PTXAS
-    r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert "inductor" not in {p["role"] for p in json.loads(r.stdout)["toolchain"]["ptxas"]}

@@ -14,9 +14,16 @@ import pytest
 
 from jitwarden.env import fingerprint
 
-H200 = {"jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2", "jax_cuda13_pjrt": "0.11.2",
-        "cupy_cuda13x": "14.2.0", "nvidia_cudnn_cu13": "9.19.0.56", "nvidia_cuda_nvrtc": "13.0.88",
-        "nvidia_cuda_runtime": "13.0.96"}
+H200 = {
+    "jax": "0.11.2",
+    "jaxlib": "0.11.2",
+    "jax_cuda13_plugin": "0.11.2",
+    "jax_cuda13_pjrt": "0.11.2",
+    "cupy_cuda13x": "14.2.0",
+    "nvidia_cudnn_cu13": "9.19.0.56",
+    "nvidia_cuda_nvrtc": "13.0.88",
+    "nvidia_cuda_runtime": "13.0.96",
+}
 
 
 def site(tmp_path, dists: dict, record: str = "x.py,sha256=abc,1\n") -> str:
@@ -37,16 +44,24 @@ def packages(monkeypatch, path: str) -> dict:
 def test_jax_and_cupy_builds_are_read(tmp_path, monkeypatch):
     got = packages(monkeypatch, site(tmp_path, H200))
     assert {k: v[:2] for k, v in got.items()} == {
-        "jax": ("jax", "0.11.2"), "jaxlib": ("jaxlib", "0.11.2"), "jax-cuda-plugin": ("jax_cuda13_plugin", "0.11.2"),
-        "jax-cuda-pjrt": ("jax_cuda13_pjrt", "0.11.2"), "cupy": ("cupy_cuda13x", "14.2.0"),
-        "cudnn": ("nvidia_cudnn_cu13", "9.19.0.56"), "cuda-nvrtc": ("nvidia_cuda_nvrtc", "13.0.88"),
-        "cuda-runtime": ("nvidia_cuda_runtime", "13.0.96")}
+        "jax": ("jax", "0.11.2"),
+        "jaxlib": ("jaxlib", "0.11.2"),
+        "jax-cuda-plugin": ("jax_cuda13_plugin", "0.11.2"),
+        "jax-cuda-pjrt": ("jax_cuda13_pjrt", "0.11.2"),
+        "cupy": ("cupy_cuda13x", "14.2.0"),
+        "cudnn": ("nvidia_cudnn_cu13", "9.19.0.56"),
+        "cuda-nvrtc": ("nvidia_cuda_nvrtc", "13.0.88"),
+        "cuda-runtime": ("nvidia_cuda_runtime", "13.0.96"),
+    }
     assert all(len(v[2]) == 64 for v in got.values())  # the RECORD's sha256: a rebuild is seen too
 
 
 def test_cuda_wheels_count_only_with_jax_or_cupy(tmp_path, monkeypatch):
     """torch installs the same NVIDIA wheels: without JAX or CuPy they stay out, and torch users' digest with them."""
-    got = packages(monkeypatch, site(tmp_path, {"nvidia_cudnn_cu13": "9.19.0.56", "nvidia_cuda_nvrtc": "13.0.88"}))
+    got = packages(
+        monkeypatch,
+        site(tmp_path, {"nvidia_cudnn_cu13": "9.19.0.56", "nvidia_cuda_nvrtc": "13.0.88"}),
+    )
     assert got == {}
 
 
@@ -59,11 +74,17 @@ def test_a_rebuild_under_the_same_version_is_another_package(tmp_path, monkeypat
     rebuilt.write_text(f"{dist}/core.so,sha256=def,2\n")
     c = packages(monkeypatch, str(tmp_path / "b" / "site"))
     name = "cupy" if dist.startswith("cupy") else "jaxlib"
-    assert c[name][2] != a[name][2] and {k: v for k, v in c.items() if k != name} == {k: v for k, v in a.items() if k != name}
+    assert c[name][2] != a[name][2] and {k: v for k, v in c.items() if k != name} == {
+        k: v for k, v in a.items() if k != name
+    }
 
 
 def test_a_warm_activation_notices_jax_or_cupy_arriving(tmp_path):
     """Activation's memo watches what the fingerprint read: the dist names it looks for and this module."""
-    deps = fingerprint.dependencies(env={"HOME": str(tmp_path)}, memo_path=str(tmp_path / "memo.json"))
-    assert {"jaxlib", "cupy_cuda13x", "nvidia_cudnn_cu13", "nvidia_cuda_nvrtc"} <= set(deps["names"])
+    deps = fingerprint.dependencies(
+        env={"HOME": str(tmp_path)}, memo_path=str(tmp_path / "memo.json")
+    )
+    assert {"jaxlib", "cupy_cuda13x", "nvidia_cudnn_cu13", "nvidia_cuda_nvrtc"} <= set(
+        deps["names"]
+    )
     assert any(f.endswith(os.path.join("env", "jaxcupy.py")) for f in deps["files"])

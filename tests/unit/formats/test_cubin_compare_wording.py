@@ -22,12 +22,14 @@ def _real_cubin() -> bytes:
 
 def test_same_segment_count_names_the_field_that_differs():
     a = _real_cubin()
-    phoff, = struct.unpack_from("<Q", a, 32)
-    phnum, = struct.unpack_from("<H", a, 56)
+    (phoff,) = struct.unpack_from("<Q", a, 32)
+    (phnum,) = struct.unpack_from("<H", a, 56)
     assert phnum > 0
     b = bytearray(a)
-    flags, = struct.unpack_from("<I", b, phoff + 4)
-    struct.pack_into("<I", b, phoff + 4, flags ^ 0x4)  # the first segment's p_flags: another permission bit
+    (flags,) = struct.unpack_from("<I", b, phoff + 4)
+    struct.pack_into(
+        "<I", b, phoff + 4, flags ^ 0x4
+    )  # the first segment's p_flags: another permission bit
     text = " ".join(str(x) for x in cubin_compare.compare(a, bytes(b)).differences)
     assert f"same {phnum} segments; their flags differ" in text
     assert f"{phnum} vs {phnum}" not in text

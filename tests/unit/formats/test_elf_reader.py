@@ -3,11 +3,11 @@ section table agree on real cubins (Triton, built by ``triton.compile``) and a r
 
 from __future__ import annotations
 
+import _socket
 import glob
 import io
 import os
 
-import _socket
 import pytest
 
 from jitwarden.formats import elf
@@ -28,9 +28,13 @@ def cubins(built_cache):
 def test_head_agrees_with_whole_parse_on_real_cubins(cubins):
     for job, data in cubins:
         whole = elf.parse(data)
-        head = elf.parse_head(data[:elf.HEADER_SIZE], len(data))
+        head = elf.parse_head(data[: elf.HEADER_SIZE], len(data))
         assert head.problem is None
-        assert (head.machine, head.abi_version, head.flags) == (whole.machine, whole.abi_version, whole.flags)
+        assert (head.machine, head.abi_version, head.flags) == (
+            whole.machine,
+            whole.abi_version,
+            whole.flags,
+        )
         assert head.machine_name == whole.machine_name == "cuda"
         assert head.sm == elf.cubin_sm(whole) == job["arch"]
 
@@ -40,16 +44,23 @@ def test_truncated_cubin_has_the_same_reason_both_ways(cubins):
     cut = data[: len(data) // 2]
     with pytest.raises(elf.ElfError) as exc:
         elf.parse(cut)
-    head = elf.parse_head(cut[:elf.HEADER_SIZE], len(cut))
-    assert head.problem == str(exc.value) == f"section table ends past the file ({len(cut)} bytes): truncated"
+    head = elf.parse_head(cut[: elf.HEADER_SIZE], len(cut))
+    assert (
+        head.problem
+        == str(exc.value)
+        == f"section table ends past the file ({len(cut)} bytes): truncated"
+    )
     assert head.sm is None
 
 
-@pytest.mark.parametrize("data, why", [
-    (b"hello" * 20, "no ELF magic"),
-    (b"\x7fELF", "4 bytes is shorter than an ELF header"),
-    (b"\x7fELF\x01\x01" + bytes(58), "not a 64-bit little-endian ELF file"),
-])
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"hello" * 20, "no ELF magic"),
+        (b"\x7fELF", "4 bytes is shorter than an ELF header"),
+        (b"\x7fELF\x01\x01" + bytes(58), "not a 64-bit little-endian ELF file"),
+    ],
+)
 def test_not_elf64_has_the_same_reason_both_ways(data, why):
     with pytest.raises(elf.ElfError, match=why):
         elf.parse(data)
@@ -66,7 +77,10 @@ def test_seek_reader_agrees_with_whole_parse(cubins):
         host = f.read()
         assert elf.file_sections(f) == _table(elf.parse(host))
     assert ".text" in _table(elf.parse(host))
-    assert elf.parse_head(host[:elf.HEADER_SIZE], len(host)).machine_name == elf.parse(host).machine_name
+    assert (
+        elf.parse_head(host[: elf.HEADER_SIZE], len(host)).machine_name
+        == elf.parse(host).machine_name
+    )
     for _job, data in cubins:
         assert elf.file_sections(io.BytesIO(data)) == _table(elf.parse(data))
 

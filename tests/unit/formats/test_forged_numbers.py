@@ -35,8 +35,10 @@ def test_device_properties_with_forged_numbers_or_bytes_are_read_without_raising
 
 def test_versions_and_ninja_targets_of_5000_digits_are_unknown():
     assert vllm.vllm_release(f"{HUGE}.1.0") is None and vllm.vllm_release("0.34.0") == (0, 34)
-    facts = parse_ninja(f"cuda_cflags = -gencode=arch=compute_90,code=sm_{HUGE} -gencode=arch=compute_90,code=sm_90\n"
-                        f"nvcc_flags = --generate-code=arch=compute_90,code=[sm_{HUGE}]\n")
+    facts = parse_ninja(
+        f"cuda_cflags = -gencode=arch=compute_90,code=sm_{HUGE} -gencode=arch=compute_90,code=sm_90\n"
+        f"nvcc_flags = --generate-code=arch=compute_90,code=[sm_{HUGE}]\n"
+    )
     assert facts["sm"] == (90,)
 
 
@@ -51,16 +53,20 @@ def test_verify_over_a_forged_inductor_file_exits_cleanly(tmp_path, isolated_env
     (root / "ab").mkdir()
     (root / "ab" / "cabforged.py").write_text(
         "import triton\n@triton.jit\ndef k(x):\n    pass\ntriton_meta={'device': DeviceProperties(type='cuda', index=0, "
-        f"multi_processor_count=132, cc={HUGE}, major=9)}}\n")
+        f"multi_processor_count=132, cc={HUGE}, major=9)}}\n"
+    )
     rc = main(["verify", "--quick", "--format", "json", str(root)])
     doc = json.loads(capsys.readouterr().out)
     assert rc in (0, 1) and doc["summary"]["errors"] == 0
     (entry,) = [e for e in doc["entries"] if e["id"] == "ab/cabforged.py"]
-    assert [f["code"] for f in entry["findings"]] == ["unrecognised"]  # its GPU not read: said, not damage
+    assert [f["code"] for f in entry["findings"]] == [
+        "unrecognised"
+    ]  # its GPU not read: said, not damage
 
 
-def test_an_error_of_jitwarden_while_judging_one_entry_is_that_entrys_finding(built_cache, tmp_path, isolated_env,
-                                                                            capsys, monkeypatch):
+def test_an_error_of_jitwarden_while_judging_one_entry_is_that_entrys_finding(
+    built_cache, tmp_path, isolated_env, capsys, monkeypatch
+):
     """The net under every adapter: one entry whose judging raises (here forced) is reported, the rest judged."""
     from jitwarden.adapters import triton
     from tests.helpers import kernels
@@ -82,5 +88,7 @@ def test_an_error_of_jitwarden_while_judging_one_entry_is_that_entrys_finding(bu
     by_id = {e["id"]: e for e in doc["entries"]}
     assert len(by_id) == len(os.listdir(root))
     f = by_id[victim]["findings"]
-    assert [x["code"] for x in f] == ["unrecognised"] and "ValueError: a reader met bytes" in f[0]["message"]
+    assert [x["code"] for x in f] == ["unrecognised"] and "ValueError: a reader met bytes" in f[0][
+        "message"
+    ]
     assert any(e["findings"] == [] for e in doc["entries"])  # the others judged as ever

@@ -24,12 +24,12 @@ CASES = [
     '{"utf16": 1}'.encode("utf-16"),
     b'{"cut": [1, 2',
     b'{"ctl": "a\x01b"}',  # a raw control character: refused by both
-    b'\xff\xfe garbage',
-    b'',
-    b'[1, 2, 3]',
+    b"\xff\xfe garbage",
+    b"",
+    b"[1, 2, 3]",
     b'{"n": 1}   \n',
     b'{"n": 1} trailing',
-    b'{"deep": ' + b'[' * 70 + b']' * 70 + b'}',  # past MAX_DEPTH: refused before either parser
+    b'{"deep": ' + b"[" * 70 + b"]" * 70 + b"}",  # past MAX_DEPTH: refused before either parser
     b'{"\xed\xa0\x80": 1}',  # an encoded surrogate (invalid UTF-8): the stdlib's surrogatepass reads it
 ]
 

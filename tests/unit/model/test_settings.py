@@ -25,7 +25,10 @@ def _pending(rel: str) -> bool:
 def _docstrings(tree) -> set[int]:
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+        ):
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 out.add(id(first.value))
@@ -36,8 +39,14 @@ def literals(source: str) -> list[tuple[int, str]]:
     """(line, text) of every string constant that names a ``JITWARDEN_*`` variable, docstrings aside."""
     tree = ast.parse(source)
     docs = _docstrings(tree)
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and NAME.search(n.value)]
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and id(n) not in docs
+        and NAME.search(n.value)
+    ]
 
 
 def _sources():
@@ -45,18 +54,27 @@ def _sources():
         for f in sorted(files):
             if f.endswith(".py"):
                 path = os.path.join(top, f)
-                yield os.path.relpath(path, SRC).replace(os.sep, "/"), open(path, encoding="utf-8").read()
+                yield (
+                    os.path.relpath(path, SRC).replace(os.sep, "/"),
+                    open(path, encoding="utf-8").read(),
+                )
 
 
 def test_the_literal_check_catches_a_planted_name():
-    assert literals('import os\nx = os.environ.get("JITWARDEN_PLANTED")\n') == [(2, "JITWARDEN_PLANTED")]
+    assert literals('import os\nx = os.environ.get("JITWARDEN_PLANTED")\n') == [
+        (2, "JITWARDEN_PLANTED")
+    ]
     assert literals('def f(env):\n    return f"unset JITWARDEN_PLANTED={env}"\n')
     assert literals('def f():\n    """Docs may name JITWARDEN_PLANTED."""\n') == []
 
 
 def test_no_jitwarden_name_is_written_outside_the_settings_table():
-    found = [f"{rel}:{line}: {text!r}" for rel, src in _sources()
-             if rel != "model/settings.py" and not _pending(rel) for line, text in literals(src)]
+    found = [
+        f"{rel}:{line}: {text!r}"
+        for rel, src in _sources()
+        if rel != "model/settings.py" and not _pending(rel)
+        for line, text in literals(src)
+    ]
     assert found == [], "read it from jitwarden.model.settings instead:\n" + "\n".join(found)
 
 
@@ -75,14 +93,28 @@ def test_every_name_in_the_code_and_docs_is_declared_once():
 
 def test_docs_table_is_the_settings_table():
     text = open(DOCS, encoding="utf-8").read()
-    start, end = "<!-- settings table: python -m jitwarden.model.settings -->\n", "<!-- /settings table -->"
+    start, end = (
+        "<!-- settings table: python -m jitwarden.model.settings -->\n",
+        "<!-- /settings table -->",
+    )
     assert start in text and end in text
-    assert text.split(start, 1)[1].split(end, 1)[0] == settings.markdown(), \
+    assert text.split(start, 1)[1].split(end, 1)[0] == settings.markdown(), (
         "regenerate the table in docs/settings.md: python -m jitwarden.model.settings"
+    )
 
 
-@pytest.mark.parametrize("word, on", [("0", False), ("off", False), ("no", False), ("1", True), ("yes", True),
-                                      ("", False), ("maybe", False)])
+@pytest.mark.parametrize(
+    "word, on",
+    [
+        ("0", False),
+        ("off", False),
+        ("no", False),
+        ("1", True),
+        ("yes", True),
+        ("", False),
+        ("maybe", False),
+    ],
+)
 def test_debug_is_a_flag(word, on):
     assert settings.DEBUG.on({"JITWARDEN_DEBUG": word}) is on
 
@@ -95,8 +127,16 @@ def test_numbers_fall_back_to_their_default():
 
 
 def test_weakened_names_each_switch_turned_to_its_weak_side():
-    env = {"JITWARDEN_PARTITION": "0", "JITWARDEN_SWEEP": "off", "JITWARDEN_PROVE": "no", "JITWARDEN_DISABLE": "0",
-           "JITWARDEN_TORCH_HOOKS": "1"}
-    assert [w[0] for w in settings.weakened(env)] == ["JITWARDEN_PARTITION=0", "JITWARDEN_SWEEP=off",
-                                                      "JITWARDEN_PROVE=no"]
+    env = {
+        "JITWARDEN_PARTITION": "0",
+        "JITWARDEN_SWEEP": "off",
+        "JITWARDEN_PROVE": "no",
+        "JITWARDEN_DISABLE": "0",
+        "JITWARDEN_TORCH_HOOKS": "1",
+    }
+    assert [w[0] for w in settings.weakened(env)] == [
+        "JITWARDEN_PARTITION=0",
+        "JITWARDEN_SWEEP=off",
+        "JITWARDEN_PROVE=no",
+    ]
     assert all(w[1] and w[2].startswith("unset ") for w in settings.weakened(env))

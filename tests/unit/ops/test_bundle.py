@@ -16,8 +16,17 @@ import pytest
 
 pytest.importorskip("cryptography", reason="signed bundles need the [fleet] extra (cryptography)")
 
-from tests.helpers.fleet import (build_guarded, digest_of, entries, jw, node_env, read_bundle, resign,  # noqa: E402
-                                 triton_partition, write_bundle)
+from tests.helpers.fleet import (
+    build_guarded,
+    digest_of,
+    entries,
+    jw,
+    node_env,
+    read_bundle,
+    resign,
+    triton_partition,
+    write_bundle,
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +36,11 @@ def fleet(tmp_path_factory):
     home_a = str(base / "a")
     keydir = base / "keys"
     keydir.mkdir()
-    env_a = node_env(home_a, JITWARDEN_SIGNING_KEY=str(keydir / "builder"),
-                     JITWARDEN_TRUSTED_KEYS=str(keydir / "builder.pub"))
+    env_a = node_env(
+        home_a,
+        JITWARDEN_SIGNING_KEY=str(keydir / "builder"),
+        JITWARDEN_TRUSTED_KEYS=str(keydir / "builder.pub"),
+    )
     rc, out, err = jw(env_a, "keygen")
     assert rc == 0, err
     assert out.strip() == str(keydir / "builder.pub")
@@ -38,8 +50,15 @@ def fleet(tmp_path_factory):
     rc, out, err = jw(env_a, "export", "-o", bundle, "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    return {"base": base, "env_a": env_a, "part_a": part, "bundle": bundle, "export": doc,
-            "secret": str(keydir / "builder"), "pub": str(keydir / "builder.pub")}
+    return {
+        "base": base,
+        "env_a": env_a,
+        "part_a": part,
+        "bundle": bundle,
+        "export": doc,
+        "secret": str(keydir / "builder"),
+        "pub": str(keydir / "builder.pub"),
+    }
 
 
 def node_b(fleet, tmp_path, **extra):
@@ -52,7 +71,9 @@ def test_export_carries_every_sealed_entry_with_digests(fleet):
     members = read_bundle(fleet["bundle"])
     assert [m.name for m, _ in members[:2]] == ["manifest.json", "manifest.sig"]
     manifest = json.loads(members[0][1])
-    assert manifest["digest"] == doc["digest"] and manifest["fingerprint"]["digest"] == doc["digest"]
+    assert (
+        manifest["digest"] == doc["digest"] and manifest["fingerprint"]["digest"] == doc["digest"]
+    )
     assert manifest["producer"]["triton"] == "3.6.0"
     for e in manifest["entries"]:
         assert e["kind"] == "triton" and e["sealed"]
@@ -69,12 +90,20 @@ def test_import_installs_sealed_entries_that_verify_and_hit(fleet, tmp_path):
     assert doc["signed_by"] and doc["match"]
     part_b = triton_partition(env_b)
     assert entries(part_b) == entries(fleet["part_a"])
-    assert not [n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")]  # staging removed
+    assert not [
+        n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")
+    ]  # staging removed
     rc, out, err = jw(env_b, "verify", part_b, "--format", "json")
     assert rc == 0, out + err
-    seals = {n: os.stat(os.path.join(part_b, n, ".jitwarden-seal.json")).st_mtime_ns for n in entries(part_b)}
+    seals = {
+        n: os.stat(os.path.join(part_b, n, ".jitwarden-seal.json")).st_mtime_ns
+        for n in entries(part_b)
+    }
     build_guarded(env_b)  # the same kernels again: every one must be a hit on the imported entries
-    assert {n: os.stat(os.path.join(part_b, n, ".jitwarden-seal.json")).st_mtime_ns for n in entries(part_b)} == seals
+    assert {
+        n: os.stat(os.path.join(part_b, n, ".jitwarden-seal.json")).st_mtime_ns
+        for n in entries(part_b)
+    } == seals
     # A second import finds everything present.
     rc, out, _ = jw(env_b, "import", fleet["bundle"], "--format", "json")
     assert rc == 0 and json.loads(out)["counts"] == {"installed": 0, "present": 2, "skipped": 0}
@@ -108,10 +137,16 @@ def test_unsigned_is_refused_unless_allowed(fleet, tmp_path):
     assert rc == 0, err
     env_b = node_b(fleet, tmp_path)
     rc, _, err = jw(env_b, "import", bundle)
-    assert rc == 1 and err.strip() == ("jitwarden: bundle refused: the bundle is unsigned (pass --allow-unsigned to "
-                                       "install it anyway); nothing installed"), err
+    assert rc == 1 and err.strip() == (
+        "jitwarden: bundle refused: the bundle is unsigned (pass --allow-unsigned to "
+        "install it anyway); nothing installed"
+    ), err
     rc, out, _ = jw(env_b, "import", bundle, "--format", "json")
-    assert rc == 1 and json.loads(out)["refused"] == "the bundle is unsigned (pass --allow-unsigned to install it anyway)"
+    assert (
+        rc == 1
+        and json.loads(out)["refused"]
+        == "the bundle is unsigned (pass --allow-unsigned to install it anyway)"
+    )
     assert entries(triton_partition(env_b)) == []
     rc, out, err = jw(env_b, "import", bundle, "--allow-unsigned", "--format", "json")
     assert rc == 0 and json.loads(out)["counts"]["installed"] == 2
@@ -129,7 +164,7 @@ def test_untrusted_key_is_refused(fleet, tmp_path):
 
 
 def _flip(data: bytes, at: int = 40) -> bytes:
-    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
 
 
 def test_tampered_manifest_fails_the_signature(fleet, tmp_path):
@@ -146,7 +181,9 @@ def test_tampered_manifest_fails_the_signature(fleet, tmp_path):
 @pytest.mark.parametrize("victim", [".cubin", "__grp__", ".json"])
 def test_tampered_file_refuses_the_whole_bundle(fleet, tmp_path, victim):
     members = read_bundle(fleet["bundle"])
-    hit = [i for i, (m, _d) in enumerate(members) if victim in m.name and m.name.startswith("entries/")]
+    hit = [
+        i for i, (m, _d) in enumerate(members) if victim in m.name and m.name.startswith("entries/")
+    ]
     assert hit
     i = hit[-1]
     members[i] = (members[i][0], _flip(members[i][1]))
@@ -157,7 +194,9 @@ def test_tampered_file_refuses_the_whole_bundle(fleet, tmp_path, victim):
     assert rc == 1 and "tampered" in err and "nothing installed" in err
     part_b = triton_partition(env_b)
     assert entries(part_b) == []
-    assert not os.path.isdir(part_b) or not [n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")]
+    assert not os.path.isdir(part_b) or not [
+        n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")
+    ]
 
 
 def test_truncated_bundle_is_refused(fleet, tmp_path):
@@ -188,7 +227,11 @@ def test_other_fingerprint_says_what_differs(fleet, tmp_path):
     assert entries(triton_partition(env_b)) == []
     rc, out, _ = jw(env_b, "import", fleet["bundle"], "--format", "json")
     doc = json.loads(out)
-    assert rc == 4 and not doc["match"] and doc["differences"][0]["component"] == "env:TORCHINDUCTOR_FREEZING"
+    assert (
+        rc == 4
+        and not doc["match"]
+        and doc["differences"][0]["component"] == "env:TORCHINDUCTOR_FREEZING"
+    )
     assert all(e["action"] == "skipped" for e in doc["entries"])
 
 
@@ -209,17 +252,30 @@ def _first_file(members):
     return i, members[i][0].name.split("/")[-1]
 
 
-@pytest.mark.parametrize("attack", ["dotdot", "absolute", "symlink", "hardlink", "device", "fifo", "extra-dir"])
+@pytest.mark.parametrize(
+    "attack", ["dotdot", "absolute", "symlink", "hardlink", "device", "fifo", "extra-dir"]
+)
 def test_hostile_members_never_land_outside(fleet, tmp_path, attack):
     members = read_bundle(fleet["bundle"])
     i, fname = _first_file(members)
     outside = tmp_path / "outside"
-    name = {"dotdot": f"entries/0/../../../{outside.name}", "absolute": str(outside),
-            "extra-dir": f"entries/0/sub/{fname}"}.get(attack, f"entries/0/{fname}")
-    kind = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "device": tarfile.CHRTYPE,
-            "fifo": tarfile.FIFOTYPE}.get(attack, tarfile.REGTYPE)
-    evil = _member(name, kind, linkname=str(outside) if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else "",
-                   data=members[i][1])
+    name = {
+        "dotdot": f"entries/0/../../../{outside.name}",
+        "absolute": str(outside),
+        "extra-dir": f"entries/0/sub/{fname}",
+    }.get(attack, f"entries/0/{fname}")
+    kind = {
+        "symlink": tarfile.SYMTYPE,
+        "hardlink": tarfile.LNKTYPE,
+        "device": tarfile.CHRTYPE,
+        "fifo": tarfile.FIFOTYPE,
+    }.get(attack, tarfile.REGTYPE)
+    evil = _member(
+        name,
+        kind,
+        linkname=str(outside) if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else "",
+        data=members[i][1],
+    )
     members.insert(i, evil)  # before the real file, so it is met first
     bad = str(tmp_path / f"{attack}.tar")
     write_bundle(bad, members)
@@ -229,11 +285,16 @@ def test_hostile_members_never_land_outside(fleet, tmp_path, attack):
     assert not os.path.lexists(outside)
     assert entries(triton_partition(env_b)) == []
     home_files = [os.path.join(d, f) for d, _s, fs in os.walk(tmp_path / "b") for f in fs]
-    assert not [f for f in home_files if "jitwarden-v1" in f and ".jitwarden-partition" not in f
-                and "memo" not in f], home_files
+    assert not [
+        f
+        for f in home_files
+        if "jitwarden-v1" in f and ".jitwarden-partition" not in f and "memo" not in f
+    ], home_files
 
 
-@pytest.mark.parametrize("path", ["../../escape", "/tmp/escape-abs", "a/../../escape", "jitwarden-quarantine/x", ""])
+@pytest.mark.parametrize(
+    "path", ["../../escape", "/tmp/escape-abs", "a/../../escape", "jitwarden-quarantine/x", ""]
+)
 def test_hostile_manifest_paths_are_refused_even_when_signed(fleet, tmp_path, path):
     def mutate(doc):
         doc["entries"][0]["path"] = path
@@ -289,7 +350,9 @@ def test_read_only_cache_volume_is_one_line_not_a_traceback(fleet, tmp_path):
     env_b = node_b(fleet, tmp_path)
     part = triton_partition(env_b)
     os.makedirs(os.path.dirname(part))
-    with open(part, "w") as f:  # the partition path is taken by a file: makedirs fails like on a broken volume
+    with open(
+        part, "w"
+    ) as f:  # the partition path is taken by a file: makedirs fails like on a broken volume
         f.write("x")
     rc, _, err = jw(env_b, "import", fleet["bundle"])
     assert rc == 1 and "cannot install" in err and "Traceback" not in err
@@ -297,12 +360,25 @@ def test_read_only_cache_volume_is_one_line_not_a_traceback(fleet, tmp_path):
 
 def test_export_rebuild_proves_first_and_kind_selects(fleet, tmp_path):
     out = str(tmp_path / "proven.tar")
-    rc, so, err = jw(fleet["env_a"], "export", "-o", out, "--rebuild", "--kind", "triton", "--format", "json")
+    rc, so, err = jw(
+        fleet["env_a"], "export", "-o", out, "--rebuild", "--kind", "triton", "--format", "json"
+    )
     assert rc == 0, err
     assert json.loads(so)["entries"] == 2 and list(json.loads(so)["partitions"]) == ["triton"]
-    rc, so, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "x.tar"), "--kind", "inductor", "--format", "json")
+    rc, so, err = jw(
+        fleet["env_a"],
+        "export",
+        "-o",
+        str(tmp_path / "x.tar"),
+        "--kind",
+        "inductor",
+        "--format",
+        "json",
+    )
     assert rc == 1 and json.loads(so)["entries"] == 0 and not os.path.exists(tmp_path / "x.tar")
-    rc, _, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "y.tar"), "--kind", "cuda-compute")
+    rc, _, err = jw(
+        fleet["env_a"], "export", "-o", str(tmp_path / "y.tar"), "--kind", "cuda-compute"
+    )
     assert rc == 2 and "only partitioned kinds" in err
 
 
@@ -310,11 +386,18 @@ def test_entries_that_fail_verify_stay_home(fleet, tmp_path):
     import shutil
 
     home = str(tmp_path / "a2")
-    env = dict(fleet["env_a"], HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"),
-               XDG_CONFIG_HOME=os.path.join(home, ".config"), TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"))
+    env = dict(
+        fleet["env_a"],
+        HOME=home,
+        XDG_CACHE_HOME=os.path.join(home, ".cache"),
+        XDG_CONFIG_HOME=os.path.join(home, ".config"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"),
+    )
     part = triton_partition(env)
     os.makedirs(os.path.dirname(part))
-    shutil.copytree(fleet["part_a"], part)  # same digest: the group files now point into node A's tree
+    shutil.copytree(
+        fleet["part_a"], part
+    )  # same digest: the group files now point into node A's tree
     rc, so, err = jw(env, "export", "-o", str(tmp_path / "z.tar"), "--format", "json")
     doc = json.loads(so)
     assert rc == 1 and doc["entries"] == 0
@@ -327,18 +410,29 @@ def test_an_entry_sealed_under_another_fingerprint_stays_home(fleet, tmp_path):
     from jitwarden.store import seal
 
     env = dict(fleet["env_a"], HOME=str(tmp_path / "a3"))
-    env.update(XDG_CACHE_HOME=os.path.join(env["HOME"], ".cache"), XDG_CONFIG_HOME=os.path.join(env["HOME"], ".config"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(env["HOME"], "inductor"))
+    env.update(
+        XDG_CACHE_HOME=os.path.join(env["HOME"], ".cache"),
+        XDG_CONFIG_HOME=os.path.join(env["HOME"], ".config"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(env["HOME"], "inductor"),
+    )
     part = build_guarded(env)
     moved, kept = entries(part)
     path = os.path.join(part, moved)
     s = seal.read(path)
-    seal.write(path, seal.Seal(s.files, "f" * 16, s.producer, s.sealed_at), seal.newest_ctime(path, list(s.files)))
+    seal.write(
+        path,
+        seal.Seal(s.files, "f" * 16, s.producer, s.sealed_at),
+        seal.newest_ctime(path, list(s.files)),
+    )
     rc, so, err = jw(env, "export", "-o", str(tmp_path / "z.tar"), "--format", "json")
     doc = json.loads(so)
     assert rc == 0 and doc["entries"] == 1, err
-    assert [(os.path.basename(s_["path"]), s_["why"]) for s_ in doc["skipped"]] == [(moved, "verify: mismatch")]
-    assert [e["path"] for e in json.loads(read_bundle(str(tmp_path / "z.tar"))[0][1])["entries"]] == [kept]
+    assert [(os.path.basename(s_["path"]), s_["why"]) for s_ in doc["skipped"]] == [
+        (moved, "verify: mismatch")
+    ]
+    assert [
+        e["path"] for e in json.loads(read_bundle(str(tmp_path / "z.tar"))[0][1])["entries"]
+    ] == [kept]
 
 
 # ---------------------------------------------------------------- hostile destinations and inputs (issue 21)
@@ -385,6 +479,7 @@ def test_symlinked_partition_is_refused_and_nothing_is_written_outside(fleet, tm
 
 def test_symlinked_inductor_subdirectory_inside_a_real_partition_is_refused(fleet, tmp_path):
     """The worst case of the adversarial run: files landed outside and the exit status was 0."""
+
     def as_inductor(doc):
         e = doc["entries"][0]
         e["kind"], e["path"] = "inductor", "fxgraph/ab/" + e["path"]
@@ -415,8 +510,18 @@ def _signed_raw_manifest(fleet, raw: bytes, sig: bytes | None = None):
 
     key = keys.load_signing_key(fleet["secret"])
     members = read_bundle(fleet["bundle"])
-    sig = sig if sig is not None else json.dumps({"schema": 1, "algorithm": "ed25519", "key_id": key.id,
-                                                  "signature": key.sign(raw).hex()}).encode()
+    sig = (
+        sig
+        if sig is not None
+        else json.dumps(
+            {
+                "schema": 1,
+                "algorithm": "ed25519",
+                "key_id": key.id,
+                "signature": key.sign(raw).hex(),
+            }
+        ).encode()
+    )
     return [(members[0][0], raw), (members[1][0], sig)] + members[2:]
 
 
@@ -426,7 +531,9 @@ def test_deeply_nested_json_is_a_clean_refusal(fleet, tmp_path, where):
     if where == "manifest":
         members = _signed_raw_manifest(fleet, deep)
     else:  # the signature record is at most 4 KiB: 2,000 levels, past what json.loads survives
-        members = _signed_raw_manifest(fleet, read_bundle(fleet["bundle"])[0][1], sig=b"[" * 2000 + b"]" * 2000)
+        members = _signed_raw_manifest(
+            fleet, read_bundle(fleet["bundle"])[0][1], sig=b"[" * 2000 + b"]" * 2000
+        )
     bad = str(tmp_path / "deep.tar")
     write_bundle(bad, members)
     rc, _, err = jw(node_b(fleet, tmp_path), "import", bad)
@@ -461,7 +568,10 @@ def test_export_leaves_no_temporary_beside_the_bundle(fleet, tmp_path):
     out.parent.mkdir()
     rc, so, err = jw(fleet["env_a"], "export", "-o", str(out), "--format", "json")
     assert rc == 0, err
-    assert os.listdir(out.parent) == ["b.tar.gz"] and json.loads(so)["file_bytes"] == out.stat().st_size
+    assert (
+        os.listdir(out.parent) == ["b.tar.gz"]
+        and json.loads(so)["file_bytes"] == out.stat().st_size
+    )
     assert [m.name for m, _ in read_bundle(str(out))][:2] == ["manifest.json", "manifest.sig"]
 
 
@@ -499,4 +609,6 @@ def test_entry_files_names_a_flat_entry_and_leaves_no_listing_open(tmp_path):
         assert bundle.entry_files(str(tmp_path / "lone")) == {"": None}
         assert bundle.entry_files(str(tmp_path / "link")) is None  # never followed
         gc.collect()
-    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [
+        str(w.message) for w in caught
+    ]

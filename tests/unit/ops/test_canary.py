@@ -15,12 +15,10 @@ import os
 import pytest
 import torch
 
-from jitwarden.ops import canary
-from jitwarden.ops import canary_worker
+from jitwarden.cli.main import main
+from jitwarden.ops import canary, canary_worker
 from jitwarden.ops.canary import BATTERY, CASES, CanaryReport, Comparison, KernelRun, Tolerance
 from jitwarden.ops.canary_worker import compare
-from jitwarden.cli.main import main
-
 
 # ---------------------------------------------------------------- the no-GPU path
 
@@ -32,7 +30,10 @@ def test_no_gpu_exits_2_with_one_clear_line(capsys):
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("jitwarden: error: canary needs a CUDA GPU: ") and "no CUDA GPU" not in lines[0]
+    assert (
+        lines[0].startswith("jitwarden: error: canary needs a CUDA GPU: ")
+        and "no CUDA GPU" not in lines[0]
+    )
     assert "torch" in lines[0]
 
 
@@ -56,18 +57,23 @@ def test_scratch_cache_is_removed_after_a_no_gpu_run(tmp_path, monkeypatch, caps
 
 def test_missing_torch_or_triton_is_a_usage_error(monkeypatch, capsys):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
     assert main(["canary"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jitwarden: error: canary needs torch and Triton")
     assert "torch is not installed" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["canary", "--cache", "/nonexistent/jw-canary"], "no such directory"),
-    (["canary", "--guard"], "--guard goes with --cache"),
-    (["canary", "--passes", "0"], "--passes must be 1 or more"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["canary", "--cache", "/nonexistent/jw-canary"], "no such directory"),
+        (["canary", "--guard"], "--guard goes with --cache"),
+        (["canary", "--passes", "0"], "--passes must be 1 or more"),
+    ],
+)
 def test_bad_arguments(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
@@ -80,18 +86,24 @@ def test_worker_reports_no_gpu_as_a_document():
     assert "no CUDA GPU" in doc["no_gpu"]
 
 
-@pytest.mark.parametrize("line, why", [
-    ("[" * 100_000 + "]" * 100_000, "nested deeper than"),  # json.loads: RecursionError out of the parent
-    ('{"runs": [1, 2', "not JSON jitwarden reads"),
-    ("[]", "a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (
+            "[" * 100_000 + "]" * 100_000,
+            "nested deeper than",
+        ),  # json.loads: RecursionError out of the parent
+        ('{"runs": [1, 2', "not JSON jitwarden reads"),
+        ("[]", "a JSON list, not an object"),
+    ],
+)
 def test_a_hostile_worker_result_is_a_failed_pass(line, why):
     with pytest.raises(canary.PassFailed, match=why):
         canary.worker_result(f"noise\n{canary.MARKER}{line}\n")
 
 
 def test_worker_result_is_the_marked_line():
-    assert canary.worker_result(f"x\n{canary.MARKER}{{\"no_gpu\": \"none\"}}\n") == {"no_gpu": "none"}
+    assert canary.worker_result(f'x\n{canary.MARKER}{{"no_gpu": "none"}}\n') == {"no_gpu": "none"}
     assert canary.worker_result("no marker here\n") is None
 
 
@@ -100,8 +112,13 @@ def test_module_imports_no_torch_or_triton():
     import sys
 
     code = "import sys, jitwarden.ops.canary, jitwarden.cli.commands.canary; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=canary.worker_env("/x", None)).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=canary.worker_env("/x", None),
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -124,7 +141,9 @@ def test_add_seed_failure_is_caught():
     assert bad.mismatched > 0.99 * bad.total
 
 
-@pytest.mark.parametrize("name", ["rowsum", "softmax", "dot-fp16", "dot-bf16", "fp8-e4m3", "atomic-hist"])
+@pytest.mark.parametrize(
+    "name", ["rowsum", "softmax", "dot-fp16", "dot-bf16", "fp8-e4m3", "atomic-hist"]
+)
 def test_cpu_result_within_tolerance(name):
     """Each case computed honestly on the CPU in its own dtype passes against the float64 reference."""
     case = CASES[name]
@@ -136,7 +155,9 @@ def test_cpu_result_within_tolerance(name):
         e = torch.exp(x - x.max(dim=1, keepdim=True).values)
         out = e / e.sum(dim=1, keepdim=True)
     elif name.startswith("dot-"):
-        out = (inp["a"].float() @ inp["b"].float()).to(inp["a"].dtype)  # fp32 accumulate, stored in the dtype
+        out = (inp["a"].float() @ inp["b"].float()).to(
+            inp["a"].dtype
+        )  # fp32 accumulate, stored in the dtype
     elif name == "fp8-e4m3":
         out = inp["x"].to(torch.float8_e4m3fn).to(torch.float32)
     else:
@@ -147,14 +168,23 @@ def test_cpu_result_within_tolerance(name):
     assert c.total == canary_worker.reference(case, inp).numel()
 
 
-@pytest.mark.parametrize("name, wrong", [
-    ("rowsum", lambda i: i["x"][:, :-1].sum(dim=1)),  # a reduction that drops the masked tail
-    ("softmax", lambda i: torch.softmax(i["x"], dim=0)),  # over the wrong axis
-    ("dot-fp16", lambda i: (i["a"].float() @ i["b"].float().flip(0)).half()),  # K order swapped
-    ("dot-bf16", lambda i: (i["a"].float() @ i["b"].float() * 1.05).bfloat16()),  # 5% off
-    ("fp8-e4m3", lambda i: i["x"].to(torch.float8_e5m2).to(torch.float32)),  # the other fp8 format
-    ("atomic-hist", lambda i: torch.bincount(i["x"].long() // 2 * 2, minlength=canary.N_BINS).int()),  # lost updates
-])
+@pytest.mark.parametrize(
+    "name, wrong",
+    [
+        ("rowsum", lambda i: i["x"][:, :-1].sum(dim=1)),  # a reduction that drops the masked tail
+        ("softmax", lambda i: torch.softmax(i["x"], dim=0)),  # over the wrong axis
+        ("dot-fp16", lambda i: (i["a"].float() @ i["b"].float().flip(0)).half()),  # K order swapped
+        ("dot-bf16", lambda i: (i["a"].float() @ i["b"].float() * 1.05).bfloat16()),  # 5% off
+        (
+            "fp8-e4m3",
+            lambda i: i["x"].to(torch.float8_e5m2).to(torch.float32),
+        ),  # the other fp8 format
+        (
+            "atomic-hist",
+            lambda i: torch.bincount(i["x"].long() // 2 * 2, minlength=canary.N_BINS).int(),
+        ),  # lost updates
+    ],
+)
 def test_wrong_kernels_fail(name, wrong):
     case = CASES[name]
     inp = _inputs(name)
@@ -167,7 +197,9 @@ def test_wrong_kernels_fail(name, wrong):
 def test_tolerance_boundary():
     tol = Tolerance(0.5, 0.125)
     ref = torch.tensor([10.0, 0.0, -4.0], dtype=torch.float64)
-    assert compare(ref + torch.tensor([1.75, 0.5, -1.0], dtype=torch.float64), ref, tol).ok  # exactly at the limit
+    assert compare(
+        ref + torch.tensor([1.75, 0.5, -1.0], dtype=torch.float64), ref, tol
+    ).ok  # exactly at the limit
     c = compare(ref + torch.tensor([1.76, 0.0, 0.0], dtype=torch.float64), ref, tol)
     assert not c.ok and c.mismatched == 1
     assert c.max_abs == pytest.approx(1.76, rel=1e-9)
@@ -180,9 +212,13 @@ def test_nan_and_inf():
     assert compare(ref.clone(), ref, tol).ok  # NaN where NaN is expected, the same infinity
     c = compare(torch.tensor([1.0, float("nan"), float("inf"), float("nan")]), ref, tol)
     assert not c.ok and c.mismatched == 1 and math.isinf(c.max_abs)
-    c = compare(torch.tensor([1.0, 0.0, float("inf"), 2.0]), ref, tol)  # a number where NaN was expected
+    c = compare(
+        torch.tensor([1.0, 0.0, float("inf"), 2.0]), ref, tol
+    )  # a number where NaN was expected
     assert not c.ok and c.mismatched == 1
-    c = compare(torch.tensor([1.0, float("nan"), 1e30, 2.0]), ref, tol)  # finite where inf was expected
+    c = compare(
+        torch.tensor([1.0, float("nan"), 1e30, 2.0]), ref, tol
+    )  # finite where inf was expected
     assert not c.ok
     assert c.to_json()["max_abs"] is None  # JSON has no infinity
     assert Comparison.from_json(c.to_json()).max_abs == math.inf
@@ -205,12 +241,16 @@ def test_compare_accepts_low_precision_dtypes_exactly():
 def _run(name, out_fn, hit):
     case = CASES[name]
     inp = _inputs(name)
-    return KernelRun(name, hit, compare(out_fn(inp), canary_worker.reference(case, inp), case.tolerance))
+    return KernelRun(
+        name, hit, compare(out_fn(inp), canary_worker.reference(case, inp), case.tolerance)
+    )
 
 
 def _report(pass1, pass2, **kw):
     kernels = canary.merge_passes([pass1, pass2])
-    return CanaryReport(kernels, "/tmp/c", True, canary.MANAGER, {"name": "CPU test", "capability": [9, 0]}, **kw)
+    return CanaryReport(
+        kernels, "/tmp/c", True, canary.MANAGER, {"name": "CPU test", "capability": [9, 0]}, **kw
+    )
 
 
 def _good_passes():
@@ -282,7 +322,9 @@ def test_cli_prints_table_and_json_from_a_report(monkeypatch, capsys):
     """The command's rendering and exit code, with the GPU passes replaced by a report built on the CPU."""
     p1, p2 = _good_passes()
     p2[0] = _run("add", lambda i: i["x"] - i["y"], True)
-    monkeypatch.setattr(canary, "run_passes", lambda *a, **k: _report(p1, p2, quarantined=1, notes=("a note",)))
+    monkeypatch.setattr(
+        canary, "run_passes", lambda *a, **k: _report(p1, p2, quarantined=1, notes=("a note",))
+    )
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
     assert main(["canary"]) == 1
     out = capsys.readouterr().out

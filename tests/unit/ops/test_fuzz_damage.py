@@ -17,13 +17,11 @@ import tarfile
 
 import pytest
 
-from tests.helpers import inductor_real
-from tests.helpers import kernels
 from jitwarden.cli.main import main
 from jitwarden.model.layout import is_reserved
+from tests.helpers import inductor_real, kernels
 from tests.helpers.maint import snapshot
 from tests.helpers.paths import DATA
-
 
 DAMAGES = ("truncate", "empty", "noise", "flip", "dir", "symlink", "append")
 
@@ -59,7 +57,12 @@ def _damage(path: str, how: str, rng: random.Random, outside: str) -> None:
 
 
 def _files(root: str) -> list[str]:
-    return sorted(os.path.join(d, n) for d, _s, fs in os.walk(root) for n in fs if not os.path.islink(os.path.join(d, n)))
+    return sorted(
+        os.path.join(d, n)
+        for d, _s, fs in os.walk(root)
+        for n in fs
+        if not os.path.islink(os.path.join(d, n))
+    )
 
 
 def _verify(capsys, root: str) -> tuple[int, dict]:
@@ -67,7 +70,9 @@ def _verify(capsys, root: str) -> tuple[int, dict]:
     cap = capsys.readouterr()
     assert "internal error" not in cap.err and "Traceback" not in cap.err, cap.err
     doc = json.loads(cap.out)
-    assert rc == (1 if doc["summary"]["errors"] else 0), cap.err  # exit 1 exactly when an error-level finding is shown
+    assert rc == (1 if doc["summary"]["errors"] else 0), (
+        cap.err
+    )  # exit 1 exactly when an error-level finding is shown
     return rc, doc
 
 
@@ -75,10 +80,14 @@ def _trees(tmp_path, built_cache, inductor_cpu):
     src, _manifest = built_cache
     out = {"triton": kernels.copy_cache(src, str(tmp_path / "triton"))}
     with tarfile.open(os.path.join(DATA, "h200_inductor_cache.tgz")) as t:
-        t.extractall(tmp_path / "h200", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        t.extractall(
+            tmp_path / "h200", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {})
+        )
     out["h200-inductor"] = str(tmp_path / "h200" / "ind")
     out["h200-inductor-triton"] = str(tmp_path / "h200" / "ind" / "triton" / "0")
-    out["cuda-compute"] = shutil.copytree(os.path.join(DATA, "cuda_compute_h200", "ComputeCache"), tmp_path / "cc")
+    out["cuda-compute"] = shutil.copytree(
+        os.path.join(DATA, "cuda_compute_h200", "ComputeCache"), tmp_path / "cc"
+    )
     out["cpu-inductor"] = inductor_real.copy(inductor_cpu["inductor"], str(tmp_path / "cpu-ind"))
     return {k: str(v) for k, v in out.items()}
 
@@ -96,7 +105,9 @@ def test_random_damage_never_breaks_the_scanner(tmp_path, capsys, built_cache, i
     for label, root in _trees(tmp_path, built_cache, inductor_cpu).items():
         _rc, before = _verify(capsys, root)
         n_before = len(before["entries"])
-        victims = rng.sample(_files(root), min(int(os.environ.get("JW_FUZZ_FILES", "6")), len(_files(root))))
+        victims = rng.sample(
+            _files(root), min(int(os.environ.get("JW_FUZZ_FILES", "6")), len(_files(root)))
+        )
         for path in victims:
             _damage(path, rng.choice(DAMAGES), rng, str(outside))
         _rc, after = _verify(capsys, root)

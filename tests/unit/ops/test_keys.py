@@ -13,12 +13,17 @@ import pytest
 
 pytest.importorskip("cryptography", reason="keys need the [fleet] extra (cryptography)")
 
-from tests.helpers.fleet import jw, node_env  # noqa: E402
+from tests.helpers.fleet import jw, node_env
 
 
 def _cli(env, *argv, timeout=60):
-    p = subprocess.run([sys.executable, "-m", "jitwarden", *argv], env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -56,7 +61,10 @@ def test_a_fifo_among_the_trusted_keys_dir_is_refused_at_once(env, tmp_path):
     junk = tmp_path / "b.tar"
     junk.write_bytes(b"x" * 1024)
     rc, _, err = _cli(env, "import", str(junk))
-    assert rc == 2 and "evil.pub: cannot read trusted key: not a regular file (a FIFO)" in _one_line(err), err
+    assert (
+        rc == 2
+        and "evil.pub: cannot read trusted key: not a regular file (a FIFO)" in _one_line(err)
+    ), err
 
 
 def test_the_remote_cache_reads_trusted_keys_without_blocking(env, tmp_path):
@@ -64,11 +72,17 @@ def test_the_remote_cache_reads_trusted_keys_without_blocking(env, tmp_path):
     d = tmp_path / "keys"
     d.mkdir()
     os.mkfifo(d / "a.pub")
-    code = ("from jitwarden.ops import keys\n"
-            "try:\n    keys.load_trusted({'JITWARDEN_TRUSTED_KEYS': %r})\n"
-            "except keys.KeyError_ as e:\n    print(e)\n") % str(d)
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert "a.pub: cannot read trusted key: not a regular file (a FIFO)" in p.stdout, p.stdout + p.stderr
+    code = (
+        "from jitwarden.ops import keys\n"
+        f"try:\n    keys.load_trusted({{'JITWARDEN_TRUSTED_KEYS': {str(d)!r}}})\n"
+        "except keys.KeyError_ as e:\n    print(e)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "a.pub: cannot read trusted key: not a regular file (a FIFO)" in p.stdout, (
+        p.stdout + p.stderr
+    )
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
@@ -83,6 +97,8 @@ def test_a_secret_key_others_may_read_is_refused_with_the_fix(env, tmp_path, mod
     assert rc == 2 and f"run `chmod 600 {key}`" in line and f"mode {mode:04o}" in line, err
     assert "pass --unsigned" not in line
     assert not os.path.exists(tmp_path / "b.tar")
-    os.chmod(key, 0o600)  # fixed as told: the key is used again (nothing to export here: exit 1, not a key error)
+    os.chmod(
+        key, 0o600
+    )  # fixed as told: the key is used again (nothing to export here: exit 1, not a key error)
     rc, _, err = jw(env, "export", "-o", str(tmp_path / "b.tar"), "--key", str(key))
     assert rc == 1 and "chmod" not in err, err

@@ -35,8 +35,13 @@ def _one_line(err: str) -> str:
 
 def _cli(env, *argv, timeout=120):
     """The CLI in a child process: a hang becomes a failed test, not a stuck run."""
-    p = subprocess.run([sys.executable, "-m", "jitwarden", *argv], env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -46,7 +51,9 @@ def test_links_planted_at_every_name_are_never_followed(env, tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     os.symlink(victim, d / "jitwarden.prom")  # the target itself
-    os.symlink(victim, d / f"jitwarden.prom.{os.getpid()}.tmp")  # the temporary name the old writer used
+    os.symlink(
+        victim, d / f"jitwarden.prom.{os.getpid()}.tmp"
+    )  # the temporary name the old writer used
     rc, _, err = jw(env, "metrics", "--textfile-dir", str(d))
     assert rc == 0, err
     assert victim.read_text() == "precious\n"
@@ -100,7 +107,7 @@ def test_a_fifo_in_the_stats_dir_does_not_hang(env):
 @pytest.mark.parametrize("errors", ["Infinity", "NaN", '"3"', "-1", "2.5", "true"])
 def test_a_damaged_last_verify_is_left_out_with_a_line(env, errors):
     with open(os.path.join(_stats(env), "last-verify.json"), "w") as f:
-        f.write('{"schema": 1, "time": 1700000000.0, "errors": %s, "entries": 3}' % errors)
+        f.write(f'{{"schema": 1, "time": 1700000000.0, "errors": {errors}, "entries": 3}}')
     rc, out, err = jw(env, "metrics")
     assert rc == 0, err
     assert "jitwarden_last_verify" not in out
@@ -118,7 +125,10 @@ def test_remote_counters_that_are_not_counts_are_left_out(env):
     rc, out, err = jw(env, "metrics")
     assert rc == 0, err
     assert 'jitwarden_remote_requests_total{result="hit"} 2' in out
-    assert "remote-2.json: its counters are not counts" in err and "remote-3.json: not JSON we read" in err
+    assert (
+        "remote-2.json: its counters are not counts" in err
+        and "remote-3.json: not JSON we read" in err
+    )
 
 
 def test_a_good_last_verify_is_a_metric(env):
@@ -126,4 +136,7 @@ def test_a_good_last_verify_is_a_metric(env):
         f.write('{"schema": 1, "time": 1700000000.5, "errors": 2, "entries": 3}')
     rc, out, err = jw(env, "metrics")
     assert rc == 0 and not err.strip(), err
-    assert "jitwarden_last_verify_errors 2" in out and "jitwarden_last_verify_timestamp_seconds 1700000000.5" in out
+    assert (
+        "jitwarden_last_verify_errors 2" in out
+        and "jitwarden_last_verify_timestamp_seconds 1700000000.5" in out
+    )

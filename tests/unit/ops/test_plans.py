@@ -38,7 +38,9 @@ def test_restore_plan_names_conflicts_and_refuses_them_without_replace(tmp_path)
     with pytest.raises(plans.PlanError) as exc:
         plan.execute()
     assert exc.value.done == 0
-    assert os.path.exists(os.path.join(root, "b", "k.cubin")) and not os.path.exists(os.path.join(root, "a"))
+    assert os.path.exists(os.path.join(root, "b", "k.cubin")) and not os.path.exists(
+        os.path.join(root, "a")
+    )
 
 
 def test_restore_plan_with_replace_puts_every_entry_back_and_quarantines_what_was_there(tmp_path):
@@ -63,7 +65,10 @@ def test_empty_plan_deletes_the_chosen_and_only_those_older_than_the_cutoff(tmp_
 
 def test_prune_plan_never_removes_the_current_partition_even_when_told(tmp_path):
     base = tmp_path / "base"
-    parts = [PartitionFacts(str(base), entry(base / "jitwarden-v1", d), d, 1.0, 100, d == "cur") for d in ("cur", "old")]
+    parts = [
+        PartitionFacts(str(base), entry(base / "jitwarden-v1", d), d, 1.0, 100, d == "cur")
+        for d in ("cur", "old")
+    ]
     plan = plans.plan_prune(parts, keep=1, now=10.0, current="cur")
     assert [a.partition.digest for a in plan.actions] == ["old"] and plan.bytes == 100
     forged = plans.PrunePlan(tuple(plans.PruneAction(p, "forged") for p in parts), current="cur")
@@ -74,11 +79,20 @@ def test_prune_plan_never_removes_the_current_partition_even_when_told(tmp_path)
 
 def test_clean_plan_acts_only_on_what_is_still_selected_when_judged_again(tmp_path):
     root = tmp_path / "root"
-    acts = tuple(plans.Action("triton", str(root), n, entry(root, n), "kernel", 100, 1.0, ("corrupt",), ("t",))
-                 for n in ("a", "b"))
+    acts = tuple(
+        plans.Action(
+            "triton", str(root), n, entry(root, n), "kernel", 100, 1.0, ("corrupt",), ("t",)
+        )
+        for n in ("a", "b")
+    )
     sel = plans.selection(now=10.0)
     plan = plans.CleanPlan(acts, sel)
-    outcomes = plan.execute(replan=lambda: plans.CleanPlan(acts[:1], sel))  # b healed since the plan was shown
-    assert {(o.path.rsplit("/", 1)[1], o.status) for o in outcomes} == {("a", "quarantined"), ("b", "skipped")}
+    outcomes = plan.execute(
+        replan=lambda: plans.CleanPlan(acts[:1], sel)
+    )  # b healed since the plan was shown
+    assert {(o.path.rsplit("/", 1)[1], o.status) for o in outcomes} == {
+        ("a", "quarantined"),
+        ("b", "skipped"),
+    }
     assert os.path.exists(acts[1].path) and not os.path.exists(acts[0].path)
     assert [r.entry_id for r in q.list_root(str(root))] == ["a"]

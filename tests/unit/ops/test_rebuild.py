@@ -11,13 +11,12 @@ import tempfile
 
 import pytest
 
-from tests.helpers import kernels  # noqa: E402
-
-from jitwarden.formats import cubin_compare, elf
+from jitwarden.adapters import triton as tri
 from jitwarden.env import ptxas
-from jitwarden.ops import rebuild  # noqa: E402
-from jitwarden.adapters import triton as tri  # noqa: E402
-from jitwarden.model.entries import Judge  # noqa: E402
+from jitwarden.formats import cubin_compare, elf
+from jitwarden.model.entries import Judge
+from jitwarden.ops import rebuild
+from tests.helpers import kernels
 
 BIN = ptxas.triton_bin_dir()
 PTXAS = os.path.join(BIN, "ptxas")
@@ -93,7 +92,9 @@ def test_debug_true_entry_verifies(built):
         assert res[job["path"]].verdict == "verified", res[job["path"]].message
 
 
-@pytest.mark.parametrize("var,flag", [("DISABLE_PTXAS_OPT", "-g"), ("TRITON_DISABLE_LINE_INFO", "-suppress-debug-info")])
+@pytest.mark.parametrize(
+    "var,flag", [("DISABLE_PTXAS_OPT", "-g"), ("TRITON_DISABLE_LINE_INFO", "-suppress-debug-info")]
+)
 def test_env_var_flags_are_reconstructed_and_verify(built, var, flag):
     _, _, extra = built
     root, man = extra[var]
@@ -107,8 +108,15 @@ def test_env_var_flags_are_reconstructed_and_verify(built, var, flag):
 
 
 def test_flags_match_triton_make_cubin():
-    md = {"target": {"backend": "cuda", "arch": 90}, "enable_fp_fusion": False, "ptx_options": "--maxrregcount 64"}
-    assert rebuild.ptxas_flags(md) == (90, ["-lineinfo", "--fmad=false", "-v", "--maxrregcount", "64", "--gpu-name=sm_90a"])
+    md = {
+        "target": {"backend": "cuda", "arch": 90},
+        "enable_fp_fusion": False,
+        "ptx_options": "--maxrregcount 64",
+    }
+    assert rebuild.ptxas_flags(md) == (
+        90,
+        ["-lineinfo", "--fmad=false", "-v", "--maxrregcount", "64", "--gpu-name=sm_90a"],
+    )
     md = {"target": {"arch": 80}, "DISABLE_PTXAS_OPT": "true"}
     assert rebuild.ptxas_flags(md) == (80, ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_80"])
     md = {"target": {"arch": 120}, "TRITON_DISABLE_LINE_INFO": "1", "DISABLE_PTXAS_OPT": "1"}
@@ -145,7 +153,9 @@ def test_one_flipped_byte_in_code_is_not_reproducible(built, tmp_path, label):
     off = text.offset + text.size // 2
     data[off] ^= 0x10
     open(cubin_path(job), "wb").write(data)
-    assert elf.parse(bytes(data)).section(f".text.{job['name']}").size == text.size  # still a valid ELF
+    assert (
+        elf.parse(bytes(data)).section(f".text.{job['name']}").size == text.size
+    )  # still a valid ELF
     r = verify(root)[job["path"]]
     assert r.verdict == "not-reproducible", r.message
     assert f".text.{job['name']}" in r.message
@@ -189,7 +199,9 @@ def test_keep_leaves_both_cubins(built, tmp_path):
     rebuilt = os.path.join(keep, f"{job['id']}.{job['name']}.rebuilt.cubin")
     assert open(cached, "rb").read() == open(cubin_path(job), "rb").read()
     # The rebuild is the genuine sub_kernel (debug line table aside: it stamps the source's mtime).
-    assert cubin_compare.compare(open(rebuilt, "rb").read(), open(cubin_path(built[1]["sub_sm90"]), "rb").read()).equal
+    assert cubin_compare.compare(
+        open(rebuilt, "rb").read(), open(cubin_path(built[1]["sub_sm90"]), "rb").read()
+    ).equal
     assert "nvdisasm" in r.message and cached in r.message
     assert sorted(os.listdir(keep)) == sorted([os.path.basename(cached), os.path.basename(rebuilt)])
 
@@ -256,7 +268,9 @@ def test_an_input_of_gigabytes_is_unverifiable_unread(built, tmp_path, which):
     assert "larger than the 256 MiB a rebuild reads" in r.message
 
 
-@pytest.mark.skipif(not os.access(CUDA13, os.X_OK), reason="needs a CUDA 13 ptxas at /usr/local/cuda-13.0")
+@pytest.mark.skipif(
+    not os.access(CUDA13, os.X_OK), reason="needs a CUDA 13 ptxas at /usr/local/cuda-13.0"
+)
 def test_ptx_90_from_another_toolchain(built, tmp_path):
     """An Inductor-like entry: assembled by a CUDA 13 ptxas (PTX .version 9.0), which Triton's 12.8 rejects."""
     root = str(tmp_path / "c13")
@@ -290,7 +304,11 @@ def test_bad_options_are_refused_with_the_field_and_why(built, tmp_path):
     nope = str(tmp_path / "nope")
     with pytest.raises(rebuild.OptionError) as err:
         verify(root, extra_ptxas=[nope])
-    assert (err.value.field, err.value.value, err.value.why) == ("extra_ptxas", nope, "no such file")
+    assert (err.value.field, err.value.value, err.value.why) == (
+        "extra_ptxas",
+        nope,
+        "no such file",
+    )
     f = tmp_path / "notexec"
     f.write_text("x")
     with pytest.raises(rebuild.OptionError) as err:
@@ -337,10 +355,14 @@ def test_compare_ignores_only_debug_sections(built):
     _, man, _ = built
     data = open(cubin_path(man["add_debug_sm120"]), "rb").read()
     e = elf.parse(data)
-    for name, ignored in ((".debug_line", True), (".nv_debug_ptx_txt", True), (".nv.merc.debug_line", True),
-                          (f".nv.info.{man['add_debug_sm120']['name']}", False),
-                          (f".nv.constant0.{man['add_debug_sm120']['name']}", False),
-                          (f".nv.capmerc.text.{man['add_debug_sm120']['name']}", False)):
+    for name, ignored in (
+        (".debug_line", True),
+        (".nv_debug_ptx_txt", True),
+        (".nv.merc.debug_line", True),
+        (f".nv.info.{man['add_debug_sm120']['name']}", False),
+        (f".nv.constant0.{man['add_debug_sm120']['name']}", False),
+        (f".nv.capmerc.text.{man['add_debug_sm120']['name']}", False),
+    ):
         s = e.section(name)
         assert s is not None and s.size > 0, name
         mod = bytearray(data)
@@ -415,7 +437,9 @@ def test_attempts_vary_but_cached_differs_where_they_agree_is_not_reproducible(b
     t[off] ^= 0x10
     j = cubin_compare.judge_attempts(bytes(t), [a, b, a, b, a])
     assert j.verdict == "varies-confined", j.reason
-    assert f"all in sections this ptxas does not reproduce from run to run ({text.name})" in j.reason
+    assert (
+        f"all in sections this ptxas does not reproduce from run to run ({text.name})" in j.reason
+    )
     # The same kernel with another constexpr: other layout, differs structurally.
     _, man, _ = built
     other = open(cubin_path(man["matmul_sm90"]), "rb").read()
@@ -489,26 +513,37 @@ sys.exit(r.returncode)
     shutil.copytree(job["path"], os.path.join(only, job["id"]))
     env = dict(os.environ, TRITON_PTXAS_PATH=str(wrapper))
     st = {}
-    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[], stats=st)[os.path.join(only, job["id"])]
+    r = rebuild.verify_entries(
+        scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[], stats=st
+    )[os.path.join(only, job["id"])]
     assert r.verdict == "verified", r.message
     assert r.ptxas == str(wrapper)
-    assert "output varies between runs for this kernel: run 2 matched after 1 differing run(s)" in r.message
+    assert (
+        "output varies between runs for this kernel: run 2 matched after 1 differing run(s)"
+        in r.message
+    )
     assert st["ptxas_runs"] == 2 and st["ptxas_retries"] == 1
     # A cached cubin equal to neither output, differing only at that byte: unverifiable, never an error.
     c = bytearray(open(cubin_path(job), "rb").read())
     c[text.offset + 0x72] ^= 2
     open(os.path.join(only, job["id"], f"{job['name']}.cubin"), "wb").write(c)
     counter.unlink()
-    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
+    r = rebuild.verify_entries(
+        scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[]
+    )[os.path.join(only, job["id"])]
     assert r.verdict == "unverifiable", r.message
-    assert f"2 distinct results in {1 + rebuild.PTXAS_RETRIES} attempts, none identical" in r.message
+    assert (
+        f"2 distinct results in {1 + rebuild.PTXAS_RETRIES} attempts, none identical" in r.message
+    )
     # And a flipped byte in a section ptxas reproduces every time: not-reproducible even though ptxas varies.
     c = bytearray(open(cubin_path(job), "rb").read())
     info = elf.parse(bytes(c)).section(f".nv.info.{job['name']}")
     c[info.offset + info.size - 1] ^= 0x10
     open(os.path.join(only, job["id"], f"{job['name']}.cubin"), "wb").write(c)
     counter.unlink()
-    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[])[os.path.join(only, job["id"])]
+    r = rebuild.verify_entries(
+        scan(only), rebuild.RebuildOptions(jobs=1), env=env, machine_ptxas=[]
+    )[os.path.join(only, job["id"])]
     assert r.verdict == "not-reproducible", r.message
     assert "same-layout attempts agree" in r.message
 
@@ -535,8 +570,17 @@ def _set_md(rec, **kw):
     json.dump(md, open(p, "w"))
 
 
-@pytest.mark.parametrize("opts", ["--options-file {secret}", "-optf {secret}", "--maxrregcount=32 --options-file={secret}",
-                                  "--output-file {secret}", "--maxrregcount {secret}", "--fmad=false; cat {secret}"])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        "--options-file {secret}",
+        "-optf {secret}",
+        "--maxrregcount=32 --options-file={secret}",
+        "--output-file {secret}",
+        "--maxrregcount {secret}",
+        "--fmad=false; cat {secret}",
+    ],
+)
 def test_ptx_options_outside_the_allow_list_never_reach_ptxas(built, tmp_path, opts):
     """Issue 12: `--options-file /etc/shadow` in a cache's metadata printed the file's lines into the report."""
     root, man = copy(built, tmp_path)
@@ -550,12 +594,28 @@ def test_ptx_options_outside_the_allow_list_never_reach_ptxas(built, tmp_path, o
     kernels.copy_cache(only, str(tmp_path / "alone"))  # group file pointing into the copy
     only = str(tmp_path / "alone")
     st = {}
-    r = rebuild.verify_entries(scan(only), rebuild.RebuildOptions(jobs=1), machine_ptxas=[], stats=st)[os.path.join(only, rec["id"])]
+    r = rebuild.verify_entries(
+        scan(only), rebuild.RebuildOptions(jobs=1), machine_ptxas=[], stats=st
+    )[os.path.join(only, rec["id"])]
     assert r.verdict == "unverifiable", r.message
     assert "it was not run" in r.message and "SECRET" not in r.message
     assert st["ptxas_runs"] == 0
-    out = subprocess.run([sys.executable, "-m", "jitwarden", "verify", "--rebuild", "--target", "sm_90",
-                          "--format", "json", only], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jitwarden",
+            "verify",
+            "--rebuild",
+            "--target",
+            "sm_90",
+            "--format",
+            "json",
+            only,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr  # unverifiable is a warning, never an error
     assert "SECRET" not in out.stdout + out.stderr
     codes = [f["code"] for e in json.loads(out.stdout)["entries"] for f in e["findings"]]
@@ -564,20 +624,29 @@ def test_ptx_options_outside_the_allow_list_never_reach_ptxas(built, tmp_path, o
 
 def test_allow_listed_ptx_options_are_passed_as_triton_passed_them(tmp_path):
     """A real kernel compiled with PTXAS_OPTIONS-style ptx_options verifies with the same options."""
-    job = dict(kernels.jobs_for(archs=(90,), variants=[kernels.VARIANTS[0]])[0],
-               options={"ptx_options": "--maxrregcount 40 -O3 --def-load-cache=cg"})
+    job = dict(
+        kernels.jobs_for(archs=(90,), variants=[kernels.VARIANTS[0]])[0],
+        options={"ptx_options": "--maxrregcount 40 -O3 --def-load-cache=cg"},
+    )
     root = str(tmp_path / "cache")
     rec = kernels.build_cache(root, jobs=[job])[0]
     md = json.load(open(os.path.join(rec["path"], f"{rec['name']}.json")))
     assert md["ptx_options"] == "--maxrregcount 40 -O3 --def-load-cache=cg"
-    assert rebuild.allowed_ptx_options(md["ptx_options"]) == ["--maxrregcount", "40", "-O3", "--def-load-cache=cg"]
+    assert rebuild.allowed_ptx_options(md["ptx_options"]) == [
+        "--maxrregcount",
+        "40",
+        "-O3",
+        "--def-load-cache=cg",
+    ]
     r = verify(root)[rec["path"]]
     assert r.verdict == "verified", r.message
     # and the options matter: without them the same PTX assembles into another cubin
     _arch, flags = rebuild.ptxas_flags(dict(md, ptx_options=None))
     out = str(tmp_path / "plain.cubin")
     subprocess.run([PTXAS, *flags, ptx_path(rec), "-o", out], check=True, capture_output=True)
-    assert not cubin_compare.compare(open(cubin_path(rec), "rb").read(), open(out, "rb").read()).equal
+    assert not cubin_compare.compare(
+        open(cubin_path(rec), "rb").read(), open(out, "rb").read()
+    ).equal
 
 
 def test_unknown_triton_release_never_gets_an_error(built, tmp_path):

@@ -12,24 +12,28 @@ import subprocess
 
 import pytest
 
-from tests.helpers import kernels
-from tests.helpers.guarded import MANAGER, clean_env, py
-from jitwarden.runtime import activation, startup_checks
-from jitwarden.store import partition
 from jitwarden.env import ptxas
 from jitwarden.env.fingerprint import Fingerprint, Package
-from jitwarden.model.layout import PARTITION_INFO
 from jitwarden.env.nvml import Gpu
+from jitwarden.model.layout import PARTITION_INFO
+from jitwarden.runtime import activation, startup_checks
+from jitwarden.store import partition
+from tests.helpers import kernels
+from tests.helpers.guarded import MANAGER, clean_env, py
+
 
 def test_activation_imports_only_the_stdlib_and_never_cuda(tmp_path):
-    proc = py('''
+    proc = py(
+        """
         import json, sys
         import jitwarden
         rec = jitwarden.activate()
         maps = open("/proc/self/maps").read()
         print(json.dumps({"heavy": sorted(m for m in ("torch", "triton", "rich", "numpy") if m in sys.modules),
                           "cuda_libs": "libcuda" in maps or "libnvidia-ml" in maps, "digest": rec.digest}))
-    ''', clean_env(tmp_path))
+    """,
+        clean_env(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out == {"heavy": [], "cuda_libs": False, "digest": out["digest"]} and out["digest"]
@@ -41,8 +45,11 @@ def test_partitions_guard_and_last_use(tmp_path):
     home = env["HOME"]
     want = os.path.join(home, ".triton", "cache", "jitwarden-v1", rec.digest)
     assert rec.partitions["TRITON_CACHE_DIR"] == want == env["TRITON_CACHE_DIR"]
-    assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join(str(tmp_path / "inductor"), "jitwarden-v1", rec.digest) \
-        or "TORCHINDUCTOR_CACHE_DIR" in rec.skipped  # only when torch is installed
+    assert (
+        env["TORCHINDUCTOR_CACHE_DIR"]
+        == os.path.join(str(tmp_path / "inductor"), "jitwarden-v1", rec.digest)
+        or "TORCHINDUCTOR_CACHE_DIR" in rec.skipped
+    )  # only when torch is installed
     assert env["TRITON_CACHE_MANAGER"] == MANAGER == rec.cache_manager
     info = partition.read_info(want)
     assert info.digest == rec.digest and "triton" in info.kinds and info.last_used > 0
@@ -56,11 +63,14 @@ def test_idempotent_and_never_nested(tmp_path):
     assert activation.activate(env=env) is first
     assert env == snapshot
     # A child process inherits the activated environment and lands in the same partition.
-    child = py('''
+    child = py(
+        """
         import json, os, jitwarden
         rec = jitwarden.activate()
         print(json.dumps([rec.digest, os.environ["TRITON_CACHE_DIR"]]))
-    ''', dict(env))
+    """,
+        dict(env),
+    )
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout) == [first.digest, env["TRITON_CACHE_DIR"]]
 
@@ -72,7 +82,10 @@ def test_explicit_cache_dir_is_partitioned_inside_or_left_alone(tmp_path):
     assert env["TRITON_CACHE_DIR"] == os.path.join(mine, "jitwarden-v1", rec.digest)
     env = clean_env(tmp_path, TRITON_CACHE_DIR=mine, JITWARDEN_PARTITION="0")
     rec = activation.activate(env=env)
-    assert env["TRITON_CACHE_DIR"] == mine and rec.skipped["TRITON_CACHE_DIR"] == "JITWARDEN_PARTITION=0"
+    assert (
+        env["TRITON_CACHE_DIR"] == mine
+        and rec.skipped["TRITON_CACHE_DIR"] == "JITWARDEN_PARTITION=0"
+    )
     assert env["TRITON_CACHE_MANAGER"] == MANAGER
 
 
@@ -89,24 +102,36 @@ def test_world_writable_root_is_refused_for_a_private_partition(tmp_path):
     os.chmod(shared, 0o777)
     env = clean_env(tmp_path, TRITON_CACHE_DIR=str(shared))
     rec = activation.activate(env=env)
-    private = os.path.join(env["XDG_CACHE_HOME"], "jitwarden", "roots", "triton", "jitwarden-v1", rec.digest)
+    private = os.path.join(
+        env["XDG_CACHE_HOME"], "jitwarden", "roots", "triton", "jitwarden-v1", rec.digest
+    )
     assert env["TRITON_CACHE_DIR"] == private
-    assert any(w.startswith(f"refusing cache root {shared}") and "world-writable" in w and "chmod o-w" in w
-               for w in rec.warnings)
+    assert any(
+        w.startswith(f"refusing cache root {shared}") and "world-writable" in w and "chmod o-w" in w
+        for w in rec.warnings
+    )
     assert not (shared / "jitwarden-v1").exists()
 
 
 def test_unusable_root_and_home_fall_back_to_a_private_runtime_partition(tmp_path):
     run = tmp_path / "run"
-    env = clean_env(tmp_path, HOME="/dev/null/home", XDG_CACHE_HOME="/dev/null/cache", TRITON_CACHE_DIR="/dev/null/t",
-                    TMPDIR=str(run))
+    env = clean_env(
+        tmp_path,
+        HOME="/dev/null/home",
+        XDG_CACHE_HOME="/dev/null/cache",
+        TRITON_CACHE_DIR="/dev/null/t",
+        TMPDIR=str(run),
+    )
     run.mkdir()
     rec = activation.activate(env=env)
-    assert env["TRITON_CACHE_DIR"] == str(run / f"jitwarden-{os.getuid()}" / "roots" / "triton" / "jitwarden-v1"
-                                          / rec.digest)
+    assert env["TRITON_CACHE_DIR"] == str(
+        run / f"jitwarden-{os.getuid()}" / "roots" / "triton" / "jitwarden-v1" / rec.digest
+    )
     assert "TRITON_CACHE_DIR" not in rec.skipped
     (w,) = [w for w in rec.warnings if "refusing cache root /dev/null/t" in w]
-    assert "chmod o-w" not in w and "a directory you can write" in w  # not a sharing problem: no owner/mode advice
+    assert (
+        "chmod o-w" not in w and "a directory you can write" in w
+    )  # not a sharing problem: no owner/mode advice
 
 
 class _Flaky(dict):
@@ -151,14 +176,17 @@ def test_ptxas_binary_decides_the_partition(tmp_path):
 
 def test_python_level_knob_is_followed_when_triton_is_imported(tmp_path):
     mine = str(tmp_path / "knob")
-    proc = py(f'''
+    proc = py(
+        f"""
         import json, os
         import triton
         triton.knobs.cache.dir = {mine!r}
         import jitwarden
         rec = jitwarden.activate()
         print(json.dumps([rec.digest, triton.knobs.cache.dir, triton.knobs.cache.manager_class.__name__]))
-    ''', clean_env(tmp_path))
+    """,
+        clean_env(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     digest, knob_dir, cls = json.loads(proc.stdout)
     assert knob_dir == os.path.join(mine, "jitwarden-v1", digest) and cls == "GuardedCacheManager"
@@ -168,20 +196,45 @@ def test_python_level_knob_is_followed_when_triton_is_imported(tmp_path):
 
 
 def _fp(cap, torch_archs=None, cuda="12.8", release="12.8"):
-    info = ptxas.PtxasInfo("/opt/ptxas", "/opt/ptxas", f"Cuda compilation tools, release {release}", release, None, "0" * 64, 1)
-    pk = (Package("torch", "torch", "2.9.0", None, cuda, None, tuple(torch_archs)),) if torch_archs is not None else ()
+    info = ptxas.PtxasInfo(
+        "/opt/ptxas",
+        "/opt/ptxas",
+        f"Cuda compilation tools, release {release}",
+        release,
+        None,
+        "0" * 64,
+        1,
+    )
+    pk = (
+        (Package("torch", "torch", "2.9.0", None, cuda, None, tuple(torch_archs)),)
+        if torch_archs is not None
+        else ()
+    )
     role = "triton-blackwell" if cap[0] * 10 + cap[1] >= 100 else "triton"
-    return Fingerprint("nvml", (Gpu(0, "NVIDIA GB10", cap, None, None),), "580.1", "13.0", ((role, info),), pk,
-                       (), (), ())
+    return Fingerprint(
+        "nvml",
+        (Gpu(0, "NVIDIA GB10", cap, None, None),),
+        "580.1",
+        "13.0",
+        ((role, info),),
+        pk,
+        (),
+        (),
+        (),
+    )
 
 
 def test_warns_when_torch_lacks_the_device_arch():
     ws = startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_90", "sm_100", "sm_120"]))
-    assert len(ws) == 1 and ws[0].startswith("sm_121 is not in torch 2.9.0's compiled arch list (sm_80 sm_90 sm_100 sm_120)")
+    assert len(ws) == 1 and ws[0].startswith(
+        "sm_121 is not in torch 2.9.0's compiled arch list (sm_80 sm_90 sm_100 sm_120)"
+    )
     assert "TORCH_CUDA_ARCH_LIST" in ws[0] and "PTX JIT" in ws[0]
     assert startup_checks.torch_arch(_fp((12, 0), ["sm_80", "sm_120"])) == []
     assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121a"])) == []
-    assert startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121"], cuda=None)) == []  # a CPU torch: nothing to say
+    assert (
+        startup_checks.torch_arch(_fp((12, 1), ["sm_80", "sm_121"], cuda=None)) == []
+    )  # a CPU torch: nothing to say
 
 
 def test_one_arch_rule_for_the_fingerprint_and_the_start_up_check():
@@ -190,7 +243,9 @@ def test_one_arch_rule_for_the_fingerprint_and_the_start_up_check():
     (w,) = startup_checks.torch_arch(fp)
     assert w in fp.warnings()
     neighbour = _fp((8, 6), ["sm_80", "sm_90"])  # no sm_86 cubins: the same answer from both
-    assert startup_checks.torch_arch(neighbour) == [x for x in neighbour.warnings() if x.startswith("sm_86 is not")]
+    assert startup_checks.torch_arch(neighbour) == [
+        x for x in neighbour.warnings() if x.startswith("sm_86 is not")
+    ]
     assert startup_checks.torch_arch(neighbour)
 
 
@@ -201,12 +256,25 @@ def test_doctor_takes_the_ptxas_variable_from_the_record_not_from_the_sentence()
     from jitwarden.cli.commands import doctor
 
     path = "/opt/TRITON_PTXAS_BLACKWELL_PATH/bin/ptxas"
-    info = ptxas.PtxasInfo(path, path, "Cuda compilation tools, release 11.0", "11.0", None, "0" * 64, 1)
-    fp = Fingerprint("nvml", (Gpu(0, "NVIDIA H200", (9, 0), None, None),), "580.1", "13.0", (("triton", info),), (),
-                     (), (), ())
+    info = ptxas.PtxasInfo(
+        path, path, "Cuda compilation tools, release 11.0", "11.0", None, "0" * 64, 1
+    )
+    fp = Fingerprint(
+        "nvml",
+        (Gpu(0, "NVIDIA H200", (9, 0), None, None),),
+        "580.1",
+        "13.0",
+        (("triton", info),),
+        (),
+        (),
+        (),
+        (),
+    )
     report = SimpleNamespace(target=SimpleNamespace(arch=None, source="live"), caches=())
     fixes = [fix for kind, _w, fix in doctor.startup_warnings(fp, report) if kind == "ptxas"]
-    assert fixes == ["export TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"]
+    assert fixes == [
+        "export TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"
+    ]
     (p,) = startup_checks.ptxas_problems(fp)
     assert (p.arch, p.variable) == (90, "TRITON_PTXAS_PATH")
 
@@ -219,7 +287,11 @@ def test_activation_facts_are_one_record_on_the_cold_and_the_warm_path(tmp_path)
     warm = memo.lookup(env)
     assert memo.last == "hit", memo.last
     assert type(cold) is type(warm) is memo.ActivationFacts and cold == warm
-    assert isinstance(warm.warnings, tuple) and isinstance(warm.headline, str) and warm.headline.endswith(warm.digest)
+    assert (
+        isinstance(warm.warnings, tuple)
+        and isinstance(warm.headline, str)
+        and warm.headline.endswith(warm.digest)
+    )
     assert warm.version("definitely-not-installed") is None
     with pytest.raises(AttributeError):
         warm.digest = "0" * 16
@@ -227,7 +299,9 @@ def test_activation_facts_are_one_record_on_the_cold_and_the_warm_path(tmp_path)
 
 def test_warns_when_ptxas_cannot_target_the_device():
     ws = startup_checks.ptxas_target(_fp((12, 1), release="12.8"))
-    assert len(ws) == 1 and "cannot target sm_121" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
+    assert (
+        len(ws) == 1 and "cannot target sm_121" in ws[0] and "TRITON_PTXAS_BLACKWELL_PATH" in ws[0]
+    )
     assert startup_checks.ptxas_target(_fp((12, 1), release="12.9")) == []
 
 
@@ -238,12 +312,21 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
     ws = startup_checks.shared_root(root, fp.device_archs(), None)  # _fp has no Triton: arch alone
     assert len(ws) == 1 and "entries built for sm_80" in ws[0] and "JITWARDEN_PARTITION" in ws[0]
     # Proofs before the start (not in the background), so that the entries are in place to sample below.
-    env = clean_env(tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0", JITWARDEN_PROVE_WAIT="1")
-    rec = activation.activate(env=env)  # the live fingerprint has no GPU: Triton version is what can differ
+    env = clean_env(
+        tmp_path, TRITON_CACHE_DIR=root, JITWARDEN_PARTITION="0", JITWARDEN_PROVE_WAIT="1"
+    )
+    rec = activation.activate(
+        env=env
+    )  # the live fingerprint has no GPU: Triton version is what can differ
     assert env["TRITON_CACHE_DIR"] == root and rec.skipped
     metas = startup_checks.sample_metadata(root)
-    assert len(metas) == 2 and startup_checks.foreign_entries(metas, (80,), metas[0]["triton_version"]) == []
-    assert startup_checks.foreign_entries(metas, (), "3.4.0") == [f"Triton {metas[0]['triton_version']}"]
+    assert (
+        len(metas) == 2
+        and startup_checks.foreign_entries(metas, (80,), metas[0]["triton_version"]) == []
+    )
+    assert startup_checks.foreign_entries(metas, (), "3.4.0") == [
+        f"Triton {metas[0]['triton_version']}"
+    ]
     # Older layouts are read as the scanner reads them: a [backend, arch, warp] target is still sm_80.
     older = [dict(m, target=["cuda", 80, 32]) for m in metas]
     assert startup_checks.foreign_entries(older, (90,), metas[0]["triton_version"]) == ["sm_80"]
@@ -251,7 +334,7 @@ def test_warns_about_an_unpartitioned_root_shared_with_another_arch(tmp_path):
 
 # ------------------------------------------------------------------ warm path (activation memo)
 
-WARM_PROBE = '''
+WARM_PROBE = """
     import json, sys
     import jitwarden
     from jitwarden.runtime import memo as activation_memo
@@ -261,7 +344,7 @@ WARM_PROBE = '''
              "jitwarden.runtime.startup_checks")
     print(json.dumps({"rec": rec.to_json(), "memo": activation_memo.last,
                       "heavy": sorted(m for m in heavy if m in sys.modules)}))
-'''
+"""
 
 
 def warm_run(env: dict) -> dict:
@@ -277,7 +360,9 @@ def test_warm_path_gives_the_slow_paths_record_and_imports_nothing_heavy(tmp_pat
     warm = warm_run(dict(env))
     assert warm["memo"] == "hit"
     assert warm["rec"] == cold["rec"] and warm["rec"]["digest"]
-    assert warm["heavy"] == []  # no dataclasses, ctypes, hashlib, torch, triton, rich, fingerprint layer
+    assert (
+        warm["heavy"] == []
+    )  # no dataclasses, ctypes, hashlib, torch, triton, rich, fingerprint layer
     # The memoised digest is the one the fingerprint computes right now.
     from jitwarden.env import fingerprint
 
@@ -300,11 +385,16 @@ def test_ptxas_replaced_behind_the_same_path_changes_the_digest(tmp_path):
     wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
     wrapper.chmod(0o755)
     os.replace(wrapper, ptx)
-    assert subprocess.run([str(ptx), "--version"], capture_output=True).stdout == \
-        subprocess.run([real, "--version"], capture_output=True).stdout
+    assert (
+        subprocess.run([str(ptx), "--version"], capture_output=True).stdout
+        == subprocess.run([real, "--version"], capture_output=True).stdout
+    )
     swapped = warm_run(dict(env))
     assert swapped["rec"]["digest"] != first["rec"]["digest"]
-    assert swapped["rec"]["partitions"]["TRITON_CACHE_DIR"] != first["rec"]["partitions"]["TRITON_CACHE_DIR"]
+    assert (
+        swapped["rec"]["partitions"]["TRITON_CACHE_DIR"]
+        != first["rec"]["partitions"]["TRITON_CACHE_DIR"]
+    )
     # A file changed within the racy window is not trusted by stat: not memoised yet.
     assert swapped["memo"] == f"not stored: {ptx} changed just now"
     assert warm_run(dict(env))["rec"]["digest"] == swapped["rec"]["digest"]
@@ -323,8 +413,15 @@ def test_code_changing_env_var_changes_the_digest_and_both_stay_memoised(tmp_pat
     assert cvd["memo"] == "stored"
 
 
-@pytest.mark.parametrize("garbage", [b"\x00garbage{{{", b"[]", b'{"schema": 1, "kind": "jitwarden-activation-memo"}',
-                                     b'{"schema": 1, "kind": "jitwarden-activation-memo", "entries": [1, {}, []]}'])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00garbage{{{",
+        b"[]",
+        b'{"schema": 1, "kind": "jitwarden-activation-memo"}',
+        b'{"schema": 1, "kind": "jitwarden-activation-memo", "entries": [1, {}, []]}',
+    ],
+)
 def test_garbage_activation_memo_is_ignored_and_rewritten(tmp_path, garbage):
     env = clean_env(tmp_path)
     good = warm_run(dict(env))
@@ -356,7 +453,11 @@ def _tamper_entry(entry, what):
         entry["dirs"][-1][1] = None  # stat not trusted: the names decide
         entry["dirs"][-1][2] = (entry["dirs"][-1][2] or []) + ["vllm-0.0.1.dist-info"]
     elif what == "proc":
-        entry["proc"][1] = ["NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.0.0", ["0000:01:00.0"], [None]]
+        entry["proc"][1] = [
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.0.0",
+            ["0000:01:00.0"],
+            [None],
+        ]
     elif what == "key":
         entry["key"][1] = "3.0.0 (some other python)"
     elif what == "fingerprint memo":
@@ -369,7 +470,9 @@ def test_any_recorded_fact_that_no_longer_holds_is_a_miss(tmp_path, what):
 
     env = clean_env(tmp_path)
     facts = activation_memo.compute(env)
-    assert activation_memo.lookup(env).to_json() == facts.to_json() and activation_memo.last == "hit"
+    assert (
+        activation_memo.lookup(env).to_json() == facts.to_json() and activation_memo.last == "hit"
+    )
     path = activation_memo.memo_path(env)
     doc = json.load(open(path))
     _tamper_entry(doc["entries"][0], what)
@@ -392,11 +495,16 @@ def test_sys_path_dirs_are_judged_by_the_package_names_they_hold(tmp_path, monke
 
 
 def test_nvml_failing_with_a_driver_present_is_never_memoised(tmp_path, monkeypatch):
-    from jitwarden.runtime import memo as activation_memo
     from jitwarden.env import nvml
+    from jitwarden.runtime import memo as activation_memo
 
-    monkeypatch.setattr(nvml, "probe", lambda proc_root="/proc", env=None, use_nvml=True:
-                        nvml.Probe("proc", (), "580.1", None, "nvml: transient"))
+    monkeypatch.setattr(
+        nvml,
+        "probe",
+        lambda proc_root="/proc", env=None, use_nvml=True: nvml.Probe(
+            "proc", (), "580.1", None, "nvml: transient"
+        ),
+    )
     env = clean_env(tmp_path)
     facts = activation_memo.compute(env)
     assert facts.digest and activation_memo.last.startswith("not stored: NVML failed")
@@ -404,23 +512,34 @@ def test_nvml_failing_with_a_driver_present_is_never_memoised(tmp_path, monkeypa
 
 
 def test_memo_dir_agrees_with_the_fingerprints():
-    from jitwarden.runtime import memo as activation_memo
     from jitwarden.env import fingerprint
+    from jitwarden.runtime import memo as activation_memo
 
     for env in ({"JITWARDEN_HOME": "/a", "XDG_CACHE_HOME": "/b"}, {"XDG_CACHE_HOME": "/b"}, {}):
         assert activation_memo.memo_dir(env) == fingerprint.memo_dir(env)
 
 
 def test_activation_record_is_immutable_and_serialisable():
-    rec = activation.Activation("0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ("w",), {}, "h")
+    rec = activation.Activation(
+        "0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ("w",), {}, "h"
+    )
     with pytest.raises(AttributeError):
         rec.digest = "other"
     with pytest.raises(AttributeError):
         del rec.headline
-    assert rec == activation.Activation("0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ["w"], {}, "h")
+    assert rec == activation.Activation(
+        "0123456789abcdef", {"TRITON_CACHE_DIR": "/x"}, MANAGER, ["w"], {}, "h"
+    )
     assert rec.active and not activation.Activation(None).active
-    assert rec.to_json() == {"schema": 1, "digest": "0123456789abcdef", "partitions": {"TRITON_CACHE_DIR": "/x"},
-                             "cache_manager": MANAGER, "warnings": ["w"], "skipped": {}, "headline": "h"}
+    assert rec.to_json() == {
+        "schema": 1,
+        "digest": "0123456789abcdef",
+        "partitions": {"TRITON_CACHE_DIR": "/x"},
+        "cache_manager": MANAGER,
+        "warnings": ["w"],
+        "skipped": {},
+        "headline": "h",
+    }
     assert "digest='0123456789abcdef'" in repr(rec)
 
 
@@ -430,8 +549,10 @@ def test_the_remote_manager_is_not_reported_as_reduced_protection():
     from jitwarden.runtime.activation import reduced_protection
 
     assert reduced_protection({"TRITON_CACHE_MANAGER": settings.REMOTE_MANAGER}) == []
-    assert reduced_protection({"TRITON_CACHE_MANAGER": "my.module:Manager"})[0][0] == \
-        "TRITON_CACHE_MANAGER=my.module:Manager"
+    assert (
+        reduced_protection({"TRITON_CACHE_MANAGER": "my.module:Manager"})[0][0]
+        == "TRITON_CACHE_MANAGER=my.module:Manager"
+    )
 
 
 def test_vllm_plugin_says_guard_on_under_the_remote_manager(tmp_path):
@@ -441,12 +562,21 @@ def test_vllm_plugin_says_guard_on_under_the_remote_manager(tmp_path):
 
     from tests.helpers.guarded import clean_env
 
-    env = clean_env(tmp_path, JITWARDEN_HOME=str(tmp_path / "jw"), JITWARDEN_REMOTE="redis://127.0.0.1:1/0",
-                    JITWARDEN_SWEEP="0", JITWARDEN_TORCH_HOOKS="0")
-    code = ("import logging, os; logging.basicConfig(level=logging.INFO)\n"
-            "from jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n"
-            "print(os.environ['TRITON_CACHE_MANAGER'])")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    env = clean_env(
+        tmp_path,
+        JITWARDEN_HOME=str(tmp_path / "jw"),
+        JITWARDEN_REMOTE="redis://127.0.0.1:1/0",
+        JITWARDEN_SWEEP="0",
+        JITWARDEN_TORCH_HOOKS="0",
+    )
+    code = (
+        "import logging, os; logging.basicConfig(level=logging.INFO)\n"
+        "from jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n"
+        "print(os.environ['TRITON_CACHE_MANAGER'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
     assert "guard: on" in proc.stderr and "guard: off" not in proc.stderr, proc.stderr[-2000:]

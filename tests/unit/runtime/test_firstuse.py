@@ -13,10 +13,11 @@ import os
 
 import pytest
 
+from jitwarden.model.layout import SEAL_FILE
 from jitwarden.runtime import proof, sweep
 from jitwarden.store import seal
-from jitwarden.model.layout import SEAL_FILE
 from tests.helpers.guarded import ADD, assert_sound, compile_jobs, files_of, quarantined, substitute
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
@@ -42,14 +43,19 @@ def test_guard_refuses_a_substituted_cubin_in_an_unsealed_entry(tmp_path, refere
     victim = out["add_sm90"]["id"]
     substitute(root, victim, evil_cubin)
     again = compile_jobs(root)
-    assert again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]  # recompiled, not the substitute
+    assert (
+        again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
+    )  # recompiled, not the substitute
     recs = quarantined(root)
     assert [r.entry_id for r in recs] == [victim] and recs[0].reason == "not-reproducible", recs
     assert again["_stderr"].count("quarantined Triton cache entry") == 1
     with open(os.path.join(recs[0].path, recs[0].payload, "add_kernel.cubin"), "rb") as f:
         assert f.read() == evil_cubin  # kept, restorable
     assert_sound(root, victim)
-    for label in ("add_b256_sm90", "sub_sm90"):  # the genuine ones are proven and sealed, never moved
+    for label in (
+        "add_b256_sm90",
+        "sub_sm90",
+    ):  # the genuine ones are proven and sealed, never moved
         assert_sound(root, out[label]["id"])
         assert seal.read(os.path.join(root, out[label]["id"])).producer.get("proven")
 
@@ -64,7 +70,9 @@ def test_a_proven_unsealed_entry_is_sealed_and_served_byte_identically(tmp_path,
         assert again[lab]["cubin"] == reference[lab]["cubin"]
         assert files_of(path) == before[lab]  # served from the cache, not rewritten
         s = seal.read(path)
-        assert s.producer.get("legacy") and isinstance(s.producer.get("proven"), str)  # the ptxas that proved it
+        assert s.producer.get("legacy") and isinstance(
+            s.producer.get("proven"), str
+        )  # the ptxas that proved it
         assert seal.check(path, s) == []
     assert quarantined(root) == [] and "quarantined" not in again["_stderr"]
 
@@ -121,7 +129,10 @@ def test_sweep_proves_in_parallel_and_prints_one_line(tmp_path, evil_cubin):
     summary = [w for w in warnings if w.startswith("proved ")]
     assert len(summary) == 1 and "proved 2 of 3 unsealed Triton kernels" in summary[0], warnings
     assert "1 refuted" in summary[0] and "JITWARDEN_PROVE=0" in summary[0]
-    assert sum("quarantined Triton cache entry" in w and "not-reproducible" in w for w in warnings) == 1
+    assert (
+        sum("quarantined Triton cache entry" in w and "not-reproducible" in w for w in warnings)
+        == 1
+    )
     for lab in ("add_b256_sm90", "sub_sm90"):
         assert seal.read(os.path.join(tree, out[lab]["id"])).producer.get("proven")
     again_w, again = sweep.sweep([tree])  # sealed now: nothing is proven twice
@@ -144,7 +155,10 @@ def test_an_entry_changed_after_its_proof_is_not_sealed(tmp_path, evil_cubin):
 def test_summary_line():
     assert proof.ProofCounts(proven=0).summary() is None
     line = proof.ProofCounts(proven=211, refuted=1, unproven=0, seconds=1.234, jobs=16).summary()
-    assert line.startswith("proved 211 of 212 unsealed Triton kernels") and "1.23 s on 16 cores" in line
+    assert (
+        line.startswith("proved 211 of 212 unsealed Triton kernels")
+        and "1.23 s on 16 cores" in line
+    )
     assert "1 not proven" in line and "\n" not in line
     assert json.dumps(proof.ProofCounts(proven=3, seconds=0.1, jobs=2).summary())
 
@@ -160,10 +174,21 @@ def test_doctor_reports_the_settings_that_accept_risk(isolated_env, tmp_path):
 
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"))
     on = json.loads(cli("doctor", "--format", "json", env=env).stdout)
-    assert not [p for p in on["problems"] if p["code"] in ("proofs-off", "torch-hooks")], on["problems"]
-    off = json.loads(cli("doctor", "--format", "json", env=dict(env, JITWARDEN_PROVE="0", JITWARDEN_TORCH_HOOKS="0")).stdout)
+    assert not [p for p in on["problems"] if p["code"] in ("proofs-off", "torch-hooks")], on[
+        "problems"
+    ]
+    off = json.loads(
+        cli(
+            "doctor",
+            "--format",
+            "json",
+            env=dict(env, JITWARDEN_PROVE="0", JITWARDEN_TORCH_HOOKS="0"),
+        ).stdout
+    )
     codes = {p["code"]: p for p in off["problems"]}
-    assert "JITWARDEN_PROVE=0" in codes["proofs-off"]["message"] and codes["proofs-off"]["fix"].startswith("unset")
+    assert "JITWARDEN_PROVE=0" in codes["proofs-off"]["message"] and codes["proofs-off"][
+        "fix"
+    ].startswith("unset")
     assert "JITWARDEN_TORCH_HOOKS=0" in codes["torch-hooks"]["message"]
     table = cli("doctor", env=dict(env, JITWARDEN_PROVE="0")).stdout
     assert "proofs-off" in table and "Traceback" not in table
@@ -175,9 +200,13 @@ def test_activation_prints_one_proof_line_for_all_the_trees_it_sweeps(tmp_path, 
     from tests.helpers.guarded import clean_env
 
     env = clean_env(tmp_path)
-    env.update(JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(tmp_path / "triton"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), JITWARDEN_PROVE_WAIT="1",  # proofs before the start
-               JITWARDEN_TORCH_HOOKS="0")  # no check as kernels load: activation sweeps the trees
+    env.update(
+        JITWARDEN_PARTITION="0",
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        JITWARDEN_PROVE_WAIT="1",  # proofs before the start
+        JITWARDEN_TORCH_HOOKS="0",
+    )  # no check as kernels load: activation sweeps the trees
     rec = activation.activate(env=dict(env), quiet=True)
     if "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped:
         pytest.skip(f"torch is not installed here: {rec.skipped}")
@@ -186,11 +215,15 @@ def test_activation_prints_one_proof_line_for_all_the_trees_it_sweeps(tmp_path, 
     substitute(env["TRITON_CACHE_DIR"], out["add_sm90"]["id"], evil_cubin)
     rec = activation.activate(env=dict(env), quiet=True)
     lines = [w for w in rec.warnings if w.startswith("proved ")]
-    assert len(lines) == 1 and lines[0].startswith("proved 3 of 4 unsealed Triton kernels"), rec.warnings
+    assert len(lines) == 1 and lines[0].startswith("proved 3 of 4 unsealed Triton kernels"), (
+        rec.warnings
+    )
     assert sum("quarantined Triton cache entry" in w for w in rec.warnings) == 1
 
 
-def test_each_proof_is_handed_over_as_it_ends_and_a_failing_handler_is_raised_after_all(tmp_path, evil_cubin):
+def test_each_proof_is_handed_over_as_it_ends_and_a_failing_handler_is_raised_after_all(
+    tmp_path, evil_cubin
+):
     """The sweep seals an entry while the other proofs run: every entry reaches the handler once, with its proof."""
     root = str(tmp_path / "cache")
     out = compile_jobs(root, guarded=False)

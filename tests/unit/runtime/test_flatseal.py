@@ -19,7 +19,8 @@ from jitwarden.model.layout import QUARANTINE_DIR, SEAL_FILE
 from jitwarden.runtime import flatseal
 from tests.helpers.paths import SRC
 from tests.unit.adapters.test_cupy import unpack as cupy_unpack
-from tests.unit.adapters.test_jax import ADD, AUTOTUNE, SUB, unpack as jax_unpack
+from tests.unit.adapters.test_jax import ADD, AUTOTUNE, SUB
+from tests.unit.adapters.test_jax import unpack as jax_unpack
 
 CUPY_ADD = "fe71f674b3b7a5f307b3a6435ca57567f05e6e1a.cubin"  # the add kernel k; cupy_swapped holds sub's bytes under it
 
@@ -60,9 +61,13 @@ def test_another_functions_executable_over_a_sealed_key_is_quarantined(jax_root)
     copy_bytes(os.path.join(jax_root, SUB), os.path.join(jax_root, ADD), age=0)
     (line,) = flatseal.check_root("jax", jax_root, "d1")
     assert ADD in line and "sealed as" in line
-    assert not os.path.exists(os.path.join(jax_root, ADD)) and os.path.exists(os.path.join(jax_root, SUB))
+    assert not os.path.exists(os.path.join(jax_root, ADD)) and os.path.exists(
+        os.path.join(jax_root, SUB)
+    )
     assert len(quarantined(jax_root)) == 1 and ADD not in sealed(jax_root)
-    assert flatseal.check_root("jax", jax_root, "d1") == []  # JAX compiles f_add again; nothing left to catch
+    assert (
+        flatseal.check_root("jax", jax_root, "d1") == []
+    )  # JAX compiles f_add again; nothing left to catch
 
 
 def test_an_executable_copied_to_a_new_key_is_quarantined(jax_root):
@@ -71,7 +76,11 @@ def test_an_executable_copied_to_a_new_key_is_quarantined(jax_root):
     new = "jit_f_sub-" + "0" * 64 + "-cache"
     copy_bytes(os.path.join(jax_root, SUB), os.path.join(jax_root, new))
     (line,) = flatseal.check_root("jax", jax_root, "d1")
-    assert new in line and f"very bytes of sealed {SUB}" in line and not os.path.exists(os.path.join(jax_root, new))
+    assert (
+        new in line
+        and f"very bytes of sealed {SUB}" in line
+        and not os.path.exists(os.path.join(jax_root, new))
+    )
 
 
 def test_a_moved_autotune_result_is_quarantined(jax_root):
@@ -86,7 +95,9 @@ def test_new_entries_are_sealed_unless_still_being_written_and_gone_ones_dropped
     flatseal.check_root("jax", jax_root, "d1")
     import zlib
 
-    fresh = "jit_f_sub-" + "1" * 64 + "-cache"  # f_sub compiled under another key (other options, say)
+    fresh = (
+        "jit_f_sub-" + "1" * 64 + "-cache"
+    )  # f_sub compiled under another key (other options, say)
     with open(os.path.join(jax_root, SUB), "rb") as f:
         raw = zlib.decompress(f.read())
     with open(os.path.join(jax_root, fresh), "wb") as f:
@@ -102,9 +113,15 @@ def test_the_captured_cupy_swap_is_caught_by_the_seal(tmp_path):
     root = cupy_unpack("cupy_cache", tmp_path)
     swapped = cupy_unpack("cupy_swapped", tmp_path)
     assert flatseal.check_root("cupy", root, "d1") == [] and len(sealed(root)) == 16
-    copy_bytes(os.path.join(swapped, CUPY_ADD), os.path.join(root, CUPY_ADD), age=0)  # sub's file under add's key
+    copy_bytes(
+        os.path.join(swapped, CUPY_ADD), os.path.join(root, CUPY_ADD), age=0
+    )  # sub's file under add's key
     (line,) = flatseal.check_root("cupy", root, "d1")
-    assert CUPY_ADD in line and "CuPy compiles it again" in line and not os.path.exists(os.path.join(root, CUPY_ADD))
+    assert (
+        CUPY_ADD in line
+        and "CuPy compiles it again" in line
+        and not os.path.exists(os.path.join(root, CUPY_ADD))
+    )
 
 
 def test_a_damaged_seal_is_resealed_not_fatal(tmp_path):
@@ -127,10 +144,22 @@ def _fake_site(tmp_path) -> str:
 def _run(tmp_path, env_extra: dict, cmd: list[str]) -> subprocess.CompletedProcess:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-           "TMPDIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([SRC, _fake_site(tmp_path)]), **env_extra}
-    return subprocess.run([sys.executable, "-m", "jitwarden", "run", "--", *cmd], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=str(tmp_path))
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "TMPDIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([SRC, _fake_site(tmp_path)]),
+        **env_extra,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "jitwarden", "run", "--", *cmd],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
 
 
 def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
@@ -141,7 +170,9 @@ def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
     assert r.returncode == 0, r.stderr
     jdir, cdir = r.stdout.split()
     assert os.path.dirname(jdir) == os.path.join(str(jroot), "jitwarden-v1")
-    assert os.path.dirname(cdir) == str(tmp_path / "home" / ".cupy" / "kernel_cache" / "jitwarden-v1")
+    assert os.path.dirname(cdir) == str(
+        tmp_path / "home" / ".cupy" / "kernel_cache" / "jitwarden-v1"
+    )
     # the partitions are real cache dirs: fill them as the tools would, then start again
     swapped = cupy_unpack("cupy_swapped", tmp_path / "cap")
     cache = cupy_unpack("cupy_cache", tmp_path / "cap")
@@ -156,7 +187,11 @@ def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
 
 
 def test_run_leaves_jax_off_when_the_user_left_it_off(tmp_path):
-    r = _run(tmp_path, {}, [sys.executable, "-c", "import os; print(os.environ.get('JAX_COMPILATION_CACHE_DIR'))"])
+    r = _run(
+        tmp_path,
+        {},
+        [sys.executable, "-c", "import os; print(os.environ.get('JAX_COMPILATION_CACHE_DIR'))"],
+    )
     assert r.returncode == 0 and r.stdout.strip() == "None"
 
 
@@ -176,7 +211,9 @@ def test_verify_reports_a_sealed_file_that_changed(tmp_path, capsys):
     flatseal.check_root("jax", jroot, "d1")
     copy_bytes(os.path.join(jroot, ADD), os.path.join(jroot, SUB), age=0)
     rc, doc = ok.verify(capsys, jroot, "--target", "90")
-    assert rc == 1 and {k: v for k, v in ok.codes(doc).items() if v} == {SUB: ["corrupt", "mismatch"]}
+    assert rc == 1 and {k: v for k, v in ok.codes(doc).items() if v} == {
+        SUB: ["corrupt", "mismatch"]
+    }
 
 
 def test_sweep_off_turns_the_check_off_and_says_so(tmp_path):
@@ -188,13 +225,18 @@ def test_sweep_off_turns_the_check_off_and_says_so(tmp_path):
     assert not os.path.exists(os.path.join(root, SEAL_FILE))
     ((_setting, cost, _undo),) = reduced_protection(env)
     assert "CuPy" in cost
-    assert flatseal.startup({"CUPY_CACHE_DIR": root}, {}, "d1", {}) == [] and len(sealed(root)) == 16
+    assert (
+        flatseal.startup({"CUPY_CACHE_DIR": root}, {}, "d1", {}) == [] and len(sealed(root)) == 16
+    )
 
 
 def test_run_leaves_a_remote_jax_cache_alone(tmp_path):
     """JAX takes gs:// and other etils paths: no local partition is made of one."""
-    r = _run(tmp_path, {"JAX_COMPILATION_CACHE_DIR": "gs://bucket/jax-cache"},
-             [sys.executable, "-c", "import os; print(os.environ['JAX_COMPILATION_CACHE_DIR'])"])
+    r = _run(
+        tmp_path,
+        {"JAX_COMPILATION_CACHE_DIR": "gs://bucket/jax-cache"},
+        [sys.executable, "-c", "import os; print(os.environ['JAX_COMPILATION_CACHE_DIR'])"],
+    )
     assert r.returncode == 0 and r.stdout.strip() == "gs://bucket/jax-cache"
     assert not os.path.exists(os.path.join(str(tmp_path), "gs:"))
 
@@ -205,20 +247,31 @@ def test_a_swap_before_any_seal_is_not_sealed_in(tmp_path):
     root = jax_unpack("jax_swapped", tmp_path)
     swapped = "jit_f_add-fdabe1d4f303b975f435551660db2bfeb9936ac5371536484be84bdd0100c38b-cache"
     (line,) = flatseal.check_root("jax", root, "d1")
-    assert swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
+    assert (
+        swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
+    )
     assert swapped not in sealed(root) and len(sealed(root)) == 6
 
 
 def test_a_cupy_file_moved_to_another_key_is_quarantined_a_copy_beside_it_is_not(tmp_path):
     root = cupy_unpack("cupy_cache", tmp_path)
     flatseal.check_root("cupy", root, "d1")
-    twin = "1" * 40 + ".cubin"  # one cubin under two keys: the same kernel, keyed anew after a CuPy upgrade
+    twin = (
+        "1" * 40 + ".cubin"
+    )  # one cubin under two keys: the same kernel, keyed anew after a CuPy upgrade
     copy_bytes(os.path.join(root, CUPY_ADD), os.path.join(root, twin))
     assert flatseal.check_root("cupy", root, "d1") == [] and twin in sealed(root)
     moved = "2" * 40 + ".cubin"
-    os.rename(os.path.join(root, "5df1347ceae95afef2943b99cc67bb42fdc3bad2.cubin"), os.path.join(root, moved))
+    os.rename(
+        os.path.join(root, "5df1347ceae95afef2943b99cc67bb42fdc3bad2.cubin"),
+        os.path.join(root, moved),
+    )
     (line,) = flatseal.check_root("cupy", root, "d1")
-    assert moved in line and "moved or copied" in line and not os.path.exists(os.path.join(root, moved))
+    assert (
+        moved in line
+        and "moved or copied" in line
+        and not os.path.exists(os.path.join(root, moved))
+    )
 
 
 def test_a_swap_written_a_moment_before_the_start_is_refused_not_left_to_settle(tmp_path):
@@ -233,7 +286,9 @@ def test_a_swap_written_a_moment_before_the_start_is_refused_not_left_to_settle(
         if os.path.isfile(p):
             os.utime(p, (now, now))  # everything just written
     (line,) = flatseal.check_root("jax", root, "d1")
-    assert swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
+    assert (
+        swapped in line and "mismatch" in line and not os.path.exists(os.path.join(root, swapped))
+    )
     assert not os.path.exists(os.path.join(root, SEAL_FILE)) or swapped not in sealed(root)
 
 
@@ -252,14 +307,26 @@ def test_a_swap_in_a_jax_dir_of_30000_files_is_caught_at_start_up_and_by_verify(
     for i in range(30000):
         names.append(f"jit_f-{hashlib.sha256(str(i).encode()).hexdigest()}-cache")
         with open(os.path.join(root, names[-1]), "wb") as f:
-            f.write(b"not JAX's own bytes: " + i.to_bytes(4, "little") * 16)  # unrecognised (info): the seal judges
-    seal.write(root, seal.compute(root, names, "d1", {"by": "start-up", "kind": "jax"}), seal.newest_ctime(root, names))
+            f.write(
+                b"not JAX's own bytes: " + i.to_bytes(4, "little") * 16
+            )  # unrecognised (info): the seal judges
+    seal.write(
+        root,
+        seal.compute(root, names, "d1", {"by": "start-up", "kind": "jax"}),
+        seal.newest_ctime(root, names),
+    )
     assert os.path.getsize(os.path.join(root, SEAL_FILE)) > seal.MAX_SEAL
     assert flatseal.check_root("jax", root, "d1") == []  # unchanged: read, not rewritten
     victim = names[12345]
-    copy_bytes(os.path.join(root, names[2]), os.path.join(root, victim), age=0)  # another entry's bytes
+    copy_bytes(
+        os.path.join(root, names[2]), os.path.join(root, victim), age=0
+    )  # another entry's bytes
     rc, doc = ok.verify(capsys, root, "--kind", "jax")
     assert rc == 1 and [k for k, v in ok.codes(doc).items() if "corrupt" in v] == [victim]
     (line,) = flatseal.check_root("jax", root, "d1")
     assert victim in line and "does not match its sealed sha256" in line
-    assert quarantined(root) and not os.path.exists(os.path.join(root, victim)) and victim not in sealed(root)
+    assert (
+        quarantined(root)
+        and not os.path.exists(os.path.join(root, victim))
+        and victim not in sealed(root)
+    )

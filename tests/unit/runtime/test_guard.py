@@ -17,13 +17,23 @@ import textwrap
 
 import pytest
 
-from tests.helpers.cli import jw as run_cli
-from tests.helpers import kernels
-from tests.helpers.guarded import DRIVER, JOBS, MANAGER, SRC, assert_sound, compile_jobs, kernel_dir, quarantined
-from jitwarden.store import quarantine, seal
 from jitwarden.adapters import triton as adapter
 from jitwarden.model.entries import Judge
 from jitwarden.model.layout import QUARANTINE_DIR, SEAL_FILE
+from jitwarden.store import quarantine, seal
+from tests.helpers import kernels
+from tests.helpers.cli import jw as run_cli
+from tests.helpers.guarded import (
+    DRIVER,
+    JOBS,
+    MANAGER,
+    SRC,
+    assert_sound,
+    compile_jobs,
+    kernel_dir,
+    quarantined,
+)
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
@@ -39,7 +49,9 @@ def test_writes_are_sealed(tmp_path, reference):
         assert out[job["label"]]["cubin"] == reference[job["label"]]["cubin"]
         assert_sound(root, out[job["label"]]["id"])
     again = compile_jobs(root)  # cache hits through the guard
-    assert {k: v for k, v in again.items() if k != "_stderr"} == {k: v for k, v in out.items() if k != "_stderr"}
+    assert {k: v for k, v in again.items() if k != "_stderr"} == {
+        k: v for k, v in out.items() if k != "_stderr"
+    }
     assert quarantined(root) == []
 
 
@@ -65,8 +77,11 @@ def _damage_metadata(root, out):
 
 
 @pytest.mark.parametrize("unsealed", [False, True], ids=["sealed", "legacy"])
-@pytest.mark.parametrize("tamper", [_swap_other_kernel, _truncate_cubin, _damage_metadata],
-                         ids=["other-kernel-cubin", "truncated-cubin", "damaged-metadata"])
+@pytest.mark.parametrize(
+    "tamper",
+    [_swap_other_kernel, _truncate_cubin, _damage_metadata],
+    ids=["other-kernel-cubin", "truncated-cubin", "damaged-metadata"],
+)
 def test_tampered_entry_is_a_miss_and_quarantined(tmp_path, reference, tamper, unsealed):
     root = str(tmp_path / "cache")
     out = compile_jobs(root, guarded=not unsealed)  # legacy: written by stock Triton, never sealed
@@ -99,7 +114,9 @@ def test_copied_tree_is_foreign_path(tmp_path, reference):
     assert {r.reason for r in recs} == {"foreign-path"}
     for job in JOBS:
         entry = os.path.join(second, again[job["label"]]["id"])
-        grp = json.load(open(os.path.join(entry, next(n for n in os.listdir(entry) if n.startswith("__grp__")))))
+        grp = json.load(
+            open(os.path.join(entry, next(n for n in os.listdir(entry) if n.startswith("__grp__"))))
+        )
         assert all(p.startswith(entry + os.sep) for p in grp["child_paths"].values())
         assert_sound(second, again[job["label"]]["id"])
     assert quarantined(first) == []
@@ -116,7 +133,9 @@ def test_quarantine_is_restorable(tmp_path, reference):
         quarantine.restore(rec)  # the rebuilt entry is there
     displaced = quarantine.restore(rec, replace=True)
     assert displaced is not None and displaced.reason == "replaced"
-    assert os.path.getsize(_cubin(root, out["add_sm90"])) < os.path.getsize(_cubin(root, out["sub_sm90"]))
+    assert os.path.getsize(_cubin(root, out["add_sm90"])) < os.path.getsize(
+        _cubin(root, out["sub_sm90"])
+    )
     assert os.path.isdir(os.path.join(root, QUARANTINE_DIR, displaced.id))
 
 
@@ -136,9 +155,15 @@ _LAUNCHER = textwrap.dedent(
 
 
 def _launcher(root):
-    env = dict(os.environ, TRITON_CACHE_DIR=root, TRITON_CACHE_MANAGER=MANAGER,
-               PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", _LAUNCHER], env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=root,
+        TRITON_CACHE_MANAGER=MANAGER,
+        PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1], proc.stderr
 
@@ -146,8 +171,14 @@ def _launcher(root):
 def _cached(root, loaded):
     """The cache's own file behind the private copy Triton imported (the guard serves verified copies)."""
     name = os.path.basename(loaded).split(".", 1)[1]  # "<n>.<name>": one private copy per use
-    assert not loaded.startswith(root + os.sep), "Triton imported the cache's file, not the verified copy"
-    (so,) = [os.path.join(root, e, name) for e in os.listdir(root) if os.path.exists(os.path.join(root, e, name))]
+    assert not loaded.startswith(root + os.sep), (
+        "Triton imported the cache's file, not the verified copy"
+    )
+    (so,) = [
+        os.path.join(root, e, name)
+        for e in os.listdir(root)
+        if os.path.exists(os.path.join(root, e, name))
+    ]
     assert open(so, "rb").read() == open(loaded, "rb").read() if os.path.exists(loaded) else True
     return so
 
@@ -171,10 +202,24 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     root = str(tmp_path / "cache")
     jobs = kernels.jobs_for(archs=(90, 120), variants=kernels.VARIANTS[:4])
     kdir = kernel_dir()
-    env = dict(os.environ, TRITON_CACHE_DIR=root, TRITON_CACHE_MANAGER=MANAGER, JW_KERNEL_DIR=kdir,
-               JW_JOBS=json.dumps(jobs), PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=root,
+        TRITON_CACHE_MANAGER=MANAGER,
+        JW_KERNEL_DIR=kdir,
+        JW_JOBS=json.dumps(jobs),
+        PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
     results = []
     for p in procs:
         so, se = p.communicate(timeout=300)
@@ -188,12 +233,18 @@ def test_eight_concurrent_writers_end_sealed_and_consistent(tmp_path, reference)
     for entry_id in ids:
         assert_sound(root, entry_id)
     assert quarantined(root) == []
-    from jitwarden.ops import rebuild  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
+    from jitwarden.ops import (
+        rebuild,
+    )  # verify --rebuild's engine: re-assemble each PTX, compare with the cubin
 
-    entries = [adapter.inspect_entry(root, i, Judge(host_machine=adapter.host_machine())) for i in ids]
+    entries = [
+        adapter.inspect_entry(root, i, Judge(host_machine=adapter.host_machine())) for i in ids
+    ]
     results = rebuild.verify_entries(entries, rebuild.RebuildOptions(jobs=2))
     assert len(results) == len(ids)
-    assert {r.verdict for r in results.values()} == {"verified"}, {p: r.message for p, r in results.items()}
+    assert {r.verdict for r in results.values()} == {"verified"}, {
+        p: r.message for p, r in results.items()
+    }
 
 
 def _truncate_ptx(root, out):
@@ -240,16 +291,24 @@ def _cli(args):
 
 def test_quarantine_command_lists_and_restores(tmp_path, reference):
     base = str(tmp_path / "volume")
-    root = os.path.join(base, "jitwarden-v1", "0123456789abcdef")  # a partition, as activation makes them
+    root = os.path.join(
+        base, "jitwarden-v1", "0123456789abcdef"
+    )  # a partition, as activation makes them
     out = compile_jobs(root)
     _truncate_cubin(root, out)
     compile_jobs(root)
     listed = _cli(["quarantine", "list", "--root", base, "--format", "json"])
     assert listed.returncode == 0, listed.stderr
     (rec,) = json.loads(listed.stdout)["quarantined"]
-    assert rec["entry_id"] == out["add_sm90"]["id"] and rec["reason"] == "corrupt" and rec["fingerprint"] == "0123456789abcdef"
+    assert (
+        rec["entry_id"] == out["add_sm90"]["id"]
+        and rec["reason"] == "corrupt"
+        and rec["fingerprint"] == "0123456789abcdef"
+    )
     table = _cli(["quarantine", "list", "--root", base])
-    assert rec["entry_id"][:12] in table.stdout and "corrupt" in table.stdout  # the short id restore takes back
+    assert (
+        rec["entry_id"][:12] in table.stdout and "corrupt" in table.stdout
+    )  # the short id restore takes back
     asked = _cli(["quarantine", "restore", rec["id"][:20], "--root", base, "--replace"])
     assert asked.returncode == 2 and "pass -y" in asked.stderr  # not a terminal: never assumes yes
     refused = _cli(["quarantine", "restore", rec["id"], "--root", base, "-y"])
@@ -257,7 +316,9 @@ def test_quarantine_command_lists_and_restores(tmp_path, reference):
     dry = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "--dry-run"])
     assert dry.returncode == 0 and f"restore {rec['entry_id'][:12]} into" in dry.stderr
     assert len(quarantined(root)) == 1
-    done = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "-y", "--format", "json"])
+    done = _cli(
+        ["quarantine", "restore", rec["id"], "--root", base, "--replace", "-y", "--format", "json"]
+    )
     assert done.returncode == 0, done.stderr
     assert [d["quarantine_id"] for d in json.loads(done.stdout)["done"]] == [rec["id"]]
     assert [r.reason for r in quarantined(root)] == ["replaced"]  # the rebuilt entry moved aside
@@ -276,13 +337,14 @@ def _plant(path: str, shape: str, outside: str) -> None:
 
 @pytest.mark.parametrize("shape", ["symlink-out", "fifo", "dir"])
 @pytest.mark.parametrize("lock_name", [".jitwarden-writers", ".jitwarden-lock"])
-def test_an_entry_lock_that_is_no_regular_file_never_takes_the_workload_down(tmp_path, reference, lock_name, shape):
+def test_an_entry_lock_that_is_no_regular_file_never_takes_the_workload_down(
+    tmp_path, reference, lock_name, shape
+):
     """A symlink, FIFO or directory planted as an entry's lock file: the guard never raises into Triton, never
     follows the link nor blocks on the FIFO; it compiles and publishes as stock Triton does (seals what it
     can lock), warns once per process, and never serves from an entry whose lock it cannot take."""
-    from tests.helpers.guarded import ADD
-
     from jitwarden.runtime import guard
+    from tests.helpers.guarded import ADD
 
     root = str(tmp_path / "cache")
     eid = reference["add_sm90"]["id"]
@@ -307,5 +369,7 @@ def test_an_entry_lock_that_is_no_regular_file_never_takes_the_workload_down(tmp
     if lock_name == guard.ENTRY_LOCK_FILE:
         assert seal.read(entry) is None  # never sealed without its lock
     else:
-        s = seal.read(entry)  # the entry lock still orders the seal (the scan names the planted item itself)
+        s = seal.read(
+            entry
+        )  # the entry lock still orders the seal (the scan names the planted item itself)
         assert s is not None and seal.check(entry, s) == []

@@ -11,14 +11,21 @@ import sys
 import pytest
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src")
-_CALL = ("import os, sys; sys.path.insert(0, sys.argv[1]); from jitwarden.runtime import proof; "
-         "proof._warm_ptxas(dict(os.environ)); print('done')")
+_CALL = (
+    "import os, sys; sys.path.insert(0, sys.argv[1]); from jitwarden.runtime import proof; "
+    "proof._warm_ptxas(dict(os.environ)); print('done')"
+)
 
 
 def _warm(tmp_path) -> subprocess.CompletedProcess:
     env = dict(os.environ, JITWARDEN_HOME=str(tmp_path / "jw"))
-    return subprocess.run([sys.executable, "-c", _CALL, os.path.abspath(SRC)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _CALL, os.path.abspath(SRC)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_fifo_as_the_fingerprint_memo_never_hangs_the_proofs(tmp_path):

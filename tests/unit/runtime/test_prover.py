@@ -17,7 +17,8 @@ import threading
 import pytest
 
 from jitwarden.model.layout import PROVING_DIR
-from jitwarden.runtime import activation, hiding, prover, tree as tree_
+from jitwarden.runtime import activation, hiding, prover
+from jitwarden.runtime import tree as tree_
 from jitwarden.store import quarantine, seal
 from tests.helpers import kernels
 from tests.helpers.guarded import ADD, clean_env, compile_jobs, quarantined, substitute
@@ -49,20 +50,27 @@ def _copy(template, tmp_path, evil=None) -> tuple[str, dict]:
 def _env(tmp_path, tree, **extra) -> dict:
     """The start-up sweep's world: the torch hooks off, so activation sweeps the tree and hides what it proves
     (with them on, each kernel is checked as it is loaded instead: tests/unit/runtime/test_sweep.py)."""
-    return clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, JITWARDEN_TORCH_HOOKS="0", **extra)
+    return clean_env(
+        tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=tree, JITWARDEN_TORCH_HOOKS="0", **extra
+    )
 
 
 def _wait_prover(tree: str, timeout: float = 120) -> None:
     """Until the background prover is gone: it holds the staging lock for its whole life."""
-    wait_for(lambda: not hiding.alive(tree), timeout, "the background prover to finish (release its staging lock)")
+    wait_for(
+        lambda: not hiding.alive(tree),
+        timeout,
+        "the background prover to finish (release its staging lock)",
+    )
 
 
 def _in_thread(target, done: dict) -> threading.Thread:
     """``target`` in a started thread; what it raises is kept in ``done["error"]`` for :func:`_joined`."""
+
     def run():
         try:
             target()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's own thread
+        except BaseException as exc:
             done["error"] = exc
 
     t = threading.Thread(target=run)
@@ -76,12 +84,19 @@ def _joined(t: threading.Thread, done: dict) -> None:
         raise done["error"]
 
 
-def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_only_the_proven(tmp_path, evil_cubin, _stock):
+def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_only_the_proven(
+    tmp_path, evil_cubin, _stock
+):
     tree, out = _stock(tmp_path, evil_cubin)
     env = _env(tmp_path, tree)
     look = "import os, sys, json; print(json.dumps(sorted(os.listdir(sys.argv[1]))))"
-    p = subprocess.run([sys.executable, "-m", "jitwarden.cli.main", "run", "--", sys.executable, "-c", look, tree],
-                       env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden.cli.main", "run", "--", sys.executable, "-c", look, tree],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     seen = json.loads(p.stdout.strip().splitlines()[-1])
     assert not set(seen) & {v["id"] for v in out.values()}  # nothing unproven where a loader looks
@@ -97,7 +112,11 @@ def test_run_hides_unsealed_kernels_from_the_command_and_the_prover_brings_back_
         assert s is not None and s.producer.get("proven") and seal.check(path, s) == []
     assert hiding.staged(tree) == []
     [rec] = quarantined(tree)
-    assert (rec.entry_id, rec.reason, rec.original_path) == (victim, "not-reproducible", os.path.join(tree, victim))
+    assert (rec.entry_id, rec.reason, rec.original_path) == (
+        victim,
+        "not-reproducible",
+        os.path.join(tree, victim),
+    )
     quarantine.restore(rec)  # restorable to its own place, not to the staging dir
     assert os.path.isdir(os.path.join(tree, victim)) and hiding.staged(tree) == []
 
@@ -109,7 +128,9 @@ def _hide_all(tree: str) -> int:
     return fd
 
 
-def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recompiled(tmp_path, _stock):
+def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recompiled(
+    tmp_path, _stock
+):
     """The guard waits while a prover holds the kernel; it is then a hit on the proven entry (nothing rewritten)."""
     tree, out = _stock(tmp_path)
     fd = _hide_all(tree)
@@ -120,7 +141,11 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
     def prove_later():
         try:  # until the workload looks the hidden kernel up: Triton's cache manager makes the key's (empty) dir,
             # then the guard's lookup waits; the proofs begin only then
-            wait_for(lambda: os.path.isdir(looked_up) or ended.is_set(), 300, "the workload's lookup of the kernel")
+            wait_for(
+                lambda: os.path.isdir(looked_up) or ended.is_set(),
+                300,
+                "the workload's lookup of the kernel",
+            )
             done["looked_up"] = os.path.isdir(looked_up)
         finally:
             done["counts"] = prover.prove_staged([(tree, None, fd)], cores=1)
@@ -136,13 +161,18 @@ def test_a_lookup_of_a_hidden_kernel_waits_for_its_proof_and_is_served_not_recom
     assert done["counts"].proven == 3
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
     path = os.path.join(tree, out["add_sm90"]["id"])
-    assert seal.read(path).producer.get("by") == "sweep"  # the prover's seal: the workload wrote nothing there
-    assert quarantined(tree) == []  # a recompile meanwhile would have made the prover's copy "replaced"
+    assert (
+        seal.read(path).producer.get("by") == "sweep"
+    )  # the prover's seal: the workload wrote nothing there
+    assert (
+        quarantined(tree) == []
+    )  # a recompile meanwhile would have made the prover's copy "replaced"
 
 
 @pytest.mark.parametrize("hooks", ["off", "on"])
-def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(tmp_path, evil_cubin, _stock,
-                                                                                          hooks):
+def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_next_start(
+    tmp_path, evil_cubin, _stock, hooks
+):
     """Also where the torch hooks check loads and nothing else is swept at start-up: leftovers are taken up."""
     tree, out = _stock(tmp_path, evil_cubin)
     os.close(_hide_all(tree))  # the prover that hid them is gone
@@ -159,12 +189,16 @@ def test_a_kernel_left_hidden_by_a_dead_prover_is_a_miss_then_taken_up_by_the_ne
     assert [r.reason for r in quarantined(tree)] == ["not-reproducible"]
 
 
-def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(tmp_path, evil_cubin, monkeypatch, _stock):
+def test_when_no_prover_can_start_the_proofs_are_made_before_the_workload(
+    tmp_path, evil_cubin, monkeypatch, _stock
+):
     tree, out = _stock(tmp_path, evil_cubin)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
     lines = [w for w in rec.warnings if w.startswith("proved ")]
-    assert len(lines) == 1 and "proved 2 of 3" in lines[0] and "beside" not in lines[0], rec.warnings
+    assert len(lines) == 1 and "proved 2 of 3" in lines[0] and "beside" not in lines[0], (
+        rec.warnings
+    )
     assert any("quarantined Triton cache entry" in w for w in rec.warnings)
     assert seal.read(os.path.join(tree, out["sub_sm90"]["id"])).producer.get("proven")
     assert hiding.staged(tree) == [] and not hiding.alive(tree)
@@ -188,7 +222,9 @@ def test_a_second_start_while_a_prover_runs_proves_its_own_new_kernels_itself(tm
         import shutil
 
         new = extra["add_sm90"]["id"]
-        shutil.copytree(str(tmp_path / "other" / new), os.path.join(tree, new + "X"))  # another unsealed kernel
+        shutil.copytree(
+            str(tmp_path / "other" / new), os.path.join(tree, new + "X")
+        )  # another unsealed kernel
         rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
         assert [w for w in rec.warnings if w.startswith("proved 1 of 1")], rec.warnings
         assert len(hiding.staged(tree)) == 3  # the other prover's entries are left to it
@@ -204,7 +240,9 @@ def test_a_staging_dir_that_is_a_symlink_is_never_used(tmp_path, _stock):
     os.symlink(tmp_path / "elsewhere", os.path.join(tree, PROVING_DIR))
     assert hiding.claim(tree) is None
     rec = activation.activate(env=_env(tmp_path, tree), quiet=True)
-    assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], rec.warnings  # proven before the start
+    assert [w for w in rec.warnings if w.startswith("proved 3 of 3")], (
+        rec.warnings
+    )  # proven before the start
     assert os.listdir(tmp_path / "elsewhere") == []
 
 
@@ -218,22 +256,32 @@ def test_a_bundle_restore_waits_for_a_hidden_kernel(tmp_path, _stock):
     fd = _hide_all(dst)
     done = {}
     ended = threading.Event()
-    waiting = str(tmp_path / "waiting")  # made by the child when torch's hook starts waiting for a hidden kernel
+    waiting = str(
+        tmp_path / "waiting"
+    )  # made by the child when torch's hook starts waiting for a hidden kernel
 
     def prove_later():
         try:
-            wait_for(lambda: os.path.exists(waiting) or ended.is_set(), 300, "the bundle hook to wait for a kernel")
+            wait_for(
+                lambda: os.path.exists(waiting) or ended.is_set(),
+                300,
+                "the bundle hook to wait for a kernel",
+            )
         finally:
             done["counts"] = prover.prove_staged([(dst, None, fd)], cores=1)
             os.close(fd)
 
     t = _in_thread(prove_later, done)
     try:
-        res, err = restore(src, dst, [v["id"] for v in out.values()], "1", {"JW_WAITING_FILE": waiting})
+        res, err = restore(
+            src, dst, [v["id"] for v in out.values()], "1", {"JW_WAITING_FILE": waiting}
+        )
     finally:
         ended.set()
         _joined(t, done)
-    assert os.path.exists(waiting)  # the hook waited for the hidden kernels (rather than restoring the bundle's)
+    assert os.path.exists(
+        waiting
+    )  # the hook waited for the hidden kernels (rather than restoring the bundle's)
     assert done["counts"].proven == 3 and res["restored"] == []
     for v in out.values():
         assert seal.read(os.path.join(dst, v["id"])).producer.get("by") == "sweep"
@@ -248,7 +296,9 @@ def test_a_fifo_planted_as_the_staging_lock_never_hangs_a_lookup(tmp_path, _stoc
     os.makedirs(os.path.join(stage, key))  # looks hidden
     os.mkfifo(os.path.join(stage, ".jitwarden-lock"))
     assert hiding.hidden(tree, key) and not hiding.alive(tree)
-    assert hiding.wait_for(tree, key, timeout=5).outcome == "no-prover"  # no prover holds a real lock: no waiting
+    assert (
+        hiding.wait_for(tree, key, timeout=5).outcome == "no-prover"
+    )  # no prover holds a real lock: no waiting
     assert hiding.claim(tree) is None  # and no prover of ours takes a FIFO for its lock
     again = compile_jobs(tree, jobs=ADD)  # the guard, in a fresh interpreter: a hit, no hang
     assert again["add_sm90"]["cubin"] == out["add_sm90"]["cubin"]
@@ -281,7 +331,11 @@ def test_doctor_names_kernels_left_hidden_by_a_prover_that_stopped(tmp_path, _st
     os.close(fd)  # the prover is gone
     gone = json.loads(cli("doctor", "--format", "json", env=env).stdout)
     [p] = [p for p in gone["problems"] if p["code"] == "proofs-pending"]
-    assert p["severity"] == "warn" and "stopped" in p["message"] and p["fix"].startswith("jitwarden run")
+    assert (
+        p["severity"] == "warn"
+        and "stopped" in p["message"]
+        and p["fix"].startswith("jitwarden run")
+    )
     assert "Traceback" not in cli("doctor", env=env).stdout
 
 
@@ -299,9 +353,13 @@ def _stopped_prover(tmp_path, tree: str, fd: int) -> subprocess.Popen:
     """A real prover process holding ``tree``'s staging lock, stopped (SIGSTOP) before it makes any progress."""
     import signal
 
-    code = ("import sys; from jitwarden.runtime import prover; "
-            "prover.prove_staged([(sys.argv[1], None, int(sys.argv[2]))], cores=1)")
-    p = subprocess.Popen([sys.executable, "-c", code, tree, str(fd)], pass_fds=[fd], env=_env(tmp_path, tree))
+    code = (
+        "import sys; from jitwarden.runtime import prover; "
+        "prover.prove_staged([(sys.argv[1], None, int(sys.argv[2]))], cores=1)"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, tree, str(fd)], pass_fds=[fd], env=_env(tmp_path, tree)
+    )
     os.close(fd)  # the lock is the prover's alone now (its copy of the open file)
     os.kill(p.pid, signal.SIGSTOP)
     return p
@@ -314,26 +372,38 @@ def _resume(p: subprocess.Popen) -> None:
     assert p.wait(timeout=300) == 0
 
 
-def test_a_stopped_prover_costs_one_stall_bound_for_the_whole_process_not_a_wait_per_key(tmp_path, _stock, _fresh_waits):
+def test_a_stopped_prover_costs_one_stall_bound_for_the_whole_process_not_a_wait_per_key(
+    tmp_path, _stock, _fresh_waits
+):
     """Issue 21: a SIGSTOPped prover made a workload wait 601 s for 2 keys. Now the first lookup gives up after the
     stall bound (no beat from the prover), and every later lookup of that tree gives up at once."""
     tree, out = _stock(tmp_path)
     p = _stopped_prover(tmp_path, tree, _hide_all(tree))
     try:
         keys = [out["add_sm90"]["id"], out["sub_sm90"]["id"]]
-        assert all(hiding.hidden(tree, k) for k in keys) and hiding.alive(tree)  # hidden, and the lock is held
+        assert all(hiding.hidden(tree, k) for k in keys) and hiding.alive(
+            tree
+        )  # hidden, and the lock is held
         first = hiding.wait_for(tree, keys[0], stall=1.0)
         second = hiding.wait_for(tree, keys[1], stall=1.0)
         assert first.outcome == "stalled" and first.polls > 0
-        assert second.outcome == "stalled" and second.polls == 0  # no second wait: the tree is known stalled
-        assert first.seconds < 1.0 + 30  # one stall bound (and scheduling slack on a loaded 2-core machine)
-        assert hiding.BUDGET["left"] == pytest.approx(hiding.WAIT_S - first.seconds - second.seconds)
+        assert (
+            second.outcome == "stalled" and second.polls == 0
+        )  # no second wait: the tree is known stalled
+        assert (
+            first.seconds < 1.0 + 30
+        )  # one stall bound (and scheduling slack on a loaded 2-core machine)
+        assert hiding.BUDGET["left"] == pytest.approx(
+            hiding.WAIT_S - first.seconds - second.seconds
+        )
     finally:
         _resume(p)
     assert hiding.staged(tree) == []  # resumed, it proved them and put them back
 
 
-def test_the_wait_budget_is_one_per_process_across_keys(tmp_path, _stock, _fresh_waits, monkeypatch):
+def test_the_wait_budget_is_one_per_process_across_keys(
+    tmp_path, _stock, _fresh_waits, monkeypatch
+):
     """A prover that beats but never finishes: the lookups of all keys together wait at most the process budget."""
     tree, out = _stock(tmp_path)
     p = _stopped_prover(tmp_path, tree, _hide_all(tree))
@@ -347,7 +417,9 @@ def test_the_wait_budget_is_one_per_process_across_keys(tmp_path, _stock, _fresh
         _resume(p)
 
 
-def test_a_planted_staging_dir_with_a_held_lock_never_delays_a_sealed_entry_in_the_tree(sealed_tree, tmp_path, _fresh_waits):
+def test_a_planted_staging_dir_with_a_held_lock_never_delays_a_sealed_entry_in_the_tree(
+    sealed_tree, tmp_path, _fresh_waits
+):
     """Issue 21: anyone who holds the staging lock, with a same-named dir planted in the staging dir, made a lookup
     wait although the sealed entry was in the tree. The sealed entry in the tree ends the wait before it starts."""
     from tests.helpers.guarded import kernel_entry
@@ -356,7 +428,9 @@ def test_a_planted_staging_dir_with_a_held_lock_never_delays_a_sealed_entry_in_t
     shutil.copytree(sealed_tree, tree)
     key = kernel_entry(tree)
     os.makedirs(os.path.join(tree, PROVING_DIR, key))  # the planted same-named dir
-    held = hiding.claim(tree)  # someone else holds the lock (another open file: flock conflicts with ours)
+    held = hiding.claim(
+        tree
+    )  # someone else holds the lock (another open file: flock conflicts with ours)
     try:
         assert hiding.hidden(tree, key) and hiding.alive(tree)
         w = hiding.wait_for(tree, key, stall=600)
@@ -378,7 +452,9 @@ def test_a_staging_dir_or_lock_another_user_owns_means_no_wait(sealed_tree, tmp_
     held = hiding.claim(tree)
     try:
         assert hiding.alive(tree) and hiding.hidden(tree, key + "x")
-        os.chown(os.path.join(stage, ".jitwarden-lock"), 4242, 4242)  # a lock file planted by another user
+        os.chown(
+            os.path.join(stage, ".jitwarden-lock"), 4242, 4242
+        )  # a lock file planted by another user
         assert not hiding.alive(tree)
         assert hiding.wait_for(tree, key + "x", stall=600).outcome == "no-prover"
         os.chown(stage, 4242, 4242)  # a staging dir another user made

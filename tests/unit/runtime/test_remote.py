@@ -17,14 +17,23 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("cryptography", reason="the remote cache signs values: needs the [fleet] extra (cryptography)")
-
-from tests.helpers import kernels  # noqa: E402
-from tests.helpers.fleet import (SMALL_JOBS, build, counters, jw, node,  # noqa: E402
-                                 node_env, triton_partition)
+pytest.importorskip(
+    "cryptography", reason="the remote cache signs values: needs the [fleet] extra (cryptography)"
+)
 
 from jitwarden.ops import keys
-from jitwarden.runtime import remote  # noqa: E402
+from jitwarden.runtime import remote
+from tests.helpers import kernels
+from tests.helpers.fleet import (
+    SMALL_JOBS,
+    build,
+    counters,
+    jw,
+    node,
+    node_env,
+    triton_partition,
+)
+
 
 def entry_key(digest, rec):
     """Where RemoteGuardedCacheManager stores a whole kernel entry."""
@@ -41,7 +50,10 @@ def test_reader_with_empty_cache_loads_the_builders_kernels(tmp_path, server, ke
     part_w, built = build(w)
     cw = counters(w)
     assert cw.get("put", 0) == len(built) and not any(k.startswith("reject") for k in cw)
-    assert all(k.startswith(b"jitwarden:v1:" + os.path.basename(part_w).encode()) for k in server.call("KEYS", "*"))
+    assert all(
+        k.startswith(b"jitwarden:v1:" + os.path.basename(part_w).encode())
+        for k in server.call("KEYS", "*")
+    )
     r = node(tmp_path, "reader", server, keypair)
     part_r, got = build(r)
     c = counters(r)
@@ -71,22 +83,27 @@ def _poison(server, digest, rec, how, attacker):
     elif how == "truncate":
         bad = good[: len(good) // 2]
     elif how == "unsigned":
-        bad = remote.open_value(key, good, _trust_all())[0]  # the raw cubin, as a plain SET would store it
+        bad = remote.open_value(key, good, _trust_all())[
+            0
+        ]  # the raw cubin, as a plain SET would store it
     elif how == "untrusted":
         bad = remote.seal_value(key, b"\x7fELF evil", attacker)
     elif how == "resigned-data":  # new data and header, old signature
         data, head = remote.open_value(key, good, _trust_all())
         evil = data.replace(b"add_kernel", b"evil_kernl")
-        hb = json.dumps({**head, "s": __import__("hashlib").sha256(evil).hexdigest(), "n": len(evil)},
-                        sort_keys=True, separators=(",", ":")).encode()
+        hb = json.dumps(
+            {**head, "s": __import__("hashlib").sha256(evil).hexdigest(), "n": len(evil)},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
         import struct
 
         hlen = struct.unpack(">I", good[4:8])[0]
-        sig = good[8 + hlen: 8 + hlen + 64]
+        sig = good[8 + hlen : 8 + hlen + 64]
         bad = remote.MAGIC + struct.pack(">I", len(hb)) + hb + sig + evil
-    elif how == "replay":  # the sub kernel's (valid, signed) cubin value under the add kernel's key
-        return key
-    elif how == "namespace":  # the same entry's value from another fingerprint's namespace
+    elif (
+        how == "replay" or how == "namespace"
+    ):  # the sub kernel's (valid, signed) cubin value under the add kernel's key
         return key
     else:
         raise AssertionError(how)
@@ -98,12 +115,20 @@ def _trust_all():
     class T:
         def verify(self, kid, sig, msg):
             return None
+
     return T()
 
 
 POISONS = ["flip", "truncate", "unsigned", "untrusted", "resigned-data", "replay", "namespace"]
-REASON = {"flip": "digest", "truncate": "truncated", "unsigned": "unsigned", "untrusted": "untrusted-key",
-          "resigned-data": "signature", "replay": "wrong-key", "namespace": "wrong-key"}
+REASON = {
+    "flip": "digest",
+    "truncate": "truncated",
+    "unsigned": "unsigned",
+    "untrusted": "untrusted-key",
+    "resigned-data": "signature",
+    "replay": "wrong-key",
+    "namespace": "wrong-key",
+}
 
 
 @pytest.mark.parametrize("how", POISONS)
@@ -126,12 +151,14 @@ def test_poisoned_values_never_load(tmp_path, server, keypair, how):
     c = counters(r)
     assert c.get(f"reject:{REASON[how]}", 0) >= 1, c
     add_r = next(g for g in got if g["variant"] == "add")
-    assert cubin(part_r, add_r) == cubin(part_w, add)  # compiled locally: the builder's exact kernel
+    assert cubin(part_r, add_r) == cubin(
+        part_w, add
+    )  # compiled locally: the builder's exact kernel
     rc, out, err = jw(r, "verify", part_r)
     assert rc == 0, out + err
 
 
-DRIVER = textwrap.dedent('''
+DRIVER = textwrap.dedent("""
     import json, os, signal, sys, time
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     import triton
@@ -148,25 +175,37 @@ DRIVER = textwrap.dedent('''
         k = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=job["options"])
         done.append({"name": k.metadata.name, "s": time.monotonic() - t})
     print(json.dumps(done))
-''')
+""")
 
 
 @pytest.mark.parametrize("do", ["kill", "stop"])
 def test_server_killed_or_hung_mid_run_costs_a_local_compile(tmp_path, server, keypair, do):
-    jobs = [dict(j) for j in kernels.jobs_for(archs=(90,)) if j["variant"] in ("add", "sub", "add_b256")]
+    jobs = [
+        dict(j) for j in kernels.jobs_for(archs=(90,)) if j["variant"] in ("add", "sub", "add_b256")
+    ]
     r = node(tmp_path, "reader", server, keypair, JITWARDEN_REMOTE_TIMEOUT="0.3")
     part = triton_partition(r)
     kdir = tmp_path / "k"
     kdir.mkdir()
     (kdir / "jw_test_kernels.py").write_text(kernels.KERNEL_SOURCE)
-    env = dict(r, TRITON_CACHE_DIR=part, JW_KERNEL_DIR=str(kdir), JW_JOBS=json.dumps(jobs), JW_DO=do,
-               JW_SERVER_PID=str(server.proc.pid))
-    proc = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        r,
+        TRITON_CACHE_DIR=part,
+        JW_KERNEL_DIR=str(kdir),
+        JW_JOBS=json.dumps(jobs),
+        JW_DO=do,
+        JW_SERVER_PID=str(server.proc.pid),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(json.loads(proc.stdout.strip().splitlines()[-1])) == 3  # every kernel compiled
     assert "unavailable" in proc.stderr and "compiling locally" in proc.stderr
     c = counters(r)
-    assert c.get("unavailable") == 1, c  # one timeout, then the server is skipped, not retried per kernel
+    assert c.get("unavailable") == 1, (
+        c
+    )  # one timeout, then the server is skipped, not retried per kernel
     if do == "stop":
         os.kill(server.proc.pid, signal.SIGCONT)
 
@@ -183,8 +222,10 @@ def test_down_server_from_the_start(tmp_path, keypair):
 
 def test_stock_remote_cache_manager_with_the_guarded_backend(tmp_path, server, keypair):
     """Triton's own RemoteCacheManager, TRITON_REMOTE_CACHE_BACKEND=jitwarden.remote:GuardedRemoteBackend."""
-    stock = {"TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
-             "TRITON_REMOTE_CACHE_BACKEND": "jitwarden.remote:GuardedRemoteBackend"}
+    stock = {
+        "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+        "TRITON_REMOTE_CACHE_BACKEND": "jitwarden.remote:GuardedRemoteBackend",
+    }
     w = node(tmp_path, "builder", server, keypair, "writer", **stock)
     w.update(stock)
     part_w, built = build(w)
@@ -192,13 +233,21 @@ def test_stock_remote_cache_manager_with_the_guarded_backend(tmp_path, server, k
     assert keys_before > 0
     r = node(tmp_path, "reader", server, keypair, **stock)
     r.update(stock)
-    more = [j for j in kernels.jobs_for(archs=(90,)) if j["variant"] == "add_b256"]  # not on the server
+    more = [
+        j for j in kernels.jobs_for(archs=(90,)) if j["variant"] == "add_b256"
+    ]  # not on the server
     part_r, got = build(r, SMALL_JOBS + more)
     got = got[: len(SMALL_JOBS)]
     assert server.call("DBSIZE") == keys_before
     c = counters(r)
-    assert c.get("put-skipped-reader", 0) > 0  # Triton's manager asks the reader to store: it does not
-    assert c.get("hit", 0) >= len(got) * 2 and c.get("miss", 0) >= 1 and not any(k.startswith("reject") for k in c), c
+    assert (
+        c.get("put-skipped-reader", 0) > 0
+    )  # Triton's manager asks the reader to store: it does not
+    assert (
+        c.get("hit", 0) >= len(got) * 2
+        and c.get("miss", 0) >= 1
+        and not any(k.startswith("reject") for k in c)
+    ), c
     for a, b in zip(built, got):
         assert cubin(part_r, b) == cubin(part_w, a)
 
@@ -215,15 +264,23 @@ def test_activation_wires_the_remote_cache(tmp_path, server):
     rec2 = activation.activate(env=child, quiet=True)
     assert child["TRITON_CACHE_MANAGER"] == remote_wiring.REMOTE_MANAGER
     assert not [w for w in rec2.warnings if "TRITON_CACHE_MANAGER" in w]
-    later = {k: v for k, v in child.items() if k != "JITWARDEN_REMOTE"}  # a process started without it
+    later = {
+        k: v for k, v in child.items() if k != "JITWARDEN_REMOTE"
+    }  # a process started without it
     activation.activate(env=later, quiet=True)
-    assert later["TRITON_CACHE_MANAGER"] == activation.MANAGER  # switched off again: back to the plain guard
+    assert (
+        later["TRITON_CACHE_MANAGER"] == activation.MANAGER
+    )  # switched off again: back to the plain guard
     bad = dict(base, JITWARDEN_REMOTE="http://nope")
     rec3 = activation.activate(env=bad, quiet=True)
-    assert bad["TRITON_CACHE_MANAGER"] == activation.MANAGER and any("not a redis://" in w for w in rec3.warnings)
+    assert bad["TRITON_CACHE_MANAGER"] == activation.MANAGER and any(
+        "not a redis://" in w for w in rec3.warnings
+    )
     ind = dict(base, TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="1")
     rec4 = activation.activate(env=ind, quiet=True)
-    assert any("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE is on" in w and "unguarded" in w for w in rec4.warnings)
+    assert any(
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE is on" in w and "unguarded" in w for w in rec4.warnings
+    )
 
 
 def test_value_checks_are_exact():
@@ -232,8 +289,13 @@ def test_value_checks_are_exact():
     key = remote.redis_key("0123456789abcdef", "KEY", "k.cubin")
     v = remote.seal_value(key, b"payload", signer)
     assert remote.open_value(key, v, trusted)[0] == b"payload"
-    for raw, reason, k in [(v[:-1], "truncated", key), (v[:10], "truncated", key), (b"x" * 100, "unsigned", key),
-                           (v[:-1] + b"X", "digest", key), (v, "wrong-key", key.replace("KEY", "KEX"))]:
+    for raw, reason, k in [
+        (v[:-1], "truncated", key),
+        (v[:10], "truncated", key),
+        (b"x" * 100, "unsigned", key),
+        (v[:-1] + b"X", "digest", key),
+        (v, "wrong-key", key.replace("KEY", "KEX")),
+    ]:
         with pytest.raises(remote.Rejected) as exc:
             remote.open_value(k, raw, trusted)
         assert exc.value.reason == reason
@@ -273,8 +335,10 @@ def test_redis_acl_roles(tmp_path, server, keypair):
 
 
 def test_packed_entries_refuse_odd_names():
-    assert remote.unpack_entry(remote.pack_entry({"a.cubin": b"1", "__grp__a.json": b"{}"})) == \
-        {"a.cubin": b"1", "__grp__a.json": b"{}"}
+    assert remote.unpack_entry(remote.pack_entry({"a.cubin": b"1", "__grp__a.json": b"{}"})) == {
+        "a.cubin": b"1",
+        "__grp__a.json": b"{}",
+    }
     for files in ({"../x": b"1"}, {".jitwarden-seal.json": b"{}"}, {"a/b": b""}):
         with pytest.raises(ValueError):
             remote.unpack_entry(remote.pack_entry(files))
@@ -287,8 +351,10 @@ def test_rejection_reason_comes_from_the_trusted_key_set():
     signer, other = keys.SigningKey(os.urandom(32)), keys.SigningKey(os.urandom(32))
     key = remote.redis_key("0123456789abcdef", "KEY", "k.cubin")
     v = remote.seal_value(key, b"payload", signer)
-    for trusted, reason in [(keys.TrustedKeys({other.id: other.public}), "untrusted-key"),
-                            (keys.TrustedKeys({signer.id: other.public}), "signature")]:
+    for trusted, reason in [
+        (keys.TrustedKeys({other.id: other.public}), "untrusted-key"),
+        (keys.TrustedKeys({signer.id: other.public}), "signature"),
+    ]:
         with pytest.raises(remote.Rejected) as exc:
             remote.open_value(key, v, trusted)
         assert exc.value.reason == reason

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-pytest.importorskip("cryptography", reason="the remote cache signs values: needs the [fleet] extra (cryptography)")
+pytest.importorskip(
+    "cryptography", reason="the remote cache signs values: needs the [fleet] extra (cryptography)"
+)
 
-from tests.helpers.fleet import jw, triton_partition  # noqa: E402
-from tests.helpers.fleet import build, node  # noqa: E402 (the server and keypair fixtures are in tests/conftest.py)
-
-from jitwarden.runtime import remote  # noqa: E402
+from jitwarden.runtime import remote
+from tests.helpers.fleet import build, jw, node, triton_partition
 
 _LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="(\\.|[^"\\])*",?)*\})? -?[0-9][0-9.e+-]*$')
 
@@ -29,11 +29,13 @@ def parse(text: str) -> dict:
     return out
 
 
-def test_metrics_after_remote_traffic_a_reject_and_a_verify(tmp_path, server, keypair):  # noqa: F811
+def test_metrics_after_remote_traffic_a_reject_and_a_verify(tmp_path, server, keypair):
     w = node(tmp_path, "builder", server, keypair, "writer")
     part_w, built = build(w)
     rec = built[0]
-    key = remote.redis_key(os.path.basename(part_w), rec["id"], f"{remote.ENTRY_PREFIX}{rec['name']}.json")
+    key = remote.redis_key(
+        os.path.basename(part_w), rec["id"], f"{remote.ENTRY_PREFIX}{rec['name']}.json"
+    )
     good = server.call("GET", key)
     server.call("SET", key, good[:-1] + bytes([good[-1] ^ 1]))  # one flipped byte
     r = node(tmp_path, "reader", server, keypair)
@@ -50,10 +52,16 @@ def test_metrics_after_remote_traffic_a_reject_and_a_verify(tmp_path, server, ke
     assert m['jitwarden_remote_requests_total{result="hit"}'] >= 1
     assert m['jitwarden_local_lookups_total{result="miss"}'] == len(built)
     digest = os.path.basename(triton_partition(r))
-    part = [k for k in m if k.startswith("jitwarden_partition_bytes{") and f'partition="{digest}"' in k]
+    part = [
+        k for k in m if k.startswith("jitwarden_partition_bytes{") and f'partition="{digest}"' in k
+    ]
     assert part and 'current="1"' in part[0] and 'kind="triton"' in part[0]
-    assert m[part[0]] == sum(os.lstat(os.path.join(dp, f)).st_size for dp, _d, fs in os.walk(part_r) for f in fs)
-    assert m["jitwarden_last_verify_errors"] == 0 and m["jitwarden_last_verify_timestamp_seconds"] > 0
+    assert m[part[0]] == sum(
+        os.lstat(os.path.join(dp, f)).st_size for dp, _d, fs in os.walk(part_r) for f in fs
+    )
+    assert (
+        m["jitwarden_last_verify_errors"] == 0 and m["jitwarden_last_verify_timestamp_seconds"] > 0
+    )
     rc, out, _ = jw(w, "metrics")
     mw = parse(out)
     assert mw["jitwarden_remote_puts_total"] == len(built) and not [k for k in mw if "rejects" in k]

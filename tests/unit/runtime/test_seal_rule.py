@@ -20,12 +20,16 @@ from tests.helpers.guarded import flip, kernel_entry
 def _tampered_then_seal_chmodded(sealed_tree, tmp_path) -> str:
     tree = str(tmp_path / "triton" / "0")
     shutil.copytree(sealed_tree, tree)
-    sweep.sweep([tree])  # the copy gave every file a new ctime: this pass reseals, recording a fresh time
+    sweep.sweep(
+        [tree]
+    )  # the copy gave every file a new ctime: this pass reseals, recording a fresh time
     entry = os.path.join(tree, kernel_entry(tree))
     cubin, sealf = os.path.join(entry, "add_kernel.cubin"), os.path.join(entry, SEAL_FILE)
     flip(cubin)
     mode = 0o644
-    while os.lstat(sealf).st_ctime_ns <= os.lstat(cubin).st_ctime_ns:  # until the clock ticks past the flip
+    while (
+        os.lstat(sealf).st_ctime_ns <= os.lstat(cubin).st_ctime_ns
+    ):  # until the clock ticks past the flip
         mode ^= 0o020
         os.chmod(sealf, mode)  # the attack: the seal's own ctime is now the newest
     return entry
@@ -33,28 +37,49 @@ def _tampered_then_seal_chmodded(sealed_tree, tmp_path) -> str:
 
 def test_the_torch_hooks_see_a_flipped_cubin_after_the_seal_was_chmodded(sealed_tree, tmp_path):
     entry = _tampered_then_seal_chmodded(sealed_tree, tmp_path)
-    assert torchhooks._seal_problems(entry) == ("corrupt", ["add_kernel.cubin does not match its sealed sha256"])
+    assert torchhooks._seal_problems(entry) == (
+        "corrupt",
+        ["add_kernel.cubin does not match its sealed sha256"],
+    )
 
 
-def test_the_one_rule_reads_the_time_inside_the_seal_not_the_seal_files_ctime(sealed_tree, tmp_path):
+def test_the_one_rule_reads_the_time_inside_the_seal_not_the_seal_files_ctime(
+    sealed_tree, tmp_path
+):
     entry = _tampered_then_seal_chmodded(sealed_tree, tmp_path)
     ctimes = {n: os.lstat(os.path.join(entry, n)).st_ctime_ns for n in os.listdir(entry)}
     assert ctimes[SEAL_FILE] > ctimes["add_kernel.cubin"]  # what the old rule trusted
     files = [c for n, c in ctimes.items() if not n.startswith(".jitwarden")]
     assert seal.unchanged(entry, files) is False
-    untouched = [c for n, c in ctimes.items() if not n.startswith(".jitwarden") and n != "add_kernel.cubin"]
-    assert seal.unchanged(entry, untouched) is True  # the other files did not change since it was sealed
+    untouched = [
+        c for n, c in ctimes.items() if not n.startswith(".jitwarden") and n != "add_kernel.cubin"
+    ]
+    assert (
+        seal.unchanged(entry, untouched) is True
+    )  # the other files did not change since it was sealed
 
 
 def test_a_seal_check_gives_reason_codes_the_sweep_decides_from(sealed_tree, tmp_path):
     entry = _tampered_then_seal_chmodded(sealed_tree, tmp_path)
     with open(os.path.join(entry, "extra.bin"), "wb") as f:
         f.write(b"x")
-    found = seal.judge(entry, seal.read(entry), present=[n for n in os.listdir(entry) if not n.startswith(".jitwarden")])
+    found = seal.judge(
+        entry,
+        seal.read(entry),
+        present=[n for n in os.listdir(entry) if not n.startswith(".jitwarden")],
+    )
     assert not found.ok
-    assert [(p.reason, p.names) for p in found.problems] == [(seal.DIGEST, ("add_kernel.cubin",)),
-                                                              (seal.NOT_COVERED, ("extra.bin",))]
-    assert seal.check(entry, seal.read(entry)) == ["add_kernel.cubin does not match its sealed sha256"]
+    assert [(p.reason, p.names) for p in found.problems] == [
+        (seal.DIGEST, ("add_kernel.cubin",)),
+        (seal.NOT_COVERED, ("extra.bin",)),
+    ]
+    assert seal.check(entry, seal.read(entry)) == [
+        "add_kernel.cubin does not match its sealed sha256"
+    ]
     # A group file whose sentence happens to read like a relocated one is judged by its code and name only.
-    fake = seal.Problem(("__grp__add_kernel.json",), seal.NOT_COVERED, "__grp__add_kernel.json does not match its sealed sha256")
+    fake = seal.Problem(
+        ("__grp__add_kernel.json",),
+        seal.NOT_COVERED,
+        "__grp__add_kernel.json does not match its sealed sha256",
+    )
     assert sweep._relocated_group(entry, fake) is False

@@ -28,13 +28,19 @@ def test_an_entry_a_writer_holds_is_left_in_place_and_moved_once_the_writer_is_d
         assert os.path.isdir(path) and quarantine.list_root(root) == []
     finally:
         unlock(writer)
-    rec = setaside.set_aside(path, "corrupt", ["k.cubin does not match its sealed sha256"], by="test")
+    rec = setaside.set_aside(
+        path, "corrupt", ["k.cubin does not match its sealed sha256"], by="test"
+    )
     assert rec is not None and not os.path.exists(path)
     [listed] = quarantine.list_root(root)
     assert (listed.id, listed.reason, listed.by) == (rec.id, "corrupt", "test")
     line = setaside.line(rec, "Triton cache entry", "corrupt", rec.details, setaside.AT_STARTUP)
-    assert line.startswith("quarantined Triton cache entry KEY (corrupt: k.cubin does not match its sealed sha256); ")
-    assert "at start-up" in line and line.endswith(f"Restore with `jitwarden quarantine restore {rec.id}`")
+    assert line.startswith(
+        "quarantined Triton cache entry KEY (corrupt: k.cubin does not match its sealed sha256); "
+    )
+    assert "at start-up" in line and line.endswith(
+        f"Restore with `jitwarden quarantine restore {rec.id}`"
+    )
 
 
 def test_a_file_or_a_link_is_moved_as_one_name_and_a_vanished_entry_is_no_error(tmp_path):
@@ -42,5 +48,7 @@ def test_a_file_or_a_link_is_moved_as_one_name_and_a_vanished_entry_is_no_error(
     os.symlink(path, os.path.join(root, "LINK"))
     rec = setaside.set_aside(os.path.join(root, "LINK"), "unsafe", ["a symlink"], by="test")
     assert rec is not None and not os.path.lexists(os.path.join(root, "LINK"))
-    assert not os.path.exists(os.path.join(path, ENTRY_WRITERS_FILE))  # no lock file made through the link
+    assert not os.path.exists(
+        os.path.join(path, ENTRY_WRITERS_FILE)
+    )  # no lock file made through the link
     assert setaside.set_aside(os.path.join(root, "GONE"), "corrupt", [], by="test") is None

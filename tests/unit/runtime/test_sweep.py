@@ -14,10 +14,10 @@ import shutil
 
 import pytest
 
-from tests.helpers import kernels
+from jitwarden.model.layout import SEAL_FILE
 from jitwarden.runtime import activation, sweep
 from jitwarden.store import quarantine, seal
-from jitwarden.model.layout import SEAL_FILE
+from tests.helpers import kernels
 from tests.helpers.guarded import clean_env, compile_jobs, entries, flip, kernel_entry, snapshot
 
 
@@ -32,7 +32,9 @@ def test_unchanged_sealed_tree_costs_no_hashing_and_changes_nothing(sealed_tree,
     assert snapshot(tree) == kernels_before
 
 
-def test_a_flipped_byte_in_a_sealed_cubin_is_quarantined_before_inductor_loads_it(sealed_tree, tmp_path):
+def test_a_flipped_byte_in_a_sealed_cubin_is_quarantined_before_inductor_loads_it(
+    sealed_tree, tmp_path
+):
     tree = str(tmp_path / "triton" / "0")
     shutil.copytree(sealed_tree, tree)
     sweep.sweep([tree])
@@ -45,10 +47,12 @@ def test_a_flipped_byte_in_a_sealed_cubin_is_quarantined_before_inductor_loads_i
     assert victim not in entries(tree)
     recs = quarantine.list_root(tree)
     assert [r.entry_id for r in recs] == [victim] and recs[0].by == "sweep"
-    assert {k: v for k, v in snapshot(tree).items()} == others
+    assert dict(snapshot(tree).items()) == others
 
 
-def test_an_entry_restored_elsewhere_by_inductors_bundle_passes_and_is_resealed(sealed_tree, tmp_path):
+def test_an_entry_restored_elsewhere_by_inductors_bundle_passes_and_is_resealed(
+    sealed_tree, tmp_path
+):
     """The bundle writes every file anew (new ctimes) and rewrites the group's absolute paths."""
     tree = str(tmp_path / "moved" / "triton" / "0")
     kernels.copy_cache(sealed_tree, tree)
@@ -61,7 +65,9 @@ def test_an_entry_restored_elsewhere_by_inductors_bundle_passes_and_is_resealed(
                 with open(p, "wb") as fh:
                     fh.write(data)
     warnings, counts = sweep.sweep([tree])
-    assert warnings == [] and counts["quarantined"] == 0 and counts["rehashed"] == len(entries(tree))
+    assert (
+        warnings == [] and counts["quarantined"] == 0 and counts["rehashed"] == len(entries(tree))
+    )
     for n in entries(tree):
         s = seal.read(os.path.join(tree, n))
         assert seal.check(os.path.join(tree, n), s) == []
@@ -91,7 +97,9 @@ def test_unsealed_entries_are_judged_then_sealed_and_bad_ones_quarantined(tmp_pa
     compile_jobs(tree, guarded=False)
     assert not any(os.path.exists(os.path.join(tree, n, SEAL_FILE)) for n in entries(tree))
     add, sub = kernel_entry(tree, "add_kernel"), kernel_entry(tree, "sub_kernel")
-    shutil.copyfile(os.path.join(tree, sub, "sub_kernel.cubin"), os.path.join(tree, add, "add_kernel.cubin"))
+    shutil.copyfile(
+        os.path.join(tree, sub, "sub_kernel.cubin"), os.path.join(tree, add, "add_kernel.cubin")
+    )
     warnings, counts = sweep.sweep([tree])
     assert counts["quarantined"] == 1 and "mismatch" in warnings[0] and add not in entries(tree)
     assert counts["sealed"] >= 2
@@ -131,7 +139,9 @@ def _partition_with_a_flipped_kernel(sealed_tree, env):
     return rec, tree, victim
 
 
-def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(sealed_tree, tmp_path):
+def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(
+    sealed_tree, tmp_path
+):
     """With TRITON_CACHE_DIR set (activation sets it), Inductor's kernels live in the Triton partition."""
     env = clean_env(tmp_path, JITWARDEN_TORCH_HOOKS="0")
     _rec, tree, victim = _partition_with_a_flipped_kernel(sealed_tree, env)
@@ -143,10 +153,15 @@ def test_activation_sweeps_the_triton_partition_where_inductor_puts_its_kernels(
 def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
     """JITWARDEN_PARTITION=0: Inductor still loads from TRITON_CACHE_DIR behind the guard's back."""
     own = tmp_path / "own-triton"
-    env = clean_env(tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(own), JITWARDEN_TORCH_HOOKS="0")
+    env = clean_env(
+        tmp_path, JITWARDEN_PARTITION="0", TRITON_CACHE_DIR=str(own), JITWARDEN_TORCH_HOOKS="0"
+    )
     shutil.copytree(sealed_tree, own)
     rec = activation.activate(env=dict(env), quiet=True)
-    if "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped or "torch" in rec.skipped["TORCHINDUCTOR_CACHE_DIR"]:
+    if (
+        "TORCHINDUCTOR_CACHE_DIR" not in rec.skipped
+        or "torch" in rec.skipped["TORCHINDUCTOR_CACHE_DIR"]
+    ):
         pytest.skip(f"torch is not installed here: {rec.skipped}")
     assert rec.partitions == {}
     victim = kernel_entry(str(own))
@@ -160,13 +175,18 @@ def test_without_partitions_the_users_own_dirs_are_swept(sealed_tree, tmp_path):
 
 # ---- with the torch hooks on: nothing walked at start-up, each kernel checked as it is loaded ----------
 
-def test_with_the_hooks_on_activation_walks_nothing_and_every_python_it_starts_installs_them(sealed_tree, tmp_path):
+
+def test_with_the_hooks_on_activation_walks_nothing_and_every_python_it_starts_installs_them(
+    sealed_tree, tmp_path
+):
     env = clean_env(tmp_path)
     rec, tree, victim = _partition_with_a_flipped_kernel(sealed_tree, env)
     before = snapshot(tree)
     child = dict(env)
     on = activation.activate(env=child, quiet=True)
-    assert on.warnings == () and snapshot(tree) == before  # not even the damaged one: it is judged when loaded
+    assert (
+        on.warnings == () and snapshot(tree) == before
+    )  # not even the damaged one: it is judged when loaded
     from jitwarden.runtime.torchhooks import boot_dir
 
     assert child["PYTHONPATH"].split(os.pathsep)[0] == boot_dir()
@@ -180,7 +200,9 @@ def test_check_loaded_says_yes_only_to_a_sealed_unchanged_or_newly_proven_kernel
     names = entries(tree)
     good = kernel_entry(tree)
     assert sweep.check_loaded(os.path.join(tree, good), None) == (True, None)
-    os.chmod(os.path.join(tree, good, "add_kernel.cubin"), 0o600)  # a ctime moved, the bytes did not
+    os.chmod(
+        os.path.join(tree, good, "add_kernel.cubin"), 0o600
+    )  # a ctime moved, the bytes did not
     assert sweep.check_loaded(os.path.join(tree, good), None) == (True, None)  # checked, resealed
     assert sweep.sealed_unchanged(os.path.join(tree, good))
     os.unlink(os.path.join(tree, good, SEAL_FILE))  # unsealed: proven by a rebuild, then sealed
@@ -192,12 +214,16 @@ def test_check_loaded_says_yes_only_to_a_sealed_unchanged_or_newly_proven_kernel
     assert sweep.check_loaded(os.path.join(tree, other), None)[0] is False
     assert sweep.check_loaded(str(tmp_path / "absent"), None)[0] is False
     alias = os.path.join(tree, "B" * 52)
-    os.symlink(os.path.join(tree, good), alias)  # a sealed, unchanged entry behind a link in another key's place
+    os.symlink(
+        os.path.join(tree, good), alias
+    )  # a sealed, unchanged entry behind a link in another key's place
     ok, line = sweep.check_loaded(alias, None)
     assert ok is False and "not a directory of its own" in line
 
 
-def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(sealed_tree, tmp_path, monkeypatch):
+def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(
+    sealed_tree, tmp_path, monkeypatch
+):
     """A torch with no StaticAutotunerFuture (another release, a refactor): the trees are swept as it is imported."""
     import types
 
@@ -208,24 +234,35 @@ def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(sealed_t
     sweep.sweep([tree])
     victim = kernel_entry(tree)
     flip(os.path.join(tree, victim, "add_kernel.cubin"))
-    for k, v in clean_env(tmp_path, TRITON_CACHE_DIR=tree, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
-                          JITWARDEN_PROVE_WAIT="1").items():
+    for k, v in clean_env(
+        tmp_path,
+        TRITON_CACHE_DIR=tree,
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+        JITWARDEN_PROVE_WAIT="1",
+    ).items():
         monkeypatch.setenv(k, v)
     monkeypatch.delitem(torchhooks._applied, torchhooks._STATIC, raising=False)
-    torchhooks._guard_static_loads(types.ModuleType("torch._inductor.codecache"))  # the shape it does not know
+    torchhooks._guard_static_loads(
+        types.ModuleType("torch._inductor.codecache")
+    )  # the shape it does not know
     assert victim not in entries(tree)
     assert torchhooks.status()[torchhooks._STATIC].startswith("swept at import")
 
 
-def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warning(sealed_tree, tmp_path, monkeypatch):
+def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warning(
+    sealed_tree, tmp_path, monkeypatch
+):
     """Several ranks sweep one tree (hooks off): one hides or sets aside what another has just listed."""
-    from jitwarden.runtime import proof, tree as tree_mod
+    from jitwarden.runtime import proof
+    from jitwarden.runtime import tree as tree_mod
 
     tree = str(tmp_path / "t")
     shutil.copytree(sealed_tree, tree)
     gone = os.path.join(tree, "A" * 52)
     real = tree_mod.entry_names
-    monkeypatch.setattr(tree_mod, "entry_names", lambda t: real(t) + ["A" * 52])  # listed, then gone
+    monkeypatch.setattr(
+        tree_mod, "entry_names", lambda t: real(t) + ["A" * 52]
+    )  # listed, then gone
     warnings, counts = sweep.sweep([tree])
     assert not [w for w in warnings if "could not check" in w], warnings
     made = proof.prove_ahead([gone])
@@ -235,7 +272,11 @@ def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warni
 def _sealed_under(path: str, fingerprint: str) -> None:
     """Reseal ``path`` as another environment's partition sealed it: same files, same recorded time, its fingerprint."""
     s = seal.read(path)
-    seal.write(path, seal.Seal(s.files, fingerprint, s.producer, s.sealed_at), seal.newest_ctime(path, list(s.files)))
+    seal.write(
+        path,
+        seal.Seal(s.files, fingerprint, s.producer, s.sealed_at),
+        seal.newest_ctime(path, list(s.files)),
+    )
 
 
 def test_a_kernel_sealed_under_another_fingerprint_is_never_loaded_moved_in_or_copied_in(tmp_path):
@@ -245,22 +286,34 @@ def test_a_kernel_sealed_under_another_fingerprint_is_never_loaded_moved_in_or_c
     guard does on Triton's own loads; a root that is no partition judges by no fingerprint."""
     tree = str(tmp_path / "t")
     compile_jobs(tree, guarded=True)
-    moved, copied = [n for n in entries(tree) if os.path.exists(os.path.join(tree, n, SEAL_FILE))][:2]
+    moved, copied = [n for n in entries(tree) if os.path.exists(os.path.join(tree, n, SEAL_FILE))][
+        :2
+    ]
     mine, theirs = "b" * 16, "a" * 16
     for name in (moved, copied):
         _sealed_under(os.path.join(tree, name), theirs)
-    assert sweep.sealed_unchanged(os.path.join(tree, moved))  # unpartitioned: no fingerprint to judge by
+    assert sweep.sealed_unchanged(
+        os.path.join(tree, moved)
+    )  # unpartitioned: no fingerprint to judge by
     assert sweep.check_loaded(os.path.join(tree, moved), None) == (True, None)
-    a_file = next(f for f in sorted(os.listdir(os.path.join(tree, copied))) if not f.startswith(".jitwarden"))
-    os.chmod(os.path.join(tree, copied, a_file), 0o600)  # a new ctime, as a copy gives, the bytes the same
+    a_file = next(
+        f for f in sorted(os.listdir(os.path.join(tree, copied))) if not f.startswith(".jitwarden")
+    )
+    os.chmod(
+        os.path.join(tree, copied, a_file), 0o600
+    )  # a new ctime, as a copy gives, the bytes the same
     for name in (moved, copied):
         path = os.path.join(tree, name)
         assert not sweep.sealed_unchanged(path, mine)
         ok, line = sweep.check_loaded(path, mine)
-        assert ok is False and f"sealed under fingerprint {theirs}, this partition is {mine}" in line, line
+        assert (
+            ok is False and f"sealed under fingerprint {theirs}, this partition is {mine}" in line
+        ), line
         assert name not in entries(tree)
     recs = quarantine.list_root(tree)
-    assert sorted(r.entry_id for r in recs) == sorted([moved, copied]) and {r.reason for r in recs} == {"mismatch"}
+    assert sorted(r.entry_id for r in recs) == sorted([moved, copied]) and {
+        r.reason for r in recs
+    } == {"mismatch"}
 
 
 def test_the_sweep_and_the_bundle_hook_refuse_a_seal_of_another_fingerprint(tmp_path):
@@ -274,7 +327,9 @@ def test_the_sweep_and_the_bundle_hook_refuse_a_seal_of_another_fingerprint(tmp_
     assert torchhooks._seal_problems(path) == ("", [])
     assert torchhooks._seal_problems(path, "a" * 16) == ("", [])
     code, problems = torchhooks._seal_problems(path, "b" * 16)
-    assert code == "mismatch" and problems == [f"sealed under fingerprint {'a' * 16}, this partition is {'b' * 16}"]
+    assert code == "mismatch" and problems == [
+        f"sealed under fingerprint {'a' * 16}, this partition is {'b' * 16}"
+    ]
     warnings, counts = sweep.sweep([tree], digest="b" * 16)
     assert counts["quarantined"] == 1 and name not in entries(tree), warnings
     assert [r.reason for r in quarantine.list_root(tree)] == ["mismatch"]
@@ -283,7 +338,11 @@ def test_the_sweep_and_the_bundle_hook_refuse_a_seal_of_another_fingerprint(tmp_
 def test_a_forged_fingerprint_in_a_seal_is_refused_and_not_echoed_whole():
     from jitwarden.store.seal import foreign
 
-    assert foreign("a" * 16, "a" * 16) is None and foreign(None, "b" * 16) is None and foreign("a" * 16, None) is None
+    assert (
+        foreign("a" * 16, "a" * 16) is None
+        and foreign(None, "b" * 16) is None
+        and foreign("a" * 16, None) is None
+    )
     line = foreign("x" * 3_000_000, "b" * 16)
     assert line.startswith("sealed under fingerprint 'xxx") and len(line) < 200
     assert foreign(12, "b" * 16) == "sealed under fingerprint '12'…, this partition is " + "b" * 16

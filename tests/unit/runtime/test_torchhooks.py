@@ -19,15 +19,14 @@ import time
 
 import pytest
 
-from jitwarden.store import quarantine, seal
 from jitwarden.model.layout import SEAL_FILE
-from tests.helpers.guarded import substitute
-from tests.helpers.guarded import SRC, compile_jobs
+from jitwarden.store import quarantine, seal
+from tests.helpers.guarded import SRC, compile_jobs, substitute
 
 pytest.importorskip("torch")
 
 BUNDLE = textwrap.dedent(
-    '''
+    """
     import json, os, pickle, sys
     if os.environ.get("JW_INSTALL_FIRST") == "1":
         from jitwarden.runtime import torchhooks
@@ -60,15 +59,28 @@ BUNDLE = textwrap.dedent(
         hiding.wait_for = wait_for
     meta = TritonBundler.read_and_emit(pickle.loads(blob))
     print(json.dumps({"guarded": guarded, "restored": sorted(meta.cached_kernel_names)}))
-    '''
+    """
 )
 
 
 def restore(src, dst, hashes, install="1", extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(JW_SRC=src, JW_DST=dst, JW_HASHES=json.dumps(hashes), JW_INSTALL_FIRST=install,
-               PYTHONPATH=SRC, PYTHONWARNINGS="ignore", **(extra or {}))
-    p = subprocess.run([sys.executable, "-c", BUNDLE], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        JW_SRC=src,
+        JW_DST=dst,
+        JW_HASHES=json.dumps(hashes),
+        JW_INSTALL_FIRST=install,
+        PYTHONPATH=SRC,
+        PYTHONWARNINGS="ignore",
+        **(extra or {}),
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", BUNDLE], env=env, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
@@ -91,14 +103,18 @@ def _copy(stock, tmp_path):
 
 
 @pytest.mark.parametrize("install", ["1", "0"], ids=["before-torch-import", "after-torch-import"])
-def test_bundle_with_a_substituted_kernel_restores_only_proven_kernels(stock, tmp_path, evil_cubin, install):
+def test_bundle_with_a_substituted_kernel_restores_only_proven_kernels(
+    stock, tmp_path, evil_cubin, install
+):
     src, out = _copy(stock, tmp_path)
     substitute(src, out["add_sm90"]["id"], evil_cubin)
     dst = str(tmp_path / "dst")
     hashes = [out[k]["id"] for k in ("add_sm90", "add_b256_sm90", "sub_sm90")]
     res, err = restore(src, dst, hashes, install)
     assert res["guarded"] is True
-    assert res["restored"] == []  # the hook put the proven ones in place itself; torch wrote nothing
+    assert (
+        res["restored"] == []
+    )  # the hook put the proven ones in place itself; torch wrote nothing
     assert not os.path.exists(os.path.join(dst, out["add_sm90"]["id"]))
     for k in ("add_b256_sm90", "sub_sm90"):
         path = os.path.join(dst, out[k]["id"])
@@ -108,9 +124,13 @@ def test_bundle_with_a_substituted_kernel_restores_only_proven_kernels(stock, tm
         with open(glob.glob(os.path.join(path, "*.cubin"))[0], "rb") as f:
             import hashlib
 
-            assert hashlib.sha256(f.read()).hexdigest() == out[k]["cubin"]  # byte-identical to the stock compile
+            assert (
+                hashlib.sha256(f.read()).hexdigest() == out[k]["cubin"]
+            )  # byte-identical to the stock compile
     recs = quarantine.list_root(dst)
-    assert [(r.entry_id, r.reason, r.by) for r in recs] == [(out["add_sm90"]["id"], "not-reproducible", "torch-hook")]
+    assert [(r.entry_id, r.reason, r.by) for r in recs] == [
+        (out["add_sm90"]["id"], "not-reproducible", "torch-hook")
+    ]
     assert err.count("quarantined Triton kernel") == 1
     assert not any(n.startswith("tmp.") for n in os.listdir(dst))  # no staging dir left behind
     # Later compiles of the refused kernel go through the guard and give the real cubin.
@@ -141,7 +161,9 @@ def test_a_guarded_compiles_bundle_restores_into_an_empty_cache_proven_and_seale
         s = seal.read(os.path.join(dst, h))
         assert s.producer.get("by") == "bundle" and s.producer.get("proven")
         assert seal.check(os.path.join(dst, h), s) == []
-    res, err = restore(src, dst, hashes, "1")  # the next start: in place and sealed, nothing proven again
+    res, err = restore(
+        src, dst, hashes, "1"
+    )  # the next start: in place and sealed, nothing proven again
     assert "quarantined" not in err and quarantine.list_root(dst) == []
 
 
@@ -159,7 +181,9 @@ def test_without_the_hook_the_substitute_is_restored(stock, tmp_path, evil_cubin
     assert hashlib.sha256(evil_cubin).hexdigest() != out["add_sm90"]["cubin"]
 
 
-def test_an_unsealed_directory_already_on_disk_is_proven_before_torch_uses_it(stock, tmp_path, evil_cubin):
+def test_an_unsealed_directory_already_on_disk_is_proven_before_torch_uses_it(
+    stock, tmp_path, evil_cubin
+):
     """torch skips a directory that exists; the hook proves it (here: a substitute left by an unguarded process)."""
     import shutil
 
@@ -177,7 +201,7 @@ def test_an_unsealed_directory_already_on_disk_is_proven_before_torch_uses_it(st
 
 
 FX = textwrap.dedent(
-    '''
+    """
     import json, os, sys
     from jitwarden.runtime import torchhooks
     torchhooks.install()
@@ -188,14 +212,25 @@ FX = textwrap.dedent(
         return torch.relu(x @ y + 1).sum(dim=-1) * 2
     got = torch.compile(f)(x, y)
     print(json.dumps({"ok": bool(torch.allclose(got, f(x, y))), "hooks": torchhooks.status()}))
-    '''
+    """
 )
 
 
 def _fx(cache):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONPATH=SRC, PYTHONWARNINGS="ignore")
-    p = subprocess.run([sys.executable, "-c", FX], env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=cache,
+        TORCHINDUCTOR_COMPILE_THREADS="1",
+        PYTHONPATH=SRC,
+        PYTHONWARNINGS="ignore",
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", FX], env=env, capture_output=True, text=True, timeout=600
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
@@ -208,7 +243,10 @@ def test_fx_and_aotautograd_pickles_are_sealed_when_written_and_checked_before_r
     cache = str(tmp_path / "inductor")
     res, _ = _fx(cache)
     assert res["ok"] and set(res["hooks"].values()) == {"guarded"}, res
-    fx, aot = _pickle_dirs(cache, "fxgraph"), [x for x in glob.glob(os.path.join(cache, "aotautograd", "*")) if os.path.isdir(x)]
+    fx, aot = (
+        _pickle_dirs(cache, "fxgraph"),
+        [x for x in glob.glob(os.path.join(cache, "aotautograd", "*")) if os.path.isdir(x)],
+    )
     assert fx and aot
     for d in fx + aot:
         s = seal.read(d)
@@ -217,7 +255,10 @@ def test_fx_and_aotautograd_pickles_are_sealed_when_written_and_checked_before_r
         assert seal.check(d, s) == []
     # pickle.loads ignores bytes after STOP: torch alone would load these as if nothing happened.
     # AOTAutograd keeps its pickles one level shallower (<cache>/aotautograd/<key>/) than FX graphs.
-    victims = [next(os.path.join(d, n) for n in os.listdir(d) if not n.startswith(".")) for d in (fx[0], aot[0])]
+    victims = [
+        next(os.path.join(d, n) for n in os.listdir(d) if not n.startswith("."))
+        for d in (fx[0], aot[0])
+    ]
     for v in victims:
         with open(v, "ab") as f:
             f.write(b"tampered")
@@ -226,10 +267,14 @@ def test_fx_and_aotautograd_pickles_are_sealed_when_written_and_checked_before_r
     assert err.count("quarantined TorchInductor cache pickle") == 2, err[-2000:]
     assert "quarantined TorchInductor cache pickle aotautograd/" in err
     recs = quarantine.list_root(cache)
-    assert sorted((r.root, r.reason, r.kind) for r in recs) == [(cache, "corrupt", "inductor")] * 2, recs
+    assert (
+        sorted((r.root, r.reason, r.kind) for r in recs) == [(cache, "corrupt", "inductor")] * 2
+    ), recs
     for v in victims:
         d = os.path.dirname(v)
-        assert seal.check(d, seal.read(d)) == [] and [n for n in os.listdir(d) if not n.startswith(".")]  # rewritten, sealed
+        assert seal.check(d, seal.read(d)) == [] and [
+            n for n in os.listdir(d) if not n.startswith(".")
+        ]  # rewritten, sealed
         assert os.path.exists(os.path.join(d, SEAL_FILE))
 
 
@@ -242,7 +287,7 @@ def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypa
     real = torchhooks._torch_dir()
     assert torchhooks.doctor_warnings({}) == []  # this torch: every wrapper attaches
     fake = tmp_path / "torch"
-    for name, (rel, _needles) in torchhooks._SHAPES.items():
+    for rel, _needles in torchhooks._SHAPES.values():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(os.path.join(real, rel), fake / rel)
     p = fake / "_inductor" / "triton_bundler.py"
@@ -255,7 +300,9 @@ def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypa
     assert any("KEEP_STATIC_CUBIN_RAW" in t for _k, t, _f in raw)
 
 
-def test_jitwarden_run_installs_the_hooks_in_the_command_and_keeps_the_users_sitecustomize(stock, tmp_path, evil_cubin):
+def test_jitwarden_run_installs_the_hooks_in_the_command_and_keeps_the_users_sitecustomize(
+    stock, tmp_path, evil_cubin
+):
     """``jitwarden run`` activates, then execs: the command's own interpreter installs the hooks at start-up."""
     src, out = _copy(stock, tmp_path)
     substitute(src, out["add_sm90"]["id"], evil_cubin)
@@ -263,13 +310,32 @@ def test_jitwarden_run_installs_the_hooks_in_the_command_and_keeps_the_users_sit
     mine = tmp_path / "usersite"
     mine.mkdir()
     (mine / "sitecustomize.py").write_text("import os\nos.environ['JW_USER_SITE_RAN'] = '1'\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(JW_SRC=src, JW_DST=dst, JW_HASHES=json.dumps([out["add_sm90"]["id"], out["sub_sm90"]["id"]]),
-               JW_INSTALL_FIRST="", PYTHONPATH=os.pathsep.join([SRC, str(mine)]), PYTHONWARNINGS="ignore",
-               HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"))
-    script = BUNDLE.replace('print(json.dumps({"guarded"', 'print(json.dumps({"user_site": os.environ.get("JW_USER_SITE_RAN"), "guarded"')
-    p = subprocess.run([sys.executable, "-m", "jitwarden", "run", "--", sys.executable, "-c", script],
-                       env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        JW_SRC=src,
+        JW_DST=dst,
+        JW_HASHES=json.dumps([out["add_sm90"]["id"], out["sub_sm90"]["id"]]),
+        JW_INSTALL_FIRST="",
+        PYTHONPATH=os.pathsep.join([SRC, str(mine)]),
+        PYTHONWARNINGS="ignore",
+        HOME=str(tmp_path / "home"),
+        XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"),
+    )
+    script = BUNDLE.replace(
+        'print(json.dumps({"guarded"',
+        'print(json.dumps({"user_site": os.environ.get("JW_USER_SITE_RAN"), "guarded"',
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "run", "--", sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
     assert res["guarded"] is True and res["user_site"] == "1"
@@ -279,15 +345,35 @@ def test_jitwarden_run_installs_the_hooks_in_the_command_and_keeps_the_users_sit
 
 def test_activate_and_the_vllm_plugin_install_the_hooks(tmp_path):
     """activate() before torch is imported (import hook), and the vLLM plugin after (patched at once)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))}
-    env.update(PYTHONPATH=SRC, PYTHONWARNINGS="ignore", HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / ".cache"))
-    probe = ("import json, sys\nfrom torch._inductor.triton_bundler import TritonBundler\n"
-             "from torch._inductor.codecache import GuardedCache\n"
-             "print(json.dumps([getattr(TritonBundler.read_and_emit, '__jitwarden__', False), "
-             "getattr(GuardedCache.iterate_over_candidates, '__jitwarden__', False), 'torch' in sys.modules]))")
-    for pre in ("import jitwarden; jitwarden.activate()\n", "import torch\nfrom jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n",
-                "import os; os.environ['JITWARDEN_TORCH_HOOKS'] = '0'\nimport jitwarden; jitwarden.activate()\n"):
-        p = subprocess.run([sys.executable, "-c", pre + probe], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "TORCHINDUCTOR_", "JITWARDEN_"))
+    }
+    env.update(
+        PYTHONPATH=SRC,
+        PYTHONWARNINGS="ignore",
+        HOME=str(tmp_path),
+        XDG_CACHE_HOME=str(tmp_path / ".cache"),
+    )
+    probe = (
+        "import json, sys\nfrom torch._inductor.triton_bundler import TritonBundler\n"
+        "from torch._inductor.codecache import GuardedCache\n"
+        "print(json.dumps([getattr(TritonBundler.read_and_emit, '__jitwarden__', False), "
+        "getattr(GuardedCache.iterate_over_candidates, '__jitwarden__', False), 'torch' in sys.modules]))"
+    )
+    for pre in (
+        "import jitwarden; jitwarden.activate()\n",
+        "import torch\nfrom jitwarden.runtime import vllm_plugin; vllm_plugin.register()\n",
+        "import os; os.environ['JITWARDEN_TORCH_HOOKS'] = '0'\nimport jitwarden; jitwarden.activate()\n",
+    ):
+        p = subprocess.run(
+            [sys.executable, "-c", pre + probe],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
         got = json.loads(p.stdout.strip().splitlines()[-1])
         assert got == ([False, False, True] if "HOOKS" in pre else [True, True, True]), (pre, got)
@@ -305,7 +391,9 @@ def test_a_pickle_flipped_in_place_is_caught_even_after_the_seal_is_touched(tmp_
     data[len(data) // 2] ^= 0xFF
     with open(victim, "wb") as f:
         f.write(data)
-    time.sleep(0.05)  # past the file system's coarse clock tick: the seal's ctime lands after the pickle's
+    time.sleep(
+        0.05
+    )  # past the file system's coarse clock tick: the seal's ctime lands after the pickle's
     os.chmod(os.path.join(d, SEAL_FILE), 0o644)
     res, err = _fx(cache)
     assert res["ok"] and err.count("quarantined TorchInductor cache pickle") == 1, err[-2000:]
@@ -369,9 +457,16 @@ def test_the_static_launcher_gets_only_checked_kernels_and_a_damaged_one_is_reco
     from tests.helpers.guarded import ADD, clean_env, kernel_dir
 
     tree = tmp_path / "triton"
-    env = clean_env(tmp_path, TRITON_CACHE_DIR=str(tree), TRITON_CACHE_MANAGER="jitwarden.guard:GuardedCacheManager",
-                    JW_KERNEL_DIR=kernel_dir(), JW_JOB=json.dumps(ADD[0]))
-    p = subprocess.run([sys.executable, "-c", STATIC], env=env, capture_output=True, text=True, timeout=300)
+    env = clean_env(
+        tmp_path,
+        TRITON_CACHE_DIR=str(tree),
+        TRITON_CACHE_MANAGER="jitwarden.guard:GuardedCacheManager",
+        JW_KERNEL_DIR=kernel_dir(),
+        JW_JOB=json.dumps(ADD[0]),
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", STATIC], env=env, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["status"] == "guarded" and out["good_loadable"] is True
@@ -379,7 +474,9 @@ def test_the_static_launcher_gets_only_checked_kernels_and_a_damaged_one_is_reco
     assert os.path.dirname(os.path.dirname(out["cubin_path"])) == str(tree)
     assert not out["served"].startswith(str(tree)) and out["served"].endswith(".add_kernel.cubin")
     assert out["served_is_sealed"]  # a swap after the check never reaches the launcher
-    assert out["damaged"] == "Recompiled:True"  # compiled from source through the guard, never loaded
+    assert (
+        out["damaged"] == "Recompiled:True"
+    )  # compiled from source through the guard, never loaded
     assert out["missing"] == "Recompiled"
     (rec,) = quarantine.list_root(str(tree))
     assert rec.entry_id == entry and rec.reason == "corrupt"

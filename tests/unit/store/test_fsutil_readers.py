@@ -8,7 +8,15 @@ import os
 
 import pytest
 
-from jitwarden.store.fsutil import HASH_CHUNK, NotRegularFile, digest_file, read_bytes, read_head, read_json, stat_and_read
+from jitwarden.store.fsutil import (
+    HASH_CHUNK,
+    NotRegularFile,
+    digest_file,
+    read_bytes,
+    read_head,
+    read_json,
+    stat_and_read,
+)
 
 BODY = bytes(range(256)) * 300  # 76,800 bytes: more than one first read of a small hint
 
@@ -100,7 +108,9 @@ def test_stat_and_read_gives_the_stat_of_the_very_file_it_read(blob, tmp_path):
         os.close(fd)
 
 
-@pytest.mark.parametrize("size", [0, 1, HASH_CHUNK - 1, HASH_CHUNK, HASH_CHUNK + 1, 3 * HASH_CHUNK + 7])
+@pytest.mark.parametrize(
+    "size", [0, 1, HASH_CHUNK - 1, HASH_CHUNK, HASH_CHUNK + 1, 3 * HASH_CHUNK + 7]
+)
 @pytest.mark.parametrize("hint", ["none", "right", "short", "long"])
 def test_digest_file_hashes_every_byte_in_chunks(tmp_path, size, hint):
     import hashlib
@@ -109,7 +119,11 @@ def test_digest_file_hashes_every_byte_in_chunks(tmp_path, size, hint):
     p = tmp_path / "f"
     p.write_bytes(data)
     h = hashlib.sha256()
-    n = digest_file(str(p), h, size_hint={"none": 0, "right": size, "short": max(size // 2, 1), "long": size + 9}[hint])
+    n = digest_file(
+        str(p),
+        h,
+        size_hint={"none": 0, "right": size, "short": max(size // 2, 1), "long": size + 9}[hint],
+    )
     assert (n, h.hexdigest()) == (size, hashlib.sha256(data).hexdigest())
 
 
@@ -123,8 +137,10 @@ def test_digest_file_and_read_bytes_refuse_past_the_bound_unread(tmp_path):
         f.truncate(3 << 30)
     tracemalloc.start()
     try:
-        for call in (lambda: digest_file(str(p), hashlib.sha256(), max_bytes=1 << 20),
-                     lambda: read_bytes(str(p), max_bytes=1 << 20)):
+        for call in (
+            lambda: digest_file(str(p), hashlib.sha256(), max_bytes=1 << 20),
+            lambda: read_bytes(str(p), max_bytes=1 << 20),
+        ):
             with pytest.raises(OSError) as exc:
                 call()
             assert exc.value.errno == errno.EFBIG
@@ -155,7 +171,9 @@ def test_read_chunks_gives_every_byte_in_bounded_chunks_and_closes(blob, chunk, 
     before = _open_fds()
     got = list(read_chunks(blob, chunk=chunk, size_hint=hint))
     assert b"".join(got) == BODY
-    assert all(len(c) <= max(chunk, hint + 1) for c in got)  # a small file's one read may take its hinted size
+    assert all(
+        len(c) <= max(chunk, hint + 1) for c in got
+    )  # a small file's one read may take its hinted size
     assert _open_fds() == before
     it = read_chunks(blob, chunk=1000)
     next(it)  # a reader that stops early: the fd goes with the generator
@@ -176,5 +194,7 @@ def test_read_chunks_refuses_what_is_no_regular_file_or_past_the_bound(tmp_path,
         next(read_chunks(str(link)))
     assert exc.value.errno == errno.ELOOP
     with pytest.raises(OSError) as exc:
-        next(read_chunks(blob, max_bytes=len(BODY) - 1))  # its size says so: refused before a byte is read
+        next(
+            read_chunks(blob, max_bytes=len(BODY) - 1)
+        )  # its size says so: refused before a byte is read
     assert exc.value.errno == errno.EFBIG and "jitwarden reads of such a file" in exc.value.strerror

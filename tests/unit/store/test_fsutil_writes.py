@@ -12,7 +12,9 @@ from jitwarden.store import fsutil
 
 
 def _tree(top) -> list:
-    return sorted(os.path.relpath(os.path.join(d, n), top) for d, ds, fs in os.walk(top) for n in ds + fs)
+    return sorted(
+        os.path.relpath(os.path.join(d, n), top) for d, ds, fs in os.walk(top) for n in ds + fs
+    )
 
 
 def test_open_dir_path_makes_only_what_comes_after_the_last_dotdot(tmp_path, monkeypatch):
@@ -38,7 +40,9 @@ def test_open_parent_refuses_a_directory_but_not_a_link_at_the_name(tmp_path):
     for p in (str(tmp_path / "d"), str(tmp_path) + "/", str(tmp_path / "d" / "..")):
         with pytest.raises(IsADirectoryError):
             fsutil.open_parent(p)
-    os.symlink(tmp_path / "d", tmp_path / "ln")  # a link to a directory is replaced by a write, never followed
+    os.symlink(
+        tmp_path / "d", tmp_path / "ln"
+    )  # a link to a directory is replaced by a write, never followed
     fd, name = fsutil.open_parent(str(tmp_path / "ln"))
     os.close(fd)
     assert name == "ln"
@@ -56,10 +60,9 @@ def test_write_atomic_replaces_a_link_and_leaves_nothing_on_failure(tmp_path):
         (tmp_path / "dir").mkdir()
         with pytest.raises(IsADirectoryError):
             fsutil.write_atomic(fd, "dir", b"x", ".dir.")
-        with pytest.raises(RuntimeError):
-            with fsutil.AtomicWriter(fd, "late", ".late.") as w:
-                w.write(b"half")
-                raise RuntimeError("killed half way")
+        with pytest.raises(RuntimeError), fsutil.AtomicWriter(fd, "late", ".late.") as w:
+            w.write(b"half")
+            raise RuntimeError("killed half way")
     finally:
         os.close(fd)
     assert sorted(os.listdir(tmp_path)) == ["dir", "out", "victim"]
@@ -92,5 +95,7 @@ def test_open_beneath_names_the_linked_component(tmp_path):
             fsutil.open_beneath(fd, "fxgraph/ab", create=True)
     finally:
         os.close(fd)
-    assert exc.value.errno in (errno.ELOOP, errno.ENOTDIR) and exc.value.strerror.startswith("fxgraph is a symlink")
+    assert exc.value.errno in (errno.ELOOP, errno.ENOTDIR) and exc.value.strerror.startswith(
+        "fxgraph is a symlink"
+    )
     assert os.listdir(tmp_path / "real") == []

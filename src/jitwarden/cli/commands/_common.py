@@ -13,9 +13,9 @@ import time
 from typing import TYPE_CHECKING
 
 from jitwarden.cli import render as out
+from jitwarden.model import settings
 from jitwarden.model.arch import parse_arch
 from jitwarden.model.errors import UsageError
-from jitwarden.model import settings
 from jitwarden.model.findings import CODES
 from jitwarden.model.text import display, human_size, parse_age
 from jitwarden.ops import scan as scanner
@@ -30,7 +30,7 @@ def fingerprint_or_none():
         from jitwarden.env import fingerprint
 
         return fingerprint.collect()
-    except Exception as exc:  # noqa: BLE001 - a scan must not fail because NVML or a package is odd
+    except Exception as exc:
         print(f"jitwarden: warning: fingerprint unavailable: {exc}", file=sys.stderr)
         return None
 
@@ -53,7 +53,9 @@ MAX_AGE_S = 100 * 365 * 86400.0
 def check_age(value: float, what: str) -> float:
     """``value`` when it is a sane age in seconds (finite, zero to a century); UsageError otherwise."""
     if not (0.0 <= value <= MAX_AGE_S):  # also false for NaN
-        raise UsageError(f"{what} must be a number of seconds from 0 to {MAX_AGE_S:.0f}, not {value!r}")
+        raise UsageError(
+            f"{what} must be a number of seconds from 0 to {MAX_AGE_S:.0f}, not {value!r}"
+        )
     return value
 
 
@@ -79,7 +81,9 @@ def run_scan(args, fp=None, *, emit=None, sink=None):
     a streamed scan (:func:`jitwarden.ops.scan.scan_streamed`), whose entries are not kept."""
     target = resolve_target(args.target, fp)
     kinds = kinds_of(args)
-    roots = scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
+    roots = (
+        scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
+    )
     if args.paths:
         _note_searched(args.paths, roots)
     if kinds:
@@ -109,12 +113,19 @@ def _note_searched(paths, roots) -> None:
     given = {os.path.abspath(p) for p in paths}
     for p in paths:
         top = os.path.abspath(p)
-        below = [r for r, only in roots if only is None and r.path not in given
-                 and r.path.startswith(top.rstrip(os.sep) + os.sep)]
+        below = [
+            r
+            for r, only in roots
+            if only is None
+            and r.path not in given
+            and r.path.startswith(top.rstrip(os.sep) + os.sep)
+        ]
         if below:
             listed = ", ".join(f"{display(out.short_path(r.path))} ({r.kind})" for r in below)
-            print(f"{display(out.short_path(top))} is not a cache root; checking the {len(below)} found beneath it: {listed}",
-                  file=sys.stderr)
+            print(
+                f"{display(out.short_path(top))} is not a cache root; checking the {len(below)} found beneath it: {listed}",
+                file=sys.stderr,
+            )
 
 
 def kinds_of(args) -> tuple[str, ...] | None:
@@ -177,7 +188,9 @@ def _worded():
     try:
         yield
     except rebuild.OptionError as exc:
-        raise UsageError(f"{REBUILD_FLAGS.get(exc.field, exc.field)} {exc.value}: {exc.why}") from None
+        raise UsageError(
+            f"{REBUILD_FLAGS.get(exc.field, exc.field)} {exc.value}: {exc.why}"
+        ) from None
 
 
 def rebuild_request(args) -> RebuildRequest | None:
@@ -190,11 +203,15 @@ def rebuild_request(args) -> RebuildRequest | None:
     if not args.rebuild:
         for field, val in given.items():
             if val:
-                raise UsageError(f"{REBUILD_FLAGS[field]} needs --rebuild (it only changes how kernels are rebuilt)")
+                raise UsageError(
+                    f"{REBUILD_FLAGS[field]} needs --rebuild (it only changes how kernels are rebuilt)"
+                )
         return None
     from jitwarden.ops import rebuild
 
-    opts = rebuild.RebuildOptions(jobs=args.jobs, extra_ptxas=tuple(args.ptxas or ()), keep_dir=args.keep_cubins)
+    opts = rebuild.RebuildOptions(
+        jobs=args.jobs, extra_ptxas=tuple(args.ptxas or ()), keep_dir=args.keep_cubins
+    )
     keep_is_new = bool(args.keep_cubins) and not os.path.lexists(args.keep_cubins)
     with _worded():
         rebuild.check_options(opts)
@@ -215,7 +232,9 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
             from jitwarden.store.fsutil import remove_empty_dir
 
-            remove_empty_dir(req.options.keep_dir)  # kept when not empty (cubins kept) or not ours to remove
+            remove_empty_dir(
+                req.options.keep_dir
+            )  # kept when not empty (cubins kept) or not ours to remove
     if results is not None:
         results.update(got)
     rebuilt = report.with_findings({path: r.findings for path, r in got.items()})
@@ -232,10 +251,19 @@ def protection_lines(report, env=None) -> list[dict]:
     from jitwarden.ops.maintenance import leftover_trash
     from jitwarden.runtime.activation import reduced_protection
 
-    lines = [{"kind": "reduced-protection", "what": s, "why": why, "fix": fix}
-             for s, why, fix in reduced_protection(os.environ if env is None else env)]
+    lines = [
+        {"kind": "reduced-protection", "what": s, "why": why, "fix": fix}
+        for s, why, fix in reduced_protection(os.environ if env is None else env)
+    ]
     for root, size, files in leftover_trash(c.root.path for c in report.caches):
-        lines.append({"kind": "trash", "what": root, "bytes": size,
-                      "why": f"{human_size(size)} in {files} file(s) a killed deletion left in its trash; "
-                             "nothing removes them by itself", "fix": TRASH_FIX})
+        lines.append(
+            {
+                "kind": "trash",
+                "what": root,
+                "bytes": size,
+                "why": f"{human_size(size)} in {files} file(s) a killed deletion left in its trash; "
+                "nothing removes them by itself",
+                "fix": TRASH_FIX,
+            }
+        )
     return lines

@@ -10,39 +10,61 @@ import importlib.util
 import os
 import sys
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.model.errors import UsageError
 from jitwarden.store import fsutil
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "canary", help="run a battery of Triton kernels on the GPU, compiled and from the cache",
+        "canary",
+        help="run a battery of Triton kernels on the GPU, compiled and from the cache",
         description="Compile a battery of Triton kernels (elementwise, reduction, softmax, tl.dot fp16/bf16, "
-                    "fp8 e4m3 conversion on sm_89+, atomics) into a scratch cache guarded by jitwarden, run them "
-                    "against torch references, then run them again in a fresh process through the cache-hit path. "
-                    "Exit 0 all pass, 1 any fail, 2 no CUDA GPU / torch / Triton.")
-    p.add_argument("--cache", metavar="DIR",
-                   help="run the battery through this existing Triton cache directory instead of a scratch one, "
-                        "with the cache manager of your environment (stock Triton unless TRITON_CACHE_MANAGER is "
-                        "set), so a suspect cache is tested as your programs would load it. Nothing in DIR is "
-                        "changed, except that kernels it lacks are compiled into it, as Triton itself would")
-    p.add_argument("--guard", action="store_true",
-                   help="with --cache: load through jitwarden's guarded cache manager instead (it seals the "
-                        "canary's entries and quarantines any that fail their seal)")
-    p.add_argument("--passes", type=int, default=2, metavar="N",
-                   help="fresh processes to run the battery in (default 2: compile, then cache hit)")
-    p.add_argument("--keep-cache", action="store_true", help="keep the scratch cache and print where it is")
+        "fp8 e4m3 conversion on sm_89+, atomics) into a scratch cache guarded by jitwarden, run them "
+        "against torch references, then run them again in a fresh process through the cache-hit path. "
+        "Exit 0 all pass, 1 any fail, 2 no CUDA GPU / torch / Triton.",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="run the battery through this existing Triton cache directory instead of a scratch one, "
+        "with the cache manager of your environment (stock Triton unless TRITON_CACHE_MANAGER is "
+        "set), so a suspect cache is tested as your programs would load it. Nothing in DIR is "
+        "changed, except that kernels it lacks are compiled into it, as Triton itself would",
+    )
+    p.add_argument(
+        "--guard",
+        action="store_true",
+        help="with --cache: load through jitwarden's guarded cache manager instead (it seals the "
+        "canary's entries and quarantines any that fail their seal)",
+    )
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="fresh processes to run the battery in (default 2: compile, then cache hit)",
+    )
+    p.add_argument(
+        "--keep-cache", action="store_true", help="keep the scratch cache and print where it is"
+    )
     options.refuse(p, "--keep", "renamed --keep-cache (keep the scratch cache)")
     options.add_format_argument(p)
     p.set_defaults(func=run)
 
 
 def _check_imports() -> None:
-    missing = [name for name, mod in (("torch", "torch"), ("Triton", "triton")) if importlib.util.find_spec(mod) is None]
+    missing = [
+        name
+        for name, mod in (("torch", "torch"), ("Triton", "triton"))
+        if importlib.util.find_spec(mod) is None
+    ]
     if missing:
-        raise UsageError(f"canary needs torch and Triton with a CUDA GPU; {' and '.join(missing)} "
-                         f"{'is' if len(missing) == 1 else 'are'} not installed in {sys.executable}")
+        raise UsageError(
+            f"canary needs torch and Triton with a CUDA GPU; {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed in {sys.executable}"
+        )
 
 
 def run(args) -> int:
@@ -71,7 +93,7 @@ def run(args) -> int:
         rep = canary.run_passes(cache_dir, scratch, manager, passes=args.passes, stderr_sink=relay)
     except canary.NoGPU as exc:
         why = str(exc)
-        why = why[len("no CUDA GPU: "):] if why.startswith("no CUDA GPU: ") else why
+        why = why.removeprefix("no CUDA GPU: ")
         raise UsageError(f"canary needs a CUDA GPU: {why}") from None
     finally:
         if scratch and not args.keep_cache:
@@ -97,9 +119,12 @@ def _print_table(rep) -> None:
     from jitwarden.ops import canary
 
     con = out.console()
-    cols = {"EXERCISES": out.Column("EXERCISES", flex=True, min=12),
-            "MAX ABS ERR": out.Column("MAX ABS ERR", right=True), "MAX REL ERR": out.Column("MAX REL ERR", right=True),
-            "DETAILS": out.Column("DETAILS", wrap=True, min=12)}
+    cols = {
+        "EXERCISES": out.Column("EXERCISES", flex=True, min=12),
+        "MAX ABS ERR": out.Column("MAX ABS ERR", right=True),
+        "MAX REL ERR": out.Column("MAX REL ERR", right=True),
+        "DETAILS": out.Column("DETAILS", wrap=True, min=12),
+    }
     g = out.Grid([cols.get(h, out.Column(h)) for h in canary.TABLE_HEADER])
     status = canary.TABLE_HEADER.index("STATUS")
     for row in canary.table_rows(rep):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 import time
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.text import age_arg, display, human_size, plural
@@ -23,22 +24,45 @@ from jitwarden.ops import plans as cleanplan
 
 
 def register(sub) -> None:
-    p = sub.add_parser("clean", help="move bad cache entries into quarantine (--all: every entry)",
-                       description="Move cache entries with findings into quarantine (default: every error-level "
-                                   "finding); only those: sound entries stay. --all moves every entry of the roots "
-                                   "(a restorable rm -rf). Prints the plan and asks first. The quarantine itself is "
-                                   "emptied by `jitwarden quarantine empty`.")
+    p = sub.add_parser(
+        "clean",
+        help="move bad cache entries into quarantine (--all: every entry)",
+        description="Move cache entries with findings into quarantine (default: every error-level "
+        "finding); only those: sound entries stay. --all moves every entry of the roots "
+        "(a restorable rm -rf). Prints the plan and asks first. The quarantine itself is "
+        "emptied by `jitwarden quarantine empty`.",
+    )
     options.add_scan_arguments(p)
     sel = p.add_argument_group("what to take (codes are or'ed; --older-than and --kind narrow)")
-    sel.add_argument("--code", action="append", metavar="CODE", help="entries with this finding code (repeatable)")
-    sel.add_argument("--stale", action="store_true", help="entries built by another Triton/torch/vLLM/ptxas")
-    sel.add_argument("--foreign-arch", action="store_true", help="entries built for another GPU than --target's")
-    sel.add_argument("--orphans", action="store_true", help="leftovers of interrupted writes older than --orphan-age")
-    sel.add_argument("--older-than", type=age_arg, metavar="AGE",
-                     help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry")
-    sel.add_argument("--all", action="store_true",
-                     help="every entry of the roots (PATH, or every root found; --kind narrows), findings or not: "
-                          "the whole cache moves into quarantine, restorable")
+    sel.add_argument(
+        "--code",
+        action="append",
+        metavar="CODE",
+        help="entries with this finding code (repeatable)",
+    )
+    sel.add_argument(
+        "--stale", action="store_true", help="entries built by another Triton/torch/vLLM/ptxas"
+    )
+    sel.add_argument(
+        "--foreign-arch", action="store_true", help="entries built for another GPU than --target's"
+    )
+    sel.add_argument(
+        "--orphans",
+        action="store_true",
+        help="leftovers of interrupted writes older than --orphan-age",
+    )
+    sel.add_argument(
+        "--older-than",
+        type=age_arg,
+        metavar="AGE",
+        help="only entries whose newest file is older than AGE (7d, 12h, 30m); alone: every such entry",
+    )
+    sel.add_argument(
+        "--all",
+        action="store_true",
+        help="every entry of the roots (PATH, or every root found; --kind narrows), findings or not: "
+        "the whole cache moves into quarantine, restorable",
+    )
     options.add_rebuild_arguments(p)
     options.add_action_arguments(p, purge=True)
     p.set_defaults(func=run)
@@ -53,40 +77,82 @@ def scan(args, fp, req):
 def selection_of(args, now: float) -> cleanplan.Selection:
     _common.check_codes(args.code)
     if args.all:
-        given = [f for f, v in (("--code", args.code), ("--stale", args.stale), ("--foreign-arch", args.foreign_arch),
-                                ("--orphans", args.orphans), ("--older-than", args.older_than is not None)) if v]
+        given = [
+            f
+            for f, v in (
+                ("--code", args.code),
+                ("--stale", args.stale),
+                ("--foreign-arch", args.foreign_arch),
+                ("--orphans", args.orphans),
+                ("--older-than", args.older_than is not None),
+            )
+            if v
+        ]
         if given:
-            raise UsageError(f"--all takes every entry; {', '.join(given)} would select among them (drop one)")
-    return cleanplan.selection(args.code, args.stale, args.foreign_arch, args.orphans, args.older_than,
-                               _common.kinds_of(args), now, every=args.all)
+            raise UsageError(
+                f"--all takes every entry; {', '.join(given)} would select among them (drop one)"
+            )
+    return cleanplan.selection(
+        args.code,
+        args.stale,
+        args.foreign_arch,
+        args.orphans,
+        args.older_than,
+        _common.kinds_of(args),
+        now,
+        every=args.all,
+    )
 
 
 def run(args) -> int:
     sel = selection_of(args, time.time())
     req = _common.rebuild_request(args)
     orphan_age = _common.orphan_age(args)
-    fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
+    fp = (
+        _common.fingerprint_or_none()
+    )  # also with --target: the judge needs the installed versions, GPU names, driver
     report = scan(args, fp, req)
     plan = cleanplan.plan_clean(report, sel)
     fmt = out.output_format(args)
     fmt.human(print_plan, plan, long=args.long)
-    if not plan.actions or not _common.confirm(args, f"Move {plural(len(plan.actions), 'entry')} "
-                                                     f"({human_size(plan.bytes)}) "
-                                                     f"{'aside and delete them' if args.purge else 'into quarantine'}?"):
-        fmt.result("clean", lambda: _body(plan, [], args), lambda: plan.actions and print(
-            "dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr))
+    if not plan.actions or not _common.confirm(
+        args,
+        f"Move {plural(len(plan.actions), 'entry')} "
+        f"({human_size(plan.bytes)}) "
+        f"{'aside and delete them' if args.purge else 'into quarantine'}?",
+    ):
+        fmt.result(
+            "clean",
+            lambda: _body(plan, [], args),
+            lambda: (
+                plan.actions
+                and print(
+                    "dry run: nothing changed" if args.dry_run else "nothing changed",
+                    file=sys.stderr,
+                )
+            ),
+        )
         return 0
     digest = getattr(fp, "digest", None)
     # execute() judges again under the lock and acts only on what was shown and is still selected.
-    outcomes = plan.execute(purge=args.purge, orphan_age=orphan_age, fingerprint=digest, lock_timeout=args.lock_timeout,
-                            replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel))
+    outcomes = plan.execute(
+        purge=args.purge,
+        orphan_age=orphan_age,
+        fingerprint=digest,
+        lock_timeout=args.lock_timeout,
+        replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel),
+    )
     shown = {a.path for a in plan.actions}
     outcomes += _cascade(args, fmt, fp, req, sel, shown, plan.roots, orphan_age, digest)
-    fmt.result("clean", lambda: _body(plan, outcomes, args), lambda: print_outcomes(outcomes, args.purge))
+    fmt.result(
+        "clean", lambda: _body(plan, outcomes, args), lambda: print_outcomes(outcomes, args.purge)
+    )
     return 0
 
 
-def _cascade(args, fmt, fp, req, sel, shown: set, roots: list, orphan_age: float, digest, rounds: int = 3) -> list:
+def _cascade(
+    args, fmt, fp, req, sel, shown: set, roots: list, orphan_age: float, digest, rounds: int = 3
+) -> list:
     """Entries that fail only because what they depended on was just moved (an AOTAutograd result whose
     FX graph is gone, a vLLM graph list whose artifact was taken): shown as a plan of their own, asked
     again (``-y`` answers), and moved the same way. At most ``rounds`` rounds; ``--dry-run`` never gets here."""
@@ -101,15 +167,22 @@ def _cascade(args, fmt, fp, req, sel, shown: set, roots: list, orphan_age: float
         if not _common.confirm(args, f"Move these {len(actions)} too?"):
             return done
         shown |= {a.path for a in actions}
-        done += follow.execute(purge=args.purge, orphan_age=orphan_age, fingerprint=digest,
-                               lock_timeout=args.lock_timeout, replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel))
+        done += follow.execute(
+            purge=args.purge,
+            orphan_age=orphan_age,
+            fingerprint=digest,
+            lock_timeout=args.lock_timeout,
+            replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel),
+        )
     return done
 
 
 def _print_follow_up(plan: cleanplan.CleanPlan, long: bool) -> None:
     n = len(plan.actions)
-    print(f"jitwarden: {n} more entr{'y' if n == 1 else 'ies'} now fail because what they depend on was moved:",
-          file=sys.stderr)
+    print(
+        f"jitwarden: {n} more entr{'y' if n == 1 else 'ies'} now fail because what they depend on was moved:",
+        file=sys.stderr,
+    )
     print_plan(plan, long=long)
 
 
@@ -121,18 +194,42 @@ def print_plan(plan: cleanplan.CleanPlan, long: bool = False) -> None:
         con.print(out.text(f"nothing to clean ({plan.selection.describe()})"))
         return
     roots = len({a.root for a in plan.actions}) > 1  # one id can be in a root and its partition
-    g = out.Grid([out.Column("ID")] + ([out.Column("ROOT", flex=True, min=24, cut="middle", hide=4)] if roots else [])
-                 + [out.Column("KIND", hide=2), out.Column("TYPE", hide=1), out.Column("SIZE", right=True, hide=3),
-                    out.Column("WHY", flex=True, min=10)] + ([out.Column("PATH", hide=1)] if long else []))
+    g = out.Grid(
+        [out.Column("ID")]
+        + ([out.Column("ROOT", flex=True, min=24, cut="middle", hide=4)] if roots else [])
+        + [
+            out.Column("KIND", hide=2),
+            out.Column("TYPE", hide=1),
+            out.Column("SIZE", right=True, hide=3),
+            out.Column("WHY", flex=True, min=10),
+        ]
+        + ([out.Column("PATH", hide=1)] if long else [])
+    )
     for a in plan.actions:
         why = ", ".join(a.reasons) + (" (leftovers only)" if a.scope == "leftovers" else "")
         why = "--all" if a.reasons == ("all",) else why
-        g.add(a.id if long else out.short_key(a.id), *([out.root_label(a.root)] if roots else []), a.kind, a.type,
-              human_size(a.bytes), why, *([a.path] if long else []), details=["; ".join(a.details)])
+        g.add(
+            a.id if long else out.short_key(a.id),
+            *([out.root_label(a.root)] if roots else []),
+            a.kind,
+            a.type,
+            human_size(a.bytes),
+            why,
+            *([a.path] if long else []),
+            details=["; ".join(a.details)],
+        )
     con.print(g)
     counts = ", ".join(f"{k} {v}" for k, v in plan.by_reason().items())
-    out.hanging(con, out.text((f"plan: {plural(len(plan.actions), 'entry')}, {human_size(plan.bytes)} ({counts}) · "
-                               f"selected: {plan.selection.describe()}", "dim")))
+    out.hanging(
+        con,
+        out.text(
+            (
+                f"plan: {plural(len(plan.actions), 'entry')}, {human_size(plan.bytes)} ({counts}) · "
+                f"selected: {plan.selection.describe()}",
+                "dim",
+            )
+        ),
+    )
 
 
 def print_outcomes(outcomes, purge: bool) -> None:
@@ -156,9 +253,23 @@ def print_outcomes(outcomes, purge: bool) -> None:
 def _body(plan, outcomes, args) -> dict:
     """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py)."""
     doc = plan.to_json()
-    return {"dry_run": bool(args.dry_run), "purge": bool(args.purge), "selection": doc["selection"],
-            "by_reason": doc["by_reason"], "notes": doc["notes"],
-            "plan": [out.plan_record(a["id"], a["kind"], a["root"], a["path"], a["bytes"], ", ".join(a["reasons"]),
-                                     **{k: v for k, v in a.items() if k not in ("id", "kind", "root", "path", "bytes")})
-                     for a in doc["actions"]],
-            "done": [out.done_record(**o.to_json()) for o in outcomes]}
+    return {
+        "dry_run": bool(args.dry_run),
+        "purge": bool(args.purge),
+        "selection": doc["selection"],
+        "by_reason": doc["by_reason"],
+        "notes": doc["notes"],
+        "plan": [
+            out.plan_record(
+                a["id"],
+                a["kind"],
+                a["root"],
+                a["path"],
+                a["bytes"],
+                ", ".join(a["reasons"]),
+                **{k: v for k, v in a.items() if k not in ("id", "kind", "root", "path", "bytes")},
+            )
+            for a in doc["actions"]
+        ],
+        "done": [out.done_record(**o.to_json()) for o in outcomes],
+    }

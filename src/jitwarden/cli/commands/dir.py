@@ -11,19 +11,27 @@ from __future__ import annotations
 import os
 import sys
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.model import settings
 from jitwarden.model.text import display
 
 
 def register(sub) -> None:
-    p = sub.add_parser("dir", help="print where each kernel cache lives",
-                       description="Print where each kind of kernel cache lives in this environment (the "
-                                   "variable or default that decides it, whether it exists, and this "
-                                   "environment's partition). With KIND, only that kind's paths, one per line.")
-    p.add_argument("kind", nargs="?", metavar="KIND",
-                   help="triton, inductor, vllm, cuda-compute, flashinfer, deepgemm, torch-ext, or jitwarden "
-                        "(jitwarden's own state: the list of roots it quarantined into)")
+    p = sub.add_parser(
+        "dir",
+        help="print where each kernel cache lives",
+        description="Print where each kind of kernel cache lives in this environment (the "
+        "variable or default that decides it, whether it exists, and this "
+        "environment's partition). With KIND, only that kind's paths, one per line.",
+    )
+    p.add_argument(
+        "kind",
+        nargs="?",
+        metavar="KIND",
+        help="triton, inductor, vllm, cuda-compute, flashinfer, deepgemm, torch-ext, or jitwarden "
+        "(jitwarden's own state: the list of roots it quarantined into)",
+    )
     options.add_format_argument(p)
     p.set_defaults(func=run)
 
@@ -39,7 +47,9 @@ def locations_of(env, digest: str | None, kinds) -> list[dict]:
     for kind in kinds:
         if kind == "jitwarden":
             path = os.path.dirname(qregistry.path(env))
-            rows.append(_row(kind, path, settings.HOME.name if settings.HOME.raw(env) else "default", None))
+            rows.append(
+                _row(kind, path, settings.HOME.name if settings.HOME.raw(env) else "default", None)
+            )
             continue
         found = []
         if kind in partitioned:
@@ -57,7 +67,11 @@ def locations_of(env, digest: str | None, kinds) -> list[dict]:
                 continue
             seen.add(key)
             # Activation partitions the dir the kind's own variable names (the first), not trees nested in others.
-            part = partition.path_for(path, digest) if kind in partitioned and digest and n == 0 else None
+            part = (
+                partition.path_for(path, digest)
+                if kind in partitioned and digest and n == 0
+                else None
+            )
             rows.append(_row(kind, path, source, part))
         if not seen:
             rows.append(_row(kind, None, "none found", None))
@@ -65,8 +79,13 @@ def locations_of(env, digest: str | None, kinds) -> list[dict]:
 
 
 def _row(kind, path, source, part) -> dict:
-    return {"kind": kind, "path": path, "source": source, "exists": bool(path) and os.path.isdir(path),
-            "partition": part}
+    return {
+        "kind": kind,
+        "path": path,
+        "source": source,
+        "exists": bool(path) and os.path.isdir(path),
+        "partition": part,
+    }
 
 
 def run(args) -> int:
@@ -80,8 +99,11 @@ def run(args) -> int:
     fp = _common.fingerprint_or_none()
     digest = getattr(fp, "digest", None)
     rows = locations_of(os.environ, digest, (args.kind,) if args.kind else every)
-    out.output_format(args).result("dir", lambda: {"fingerprint_digest": digest, "dirs": rows},
-                                   lambda: _print(rows, bool(args.kind)))
+    out.output_format(args).result(
+        "dir",
+        lambda: {"fingerprint_digest": digest, "dirs": rows},
+        lambda: _print(rows, bool(args.kind)),
+    )
     return 0
 
 
@@ -93,12 +115,26 @@ def _print(rows, bare: bool) -> None:
                 print(r["path"] if raw else display(r["path"]))
         return
     con = out.console()
-    g = out.Grid([out.Column("KIND"), out.Column("PATH"), out.Column("SOURCE", hide=2),
-                  out.Column("PARTITION", hide=1)])
+    g = out.Grid(
+        [
+            out.Column("KIND"),
+            out.Column("PATH"),
+            out.Column("SOURCE", hide=2),
+            out.Column("PARTITION", hide=1),
+        ]
+    )
     for r in rows:
         path = out.short_path(r["path"]) if r["path"] else "-"
         source = r["source"] + ("" if r["exists"] or not r["path"] else ", not created yet")
         g.add(r["kind"], path, source, out.root_label(r["partition"]) if r["partition"] else "-")
     con.print(g)
-    out.hanging(con, out.text(("partition: where `jitwarden run` and jitwarden.activate() keep this "
-                               "environment's caches (@DIGEST)", "dim")))
+    out.hanging(
+        con,
+        out.text(
+            (
+                "partition: where `jitwarden run` and jitwarden.activate() keep this "
+                "environment's caches (@DIGEST)",
+                "dim",
+            )
+        ),
+    )

@@ -14,7 +14,8 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
@@ -33,28 +34,39 @@ class Problem:
     fix: str | None = None
 
     def to_json(self) -> dict:
-        return {"code": self.code, "severity": str(self.severity), "count": self.count, "message": self.message,
-                "fix": self.fix}
+        return {
+            "code": self.code,
+            "severity": str(self.severity),
+            "count": self.count,
+            "message": self.message,
+            "fix": self.fix,
+        }
 
 
 def register(sub) -> None:
-    p = sub.add_parser("doctor", help="check everything: fingerprint, every cache, findings, warnings, fixes",
-                       description="The main job: fingerprint this machine, check every kernel cache it uses, "
-                                   "and say what fixes each problem. Exit 1 on any error-level finding.")
+    p = sub.add_parser(
+        "doctor",
+        help="check everything: fingerprint, every cache, findings, warnings, fixes",
+        description="The main job: fingerprint this machine, check every kernel cache it uses, "
+        "and say what fixes each problem. Exit 1 on any error-level finding.",
+    )
     options.add_scan_arguments(p)
     options.add_rebuild_arguments(p)
     p.set_defaults(func=run)
 
 
-def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False,
-             not_run=()) -> list[Problem]:
+def problems(  # noqa: C901
+    report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False, not_run=()
+) -> list[Problem]:
     """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
 
     tgt = report.target
     suffix = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
     suffix += "".join(" " + shlex.quote(display(p)) for p in paths)
     counts: dict[str, int] = {}
-    denied: dict[str, int] = {}  # root -> entries whose only corrupt findings are files we may not read
+    denied: dict[
+        str, int
+    ] = {}  # root -> entries whose only corrupt findings are files we may not read
     for e in report.entries:
         fs = e.findings
         codes = dict.fromkeys(f.code for f in fs)
@@ -67,40 +79,86 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
     for code, n in counts.items():
         fix = CATALOG[code].fix
         noun = "kernel" if code == "not-reproducible" else "entry"
-        out_.append(Problem(code, CODES[code], n, f"{plural(n, noun)} {CATALOG[code].what}",
-                            fix + suffix if fix else None))
+        out_.append(
+            Problem(
+                code,
+                CODES[code],
+                n,
+                f"{plural(n, noun)} {CATALOG[code].what}",
+                fix + suffix if fix else None,
+            )
+        )
     for root, n in denied.items():
         # Not damage: this user may not read them. Cleaning would move entries their owner can use.
-        out_.append(Problem("unreadable", Severity.ERROR, n,
-                            f"{plural(n, 'entry')} in {display(out.short_path(root))} with files this user may not "
-                            "read (a permission problem, not damage)",
-                            f"ls -l {shlex.quote(display(root))}; then chmod -R u+rX, or run jitwarden as their owner"))
+        out_.append(
+            Problem(
+                "unreadable",
+                Severity.ERROR,
+                n,
+                f"{plural(n, 'entry')} in {display(out.short_path(root))} with files this user may not "
+                "read (a permission problem, not damage)",
+                f"ls -l {shlex.quote(display(root))}; then chmod -R u+rX, or run jitwarden as their owner",
+            )
+        )
     for c in report.caches:
         path = display(c.root.path)
         for f in c.findings:
-            out_.append(Problem(f.code, f.severity, 1, f"{path}: {f.message}",
-                                f"chmod o-w {path}" if "writable" in f.message else f"chown -R $USER {path}"))
+            out_.append(
+                Problem(
+                    f.code,
+                    f.severity,
+                    1,
+                    f"{path}: {f.message}",
+                    f"chmod o-w {path}" if "writable" in f.message else f"chown -R $USER {path}",
+                )
+            )
         if c.error:
-            out_.append(Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}"))
+            out_.append(
+                Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}")
+            )
     for kind, text, fix in warnings:
         out_.append(Problem(kind, Severity.WARN, 1, text, fix))
     for check, why in not_run:
-        out_.append(Problem("not-run", Severity.INFO, 1, f"start-up check {check} could not run: {why}", None))
+        out_.append(
+            Problem(
+                "not-run", Severity.INFO, 1, f"start-up check {check} could not run: {why}", None
+            )
+        )
     out_ += partition_problems(report, current)
     quarantined = sum(c.quarantined for c in report.caches) + elsewhere_quarantined(report)
     if quarantined:
-        out_.append(Problem("quarantined", Severity.INFO, quarantined, f"{plural(quarantined, 'entry')} in quarantine",
-                            "nothing needs doing: see them with `jitwarden quarantine ls`, put one back with "
-                            "`jitwarden quarantine restore ID`, delete them for good with `jitwarden quarantine empty`"))
-    unsealed = [e for e in report.entries if e.kind == "triton" and e.type == "kernel" and not e.sealed
-                and not any(f.severity >= Severity.ERROR for f in e.findings)]
+        out_.append(
+            Problem(
+                "quarantined",
+                Severity.INFO,
+                quarantined,
+                f"{plural(quarantined, 'entry')} in quarantine",
+                "nothing needs doing: see them with `jitwarden quarantine ls`, put one back with "
+                "`jitwarden quarantine restore ID`, delete them for good with `jitwarden quarantine empty`",
+            )
+        )
+    unsealed = [
+        e
+        for e in report.entries
+        if e.kind == "triton"
+        and e.type == "kernel"
+        and not e.sealed
+        and not any(f.severity >= Severity.ERROR for f in e.findings)
+    ]
     if unsealed and not rebuilt:
-        out_.append(Problem("unsealed", Severity.INFO, len(unsealed),
-                            f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "
-                            "under the same name passes every structural check, only a rebuild tells",
-                            "no command seals them: the guard proves and seals each one the first time a workload "
-                            "uses it (`jitwarden run -- CMD`, the vLLM plugin); `jitwarden doctor --rebuild" + suffix +
-                            "` checks them all now without sealing"))
+        out_.append(
+            Problem(
+                "unsealed",
+                Severity.INFO,
+                len(unsealed),
+                f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "
+                "under the same name passes every structural check, only a rebuild tells",
+                "no command seals them: the guard proves and seals each one the first time a workload "
+                "uses it (`jitwarden run -- CMD`, the vLLM plugin); `jitwarden doctor --rebuild"
+                + suffix
+                + "` checks them all now without sealing",
+            )
+        )
     out_ += mixed_gpus(fp)
     if tgt.arch is None:
         archs: dict[int, int] = {}
@@ -111,9 +169,19 @@ def problems(report, fp, current: str | None, warnings=(), paths=(), rebuilt: bo
             best = max(archs, key=lambda a: archs[a])
             hint = f"jitwarden doctor --target sm_{best}  (most entries here are for sm_{best}; name the GPU that runs them)"
         else:
-            hint = "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
-        out_.append(Problem("no-target", Severity.INFO, 0, "no GPU visible and no --target: arch checks of cache "
-                            "entries and of torch and ptxas skipped", hint))
+            hint = (
+                "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
+            )
+        out_.append(
+            Problem(
+                "no-target",
+                Severity.INFO,
+                0,
+                "no GPU visible and no --target: arch checks of cache "
+                "entries and of torch and ptxas skipped",
+                hint,
+            )
+        )
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
 
 
@@ -132,12 +200,18 @@ def mixed_gpus(fp) -> list[Problem]:
     if len(kinds) < 2:
         return []
     parts = [f"sm_{c[0]}{c[1]} (GPU {', '.join(ix)})" for c, ix in sorted(kinds.items())]
-    first = sorted(kinds.items())[0][1]
-    return [Problem("mixed-gpus", Severity.WARN, len(gpus),
-                    f"the visible GPUs mix compute capabilities: {'; '.join(parts)}; one process shares one partition "
-                    "across them, and a device index can name another GPU in a process that orders them differently",
-                    f"export CUDA_VISIBLE_DEVICES={','.join(first)}  (one GPU kind per process; vLLM and torchrun "
-                    "ranks each see one GPU)")]
+    first = min(kinds.items())[1]
+    return [
+        Problem(
+            "mixed-gpus",
+            Severity.WARN,
+            len(gpus),
+            f"the visible GPUs mix compute capabilities: {'; '.join(parts)}; one process shares one partition "
+            "across them, and a device index can name another GPU in a process that orders them differently",
+            f"export CUDA_VISIBLE_DEVICES={','.join(first)}  (one GPU kind per process; vLLM and torchrun "
+            "ranks each see one GPU)",
+        )
+    ]
 
 
 PRUNE_AGE = 30 * 86400.0
@@ -162,24 +236,43 @@ def partition_problems(report, current: str | None, now: float | None = None) ->
     for c in others:
         base = c.root.base or partition.base_of(c.root.path)
         if base not in infos:
-            infos[base] = {p: i for p, i in partition.list_partitions(base)}
-        f = maintenance.partition_facts(base, c.root.path, c.root.partition, getattr(infos[base].get(c.root.path),
-                                        "last_used", None), current)
+            infos[base] = dict(partition.list_partitions(base))
+        f = maintenance.partition_facts(
+            base,
+            c.root.path,
+            c.root.partition,
+            getattr(infos[base].get(c.root.path), "last_used", None),
+            current,
+        )
         ages[c.root.partition] = min(ages.get(c.root.partition, now), now - f.last_used)
     old = {d for d, a in ages.items() if a > PRUNE_AGE}
     young = set(ages) - old
     out_ = []
     if old:
         size = human_size(sum(c.bytes for c in others if c.root.partition in old))
-        out_.append(Problem("partitions", Severity.INFO, len(old), f"{plural(len(old), 'partition')} of other "
-                            f"environments unused for more than 30 days ({size})", "jitwarden prune --older-than 30d"))
+        out_.append(
+            Problem(
+                "partitions",
+                Severity.INFO,
+                len(old),
+                f"{plural(len(old), 'partition')} of other "
+                f"environments unused for more than 30 days ({size})",
+                "jitwarden prune --older-than 30d",
+            )
+        )
     if young:
         size = human_size(sum(c.bytes for c in others if c.root.partition in young))
         newest = min(ages[d] for d in young)
-        out_.append(Problem("partitions-recent", Severity.INFO, len(young),
-                            f"{plural(len(young), 'partition')} of other environments used within 30 days ({size}; "
-                            f"the latest {human_age(now - newest, now)} ago): another venv, container or GPU may use them",
-                            None))
+        out_.append(
+            Problem(
+                "partitions-recent",
+                Severity.INFO,
+                len(young),
+                f"{plural(len(young), 'partition')} of other environments used within 30 days ({size}; "
+                f"the latest {human_age(now - newest, now)} ago): another venv, container or GPU may use them",
+                None,
+            )
+        )
     return out_
 
 
@@ -232,8 +325,13 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
     for w in sc.torch_arch(fp, archs):
         out_.append(("torch-arch", w, "pip install a torch build whose arch list has this GPU"))
     for p in sc.ptxas_problems(fp, archs):  # the variable from the record, not from the sentence
-        out_.append(("ptxas", p.sentence(),
-                     f"export {p.variable}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"))
+        out_.append(
+            (
+                "ptxas",
+                p.sentence(),
+                f"export {p.variable}=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)",
+            )
+        )
     seen = set()
     for c in report.caches:
         if c.root.partition or c.root.source == "partition" or not c.entries or c.root.path in seen:
@@ -241,20 +339,41 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
         seen.add(c.root.path)
         try:
             tp = fp.package("triton")
-            shared = sc.shared_root(c.root.path, archs, tp.version if tp else None,
-                                    advice=None if _partitions_off() else "run `jitwarden verify` on it")
-        except Exception:  # noqa: BLE001 - a sample that cannot be read is not a diagnosis
+            shared = sc.shared_root(
+                c.root.path,
+                archs,
+                tp.version if tp else None,
+                advice=None if _partitions_off() else "run `jitwarden verify` on it",
+            )
+        except Exception:
             shared = []
         for w in shared:
-            out_.append(("shared-root", w, "run workloads partitioned by fingerprint (`jitwarden run -- CMD`, the vLLM "
-                                           "plugin), so each GPU and toolchain writes its own partition; the entries "
-                                           "built for others stay theirs (nothing here removes them)"))
-    from jitwarden.runtime.remote_wiring import unguarded  # fleets: TorchInductor's remote caches, which torch lets nobody guard
-    from jitwarden.runtime import proof, torchhooks  # proofs off, torch loaders that cannot be wrapped
+            out_.append(
+                (
+                    "shared-root",
+                    w,
+                    "run workloads partitioned by fingerprint (`jitwarden run -- CMD`, the vLLM "
+                    "plugin), so each GPU and toolchain writes its own partition; the entries "
+                    "built for others stay theirs (nothing here removes them)",
+                )
+            )
+    from jitwarden.runtime import (
+        proof,
+        torchhooks,
+    )  # proofs off, torch loaders that cannot be wrapped
+    from jitwarden.runtime.remote_wiring import (
+        unguarded,
+    )  # fleets: TorchInductor's remote caches, which torch lets nobody guard
 
     for w in unguarded(os.environ):
-        out_.append(("remote-unguarded", w, f"share kernels through {settings.REMOTE.name} (signed, namespaced by "
-                                            "fingerprint) or signed bundles (jitwarden export / import) instead"))
+        out_.append(
+            (
+                "remote-unguarded",
+                w,
+                f"share kernels through {settings.REMOTE.name} (signed, namespaced by "
+                "fingerprint) or signed bundles (jitwarden export / import) instead",
+            )
+        )
     return out_ + proof.doctor_warnings() + torchhooks.doctor_warnings()
 
 
@@ -263,8 +382,10 @@ def misconfig_problems(env=None) -> list[Problem]:
     cache's URL, trusted keys, credentials or server (``ops/config_checks.py``)."""
     from jitwarden.ops import config_checks
 
-    return [Problem(m.code, Severity.WARN, 1, m.message, m.fix)
-            for m in config_checks.check(os.environ if env is None else env)]
+    return [
+        Problem(m.code, Severity.WARN, 1, m.message, m.fix)
+        for m in config_checks.check(os.environ if env is None else env)
+    ]
 
 
 def _partitions_off() -> bool:
@@ -278,7 +399,9 @@ def pending_proofs(report) -> list[Problem]:
 
     out_, seen = [], set()
     for c in report.caches:
-        trees = [c.root.path] if c.root.kind == "triton" else tree.tree_roots(c.root.kind, c.root.path)
+        trees = (
+            [c.root.path] if c.root.kind == "triton" else tree.tree_roots(c.root.kind, c.root.path)
+        )
         for t in trees:
             if t in seen:
                 continue
@@ -286,14 +409,30 @@ def pending_proofs(report) -> list[Problem]:
             n = len(hiding.staged(t))
             if not n:
                 continue
-            what = f"{plural(n, 'unsealed kernel')} of {display(t)} hidden for their first-use proof"
+            what = (
+                f"{plural(n, 'unsealed kernel')} of {display(t)} hidden for their first-use proof"
+            )
             if hiding.alive(t):
-                out_.append(Problem("proofs-pending", Severity.INFO, n, f"{what}: being proven now; a lookup of one "
-                                    "waits for it", None))
+                out_.append(
+                    Problem(
+                        "proofs-pending",
+                        Severity.INFO,
+                        n,
+                        f"{what}: being proven now; a lookup of one waits for it",
+                        None,
+                    )
+                )
             else:
-                out_.append(Problem("proofs-pending", Severity.WARN, n, f"{what}: the prover that hid them stopped, so "
-                                    "each is recompiled when used until the next start-up proves them",
-                                    "jitwarden run -- YOUR_COMMAND  (its start-up proves them and puts them back)"))
+                out_.append(
+                    Problem(
+                        "proofs-pending",
+                        Severity.WARN,
+                        n,
+                        f"{what}: the prover that hid them stopped, so "
+                        "each is recompiled when used until the next start-up proves them",
+                        "jitwarden run -- YOUR_COMMAND  (its start-up proves them and puts them back)",
+                    )
+                )
     return out_
 
 
@@ -304,22 +443,36 @@ def run(args) -> int:
     if req is not None:
         report = _common.rebuilt(report, req)
     digest = getattr(fp, "digest", None)
-    probs = problems(report, fp, digest, startup_warnings(fp, report), args.paths, req is not None,
-                     startup_not_run(fp, report))
-    probs = sorted(probs + protection_problems(report) + pending_proofs(report) + misconfig_problems(),
-                   key=lambda p: (-int(p.severity), p.code))
+    probs = problems(
+        report,
+        fp,
+        digest,
+        startup_warnings(fp, report),
+        args.paths,
+        req is not None,
+        startup_not_run(fp, report),
+    )
+    probs = sorted(
+        probs + protection_problems(report) + pending_proofs(report) + misconfig_problems(),
+        key=lambda p: (-int(p.severity), p.code),
+    )
     worst = report.worst
 
     def body() -> dict:
         from jitwarden.env.fingerprint import gpu_json
 
-        return {"mode": "rebuild" if req is not None else "quick", **out.scan_json(report, digest, entries=[]),
-                "headline": fp.headline() if fp is not None else None,
-                "gpus": [gpu_json(g) for g in fp.gpus] if fp is not None else [],
-                "problems": [p.to_json() for p in probs], "ok": worst != Severity.ERROR}
+        return {
+            "mode": "rebuild" if req is not None else "quick",
+            **out.scan_json(report, digest, entries=[]),
+            "headline": fp.headline() if fp is not None else None,
+            "gpus": [gpu_json(g) for g in fp.gpus] if fp is not None else [],
+            "problems": [p.to_json() for p in probs],
+            "ok": worst != Severity.ERROR,
+        }
 
-    out.output_format(args).result("doctor", body,
-                                   lambda: _print(report, fp, digest, probs, args.long))
+    out.output_format(args).result(
+        "doctor", body, lambda: _print(report, fp, digest, probs, args.long)
+    )
     return EXIT_FINDINGS if worst == Severity.ERROR else EXIT_OK
 
 
@@ -327,17 +480,40 @@ def _print(report, fp, digest, probs, long: bool) -> None:
     from jitwarden.env import locations
 
     con = out.console()
-    where = ", ".join(out.short_path(locations.default_base(k, os.environ)) for k in ("triton", "inductor", "vllm"))
-    out.print_overview(con, report, fp, digest, long, f"no kernel caches found yet (looked in {where} and "
-                       "jitwarden's partitions); they appear after the first Triton or torch.compile run")
+    where = ", ".join(
+        out.short_path(locations.default_base(k, os.environ))
+        for k in ("triton", "inductor", "vllm")
+    )
+    out.print_overview(
+        con,
+        report,
+        fp,
+        digest,
+        long,
+        f"no kernel caches found yet (looked in {where} and "
+        "jitwarden's partitions); they appear after the first Triton or torch.compile run",
+    )
     out.hanging(con, out.text((out.summary_line(report), "dim")))
     for p in probs:
-        out.hanging(con, out.text((str(p.severity), out.SEVERITY_STYLE[p.severity]), " ", (p.code, "bold"), ": ", p.message))
+        out.hanging(
+            con,
+            out.text(
+                (str(p.severity), out.SEVERITY_STYLE[p.severity]),
+                " ",
+                (p.code, "bold"),
+                ": ",
+                p.message,
+            ),
+        )
         if p.fix:
             out.hanging(con, out.text("    fix: ", (p.fix, "bold")), indent=9)
     if report.worst == Severity.ERROR:
-        con.print(out.text(("problems at error level", "bold red"), ": run the fix commands above "
-                           "(each prints its plan and asks first)"))
+        con.print(
+            out.text(
+                ("problems at error level", "bold red"),
+                ": run the fix commands above (each prints its plan and asks first)",
+            )
+        )
     elif not [p for p in probs if p.severity > Severity.INFO]:
         caveats = []
         unjudged = sum(p.count for p in probs if p.code == "unrecognised")
@@ -347,8 +523,12 @@ def _print(report, fp, digest, probs, long: bool) -> None:
         if skipped:
             caveats.append(f"{plural(len(skipped), 'check')} could not run")
         if caveats:
-            con.print(out.text(("no problem at warning or error level", "green"),
-                               f", but {' and '.join(caveats)} (see above)"))
+            con.print(
+                out.text(
+                    ("no problem at warning or error level", "green"),
+                    f", but {' and '.join(caveats)} (see above)",
+                )
+            )
         else:
             con.print(out.text(("all good", "green"), ": no problem at warning or error level"))
     else:
@@ -362,5 +542,7 @@ def _print(report, fp, digest, probs, long: bool) -> None:
 def protection_problems(report, env=None) -> list[Problem]:
     """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
     the environment and the roots the scan found)."""
-    return [Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
-            for n in _common.protection_lines(report, env)]
+    return [
+        Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
+        for n in _common.protection_lines(report, env)
+    ]

@@ -9,20 +9,26 @@ from __future__ import annotations
 
 import sys
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
-
 
 MAX_FINGERPRINT = 4 << 20
 """Larger than any saved fingerprint (a few KiB; ``status --format json`` a little more)."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("fingerprint", help="show or compare the environment fingerprint",
-                       description="Show every input that decides compiled GPU code, or compare with a saved one.")
+    p = sub.add_parser(
+        "fingerprint",
+        help="show or compare the environment fingerprint",
+        description="Show every input that decides compiled GPU code, or compare with a saved one.",
+    )
     options.add_format_argument(p)
-    p.add_argument("--diff", metavar="OTHER.json",
-                   help="compare with a saved `jitwarden fingerprint --format json`; exit 1 when different")
+    p.add_argument(
+        "--diff",
+        metavar="OTHER.json",
+        help="compare with a saved `jitwarden fingerprint --format json`; exit 1 when different",
+    )
     p.add_argument("--no-memo", action="store_true", help="recompute everything, ignore the memo")
     p.set_defaults(func=run)
 
@@ -30,7 +36,6 @@ def register(sub) -> None:
 def load(path: str):
     """A saved fingerprint; UsageError (exit 2) with one line when it cannot be used."""
     from jitwarden.env.fingerprint import Fingerprint
-
     from jitwarden.store.fsutil import read_json
 
     try:  # bounded: a FIFO is refused at once, deep or huge JSON is a clean refusal
@@ -43,7 +48,9 @@ def load(path: str):
         raise UsageError(f"{path}: not JSON we read ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("fingerprint"), dict):
         data = data["fingerprint"]  # accept `jitwarden status --format json` too
-    if isinstance(data, dict) and "fingerprint_schema" in data:  # `fingerprint --format json` (envelope schema 2)
+    if (
+        isinstance(data, dict) and "fingerprint_schema" in data
+    ):  # `fingerprint --format json` (envelope schema 2)
         data = {**data, "schema": data["fingerprint_schema"]}
     try:
         return Fingerprint.from_json(data)
@@ -68,11 +75,20 @@ def _run_diff(fmt, old, new) -> int:
     from jitwarden.env.fingerprint import diff
 
     changes = diff(old, new)
-    fmt.result("fingerprint",
-               lambda: {"mode": "diff", "old": old.digest, "new": new.digest, "identical": not changes,
-                        "changes": [{"component": c.component, "old": c.old, "new": c.new, "why": c.why}
-                                    for c in changes]},
-               lambda: _print_diff(old, new, changes))
+    fmt.result(
+        "fingerprint",
+        lambda: {
+            "mode": "diff",
+            "old": old.digest,
+            "new": new.digest,
+            "identical": not changes,
+            "changes": [
+                {"component": c.component, "old": c.old, "new": c.new, "why": c.why}
+                for c in changes
+            ],
+        },
+        lambda: _print_diff(old, new, changes),
+    )
     return EXIT_FINDINGS if changes else EXIT_OK
 
 
@@ -81,8 +97,16 @@ def _print_diff(old, new, changes) -> None:
     if not changes:
         con.print(out.text(f"identical: fp {new.digest}"))
         return
-    con.print(out.text((f"fingerprint {old.digest} → {new.digest}: {len(changes)} change(s)", "bold")))
-    g = out.Grid([out.Column("COMPONENT"), out.Column("OLD", flex=True, min=10), out.Column("NEW", flex=True, min=10)])
+    con.print(
+        out.text((f"fingerprint {old.digest} → {new.digest}: {len(changes)} change(s)", "bold"))
+    )
+    g = out.Grid(
+        [
+            out.Column("COMPONENT"),
+            out.Column("OLD", flex=True, min=10),
+            out.Column("NEW", flex=True, min=10),
+        ]
+    )
     for c in changes:
         g.add(c.component, c.old, c.new, details=[c.why])
     con.print(g)
@@ -99,10 +123,16 @@ def _print_table(fp) -> None:
             t.add(f"gpu {g.index}", f"{g.name} ({cap}) via {fp.gpu_source}")
     else:
         t.add("gpu", fp.gpu_str())
-    t.add("driver", f"{fp.driver_version or '(unknown)'}"
-              + (f" (CUDA {fp.cuda_driver_version})" if fp.cuda_driver_version else ""))
+    t.add(
+        "driver",
+        f"{fp.driver_version or '(unknown)'}"
+        + (f" (CUDA {fp.cuda_driver_version})" if fp.cuda_driver_version else ""),
+    )
     for role, info in fp.ptxas:
-        t.add(f"ptxas[{role}]", f"{info.build or info.release or '?'} sha256 {info.sha256[:12]} {info.path}")
+        t.add(
+            f"ptxas[{role}]",
+            f"{info.build or info.release or '?'} sha256 {info.sha256[:12]} {info.path}",
+        )
     if not fp.ptxas:
         t.add("ptxas", "(none found)")
     for p in fp.packages:
@@ -110,7 +140,10 @@ def _print_table(fp) -> None:
         if p.name == "torch":
             archs = " ".join(p.arch_list) if p.arch_list is not None else "unknown"
             extra = f" cuda {p.cuda or '-'} archs {archs}"
-        t.add(f"package {p.name}", f"{p.version} files {p.identity[:12] if p.identity else '?'}{extra}")
+        t.add(
+            f"package {p.name}",
+            f"{p.version} files {p.identity[:12] if p.identity else '?'}{extra}",
+        )
     py = dict(fp.python)
     t.add("python", f"{py.get('implementation')} {py.get('version')} {py.get('soabi')}")
     pl = dict(fp.platform)

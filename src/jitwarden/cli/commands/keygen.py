@@ -11,11 +11,19 @@ from jitwarden.model.errors import EXIT_OK, UsageError, os_error_line
 
 
 def register(sub) -> None:
-    p = sub.add_parser("keygen", help="make a key pair for signed bundles and the remote cache",
-                       description="Write a secret signing key (mode 0600, for builders) and its public key "
-                                   "(PATH.pub, for every node's trusted keys).")
-    p.add_argument("-o", "--output", metavar="PATH", default=None,
-                   help=f"secret key file (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)")
+    p = sub.add_parser(
+        "keygen",
+        help="make a key pair for signed bundles and the remote cache",
+        description="Write a secret signing key (mode 0600, for builders) and its public key "
+        "(PATH.pub, for every node's trusted keys).",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        default=None,
+        help=f"secret key file (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing key")
     p.set_defaults(func=run)
 
@@ -42,8 +50,10 @@ def run(args) -> int:
                 continue
             shown = path if n == name else pub
             if stat.S_ISDIR(st.st_mode):
-                raise UsageError(f"{shown} is a directory; name the key file to write (e.g. "
-                                 f"{os.path.join(shown, 'signing-key')})")
+                raise UsageError(
+                    f"{shown} is a directory; name the key file to write (e.g. "
+                    f"{os.path.join(shown, 'signing-key')})"
+                )
             if not args.force:
                 raise UsageError(f"{shown} already exists (pass --force to replace it)")
         try:
@@ -54,8 +64,11 @@ def run(args) -> int:
     finally:
         os.close(dir_fd)
     print(pub)
-    print(f"jitwarden: key {kid}: secret key {path} (keep it on builders only), public key {pub} "
-          f"(put it in every node's {settings.TRUSTED_KEYS.name})", file=sys.stderr)
+    print(
+        f"jitwarden: key {kid}: secret key {path} (keep it on builders only), public key {pub} "
+        f"(put it in every node's {settings.TRUSTED_KEYS.name})",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -63,8 +76,12 @@ def _where_problem(path: str, exc: OSError, default: bool) -> str:
     """One line for a key path whose directory cannot be reached or made (pure)."""
     where = exc.filename or os.path.dirname(path)
     how = f" (from {settings.SIGNING_KEY.name} or {settings.CONFIG_DIR.name})" if default else ""
-    return os_error_line(exc, {
-        IsADirectoryError: f"{path} is a directory; name the key file to write (e.g. {os.path.join(path, 'signing-key')})",
-        NotADirectoryError: f"{where} is not a directory, so {path}{how} cannot be written",
-        FileNotFoundError: f"{where}: no such directory, so {path}{how} cannot be written (a directory before '..' is not made)",
-    }, f"cannot write {path}{how}: {(exc.strerror or str(exc)).lower()} ({where})")
+    return os_error_line(
+        exc,
+        {
+            IsADirectoryError: f"{path} is a directory; name the key file to write (e.g. {os.path.join(path, 'signing-key')})",
+            NotADirectoryError: f"{where} is not a directory, so {path}{how} cannot be written",
+            FileNotFoundError: f"{where}: no such directory, so {path}{how} cannot be written (a directory before '..' is not made)",
+        },
+        f"cannot write {path}{how}: {(exc.strerror or str(exc)).lower()} ({where})",
+    )

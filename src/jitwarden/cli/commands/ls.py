@@ -5,18 +5,29 @@ from __future__ import annotations
 import fnmatch
 import sys
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.text import display
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ls", help="list cache entries of every kind",
-                       description="List the entries of every kind of kernel cache found (or of those named "
-                                   "with --kind or PATH), with their status.")
+    p = sub.add_parser(
+        "ls",
+        help="list cache entries of every kind",
+        description="List the entries of every kind of kernel cache found (or of those named "
+        "with --kind or PATH), with their status.",
+    )
     options.add_scan_arguments(p)
-    p.add_argument("--ids", action="store_true", help="print entry ids only (paths with --long), one per line")
-    p.add_argument("--code", action="append", metavar="CODE", help="only entries with this finding code (repeatable)")
+    p.add_argument(
+        "--ids", action="store_true", help="print entry ids only (paths with --long), one per line"
+    )
+    p.add_argument(
+        "--code",
+        action="append",
+        metavar="CODE",
+        help="only entries with this finding code (repeatable)",
+    )
     p.add_argument("--name", metavar="GLOB", help="only entries whose kernel name matches GLOB")
     p.set_defaults(func=run)
 
@@ -32,7 +43,9 @@ def select(report, codes=None, name=None):
 
 def run(args) -> int:
     _common.check_codes(args.code)
-    fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
+    fp = (
+        _common.fingerprint_or_none()
+    )  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)
     if args.ids:
@@ -40,8 +53,11 @@ def run(args) -> int:
         for e in entries:
             print((lambda x: x if raw else display(x))(e.path if args.long else e.id))
         return 0
-    out.output_format(args).result("ls", lambda: out.scan_json(report, getattr(fp, "digest", None), entries),
-                                   lambda: _print(report, entries, args.long, getattr(fp, "digest", None)))
+    out.output_format(args).result(
+        "ls",
+        lambda: out.scan_json(report, getattr(fp, "digest", None), entries),
+        lambda: _print(report, entries, args.long, getattr(fp, "digest", None)),
+    )
     return 0
 
 

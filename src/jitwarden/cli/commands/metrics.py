@@ -9,13 +9,21 @@ from jitwarden.model.errors import EXIT_OK, UsageError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("metrics", help="write Prometheus metrics (node-exporter textfile collector)",
-                       description="Print, or write atomically, metrics: remote and local hits and misses, rejects by "
-                                   "reason, quarantines, partitions and their bytes, the last verify.")
+    p = sub.add_parser(
+        "metrics",
+        help="write Prometheus metrics (node-exporter textfile collector)",
+        description="Print, or write atomically, metrics: remote and local hits and misses, rejects by "
+        "reason, quarantines, partitions and their bytes, the last verify.",
+    )
     where = p.add_mutually_exclusive_group()
-    where.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
-    where.add_argument("--textfile-dir", metavar="DIR",
-                       help="write DIR/jitwarden.prom (node-exporter's --collector.textfile.directory)")
+    where.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout"
+    )
+    where.add_argument(
+        "--textfile-dir",
+        metavar="DIR",
+        help="write DIR/jitwarden.prom (node-exporter's --collector.textfile.directory)",
+    )
     p.set_defaults(func=run)
 
 
@@ -26,7 +34,7 @@ def run(args) -> int:
         from jitwarden.env import fingerprint
 
         current = fingerprint.collect().digest
-    except Exception:  # noqa: BLE001 - metrics without the current mark are still metrics
+    except Exception:
         current = None
     problems: list = []
     text = metrics.render(metrics.collect(os.environ, current, problems))

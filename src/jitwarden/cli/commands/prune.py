@@ -12,30 +12,73 @@ import os
 import sys
 import time
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.text import age_arg, display, human_age, human_size, size_arg
-from jitwarden.ops import maintenance, plans as cleanplan
-from jitwarden.store import locks as lock, partition
+from jitwarden.ops import maintenance
+from jitwarden.ops import plans as cleanplan
+from jitwarden.store import locks as lock
+from jitwarden.store import partition
 
 
 def register(sub) -> None:
-    p = sub.add_parser("prune", help="remove whole partitions of other environments, least recently used first",
-                       description="Remove whole fingerprint partitions (never the current environment's), least "
-                                   "recently used first. Prints the plan and asks first.")
-    p.add_argument("paths", nargs="*", metavar="PATH", help="roots holding partitions (default: every root found)")
-    p.add_argument("--keep-last", type=int, metavar="N",
-                   help="keep the N most recently used partitions per root (the current one counts)")
-    options.refuse(p, "--keep", "renamed --keep-last N (how many recently used partitions to keep)", takes_value=True)
-    p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="drop the least recently used until a root's partitions fit in SIZE (500M, 20G)")
-    p.add_argument("--older-than", type=age_arg, metavar="AGE", help="drop partitions unused for more than AGE (30d, 12h)")
-    p.add_argument("--orphan-age", type=age_arg, default=None, metavar="AGE",
-                   help="a partition written to more recently than AGE is in use and kept (default 1h)")
-    p.add_argument("--keep-quarantined", action="store_true", help="leave pruned partitions restorable in quarantine")
-    options.refuse(p, "--purge", "prune already deletes (after moving each partition into quarantine); "
-                                 "--keep-quarantined leaves them restorable instead")
+    p = sub.add_parser(
+        "prune",
+        help="remove whole partitions of other environments, least recently used first",
+        description="Remove whole fingerprint partitions (never the current environment's), least "
+        "recently used first. Prints the plan and asks first.",
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="roots holding partitions (default: every root found)",
+    )
+    p.add_argument(
+        "--keep-last",
+        type=int,
+        metavar="N",
+        help="keep the N most recently used partitions per root (the current one counts)",
+    )
+    options.refuse(
+        p,
+        "--keep",
+        "renamed --keep-last N (how many recently used partitions to keep)",
+        takes_value=True,
+    )
+    p.add_argument(
+        "--max-size",
+        type=size_arg,
+        metavar="SIZE",
+        help="drop the least recently used until a root's partitions fit in SIZE (500M, 20G)",
+    )
+    p.add_argument(
+        "--older-than",
+        type=age_arg,
+        metavar="AGE",
+        help="drop partitions unused for more than AGE (30d, 12h)",
+    )
+    p.add_argument(
+        "--orphan-age",
+        type=age_arg,
+        default=None,
+        metavar="AGE",
+        help="a partition written to more recently than AGE is in use and kept (default 1h)",
+    )
+    p.add_argument(
+        "--keep-quarantined",
+        action="store_true",
+        help="leave pruned partitions restorable in quarantine",
+    )
+    options.refuse(
+        p,
+        "--purge",
+        "prune already deletes (after moving each partition into quarantine); "
+        "--keep-quarantined leaves them restorable instead",
+    )
     options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
     options.add_action_arguments(p)
@@ -70,7 +113,11 @@ def facts(base_list, current) -> list[cleanplan.PartitionFacts]:
     out_ = []
     for b in base_list:
         for path, info in partition.list_partitions(b):
-            out_.append(maintenance.partition_facts(b, path, os.path.basename(path), info.last_used if info else None, current))
+            out_.append(
+                maintenance.partition_facts(
+                    b, path, os.path.basename(path), info.last_used if info else None, current
+                )
+            )
     return out_
 
 
@@ -83,25 +130,51 @@ def run(args) -> int:
     fp = _common.fingerprint_or_none()
     current = getattr(fp, "digest", None)
     if current is None:
-        raise UsageError("the current fingerprint is unavailable, so its partition cannot be told apart; nothing pruned")
+        raise UsageError(
+            "the current fingerprint is unavailable, so its partition cannot be told apart; nothing pruned"
+        )
     base_list = bases(args.paths)
-    for b in base_list:  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
+    for b in (
+        base_list
+    ):  # a partitions dir that is a symlink out of the root, another user's, ...: stop here
         lock.vet(b)
     now = time.time()
     parts = facts(base_list, current)
-    plan = cleanplan.plan_prune(parts, args.keep_last, args.max_size, args.older_than, now, busy, current)
+    plan = cleanplan.plan_prune(
+        parts, args.keep_last, args.max_size, args.older_than, now, busy, current
+    )
     fmt = out.output_format(args)
     fmt.human(_print_plan, plan, args.long, _nothing_why(parts, now, args.older_than))
-    if not plan.actions or not _common.confirm(args, f"Remove {len(plan.actions)} partition(s) "
-                                                     f"({human_size(plan.bytes)})?"):
-        fmt.result("prune", lambda: _body(plan, [], args), lambda: plan.actions and print(
-            "dry run: nothing changed" if args.dry_run else "nothing changed", file=sys.stderr))
+    if not plan.actions or not _common.confirm(
+        args, f"Remove {len(plan.actions)} partition(s) ({human_size(plan.bytes)})?"
+    ):
+        fmt.result(
+            "prune",
+            lambda: _body(plan, [], args),
+            lambda: (
+                plan.actions
+                and print(
+                    "dry run: nothing changed" if args.dry_run else "nothing changed",
+                    file=sys.stderr,
+                )
+            ),
+        )
         return 0
     # execute() decides again under the locks and acts only on what was shown and is still chosen.
     chosen_bases = sorted({a.partition.base for a in plan.actions})
-    outcomes = plan.execute(keep_quarantined=args.keep_quarantined, lock_timeout=args.lock_timeout,
-                            replan=lambda: cleanplan.plan_prune(facts(chosen_bases, current), args.keep_last, args.max_size,
-                                                                args.older_than, time.time(), busy, current))
+    outcomes = plan.execute(
+        keep_quarantined=args.keep_quarantined,
+        lock_timeout=args.lock_timeout,
+        replan=lambda: cleanplan.plan_prune(
+            facts(chosen_bases, current),
+            args.keep_last,
+            args.max_size,
+            args.older_than,
+            time.time(),
+            busy,
+            current,
+        ),
+    )
     fmt.result("prune", lambda: _body(plan, outcomes, args), lambda: _print_outcomes(outcomes))
     return 0
 
@@ -114,9 +187,15 @@ def _nothing_why(parts, now: float, older_than: float | None) -> str:
     if not others:
         return "no partition of another environment"
     idle = max(now - p.last_used for p in others)
-    limit = f", not more than {human_duration(older_than)}" if older_than is not None and idle <= older_than else ""
-    return (f"{len(others)} partition(s) of other environments, the longest unused for "
-            f"{human_duration(max(idle, 0.0))}{limit}")
+    limit = (
+        f", not more than {human_duration(older_than)}"
+        if older_than is not None and idle <= older_than
+        else ""
+    )
+    return (
+        f"{len(others)} partition(s) of other environments, the longest unused for "
+        f"{human_duration(max(idle, 0.0))}{limit}"
+    )
 
 
 def _print_plan(plan, long: bool, why: str = "") -> None:
@@ -124,14 +203,28 @@ def _print_plan(plan, long: bool, why: str = "") -> None:
     if not plan.actions:
         con.print(out.text("nothing to prune" + (f": {why}" if why else "")))
         return
-    g = out.Grid([out.Column("PARTITION", flex=long), out.Column("ROOT", flex=True, min=10), out.Column("LAST USED"),
-                  out.Column("SIZE", right=True), out.Column("WHY", wrap=True, min=10)])
+    g = out.Grid(
+        [
+            out.Column("PARTITION", flex=long),
+            out.Column("ROOT", flex=True, min=10),
+            out.Column("LAST USED"),
+            out.Column("SIZE", right=True),
+            out.Column("WHY", wrap=True, min=10),
+        ]
+    )
     for a in plan.actions:
         p = a.partition
-        g.add(p.path if long else p.digest, out.short_path(p.base), human_age(p.last_used) + " ago",
-              human_size(p.bytes), a.why)
+        g.add(
+            p.path if long else p.digest,
+            out.short_path(p.base),
+            human_age(p.last_used) + " ago",
+            human_size(p.bytes),
+            a.why,
+        )
     con.print(g)
-    con.print(out.text((f"plan: {len(plan.actions)} partition(s), {human_size(plan.bytes)}", "dim")))
+    con.print(
+        out.text((f"plan: {len(plan.actions)} partition(s), {human_size(plan.bytes)}", "dim"))
+    )
 
 
 def _print_outcomes(outcomes) -> None:
@@ -144,9 +237,20 @@ def _print_outcomes(outcomes) -> None:
 
 def _body(plan, outcomes, args) -> dict:
     """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py)."""
-    return {"dry_run": bool(args.dry_run), "keep_quarantined": bool(args.keep_quarantined),
-            "plan": [out.plan_record(a.partition.digest, "partition", a.partition.base, a.partition.path,
-                                     a.partition.bytes, a.why, **{k: v for k, v in a.to_json().items()
-                                                                  if k not in ("path", "bytes", "why")})
-                     for a in plan.actions],
-            "done": [out.done_record(**o.to_json()) for o in outcomes]}
+    return {
+        "dry_run": bool(args.dry_run),
+        "keep_quarantined": bool(args.keep_quarantined),
+        "plan": [
+            out.plan_record(
+                a.partition.digest,
+                "partition",
+                a.partition.base,
+                a.partition.path,
+                a.partition.bytes,
+                a.why,
+                **{k: v for k, v in a.to_json().items() if k not in ("path", "bytes", "why")},
+            )
+            for a in plan.actions
+        ],
+        "done": [out.done_record(**o.to_json()) for o in outcomes],
+    }

@@ -14,7 +14,8 @@ import shlex
 import sys
 import time
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.text import age_arg, display, human_age, human_size, plural
@@ -24,31 +25,65 @@ from jitwarden.store import quarantine as q
 
 
 def register(sub) -> None:
-    p = sub.add_parser("quarantine", help="list, restore or empty quarantined cache entries",
-                       description="List, restore or delete cache entries jitwarden moved aside.")
+    p = sub.add_parser(
+        "quarantine",
+        help="list, restore or empty quarantined cache entries",
+        description="List, restore or delete cache entries jitwarden moved aside.",
+    )
     qs = p.add_subparsers(dest="action", metavar="ACTION")
     for name in ("ls", "list"):
-        ls = qs.add_parser(name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else ""))
+        ls = qs.add_parser(
+            name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else "")
+        )
         _add_arguments(ls)
     rs = qs.add_parser("restore", help="move quarantined entries back, byte for byte")
-    rs.add_argument("ids", nargs="+", metavar="ID", help="quarantine id (as listed), or a unique prefix or entry id")
-    rs.add_argument("--replace", action="store_true", help="quarantine a rebuilt entry in the way instead of refusing")
+    rs.add_argument(
+        "ids",
+        nargs="+",
+        metavar="ID",
+        help="quarantine id (as listed), or a unique prefix or entry id",
+    )
+    rs.add_argument(
+        "--replace",
+        action="store_true",
+        help="quarantine a rebuilt entry in the way instead of refusing",
+    )
     _add_arguments(rs, destructive=True)
-    for name in ("empty", "purge"):  # one command, one set of rules; purge is its alias (as in `pip cache purge`)
-        es = qs.add_parser(name, help="delete quarantined entries for good (only the quarantine: live cache entries "
-                                      "are never touched; `clean --all` moves a whole cache aside)"
-                                      + (" (alias of empty)" if name == "purge" else ""))
-        es.add_argument("ids", nargs="*", metavar="ID", help="only these (default: every quarantined entry)")
-        es.add_argument("--all", action="store_true",
-                        help="every quarantined entry (the default without ids; refused with ids)")
-        es.add_argument("--older-than", type=age_arg, metavar="AGE",
-                        help="only entries quarantined more than AGE ago (7d, 12h)")
+    for name in (
+        "empty",
+        "purge",
+    ):  # one command, one set of rules; purge is its alias (as in `pip cache purge`)
+        es = qs.add_parser(
+            name,
+            help="delete quarantined entries for good (only the quarantine: live cache entries "
+            "are never touched; `clean --all` moves a whole cache aside)"
+            + (" (alias of empty)" if name == "purge" else ""),
+        )
+        es.add_argument(
+            "ids", nargs="*", metavar="ID", help="only these (default: every quarantined entry)"
+        )
+        es.add_argument(
+            "--all",
+            action="store_true",
+            help="every quarantined entry (the default without ids; refused with ids)",
+        )
+        es.add_argument(
+            "--older-than",
+            type=age_arg,
+            metavar="AGE",
+            help="only entries quarantined more than AGE ago (7d, 12h)",
+        )
         _add_arguments(es, destructive=True)
     p.set_defaults(func=run, action=None)
 
 
 def _add_arguments(p, destructive: bool = False) -> None:
-    p.add_argument("--root", action="append", metavar="PATH", help="cache root to look in (repeatable; default: every root found)")
+    p.add_argument(
+        "--root",
+        action="append",
+        metavar="PATH",
+        help="cache root to look in (repeatable; default: every root found)",
+    )
     options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
     if destructive:
@@ -60,7 +95,7 @@ def _discovered_roots(env) -> list:
         from jitwarden.ops import scan
 
         return [r for r, _ in scan.default_roots(env)]
-    except Exception:  # noqa: BLE001 - listing a quarantine must not depend on every adapter working
+    except Exception:
         from jitwarden.adapters import triton as tri
 
         return tri.discover_roots(env)
@@ -75,7 +110,11 @@ def cache_dirs(env=os.environ) -> list[str]:
     seen, dirs = set(), []
     found = []
     for r in _discovered_roots(env):
-        found += [x.path for x in expand_partitions(r)] + [partition.base_of(r.path)] + ([r.base] if r.base else [])
+        found += (
+            [x.path for x in expand_partitions(r)]
+            + [partition.base_of(r.path)]
+            + ([r.base] if r.base else [])
+        )
     for path in found + qregistry.roots(env):
         k = os.path.realpath(path)
         if k not in seen and os.path.isdir(q.quarantine_dir(path)):
@@ -102,7 +141,9 @@ def records(args, include_empty: bool = False) -> list[q.Record]:
         try:
             recs += q.list_root(d, include_empty=include_empty)
         except q.UnsafeName as exc:
-            raise UsageError(f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}") from None
+            raise UsageError(
+                f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}"
+            ) from None
     return sorted(recs, key=lambda r: (r.quarantined_at, r.id))
 
 
@@ -111,6 +152,7 @@ def short_ids(recs: list[q.Record]) -> dict[tuple[str, str], str]:
     ``pick`` takes back (pure): the entry's short id (as ``clean``, ``ls`` and ``verify`` show it) when no
     other record of its root has it, else ``<stamp>-<short id>``, else the full quarantine id. The same id in
     two roots (the stock cache and a partition) is told apart by the ROOT column and ``--root``."""
+
     def stamped(r):
         return r.id.split("-", 1)[0] + "-" + out.short_key(r.entry_id) if "-" in r.id else r.id
 
@@ -131,8 +173,12 @@ def short_ids(recs: list[q.Record]) -> dict[tuple[str, str], str]:
 def pick_candidates(recs: list[q.Record], i: str) -> list[q.Record]:
     """Records an argument names, best match first (pure): the quarantine id, else a prefix of it, else the
     entry id, else a prefix of the entry id or of its last path component (the short ids tables show)."""
-    for match in (lambda r: r.id == i, lambda r: r.id.startswith(i), lambda r: r.entry_id == i,
-                  lambda r: r.entry_id.startswith(i) or r.entry_id.rsplit("/", 1)[-1].startswith(i)):
+    for match in (
+        lambda r: r.id == i,
+        lambda r: r.id.startswith(i),
+        lambda r: r.entry_id == i,
+        lambda r: r.entry_id.startswith(i) or r.entry_id.rsplit("/", 1)[-1].startswith(i),
+    ):
         found = [r for r in recs if match(r)]
         if found:
             return found
@@ -150,19 +196,31 @@ def pick(recs: list[q.Record], ids: list[str], roots=()) -> list[q.Record]:
         if len(cands) > 1 and exact:
             cands = [r for r in cands if os.path.realpath(r.root) in exact] or cands
         if not cands:
-            where = f"{plural(len(recs), 'quarantined entry', 'quarantined entries')} in {_roots_phrase(recs)}" if recs \
+            where = (
+                f"{plural(len(recs), 'quarantined entry', 'quarantined entries')} in {_roots_phrase(recs)}"
+                if recs
                 else "nothing is quarantined in any root jitwarden knows"
-            raise UsageError(f"no quarantined entry {display(i)!r} ({where}; see `jitwarden quarantine ls`, "
-                             "or add --root PATH for a root jitwarden never quarantined into)")
+            )
+            raise UsageError(
+                f"no quarantined entry {display(i)!r} ({where}; see `jitwarden quarantine ls`, "
+                "or add --root PATH for a root jitwarden never quarantined into)"
+            )
         if len(cands) > 1:
             names = short_ids(recs)
-            listed = ", ".join(f"{display(names[(r.root, r.id)])} in {display(out.short_path(r.root))}"
-                               for r in cands[:5])
+            listed = ", ".join(
+                f"{display(names[(r.root, r.id)])} in {display(out.short_path(r.root))}"
+                for r in cands[:5]
+            )
             roots_ = list(dict.fromkeys(r.root for r in cands))
-            hint = (f"name a longer id, or add --root {shlex.quote(display(roots_[0]))} to take it from that root"
-                    if len(roots_) > 1 else "name a longer id (see `jitwarden quarantine ls`)")
-            raise UsageError(f"{display(i)!r} names {len(cands)} quarantined entries: {listed}"
-                             f"{', …' if len(cands) > 5 else ''}; {hint}")
+            hint = (
+                f"name a longer id, or add --root {shlex.quote(display(roots_[0]))} to take it from that root"
+                if len(roots_) > 1
+                else "name a longer id (see `jitwarden quarantine ls`)"
+            )
+            raise UsageError(
+                f"{display(i)!r} names {len(cands)} quarantined entries: {listed}"
+                f"{', …' if len(cands) > 5 else ''}; {hint}"
+            )
         chosen.append(cands[0])
     return chosen
 
@@ -181,34 +239,79 @@ def _print_list(recs, long: bool) -> None:
     names = short_ids(recs)
     # ids are never cut nor split (they are copied into `restore`); on a narrow terminal REASON, SIZE, AGE and
     # the root move below the row (cli/render/table.py).
-    g = out.Grid([out.Column("ID"), out.Column("ROOT", flex=True, min=24, cut="middle", hide=4),
-                  out.Column("REASON", hide=3), out.Column("AGE", right=True, hide=1),
-                  out.Column("SIZE", right=True, hide=2)] + ([out.Column("FROM", hide=1)] if long else []))
+    g = out.Grid(
+        [
+            out.Column("ID"),
+            out.Column("ROOT", flex=True, min=24, cut="middle", hide=4),
+            out.Column("REASON", hide=3),
+            out.Column("AGE", right=True, hide=1),
+            out.Column("SIZE", right=True, hide=2),
+        ]
+        + ([out.Column("FROM", hide=1)] if long else [])
+    )
     for r in recs:
-        g.add(r.id if long else names[(r.root, r.id)], out.root_label(r.root), r.reason,
-              human_age(r.quarantined_at), human_size(r.bytes), *([r.original_path] if long else []),
-              details=["; ".join(r.details)])
+        g.add(
+            r.id if long else names[(r.root, r.id)],
+            out.root_label(r.root),
+            r.reason,
+            human_age(r.quarantined_at),
+            human_size(r.bytes),
+            *([r.original_path] if long else []),
+            details=["; ".join(r.details)],
+        )
     con.print(g)
-    out.hanging(con, out.text((f"{len(recs)} quarantined, "
-                               f"{human_size(sum(r.bytes for r in recs))} · "
-                               "restore with `jitwarden quarantine restore ID`", "dim")))
+    out.hanging(
+        con,
+        out.text(
+            (
+                f"{len(recs)} quarantined, "
+                f"{human_size(sum(r.bytes for r in recs))} · "
+                "restore with `jitwarden quarantine restore ID`",
+                "dim",
+            )
+        ),
+    )
 
 
 def _result(fmt, action: str, plan, done, args, show) -> None:
-    fmt.result(f"quarantine {action}", lambda: {"dry_run": bool(args.dry_run), "plan": plan, "done": done}, show)
+    fmt.result(
+        f"quarantine {action}",
+        lambda: {"dry_run": bool(args.dry_run), "plan": plan, "done": done},
+        show,
+    )
 
 
 def _plan_json(records, why, **extra) -> list[dict]:
     """A restore or empty plan as every command's ``plan`` (cli/render/output.py): one record per quarantined entry."""
-    return [out.plan_record(r.id, r.kind, r.root, r.path, r.bytes, why(r), entry_id=r.entry_id,
-                            original_path=r.original_path, **{k: f(r) for k, f in extra.items()}) for r in records]
+    return [
+        out.plan_record(
+            r.id,
+            r.kind,
+            r.root,
+            r.path,
+            r.bytes,
+            why(r),
+            entry_id=r.entry_id,
+            original_path=r.original_path,
+            **{k: f(r) for k, f in extra.items()},
+        )
+        for r in records
+    ]
 
 
 def _done_json(records, ids, status: str, path) -> list[dict]:
     """The ids a plan's execute() returned, as every command's ``done`` records."""
     by_id = {r.id: r for r in records}
-    return [out.done_record(i, path(by_id[i]) if i in by_id else "", status, bytes=by_id[i].bytes if i in by_id else 0,
-                            quarantine_id=i) for i in ids]
+    return [
+        out.done_record(
+            i,
+            path(by_id[i]) if i in by_id else "",
+            status,
+            bytes=by_id[i].bytes if i in by_id else 0,
+            quarantine_id=i,
+        )
+        for i in ids
+    ]
 
 
 def _execute(plan, timeout, verb: str) -> list[str]:
@@ -225,8 +328,11 @@ def run(args) -> int:
         raise UsageError("quarantine needs an action: ls, restore or empty")
     if args.action in ("ls", "list"):
         recs = records(args)
-        out.output_format(args).result("quarantine ls", lambda: {"quarantined": [r.to_json() for r in recs]},
-                                       lambda: _print_list(recs, args.long))
+        out.output_format(args).result(
+            "quarantine ls",
+            lambda: {"quarantined": [r.to_json() for r in recs]},
+            lambda: _print_list(recs, args.long),
+        )
         return 0
     if args.action == "restore":
         return _restore(args)
@@ -237,18 +343,30 @@ def _restore(args) -> int:
     plan = plans.plan_restore(pick(records(args), args.ids, args.root or ()), replace=args.replace)
     if plan.blocked:
         r = plan.blocked[0]
-        raise UsageError(f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
-                         "pass --replace to quarantine it and restore this one")
+        raise UsageError(
+            f"{display(r.original_path)} exists (rebuilt since {display(r.id)} was quarantined); "
+            "pass --replace to quarantine it and restore this one"
+        )
     fmt = out.output_format(args)
     fmt.human(_print_restore_plan, plan, args)
     done = []
     if _common.confirm(args, f"Restore {plural(len(plan.records), 'entry')}?"):
         done = _execute(plan, args.lock_timeout, "done")
-    plan_json = _plan_json(plan.records, lambda r: f"restore to {r.original_path}",
-                           replaces=lambda r: r.id in plan.conflicts)
-    _result(fmt, "restore", plan_json, _done_json(plan.records, done, "restored", lambda r: r.original_path), args,
-            lambda: _print_done(
-        f"restored {len(done)}" if done else "dry run: nothing restored" if args.dry_run else ""))
+    plan_json = _plan_json(
+        plan.records,
+        lambda r: f"restore to {r.original_path}",
+        replaces=lambda r: r.id in plan.conflicts,
+    )
+    _result(
+        fmt,
+        "restore",
+        plan_json,
+        _done_json(plan.records, done, "restored", lambda r: r.original_path),
+        args,
+        lambda: _print_done(
+            f"restored {len(done)}" if done else "dry run: nothing restored" if args.dry_run else ""
+        ),
+    )
     return 0
 
 
@@ -256,7 +374,11 @@ def _print_restore_plan(plan, args) -> None:
     names = short_ids(records(args)) if not args.long else {}
     for r in plan.records:
         extra = " (the entry there is quarantined first)" if r.id in plan.conflicts else ""
-        what = r.original_path if args.long else f"{names.get((r.root, r.id), r.id)} into {out.short_path(r.root)}"
+        what = (
+            r.original_path
+            if args.long
+            else f"{names.get((r.root, r.id), r.id)} into {out.short_path(r.root)}"
+        )
         print(f"restore {display(what)}{extra}", file=sys.stderr)
 
 
@@ -267,19 +389,30 @@ def _print_done(line: str) -> None:
 
 def _empty(args) -> int:
     if args.all and args.ids:
-        raise UsageError(f"quarantine {args.action}: --all and IDs conflict (--all is every entry; name IDs or pass --all)")
+        raise UsageError(
+            f"quarantine {args.action}: --all and IDs conflict (--all is every entry; name IDs or pass --all)"
+        )
     recs = records(args, include_empty=True)
     picked = pick([r for r in recs if r.present], args.ids, args.root or ()) if args.ids else recs
-    plan = plans.plan_empty(picked, ids_given=bool(args.ids), older_than=args.older_than, now=time.time())
+    plan = plans.plan_empty(
+        picked, ids_given=bool(args.ids), older_than=args.older_than, now=time.time()
+    )
     fmt = out.output_format(args)
     fmt.human(_print_empty_plan, recs, plan, args.long)
     done = []
     if (plan.records or plan.slots) and _common.confirm(
-            args, f"Delete {plural(len(plan.records), 'quarantined entry', 'quarantined entries')} for good?"):
+        args,
+        f"Delete {plural(len(plan.records), 'quarantined entry', 'quarantined entries')} for good?",
+    ):
         done = _execute(plan, args.lock_timeout, "deleted")
-    _result(fmt, "empty", _plan_json(plan.records, lambda r: "delete for good"),
-            _done_json(plan.records, done, "deleted", lambda r: r.path), args,
-            lambda: _print_done(f"deleted {len(done)}" if done else ""))
+    _result(
+        fmt,
+        "empty",
+        _plan_json(plan.records, lambda r: "delete for good"),
+        _done_json(plan.records, done, "deleted", lambda r: r.path),
+        args,
+        lambda: _print_done(f"deleted {len(done)}" if done else ""),
+    )
     return 0
 
 
@@ -287,7 +420,9 @@ def _print_empty_plan(recs, plan, long: bool) -> None:
     names = short_ids(recs) if not long else {}
     chosen, slots = plan.records, plan.slots
     for r in chosen:
-        where = r.path if long else f"{names.get((r.root, r.id), r.id)} from {out.short_path(r.root)}"
+        where = (
+            r.path if long else f"{names.get((r.root, r.id), r.id)} from {out.short_path(r.root)}"
+        )
         print(f"delete {display(where)} ({human_size(r.bytes)})", file=sys.stderr)
     if slots:
         print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)

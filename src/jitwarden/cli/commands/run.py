@@ -14,15 +14,32 @@ from jitwarden.model.errors import UsageError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run a command with partitioned, guarded kernel caches",
-                       description="Run CMD with jitwarden activated through its environment "
-                                   "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, CUPY_CACHE_DIR, "
-                                   "JAX_COMPILATION_CACHE_DIR, TRITON_CACHE_MANAGER).",
-                       usage="jitwarden run [-q] [-v] -- CMD [ARGS...]")
-    p.add_argument("-q", "--quiet", action="store_true",
-                   help="no start-up warnings (errors only on stderr, as -q everywhere; CMD's own output is untouched)")
-    p.add_argument("-v", "--verbose", action="store_true", help="print the partition and changed variables to stderr")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments, after --")
+    p = sub.add_parser(
+        "run",
+        help="run a command with partitioned, guarded kernel caches",
+        description="Run CMD with jitwarden activated through its environment "
+        "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, CUPY_CACHE_DIR, "
+        "JAX_COMPILATION_CACHE_DIR, TRITON_CACHE_MANAGER).",
+        usage="jitwarden run [-q] [-v] -- CMD [ARGS...]",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no start-up warnings (errors only on stderr, as -q everywhere; CMD's own output is untouched)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the partition and changed variables to stderr",
+    )
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="CMD",
+        help="the command and its arguments, after --",
+    )
     p.set_defaults(func=run)
 
 
@@ -42,7 +59,9 @@ def run(args) -> int:
     env = dict(os.environ)
     rec = activate(env=env, quiet=args.quiet)
     if rec.active:
-        from jitwarden.runtime.torchhooks import add_boot_path  # the command's own Python guards what torch restores mid-run
+        from jitwarden.runtime.torchhooks import (
+            add_boot_path,
+        )  # the command's own Python guards what torch restores mid-run
 
         add_boot_path(env)
     if args.verbose:

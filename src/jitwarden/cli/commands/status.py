@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
 from jitwarden.model.findings import Severity
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="fingerprint headline and cache health",
-                       description="Show this environment's fingerprint headline and each cache root's health.")
+    p = sub.add_parser(
+        "status",
+        help="fingerprint headline and cache health",
+        description="Show this environment's fingerprint headline and each cache root's health.",
+    )
     options.add_scan_arguments(p)
     p.set_defaults(func=run)
 
@@ -22,10 +26,15 @@ def run(args) -> int:
     digest = getattr(fp, "digest", None)
 
     def body() -> dict:
-        return {**out.scan_json(report, digest, entries=[]),
-                "fingerprint": fp.to_json() if fp is not None else None, "protection": notes}
+        return {
+            **out.scan_json(report, digest, entries=[]),
+            "fingerprint": fp.to_json() if fp is not None else None,
+            "protection": notes,
+        }
 
-    out.output_format(args).result("status", body, lambda: _print(report, fp, digest, notes, args.long))
+    out.output_format(args).result(
+        "status", body, lambda: _print(report, fp, digest, notes, args.long)
+    )
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
 
 
@@ -34,7 +43,9 @@ def _print(report, fp, digest, notes, long: bool) -> None:
     out.print_overview(con, report, fp, digest, long, "no kernel cache roots found")
     for c in report.caches:
         for f in c.findings:
-            con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))
+            con.print(
+                out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message)
+            )
     out.hanging(con, out.text((out.summary_line(report), "dim")))
     for n in notes:
         head = "reduced protection" if n["kind"] == "reduced-protection" else "leftover trash"

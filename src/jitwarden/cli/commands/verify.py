@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from jitwarden.cli import options, render as out
+from jitwarden.cli import options
+from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
 from jitwarden.model.findings import Severity
@@ -15,22 +16,34 @@ from jitwarden.model.text import plural
 
 
 def register(sub) -> None:
-    p = sub.add_parser("verify", help="check cache entries for damage and mismatches",
-                       description="Check every cache entry and list those with findings (--all: every entry); "
-                                   "exit 1 when any finding is at error level.")
+    p = sub.add_parser(
+        "verify",
+        help="check cache entries for damage and mismatches",
+        description="Check every cache entry and list those with findings (--all: every entry); "
+        "exit 1 when any finding is at error level.",
+    )
     options.add_scan_arguments(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="structural checks only (default)")
     options.add_rebuild_arguments(p, mode)
-    p.add_argument("--all", action="store_true", help="list every entry, not only those with findings")
-    p.add_argument("--code", action="append", metavar="CODE", help="only entries with this finding code (repeatable)")
+    p.add_argument(
+        "--all", action="store_true", help="list every entry, not only those with findings"
+    )
+    p.add_argument(
+        "--code",
+        action="append",
+        metavar="CODE",
+        help="only entries with this finding code (repeatable)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     _common.check_codes(args.code)
     req = _common.rebuild_request(args)
-    fp = _common.fingerprint_or_none()  # also with --target: the judge needs the installed versions, GPU names, driver
+    fp = (
+        _common.fingerprint_or_none()
+    )  # also with --target: the judge needs the installed versions, GPU names, driver
     fmt = out.output_format(args)
     if req is None and fmt.streams:
         return _run_streamed(args, fp, fmt)
@@ -38,15 +51,25 @@ def run(args) -> int:
     results: dict = {}
     if req is not None:
         report = _common.rebuilt(report, req, results)
-    from jitwarden.ops.metrics import record_verify  # for `jitwarden metrics`: when verify last ran, what it found
+    from jitwarden.ops.metrics import (
+        record_verify,
+    )  # for `jitwarden metrics`: when verify last ran, what it found
 
     record_verify(report.summary())
     codes = set(args.code or ())
-    with_codes = [e for e in report.entries if any(f.code in codes for f in e.findings)] if codes else None
+    with_codes = (
+        [e for e in report.entries if any(f.code in codes for f in e.findings)] if codes else None
+    )
     fmt.result(
-        "verify", lambda: {"mode": "rebuild" if req is not None else "quick",
-                           **out.scan_json(report, getattr(fp, "digest", None), with_codes)},
-        lambda: _print(report, with_codes, args.all, args.long, results if req is not None else None))
+        "verify",
+        lambda: {
+            "mode": "rebuild" if req is not None else "quick",
+            **out.scan_json(report, getattr(fp, "digest", None), with_codes),
+        },
+        lambda: _print(
+            report, with_codes, args.all, args.long, results if req is not None else None
+        ),
+    )
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
 
 
@@ -66,8 +89,13 @@ def _run_streamed(args, fp, fmt) -> int:
         entries = out.Streamed(spill, indent)
         report = _common.run_scan(args, fp, emit=emit, sink=entries.add)
         record_verify(report.summary())
-        fmt.streamed_result("verify", {"mode": "quick",
-                                       **out.scan_json_streamed(report, getattr(fp, "digest", None), entries)})
+        fmt.streamed_result(
+            "verify",
+            {
+                "mode": "quick",
+                **out.scan_json_streamed(report, getattr(fp, "digest", None), entries),
+            },
+        )
     return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
 
 
@@ -81,7 +109,9 @@ def _print(report, with_codes, all_: bool, long: bool, results: dict | None) -> 
         shown = [e for e in report.entries if any(f.severity > Severity.INFO for f in e.findings)]
     for c in report.caches:
         for f in c.findings:
-            con.print(out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message))
+            con.print(
+                out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message)
+            )
         if c.error:
             con.print(out.text(("error", "bold red"), " ", c.error))
     if shown:
@@ -104,7 +134,11 @@ def rebuild_summary(results: dict) -> str:
     parts = []
     for verdict, n in verdicts.items():
         if verdict == "verified" and tools:
-            parts.append(f"{n} verified (with " + ", ".join(f"{_tool(p)} ×{k}" for p, k in tools.items()) + ")")
+            parts.append(
+                f"{n} verified (with "
+                + ", ".join(f"{_tool(p)} ×{k}" for p, k in tools.items())
+                + ")"
+            )
         else:
             parts.append(f"{n} {verdict}")
     return f"rebuilt {plural(len(results), 'kernel')}: " + ", ".join(parts)

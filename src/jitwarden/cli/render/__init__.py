@@ -10,15 +10,70 @@ Sizes and ages are written by :mod:`jitwarden.model.text`. See ARCHITECTURE.md f
 """
 
 from jitwarden.cli.render.console import console, hanging, no_color, text
-from jitwarden.cli.render.output import (SCHEMA, JsonFormat, Streamed, OutputFormat, TableFormat, done_record, envelope,
-                                         indented, output_format, plan_record, write_json)
+from jitwarden.cli.render.output import (
+    SCHEMA,
+    JsonFormat,
+    OutputFormat,
+    Streamed,
+    TableFormat,
+    done_record,
+    envelope,
+    indented,
+    output_format,
+    plan_record,
+    write_json,
+)
 from jitwarden.cli.render.progress import progress_bar
-from jitwarden.cli.render.report import (SEVERITY_STYLE, caches_table, entries_table, print_caches,
-                                         print_overview, root_label,
-                                         entries_json, scan_json, scan_json_streamed, short_id, short_key, short_path, status_cell, summary_line)
+from jitwarden.cli.render.report import (
+    SEVERITY_STYLE,
+    caches_table,
+    entries_json,
+    entries_table,
+    print_caches,
+    print_overview,
+    root_label,
+    scan_json,
+    scan_json_streamed,
+    short_id,
+    short_key,
+    short_path,
+    status_cell,
+    summary_line,
+)
 from jitwarden.cli.render.table import Column, Grid, Row
 
-__all__ = ["SCHEMA", "SEVERITY_STYLE", "Column", "Grid", "JsonFormat", "OutputFormat", "Row", "Streamed", "TableFormat",
-           "caches_table", "console", "entries_json", "indented", "scan_json_streamed", "done_record", "entries_table", "envelope", "plan_record", "hanging", "no_color", "output_format", "print_caches", "print_overview",
-           "progress_bar", "root_label", "scan_json", "short_id", "short_key", "short_path", "status_cell",
-           "summary_line", "text", "write_json"]
+__all__ = [
+    "SCHEMA",
+    "SEVERITY_STYLE",
+    "Column",
+    "Grid",
+    "JsonFormat",
+    "OutputFormat",
+    "Row",
+    "Streamed",
+    "TableFormat",
+    "caches_table",
+    "console",
+    "entries_json",
+    "indented",
+    "scan_json_streamed",
+    "done_record",
+    "entries_table",
+    "envelope",
+    "plan_record",
+    "hanging",
+    "no_color",
+    "output_format",
+    "print_caches",
+    "print_overview",
+    "progress_bar",
+    "root_label",
+    "scan_json",
+    "short_id",
+    "short_key",
+    "short_path",
+    "status_cell",
+    "summary_line",
+    "text",
+    "write_json",
+]

@@ -36,8 +36,15 @@ def console(stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     kw = {"color_system": None} if no_color() else {}
-    return _Console(file=stream, highlight=False, emoji=False, markup=False, soft_wrap=not tty,
-                   width=None if tty else 100_000, **kw)
+    return _Console(
+        file=stream,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        soft_wrap=not tty,
+        width=None if tty else 100_000,
+        **kw,
+    )
 
 
 def text(*parts):

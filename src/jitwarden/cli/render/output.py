@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from jitwarden import tool
 
@@ -39,21 +39,41 @@ def envelope(command: str, body: dict) -> dict:
     if any(w.startswith("-") for w in command.split()):
         raise ValueError(f"command {command!r}: the verb only; say how it ran in the body")
     verb = command.split()[-1]
-    return {"schema": SCHEMA, "tool": tool(), "command": command,
-            **{(f"{verb}_{k}" if k in ENVELOPE else k): v for k, v in body.items()}}
+    return {
+        "schema": SCHEMA,
+        "tool": tool(),
+        "command": command,
+        **{(f"{verb}_{k}" if k in ENVELOPE else k): v for k, v in body.items()},
+    }
 
 
-def plan_record(id: str, kind: str | None, root: str, path: str, bytes: int, why: str, **extra) -> dict:
+def plan_record(
+    id: str, kind: str | None, root: str, path: str, bytes: int, why: str, **extra
+) -> dict:
     """One thing a plan would act on, the same six fields in every command's ``plan``, then its own."""
     return {"id": id, "kind": kind, "root": root, "path": path, "bytes": bytes, "why": why, **extra}
 
 
-def done_record(id: str, path: str, status: str, why: str = "", bytes: int = 0, quarantine_id: str | None = None,
-                **extra) -> dict:
+def done_record(
+    id: str,
+    path: str,
+    status: str,
+    why: str = "",
+    bytes: int = 0,
+    quarantine_id: str | None = None,
+    **extra,
+) -> dict:
     """What happened to one thing, the same fields in every command's ``done`` (``status``: quarantined,
     deleted, restored, skipped)."""
-    return {"id": id, "path": path, "status": status, "why": why, "bytes": bytes, "quarantine_id": quarantine_id,
-            **extra}
+    return {
+        "id": id,
+        "path": path,
+        "status": status,
+        "why": why,
+        "bytes": bytes,
+        "quarantine_id": quarantine_id,
+        **extra,
+    }
 
 
 def indented(indent: bool | None = None) -> bool:
@@ -66,7 +86,9 @@ def dumps(value, indent: bool, level: int = 0) -> str:
     if not indent:
         return json.dumps(value, separators=(",", ":"))
     text = json.dumps(value, indent=2)
-    return text.replace("\n", "\n" + "  " * level) if level else text  # JSON strings hold no raw newline
+    return (
+        text.replace("\n", "\n" + "  " * level) if level else text
+    )  # JSON strings hold no raw newline
 
 
 def write_json(doc: dict, indent: bool | None = None) -> None:

@@ -25,8 +25,14 @@ def progress_bar(total: int, label: str, *, env=None, stream=None):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(file=stream), transient=True)
+    bar = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=stream),
+        transient=True,
+    )
     task = bar.add_task(label, total=total)
     bar.start()
 

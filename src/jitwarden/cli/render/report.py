@@ -17,7 +17,9 @@ from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.text import human_age, human_size, plural
 
-if TYPE_CHECKING:  # building the CLI imports this module; the scanner is imported when a command runs
+if (
+    TYPE_CHECKING
+):  # building the CLI imports this module; the scanner is imported when a command runs
     from jitwarden.ops.scan import ScanReport, StreamedScan
 
 
@@ -27,7 +29,9 @@ def scan_json(report: ScanReport, fingerprint_digest: str | None, entries=None) 
     return _scan_body(report, fingerprint_digest, [e.to_json() for e in entries])
 
 
-def scan_json_streamed(report: StreamedScan, fingerprint_digest: str | None, entries: Streamed) -> dict:
+def scan_json_streamed(
+    report: StreamedScan, fingerprint_digest: str | None, entries: Streamed
+) -> dict:
     """:func:`scan_json` of a streamed scan, whose ``entries`` :func:`entries_json` encoded chunk by chunk into a
     :class:`~jitwarden.cli.render.output.Streamed` list (written by ``JsonFormat.streamed_result``)."""
     return _scan_body(report, fingerprint_digest, entries)
@@ -56,7 +60,7 @@ def entries_json(indent: bool, codes: frozenset[str], entries) -> bytes:
 def short_path(path: str) -> str:
     """``path`` with the home directory as ``~``."""
     home = os.path.expanduser("~")
-    return "~" + path[len(home):] if home != "/" and path.startswith(home + os.sep) else path
+    return "~" + path[len(home) :] if home != "/" and path.startswith(home + os.sep) else path
 
 
 def root_label(path: str, current: str | None = None) -> str:
@@ -66,7 +70,9 @@ def root_label(path: str, current: str | None = None) -> str:
     def part(m):
         return f"{m.group(1)}@{m.group(2)[:12]}{'*' if current and m.group(2) == current else ''}"
 
-    return re.sub(rf"(^|/){re.escape(PARTITIONS_DIR)}/([0-9a-f]{{16}})(?=/|$)", part, short_path(path))
+    return re.sub(
+        rf"(^|/){re.escape(PARTITIONS_DIR)}/([0-9a-f]{{16}})(?=/|$)", part, short_path(path)
+    )
 
 
 #: How each severity looks in tables and lines.
@@ -82,8 +88,13 @@ def status_cell(findings):
     return (", ".join(codes), SEVERITY_STYLE[worst])
 
 
-def entries_table(report: ScanReport, entries, long: bool = False, details: bool = False,
-                  current_digest: str | None = None) -> Grid:
+def entries_table(
+    report: ScanReport,
+    entries,
+    long: bool = False,
+    details: bool = False,
+    current_digest: str | None = None,
+) -> Grid:
     """One row per entry; with ``details``, each finding's message on its own line below the row.
 
     KIND and ROOT columns appear when the entries come from more than one kind or root (one id can be in the
@@ -93,19 +104,35 @@ def entries_table(report: ScanReport, entries, long: bool = False, details: bool
     entries = list(entries)
     kinds = len({e.kind for e in entries}) > 1
     roots = len({e.root for e in entries}) > 1
-    cols = ([Column("KIND", hide=7)] if kinds else []) + (
-        [Column("ROOT", flex=True, min=24, cut="middle", hide=8)] if roots else []) + [
-        Column("ID"), Column("NAME", spill=True, min=14, hide=11 if long else 0), Column("TYPE", hide=2),
-        Column("ARCH", right=True, hide=6), Column("SIZE", right=True, hide=5), Column("AGE", right=True, hide=3),
-        Column("STATUS", hide=10 if long else 0)] + ([Column("PATH", hide=1)] if long else [])
+    cols = (
+        ([Column("KIND", hide=7)] if kinds else [])
+        + ([Column("ROOT", flex=True, min=24, cut="middle", hide=8)] if roots else [])
+        + [
+            Column("ID"),
+            Column("NAME", spill=True, min=14, hide=11 if long else 0),
+            Column("TYPE", hide=2),
+            Column("ARCH", right=True, hide=6),
+            Column("SIZE", right=True, hide=5),
+            Column("AGE", right=True, hide=3),
+            Column("STATUS", hide=10 if long else 0),
+        ]
+        + ([Column("PATH", hide=1)] if long else [])
+    )
     g = Grid(cols)
     now = time.time()
     for e in entries:
         fs = e.findings
         row = [e.kind] if kinds else []
         row += [root_label(e.root, current_digest)] if roots else []
-        row += [e.id if long else short_id(e), e.name or "-", e.type, f"sm_{e.arch}" if e.arch else "-",
-                human_size(e.bytes), human_age(e.mtime, now), status_cell(fs)]
+        row += [
+            e.id if long else short_id(e),
+            e.name or "-",
+            e.type,
+            f"sm_{e.arch}" if e.arch else "-",
+            human_size(e.bytes),
+            human_age(e.mtime, now),
+            status_cell(fs),
+        ]
         row += [e.path] if long else []
         shown = ()
         if details:
@@ -131,11 +158,22 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
     """One row per root. A partition shows as ``<base>/@<digest>``, ``*`` marking this environment's (a root too
     long for the terminal is cut in its middle, so the mark stays); ``--long``: full paths, and where each
     root came from (SOURCE)."""
-    cols = [Column("KIND"), Column("ROOT", flex=not long, min=16, cut="middle", hide=9 if long else 0)]
+    cols = [
+        Column("KIND"),
+        Column("ROOT", flex=not long, min=16, cut="middle", hide=9 if long else 0),
+    ]
     if long:
         cols += [Column("SOURCE", hide=2), Column("PARTITION", hide=1)]
-    g = Grid(cols + [Column("ENTRIES", right=True), Column("SIZE", right=True, hide=3), Column("ERR", right=True),
-                     Column("WARN", right=True), Column("QUAR", right=True, hide=4)])
+    g = Grid(
+        cols
+        + [
+            Column("ENTRIES", right=True),
+            Column("SIZE", right=True, hide=3),
+            Column("ERR", right=True),
+            Column("WARN", right=True),
+            Column("QUAR", right=True, hide=4),
+        ]
+    )
     for c in report.caches:
         errs = warns = 0
         for e in c.entries:
@@ -150,9 +188,14 @@ def caches_table(report: ScanReport, long: bool = False, current_digest: str | N
             row = [c.root.kind, c.root.path, c.root.source, f"{digest}{mark}" if digest else "-"]
         else:
             row = [c.root.kind, root_label(c.root.path, current_digest)]
-        g.add(*row, str(len(c.entries)), human_size(c.bytes),
-              (str(errs), "bold red") if errs else "0", (str(warns), "yellow") if warns else "0",
-              (str(c.quarantined), "yellow") if c.quarantined else "0")
+        g.add(
+            *row,
+            str(len(c.entries)),
+            human_size(c.bytes),
+            (str(errs), "bold red") if errs else "0",
+            (str(warns), "yellow") if warns else "0",
+            (str(c.quarantined), "yellow") if c.quarantined else "0",
+        )
     return g
 
 
@@ -167,13 +210,22 @@ def print_overview(con, report: ScanReport, fp, digest: str | None, long: bool, 
         con.print(text(empty))
 
 
-def print_caches(con, report: ScanReport, long: bool = False, current_digest: str | None = None) -> None:
+def print_caches(
+    con, report: ScanReport, long: bool = False, current_digest: str | None = None
+) -> None:
     """The caches table, and what ``@DIGEST`` means when a partition of this environment's is in it."""
     from jitwarden.cli.render.console import text
 
     con.print(caches_table(report, long=long, current_digest=current_digest))
     if any(c.root.partition == current_digest for c in report.caches):
-        con.print(text(("@DIGEST: a partition (one environment's caches); * marks this environment's", "dim")))
+        con.print(
+            text(
+                (
+                    "@DIGEST: a partition (one environment's caches); * marks this environment's",
+                    "dim",
+                )
+            )
+        )
 
 
 def shown_summary(report: ScanReport, entries) -> dict:
@@ -187,7 +239,12 @@ def shown_summary(report: ScanReport, entries) -> dict:
         sev = max((f.severity for f in e.findings), default=None)
         errors += sev == Severity.ERROR
         warnings += sev == Severity.WARN
-    return {"entries": len(entries), "errors": errors, "warnings": warnings, "by_code": dict(sorted(by_code.items()))}
+    return {
+        "entries": len(entries),
+        "errors": errors,
+        "warnings": warnings,
+        "by_code": dict(sorted(by_code.items())),
+    }
 
 
 def summary_line(report: ScanReport, entries=None) -> str:
@@ -203,5 +260,9 @@ def summary_line(report: ScanReport, entries=None) -> str:
     parts = [first, f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
     codes = ", ".join(f"{k} {v}" for k, v in s["by_code"].items())
     tgt = report.target
-    where = f"judged against sm_{tgt.arch} ({tgt.source})" if tgt.arch else "no GPU and no --target: arch checks skipped"
+    where = (
+        f"judged against sm_{tgt.arch} ({tgt.source})"
+        if tgt.arch
+        else "no GPU and no --target: arch checks skipped"
+    )
     return f"{' · '.join(parts)}{' (' + codes + ')' if codes else ''} · {where} · {report.elapsed:.2f}s"

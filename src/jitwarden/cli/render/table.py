@@ -71,17 +71,28 @@ class Grid:
             self.add(*r)
 
     def add(self, *cells, details=()) -> None:
-        self.rows.append(Row(tuple(_cell(c) for c in cells), tuple(display(d) for d in details if d)))
+        self.rows.append(
+            Row(tuple(_cell(c) for c in cells), tuple(display(d) for d in details if d))
+        )
 
     def _natural(self) -> list[int]:
-        return [max([len(c.header)] + [len(r.cells[i][0]) for r in self.rows]) for i, c in enumerate(self.columns)]
+        return [
+            max([len(c.header)] + [len(r.cells[i][0]) for r in self.rows])
+            for i, c in enumerate(self.columns)
+        ]
 
     def _shrunk(self, shown: list[int], natural: list[int], width: int) -> tuple[list[int], bool]:
         ws = {i: natural[i] for i in shown}
         over = sum(ws.values()) + 2 * (len(shown) - 1) - width
-        flex = [i for i in shown if self.columns[i].flex or self.columns[i].wrap or self.columns[i].spill]
+        flex = [
+            i
+            for i in shown
+            if self.columns[i].flex or self.columns[i].wrap or self.columns[i].spill
+        ]
         while over > 0 and flex:
-            i = max(flex, key=lambda j: ws[j])  # the widest flex column gives first, one column at a time
+            i = max(
+                flex, key=lambda j: ws[j]
+            )  # the widest flex column gives first, one column at a time
             if ws[i] <= max(self.columns[i].min, len(self.columns[i].header)):
                 flex.remove(i)
                 continue
@@ -116,8 +127,10 @@ class Grid:
 
         def cut(s: str, w: int, col: Column) -> str:
             if col.cut == "middle" and w > 4:
-                head = max(2, (w - 1) // 4)  # the tail says most: a partition's @digest and its * mark
-                return s[:head] + "…" + s[len(s) - (w - 1 - head):]
+                head = max(
+                    2, (w - 1) // 4
+                )  # the tail says most: a partition's @digest and its * mark
+                return s[:head] + "…" + s[len(s) - (w - 1 - head) :]
             return s[: max(0, w - 1)] + "…"
 
         def line(cells, header=False, spilt=None):
@@ -147,7 +160,9 @@ class Grid:
             for chunk in more:
                 yield Text(" " * start + chunk, style=r.cells[last][1] or "")
             more.clear()
-            pieces = spilt + [self._moved(i, r.cells[i], width) for i in moved if r.cells[i][0] not in ("", "-")]
+            pieces = spilt + [
+                self._moved(i, r.cells[i], width) for i in moved if r.cells[i][0] not in ("", "-")
+            ]
             yield from _moved_lines(pieces, width)
             for d in r.details:
                 for chunk in _wrap(d, width, indent="    "):
@@ -160,7 +175,7 @@ class Grid:
         room = None if width is None else width - 6 - len(col.header)
         if col.flex and room is not None and len(s) > room > 4:
             head = max(2, (room - 1) // 4) if col.cut == "middle" else room - 1
-            s = s[:head] + "…" + (s[len(s) - (room - 1 - head):] if col.cut == "middle" else "")
+            s = s[:head] + "…" + (s[len(s) - (room - 1 - head) :] if col.cut == "middle" else "")
         return col.header.lower(), (s, style)
 
     def fits(self, width: int | None) -> bool:
@@ -190,7 +205,10 @@ class Grid:
             yield self.folded()  # a table of whole columns only (the canary's): fold its cells
             return
         for t in self.lines(width):
-            t.no_wrap, t.overflow = True, "ignore"  # a moved path longer than the terminal stays one line to copy
+            t.no_wrap, t.overflow = (
+                True,
+                "ignore",
+            )  # a moved path longer than the terminal stays one line to copy
             yield t
 
     def plain(self, width: int | None = None) -> str:
@@ -229,7 +247,11 @@ def _wrap(text_: str, width: int | None, indent: str) -> list[str]:
         return [indent + text_]
     import textwrap
 
-    return textwrap.wrap(text_, width=max(len(indent) + 10, width), initial_indent=indent,
-                         subsequent_indent=indent + "  " if indent else "", break_on_hyphens=False,
-                         break_long_words=True) or [indent]
-
+    return textwrap.wrap(
+        text_,
+        width=max(len(indent) + 10, width),
+        initial_indent=indent,
+        subsequent_indent=indent + "  " if indent else "",
+        break_on_hyphens=False,
+        break_long_words=True,
+    ) or [indent]

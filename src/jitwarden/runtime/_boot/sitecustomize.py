@@ -14,7 +14,7 @@ def _install() -> None:
         from jitwarden.runtime.torchhooks import install
 
         install()
-    except Exception:  # noqa: BLE001 - never stop the program it starts
+    except Exception:
         pass
 
 
@@ -33,7 +33,7 @@ def _chain() -> None:
         mod = importlib.util.module_from_spec(spec)
         sys.modules["sitecustomize"] = mod
         spec.loader.exec_module(mod)
-    except Exception:  # noqa: BLE001 - as Python's own site.py: a failing sitecustomize is not fatal
+    except Exception:
         pass
 
 
