@@ -5,7 +5,8 @@ this node's and says what differs; installs only when they match, every digest c
 each entry staged, moved in by rename, then sealed. Made for an init container:
 
 - 0: every entry installed or already present;
-- 1: refused: unsigned, untrusted or bad signature, tampered or unsafe content (nothing installed);
+- 1: refused: unsigned, untrusted or bad signature, tampered or unsafe content (nothing installed),
+  or an entry ``verify`` finds an error in (that entry refused, never sealed nor installed);
 - 2: usage error (no such file, bad option);
 - 4: a sound bundle built for another environment: nothing installed, the differences are printed.
 """
@@ -117,7 +118,7 @@ def run(args) -> int:
         if not args.dry_run:
             try:
                 note = {"bundle_key": opened.signed_by, "bundle_created": m.created, **m.producer}
-                outcomes = bundle.install(tar, m, outcomes, dests, digest, note)
+                outcomes = bundle.install(tar, m, outcomes, dests, digest, note, _judge(fp))
             except bundle.BundleRefused as exc:
                 rep = bundle.ImportReport(
                     args.bundle,
@@ -156,10 +157,18 @@ def run(args) -> int:
             tuple(outcomes),
             dry_run=args.dry_run,
         )
-        return _finish(rep, args, EXIT_OK)
+        return _finish(rep, args, EXIT_FINDINGS if rep.counts()["refused"] else EXIT_OK)
     finally:
         if tar is not None:
             tar.close()
+
+
+def _judge(fp):
+    """``verify``'s judge of this node (its GPU, else arch checks skipped): what import judges each entry by."""
+    from jitwarden.cli.commands import _common
+    from jitwarden.ops import scan
+
+    return scan.make_judge(_common.resolve_target(None, fp).arch, fp=fp)
 
 
 def _not_a_bundle_file(path: str, exc: OSError) -> str:
@@ -242,12 +251,15 @@ def _print(rep) -> None:
             print(f"{verb} {o.kind} {o.path}" + (f" -> {out.short_path(o.dest)}" if o.dest else ""))
         elif o.action == "present":
             print(f"present {o.kind} {o.path}")
+        elif o.action == "refused":
+            print(f"refused {o.kind} {o.path}: {o.why}; not installed", file=sys.stderr)
         elif rep.digest_bundle == rep.digest_here:
             print(f"skipped {o.kind} {o.path}: {o.why}")
     c = rep.counts()
     if rep.digest_bundle != rep.digest_here and rep.outcomes:
         print(rep.outcomes[0].why, file=sys.stderr)
     print(
-        f"{c['installed']} {verb}, {c['present']} already present, {c['skipped']} skipped",
+        f"{c['installed']} {verb}, {c['present']} already present, {c['skipped']} skipped"
+        + (f", {c['refused']} refused" if c["refused"] else ""),
         file=sys.stderr,
     )
