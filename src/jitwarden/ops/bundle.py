@@ -220,6 +220,22 @@ class _HashingReader:
         return b
 
 
+def manifest_bytes(manifest: Manifest) -> bytes:
+    """The exact bytes of ``manifest.json`` (what is signed)."""
+    return json.dumps(manifest.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def signature_record(mbytes: bytes, signer) -> bytes:
+    """The bytes of ``manifest.sig``: an Ed25519 signature over ``mbytes`` and the signing key's id."""
+    sig = {
+        "schema": SCHEMA,
+        "algorithm": "ed25519",
+        "key_id": signer.id,
+        "signature": signer.sign(mbytes).hex(),
+    }
+    return json.dumps(sig).encode()
+
+
 def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> int:
     """Write the bundle to ``out_path`` atomically (a random temp file beside it, renamed by fd); its size in bytes.
 
@@ -227,41 +243,43 @@ def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> i
     that changed since it was described fails the export (ValueError) and leaves no file.
     OSError EISDIR when ``out_path`` is a directory.
     """
-    mbytes = json.dumps(manifest.to_json(), sort_keys=True, separators=(",", ":")).encode()
     dir_fd, name = fsutil.open_parent(out_path)
     try:
         with fsutil.AtomicWriter(dir_fd, name, f".{name}.") as w:
-            with tarball.open_writer(w, out_path.endswith(".gz")) as tar:
-                tarball.add_bytes(tar, MANIFEST, mbytes, manifest.created)
-                if signer is not None:
-                    sig = {
-                        "schema": SCHEMA,
-                        "algorithm": "ed25519",
-                        "key_id": signer.id,
-                        "signature": signer.sign(mbytes).hex(),
-                    }
-                    tarball.add_bytes(tar, SIGNATURE, json.dumps(sig).encode(), manifest.created)
-                for n, e in enumerate(manifest.entries):
-                    base = os.path.join(partitions[e.kind], *e.path.split("/"))
-                    for fname, rec in e.files.items():
-                        src = os.path.join(base, fname) if fname else base
-                        fd, _st = fsutil.open_regular(src)
-                        try:
-                            r = _HashingReader(fd)
-                            tarball.add_stream(
-                                tar,
-                                f"entries/{n}/{fname or os.path.basename(base)}",
-                                r,
-                                rec["size"],
-                                manifest.created,
-                            )
-                        finally:
-                            os.close(fd)
-                        if r.h.hexdigest() != rec["sha256"] or r.n != rec["size"]:
-                            raise ValueError(f"{src} changed while exporting; run export again")
+            write_to(w, manifest, partitions, signer, out_path.endswith(".gz"))
             return w.pos
     finally:
         os.close(dir_fd)
+
+
+def write_to(w, manifest: Manifest, partitions: dict, signer=None, gz: bool = False) -> None:
+    """Write the bundle as a tar stream into ``w`` (anything with ``write``): what :func:`write` and ``push`` write.
+
+    ValueError when a file changed since it was described.
+    """
+    mbytes = manifest_bytes(manifest)
+    with tarball.open_writer(w, gz) as tar:
+        tarball.add_bytes(tar, MANIFEST, mbytes, manifest.created)
+        if signer is not None:
+            tarball.add_bytes(tar, SIGNATURE, signature_record(mbytes, signer), manifest.created)
+        for n, e in enumerate(manifest.entries):
+            base = os.path.join(partitions[e.kind], *e.path.split("/"))
+            for fname, rec in e.files.items():
+                src = os.path.join(base, fname) if fname else base
+                fd, _st = fsutil.open_regular(src)
+                try:
+                    r = _HashingReader(fd)
+                    tarball.add_stream(
+                        tar,
+                        f"entries/{n}/{fname or os.path.basename(base)}",
+                        r,
+                        rec["size"],
+                        manifest.created,
+                    )
+                finally:
+                    os.close(fd)
+                if r.h.hexdigest() != rec["sha256"] or r.n != rec["size"]:
+                    raise ValueError(f"{src} changed while exporting; run export again")
 
 
 # ---------------------------------------------------------------- import
@@ -309,6 +327,11 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
     f = fsutil.open_regular_file(
         path, follow=True
     )  # the user named it: their link is followed, a FIFO never blocks
+    return open_bundle_file(f, trusted, allow_unsigned)
+
+
+def open_bundle_file(f, trusted, allow_unsigned: bool = False):
+    """:func:`open_bundle` of an open binary file ``f`` (a pulled layer); the reader owns ``f``."""
     try:
         tar = tarball.open_reader(f, owns=True)
     except tarball.NotATar as exc:
@@ -333,30 +356,7 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
             )
         except (*tarball.TarError, OSError, ValueError) as exc:
             raise BundleRefused(f"not a readable jitwarden bundle ({exc})") from None
-        signed_by, note = None, ""
-        if sig is None:
-            if not allow_unsigned:
-                raise Unsigned("the bundle is unsigned")
-            note = "unsigned (allowed by --allow-unsigned)"
-        else:
-            try:
-                doc = jsonlimits.loads(sig, max_bytes=MAX_SIGNATURE)
-                kid, raw = str(doc["key_id"]), bytes.fromhex(doc["signature"])
-                if doc.get("algorithm") != "ed25519":
-                    raise ValueError("algorithm")
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise BundleRefused("manifest.sig is not a valid signature record") from None
-            why = (
-                trusted.verify(kid, raw, mbytes)
-                if trusted is not None
-                else "no trusted keys are configured"
-            )
-            if why is not None:
-                if not allow_unsigned:
-                    raise BundleRefused(f"signature rejected: {why}")
-                note = f"signature rejected ({why}), installed anyway by --allow-unsigned"
-            else:
-                signed_by, note = kid, f"signed by trusted key {kid}"
+        signed_by, note = judge_signature(mbytes, sig, trusted, allow_unsigned)
         manifest = parse_manifest(
             mbytes
         )  # only after the signature: nothing unsigned is interpreted first
@@ -364,6 +364,32 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
     except BaseException:
         tar.close()
         raise
+
+
+def judge_signature(mbytes: bytes, sig: bytes | None, trusted, allow_unsigned: bool = False):
+    """(the trusted key id that signed ``mbytes``, or None; the note saying so) from the ``manifest.sig``
+    record ``sig``; BundleRefused (``Unsigned``) unless it verifies or ``allow_unsigned``."""
+    if sig is None:
+        if not allow_unsigned:
+            raise Unsigned("the bundle is unsigned")
+        return None, "unsigned (allowed by --allow-unsigned)"
+    try:
+        doc = jsonlimits.loads(sig, max_bytes=MAX_SIGNATURE)
+        kid, raw = str(doc["key_id"]), bytes.fromhex(doc["signature"])
+        if doc.get("algorithm") != "ed25519":
+            raise ValueError("algorithm")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise BundleRefused("manifest.sig is not a valid signature record") from None
+    why = (
+        trusted.verify(kid, raw, mbytes)
+        if trusted is not None
+        else "no trusted keys are configured"
+    )
+    if why is None:
+        return kid, f"signed by trusted key {kid}"
+    if not allow_unsigned:
+        raise BundleRefused(f"signature rejected: {why}")
+    return None, f"signature rejected ({why}), installed anyway by --allow-unsigned"
 
 
 def destinations(manifest: Manifest, digest: str, env) -> dict:
