@@ -314,6 +314,7 @@ class Opened:
     manifest: Manifest
     signed_by: str | None  # the trusted key id that signed it, None when unsigned (and allowed)
     signature_note: str = ""
+    manifest_sha256: str = ""  # of the exact manifest.json bytes
 
 
 def open_bundle(path: str, trusted, allow_unsigned: bool = False):
@@ -360,7 +361,7 @@ def open_bundle_file(f, trusted, allow_unsigned: bool = False):
         manifest = parse_manifest(
             mbytes
         )  # only after the signature: nothing unsigned is interpreted first
-        return tar, Opened(manifest, signed_by, note)
+        return tar, Opened(manifest, signed_by, note, hashlib.sha256(mbytes).hexdigest())
     except BaseException:
         tar.close()
         raise

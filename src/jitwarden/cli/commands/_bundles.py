@@ -6,16 +6,21 @@ Commands import this module, never each other (the independence contract in pypr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from jitwarden import __version__
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from jitwarden.model.findings import Severity
+
+if TYPE_CHECKING:
+    from jitwarden.ops.bundle import Manifest
 
 EXIT_OTHER_ENV = 4
 """A sound bundle built for another environment: nothing installed."""
@@ -56,8 +61,8 @@ class Collected:
     """What a bundle of this node would carry: the manifest, the partitions its paths are relative to,
     the entries left home and why, and this node's fingerprint."""
 
-    fp: object
-    manifest: object  # ops.bundle.Manifest
+    fp: Any  # env.fingerprint.Fingerprint
+    manifest: Manifest
     partitions: dict
     skipped: list
 
@@ -274,3 +279,87 @@ def print_report(rep) -> None:
         + (f", {c['refused']} refused" if c["refused"] else ""),
         file=sys.stderr,
     )
+
+
+# ---------------------------------------------------------------- registries (push, pull)
+
+
+def add_insecure_argument(p) -> None:
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="talk plain HTTP to the registry (no TLS: anyone on the path can read and change what is sent)",
+    )
+
+
+def registry_ref(text: str):
+    """The parsed REF (formats.oci.Ref); UsageError in one line."""
+    from jitwarden.formats import oci as wire
+
+    try:
+        return wire.parse_ref(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def registry_for(ref, insecure: bool):
+    """A client of ``ref``'s repository with the credentials filed for its host; ``--insecure`` said loudly."""
+    from jitwarden.formats import oci as wire
+    from jitwarden.model import settings
+    from jitwarden.ops import oci as registry
+
+    try:
+        creds = registry.credentials(ref.registry, os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if insecure:
+        print(
+            f"jitwarden: WARNING: --insecure: plain HTTP to {ref.registry}, no TLS"
+            + (
+                ": credentials and bundles travel readable and changeable by anyone on the path"
+                if creds
+                else ""
+            )
+            + " (signatures and digests are still checked)",
+            file=sys.stderr,
+        )
+    timeout = settings.OCI_TIMEOUT.number(os.environ) or settings.OCI_TIMEOUT.default
+    client = wire.Client(ref, insecure=insecure, timeout=timeout, credentials=creds)
+    return registry.Registry(client)
+
+
+@contextlib.contextmanager
+def registry_errors(ref):
+    """A registry that is down, slow, refusing or outside the protocol: one line, exit 2."""
+    from jitwarden.formats import oci as wire
+
+    try:
+        yield
+    except wire.RegistryError as exc:
+        raise UsageError(
+            f"registry {ref.registry}: {exc}".replace(f": {ref.registry}: ", ": ", 1)
+        ) from None
+
+
+@contextlib.contextmanager
+def blob_file():
+    """An unnamed temp file for a bundle on its way to or from a registry (store/blobfile)."""
+    from jitwarden.store.blobfile import BlobFile
+
+    try:
+        f = BlobFile()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot make a temporary file ({exc.strerror or exc}); set TMPDIR"
+        ) from None
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def progress(total: int, label: str):
+    """A progress bar for a layer of at least 8 MiB (none for small ones)."""
+    from jitwarden.cli.render.progress import progress_bar
+
+    return progress_bar(total if total >= 8 << 20 else 0, label)
