@@ -148,32 +148,52 @@ class _Deadline:
 class _DeadlineIO(io.RawIOBase):
     """The socket's reads, each given what is left of the request's deadline."""
 
-    def __init__(self, sock, deadline: _Deadline):
-        self._sock, self._dl = sock, deadline
+    def __init__(self, owner: _DeadlineSocket):
+        super().__init__()
+        self._owner = owner
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
-        self._sock.settimeout(self._dl.left())
-        return self._sock.recv_into(b)
+        sock = self._owner._sock
+        sock.settimeout(self._owner._dl.left())
+        return sock.recv_into(b)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._owner._released()
+        super().close()
 
 
 class _DeadlineSocket:
-    """A connected socket whose every send and read shares one deadline (what ``http.client`` is handed)."""
+    """A connected socket whose every send and read shares one deadline (what ``http.client`` is handed).
+
+    Like a socket's own ``makefile``, a reader keeps the socket open until it is closed too: http.client
+    closes the connection as soon as it sees a close-delimited answer, before the body is read.
+    """
 
     def __init__(self, sock, deadline: _Deadline):
         self._sock, self._dl = sock, deadline
+        self._readers, self._closing = 0, False
 
     def makefile(self, mode: str = "rb", *_a, **_k):
-        return io.BufferedReader(_DeadlineIO(self._sock, self._dl))
+        self._readers += 1
+        return io.BufferedReader(_DeadlineIO(self))
+
+    def _released(self) -> None:
+        self._readers -= 1
+        if self._closing and self._readers <= 0:
+            self._sock.close()
 
     def sendall(self, data) -> None:
         self._sock.settimeout(self._dl.left())
         self._sock.sendall(data)
 
     def close(self) -> None:
-        self._sock.close()
+        self._closing = True
+        if self._readers <= 0:
+            self._sock.close()
 
     def __getattr__(self, name):
         return getattr(self._sock, name)
@@ -258,10 +278,13 @@ class Client:
                 for piece in body:
                     conn.send(piece)
             resp = conn.getresponse()
-            head = Response(
-                status=resp.status, headers={k.lower(): v for k, v in resp.getheaders()}
-            )
-            return head, read(resp, head)
+            try:
+                head = Response(
+                    status=resp.status, headers={k.lower(): v for k, v in resp.getheaders()}
+                )
+                return head, read(resp, head)
+            finally:
+                resp.close()
         finally:
             conn.close()
 
@@ -301,8 +324,10 @@ class Client:
         )
         try:
             return self._with_auth(call)
-        except TimeoutError as exc:
-            raise RegistryError(str(exc) or f"{self.ref.registry}: timed out") from None
+        except TimeoutError:  # the deadline's own, or a socket read given what was left of it
+            raise RegistryError(
+                f"{call.deadline.what}: no complete answer within {call.deadline.seconds:g} s"
+            ) from None
         except ssl.SSLError as exc:
             raise RegistryError(
                 f"{self.ref.registry}: TLS failed ({exc.reason or exc}); a plain-HTTP registry needs --insecure"

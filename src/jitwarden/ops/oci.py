@@ -438,7 +438,6 @@ def push(
     reg: Registry, tag: str, layer: BlobFile, mbytes: bytes, notes: dict, sig: bytes | None
 ) -> Pushed:
     """Upload one bundle (``layer``: its tar; ``mbytes``: its manifest.json) and add it to ``tag``'s index."""
-    reg.check()
     cfg = descriptor(CONFIG_TYPE, sha256_digest(mbytes), len(mbytes))
     lay = descriptor(LAYER_TYPE, layer.digest, layer.size, annotations={A_TITLE: "bundle.tar"})
     reg.put_blob(cfg["digest"], cfg["size"], mbytes)

@@ -56,6 +56,8 @@ def run(args) -> int:
     req = _common.rebuild_request(args)
     signer = _bundles.load_signer(args.key, args.unsigned)
     reg = _bundles.registry_for(ref, args.insecure)
+    with _bundles.registry_errors(ref):
+        reg.check()  # a registry that cannot be used costs its deadline, not a scan first
     got = _bundles.collect(kinds, req)
     if not got.manifest.entries:
         _bundles.print_skipped(got.skipped)
