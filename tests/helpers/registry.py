@@ -45,7 +45,7 @@ def htpasswd_line(user: str, password: str) -> str:
 class Registry:
     """A distribution registry of this test: ``host`` (``127.0.0.1:PORT``), ``storage`` (its blobs on disk)."""
 
-    def __init__(self, exe: str, workdir: str, auth: bool = False):
+    def __init__(self, exe: str, workdir: str, auth: bool = False, tls: bool = False):
         os.makedirs(workdir, exist_ok=True)
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
@@ -55,8 +55,11 @@ class Registry:
             "version: 0.1",
             "log: {level: error, accesslog: {disabled: true}}",
             f"storage: {{filesystem: {{rootdirectory: {self.storage}}}, delete: {{enabled: true}}}}",
-            f"http: {{addr: '{self.host}', secret: {os.urandom(8).hex()}}}",
+            f"http: {{addr: '{self.host}', secret: {os.urandom(8).hex()}"
+            + (", tls: {{certificate: {}, key: {}}}".format(*self_signed(workdir)) if tls else "")
+            + "}",
         ]
+        self.ca = os.path.join(workdir, "cert.pem") if tls else None
         if auth:
             pw = os.path.join(workdir, "htpasswd")
             with open(pw, "w") as f:
@@ -77,11 +80,16 @@ class Registry:
 
     def _answers(self) -> bool:
         import http.client
+        import ssl
 
         if self.proc.poll() is not None:
             raise RuntimeError(f"the registry exited: see {self.log.name}")
         try:
-            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            if self.ca:
+                ctx = ssl.create_default_context(cafile=self.ca)
+                c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=1, context=ctx)
+            else:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
             c.request("GET", "/v2/")
             status = c.getresponse().status
             c.close()
@@ -103,6 +111,47 @@ class Registry:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+def self_signed(workdir: str) -> tuple[str, str]:
+    """(cert.pem, key.pem) in ``workdir``: a self-signed certificate for 127.0.0.1 (its own CA: SSL_CERT_FILE)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jitwarden test registry")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return cert_path, key_path
 
 
 def docker_config(home: str, host: str, user: str = USER, password: str = PASSWORD) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from jitwarden.cli import options
-from jitwarden.cli.commands import _bundles
+from jitwarden.cli.commands import _bundles, _common
 from jitwarden.model.errors import EXIT_FINDINGS, UsageError
 
 
@@ -26,6 +26,12 @@ def register(sub) -> None:
     p.add_argument("ref", metavar="REF", help="HOST[:PORT]/REPO[:TAG|@DIGEST]")
     p.add_argument(
         "--dry-run", action="store_true", help="check everything and say what would be installed"
+    )
+    p.add_argument(
+        "--fingerprint",
+        metavar="FILE",
+        help="install for the environment FILE describes (`jitwarden fingerprint --format json` saved on "
+        "a serving node) instead of this one: an image build without the GPU",
     )
     _bundles.add_insecure_argument(p)
     options.add_format_argument(p)
@@ -42,8 +48,8 @@ def run(args) -> int:
         trusted = keys.load_trusted()
     except keys.KeyError_ as exc:
         raise UsageError(str(exc)) from None
+    fp = _common.load_fingerprint(args.fingerprint) if args.fingerprint else fingerprint.collect()
     reg = _bundles.registry_for(ref, args.insecure)
-    fp = fingerprint.collect()
 
     def differ(theirs: dict, digest: str) -> str:
         diffs = _bundles.differences(theirs, fp)
