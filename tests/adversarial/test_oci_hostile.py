@@ -454,3 +454,59 @@ def counts():
             print(
                 f"  {r['case']}: exit {r['rc']}, {r['s']} s, {r['rss_kb'] >> 10} MiB, {r['requests']} requests"
             )
+
+
+# ---------------------------------------------------------------- the token flow (an honest token service)
+
+
+def _token_registry(served, seen: list):
+    """A registry that wants ``Bearer`` tokens from its realm, which wants the user's Basic credentials."""
+    import base64
+
+    honest = _honest(served)
+    basic = "Basic " + base64.b64encode(f"{reghelp.USER}:{reghelp.PASSWORD}".encode()).decode()
+
+    def act(h):
+        path = h.path.split("?")[0]
+        if path == "/token":
+            seen.append(h.path)
+            if h.headers.get("Authorization") != basic:
+                _send(h, 401, b"{}")
+                return
+            _send(h, 200, json.dumps({"token": "tok-123"}).encode())
+            return
+        if h.headers.get("Authorization") != "Bearer tok-123":
+            realm = f'Bearer realm="http://{h.headers["Host"]}/token",service="jw-test"'
+            _send(h, 401, b"{}", extra=(("WWW-Authenticate", realm),))
+            return
+        honest(h)
+
+    return act
+
+
+def test_the_token_flow_pulls_with_docker_login_credentials(served, tmp_path):
+    seen: list = []
+    server = reghelp.Hostile(_token_registry(served, seen))
+    try:
+        env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+        p = subprocess.run(
+            [sys.executable, "-m", "jitwarden", "pull", f"{server.host}/k/llm:v1", "--insecure"],
+            env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 2 and "the token service answered 401" in p.stderr, p.stderr
+        reghelp.docker_config(env["HOME"], server.host)
+        p = subprocess.run(
+            [sys.executable, "-m", "jitwarden", "pull", f"{server.host}/k/llm:v1", "--insecure"],
+            env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.stop()
+    assert p.returncode == 0, p.stderr
+    assert len(entries(triton_partition(env))) == 2
+    assert all("service=jw-test" in q and "scope=repository%3Ak%2Fllm%3Apull" in q for q in seen)

@@ -435,13 +435,19 @@ class Pushed:
 
 
 def push(
-    reg: Registry, tag: str, layer: BlobFile, mbytes: bytes, notes: dict, sig: bytes | None
+    reg: Registry,
+    tag: str,
+    layer: BlobFile,
+    mbytes: bytes,
+    notes: dict,
+    sig: bytes | None,
+    progress=None,
 ) -> Pushed:
     """Upload one bundle (``layer``: its tar; ``mbytes``: its manifest.json) and add it to ``tag``'s index."""
     cfg = descriptor(CONFIG_TYPE, sha256_digest(mbytes), len(mbytes))
     lay = descriptor(LAYER_TYPE, layer.digest, layer.size, annotations={A_TITLE: "bundle.tar"})
     reg.put_blob(cfg["digest"], cfg["size"], mbytes)
-    reg.put_blob(lay["digest"], lay["size"], layer.chunks)
+    reg.put_blob(lay["digest"], lay["size"], lambda: _counted(layer.chunks(), layer.size, progress))
     raw = bundle_manifest(cfg, lay, notes)
     mdigest = sha256_digest(raw)
     reg.put_manifest(mdigest, raw, wire.OCI_MANIFEST)
@@ -473,6 +479,16 @@ def push(
         referrer=where,
         requests=reg.client.requests,
     )
+
+
+def _counted(pieces, total: int, progress):
+    """``pieces`` passed on, ``progress(done, total)`` after each (the upload's bar)."""
+    done = 0
+    for piece in pieces:
+        yield piece
+        done += len(piece)
+        if progress is not None:
+            progress(done, total)
 
 
 def _as_index(doc: dict, raw: bytes) -> dict:

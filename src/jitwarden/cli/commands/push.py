@@ -73,8 +73,8 @@ def run(args) -> int:
             raise UsageError(
                 f"cannot write the bundle to a temporary file ({exc.strerror or exc})"
             ) from None
-        with _bundles.registry_errors(ref):
-            pushed = registry.push(reg, ref.tag or "latest", layer, mbytes, notes, sig)
+        with _bundles.registry_errors(ref), _bundles.progress(layer.size, "push") as cb:
+            pushed = registry.push(reg, ref.tag or "latest", layer, mbytes, notes, sig, cb)
     doc = {
         "ref": str(ref),
         "manifest": pushed.manifest,
