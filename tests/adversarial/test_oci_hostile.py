@@ -248,6 +248,16 @@ def _many_candidates(served):
     return {**idx, "manifests": fake}
 
 
+def _slow(served, inner):
+    """``inner`` after 0.8 s on every request: each answer inside the 1 s deadline."""
+
+    def act(h):
+        time.sleep(0.8)  # the attack: a registry just fast enough for every single deadline
+        inner(h)
+
+    return act
+
+
 PULL = {
     # name: (behaviour factory, expected exit, words the one line holds)
     "down": (None, 2, "Connection refused"),
@@ -315,6 +325,11 @@ PULL = {
         "do not match its digest (tampered)",
     ),
     "index-of-5000-strangers": (lambda s: _replace_tag(s, _many_candidates), 4, "64 candidate(s)"),
+    "slow-answers-to-64-candidates": (
+        lambda s: _slow(s, _replace_tag(s, _many_candidates)),
+        2,
+        "answered too slowly (6 x 1 s",
+    ),
 }
 
 PUSH = {
@@ -510,3 +525,80 @@ def test_the_token_flow_pulls_with_docker_login_credentials(served, tmp_path):
     assert p.returncode == 0, p.stderr
     assert len(entries(triton_partition(env))) == 2
     assert all("service=jw-test" in q and "scope=repository%3Ak%2Fllm%3Apull" in q for q in seen)
+
+
+# ---------------------------------------------------------------- a signed bundle with one corrupt entry
+
+
+def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path):
+    """pull installs nothing on any failure: one entry verify calls corrupt keeps the sound one out too."""
+    import hashlib
+    import io
+    import tarfile
+
+    from jitwarden.ops import keys
+    from jitwarden.ops import oci as registry
+
+    objects = dict(served["objects"])
+    m = served["manifest"]
+    layer = objects[f"/v2/k/llm/blobs/{m['layers'][0]['digest']}"][1]
+    members = []
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        for info in tar.getmembers():
+            members.append((info, tar.extractfile(info).read()))
+    doc = json.loads(members[0][1])
+    e = doc["entries"][0]
+    cubin = next(n for n in e["files"] if n.endswith(".cubin"))
+    garbage = b"\x7fNOT-AN-ELF" + b"\0" * 4085
+    e["files"][cubin] = {"sha256": hashlib.sha256(garbage).hexdigest(), "size": len(garbage)}
+    mbytes = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    key = keys.load_signing_key(served["pub"][: -len(".pub")])
+    sig = json.dumps(
+        {"schema": 1, "algorithm": "ed25519", "key_id": key.id, "signature": key.sign(mbytes).hex()}
+    ).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            data = {
+                "manifest.json": mbytes,
+                "manifest.sig": sig,
+                f"entries/0/{cubin}": garbage,
+            }.get(info.name, data)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    new_layer = out.getvalue()
+    cfg = registry.descriptor(registry.CONFIG_TYPE, registry.sha256_digest(mbytes), len(mbytes))
+    lay = registry.descriptor(
+        registry.LAYER_TYPE, registry.sha256_digest(new_layer), len(new_layer)
+    )
+    notes = {**m["annotations"], registry.A_SIGNATURE: sig.decode()}
+    raw = registry.bundle_manifest(cfg, lay, notes)
+    objects["/v2/k/llm/manifests/v1"] = (MANIFEST, raw)
+    objects[f"/v2/k/llm/blobs/{cfg['digest']}"] = ("application/octet-stream", mbytes)
+    objects[f"/v2/k/llm/blobs/{lay['digest']}"] = ("application/octet-stream", new_layer)
+    server = reghelp.Hostile(_honest({**served, "objects": objects}))
+    try:
+        env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jitwarden",
+                "pull",
+                f"{server.host}/k/llm:v1",
+                "--insecure",
+                "--format",
+                "json",
+            ],
+            env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.stop()
+    assert p.returncode == 1, p.stderr
+    res = json.loads(p.stdout)
+    assert res["counts"] == {"installed": 0, "present": 0, "skipped": 1, "refused": 1}
+    assert "corrupt" in next(x["why"] for x in res["entries"] if x["action"] == "refused")
+    assert entries(triton_partition(env)) == []

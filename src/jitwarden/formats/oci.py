@@ -44,6 +44,10 @@ MAX_SMALL = 64 << 10
 MAX_REDIRECTS = 3
 """Redirects followed for one request (registries redirect blob reads to storage once)."""
 
+POOL = 6
+"""Every answer but a blob's shares a budget of ``POOL`` deadlines per client (one command): a registry that
+answers each of a hundred requests just inside the deadline still costs at most six of them."""
+
 MIN_RATE = 1 << 20
 """Bytes a second a blob transfer is given beyond the deadline: a 1 GiB layer gets the deadline plus 1024 s."""
 
@@ -254,6 +258,7 @@ class Client:
         self.scheme = "http" if insecure else "https"
         self._auth: str | None = None
         self.requests = 0
+        self._pool_end = time.monotonic() + POOL * timeout
 
     # -- the wire
 
@@ -309,7 +314,12 @@ class Client:
         (called again for a retry after a ``401``). RegistryError (one line) for anything that
         is not an answer within the bounds.
         """
-        seconds = self.timeout + max(size, len(body) if isinstance(body, bytes) else 0) / MIN_RATE
+        if size:  # a blob: its own deadline, grown with its size
+            seconds = self.timeout + size / MIN_RATE
+        else:
+            seconds = min(self.timeout, self._pool_end - time.monotonic())
+            if seconds <= 0:
+                raise RegistryError(self._too_slow())
         call = _Call(
             method=method,
             path=path,
@@ -325,8 +335,10 @@ class Client:
         try:
             return self._with_auth(call)
         except TimeoutError:  # the deadline's own, or a socket read given what was left of it
+            if not size and time.monotonic() >= self._pool_end:
+                raise RegistryError(self._too_slow()) from None
             raise RegistryError(
-                f"{call.deadline.what}: no complete answer within {call.deadline.seconds:g} s"
+                f"{call.deadline.what}: no complete answer within {call.deadline.seconds:.3g} s"
             ) from None
         except ssl.SSLError as exc:
             raise RegistryError(
@@ -335,6 +347,12 @@ class Client:
         except (http.client.HTTPException, ConnectionError, OSError) as exc:
             what = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise RegistryError(f"{self.ref.registry}: {what}") from None
+
+    def _too_slow(self) -> str:
+        return (
+            f"{self.ref.registry}: answered too slowly ({POOL} x {self.timeout:g} s spent on "
+            "manifests and small answers)"
+        )
 
     def _with_auth(self, call: _Call) -> Response:
         for attempt in range(2):

@@ -737,13 +737,15 @@ def install(
     digest: str,
     producer_note: dict,
     judge=None,
+    all_or_nothing: bool = False,
 ) -> list[Outcome]:
     """Stage every entry to install, check every digest, judge each, then move each in by rename and seal it.
 
     Nothing is moved in unless every staged file matches the manifest (BundleRefused
     otherwise, and the staging dirs are removed). ``judge`` (a ``model.entries.Judge``): each
     staged entry is judged by its kind's adapter as ``verify`` judges it, and one with an error
-    finding is ``refused`` (saying why), nothing of it sealed or installed. Every directory is
+    finding is ``refused`` (saying why), nothing of it sealed or installed (``all_or_nothing``:
+    nor any other entry, each ``skipped`` saying so: what ``pull`` promises). Every directory is
     reached by fd from the root and never through a symlink (``UnsafeName``, nothing moved in);
     every entry is moved by one no-replace rename between directory fds. Returns the outcomes,
     updated.
@@ -761,6 +763,12 @@ def install(
         out = list(outcomes)
         for i, why in refused.items():
             out[i] = replace(outcomes[i], action="refused", why=why)
+        if refused and all_or_nothing:
+            held = "not installed: another entry of the bundle was refused"
+            return [
+                o if i in refused or i not in todo else replace(o, action="skipped", why=held)
+                for i, o in enumerate(out)
+            ]
         # Every destination directory is opened (made where missing) before anything moves in:
         # a symlinked component refuses the whole import with nothing installed.
         todo -= set(refused)

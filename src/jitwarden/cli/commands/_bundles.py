@@ -169,11 +169,12 @@ def judge(fp):
     return scan.make_judge(_common.resolve_target(None, fp).arch, fp=fp)
 
 
-def install(source: str, tar, opened, fp, dry_run: bool):
+def install(source: str, tar, opened, fp, dry_run: bool, all_or_nothing: bool = False):
     """Install an opened bundle (signature judged) into this node's partitions: (ImportReport, exit code).
 
     Another fingerprint: nothing installed, exit 4, what differs. Every digest checked, each entry
-    judged as ``verify`` judges it, staged, moved in by rename and sealed (``ops.bundle.install``).
+    judged as ``verify`` judges it, staged, moved in by rename and sealed (``ops.bundle.install``;
+    ``all_or_nothing``: one refused entry keeps every other out too).
     """
     from jitwarden.ops import bundle
 
@@ -203,7 +204,9 @@ def install(source: str, tar, opened, fp, dry_run: bool):
         outcomes = bundle.plan(m, dests)
         if not dry_run:
             note = {"bundle_key": opened.signed_by, "bundle_created": m.created, **m.producer}
-            outcomes = bundle.install(tar, m, outcomes, dests, digest, note, judge(fp))
+            outcomes = bundle.install(
+                tar, m, outcomes, dests, digest, note, judge(fp), all_or_nothing
+            )
     except bundle.BundleRefused as exc:
         return report(EXIT_FINDINGS, refused=str(exc))
     except (

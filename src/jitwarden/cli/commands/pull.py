@@ -104,7 +104,7 @@ def _install(args, ref, chosen, layer, trusted, fp) -> int:
     try:
         if opened.manifest_sha256 != hashlib.sha256(chosen.mbytes).hexdigest():
             return refused("the layer's manifest is not the signed config the index chose")
-        rep, code = _bundles.install(source, tar, opened, fp, args.dry_run)
+        rep, code = _bundles.install(source, tar, opened, fp, args.dry_run, all_or_nothing=True)
         extra = {"manifest": chosen.manifest, "candidates": chosen.candidates}
         return _bundles.finish(rep, args, code, "pull", extra)
     finally:
