@@ -247,7 +247,8 @@ def credentials(registry: str, env) -> tuple[str, str] | None:
     else ``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json`` (``auths.<host>.auth``, base64
     ``user:password``, or ``username``/``password``). None when none is filed. ValueError (one line)
     for a file that is not such JSON."""
-    path = env.get("REGISTRY_AUTH_FILE") or os.path.join(
+    named = env.get("REGISTRY_AUTH_FILE")
+    path = named or os.path.join(
         env.get("DOCKER_CONFIG")
         or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".docker"),
         "config.json",
@@ -255,6 +256,8 @@ def credentials(registry: str, env) -> tuple[str, str] | None:
     try:
         doc = fsutil.read_json(path, max_bytes=1 << 20, follow=True)
     except FileNotFoundError:
+        if named:
+            raise ValueError(f"REGISTRY_AUTH_FILE={named}: no such file") from None
         return None
     except (OSError, ValueError) as exc:
         raise ValueError(

@@ -344,21 +344,16 @@ def test_auth_from_docker_config_and_registry_auth_file(fleet, authed, tmp_path)
     assert rc == 2 and "credentials refused" in err and entries(triton_partition(env)) == []
 
 
-def test_bad_refs_and_credential_files_are_usage_errors(fleet, tmp_path):
+def test_bad_refs_and_credential_files_are_usage_errors(fleet, registry, tmp_path):
     env = node(fleet, tmp_path, "usage")
-    for bad in (
-        "kernels/llm:v1",
-        "Registry.example.com/UPPER:v1",
-        "host.example/llm:bad tag",
-        "h.example/r@sha256:12",
+    for bad, why in (
+        ("kernels/llm:v1", "name the registry host first"),
+        ("Registry.example.com/UPPER:v1", "expected HOST"),
+        ("host.example/llm:bad tag", "expected HOST"),
+        ("h.example/r@sha256:12", "expected HOST"),
     ):
         rc, _, err = jw(env, "pull", bad)
-        assert (
-            rc == 2
-            and len(err.strip().splitlines()) == 1
-            and "expected HOST" in err
-            or "registry host" in err
-        ), (bad, err)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and why in err, (bad, err)
     rc, _, err = jw(fleet["env_a"], "push", "h.example:5000/r@sha256:" + "0" * 64)
     assert rc == 2 and "push names a tag" in err
     bad = tmp_path / "auth.json"
@@ -366,3 +361,40 @@ def test_bad_refs_and_credential_files_are_usage_errors(fleet, tmp_path):
     env = node(fleet, tmp_path, "badauth", REGISTRY_AUTH_FILE=str(bad))
     rc, _, err = jw(env, "pull", "h.example/r:v1")
     assert rc == 2 and "not base64" in err
+    env = node(fleet, tmp_path, "noauth", REGISTRY_AUTH_FILE=str(tmp_path / "missing.json"))
+    rc, _, err = jw(env, "pull", "h.example/r:v1")
+    assert rc == 2 and "REGISTRY_AUTH_FILE=" in err and "no such file" in err
+    # A tag nobody pushed: exit 2, one line; a tag holding something else: push refuses to touch it.
+    rc, _, err = jw(
+        env := node(fleet, tmp_path, "missing"),
+        "pull",
+        f"{registry.host}/kernels/llm:nope",
+        "--insecure",
+    )
+    assert rc == 2 and "not found" in err and entries(triton_partition(env)) == []
+    import http.client
+
+    c = http.client.HTTPConnection("127.0.0.1", registry.port, timeout=10)
+    import hashlib
+
+    image = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST,
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": "sha256:"
+            + hashlib.sha256(b"{}").hexdigest(),  # in the repo: every push's referrer uses it
+            "size": 2,
+        },
+        "layers": [],
+    }
+    c.request(
+        "PUT",
+        "/v2/kernels/llm/manifests/other",
+        body=json.dumps(image).encode(),
+        headers={"Content-Type": MANIFEST},
+    )
+    assert c.getresponse().status == 201
+    c.close()
+    rc, _, err = jw(fleet["env_a"], "push", f"{registry.host}/kernels/llm:other", "--insecure")
+    assert rc == 2 and "push to another tag" in err and "Traceback" not in err

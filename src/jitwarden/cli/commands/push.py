@@ -74,7 +74,10 @@ def run(args) -> int:
                 f"cannot write the bundle to a temporary file ({exc.strerror or exc})"
             ) from None
         with _bundles.registry_errors(ref), _bundles.progress(layer.size, "push") as cb:
-            pushed = registry.push(reg, ref.tag or "latest", layer, mbytes, notes, sig, cb)
+            try:
+                pushed = registry.push(reg, ref.tag or "latest", layer, mbytes, notes, sig, cb)
+            except registry.Refused as exc:  # the tag holds something that is not a jitwarden index
+                raise UsageError(f"{ref}: {exc}") from None
     doc = {
         "ref": str(ref),
         "manifest": pushed.manifest,
