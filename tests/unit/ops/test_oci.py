@@ -9,6 +9,8 @@ storage, another key, a stopped registry, an index that lies about whose bundle 
 from __future__ import annotations
 
 import base64
+import hashlib
+import http.client
 import json
 import os
 
@@ -91,8 +93,6 @@ def node(fleet, tmp_path, name: str, **extra) -> dict:
 
 
 def _get(registry, path: str, accept: str = "") -> tuple[int, bytes, dict]:
-    import http.client
-
     c = http.client.HTTPConnection("127.0.0.1", registry.port, timeout=10)
     c.request("GET", path, headers={"Accept": accept} if accept else {})
     r = c.getresponse()
@@ -260,8 +260,6 @@ def test_an_index_that_lies_about_a_fingerprint_never_installs_a_foreign_bundle(
     fleet, registry, tmp_path
 ):
     """A writer of the registry relabels B's bundle with A's fingerprint: A's nodes refuse it."""
-    import http.client
-
     status, raw, _ = _get(registry, "/v2/kernels/llm/manifests/v1", INDEX)
     index = json.loads(raw)
     a_fp, b_fp = digest_of(fleet["env_a"]), digest_of(fleet["env_b"])
@@ -372,11 +370,7 @@ def test_bad_refs_and_credential_files_are_usage_errors(fleet, registry, tmp_pat
         "--insecure",
     )
     assert rc == 2 and "not found" in err and entries(triton_partition(env)) == []
-    import http.client
-
     c = http.client.HTTPConnection("127.0.0.1", registry.port, timeout=10)
-    import hashlib
-
     image = {
         "schemaVersion": 2,
         "mediaType": MANIFEST,
