@@ -37,11 +37,13 @@ def registry_host(tmp_path_factory):
     from tests.helpers import registry as reghelp
 
     exe = reghelp.binary()
-    if exe is None:
-        why = "no docker-registry on PATH (apt-get install docker-registry; .ci/run installs it)"
+    if (
+        exe is None
+    ):  # push and pull then meet a closed port (exit 2): the other entry points still run
         if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+            pytest.fail("no docker-registry on PATH (.ci/run installs it)")
+        yield None
+        return
     r = reghelp.Registry(exe, str(tmp_path_factory.mktemp("matrix-registry")))
     yield r.host
     r.stop()

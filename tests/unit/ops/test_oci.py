@@ -1,7 +1,7 @@
 """``jitwarden push``/``pull`` against a real registry (CNCF distribution 2.8, Debian's docker-registry).
 
 Builders A and B (their own HOMEs; B's fingerprint forced apart by a code-gen variable, as
-docs/fingerprint.md documents them) push real guarded Triton caches to ONE tag; nodes with A's,
+docs/rebuild.md lists them under "env": no setting fakes a GPU) push real guarded Triton caches to ONE tag; nodes with A's,
 B's and a third fingerprint pull it. Refusals are real: a byte flipped in the registry's own
 storage, another key, a stopped registry, an index that lies about whose bundle it lists.
 """
