@@ -45,8 +45,9 @@ MAX_REDIRECTS = 3
 """Redirects followed for one request (registries redirect blob reads to storage once)."""
 
 POOL = 6
-"""Every answer but a blob's shares a budget of ``POOL`` deadlines per client (one command): a registry that
-answers each of a hundred requests just inside the deadline still costs at most six of them."""
+"""Every answer but a blob's shares a budget of ``POOL`` deadlines per client (one command), counted in time
+spent waiting on the registry: one that answers each of a hundred requests just inside the deadline still
+costs at most six of them."""
 
 MIN_RATE = 1 << 20
 """Bytes a second a blob transfer is given beyond the deadline: a 1 GiB layer gets the deadline plus 1024 s."""
@@ -258,7 +259,7 @@ class Client:
         self.scheme = "http" if insecure else "https"
         self._auth: str | None = None
         self.requests = 0
-        self._pool_end = time.monotonic() + POOL * timeout
+        self._spent = 0.0  # seconds spent waiting on answers that are not blobs (the POOL budget)
 
     # -- the wire
 
@@ -317,9 +318,10 @@ class Client:
         if size:  # a blob: its own deadline, grown with its size
             seconds = self.timeout + size / MIN_RATE
         else:
-            seconds = min(self.timeout, self._pool_end - time.monotonic())
+            seconds = min(self.timeout, POOL * self.timeout - self._spent)
             if seconds <= 0:
                 raise RegistryError(self._too_slow())
+        started = time.monotonic()
         call = _Call(
             method=method,
             path=path,
@@ -335,7 +337,7 @@ class Client:
         try:
             return self._with_auth(call)
         except TimeoutError:  # the deadline's own, or a socket read given what was left of it
-            if not size and time.monotonic() >= self._pool_end:
+            if not size and self._spent + time.monotonic() - started >= POOL * self.timeout:
                 raise RegistryError(self._too_slow()) from None
             raise RegistryError(
                 f"{call.deadline.what}: no complete answer within {call.deadline.seconds:.3g} s"
@@ -347,6 +349,9 @@ class Client:
         except (http.client.HTTPException, ConnectionError, OSError) as exc:
             what = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise RegistryError(f"{self.ref.registry}: {what}") from None
+        finally:
+            if not size:
+                self._spent += time.monotonic() - started
 
     def _too_slow(self) -> str:
         return (

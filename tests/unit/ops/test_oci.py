@@ -392,3 +392,18 @@ def test_bad_refs_and_credential_files_are_usage_errors(fleet, registry, tmp_pat
     c.close()
     rc, _, err = jw(fleet["env_a"], "push", f"{registry.host}/kernels/llm:other", "--insecure")
     assert rc == 2 and "push to another tag" in err and "Traceback" not in err
+
+
+def test_the_answers_budget_counts_time_spent_on_the_registry_not_the_command(registry):
+    """push scans (minutes with --rebuild) between its first request and its uploads: that time is its
+    own, and must not eat the registry's budget of POOL deadlines."""
+    import time
+
+    from jitwarden.formats import oci as wire
+
+    client = wire.Client(
+        wire.parse_ref(f"{registry.host}/kernels/llm:v1"), insecure=True, timeout=0.5
+    )
+    assert client.request("GET", "/v2/").status == 200
+    time.sleep(wire.POOL * 0.5 + 0.5)  # the delay is what is tested: longer than the whole budget
+    assert client.request("GET", "/v2/").status == 200
