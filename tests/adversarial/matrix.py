@@ -461,9 +461,12 @@ class World:
     cubin: str  # the served entry's cubin (relative)
     tampered_sha: str
     remote_url: str | None
+    registry: str | None = (
+        None  # host:port of a real OCI registry holding the world's bundle (push, pull)
+    )
 
 
-def build_world(base: str, remote_url: str | None) -> World:
+def build_world(base: str, remote_url: str | None, registry: str | None = None) -> World:
     """Build the template once: real compiles, seals, partition, memos, stats, keys, a bundle, a slot."""
     from jitwarden.store import quarantine as q
 
@@ -516,6 +519,8 @@ def build_world(base: str, remote_url: str | None) -> World:
     )
     _cli(env, "verify", "--target", "90")  # stats/last-verify.json
     _cli(env, "export", "-o", os.path.join(w, "bundle.jwb"))
+    if registry:  # the world's bundle in a real registry: what every pull case pulls
+        _cli(env, "push", registry_ref(registry), "--insecure")
     if (
         remote_url
     ):  # the served kernel on the server (signed by a builder), and stats/remote-<pid>.json
@@ -560,7 +565,13 @@ def build_world(base: str, remote_url: str | None) -> World:
         cubin,
         hashlib.sha256(bytes(data)).hexdigest(),
         remote_url,
+        registry,
     )
+
+
+def registry_ref(registry: str | None) -> str:
+    """The REF of the world's bundle (a closed port when no registry runs: push and pull then exit 2)."""
+    return f"{registry or '127.0.0.1:9'}/matrix/bundle:t"
 
 
 def _runtime_env(w: str, runtime: str, remote_url: str | None) -> dict:
@@ -794,6 +805,8 @@ def _base_argv(world: World, e: Entry, w: str) -> list:
             argv.append(world.qid)
         elif a.dest == "bundle":
             argv.append(os.path.join(w, "bundle.jwb"))
+        elif a.dest == "ref":  # push, pull: the world's registry, plain HTTP on loopback
+            argv += [registry_ref(world.registry), "--insecure"]
         elif opt is None and a.nargs in (None, "+"):
             argv.append(os.path.join(w, "args", a.dest))
         elif opt and a.required:

@@ -31,6 +31,8 @@ COMMANDS = (
     "keygen",
     "export",
     "import",
+    "push",
+    "pull",
     "metrics",
     "dir",
     "completion",

@@ -177,6 +177,13 @@ REMOTE_TIMEOUT = Setting(
 REMOTE_RETRY = Setting(
     "JITWARDEN_REMOTE_RETRY", "number", 30.0, "seconds the remote cache is skipped after it failed"
 )
+OCI_TIMEOUT = Setting(
+    "JITWARDEN_OCI_TIMEOUT",
+    "number",
+    30.0,
+    "seconds one registry request of push/pull may take, connect to complete reply "
+    "(a blob's grows by 1 s per MiB)",
+)
 SIGNING_KEY = Setting(
     "JITWARDEN_SIGNING_KEY",
     "path",
@@ -231,6 +238,7 @@ SETTINGS = (
     REMOTE_ROLE,
     REMOTE_TIMEOUT,
     REMOTE_RETRY,
+    OCI_TIMEOUT,
     SIGNING_KEY,
     TRUSTED_KEYS,
     CONFIG_DIR,

@@ -26,11 +26,14 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from jitwarden import adapters
 from jitwarden.env.locations import PARTITION_VARS, default_base
 from jitwarden.formats import jsonlimits, tarball
+from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
+from jitwarden.ops import scan
 from jitwarden.store import fsutil, partition, seal
 from jitwarden.store.quarantine import rename_noreplace
 
@@ -41,8 +44,8 @@ SIGNATURE = "manifest.sig"
 MAX_MANIFEST = 64 << 20
 _MEMBER = re.compile(r"entries/(\d{1,9})/([^/]+)\Z")
 PARTITIONED = tuple(k for k, _v in PARTITION_VARS)
-ACTIONS = ("installed", "present", "skipped")
-"""What import does with one entry of a bundle."""
+ACTIONS = ("installed", "present", "skipped", "refused")
+"""What import does with one entry of a bundle (``refused``: verify's judge found an error in it)."""
 MAX_SIGNATURE = 4096
 MAX_GROUP = 1 << 20
 STAGE_PREFIX = ".jitwarden-import."
@@ -217,6 +220,22 @@ class _HashingReader:
         return b
 
 
+def manifest_bytes(manifest: Manifest) -> bytes:
+    """The exact bytes of ``manifest.json`` (what is signed)."""
+    return json.dumps(manifest.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def signature_record(mbytes: bytes, signer) -> bytes:
+    """The bytes of ``manifest.sig``: an Ed25519 signature over ``mbytes`` and the signing key's id."""
+    sig = {
+        "schema": SCHEMA,
+        "algorithm": "ed25519",
+        "key_id": signer.id,
+        "signature": signer.sign(mbytes).hex(),
+    }
+    return json.dumps(sig).encode()
+
+
 def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> int:
     """Write the bundle to ``out_path`` atomically (a random temp file beside it, renamed by fd); its size in bytes.
 
@@ -224,41 +243,43 @@ def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> i
     that changed since it was described fails the export (ValueError) and leaves no file.
     OSError EISDIR when ``out_path`` is a directory.
     """
-    mbytes = json.dumps(manifest.to_json(), sort_keys=True, separators=(",", ":")).encode()
     dir_fd, name = fsutil.open_parent(out_path)
     try:
         with fsutil.AtomicWriter(dir_fd, name, f".{name}.") as w:
-            with tarball.open_writer(w, out_path.endswith(".gz")) as tar:
-                tarball.add_bytes(tar, MANIFEST, mbytes, manifest.created)
-                if signer is not None:
-                    sig = {
-                        "schema": SCHEMA,
-                        "algorithm": "ed25519",
-                        "key_id": signer.id,
-                        "signature": signer.sign(mbytes).hex(),
-                    }
-                    tarball.add_bytes(tar, SIGNATURE, json.dumps(sig).encode(), manifest.created)
-                for n, e in enumerate(manifest.entries):
-                    base = os.path.join(partitions[e.kind], *e.path.split("/"))
-                    for fname, rec in e.files.items():
-                        src = os.path.join(base, fname) if fname else base
-                        fd, _st = fsutil.open_regular(src)
-                        try:
-                            r = _HashingReader(fd)
-                            tarball.add_stream(
-                                tar,
-                                f"entries/{n}/{fname or os.path.basename(base)}",
-                                r,
-                                rec["size"],
-                                manifest.created,
-                            )
-                        finally:
-                            os.close(fd)
-                        if r.h.hexdigest() != rec["sha256"] or r.n != rec["size"]:
-                            raise ValueError(f"{src} changed while exporting; run export again")
+            write_to(w, manifest, partitions, signer, out_path.endswith(".gz"))
             return w.pos
     finally:
         os.close(dir_fd)
+
+
+def write_to(w, manifest: Manifest, partitions: dict, signer=None, gz: bool = False) -> None:
+    """Write the bundle as a tar stream into ``w`` (anything with ``write``): what :func:`write` and ``push`` write.
+
+    ValueError when a file changed since it was described.
+    """
+    mbytes = manifest_bytes(manifest)
+    with tarball.open_writer(w, gz) as tar:
+        tarball.add_bytes(tar, MANIFEST, mbytes, manifest.created)
+        if signer is not None:
+            tarball.add_bytes(tar, SIGNATURE, signature_record(mbytes, signer), manifest.created)
+        for n, e in enumerate(manifest.entries):
+            base = os.path.join(partitions[e.kind], *e.path.split("/"))
+            for fname, rec in e.files.items():
+                src = os.path.join(base, fname) if fname else base
+                fd, _st = fsutil.open_regular(src)
+                try:
+                    r = _HashingReader(fd)
+                    tarball.add_stream(
+                        tar,
+                        f"entries/{n}/{fname or os.path.basename(base)}",
+                        r,
+                        rec["size"],
+                        manifest.created,
+                    )
+                finally:
+                    os.close(fd)
+                if r.h.hexdigest() != rec["sha256"] or r.n != rec["size"]:
+                    raise ValueError(f"{src} changed while exporting; run export again")
 
 
 # ---------------------------------------------------------------- import
@@ -293,6 +314,7 @@ class Opened:
     manifest: Manifest
     signed_by: str | None  # the trusted key id that signed it, None when unsigned (and allowed)
     signature_note: str = ""
+    manifest_sha256: str = ""  # of the exact manifest.json bytes
 
 
 def open_bundle(path: str, trusted, allow_unsigned: bool = False):
@@ -306,6 +328,11 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
     f = fsutil.open_regular_file(
         path, follow=True
     )  # the user named it: their link is followed, a FIFO never blocks
+    return open_bundle_file(f, trusted, allow_unsigned)
+
+
+def open_bundle_file(f, trusted, allow_unsigned: bool = False):
+    """:func:`open_bundle` of an open binary file ``f`` (a pulled layer); the reader owns ``f``."""
     try:
         tar = tarball.open_reader(f, owns=True)
     except tarball.NotATar as exc:
@@ -330,37 +357,40 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
             )
         except (*tarball.TarError, OSError, ValueError) as exc:
             raise BundleRefused(f"not a readable jitwarden bundle ({exc})") from None
-        signed_by, note = None, ""
-        if sig is None:
-            if not allow_unsigned:
-                raise Unsigned("the bundle is unsigned")
-            note = "unsigned (allowed by --allow-unsigned)"
-        else:
-            try:
-                doc = jsonlimits.loads(sig, max_bytes=MAX_SIGNATURE)
-                kid, raw = str(doc["key_id"]), bytes.fromhex(doc["signature"])
-                if doc.get("algorithm") != "ed25519":
-                    raise ValueError("algorithm")
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise BundleRefused("manifest.sig is not a valid signature record") from None
-            why = (
-                trusted.verify(kid, raw, mbytes)
-                if trusted is not None
-                else "no trusted keys are configured"
-            )
-            if why is not None:
-                if not allow_unsigned:
-                    raise BundleRefused(f"signature rejected: {why}")
-                note = f"signature rejected ({why}), installed anyway by --allow-unsigned"
-            else:
-                signed_by, note = kid, f"signed by trusted key {kid}"
+        signed_by, note = judge_signature(mbytes, sig, trusted, allow_unsigned)
         manifest = parse_manifest(
             mbytes
         )  # only after the signature: nothing unsigned is interpreted first
-        return tar, Opened(manifest, signed_by, note)
+        return tar, Opened(manifest, signed_by, note, hashlib.sha256(mbytes).hexdigest())
     except BaseException:
         tar.close()
         raise
+
+
+def judge_signature(mbytes: bytes, sig: bytes | None, trusted, allow_unsigned: bool = False):
+    """(the trusted key id that signed ``mbytes``, or None; the note saying so) from the ``manifest.sig``
+    record ``sig``; BundleRefused (``Unsigned``) unless it verifies or ``allow_unsigned``."""
+    if sig is None:
+        if not allow_unsigned:
+            raise Unsigned("the bundle is unsigned")
+        return None, "unsigned (allowed by --allow-unsigned)"
+    try:
+        doc = jsonlimits.loads(sig, max_bytes=MAX_SIGNATURE)
+        kid, raw = str(doc["key_id"]), bytes.fromhex(doc["signature"])
+        if doc.get("algorithm") != "ed25519":
+            raise ValueError("algorithm")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise BundleRefused("manifest.sig is not a valid signature record") from None
+    why = (
+        trusted.verify(kid, raw, mbytes)
+        if trusted is not None
+        else "no trusted keys are configured"
+    )
+    if why is None:
+        return kid, f"signed by trusted key {kid}"
+    if not allow_unsigned:
+        raise BundleRefused(f"signature rejected: {why}")
+    return None, f"signature rejected ({why}), installed anyway by --allow-unsigned"
 
 
 def destinations(manifest: Manifest, digest: str, env) -> dict:
@@ -555,97 +585,197 @@ def _rewrite_groups(entry_fd: int, final: str) -> None:
         fsutil.write_json_atomic(name, doc, ".jitwarden-group.", dir_fd=entry_fd)
 
 
-def install(  # noqa: C901
-    tar, manifest: Manifest, outcomes: list[Outcome], dests: dict, digest: str, producer_note: dict
-) -> list[Outcome]:
-    """Stage every entry to install, check every digest, then move each in by rename and seal it.
+class _Staging:
+    """The private staging dirs of one import (one per destination partition: same filesystem), by fd.
 
-    Nothing is moved in unless every staged file matches the manifest (BundleRefused
-    otherwise, and the staging dirs are removed). Every directory is reached by fd from the
-    root and never through a symlink (``UnsafeName``, nothing moved in); every entry is moved
-    by one no-replace rename between directory fds. Returns the outcomes, updated.
+    Entry ``i`` is staged at ``<stage>/<i>/<its path inside the partition>``, so each adapter judges it
+    by the same relative name ``verify`` would (``fxgraph/ab/<key>``, ``<tag>/<module>``). Closing
+    removes every staging dir and closes every fd.
     """
-    todo = {i for i, o in enumerate(outcomes) if o.action == "installed"}
-    if not todo:
-        return outcomes
-    fds: list[int] = []
-    parts: dict[str, int] = {}  # kind -> partition fd
-    stages: dict[
-        str, tuple[int, str, int]
-    ] = {}  # kind -> (partition fd, staging name, staging fd): same filesystem
-    staged: dict[int, int | None] = {}  # entry -> its staged dir's fd (None: a single file)
-    got: dict[int, set] = {i: set() for i in range(len(manifest.entries))}
-    header: set = set()
 
-    def keep(fd: int) -> int:
-        fds.append(fd)
+    def __init__(self, manifest: Manifest, dests: dict):
+        self.manifest, self.dests = manifest, dests
+        self.fds: list[int] = []
+        self.parts: dict[str, int] = {}  # kind -> partition fd
+        self.stages: dict[str, tuple[int, str, int]] = {}  # kind -> (partition fd, name, fd)
+        self.holders: dict[int, int] = {}  # entry -> fd of the staged dir that holds its leaf
+        self.dirs: dict[int, int] = {}  # entry -> fd of its staged dir (kernel dirs)
+
+    def keep(self, fd: int) -> int:
+        self.fds.append(fd)
         return fd
 
-    def stage_of(kind: str) -> int:
-        if kind not in stages:
-            if kind not in parts:
-                parts[kind] = keep(_open_partition(dests[kind], create=True))
-            name, sfd = fsutil.make_temp_dir(parts[kind], STAGE_PREFIX)
-            stages[kind] = (parts[kind], name, keep(sfd))
-        return stages[kind][2]
+    def partition(self, kind: str) -> int:
+        if kind not in self.parts:
+            self.parts[kind] = self.keep(_open_partition(self.dests[kind], create=True))
+        return self.parts[kind]
 
-    try:
-        for info in tar:
-            if info.name in (
-                MANIFEST,
-                SIGNATURE,
-            ):  # tarfile yields the members open_bundle read first
-                if info.name in header:
-                    raise BundleRefused(f"{info.name} appears twice")
-                header.add(info.name)
-                continue
-            m = _MEMBER.match(info.name)
-            if m is None:
-                raise BundleRefused(f"unexpected member {info.name!r} (outside entries/<n>/<file>)")
-            if not info.isreg():
-                raise BundleRefused(
-                    f"member {info.name!r} is not a regular file (links and devices are refused)"
-                )
-            i, fname = int(m.group(1)), m.group(2)
-            if i >= len(manifest.entries):
-                raise BundleRefused(f"member {info.name!r} belongs to no entry of the manifest")
-            e = manifest.entries[i]
-            key = "" if "" in e.files else fname
-            if key not in e.files or not safe_name(fname) or key in got[i]:
-                raise BundleRefused(
-                    f"member {info.name!r} is not a file the manifest lists (or appears twice)"
-                )
-            rec = e.files[key]
-            if info.size != rec["size"]:
-                raise BundleRefused(
-                    f"{e.kind} {e.path}/{key}: {info.size} bytes in the bundle, {rec['size']} signed"
-                )
-            if i not in todo:
-                got[i].add(key)
-                continue
-            sfd = stage_of(e.kind)
-            if i not in staged:
-                staged[i] = (
-                    keep(fsutil.open_beneath(sfd, str(i), create=True)) if key != "" else None
-                )
-            into, name = (sfd, str(i)) if key == "" else (staged[i], key)
+    def _stage(self, kind: str) -> int:
+        if kind not in self.stages:
+            name, sfd = fsutil.make_temp_dir(self.partition(kind), STAGE_PREFIX)
+            self.stages[kind] = (self.parts[kind], name, self.keep(sfd))
+        return self.stages[kind][2]
+
+    def holder(self, i: int) -> int:
+        """An fd of ``<stage>/<i>/<parent of the entry's path>``, made on first use."""
+        if i not in self.holders:
+            e = self.manifest.entries[i]
+            rel = "/".join([str(i), *e.path.split("/")[:-1]])
+            self.holders[i] = self.keep(fsutil.open_beneath(self._stage(e.kind), rel, create=True))
+        return self.holders[i]
+
+    def entry_dir(self, i: int) -> int:
+        """An fd of the staged kernel dir of entry ``i`` (a directory entry), made on first use."""
+        if i not in self.dirs:
+            leaf = self.manifest.entries[i].path.split("/")[-1]
+            self.dirs[i] = self.keep(fsutil.open_beneath(self.holder(i), leaf, create=True))
+        return self.dirs[i]
+
+    def root_of(self, i: int) -> str:
+        """The path of ``<stage>/<i>``, what entry ``i``'s path is relative to, for the adapters' judges."""
+        return os.path.join(
+            os.path.realpath(fsutil.fd_path(self.stages[self.manifest.entries[i].kind][2])), str(i)
+        )
+
+    def close(self) -> None:
+        for part_fd, name, _sfd in self.stages.values():
+            try:
+                fsutil.rmtree_at(part_fd, name)
+            except OSError:
+                pass
+        for fd in reversed(self.fds):
+            os.close(fd)
+
+
+def _stage_members(tar, manifest: Manifest, todo: set, st: _Staging) -> None:
+    """Write every member of the entries in ``todo`` into staging, each checked against the manifest.
+
+    BundleRefused on a member the manifest does not list, one that is no regular file, a size or a
+    sha256 that differs, a listed file missing; members of entries not in ``todo`` are only counted.
+    """
+    got: dict[int, set] = {i: set() for i in range(len(manifest.entries))}
+    header: set = set()
+    for info in tar:
+        if info.name in (MANIFEST, SIGNATURE):  # tarfile yields the members open_bundle read first
+            if info.name in header:
+                raise BundleRefused(f"{info.name} appears twice")
+            header.add(info.name)
+            continue
+        i, key, rec = _listed(info, manifest, got)
+        e = manifest.entries[i]
+        if i in todo:
+            into, name = (
+                (st.holder(i), e.path.split("/")[-1]) if key == "" else (st.entry_dir(i), key)
+            )
             if _write_new(name, into, tarball.member_stream(tar, info), info.size) != rec["sha256"]:
                 raise BundleRefused(
                     f"{e.kind} {e.path}/{key}: sha256 does not match the manifest (tampered)"
                 )
-            got[i].add(key)
-        for i in range(len(manifest.entries)):
-            missing = set(manifest.entries[i].files) - got[i]
-            if missing:
-                raise BundleRefused(
-                    f"{manifest.entries[i].path}: {len(missing)} listed file(s) missing from the bundle"
-                )
+        got[i].add(key)
+    for i, e in enumerate(manifest.entries):
+        missing = set(e.files) - got[i]
+        if missing:
+            raise BundleRefused(f"{e.path}: {len(missing)} listed file(s) missing from the bundle")
+
+
+def _listed(info, manifest: Manifest, got: dict) -> tuple[int, str, dict]:
+    """(entry number, file key, its manifest record) of a tar member; BundleRefused when the manifest does
+    not list it as a regular file of that size (pure)."""
+    m = _MEMBER.match(info.name)
+    if m is None:
+        raise BundleRefused(f"unexpected member {info.name!r} (outside entries/<n>/<file>)")
+    if not info.isreg():
+        raise BundleRefused(
+            f"member {info.name!r} is not a regular file (links and devices are refused)"
+        )
+    i, fname = int(m.group(1)), m.group(2)
+    if i >= len(manifest.entries):
+        raise BundleRefused(f"member {info.name!r} belongs to no entry of the manifest")
+    e = manifest.entries[i]
+    key = "" if "" in e.files else fname
+    if key not in e.files or not safe_name(fname) or key in got[i]:
+        raise BundleRefused(
+            f"member {info.name!r} is not a file the manifest lists (or appears twice)"
+        )
+    rec = e.files[key]
+    if info.size != rec["size"]:
+        raise BundleRefused(
+            f"{e.kind} {e.path}/{key}: {info.size} bytes in the bundle, {rec['size']} signed"
+        )
+    return i, key, rec
+
+
+def _judged(manifest: Manifest, todo: set, st: _Staging, judge) -> dict[int, str]:
+    """entry -> why it is refused, for every staged entry the kind's adapter (``verify``'s judge) finds an
+    error in: an entry verify would call ``corrupt`` (or any error) is never sealed nor installed.
+
+    A Triton group file is pointed at its staged home first, so that it is judged where it lies; seals
+    are not asked for (import seals after). An error of jitwarden's own while judging is the entry's
+    ``unrecognised`` finding (info, ``scan._inspected``), never a refusal.
+    """
+    judge = replace(judge, check_seals=False)
+    out = {}
+    for i in sorted(todo):
+        e = manifest.entries[i]
+        root = st.root_of(i)
+        if i in st.dirs:
+            _rewrite_groups(st.dirs[i], os.path.join(root, *e.path.split("/")))
+        entry = scan._inspected(
+            adapters.get(e.kind).inspect_entry, e.kind, root, e.path, judge, os.getuid()
+        )
+        errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
+        if errors:
+            out[i] = "verify: " + "; ".join(f"{f.code}: {f.message}" for f in errors[:3])
+    return out
+
+
+def install(
+    tar,
+    manifest: Manifest,
+    outcomes: list[Outcome],
+    dests: dict,
+    digest: str,
+    producer_note: dict,
+    judge=None,
+    all_or_nothing: bool = False,
+) -> list[Outcome]:
+    """Stage every entry to install, check every digest, judge each, then move each in by rename and seal it.
+
+    Nothing is moved in unless every staged file matches the manifest (BundleRefused
+    otherwise, and the staging dirs are removed). ``judge`` (a ``model.entries.Judge``): each
+    staged entry is judged by its kind's adapter as ``verify`` judges it, and one with an error
+    finding is ``refused`` (saying why), nothing of it sealed or installed (``all_or_nothing``:
+    nor any other entry, each ``skipped`` saying so: what ``pull`` promises). Every directory is
+    reached by fd from the root and never through a symlink (``UnsafeName``, nothing moved in);
+    every entry is moved by one no-replace rename between directory fds. Returns the outcomes,
+    updated.
+    """
+    todo = {i for i, o in enumerate(outcomes) if o.action == "installed"}
+    if not todo:
+        return outcomes
+    st = _Staging(manifest, dests)
+    try:
+        try:
+            _stage_members(tar, manifest, todo, st)
+        except tarball.TarError as exc:
+            raise BundleRefused(f"the bundle is damaged ({exc})") from None
+        refused = _judged(manifest, todo, st, judge) if judge is not None else {}
+        out = list(outcomes)
+        for i, why in refused.items():
+            out[i] = replace(outcomes[i], action="refused", why=why)
+        if refused and all_or_nothing:
+            held = "not installed: another entry of the bundle was refused"
+            return [
+                o if i in refused or i not in todo else replace(o, action="skipped", why=held)
+                for i, o in enumerate(out)
+            ]
         # Every destination directory is opened (made where missing) before anything moves in:
         # a symlinked component refuses the whole import with nothing installed.
+        todo -= set(refused)
         parents = {
-            i: keep(
+            i: st.keep(
                 _parent_of(
-                    parts[manifest.entries[i].kind],
+                    st.partition(manifest.entries[i].kind),
                     dests[manifest.entries[i].kind],
                     manifest.entries[i],
                     create=True,
@@ -653,58 +783,37 @@ def install(  # noqa: C901
             )
             for i in sorted(todo)
         }
-        out = list(outcomes)
         for i in sorted(todo):
-            e, o = manifest.entries[i], outcomes[i]
-            efd = staged[i]
-            if efd is not None:
-                _rewrite_groups(efd, o.dest)
-                if e.sealed:
-                    where = fsutil.fd_path(
-                        efd
-                    )  # exactly the staged dir, whatever is swapped in on the way to it
-                    s = seal.compute(
-                        where, list(e.files), digest, {**producer_note, "imported_at": time.time()}
-                    )
-                    seal.write(where, s)
-            try:
-                rename_noreplace(
-                    str(i),
-                    e.path.split("/")[-1],
-                    src_dir_fd=stages[e.kind][2],
-                    dst_dir_fd=parents[i],
-                )
-            except FileExistsError:
-                out[i] = Outcome(
-                    e.kind,
-                    e.path,
-                    "skipped",
-                    "an entry of that name appeared meanwhile",
-                    o.dest,
-                    e.bytes,
-                )
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-                out[i] = Outcome(
-                    e.kind,
-                    e.path,
-                    "skipped",
-                    "an entry of that name appeared meanwhile",
-                    o.dest,
-                    e.bytes,
-                )
+            out[i] = _move_in(
+                manifest.entries[i], outcomes[i], st, i, parents[i], digest, producer_note
+            )
         return out
-    except tarball.TarError as exc:
-        raise BundleRefused(f"the bundle is damaged ({exc})") from None
     finally:
-        for part_fd, name, _sfd in stages.values():
-            try:
-                fsutil.rmtree_at(part_fd, name)
-            except OSError:
-                pass
-        for fd in reversed(fds):
-            os.close(fd)
+        st.close()
+
+
+def _move_in(
+    e: BundleEntry, o: Outcome, st: _Staging, i: int, parent_fd: int, digest: str, note: dict
+) -> Outcome:
+    """Seal staged entry ``i`` (a kernel dir sealed at its source) and rename it into ``parent_fd``; its outcome."""
+    leaf = e.path.split("/")[-1]
+    efd = st.dirs.get(i)
+    if efd is not None:
+        _rewrite_groups(efd, o.dest)
+        if e.sealed:
+            where = fsutil.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way
+            s = seal.compute(where, list(e.files), digest, {**note, "imported_at": time.time()})
+            seal.write(where, s)
+    try:
+        rename_noreplace(leaf, leaf, src_dir_fd=st.holder(i), dst_dir_fd=parent_fd)
+    except OSError as exc:
+        if not isinstance(exc, FileExistsError) and exc.errno not in (
+            errno.ENOTEMPTY,
+            errno.EEXIST,
+        ):
+            raise
+        return replace(o, action="skipped", why="an entry of that name appeared meanwhile")
+    return o
 
 
 @dataclass(frozen=True)

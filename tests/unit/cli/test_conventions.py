@@ -63,6 +63,8 @@ def test_completion_script_is_generated_for_every_command(shell):
         "--keep-cubins",
         "--format",
         "completion",
+        "push",
+        "pull",
     ):
         assert word in script, word
     binary = shutil.which(shell)
@@ -85,6 +87,8 @@ QUIET = [
     "keygen",
     "export",
     "import",
+    "push",
+    "pull",
     "metrics",
     "run",
     "quarantine ls",

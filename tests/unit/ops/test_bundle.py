@@ -86,7 +86,7 @@ def test_import_installs_sealed_entries_that_verify_and_hit(fleet, tmp_path):
     rc, out, err = jw(env_b, "import", fleet["bundle"], "--format", "json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["counts"] == {"installed": 2, "present": 0, "skipped": 0}
+    assert doc["counts"] == {"installed": 2, "present": 0, "skipped": 0, "refused": 0}
     assert doc["signed_by"] and doc["match"]
     part_b = triton_partition(env_b)
     assert entries(part_b) == entries(fleet["part_a"])
@@ -106,7 +106,12 @@ def test_import_installs_sealed_entries_that_verify_and_hit(fleet, tmp_path):
     } == seals
     # A second import finds everything present.
     rc, out, _ = jw(env_b, "import", fleet["bundle"], "--format", "json")
-    assert rc == 0 and json.loads(out)["counts"] == {"installed": 0, "present": 2, "skipped": 0}
+    assert rc == 0 and json.loads(out)["counts"] == {
+        "installed": 0,
+        "present": 2,
+        "skipped": 0,
+        "refused": 0,
+    }
 
 
 def test_dry_run_writes_nothing(fleet, tmp_path):
@@ -612,3 +617,56 @@ def test_entry_files_names_a_flat_entry_and_leaves_no_listing_open(tmp_path):
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [
         str(w.message) for w in caught
     ]
+
+
+# ---------------------------------------------------------------- import judges before it seals (issue 32)
+
+
+def _with_garbage_cubin(fleet, size: int = 1 << 20):
+    """The fleet bundle with one entry's cubin replaced by ``size`` bytes that are no ELF, the manifest's
+    sha256 and size of it rewritten to match (what an unsigned or a careless signed bundle may carry)."""
+    import hashlib
+
+    members = read_bundle(fleet["bundle"])
+    doc = json.loads(members[0][1])
+    garbage = b"\x7fNOT-AN-ELF" + b"\x00" * (size - 11)
+    e = doc["entries"][0]
+    cubin = next(n for n in e["files"] if n.endswith(".cubin"))
+    e["files"][cubin] = {"sha256": hashlib.sha256(garbage).hexdigest(), "size": len(garbage)}
+    out = []
+    for info, data in members:
+        if info.name == f"entries/0/{cubin}":
+            data = garbage
+        out.append((info, data))
+    return doc, out, cubin
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_import_never_seals_what_verify_calls_corrupt(fleet, tmp_path, signed):
+    doc, members, cubin = _with_garbage_cubin(fleet)
+    bad_id = doc["entries"][0]["path"]
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    members[0] = (members[0][0], raw)
+    if signed:
+        members = resign(members, fleet["secret"])
+    else:
+        members = [(m, d) for m, d in members if m.name != "manifest.sig"]
+    bad = str(tmp_path / "garbage.tar")
+    write_bundle(bad, members)
+    env_b = node_b(fleet, tmp_path)
+    argv = ["import", bad, "--format", "json"] + ([] if signed else ["--allow-unsigned"])
+    rc, out, err = jw(env_b, *argv)
+    res = json.loads(out)
+    assert rc == 1, err
+    assert res["counts"] == {"installed": 1, "present": 0, "skipped": 0, "refused": 1}
+    refused = [e for e in res["entries"] if e["action"] == "refused"]
+    assert [e["path"] for e in refused] == [bad_id]
+    assert "corrupt" in refused[0]["why"] and cubin in refused[0]["why"]
+    part_b = triton_partition(env_b)
+    assert bad_id not in entries(part_b)  # nothing of it installed, nor sealed anywhere
+    assert len(entries(part_b)) == 1
+    assert not [n for n in os.listdir(part_b) if n.startswith(".jitwarden-import")]
+    rc, out, err = jw(env_b, "verify", part_b, "--format", "json")
+    assert rc == 0, out + err  # what was installed passes verify
+    rc, _, err = jw(env_b, *[a for a in argv if a not in ("--format", "json")])
+    assert rc == 1 and f"refused triton {bad_id}: verify: corrupt" in err and "1 refused" in err

@@ -267,3 +267,33 @@ def protection_lines(report, env=None) -> list[dict]:
             }
         )
     return lines
+
+
+MAX_FINGERPRINT = 4 << 20
+"""Larger than any saved fingerprint (a few KiB; ``status --format json`` a little more)."""
+
+
+def load_fingerprint(path: str):
+    """A saved fingerprint (``fingerprint --format json``, ``status --format json``, or the bare record);
+    UsageError (exit 2) with one line when it cannot be used."""
+    from jitwarden.env.fingerprint import Fingerprint
+    from jitwarden.store.fsutil import read_json
+
+    try:  # bounded: a FIFO is refused at once, deep or huge JSON is a clean refusal
+        data = read_json(path, max_bytes=MAX_FINGERPRINT, follow=True)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not JSON we read ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("fingerprint"), dict):
+        data = data["fingerprint"]  # accept `jitwarden status --format json` too
+    if (
+        isinstance(data, dict) and "fingerprint_schema" in data
+    ):  # `fingerprint --format json` (envelope schema 2)
+        data = {**data, "schema": data["fingerprint_schema"]}
+    try:
+        return Fingerprint.from_json(data)
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None

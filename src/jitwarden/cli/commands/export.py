@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
-from jitwarden import __version__
 from jitwarden.cli import options
 from jitwarden.cli import render as out
-from jitwarden.cli.commands import _common
+from jitwarden.cli.commands import _bundles, _common
 from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError, os_error_line
-from jitwarden.model.findings import Severity
 from jitwarden.model.text import human_size
 
 
@@ -56,94 +53,30 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def select(report) -> tuple[list, list]:
-    """(entries to export, [(entry, why not)]): anything with a finding at warn level or above stays home."""
-    take, leave = [], []
-    for e in report.entries:
-        worst = max((f.severity for f in e.findings), default=None)
-        if worst is not None and worst >= Severity.WARN:
-            codes = sorted({f.code for f in e.findings if f.severity >= Severity.WARN})
-            leave.append((e, "verify: " + ", ".join(codes)))
-        elif e.kind == "triton" and not e.sealed:
-            leave.append((e, "not sealed"))
-        else:
-            take.append(e)
-    return take, leave
-
-
 def run(args) -> int:
-    from jitwarden.env.locations import PARTITION_VARS, default_base
-    from jitwarden.model.entries import CacheRoot
-    from jitwarden.ops import bundle, keys
-    from jitwarden.ops import scan as scanner
-    from jitwarden.store import partition
+    from jitwarden.ops import bundle
 
-    kinds = _common.kinds_of(args) or bundle.PARTITIONED
-    bad = [k for k in kinds if k not in bundle.PARTITIONED]
-    if bad:
-        raise UsageError(
-            f"--kind {bad[0]}: only partitioned kinds can be exported ({', '.join(bundle.PARTITIONED)})"
-        )
+    kinds = _bundles.kinds(args)
     req = _common.rebuild_request(args)
-    signer = None
-    if not args.unsigned:
-        path = keys.signing_key_path(args.key)
-        try:
-            signer = keys.load_signing_key(path)
-        except keys.KeyTooOpen as exc:
-            raise UsageError(str(exc)) from None
-        except keys.KeyError_ as exc:
-            raise UsageError(
-                f"{exc} (make one with `jitwarden keygen`, or pass --unsigned)"
-            ) from None
+    signer = _bundles.load_signer(args.key, args.unsigned)
     _check_output(args.output)
-
-    from jitwarden.env import fingerprint
-
-    fp = fingerprint.collect()
-    digest = fp.digest
-    env = os.environ
-    roots, partitions = [], {}
-    for kind, var in PARTITION_VARS:
-        if kind not in kinds:
-            continue
-        cur = env.get(var)
-        base = partition.base_of(cur) if cur else default_base(kind, env)
-        pdir = partition.path_for(base, digest)
-        if os.path.isdir(pdir) and not os.path.islink(pdir):
-            roots.append((CacheRoot(kind, pdir, "partition", digest, base), None))
-            partitions[kind] = pdir
-    target = _common.resolve_target(None, fp)
-    judge = scanner.make_judge(target.arch, 3600.0, fp=fp)
-    report = scanner.scan(roots, judge, target, expand=False)
-    if req is not None:
-        report = _common.rebuilt(report, req)
-    take, leave = select(report)
-    entries, skipped = [], [(e, why) for e, why in leave]
-    for e in take:
-        pdir = partitions[e.kind]
-        rec = bundle.describe(e.kind, pdir, e.path, e.sealed)
-        if isinstance(rec, str):
-            skipped.append((e, rec))
-        else:
-            entries.append(rec)
-    producer = {"jitwarden": __version__, **{p.name: p.version for p in fp.packages}}
-    manifest = bundle.Manifest(digest, fp.to_json(), producer, time.time(), tuple(entries))
+    got = _bundles.collect(kinds, req)
+    entries, skipped = got.manifest.entries, got.skipped
     try:
-        size = bundle.write(args.output, manifest, partitions, signer) if entries else 0
+        size = bundle.write(args.output, got.manifest, got.partitions, signer) if entries else 0
     except (
         OSError
     ) as exc:  # the place changed since it was checked, a full or read-only disk: one line
         raise UsageError(_output_problem(args.output, exc)) from None
     doc = {
         "bundle": os.path.abspath(args.output) if entries else None,
-        "digest": digest,
+        "digest": got.manifest.digest,
         "signed_by": signer.id if signer else None,
         "entries": len(entries),
         "bytes": sum(e.bytes for e in entries),
         "file_bytes": size,
         "skipped": [{"kind": e.kind, "path": e.path, "why": why} for e, why in skipped],
-        "partitions": partitions,
+        "partitions": got.partitions,
     }
     out.output_format(args).result(
         "export", lambda: doc, lambda: _print(args.output, doc, skipped, signer)
@@ -176,8 +109,7 @@ def _check_output(path: str) -> None:
 
 
 def _print(output: str, doc: dict, skipped, signer) -> None:
-    for e, why in skipped:
-        print(f"skipped {e.kind} {out.short_path(e.path)}: {why}", file=sys.stderr)
+    _bundles.print_skipped(skipped)
     if doc["entries"]:
         print(
             f"{output}: {doc['entries']} entries, {human_size(doc['bytes'])}, fingerprint {doc['digest']}, "
