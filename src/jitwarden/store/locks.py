@@ -23,6 +23,7 @@ import time
 
 from jitwarden.model.errors import EXIT_USAGE, JitwardenError
 from jitwarden.model.layout import ROOT_LOCK_FILE
+from jitwarden.store.entrylock import lock_mode
 
 POLL_S = 0.1
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -91,12 +92,13 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
         ) from None
     try:
         vet(root, root_fd)
-        owners = (os.geteuid(), os.fstat(root_fd).st_uid)
+        root_st = os.fstat(root_fd)
+        owners = (os.geteuid(), root_st.st_uid)
         try:
             fd = os.open(
                 ROOT_LOCK_FILE,
                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
-                0o644,
+                lock_mode(root_st.st_mode),  # only those who may write the root can hold its lock
                 dir_fd=root_fd,
             )
         except OSError as exc:
