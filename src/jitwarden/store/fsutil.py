@@ -15,6 +15,17 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from jitwarden.store.removal import (  # noqa: F401 - re-exported: the removal concern
+    chmod_at,
+    remove_empty_dir,
+    remove_empty_dir_at,
+    remove_file,
+    remove_tree,
+    remove_tree_at,
+    rmtree_at,
+    rmtree_trash,
+)
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -645,64 +656,6 @@ def open_regular_file(path: str, *, dir_fd: int | None = None, follow: bool = Fa
     return os.fdopen(fd, "rb")
 
 
-def rmtree_at(dir_fd: int, name: str) -> None:
-    """Remove ``name`` inside ``dir_fd`` and everything below it, never following a symlink.
-
-    For jitwarden's own staging directories (shallow): one fd per level is held while it
-    walks. Every step is relative to a directory fd: nothing outside ``name`` can be reached.
-    OSError on the first step that fails.
-    """
-    _rmtree(dir_fd, name, quiet=False)
-
-
-def _rmtree(dir_fd: int, top: str, quiet: bool, flat: bool = False) -> None:
-    """The one no-follow removal walk, every step relative to ``dir_fd``: :func:`rmtree_at` (``quiet``
-    False: OSError on the first step that fails), :func:`remove_tree_at` (``quiet``: what fails is left,
-    and the rest still goes) and :func:`rmtree_trash` (``flat``: each subdirectory is renamed up beside
-    ``top`` and emptied on its own, so any depth takes no stack; one we may not enter is made so first).
-    """
-    work, n = [top], 0
-    while work:
-        p = work.pop()
-        try:
-            try:
-                st = os.stat(p, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                os.unlink(p, dir_fd=dir_fd)
-                continue
-            if flat and st.st_mode & 0o700 != 0o700:
-                chmod_at(dir_fd, p, st.st_mode | 0o700)
-            fd = os.open(p, O_DIR_NOFOLLOW, dir_fd=dir_fd)
-            try:
-                with os.scandir(fd) as it:
-                    names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-                for sub, is_dir in names:
-                    try:
-                        if not is_dir:
-                            os.unlink(sub, dir_fd=fd)
-                        elif flat:
-                            n += 1
-                            work.append(_move_up(fd, sub, dir_fd, f"{top}.d{n}"))
-                        else:
-                            _rmtree(fd, sub, quiet)
-                    except OSError:
-                        if not quiet:
-                            raise
-            finally:
-                os.close(fd)
-            os.rmdir(p, dir_fd=dir_fd)
-        except OSError:
-            if not quiet:
-                raise
-
-
-def remove_empty_dir(path: str) -> bool:
-    """Remove the directory ``path`` when it is empty (rmdir never removes anything else); whether it went."""
-    return _went(os.rmdir, path)
-
-
 # --- added by remote-memo-settings ---
 
 
@@ -806,7 +759,7 @@ def open_lock_file(dir_fd: int, name: str, *, create: bool = False) -> int | Non
             | _O_NOFOLLOW
             | os.O_NONBLOCK
             | getattr(os, "O_NOCTTY", 0),
-            0o644,
+            0o600,
             dir_fd=dir_fd,
         )
     except OSError:
@@ -819,11 +772,6 @@ def open_lock_file(dir_fd: int, name: str, *, create: bool = False) -> int | Non
         pass
     os.close(fd)
     return None
-
-
-def remove_empty_dir_at(dir_fd: int, name: str) -> bool:
-    """Remove the empty directory ``name`` in ``dir_fd``; False when it is not there, not empty or not a directory."""
-    return _went(os.rmdir, name, dir_fd=dir_fd)
 
 
 def make_private_dir(parent: str, prefix: str) -> tuple[str, int]:
@@ -863,24 +811,6 @@ def rename_at(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
     os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
-def remove_tree_at(dir_fd: int, name: str) -> None:
-    """Remove ``name`` in ``dir_fd`` and everything below it, by directory fds, never following a link; quiet on errors."""
-    _rmtree(dir_fd, name, quiet=True)
-
-
-def remove_tree(path: str) -> None:
-    """Remove the directory ``path`` and everything below it (:func:`remove_tree_at` from its parent); quiet on errors."""
-    parent, name = os.path.split(os.path.normpath(path))
-    try:
-        pfd = os.open(parent or os.curdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        remove_tree_at(pfd, name)
-    finally:
-        os.close(pfd)
-
-
 def rename_path(src: str, dst: str) -> None:
     """``rename(2)`` of ``src`` to ``dst`` by their parent directories' fds (onto nothing or an empty directory)."""
     sp, sn = os.path.split(os.path.normpath(src))
@@ -912,32 +842,6 @@ def open_entry_dir(path: str) -> int:
 # --- added by ops-house ---
 # Removing trees (moved here from store/quarantine.py) and the private work files of verify --rebuild and
 # the canary: the one place those touch the disk.
-
-
-def chmod_at(dir_fd: int, name: str, mode: int) -> None:
-    """chmod a directory entry without following a symlink (through an O_PATH fd where there is one)."""
-    o_path = getattr(os, "O_PATH", 0)
-    if not o_path:  # pragma: no cover - Linux has O_PATH
-        os.chmod(name, mode, dir_fd=dir_fd)
-        return
-    fd = os.open(name, o_path | _O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise OSError(errno.ENOTDIR, "not a directory", name)
-        os.chmod(f"/proc/self/fd/{fd}", mode)
-    finally:
-        os.close(fd)
-
-
-def rmtree_trash(trash_fd: int, top: str) -> None:
-    """Delete ``top`` inside the trash without recursion and without following a symlink.
-
-    Each subdirectory is first renamed up beside ``top`` in the trash, then emptied on its
-    own: any depth (a 10,000-deep chain) takes no stack, no long paths and one fd at a time.
-    A directory we may not enter or change is made so first (it is ours, and going). Every
-    step is relative to the trash's fd: nothing outside it can be reached.
-    """
-    _rmtree(trash_fd, top, quiet=False, flat=True)
 
 
 def private_dir(prefix: str) -> str:
@@ -976,32 +880,7 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         raise
 
 
-def remove_file(path: str) -> bool:
-    """Unlink ``path`` (a symlink itself, never its target); False when it could not be (gone, or refused)."""
-    return _went(os.unlink, path)
-
-
 # --- added by dedup ---
-
-
-def _move_up(fd: int, name: str, to_fd: int, flat: str) -> str:
-    """Rename the directory ``name`` in ``fd`` to ``flat`` in ``to_fd`` (made writable first when it must be:
-    moving a directory rewrites its ``..``); ``flat``."""
-    try:
-        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=to_fd)
-    except PermissionError:
-        chmod_at(fd, name, 0o700)
-        os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=to_fd)
-    return flat
-
-
-def _went(op, *args, **kw) -> bool:
-    """Whether ``op(*args, **kw)`` (an unlink or rmdir) succeeded; an OSError is a False, never raised."""
-    try:
-        op(*args, **kw)
-        return True
-    except OSError:
-        return False
 
 
 def _open_made(name: str, dir_fd: int, flags: int, create: bool, mode: int = 0o755) -> int:
