@@ -898,12 +898,32 @@ def _make_dir(name: str, dir_fd: int, mode: int) -> None:
         pass
 
 
+NAME_MAX = 255
+"""The longest name a directory entry may have (Linux, every common filesystem), in bytes."""
+
+
+def temp_name(prefix: str) -> str:
+    """``<prefix><12 random hex>.tmp``, the prefix's last component cut (in bytes) so the name fits
+    :data:`NAME_MAX`: a target of any legal length gets a temporary beside it (``.<name>.`` prefixes)."""
+    head, base = os.path.split(prefix)
+    suffix = (
+        f"{os.urandom(6).hex()}.tmp"  # what secrets.token_hex(6) returns, without importing secrets
+    )
+    room = NAME_MAX - len(suffix)
+    raw = os.fsencode(base)
+    if len(raw) > room:
+        while room and raw[room] & 0xC0 == 0x80:  # never half a UTF-8 character
+            room -= 1
+        base = os.fsdecode(raw[:room])
+    return os.path.join(head, base + suffix)
+
+
 def _new_temp(prefix: str, mode: int | None, dir_fd: int | None, target: str) -> tuple[int, str]:
     """(write fd, name) of a new temporary ``<prefix><random>.tmp`` (in ``dir_fd`` when given), created
     ``O_EXCL | O_NOFOLLOW``: a planted link or file at any name is never followed nor reused. ``mode``:
     None for 0666 less the umask. The one temporary of every atomic write here (``target``: what it becomes)."""
     for _ in range(100):
-        tmp = f"{prefix}{os.urandom(6).hex()}.tmp"  # what secrets.token_hex(6) returns, without importing secrets
+        tmp = temp_name(prefix)
         try:
             return os.open(
                 tmp,

@@ -612,3 +612,12 @@ def test_entry_files_names_a_flat_entry_and_leaves_no_listing_open(tmp_path):
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [
         str(w.message) for w in caught
     ]
+
+
+def test_export_to_the_longest_legal_name(fleet):
+    """A 255-byte output name is legal; its temporary (``.<name>.<random>.tmp``) must fit NAME_MAX too."""
+    out = str(fleet["base"] / ("b" * 251 + ".tar"))
+    rc, _, err = jw(fleet["env_a"], "export", "-o", out)
+    assert rc == 0, err
+    assert tarfile.is_tarfile(out)
+    assert os.listdir(fleet["base"]).count(os.path.basename(out)) == 1
