@@ -74,7 +74,7 @@ def wait_flock(fd: int, mode: int, timeout: float, what: str) -> None:
 
 def _open(entry_dir: str, name: str) -> int:
     """An fd of the lock file ``name`` in ``entry_dir`` (created with :func:`lock_mode` of the directory)."""
-    from jitwarden.store.fsutil import NotRegularFile, kind_of
+    from jitwarden.store.reads import NotRegularFile, kind_of
 
     path = os.path.join(entry_dir, name)
     try:
@@ -135,6 +135,35 @@ def lock(
             pass
         os.close(fd)
     raise OSError(f"cannot lock {path}: it keeps moving")
+
+
+def open_lock_file(dir_fd: int, name: str, *, create: bool = False) -> int | None:
+    """An fd of the lock file ``name`` in ``dir_fd`` when it is a regular file this user owns; None otherwise.
+
+    Never follows a link, never blocks on a FIFO; a lock file someone else planted (another owner)
+    is no lock of ours, so it is refused like one that is absent.
+    """
+    try:
+        fd = os.open(
+            name,
+            (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY)
+            | os.O_CLOEXEC
+            | _O_NOFOLLOW
+            | _O_NONBLOCK
+            | _O_NOCTTY,
+            0o600,
+            dir_fd=dir_fd,
+        )
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def unlock(fd: int | None) -> None:

@@ -39,7 +39,7 @@ class LockError(JitwardenError):
 
 def holder(path: str) -> str:
     """The pid written in a lock file, or ``?``."""
-    from jitwarden.store.fsutil import read_head
+    from jitwarden.store.reads import read_head
 
     try:
         text = read_head(path, 32).decode("ascii", "replace").strip()
@@ -58,7 +58,7 @@ def reserved_names() -> dict[str, bool]:
 def vet(root: str, root_fd: int | None = None) -> None:
     """LockError (one line) when a name jitwarden keeps in ``root`` is not what jitwarden made."""
     from jitwarden.model.text import display
-    from jitwarden.store.fsutil import open_dir, unsafe_reserved
+    from jitwarden.store.paths import open_dir, unsafe_reserved
 
     fd = open_dir(root) if root_fd is None else root_fd
     try:
@@ -80,7 +80,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
     (a regular file of ours with one link) before the pid is written into it.
     """
     from jitwarden.model.text import display
-    from jitwarden.store.fsutil import open_dir
+    from jitwarden.store.paths import open_dir
 
     stream = sys.stderr if stream is None else stream
     path = os.path.join(root, ROOT_LOCK_FILE)

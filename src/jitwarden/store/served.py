@@ -20,7 +20,8 @@ import fcntl
 import os
 import stat
 
-from jitwarden.store.fsutil import open_lock_file, remove_tree_at
+from jitwarden.store.entrylock import open_lock_file
+from jitwarden.store.removal import remove_tree_at
 from jitwarden.store.tempdirs import make_temp_dir, open_trusted_dir
 
 PREFIX = "jitwarden-served-"

@@ -7,6 +7,7 @@ a parent that another user owns or may write (an ``XDG_RUNTIME_DIR`` left over b
 another user's ``TMPDIR``) lets that user rename the directory away and put their own, or a symlink, in
 its place. :func:`open_trusted_dir` walks every component of a parent from ``/`` by fd and refuses one
 that is a link, or owned by anyone but the caller and root, or writable by others without the sticky bit.
+:class:`Spill` is the unnamed file a streamed report sets bytes aside in.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 
 _O_DIR_SEARCH = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
@@ -98,17 +100,11 @@ def make_temp_dir(dir_fd: int, prefix: str) -> tuple[str, int]:
     raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)  # pragma: no cover
 
 
-def make_private_dir(parent: str, prefix: str, *, create: bool = False) -> tuple[str, int]:
-    """(path, fd) of a new private directory ``<parent>/<prefix><random>`` (:func:`make_temp_dir`) in a parent
-    that passes :func:`open_trusted_dir`. ``create``: ``parent`` is made (0700) when missing, below a trusted
-    part of it."""
-    parent = os.path.abspath(parent)
-    if create:
-        try:
-            os.makedirs(parent, mode=0o700, exist_ok=True)
-        except OSError:
-            pass  # open_trusted_dir says what is wrong
-    pfd = open_trusted_dir(parent)
+def make_private_dir(parent: str, prefix: str) -> tuple[str, int]:
+    """(path, fd) of a new directory ``<parent>/<prefix><random>`` (:func:`make_temp_dir`): a staging area in
+    a place the caller chose and vetted (a cache root); ``parent`` is made when missing."""
+    os.makedirs(parent, exist_ok=True)
+    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         name, fd = make_temp_dir(pfd, prefix)
         return os.path.join(parent, name), fd
@@ -130,15 +126,102 @@ def system_temp_dirs() -> list[str]:
 
 
 def private_dir(prefix: str, where: str | None = None) -> str:
-    """The path of a new private directory (mode 0700) for work files, in ``where`` or else the first of
-    :func:`system_temp_dirs` that passes the trust check; OSError (the last reason) when none does."""
+    """The path of a new private directory (:func:`make_temp_dir`) for work files, in ``where`` or else the
+    first of :func:`system_temp_dirs`, whichever passes :func:`open_trusted_dir` (another user's ``TMPDIR``
+    is passed over); OSError (the last reason) when none does."""
     last: OSError = UntrustedDir(errno.ENOENT, "no temporary directory")
     for parent in [where] if where else system_temp_dirs():
         try:
-            path, fd = make_private_dir(parent, prefix)
+            pfd = open_trusted_dir(os.path.abspath(parent))
         except OSError as exc:
             last = exc
             continue
+        try:
+            name, fd = make_temp_dir(pfd, prefix)
+        except OSError as exc:
+            last = exc
+            continue
+        finally:
+            os.close(pfd)
         os.close(fd)
-        return path
+        return os.path.join(os.path.abspath(parent), name)
     raise last
+
+
+class Spill:
+    """Bytes set aside in order and read back once, in that order: what a streamed report holds until its
+    head can be written (``verify --format json``: the roots' totals come before the entries).
+
+    On disk, so memory stays flat however much is set aside: an unnamed file in ``where`` (default: the
+    system's temp dir) made with ``O_TMPFILE``, else an ``O_EXCL`` name removed at once, mode 0600: no
+    other process finds it by name and nothing is left behind, however the process ends. Where neither
+    can be made (no temp dir, a full disk), the bytes are held in memory instead: the report is the same.
+    """
+
+    def __init__(self, where: str | None = None) -> None:
+        self._mem: list[bytes] | None = None
+        self._fd: int | None = None
+        self._size = 0
+        try:
+            self._fd = _unnamed_file(where)
+        except OSError:
+            self._mem = []
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``; a failed write moves what was set aside into memory and goes on there."""
+        if self._mem is not None or self._fd is None:
+            if self._mem is None:
+                self._mem = []
+            self._mem.append(data)
+            return
+        fd = self._fd
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, self._size + len(data) - len(view)) :]
+            self._size += len(data)
+        except OSError:
+            self._mem = [*self.chunks(), data]
+            self.close()
+
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
+        """What was written, in order, in pieces of at most ``size`` bytes (memory: as written)."""
+        if self._mem is not None:
+            yield from self._mem
+            return
+        if self._fd is None:
+            return
+        at = 0
+        while at < self._size:
+            piece = os.pread(self._fd, min(size, self._size - at), at)
+            if not piece:
+                raise OSError(errno.EIO, "set-aside bytes shorter than written")
+            at += len(piece)
+            yield piece
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Spill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _unnamed_file(where: str | None) -> int:
+    """An fd open for reading and writing on a new regular file of ``where`` that no name reaches (see :class:`Spill`)."""
+    import tempfile
+
+    d = where or tempfile.gettempdir()
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            return os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    fd, name = tempfile.mkstemp(prefix=".jitwarden-spill-", dir=d)
+    os.unlink(name)
+    return fd
