@@ -580,12 +580,11 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 if not _unsafe_lock(exc, self.cache_dir):
                     raise
-                self._contested(
-                    exc
-                )  # this group is published as it stands; what follows goes private
-                return super().put_group(
+                path = super().put_group(
                     filename, group
                 )  # published as stock Triton does, never sealed
+                self._contested(exc)  # what this manager writes next goes private
+                return path
             finally:
                 self._end_write()
         try:

@@ -147,3 +147,29 @@ def test_a_guarded_compile_on_an_entry_another_user_locks_finishes_privately(sha
     assert "JITWARDEN_LOCK_TIMEOUT" in out["_stderr"]  # the expiry said
     assert out["_stderr"].count("jitwarden:") == 1  # once
     assert not os.path.exists(os.path.join(entry, SEAL_FILE))  # nothing sealed under their lock
+
+
+@second_user
+@pytest.mark.slow
+def test_a_lock_taken_before_the_group_is_published_is_waited_on_within_the_deadline(shared):
+    """The entry's lock held from before the compile (the writer's put_group waits for it): the kernel
+    is published as stock Triton publishes it, unsealed, and the compile returns."""
+    first = compile_jobs(os.path.join(shared, "a"), ADD)
+    entry = os.path.join(shared, "b", first["add_sm90"]["id"])
+    os.makedirs(entry)
+    lockfile = os.path.join(entry, ENTRY_LOCK_FILE)
+    with open(lockfile, "w"):
+        pass
+    os.chmod(lockfile, 0o644)  # as jitwarden before this fix left every lock file
+    holder = hold_as_nobody(lockfile)
+    try:
+        out = compile_jobs(
+            os.path.join(shared, "b"), ADD, extra_env={"JITWARDEN_LOCK_TIMEOUT": "1"}
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert out["add_sm90"]["cubin"] == first["add_sm90"]["cubin"]
+    assert "JITWARDEN_LOCK_TIMEOUT" in out["_stderr"]
+    assert out["_stderr"].count("jitwarden:") == 1
+    assert not os.path.exists(os.path.join(entry, SEAL_FILE))
