@@ -59,7 +59,7 @@ def wait_flock(fd: int, mode: int, timeout: float, what: str) -> None:
 
             raise LockTimeout(
                 errno.ETIMEDOUT,
-                f"the lock {what} was still held by another process after {timeout:g}s "
+                f"the lock {what} was still held by another process after {timeout:.3g}s "
                 f"({LOCK_TIMEOUT.name})",
                 what,
             )
