@@ -185,7 +185,7 @@ def check(src: str) -> list[str]:
     match nothing any more (so both only shrink)."""
     found = scan(src)
     problems = [
-        f"{v} (raw I/O outside store/ and formats/: use store.fsutil or a formats reader)"
+        f"{v} (raw I/O outside store/ and formats/: use the disk layer in store/ or a formats reader)"
         for v in found
         if (v.module, v.call) not in ALLOWED and v.module not in PENDING
     ]
@@ -204,6 +204,41 @@ def check(src: str) -> list[str]:
 def test_no_raw_io_outside_store_and_formats():
     problems = check(SRC)
     assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------- inside the disk layer: one atomic writer
+
+ONE_WRITER = {
+    # The one atomic writer: a temporary beside the target, fsync, renamed by the directory's fd.
+    ("atomic", "os.replace"),
+    # Spill: an unnamed file where O_TMPFILE is missing (created, then unlinked at once; never renamed).
+    ("tempdirs", "tempfile.mkstemp"),
+}
+"""Where ``store/`` may replace a file or make a named temporary (ARCHITECTURE.md, "Layers")."""
+
+
+def store_writers(src: str) -> set[tuple[str, str]]:
+    """(store module, call) of every ``os.replace`` and ``tempfile.mkstemp``/``mkdtemp`` call in ``store/``."""
+    out = set()
+    d = os.path.join(src, "store")
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(".py"):
+            continue
+        with open(os.path.join(d, f), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        names = _imports(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name, imported = _dotted(node.func, names)
+                if imported and name in ("os.replace", "tempfile.mkstemp", "tempfile.mkdtemp"):
+                    out.add((f[:-3], name))
+    return out
+
+
+def test_store_replaces_files_only_through_the_one_atomic_writer():
+    """Every temp-then-rename writer goes through ``store/atomic.AtomicWriter``: no other module of the disk
+    layer renames a temporary onto a file (by path or otherwise) or makes a named temporary of its own."""
+    assert store_writers(SRC) == ONE_WRITER
 
 
 # ---------------------------------------------------------------- the check catches what it must

@@ -217,6 +217,13 @@ LIBCUDA = Setting(
     "libcuda when it is not in a standard place (the ComputeCache "
     "adapter reads the driver's version from it)",
 )
+LOCK_TIMEOUT = Setting(
+    "JITWARDEN_LOCK_TIMEOUT",
+    "number",
+    5.0,
+    "seconds a workload waits for a cache entry's lock before it takes a miss and compiles that "
+    "kernel privately (any user who can read a lock file can hold it)",
+)
 ORPHAN_AGE = Setting(
     "JITWARDEN_ORPHAN_AGE",
     "age",
@@ -244,6 +251,7 @@ SETTINGS = (
     CONFIG_DIR,
     HOME,
     LIBCUDA,
+    LOCK_TIMEOUT,
     ORPHAN_AGE,
 )
 BY_NAME = {s.name: s for s in SETTINGS}

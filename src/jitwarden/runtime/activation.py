@@ -174,12 +174,22 @@ def _runtime_top(env) -> str:
 def _not_ours(top: str) -> str | None:
     """None when ``top`` (made 0700 if missing) is a directory of ours nobody else can write, else why not.
 
-    The private roots live below it: whoever can rename entries in it could swap our root for theirs.
+    The private roots live below it: whoever can rename entries in it could swap our root for theirs, and
+    so could whoever can rename ``top`` itself: its parent must be only ours and root's to change (another
+    user's ``XDG_RUNTIME_DIR`` or ``TMPDIR``, left by ``su`` without ``-``, is not).
     """
     import stat
 
     from jitwarden.store.fsutil import ensure_dir, why_not_private
+    from jitwarden.store.tempdirs import why_untrusted
 
+    parent = os.path.dirname(os.path.abspath(top))
+    try:
+        why = why_untrusted(os.stat(parent))
+    except OSError as exc:
+        return f"{parent}: {exc.strerror or exc}"
+    if why:
+        return f"{parent} {why}"
     try:
         ensure_dir(top, 0o700)
         st = os.stat(top)

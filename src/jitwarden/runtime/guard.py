@@ -42,6 +42,7 @@ from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
 from jitwarden.store import seal as _seal
+from jitwarden.store.entrylock import LockTimeout
 from jitwarden.store.entrylock import lock as _lock
 from jitwarden.store.entrylock import unlock as _unlock
 from jitwarden.store.fsutil import ensure_dir, open_entry_dir, read_bytes
@@ -75,7 +76,11 @@ def _say_once(what: str, msg: str, *args) -> None:
 def _unsafe_lock(exc: OSError, path: str) -> bool:
     """Whether ``exc`` (from :func:`~jitwarden.store.entrylock.lock`) says the lock file is no regular file
     jitwarden may open: then that entry is neither served nor sealed (a miss, a write without a seal), one
-    warning per process, and the workload goes on as with stock Triton."""
+    warning per process, and the workload goes on as with stock Triton. A lock still held at its deadline
+    (:class:`~jitwarden.store.entrylock.LockTimeout`, perhaps another user's) is one too: the caller moves
+    the entry to this process's private dir (``_contested``), which says so once."""
+    if isinstance(exc, LockTimeout):
+        return True
     if exc.errno not in _UNSAFE_LOCK:
         return False
     _say_once(
@@ -100,7 +105,7 @@ def _entry_lock(cache_dir: str, how: int, read_only_ok: bool = True) -> int | No
         return _lock(cache_dir, ENTRY_LOCK_FILE, how)
     except OSError as exc:
         if _unsafe_lock(exc, cache_dir):
-            raise _UnsafeLock from None
+            raise _UnsafeLock(exc) from None
         if not read_only_ok or exc.errno not in _READ_ONLY and exc.errno != errno.ENOSPC:
             raise
         return None
@@ -198,6 +203,14 @@ class GuardedCacheManager(FileCacheManager):
             except OSError as exc:
                 if not _unsafe_lock(exc, self.cache_dir):
                     raise
+                self._contested(exc)
+
+    def _contested(self, exc: OSError) -> None:
+        """After a lock wait ran out (:class:`LockTimeout`): this entry's files go to this process's private
+        dir (one warning there, ``_fallback_dir``), never waited on again nor published where the lock's
+        holder could be mid-swap; a miss compiles privately."""
+        if isinstance(exc, LockTimeout):
+            self.cache_dir = self._fallback_dir(exc)
 
     def _end_write(self) -> None:
         fd, self._writers_fd = self._writers_fd, None
@@ -402,7 +415,8 @@ class GuardedCacheManager(FileCacheManager):
         """
         try:
             fd = _entry_lock(self.cache_dir, fcntl.LOCK_EX)  # None: read-only, judged without locks
-        except _UnsafeLock:
+        except _UnsafeLock as exc:
+            self._contested(exc.args[0])
             return None
         try:
             v = self._judge_group(grp_name)  # judged under the lock: no writer is sealing meanwhile
@@ -487,6 +501,7 @@ class GuardedCacheManager(FileCacheManager):
             except OSError as exc:
                 if not _unsafe_lock(exc, self.cache_dir):
                     raise
+                self._contested(exc)
                 return self._private(
                     filename, raw, self._put_file(raw, filename)
                 )  # written, never sealed
@@ -565,9 +580,11 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 if not _unsafe_lock(exc, self.cache_dir):
                     raise
-                return super().put_group(
+                path = super().put_group(
                     filename, group
                 )  # published as stock Triton does, never sealed
+                self._contested(exc)  # what this manager writes next goes private
+                return path
             finally:
                 self._end_write()
         try:
@@ -692,7 +709,8 @@ class GuardedCacheManager(FileCacheManager):
         """The file's bytes when it is sound (sealing an unsealed one that passes), else None."""
         try:
             fd = _entry_lock(self.cache_dir, fcntl.LOCK_SH)
-        except _UnsafeLock:
+        except _UnsafeLock as exc:
+            self._contested(exc.args[0])
             return None
         if fd is None:  # read-only cache: judge without locks, never write
             v = self._judge_file(filename, efd)
@@ -707,7 +725,8 @@ class GuardedCacheManager(FileCacheManager):
             return None
         try:
             fd = _entry_lock(self.cache_dir, fcntl.LOCK_EX, read_only_ok=False)
-        except _UnsafeLock:
+        except _UnsafeLock as exc:
+            self._contested(exc.args[0])
             return None
         try:
             v = self._judge_file(filename, efd)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import os
 
-from jitwarden.store import fsutil
+from jitwarden.store import tempdirs
 
 
 class BlobFile:
     """Bytes appended in order (``write``), hashed as they come; read back from the start (``reader``, ``chunks``)."""
 
     def __init__(self, where: str | None = None) -> None:
-        self._fd: int | None = fsutil._unnamed_file(where)
+        self._fd: int | None = tempdirs.unnamed_file(where)
         self._h = hashlib.sha256()
         self.size = 0
 

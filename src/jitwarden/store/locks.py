@@ -23,6 +23,7 @@ import time
 
 from jitwarden.model.errors import EXIT_USAGE, JitwardenError
 from jitwarden.model.layout import ROOT_LOCK_FILE
+from jitwarden.store.entrylock import lock_mode
 
 POLL_S = 0.1
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -38,7 +39,7 @@ class LockError(JitwardenError):
 
 def holder(path: str) -> str:
     """The pid written in a lock file, or ``?``."""
-    from jitwarden.store.fsutil import read_head
+    from jitwarden.store.reads import read_head
 
     try:
         text = read_head(path, 32).decode("ascii", "replace").strip()
@@ -57,7 +58,7 @@ def reserved_names() -> dict[str, bool]:
 def vet(root: str, root_fd: int | None = None) -> None:
     """LockError (one line) when a name jitwarden keeps in ``root`` is not what jitwarden made."""
     from jitwarden.model.text import display
-    from jitwarden.store.fsutil import open_dir, unsafe_reserved
+    from jitwarden.store.paths import open_dir, unsafe_reserved
 
     fd = open_dir(root) if root_fd is None else root_fd
     try:
@@ -79,7 +80,7 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
     (a regular file of ours with one link) before the pid is written into it.
     """
     from jitwarden.model.text import display
-    from jitwarden.store.fsutil import open_dir
+    from jitwarden.store.paths import open_dir
 
     stream = sys.stderr if stream is None else stream
     path = os.path.join(root, ROOT_LOCK_FILE)
@@ -91,12 +92,13 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
         ) from None
     try:
         vet(root, root_fd)
-        owners = (os.geteuid(), os.fstat(root_fd).st_uid)
+        root_st = os.fstat(root_fd)
+        owners = (os.geteuid(), root_st.st_uid)
         try:
             fd = os.open(
                 ROOT_LOCK_FILE,
                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY,
-                0o644,
+                lock_mode(root_st.st_mode),  # only those who may write the root can hold its lock
                 dir_fd=root_fd,
             )
         except OSError as exc:

@@ -25,13 +25,13 @@ _seen: set[tuple[str, str]] = set()  # (registry path, root) noted by this proce
 
 
 def path(env=None) -> str:
-    from jitwarden.store.fsutil import memo_dir
+    from jitwarden.store.paths import memo_dir
 
     return os.path.join(memo_dir(env), FILE)
 
 
 def _read(reg: str) -> list[str]:
-    from jitwarden.store.fsutil import read_head
+    from jitwarden.store.reads import read_head
 
     try:
         data = read_head(
@@ -102,11 +102,8 @@ def remember(root: str, env=None) -> bool:
 
 
 def _rewrite(reg: str, keep: list[str]) -> None:
-    tmp = f"{reg}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, "".join(json.dumps(r) + "\n" for r in keep).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, reg)
+    """The registry holding ``keep`` alone, replaced by the one atomic writer (an unpredictable ``O_EXCL``
+    temporary beside it, renamed by its directory's fd)."""
+    from jitwarden.store.atomic import write_bytes_atomic
+
+    write_bytes_atomic(reg, "".join(json.dumps(r) + "\n" for r in keep).encode(), mode=0o600)

@@ -293,7 +293,8 @@ def newest_ctime(entry_dir: str, names) -> int:
 
 
 def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
-    """Write the seal atomically (temp file in the entry, then rename).
+    """Write the seal atomically (:class:`~jitwarden.store.atomic.AtomicWriter`: a temporary in the entry,
+    renamed by the entry's fd).
 
     The seal records ``fs_time_ns``: the ctime its temp file got when created, i.e. the file
     system's clock at sealing. Every file sealed is older or of the same tick; any later change
@@ -301,37 +302,23 @@ def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
     the recorded time is pushed past it (by touching the temp file for up to a few clock ticks)
     so that an unchanged entry is told apart from one changed in the same tick.
     """
-    import tempfile
+    from jitwarden.store.atomic import AtomicWriter, umask
 
-    from jitwarden.store.fsutil import umask
-
-    fd, tmp = tempfile.mkstemp(prefix=".jitwarden-seal.", suffix=".tmp", dir=entry_dir)
-    try:
-        mode = 0o666 & ~umask()  # readable like Triton's own files, not mkstemp's 0600
-        os.fchmod(fd, mode)
-        fs_now = os.fstat(fd).st_ctime_ns
-        for _ in range(50):
+    dir_fd = os.open(entry_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:  # the one atomic writer: a temporary beside the seal, fsync, renamed by the entry's fd
+        with AtomicWriter(dir_fd, SEAL_FILE, ".jitwarden-seal.") as w:
+            mode = 0o666 & ~umask()  # readable like Triton's own files
+            fs_now = os.fstat(w.fd).st_ctime_ns
+            for _ in range(50):
+                if fs_now > after_ns:
+                    break
+                time.sleep(0.001)
+                os.fchmod(w.fd, mode)  # a metadata change: ctime moves to the clock's current tick
+                fs_now = os.fstat(w.fd).st_ctime_ns
+            doc = seal.to_json()
             if fs_now > after_ns:
-                break
-            time.sleep(0.001)
-            os.fchmod(fd, mode)  # a metadata change: ctime moves to the clock's current tick
-            fs_now = os.fstat(fd).st_ctime_ns
-        doc = seal.to_json()
-        if fs_now > after_ns:
-            doc["fs_time_ns"] = fs_now
-        with os.fdopen(fd, "w") as f:
-            fd = -1
-            f.write(
-                json.dumps(doc, sort_keys=True)
-            )  # dumps is the C encoder; dump streams through the Python one
-        path = os.path.join(entry_dir, SEAL_FILE)
-        os.replace(tmp, path)
-        return path
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+                doc["fs_time_ns"] = fs_now
+            w.write(json.dumps(doc, sort_keys=True).encode())  # dumps is the C encoder
+    finally:
+        os.close(dir_fd)
+    return os.path.join(entry_dir, SEAL_FILE)

@@ -108,3 +108,17 @@ def test_an_existing_key_needs_force_and_a_planted_link_is_replaced_not_followed
     assert rc == 0, err
     assert victim.read_text() == "precious" and not key.is_symlink() and key.read_text() != old
     assert sorted(os.listdir(tmp_path)) == ["k", "k.pub", "victim"]  # no temporary left
+
+
+def test_keygen_and_metrics_to_the_longest_legal_names(env, tmp_path):
+    """Legal names whose temporaries (``.<name>.<random>.tmp``) were past NAME_MAX: a key of 251 bytes (its
+    ``.pub`` is 255) and a metrics file of 255."""
+    key = tmp_path / ("k" * 251)
+    rc, _, err = jw(env, "keygen", "-o", str(key))
+    assert rc == 0, err
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600 and os.path.exists(f"{key}.pub")
+    prom = tmp_path / ("m" * 250 + ".prom")
+    rc, _, err = jw(env, "metrics", "-o", str(prom))
+    assert rc == 0, err
+    assert prom.is_file()
+    assert sorted(os.listdir(tmp_path)) == sorted([key.name, key.name + ".pub", prom.name, "home"])

@@ -15,7 +15,7 @@ from jitwarden.cli.main import main
 from jitwarden.cli.render import output
 from jitwarden.model.entries import CacheRoot
 from jitwarden.ops import scan
-from jitwarden.store.fsutil import Spill
+from jitwarden.store.tempdirs import Spill
 
 
 def damaged(root: str, recs: dict) -> None:

@@ -670,3 +670,12 @@ def test_import_never_seals_what_verify_calls_corrupt(fleet, tmp_path, signed):
     assert rc == 0, out + err  # what was installed passes verify
     rc, _, err = jw(env_b, *[a for a in argv if a not in ("--format", "json")])
     assert rc == 1 and f"refused triton {bad_id}: verify: corrupt" in err and "1 refused" in err
+
+
+def test_export_to_the_longest_legal_name(fleet):
+    """A 255-byte output name is legal; its temporary (``.<name>.<random>.tmp``) must fit NAME_MAX too."""
+    out = str(fleet["base"] / ("b" * 251 + ".tar"))
+    rc, _, err = jw(fleet["env_a"], "export", "-o", out)
+    assert rc == 0, err
+    assert tarfile.is_tarfile(out)
+    assert os.listdir(fleet["base"]).count(os.path.basename(out)) == 1

@@ -17,7 +17,7 @@ from jitwarden.env.fingerprint import Fingerprint, Package
 from jitwarden.env.nvml import Gpu
 from jitwarden.model.layout import PARTITION_INFO
 from jitwarden.runtime import activation, startup_checks
-from jitwarden.store import partition
+from jitwarden.store import partition, removal
 from tests.helpers import kernels
 from tests.helpers.guarded import MANAGER, clean_env, py
 
@@ -580,3 +580,33 @@ def test_vllm_plugin_says_guard_on_under_the_remote_manager(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "jitwarden.runtime.remote_manager:RemoteGuardedCacheManager"
     assert "guard: on" in proc.stderr and "guard: off" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory another user owns")
+@pytest.mark.parametrize("foreign", ["XDG_RUNTIME_DIR", "TMPDIR"])
+def test_a_private_root_never_lives_in_another_users_runtime_or_temp_dir(tmp_path, foreign):
+    """``su`` without ``-`` leaves the first user's XDG_RUNTIME_DIR (or TMPDIR): its owner could rename the
+    private root made there and put their own partition of kernels in its place."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    os.chmod(theirs, 0o700 if foreign == "XDG_RUNTIME_DIR" else 0o777)
+    ours = tmp_path / "tmp"
+    ours.mkdir()
+    env = clean_env(
+        tmp_path,
+        HOME="/dev/null/home",
+        XDG_CACHE_HOME="/dev/null/cache",
+        TRITON_CACHE_DIR="/dev/null/t",
+        TMPDIR=str(ours),
+    )
+    env[foreign] = str(theirs)
+    activation.activate(env=env)
+    where = env["TRITON_CACHE_DIR"]
+    base = where.split(os.sep + "jitwarden-v1" + os.sep)[0]
+    try:
+        assert not where.startswith(str(theirs) + os.sep), where
+        assert os.listdir(theirs) == []
+    finally:
+        if not base.startswith(str(tmp_path) + os.sep):  # the last resort: a fresh dir in /tmp
+            removal.remove_tree(base)

@@ -39,7 +39,7 @@ def test_a_fifo_as_the_fingerprint_memo_never_hangs_the_proofs(tmp_path):
 
 
 def test_a_memo_another_user_wrote_is_not_read(tmp_path):
-    from jitwarden.store.fsutil import read_own_json
+    from jitwarden.store.reads import read_own_json
 
     os.makedirs(tmp_path / "jw")
     path = tmp_path / "jw" / "fingerprint-memo.json"
@@ -57,7 +57,7 @@ def test_a_memo_another_user_wrote_is_not_read(tmp_path):
 
 
 def test_a_huge_or_deep_memo_is_refused_not_parsed(tmp_path):
-    from jitwarden.store.fsutil import read_own_json
+    from jitwarden.store.reads import read_own_json
 
     path = tmp_path / "m.json"
     path.write_text("[" * 200_000 + "]" * 200_000)

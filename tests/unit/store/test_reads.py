@@ -1,4 +1,4 @@
-"""store/fsutil's one reader family (read_head, read_bytes, read_json) and its one bound rule:
+"""store/reads: the one reader family (read_head, read_bytes, read_json) and its one bound rule:
 a whole-file read past ``max_bytes`` is refused (EFBIG), never returned cut short; only read_head cuts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from jitwarden.store.fsutil import (
+from jitwarden.store.reads import (
     HASH_CHUNK,
     NotRegularFile,
     digest_file,
@@ -166,7 +166,7 @@ def _open_fds() -> int:
 @pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
 @pytest.mark.parametrize("hint", [0, 10, len(BODY), len(BODY) * 3])
 def test_read_chunks_gives_every_byte_in_bounded_chunks_and_closes(blob, chunk, hint):
-    from jitwarden.store.fsutil import read_chunks
+    from jitwarden.store.reads import read_chunks
 
     before = _open_fds()
     got = list(read_chunks(blob, chunk=chunk, size_hint=hint))
@@ -182,7 +182,7 @@ def test_read_chunks_gives_every_byte_in_bounded_chunks_and_closes(blob, chunk, 
 
 
 def test_read_chunks_refuses_what_is_no_regular_file_or_past_the_bound(tmp_path, blob):
-    from jitwarden.store.fsutil import read_chunks
+    from jitwarden.store.reads import read_chunks
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
