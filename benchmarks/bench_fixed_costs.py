@@ -18,6 +18,7 @@ after/before of the extra. ``--profile`` also prints where a warm ``activate()``
 (cProfile of one child, and ``-X importtime``'s jitwarden modules).
 
     python benchmarks/bench_fixed_costs.py [--pairs 15] [--ref REV] [--big 18000] [--venvs empty,torch]
+        [--parts] [--profile]
 """
 
 from __future__ import annotations
@@ -102,13 +103,24 @@ def once(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - t
 
 
-def commands(venv: str) -> dict[str, list[str]]:
+PARTS = {
+    "cli": "import jitwarden.cli.main, jitwarden.cli.commands.run",
+    "hooks": "from jitwarden.runtime.torchhooks import install; install()",
+}
+"""``--parts``: what ``run`` is made of besides ``activate``: its CLI (parent), the hooks its boot
+``sitecustomize`` installs in the command's Python (child)."""
+
+
+def commands(venv: str, parts: bool = False) -> dict[str, list[str]]:
     py = os.path.join(venv, "bin", "python")
-    return {
+    cmds = {
         "bare": [py, "-c", "pass"],
         "activate": [py, "-c", ACTIVATE],
         "run": [os.path.join(venv, "bin", "jitwarden"), "run", "--", py, "-c", "pass"],
     }
+    if parts:
+        cmds.update({k: [py, "-c", code] for k, code in PARTS.items()})
+    return cmds
 
 
 def clean_env(tmp: str) -> dict:
@@ -151,6 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--big", type=int, default=0, help="also a venv with N extra site names")
     ap.add_argument("--venvs", default="empty,torch", help="which venvs (empty, torch)")
     ap.add_argument("--profile", action="store_true", help="print where activate() spends")
+    ap.add_argument("--parts", action="store_true", help="also time run's CLI import and hooks")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="jw-bench-fixed-")
     try:
@@ -172,7 +185,7 @@ def main(argv=None) -> int:
                 v = os.path.join(tmp, f"venv-{kind}-{len(venvs)}")
                 make_venv(v, [src, *extra])
                 e = dict(env, JITWARDEN_HOME=os.path.join(tmp, f"memo-{len(venvs)}"))
-                venvs[(tree, kind)] = (commands(v), e)
+                venvs[(tree, kind)] = (commands(v, args.parts), e)
         time.sleep(
             2.5
         )  # dirs changed this recently are not trusted by stat (memo.RACY_NS): as in a
@@ -205,6 +218,11 @@ def main(argv=None) -> int:
         for tree, kind in venvs:
             b, a, r = (med[(tree, kind, w)] for w in ("bare", "activate", "run"))
             print(f"{kind:6} {tree[:12]:12} {b:7.1f} {a:9.1f} {a - b:7.1f} {r:7.1f} {r - b:7.1f}")
+            if args.parts:
+                extra = {k: med[(tree, kind, k)] - b for k in PARTS}
+                print(
+                    "       parts (extra): " + ", ".join(f"{k} {v:.1f}" for k, v in extra.items())
+                )
         if args.ref:
             for kind in kinds:
                 ratio = []
