@@ -18,7 +18,7 @@ after/before of the extra. ``--profile`` also prints where a warm ``activate()``
 (cProfile of one child, and ``-X importtime``'s jitwarden modules).
 
     python benchmarks/bench_fixed_costs.py [--pairs 15] [--ref REV] [--big 18000] [--venvs empty,torch]
-        [--parts] [--profile]
+        [--parts] [--import-torch] [--profile]
 """
 
 from __future__ import annotations
@@ -111,15 +111,20 @@ PARTS = {
 ``sitecustomize`` installs in the command's Python (child)."""
 
 
-def commands(venv: str, parts: bool = False) -> dict[str, list[str]]:
+def commands(venv: str, parts: bool = False, torch: bool = False) -> dict[str, list[str]]:
     py = os.path.join(venv, "bin", "python")
+    run = [os.path.join(venv, "bin", "jitwarden"), "run", "--"]
     cmds = {
         "bare": [py, "-c", "pass"],
         "activate": [py, "-c", ACTIVATE],
-        "run": [os.path.join(venv, "bin", "jitwarden"), "run", "--", py, "-c", "pass"],
+        "run": [*run, py, "-c", "pass"],
     }
     if parts:
         cmds.update({k: [py, "-c", code] for k, code in PARTS.items()})
+    if torch:
+        cmds.update(
+            {"torch": [py, "-c", "import torch"], "run torch": [*run, py, "-c", "import torch"]}
+        )
     return cmds
 
 
@@ -164,6 +169,9 @@ def main(argv=None) -> int:
     ap.add_argument("--venvs", default="empty,torch", help="which venvs (empty, torch)")
     ap.add_argument("--profile", action="store_true", help="print where activate() spends")
     ap.add_argument("--parts", action="store_true", help="also time run's CLI import and hooks")
+    ap.add_argument(
+        "--import-torch", action="store_true", help="also `import torch`, bare and under run"
+    )
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="jw-bench-fixed-")
     try:
@@ -185,7 +193,8 @@ def main(argv=None) -> int:
                 v = os.path.join(tmp, f"venv-{kind}-{len(venvs)}")
                 make_venv(v, [src, *extra])
                 e = dict(env, JITWARDEN_HOME=os.path.join(tmp, f"memo-{len(venvs)}"))
-                venvs[(tree, kind)] = (commands(v, args.parts), e)
+                torch = args.import_torch and kind != "empty"
+                venvs[(tree, kind)] = (commands(v, args.parts, torch), e)
         time.sleep(
             2.5
         )  # dirs changed this recently are not trusted by stat (memo.RACY_NS): as in a
@@ -222,6 +231,11 @@ def main(argv=None) -> int:
                 extra = {k: med[(tree, kind, k)] - b for k in PARTS}
                 print(
                     "       parts (extra): " + ", ".join(f"{k} {v:.1f}" for k, v in extra.items())
+                )
+            if (tree, kind, "torch") in med:
+                t, rt = med[(tree, kind, "torch")], med[(tree, kind, "run torch")]
+                print(
+                    f"       import torch {t:.1f}, under run {rt:.1f} (extra {rt - t:.1f}, {rt / t:.3f}x)"
                 )
         if args.ref:
             for kind in kinds:
