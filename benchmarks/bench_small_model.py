@@ -25,6 +25,7 @@ sys.path.insert(0, HERE)
 
 from h200_warm_modes import med, one, top_jitwarden  # the same runner as the GPU's
 
+SIDES = ("stock", "guarded")
 MODEL = textwrap.dedent(
     """
     import json, sys, time
@@ -63,15 +64,35 @@ def warm_pairs(script: str, mode: str, roots: dict, fx: str, pairs: int) -> dict
 
 
 def ratios(runs: dict[str, list]) -> str:
-    """Medians per side of process wall and compile-to-first-result, and guarded / stock."""
+    """Medians per side of process wall and compile-to-first-result, guarded / stock, and each pair's ratio
+    (their spread is this run's noise)."""
     lines = []
     for key, what in (("wall_s", "process wall"), ("t_first", "compile to first result")):
         st, gu = (med(r.get(key) for r in runs[s]) for s in ("stock", "guarded"))
+        pairs = [g[key] / s[key] for s, g in zip(runs["stock"], runs["guarded"])]
         lines.append(
             f"  {what:24} stock {st:7.3f} s  guarded {gu:7.3f} s  "
-            f"ratio {gu / st:.3f}  ({(gu - st) * 1000:+.0f} ms)"
+            f"ratio {gu / st:.3f}  ({(gu - st) * 1000:+.0f} ms); pairs "
+            + " ".join(f"{x:.2f}" for x in pairs)
         )
     return "\n".join(lines)
+
+
+def profile_diff(stock: str, guarded: str, n: int = 25) -> list[str]:
+    """The functions whose cumulative time differs most between a stock and a guarded warm start's cProfile:
+    what the guarded one does more (or less) of, jitwarden's or torch's (a recompile, a cache miss)."""
+    import pstats
+
+    def cum(path: str) -> dict:
+        stats = pstats.Stats(path).stats  # type: ignore[attr-defined]
+        return {f"{os.path.basename(f)}:{ln}:{fn}": v[3] for (f, ln, fn), v in stats.items()}
+
+    a, b = cum(stock), cum(guarded)
+    rows = sorted(((b.get(k, 0.0) - a.get(k, 0.0), k) for k in a.keys() | b.keys()), reverse=True)
+    return [
+        f"{d * 1000:+9.1f} ms  stock {a.get(k, 0) * 1000:8.1f}  guarded {b.get(k, 0) * 1000:8.1f}  {k}"
+        for d, k in rows[:n]
+    ]
 
 
 def main(argv=None) -> int:
@@ -88,7 +109,7 @@ def main(argv=None) -> int:
         script = os.path.join(work, "model.py")
         with open(script, "w") as f:
             f.write(MODEL)
-        roots = {s: os.path.join(work, s) for s in ("stock", "guarded")}
+        roots = {s: os.path.join(work, s) for s in SIDES}
         for s, root in roots.items():
             cold = one(script, args.mode, root, s == "guarded", "on")
             assert cold["rc"] == 0, cold["err"]
@@ -98,11 +119,13 @@ def main(argv=None) -> int:
             print(f"\nmode {args.mode}, FX graph cache {fx}, {args.pairs} interleaved pairs:")
             print(ratios(runs))
         if args.profile:
-            for s in ("stock", "guarded"):
+            for s in SIDES:
                 path = os.path.join(work, f"prof-{s}.pstats")
                 r = one(script, args.mode, roots[s], s == "guarded", "on", profile=path)
                 print(f"\nprofile {s}: wall {r['wall_s']} s, first result {r.get('t_first')} s")
             print("\n".join(top_jitwarden(os.path.join(work, "prof-guarded.pstats"))))
+            print("\nguarded - stock, by cumulative time:")
+            print("\n".join(profile_diff(*(os.path.join(work, f"prof-{s}.pstats") for s in SIDES))))
         return 0
     finally:
         if not args.keep:

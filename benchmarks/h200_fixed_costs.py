@@ -12,7 +12,8 @@ against stock measured in the same run:
    4 layers (transformers, random weights, no download: ``h200_warm_modes.MODEL`` with ``JW_ARCH=phi3``),
    compiled cold once per side and mode in its own root, then ``--pairs`` (>= 6) interleaved warm pairs;
    printed: medians of process wall and compile-to-first-result, guarded / stock. ``--profile`` adds one
-   cProfile'd warm start per side of the last mode and the jitwarden functions the guarded one spends in.
+   cProfile'd warm start per side of the last mode, the jitwarden functions the guarded one spends in, and
+   the functions whose time differs most between the two (what the guarded start does more of).
 
     PYTHONPATH=src python3 benchmarks/h200_fixed_costs.py --out $OUT [--pairs 6] [--ref REV] [--profile]
 
@@ -30,7 +31,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_fixed_costs  # the fixed costs, as on the CPU machine
-from bench_small_model import ratios, warm_pairs  # the same interleaved pairs as the CPU proxy
+from bench_small_model import (  # the same interleaved pairs and profiles as the CPU proxy
+    SIDES,
+    profile_diff,
+    ratios,
+    warm_pairs,
+)
 from h200_warm_modes import MODEL, one, top_jitwarden
 
 MODES = (("default", "on"), ("default", "off"), ("max-autotune-no-cudagraphs", "on"))
@@ -44,7 +50,7 @@ def small_model(out: str, pairs: int, profile: bool) -> None:
     with open(script, "w") as f:
         f.write(MODEL)
     for mode in dict.fromkeys(m for m, _fx in MODES):
-        roots = {s: os.path.join(out, f"{mode}-{s}") for s in ("stock", "guarded")}
+        roots = {s: os.path.join(out, f"{mode}-{s}") for s in SIDES}
         for side, root in roots.items():
             cold = one(script, mode, root, side == "guarded", "on")
             print(f"{mode} cold {side}: rc {cold['rc']}, wall {cold['wall_s']} s", flush=True)
@@ -53,10 +59,12 @@ def small_model(out: str, pairs: int, profile: bool) -> None:
             print(f"\n{mode}, FX graph cache {fx}, {pairs} interleaved pairs:\n{ratios(runs)}")
     if profile:
         mode = MODES[-1][0]
-        for side in ("stock", "guarded"):
+        for side in SIDES:
             path = os.path.join(out, f"prof-{side}.pstats")
             one(script, mode, os.path.join(out, f"{mode}-{side}"), side == "guarded", "on", path)
         print("\n".join(top_jitwarden(os.path.join(out, "prof-guarded.pstats"))))
+        print("\nguarded - stock, by cumulative time:")
+        print("\n".join(profile_diff(*(os.path.join(out, f"prof-{s}.pstats") for s in SIDES))))
 
 
 def main(argv=None) -> int:
