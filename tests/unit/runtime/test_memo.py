@@ -255,3 +255,22 @@ def test_a_codegen_env_var_changes_the_digest_before_anything_loads(tmp_path, fr
     fused = dict(env, TRITON_DEFAULT_FP_FUSION="0")
     assert memo.lookup(fused) is None and memo.last.startswith("miss: env TRITON_DEFAULT_FP")
     assert _recompute(fused) != before
+
+
+def test_the_names_watched_are_what_the_fingerprint_finds():
+    """A dist-info by its normalized dist name (as ``fingerprint._find_dists``), anything importable as a
+    watched top-level name (as ``find_spec``); nothing that merely contains one."""
+    wanted = frozenset(fingerprint.dependencies()["names"])
+    found = [
+        "torch",
+        "torch.py",
+        "torch.cpython-311-x86_64-linux-gnu.so",
+        "torch-2.13.0.dist-info",
+        "Torch-2.13.0.dist-info",
+        "pytorch_triton-3.6.0.dist-info",
+        "nvidia_cuda_nvrtc_cu12-12.8.93.dist-info",
+        "triton",
+    ]
+    ignored = ["torchvision", "torchinductor_root", "torch_geometric-2.0.dist-info", "notes.txt"]
+    assert [n for n in found if not memo._tracked(n, wanted)] == []
+    assert [n for n in ignored if memo._tracked(n, wanted)] == []
