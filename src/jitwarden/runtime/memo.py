@@ -234,8 +234,12 @@ def _process_key(mdir: str) -> list:
 
 def _path_dirs() -> list:
     """Each ``sys.path`` entry as an absolute dir: ``''`` is the cwd, so two cwds are two entries, not one
-    that each start overwrites."""
-    return [os.path.abspath(e or os.curdir) for e in sys.path]
+    that each start overwrites. A cwd that was removed has no name: ``.`` then."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = os.curdir
+    return [os.path.normpath(os.path.join(cwd, e or os.curdir)) for e in sys.path]
 
 
 def _own_files() -> list:

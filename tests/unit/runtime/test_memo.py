@@ -8,8 +8,11 @@ is set to 0 so the memo trusts stats made just before the change, as it would mi
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -70,8 +73,6 @@ def test_the_no_change_path_lists_no_directory(tmp_path, monkeypatch, fresh):
     assert memo.last == "stored"
     listed = _Listings(monkeypatch)
     assert memo.lookup(env) == facts and memo.last == "hit"
-    import sys
-
     assert listed.of(sys.path) == []  # nor site-packages, nor the 4,000 names beside it
 
 
@@ -274,3 +275,33 @@ def test_the_names_watched_are_what_the_fingerprint_finds():
     ignored = ["torchvision", "torchinductor_root", "torch_geometric-2.0.dist-info", "notes.txt"]
     assert [n for n in found if not memo._tracked(n, wanted)] == []
     assert [n for n in ignored if memo._tracked(n, wanted)] == []
+
+
+def test_a_removed_working_dir_still_activates_and_memoises(tmp_path):
+    """``''`` on sys.path names the cwd; a cwd removed under the process has no name, and activation
+    must still partition (it did before the memo recorded the cwd by name)."""
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    probe = """
+        import json, os, sys
+        sys.path.insert(0, "")
+        os.chdir(sys.argv[-1]); os.rmdir(sys.argv[-1])
+        import jitwarden
+        from jitwarden.runtime import memo
+        rec = jitwarden.activate()
+        print(json.dumps([rec.digest, "TRITON_CACHE_DIR" in rec.partitions, memo.last]))
+    """
+    env = clean_env(tmp_path)
+    outs = []
+    for _ in range(2):
+        gone.mkdir(exist_ok=True)
+        p = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(probe), str(gone)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 0, p.stderr
+        outs.append(json.loads(p.stdout))
+    assert outs[0][0] and outs[0][1] and outs[0][0] == outs[1][0]
