@@ -748,10 +748,11 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     Whatever changes the digest changes one of these: ``env`` (the code-changing variables
     and ``CUDA_VISIBLE_DEVICES``); ``files``, identified by stat (this layer's own modules,
     ``sys.executable``, every ptxas candidate, torch's version.py / libtorch_python.so /
-    bin/ptxas, each found dist-info and its RECORD); ``path_dirs`` (every ``sys.path`` entry, which
-    decides which dist-infos and which triton/torch are found: only entry names holding one
-    of ``names`` matter); ``proc`` (the /proc/driver/nvidia dir: driver version, GPU listing
-    and information files, the GPU memo's key); ``memo`` (the fingerprint memo file).
+    bin/ptxas, each found dist-info and its RECORD); ``names`` (in every ``sys.path`` dir, which
+    decides which dist-infos and which triton/torch are found, only the entries named for one
+    of these matter; the memo records each dir itself); ``proc`` (the /proc/driver/nvidia dir:
+    driver version, GPU listing and information files, the GPU memo's key); ``memo`` (the
+    fingerprint memo file).
     """
     env = os.environ if env is None else env
     if memo_path is None:
@@ -787,7 +788,6 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
         "env": list(CODEGEN_ENV_VARS) + ["CUDA_VISIBLE_DEVICES"],
         "files": files,
         "memo": memo_path,
-        "path_dirs": [e or "." for e in sys.path],
         "names": sorted(prefixes | {"triton", "torch"}),
         "proc": os.path.join(proc_root, "driver", "nvidia"),
     }
