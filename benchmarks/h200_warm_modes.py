@@ -1,6 +1,6 @@
 """Guarded vs stock warm starts on the GPU, per torch.compile mode and FX-graph-cache setting (issue 25).
 
-A Qwen2-style model (transformers, random weights, no download) is compiled cold once per mode and side
+A Qwen2-style model (``JW_ARCH=phi3``: Phi3; transformers, random weights, no download) is compiled cold once per mode and side
 (stock, guarded by ``jitwarden run``), each side in its own isolated cache root; then warm starts run in
 interleaved pairs (the order alternates every pair) with the FX graph cache on or off. It prints one table:
 median process wall (start to first result) and compile-to-first-result for each side, and their ratio,
@@ -32,14 +32,19 @@ MODEL = textwrap.dedent(
     import json, os, sys, time
     t0 = time.perf_counter()
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    if os.environ.get("JW_ARCH") == "phi3":  # the held-out small model of issue 35
+        from transformers import Phi3Config as Config, Phi3ForCausalLM as Model
+        ids_ = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    else:
+        from transformers import Qwen2Config as Config, Qwen2ForCausalLM as Model
+        ids_ = {}
     t_import = time.perf_counter() - t0
     mode = sys.argv[1]
-    cfg = Qwen2Config(vocab_size=8192, hidden_size=int(os.environ.get("JW_HIDDEN", "1024")),
-                      intermediate_size=2816, num_hidden_layers=int(os.environ.get("JW_LAYERS", "4")),
-                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=512)
+    cfg = Config(vocab_size=8192, hidden_size=int(os.environ.get("JW_HIDDEN", "1024")),
+                 intermediate_size=2816, num_hidden_layers=int(os.environ.get("JW_LAYERS", "4")),
+                 num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=512, **ids_)
     torch.manual_seed(0)
-    m = Qwen2ForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    m = Model(cfg).cuda().to(torch.bfloat16).eval()
     ids = torch.randint(0, cfg.vocab_size, (4, 128), device="cuda")
     with torch.no_grad():
         ref = m(ids).logits.float()

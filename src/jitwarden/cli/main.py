@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     stderr = sys.stderr
-    if getattr(args, "quiet", False):
+    # run's -q is activate(quiet=True), and CMD's stderr is its own fd: the wrapper would only add the
+    # renderer's import (~9 ms) to every guarded start.
+    if getattr(args, "quiet", False) and args.command != "run":
         from jitwarden.cli.render.console import QuietStderr
 
         sys.stderr = QuietStderr(stderr)

@@ -617,7 +617,7 @@ def _record_identity(dist_info: str, memo: dict) -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    key = ptxas.stat_key(os.path.realpath(path), st)  # ctime too: mtime can be set back
     if isinstance(memo.get(key), str):
         return memo[key]
     try:
@@ -748,10 +748,11 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     Whatever changes the digest changes one of these: ``env`` (the code-changing variables
     and ``CUDA_VISIBLE_DEVICES``); ``files``, identified by stat (this layer's own modules,
     ``sys.executable``, every ptxas candidate, torch's version.py / libtorch_python.so /
-    bin/ptxas, each found dist-info's RECORD); ``path_dirs`` (every ``sys.path`` entry, which
-    decides which dist-infos and which triton/torch are found: only entry names holding one
-    of ``names`` matter); ``proc`` (the /proc/driver/nvidia dir: driver version, GPU listing
-    and information files, the GPU memo's key); ``memo`` (the fingerprint memo file).
+    bin/ptxas, each found dist-info and its RECORD); ``names`` (in every ``sys.path`` dir, which
+    decides which dist-infos and which triton/torch are found, only the entries named for one
+    of these matter; the memo records each dir itself); ``proc`` (the /proc/driver/nvidia dir:
+    driver version, GPU listing and information files, the GPU memo's key); ``memo`` (the
+    fingerprint memo file).
     """
     env = os.environ if env is None else env
     if memo_path is None:
@@ -781,12 +782,12 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
             os.path.join(td, "lib", "libtorch_python.so"),
         ]
     prefixes = {d for _, ds in PACKAGES for d in ds}
-    files += [os.path.join(d, "RECORD") for d, _v in _find_dists(prefixes).values()]
+    for d, _v in _find_dists(prefixes).values():
+        files += [d, os.path.join(d, "RECORD")]  # the dist-info itself: a reinstall replaces it
     return {
         "env": list(CODEGEN_ENV_VARS) + ["CUDA_VISIBLE_DEVICES"],
         "files": files,
         "memo": memo_path,
-        "path_dirs": [e or "." for e in sys.path],
         "names": sorted(prefixes | {"triton", "torch"}),
         "proc": os.path.join(proc_root, "driver", "nvidia"),
     }

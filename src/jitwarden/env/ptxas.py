@@ -203,8 +203,10 @@ def parse_version(text: str) -> tuple[str | None, str | None]:
     return m.group(1), m.group(2)
 
 
-def _stat_key(realpath: str, st: os.stat_result) -> str:
-    return f"{realpath}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+def stat_key(realpath: str, st: os.stat_result) -> str:
+    """The file's identity for the memo: ctime too, which no one can set back (a rewrite in place that
+    restores size and mtime still moves it)."""
+    return f"{realpath}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_ctime_ns}"
 
 
 _MEMO: dict[str, PtxasInfo] = {}
@@ -223,7 +225,7 @@ def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
         return None
     if not os.path.isfile(real) or not os.access(real, os.X_OK):
         return None
-    key = _stat_key(real, st)
+    key = stat_key(real, st)
     hit = _MEMO.get(key)
     if hit is None and memo is not None and key in memo:
         try:

@@ -10,10 +10,16 @@ read (:func:`jitwarden.env.fingerprint.dependencies`), each as a cheap fact:
   (``os.uname``, libc), whether torch is imported (torch's arch list falls back to it);
 - the value of every code-changing env var and ``CUDA_VISIBLE_DEVICES`` (set or not);
 - a stat tuple (dev, inode, size, mtime_ns, ctime_ns, mode) of each file: every ptxas
-  candidate, the RECORD of every found package, torch's version.py / libtorch_python.so /
-  bin/ptxas, the fingerprint modules themselves, ``sys.executable``, the fingerprint memo;
-- each ``sys.path`` directory by stat, and the names in it that could be a tracked
-  package or dist-info (compared only when the stat moved: cwd churn is not a miss);
+  candidate, the dist-info dir and RECORD of every found package, torch's version.py /
+  libtorch_python.so / bin/ptxas, the fingerprint modules themselves, ``sys.executable``,
+  the fingerprint memo. ctime and inode catch what size and mtime miss: a file renamed over
+  another, or rewritten in place with its mtime set back (nobody can set ctime back);
+- each ``sys.path`` directory (absolute: ``''`` is the cwd, so each cwd has its own entry)
+  by stat, and the names in it that could be a tracked package or dist-info. Installing,
+  removing or upgrading a package adds, removes or renames an entry, which moves the
+  directory's mtime. So the check is O(1) in the size of the environment: a directory is
+  listed only when its stat moved, and when it still holds the same tracked names (cwd
+  churn, an unrelated package) its new stat is recorded, so the next start is stats again;
 - the content of /proc/driver/nvidia/version, the /proc/driver/nvidia/gpus listing and
   each GPU's information file;
 - without a driver (no GPU, no NVML): the stat of the dynamic loader's cache and default
@@ -145,15 +151,30 @@ def _stat(path: str):
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
 
 
+def _tracked(name: str, wanted) -> bool:
+    """Whether a ``sys.path`` entry named ``name`` could be what the fingerprint finds for a tracked package.
+
+    What :func:`jitwarden.env.fingerprint.dependencies` names is looked up two ways: a
+    ``<dist>-<version>.dist-info`` whose normalized dist name is watched, and an importable
+    top-level ``torch``/``triton`` (a package dir, ``torch.py``, ``torch.<abi>.so``). Both are decided
+    by the name's stem (normalized as ``fingerprint._find_dists`` does): a set lookup per name, not
+    a scan of every watched substring (a cwd holding ``torchinductor_root`` holds no torch).
+    """
+    if name.endswith(".dist-info"):
+        stem = name[:-10].partition("-")[0]
+    else:
+        stem = name.split(".", 1)[0]
+    return stem.lower().replace("-", "_").replace(".", "_") in wanted
+
+
 def _names(path: str, wanted) -> list | None:
-    """Sorted names in directory ``path`` that could be a tracked package or its dist-info."""
+    """Sorted names in directory ``path`` that could be a tracked package or its dist-info (slow path only)."""
     try:
         names = os.listdir(path)
     except (OSError, ValueError):
         return None
-    return sorted(
-        n for n in names if any(w in n.lower().replace("-", "_").replace(".", "_") for w in wanted)
-    )
+    watched = frozenset(wanted)
+    return sorted(n for n in names if _tracked(n, watched))
 
 
 def _read(path: str) -> str | None:
@@ -211,6 +232,16 @@ def _process_key(mdir: str) -> list:
     ]
 
 
+def _path_dirs() -> list:
+    """Each ``sys.path`` entry as an absolute dir: ``''`` is the cwd, so two cwds are two entries, not one
+    that each start overwrites. A cwd that was removed has no name: ``.`` then."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = os.curdir
+    return [os.path.normpath(os.path.join(cwd, e or os.curdir)) for e in sys.path]
+
+
 def _own_files() -> list:
     """This module and the start-up checks whose warnings are memoised (by path: importing them is not cheap)."""
     return [__file__, os.path.join(os.path.dirname(__file__), "startup_checks.py")]
@@ -266,7 +297,7 @@ def _implausible(entry: dict, key: list) -> str | None:
             return f"headline and packages disagree about {name}"
     if "torch" in sys.modules and "torch" not in packages:
         return "torch is imported but recorded as not installed"
-    if [d[0] for d in entry["dirs"]] != [e or "." for e in sys.path]:
+    if [d[0] for d in entry["dirs"]] != _path_dirs():
         return "does not cover every sys.path dir"
     if not {"torch", "triton", "vllm"} <= set(entry["names"]):
         return "does not watch torch, triton and vllm"
@@ -276,8 +307,14 @@ def _implausible(entry: dict, key: list) -> str | None:
     return None
 
 
-def _why_not(entry: dict, env, key: list) -> str | None:
-    """None when every recorded fact still holds, else the first one that does not."""
+def _why_not(entry: dict, env, key: list, moved: list) -> str | None:
+    """None when every recorded fact still holds, else the first one that does not.
+
+    O(1) in the size of the environment: a ``sys.path`` dir is listed only when its own stat
+    moved (an entry added, removed or renamed in it); when it still holds the same tracked
+    names it is appended to ``moved`` (index, new stat), for :func:`lookup` to record, so the
+    next start is back to stats alone.
+    """
     if entry["key"] != key:
         return "process (python, sys.path, uid, platform or torch import) differs"
     odd = _implausible(entry, key)
@@ -289,10 +326,9 @@ def _why_not(entry: dict, env, key: list) -> str | None:
     for path, st in entry["files"]:
         if _stat(path) != st:
             return f"{path} changed"
-    wanted = entry["names"]
-    for path, st, names in entry["dirs"]:
-        if (st is None or _stat(path) != st) and _names(path, wanted) != names:
-            return f"{path} lists other packages"
+    why = _dir_moved(entry, moved)
+    if why:
+        return why
     base, facts = entry["proc"]
     if _proc(base) != facts:
         return f"{base} changed"
@@ -306,6 +342,34 @@ def _why_not(entry: dict, env, key: list) -> str | None:
     return None
 
 
+def _dir_moved(entry: dict, moved: list) -> str | None:
+    """The first ``sys.path`` dir that holds other tracked names than recorded; each one listed because its
+    stat moved while its names did not goes to ``moved``. Dirs whose stat holds are not listed."""
+    wanted = frozenset(entry["names"])
+    for i, (path, st, names) in enumerate(entry["dirs"]):
+        now = _stat(path)
+        if now == st and (now is not None or names is None):  # same stat, or absent then and now
+            continue
+        if _names(path, wanted) != names:
+            return f"{path} lists other packages"
+        if now is not None:
+            moved.append((i, now))
+    return None
+
+
+def _refresh(path: str, entry: dict, moved: list) -> None:
+    """Record the new stats of dirs that moved without a tracked change (unless racy), so they are not listed again."""
+    import time
+
+    since = time.time_ns()
+    fresh = [(i, st) for i, st in moved if not _racy(st, since)]
+    if not fresh:
+        return
+    for i, st in fresh:
+        entry["dirs"][i][1] = st
+    _store(path, entry)
+
+
 def lookup(env=None) -> ActivationFacts | None:
     """The memoised facts when everything they were computed from is unchanged, else None. Never raises."""
     global last
@@ -313,7 +377,8 @@ def lookup(env=None) -> ActivationFacts | None:
     try:
         mdir = memo_dir(env)
         why_not: list = []
-        doc = _load(os.path.join(mdir, FILE), why_not)
+        path = os.path.join(mdir, FILE)
+        doc = _load(path, why_not)
         if doc is None:
             last = f"miss: no usable memo{' (' + why_not[0] + ')' if why_not else ''}"
             return None
@@ -321,9 +386,12 @@ def lookup(env=None) -> ActivationFacts | None:
         why = "no entry"
         for entry in doc["entries"]:
             try:
-                why = _why_not(entry, env, key)
+                moved: list = []
+                why = _why_not(entry, env, key, moved)
                 if why is None:
                     facts = ActivationFacts.from_json(entry["fp"])
+                    if moved:
+                        _refresh(path, entry, moved)
                     last = "hit"
                     return facts
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -342,8 +410,12 @@ def _racy(st, since_ns: int) -> bool:
     return st is not None and max(st[3], st[4]) >= since_ns - RACY_NS
 
 
-def compute(env=None, *, store: bool = True) -> ActivationFacts:
-    """Compute the fingerprint (the slow path) and memoise its facts for the next warm lookup."""
+def compute(env=None, *, store: bool = True, proc_root: str = "/proc") -> ActivationFacts:
+    """Compute the fingerprint (the slow path) and memoise its facts for the next warm lookup.
+
+    ``proc_root``: where ``driver/nvidia`` is read (tests point it at a fake one); the entry records
+    it, so :func:`lookup` re-reads the same files.
+    """
     global last
     import time
 
@@ -354,7 +426,7 @@ def compute(env=None, *, store: bool = True) -> ActivationFacts:
     mdir = memo_dir(env)
     t0 = time.time_ns()
     # Snapshot first, collect second: a change in between is then seen as a change next time.
-    deps = fingerprint.dependencies(env=env)
+    deps = fingerprint.dependencies(env=env, proc_root=proc_root)
     names = list(deps["names"])
     entry = {
         "key": _process_key(mdir),
@@ -365,10 +437,10 @@ def compute(env=None, *, store: bool = True) -> ActivationFacts:
         "proc": [deps["proc"], _proc(deps["proc"])],
         "ld": [[p, _stat(p)] for p in _ld_paths()],
     }
-    for p in deps["path_dirs"]:
+    for p in _path_dirs():
         st = _stat(p)
         entry["dirs"].append([p, None if _racy(st, t0) else st, _names(p, names)])
-    fp = fingerprint.collect(use_memo=True, env=env)
+    fp = fingerprint.collect(use_memo=True, env=env, proc_root=proc_root)
     facts = ActivationFacts(
         fp.digest,
         fp.headline(),
@@ -395,14 +467,19 @@ def compute(env=None, *, store: bool = True) -> ActivationFacts:
 
 
 def _store(path: str, entry: dict) -> None:
-    """Put ``entry`` first, drop entries of the same process key and env, keep :data:`MAX_ENTRIES`."""
+    """Put ``entry`` first, drop entries of the same process key, env and dirs, keep :data:`MAX_ENTRIES`."""
     global last
     doc = _load(path) or {}
+    dirs = [d[0] for d in entry["dirs"]]
     old = [
         e
         for e in doc.get("entries", ())
         if isinstance(e, dict)
-        and not (e.get("key") == entry["key"] and e.get("env") == entry["env"])
+        and not (
+            e.get("key") == entry["key"]
+            and e.get("env") == entry["env"]
+            and [d[0] for d in e.get("dirs") or () if isinstance(d, list) and d] == dirs
+        )
     ]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:

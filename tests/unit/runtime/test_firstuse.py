@@ -255,5 +255,5 @@ def test_ptxas_identities_come_from_the_fingerprint_memo(tmp_path):
         pytest.skip("no ptxas here")
     ptxas._MEMO.clear()
     proof._warm_ptxas(env)
-    keys = {ptxas._stat_key(os.path.realpath(p), os.stat(os.path.realpath(p))) for p in selected}
+    keys = {ptxas.stat_key(os.path.realpath(p), os.stat(os.path.realpath(p))) for p in selected}
     assert keys <= set(ptxas._MEMO)
