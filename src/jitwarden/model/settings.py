@@ -210,6 +210,13 @@ LIBCUDA = Setting(
     "libcuda when it is not in a standard place (the ComputeCache "
     "adapter reads the driver's version from it)",
 )
+PYTHON = Setting(
+    "JITWARDEN_PYTHON",
+    "path",
+    None,
+    "the Python of the environment that writes the caches (a workload's venv): the commands judge them "
+    "against its Triton, torch and other builds, read without importing them (--python wins)",
+)
 ORPHAN_AGE = Setting(
     "JITWARDEN_ORPHAN_AGE",
     "age",
@@ -236,6 +243,7 @@ SETTINGS = (
     CONFIG_DIR,
     HOME,
     LIBCUDA,
+    PYTHON,
     ORPHAN_AGE,
 )
 BY_NAME = {s.name: s for s in SETTINGS}
