@@ -40,6 +40,7 @@ import os
 import sys
 from operator import itemgetter
 
+from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import (
     NotPrivate,
@@ -198,10 +199,11 @@ def _process_key(mdir: str) -> list:
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError, AttributeError):
         libc = ""
+    other = interpreter.current()  # `run` of another environment's Python: its facts, never ours
     return [
-        sys.executable,
-        sys.version,
-        list(sys.path),
+        sys.executable if other is None else other.executable,
+        sys.version if other is None else ".".join(map(str, other.version)),
+        list(sys.path) if other is None else list(other.path),
         os.getuid(),
         "torch" in sys.modules,
         u.sysname,
@@ -266,7 +268,7 @@ def _implausible(entry: dict, key: list) -> str | None:
             return f"headline and packages disagree about {name}"
     if "torch" in sys.modules and "torch" not in packages:
         return "torch is imported but recorded as not installed"
-    if [d[0] for d in entry["dirs"]] != [e or "." for e in sys.path]:
+    if [d[0] for d in entry["dirs"]] != [e or "." for e in interpreter.search_path()]:
         return "does not cover every sys.path dir"
     if not {"torch", "triton", "vllm"} <= set(entry["names"]):
         return "does not watch torch, triton and vllm"
