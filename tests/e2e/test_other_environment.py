@@ -182,9 +182,8 @@ def test_run_into_a_venv_with_triton_but_no_jitwarden_compiles_guarded(triton_ve
     assert "/jitwarden-v1/" in part and part.startswith(str(tmp_path)), part
     with open(os.path.join(part, ".jitwarden-partition.json")) as f:
         info = json.load(f)
-    assert f"triton {TRITON_OTHER}" in info["headline"], (
-        info
-    )  # that venv's fingerprint, not jitwarden's
+    # that venv's fingerprint, not jitwarden's, and the partition records the Python that writes it
+    assert f"triton {TRITON_OTHER}" in info["headline"] and info["python"] == triton_venv, info
     entries = [e for e in os.listdir(part) if not e.startswith(".")]
     assert len(entries) == 1
     assert os.path.isfile(os.path.join(part, entries[0], ".jitwarden-seal.json"))
@@ -196,6 +195,15 @@ def test_run_into_a_venv_with_triton_but_no_jitwarden_compiles_guarded(triton_ve
     p = _run(env, str(tool))
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1])["dir"] == part
+
+    # jitwarden's own doctor (Triton 3.6.0) sees that partition as that venv's, and names its Python.
+    _rc, doc = doctor(env, "--target", "90")
+    probs = {p["code"]: p for p in doc["problems"]}
+    assert "other-environment" in probs and "stale" not in probs, probs
+    assert probs["other-environment"]["fix"].startswith(f"jitwarden doctor --python {triton_venv}")
+    assert all("clean --stale" not in (p["fix"] or "") for p in doc["problems"])
+    _rc, theirs = doctor(env, "--python", triton_venv, "--target", "90")
+    assert "stale" not in theirs["summary"]["by_code"], theirs["summary"]
 
 
 def test_run_into_a_bare_venv_can_import_only_jitwarden(bare_venv, tmp_path):

@@ -205,30 +205,99 @@ def writers(report, entries) -> str:
     return "Triton " + ", ".join(sorted(seen, key=lambda v: -seen[v]))
 
 
+def recorded_writer(report, entries) -> str | None:
+    """The Python the partitions holding most of ``entries`` record as their writer
+    (``store.partition.PartitionInfo.python``), when it still exists and is not the one judged against; None
+    when no partition records one (a stock root)."""
+    import sys
+
+    from jitwarden.env import interpreter
+    from jitwarden.store import partition
+
+    by_root: dict[str, int] = {}
+    for e in entries:
+        by_root[e.root] = by_root.get(e.root, 0) + 1
+    partitions = {c.root.path for c in report.caches if c.root.partition}
+    for root in sorted(by_root, key=lambda r: -by_root[r]):
+        info = partition.read_info(root) if root in partitions else None
+        python = info.python if info is not None else None
+        other = interpreter.current()
+        judged = other.executable if other is not None else sys.executable
+        if python and python != judged and os.path.isfile(python):
+            return python
+    return None
+
+
+def _unused(report, root: str) -> bool:
+    """Whether ``root`` is a partition nobody used for :data:`PRUNE_AGE`: dead weight, which ``prune`` takes
+    (``partition_problems`` offers it), not a cache in use elsewhere."""
+    import time
+
+    from jitwarden.store import partition
+
+    if not any(c.root.path == root and c.root.partition for c in report.caches):
+        return False
+    info = partition.read_info(root)
+    return info is not None and time.time() - info.last_used > PRUNE_AGE
+
+
 def another_environments(report, probs: list[Problem], suffix: str) -> list[Problem]:
-    """``probs`` with the ``stale`` line reworded when most entries are stale: a cache most of whose entries
-    another toolchain built is another environment's, still in use there (a workload's venv beside a
-    standalone jitwarden), not dead weight. It is said so (``other-environment``), with the command that judges
-    it against that environment, and ``clean --stale``, which would quarantine the live cache, is not offered
-    (pure)."""
+    """``probs`` with the ``stale`` line split by root: a root (or partition) most of whose entries another
+    toolchain built is another environment's cache, still in use there (a workload's venv beside a standalone
+    jitwarden), not dead weight. Its entries are said to be so (``other-environment``), with the command that
+    judges them against that environment, and no ``clean --stale`` that would take them is offered: what
+    stays ``stale`` gets a ``clean`` of its own roots only (pure, but for the partitions' records)."""
     from jitwarden.model.entries import HOLDS_NO_CODE
 
-    stale = [e for e in report.entries if any(f.code == "stale" for f in e.findings)]
-    judged = sum(e.type not in HOLDS_NO_CODE for e in report.entries)
-    if not stale or 2 * len(stale) <= judged:
+    stale: dict[str, list] = {}
+    judged: dict[str, int] = {}
+    for e in report.entries:
+        judged[e.root] = judged.get(e.root, 0) + (e.type not in HOLDS_NO_CODE)
+        if any(f.code == "stale" for f in e.findings):
+            stale.setdefault(e.root, []).append(e)
+    theirs = [r for r, es in stale.items() if 2 * len(es) > judged[r] and not _unused(report, r)]
+    if not theirs:
         return probs
-    where = out.environment_words(report.judge)
-    line = Problem(
-        "other-environment",
-        Severity.WARN,
-        len(stale),
-        f"{len(stale)} of {plural(judged, 'entry')} were built by {writers(report, stale)}, not by the "
-        f"environment judged against ({where}): most likely another environment's cache, in use there; "
-        "`clean --stale` would quarantine what that environment loads",
-        f"jitwarden doctor --python PATH{suffix}  (PATH: the Python of the environment that writes this "
-        f"cache, or set {settings.PYTHON.name})",
+    mine = [r for r in stale if r not in theirs]
+    out_ = [p for p in probs if p.code != "stale"]
+    tgt = report.target
+    target = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
+    if mine:
+        n = sum(len(stale[r]) for r in mine)
+        roots = " ".join(shlex.quote(display(r)) for r in mine)
+        out_.append(
+            Problem(
+                "stale",
+                CODES["stale"],
+                n,
+                f"{plural(n, 'entry')} {CATALOG['stale'].what}",
+                f"jitwarden clean --stale{target} {roots}",
+            )
+        )
+    entries = [e for r in theirs for e in stale[r]]
+    total = sum(judged[r] for r in theirs)
+    writer = recorded_writer(report, entries)
+    fix = (
+        f"jitwarden doctor --python {shlex.quote(display(writer))}{suffix}  (the Python that wrote "
+        "these partitions, as they record it)"
+        if writer
+        else f"jitwarden doctor --python PATH{suffix}  (PATH: the Python of the environment that writes "
+        f"this cache, or set {settings.PYTHON.name})"
     )
-    return [line if p.code == "stale" else p for p in probs]
+    out_.append(
+        Problem(
+            "other-environment",
+            Severity.WARN,
+            len(entries),
+            f"{len(entries)} of {plural(total, 'entry')} in {plural(len(theirs), 'root')} "
+            f"{'was' if len(entries) == 1 else 'were'} built by "
+            f"{writers(report, entries)}, not by the environment judged against "
+            f"({out.environment_words(report.judge)}): most likely another environment's cache, in use "
+            "there; `clean --stale` would quarantine what that environment loads",
+            fix,
+        )
+    )
+    return out_
 
 
 def mixed_gpus(fp) -> list[Problem]:
