@@ -205,6 +205,10 @@ def test_run_into_a_venv_with_triton_but_no_jitwarden_compiles_guarded(triton_ve
     _rc, theirs = doctor(env, "--python", triton_venv, "--target", "90")
     assert "stale" not in theirs["summary"]["by_code"], theirs["summary"]
 
+    # The activation memo keeps each interpreter's facts apart: jitwarden's own Python gets its own partition.
+    p = _run(env, sys.executable, "-c", "import os; print(os.environ['TRITON_CACHE_DIR'])")
+    assert p.returncode == 0 and p.stdout.strip() != part, (p.stdout, p.stderr)
+
 
 def test_run_into_a_bare_venv_can_import_only_jitwarden(bare_venv, tmp_path):
     code = (
