@@ -208,7 +208,9 @@ def writers(report, entries) -> str:
 def recorded_writer(report, entries) -> str | None:
     """The Python the partitions holding most of ``entries`` record as their writer
     (``store.partition.PartitionInfo.python``), when it still exists and is not the one judged against; None
-    when no partition records one (a stock root)."""
+    when no partition records one (a stock root), or when the record proves nothing: a fix line is pasted and
+    run, so the partition must be this user's and the Python this user's or root's, writable by no one else
+    (docs/threat-model.md)."""
     import sys
 
     from jitwarden.env import interpreter
@@ -223,9 +225,18 @@ def recorded_writer(report, entries) -> str | None:
         python = info.python if info is not None else None
         other = interpreter.current()
         judged = other.executable if other is not None else sys.executable
-        if python and python != judged and os.path.isfile(python):
+        if python and python != judged and _ours(root) and _ours(python):
             return python
     return None
+
+
+def _ours(path: str) -> bool:
+    """``path`` (followed to what it names) is this user's or root's, and writable by no one else."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
 
 
 def _unused(report, root: str) -> bool:
