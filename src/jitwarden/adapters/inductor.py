@@ -346,9 +346,12 @@ class Judging:
     """What the judging of one entry found so far (mutable while judging it); ``extra`` holds fields of
     ``make`` (:class:`InductorFacts`, or the vLLM adapter's subclass), which :func:`entry_of` freezes."""
 
-    __slots__ = ("type", "name", "arch", "extra", "findings", "make")
+    __slots__ = ("type", "name", "arch", "extra", "findings", "make", "sealed")
 
     def __init__(self, make: type[InductorFacts] = InductorFacts):
+        self.sealed = (
+            False  # every file of the entry is covered by its pickle seal (checked against it)
+        )
         self.type = "other"
         self.name = None
         self.arch = None
@@ -589,6 +592,7 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
             continue  # Inductor itself skips dot files in key dirs
         real.append((f.name, f.size))
     sealed = _pickle_seal(s, facts) if group in PICKLE_DIRS and s.is_dir else {}
+    facts.sealed = bool(real) and all(rel in sealed for rel, _size in real)
     for rel, mtime in tmps:
         if judge.now - mtime >= judge.orphan_age:
             facts.findings.append(
@@ -764,6 +768,7 @@ def entry_of(
         facts.arch,
         s.bytes,
         mtime,
+        sealed=facts.sealed,
         findings=tuple(dict.fromkeys(findings)),
         facts=frozen,
     )

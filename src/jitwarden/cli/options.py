@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from jitwarden.model.settings import ORPHAN_AGE
+from jitwarden.model.settings import ORPHAN_AGE, PYTHON
 from jitwarden.model.text import age_arg
 
 FORMATS = ("table", "json")
@@ -76,11 +76,27 @@ def add_scan_arguments(p) -> None:
     )
     p.add_argument("--long", action="store_true", help="show full paths in tables")
     p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="judge against the environment of this Python (a workload's venv: its Triton, torch, ...; "
+        f"read, never imported); default: jitwarden's own (env {PYTHON.name})",
+    )
+    p.add_argument(
         "--kind",
         action="append",
         metavar="KIND",
         help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
         "deepgemm, torch-ext, jax, cupy, numba",
+    )
+
+
+def add_strict_argument(p) -> None:
+    """``--strict`` (verify, doctor): an unproven entry fails the run as an error does (exit 1), for CI."""
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 also when an entry is unproven (passed structural checks only: neither sealed "
+        "unchanged nor rebuilt and matched)",
     )
 
 

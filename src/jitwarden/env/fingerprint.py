@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from jitwarden.env import jaxcupy, nvml, ptxas, torchinfo
+from jitwarden.env import interpreter, jaxcupy, nvml, ptxas, torchinfo
 from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
 from jitwarden.formats import jsonlimits
@@ -590,9 +590,10 @@ class _Section(dict):
 
 
 def _find_dists(prefixes: set[str]) -> dict[str, tuple[str, str]]:
-    """normalized dist name -> (dist-info dir, version), first on sys.path wins; no imports."""
+    """normalized dist name -> (dist-info dir, version), first on the search path wins (this process's
+    ``sys.path``, or the interpreter judged against: :mod:`jitwarden.env.interpreter`); no imports."""
     found: dict[str, tuple[str, str]] = {}
-    for entry in sys.path:
+    for entry in interpreter.search_path():
         try:
             names = os.listdir(entry or ".")
         except OSError:
@@ -652,6 +653,9 @@ def _packages(memo: dict) -> tuple[Package, ...]:
 
 
 def _python() -> tuple[tuple[str, str], ...]:
+    other = interpreter.current()
+    if other is not None:  # --python: the interpreter judged against, as it described itself
+        return other.python_facts()
     import sysconfig
 
     v = sys.version_info
@@ -810,7 +814,7 @@ def collect(
     pkey = (
         memo_path,
         proc_root,
-        tuple(sys.path),
+        tuple(interpreter.search_path()),
         tuple((k, env.get(k)) for k in CODEGEN_ENV_VARS + ("CUDA_VISIBLE_DEVICES",)),
     )
     if use_memo and pkey in _PROCESS_MEMO:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from dataclasses import asdict, dataclass
 
-from jitwarden.store.fsutil import open_regular, package_dir
+from jitwarden.env import interpreter
+from jitwarden.store.fsutil import open_regular
 
 VERSION_TIMEOUT_S = 10.0
 
@@ -140,7 +140,7 @@ _INSTALLED: dict[str, str | None] = {}
 
 def installed_triton_version() -> str | None:
     """The installed Triton's version, from its dist-info beside the package (no import, no metadata scan)."""
-    d = package_dir("triton")
+    d = interpreter.package_dir("triton")
     if d is None:
         return None
     parent = os.path.dirname(d)
@@ -286,8 +286,9 @@ def _sha256_file(path: str) -> str:
 
 
 def triton_bin_dir() -> str | None:
-    """``<triton>/backends/nvidia/bin``, where Triton keeps its bundled ptxas."""
-    d = package_dir("triton")
+    """``<triton>/backends/nvidia/bin``, where Triton keeps its bundled ptxas (of the environment judged
+    against: :mod:`jitwarden.env.interpreter`)."""
+    d = interpreter.package_dir("triton")
     return os.path.join(d, "backends", "nvidia", "bin") if d else None
 
 
@@ -361,7 +362,7 @@ def machine_candidates(env=None) -> list[str]:
     if which:
         cands.append(which)
     cands.extend(sorted(glob.glob("/usr/local/cuda*/bin/ptxas")))
-    for entry in sys.path:
+    for entry in interpreter.search_path():
         if not entry or not os.path.isdir(os.path.join(entry, "nvidia")):
             continue
         cands.append(os.path.join(entry, "nvidia", "cuda_nvcc", "bin", "ptxas"))

@@ -21,7 +21,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from jitwarden.store.fsutil import open_regular_file, package_dir, read_bytes
+from jitwarden.env import interpreter
+from jitwarden.store.fsutil import open_regular_file, read_bytes
 
 MAX_RODATA = 256 << 20
 _FLAGS = re.compile(
@@ -41,8 +42,9 @@ class TorchInfo:
 
 
 def torch_dir() -> str | None:
-    """The installed torch package directory, found without importing torch."""
-    return package_dir("torch")
+    """The installed torch package directory (of the environment judged against:
+    :mod:`jitwarden.env.interpreter`), found without importing torch."""
+    return interpreter.package_dir("torch")
 
 
 def torch_bin_ptxas() -> str | None:
@@ -144,7 +146,8 @@ def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[s
             return result
         if key and memo is not None:
             memo[key] = "unreadable"  # do not read the library again at every start
-    torch = sys.modules.get("torch")
+    # this process's torch, never when judging another environment's (``--python``)
+    torch = sys.modules.get("torch") if interpreter.current() is None else None
     if torch is not None:
         try:
             flags = torch._C._cuda_getArchFlags()

@@ -13,7 +13,7 @@ from functools import cache
 from itertools import repeat
 from typing import ClassVar
 
-from jitwarden.model.findings import Finding
+from jitwarden.model.findings import Finding, Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +154,12 @@ class Entry:
     sealed: bool = False
     findings: tuple[Finding, ...] = ()
     facts: KindFacts = NO_FACTS
+    proven: bool = False  # rebuilt from its own PTX this run, and the code matched (``--rebuild``)
+
+    @property
+    def verdict(self) -> str | None:
+        """What vouches for this entry (:func:`verdict_of`)."""
+        return verdict_of(self)
 
     def to_json(self) -> dict:
         return {
@@ -168,6 +174,28 @@ class Entry:
             "mtime": self.mtime,
             **self.facts.top_json(),
             "sealed": self.sealed,
+            "verdict": verdict_of(self),
             "findings": [f.to_json() for f in self.findings],
             "extra": self.facts.to_json(),
         }
+
+
+HOLDS_NO_CODE = frozenset({"empty", "lock", "locks", "link", "partial", "building"})
+"""Entry types that hold nothing a program loads (an empty dir, a lock, a link, an interrupted write): there is
+nothing to prove, so they get no verdict."""
+
+VERDICTS = ("proven", "sealed", "unproven")
+"""What vouches for an entry with no error-level finding, strongest first: ``proven``, rebuilt from its own PTX
+and the code matched (``--rebuild``); ``sealed``, unchanged since jitwarden sealed it; ``unproven``, only the
+structural checks passed, which another kernel's code under the same key also passes (docs/commands.md,
+"Verdicts")."""
+
+
+def verdict_of(e: Entry) -> str | None:
+    """``proven``, ``sealed`` or ``unproven`` (:data:`VERDICTS`) for an entry with no error-level finding; None
+    for one with an error (its findings are the verdict) or one that holds no code (pure)."""
+    if e.type in HOLDS_NO_CODE or any(f.severity == Severity.ERROR for f in e.findings):
+        return None
+    if e.proven:
+        return "proven"
+    return "sealed" if e.sealed else "unproven"

@@ -224,6 +224,13 @@ LOCK_TIMEOUT = Setting(
     "seconds a workload waits for a cache entry's lock before it takes a miss and compiles that "
     "kernel privately (any user who can read a lock file can hold it)",
 )
+PYTHON = Setting(
+    "JITWARDEN_PYTHON",
+    "path",
+    None,
+    "the Python of the environment that writes the caches (a workload's venv): the commands judge them "
+    "against its Triton, torch and other builds, read without importing them (--python wins)",
+)
 ORPHAN_AGE = Setting(
     "JITWARDEN_ORPHAN_AGE",
     "age",
@@ -252,6 +259,7 @@ SETTINGS = (
     HOME,
     LIBCUDA,
     LOCK_TIMEOUT,
+    PYTHON,
     ORPHAN_AGE,
 )
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -18,7 +17,8 @@ from operator import attrgetter, methodcaller
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
 from jitwarden.adapters.base import expand_partitions, listed, listing_once
-from jitwarden.model.entries import CacheRoot, Entry, Judge
+from jitwarden.env import interpreter
+from jitwarden.model.entries import VERDICTS, CacheRoot, Entry, Judge, verdict_of
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
@@ -84,7 +84,8 @@ def cache_json(
 @dataclass(frozen=True)
 class Tally:
     """What a report counts of judged entries, without the entries: how many, their bytes, how many are at
-    error and at warning level (by each entry's worst finding), the worst severity, findings by code.
+    error and at warning level (by each entry's worst finding), the worst severity, findings by code, and
+    what vouches for the others (``verdicts``: entries by :data:`~jitwarden.model.entries.VERDICTS` word).
     Tallies of chunks add up (:meth:`plus`) to the tally of them all, in any grouping."""
 
     entries: int = 0
@@ -92,12 +93,18 @@ class Tally:
     errors: int = 0
     warnings: int = 0
     worst: Severity | None = None
-    by_code: tuple[tuple[str, int], ...] = ()  # sorted by code
+    by_code: tuple[tuple[str, int], ...] = ()  # findings by code, sorted by code
+    verdicts: tuple[int, ...] = (0,) * len(VERDICTS)  # proven, sealed, unproven
+    entries_by_code: tuple[
+        tuple[str, int], ...
+    ] = ()  # entries with a finding of each code (a root: one)
 
     def plus(self, other: Tally) -> Tally:
-        codes = dict(self.by_code)
+        codes, holders = dict(self.by_code), dict(self.entries_by_code)
         for k, n in other.by_code:
             codes[k] = codes.get(k, 0) + n
+        for k, n in other.entries_by_code:
+            holders[k] = holders.get(k, 0) + n
         worst = max((s for s in (self.worst, other.worst) if s is not None), default=None)
         return Tally(
             self.entries + other.entries,
@@ -106,15 +113,24 @@ class Tally:
             self.warnings + other.warnings,
             worst,
             tuple(sorted(codes.items())),
+            tuple(a + b for a, b in zip(self.verdicts, other.verdicts)),
+            tuple(sorted(holders.items())),
         )
 
+    @property
+    def unproven(self) -> int:
+        """Entries that passed the structural checks only (what ``--strict`` refuses)."""
+        return self.verdicts[VERDICTS.index("unproven")]
+
     def summary(self) -> dict:
-        """The ``summary`` object of a scan's JSON."""
+        """The ``summary`` object of a scan's JSON (``verdicts``: added in schema 2, entries by verdict word)."""
         return {
             "entries": self.entries,
             "errors": self.errors,
             "warnings": self.warnings,
             "by_code": dict(self.by_code),
+            "entries_by_code": dict(self.entries_by_code),
+            "verdicts": dict(zip(VERDICTS, self.verdicts)),
         }
 
 
@@ -122,10 +138,13 @@ def tally(entries, root_findings=()) -> Tally:
     """The :class:`Tally` of ``entries`` (pure). ``root_findings``: a root's own findings, each counted as one
     at its severity (a root is not an entry). The one counting rule of :meth:`ScanReport.summary`."""
     by_code: dict[str, int] = {}
+    holders: dict[str, int] = {}
     n = size = errors = warnings = 0
     worst = None
+    verdicts = dict.fromkeys(VERDICTS, 0)
     for f in root_findings:
         by_code[f.code] = by_code.get(f.code, 0) + 1
+        holders[f.code] = holders.get(f.code, 0) + 1
         errors += f.severity == Severity.ERROR
         warnings += f.severity == Severity.WARN
         worst = f.severity if worst is None or f.severity > worst else worst
@@ -136,11 +155,25 @@ def tally(entries, root_findings=()) -> Tally:
         if fs:  # most entries have none: they cost two additions here
             for f in fs:
                 by_code[f.code] = by_code.get(f.code, 0) + 1
+            for code in {f.code for f in fs}:
+                holders[code] = holders.get(code, 0) + 1
             sev = max(f.severity for f in fs)
             errors += sev == Severity.ERROR
             warnings += sev == Severity.WARN
             worst = sev if worst is None or sev > worst else worst
-    return Tally(n, size, errors, warnings, worst, tuple(sorted(by_code.items())))
+        v = verdict_of(e)
+        if v is not None:
+            verdicts[v] += 1
+    return Tally(
+        n,
+        size,
+        errors,
+        warnings,
+        worst,
+        tuple(sorted(by_code.items())),
+        tuple(verdicts.values()),
+        tuple(sorted(holders.items())),
+    )
 
 
 @dataclass(frozen=True)
@@ -186,11 +219,16 @@ class ScanReport:
     def entries(self) -> list[Entry]:
         return [e for c in self.caches for e in c.entries]
 
-    def with_findings(self, added: Mapping[str, tuple[Finding, ...]]) -> ScanReport:
-        """This report with findings of a later stage (the rebuild) joined to the entries they are about, by path."""
+    def with_findings(
+        self, added: Mapping[str, tuple[Finding, ...]], proven: frozenset[str] = frozenset()
+    ) -> ScanReport:
+        """This report with findings of a later stage (the rebuild) joined to the entries they are about, by
+        path; the entries at ``proven`` paths marked proven (rebuilt, and the code matched)."""
 
         def grown(e: Entry) -> Entry:
             more = added.get(e.path)
+            if e.path in proven:
+                e = replace(e, proven=True)
             return replace(e, findings=e.findings + tuple(more)) if more else e
 
         return replace(
@@ -385,7 +423,7 @@ def make_judge(
         gpu_names=gpus,
         driver_version=driver,
         torch_cuda=torch_cuda,
-        python_tag=f"{sys.version_info[0]}{sys.version_info[1]}",
+        python_tag=interpreter.python_tag(),
         uid=os.getuid(),
     )
 

@@ -239,7 +239,7 @@ def _partition(
         if refusal is None:
             path = partition.path_for(cand, digest)
             try:
-                partition.ensure(path, digest, headline, kind)
+                partition.ensure(path, digest, headline, kind, python=_writer())
             except OSError as exc:
                 from jitwarden.store.fsutil import UnsafeName
 
@@ -262,6 +262,15 @@ def _partition(
     return None, startup_checks.unsafe_root(
         base, f"{first[0]}; no private place for a partition either", None, first[1]
     )
+
+
+def _writer() -> str:
+    """The Python whose environment this activation partitions for (``jitwarden run`` of another
+    environment's: that one), recorded in the partition for ``doctor --python``."""
+    from jitwarden.env import interpreter
+
+    other = interpreter.current()
+    return other.executable if other is not None else sys.executable
 
 
 def _say(msg: str, quiet: bool) -> None:

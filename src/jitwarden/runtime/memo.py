@@ -46,6 +46,7 @@ import os
 import sys
 from operator import itemgetter
 
+from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import (
     NotPrivate,
@@ -219,10 +220,11 @@ def _process_key(mdir: str) -> list:
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError, AttributeError):
         libc = ""
+    other = interpreter.current()  # `run` of another environment's Python: its facts, never ours
     return [
-        sys.executable,
-        sys.version,
-        list(sys.path),
+        sys.executable if other is None else other.executable,
+        sys.version if other is None else ".".join(map(str, other.version)),
+        list(sys.path) if other is None else list(other.path),
         os.getuid(),
         "torch" in sys.modules,
         u.sysname,
@@ -239,7 +241,7 @@ def _path_dirs() -> list:
         cwd = os.getcwd()
     except OSError:
         cwd = os.curdir
-    return [os.path.normpath(os.path.join(cwd, e or os.curdir)) for e in sys.path]
+    return [os.path.normpath(os.path.join(cwd, e or os.curdir)) for e in interpreter.search_path()]
 
 
 def _own_files() -> list:

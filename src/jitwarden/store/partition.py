@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from operator import itemgetter
 
@@ -22,7 +23,8 @@ TOUCH_EVERY_S = 60.0
 
 
 class PartitionInfo(tuple):
-    """(digest, headline, created, last_used, kinds), immutable.
+    """(digest, headline, created, last_used, kinds, python), immutable. ``python``: the interpreter of the
+    environment that last wrote it (None in a record made before it was kept), for ``doctor --python``.
 
     A tuple subclass rather than a frozen dataclass: activation imports this module in
     every process, and building a dataclass costs more than the rest of this module.
@@ -31,16 +33,24 @@ class PartitionInfo(tuple):
     __slots__ = ()
 
     def __new__(
-        cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()
+        cls,
+        digest: str,
+        headline: str | None,
+        created: float,
+        last_used: float,
+        kinds: tuple = (),
+        python: str | None = None,
     ):
-        return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds)))
+        return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds), python))
 
-    digest, headline, created, last_used, kinds = (property(itemgetter(i)) for i in range(5))
+    digest, headline, created, last_used, kinds, python = (
+        property(itemgetter(i)) for i in range(6)
+    )
 
     def __repr__(self) -> str:
         return (
             f"PartitionInfo(digest={self.digest!r}, headline={self.headline!r}, created={self.created!r}, "
-            f"last_used={self.last_used!r}, kinds={self.kinds!r})"
+            f"last_used={self.last_used!r}, kinds={self.kinds!r}, python={self.python!r})"
         )
 
     def to_json(self) -> dict:
@@ -51,6 +61,7 @@ class PartitionInfo(tuple):
             "created": self.created,
             "last_used": self.last_used,
             "kinds": list(self.kinds),
+            "python": self.python,
         }
 
 
@@ -94,13 +105,14 @@ def read_info(partition: str) -> PartitionInfo | None:
         kinds = doc.get("kinds") or ()
         if not isinstance(kinds, (list, tuple)) or not all(isinstance(k, str) for k in kinds):
             return None
-        headline = doc.get("headline")
+        headline, python = doc.get("headline"), doc.get("python")
         return PartitionInfo(
             str(doc["digest"]),
             headline if isinstance(headline, str) else None,
             float(doc.get("created") or 0),
             float(doc.get("last_used") or 0),
             tuple(kinds),
+            python if isinstance(python, str) else None,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
         return None
@@ -129,9 +141,15 @@ def unusable(path: str, uid: int | None = None) -> str | None:
 
 
 def ensure(
-    partition: str, digest: str, headline: str | None, kind: str, now: float | None = None
+    partition: str,
+    digest: str,
+    headline: str | None,
+    kind: str,
+    now: float | None = None,
+    python: str | None = None,
 ) -> PartitionInfo:
-    """Create the partition dir if needed and record its last use (at most once a minute).
+    """Create the partition dir if needed and record its last use (at most once a minute) and the Python of
+    the environment that uses it (``python``, default this one's).
 
     OSError when the directory cannot be made or is not safe to use (see :func:`unusable`).
     Recording the last use is bookkeeping: when that write fails (a full disk, a read-only
@@ -157,12 +175,24 @@ def ensure(
     why = unusable(partition)
     if why is not None:
         raise OSError(errno.EPERM, why, partition)
+    python = python or sys.executable or None
     old = read_info(partition)
-    if old and old.digest == digest and kind in old.kinds and now - old.last_used < TOUCH_EVERY_S:
+    if (
+        old
+        and old.digest == digest
+        and kind in old.kinds
+        and old.python == python
+        and now - old.last_used < TOUCH_EVERY_S
+    ):
         return old
     kinds = tuple(sorted(set(old.kinds if old else ()) | {kind}))
     info = PartitionInfo(
-        digest, headline or (old.headline if old else None), old.created if old else now, now, kinds
+        digest,
+        headline or (old.headline if old else None),
+        old.created if old else now,
+        now,
+        kinds,
+        python,
     )
     try:
         write_json_atomic(

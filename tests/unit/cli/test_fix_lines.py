@@ -124,14 +124,12 @@ def test_stale_does_not_call_another_venv_s_kernels_dead_weight(damaged_home):
     )
 
 
-def test_unsealed_says_in_words_that_the_guard_seals_them(home_cache):
+def test_unproven_says_in_words_that_the_guard_seals_them(home_cache):
     probs = doctor("--target", "90")
-    fix = probs["unsealed"]["fix"]
+    fix = probs["unproven"]["fix"]
     assert not is_command(fix) and "jitwarden run -- CMD" in fix, fix
-    # What the old line offered proves every kernel but seals none: the same line comes back.
-    assert "unsealed" in doctor("--target", "90", "--rebuild") or "unsealed" in doctor(
-        "--target", "90"
-    )
+    # A rebuild proves the kernels but seals none: run again without it, the same line comes back.
+    assert "unproven" in doctor("--target", "90")
 
 
 def test_shared_root_says_what_to_do_and_blames_no_setting_the_user_never_made(home_cache):

@@ -122,7 +122,7 @@ def test_ls_keeps_ids_names_and_status_whole(home, cols):
             assert e["name"] in words, e[
                 "name"
             ]  # whole somewhere (below its row when too long for the column)
-    for code in ("foreign-arch", "foreign-path", "ok"):
+    for code in ("foreign-arch", "foreign-path", "unproven"):
         assert code in words
     assert not re.search(r"\b(foreign-a|foreign-p|mismatc|incomple)…", text), (
         text

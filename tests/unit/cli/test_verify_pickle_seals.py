@@ -91,3 +91,13 @@ def test_a_sealed_pickle_in_vllm_s_inductor_cache_is_checked(sealed_inductor, tm
         c == "corrupt" and "sealed sha256" in m
         for c, m in _codes(doc, os.path.basename(os.path.dirname(victim)))
     )
+
+
+def test_sealed_pickles_are_sealed_not_unproven(sealed_inductor):
+    """Pickles that match the seal the torch hooks wrote are ``sealed`` (issue 34, item 1): a verdict says what
+    vouches for them, and an unsealed one is ``unproven``."""
+    _rc, doc = _verify("--all", sealed_inductor)
+    by_type = {}
+    for e in doc["entries"]:
+        by_type.setdefault(e["type"], set()).add(e["verdict"])
+    assert by_type["fxgraph"] == {"sealed"} and by_type["aotautograd"] == {"sealed"}, by_type

@@ -10,9 +10,10 @@ import json
 
 from tests.helpers.guarded import clean_env, py
 
-WARM_MODULES_MAX = 28
+WARM_MODULES_MAX = 29
 """jitwarden modules a warm activation imports with torch installed (hooks, sweep check, partitions);
-28 since the disk layer was split by concern (issue 36: one fsutil became six small modules)."""
+28 since the disk layer was split by concern (issue 36: one fsutil became six small modules); 29 with
+env.interpreter (issue 34: the memo is keyed by the workload's interpreter)."""
 
 PROBE = """
 import json, sys

@@ -24,8 +24,59 @@ if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebui
     from jitwarden.ops.rebuild import RebuildOptions
 
 
-def fingerprint_or_none():
-    """The current fingerprint, or None when it cannot be computed (never fatal for a scan)."""
+def verdict_exit(report, strict: bool) -> int:
+    """The exit status of a scan that judges (verify, doctor): 1 when a finding is at error level, or, with
+    ``--strict``, when an entry is unproven (docs/commands.md, "Verdicts"); else 0."""
+    from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
+    from jitwarden.model.findings import Severity
+
+    if report.worst == Severity.ERROR:
+        return EXIT_FINDINGS
+    return EXIT_FINDINGS if strict and report.summary()["verdicts"]["unproven"] else EXIT_OK
+
+
+def unproven_note(report, strict: bool, rebuilt: bool) -> str | None:
+    """The line under a scan's summary when entries are unproven: what that means and what proves them
+    (pure); None when none is."""
+    from jitwarden.model.text import plural
+
+    n = report.summary()["verdicts"]["unproven"]
+    if not n:
+        return None
+    how = (
+        "a rebuild could not prove them (no PTX to rebuild from, or not a Triton kernel); "
+        if rebuilt
+        else "`--rebuild` proves Triton kernels; "
+    )
+    return (
+        f"{plural(n, 'entry')} unproven: only structural checks passed, which another kernel's code under "
+        f"the same key passes too; {how}the guard seals what it proves at first use"
+        + ("; --strict: exit 1" if strict else "")
+    )
+
+
+def judge_in(args=None) -> None:
+    """Judge against the environment ``--python`` (else ``JITWARDEN_PYTHON``) names, when one is named: its
+    interpreter is asked once for its ``sys.path`` and version (:mod:`jitwarden.env.interpreter`); one it
+    cannot ask is a usage error (exit 2). Nothing named: this process's own environment."""
+    from jitwarden.env import interpreter
+
+    given, source = getattr(args, "python", None), "--python"
+    if not given:
+        given, source = settings.PYTHON.text(os.environ), settings.PYTHON.name
+    if not given:
+        interpreter.use(None)
+        return
+    try:
+        interpreter.use(interpreter.describe(given, source))
+    except interpreter.InterpreterError as exc:
+        raise UsageError(f"{source}: {exc}") from None
+
+
+def fingerprint_or_none(args=None):
+    """The fingerprint of the environment judged against (:func:`judge_in`), or None when it cannot be
+    computed (never fatal for a scan)."""
+    judge_in(args)
     try:
         from jitwarden.env import fingerprint
 
@@ -237,7 +288,9 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
             )  # kept when not empty (cubins kept) or not ours to remove
     if results is not None:
         results.update(got)
-    rebuilt = report.with_findings({path: r.findings for path, r in got.items()})
+    # proven: a ptxas reproduced its code from its own PTX (``stale``: one this environment does not use)
+    proven = frozenset(p for p, r in got.items() if r.verdict in ("verified", "stale"))
+    rebuilt = report.with_findings({path: r.findings for path, r in got.items()}, proven)
     return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
 
 

@@ -108,8 +108,8 @@ def run(args) -> int:
     sel = selection_of(args, time.time())
     req = _common.rebuild_request(args)
     orphan_age = _common.orphan_age(args)
-    fp = (
-        _common.fingerprint_or_none()
+    fp = _common.fingerprint_or_none(
+        args
     )  # also with --target: the judge needs the installed versions, GPU names, driver
     report = scan(args, fp, req)
     plan = cleanplan.plan_clean(report, sel)

@@ -18,7 +18,7 @@ from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model import settings
-from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
+from jitwarden.model.errors import EXIT_OK
 from jitwarden.model.findings import CATALOG, CODES, Severity
 from jitwarden.model.text import display, human_age, human_size, plural
 
@@ -48,9 +48,11 @@ def register(sub) -> None:
         "doctor",
         help="check everything: fingerprint, every cache, findings, warnings, fixes",
         description="The main job: fingerprint this machine, check every kernel cache it uses, "
-        "and say what fixes each problem. Exit 1 on any error-level finding.",
+        "and say what fixes each problem. Exit 1 on any error-level finding (--strict: or any "
+        "unproven entry).",
     )
     options.add_scan_arguments(p)
+    options.add_strict_argument(p)
     options.add_rebuild_arguments(p)
     p.set_defaults(func=run)
 
@@ -137,28 +139,8 @@ def problems(  # noqa: C901
                 "`jitwarden quarantine restore ID`, delete them for good with `jitwarden quarantine empty`",
             )
         )
-    unsealed = [
-        e
-        for e in report.entries
-        if e.kind == "triton"
-        and e.type == "kernel"
-        and not e.sealed
-        and not any(f.severity >= Severity.ERROR for f in e.findings)
-    ]
-    if unsealed and not rebuilt:
-        out_.append(
-            Problem(
-                "unsealed",
-                Severity.INFO,
-                len(unsealed),
-                f"{len(unsealed)} Triton kernels were never sealed by jitwarden: another kernel's cubin "
-                "under the same name passes every structural check, only a rebuild tells",
-                "no command seals them: the guard proves and seals each one the first time a workload "
-                "uses it (`jitwarden run -- CMD`, the vLLM plugin); `jitwarden doctor --rebuild"
-                + suffix
-                + "` checks them all now without sealing",
-            )
-        )
+    out_ += unproven_problems(report, suffix, rebuilt)
+    out_ = another_environments(report, out_, suffix)
     out_ += mixed_gpus(fp)
     if tgt.arch is None:
         archs: dict[int, int] = {}
@@ -183,6 +165,150 @@ def problems(  # noqa: C901
             )
         )
     return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+
+
+def unproven_problems(report, suffix: str, rebuilt: bool) -> list[Problem]:
+    """The entries only structural checks vouch for (verdict ``unproven``, as ``verify`` counts them), with
+    what proves them: ``--rebuild`` for Triton kernels not rebuilt yet, the guard's seal at first use (pure)."""
+    unproven = [e for e in report.entries if e.verdict == "unproven"]
+    if not unproven:
+        return []
+    kernels = sum(e.kind == "triton" and e.type == "kernel" for e in unproven)
+    fix = (
+        "the guard proves and seals each kernel the first time a workload uses it "
+        "(`jitwarden run -- CMD`, the vLLM plugin)"
+    )
+    if kernels and not rebuilt:
+        fix += f"; `jitwarden doctor --rebuild{suffix}` proves the {plural(kernels, 'Triton kernel')} now"
+    return [
+        Problem(
+            "unproven",
+            Severity.INFO,
+            len(unproven),
+            f"{plural(len(unproven), 'entry')} unproven: only structural checks passed, which another "
+            "kernel's code under the same key passes too (`--strict` fails on them)",
+            fix,
+        )
+    ]
+
+
+def writers(report, entries) -> str:
+    """``Triton 3.6.0`` (or ``Triton 3.6.0, 3.5.1``): the Triton versions that built ``entries``, most first
+    (the metadata's ``triton_version``), or ``another toolchain`` when none says (pure)."""
+    seen: dict[str, int] = {}
+    for e in entries:
+        v = getattr(e.facts, "triton_version", None)
+        if v:
+            seen[v] = seen.get(v, 0) + 1
+    if not seen:
+        return "another toolchain"
+    return "Triton " + ", ".join(sorted(seen, key=lambda v: -seen[v]))
+
+
+def recorded_writer(report, entries) -> str | None:
+    """The Python the partitions holding most of ``entries`` record as their writer
+    (``store.partition.PartitionInfo.python``), when it still exists and is not the one judged against; None
+    when no partition records one (a stock root), or when the record proves nothing: a fix line is pasted and
+    run, so the partition must be this user's and the Python this user's or root's, writable by no one else
+    (docs/threat-model.md)."""
+    import sys
+
+    from jitwarden.env import interpreter
+    from jitwarden.store import partition
+
+    by_root: dict[str, int] = {}
+    for e in entries:
+        by_root[e.root] = by_root.get(e.root, 0) + 1
+    partitions = {c.root.path for c in report.caches if c.root.partition}
+    for root in sorted(by_root, key=lambda r: -by_root[r]):
+        info = partition.read_info(root) if root in partitions else None
+        python = info.python if info is not None else None
+        other = interpreter.current()
+        judged = other.executable if other is not None else sys.executable
+        if python and python != judged and _ours(root) and _ours(python):
+            return python
+    return None
+
+
+def _ours(path: str) -> bool:
+    """``path`` (followed to what it names) is this user's or root's, and writable by no one else."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
+
+
+def _unused(report, root: str) -> bool:
+    """Whether ``root`` is a partition nobody used for :data:`PRUNE_AGE`: dead weight, which ``prune`` takes
+    (``partition_problems`` offers it), not a cache in use elsewhere."""
+    import time
+
+    from jitwarden.store import partition
+
+    if not any(c.root.path == root and c.root.partition for c in report.caches):
+        return False
+    info = partition.read_info(root)
+    return info is not None and time.time() - info.last_used > PRUNE_AGE
+
+
+def another_environments(report, probs: list[Problem], suffix: str) -> list[Problem]:
+    """``probs`` with the ``stale`` line split by root: a root (or partition) most of whose entries another
+    toolchain built is another environment's cache, still in use there (a workload's venv beside a standalone
+    jitwarden), not dead weight. Its entries are said to be so (``other-environment``), with the command that
+    judges them against that environment, and no ``clean --stale`` that would take them is offered: what
+    stays ``stale`` gets a ``clean`` of its own roots only (pure, but for the partitions' records)."""
+    from jitwarden.model.entries import HOLDS_NO_CODE
+
+    stale: dict[str, list] = {}
+    judged: dict[str, int] = {}
+    for e in report.entries:
+        judged[e.root] = judged.get(e.root, 0) + (e.type not in HOLDS_NO_CODE)
+        if any(f.code == "stale" for f in e.findings):
+            stale.setdefault(e.root, []).append(e)
+    theirs = [r for r, es in stale.items() if 2 * len(es) > judged[r] and not _unused(report, r)]
+    if not theirs:
+        return probs
+    mine = [r for r in stale if r not in theirs]
+    out_ = [p for p in probs if p.code != "stale"]
+    tgt = report.target
+    target = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
+    if mine:
+        n = sum(len(stale[r]) for r in mine)
+        roots = " ".join(shlex.quote(display(r)) for r in mine)
+        out_.append(
+            Problem(
+                "stale",
+                CODES["stale"],
+                n,
+                f"{plural(n, 'entry')} {CATALOG['stale'].what}",
+                f"jitwarden clean --stale{target} {roots}",
+            )
+        )
+    entries = [e for r in theirs for e in stale[r]]
+    total = sum(judged[r] for r in theirs)
+    writer = recorded_writer(report, entries)
+    fix = (
+        f"jitwarden doctor --python {shlex.quote(display(writer))}{suffix}  (the Python that wrote "
+        "these partitions, as they record it)"
+        if writer
+        else f"jitwarden doctor --python PATH{suffix}  (PATH: the Python of the environment that writes "
+        f"this cache, or set {settings.PYTHON.name})"
+    )
+    out_.append(
+        Problem(
+            "other-environment",
+            Severity.WARN,
+            len(entries),
+            f"{len(entries)} of {plural(total, 'entry')} in {plural(len(theirs), 'root')} "
+            f"{'was' if len(entries) == 1 else 'were'} built by "
+            f"{writers(report, entries)}, not by the environment judged against "
+            f"({out.environment_words(report.judge)}): most likely another environment's cache, in use "
+            "there; `clean --stale` would quarantine what that environment loads",
+            fix,
+        )
+    )
+    return out_
 
 
 def mixed_gpus(fp) -> list[Problem]:
@@ -438,7 +564,7 @@ def pending_proofs(report) -> list[Problem]:
 
 def run(args) -> int:
     req = _common.rebuild_request(args)
-    fp = _common.fingerprint_or_none()
+    fp = _common.fingerprint_or_none(args)
     report = _common.run_scan(args, fp)
     if req is not None:
         report = _common.rebuilt(report, req)
@@ -464,19 +590,25 @@ def run(args) -> int:
         return {
             "mode": "rebuild" if req is not None else "quick",
             **out.scan_json(report, digest, entries=[]),
+            # its summary counts entries it does not list: said, with the command that lists them
+            "entries_omitted": {
+                "count": report.summary()["entries"],
+                "see": "jitwarden verify --all --format json",
+            },
             "headline": fp.headline() if fp is not None else None,
             "gpus": [gpu_json(g) for g in fp.gpus] if fp is not None else [],
             "problems": [p.to_json() for p in probs],
             "ok": worst != Severity.ERROR,
         }
 
+    code = _common.verdict_exit(report, args.strict)
     out.output_format(args).result(
-        "doctor", body, lambda: _print(report, fp, digest, probs, args.long)
+        "doctor", body, lambda: _print(report, fp, digest, probs, args.long, code)
     )
-    return EXIT_FINDINGS if worst == Severity.ERROR else EXIT_OK
+    return code
 
 
-def _print(report, fp, digest, probs, long: bool) -> None:
+def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
     from jitwarden.env import locations
 
     con = out.console()
@@ -514,11 +646,23 @@ def _print(report, fp, digest, probs, long: bool) -> None:
                 ": run the fix commands above (each prints its plan and asks first)",
             )
         )
+    elif code != EXIT_OK:
+        con.print(
+            out.text(
+                ("unproven entries under --strict", "bold red"),
+                ": prove them (the fix above), or judge without --strict",
+            )
+        )
     elif not [p for p in probs if p.severity > Severity.INFO]:
         caveats = []
         unjudged = sum(p.count for p in probs if p.code == "unrecognised")
         if unjudged:
             caveats.append(f"{plural(unjudged, 'entry', 'entries')} could not be judged")
+        unproven = sum(p.count for p in probs if p.code == "unproven")
+        if unproven:
+            caveats.append(
+                f"{plural(unproven, 'entry', 'entries')} {'is' if unproven == 1 else 'are'} unproven"
+            )
         skipped = [p for p in probs if p.code in ("not-run", "no-target")]
         if skipped:
             caveats.append(f"{plural(len(skipped), 'check')} could not run")

@@ -43,8 +43,8 @@ def select(report, codes=None, name=None):
 
 def run(args) -> int:
     _common.check_codes(args.code)
-    fp = (
-        _common.fingerprint_or_none()
+    fp = _common.fingerprint_or_none(
+        args
     )  # also with --target: the judge needs the installed versions, GPU names, driver
     report = _common.run_scan(args, fp)
     entries = select(report, args.code, args.name)

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from jitwarden.model import settings
 from jitwarden.model.errors import UsageError
 
 
@@ -53,11 +54,23 @@ def command_of(args) -> list[str]:
 
 
 def run(args) -> int:
+    from jitwarden.cli.commands import _foreign
     from jitwarden.runtime.activation import activate
 
     cmd = command_of(args)
     env = dict(os.environ)
+    guard, other = _foreign.workload_python(
+        cmd, env, args.quiet
+    )  # CMD a Python of another environment?
+    if not guard:
+        return _exec(cmd, env)
+    if other is not None:  # partitioned for that environment's builds
+        from jitwarden.env import interpreter
+
+        interpreter.use(other)
     rec = activate(env=env, quiet=args.quiet)
+    if other is not None and settings.is_guarded(env.get("TRITON_CACHE_MANAGER")):
+        _foreign.boot_path(env)  # the guard importable there, jitwarden's package alone
     if rec.active:
         from jitwarden.runtime.torchhooks import (
             add_boot_path,
@@ -70,6 +83,11 @@ def run(args) -> int:
             print(f"jitwarden: {var}={path}", file=sys.stderr)
         if rec.cache_manager:
             print(f"jitwarden: TRITON_CACHE_MANAGER={rec.cache_manager}", file=sys.stderr)
+    return _exec(cmd, env)
+
+
+def _exec(cmd: list[str], env: dict) -> int:
+    """CMD in place of this process, with ``env``; an exit status only when it cannot start."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:

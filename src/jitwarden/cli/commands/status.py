@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    fp = _common.fingerprint_or_none()
+    fp = _common.fingerprint_or_none(args)
     report = _common.run_scan(args, fp)
     notes = _common.protection_lines(report)
     digest = getattr(fp, "digest", None)

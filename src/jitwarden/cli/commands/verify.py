@@ -1,6 +1,7 @@
 """``jitwarden verify``: judge every entry; ``--quick`` reads, ``--rebuild`` re-assembles.
 
-Exit status: 0 when nothing is at error level, 1 otherwise.
+Each entry with no error gets a verdict: ``proven``, ``sealed`` or ``unproven`` (docs/commands.md, "Verdicts").
+Exit status: 0 when nothing is at error level (``--strict``: and no entry is unproven), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import os
 from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
-from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
 from jitwarden.model.findings import Severity
 from jitwarden.model.text import plural
 
@@ -20,9 +20,10 @@ def register(sub) -> None:
         "verify",
         help="check cache entries for damage and mismatches",
         description="Check every cache entry and list those with findings (--all: every entry); "
-        "exit 1 when any finding is at error level.",
+        "exit 1 when any finding is at error level (--strict: or any entry is unproven).",
     )
     options.add_scan_arguments(p)
+    options.add_strict_argument(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="structural checks only (default)")
     options.add_rebuild_arguments(p, mode)
@@ -41,8 +42,8 @@ def register(sub) -> None:
 def run(args) -> int:
     _common.check_codes(args.code)
     req = _common.rebuild_request(args)
-    fp = (
-        _common.fingerprint_or_none()
+    fp = _common.fingerprint_or_none(
+        args
     )  # also with --target: the judge needs the installed versions, GPU names, driver
     fmt = out.output_format(args)
     if req is None and fmt.streams:
@@ -67,10 +68,15 @@ def run(args) -> int:
             **out.scan_json(report, getattr(fp, "digest", None), with_codes),
         },
         lambda: _print(
-            report, with_codes, args.all, args.long, results if req is not None else None
+            report,
+            with_codes,
+            args.all,
+            args.long,
+            results if req is not None else None,
+            _common.unproven_note(report, args.strict, req is not None),
         ),
     )
-    return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
+    return _common.verdict_exit(report, args.strict)
 
 
 def _run_streamed(args, fp, fmt) -> int:
@@ -96,10 +102,12 @@ def _run_streamed(args, fp, fmt) -> int:
                 **out.scan_json_streamed(report, getattr(fp, "digest", None), entries),
             },
         )
-    return EXIT_FINDINGS if report.worst == Severity.ERROR else EXIT_OK
+    return _common.verdict_exit(report, args.strict)
 
 
-def _print(report, with_codes, all_: bool, long: bool, results: dict | None) -> None:
+def _print(
+    report, with_codes, all_: bool, long: bool, results: dict | None, note: str | None
+) -> None:
     con = out.console()
     if with_codes is not None:
         shown = with_codes
@@ -119,6 +127,8 @@ def _print(report, with_codes, all_: bool, long: bool, results: dict | None) -> 
     if results is not None:
         out.hanging(con, out.text((rebuild_summary(results), "dim")))
     out.hanging(con, out.text((out.summary_line(report), "dim")))
+    if note:
+        out.hanging(con, out.text((note, "dim")))
 
 
 def rebuild_summary(results: dict) -> str:

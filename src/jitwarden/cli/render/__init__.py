@@ -29,6 +29,8 @@ from jitwarden.cli.render.report import (
     caches_table,
     entries_json,
     entries_table,
+    environment_json,
+    environment_words,
     print_caches,
     print_overview,
     root_label,
@@ -39,6 +41,7 @@ from jitwarden.cli.render.report import (
     short_path,
     status_cell,
     summary_line,
+    verdicts_words,
 )
 from jitwarden.cli.render.table import Column, Grid, Row
 
@@ -59,6 +62,8 @@ __all__ = [
     "scan_json_streamed",
     "done_record",
     "entries_table",
+    "environment_json",
+    "environment_words",
     "envelope",
     "plan_record",
     "hanging",
@@ -75,5 +80,6 @@ __all__ = [
     "status_cell",
     "summary_line",
     "text",
+    "verdicts_words",
     "write_json",
 ]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from jitwarden.cli.render.output import Streamed, list_items
 from jitwarden.cli.render.table import Column, Grid
+from jitwarden.model.entries import VERDICTS
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR
 from jitwarden.model.text import human_age, human_size, plural
@@ -41,11 +42,46 @@ def _scan_body(report, fingerprint_digest: str | None, entries) -> dict:
     return {
         "fingerprint_digest": fingerprint_digest,
         "target": report.target.to_json(),
+        "environment": environment_json(report.judge),
         "caches": [c.to_json(fingerprint_digest) for c in report.caches],
         "entries": entries,
         "summary": report.summary(),
         "elapsed_s": round(report.elapsed, 3),
     }
+
+
+def environment_json(judge) -> dict:
+    """The environment a scan judged against (``environment`` in its JSON): the Python (``source``: ``--python``,
+    ``JITWARDEN_PYTHON``, or ``self``, jitwarden's own) and the builds read from it."""
+    import sys
+
+    from jitwarden.env import interpreter
+
+    other = interpreter.current()
+    who = (
+        other.to_json()
+        if other is not None
+        else {
+            "python": sys.executable,
+            "source": "self",
+            "executable": sys.executable,
+            "prefix": sys.prefix,
+            "version": ".".join(map(str, sys.version_info[:3])),
+        }
+    )
+    return {**who, "packages": dict(judge.versions)}
+
+
+def environment_words(judge) -> str:
+    """``Triton 3.6.0 of jitwarden's own Python`` or ``Triton 3.4.0 of /venv/bin/python (--python)``: what a
+    verdict was made against, besides the GPU (pure over the judge and :mod:`jitwarden.env.interpreter`)."""
+    from jitwarden.env import interpreter
+
+    other = interpreter.current()
+    triton = f"Triton {judge.triton_version}" if judge.triton_version else "no Triton"
+    if other is None:
+        return f"{triton} of jitwarden's own Python"
+    return f"{triton} of {short_path(other.given)} ({other.source})"
 
 
 def entries_json(indent: bool, codes: frozenset[str], entries) -> bytes:
@@ -79,10 +115,15 @@ def root_label(path: str, current: str | None = None) -> str:
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARN: "yellow", Severity.INFO: "dim"}
 
 
-def status_cell(findings):
-    """The STATUS cell: ``ok``, or the worst severity's codes, styled."""
+#: How each verdict (:data:`~jitwarden.model.entries.VERDICTS`) looks in the STATUS column.
+VERDICT_STYLE = {"proven": "green", "sealed": "green", "unproven": "cyan"}
+
+
+def status_cell(findings, verdict: str | None = None):
+    """The STATUS cell: the worst severity's codes, styled; with no finding, the entry's verdict (``proven``,
+    ``sealed``, ``unproven``: what vouches for it), or ``ok`` for an entry that holds no code."""
     if not findings:
-        return ("ok", "green")
+        return (verdict, VERDICT_STYLE[verdict]) if verdict else ("ok", "green")
     worst = max(f.severity for f in findings)
     codes = list(dict.fromkeys(f.code for f in findings if f.severity == worst))
     return (", ".join(codes), SEVERITY_STYLE[worst])
@@ -131,7 +172,7 @@ def entries_table(
             f"sm_{e.arch}" if e.arch else "-",
             human_size(e.bytes),
             human_age(e.mtime, now),
-            status_cell(fs),
+            status_cell(fs, e.verdict),
         ]
         row += [e.path] if long else []
         shown = ()
@@ -230,21 +271,10 @@ def print_caches(
 
 def shown_summary(report: ScanReport, entries) -> dict:
     """``report.summary()`` over the ``entries`` a filter kept (``ls --name``, ``--code``): what the footer under
-    them counts (pure)."""
-    by_code: dict[str, int] = {}
-    errors = warnings = 0
-    for e in entries:
-        for f in e.findings:
-            by_code[f.code] = by_code.get(f.code, 0) + 1
-        sev = max((f.severity for f in e.findings), default=None)
-        errors += sev == Severity.ERROR
-        warnings += sev == Severity.WARN
-    return {
-        "entries": len(entries),
-        "errors": errors,
-        "warnings": warnings,
-        "by_code": dict(sorted(by_code.items())),
-    }
+    them counts (pure; the one counting rule, :func:`jitwarden.ops.scan.tally`)."""
+    from jitwarden.ops.scan import tally
+
+    return tally(entries).summary()
 
 
 def summary_line(report: ScanReport, entries=None) -> str:
@@ -258,11 +288,22 @@ def summary_line(report: ScanReport, entries=None) -> str:
     else:
         first = plural(s["entries"], "entry")
     parts = [first, f"{s['errors']} with errors", f"{s['warnings']} with warnings"]
-    codes = ", ".join(f"{k} {v}" for k, v in s["by_code"].items())
+    codes = ", ".join(f"{k} {v}" for k, v in s["entries_by_code"].items())
+    if codes:
+        parts[-1] += f" (entries by code: {codes})"
+    if any(s["verdicts"].values()):
+        parts.append(verdicts_words(s["verdicts"]))
     tgt = report.target
     where = (
         f"judged against sm_{tgt.arch} ({tgt.source})"
         if tgt.arch
         else "no GPU and no --target: arch checks skipped"
     )
-    return f"{' · '.join(parts)}{' (' + codes + ')' if codes else ''} · {where} · {report.elapsed:.2f}s"
+    env = environment_words(report.judge)
+    where = f"{where} and {env}" if tgt.arch else f"{where} · judged against {env}"
+    return f"{' · '.join(parts)} · {where} · {report.elapsed:.2f}s"
+
+
+def verdicts_words(verdicts: dict) -> str:
+    """``3 proven, 0 sealed, 264 unproven``: what vouches for the entries with no error (pure)."""
+    return ", ".join(f"{verdicts[v]} {v}" for v in VERDICTS)

@@ -1,5 +1,6 @@
-"""Run at start-up by every Python under ``jitwarden run``: guard what torch restores mid-run, then
-hand over to the ``sitecustomize`` this one shadows, if any.
+"""Run at start-up by every Python under ``jitwarden run``: make the ``jitwarden`` package importable (alone) in
+a Python of another environment, guard what torch restores mid-run, then hand over to the ``sitecustomize``
+this one shadows, if any.
 
 :func:`jitwarden.runtime.torchhooks.install` is standard library only and never imports torch (it waits
 for torch to import its loaders). Nothing here may raise: it runs before the program.
@@ -7,6 +8,32 @@ for torch to import its loaders). Nothing here may raise: it runs before the pro
 
 import os
 import sys
+
+HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+"""The directory jitwarden itself is installed in (its site-packages, or a checkout's ``src``)."""
+
+
+class _JitwardenOnly:
+    """A last-resort finder for the ``jitwarden`` package alone, from :data:`HOME`: a Python of another
+    environment (``jitwarden run -- /other/venv/bin/python``) can import the guard that
+    ``TRITON_CACHE_MANAGER`` names, and nothing else of jitwarden's install (its dependencies stay out of the
+    workload's way; jitwarden's runtime is standard library only). Last on ``sys.meta_path``: a jitwarden of
+    the environment's own wins."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "jitwarden":
+            return None
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(name, [HOME])
+
+
+def _importable() -> None:
+    try:
+        sys.meta_path.append(_JitwardenOnly)
+    except Exception:
+        pass
 
 
 def _install() -> None:
@@ -37,5 +64,6 @@ def _chain() -> None:
         pass
 
 
+_importable()
 _install()
 _chain()
