@@ -79,7 +79,11 @@ def test_every_id_a_table_shows_is_accepted(env, damaged):
     matmul = recs["matmul_sm90"]["id"]
     for arg in (full[matmul], full[matmul][:22], matmul, matmul[:12], matmul[:6]):
         p = cli("quarantine", "restore", arg, "--dry-run", env=env)
-        assert p.returncode == 0 and f"restore {matmul[:12]} into" in p.stderr, (arg, p.stderr)
+        assert p.returncode == 0 and f"restore {matmul[:12]} into" in p.stdout, (
+            arg,
+            p.stdout,
+            p.stderr,
+        )
 
 
 def test_ambiguous_and_unknown_ids_say_what_to_do(env, damaged):

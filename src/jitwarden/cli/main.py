@@ -23,6 +23,7 @@ COMMANDS = (
     "ls",
     "verify",
     "clean",
+    "relocate",
     "prune",
     "quarantine",
     "fingerprint",

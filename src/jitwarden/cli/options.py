@@ -84,16 +84,21 @@ def add_scan_arguments(p) -> None:
     )
 
 
-def add_rebuild_arguments(parser, mode=None) -> None:
+def add_rebuild_arguments(parser, mode=None, *, always: bool = False) -> None:
     """``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep-cubins`` (verify, doctor, clean, export).
 
-    ``mode``: the mutually exclusive group ``--quick`` lives in, if any.
+    ``mode``: the mutually exclusive group ``--quick`` lives in, if any. ``always``: the command always
+    rebuilds (``relocate``), so there is no ``--rebuild`` flag to give.
     """
-    (mode or parser).add_argument(
-        "--rebuild",
-        action="store_true",
-        help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached cubin",
-    )
+    if always:
+        parser.set_defaults(rebuild=True)
+    else:
+        (mode or parser).add_argument(
+            "--rebuild",
+            action="store_true",
+            help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached "
+            "cubin",
+        )
     parser.add_argument(
         "--jobs",
         "-j",

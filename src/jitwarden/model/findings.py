@@ -50,8 +50,9 @@ CATALOG: dict[str, Code] = {
     ),
     "foreign-path": Code(
         Severity.ERROR,
-        "a group file points outside its own entry (a copied cache)",
-        "copied from another tree: the tool would load files from there",
+        "a group file points outside its own entry, into files that exist there (a copied cache): the tool "
+        "loads them",
+        "copied from another tree that still exists: the tool would load files from there",
         "jitwarden clean --code foreign-path",
     ),
     "incomplete": Code(
@@ -85,6 +86,14 @@ CATALOG: dict[str, Code] = {
         "one, though another venv or container on this machine may still use them (clean moves them into a "
         "quarantine they can be restored from)",
         "jitwarden clean --stale",
+    ),
+    "moved": Code(
+        Severity.WARN,
+        "a group file names its files at absolute paths of another tree that no longer exist (a moved or "
+        "copied cache): Triton drops the group and recompiles",
+        "moved or copied from another tree whose paths are gone: Triton recompiles them (`jitwarden relocate` "
+        "proves them by a rebuild and points them at their own files, so they hit again)",
+        "jitwarden relocate",
     ),
     "orphan": Code(
         Severity.WARN,

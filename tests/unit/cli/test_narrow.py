@@ -213,7 +213,7 @@ def test_restore_of_an_id_in_two_roots_lists_them_and_hints_root(home):
     root_hint = re.search(r"--root (\S+)", err).group(1)
     p = cli("quarantine", "restore", sub[:6], "--dry-run", "--root", root_hint, env=env)
     assert p.returncode == 0, p.stderr
-    assert f"restore {sub} into" in p.stderr
+    assert f"restore {sub} into" in p.stdout
 
 
 def test_grid_moves_columns_below_the_row_and_never_cuts_ids_or_names():

@@ -17,7 +17,7 @@ from jitwarden.model import settings
 from jitwarden.model.arch import parse_arch
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import CODES
-from jitwarden.model.text import display, human_size, parse_age
+from jitwarden.model.text import display, human_size, parse_age, plural
 from jitwarden.ops import scan as scanner
 
 if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebuilds
@@ -218,16 +218,30 @@ def rebuild_request(args) -> RebuildRequest | None:
     return RebuildRequest(opts, keep_is_new)
 
 
-def rebuilt(report, req: RebuildRequest, results: dict | None = None):
+def rebuilt(
+    report,
+    req: RebuildRequest,
+    results: dict | None = None,
+    *,
+    memo: dict | None = None,
+    select=None,
+):
     """``report`` with its rebuild candidates re-assembled and judged (``verify --rebuild``); ``results``
-    receives {entry path: RebuildResult}. A progress bar shows on a terminal."""
+    receives {entry path: RebuildResult}. A labelled progress bar with an ETA shows on a terminal.
+
+    ``memo`` ({(path, bytes, mtime): RebuildResult}, kept by the caller across scans): an entry rebuilt before
+    and unchanged since is judged from its result, so a command that scans again under its locks (``clean
+    --rebuild``, ``relocate``) rebuilds each kernel once. ``select``: only the candidates it is true for."""
     from jitwarden.ops import rebuild
 
     start = time.perf_counter()
-    candidates = rebuild.candidates(report.entries)
+    candidates = [e for e in rebuild.candidates(report.entries) if select is None or select(e)]
+    memo = {} if memo is None else memo
+    todo = [e for e in candidates if _stamp(e) not in memo]
     try:
-        with _worded(), out.progress_bar(len(candidates), "rebuild") as progress:
-            got = rebuild.verify_entries(candidates, req.options, progress=progress)
+        label = f"rebuilding {plural(len(todo), 'kernel')}"
+        with _worded(), out.progress_bar(len(todo), label) as progress:
+            fresh = rebuild.verify_entries(todo, req.options, progress=progress)
     finally:
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
             from jitwarden.store.fsutil import remove_empty_dir
@@ -235,10 +249,35 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
             remove_empty_dir(
                 req.options.keep_dir
             )  # kept when not empty (cubins kept) or not ours to remove
+    memo.update({_stamp(e): fresh[e.path] for e in todo if e.path in fresh})
+    got = {e.path: memo[_stamp(e)] for e in candidates if _stamp(e) in memo}
     if results is not None:
         results.update(got)
     rebuilt = report.with_findings({path: r.findings for path, r in got.items()})
     return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
+
+
+def _stamp(e) -> tuple:
+    """What a rebuild result is kept by: the entry's path, size and newest mtime (a changed file changes it)."""
+    return (e.path, e.bytes, e.mtime)
+
+
+def undo_line(batch: str, roots, *, replace: bool = False) -> str:
+    """The one command that undoes a run, as it works pasted into a shell, never cut: ``--batch ID``, and when
+    ``quarantine restore`` would not find one of ``roots`` by itself, ``--root PATH`` for each (absolute,
+    quoted, never ``~``). ``replace``: the run left something in the entries' places (``relocate``)."""
+    import shlex
+
+    from jitwarden.cli.commands.quarantine import cache_dirs
+
+    found = {os.path.realpath(d) for d in cache_dirs()}
+    roots = list(dict.fromkeys(os.path.abspath(r) for r in roots))
+    words = ["jitwarden", "quarantine", "restore", "--batch", batch]
+    words += ["--replace"] if replace else []
+    if any(os.path.realpath(r) not in found for r in roots):
+        for r in roots:
+            words += ["--root", shlex.quote(display(r))]
+    return "undo: " + " ".join(words)
 
 
 # --- reduced protection and leftover trash (the runtime's own report; status and doctor) ----------

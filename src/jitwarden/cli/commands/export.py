@@ -18,7 +18,7 @@ from jitwarden.cli.commands import _common
 from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError, os_error_line
 from jitwarden.model.findings import Severity
-from jitwarden.model.text import human_size
+from jitwarden.model.text import human_size, plural
 
 
 def register(sub) -> None:
@@ -180,7 +180,7 @@ def _print(output: str, doc: dict, skipped, signer) -> None:
         print(f"skipped {e.kind} {out.short_path(e.path)}: {why}", file=sys.stderr)
     if doc["entries"]:
         print(
-            f"{output}: {doc['entries']} entries, {human_size(doc['bytes'])}, fingerprint {doc['digest']}, "
+            f"{output}: {plural(doc['entries'], 'entry')}, {human_size(doc['bytes'])}, fingerprint {doc['digest']}, "
             + (f"signed by key {signer.id}" if signer else "UNSIGNED")
         )
     else:

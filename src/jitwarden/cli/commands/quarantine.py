@@ -9,9 +9,9 @@ are aliases of ``ls`` and ``empty``, with the same arguments and rules.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
-import sys
 import time
 
 from jitwarden.cli import options
@@ -36,12 +36,30 @@ def register(sub) -> None:
             name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else "")
         )
         _add_arguments(ls)
-    rs = qs.add_parser("restore", help="move quarantined entries back, byte for byte")
+    rs = qs.add_parser(
+        "restore",
+        help="move quarantined entries back, byte for byte",
+        epilog="examples:\n"
+        "  jitwarden quarantine restore F3G2KPKATDFY       one entry, by the id `quarantine ls` shows\n"
+        "  jitwarden quarantine restore --batch ID         everything one clean, prune or relocate run moved\n"
+        "  jitwarden quarantine restore --all --root PATH  everything quarantined in one root",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     rs.add_argument(
         "ids",
-        nargs="+",
+        nargs="*",
         metavar="ID",
         help="quarantine id (as listed), or a unique prefix or entry id",
+    )
+    rs.add_argument(
+        "--batch",
+        metavar="ID",
+        help="every entry one clean, prune or relocate run quarantined (the id its `undo:` line names)",
+    )
+    rs.add_argument(
+        "--all",
+        action="store_true",
+        help="every quarantined entry (of --root PATH when given)",
     )
     rs.add_argument(
         "--replace",
@@ -339,8 +357,30 @@ def run(args) -> int:
     return _empty(args)
 
 
+def _chosen(args) -> list[q.Record]:
+    """What ``restore`` takes: IDs, one ``--batch``, or ``--all`` (exactly one of them)."""
+    given = [w for w, v in (("ID", args.ids), ("--batch", args.batch), ("--all", args.all)) if v]
+    if len(given) != 1:
+        raise UsageError(
+            "quarantine restore takes IDs, --batch ID or --all"
+            + (f" (not {' and '.join(given)} together)" if given else "")
+        )
+    recs = records(args)
+    if args.ids:
+        return pick(recs, args.ids, args.root or ())
+    if args.all:
+        return [r for r in recs if r.present]
+    batch = [r for r in recs if r.batch == args.batch and r.present]
+    if not batch:
+        raise UsageError(
+            f"no quarantined entry of batch {display(args.batch)!r} (see `jitwarden quarantine ls "
+            "--long`, or add --root PATH for a root jitwarden never quarantined into)"
+        )
+    return batch
+
+
 def _restore(args) -> int:
-    plan = plans.plan_restore(pick(records(args), args.ids, args.root or ()), replace=args.replace)
+    plan = plans.plan_restore(_chosen(args), replace=args.replace)
     if plan.blocked:
         r = plan.blocked[0]
         raise UsageError(
@@ -379,12 +419,12 @@ def _print_restore_plan(plan, args) -> None:
             if args.long
             else f"{names.get((r.root, r.id), r.id)} into {out.short_path(r.root)}"
         )
-        print(f"restore {display(what)}{extra}", file=sys.stderr)
+        print(f"restore {display(what)}{extra}")
 
 
 def _print_done(line: str) -> None:
     if line:
-        print(line, file=sys.stderr)
+        print(line)
 
 
 def _empty(args) -> int:
@@ -423,8 +463,8 @@ def _print_empty_plan(recs, plan, long: bool) -> None:
         where = (
             r.path if long else f"{names.get((r.root, r.id), r.id)} from {out.short_path(r.root)}"
         )
-        print(f"delete {display(where)} ({human_size(r.bytes)})", file=sys.stderr)
+        print(f"delete {display(where)} ({human_size(r.bytes)})")
     if slots:
-        print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
+        print(f"remove {plural(len(slots), 'empty slot')} left by interrupted moves")
     if not chosen and not slots:
-        print("nothing to delete", file=sys.stderr)
+        print("nothing to delete")
