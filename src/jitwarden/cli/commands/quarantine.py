@@ -265,7 +265,7 @@ def _print_list(recs, long: bool) -> None:
             out.Column("AGE", right=True, hide=1),
             out.Column("SIZE", right=True, hide=2),
         ]
-        + ([out.Column("FROM", hide=1)] if long else [])
+        + ([out.Column("BATCH", hide=1), out.Column("FROM", hide=1)] if long else [])
     )
     for r in recs:
         g.add(
@@ -274,7 +274,7 @@ def _print_list(recs, long: bool) -> None:
             r.reason,
             human_age(r.quarantined_at),
             human_size(r.bytes),
-            *([r.original_path] if long else []),
+            *([r.batch or "-", r.original_path] if long else []),
             details=["; ".join(r.details)],
         )
     con.print(g)
