@@ -12,6 +12,7 @@ stderr), 2 for bad input or a lock that cannot be taken.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -167,7 +168,9 @@ def _cascade(
     """Entries that fail only because what they depended on was just moved (an AOTAutograd result whose
     FX graph is gone, a vLLM graph list whose artifact was taken): shown as a plan of their own, asked
     again (``-y`` answers), and moved the same way. At most ``rounds`` rounds; ``--dry-run`` never gets here."""
-    done = []
+    done: list = []
+    if args.paths and not all(os.path.lexists(p) for p in args.paths):
+        return done  # a path given was itself an entry, now quarantined: nothing left there to depend on it
     for _ in range(rounds):
         plan = rescan()
         actions = [a for a in plan.actions if a.path not in shown and a.root in roots]
