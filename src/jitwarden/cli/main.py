@@ -42,8 +42,21 @@ _MODULE = {"import": "import_"}  # a verb that is a Python keyword
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, as for every other usage error
-        message = message.removeprefix("argument ")
+        message = message.removeprefix("argument ") + self._did_you_mean(message)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """``; did you mean --target?`` for a mistyped flag (``--tagret``), from this command's own flags."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for word in message.removeprefix("unrecognized arguments: ").split():
+            close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.7)
+            if word.startswith("--") and close:
+                return f"; did you mean {close[0]}?"
+        return ""
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -75,7 +88,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_HELP = "print less: errors and questions only on stderr (no warnings, notes or progress); stdout unchanged"
+QUIET_HELP = (
+    "print less: errors and questions only on stderr (no warnings, notes or progress); on stdout the "
+    "result without its summary footer"
+)
 
 
 def _add_quiet(sub) -> None:
@@ -114,11 +130,21 @@ def _completion(args) -> int:
     return 0
 
 
+def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the command (and action: ``quarantine restore``) ``args`` were parsed for."""
+    for name in (getattr(args, "command", None), getattr(args, "action", None)):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not name or not subs or name not in subs[0].choices:
+            break
+        parser = subs[0].choices[name]
+    return parser
+
+
 def unknown_verb(word: str) -> str:
     """The one line for a verb that is not a command, with the closest one when there is one (pure)."""
     import difflib
 
-    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.7)
     hint = (
         f"; did you mean `jitwarden {close[0]}`?" if close else f" (one of: {', '.join(COMMANDS)})"
     )
@@ -132,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(unknown_verb(first))
         return EXIT_USAGE
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the command's own parser: its name, and its own flags for a suggestion
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -158,10 +186,13 @@ def _dispatch(args) -> int:
         print("jitwarden: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # `jitwarden ls -q | head`: the reader left; nothing is wrong.
+        # `jitwarden ls | head -1`: the reader left; nothing is wrong, exit 0. What is still buffered for
+        # stdout goes to /dev/null, or Python's own flush at exit would fail again (and exit 120).
         try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+            os.close(devnull)
+        except (OSError, ValueError):
             pass
         return 0
     except Exception as exc:

@@ -145,7 +145,7 @@ def _print(rows, bare: bool) -> None:
         source = r["source"] + ("" if r["exists"] or not r["path"] else ", not created yet")
         g.add(r["kind"], path, source, out.root_label(r["partition"]) if r["partition"] else "-")
     con.print(g)
-    out.hanging(
+    out.footer(
         con,
         out.text(
             (

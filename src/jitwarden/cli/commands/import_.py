@@ -18,9 +18,7 @@ import sys
 
 from jitwarden.cli import options
 from jitwarden.cli import render as out
-from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
-
-EXIT_OTHER_ENV = 4
+from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OTHER_ENV, UsageError
 
 
 def register(sub) -> None:

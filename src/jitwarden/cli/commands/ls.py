@@ -67,4 +67,4 @@ def _print(report, entries, long: bool, digest: str | None = None) -> None:
         con.print(out.entries_table(report, entries, long=long, current_digest=digest))
     else:
         con.print(out.text("no entries"))
-    out.hanging(con, out.text((out.summary_line(report, entries), "dim")))
+    out.footer(con, out.text((out.summary_line(report, entries), "dim")))

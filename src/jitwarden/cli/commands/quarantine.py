@@ -278,7 +278,7 @@ def _print_list(recs, long: bool) -> None:
             details=["; ".join(r.details)],
         )
     con.print(g)
-    out.hanging(
+    out.footer(
         con,
         out.text(
             (

@@ -117,8 +117,8 @@ def _print(report, with_codes, all_: bool, long: bool, results: dict | None) -> 
     if shown:
         con.print(out.entries_table(report, shown, long=long, details=True))
     if results is not None:
-        out.hanging(con, out.text((rebuild_summary(results), "dim")))
-    out.hanging(con, out.text((out.summary_line(report), "dim")))
+        out.footer(con, out.text((rebuild_summary(results), "dim")))
+    out.footer(con, out.text((out.summary_line(report), "dim")))
 
 
 def rebuild_summary(results: dict) -> str:

@@ -33,6 +33,12 @@ def console(stderr: bool = False):
             # longer than the terminal) is soft-wrapped by the terminal and copied as one line.
             super().print(*objects, crop=crop, **kw)
 
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here (SystemExit), the "errors found" status: the reader leaving is no error. The
+            # one handler (cli/main.py) makes it exit 0, as for every other write.
+            self.quiet = True
+            raise BrokenPipeError
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     kw = {"color_system": None} if no_color() else {}
@@ -78,6 +84,13 @@ def hanging(con, line, indent: int = 4) -> None:
         first = False
 
 
+def footer(con, line) -> None:
+    """A summary or legend under a table (counts, what a mark means): printed as :func:`hanging`, except under
+    ``-q``, which keeps the result itself (the rows, what was done, an undo line) and drops what sums it up."""
+    if not isinstance(sys.stderr, QuietStderr):
+        hanging(con, line)
+
+
 def _breaks(plain: str, width: int, indent: int) -> list[int]:
     """Offsets where ``plain`` is cut into lines of ``width`` (the first) and ``width - indent`` (the rest),
     at spaces only; a word longer than a line gets a line of its own (pure)."""
@@ -95,7 +108,8 @@ def _breaks(plain: str, width: int, indent: int) -> list[int]:
 
 class QuietStderr:
     """``-q/--quiet``, one meaning in every command: stderr keeps errors and questions only (no warning, note,
-    hint or progress bar); stdout, the result, is unchanged. Wraps the real stream; whole lines are judged."""
+    hint or progress bar); stdout keeps the result without the footers that sum it up (:func:`footer`). Wraps
+    the real stream; whole lines are judged."""
 
     KEEP = ("jitwarden: error", "jitwarden: internal error", "jitwarden: interrupted")
 
