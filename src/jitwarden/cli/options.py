@@ -148,3 +148,12 @@ def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default:
         metavar="AGE",
         help=f"give up waiting for another jitwarden on the same root after AGE{lock_help}",
     )
+
+
+def examples(p, *lines: str) -> None:
+    """An ``examples:`` section at the end of ``p``'s ``--help``, each line as written (command, two spaces,
+    what it does)."""
+    import argparse
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "examples:\n" + "\n".join(f"  {line}" for line in lines)

@@ -124,15 +124,22 @@ MEANING: dict[str, str] = {c: k.meaning for c, k in CATALOG.items()}
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """One finding: its code, a message of a line, and where the evidence is long (a rebuild's every ptxas
+    and section), ``detail``, shown on request (``--long``, JSON)."""
+
     code: str
     message: str
+    detail: str = ""
 
     @property
     def severity(self) -> Severity:
         return CODES[self.code]
 
     def to_json(self) -> dict:
-        return {"code": self.code, "severity": str(self.severity), "message": self.message}
+        doc = {"code": self.code, "severity": str(self.severity), "message": self.message}
+        if self.detail:
+            doc["detail"] = self.detail
+        return doc
 
 
 def worst(findings) -> Severity | None:

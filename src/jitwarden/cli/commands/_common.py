@@ -81,18 +81,52 @@ def run_scan(args, fp=None, *, emit=None, sink=None):
     a streamed scan (:func:`jitwarden.ops.scan.scan_streamed`), whose entries are not kept."""
     target = resolve_target(args.target, fp)
     kinds = kinds_of(args)
+    holders = tuple(HELD[k][0] for k in kinds or () if k in HELD and HELD[k][0] not in kinds)
     roots = (
-        scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
+        scanner.roots_from_paths(args.paths)
+        if args.paths
+        else scanner.default_roots(kinds=(*kinds, *holders) if kinds else None)
     )
     if args.paths:
         _note_searched(args.paths, roots)
     if kinds:
-        roots = [(r, only) for r, only in roots if r.kind in kinds]
+        roots = [(r, only) for r, only in roots if r.kind in kinds] + _held(roots, kinds)
     judge = scanner.make_judge(target.arch, orphan_age(args), fp=fp)
     fast_json()
     if emit is not None:
         return scanner.scan_streamed(roots, judge, target, emit, sink)
     return scanner.scan(roots, judge, target)
+
+
+#: Entries one kind's root keeps for another kind, by the name they start with: vLLM keeps DeepGEMM's kernels
+#: under ``deep_gemm/`` of its root (``ls`` shows them as type ``deepgemm``). ``--kind deepgemm`` takes them too.
+HELD = {"deepgemm": ("vllm", "deep_gemm/")}
+
+
+def _held(roots, kinds) -> list:
+    """(holder root, names) of the entries ``kinds`` ask for that other kinds' roots keep (:data:`HELD`)."""
+    from jitwarden import adapters
+
+    out = []
+    for kind in kinds:
+        holder, prefix = HELD.get(kind, (None, ""))
+        if holder is None or holder in kinds:
+            continue
+        for r, only in roots:
+            if r.kind != holder:
+                continue
+            try:
+                names = (
+                    list(only)
+                    if only is not None
+                    else adapters.get(holder).list_entry_names(r.path)[0]
+                )
+            except OSError:
+                continue
+            picked = [n for n in names if n.startswith(prefix)]
+            if picked:
+                out.append((r, picked))
+    return out
 
 
 def fast_json() -> None:

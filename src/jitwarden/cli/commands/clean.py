@@ -67,6 +67,13 @@ def register(sub) -> None:
     )
     options.add_rebuild_arguments(p)
     options.add_action_arguments(p, purge=True)
+    options.examples(
+        p,
+        "jitwarden clean --dry-run               the plan: entries with error-level findings",
+        "jitwarden clean --stale -y              also entries no toolchain here reads",
+        "jitwarden clean --all ~/.triton/cache   the whole cache into quarantine, restorable",
+        "jitwarden clean --rebuild --code not-reproducible",
+    )
     p.set_defaults(func=run)
 
 

@@ -29,6 +29,12 @@ def register(sub) -> None:
         help="only entries with this finding code (repeatable)",
     )
     p.add_argument("--name", metavar="GLOB", help="only entries whose kernel name matches GLOB")
+    options.examples(
+        p,
+        "jitwarden ls --kind triton              Triton entries only",
+        "jitwarden ls --code stale --ids         ids of stale entries, one per line",
+        'jitwarden ls --name "*matmul*" --long   whole ids and paths',
+    )
     p.set_defaults(func=run)
 
 

@@ -83,6 +83,12 @@ def register(sub) -> None:
     options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
     options.add_action_arguments(p)
+    options.examples(
+        p,
+        "jitwarden prune --keep-last 2           the two partitions used last stay",
+        "jitwarden prune --older-than 30d --dry-run",
+        "jitwarden prune --max-size 20G --keep-quarantined",
+    )
     p.set_defaults(func=run)
 
 

@@ -9,7 +9,6 @@ are aliases of ``ls`` and ``empty``, with the same arguments and rules.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import time
@@ -39,11 +38,12 @@ def register(sub) -> None:
     rs = qs.add_parser(
         "restore",
         help="move quarantined entries back, byte for byte",
-        epilog="examples:\n"
-        "  jitwarden quarantine restore F3G2KPKATDFY       one entry, by the id `quarantine ls` shows\n"
-        "  jitwarden quarantine restore --batch ID         everything one clean, prune or relocate run moved\n"
-        "  jitwarden quarantine restore --all --root PATH  everything quarantined in one root",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    options.examples(
+        rs,
+        "jitwarden quarantine restore F3G2KPKATDFY       one entry, by the id `quarantine ls` shows",
+        "jitwarden quarantine restore --batch ID         everything one clean, prune or relocate run moved",
+        "jitwarden quarantine restore --all --root PATH  everything quarantined in one root",
     )
     rs.add_argument(
         "ids",

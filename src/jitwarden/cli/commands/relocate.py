@@ -10,7 +10,6 @@ relocated. Each old group file goes into quarantine with the run's batch id, so 
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from jitwarden.cli import options
@@ -29,15 +28,16 @@ def register(sub) -> None:
         "(finding `moved`), then point the group files of those that rebuilt byte for byte at their own "
         "files, so Triton loads them again instead of recompiling. The old group files go into quarantine: "
         "the printed `undo:` line puts them back.",
-        epilog="examples:\n"
-        "  rsync -a old-host:.triton/cache/ ~/.triton/cache/ && jitwarden relocate --dry-run\n"
-        "  jitwarden relocate /data/ci-cache -y\n"
-        "  jitwarden quarantine restore --batch relocate-20261204T221500Z-3fa2c1 --replace   (undo)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_scan_arguments(p)
     options.add_rebuild_arguments(p, always=True)
     options.add_action_arguments(p)
+    options.examples(
+        p,
+        "jitwarden relocate --dry-run            after rsync, an image layer or a CI artifact: the plan",
+        "jitwarden relocate /data/ci-cache -y    prove and relocate a copied cache",
+        "jitwarden quarantine restore --batch ID --replace   undo (the printed undo: line)",
+    )
     p.set_defaults(func=run)
 
 

@@ -84,6 +84,30 @@ def hanging(con, line, indent: int = 4) -> None:
         first = False
 
 
+def command(con, label: str, fix: str) -> None:
+    """``label`` and a command to run (``doctor``'s ``fix:``), the command never broken: after the label where it
+    fits, else whole on the next line (a terminal soft-wraps what is longer: copied, it is one line); a comment
+    after two spaces and a parenthesis wraps between words below it. Piped: one line."""
+    cmd, _, note = fix.partition("  (")
+    if (
+        "`" in cmd
+    ):  # a fix in words, naming commands inside: wrapped between words like any sentence
+        hanging(con, text(label, (fix, "bold")), indent=len(label))
+        return
+    if not con.is_terminal or len(label) + len(fix) <= con.width:
+        con.print(text(label, (fix, "bold")))
+        return
+    pad = " " * len(label)
+    head = text(label, (cmd, "bold"))
+    if len(label) + len(cmd) > con.width:
+        con.print(text(label.rstrip()))
+        head = text(pad, (cmd, "bold"))
+    head.no_wrap, head.overflow = True, "ignore"
+    con.print(head)
+    if note:
+        hanging(con, text(pad + "(" + note), indent=len(label))
+
+
 def footer(con, line) -> None:
     """A summary or legend under a table (counts, what a mark means): printed as :func:`hanging`, except under
     ``-q``, which keeps the result itself (the rows, what was done, an undo line) and drops what sums it up."""

@@ -132,7 +132,13 @@ def entries_table(
         shown = ()
         if details:
             shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
-            shown = [f"{f.code}: {f.message}" for f in shown]
+            # --long: a finding's whole evidence (a rebuild's every ptxas) below its one-line message
+            shown = [
+                line
+                for f in shown
+                for line in [f"{f.code}: {f.message}"]
+                + ([f"  {f.detail}"] if long and f.detail else [])
+            ]
         g.add(*row, details=shown)
     return g
 
