@@ -186,13 +186,11 @@ def _dispatch(args) -> int:
         print("jitwarden: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # `jitwarden ls | head -1`: the reader left; nothing is wrong, exit 0. What is still buffered for
-        # stdout goes to /dev/null, or Python's own flush at exit would fail again (and exit 120).
+        # `jitwarden ls | head -1`: the reader left; nothing is wrong, exit 0 (rich's own answer, exit 1,
+        # is turned into this by render/console.py).
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
-            os.close(devnull)
-        except (OSError, ValueError):
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
             pass
         return 0
     except Exception as exc:

@@ -296,13 +296,46 @@ def _stamp(e) -> tuple:
     return (e.path, e.bytes, e.mtime)
 
 
+def _discovered_roots(env) -> list:
+    """The cache roots found the way ``ls`` finds them (Triton's alone when that fails)."""
+    try:
+        from jitwarden.ops import scan
+
+        return [r for r, _ in scan.default_roots(env)]
+    except Exception:
+        from jitwarden.adapters import triton as tri
+
+        return tri.discover_roots(env)
+
+
+def cache_dirs(env=os.environ) -> list[str]:
+    """Every cache dir holding a quarantine: each root found, its partitions, the bases partitions live in,
+    and every root jitwarden remembers quarantining into (``clean /some/root``)."""
+    from jitwarden.adapters.base import expand_partitions
+    from jitwarden.store import partition, qregistry
+    from jitwarden.store import quarantine as q
+
+    seen, dirs = set(), []
+    found = []
+    for r in _discovered_roots(env):
+        found += (
+            [x.path for x in expand_partitions(r)]
+            + [partition.base_of(r.path)]
+            + ([r.base] if r.base else [])
+        )
+    for path in found + qregistry.roots(env):
+        k = os.path.realpath(path)
+        if k not in seen and os.path.isdir(q.quarantine_dir(path)):
+            seen.add(k)
+            dirs.append(path)
+    return dirs
+
+
 def undo_line(batch: str, roots, *, replace: bool = False) -> str:
     """The one command that undoes a run, as it works pasted into a shell, never cut: ``--batch ID``, and when
     ``quarantine restore`` would not find one of ``roots`` by itself, ``--root PATH`` for each (absolute,
     quoted, never ``~``). ``replace``: the run left something in the entries' places (``relocate``)."""
     import shlex
-
-    from jitwarden.cli.commands.quarantine import cache_dirs
 
     found = {os.path.realpath(d) for d in cache_dirs()}
     roots = list(dict.fromkeys(os.path.abspath(r) for r in roots))

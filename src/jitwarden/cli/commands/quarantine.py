@@ -108,42 +108,9 @@ def _add_arguments(p, destructive: bool = False) -> None:
         options.add_action_arguments(p, lock_help="")
 
 
-def _discovered_roots(env) -> list:
-    try:
-        from jitwarden.ops import scan
-
-        return [r for r, _ in scan.default_roots(env)]
-    except Exception:
-        from jitwarden.adapters import triton as tri
-
-        return tri.discover_roots(env)
-
-
-def cache_dirs(env=os.environ) -> list[str]:
-    """Every cache dir holding a quarantine: each root found, its partitions, the bases partitions live in,
-    and every root jitwarden remembers quarantining into (``clean /some/root``)."""
-    from jitwarden.adapters.base import expand_partitions
-    from jitwarden.store import qregistry
-
-    seen, dirs = set(), []
-    found = []
-    for r in _discovered_roots(env):
-        found += (
-            [x.path for x in expand_partitions(r)]
-            + [partition.base_of(r.path)]
-            + ([r.base] if r.base else [])
-        )
-    for path in found + qregistry.roots(env):
-        k = os.path.realpath(path)
-        if k not in seen and os.path.isdir(q.quarantine_dir(path)):
-            seen.add(k)
-            dirs.append(path)
-    return dirs
-
-
 def _dirs(args) -> list[str]:
     if not args.root:
-        return cache_dirs()
+        return _common.cache_dirs()
     dirs = []
     for r in args.root:
         if not os.path.isdir(r):
