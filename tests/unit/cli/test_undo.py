@@ -107,3 +107,22 @@ def test_restore_needs_exactly_one_way_to_name_entries(args):
     p = cli("quarantine", "restore", *args, "-y")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_prune_keep_quarantined_is_undone_by_its_printed_line(small_cache, tmp_path):
+    import time
+
+    from jitwarden.store import partition
+
+    root = str(tmp_path / "cache")
+    kernels.copy_cache(small_cache[0], root)
+    old = partition.path_for(root, "d" * 16)
+    partition.ensure(old, "d" * 16, "another environment", "triton", now=time.time() - 40 * 86400)
+    kernels.copy_cache(small_cache[0], os.path.join(old, "copy"))
+    before = _entries(old)
+    p = cli("prune", "--older-than", "30d", "--orphan-age", "0", "--keep-quarantined", "-y", root)
+    assert p.returncode == 0 and "pruned 1 partition," in p.stdout, p.stdout + p.stderr
+    assert not os.path.exists(old)
+    assert "--batch prune-" in undo_line(p.stdout)
+    assert run_printed(p.stdout).returncode == 0
+    assert _entries(old) == before

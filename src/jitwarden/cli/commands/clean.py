@@ -264,7 +264,7 @@ def print_outcomes(outcomes, purge: bool, batch: str, roots) -> None:
     total = human_size(sum(o.bytes for o in moved))
     verb = "deleted" if purge else "quarantined"
     print(f"{verb} {len(moved)} ({total}), skipped {len(outcomes) - len(moved)}")
-    if not purge and any(o.quarantine_id for o in moved):
+    if any(o.status == "quarantined" for o in moved):  # not deleted: restorable
         print(_common.undo_line(batch, roots))
 
 
@@ -274,7 +274,7 @@ def _body(plan, outcomes, args, batch: str | None = None) -> dict:
     doc = plan.to_json()
     return {
         "dry_run": bool(args.dry_run),
-        "batch": batch if any(o.quarantine_id for o in outcomes) else None,
+        "batch": batch if any(o.status == "quarantined" for o in outcomes) else None,
         "purge": bool(args.purge),
         "selection": doc["selection"],
         "by_reason": doc["by_reason"],
