@@ -18,7 +18,13 @@ import stat
 import time
 from dataclasses import dataclass
 
-from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
+from jitwarden.model.layout import (
+    ENTRY_LOCK_FILE,
+    ROOT_LOCK_FILE,
+    SEAL_FILE,
+    TRASH_DIR,
+    is_write_leftover,
+)
 from jitwarden.store import quarantine as q
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
@@ -226,8 +232,9 @@ def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -
 
     Per group file that changes: the old one is quarantined first (reason ``moved``, the run's ``batch``), then
     the new one is written atomically in the entry's directory, reached by fd from the root without following
-    a link. A kill between the two leaves an entry without its group, which Triton treats as a miss; ``quarantine
-    restore --batch ID --replace`` puts the old group files back.
+    a link; the entry's seal, which covers the old group files, is quarantined before them (the entry is then
+    unsealed: the guard proves and seals it on first use). A kill between two steps leaves an entry without
+    its seal or group, which is a proof or a miss; ``quarantine restore --batch ID --replace`` puts them back.
     """
     from jitwarden.adapters import triton as tri
     from jitwarden.store import fsutil
@@ -259,17 +266,22 @@ def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Out
 
     names = os.listdir(entry_fd)
     present = {n for n in names if _regular(n, entry_fd)}
-    moved = 0
-    qid = None
+    groups = {}
     for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
         try:
-            new = relocated_group(
-                fsutil.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX), a.path, present
-            )
+            doc = fsutil.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
         except (OSError, ValueError) as exc:
-            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}", qid, moved)
-        if new is None:
-            continue
+            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
+        new = relocated_group(doc, a.path, present)
+        if new is not None:
+            groups[name] = new
+    if not groups:
+        return Outcome(a.path, a.id, "skipped", "its group files point at its own files already")
+    # A seal covers the group files as they were: it goes aside first, so the entry is unsealed (never sealed
+    # over bytes nobody checked), and the guard proves and seals it again on its first use.
+    aside = ([SEAL_FILE] if SEAL_FILE in present else []) + list(groups)
+    qid, moved = None, 0
+    for name in aside:
         try:
             rec = q.move(
                 os.path.join(a.path, name),
@@ -281,13 +293,12 @@ def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Out
                 by="relocate",
                 batch=batch,
             )
-            fsutil.write_json_atomic(name, new, ".jitwarden-group.", dir_fd=entry_fd)
+            if name in groups:
+                fsutil.write_json_atomic(name, groups[name], ".jitwarden-group.", dir_fd=entry_fd)
         except (OSError, q.QuarantineError) as exc:
             return Outcome(a.path, a.id, "skipped", _why(exc), qid, moved)
         qid = qid or rec.id
         moved += rec.bytes
-    if qid is None:
-        return Outcome(a.path, a.id, "skipped", "its group files point at its own files already")
     return Outcome(a.path, a.id, "relocated", "", qid, moved)
 
 

@@ -121,3 +121,29 @@ def test_the_relocate_undo_line_needs_no_tilde_and_works_from_another_directory(
     line = next(x for x in p.stdout.splitlines() if x.startswith("undo: "))
     assert "~" not in line and "…" not in line and "--replace" in line
     assert run_printed(p.stdout, cwd="/").returncode == 0
+
+
+def test_a_sealed_entry_is_relocated_unsealed_never_with_a_broken_seal(tmp_path):
+    """A seal covers the group file: relocate sets the seal aside with it (the guard proves and seals the entry
+    again on first use), so verify finds no seal that contradicts the entry."""
+    from tests.helpers.guarded import compile_jobs
+
+    first, moved = str(tmp_path / "first"), str(tmp_path / "moved")
+    compile_jobs(first, guarded=True)  # sealed by the guard as it wrote them
+    shutil.copytree(first, moved)
+    shutil.rmtree(first)  # the tree the groups (and the seals' bytes) name is gone
+    found = codes(moved)
+    assert {c for cs in found.values() for c in cs} == {"moved"}, found
+    before = snapshot(moved)
+    p = cli("relocate", "--target", "90", "-y", moved)
+    assert p.returncode == 0 and f"relocated {len(found)}," in p.stdout, p.stdout + p.stderr
+    doc = json.loads(cli("verify", "--format", "json", "--all", "--target", "90", moved).stdout)
+    assert all(e["findings"] == [] for e in doc["entries"]), doc["entries"]
+    assert not any(
+        e["sealed"] for e in doc["entries"]
+    )  # proven here, sealed by the guard on first use
+    assert run_printed(p.stdout).returncode == 0
+    after = {
+        k: v for k, v in snapshot(moved).items() if not k.startswith(("jitwarden-q", ".jitwarden-"))
+    }
+    assert after == before
