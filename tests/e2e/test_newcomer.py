@@ -54,7 +54,7 @@ def test_clean_of_any_root_then_follow_the_hints(env, damaged):
     plan_ids = re.findall(r"^([A-Z2-7]{12})  ", p.stdout, re.MULTILINE)
     assert add_short in plan_ids
     undo = next(l for l in p.stdout.splitlines() if l.startswith("undo: "))
-    assert add_short in undo and "jitwarden quarantine ls" in p.stdout
+    assert "--batch clean-" in undo and "jitwarden quarantine ls" in p.stdout
     # The hint: `quarantine ls` with no --root lists this root (the registry remembered it).
     ls = cli("quarantine", "ls", env=env)
     assert ls.returncode == 0 and "nothing quarantined" not in ls.stdout

@@ -266,6 +266,9 @@ def print_outcomes(outcomes, purge: bool, batch: str, roots) -> None:
     print(f"{verb} {len(moved)} ({total}), skipped {len(outcomes) - len(moved)}")
     if any(o.status == "quarantined" for o in moved):  # not deleted: restorable
         print(_common.undo_line(batch, roots))
+        print(
+            "      (each entry is listed by `jitwarden quarantine ls`, and restored by its id there)"
+        )
 
 
 def _body(plan, outcomes, args, batch: str | None = None) -> dict:
