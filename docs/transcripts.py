@@ -161,6 +161,7 @@ class Session:
             text.replace(self.home, "~").replace(self.tmp, "/tmp").replace(self.base, "/tmp/docs")
         )
         text = re.sub(r"\b\d{8}T\d{6}Z\b", "20260101T120000Z", text)
+        text = re.sub(r"(?<=20260101T120000Z-)[0-9a-f]{6}\b", "3fa2c1", text)  # a run's batch id
         text = re.sub(
             r"\x1b\[\?25l.*?\x1b\[\?25h(\x1b\[1A)?(\x1b\[2K)?", "", text, flags=re.DOTALL
         )  # a progress bar

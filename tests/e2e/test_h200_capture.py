@@ -51,12 +51,13 @@ def test_the_same_entries_are_foreign_on_another_gpu(captured, capsys):
 
 
 def test_the_captured_triton_tree_moved_here_points_back_to_the_h200s_path(captured, capsys):
-    """Triton's group files hold absolute paths: a copied cache reads from the tree it came from."""
+    """Triton's group files hold absolute paths: a copied cache names the tree it came from, which is gone here
+    (``moved``: Triton recompiles it; ``jitwarden relocate`` makes it hit again)."""
     rc, doc = verify(capsys, "--target", "90", str(captured / "triton" / "0"))
-    assert rc == 1
+    assert rc == 0
     kernels = [e for e in doc["entries"] if e["type"] == "kernel"]
     assert kernels and all(e["cubin_sm"] == 90 for e in kernels)
-    assert all([f["code"] for f in e["findings"]] == ["foreign-path"] for e in kernels)
+    assert all([f["code"] for f in e["findings"]] == ["moved"] for e in kernels)
     assert all("/tmp/cap/ind/triton/0" in e["findings"][0]["message"] for e in kernels)
 
 
@@ -65,5 +66,5 @@ def test_kind_narrows_what_is_scanned(captured, capsys):
     rc, doc = verify(capsys, "--target", "90", "--kind", "inductor", *both)
     assert rc == 0 and {c["kind"] for c in doc["caches"]} == {"inductor"}
     rc, doc = verify(capsys, "--target", "90", "--kind", "triton", *both)
-    assert rc == 1 and {e["kind"] for e in doc["entries"]} == {"triton"}
+    assert rc == 0 and {e["kind"] for e in doc["entries"]} == {"triton"}
     assert main(["verify", "--kind", "nonsense", str(captured)]) == 2

@@ -82,6 +82,9 @@ DRIVER = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     import jw_test_kernels as K
     jobs = json.loads(os.environ["JW_JOBS"])
+    hits = []  # Triton's compilation listener says whether each compile was a cache hit
+    if hasattr(triton, "knobs"):
+        triton.knobs.compilation.listener = lambda **kw: hits.append(kw.get("cache_hit"))
     out = []
     for job in jobs:
         fn = getattr(K, job["kernel"])
@@ -89,6 +92,7 @@ DRIVER = textwrap.dedent(
         k = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=job["options"])
         job["hash"] = k.metadata.hash
         job["name"] = k.metadata.name
+        job["cache_hit"] = hits[-1] if hits else None
         out.append(job)
     print(json.dumps(out))
     """

@@ -55,11 +55,20 @@ def damage_everything(root: str, recs: dict, outside_dir: str) -> dict:
         recs["add_nofma_sm90"]["path"], f"__grp__{recs['add_nofma_sm90']['name']}.json"
     )
     doc = json.load(open(grp))
-    doc["child_paths"] = {
-        c: os.path.join("/elsewhere", recs["add_nofma_sm90"]["id"], c) for c in doc["child_paths"]
-    }
+    there = os.path.join(outside_dir, "other-tree", recs["add_nofma_sm90"]["id"])
+    shutil.copytree(
+        recs["add_nofma_sm90"]["path"], there
+    )  # another tree that exists: Triton loads it
+    doc["child_paths"] = {c: os.path.join(there, c) for c in doc["child_paths"]}
     json.dump(doc, open(grp, "w"))
     d["add_nofma_sm90"] = "foreign-path"
+    # moved (warn): a group naming a tree that is gone (a copied cache); Triton recompiles it
+    rec = recs["matmul_sm80"]
+    grp = os.path.join(rec["path"], f"__grp__{rec['name']}.json")
+    doc = json.load(open(grp))
+    doc["child_paths"] = {c: os.path.join("/gone", rec["id"], c) for c in doc["child_paths"]}
+    json.dump(doc, open(grp, "w"))
+    d["matmul_sm80"] = "moved"
     # unsafe: a file inside the entry is a symlink to a file outside the root
     secret = os.path.join(outside_dir, "secret.cubin")
     with open(secret, "wb") as f:
@@ -74,7 +83,7 @@ def damage_everything(root: str, recs: dict, outside_dir: str) -> dict:
     shutil.move(rec["path"], moved)
     os.symlink(moved, rec["path"])
     d["add_sm80"] = "unsafe"
-    # stale (warn), orphan (warn): not taken by a default clean
+    # stale (warn), orphan (warn), moved (warn, above): not taken by a default clean
     md_path = file_of(recs["sub_sm90"], "json")
     md = json.load(open(md_path))
     md["triton_version"] = "3.5.1"

@@ -526,7 +526,8 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     - ``corrupt``: a file that does not parse as the format Triton writes (JSON, ELF, PTX without
       ``.version``/``.target``), an empty listed child, a seal whose checksum differs;
     - ``incomplete``: a child the group file lists is missing; ``foreign-path``: a group file's
-      absolute child path leaves this entry's directory (Triton opens exactly that path);
+      absolute child path leaves this entry's directory and exists there (Triton opens exactly that path);
+      ``moved`` (warning): it leaves the entry and exists nowhere (Triton drops the group and recompiles);
     - ``mismatch``: two facts of the entry disagree (cubin SM vs metadata arch, kernel symbol vs
       metadata name, metadata hash vs entry id, PTX ``.target`` vs metadata);
     - ``stale``: metadata ``triton_version`` differs from the installed Triton, whose key
@@ -732,20 +733,27 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
         elif csize == 0:
             add(Finding("corrupt", f"{child} is empty"))
     if outside:
-        there = [p for p in outside if os.path.lexists(p)]
-        dirs = sorted({os.path.dirname(p) for p in outside})
-        where = (
-            f"{len(there)} exist there: Triton loads them from that tree"
-            if there
-            else "none exist there: Triton drops them and recompiles"
+        add(_outside_finding(gname, outside, len(children)))
+
+
+def _outside_finding(gname: str, outside: list[str], total: int) -> Finding:
+    """Paths of a group file that leave its entry: ``foreign-path`` (error) when any exists, for Triton opens
+    exactly that path and loads the other tree's file; ``moved`` (warning) when none does, for Triton then drops
+    the group and recompiles (a moved or copied cache; ``jitwarden relocate`` points it at its own files)."""
+    there = [p for p in outside if os.path.lexists(p)]
+    dirs = sorted({os.path.dirname(p) for p in outside})
+    into = f"{', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''}"
+    if there:
+        return Finding(
+            "foreign-path",
+            f"{gname} points {len(outside)} of {total} files outside the entry, into {into} "
+            f"({len(there)} exist there: Triton loads them from that tree)",
         )
-        add(
-            Finding(
-                "foreign-path",
-                f"{gname} points {len(outside)} of {len(children)} files outside the entry, "
-                f"into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} ({where})",
-            )
-        )
+    return Finding(
+        "moved",
+        f"{gname} names {len(outside)} of {total} files in {into}, which no longer exist: a moved or "
+        "copied cache; Triton drops the group and recompiles",
+    )
 
 
 def _metadata_findings(
@@ -889,6 +897,21 @@ def _launcher_findings(launchers, host_machine: str | None, add) -> None:
                     f"{fname} is built for {so_machine}, this host is {host}: unreachable here",
                 )
             )
+
+
+def relocated_group(doc, entry_dir: str, present) -> dict | None:
+    """A group document with each child path pointed at ``entry_dir``, for each child whose file (by its base
+    name) is in ``present``; None when nothing changes or ``doc`` is not Triton's layout (pure). Used where an
+    entry moved (``jitwarden relocate``, a bundle installed elsewhere): Triton's group paths are absolute."""
+    kids = doc.get("child_paths") if isinstance(doc, dict) else None
+    if not isinstance(kids, dict):
+        return None
+    new = dict(kids)
+    for k, v in kids.items():
+        base = os.path.basename(str(v))
+        if base in present and v != os.path.join(entry_dir, base):
+            new[k] = os.path.join(entry_dir, base)
+    return None if new == kids else {**doc, "child_paths": new}
 
 
 def same_dir(a: str, b: str) -> bool:

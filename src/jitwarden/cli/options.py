@@ -100,16 +100,21 @@ def add_strict_argument(p) -> None:
     )
 
 
-def add_rebuild_arguments(parser, mode=None) -> None:
+def add_rebuild_arguments(parser, mode=None, *, always: bool = False) -> None:
     """``--rebuild``, ``--jobs``, ``--ptxas`` and ``--keep-cubins`` (verify, doctor, clean, export).
 
-    ``mode``: the mutually exclusive group ``--quick`` lives in, if any.
+    ``mode``: the mutually exclusive group ``--quick`` lives in, if any. ``always``: the command always
+    rebuilds (``relocate``), so there is no ``--rebuild`` flag to give.
     """
-    (mode or parser).add_argument(
-        "--rebuild",
-        action="store_true",
-        help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached cubin",
-    )
+    if always:
+        parser.set_defaults(rebuild=True)
+    else:
+        (mode or parser).add_argument(
+            "--rebuild",
+            action="store_true",
+            help="re-assemble each kernel's PTX with Triton's exact ptxas command and compare with the cached "
+            "cubin",
+        )
     parser.add_argument(
         "--jobs",
         "-j",
@@ -159,3 +164,12 @@ def add_action_arguments(p, *, purge: bool = False, lock_help: str = " (default:
         metavar="AGE",
         help=f"give up waiting for another jitwarden on the same root after AGE{lock_help}",
     )
+
+
+def examples(p, *lines: str) -> None:
+    """An ``examples:`` section at the end of ``p``'s ``--help``, each line as written (command, two spaces,
+    what it does)."""
+    import argparse
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "examples:\n" + "\n".join(f"  {line}" for line in lines)

@@ -1,9 +1,11 @@
-"""Exceptions the CLI maps to exit codes: 0 ok, 1 findings, 2 usage, 3 internal (ARCHITECTURE.md, "The flow of one command")."""
+"""Exceptions the CLI maps to exit codes: 0 ok, 1 findings, 2 usage, 3 internal, 4 a bundle for another
+environment (``import``); docs/commands.md lists every one (ARCHITECTURE.md, "The flow of one command")."""
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_OTHER_ENV = 4  # `import`: the bundle was built for another environment; nothing installed
 
 
 class JitwardenError(Exception):

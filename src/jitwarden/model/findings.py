@@ -50,8 +50,9 @@ CATALOG: dict[str, Code] = {
     ),
     "foreign-path": Code(
         Severity.ERROR,
-        "a group file points outside its own entry (a copied cache)",
-        "copied from another tree: the tool would load files from there",
+        "a group file points outside its own entry, into files that exist there (a copied cache): the tool "
+        "loads them",
+        "copied from another tree that still exists: the tool would load files from there",
         "jitwarden clean --code foreign-path",
     ),
     "incomplete": Code(
@@ -86,6 +87,14 @@ CATALOG: dict[str, Code] = {
         "quarantine they can be restored from)",
         "jitwarden clean --stale",
     ),
+    "moved": Code(
+        Severity.WARN,
+        "a group file names its files at absolute paths of another tree that no longer exist (a moved or "
+        "copied cache): Triton drops the group and recompiles",
+        "moved or copied from another tree whose paths are gone: Triton recompiles them (`jitwarden relocate` "
+        "proves them by a rebuild and points them at their own files, so they hit again)",
+        "jitwarden relocate",
+    ),
     "orphan": Code(
         Severity.WARN,
         "leftovers of an interrupted write",
@@ -115,15 +124,22 @@ MEANING: dict[str, str] = {c: k.meaning for c, k in CATALOG.items()}
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """One finding: its code, a message of a line, and where the evidence is long (a rebuild's every ptxas
+    and section), ``detail``, shown on request (``--long``, JSON)."""
+
     code: str
     message: str
+    detail: str = ""
 
     @property
     def severity(self) -> Severity:
         return CODES[self.code]
 
     def to_json(self) -> dict:
-        return {"code": self.code, "severity": str(self.severity), "message": self.message}
+        doc = {"code": self.code, "severity": str(self.severity), "message": self.message}
+        if self.detail:
+            doc["detail"] = self.detail
+        return doc
 
 
 def worst(findings) -> Severity | None:

@@ -18,7 +18,13 @@ import stat
 import time
 from dataclasses import dataclass
 
-from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
+from jitwarden.model.layout import (
+    ENTRY_LOCK_FILE,
+    ROOT_LOCK_FILE,
+    SEAL_FILE,
+    TRASH_DIR,
+    is_write_leftover,
+)
 from jitwarden.store import quarantine as q
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
@@ -31,7 +37,7 @@ class Outcome:
 
     path: str
     id: str
-    status: str  # quarantined | deleted | skipped
+    status: str  # quarantined | deleted | relocated | skipped
     why: str = ""
     quarantine_id: str | None = None
     bytes: int = 0
@@ -111,9 +117,10 @@ def clean(
     orphan_age: float = 3600.0,
     by: str = "clean",
     fingerprint: str | None = None,
+    batch: str | None = None,
 ) -> list[Outcome]:
     """Carry out clean actions (:class:`jitwarden.ops.plans.Action`) in order; the caller holds the lock
-    of every root involved."""
+    of every root involved. ``batch``: the run's id, recorded with each entry it quarantines."""
     if (
         not 0.0 <= orphan_age < float("inf")
     ):  # a negative or NaN age makes a live writer's files look old
@@ -137,6 +144,7 @@ def clean(
                     purge,
                     by,
                     fingerprint,
+                    batch,
                 )
                 for n in old
             ] or [
@@ -146,7 +154,18 @@ def clean(
             ]
         else:
             done = [
-                _move(a.path, a.root, a.id, a.kind, _reason(a), a.details, purge, by, fingerprint)
+                _move(
+                    a.path,
+                    a.root,
+                    a.id,
+                    a.kind,
+                    _reason(a),
+                    a.details,
+                    purge,
+                    by,
+                    fingerprint,
+                    batch,
+                )
             ]
         outcomes += done
     return outcomes
@@ -166,6 +185,7 @@ def _move(
     purge: bool,
     by: str,
     fingerprint: str | None,
+    batch: str | None = None,
 ) -> Outcome:
     """Quarantine ``path`` (and with ``purge`` delete it); what happened."""
     try:
@@ -178,6 +198,7 @@ def _move(
             kind=kind,
             by=by,
             fingerprint=fingerprint,
+            batch=batch,
         )
     except FileNotFoundError:
         return Outcome(path, entry_id, "skipped", "gone since the scan")
@@ -198,6 +219,94 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return (exc.strerror or str(exc)).lower()
     return str(exc)
+
+
+# ---------------------------------------------------------------- relocate
+
+_GROUP_MAX = 1 << 20
+
+
+def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -> list[Outcome]:
+    """Point each moved Triton entry's group files at its own files (:class:`jitwarden.ops.plans.RelocateAction`);
+    the caller holds the roots' locks and has proven the kernels.
+
+    Per group file that changes: the old one is quarantined first (reason ``moved``, the run's ``batch``), then
+    the new one is written atomically in the entry's directory, reached by fd from the root without following
+    a link; the entry's seal, which covers the old group files, is quarantined before them (the entry is then
+    unsealed: the guard proves and seals it on first use). A kill between two steps leaves an entry without
+    its seal or group, which is a proof or a miss; ``quarantine restore --batch ID --replace`` puts them back.
+    """
+    from jitwarden.adapters import triton as tri
+    from jitwarden.store import fsutil
+
+    outcomes = []
+    for a in actions:
+        why = check(a.root, a.path, time.time(), orphan_age)
+        if why:
+            outcomes.append(Outcome(a.path, a.id, "skipped", why))
+            continue
+        try:
+            root_fd = fsutil.open_dir(a.root)
+            try:
+                entry_fd = fsutil.open_beneath(root_fd, a.id)
+            finally:
+                os.close(root_fd)
+        except OSError as exc:
+            outcomes.append(Outcome(a.path, a.id, "skipped", _why(exc)))
+            continue
+        try:
+            outcomes.append(_relocate_entry(a, entry_fd, tri.relocated_group, batch))
+        finally:
+            os.close(entry_fd)
+    return outcomes
+
+
+def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Outcome:
+    from jitwarden.store import fsutil
+
+    names = os.listdir(entry_fd)
+    present = {n for n in names if _regular(n, entry_fd)}
+    groups = {}
+    for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
+        try:
+            doc = fsutil.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
+        except (OSError, ValueError) as exc:
+            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
+        new = relocated_group(doc, a.path, present)
+        if new is not None:
+            groups[name] = new
+    if not groups:
+        return Outcome(a.path, a.id, "skipped", "its group files point at its own files already")
+    # A seal covers the group files as they were: it goes aside first, so the entry is unsealed (never sealed
+    # over bytes nobody checked), and the guard proves and seals it again on its first use.
+    aside = ([SEAL_FILE] if SEAL_FILE in present else []) + list(groups)
+    qid, moved = None, 0
+    for name in aside:
+        try:
+            rec = q.move(
+                os.path.join(a.path, name),
+                "moved",
+                a.details,
+                root=a.root,
+                entry_id=f"{a.id}/{name}",
+                kind=a.kind,
+                by="relocate",
+                batch=batch,
+            )
+            if name in groups:
+                fsutil.write_json_atomic(name, groups[name], ".jitwarden-group.", dir_fd=entry_fd)
+        except (OSError, q.QuarantineError) as exc:
+            return Outcome(a.path, a.id, "skipped", _why(exc), qid, moved)
+        qid = qid or rec.id
+        moved += rec.bytes
+    return Outcome(a.path, a.id, "relocated", "", qid, moved)
+
+
+def _regular(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- prune
@@ -241,7 +350,9 @@ def partition_facts(
     return PartitionFacts(base, path, digest, float(last_used), total, digest == current, newest)
 
 
-def prune(actions, *, current: str | None, keep_quarantined: bool = False) -> list[Outcome]:
+def prune(
+    actions, *, current: str | None, keep_quarantined: bool = False, batch: str | None = None
+) -> list[Outcome]:
     """Remove whole partitions (:class:`jitwarden.ops.plans.PruneAction`): each renamed into its base's
     quarantine, then deleted (unless kept)."""
     from jitwarden.model.layout import PARTITIONS_DIR
@@ -269,6 +380,7 @@ def prune(actions, *, current: str | None, keep_quarantined: bool = False) -> li
                     not keep_quarantined,
                     "prune",
                     p.digest,
+                    batch,
                 )
         outcomes.append(o)
     return outcomes

@@ -1,6 +1,7 @@
 """Typed plans for every destructive command: decided by pure functions, carried out by ``execute()``.
 
-``plan_clean`` (scan report + :class:`Selection` -> :class:`CleanPlan`), ``plan_prune`` (partition
+``plan_clean`` (scan report + :class:`Selection` -> :class:`CleanPlan`), ``plan_relocate`` (scan report +
+rebuild verdicts -> :class:`RelocatePlan`), ``plan_prune`` (partition
 facts -> :class:`PrunePlan`), ``plan_restore`` and ``plan_empty`` (quarantine records ->
 :class:`RestorePlan`, :class:`EmptyPlan`) read nothing but their arguments (``plan_restore`` only
 asks whether a path is taken). Each plan is frozen, is what the CLI prints before asking, and its
@@ -152,8 +153,10 @@ class CleanPlan:
         fingerprint: str | None = None,
         lock_timeout: float | None = None,
         replan=None,
+        batch: str | None = None,
     ) -> list[Outcome]:
         """Carry the plan out under every root's lock (ARCHITECTURE.md, "The flow of one command").
+        ``batch``: this run's id, recorded with every entry it quarantines (``quarantine restore --batch``).
 
         ``replan`` (no arguments, returns a fresh plan) judges again under the lock: only what
         this plan showed and is still selected is moved; the rest is reported as skipped.
@@ -163,7 +166,7 @@ class CleanPlan:
             again = replan() if replan is not None else self
             actions = [a for a in again.actions if a.path in shown]
             outcomes = maintenance.clean(
-                actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint
+                actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint, batch=batch
             )
         gone = shown - {a.path for a in actions}
         return outcomes + [
@@ -223,6 +226,81 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
     return CleanPlan(tuple(actions), sel, tuple(notes))
 
 
+# ---------------------------------------------------------------- relocate
+
+
+@dataclass(frozen=True, slots=True)
+class RelocateAction:
+    """One moved Triton entry whose kernel a rebuild proved: its group files are pointed at its own files."""
+
+    kind: str
+    root: str
+    id: str
+    path: str
+    bytes: int
+    details: tuple[str, ...]  # the ``moved`` findings' messages
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "root": self.root, "id": self.id, "path": self.path}
+
+
+@dataclass(frozen=True, slots=True)
+class RelocatePlan:
+    """Moved entries to point at their own files (``actions``) and those left as they are, with why (``kept``):
+    decided by :func:`plan_relocate` after a rebuild, carried out by :meth:`execute`."""
+
+    actions: tuple[RelocateAction, ...]
+    kept: tuple[tuple[str, str, str], ...]  # (path, id, why not relocated)
+
+    @property
+    def roots(self) -> list[str]:
+        return sorted({a.root for a in self.actions})
+
+    def execute(
+        self,
+        *,
+        batch: str | None = None,
+        orphan_age: float = 3600.0,
+        lock_timeout: float | None = None,
+        replan=None,
+    ) -> list[Outcome]:
+        """Rewrite under every root's lock; ``replan`` judges again there (only what was shown and still
+        qualifies is changed). Each old group file goes into quarantine with ``batch`` before its new one is
+        written."""
+        shown = {a.path for a in self.actions}
+        with locks.hold(self.roots, lock_timeout):
+            again = replan() if replan is not None else self
+            actions = [a for a in again.actions if a.path in shown]
+            outcomes = maintenance.relocate(actions, batch=batch, orphan_age=orphan_age)
+        gone = shown - {a.path for a in actions}
+        return outcomes + [
+            Outcome(p, "", "skipped", "no longer moved and proven (changed since the plan)")
+            for p in sorted(gone)
+        ]
+
+
+def plan_relocate(report, verdicts: dict[str, str]) -> RelocatePlan:
+    """The Triton entries of ``report`` with a ``moved`` finding that can point at their own files (pure):
+    those whose rebuild ``verdicts`` (entry path -> verdict) say ``verified`` and that have no error-level
+    finding. Every other moved entry is kept, with why: nothing is relocated on trust."""
+    actions, kept = [], []
+    for e in report.entries:
+        moved = tuple(f.message for f in e.findings if f.code == "moved")
+        if e.kind != "triton" or not moved:
+            continue
+        errors = sorted({f.code for f in e.findings if f.severity == Severity.ERROR})
+        verdict = verdicts.get(e.path)
+        if errors:
+            kept.append((e.path, e.id, f"has {', '.join(errors)}: `jitwarden clean` instead"))
+        elif verdict != "verified":
+            kept.append(
+                (e.path, e.id, f"not proven by a rebuild ({verdict or 'nothing to rebuild'})")
+            )
+        else:
+            actions.append(RelocateAction(e.kind, e.root, e.id, e.path, e.bytes, moved))
+    return RelocatePlan(tuple(actions), tuple(kept))
+
+
 # ---------------------------------------------------------------- prune
 
 
@@ -247,7 +325,12 @@ class PrunePlan:
         return sum(a.partition.bytes for a in self.actions)
 
     def execute(
-        self, *, keep_quarantined: bool = False, lock_timeout: float | None = None, replan=None
+        self,
+        *,
+        keep_quarantined: bool = False,
+        lock_timeout: float | None = None,
+        replan=None,
+        batch: str | None = None,
     ) -> list[Outcome]:
         """Remove the partitions under the locks of their bases and themselves; ``replan`` decides again there."""
         shown = {a.partition.path for a in self.actions}
@@ -255,7 +338,7 @@ class PrunePlan:
             again = replan() if replan is not None else self
             chosen = [a for a in again.actions if a.partition.path in shown]
             outcomes = maintenance.prune(
-                chosen, current=self.current, keep_quarantined=keep_quarantined
+                chosen, current=self.current, keep_quarantined=keep_quarantined, batch=batch
             )
         left = shown - {a.partition.path for a in chosen}
         return outcomes + [

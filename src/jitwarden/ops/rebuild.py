@@ -523,13 +523,22 @@ class _Engine:
             if ref_j.attempts > 1
             else ""
         )
-        msg = (
+        detail = (
             f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
             + runs
             + (f"; also differs from {', '.join(others)}" if others else "")
             + _diff_hint(kept)
         )
-        return RebuildResult("not-reproducible", None, msg, (Finding("not-reproducible", msg),))
+        same_release = version_note.startswith("same release")
+        msg = (
+            f"no ptxas reproduces the cubin: {where} (rebuilt by ptxas {ref_c.info.release}, "
+            f"{'its producer' if same_release else 'not its producer'}"
+            f"{f', and {len(others)} more' if others else ''})"
+            + (f"; both cubins kept in {os.path.dirname(kept[0])}" if kept else "")
+        )
+        return RebuildResult(
+            "not-reproducible", None, detail, (Finding("not-reproducible", msg, detail),)
+        )
 
     def _matched(
         self,

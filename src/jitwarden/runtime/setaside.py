@@ -67,9 +67,19 @@ def set_aside(
         unlock(wfd)
 
 
+#: How much of the evidence one runtime line carries; the record keeps all of it (``jitwarden quarantine ls``).
+LINE_DETAILS = 120
+
+
 def line(rec, what: str, code: str, details, then: str) -> str:
-    """The one wording of a runtime quarantine: what was set aside, why, what happens next, how to undo it."""
+    """The one wording of a runtime quarantine: what was set aside, why, what happens next, how to undo it.
+    Short: the evidence is cut at :data:`LINE_DETAILS` characters, between words (the record has it whole)."""
+    why = "; ".join(details) or "-"
+    if len(why) > LINE_DETAILS:
+        cut = why.rfind(" ", 0, LINE_DETAILS)
+        why = why[: cut if cut > 0 else LINE_DETAILS].rstrip(";,: ")
+        why += " … (whole: `jitwarden quarantine ls`)"
     return (
-        f"quarantined {what} {rec.entry_id} ({code}: {'; '.join(details) or '-'}); {then}. "
+        f"quarantined {what} {rec.entry_id} ({code}: {why}); {then}. "
         f"Restore with `jitwarden quarantine restore {rec.id}`"
     )

@@ -73,6 +73,9 @@ class Record:
     )
     kind: str | None = None  # cache kind of the entry (triton, inductor, ...)
     present: bool = True  # False: an interrupted move left the slot without its entry
+    batch: str | None = (
+        None  # the run that moved it (``clean``, ``prune``, ``relocate``): restored together
+    )
 
     @property
     def payload_path(self) -> str:
@@ -97,6 +100,7 @@ class Record:
             "payload": self.payload,
             "kind": self.kind,
             "present": self.present,
+            "batch": self.batch,
         }
 
 
@@ -106,6 +110,14 @@ def quarantine_dir(root: str) -> str:
 
 def stamp(now: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+
+
+def new_batch(verb: str, now: float | None = None) -> str:
+    """A new batch id for one run that quarantines (``clean-20261204T221500Z-3fa2c1``): every entry it moves
+    records it, and ``quarantine restore --batch ID`` puts them all back, in every root."""
+    import secrets
+
+    return f"{verb}-{stamp(time.time() if now is None else now)}-{secrets.token_hex(3)}"
 
 
 def flatten(entry_id: str) -> str:
@@ -253,11 +265,13 @@ def move(
     fingerprint: str | None = None,
     now: float | None = None,
     origin: str | None = None,
+    batch: str | None = None,
 ) -> Record:
     """Rename ``entry_path`` (a directory, file or symlink) into ``root``'s quarantine; returns its record.
 
     ``root`` defaults to the entry's parent (the guard's Triton entries). ``origin``: where the entry
-    belongs when it was moved aside before (a background proof): the record names it, restore puts it there. Raises
+    belongs when it was moved aside before (a background proof): the record names it, restore puts it there.
+    ``batch``: the run that moves it (:func:`new_batch`), so ``quarantine restore --batch`` undoes the run. Raises
     FileNotFoundError when the entry is already gone (someone else moved it), OSError
     (ELOOP, ENOTDIR) when a directory between the root and the entry is a symlink, and
     :class:`UnsafeName` when the root's quarantine directory is not what jitwarden made.
@@ -308,6 +322,7 @@ def move(
             size_of(payload, parent_fd),
             payload=payload,
             kind=kind,
+            batch=batch,
         )
         try:
             slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
@@ -451,6 +466,7 @@ def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
                 payload=payload,
                 kind=_str_or_none(d.get("kind")),
                 present=present,
+                batch=_str_or_none(d.get("batch")),
             )
         except (OSError, ValueError, TypeError, AttributeError, OverflowError):
             try:

@@ -166,7 +166,7 @@ def test_status_marks_this_environments_partition(isolated_env, built_cache, cap
     }
     assert main(["status", "--target", "90"]) == 0
     text = capsys.readouterr().out
-    assert f"{mine[:12]}*" in text and "bbbbbbbbbbbb*" not in text
+    assert f"jitwarden-v1/{mine} *" in text and "bbbbbbbbbbbbbbbb *" not in text
 
 
 def test_status_counts_quarantined_entries(isolated_env, built_cache, capsys):

@@ -22,7 +22,7 @@ from jitwarden.store import quarantine as q
 from tests.helpers import kernels
 from tests.helpers.maint import cli, damage_everything, file_of
 
-ASKS_FIRST = {"clean", "prune", "quarantine"}
+ASKS_FIRST = {"clean", "relocate", "prune", "quarantine"}
 """Verbs that print a plan and ask: run with ``-y``, as a user answering yes would."""
 
 
@@ -102,6 +102,7 @@ def test_the_catalog_fixes_are_commands_and_every_code_is_tried():
         "corrupt",
         "mismatch",
         "foreign-path",
+        "moved",
         "incomplete",
         "unsafe",
         "stale",
@@ -188,7 +189,7 @@ def test_empty_older_than_with_nothing_that_old_plans_nothing(damaged_home):
     assert any(not r.present for r in q.list_root(root, include_empty=True))
     p = cli("quarantine", "empty", "--older-than", "7d", "--root", root)  # no -y, no terminal
     assert p.returncode == 0, p.stderr
-    assert "nothing to delete" in p.stderr and "empty slot" not in p.stderr
+    assert "nothing to delete" in p.stdout and "empty slot" not in p.stdout
 
 
 def test_prune_with_nothing_old_enough_says_why(home_cache):
@@ -197,7 +198,6 @@ def test_prune_with_nothing_old_enough_says_why(home_cache):
     p = cli("prune", "--older-than", "30d", "-y")
     assert p.returncode == 0, p.stderr
     assert (
-        "nothing to prune: 1 partition(s) of other environments, the longest unused for 3"
-        in p.stdout
+        "nothing to prune: 1 partition of other environments, the longest unused for 3" in p.stdout
     ), p.stdout
     assert "not more than 30" in p.stdout

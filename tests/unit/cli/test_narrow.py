@@ -136,7 +136,7 @@ def test_ls_has_a_root_column_where_one_id_is_in_the_cache_and_a_partition(home)
     rows = [l for l in text.splitlines() if recs["add_sm90"]["id"][:12] in l]
     assert len(rows) == 2, text
     assert any(re.search(r"\s~/\.triton/cache\s", r) for r in rows)
-    assert any(f"@{digest[:12]}*" in r for r in rows), rows  # this environment's partition, marked
+    assert any(f"{digest[-8:]} *" in r for r in rows), rows  # this environment's partition, marked
     # One root only: no ROOT column to spend width on.
     rc, text = shown(
         [
@@ -173,8 +173,8 @@ def test_doctor_root_column_keeps_the_mark_of_this_environments_partition(home, 
     assert rc in (0, 1), text
     rows = [l for l in text.splitlines() if l.startswith("triton ")]
     assert len(rows) == 2, text
-    marked = [r for r in rows if re.search(r"[0-9a-f]{6}\*$", r.split()[1])]
-    assert len(marked) == 1 and digest[:12].endswith(marked[0].split()[1][-7:-1]), rows
+    marked = [m for r in rows for m in re.findall(r"([0-9a-f]{6}) \*", r)]
+    assert len(marked) == 1 and digest.endswith(marked[0]), rows
     for row in rows:
         assert len(row) <= cols
 
@@ -192,7 +192,7 @@ def test_quarantine_ls_ids_are_never_split_and_roots_tell_them_apart(home, cols)
     sub = recs["sub_sm80"]["id"][:12]
     assert ids.count(sub) == 2, text
     roots = [r.split()[1] for r in rows if r.startswith(sub)]
-    assert len(set(roots)) == 2 and any(x.endswith(f"@{digest[:12]}") for x in roots), roots
+    assert len(set(roots)) == 2 and any(x.endswith(digest[-8:]) for x in roots), roots
     assert all("…" not in i for i in ids)
     # --long: the full quarantine ids (70 characters), each whole on one line.
     rc, text = shown(["quarantine", "ls", "--long"], env, cols)
@@ -213,7 +213,7 @@ def test_restore_of_an_id_in_two_roots_lists_them_and_hints_root(home):
     root_hint = re.search(r"--root (\S+)", err).group(1)
     p = cli("quarantine", "restore", sub[:6], "--dry-run", "--root", root_hint, env=env)
     assert p.returncode == 0, p.stderr
-    assert f"restore {sub} into" in p.stderr
+    assert f"restore {sub} into" in p.stdout
 
 
 def test_grid_moves_columns_below_the_row_and_never_cuts_ids_or_names():
@@ -241,3 +241,43 @@ def test_grid_moves_columns_below_the_row_and_never_cuts_ids_or_names():
     assert narrow[1].startswith("ABCDEFGHIJKL") and narrow[1].endswith("foreign-arch")
     below = " ".join(narrow[2:4])
     assert "name: triton_per_fused__softmax_amax_mul_sub_0" in below and "type: kernel" in below
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["ls", "--target", "90"],
+        ["quarantine", "ls"],
+        ["dir"],
+        ["doctor", "--target", "90"],
+    ],
+)
+def test_every_partition_printed_is_a_path_that_exists(home, command):
+    """Issue 34, item 8: partitions were printed as ``~/.triton/cache/@21d168e2b706``, a path that does not
+    exist (the directory is ``jitwarden-v1/21d168e2b7069124``). Every one printed now can be copied."""
+    env, _recs, digest, _ = home
+    p = cli(*command, env=env)
+    assert p.returncode in (0, 1), p.stderr
+    assert not re.search(r"@[0-9a-f]{12}", p.stdout), p.stdout
+    paths = re.findall(r"(?:~|/)[^\s]*jitwarden-v1/[0-9a-f]{16}", p.stdout)
+    assert paths, p.stdout
+    for path in paths:
+        real = env["HOME"] + path[1:] if path.startswith("~") else path
+        if command == ["dir"] and not os.path.isdir(real):
+            assert f"{path}" in p.stdout and "not created yet" in p.stdout  # where it would be
+            continue
+        assert os.path.isdir(real), (path, p.stdout)
+    assert any(p_.endswith(digest) for p_ in paths)
+
+
+def test_dir_of_a_kind_with_no_dir_says_so(home):
+    env = dict(home[0])
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    p = cli("dir", "jax", env=env)
+    assert p.returncode == 1 and p.stdout == "", (p.stdout, p.stderr)
+    assert "JAX_COMPILATION_CACHE_DIR is unset" in p.stderr and len(p.stderr.splitlines()) == 1
+    p = cli("dir", "triton", env=env)
+    assert p.returncode == 0 and p.stdout.splitlines()[0] == os.path.join(
+        env["HOME"], ".triton", "cache"
+    )

@@ -136,9 +136,9 @@ def test_quarantine_ls_ids_at_80_columns_are_distinct_and_restore_them(damaged, 
     assert recs["add_sm90"]["id"][:12] in ids
     # The id exactly as shown restores the entry (a copy of the module's root, so other tests keep theirs).
     p = cli("quarantine", "restore", recs["add_sm90"]["id"][:12], "--dry-run", env=env)
-    assert p.returncode == 0 and f"restore {recs['add_sm90']['id'][:12]} into {other}" in p.stderr
+    assert p.returncode == 0 and f"restore {recs['add_sm90']['id'][:12]} into {other}" in p.stdout
     p = cli("quarantine", "restore", recs["add_sm90"]["id"][:12], "--dry-run", "--long", env=env)
-    assert p.returncode == 0 and os.path.join(other, recs["add_sm90"]["id"]) in p.stderr
+    assert p.returncode == 0 and os.path.join(other, recs["add_sm90"]["id"]) in p.stdout
 
 
 @pytest.mark.parametrize(

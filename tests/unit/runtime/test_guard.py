@@ -314,7 +314,7 @@ def test_quarantine_command_lists_and_restores(tmp_path, reference):
     refused = _cli(["quarantine", "restore", rec["id"], "--root", base, "-y"])
     assert refused.returncode == 2 and "--replace" in refused.stderr
     dry = _cli(["quarantine", "restore", rec["id"], "--root", base, "--replace", "--dry-run"])
-    assert dry.returncode == 0 and f"restore {rec['entry_id'][:12]} into" in dry.stderr
+    assert dry.returncode == 0 and f"restore {rec['entry_id'][:12]} into" in dry.stdout
     assert len(quarantined(root)) == 1
     done = _cli(
         ["quarantine", "restore", rec["id"], "--root", base, "--replace", "-y", "--format", "json"]

@@ -16,14 +16,11 @@ from typing import TYPE_CHECKING, Any
 from jitwarden import __version__
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
-from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OTHER_ENV, UsageError
 from jitwarden.model.findings import Severity
 
 if TYPE_CHECKING:
     from jitwarden.ops.bundle import Manifest
-
-EXIT_OTHER_ENV = 4
-"""A sound bundle built for another environment: nothing installed."""
 
 
 def select(report) -> tuple[list, list]:

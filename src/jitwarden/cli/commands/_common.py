@@ -17,7 +17,7 @@ from jitwarden.model import settings
 from jitwarden.model.arch import parse_arch
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import CODES
-from jitwarden.model.text import display, human_size, parse_age
+from jitwarden.model.text import display, human_size, parse_age, plural
 from jitwarden.ops import scan as scanner
 
 if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebuilds
@@ -132,18 +132,52 @@ def run_scan(args, fp=None, *, emit=None, sink=None):
     a streamed scan (:func:`jitwarden.ops.scan.scan_streamed`), whose entries are not kept."""
     target = resolve_target(args.target, fp)
     kinds = kinds_of(args)
+    holders = tuple(HELD[k][0] for k in kinds or () if k in HELD and HELD[k][0] not in kinds)
     roots = (
-        scanner.roots_from_paths(args.paths) if args.paths else scanner.default_roots(kinds=kinds)
+        scanner.roots_from_paths(args.paths)
+        if args.paths
+        else scanner.default_roots(kinds=(*kinds, *holders) if kinds else None)
     )
     if args.paths:
         _note_searched(args.paths, roots)
     if kinds:
-        roots = [(r, only) for r, only in roots if r.kind in kinds]
+        roots = [(r, only) for r, only in roots if r.kind in kinds] + _held(roots, kinds)
     judge = scanner.make_judge(target.arch, orphan_age(args), fp=fp)
     fast_json()
     if emit is not None:
         return scanner.scan_streamed(roots, judge, target, emit, sink)
     return scanner.scan(roots, judge, target)
+
+
+#: Entries one kind's root keeps for another kind, by the name they start with: vLLM keeps DeepGEMM's kernels
+#: under ``deep_gemm/`` of its root (``ls`` shows them as type ``deepgemm``). ``--kind deepgemm`` takes them too.
+HELD = {"deepgemm": ("vllm", "deep_gemm/")}
+
+
+def _held(roots, kinds) -> list:
+    """(holder root, names) of the entries ``kinds`` ask for that other kinds' roots keep (:data:`HELD`)."""
+    from jitwarden import adapters
+
+    out = []
+    for kind in kinds:
+        holder, prefix = HELD.get(kind, (None, ""))
+        if holder is None or holder in kinds:
+            continue
+        for r, only in roots:
+            if r.kind != holder:
+                continue
+            try:
+                names = (
+                    list(only)
+                    if only is not None
+                    else adapters.get(holder).list_entry_names(r.path)[0]
+                )
+            except OSError:
+                continue
+            picked = [n for n in names if n.startswith(prefix)]
+            if picked:
+                out.append((r, picked))
+    return out
 
 
 def fast_json() -> None:
@@ -269,16 +303,30 @@ def rebuild_request(args) -> RebuildRequest | None:
     return RebuildRequest(opts, keep_is_new)
 
 
-def rebuilt(report, req: RebuildRequest, results: dict | None = None):
+def rebuilt(
+    report,
+    req: RebuildRequest,
+    results: dict | None = None,
+    *,
+    memo: dict | None = None,
+    select=None,
+):
     """``report`` with its rebuild candidates re-assembled and judged (``verify --rebuild``); ``results``
-    receives {entry path: RebuildResult}. A progress bar shows on a terminal."""
+    receives {entry path: RebuildResult}. A labelled progress bar with an ETA shows on a terminal.
+
+    ``memo`` ({(path, bytes, mtime): RebuildResult}, kept by the caller across scans): an entry rebuilt before
+    and unchanged since is judged from its result, so a command that scans again under its locks (``clean
+    --rebuild``, ``relocate``) rebuilds each kernel once. ``select``: only the candidates it is true for."""
     from jitwarden.ops import rebuild
 
     start = time.perf_counter()
-    candidates = rebuild.candidates(report.entries)
+    candidates = [e for e in rebuild.candidates(report.entries) if select is None or select(e)]
+    memo = {} if memo is None else memo
+    todo = [e for e in candidates if _stamp(e) not in memo]
     try:
-        with _worded(), out.progress_bar(len(candidates), "rebuild") as progress:
-            got = rebuild.verify_entries(candidates, req.options, progress=progress)
+        label = f"rebuilding {plural(len(todo), 'kernel')}"
+        with _worded(), out.progress_bar(len(todo), label) as progress:
+            fresh = rebuild.verify_entries(todo, req.options, progress=progress)
     finally:
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
             from jitwarden.store.fsutil import remove_empty_dir
@@ -286,12 +334,70 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
             remove_empty_dir(
                 req.options.keep_dir
             )  # kept when not empty (cubins kept) or not ours to remove
+    memo.update({_stamp(e): fresh[e.path] for e in todo if e.path in fresh})
+    got = {e.path: memo[_stamp(e)] for e in candidates if _stamp(e) in memo}
     if results is not None:
         results.update(got)
     # proven: a ptxas reproduced its code from its own PTX (``stale``: one this environment does not use)
     proven = frozenset(p for p, r in got.items() if r.verdict in ("verified", "stale"))
     rebuilt = report.with_findings({path: r.findings for path, r in got.items()}, proven)
     return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
+
+
+def _stamp(e) -> tuple:
+    """What a rebuild result is kept by: the entry's path, size and newest mtime (a changed file changes it)."""
+    return (e.path, e.bytes, e.mtime)
+
+
+def _discovered_roots(env) -> list:
+    """The cache roots found the way ``ls`` finds them (Triton's alone when that fails)."""
+    try:
+        from jitwarden.ops import scan
+
+        return [r for r, _ in scan.default_roots(env)]
+    except Exception:
+        from jitwarden.adapters import triton as tri
+
+        return tri.discover_roots(env)
+
+
+def cache_dirs(env=os.environ) -> list[str]:
+    """Every cache dir holding a quarantine: each root found, its partitions, the bases partitions live in,
+    and every root jitwarden remembers quarantining into (``clean /some/root``)."""
+    from jitwarden.adapters.base import expand_partitions
+    from jitwarden.store import partition, qregistry
+    from jitwarden.store import quarantine as q
+
+    seen, dirs = set(), []
+    found = []
+    for r in _discovered_roots(env):
+        found += (
+            [x.path for x in expand_partitions(r)]
+            + [partition.base_of(r.path)]
+            + ([r.base] if r.base else [])
+        )
+    for path in found + qregistry.roots(env):
+        k = os.path.realpath(path)
+        if k not in seen and os.path.isdir(q.quarantine_dir(path)):
+            seen.add(k)
+            dirs.append(path)
+    return dirs
+
+
+def undo_line(batch: str, roots, *, replace: bool = False) -> str:
+    """The one command that undoes a run, as it works pasted into a shell, never cut: ``--batch ID``, and when
+    ``quarantine restore`` would not find one of ``roots`` by itself, ``--root PATH`` for each (absolute,
+    quoted, never ``~``). ``replace``: the run left something in the entries' places (``relocate``)."""
+    import shlex
+
+    found = {os.path.realpath(d) for d in cache_dirs()}
+    roots = list(dict.fromkeys(os.path.abspath(r) for r in roots))
+    words = ["jitwarden", "quarantine", "restore", "--batch", batch]
+    words += ["--replace"] if replace else []
+    if any(os.path.realpath(r) not in found for r in roots):
+        for r in roots:
+            words += ["--root", shlex.quote(display(r))]
+    return "undo: " + " ".join(words)
 
 
 # --- reduced protection and leftover trash (the runtime's own report; status and doctor) ----------

@@ -12,6 +12,7 @@ stderr), 2 for bad input or a lock that cannot be taken.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -21,6 +22,7 @@ from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.text import age_arg, display, human_size, plural
 from jitwarden.ops import plans as cleanplan
+from jitwarden.store import quarantine as q
 
 
 def register(sub) -> None:
@@ -65,13 +67,21 @@ def register(sub) -> None:
     )
     options.add_rebuild_arguments(p)
     options.add_action_arguments(p, purge=True)
+    options.examples(
+        p,
+        "jitwarden clean --dry-run               the plan: entries with error-level findings",
+        "jitwarden clean --stale -y              also entries no toolchain here reads",
+        "jitwarden clean --all ~/.triton/cache   the whole cache into quarantine, restorable",
+        "jitwarden clean --rebuild --code not-reproducible",
+    )
     p.set_defaults(func=run)
 
 
-def scan(args, fp, req):
-    """The scan ``verify`` would make with the same options (``--rebuild`` included)."""
+def scan(args, fp, req, memo: dict | None = None):
+    """The scan ``verify`` would make with the same options (``--rebuild`` included); ``memo`` keeps the rebuild
+    results across the scans of one run (plan, replan under the locks, follow-ups): each kernel is rebuilt once."""
     report = _common.run_scan(args, fp)
-    return _common.rebuilt(report, req) if req is not None else report
+    return _common.rebuilt(report, req, memo=memo) if req is not None else report
 
 
 def selection_of(args, now: float) -> cleanplan.Selection:
@@ -111,7 +121,8 @@ def run(args) -> int:
     fp = _common.fingerprint_or_none(
         args
     )  # also with --target: the judge needs the installed versions, GPU names, driver
-    report = scan(args, fp, req)
+    memo: dict = {}
+    report = scan(args, fp, req, memo)
     plan = cleanplan.plan_clean(report, sel)
     fmt = out.output_format(args)
     fmt.human(print_plan, plan, long=args.long)
@@ -134,31 +145,41 @@ def run(args) -> int:
         )
         return 0
     digest = getattr(fp, "digest", None)
+    batch = q.new_batch("clean")
+
+    def rescan() -> cleanplan.CleanPlan:
+        return cleanplan.plan_clean(scan(args, fp, req, memo), sel)
+
     # execute() judges again under the lock and acts only on what was shown and is still selected.
     outcomes = plan.execute(
         purge=args.purge,
         orphan_age=orphan_age,
         fingerprint=digest,
         lock_timeout=args.lock_timeout,
-        replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel),
+        replan=rescan,
+        batch=batch,
     )
     shown = {a.path for a in plan.actions}
-    outcomes += _cascade(args, fmt, fp, req, sel, shown, plan.roots, orphan_age, digest)
+    outcomes += _cascade(args, fmt, rescan, shown, plan.roots, orphan_age, digest, batch)
     fmt.result(
-        "clean", lambda: _body(plan, outcomes, args), lambda: print_outcomes(outcomes, args.purge)
+        "clean",
+        lambda: _body(plan, outcomes, args, batch),
+        lambda: print_outcomes(outcomes, args.purge, batch, plan.roots),
     )
     return 0
 
 
 def _cascade(
-    args, fmt, fp, req, sel, shown: set, roots: list, orphan_age: float, digest, rounds: int = 3
+    args, fmt, rescan, shown: set, roots: list, orphan_age: float, digest, batch, rounds: int = 3
 ) -> list:
     """Entries that fail only because what they depended on was just moved (an AOTAutograd result whose
     FX graph is gone, a vLLM graph list whose artifact was taken): shown as a plan of their own, asked
     again (``-y`` answers), and moved the same way. At most ``rounds`` rounds; ``--dry-run`` never gets here."""
-    done = []
+    done: list = []
+    if args.paths and not all(os.path.lexists(p) for p in args.paths):
+        return done  # a path given was itself an entry, now quarantined: nothing left there to depend on it
     for _ in range(rounds):
-        plan = cleanplan.plan_clean(scan(args, fp, req), sel)
+        plan = rescan()
         actions = [a for a in plan.actions if a.path not in shown and a.root in roots]
         if not actions:
             return done
@@ -172,7 +193,8 @@ def _cascade(
             orphan_age=orphan_age,
             fingerprint=digest,
             lock_timeout=args.lock_timeout,
-            replan=lambda: cleanplan.plan_clean(scan(args, fp, req), sel),
+            replan=rescan,
+            batch=batch,
         )
     return done
 
@@ -232,7 +254,7 @@ def print_plan(plan: cleanplan.CleanPlan, long: bool = False) -> None:
     )
 
 
-def print_outcomes(outcomes, purge: bool) -> None:
+def print_outcomes(outcomes, purge: bool, batch: str, roots) -> None:
     moved = [o for o in outcomes if o.status != "skipped"]
     for o in outcomes:
         if o.status == "skipped":
@@ -242,19 +264,20 @@ def print_outcomes(outcomes, purge: bool) -> None:
     total = human_size(sum(o.bytes for o in moved))
     verb = "deleted" if purge else "quarantined"
     print(f"{verb} {len(moved)} ({total}), skipped {len(outcomes) - len(moved)}")
-    ids = [out.short_key(o.id) for o in moved if o.quarantine_id]
-    if ids and not purge:
-        # The ids the plan showed: `quarantine restore` takes them back, and `quarantine ls` lists this root.
-        shown = " ".join(display(i) for i in ids[:3]) + (" …" if len(ids) > 3 else "")
-        print(f"undo: jitwarden quarantine restore {shown}")
-        print("     (they are listed by `jitwarden quarantine ls`)")
+    if any(o.status == "quarantined" for o in moved):  # not deleted: restorable
+        print(_common.undo_line(batch, roots))
+        print(
+            "      (each entry is listed by `jitwarden quarantine ls`, and restored by its id there)"
+        )
 
 
-def _body(plan, outcomes, args) -> dict:
-    """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py)."""
+def _body(plan, outcomes, args, batch: str | None = None) -> dict:
+    """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py); ``batch``, the
+    id ``quarantine restore --batch`` takes back (null when nothing ran)."""
     doc = plan.to_json()
     return {
         "dry_run": bool(args.dry_run),
+        "batch": batch if any(o.status == "quarantined" for o in outcomes) else None,
         "purge": bool(args.purge),
         "selection": doc["selection"],
         "by_reason": doc["by_reason"],

@@ -104,7 +104,24 @@ def run(args) -> int:
         lambda: {"fingerprint_digest": digest, "dirs": rows},
         lambda: _print(rows, bool(args.kind)),
     )
+    if args.kind and not any(r["path"] for r in rows):
+        # `cd "$(jitwarden dir jax)"` must not go home silently: say so, and exit 1 (nothing to print).
+        print(f"jitwarden: {_none_found(args.kind)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _none_found(kind: str) -> str:
+    """Why ``dir KIND`` has no path: the kind's variable is unset and its tool keeps nothing by default."""
+    from jitwarden.env.locations import FILE_PARTITION_VARS
+
+    var = dict(FILE_PARTITION_VARS).get(kind)
+    if var:
+        return (
+            f"no {kind} cache dir here: {var} is unset (a program may still name one in code); "
+            f"set {var} to keep {kind}'s cache where jitwarden finds it"
+        )
+    return f"no {kind} cache dir here: none of the places {kind}'s tool uses exists"
 
 
 def _print(rows, bare: bool) -> None:
@@ -128,12 +145,12 @@ def _print(rows, bare: bool) -> None:
         source = r["source"] + ("" if r["exists"] or not r["path"] else ", not created yet")
         g.add(r["kind"], path, source, out.root_label(r["partition"]) if r["partition"] else "-")
     con.print(g)
-    out.hanging(
+    out.footer(
         con,
         out.text(
             (
                 "partition: where `jitwarden run` and jitwarden.activate() keep this "
-                "environment's caches (@DIGEST)",
+                "environment's caches (<path>/jitwarden-v1/DIGEST)",
                 "dim",
             )
         ),

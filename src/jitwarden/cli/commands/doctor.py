@@ -54,6 +54,12 @@ def register(sub) -> None:
     options.add_scan_arguments(p)
     options.add_strict_argument(p)
     options.add_rebuild_arguments(p)
+    options.examples(
+        p,
+        "jitwarden doctor                        everything found, with the command that fixes each problem",
+        "jitwarden doctor --target sm_121        judged as on a GB10 (DGX Spark)",
+        "jitwarden doctor --rebuild              also prove every kernel by a rebuild",
+    )
     p.set_defaults(func=run)
 
 
@@ -638,7 +644,7 @@ def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
             ),
         )
         if p.fix:
-            out.hanging(con, out.text("    fix: ", (p.fix, "bold")), indent=9)
+            out.command(con, "    fix: ", p.fix)
     if report.worst == Severity.ERROR:
         con.print(
             out.text(

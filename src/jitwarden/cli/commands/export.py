@@ -15,7 +15,7 @@ from jitwarden.cli import render as out
 from jitwarden.cli.commands import _bundles, _common
 from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError, os_error_line
-from jitwarden.model.text import human_size
+from jitwarden.model.text import human_size, plural
 
 
 def register(sub) -> None:
@@ -112,7 +112,7 @@ def _print(output: str, doc: dict, skipped, signer) -> None:
     _bundles.print_skipped(skipped)
     if doc["entries"]:
         print(
-            f"{output}: {doc['entries']} entries, {human_size(doc['bytes'])}, fingerprint {doc['digest']}, "
+            f"{output}: {plural(doc['entries'], 'entry')}, {human_size(doc['bytes'])}, fingerprint {doc['digest']}, "
             + (f"signed by key {signer.id}" if signer else "UNSIGNED")
         )
     else:

@@ -29,6 +29,12 @@ def register(sub) -> None:
         help="only entries with this finding code (repeatable)",
     )
     p.add_argument("--name", metavar="GLOB", help="only entries whose kernel name matches GLOB")
+    options.examples(
+        p,
+        "jitwarden ls --kind triton              Triton entries only",
+        "jitwarden ls --code stale --ids         ids of stale entries, one per line",
+        'jitwarden ls --name "*matmul*" --long   whole ids and paths',
+    )
     p.set_defaults(func=run)
 
 
@@ -67,4 +73,4 @@ def _print(report, entries, long: bool, digest: str | None = None) -> None:
         con.print(out.entries_table(report, entries, long=long, current_digest=digest))
     else:
         con.print(out.text("no entries"))
-    out.hanging(con, out.text((out.summary_line(report, entries), "dim")))
+    out.footer(con, out.text((out.summary_line(report, entries), "dim")))

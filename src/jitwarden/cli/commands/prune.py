@@ -17,11 +17,12 @@ from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
 from jitwarden.model.layout import PARTITIONS_DIR
-from jitwarden.model.text import age_arg, display, human_age, human_size, size_arg
+from jitwarden.model.text import age_arg, display, human_age, human_size, plural, size_arg
 from jitwarden.ops import maintenance
 from jitwarden.ops import plans as cleanplan
 from jitwarden.store import locks as lock
 from jitwarden.store import partition
+from jitwarden.store import quarantine as q
 
 
 def register(sub) -> None:
@@ -82,6 +83,12 @@ def register(sub) -> None:
     options.add_format_argument(p)
     p.add_argument("--long", action="store_true", help="show full paths")
     options.add_action_arguments(p)
+    options.examples(
+        p,
+        "jitwarden prune --keep-last 2           the two partitions used last stay",
+        "jitwarden prune --older-than 30d --dry-run",
+        "jitwarden prune --max-size 20G --keep-quarantined",
+    )
     p.set_defaults(func=run)
 
 
@@ -144,9 +151,9 @@ def run(args) -> int:
         parts, args.keep_last, args.max_size, args.older_than, now, busy, current
     )
     fmt = out.output_format(args)
-    fmt.human(_print_plan, plan, args.long, _nothing_why(parts, now, args.older_than))
+    fmt.human(_print_plan, plan, args.long, _nothing_why(parts, now, args.older_than, busy))
     if not plan.actions or not _common.confirm(
-        args, f"Remove {len(plan.actions)} partition(s) ({human_size(plan.bytes)})?"
+        args, f"Remove {plural(len(plan.actions), 'partition')} ({human_size(plan.bytes)})?"
     ):
         fmt.result(
             "prune",
@@ -162,9 +169,11 @@ def run(args) -> int:
         return 0
     # execute() decides again under the locks and acts only on what was shown and is still chosen.
     chosen_bases = sorted({a.partition.base for a in plan.actions})
+    batch = q.new_batch("prune")
     outcomes = plan.execute(
         keep_quarantined=args.keep_quarantined,
         lock_timeout=args.lock_timeout,
+        batch=batch,
         replan=lambda: cleanplan.plan_prune(
             facts(chosen_bases, current),
             args.keep_last,
@@ -175,17 +184,31 @@ def run(args) -> int:
             current,
         ),
     )
-    fmt.result("prune", lambda: _body(plan, outcomes, args), lambda: _print_outcomes(outcomes))
+    kept = batch if args.keep_quarantined and any(o.quarantine_id for o in outcomes) else None
+    fmt.result(
+        "prune",
+        lambda: _body(plan, outcomes, args, kept),
+        lambda: _print_outcomes(outcomes, kept, chosen_bases),
+    )
     return 0
 
 
-def _nothing_why(parts, now: float, older_than: float | None) -> str:
-    """Why a plan is empty, in a few words: no other partition, or how long the longest unused one was unused."""
+def _nothing_why(parts, now: float, older_than: float | None, busy: float = 0.0) -> str:
+    """Why a plan is empty, in a few words: no other partition, the ``--orphan-age`` rule that kept those written
+    to lately, or how long the longest unused one was unused."""
     from jitwarden.model.text import human_duration
 
     others = [p for p in parts if not p.current]
     if not others:
         return "no partition of another environment"
+    fresh = [p for p in others if busy and now - p.newest < busy]
+    if fresh:
+        return (
+            f"{plural(len(fresh), 'partition')} of other environments kept: a file in "
+            f"{'it' if len(fresh) == 1 else 'each'} was written within --orphan-age "
+            f"({human_duration(busy)}), so it may be in use (a smaller --orphan-age takes "
+            f"{'it' if len(fresh) == 1 else 'them'})"
+        )
     idle = max(now - p.last_used for p in others)
     limit = (
         f", not more than {human_duration(older_than)}"
@@ -193,7 +216,7 @@ def _nothing_why(parts, now: float, older_than: float | None) -> str:
         else ""
     )
     return (
-        f"{len(others)} partition(s) of other environments, the longest unused for "
+        f"{plural(len(others), 'partition')} of other environments, the longest unused for "
         f"{human_duration(max(idle, 0.0))}{limit}"
     )
 
@@ -223,22 +246,28 @@ def _print_plan(plan, long: bool, why: str = "") -> None:
         )
     con.print(g)
     con.print(
-        out.text((f"plan: {len(plan.actions)} partition(s), {human_size(plan.bytes)}", "dim"))
+        out.text(
+            (f"plan: {plural(len(plan.actions), 'partition')}, {human_size(plan.bytes)}", "dim")
+        )
     )
 
 
-def _print_outcomes(outcomes) -> None:
+def _print_outcomes(outcomes, batch: str | None, bases) -> None:
     for o in outcomes:
         if o.status == "skipped" or o.why:
             print(f"jitwarden: {o.status} {display(o.path)}: {o.why}", file=sys.stderr)
     done = [o for o in outcomes if o.status != "skipped"]
-    print(f"pruned {len(done)} partition(s), {human_size(sum(o.bytes for o in done))}")
+    print(f"pruned {plural(len(done), 'partition')}, {human_size(sum(o.bytes for o in done))}")
+    if batch:  # --keep-quarantined: one command puts every partition of this run back
+        print(_common.undo_line(batch, bases))
 
 
-def _body(plan, outcomes, args) -> dict:
-    """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py)."""
+def _body(plan, outcomes, args, batch: str | None = None) -> dict:
+    """The JSON body: ``plan`` and ``done`` as every command has them (cli/render/output.py); ``batch``: the id
+    ``quarantine restore --batch`` takes back (``--keep-quarantined``; null otherwise)."""
     return {
         "dry_run": bool(args.dry_run),
+        "batch": batch,
         "keep_quarantined": bool(args.keep_quarantined),
         "plan": [
             out.plan_record(

@@ -14,7 +14,7 @@ from jitwarden.cli import render as out
 from jitwarden.cli.commands import _bundles, _common
 from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
-from jitwarden.model.text import human_size
+from jitwarden.model.text import human_size, plural
 
 
 def register(sub) -> None:
@@ -95,10 +95,10 @@ def run(args) -> int:
     def table() -> None:
         _bundles.print_skipped(got.skipped)
         print(
-            f"{ref}@{pushed.manifest}: {doc['entries']} entries, {human_size(pushed.layer_bytes)}, "
+            f"{ref}@{pushed.manifest}: {plural(len(got.manifest.entries), 'entry')}, {human_size(pushed.layer_bytes)}, "
             f"fingerprint {doc['digest']}, "
             + (f"signed by key {signer.id}" if signer else "UNSIGNED")
-            + f"; the tag lists {pushed.index_size} bundle(s); signature referrer: {pushed.referrer}"
+            + f"; the tag lists {plural(pushed.index_size, 'bundle')}; signature referrer: {pushed.referrer}"
         )
 
     out.output_format(args).result("push", lambda: doc, table)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 import time
 
 from jitwarden.cli import options
@@ -22,6 +21,7 @@ from jitwarden.model.text import age_arg, display, human_age, human_size, plural
 from jitwarden.ops import plans
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q
+from jitwarden.store.fsutil import UnsafeName
 
 
 def register(sub) -> None:
@@ -36,12 +36,31 @@ def register(sub) -> None:
             name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else "")
         )
         _add_arguments(ls)
-    rs = qs.add_parser("restore", help="move quarantined entries back, byte for byte")
+    rs = qs.add_parser(
+        "restore",
+        help="move quarantined entries back, byte for byte",
+    )
+    options.examples(
+        rs,
+        "jitwarden quarantine restore F3G2KPKATDFY       one entry, by the id `quarantine ls` shows",
+        "jitwarden quarantine restore --batch ID         everything one clean, prune or relocate run moved",
+        "jitwarden quarantine restore --all --root PATH  everything quarantined in one root",
+    )
     rs.add_argument(
         "ids",
-        nargs="+",
+        nargs="*",
         metavar="ID",
         help="quarantine id (as listed), or a unique prefix or entry id",
+    )
+    rs.add_argument(
+        "--batch",
+        metavar="ID",
+        help="every entry one clean, prune or relocate run quarantined (the id its `undo:` line names)",
+    )
+    rs.add_argument(
+        "--all",
+        action="store_true",
+        help="every quarantined entry (of --root PATH when given)",
     )
     rs.add_argument(
         "--replace",
@@ -90,42 +109,9 @@ def _add_arguments(p, destructive: bool = False) -> None:
         options.add_action_arguments(p, lock_help="")
 
 
-def _discovered_roots(env) -> list:
-    try:
-        from jitwarden.ops import scan
-
-        return [r for r, _ in scan.default_roots(env)]
-    except Exception:
-        from jitwarden.adapters import triton as tri
-
-        return tri.discover_roots(env)
-
-
-def cache_dirs(env=os.environ) -> list[str]:
-    """Every cache dir holding a quarantine: each root found, its partitions, the bases partitions live in,
-    and every root jitwarden remembers quarantining into (``clean /some/root``)."""
-    from jitwarden.adapters.base import expand_partitions
-    from jitwarden.store import qregistry
-
-    seen, dirs = set(), []
-    found = []
-    for r in _discovered_roots(env):
-        found += (
-            [x.path for x in expand_partitions(r)]
-            + [partition.base_of(r.path)]
-            + ([r.base] if r.base else [])
-        )
-    for path in found + qregistry.roots(env):
-        k = os.path.realpath(path)
-        if k not in seen and os.path.isdir(q.quarantine_dir(path)):
-            seen.add(k)
-            dirs.append(path)
-    return dirs
-
-
 def _dirs(args) -> list[str]:
     if not args.root:
-        return cache_dirs()
+        return _common.cache_dirs()
     dirs = []
     for r in args.root:
         if not os.path.isdir(r):
@@ -140,7 +126,7 @@ def records(args, include_empty: bool = False) -> list[q.Record]:
     for d in _dirs(args):
         try:
             recs += q.list_root(d, include_empty=include_empty)
-        except q.UnsafeName as exc:
+        except UnsafeName as exc:
             raise UsageError(
                 f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}"
             ) from None
@@ -247,7 +233,7 @@ def _print_list(recs, long: bool) -> None:
             out.Column("AGE", right=True, hide=1),
             out.Column("SIZE", right=True, hide=2),
         ]
-        + ([out.Column("FROM", hide=1)] if long else [])
+        + ([out.Column("BATCH", hide=1), out.Column("FROM", hide=1)] if long else [])
     )
     for r in recs:
         g.add(
@@ -256,11 +242,11 @@ def _print_list(recs, long: bool) -> None:
             r.reason,
             human_age(r.quarantined_at),
             human_size(r.bytes),
-            *([r.original_path] if long else []),
+            *([r.batch or "-", r.original_path] if long else []),
             details=["; ".join(r.details)],
         )
     con.print(g)
-    out.hanging(
+    out.footer(
         con,
         out.text(
             (
@@ -339,8 +325,30 @@ def run(args) -> int:
     return _empty(args)
 
 
+def _chosen(args) -> list[q.Record]:
+    """What ``restore`` takes: IDs, one ``--batch``, or ``--all`` (exactly one of them)."""
+    given = [w for w, v in (("ID", args.ids), ("--batch", args.batch), ("--all", args.all)) if v]
+    if len(given) != 1:
+        raise UsageError(
+            "quarantine restore takes IDs, --batch ID or --all"
+            + (f" (not {' and '.join(given)} together)" if given else "")
+        )
+    recs = records(args)
+    if args.ids:
+        return pick(recs, args.ids, args.root or ())
+    if args.all:
+        return [r for r in recs if r.present]
+    batch = [r for r in recs if r.batch == args.batch and r.present]
+    if not batch:
+        raise UsageError(
+            f"no quarantined entry of batch {display(args.batch)!r} (see `jitwarden quarantine ls "
+            "--long`, or add --root PATH for a root jitwarden never quarantined into)"
+        )
+    return batch
+
+
 def _restore(args) -> int:
-    plan = plans.plan_restore(pick(records(args), args.ids, args.root or ()), replace=args.replace)
+    plan = plans.plan_restore(_chosen(args), replace=args.replace)
     if plan.blocked:
         r = plan.blocked[0]
         raise UsageError(
@@ -379,12 +387,12 @@ def _print_restore_plan(plan, args) -> None:
             if args.long
             else f"{names.get((r.root, r.id), r.id)} into {out.short_path(r.root)}"
         )
-        print(f"restore {display(what)}{extra}", file=sys.stderr)
+        print(f"restore {display(what)}{extra}")
 
 
 def _print_done(line: str) -> None:
     if line:
-        print(line, file=sys.stderr)
+        print(line)
 
 
 def _empty(args) -> int:
@@ -423,8 +431,8 @@ def _print_empty_plan(recs, plan, long: bool) -> None:
         where = (
             r.path if long else f"{names.get((r.root, r.id), r.id)} from {out.short_path(r.root)}"
         )
-        print(f"delete {display(where)} ({human_size(r.bytes)})", file=sys.stderr)
+        print(f"delete {display(where)} ({human_size(r.bytes)})")
     if slots:
-        print(f"remove {len(slots)} empty slot(s) left by interrupted moves", file=sys.stderr)
+        print(f"remove {plural(len(slots), 'empty slot')} left by interrupted moves")
     if not chosen and not slots:
-        print("nothing to delete", file=sys.stderr)
+        print("nothing to delete")

@@ -46,7 +46,7 @@ def _print(report, fp, digest, notes, long: bool) -> None:
             con.print(
                 out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message)
             )
-    out.hanging(con, out.text((out.summary_line(report), "dim")))
+    out.footer(con, out.text((out.summary_line(report), "dim")))
     for n in notes:
         head = "reduced protection" if n["kind"] == "reduced-protection" else "leftover trash"
         what = n["what"] if n["kind"] == "reduced-protection" else out.short_path(n["what"])

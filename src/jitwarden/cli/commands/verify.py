@@ -36,6 +36,13 @@ def register(sub) -> None:
         metavar="CODE",
         help="only entries with this finding code (repeatable)",
     )
+    options.examples(
+        p,
+        "jitwarden verify                         every cache found; exit 1 on an error-level finding",
+        "jitwarden verify --target sm_90 --all   as on an H200, every entry listed",
+        "jitwarden verify --rebuild -j 8         also re-assemble each kernel and compare",
+        "jitwarden verify --format json > report.json || handle_it",
+    )
     p.set_defaults(func=run)
 
 
@@ -125,10 +132,10 @@ def _print(
     if shown:
         con.print(out.entries_table(report, shown, long=long, details=True))
     if results is not None:
-        out.hanging(con, out.text((rebuild_summary(results), "dim")))
-    out.hanging(con, out.text((out.summary_line(report), "dim")))
+        out.footer(con, out.text((rebuild_summary(results), "dim")))
+    out.footer(con, out.text((out.summary_line(report), "dim")))
     if note:
-        out.hanging(con, out.text((note, "dim")))
+        out.footer(con, out.text((note, "dim")))
 
 
 def rebuild_summary(results: dict) -> str:

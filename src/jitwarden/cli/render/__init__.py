@@ -9,7 +9,7 @@
 Sizes and ages are written by :mod:`jitwarden.model.text`. See ARCHITECTURE.md for the layers.
 """
 
-from jitwarden.cli.render.console import console, hanging, no_color, text
+from jitwarden.cli.render.console import command, console, footer, hanging, no_color, text
 from jitwarden.cli.render.output import (
     SCHEMA,
     JsonFormat,
@@ -66,6 +66,8 @@ __all__ = [
     "environment_words",
     "envelope",
     "plan_record",
+    "command",
+    "footer",
     "hanging",
     "no_color",
     "output_format",

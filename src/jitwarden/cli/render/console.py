@@ -33,6 +33,12 @@ def console(stderr: bool = False):
             # longer than the terminal) is soft-wrapped by the terminal and copied as one line.
             super().print(*objects, crop=crop, **kw)
 
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here (SystemExit), the "errors found" status: the reader leaving is no error. The
+            # one handler (cli/main.py) makes it exit 0, as for every other write.
+            self.quiet = True
+            raise BrokenPipeError
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     kw = {"color_system": None} if no_color() else {}
@@ -78,6 +84,37 @@ def hanging(con, line, indent: int = 4) -> None:
         first = False
 
 
+def command(con, label: str, fix: str) -> None:
+    """``label`` and a command to run (``doctor``'s ``fix:``), the command never broken: after the label where it
+    fits, else whole on the next line (a terminal soft-wraps what is longer: copied, it is one line); a comment
+    after two spaces and a parenthesis wraps between words below it. Piped: one line."""
+    cmd, _, note = fix.partition("  (")
+    if (
+        "`" in cmd
+    ):  # a fix in words, naming commands inside: wrapped between words like any sentence
+        hanging(con, text(label, (fix, "bold")), indent=len(label))
+        return
+    if not con.is_terminal or len(label) + len(fix) <= con.width:
+        con.print(text(label, (fix, "bold")))
+        return
+    pad = " " * len(label)
+    head = text(label, (cmd, "bold"))
+    if len(label) + len(cmd) > con.width:
+        con.print(text(label.rstrip()))
+        head = text(pad, (cmd, "bold"))
+    head.no_wrap, head.overflow = True, "ignore"
+    con.print(head)
+    if note:
+        hanging(con, text(pad + "(" + note), indent=len(label))
+
+
+def footer(con, line) -> None:
+    """A summary or legend under a table (counts, what a mark means): printed as :func:`hanging`, except under
+    ``-q``, which keeps the result itself (the rows, what was done, an undo line) and drops what sums it up."""
+    if not isinstance(sys.stderr, QuietStderr):
+        hanging(con, line)
+
+
 def _breaks(plain: str, width: int, indent: int) -> list[int]:
     """Offsets where ``plain`` is cut into lines of ``width`` (the first) and ``width - indent`` (the rest),
     at spaces only; a word longer than a line gets a line of its own (pure)."""
@@ -95,7 +132,8 @@ def _breaks(plain: str, width: int, indent: int) -> list[int]:
 
 class QuietStderr:
     """``-q/--quiet``, one meaning in every command: stderr keeps errors and questions only (no warning, note,
-    hint or progress bar); stdout, the result, is unchanged. Wraps the real stream; whole lines are judged."""
+    hint or progress bar); stdout keeps the result without the footers that sum it up (:func:`footer`). Wraps
+    the real stream; whole lines are judged."""
 
     KEEP = ("jitwarden: error", "jitwarden: internal error", "jitwarden: interrupted")
 

@@ -11,7 +11,8 @@ from jitwarden.model.settings import PROGRESS
 
 @contextlib.contextmanager
 def progress_bar(total: int, label: str, *, env=None, stream=None):
-    """Yield ``callback(done, total)`` drawing a bar named ``label`` on stderr, or None when there is
+    """Yield ``callback(done, total)`` drawing a bar named ``label`` (with elapsed time and an ETA) on stderr, or
+    None when there is
     nothing to draw (``total`` 0, or stderr not a terminal unless ``JITWARDEN_PROGRESS`` is true).
 
     The bar is gone when the block ends, however it ends (Ctrl-C included).
@@ -23,13 +24,22 @@ def progress_bar(total: int, label: str, *, env=None, stream=None):
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(
         TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=Console(file=stream),
         transient=True,
     )

@@ -100,15 +100,10 @@ def short_path(path: str) -> str:
 
 
 def root_label(path: str, current: str | None = None) -> str:
-    """A cache dir for a table: ``~`` for home, and a partition ``<base>/jitwarden-v1/<digest>`` as
-    ``<base>/@<digest[:12]>`` (``*`` after this environment's)."""
-
-    def part(m):
-        return f"{m.group(1)}@{m.group(2)[:12]}{'*' if current and m.group(2) == current else ''}"
-
-    return re.sub(
-        rf"(^|/){re.escape(PARTITIONS_DIR)}/([0-9a-f]{{16}})(?=/|$)", part, short_path(path)
-    )
+    """A cache dir for a table: its real path (home as ``~``), so it can be copied; `` *`` after this
+    environment's partition (``<base>/jitwarden-v1/<digest>``)."""
+    m = re.search(rf"(?:^|/){re.escape(PARTITIONS_DIR)}/([0-9a-f]{{16}})$", path)
+    return short_path(path) + (" *" if current and m and m.group(1) == current else "")
 
 
 #: How each severity looks in tables and lines.
@@ -178,7 +173,13 @@ def entries_table(
         shown = ()
         if details:
             shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
-            shown = [f"{f.code}: {f.message}" for f in shown]
+            # --long: a finding's whole evidence (a rebuild's every ptxas) below its one-line message
+            shown = [
+                line
+                for f in shown
+                for line in [f"{f.code}: {f.message}"]
+                + ([f"  {f.detail}"] if long and f.detail else [])
+            ]
         g.add(*row, details=shown)
     return g
 
@@ -196,9 +197,9 @@ def short_key(entry_id: str) -> str:
 
 
 def caches_table(report: ScanReport, long: bool = False, current_digest: str | None = None) -> Grid:
-    """One row per root. A partition shows as ``<base>/@<digest>``, ``*`` marking this environment's (a root too
-    long for the terminal is cut in its middle, so the mark stays); ``--long``: full paths, and where each
-    root came from (SOURCE)."""
+    """One row per root, by its real path (a partition is ``<base>/jitwarden-v1/<digest>``, `` *`` marking this
+    environment's; a root too long for the terminal is cut in its middle, so the digest and mark stay);
+    ``--long``: full paths, and where each root came from (SOURCE)."""
     cols = [
         Column("KIND"),
         Column("ROOT", flex=not long, min=16, cut="middle", hide=9 if long else 0),
@@ -254,7 +255,7 @@ def print_overview(con, report: ScanReport, fp, digest: str | None, long: bool, 
 def print_caches(
     con, report: ScanReport, long: bool = False, current_digest: str | None = None
 ) -> None:
-    """The caches table, and what ``@DIGEST`` means when a partition of this environment's is in it."""
+    """The caches table, and what ``jitwarden-v1/DIGEST`` means when a partition of this environment's is in it."""
     from jitwarden.cli.render.console import text
 
     con.print(caches_table(report, long=long, current_digest=current_digest))
@@ -262,7 +263,8 @@ def print_caches(
         con.print(
             text(
                 (
-                    "@DIGEST: a partition (one environment's caches); * marks this environment's",
+                    "jitwarden-v1/DIGEST: a partition (one environment's caches); * marks this "
+                    "environment's",
                     "dim",
                 )
             )
