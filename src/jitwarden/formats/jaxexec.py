@@ -360,3 +360,62 @@ def parse(data: bytes | Inflated) -> JaxPayload:
         sms,
         None if inf.cut else len(exe),
     )
+
+
+# ---------------------------------------------------------------- what an executable computes
+
+
+def _leaves(buf: bytes, path: tuple[int, ...], out: list, depth: int = 0) -> bool:
+    """Every leaf of the protobuf message ``buf`` as (path of field numbers, value), a length-delimited field that
+    parses as a message walked into; False when ``buf`` is no message."""
+    try:
+        found = fields(buf)
+    except ValueError:
+        return False
+    for num, wt, v in found:
+        here = path + (num,)
+        if isinstance(v, bytes) and len(v) >= 2 and depth < 40 and _leaves(v, here, out, depth + 1):
+            continue
+        out.append((here, wt, v))
+    return True
+
+
+def _module_prefix(leaves: list) -> tuple[int, ...] | None:
+    """The path of the optimized HLO module (``HloModuleProto``): where computations (3) hold instructions (2)."""
+    for p, _wt, _v in leaves:
+        for i in range(len(p) - 1):
+            if p[i : i + 2] == (3, 2):
+                return p[:i]
+    return None
+
+
+def computes(exe: bytes | memoryview) -> tuple | None:
+    """What a serialized executable (after JAX's compile time) computes, without its debug info: the sorted leaves
+    of the backend executable after the IFRT header, less what ``xla/service/hlo.proto`` says is not code: each
+    instruction's ``metadata`` (computations (3) -> instructions (2) -> metadata (7): op names, source lines), the
+    module's ``stack_frame_index`` (17: file and function names) and its ``id`` (5, a per-process counter), which
+    the CPU's thunks repeat beside the module's name (``module_id``). JAX keys entries by the module with its
+    debug info stripped, so two honest compiles of one key differ there (the caller's file and line, the order
+    modules were compiled in) and nowhere else on the CPU; None when not parsed."""
+    try:
+        n, i = varint(exe, 0)
+    except ValueError:
+        return None
+    leaves: list = []
+    if not _leaves(bytes(exe[i + n :]), (), leaves):
+        return None
+    m = _module_prefix(leaves)
+    if m is None:
+        return tuple(sorted(leaves))
+    k = len(m)
+    ids = {v for p, wt, v in leaves if p == m + (5,) and wt == 0}
+    names = {v for p, wt, v in leaves if p == m + (1,) and wt == 2}
+    named = {p[:-1] for p, wt, v in leaves if p[-1:] == (2,) and wt == 2 and v in names}
+
+    def debug(p: tuple[int, ...], wt: int, v) -> bool:
+        if p[:k] == m:  # the module: its id, stack frames, each instruction's metadata
+            return p[k : k + 1] in ((17,), (5,)) or p[k : k + 3] == (3, 2, 7)
+        # the module id again, beside the module's name (XLA's thunk info: op_name 1, module_name 2, module_id 3)
+        return wt == 0 and p[-1] == 3 and v in ids and p[:-1] in named
+
+    return tuple(sorted((p, wt, v) for p, wt, v in leaves if not debug(p, wt, v)))

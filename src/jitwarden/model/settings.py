@@ -143,6 +143,16 @@ TORCH_HOOKS = Setting(
     "(a start-up that grows with the cache)",
     False,
 )
+LOAD_HOOKS = Setting(
+    "JITWARDEN_LOAD_HOOKS",
+    "flag",
+    True,
+    "check each JAX persistent-cache entry as JAX reads it, seal it as JAX writes it, and prove an unsealed "
+    "one by compiling its module once before it is used, in any cache dir, one named in code included",
+    "JAX's entries are checked and sealed at start-up only, in a dir named in the environment: a file written "
+    "during a run stays unsealed until the next start, and an unsealed file is sealed as it is found",
+    False,
+)
 GUARD_HASH_ALL = Setting(
     "JITWARDEN_GUARD_HASH_ALL",
     "flag",
@@ -224,6 +234,7 @@ SETTINGS = (
     PROVE,
     PROVE_WAIT,
     TORCH_HOOKS,
+    LOAD_HOOKS,
     GUARD_HASH_ALL,
     DEBUG,
     PROGRESS,

@@ -67,10 +67,17 @@ def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
 
 
 def check_dir(  # noqa: C901
-    kind: str, root: str, d: str, names: list[str], digest: str | None, now: float | None = None
+    kind: str,
+    root: str,
+    d: str,
+    names: list[str],
+    digest: str | None,
+    now: float | None = None,
+    seal_new: bool = True,
 ) -> list[str]:
     """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
-    warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to."""
+    warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to. ``seal_new``
+    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.flathooks`)."""
     import fcntl
 
     from jitwarden.model.layout import ENTRY_LOCK_FILE
@@ -105,7 +112,7 @@ def check_dir(  # noqa: C901
                 if rec is None and now - st.st_mtime < SETTLE_S:
                     # Perhaps still being written (JAX writes in place): not sealed yet. But a file that names
                     # another entry than its key is refused now: no partial write gives that evidence.
-                    why = _unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
+                    why = unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
                     if why is None:
                         continue
                 else:
@@ -128,9 +135,11 @@ def check_dir(  # noqa: C901
                 why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
             elif (
                 rec is None
-                and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None
+                and (why := unsound(kind, root, os.path.relpath(path, root))) is not None
             ):
                 pass  # damaged, or another entry's under this key, before it was ever sealed
+            elif rec is None and not seal_new:
+                continue  # proven by the load hook before it is used, then sealed
             elif rec is None:
                 files[name] = {"sha256": sha, "size": size}
                 changed = True
@@ -138,7 +147,7 @@ def check_dir(  # noqa: C901
             else:
                 changed = True  # same bytes, touched: the seal's time moves on
                 continue
-            line = _quarantine(kind, root, os.path.relpath(path, root), why, digest)
+            line = quarantine_file(kind, root, os.path.relpath(path, root), why, digest)
             if line:
                 out.append(line)
                 if files.pop(name, None) is not None:
@@ -165,7 +174,7 @@ def _copy_counts(kind: str, d: str, original: str) -> bool:
     return kind != "cupy" or not os.path.lexists(os.path.join(d, original))
 
 
-def _unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = None) -> str | None:
+def unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = None) -> str | None:
     """Why a file about to be sealed must not be, by its adapter's own checks at error level (a JAX
     executable of another module than its key names, a damaged stream or header), else None: a seal
     vouches only for what was sound when sealed. ``codes``: only findings of these codes count."""
@@ -184,40 +193,55 @@ def _unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = Non
     return f"{rel}: {bad[0].code}: {bad[0].message}" if bad else None
 
 
-def _quarantine(kind: str, root: str, rel: str, why: str, digest: str | None) -> str | None:
+def quarantine_file(
+    kind: str,
+    root: str,
+    rel: str,
+    why: str,
+    digest: str | None,
+    by: str = "start-up",
+    code: str = "corrupt",
+) -> str | None:
+    """Quarantine ``root/rel`` (a miss: the tool compiles it again); the warning line, or None when it could not
+    be moved. ``by``: who found it (``start-up``, ``load``)."""
     from jitwarden.store import quarantine
 
     try:
         rec = quarantine.move(
             os.path.join(root, rel),
-            "corrupt",
+            code,
             [why],
             root=root,
             entry_id=rel,
             kind=kind,
-            by="start-up",
+            by=by,
             fingerprint=digest,
         )
     except (OSError, quarantine.QuarantineError):
         return None
     tool = "JAX" if kind == "jax" else "CuPy"
+    when = "at start-up" if by == "start-up" else "as it loaded"
     return (
-        f"quarantined {tool} cache entry {rel} at start-up (corrupt: {why}); {tool} compiles it again when next "
+        f"quarantined {tool} cache entry {rel} {when} ({code}: {why}); {tool} compiles it again when next "
         f"used. Restore with `jitwarden quarantine restore {rec.id}`"
     )
 
 
-def check_root(kind: str, root: str, digest: str | None) -> list[str]:
-    """:func:`check_dir` over every sealed dir of ``root``."""
+def check_root(kind: str, root: str, digest: str | None, hooked: bool = False) -> list[str]:
+    """:func:`check_dir` over every sealed dir of ``root``; ``hooked``: the load hook proves ``root``'s unsealed
+    entries (JAX's ``-cache`` files), so they are not sealed here."""
     out: list[str] = []
     for d, names in sealed_dirs(kind, root):
-        out += check_dir(kind, root, d, names, digest)
+        out += check_dir(kind, root, d, names, digest, seal_new=not (hooked and d == root))
     return out
 
 
-def startup(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
+def startup(
+    in_use: dict, partitions: dict, digest: str, env, hooked: tuple[str, ...] = ()
+) -> list[str]:
     """Activation's hook: check and seal the JAX and CuPy dirs in use (``in_use``: variable -> dir); entries of
-    one of ``partitions`` are sealed under ``digest``. ``JITWARDEN_SWEEP=0`` turns it off with the sweep."""
+    one of ``partitions`` are sealed under ``digest``; the kinds in ``hooked`` are proven and sealed by their
+    load hook, not sealed here. ``JITWARDEN_SWEEP=0`` turns it off with the sweep."""
     from jitwarden.env.locations import FILE_PARTITION_VARS
     from jitwarden.model.settings import SWEEP
 
@@ -229,7 +253,73 @@ def startup(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
         if not d or not os.path.isdir(d) or os.path.islink(d):
             continue
         try:
-            out += check_root(kind, d, digest if var in partitions else None)
+            out += check_root(kind, d, digest if var in partitions else None, kind in hooked)
         except Exception as exc:
             out.append(f"start-up check of the {kind} cache skipped ({type(exc).__name__}: {exc})")
     return out
+
+
+# ---------------------------------------------------------------- one file at a time (the load hooks)
+
+_SEALS: dict[
+    str, tuple[tuple[int, int, int], dict]
+] = {}  # dir -> (the seal file's stat, its files)
+
+
+def sealed_files(d: str) -> dict:
+    """{name: {"sha256", "size"}} of the seal of ``d`` ({} without one or when it does not read as a seal), parsed
+    again only when the seal file changed (its inode, size, mtime): a warm hit costs an ``lstat``."""
+    from jitwarden.model.layout import SEAL_FILE
+    from jitwarden.store import seal
+
+    try:
+        st = os.lstat(os.path.join(d, SEAL_FILE))
+    except OSError:
+        return {}
+    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    got = _SEALS.get(d)
+    if got is not None and got[0] == key:
+        return got[1]
+    try:
+        s, _at = seal.read_stamped(d, max_bytes=max(seal.MAX_SEAL, st.st_size))
+    except seal.SealError:
+        s = None
+    files = dict(s.files) if s is not None else {}
+    _SEALS[d] = (key, files)
+    return files
+
+
+def seal_file(
+    kind: str, d: str, name: str, sha: str, size: int, by: str, wait_s: float = 2.0
+) -> bool:
+    """Add ``name`` (its sha256 and size, of the bytes the caller holds) to the seal of ``d`` under its lock, waiting
+    at most ``wait_s`` for another sealer; False when not sealed (it is then proven at its next load)."""
+    import fcntl
+
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.store import seal
+    from jitwarden.store.entrylock import lock, unlock
+
+    deadline = time.monotonic() + wait_s
+    while (fd := lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    try:
+        try:
+            old, _at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1))
+        except seal.SealError:
+            old = None  # a damaged seal vouches for nothing: sealed again from this file
+        files = dict(old.files) if old else {}
+        files[name] = {"sha256": sha, "size": size}
+        fp = old.fingerprint if old else None
+        seal.write(
+            d,
+            seal.Seal(files, fp, {"by": by, "kind": kind}, time.time()),
+            seal.newest_ctime(d, list(files)),
+        )
+        return True
+    except OSError:
+        return False
+    finally:
+        unlock(fd)

@@ -1,0 +1,109 @@
+"""JAX's persistent cache under the load hook (runtime/flathooks.py, issue 33), on JAX's CPU backend, which writes
+the same cache as on a GPU: two functions both named ``f`` (gelu(x @ w) and relu(x @ w)) share a module name, so
+relu's ``jit_f-<key>-cache`` copied over gelu's passes every name check. The program names its cache dir in code
+(``jax.config.update``), as JAX programs do; it prints the fraction of negative outputs (gelu's is 0.5 here,
+relu's 0.0). Stock JAX serves the swapped file (the attack is real); a guarded run (``jitwarden run``, through
+``_boot``) never does: unsealed, sealed, and swapped inside the write window.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("jax")
+pytestmark = pytest.mark.slow
+
+PROG = r"""
+import sys, jax, jax.numpy as jnp
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+if sys.argv[2] == "gelu":
+    def f(x, w): return jax.nn.gelu(x @ w)
+else:
+    def f(x, w): return jax.nn.relu(x @ w)
+x = (jnp.arange(64.0).reshape(8, 8) - 32) / 8
+print(float((jax.jit(f)(x, jnp.eye(8)) < 0).mean()))
+"""
+GELU, RELU = 0.5, 0.0
+
+
+def _run(tmp, cache: str, which: str, guarded: bool) -> tuple[float, str]:
+    prog = os.path.join(tmp, "prog.py")
+    with open(prog, "w") as f:
+        f.write(PROG)
+    cmd = [sys.executable, prog, cache, which]
+    if guarded:
+        cmd = [sys.executable, "-m", "jitwarden", "run", "--", *cmd]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return float(p.stdout.split()[-1]), p.stderr
+
+
+def _entry(cache: str) -> str:
+    (name,) = [n for n in os.listdir(cache) if n.startswith("jit_f-") and n.endswith("-cache")]
+    return os.path.join(cache, name)
+
+
+def _swap(tmp, cache: str) -> None:
+    """relu's executable over gelu's key: relu compiled with the same cache dir path (the key holds it)."""
+    other = os.path.join(tmp, "relu")
+    os.makedirs(other)
+    shutil.copytree(cache, os.path.join(other, "c"))
+    for n in os.listdir(os.path.join(other, "c")):
+        if n.startswith("jit_f-"):
+            os.remove(os.path.join(other, "c", n))
+    _run(other, "c", "relu", guarded=False)
+    shutil.copyfile(_entry(os.path.join(other, "c")), _entry(cache))
+
+
+@pytest.fixture
+def where(tmp_path):
+    return str(tmp_path), os.path.join(str(tmp_path), "c")
+
+
+def test_stock_serves_the_swap_and_a_guarded_run_refutes_it_unsealed(where):
+    tmp, cache = where
+    assert _run(tmp, "c", "gelu", guarded=False)[0] == GELU  # a stock-built cache: nothing sealed
+    _swap(tmp, cache)
+    assert _run(tmp, "c", "gelu", guarded=False)[0] == RELU  # the attack is real
+    got, err = _run(tmp, "c", "gelu", guarded=True)
+    assert got == GELU and "not-reproducible" in err and "jit_f-" in err
+    got, err = _run(tmp, "c", "gelu", guarded=True)  # the fresh compile was written and sealed
+    assert got == GELU and "quarantined" not in err
+
+
+def test_written_under_the_guard_is_sealed_at_once_and_a_swap_in_the_window_is_refused(where):
+    tmp, cache = where
+    assert _run(tmp, "c", "gelu", guarded=True)[0] == GELU
+    from jitwarden.runtime import flatseal
+
+    assert os.path.basename(_entry(cache)) in flatseal.sealed_files(
+        cache
+    )  # sealed by the run that wrote it
+    _swap(tmp, cache)  # before any later start could have sealed it
+    got, err = _run(tmp, "c", "gelu", guarded=True)
+    assert got == GELU and "does not match its seal" in err
+
+
+def test_an_honest_unsealed_entry_is_proven_kept_and_served(where):
+    """A stock-built entry: the guarded run's compile differs from it only in debug info (the caller's frames under
+    ``jitwarden run``, module ids), so it is proven, kept byte for byte and sealed, with no line."""
+    tmp, cache = where
+    assert _run(tmp, "c", "gelu", guarded=False)[0] == GELU
+    with open(_entry(cache), "rb") as f:
+        before = f.read()
+    got, err = _run(tmp, "c", "gelu", guarded=True)
+    from jitwarden.runtime import flatseal
+
+    assert got == GELU and "quarantined" not in err
+    with open(_entry(cache), "rb") as f:
+        assert f.read() == before  # kept, not replaced
+    assert os.path.basename(_entry(cache)) in flatseal.sealed_files(cache)
+    assert not os.path.exists(os.path.join(cache, "jitwarden-quarantine"))
