@@ -376,7 +376,8 @@ def _load_hooks(env, changes: dict) -> tuple[str, ...]:
     unsealed files are then proven at first use, not sealed at start-up."""
     from jitwarden.runtime import flathooks, torchhooks
 
-    if not flathooks.wanted(env):
+    kinds = flathooks.hooked(env)
+    if not kinds:
         return ()
     path = {"PYTHONPATH": changes.get("PYTHONPATH", env.get("PYTHONPATH", ""))}
     torchhooks.put_boot_path(path)
@@ -384,7 +385,7 @@ def _load_hooks(env, changes: dict) -> tuple[str, ...]:
         changes["PYTHONPATH"] = path["PYTHONPATH"]
     if env is os.environ:
         flathooks.install(env)
-    return ("jax",)
+    return kinds
 
 
 def _fingerprint(env):

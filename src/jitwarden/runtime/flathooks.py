@@ -1,6 +1,6 @@
-"""Load hooks for JAX's persistent cache: each entry checked as JAX reads it, sealed as JAX writes it, an unsealed
-one proven before it is used (stdlib only; never imports JAX: patched as JAX imports itself, ARCHITECTURE.md,
-"The runtime").
+"""Load hooks for JAX's persistent cache and CuPy's kernel cache: each entry checked as the tool reads it, sealed as
+it writes it, an unsealed one proven before it is used (stdlib only; imports neither tool: each is patched as it
+imports itself, ARCHITECTURE.md, "The runtime"). CuPy's half is :class:`GuardedCupyBackend`.
 
 JAX (``jax/_src``, the same from 0.4.35 to 0.10: ``compilation_cache.get_file_cache`` makes the cache object whose
 ``get(key)``/``put(key, bytes)`` read and write ``<key>-cache``; ``compiler._cache_write`` is called after every
@@ -18,8 +18,8 @@ compile, before JAX's own thresholds decide whether to write) is wrapped in two 
   is quarantined (another computation under this key: two functions named ``f`` share ``jit_f-<key>-cache``) and
   JAX writes the fresh one, sealed as written.
 
-Where the hook is not installed (load hooks off, a JAX of another shape), :mod:`jitwarden.runtime.flatseal` checks
-and seals at start-up instead (only a dir named in the environment).
+Where the hook is not installed (load hooks off, a JAX or CuPy of another shape: CuPy 13 and older),
+:mod:`jitwarden.runtime.flatseal` checks and seals at start-up instead (only a dir named in the environment).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from jitwarden.runtime import flatseal, postimport
 
 CACHE_MODULE = "jax._src.compilation_cache"
 COMPILER_MODULE = "jax._src.compiler"
+CUPY_MODULE = "cupy.cuda.compiler"
 SUFFIX = "-cache"
 _pending: dict[
     str, tuple[str, bytes]
@@ -75,11 +76,10 @@ class GuardedJaxCache:
         if data is None or not key:
             return data
         name = f"{key}{SUFFIX}"
-        rec = flatseal.sealed_files(self._dir).get(name)
-        if rec is not None:
-            if len(data) == rec.get("size") and _sha256(data) == rec.get("sha256"):
-                return data  # exactly the sealed bytes
-            self._refuse(name, f"{name} does not match its seal: changed since it was written")
+        state = check("jax", self._dir, name, data)
+        if state == "sealed":
+            return data  # exactly the sealed bytes
+        if state == "changed":
             return None
         if postimport.status(COMPILER_MODULE) != "guarded":
             return self._first_sight(name, data)
@@ -89,39 +89,55 @@ class GuardedJaxCache:
         )  # a miss: JAX compiles the module, _cache_write proves the file
         return None
 
+    def put(self, key: str, value: bytes) -> None:
+        self._base.put(key, value)
+        if key:
+            seal_written("jax", self._dir, f"{key}{SUFFIX}", value)
+
     def _first_sight(self, name: str, data: bytes) -> bytes | None:
         """Where JAX's compiler could not be wrapped there is no proof: an unsealed file is judged by its adapter
         (another module's executable under this key, a damaged stream) and sealed as it is, as the start-up check
         does (:mod:`jitwarden.runtime.flatseal`)."""
         why = flatseal.unsound("jax", self._dir, name)
         if why is not None:
-            self._refuse(name, why)
+            refuse("jax", self._dir, name, why)
             return None
         flatseal.seal_file("jax", self._dir, name, _sha256(data), len(data), "first sight")
         return data
 
-    def put(self, key: str, value: bytes) -> None:
-        self._base.put(key, value)
-        if key:
-            self.seal_written(key, value)
 
-    def seal_written(self, key: str, value: bytes) -> None:
-        """Seal ``<key>-cache`` when it holds ``value`` (what JAX compiled and handed to ``put``)."""
-        from jitwarden.store.fsutil import read_bytes
+def check(kind: str, d: str, name: str, data: bytes) -> str:
+    """Whether the file ``name`` of ``d`` whose bytes the tool read are ``data`` is ``sealed`` (these are the sealed
+    bytes), ``changed`` (it contradicts its seal: quarantined here, a miss) or ``unsealed``."""
+    rec = flatseal.sealed_files(d).get(name)
+    if rec is None:
+        return "unsealed"
+    if len(data) == rec.get("size") and _sha256(data) == rec.get("sha256"):
+        return "sealed"
+    refuse(kind, d, name, f"{name} does not match its seal: changed since it was written")
+    return "changed"
 
-        name = f"{key}{SUFFIX}"
-        try:
-            on_disk = read_bytes(
-                os.path.join(self._dir, name), max_bytes=len(value) + 1, size_hint=len(value)
-            )
-        except OSError:
-            return  # not written (JAX's size limits, eviction) or no longer a regular file: nothing to seal
-        if on_disk == value:
-            flatseal.seal_file("jax", self._dir, name, _sha256(value), len(value), "load hook")
 
-    def _refuse(self, name: str, why: str) -> None:
-        line = flatseal.quarantine_file("jax", self._dir, name, why, None, by="load")
-        _say(line or f"JAX cache entry {name} not used ({why}); it could not be quarantined")
+def seal_written(kind: str, d: str, name: str, expect: bytes) -> bool:
+    """Seal the file ``name`` of ``d`` that the tool has just written when it holds ``expect`` (the bytes the tool
+    compiled and handed over): read back, so a file swapped as it was written is never sealed."""
+    from jitwarden.store.fsutil import read_bytes
+
+    try:
+        on_disk = read_bytes(
+            os.path.join(d, name), max_bytes=len(expect) + 1, size_hint=len(expect)
+        )
+    except OSError:
+        return False  # not written (the tool's size limits, eviction), or no regular file: nothing sealed
+    return on_disk == expect and flatseal.seal_file(
+        kind, d, name, _sha256(expect), len(expect), "load hook"
+    )
+
+
+def refuse(kind: str, d: str, name: str, why: str, code: str = "corrupt") -> None:
+    """Quarantine the file ``name`` of ``d`` (a miss: the tool compiles it again), with one warning line."""
+    line = flatseal.quarantine_file(kind, d, name, why, None, by="load", code=code)
+    _say(line or f"{kind} cache entry {name} not used ({why}); it could not be quarantined")
 
 
 def prove(key: str, fresh: bytes) -> str | None:
@@ -142,10 +158,7 @@ def prove(key: str, fresh: bytes) -> str | None:
         _proven[key] = "proven"
     else:
         why = "a fresh compile of its key differs from it beyond debug info; replaced by the fresh one"
-        line = flatseal.quarantine_file(
-            "jax", d, name, why, None, by="load", code="not-reproducible"
-        )
-        _say(line or f"JAX cache entry {name} refuted ({why}); it could not be quarantined")
+        refuse("jax", d, name, why, "not-reproducible")
         _proven[key] = "refuted"
     return _proven[key]
 
@@ -194,33 +207,116 @@ def _patch_compiler(mod) -> None:
     mod._cache_write = _cache_write
 
 
-def wanted(env) -> bool:
-    """Whether the hook is on and JAX is installed (found, not imported)."""
+# ---------------------------------------------------------------- CuPy
+
+
+class GuardedCupyBackend:
+    """CuPy's disk kernel-cache backend (``cupy.cuda._compiler_cache.DiskKernelCacheBackend``, CuPy 14: what
+    ``compiler._compile_with_cache_cuda`` loads and saves through) with its loads checked and saves sealed.
+
+    ``load`` gets the payload (the file less its SHA-1 header, which CuPy has checked): the file's bytes are that
+    header and the payload again. Sealed bytes are handed over; bytes that contradict the seal are quarantined (a
+    miss). An unsealed file is a miss that proves it: CuPy compiles the source again, with the same options and
+    arch (NVRTC, or nvcc as the entry was built), and ``save`` compares what it made with the file's payload: the
+    same, the file is sealed (CuPy rewrites the same bytes); another (a cubin of other code under this key: two
+    sources with the name expression ``scale<float>``), it is quarantined first, with a line."""
+
+    def __init__(self, base) -> None:
+        self._base = base
+        self._dir = os.fspath(base._cache_dir)
+        self._pending: dict[str, bytes] = {}  # name -> the unsealed file's payload: proof under way
+
+    def __getattr__(self, attr):
+        return getattr(self._base, attr)
+
+    def load(self, name: str) -> bytes | None:
+        payload = self._base.load(name)
+        if payload is None:
+            return None
+        state = check("cupy", self._dir, name, cupy_file(payload))
+        if state == "sealed":
+            return payload
+        if state == "unsealed":
+            self._pending[name] = payload
+        return None
+
+    def save(self, name: str, cubin: bytes, source: str) -> None:
+        old = self._pending.pop(name, None)
+        if old is not None and old != cubin:
+            refuse(
+                "cupy",
+                self._dir,
+                name,
+                "CuPy's compile of its source now makes another cubin; replaced by the fresh one",
+                "not-reproducible",
+            )
+        self._base.save(name, cubin, source)
+        seal_written("cupy", self._dir, name, cupy_file(cubin))
+
+
+def cupy_file(payload: bytes) -> bytes:
+    """The bytes CuPy writes for ``payload``: its SHA-1 in hex, then the payload (``formats/cupyentry``)."""
+    import hashlib
+
+    return hashlib.sha1(payload, usedforsecurity=False).hexdigest().encode("ascii") + payload
+
+
+def _patch_cupy(mod) -> None:
+    backend = mod._kernel_cache_backend
+    if not hasattr(backend, "_cache_dir"):
+        raise TypeError(f"kernel cache backend {type(backend).__name__} is not CuPy's disk backend")
+    if not isinstance(backend, GuardedCupyBackend):
+        mod._kernel_cache_backend = GuardedCupyBackend(backend)
+    setter = mod._set_kernel_cache_backend
+
+    def _set_kernel_cache_backend(new) -> None:  # a disk backend set later is guarded too
+        setter(GuardedCupyBackend(new) if hasattr(new, "_cache_dir") else new)
+
+    _set_kernel_cache_backend.__wrapped__ = setter  # type: ignore[attr-defined]
+    mod._set_kernel_cache_backend = _set_kernel_cache_backend
+
+
+# ---------------------------------------------------------------- installing
+
+
+def _origin(top: str) -> str | None:
     import importlib.util
 
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: found, not imported
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def hooked(env) -> tuple[str, ...]:
+    """The kinds whose loads the hooks will check in a Python started with ``env``: ``jax`` where JAX is installed,
+    ``cupy`` where CuPy has its kernel-cache backend (14 and later: ``cuda/_compiler_cache.py``); () with
+    ``JITWARDEN_LOAD_HOOKS=0``. Found without importing either."""
     from jitwarden.model.settings import LOAD_HOOKS
 
     if not LOAD_HOOKS.on(env):
-        return False
-    try:
-        return importlib.util.find_spec("jax") is not None
-    except (ImportError, ValueError):
-        return False
+        return ()
+    out: tuple[str, ...] = ("jax",) if _origin("jax") else ()
+    cupy = _origin("cupy")
+    if cupy and os.path.isfile(os.path.join(cupy, "cuda", "_compiler_cache.py")):
+        out += ("cupy",)
+    return out
 
 
 def install(env=None) -> dict[str, str]:
-    """Guard JAX's persistent cache in this process, now or as soon as JAX imports it; never raises. Returns
-    {module: state}. Off with ``JITWARDEN_LOAD_HOOKS=0``."""
+    """Guard JAX's persistent cache and CuPy's kernel cache in this process, now or as soon as each imports the
+    module wrapped; never raises. Returns {module: state}. Off with ``JITWARDEN_LOAD_HOOKS=0``."""
     from jitwarden.model.settings import LOAD_HOOKS
 
+    mods = (COMPILER_MODULE, CACHE_MODULE, CUPY_MODULE)
     if not LOAD_HOOKS.on(os.environ if env is None else env):
-        return dict.fromkeys((CACHE_MODULE, COMPILER_MODULE), f"{LOAD_HOOKS.name}=0")
+        return dict.fromkeys(mods, f"{LOAD_HOOKS.name}=0")
     try:
-        # the compiler first: a cache that proves through _cache_write must never be installed without it
+        # JAX's compiler first: a cache that proves through _cache_write must never be guarded without it
         out = {COMPILER_MODULE: postimport.when_imported(COMPILER_MODULE, _patch_compiler)}
         out[CACHE_MODULE] = postimport.when_imported(CACHE_MODULE, _patch_cache)
+        out[CUPY_MODULE] = postimport.when_imported(CUPY_MODULE, _patch_cupy)
         return out
     except Exception as exc:
-        return dict.fromkeys(
-            (CACHE_MODULE, COMPILER_MODULE), f"not installed ({type(exc).__name__}: {exc})"
-        )
+        return dict.fromkeys(mods, f"not installed ({type(exc).__name__}: {exc})")

@@ -1,5 +1,9 @@
 """Seals for caches of single-file entries, JAX's and CuPy's, checked and extended at start-up (stdlib only).
 
+Where the load hooks are installed (:mod:`jitwarden.runtime.flathooks`: JAX, CuPy 14 and later) they seal each file
+as the tool writes it and prove unsealed ones at first use, through :func:`seal_file` and :func:`sealed_files`
+here; the start-up check then leaves those kinds' unsealed files to them. What follows is where they are not.
+
 Neither tool offers a load hook jitwarden could use without importing it: JAX reads
 ``<key>-cache`` inside ``compilation_cache.get_executable_and_time`` and CuPy reads ``<sha1>.cubin``
 inside ``_compile_with_cache_cuda``, both plain Python functions with no plug-in point (CuPy's
@@ -229,9 +233,13 @@ def quarantine_file(
 
 def check_root(kind: str, root: str, digest: str | None, hooked: bool = False) -> list[str]:
     """:func:`check_dir` over every sealed dir of ``root``; ``hooked``: the load hook proves ``root``'s unsealed
-    entries (JAX's ``-cache`` files), so they are not sealed here."""
+    entries (JAX's ``-cache`` files, CuPy's files), so they are not sealed here."""
+    from jitwarden.model.layout import SEAL_FILE
+
     out: list[str] = []
     for d, names in sealed_dirs(kind, root):
+        if not names and not os.path.lexists(os.path.join(d, SEAL_FILE)):
+            continue  # an empty dir (a fresh partition): nothing to lock, read or seal
         out += check_dir(kind, root, d, names, digest, seal_new=not (hooked and d == root))
     return out
 
