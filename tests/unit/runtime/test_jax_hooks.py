@@ -46,6 +46,23 @@ def _run(tmp, cache: str, which: str, guarded: bool) -> tuple[float, str]:
     return float(p.stdout.split()[-1]), p.stderr
 
 
+def _sealed_in_verify(cache: str) -> bool:
+    """``verify``'s ``sealed`` for gelu's entry (the adapters' fact: sealed and unchanged, or judged structurally only)."""
+    import json
+
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "verify", "--format", "json", cache],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout[-1000:] + p.stderr[-1000:]
+    name = os.path.basename(_entry(cache))
+    (e,) = [e for e in json.loads(p.stdout)["entries"] if e["id"] == name]
+    assert [f["code"] for f in e["findings"] if f["severity"] == "error"] == []
+    return e["sealed"]
+
+
 def _entry(cache: str) -> str:
     (name,) = [n for n in os.listdir(cache) if n.startswith("jit_f-") and n.endswith("-cache")]
     return os.path.join(cache, name)
@@ -99,11 +116,48 @@ def test_an_honest_unsealed_entry_is_proven_kept_and_served(where):
     assert _run(tmp, "c", "gelu", guarded=False)[0] == GELU
     with open(_entry(cache), "rb") as f:
         before = f.read()
+    assert (
+        _sealed_in_verify(cache) is False
+    )  # judged structurally only: what verify counts as unproven
     got, err = _run(tmp, "c", "gelu", guarded=True)
     from jitwarden.runtime import flatseal
+
+    assert _sealed_in_verify(cache) is True  # sealed by the proof, unchanged since
 
     assert got == GELU and "quarantined" not in err
     with open(_entry(cache), "rb") as f:
         assert f.read() == before  # kept, not replaced
     assert os.path.basename(_entry(cache)) in flatseal.sealed_files(cache)
     assert not os.path.exists(os.path.join(cache, "jitwarden-quarantine"))
+
+
+LATE = r"""
+import os, sys, jax, jax.numpy as jnp
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+jax.jit(lambda x: x + 1)(1.0)  # JAX's cache object made before the hook
+from jitwarden.runtime import flathooks, postimport
+print(flathooks.install())
+from jax._src import compilation_cache
+print(type(compilation_cache._cache).__name__)
+def f(x): return jnp.sin(x) * 3
+print(float(jax.jit(f)(1.0)))
+"""
+
+
+def test_installed_after_jax_made_its_cache_guards_from_then_on(where):
+    """``activate()`` called after ``import jax``: the cache object JAX already made is wrapped in place, and what
+    JAX writes from then on is sealed as written."""
+    tmp, cache = where
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    p = subprocess.run(
+        [sys.executable, "-c", LATE, cache], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert "'jax._src.compilation_cache': 'guarded'" in lines[0] and lines[1] == "GuardedJaxCache"
+    from jitwarden.runtime import flatseal
+
+    (f,) = [n for n in os.listdir(cache) if n.startswith("jit_f-")]
+    assert f in flatseal.sealed_files(cache)
