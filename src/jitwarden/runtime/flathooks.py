@@ -51,6 +51,19 @@ def _say(line: str) -> None:
     warnings.warn(f"jitwarden: {line}", stacklevel=3)
 
 
+_failures: list[str] = []
+
+
+def _failed(exc: Exception) -> None:
+    """An error of jitwarden's own inside a hook: the entry is a miss or stays unsealed (never served unchecked),
+    the tool goes on; said once per process."""
+    if not _failures:
+        _say(
+            f"load hook error ({type(exc).__name__}: {exc}); entries it could not check are compiled again"
+        )
+    _failures.append(type(exc).__name__)
+
+
 def _executable(data: bytes) -> bytes | None:
     """The serialized executable in a ``-cache`` file's bytes (after the compile time), inflated within its cap."""
     from jitwarden.formats import jaxexec
@@ -66,7 +79,7 @@ class GuardedJaxCache:
 
     def __init__(self, base, path: str) -> None:
         self._base = base
-        self._dir = os.fspath(path)
+        self._dir = str(path)
 
     def __getattr__(self, attr):
         return getattr(self._base, attr)
@@ -75,6 +88,13 @@ class GuardedJaxCache:
         data = self._base.get(key)
         if data is None or not key:
             return data
+        try:
+            return self._checked(key, data)
+        except Exception as exc:  # never into JAX: a miss, JAX compiles (the result right)
+            _failed(exc)
+            return None
+
+    def _checked(self, key: str, data: bytes) -> bytes | None:
         name = f"{key}{SUFFIX}"
         state = check("jax", self._dir, name, data)
         if state == "sealed":
@@ -92,7 +112,10 @@ class GuardedJaxCache:
     def put(self, key: str, value: bytes) -> None:
         self._base.put(key, value)
         if key:
-            seal_written("jax", self._dir, f"{key}{SUFFIX}", value)
+            try:
+                seal_written("jax", self._dir, f"{key}{SUFFIX}", value)
+            except Exception as exc:  # left unsealed: proven at its next load
+                _failed(exc)
 
     def _first_sight(self, name: str, data: bytes) -> bytes | None:
         """Where JAX's compiler could not be wrapped there is no proof: an unsealed file is judged by its adapter
@@ -171,14 +194,17 @@ def _patch_cache(mod) -> None:
         if got is None:
             return got
         cache, where = got
+        if not os.path.isdir(
+            os.fspath(where)
+        ):  # a gs:// or other remote path: not a dir jitwarden can seal
+            return got
         return GuardedJaxCache(cache, where), where
 
     get_file_cache.__wrapped__ = make  # type: ignore[attr-defined]
     mod.get_file_cache = get_file_cache
     cur = getattr(mod, "_cache", None)
-    if cur is not None and not isinstance(
-        cur, GuardedJaxCache
-    ):  # made before the hook: guarded from now
+    # a cache JAX made before the hook (activate() after import jax): guarded from now, when it is a local dir
+    if cur is not None and not isinstance(cur, GuardedJaxCache) and os.path.isdir(str(cur._path)):
         mod._cache = GuardedJaxCache(cur, cur._path)
 
 
@@ -188,23 +214,28 @@ def _patch_compiler(mod) -> None:
     def _cache_write(
         cache_key, compile_time_secs, module_name, backend, executable, host_callbacks, *a, **kw
     ):
-        if cache_key in _pending:
-            try:
-                ser = (
-                    executable.serialize()
-                    if hasattr(executable, "serialize")
-                    else backend.serialize_executable(executable)
-                )
-            except Exception:
-                ser = None
-            if ser is not None:
-                prove(cache_key, bytes(ser))
+        try:
+            _prove_compiled(cache_key, backend, executable)
+        except Exception as exc:  # the file stays unsealed (and unused): proven at its next load
+            _failed(exc)
         return write(
             cache_key, compile_time_secs, module_name, backend, executable, host_callbacks, *a, **kw
         )
 
     _cache_write.__wrapped__ = write  # type: ignore[attr-defined]
     mod._cache_write = _cache_write
+
+
+def _prove_compiled(cache_key: str, backend, executable) -> None:
+    """Hand :func:`prove` the executable JAX has just compiled for ``cache_key`` when a proof is under way (serialized
+    as JAX serializes it for its cache)."""
+    if cache_key not in _pending:
+        return
+    if hasattr(executable, "serialize"):
+        ser = executable.serialize()
+    else:  # older jaxlib
+        ser = backend.serialize_executable(executable)
+    prove(cache_key, bytes(ser))
 
 
 # ---------------------------------------------------------------- CuPy
@@ -233,6 +264,13 @@ class GuardedCupyBackend:
         payload = self._base.load(name)
         if payload is None:
             return None
+        try:
+            return self._checked(name, payload)
+        except Exception as exc:  # never into CuPy: a miss, CuPy compiles (the result right)
+            _failed(exc)
+            return None
+
+    def _checked(self, name: str, payload: bytes) -> bytes | None:
         state = check("cupy", self._dir, name, cupy_file(payload))
         if state == "sealed":
             return payload
@@ -242,16 +280,22 @@ class GuardedCupyBackend:
 
     def save(self, name: str, cubin: bytes, source: str) -> None:
         old = self._pending.pop(name, None)
-        if old is not None and old != cubin:
-            refuse(
-                "cupy",
-                self._dir,
-                name,
-                "CuPy's compile of its source now makes another cubin; replaced by the fresh one",
-                "not-reproducible",
-            )
+        try:
+            if old is not None and old != cubin:
+                refuse(
+                    "cupy",
+                    self._dir,
+                    name,
+                    "CuPy's compile of its source now makes another cubin; replaced by the fresh one",
+                    "not-reproducible",
+                )
+        except Exception as exc:
+            _failed(exc)
         self._base.save(name, cubin, source)
-        seal_written("cupy", self._dir, name, cupy_file(cubin))
+        try:
+            seal_written("cupy", self._dir, name, cupy_file(cubin))
+        except Exception as exc:  # left unsealed: proven at its next load
+            _failed(exc)
 
 
 def cupy_file(payload: bytes) -> bytes:

@@ -309,10 +309,13 @@ def seal_file(
     from jitwarden.store.entrylock import lock, unlock
 
     deadline = time.monotonic() + wait_s
-    while (fd := lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)) is None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
+    try:
+        while (fd := lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)) is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+    except OSError:
+        return False  # no lock to be had (the dir is gone, not writable): not sealed
     try:
         try:
             old, _at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1))

@@ -105,3 +105,20 @@ def test_real_captures_load_without_false_alarm_once_sealed(cache):
         be.save(n, _payload(cache, n), "source")
     assert all(be.load(n) == _payload(cache, n) for n in names)
     assert _quarantined(cache) == []
+
+
+def test_an_error_of_jitwardens_own_is_a_miss_never_raised_into_cupy(cache, monkeypatch, recwarn):
+    """The net under the hooks: whatever fails inside jitwarden, the tool gets a miss (it compiles again) and one
+    warning; it never gets an unchecked payload nor an exception."""
+
+    def broken(d):
+        raise RuntimeError("seal reader broke")
+
+    be = _backend(cache)
+    monkeypatch.setattr(flatseal, "sealed_files", broken)
+    monkeypatch.setattr(flathooks, "_failures", [])
+    assert be.load(A) is None and be.load(B) is None
+    assert [str(w.message) for w in recwarn].count(
+        "jitwarden: load hook error (RuntimeError: seal reader broke); entries it could not check are "
+        "compiled again"
+    ) == 1
