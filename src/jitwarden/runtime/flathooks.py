@@ -64,11 +64,12 @@ def _failed(exc: Exception) -> None:
     _failures.append(type(exc).__name__)
 
 
-def _executable(data: bytes) -> bytes | None:
-    """The serialized executable in a ``-cache`` file's bytes (after the compile time), inflated within its cap."""
+def _executable(data: bytes, size: int) -> bytes | None:
+    """The serialized executable in a ``-cache`` file's bytes (after the compile time), inflated to at most ``size``
+    bytes (the fresh executable's: one that inflates past it is another anyway, and costs no more than it)."""
     from jitwarden.formats import jaxexec
 
-    inf = jaxexec.inflate((data,))
+    inf = jaxexec.inflate((data,), cap=size + jaxexec.TIME_BYTES)
     if inf.data is None or inf.cut or len(inf.data) < jaxexec.TIME_BYTES:
         return None
     return inf.data[jaxexec.TIME_BYTES :]
@@ -173,7 +174,7 @@ def prove(key: str, fresh: bytes) -> str | None:
     name = f"{key}{SUFFIX}"
     from jitwarden.formats import jaxexec
 
-    old = _executable(data)
+    old = _executable(data, len(fresh))
     if old == fresh or (
         old is not None and jaxexec.computes(old) == jaxexec.computes(fresh) is not None
     ):
