@@ -4,12 +4,9 @@ Where the load hooks are installed (:mod:`jitwarden.runtime.flathooks`: JAX, CuP
 as the tool writes it and prove unsealed ones at first use, through :func:`seal_file` and :func:`sealed_files`
 here; the start-up check then leaves those kinds' unsealed files to them. What follows is where they are not.
 
-Neither tool offers a load hook jitwarden could use without importing it: JAX reads
-``<key>-cache`` inside ``compilation_cache.get_executable_and_time`` and CuPy reads ``<sha1>.cubin``
-inside ``_compile_with_cache_cuda``, both plain Python functions with no plug-in point (CuPy's
-``_set_kernel_cache_backend`` is experimental and private). So the files a guarded process writes are
-sealed at the next start-up of a guarded process, and every start-up checks them before the workload
-runs (activation calls :func:`startup`; ARCHITECTURE.md, "The flow of activation").
+Without the hooks (``JITWARDEN_LOAD_HOOKS=0``, CuPy 13 and older, a JAX of another shape) the files a guarded
+process writes are sealed at the next start-up of a guarded process, and every start-up checks them before the
+workload runs (activation calls :func:`startup`; ARCHITECTURE.md, "The flow of activation").
 
 One seal per directory (``<dir>/.jitwarden-seal.json``, :mod:`jitwarden.store.seal`'s format) covers
 its entry files by name: JAX's ``-cache`` files (its root) and XLA's autotune results (one seal per
