@@ -14,9 +14,10 @@ compile, before JAX's own thresholds decide whether to write) is wrapped in two 
     contradicts its seal is quarantined and is a miss;
   - an unsealed file is a miss that proves it: JAX compiles the module it asked for, and
 - ``_cache_write`` compares that fresh executable with the file's (the serialized executable after JAX's 4-byte
-  compile time; on the CPU it is byte for byte stable): the same, the file is sealed as proven; another, the file
-  is quarantined (another computation under this key: two functions named ``f`` share ``jit_f-<key>-cache``) and
-  JAX writes the fresh one, sealed as written.
+  compile time, less XLA's debug info where it reads as XLA's protobufs: :func:`jitwarden.formats.jaxexec.computes`;
+  byte for byte otherwise): the same, the file is sealed as proven; another, the file is quarantined as
+  ``not-reproducible`` (another computation under this key: two functions named ``f`` share
+  ``jit_f-<key>-cache``) and JAX writes the fresh one, sealed as written.
 
 Where the hook is not installed (load hooks off, a JAX or CuPy of another shape: CuPy 13 and older),
 :mod:`jitwarden.runtime.flatseal` checks and seals at start-up instead (only a dir named in the environment).
@@ -33,12 +34,8 @@ CACHE_MODULE = "jax._src.compilation_cache"
 COMPILER_MODULE = "jax._src.compiler"
 CUPY_MODULE = "cupy.cuda.compiler"
 SUFFIX = "-cache"
-_pending: dict[
-    str, tuple[str, bytes]
-] = {}  # cache key -> (its dir, the unsealed file's bytes): proof under way
-_proven: dict[
-    str, str
-] = {}  # cache key -> "proven" | "refuted" (what the last proof of a key found)
+# cache key -> (its dir, the unsealed file's bytes): a proof under way, settled when JAX has compiled the key
+_pending: dict[str, tuple[str, bytes]] = {}
 
 
 def _sha256(data: bytes) -> str:
@@ -119,10 +116,16 @@ class GuardedJaxCache:
                 _failed(exc)
 
     def _first_sight(self, name: str, data: bytes) -> bytes | None:
-        """Where JAX's compiler could not be wrapped there is no proof: an unsealed file is judged by its adapter
-        (another module's executable under this key, a damaged stream) and sealed as it is, as the start-up check
-        does (:mod:`jitwarden.runtime.flatseal`)."""
-        why = flatseal.unsound("jax", self._dir, name)
+        """Where JAX's compiler could not be wrapped there is no proof: the unsealed bytes JAX read are judged as
+        ``verify`` judges them (a damaged stream, another module's executable under this key) and sealed as they
+        are, as the start-up check does (:mod:`jitwarden.runtime.flatseal`)."""
+        from jitwarden.adapters.jax import ENTRY, same_module
+        from jitwarden.formats import jaxexec
+
+        p, m = jaxexec.parse(data), ENTRY.match(name)
+        why = p.problem
+        if why is None and p.module and m and not same_module(m.group(1), p.module):
+            why = f"the key names module {m.group(1)}, the executable in the file is {p.module}"
         if why is not None:
             refuse("jax", self._dir, name, why)
             return None
@@ -179,12 +182,10 @@ def prove(key: str, fresh: bytes) -> str | None:
         old is not None and jaxexec.computes(old) == jaxexec.computes(fresh) is not None
     ):
         flatseal.seal_file("jax", d, name, _sha256(data), len(data), "first-use proof")
-        _proven[key] = "proven"
-    else:
-        why = "a fresh compile of its key differs from it beyond debug info; replaced by the fresh one"
-        refuse("jax", d, name, why, "not-reproducible")
-        _proven[key] = "refuted"
-    return _proven[key]
+        return "proven"
+    why = "a fresh compile of its key differs from it beyond debug info; replaced by the fresh one"
+    refuse("jax", d, name, why, "not-reproducible")
+    return "refuted"
 
 
 def _patch_cache(mod) -> None:

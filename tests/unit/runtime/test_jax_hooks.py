@@ -161,3 +161,69 @@ def test_installed_after_jax_made_its_cache_guards_from_then_on(where):
 
     (f,) = [n for n in os.listdir(cache) if n.startswith("jit_f-")]
     assert f in flatseal.sealed_files(cache)
+
+
+DEGRADED = (
+    r"""
+import sys
+from jitwarden.runtime import flathooks
+def unknown_shape(mod):
+    raise AttributeError("_cache_write")  # a JAX whose compiler the hook does not know
+flathooks._patch_compiler = unknown_shape
+flathooks.install()
+import jax
+from jitwarden.runtime import postimport
+print(postimport.status("jax._src.compiler"), postimport.status("jax._src.compilation_cache"))
+"""
+    + PROG
+)
+
+
+def test_without_the_compiler_hook_an_unsealed_entry_is_judged_and_sealed_as_found(where):
+    """The degraded path (docs/caches.md): no proof, so an honest stock-built entry is judged as ``verify`` judges
+    it and sealed as found (trust on first use, as the start-up check), and a damaged one is refused."""
+    tmp, cache = where
+    assert _run(tmp, "c", "gelu", guarded=False)[0] == GELU
+    prog = os.path.join(tmp, "degraded.py")
+    with open(prog, "w") as f:
+        f.write(DEGRADED)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    p = subprocess.run(
+        [
+            sys.executable,
+            prog,
+            "c",
+            "gelu",
+        ],  # "c" as the stock run named it: JAX's key holds the path
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("not guarded: jax._src.compiler is not the shape jitwarden knows")
+    assert "guarded\n" in p.stdout and float(p.stdout.split()[-1]) == GELU  # the cache object is
+    from jitwarden.runtime import flatseal
+
+    assert os.path.basename(_entry(cache)) in flatseal.sealed_files(cache)
+    (other,) = [n for n in os.listdir(cache) if n.startswith("jit_iota-")][:1]
+    with open(os.path.join(cache, other), "r+b") as f:  # damaged before anything sealed it
+        f.truncate(os.path.getsize(os.path.join(cache, other)) // 2)
+    seal = os.path.join(cache, ".jitwarden-seal.json")
+    os.remove(seal)
+    p = subprocess.run(
+        [
+            sys.executable,
+            prog,
+            "c",
+            "gelu",
+        ],  # "c" as the stock run named it: JAX's key holds the path
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp,
+    )
+    assert p.returncode == 0 and float(p.stdout.split()[-1]) == GELU
+    assert f"quarantined JAX cache entry {other}" in p.stderr
