@@ -315,19 +315,42 @@ def seal_file(
         return False  # no lock to be had (the dir is gone, not writable): not sealed
     try:
         try:
-            old, _at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1))
+            old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1))
         except seal.SealError:
-            old = None  # a damaged seal vouches for nothing: sealed again from this file
+            old = at = None  # a damaged seal vouches for nothing: sealed again from this file
         files = dict(old.files) if old else {}
         files[name] = {"sha256": sha, "size": size}
+        files, newest = _still_sealed(d, files, at if old else None)
+        if name not in files:
+            return False  # changed since the caller read it: not sealed, proven at its next load
         fp = old.fingerprint if old else None
-        seal.write(
-            d,
-            seal.Seal(files, fp, {"by": by, "kind": kind}, time.time()),
-            seal.newest_ctime(d, list(files)),
-        )
+        seal.write(d, seal.Seal(files, fp, {"by": by, "kind": kind}, time.time()), newest)
         return True
     except OSError:
         return False
     finally:
         unlock(fd)
+
+
+def _still_sealed(d: str, files: dict, at: int | None) -> tuple[dict, int]:
+    """(the records of ``files`` whose file is unchanged since the seal's time ``at``, or changed but still holding
+    the sealed bytes; the newest ctime among them). A new seal's time vouches for every file it lists (the
+    start-up check's fast path: :func:`check_dir`), so no record is carried into it unchecked: a file swapped
+    between two seals would otherwise look unchanged."""
+    from jitwarden.store import seal
+
+    kept, newest = {}, -1
+    for n, rec in files.items():
+        path = os.path.join(d, n)
+        try:
+            st = os.lstat(path)
+            if (at is None or st.st_ctime_ns >= at) and seal.file_digest(path, st.st_size) != (
+                rec["sha256"],
+                rec["size"],
+            ):
+                continue
+        except OSError:
+            continue  # gone (JAX's eviction, a clean) or no regular file: not sealed
+        kept[n] = rec
+        newest = max(newest, st.st_ctime_ns)
+    return kept, newest

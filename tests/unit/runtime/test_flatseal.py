@@ -333,3 +333,31 @@ def test_a_swap_in_a_jax_dir_of_30000_files_is_caught_at_start_up_and_by_verify(
         and not os.path.exists(os.path.join(root, victim))
         and victim not in sealed(root)
     )
+
+
+def test_sealing_one_file_never_carries_a_record_of_a_file_changed_since(tmp_path):
+    """The load hooks seal file by file (flatseal.seal_file). A new seal's time vouches for every file it lists
+    (the start-up check skips hashing what is older), so a sealed file swapped for one of the same size before
+    the next file is sealed must leave the seal, not ride into it."""
+    import hashlib
+
+    d = cupy_unpack("cupy_cache", tmp_path)
+    a, b = sorted(n for n in os.listdir(d) if n.endswith(".cubin"))[:2]
+
+    def rec(n):
+        with open(os.path.join(d, n), "rb") as f:
+            data = f.read()
+        return hashlib.sha256(data).hexdigest(), len(data)
+
+    assert flatseal.seal_file("cupy", d, a, *rec(a), "test")
+    with open(os.path.join(d, a), "r+b") as f:  # the same size, another byte
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    assert flatseal.seal_file("cupy", d, b, *rec(b), "test")
+    assert set(flatseal.sealed_files(d)) == {b}
+    swapped_sha, size = rec(a)
+    assert not flatseal.seal_file(
+        "cupy", d, a, "0" * 64, size, "test"
+    )  # not what is on disk: refused
