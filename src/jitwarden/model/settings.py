@@ -147,11 +147,12 @@ LOAD_HOOKS = Setting(
     "JITWARDEN_LOAD_HOOKS",
     "flag",
     True,
-    "check each JAX and CuPy cache entry as the tool reads it, seal it as the tool writes it, and prove an "
-    "unsealed one by the tool's own compile of it, once, before it is used, in any cache dir, one named in "
-    "code included",
+    "check each JAX, CuPy and numba-cuda cache entry as the tool reads it, seal it as the tool writes it, and "
+    "prove an unsealed one by the tool's own compile of it, once, before it is used, in any cache dir, one "
+    "named in code included",
     "JAX's and CuPy's entries are checked and sealed at start-up only, in a dir named in the environment: a "
-    "file written during a run stays unsealed until the next start, and an unsealed file is sealed as found",
+    "file written during a run stays unsealed until the next start, and an unsealed file is sealed as found; "
+    "numba-cuda's are not sealed",
     False,
 )
 GUARD_HASH_ALL = Setting(

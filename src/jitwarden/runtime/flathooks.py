@@ -1,6 +1,7 @@
-"""Load hooks for JAX's persistent cache and CuPy's kernel cache: each entry checked as the tool reads it, sealed as
-it writes it, an unsealed one proven before it is used (stdlib only; imports neither tool: each is patched as it
-imports itself, ARCHITECTURE.md, "The runtime"). CuPy's half is :class:`GuardedCupyBackend`.
+"""Load hooks for JAX's persistent cache, CuPy's and numba-cuda's kernel caches: each entry checked as the tool reads
+it, sealed as it writes it, an unsealed one proven before it is used (stdlib only; imports none of the tools: each is
+patched as it imports itself, ARCHITECTURE.md, "The runtime"). CuPy's part is :class:`GuardedCupyBackend`,
+numba-cuda's :func:`_patch_numba`.
 
 JAX (``jax/_src``, the same from 0.4.35 to 0.10: ``compilation_cache.get_file_cache`` makes the cache object whose
 ``get(key)``/``put(key, bytes)`` read and write ``<key>-cache``; ``compiler._cache_write`` is called after every
@@ -33,6 +34,10 @@ from jitwarden.runtime import flatseal, postimport
 CACHE_MODULE = "jax._src.compilation_cache"
 COMPILER_MODULE = "jax._src.compiler"
 CUPY_MODULE = "cupy.cuda.compiler"
+NUMBA_MODULE = "numba.cuda.core.caching"
+NUMBA_MAX = (
+    256 << 20
+)  # a numba-cuda index or data file read at most (its pickles of kernels: KBs to MBs)
 SUFFIX = "-cache"
 # cache key -> (its dir, the unsealed file's bytes): a proof under way, settled when JAX has compiled the key
 _pending: dict[str, tuple[str, bytes]] = {}
@@ -322,6 +327,85 @@ def _patch_cupy(mod) -> None:
     mod._set_kernel_cache_backend = _set_kernel_cache_backend
 
 
+# ---------------------------------------------------------------- numba-cuda
+
+
+def _numba_read(cache_path: str, name: str) -> bytes | None:
+    """The bytes of numba-cuda's ``name`` in ``cache_path`` when they are the sealed bytes; None when absent,
+    unsealed (numba then compiles and writes it again, sealed) or changed since sealed (quarantined)."""
+    from jitwarden.store.fsutil import read_bytes
+
+    try:
+        data = read_bytes(os.path.join(cache_path, name), max_bytes=NUMBA_MAX)
+    except FileNotFoundError:
+        return None
+    return data if check("numba", cache_path, name, data) == "sealed" else None
+
+
+def _patch_numba(mod) -> None:
+    """numba-cuda's ``IndexDataCacheFile`` (0.30: ``<base>.nbi``, a pickled version, source stamp and overload
+    index; ``<base>.<n>.nbc``, a pickled kernel), beside each source file in ``__pycache__`` or under
+    ``NUMBA_CACHE_DIR``: a file is unpickled only when its bytes are the sealed ones, and each is sealed as numba
+    writes it. There is nothing to prove an unsealed kernel from but its compile, so an unsealed index is empty
+    and an unsealed data file a miss: numba compiles the kernel again and writes it, sealed (once)."""
+    import io
+
+    cls, pickle = mod.IndexDataCacheFile, mod.pickle
+    for attr in (
+        "_load_index",
+        "_load_data",
+        "_save_index",
+        "_save_data",
+        "_dump",
+        "_open_for_write",
+    ):
+        getattr(
+            cls, attr
+        )  # this numba-cuda's shape, or AttributeError: left unguarded, said by status()
+
+    def _load_index(self):
+        try:
+            data = _numba_read(self._cache_path, self._index_name)
+        except Exception as exc:
+            _failed(exc)
+            data = None
+        if data is None:
+            return {}
+        f = io.BytesIO(data)
+        if pickle.load(f) != self._version:
+            return {}
+        stamp, overloads = pickle.loads(f.read())
+        return overloads if stamp == self._source_stamp else {}
+
+    def _load_data(self, name):
+        try:
+            data = _numba_read(self._cache_path, name)
+        except Exception as exc:
+            _failed(exc)
+            data = None
+        if data is None:
+            raise FileNotFoundError(name)  # numba's load() takes it for a file gone: a miss
+        return pickle.loads(data)
+
+    def _write(self, name: str, data: bytes) -> None:
+        with self._open_for_write(os.path.join(self._cache_path, name)) as f:
+            f.write(data)
+        try:
+            seal_written("numba", self._cache_path, name, data)
+        except Exception as exc:  # left unsealed: compiled again at its next load
+            _failed(exc)
+
+    def _save_index(self, overloads):
+        head = pickle.dumps(self._version, protocol=-1)
+        _write(self, self._index_name, head + self._dump((self._source_stamp, overloads)))
+
+    def _save_data(self, name, data):
+        _write(self, name, self._dump(data))
+
+    cls._load_index, cls._load_data = _load_index, _load_data
+    cls._save_index, cls._save_data = _save_index, _save_data
+
+
 # ---------------------------------------------------------------- installing
 
 
@@ -355,7 +439,7 @@ def install(env=None) -> dict[str, str]:
     module wrapped; never raises. Returns {module: state}. Off with ``JITWARDEN_LOAD_HOOKS=0``."""
     from jitwarden.model.settings import LOAD_HOOKS
 
-    mods = (COMPILER_MODULE, CACHE_MODULE, CUPY_MODULE)
+    mods = (COMPILER_MODULE, CACHE_MODULE, CUPY_MODULE, NUMBA_MODULE)
     if not LOAD_HOOKS.on(os.environ if env is None else env):
         return dict.fromkeys(mods, f"{LOAD_HOOKS.name}=0")
     try:
@@ -363,6 +447,7 @@ def install(env=None) -> dict[str, str]:
         out = {COMPILER_MODULE: postimport.when_imported(COMPILER_MODULE, _patch_compiler)}
         out[CACHE_MODULE] = postimport.when_imported(CACHE_MODULE, _patch_cache)
         out[CUPY_MODULE] = postimport.when_imported(CUPY_MODULE, _patch_cupy)
+        out[NUMBA_MODULE] = postimport.when_imported(NUMBA_MODULE, _patch_numba)
         return out
     except Exception as exc:
         return dict.fromkeys(mods, f"not installed ({type(exc).__name__}: {exc})")

@@ -220,7 +220,7 @@ def quarantine_file(
         )
     except (OSError, quarantine.QuarantineError):
         return None
-    tool = "JAX" if kind == "jax" else "CuPy"
+    tool = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}.get(kind, kind)
     when = "at start-up" if by == "start-up" else "as it loaded"
     return (
         f"quarantined {tool} cache entry {rel} {when} ({code}: {why}); {tool} compiles it again when next "
