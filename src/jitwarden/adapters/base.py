@@ -760,9 +760,12 @@ def _dir_seal(d: str, mtime_ns: int, size: int) -> dict | None:
     return dict(s.files) if s else None
 
 
-def dir_seal_findings(d: str, name: str, data: bytes, j) -> tuple[bool, list[Finding]]:
-    """(sealed, findings) of the file ``name`` of ``d`` whose bytes are ``data``, against the seal of ``d``
-    (:mod:`jitwarden.runtime.flatseal` writes one per JAX or CuPy dir): ``corrupt`` when they differ."""
+def dir_seal_findings(
+    d: str, name: str, data: bytes | tuple[int, str], j
+) -> tuple[bool, list[Finding]]:
+    """(sealed, findings) of the file ``name`` of ``d`` whose bytes are ``data`` (or, for a file too large to hold,
+    its (size, sha256 hex)), against the seal of ``d`` (:mod:`jitwarden.runtime.flatseal` writes one per JAX or
+    CuPy dir): ``corrupt`` when they differ."""
     import hashlib
 
     from jitwarden.model.layout import SEAL_FILE
@@ -777,7 +780,8 @@ def dir_seal_findings(d: str, name: str, data: bytes, j) -> tuple[bool, list[Fin
     rec = files.get(name) if files else None
     if not isinstance(rec, dict):
         return False, []
-    if len(data) != rec.get("size") or hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+    size, sha = data if isinstance(data, tuple) else (len(data), None)
+    if size != rec.get("size") or (sha or hashlib.sha256(data).hexdigest()) != rec.get("sha256"):
         return True, [
             Finding(
                 "corrupt",

@@ -17,8 +17,10 @@ the bytes are what JAX wrote. See ARCHITECTURE.md ("How to add … A cache kind"
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from jitwarden.formats import elf
@@ -26,8 +28,9 @@ from jitwarden.formats.reading import Reading
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 TIME_BYTES = 4
-MAX_EXECUTABLE = 4 << 30
-"""Decompressed bytes read at most; a larger executable is reported as not checked."""
+MAX_EXECUTABLE = 64 << 20
+"""Decompressed bytes held at most: past it an executable is judged by its head (the IFRT header names its
+module) and the rest is said not checked (ARCHITECTURE.md, "Reads bounded by kind")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,23 +105,36 @@ def fields(buf: bytes) -> list[tuple[int, int, int | bytes]]:
 # ---------------------------------------------------------------- compression
 
 
+class _ZstandardReader:
+    """The ``zstandard`` package's stream reader behind the ``decompress(data, max_length)`` of 3.14's
+    ``compression.zstd`` decompressor: its one-shot and ``decompressobj`` calls have no bound on their output, and
+    a bound is what a bomb needs. The whole frame is given at the start (:func:`inflate` joins it)."""
+
+    def __init__(self, frame: bytes) -> None:
+        import zstandard  # type: ignore[import-not-found]
+
+        self._r = zstandard.ZstdDecompressor().stream_reader(frame, read_across_frames=False)
+        self.eof = False
+        self.unused_data = b""
+
+    def decompress(self, _data: bytes, max_length: int) -> bytes:
+        out = self._r.read(max_length)
+        self.eof = not out
+        return out
+
+
 def _zstd_decoder():
-    """A one-shot zstd decompress function when this Python has one (3.14's ``compression.zstd``, or the
-    ``zstandard`` package), else None."""
+    """A bounded zstd decompressor factory (given the whole frame) when this Python has one: 3.14's
+    ``compression.zstd``, or the ``zstandard`` package, as JAX uses them; else None."""
     try:
         from compression import zstd  # type: ignore[import-not-found]
 
-        return zstd.decompress
+        return lambda _frame: zstd.ZstdDecompressor()
     except ImportError:
         pass
-    try:
-        import zstandard  # type: ignore[import-not-found]
+    import importlib.util
 
-        return lambda data: zstandard.ZstdDecompressor().decompress(
-            data, max_output_size=MAX_EXECUTABLE
-        )
-    except ImportError:
-        return None
+    return _ZstandardReader if importlib.util.find_spec("zstandard") else None
 
 
 def zstd_frame_problem(data: bytes) -> str | None:
@@ -153,43 +169,100 @@ def zstd_frame_problem(data: bytes) -> str | None:
     return None
 
 
-def decompress(data: bytes) -> tuple[str | None, bytes | None, str | None, str | None]:
-    """(compression, decompressed bytes or None, damage, what was not understood) of one ``-cache`` file."""
-    if data[:4] == ZSTD_MAGIC:
-        why = zstd_frame_problem(data)
-        if why:
-            return "zstd", None, why, None
-        decode = _zstd_decoder()
-        if decode is None:
-            return (
+@dataclass(frozen=True, slots=True)
+class Inflated:
+    """What :func:`inflate` made of a ``-cache`` file: ``data``, the decompressed bytes (the first ``cap`` of them
+    when ``cut``); ``problem``, damage to the stream; ``unknown``, what was not understood."""
+
+    compression: str | None
+    data: bytes | None
+    problem: str | None = None
+    unknown: str | None = None
+    cut: bool = False
+
+
+def _zlib_header(head: bytes) -> bool:
+    return len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
+
+
+def _pieces(d, chunks: Iterator[bytes], first: bytes, limit: int) -> Iterator[bytes]:
+    """Feed ``first`` then ``chunks`` to the decompressor ``d`` (``decompress(data, max_length)``), yielding its
+    output in pieces, ``limit`` bytes in all at most; stops at the stream's end."""
+    left = limit
+    for chunk in itertools.chain((first,), chunks):
+        buf = chunk
+        while buf and not d.eof and left:
+            piece = d.decompress(buf, left)
+            left -= len(piece)
+            yield piece
+            buf = getattr(d, "unconsumed_tail", b"")
+            if not piece and not buf:
+                break
+        if d.eof or not left:
+            return
+    while not d.eof and left:  # output still held inside the decompressor after the last input
+        piece = d.decompress(b"", left)
+        if not piece:
+            return
+        left -= len(piece)
+        yield piece
+
+
+def inflate(chunks: Iterable[bytes], cap: int = MAX_EXECUTABLE, whole: bool = True) -> Inflated:
+    """Decompress a ``-cache`` file given as ``chunks`` (one ``bytes`` or the 1 MiB reads of
+    ``store/fsutil.read_chunks``), holding at most ``cap`` bytes of output: a stream that decompresses past it is
+    cut there (``cut``, the rest not checked: a bomb costs its cap, never what it claims). ``whole=False``: the
+    chunks are the file's head only, so a stream that ends early is no damage."""
+    it = iter(chunks)
+    first = next(it, b"")
+    if first[:4] == ZSTD_MAGIC:
+        if whole:  # the frame is walked whole (the file is within its read bound)
+            first, it = first + b"".join(it), iter(())
+            if why := zstd_frame_problem(first):
+                return Inflated("zstd", None, why)
+        make = _zstd_decoder()
+        if make is None:
+            return Inflated(
                 "zstd",
                 None,
-                None,
-                "zstd-compressed and this Python has no zstd decoder: content not checked",
+                unknown="zstd-compressed and this Python has no zstd decoder: content not checked",
             )
-        try:
-            return "zstd", decode(data), None, None
-        except Exception as exc:
-            return "zstd", None, f"zstd stream does not decode: {exc}", None
-    if len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0:
-        d = zlib.decompressobj()
-        try:
-            out = d.decompress(data, MAX_EXECUTABLE)
-        except zlib.error as exc:
-            return "zlib", None, f"zlib stream is damaged ({exc})", None
-        if d.unconsumed_tail:
-            return "zlib", None, None, f"decompresses past {MAX_EXECUTABLE >> 20} MiB: not checked"
-        if not d.eof:
-            return "zlib", None, f"zlib stream cut short after {len(data)} bytes", None
-        if d.unused_data:
-            return (
-                "zlib",
-                None,
-                f"{len(d.unused_data)} bytes after the end of the zlib stream",
-                None,
-            )
-        return "zlib", out, None, None
-    return None, None, None, "neither a zlib stream nor a zstd frame: not a compression JAX writes"
+        comp, d, damaged = "zstd", make(first), Exception
+    elif _zlib_header(first):
+        comp, d, damaged = "zlib", zlib.decompressobj(), zlib.error
+    else:
+        return Inflated(
+            None,
+            None,
+            unknown="neither a zlib stream nor a zstd frame: not a compression JAX writes",
+        )
+    pieces: list[bytes] = []
+    held = 0
+    try:
+        for piece in _pieces(d, it, first, cap + 1):
+            pieces.append(piece)
+            held += len(piece)
+            # one byte past the cap: cut there, joined once (the cap held twice at most)
+            if held > cap:
+                pieces[-1] = piece[: len(piece) - (held - cap)]
+                return Inflated(
+                    comp,
+                    b"".join(pieces),
+                    cut=True,
+                    unknown=f"decompresses past {cap >> 20} MiB: the rest not checked",
+                )
+    except damaged as exc:
+        return Inflated(comp, None, f"{comp} stream is damaged ({exc})")
+    if not d.eof:
+        return (
+            Inflated(comp, None, f"{comp} stream cut short")
+            if whole
+            else Inflated(comp, b"".join(pieces), cut=True)
+        )
+    if rest := len(d.unused_data) + sum(len(c) for c in it):
+        said = f"{rest} bytes" if whole else "the file goes on"
+        return Inflated(comp, None, f"{said} after the end of the {comp} stream")
+    return Inflated(comp, b"".join(pieces))
 
 
 # ---------------------------------------------------------------- the executable
@@ -231,23 +304,27 @@ def strings(buf: bytes, depth: int = 6) -> list[str]:
     return out
 
 
-def parse(data: bytes) -> JaxPayload:
-    """Judge one ``-cache`` file's bytes (see the module docstring)."""
-    comp, raw, problem, unknown = decompress(data)
+def parse(data: bytes | Inflated) -> JaxPayload:
+    """Judge one ``-cache`` file, its bytes or what :func:`inflate` made of them (see the module docstring). An
+    executable cut at the cap is judged by its head: its header still names its module."""
+    inf = inflate((data,)) if isinstance(data, bytes) else data
+    comp, raw = inf.compression, inf.data
     if raw is None:
-        return JaxPayload(problem, unknown, comp)
+        return JaxPayload(inf.problem, inf.unknown, comp)
     if len(raw) < TIME_BYTES:
         return JaxPayload(
-            None, f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix", comp
+            None,
+            inf.unknown or f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix",
+            comp,
         )
     ctime = int.from_bytes(raw[:TIME_BYTES], "big")
-    exe = raw[TIME_BYTES:]
-    sms = embedded_cubin_sms(exe)
+    exe = memoryview(raw)[TIME_BYTES:]  # no copy: an executable can be the cap's size
+    sms = embedded_cubin_sms(raw)
     try:
         n, i = varint(exe, 0)
         if i + n > len(exe):
             raise ValueError("header past the end")
-        head = {num: v for num, wt, v in fields(exe[i : i + n]) if wt == 2}
+        head = {num: v for num, wt, v in fields(bytes(exe[i : i + n])) if wt == 2}
     except ValueError as exc:
         return JaxPayload(
             None,
@@ -274,12 +351,71 @@ def parse(data: bytes) -> JaxPayload:
     abi = head.get(9)
     return JaxPayload(
         None,
-        None if module else "the executable's header names no module",
+        inf.unknown if module else "the executable's header names no module",
         comp,
         ctime,
         fmt_s,
         module,
         tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (),
         sms,
-        len(exe),
+        None if inf.cut else len(exe),
     )
+
+
+# ---------------------------------------------------------------- what an executable computes
+
+
+def _leaves(buf: bytes, path: tuple[int, ...], out: list, depth: int = 0) -> bool:
+    """Every leaf of the protobuf message ``buf`` as (path of field numbers, value), a length-delimited field that
+    parses as a message walked into; False when ``buf`` is no message."""
+    try:
+        found = fields(buf)
+    except ValueError:
+        return False
+    for num, wt, v in found:
+        here = path + (num,)
+        if isinstance(v, bytes) and len(v) >= 2 and depth < 40 and _leaves(v, here, out, depth + 1):
+            continue
+        out.append((here, wt, v))
+    return True
+
+
+def _module_prefix(leaves: list) -> tuple[int, ...] | None:
+    """The path of the optimized HLO module (``HloModuleProto``): where computations (3) hold instructions (2)."""
+    for p, _wt, _v in leaves:
+        for i in range(len(p) - 1):
+            if p[i : i + 2] == (3, 2):
+                return p[:i]
+    return None
+
+
+def computes(exe: bytes | memoryview) -> tuple | None:
+    """What a serialized executable (after JAX's compile time) computes, without its debug info: the sorted leaves
+    of the backend executable after the IFRT header, less what ``xla/service/hlo.proto`` says is not code: each
+    instruction's ``metadata`` (computations (3) -> instructions (2) -> metadata (7): op names, source lines), the
+    module's ``stack_frame_index`` (17: file and function names) and its ``id`` (5, a per-process counter), which
+    the CPU's thunks repeat beside the module's name (``module_id``). JAX keys entries by the module with its
+    debug info stripped, so two honest compiles of one key differ there (the caller's file and line, the order
+    modules were compiled in) and nowhere else on the CPU; None when not parsed."""
+    try:
+        n, i = varint(exe, 0)
+    except ValueError:
+        return None
+    leaves: list = []
+    if not _leaves(bytes(exe[i + n :]), (), leaves):
+        return None
+    m = _module_prefix(leaves)
+    if m is None:
+        return tuple(sorted(leaves))
+    k = len(m)
+    ids = {v for p, wt, v in leaves if p == m + (5,) and wt == 0}
+    names = {v for p, wt, v in leaves if p == m + (1,) and wt == 2}
+    named = {p[:-1] for p, wt, v in leaves if p[-1:] == (2,) and wt == 2 and v in names}
+
+    def debug(p: tuple[int, ...], wt: int, v) -> bool:
+        if p[:k] == m:  # the module: its id, stack frames, each instruction's metadata
+            return p[k : k + 1] in ((17,), (5,)) or p[k : k + 3] == (3, 2, 7)
+        # the module id again, beside the module's name (XLA's thunk info: op_name 1, module_name 2, module_id 3)
+        return wt == 0 and p[-1] == 3 and v in ids and p[:-1] in named
+
+    return tuple(sorted((p, wt, v) for p, wt, v in leaves if not debug(p, wt, v)))

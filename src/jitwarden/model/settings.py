@@ -143,6 +143,18 @@ TORCH_HOOKS = Setting(
     "(a start-up that grows with the cache)",
     False,
 )
+LOAD_HOOKS = Setting(
+    "JITWARDEN_LOAD_HOOKS",
+    "flag",
+    True,
+    "check each JAX, CuPy and numba-cuda cache entry as the tool reads it, seal it as the tool writes it, and "
+    "prove an unsealed one by the tool's own compile of it, once, before it is used, in any cache dir, one "
+    "named in code included",
+    "JAX's and CuPy's entries are checked and sealed at start-up only, in a dir named in the environment: a "
+    "file written during a run stays unsealed until the next start, and an unsealed file is sealed as found; "
+    "numba-cuda's are not sealed",
+    False,
+)
 GUARD_HASH_ALL = Setting(
     "JITWARDEN_GUARD_HASH_ALL",
     "flag",
@@ -245,6 +257,7 @@ SETTINGS = (
     PROVE,
     PROVE_WAIT,
     TORCH_HOOKS,
+    LOAD_HOOKS,
     GUARD_HASH_ALL,
     DEBUG,
     PROGRESS,

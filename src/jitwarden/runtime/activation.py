@@ -389,6 +389,24 @@ def _checked_at_load(env, changes: dict) -> bool:
     return True
 
 
+def _load_hooks(env, changes: dict) -> tuple[str, ...]:
+    """The kinds whose entries are checked as their tool loads them (:mod:`~jitwarden.runtime.flathooks`): installed
+    here when ``env`` is this process's, and through ``PYTHONPATH`` in every Python started with ``env``. Their
+    unsealed files are then proven at first use, not sealed at start-up."""
+    from jitwarden.runtime import flathooks, torchhooks
+
+    kinds = flathooks.hooked(env)
+    if not kinds:
+        return ()
+    path = {"PYTHONPATH": changes.get("PYTHONPATH", env.get("PYTHONPATH", ""))}
+    torchhooks.put_boot_path(path)
+    if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
+        changes["PYTHONPATH"] = path["PYTHONPATH"]
+    if env is os.environ:
+        flathooks.install(env)
+    return kinds
+
+
 def _fingerprint(env):
     """The :class:`~jitwarden.runtime.memo.ActivationFacts` of ``env``: memoised when nothing they came from changed."""
     from jitwarden.runtime import memo as activation_memo
@@ -484,8 +502,9 @@ def _activate(env, roots, quiet, knobs) -> Activation:  # noqa: C901
 
         if not _checked_at_load(env, changes) or fullsweep.left_hidden(in_use):
             warnings += fullsweep.sweep_in_use(in_use, partitions, digest, env, quiet)
+    hooked = _load_hooks(env, changes)
     warnings += flatseal.startup(
-        in_use, partitions, digest, env
+        in_use, partitions, digest, env, hooked
     )  # JAX's and CuPy's files (runtime/flatseal.py)
 
     for var, value in changes.items():

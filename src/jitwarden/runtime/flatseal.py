@@ -1,11 +1,12 @@
 """Seals for caches of single-file entries, JAX's and CuPy's, checked and extended at start-up (stdlib only).
 
-Neither tool offers a load hook jitwarden could use without importing it: JAX reads
-``<key>-cache`` inside ``compilation_cache.get_executable_and_time`` and CuPy reads ``<sha1>.cubin``
-inside ``_compile_with_cache_cuda``, both plain Python functions with no plug-in point (CuPy's
-``_set_kernel_cache_backend`` is experimental and private). So the files a guarded process writes are
-sealed at the next start-up of a guarded process, and every start-up checks them before the workload
-runs (activation calls :func:`startup`; ARCHITECTURE.md, "The flow of activation").
+Where the load hooks are installed (:mod:`jitwarden.runtime.flathooks`: JAX, CuPy 14 and later) they seal each file
+as the tool writes it and prove unsealed ones at first use, through :func:`seal_file` and :func:`sealed_files`
+here; the start-up check then leaves those kinds' unsealed files to them. What follows is where they are not.
+
+Without the hooks (``JITWARDEN_LOAD_HOOKS=0``, CuPy 13 and older, a JAX of another shape) the files a guarded
+process writes are sealed at the next start-up of a guarded process, and every start-up checks them before the
+workload runs (activation calls :func:`startup`; ARCHITECTURE.md, "The flow of activation").
 
 One seal per directory (``<dir>/.jitwarden-seal.json``, :mod:`jitwarden.store.seal`'s format) covers
 its entry files by name: JAX's ``-cache`` files (its root) and XLA's autotune results (one seal per
@@ -67,10 +68,17 @@ def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
 
 
 def check_dir(  # noqa: C901
-    kind: str, root: str, d: str, names: list[str], digest: str | None, now: float | None = None
+    kind: str,
+    root: str,
+    d: str,
+    names: list[str],
+    digest: str | None,
+    now: float | None = None,
+    seal_new: bool = True,
 ) -> list[str]:
     """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
-    warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to."""
+    warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to. ``seal_new``
+    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.flathooks`)."""
     import fcntl
 
     from jitwarden.model.layout import ENTRY_LOCK_FILE
@@ -105,7 +113,7 @@ def check_dir(  # noqa: C901
                 if rec is None and now - st.st_mtime < SETTLE_S:
                     # Perhaps still being written (JAX writes in place): not sealed yet. But a file that names
                     # another entry than its key is refused now: no partial write gives that evidence.
-                    why = _unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
+                    why = unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
                     if why is None:
                         continue
                 else:
@@ -128,9 +136,11 @@ def check_dir(  # noqa: C901
                 why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
             elif (
                 rec is None
-                and (why := _unsound(kind, root, os.path.relpath(path, root))) is not None
+                and (why := unsound(kind, root, os.path.relpath(path, root))) is not None
             ):
                 pass  # damaged, or another entry's under this key, before it was ever sealed
+            elif rec is None and not seal_new:
+                continue  # proven by the load hook before it is used, then sealed
             elif rec is None:
                 files[name] = {"sha256": sha, "size": size}
                 changed = True
@@ -138,7 +148,7 @@ def check_dir(  # noqa: C901
             else:
                 changed = True  # same bytes, touched: the seal's time moves on
                 continue
-            line = _quarantine(kind, root, os.path.relpath(path, root), why, digest)
+            line = quarantine_file(kind, root, os.path.relpath(path, root), why, digest)
             if line:
                 out.append(line)
                 if files.pop(name, None) is not None:
@@ -165,7 +175,7 @@ def _copy_counts(kind: str, d: str, original: str) -> bool:
     return kind != "cupy" or not os.path.lexists(os.path.join(d, original))
 
 
-def _unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = None) -> str | None:
+def unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = None) -> str | None:
     """Why a file about to be sealed must not be, by its adapter's own checks at error level (a JAX
     executable of another module than its key names, a damaged stream or header), else None: a seal
     vouches only for what was sound when sealed. ``codes``: only findings of these codes count."""
@@ -184,40 +194,59 @@ def _unsound(kind: str, root: str, rel: str, codes: tuple[str, ...] | None = Non
     return f"{rel}: {bad[0].code}: {bad[0].message}" if bad else None
 
 
-def _quarantine(kind: str, root: str, rel: str, why: str, digest: str | None) -> str | None:
+def quarantine_file(
+    kind: str,
+    root: str,
+    rel: str,
+    why: str,
+    digest: str | None,
+    by: str = "start-up",
+    code: str = "corrupt",
+) -> str | None:
+    """Quarantine ``root/rel`` (a miss: the tool compiles it again); the warning line, or None when it could not
+    be moved. ``by``: who found it (``start-up``, ``load``)."""
     from jitwarden.store import quarantine
 
     try:
         rec = quarantine.move(
             os.path.join(root, rel),
-            "corrupt",
+            code,
             [why],
             root=root,
             entry_id=rel,
             kind=kind,
-            by="start-up",
+            by=by,
             fingerprint=digest,
         )
     except (OSError, quarantine.QuarantineError):
         return None
-    tool = "JAX" if kind == "jax" else "CuPy"
+    tool = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}.get(kind, kind)
+    when = "at start-up" if by == "start-up" else "as it loaded"
     return (
-        f"quarantined {tool} cache entry {rel} at start-up (corrupt: {why}); {tool} compiles it again when next "
+        f"quarantined {tool} cache entry {rel} {when} ({code}: {why}); {tool} compiles it again when next "
         f"used. Restore with `jitwarden quarantine restore {rec.id}`"
     )
 
 
-def check_root(kind: str, root: str, digest: str | None) -> list[str]:
-    """:func:`check_dir` over every sealed dir of ``root``."""
+def check_root(kind: str, root: str, digest: str | None, hooked: bool = False) -> list[str]:
+    """:func:`check_dir` over every sealed dir of ``root``; ``hooked``: the load hook proves ``root``'s unsealed
+    entries (JAX's ``-cache`` files, CuPy's files), so they are not sealed here."""
+    from jitwarden.model.layout import SEAL_FILE
+
     out: list[str] = []
     for d, names in sealed_dirs(kind, root):
-        out += check_dir(kind, root, d, names, digest)
+        if not names and not os.path.lexists(os.path.join(d, SEAL_FILE)):
+            continue  # an empty dir (a fresh partition): nothing to lock, read or seal
+        out += check_dir(kind, root, d, names, digest, seal_new=not (hooked and d == root))
     return out
 
 
-def startup(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
+def startup(
+    in_use: dict, partitions: dict, digest: str, env, hooked: tuple[str, ...] = ()
+) -> list[str]:
     """Activation's hook: check and seal the JAX and CuPy dirs in use (``in_use``: variable -> dir); entries of
-    one of ``partitions`` are sealed under ``digest``. ``JITWARDEN_SWEEP=0`` turns it off with the sweep."""
+    one of ``partitions`` are sealed under ``digest``; the kinds in ``hooked`` are proven and sealed by their
+    load hook, not sealed here. ``JITWARDEN_SWEEP=0`` turns it off with the sweep."""
     from jitwarden.env.locations import FILE_PARTITION_VARS
     from jitwarden.model.settings import SWEEP
 
@@ -229,7 +258,99 @@ def startup(in_use: dict, partitions: dict, digest: str, env) -> list[str]:
         if not d or not os.path.isdir(d) or os.path.islink(d):
             continue
         try:
-            out += check_root(kind, d, digest if var in partitions else None)
+            out += check_root(kind, d, digest if var in partitions else None, kind in hooked)
         except Exception as exc:
             out.append(f"start-up check of the {kind} cache skipped ({type(exc).__name__}: {exc})")
     return out
+
+
+# ---------------------------------------------------------------- one file at a time (the load hooks)
+
+_SEALS: dict[
+    str, tuple[tuple[int, int, int], dict]
+] = {}  # dir -> (the seal file's stat, its files)
+
+
+def sealed_files(d: str) -> dict:
+    """{name: {"sha256", "size"}} of the seal of ``d`` ({} without one or when it does not read as a seal), parsed
+    again only when the seal file changed (its inode, size, mtime): a warm hit costs an ``lstat``."""
+    from jitwarden.model.layout import SEAL_FILE
+    from jitwarden.store import seal
+
+    try:
+        st = os.lstat(os.path.join(d, SEAL_FILE))
+    except OSError:
+        return {}
+    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    got = _SEALS.get(d)
+    if got is not None and got[0] == key:
+        return got[1]
+    try:
+        s, _at = seal.read_stamped(d, max_bytes=max(seal.MAX_SEAL, st.st_size))
+    except seal.SealError:
+        s = None
+    files = dict(s.files) if s is not None else {}
+    _SEALS[d] = (key, files)
+    return files
+
+
+def seal_file(
+    kind: str, d: str, name: str, sha: str, size: int, by: str, wait_s: float = 2.0
+) -> bool:
+    """Add ``name`` (its sha256 and size, of the bytes the caller holds) to the seal of ``d`` under its lock, waiting
+    at most ``wait_s`` for another sealer; False when not sealed (it is then proven at its next load)."""
+    import fcntl
+
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.store import seal
+    from jitwarden.store.entrylock import lock, unlock
+
+    deadline = time.monotonic() + wait_s
+    try:
+        while (fd := lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)) is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+    except OSError:
+        return False  # no lock to be had (the dir is gone, not writable): not sealed
+    try:
+        try:
+            old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1))
+        except seal.SealError:
+            old = at = None  # a damaged seal vouches for nothing: sealed again from this file
+        files = dict(old.files) if old else {}
+        files[name] = {"sha256": sha, "size": size}
+        files, newest = _still_sealed(d, files, at if old else None)
+        if name not in files:
+            return False  # changed since the caller read it: not sealed, proven at its next load
+        fp = old.fingerprint if old else None
+        seal.write(d, seal.Seal(files, fp, {"by": by, "kind": kind}, time.time()), newest)
+        return True
+    except OSError:
+        return False
+    finally:
+        unlock(fd)
+
+
+def _still_sealed(d: str, files: dict, at: int | None) -> tuple[dict, int]:
+    """(the records of ``files`` whose file is unchanged since the seal's time ``at``, or changed but still holding
+    the sealed bytes; the newest ctime among them). A new seal's time vouches for every file it lists (the
+    start-up check's fast path: :func:`check_dir`), so no record is carried into it unchecked: a file swapped
+    between two seals would otherwise look unchanged."""
+    from jitwarden.store import seal
+
+    kept, newest = {}, -1
+    for n, rec in files.items():
+        path = os.path.join(d, n)
+        try:
+            st = os.lstat(path)
+            if (at is None or st.st_ctime_ns >= at) and seal.file_digest(path, st.st_size) != (
+                rec["sha256"],
+                rec["size"],
+            ):
+                continue
+        except OSError:
+            continue  # gone (JAX's eviction, a clean) or no regular file: not sealed
+        kept[n] = rec
+        newest = max(newest, st.st_ctime_ns)
+    return kept, newest

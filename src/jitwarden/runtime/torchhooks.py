@@ -854,8 +854,13 @@ def add_boot_path(env) -> bool:
     """
     if not enabled(env) or _torch_dir() is None:
         return False
+    put_boot_path(env)
+    return True
+
+
+def put_boot_path(env) -> None:
+    """Put :func:`boot_dir` first on ``env``'s ``PYTHONPATH`` (once)."""
     d = boot_dir()
     parts = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
     if d not in parts:
         env["PYTHONPATH"] = os.pathsep.join([d, *parts])
-    return True

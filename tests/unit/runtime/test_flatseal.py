@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from jitwarden.model.layout import QUARANTINE_DIR, SEAL_FILE
+from jitwarden.model.settings import LOAD_HOOKS
 from jitwarden.runtime import flatseal
 from tests.helpers.paths import SRC
 from tests.unit.adapters.test_cupy import unpack as cupy_unpack
@@ -163,10 +164,12 @@ def _run(tmp_path, env_extra: dict, cmd: list[str]) -> subprocess.CompletedProce
 
 
 def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
+    """The start-up check alone (the load hooks off: where they are on, flathooks seals and proves instead)."""
     jroot = tmp_path / "jaxcache"
     jroot.mkdir()
     prog = "import os; print(os.environ['JAX_COMPILATION_CACHE_DIR']); print(os.environ['CUPY_CACHE_DIR'])"
-    r = _run(tmp_path, {"JAX_COMPILATION_CACHE_DIR": str(jroot)}, [sys.executable, "-c", prog])
+    env = {"JAX_COMPILATION_CACHE_DIR": str(jroot), LOAD_HOOKS.name: "0"}
+    r = _run(tmp_path, env, [sys.executable, "-c", prog])
     assert r.returncode == 0, r.stderr
     jdir, cdir = r.stdout.split()
     assert os.path.dirname(jdir) == os.path.join(str(jroot), "jitwarden-v1")
@@ -178,10 +181,10 @@ def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
     cache = cupy_unpack("cupy_cache", tmp_path / "cap")
     for n in os.listdir(cache):
         shutil.copy2(os.path.join(cache, n), os.path.join(cdir, n))
-    r = _run(tmp_path, {"JAX_COMPILATION_CACHE_DIR": str(jroot)}, ["true"])
+    r = _run(tmp_path, env, ["true"])
     assert r.returncode == 0 and "quarantined" not in r.stderr and len(sealed(cdir)) == 16
     copy_bytes(os.path.join(swapped, CUPY_ADD), os.path.join(cdir, CUPY_ADD), age=0)
-    r = _run(tmp_path, {"JAX_COMPILATION_CACHE_DIR": str(jroot)}, ["true"])
+    r = _run(tmp_path, env, ["true"])
     assert r.returncode == 0 and f"quarantined CuPy cache entry {CUPY_ADD}" in r.stderr
     assert not os.path.exists(os.path.join(cdir, CUPY_ADD))
 
@@ -330,3 +333,31 @@ def test_a_swap_in_a_jax_dir_of_30000_files_is_caught_at_start_up_and_by_verify(
         and not os.path.exists(os.path.join(root, victim))
         and victim not in sealed(root)
     )
+
+
+def test_sealing_one_file_never_carries_a_record_of_a_file_changed_since(tmp_path):
+    """The load hooks seal file by file (flatseal.seal_file). A new seal's time vouches for every file it lists
+    (the start-up check skips hashing what is older), so a sealed file swapped for one of the same size before
+    the next file is sealed must leave the seal, not ride into it."""
+    import hashlib
+
+    d = cupy_unpack("cupy_cache", tmp_path)
+    a, b = sorted(n for n in os.listdir(d) if n.endswith(".cubin"))[:2]
+
+    def rec(n):
+        with open(os.path.join(d, n), "rb") as f:
+            data = f.read()
+        return hashlib.sha256(data).hexdigest(), len(data)
+
+    assert flatseal.seal_file("cupy", d, a, *rec(a), "test")
+    with open(os.path.join(d, a), "r+b") as f:  # the same size, another byte
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    assert flatseal.seal_file("cupy", d, b, *rec(b), "test")
+    assert set(flatseal.sealed_files(d)) == {b}
+    swapped_sha, size = rec(a)
+    assert not flatseal.seal_file(
+        "cupy", d, a, "0" * 64, size, "test"
+    )  # not what is on disk: refused

@@ -1,6 +1,6 @@
 """Run at start-up by every Python under ``jitwarden run``: make the ``jitwarden`` package importable (alone) in
-a Python of another environment, guard what torch restores mid-run, then hand over to the ``sitecustomize``
-this one shadows, if any.
+a Python of another environment, guard what torch restores mid-run and JAX's persistent cache
+(:mod:`jitwarden.runtime.flathooks`), then hand over to the ``sitecustomize`` this one shadows, if any.
 
 :func:`jitwarden.runtime.torchhooks.install` is standard library only and never imports torch (it waits
 for torch to import its loaders). Nothing here may raise: it runs before the program.
@@ -41,6 +41,12 @@ def _install() -> None:
         from jitwarden.runtime.torchhooks import install
 
         install()
+    except Exception:
+        pass
+    try:
+        from jitwarden.runtime.flathooks import install as install_load_hooks
+
+        install_load_hooks()
     except Exception:
         pass
 
