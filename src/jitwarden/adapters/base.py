@@ -61,7 +61,7 @@ def set_vars(env, *names: str) -> list[tuple[str, str]]:
 def private_dir(env) -> str | None:
     """Where jitwarden's private roots live (activation goes there when a user's root is unsafe); None when unknown."""
     try:
-        from jitwarden.env.fingerprint import memo_dir
+        from jitwarden.store.fsutil import memo_dir
 
         return os.path.join(memo_dir(env), "roots")
     except Exception:
@@ -420,7 +420,7 @@ class surveyed:
         reading: Reading | None = None,
     ):
         self._args = (root, rel, MAX_DEPTH, nested, links_within, reading)
-        self._fd = None
+        self._fd: int | None = None
 
     def __enter__(self) -> tuple[Survey, int | None]:
         s, self._fd = _survey(*self._args)
@@ -523,8 +523,8 @@ def _survey(  # noqa: C901
                     for e in it:
                         name = e.name
                         relp = f"{sub}/{name}" if sub else name
-                        if to_read and e.is_file(
-                            follow_symlinks=False
+                        if (
+                            reading is not None and to_read and e.is_file(follow_symlinks=False)
                         ):  # the listing's type: no stat
                             head = reading.head(name)
                             if head is not None:

@@ -264,7 +264,8 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
     if _DRIVER:
         return _DRIVER[0]
     found: list[tuple[float, str]] = []
-    paths = ((LIBCUDA.raw(env),) if LIBCUDA.raw(env) else ()) + LIBCUDA_PATHS
+    named = LIBCUDA.raw(env)
+    paths = ((named,) if named else ()) + LIBCUDA_PATHS
     for p in paths:
         try:
             st = os.stat(p)
@@ -312,9 +313,8 @@ def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
     """
     if _STAMPS:
         return _STAMPS[0]
-    dirs = ([os.path.dirname(LIBCUDA.raw(env))] if LIBCUDA.raw(env) else []) + [
-        os.path.dirname(p) for p in LIBCUDA_PATHS
-    ]
+    named = LIBCUDA.raw(env)
+    dirs = ([os.path.dirname(named)] if named else []) + [os.path.dirname(p) for p in LIBCUDA_PATHS]
     stamp = None
     for d in dirs:
         p = os.path.join(d, "libnvidia-ptxjitcompiler.so.1")
@@ -565,6 +565,7 @@ def entry_findings(
     if e.problem:
         return [Finding("corrupt", e.problem)], None
     sums, key, output = e.checksums, e.key, e.output
+    assert sums is not None  # a known format without a problem has its checksums
     if sums.output_ok is False:
         out.append(
             Finding(
@@ -617,7 +618,12 @@ def entry_findings(
                 f"compiled for {target}, judged against sm_{j.target_arch}: unreachable here",
             )
         )
-    if e.producer == "driver-jit" and jit_stamp is not None and key.stamp.date != jit_stamp[0]:
+    if (
+        e.producer == "driver-jit"
+        and key is not None  # a driver-jit entry has its key
+        and jit_stamp is not None
+        and key.stamp.date != jit_stamp[0]
+    ):
         drv = f" (driver {j.driver_version})" if j.driver_version else ""
         out.append(
             Finding(
@@ -653,14 +659,14 @@ class CudaComputeFacts(KindFacts):
             if p.format is None:
                 out["format"] = "unknown"
             key, stamp = p.key, p.key.stamp if p.key else None
-            shown = (
+            shown: tuple[tuple[str, str | None], ...] = (
                 ("producer", p.producer),
-                ("jit_date", stamp and stamp.date),
-                ("jit_time", stamp and stamp.time),
-                ("target", key and key.target),
-                ("input", key and key.input),
-                ("output", p.output and p.output.kind),
-                ("options", key and key.options),
+                ("jit_date", stamp.date if stamp else None),
+                ("jit_time", stamp.time if stamp else None),
+                ("target", key.target if key else None),
+                ("input", key.input if key else None),
+                ("output", p.output.kind if p.output else None),
+                ("options", key.options if key else None),
             )
             for name, v in shown:
                 if v is not None:

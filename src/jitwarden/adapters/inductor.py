@@ -26,6 +26,7 @@ import errno
 import os
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from jitwarden.adapters.base import (
     Survey,
@@ -350,9 +351,9 @@ class Judging:
 
     def __init__(self, make: type[InductorFacts] = InductorFacts):
         self.type = "other"
-        self.name = None
-        self.arch = None
-        self.extra: dict = {}
+        self.name: str | None = None
+        self.arch: int | None = None
+        self.extra: dict[str, Any] = {}
         self.findings: list[Finding] = []
         self.make = make
 
@@ -689,12 +690,17 @@ def _check_sealed(rel: str, data: bytes | Streamed, size: int, rec: dict, facts:
     """A sealed pickle whose bytes contradict its seal is ``corrupt``: the evidence the guard acts on at load."""
     import hashlib
 
-    streamed = isinstance(data, Streamed)
-    if (data.size if streamed else len(data)) != size or (streamed and data.sha256 is None):
+    if isinstance(data, Streamed):
+        read, digest = data.size, data.sha256
+    else:
+        read, digest = len(data), None
+    if read != size or (isinstance(data, Streamed) and digest is None):
         return  # only part of it was read (a library's header), or it changed since listed: nothing to compare
     if size != rec["size"]:
         facts.findings.append(Finding("corrupt", f"{rel} is {size} bytes, sealed as {rec['size']}"))
-    elif (data.sha256 if streamed else hashlib.sha256(data).hexdigest()) != rec["sha256"]:
+    elif (digest if isinstance(data, Streamed) else hashlib.sha256(data).hexdigest()) != rec[
+        "sha256"
+    ]:
         facts.findings.append(Finding("corrupt", f"{rel} does not match its sealed sha256"))
 
 
@@ -751,9 +757,10 @@ def entry_of(
     kind: str, root: str, name: str, s: Survey, facts: Judging, findings: list[Finding]
 ) -> Entry:
     mtime = s.newest if s.files else s.mtime
-    frozen = facts.make(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()}
-    )
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()
+    }
+    frozen = facts.make(**fields)
     return Entry(
         kind,
         root,

@@ -171,7 +171,8 @@ def current_tag(j: Judge) -> tuple[str | None, str | None]:
 def parse_ninja(text: str) -> dict:
     """Facts of a torch ``build.ninja``: python include version, CUDA build, ``-gencode`` targets, default target."""
     py = _PY_INCLUDE.search(text)
-    sms, ptx = [], []
+    sms: list[int] = []
+    ptx: list[int] = []
     for _arch, kind, num in _GENCODE.findall(text):
         (sms if kind == "sm" else ptx).append(int(num))
     arch_flags = re.findall(
@@ -225,7 +226,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     # Shared objects: <name>.so, or <name>_v<N>.so after an in-process rebuild.
     sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
     own = [f for f in sos if (m := _SO_NAME.match(f)) and m.group(1) == mod]
-    so_machines = set()
+    so_machines: set[str] = set()
     for rel in sos:
         try:
             head = elf_head(os.path.join(path, rel), files[rel].size)
@@ -233,9 +234,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             out.append(unreadable(rel, exc))
             continue
         out += so_findings(rel, head, host)
-        if not head.problem:
+        if not head.problem and head.machine_name is not None:  # a sound head names its machine
             so_machines.add(head.machine_name)
-    obj_machines = set()
+    obj_machines: set[str] = set()
     for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
         try:
             head = elf_head(os.path.join(path, rel), files[rel].size)
@@ -243,7 +244,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             continue
         if head.problem:
             out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
-        else:
+        elif head.machine_name is not None:  # a sound head names its machine
             obj_machines.add(head.machine_name)
     if so_machines and obj_machines and not (so_machines & obj_machines):
         out.append(

@@ -256,7 +256,8 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
 
 def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: bool) -> EntryFacts:  # noqa: C901
     """:func:`read_entry` of a directory as listed in ``sv``; its files are read by ``dfd``."""
-    files, tmps = [], [d for d in sv.dirs if is_tmp_dir(d.name)]
+    files: list[File] = []
+    tmps: list[File | Dir] = [d for d in sv.dirs if is_tmp_dir(d.name)]
     errors = list(sv.errors)
     # One pass sorts the names (sorted already, as the survey lists them) by what they hold.
     sizes = {}  # one read() per file: the size is known from the stat
@@ -323,7 +324,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
 
     groups = []
     metadata = metadata_file = cubin = cubin_head = cubin_file = ptx_head = ptx_file = None
-    launchers = []
+    launchers: list[tuple[str, elf.Elf | elf.ElfHead | None]] = []
     for fname in group_files:
         try:
             doc = jsonlimits.loads(read(fname, _JSON_MAX))
@@ -400,7 +401,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
             except (ValueError, UnicodeDecodeError):
                 errors.append((fname, "autotune record is not valid JSON"))
 
-    seal_problems = (seal_other,) if check_seal and seal_other else None
+    seal_problems: tuple[str, ...] | None = (seal_other,) if check_seal and seal_other else None
     seal_foreign = None
     if check_seal and SEAL_FILE in names:
         from jitwarden.store import (
@@ -589,13 +590,14 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         )
     if md is not None:
         _metadata_findings(f, md, arch, kname, tv, j, add)
+    cubin_file = f.cubin_file or ""  # set whenever a cubin or its head is
     cubin_sm, producer = (
-        _cubin_findings(f.cubin, f.cubin_file, arch, kname, add)
+        _cubin_findings(f.cubin, cubin_file, arch, kname, add)
         if f.cubin is not None
         else (None, None)
     )
     if f.cubin_head is not None:
-        cubin_sm = _cubin_head_findings(f.cubin_head, f.cubin_file, arch, add)
+        cubin_sm = _cubin_head_findings(f.cubin_head, cubin_file, arch, add)
     for fname, fsize in f.unread:
         add(
             Finding(
@@ -605,7 +607,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             )
         )
     ptx_version, ptx_target = (
-        _ptx_findings(f.ptx_head, f.ptx_file, arch, kname, add)
+        _ptx_findings(f.ptx_head, f.ptx_file or "", arch, kname, add)  # set with ptx_head
         if f.ptx_head is not None
         else (None, None)
     )

@@ -14,7 +14,9 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from jitwarden.store.fsutil import open_regular, package_dir
 
@@ -121,7 +123,9 @@ def recipe_for(version: str | None) -> TritonRecipe:
     by = {_major_minor(r.release): r for r in RECIPES}
     if mm in by:
         return by[mm]
-    if mm is not None and mm < _major_minor(RECIPES[0].release):
+    if mm is not None and mm < (
+        _major_minor(RECIPES[0].release) or (0, 0)
+    ):  # recipes name a release
         near = RECIPES[0]
     else:
         near = RECIPES[-1]
@@ -174,11 +178,11 @@ class PtxasInfo:
     sha256: str
     size: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> PtxasInfo:
+    def from_json(cls, d: dict[str, Any]) -> PtxasInfo:
         if not isinstance(d, dict):
             raise ValueError("ptxas entry is not an object")
         try:
@@ -210,7 +214,7 @@ def _stat_key(realpath: str, st: os.stat_result) -> str:
 _MEMO: dict[str, PtxasInfo] = {}
 
 
-def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
+def inspect(path: str, memo: dict[str, Any] | None = None) -> PtxasInfo | None:
     """Identify the ptxas at ``path``; None if missing, not executable or ``--version`` fails.
 
     ``memo`` (a persistent dict owned by the caller) maps a stat key to a dict form of
@@ -296,14 +300,17 @@ def torch_bin_ptxas() -> str | None:
     return _tbp()
 
 
-def _runs(path: str, memo: dict | None = None) -> bool:
+def _runs(path: str, memo: dict[str, Any] | None = None) -> bool:
     """Triton's ``NvidiaTool.from_path`` test: ``--version`` succeeds and names a release."""
     info = inspect(path, memo)
     return info is not None and info.release is not None
 
 
 def for_arch(
-    arch: int, env=None, memo: dict | None = None, recipe: TritonRecipe | None = None
+    arch: int,
+    env: Mapping[str, str] | None = None,
+    memo: dict[str, Any] | None = None,
+    recipe: TritonRecipe | None = None,
 ) -> str | None:
     """The ptxas path the installed Triton (or ``recipe``'s) picks for ``arch`` (knobs.env_nvidia_tool + get_ptxas)."""
     env = os.environ if env is None else env
@@ -319,7 +326,9 @@ def for_arch(
 
 
 def selected(
-    env=None, memo: dict | None = None, recipe: TritonRecipe | None = None
+    env: Mapping[str, str] | None = None,
+    memo: dict[str, Any] | None = None,
+    recipe: TritonRecipe | None = None,
 ) -> list[tuple[str, str]]:
     """(role, path) of every ptxas this environment's compilers would use.
 
@@ -345,7 +354,7 @@ def selected(
     return out
 
 
-def machine_candidates(env=None) -> list[str]:
+def machine_candidates(env: Mapping[str, str] | None = None) -> list[str]:
     """Every other ptxas findable on this machine, deduplicated by realpath."""
     import glob
     import shutil

@@ -16,6 +16,7 @@ Stdlib only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from jitwarden.formats.elf import SHT_SYMTAB, SYM, Elf, ElfError, Section, parse
 
@@ -93,7 +94,7 @@ def is_ignored(name: str) -> bool:
     return base in IGNORED_SECTIONS
 
 
-def _symbols(p: Elf, s: Section) -> list[tuple]:
+def _symbols(p: Elf, s: Section) -> list[tuple[Any, ...]]:
     strtab = p.section_bytes(p.sections[s.link]) if s.link < len(p.sections) else b""
     table = p.section_bytes(s)
     out = []
@@ -304,7 +305,17 @@ class AttemptsJudgement:
     reason: str = ""  # one line for the finding message
 
 
-def _view(data: bytes):
+View = tuple[tuple[Any, ...], dict[str, bytes]]  # (skeleton, {section: content}) of one cubin
+
+
+def _contents(views: list[View | None], i: int) -> dict[str, bytes]:
+    """The section contents of attempt ``i``, one whose view :func:`compare` matched (so it has one)."""
+    v = views[i]
+    assert v is not None
+    return v[1]
+
+
+def _view(data: bytes) -> View | None:
     """(skeleton, {section: content}) of everything :func:`compare` considers, or None when not a cubin.
 
     The skeleton is all but the section contents: ELF header (no table offsets), program
@@ -317,7 +328,7 @@ def _view(data: bytes):
     except ElfError:
         return None
     kept = [s for s in p.sections if not is_ignored(s.name)]
-    heads = []
+    heads: list[tuple[object, ...]] = []
     contents: dict[str, bytes] = {}
     for s in kept:
         index_link = s.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or s.link != 0
@@ -427,20 +438,22 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
             f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
             f"bytes that vary",
         )
+    assert cv is not None  # `same` holds attempts of its skeleton
     contents = cv[1]
     varying: dict[str, set[int]] = {}
     for name in contents:
         pos: set[int] = set()
-        first = views[same[0]][1][name]
+        first = _contents(views, same[0])[name]
         for i in same[1:]:
-            pos.update(_diff_positions(first, views[i][1][name]))
+            pos.update(_diff_positions(first, _contents(views, i)[name]))
         varying[name] = pos
     best = None
     for i in same:
-        d = {name: _diff_positions(contents[name], views[i][1][name]) for name in contents}
+        d = {name: _diff_positions(contents[name], _contents(views, i)[name]) for name in contents}
         k = sum(len(v) for v in d.values())
         if best is None or k < best[0]:
             best = (k, i, d)
+    assert best is not None  # `same` names at least the first build
     k, nearest, d = best
     nvar = sum(len(v) for v in varying.values())
     unexplained = [
@@ -499,9 +512,12 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     )
 
 
-def _count_distinct(attempts: list[bytes], views=None) -> int:
+def _count_distinct(
+    attempts: list[bytes],
+    views: list[View | None] | None = None,
+) -> int:
     views = [_view(a) for a in attempts] if views is None else views
-    seen: list = []
+    seen: list[Any] = []
     n = 0
     for v, a in zip(views, attempts):
         key = v if v is not None else ("raw", a)

@@ -48,7 +48,7 @@ def _names_payload(body: bytes) -> tuple[tuple[str, ...], bytes] | str:
         return "name-expression payload cut short before its count"
     (count,) = struct.unpack_from("<I", body, pos)
     pos += 4
-    names = []
+    names: list[str] = []
     for _ in range(count):
         if len(body) < pos + 4:
             return f"name-expression payload cut short in name {len(names) + 1} of {count}"

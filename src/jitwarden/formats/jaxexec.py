@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from jitwarden.formats import elf
 from jitwarden.formats.reading import Reading
@@ -102,17 +104,17 @@ def fields(buf: bytes) -> list[tuple[int, int, int | bytes]]:
 # ---------------------------------------------------------------- compression
 
 
-def _zstd_decoder():
+def _zstd_decoder() -> Callable[[bytes], bytes] | None:
     """A one-shot zstd decompress function when this Python has one (3.14's ``compression.zstd``, or the
     ``zstandard`` package), else None."""
     try:
-        from compression import zstd  # type: ignore[import-not-found]
+        from compression import zstd
 
-        return zstd.decompress
+        return cast("Callable[[bytes], bytes]", zstd.decompress)
     except ImportError:
         pass
     try:
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
 
         return lambda data: zstandard.ZstdDecompressor().decompress(
             data, max_output_size=MAX_EXECUTABLE
@@ -222,7 +224,7 @@ def strings(buf: bytes, depth: int = 6) -> list[str]:
     except ValueError:
         return out
     for _num, wt, v in found:
-        if wt != 2 or not v:
+        if wt != 2 or not isinstance(v, bytes) or not v:  # wire type 2 is always bytes
             continue
         if all(32 <= c < 127 for c in v):
             out.append(v.decode("ascii"))

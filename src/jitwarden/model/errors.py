@@ -18,7 +18,7 @@ class UsageError(JitwardenError):
     exit_code = EXIT_USAGE
 
 
-def os_error_line(exc: OSError, lines: dict, other: str) -> str:
+def os_error_line(exc: OSError, lines: dict[type[OSError], str], other: str) -> str:
     """The line ``lines`` holds for the first OSError subclass (in order) that ``exc`` is one of, else ``other``
     (pure): how a command words each way a path it was given fails, in its own words, without a ladder of excepts."""
     return next((line for kind, line in lines.items() if isinstance(exc, kind)), other)

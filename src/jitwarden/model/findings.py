@@ -10,7 +10,9 @@ contradict each other, a rebuild that differs in code. What jitwarden does not f
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 class Severity(enum.IntEnum):
@@ -122,10 +124,10 @@ class Finding:
     def severity(self) -> Severity:
         return CODES[self.code]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "severity": str(self.severity), "message": self.message}
 
 
-def worst(findings) -> Severity | None:
+def worst(findings: Iterable[Finding]) -> Severity | None:
     """Highest severity among findings, or None when there are none."""
     return max((f.severity for f in findings), default=None)

@@ -381,7 +381,9 @@ def _open_partition(part: str, create: bool) -> int | None:
     below it every component is opened by fd and never through a symlink: ``UnsafeName``
     naming the path when ``jitwarden-v1`` or the partition is a link or not jitwarden's.
     """
-    base, digest = partition.split(part)
+    split = partition.split(part)
+    assert split is not None  # every destination is a partition dir
+    base, digest = split
     try:
         base_fd = fsutil.open_dir_path(base, create=create)
     except FileNotFoundError:
@@ -396,14 +398,14 @@ def _open_partition(part: str, create: bool) -> int | None:
             return fsutil.reserved_dir(v1, digest, create=create)
         except fsutil.UnsafeName as exc:
             raise fsutil.UnsafeName(
-                exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror)
+                exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror or "")
             ) from None
         finally:
             os.close(v1)
     except fsutil.UnsafeName as exc:
-        if exc.strerror.startswith(base):
+        if (exc.strerror or "").startswith(base):
             raise
-        raise fsutil.UnsafeName(exc.errno, os.path.join(base, exc.strerror)) from None
+        raise fsutil.UnsafeName(exc.errno, os.path.join(base, exc.strerror or "")) from None
     finally:
         os.close(base_fd)
 
@@ -419,7 +421,7 @@ def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | N
             raise
         return None
     except fsutil.UnsafeName as exc:
-        raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror)) from None
+        raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror or "")) from None
 
 
 def _files_at(dir_fd: int | None, name: str) -> dict | None:
@@ -432,7 +434,7 @@ def _files_at(dir_fd: int | None, name: str) -> dict | None:
     fd = fsutil.open_dir_at(name, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as it:
-            out = {}
+            out: dict[str, None] = {}
             for d in it:
                 if is_reserved(d.name):
                     continue
@@ -577,7 +579,8 @@ def install(  # noqa: C901
     got: dict[int, set] = {i: set() for i in range(len(manifest.entries))}
     header: set = set()
 
-    def keep(fd: int) -> int:
+    def keep(fd: int | None) -> int:
+        assert fd is not None  # opened with create=True
         fds.append(fd)
         return fd
 
@@ -629,6 +632,7 @@ def install(  # noqa: C901
                     keep(fsutil.open_beneath(sfd, str(i), create=True)) if key != "" else None
                 )
             into, name = (sfd, str(i)) if key == "" else (staged[i], key)
+            assert into is not None  # a file inside an entry dir: staged[i] was opened above
             if _write_new(name, into, tarball.member_stream(tar, info), info.size) != rec["sha256"]:
                 raise BundleRefused(
                     f"{e.kind} {e.path}/{key}: sha256 does not match the manifest (tampered)"
@@ -658,6 +662,7 @@ def install(  # noqa: C901
             e, o = manifest.entries[i], outcomes[i]
             efd = staged[i]
             if efd is not None:
+                assert o.dest is not None  # planned for install
                 _rewrite_groups(efd, o.dest)
                 if e.sealed:
                     where = fsutil.fd_path(

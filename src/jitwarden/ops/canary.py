@@ -352,7 +352,7 @@ def merge_passes(passes: list[list[KernelRun]], battery=BATTERY) -> tuple[Kernel
 
 def table_rows(report: CanaryReport) -> list[tuple[str, ...]]:
     """Rows for the table: kernel, dtype, what it exercises, each pass's source, largest errors, status, details."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for k in report.kernels:
         src = "/".join("-" if r.skipped else r.source_str for r in k.runs)
         skipped = k.status == "skipped"

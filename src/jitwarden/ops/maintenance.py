@@ -257,8 +257,9 @@ def prune(actions, *, current: str | None, keep_quarantined: bool = False) -> li
                 bad = None if stat.S_ISDIR(st.st_mode) else "not a directory"
             except FileNotFoundError:
                 bad = "gone since the scan"
-            o = Outcome(p.path, p.digest, "skipped", bad) if bad else None
-            if o is None:
+            if bad:
+                o = Outcome(p.path, p.digest, "skipped", bad)
+            else:
                 o = _move(
                     p.path,
                     p.base,

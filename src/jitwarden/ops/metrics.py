@@ -12,6 +12,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from jitwarden.env.locations import PARTITION_VARS, default_base
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
@@ -111,7 +112,7 @@ def _stats_fd(env) -> int | None:
         os.close(top)
 
 
-def _count(v) -> bool:
+def _count(v: object) -> TypeGuard[int]:
     return type(v) is int and v >= 0
 
 
@@ -183,7 +184,13 @@ def last_verify(env=None, problems: list | None = None) -> tuple[float, int] | N
     if doc is None:
         return None
     t, errors = doc.get("time"), doc.get("errors")
-    if not (type(t) in (int, float) and math.isfinite(t) and t >= 0 and _count(errors)):
+    if not (
+        isinstance(t, (int, float))
+        and type(t) is not bool
+        and math.isfinite(t)
+        and t >= 0
+        and _count(errors)
+    ):
         problems.append(
             f"{STATS_DIR}/{LAST_VERIFY}: not a valid record (time {t!r}, errors {errors!r}); "
             "left out of the metrics (the next `jitwarden verify` writes it again)"

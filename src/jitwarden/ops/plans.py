@@ -334,7 +334,7 @@ def _apply(records, action) -> list[str]:
         except q.QuarantineError as exc:
             raise PlanError(str(exc), len(done)) from None
         except UnsafeName as exc:
-            raise PlanError(exc.strerror, len(done), r.id) from None
+            raise PlanError(exc.strerror or str(exc), len(done), r.id) from None
         except OSError as exc:
             raise PlanError((exc.strerror or str(exc)).lower(), len(done), r.id) from None
         done.append(r.id)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter, methodcaller
+from typing import Any
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
@@ -253,7 +254,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
     each reported on its own; a path with no cache of a known kind is a :class:`UsageError` (exit 2),
     never an empty, clean-looking report (ARCHITECTURE.md, "The flow of one command").
     """
-    out = []
+    out: list[tuple[CacheRoot, list[str] | None]] = []
     known = None
     for p in paths:
         try:
@@ -261,7 +262,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
         except FileNotFoundError:
             raise UsageError(f"{p}: no such file or directory") from None
         except OSError as exc:
-            raise UsageError(f"{p}: {exc.strerror.lower()}") from None
+            raise UsageError(f"{p}: {(exc.strerror or str(exc)).lower()}") from None
         if not os.path.isdir(p):
             raise UsageError(
                 f"{p}: not a directory (give a cache root such as ~/.triton/cache, or one entry's directory)"
@@ -467,7 +468,7 @@ def _pool(jobs: int):
     try:
         import multiprocessing
 
-        ctx = multiprocessing.get_context("fork")
+        ctx: Any = multiprocessing.get_context("fork")
     except ValueError:
         ctx = multiprocessing.get_context()
     return ctx.Pool(jobs)

@@ -138,6 +138,7 @@ def check_dir(  # noqa: C901
             else:
                 changed = True  # same bytes, touched: the seal's time moves on
                 continue
+            assert why is not None  # every branch that does not continue names why
             line = _quarantine(kind, root, os.path.relpath(path, root), why, digest)
             if line:
                 out.append(line)

@@ -417,8 +417,12 @@ class GuardedCacheManager(FileCacheManager):
                     if admitted.state == "sealed":
                         v = self._judge_group(grp_name)
                     elif admitted.state == "refused":
+                        assert admitted.verdict is not None  # a refusal says why
                         v = admitted.verdict
                     else:
+                        assert (
+                            admitted.children is not None and admitted.files is not None
+                        )  # unsealed
                         return dict(admitted.children), admitted.files
             if v.state == "ok":
                 sealed = _seal.read(self.cache_dir)

@@ -344,6 +344,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         return self.enabled and self._st.writer
 
     def _rkey(self, filename: str) -> str:
+        assert self._digest is not None  # asked only when enabled
         return redis_key(self._digest, self._key, filename)
 
     def get(self, filenames) -> dict:

@@ -34,6 +34,7 @@ import errno
 import os
 import sys
 import time
+from typing import Any
 
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
@@ -141,6 +142,12 @@ def _apply(name: str, module) -> None:
         _log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
 
 
+def _mark(wrapper: Any, fn: Any) -> None:
+    """Mark ``wrapper`` as jitwarden's wrapping of ``fn``: installed once, ``__wrapped__`` leads back."""
+    wrapper.__jitwarden__ = True
+    wrapper.__wrapped__ = fn
+
+
 # ---------------------------------------------------------------- TritonBundler
 
 
@@ -168,8 +175,7 @@ def _patch_bundler(mod) -> None:
                 return None
         return fn(bundle)
 
-    read_and_emit.__jitwarden__ = True
-    read_and_emit.__wrapped__ = fn
+    _mark(read_and_emit, fn)
     cls.read_and_emit = staticmethod(read_and_emit)
 
 
@@ -462,8 +468,7 @@ def _guard_static_loads(mod) -> None:
                 kernel.precompile(warm_cache_only=False)
                 return kernel
 
-            result.__jitwarden__ = True
-            result.__wrapped__ = fn
+            _mark(result, fn)
             cls.result = result
         _applied[_STATIC] = "guarded"
     except Exception as exc:
@@ -575,8 +580,7 @@ def _patch_codecache(mod) -> None:
                 local = False
         return fn(cls, local, remote_cache, key)
 
-    iterate_over_candidates.__jitwarden__ = True
-    iterate_over_candidates.__wrapped__ = fn
+    _mark(iterate_over_candidates, fn)
     gc.iterate_over_candidates = classmethod(iterate_over_candidates)
 
 
@@ -597,8 +601,7 @@ def _wrap_writer(cls) -> None:
         except Exception as exc:
             _log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
 
-    _write_to_local_cache.__jitwarden__ = True
-    _write_to_local_cache.__wrapped__ = fn
+    _mark(_write_to_local_cache, fn)
     cls._write_to_local_cache = staticmethod(_write_to_local_cache)
 
 
@@ -791,7 +794,7 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     tdir = _torch_dir()
     if tdir is None:
         return []
-    out = []
+    out: list[tuple[str, str, str | None]] = []
     if not enabled(env):
         out.append(
             (

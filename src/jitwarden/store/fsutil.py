@@ -13,7 +13,8 @@ import errno
 import json
 import os
 import stat
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -218,7 +219,12 @@ def read_chunks(
 
 
 def digest_file(
-    path: str, hasher, *, max_bytes: int = MAX_READ, size_hint: int = 0, dir_fd: int | None = None
+    path: str,
+    hasher: Any,
+    *,
+    max_bytes: int = MAX_READ,
+    size_hint: int = 0,
+    dir_fd: int | None = None,
 ) -> int:
     """Feed the regular file ``path`` to ``hasher.update`` (a ``hashlib`` object) by :func:`read_chunks` and return
     its size: memory does not grow with the file; OSError EFBIG past ``max_bytes``, before anything is fed
@@ -237,7 +243,7 @@ def read_json(
     size_hint: int = 0,
     dir_fd: int | None = None,
     follow: bool = False,
-):
+) -> Any:
     """The JSON document in the regular file ``path`` (:func:`read_bytes`), parsed with depth and size limits.
 
     OSError when it cannot be read as a regular file of at most ``max_bytes``, ValueError when it
@@ -264,7 +270,7 @@ def umask() -> int:
 
 
 def write_json_atomic(
-    path: str, doc, prefix: str, *, dir_fd: int | None = None, mode: int | None = None
+    path: str, doc: object, prefix: str, *, dir_fd: int | None = None, mode: int | None = None
 ) -> str:
     """Write ``doc`` as JSON to ``path`` atomically; a crash leaves the old file or none, never half.
 
@@ -323,7 +329,7 @@ def open_dir(path: str) -> int:
         os.close(base_fd)
 
 
-def _why_not_ours(st: os.stat_result, want_dir: bool, owners=()) -> str | None:
+def _why_not_ours(st: os.stat_result, want_dir: bool, owners: tuple[int, ...] = ()) -> str | None:
     """Why ``st`` is not a file or directory jitwarden made, or None. ``owners``: uids allowed besides ours
     (the root's owner: root cleaning a user's cache acts on what that user's jitwarden made)."""
     if stat.S_ISLNK(st.st_mode):
@@ -341,7 +347,7 @@ def _why_not_ours(st: os.stat_result, want_dir: bool, owners=()) -> str | None:
     return None
 
 
-def unsafe_reserved(root_fd: int, names) -> list[str]:
+def unsafe_reserved(root_fd: int, names: dict[str, bool]) -> list[str]:
     """Sentences naming each of ``names`` (name -> True for a directory) in the root that jitwarden did not make.
 
     Absent names are fine; reads only.
@@ -386,10 +392,12 @@ def reserved_dir(root_fd: int, name: str, create: bool = False) -> int | None:
         raise UnsafeName(
             errno.EPERM, f"{why[0]}; not what jitwarden made, refusing to use it"
         ) from None
-    why = _why_not_ours(os.fstat(fd), True, (os.fstat(root_fd).st_uid,))
-    if why:
+    not_ours = _why_not_ours(os.fstat(fd), True, (os.fstat(root_fd).st_uid,))
+    if not_ours:
         os.close(fd)
-        raise UnsafeName(errno.EPERM, f"{name} {why}; not what jitwarden made, refusing to use it")
+        raise UnsafeName(
+            errno.EPERM, f"{name} {not_ours}; not what jitwarden made, refusing to use it"
+        )
     return fd
 
 
@@ -449,13 +457,14 @@ def package_dir(name: str) -> str | None:
     return os.path.dirname(spec.origin) if spec.origin else None
 
 
-def memo_dir(env=None) -> str:
+def memo_dir(env: Mapping[str, str] | None = None) -> str:
     """Where jitwarden keeps memos and private roots: ``$JITWARDEN_HOME``, else ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
     from jitwarden.model.settings import HOME
 
     env = os.environ if env is None else env
-    if HOME.raw(env):
-        return HOME.raw(env)
+    home = HOME.raw(env)
+    if home:
+        return home
     base = env.get("XDG_CACHE_HOME") or os.path.join(
         env.get("HOME") or os.path.expanduser("~"), ".cache"
     )  # env's own home
@@ -566,10 +575,12 @@ class AtomicWriter:
     def flush(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> AtomicWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: object, tb: object
+    ) -> Literal[False]:
         try:
             if exc_type is None:
                 os.close(self.fd)
@@ -639,7 +650,7 @@ def create_new(name: str, *, dir_fd: int, mode: int = 0o644) -> int:
     )
 
 
-def open_regular_file(path: str, *, dir_fd: int | None = None, follow: bool = False):
+def open_regular_file(path: str, *, dir_fd: int | None = None, follow: bool = False) -> BinaryIO:
     """A binary read-only file object of the regular file ``path`` (:func:`open_regular`): for readers that stream."""
     fd, _st = open_regular(path, dir_fd=dir_fd, follow=follow)
     return os.fdopen(fd, "rb")
@@ -767,7 +778,7 @@ def private_tempdir(prefix: str, where: str | None) -> str:
 # --- added by runtime-house ---
 
 
-def read_own_json(path: str, *, max_bytes: int = 4 << 20, dir_fd: int | None = None):
+def read_own_json(path: str, *, max_bytes: int = 4 << 20, dir_fd: int | None = None) -> Any:
     """The JSON document in ``path`` when it is a regular file this user owns and nobody else may write.
 
     For memos that steer what a process trusts (a ptxas identified from the fingerprint memo):
@@ -995,7 +1006,7 @@ def _move_up(fd: int, name: str, to_fd: int, flat: str) -> str:
     return flat
 
 
-def _went(op, *args, **kw) -> bool:
+def _went(op: Callable[..., object], *args: Any, **kw: Any) -> bool:
     """Whether ``op(*args, **kw)`` (an unlink or rmdir) succeeded; an OSError is a False, never raised."""
     try:
         op(*args, **kw)
@@ -1039,7 +1050,7 @@ def _new_temp(prefix: str, mode: int | None, dir_fd: int | None, target: str) ->
     )  # pragma: no cover - a hundred names taken
 
 
-def _descend(fd: int, parts: list[str], step) -> int:
+def _descend(fd: int, parts: list[str], step: Callable[[int, int, str], int]) -> int:
     """The directory fd reached from ``fd`` (taken over) through ``step(fd, i, part)`` for each of ``parts`` in
     turn (each opens the next one in ``fd``): every fd on the way is closed, the last one too on an error."""
     try:
@@ -1080,6 +1091,7 @@ class Spill:
         if self._mem is not None:
             self._mem.append(data)
             return
+        assert self._fd is not None  # held on disk, so the file is open
         try:
             view = memoryview(data)
             while view:
@@ -1089,7 +1101,7 @@ class Spill:
             self._mem = [*self.chunks(), data]
             self.close()
 
-    def chunks(self, size: int = 1 << 20):
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
         """What was written, in order, in pieces of at most ``size`` bytes (memory: as written)."""
         if self._mem is not None:
             yield from self._mem
@@ -1112,7 +1124,7 @@ class Spill:
     def __enter__(self) -> Spill:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -12,6 +12,7 @@ import functools
 import os
 import time
 from operator import itemgetter
+from typing import Any
 
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
 from jitwarden.store.fsutil import read_json, write_json_atomic
@@ -21,7 +22,7 @@ TOUCH_EVERY_S = 60.0
 """Last use is rewritten at most once a minute: activation stays a read on the warm path."""
 
 
-class PartitionInfo(tuple):
+class PartitionInfo(tuple[Any, ...]):
     """(digest, headline, created, last_used, kinds), immutable.
 
     A tuple subclass rather than a frozen dataclass: activation imports this module in
@@ -31,8 +32,13 @@ class PartitionInfo(tuple):
     __slots__ = ()
 
     def __new__(
-        cls, digest: str, headline: str | None, created: float, last_used: float, kinds: tuple = ()
-    ):
+        cls,
+        digest: str,
+        headline: str | None,
+        created: float,
+        last_used: float,
+        kinds: tuple[str, ...] = (),
+    ) -> PartitionInfo:
         return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds)))
 
     digest, headline, created, last_used, kinds = (property(itemgetter(i)) for i in range(5))
@@ -43,7 +49,7 @@ class PartitionInfo(tuple):
             f"last_used={self.last_used!r}, kinds={self.kinds!r})"
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "digest": self.digest,

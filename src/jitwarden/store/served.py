@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import stat
+from typing import Any
 
 from jitwarden.store.fsutil import O_DIR_NOFOLLOW, open_lock_file, remove_tree
 
@@ -24,7 +25,7 @@ PREFIX = "jitwarden-served-"
 class Served:
     """One process's private directory of served copies (see the module docstring)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         import itertools
         import threading
 
@@ -35,7 +36,7 @@ class Served:
         self.mutex = threading.Lock()
 
     @staticmethod
-    def _parents(fallback: str) -> list:
+    def _parents(fallback: str) -> list[Any]:
         import tempfile
 
         out = []
@@ -127,7 +128,7 @@ class Served:
             os.close(fd)
         return path
 
-    def serve(self, blobs: dict, fallback: str) -> dict:
+    def serve(self, blobs: dict[str, Any], fallback: str) -> dict[str, Any]:
         """Write ``blobs`` (name -> bytes) as a fresh private set; name -> path. OSError when it cannot."""
         where = self.begin(fallback)
         return {name: self.write(where, name, data) for name, data in blobs.items()}

@@ -232,6 +232,8 @@ def rebuilt(report, req: RebuildRequest, results: dict | None = None):
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
             from jitwarden.store.fsutil import remove_empty_dir
 
+            assert req.options.keep_dir is not None  # keep_is_new: it was given
+
             remove_empty_dir(
                 req.options.keep_dir
             )  # kept when not empty (cubins kept) or not ours to remove
@@ -251,7 +253,7 @@ def protection_lines(report, env=None) -> list[dict]:
     from jitwarden.ops.maintenance import leftover_trash
     from jitwarden.runtime.activation import reduced_protection
 
-    lines = [
+    lines: list[dict[str, object]] = [
         {"kind": "reduced-protection", "what": s, "why": why, "fix": fix}
         for s, why, fix in reduced_protection(os.environ if env is None else env)
     ]

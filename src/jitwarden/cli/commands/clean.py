@@ -156,7 +156,7 @@ def _cascade(
     """Entries that fail only because what they depended on was just moved (an AOTAutograd result whose
     FX graph is gone, a vLLM graph list whose artifact was taken): shown as a plan of their own, asked
     again (``-y`` answers), and moved the same way. At most ``rounds`` rounds; ``--dry-run`` never gets here."""
-    done = []
+    done: list = []
     for _ in range(rounds):
         plan = cleanplan.plan_clean(scan(args, fp, req), sel)
         actions = [a for a in plan.actions if a.path not in shown and a.root in roots]

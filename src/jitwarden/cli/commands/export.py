@@ -103,7 +103,8 @@ def run(args) -> int:
     fp = fingerprint.collect()
     digest = fp.digest
     env = os.environ
-    roots, partitions = [], {}
+    roots: list[tuple[CacheRoot, list[str] | None]] = []
+    partitions = {}
     for kind, var in PARTITION_VARS:
         if kind not in kinds:
             continue

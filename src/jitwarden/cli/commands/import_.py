@@ -69,9 +69,10 @@ def run(args) -> int:
             args.bundle, "", digest, None, "", refused=refused, dry_run=args.dry_run
         )
         return _finish(rep, args, EXIT_FINDINGS)
+    assert opened is not None  # opened, or refused above
     try:
         m = opened.manifest
-        diffs = ()
+        diffs: tuple[fingerprint.Change, ...] = ()
         if m.digest != digest:
             try:
                 theirs = fingerprint.Fingerprint.from_json(m.fingerprint)
@@ -79,7 +80,7 @@ def run(args) -> int:
             except ValueError:
                 diffs = ()
             why = _mismatch_line(theirs_headline(m), brief(fp), diffs)
-            outcomes = tuple(
+            skipped = tuple(
                 bundle.Outcome(e.kind, e.path, "skipped", why, None, e.bytes) for e in m.entries
             )
             rep = bundle.ImportReport(
@@ -89,7 +90,7 @@ def run(args) -> int:
                 opened.signed_by,
                 opened.signature_note,
                 diffs,
-                outcomes,
+                skipped,
                 dry_run=args.dry_run,
             )
             return _finish(rep, args, EXIT_OTHER_ENV)

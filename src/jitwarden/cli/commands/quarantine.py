@@ -22,6 +22,7 @@ from jitwarden.model.text import age_arg, display, human_age, human_size, plural
 from jitwarden.ops import plans
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q
+from jitwarden.store.fsutil import UnsafeName
 
 
 def register(sub) -> None:
@@ -140,9 +141,9 @@ def records(args, include_empty: bool = False) -> list[q.Record]:
     for d in _dirs(args):
         try:
             recs += q.list_root(d, include_empty=include_empty)
-        except q.UnsafeName as exc:
+        except UnsafeName as exc:
             raise UsageError(
-                f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}"
+                f"refusing to use the quarantine of {display(d)}: {display(exc.strerror or str(exc))}"
             ) from None
     return sorted(recs, key=lambda r: (r.quarantined_at, r.id))
 

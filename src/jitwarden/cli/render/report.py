@@ -134,10 +134,10 @@ def entries_table(
             status_cell(fs),
         ]
         row += [e.path] if long else []
-        shown = ()
+        shown: list[str] = []
         if details:
-            shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
-            shown = [f"{f.code}: {f.message}" for f in shown]
+            worth = [f for f in fs if f.severity > Severity.INFO] or list(fs)
+            shown = [f"{f.code}: {f.message}" for f in worth]
         g.add(*row, details=shown)
     return g
 
