@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jitwarden.model.errors import JitwardenError
+
 NVML_LIB = "libnvidia-ml.so.1"
 
 
@@ -182,8 +184,8 @@ def read_proc(proc_root: str = "/proc") -> tuple[tuple[Gpu, ...], str | None] | 
 # --- NVML -------------------------------------------------------------------------
 
 
-class NvmlError(RuntimeError):
-    pass
+class NvmlError(JitwardenError, RuntimeError):
+    """NVML is missing or a call of it failed (the fingerprint then reads /proc)."""
 
 
 def _nvml_query() -> tuple[tuple[Gpu, ...], str | None, str | None]:

@@ -21,6 +21,8 @@ from functools import cache, cached_property
 from operator import add
 from typing import Any, BinaryIO, NamedTuple
 
+from jitwarden.model.errors import JitwardenError
+
 EM_CUDA = 190
 EM_X86_64 = 62
 EM_AARCH64 = 183
@@ -45,7 +47,7 @@ SYM = struct.Struct("<IBBHQQ")
 PHDR = struct.Struct("<IIQQQQQQ")
 
 
-class ElfError(ValueError):
+class ElfError(JitwardenError, ValueError):
     """The bytes are not a well-formed ELF64 little-endian file."""
 
 

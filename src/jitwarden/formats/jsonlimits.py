@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from jitwarden.model.errors import JitwardenError
+
 MAX_DEPTH = 64
 """Deeper than anything jitwarden or the caches it reads write (Triton metadata: 3; vLLM factors: ~8)."""
 
@@ -40,7 +42,7 @@ _SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _BLANKS = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
-class JsonLimitError(ValueError):
+class JsonLimitError(JitwardenError, ValueError):
     """The JSON is larger or nested deeper than we read."""
 
 

@@ -24,6 +24,8 @@ from operator import itemgetter
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from jitwarden.model.errors import JitwardenError
+
 MAX_LINE = 64 << 10
 """The longest line of a reply (a status, an error, a length); Redis's own are a few hundred bytes."""
 
@@ -37,11 +39,11 @@ MAX_DEPTH = 4
 """Arrays nested deeper are refused (the commands used here answer with depth 1 at most)."""
 
 
-class RespError(Exception):
+class RespError(JitwardenError):
     """The server answered with an error reply (``-ERR ...``, ``-NOPERM ...``); the connection stays in step."""
 
 
-class ProtocolError(ValueError):
+class ProtocolError(JitwardenError, ValueError):
     """A reply that is not RESP, or passes a bound; the connection is closed."""
 
 

@@ -12,12 +12,16 @@ import io
 import tarfile
 from typing import IO, Any, BinaryIO
 
+from jitwarden.model.errors import ExitStatus, JitwardenError
+
 TarError = (tarfile.TarError, EOFError)
 """What a damaged or foreign tar raises while it is read."""
 
 
-class NotATar(ValueError):
+class NotATar(JitwardenError, ValueError):
     """The file is not a tar (nor a compressed one) that this reader opens."""
+
+    exit_code = ExitStatus.USAGE
 
 
 class _Reader(tarfile.TarFile):

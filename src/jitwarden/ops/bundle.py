@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from jitwarden.env.locations import PARTITION_VARS, default_base
 from jitwarden.formats import jsonlimits, tarball
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.store import fsutil, partition, seal
 from jitwarden.store.quarantine import rename_noreplace
@@ -48,8 +49,10 @@ MAX_GROUP = 1 << 20
 STAGE_PREFIX = ".jitwarden-import."
 
 
-class BundleRefused(ValueError):
+class BundleRefused(JitwardenError, ValueError):
     """The bundle must not be installed (unsigned, untrusted, tampered, unsafe); the message says why."""
+
+    exit_code = ExitStatus.FINDINGS
 
 
 class Unsigned(BundleRefused):

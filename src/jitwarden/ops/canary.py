@@ -27,6 +27,7 @@ import sys
 import time
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.errors import JitwardenError
 
 MARKER = "JW-CANARY-RESULT "
 MANAGER = "jitwarden.guard:GuardedCacheManager"
@@ -386,14 +387,14 @@ TABLE_HEADER = (
 # ---------------------------------------------------------------- the GPU worker (one pass, one process)
 
 
-class NoGPU(Exception):
+class NoGPU(JitwardenError):
     """The worker found no usable CUDA GPU (or no torch/Triton)."""
 
 
 # ---------------------------------------------------------------- the parent: passes in fresh processes
 
 
-class PassFailed(Exception):
+class PassFailed(JitwardenError):
     """A worker process ended without a result (a crash inside the GPU runtime, a timeout)."""
 
 

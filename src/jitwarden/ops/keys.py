@@ -21,13 +21,16 @@ import hashlib
 import os
 
 from jitwarden.model import settings
+from jitwarden.model.errors import ExitStatus, JitwardenError
 
 SECRET_TAG = "jitwarden-ed25519-secret"
 PUBLIC_TAG = "jitwarden-ed25519"
 
 
-class KeyError_(ValueError):
+class KeyError_(JitwardenError, ValueError):
     """A key file that cannot be used, or no key where one is needed; the message says which and why."""
+
+    exit_code = ExitStatus.USAGE
 
 
 class KeyTooOpen(KeyError_):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
 from jitwarden.store import fsutil, partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
@@ -26,8 +27,10 @@ MAX_STATS = 1 << 20
 """Larger than any stats file jitwarden writes (a few hundred bytes)."""
 
 
-class MetricsError(ValueError):
+class MetricsError(JitwardenError, ValueError):
     """The metrics file cannot be written where asked; the message says why in one line."""
+
+    exit_code = ExitStatus.USAGE
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import CODES, Severity
 from jitwarden.model.text import human_duration, human_size
 from jitwarden.ops import maintenance
@@ -317,8 +318,10 @@ def plan_prune(
 # ---------------------------------------------------------------- quarantine restore / empty
 
 
-class PlanError(Exception):
+class PlanError(JitwardenError):
     """An ``execute()`` stopped at its first failure: ``why``, after ``done`` records were carried out."""
+
+    exit_code = ExitStatus.USAGE
 
     def __init__(self, why: str, done: int, record_id: str | None = None):
         super().__init__(why)

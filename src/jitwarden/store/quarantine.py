@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
 from jitwarden.store.fsutil import (
     inside,
@@ -49,8 +50,10 @@ RECORD = ".jitwarden-quarantine.json"
 SCHEMA = 2
 
 
-class QuarantineError(Exception):
+class QuarantineError(JitwardenError):
     """A quarantine or restore that cannot be done as asked (message for the user)."""
+
+    exit_code = ExitStatus.USAGE
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jitwarden.model.errors import JitwardenError
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store.fsutil import digest_file, read_bytes
 
@@ -35,7 +36,7 @@ def dir_bound(files: int) -> int:
     return MAX_SEAL + BYTES_PER_FILE * files
 
 
-class SealError(ValueError):
+class SealError(JitwardenError, ValueError):
     """The seal file exists but cannot be read as a seal."""
 
 

@@ -18,9 +18,9 @@ import sys
 
 from jitwarden.cli import options
 from jitwarden.cli import render as out
-from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, ExitStatus, UsageError
 
-EXIT_OTHER_ENV = 4
+EXIT_OTHER_ENV = ExitStatus.OTHER_ENVIRONMENT
 
 
 def register(sub) -> None:
@@ -47,10 +47,7 @@ def run(args) -> int:
     from jitwarden.env import fingerprint
     from jitwarden.ops import bundle, keys
 
-    try:
-        trusted = keys.load_trusted()
-    except keys.KeyError_ as exc:
-        raise UsageError(str(exc)) from None
+    trusted = keys.load_trusted()  # keys.KeyError_: a usage error, by the error table
     fp = fingerprint.collect()
     digest = fp.digest
     refused, opened, tar = None, None, None

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from jitwarden.model.errors import UsageError
+from jitwarden.model.errors import ExitStatus, UsageError
 
 
 def register(sub) -> None:
@@ -76,11 +76,11 @@ def run(args) -> int:
         os.execvpe(cmd[0], cmd, env)
     except FileNotFoundError:
         print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
-        return 127
+        return ExitStatus.COMMAND_NOT_FOUND
     except PermissionError:
         print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
-        return 126
+        return ExitStatus.CANNOT_EXECUTE
     except OSError as exc:
         print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
-        return 126
+        return ExitStatus.CANNOT_EXECUTE
     return 0  # not reached
