@@ -1,11 +1,13 @@
 """Hygiene contracts the gates cannot see (issue 36; docs/development.md, "Gates").
 
 The package ships its types (``py.typed`` in the wheel) and the public ``jitwarden.activate()`` is the
-runtime's, signature for signature.
+runtime's, signature for signature; docs/commands.md is generated from the parser and kept current.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import inspect
 import os
 import re
@@ -27,3 +29,37 @@ def test_jitwarden_activate_has_the_runtimes_signature():
     public, runtime = inspect.signature(jitwarden.activate), inspect.signature(activation.activate)
     assert public == runtime
     assert [p.kind for p in public.parameters.values()] == [inspect.Parameter.KEYWORD_ONLY] * 3
+
+
+def _gen_commands():
+    spec = importlib.util.spec_from_file_location(
+        "gen_commands", os.path.join(REPO, "docs", "gen_commands.py")
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_commands_md_is_generated_from_the_parser_and_current():
+    """docs/commands.md's reference and exit-code sections are what docs/gen_commands.py makes now."""
+    assert _gen_commands().main(["--check"]) == 0, "run `python docs/gen_commands.py`"
+
+
+def test_commands_md_names_every_verb_option_and_exit_status():
+    from jitwarden.cli import main as cli
+    from jitwarden.model.errors import ExitStatus
+
+    with open(os.path.join(REPO, "docs", "commands.md")) as f:
+        doc = f.read()
+    parser = cli.build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(verbs) == set(cli.COMMANDS)
+    for verb, p in verbs.items():
+        assert f"### `jitwarden {verb}`" in doc, verb
+        for a in p._actions:
+            for flag in a.option_strings:
+                assert flag in doc, (verb, flag)
+    for flag in ("--no-memo", "--unsigned", "--force", "--verbose"):  # missing before issue 36
+        assert f"`{flag}" in doc or f", {flag}" in doc, flag
+    for status in ExitStatus:
+        assert f"| {status.value} | `{status.name}` |" in doc
