@@ -14,6 +14,7 @@ from itertools import repeat
 from typing import Any, ClassVar
 
 from jitwarden.model.findings import Finding
+from jitwarden.model.settings import ORPHAN_AGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class Judge:
     target_arch: int | None = None
     triton_version: str | None = None
     host_machine: str | None = None
-    orphan_age: float = 3600.0
+    orphan_age: float = ORPHAN_AGE.default
     now: float = 0.0
     check_seals: bool = True
     versions: tuple[

@@ -12,6 +12,7 @@ dotted paths users and activation write into ``TRITON_CACHE_MANAGER`` and ``TRIT
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any
@@ -248,6 +249,25 @@ SETTINGS = (
     ORPHAN_AGE,
 )
 BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _xdg_dir(env: Mapping[str, str], var: str, fallback: str) -> str:
+    """``$var``, else ``~/fallback`` (``env``'s own HOME): the XDG base directory ``var`` names."""
+    return env.get(var) or os.path.join(env.get("HOME") or os.path.expanduser("~"), fallback)
+
+
+def home_dir(env: Mapping[str, str]) -> str:
+    """Where jitwarden keeps memos, statistics and private roots: ``$JITWARDEN_HOME``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
+    return HOME.raw(env) or os.path.join(_xdg_dir(env, "XDG_CACHE_HOME", ".cache"), "jitwarden")
+
+
+def config_dir(env: Mapping[str, str]) -> str:
+    """jitwarden's configuration directory (keys): ``$JITWARDEN_CONFIG_DIR``, else
+    ``${XDG_CONFIG_HOME:-~/.config}/jitwarden``."""
+    return CONFIG_DIR.raw(env) or os.path.join(
+        _xdg_dir(env, "XDG_CONFIG_HOME", ".config"), "jitwarden"
+    )
 
 
 def weakened(env: Mapping[str, str]) -> list[tuple[str, str, str]]:

@@ -38,14 +38,7 @@ class KeyTooOpen(KeyError_):
 
 
 def config_dir(env=None) -> str:
-    env = os.environ if env is None else env
-    explicit = settings.CONFIG_DIR.raw(env)
-    if explicit:
-        return explicit
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".config"
-    )
-    return os.path.join(base, "jitwarden")
+    return settings.config_dir(os.environ if env is None else env)
 
 
 def key_id(public: bytes) -> str:
@@ -193,7 +186,7 @@ def parse_public(text: str, where: str) -> dict:
 
 def trusted_key_paths(env=None) -> list[str]:
     env = os.environ if env is None else env
-    raw = env.get(settings.TRUSTED_KEYS.name)
+    raw = settings.TRUSTED_KEYS.raw(env)
     items = (
         [p for p in raw.split(os.pathsep) if p]
         if raw

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ROOT_LOCK_FILE, TRASH_DIR, is_write_leftover
+from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.store import quarantine as q
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
@@ -108,7 +109,7 @@ def clean(
     actions,
     *,
     purge: bool = False,
-    orphan_age: float = 3600.0,
+    orphan_age: float = ORPHAN_AGE.default,
     by: str = "clean",
     fingerprint: str | None = None,
 ) -> list[Outcome]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import CODES, Severity
+from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.model.text import human_duration, human_size
 from jitwarden.ops import maintenance
 from jitwarden.ops.maintenance import Outcome, PartitionFacts
@@ -149,7 +150,7 @@ class CleanPlan:
         self,
         *,
         purge: bool = False,
-        orphan_age: float = 3600.0,
+        orphan_age: float = ORPHAN_AGE.default,
         fingerprint: str | None = None,
         lock_timeout: float | None = None,
         replan=None,

@@ -23,6 +23,7 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
+from jitwarden.model.settings import ORPHAN_AGE
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 250
@@ -364,7 +365,10 @@ def default_roots(
 
 
 def make_judge(
-    target_arch: int | None, orphan_age: float = 3600.0, triton_version: str | None = None, fp=None
+    target_arch: int | None,
+    orphan_age: float = ORPHAN_AGE.default,
+    triton_version: str | None = None,
+    fp=None,
 ) -> Judge:
     """The judge for this environment: its packages, GPUs and driver come from ``fp`` when given."""
     if fp is not None:

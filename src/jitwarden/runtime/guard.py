@@ -36,7 +36,6 @@ from jitwarden import __version__
 from jitwarden.adapters import triton as _adapter
 from jitwarden.formats import elf
 from jitwarden.formats import jsonlimits as _jsonlimits
-from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
 from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
@@ -53,7 +52,7 @@ _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 """Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
 the ``GUARD_HASH_ALL`` setting (model/settings.py) is on; the group, metadata and binaries are always hashed. ``jitwarden
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
-_HASH_ALL = parse_flag(os.environ.get(GUARD_HASH_ALL.name)) is True
+_HASH_ALL = GUARD_HASH_ALL.on(os.environ)
 _log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _FALLBACK_ROOT: str | None = None

@@ -54,9 +54,7 @@ _stalled: set[str] = set()
 
 def background(env=None) -> bool:
     """Whether start-up proofs go to the background (the default), not before the workload starts."""
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag((os.environ if env is None else env).get(WAIT_VAR)) is not True
+    return not PROVE_WAIT.on(os.environ if env is None else env)
 
 
 def staging(tree: str) -> str:

@@ -46,10 +46,8 @@ _STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")
 
 
 def enabled(env=None) -> bool:
-    """False only when ``JITWARDEN_PROVE`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag((os.environ if env is None else env).get(PROVE_VAR)) is not False
+    """False only when ``JITWARDEN_PROVE`` is turned off (its row in model/settings.py)."""
+    return PROVE.on(os.environ if env is None else env)
 
 
 class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(None,))):

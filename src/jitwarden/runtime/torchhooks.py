@@ -59,10 +59,8 @@ _log = _Log()
 
 
 def enabled(env=None) -> bool:
-    """False only when ``JITWARDEN_TORCH_HOOKS`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag((os.environ if env is None else env).get(HOOKS_VAR)) is not False
+    """False only when ``JITWARDEN_TORCH_HOOKS`` is turned off (its row in model/settings.py)."""
+    return TORCH_HOOKS.on(os.environ if env is None else env)
 
 
 def install(env=None) -> dict[str, str]:

@@ -60,12 +60,14 @@ def check_age(value: float, what: str) -> float:
 
 
 def orphan_age(args) -> float:
-    """Seconds after which ``tmp.pid_*`` leftovers are orphans: ``--orphan-age``, ``JITWARDEN_ORPHAN_AGE``, 3600.
+    """Seconds after which ``tmp.pid_*`` leftovers are orphans: ``--orphan-age`` (where the command has
+    it), ``JITWARDEN_ORPHAN_AGE``, else the setting's default.
 
     A negative, infinite or NaN age would make a live writer's files look abandoned: refused.
     """
-    if args.orphan_age is not None:
-        return check_age(args.orphan_age, "--orphan-age")
+    given = getattr(args, "orphan_age", None)
+    if given is not None:
+        return check_age(given, "--orphan-age")
     name, raw = settings.ORPHAN_AGE.name, settings.ORPHAN_AGE.raw(os.environ)
     if raw:
         try:

@@ -85,6 +85,7 @@ def run(args) -> int:
             f"--kind {bad[0]}: only partitioned kinds can be exported ({', '.join(bundle.PARTITIONED)})"
         )
     req = _common.rebuild_request(args)
+    orphans = _common.orphan_age(args)  # JITWARDEN_ORPHAN_AGE: export has no --orphan-age
     signer = None
     if not args.unsigned:
         path = keys.signing_key_path(args.key)
@@ -115,7 +116,7 @@ def run(args) -> int:
             roots.append((CacheRoot(kind, pdir, "partition", digest, base), None))
             partitions[kind] = pdir
     target = _common.resolve_target(None, fp)
-    judge = scanner.make_judge(target.arch, 3600.0, fp=fp)
+    judge = scanner.make_judge(target.arch, orphans, fp=fp)
     report = scanner.scan(roots, judge, target, expand=False)
     if req is not None:
         report = _common.rebuilt(report, req)
