@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """docs/commands.md's reference sections, generated from the code: every verb and every option from the
-argparse parser (``jitwarden.cli.main.build_parser``), every exit status from ``ExitStatus``.
+argparse parser (``jitwarden.cli.main.build_parser``), every exit status from ``ExitStatus``, every finding
+code from ``model/findings.CATALOG``.
 
     python docs/gen_commands.py           rewrite the generated sections in place
     python docs/gen_commands.py --check   exit 1 when a section differs from what the code says now
@@ -25,6 +26,7 @@ sys.path.insert(0, os.path.join(REPO, "src"))
 
 from jitwarden.cli import main as cli
 from jitwarden.model.errors import ExitStatus
+from jitwarden.model.findings import CATALOG
 
 DOC = os.path.join(REPO, "docs", "commands.md")
 BLOCK = re.compile(
@@ -130,7 +132,15 @@ def exit_codes() -> str:
     return "\n".join(["| status | name | meaning |", "|---|---|---|", *rows, ""])
 
 
-SECTIONS = {"reference": reference, "exit-codes": exit_codes}
+def findings() -> str:
+    rows = [
+        f"| `{code}` | {k.severity.name.lower()} | {_cell(k.meaning)} |"
+        for code, k in CATALOG.items()
+    ]
+    return "\n".join(["| code | severity | meaning |", "|---|---|---|", *rows, ""])
+
+
+SECTIONS = {"reference": reference, "exit-codes": exit_codes, "findings": findings}
 
 
 def render(text: str) -> str:

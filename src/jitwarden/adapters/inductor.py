@@ -57,7 +57,6 @@ DEVPROPS = re.compile(  # bounded: a forged 5,000-digit number is no match, not 
 )
 KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
 FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
-TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
 
 PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
 CUTLASS_DIR = "torch_cutlass"

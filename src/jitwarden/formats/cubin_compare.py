@@ -16,7 +16,7 @@ Stdlib only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from jitwarden.formats.elf import SHT_SYMTAB, SYM, Elf, ElfError, Section, parse
 
@@ -279,21 +279,21 @@ def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:  # noqa: C901
         return CubinComparison(False, True, (), None, None, tuple(ignored))
     # Code-section differences first (most telling), then the rest in file order.
     diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
-    msg0, sec, off = diffs[0]
+    _what, sec, off = diffs[0]
     return CubinComparison(False, False, tuple(d[0] for d in diffs), sec, off, tuple(ignored))
 
 
 # ---------------------------------------------------------------- several rebuilds of one PTX
 
-#: the verdicts of :func:`judge_attempts`
-ATTEMPT_VERDICTS = ("reproduced", "differs", "varies-confined", "varies-differs")
+Verdict = Literal["reproduced", "differs", "varies-confined", "varies-differs"]
+"""The verdicts of :func:`judge_attempts`."""
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptsJudgement:
     """What several assemblies of one PTX by one ptxas say about a cached cubin."""
 
-    verdict: str  # one of ATTEMPT_VERDICTS
+    verdict: Verdict
     attempts: int  # assemblies judged (those that wrote a cubin)
     distinct: int  # distinct outputs among them, by the comparison rules of :func:`compare`
     matched: int | None = None  # index of the first attempt equal to the cached cubin

@@ -47,7 +47,6 @@ _MEANING = {
 EXIT_OK = ExitStatus.OK
 EXIT_FINDINGS = ExitStatus.FINDINGS
 EXIT_USAGE = ExitStatus.USAGE
-EXIT_INTERNAL = ExitStatus.INTERNAL
 
 
 class JitwardenError(Exception):

@@ -55,14 +55,6 @@ def _ed25519():
     return ed25519
 
 
-def crypto_available() -> bool:
-    try:
-        _ed25519()
-        return True
-    except KeyError_:
-        return False
-
-
 class SigningKey:
     """A secret key that signs; ``public`` is its 32-byte public key."""
 

@@ -30,7 +30,6 @@ from collections import namedtuple
 from jitwarden.model.layout import ENTRY_LOCK_FILE, PROVING_DIR, SEAL_FILE
 from jitwarden.model.settings import PROVE_WAIT
 
-WAIT_VAR = PROVE_WAIT.name
 WAIT_S = 300.0
 """How long one process waits for hidden kernels in all, before every lookup of one is a miss (recompiled)."""
 STALL_S = 10.0

@@ -279,16 +279,6 @@ def state(env=None) -> _State:
     return _STATE[0]
 
 
-def reset() -> None:
-    """Forget the process state (tests, and a changed environment)."""
-    if _STATE:
-        _STATE[0].flush()
-        if _STATE[0].client is not None:
-            _STATE[0].client.close()
-    _STATE[:] = []
-    _SAID.clear()
-
-
 def _say(msg: str) -> None:
     if msg not in _SAID:
         _SAID.add(msg)
