@@ -444,7 +444,7 @@ def _producer(inp: str | None, options: str | None, output: str | None) -> str |
     return None
 
 
-def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:  # noqa: C901
+def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:
     """Facts of one entry file from its bytes (``data``: all of it, or its first bytes when it is large).
 
     ``name`` is the entry's hash as its path spells it (``a2daf144f9da5951``); checksums are
@@ -472,43 +472,9 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     whole = len(data) == size
     text = data[_HEADER.size : min(out_off, len(data))]
     unknown: list[str] = []
-    m = _PREFIX.match(text)
-    inp = options = None
-    if m is None:
-        unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
-    else:
-        body = text[m.end() :]
-        inp, _input = _input_kind(body)
-        if inp is None:
-            unknown.append("its input is neither PTX nor NVVM IR")
-        if whole and out_off <= len(data):
-            nul = body.rfind(b"\x00")
-            tail = body[nul + 1 :] if nul >= 0 else b""
-            if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
-                unknown.append("no option string after its input")
-            else:
-                options = tail.decode("ascii").strip()
-    key = (
-        None
-        if m is None
-        else EntryKey(
-            BuildStamp(_norm_date(m.group(1)), m.group(2).decode()),
-            m.group(4).decode(),
-            inp,
-            options,
-        )
-    )
+    key = _parse_key(text, whole and out_off <= len(data), unknown)
     out = data[out_off : out_off + out_len] if out_off < len(data) else b""
-    output = None
-    if out.startswith(b"\x7fELF"):
-        output = EntryOutput(
-            "cubin", elf=parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0)))
-        )
-    elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
-        t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
-        output = EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
-    elif out:
-        unknown.append("its output is neither a cubin (ELF) nor PTX")
+    output = _parse_output(out, min(out_len, max(size - out_off, 0)), unknown)
     key_ok = sum_ok = None
     if whole and problem is None and size <= CHECKSUM_MAX:
         sum_ok = fnv1a64(out) == out_hash
@@ -518,6 +484,7 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
         unknown.append(
             f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read"
         )
+    inp, options = (key.input, key.options) if key else (None, None)
     kind = output.kind if output else None
     producer = _producer(inp, options, kind) if not unknown else None
     if producer is None and not unknown:
@@ -534,6 +501,42 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
         producer,
         Checksums(f"{out_hash:016x}", sum_ok, key_ok),
     )
+
+
+def _parse_key(text: bytes, complete: bool, unknown: list[str]) -> EntryKey | None:
+    """The entry's key text: build stamp, target, input (PTX or NVVM IR) and, when the whole key was
+    read (``complete``), the option string after the input. What is not understood goes to ``unknown``."""
+    m = _PREFIX.match(text)
+    if m is None:
+        unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
+        return None
+    body = text[m.end() :]
+    inp, _input = _input_kind(body)
+    if inp is None:
+        unknown.append("its input is neither PTX nor NVVM IR")
+    options = None
+    if complete:
+        nul = body.rfind(b"\x00")
+        tail = body[nul + 1 :] if nul >= 0 else b""
+        if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
+            unknown.append("no option string after its input")
+        else:
+            options = tail.decode("ascii").strip()
+    return EntryKey(
+        BuildStamp(_norm_date(m.group(1)), m.group(2).decode()), m.group(4).decode(), inp, options
+    )
+
+
+def _parse_output(out: bytes, out_size: int, unknown: list[str]) -> EntryOutput | None:
+    """The compiled output (its first bytes; ``out_size`` in the file): a cubin's ELF header or PTX's target."""
+    if out.startswith(b"\x7fELF"):
+        return EntryOutput("cubin", elf=parse_head(out[:HEADER_SIZE], out_size))
+    if out.startswith(b"//") or out.lstrip().startswith(b".version"):
+        t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
+        return EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
+    if out:
+        unknown.append("its output is neither a cubin (ELF) nor PTX")
+    return None
 
 
 # ---------------------------------------------------------------- judging
