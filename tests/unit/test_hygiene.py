@@ -77,3 +77,34 @@ def test_no_unused_code_outside_the_reviewed_whitelist():
         for item in v.get_unused_code(min_confidence=60)
     ]
     assert unused == []
+
+
+def _modules(layer: str) -> set[str]:
+    d = os.path.join(SRC, "jitwarden", layer)
+    return {
+        f.removesuffix(".py")
+        for f in os.listdir(d)
+        if (f.endswith(".py") and f not in ("__init__.py", "__main__.py"))
+        or (os.path.isdir(os.path.join(d, f)) and f != "__pycache__")
+    }
+
+
+def test_architecture_names_every_module_of_each_layer():
+    """ARCHITECTURE.md's layer table lists each layer's modules: a module added is named there too."""
+    with open(os.path.join(REPO, "ARCHITECTURE.md")) as f:
+        text = f.read()
+    rows = dict(re.findall(r"^\| `(\w+)/` \| (.*?) \|", text, re.MULTILINE))
+    assert set(rows) == {"model", "formats", "store", "env", "adapters", "ops", "runtime", "cli"}
+    for layer, cell in rows.items():
+        named = {n.split(".")[0].rstrip("/") for n in re.findall(r"`([\w.*/]+)`", cell)}
+        globs = [n[:-1] for n in named if n.endswith("*")]
+        missing = {m for m in _modules(layer) - named if not any(m.startswith(g) for g in globs)}
+        assert not missing, f"ARCHITECTURE.md's {layer}/ row does not name {sorted(missing)}"
+
+
+def test_the_commands_never_import_each_other_contract_names_every_command():
+    with open(os.path.join(REPO, "pyproject.toml")) as f:
+        text = f.read()
+    contract = text[text.index('type = "independence"') :]
+    listed = set(re.findall(r'"jitwarden\.cli\.commands\.(\w+)"', contract))
+    assert listed == _modules("cli/commands") - {"_common"}

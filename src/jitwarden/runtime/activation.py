@@ -44,10 +44,10 @@ from jitwarden.env.locations import ACTIVATION_VARS, default_base
 from jitwarden.model import settings
 from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION
 from jitwarden.runtime import flatseal
+from jitwarden.runtime.say import warn_once
 from jitwarden.store import partition
 
 MANAGER = GUARD_MANAGER
-_SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
 
@@ -266,11 +266,8 @@ def _partition(
 
 
 def _say(msg: str, quiet: bool) -> None:
-    if not quiet and msg not in _SAID:
-        import logging
-
-        _SAID.add(msg)
-        logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
+    if not quiet:
+        warn_once(msg, "jitwarden: %s", msg)
 
 
 def activate(

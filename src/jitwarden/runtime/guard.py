@@ -26,7 +26,6 @@ import errno
 import fcntl
 import functools
 import hashlib
-import logging
 import os
 import time
 
@@ -40,6 +39,7 @@ from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FIL
 from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
+from jitwarden.runtime.say import log, warn_once
 from jitwarden.store import seal as _seal
 from jitwarden.store.entrylock import lock as _lock
 from jitwarden.store.entrylock import unlock as _unlock
@@ -53,22 +53,13 @@ _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 the ``GUARD_HASH_ALL`` setting (model/settings.py) is on; the group, metadata and binaries are always hashed. ``jitwarden
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
 _HASH_ALL = GUARD_HASH_ALL.on(os.environ)
-_log = logging.getLogger("jitwarden")
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _FALLBACK_ROOT: str | None = None
 """The private root of this process's kernels once the cache dir proved unwritable (``_put_file``)."""
 _GROUP_MAX = 1 << 20
-_SAID: set = set()
 # A lock file that cannot be opened safely: a symlink (ELOOP, never followed), a FIFO or device
 # (EINVAL, from entrylock's regular-file check), a directory (EISDIR), a file as a parent (ENOTDIR).
 _UNSAFE_LOCK = (errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENOTDIR, errno.ENXIO)
-
-
-def _say_once(what: str, msg: str, *args) -> None:
-    """One warning per kind of trouble per process: a full disk must not flood the log at every compile."""
-    if what not in _SAID:
-        _SAID.add(what)
-        _log.warning(msg, *args)
 
 
 def _unsafe_lock(exc: OSError, path: str) -> bool:
@@ -77,7 +68,7 @@ def _unsafe_lock(exc: OSError, path: str) -> bool:
     warning per process, and the workload goes on as with stock Triton."""
     if exc.errno not in _UNSAFE_LOCK:
         return False
-    _say_once(
+    warn_once(
         "unsafe-lock",
         "jitwarden: cannot lock Triton cache entry %s (%s: a lock file that is no regular "
         "file, never followed); what needs that lock is skipped: a miss, written as stock Triton writes",
@@ -210,7 +201,7 @@ class GuardedCacheManager(FileCacheManager):
             self.cache_dir, code, details, by="guard", fingerprint=self._digest
         )
         if rec is not None:
-            _log.warning(
+            log.warning(
                 "jitwarden: %s",
                 _setaside.line(rec, "Triton cache entry", code, details, "recompiling"),
             )
@@ -303,7 +294,7 @@ class GuardedCacheManager(FileCacheManager):
                         else self._read_checked(efd, files[0], files[1], hash_all=True)
                     )
                 except Exception as exc:
-                    _log.warning(
+                    log.warning(
                         "jitwarden: cannot verify Triton cache entry %s (%s: %s); treating it as a miss",
                         self.key,
                         type(exc).__name__,
@@ -315,7 +306,7 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 return _SERVED.serve(blobs, os.path.dirname(self.cache_dir.rstrip(os.sep)))
             except OSError as exc:
-                _say_once(
+                warn_once(
                     "serve",
                     "jitwarden: cannot write private copies of verified kernels (%s); Triton cache "
                     "hits are recompiled in this process",
@@ -333,7 +324,7 @@ class GuardedCacheManager(FileCacheManager):
                 "unsafe", [f"the entry is {what}: a cache entry is a real directory"], make=False
             )
         except Exception as qexc:
-            _log.warning(
+            log.warning(
                 "jitwarden: Triton cache entry %s is %s and cannot be moved aside (%s)",
                 self.key,
                 what,
@@ -471,7 +462,7 @@ class GuardedCacheManager(FileCacheManager):
         return _Admitted("unsealed", children=children, files=s.files)
 
     def _unsealed(self, exc: OSError) -> None:
-        _say_once(
+        warn_once(
             f"seal-{exc.errno}",
             "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
             "the entry stays unsealed and is judged again when next used",
@@ -527,7 +518,7 @@ class GuardedCacheManager(FileCacheManager):
 
         if _FALLBACK_ROOT is None:
             _FALLBACK_ROOT = private_dir("jitwarden-triton-")
-            _say_once(
+            warn_once(
                 "fallback-put",
                 "jitwarden: cannot write the Triton cache (%s); this process caches its "
                 "kernels in the private dir %s instead",
@@ -546,7 +537,7 @@ class GuardedCacheManager(FileCacheManager):
                 self._put_dir = _SERVED.begin(os.path.dirname(self.cache_dir.rstrip(os.sep)))
             return _SERVED.write(self._put_dir, filename, raw)
         except OSError as exc:
-            _say_once(
+            warn_once(
                 "serve-put",
                 "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
                 "them back from the cache dir",
@@ -680,7 +671,7 @@ class GuardedCacheManager(FileCacheManager):
                 filename
             ]
         except Exception as exc:
-            _log.warning(
+            log.warning(
                 "jitwarden: cannot verify Triton cache file %s/%s (%s: %s); treating it as a miss",
                 self.key,
                 filename,

@@ -38,24 +38,13 @@ from typing import Any
 
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
+from jitwarden.runtime.say import log
 
 HOOKS_VAR = TORCH_HOOKS.name
 BUNDLER = "torch._inductor.triton_bundler"
 CODECACHE = "torch._inductor.codecache"
 AOTCACHE = "torch._functorch._aot_autograd.autograd_cache"
 _applied: dict[str, str] = {}  # module name -> "guarded" or why not
-
-
-class _Log:
-    """``logging.getLogger("jitwarden")``, imported only when there is something to say."""
-
-    def __getattr__(self, level):
-        import logging
-
-        return getattr(logging.getLogger("jitwarden"), level)
-
-
-_log = _Log()
 
 
 def enabled(env=None) -> bool:
@@ -137,7 +126,7 @@ def _apply(name: str, module) -> None:
         _applied[name] = (
             f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
         )
-        _log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
+        log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
 
 
 def _mark(wrapper: Any, fn: Any) -> None:
@@ -161,7 +150,7 @@ def _patch_bundler(mod) -> None:
             if bundle is not None and cls.is_enabled():
                 bundle = guard_bundle(bundle, mod.triton_cache_dir, cls._REPLACE_BYTES)
         except Exception as exc:
-            _log.warning(
+            log.warning(
                 "jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
                 "restoring none of them, Inductor recompiles them",
                 type(exc).__name__,
@@ -417,7 +406,7 @@ _BUNDLE_THEN = "TorchInductor restored it from an FX-graph bundle; Inductor reco
 
 
 def _warn(entry: str, code: str, why: str) -> None:
-    _log.warning(
+    log.warning(
         "jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it",
         entry[:12],
         code,
@@ -432,7 +421,7 @@ def _set_aside(path: str, root: str, code: str, details, entry_id: str | None = 
     if rec is None:
         _warn(entry_id or os.path.basename(path), code, "; ".join(details))
     else:
-        _log.warning(
+        log.warning(
             "jitwarden: %s", setaside.line(rec, "Triton kernel", code, details, _BUNDLE_THEN)
         )
 
@@ -477,7 +466,7 @@ def _guard_static_loads(mod) -> None:
         from jitwarden.runtime import fullsweep
 
         for line in fullsweep.sweep_env():
-            _log.warning("jitwarden: %s", line)
+            log.warning("jitwarden: %s", line)
 
 
 def _loadable(autotuner) -> bool:
@@ -500,7 +489,7 @@ def _loadable(autotuner) -> bool:
             entry, name = os.path.split(kernel.cubin_path)
             ok, line = sweep.check_loaded(entry, partition.digest_of(os.path.dirname(entry)))
             if line:
-                _log.warning("jitwarden: %s", line)
+                log.warning("jitwarden: %s", line)
             data = _sealed_bytes(entry, name) if ok else None
             if data is None:
                 return False
@@ -511,7 +500,7 @@ def _loadable(autotuner) -> bool:
                 kernel.cubin_path = _served().write(where, f"{i}.{name}", data)
         return True
     except Exception as exc:
-        _log.warning(
+        log.warning(
             "jitwarden: could not check a Triton kernel TorchInductor was about to load (%s: %s); "
             "Inductor recompiles it",
             type(exc).__name__,
@@ -568,7 +557,7 @@ def _patch_codecache(mod) -> None:
             try:
                 check_pickles(cls._get_tmp_dir_for_key(key))
             except Exception as exc:
-                _log.warning(
+                log.warning(
                     "jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
                     cls.__name__,
                     key[:16],
@@ -597,7 +586,7 @@ def _wrap_writer(cls) -> None:
         try:
             seal_pickle(cls._get_tmp_dir_for_key(key), content)
         except Exception as exc:
-            _log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
+            log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
 
     _mark(_write_to_local_cache, fn)
     cls._write_to_local_cache = staticmethod(_write_to_local_cache)
@@ -739,7 +728,7 @@ def _quarantine_pickle(subdir: str, name: str, problems: list[str]) -> list[str]
     line = setaside.line(
         rec, "TorchInductor cache pickle", "corrupt", problems, "Inductor recompiles it"
     )
-    _log.warning("jitwarden: %s", line)
+    log.warning("jitwarden: %s", line)
     return [line]
 
 
