@@ -49,7 +49,10 @@ def distinct(roots: list[CacheRoot]) -> list[CacheRoot]:
 def existing(kind: str, candidates) -> list[CacheRoot]:
     """Roots of ``kind`` from (path, source) candidates in precedence order: existing dirs, each real path once."""
     return distinct(
-        [CacheRoot(kind, os.path.abspath(os.path.expanduser(p)), src) for p, src in candidates]
+        [
+            CacheRoot(kind=kind, path=os.path.abspath(os.path.expanduser(p)), source=src)
+            for p, src in candidates
+        ]
     )
 
 
@@ -214,11 +217,21 @@ def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
     pdir = os.path.join(root.path, PARTITIONS_DIR)
     if os.path.isdir(pdir) and not os.path.islink(pdir):
         for d in locations.subdirs(pdir):
-            out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
+            out.append(
+                CacheRoot(
+                    kind=root.kind,
+                    path=d,
+                    source="partition",
+                    partition=os.path.basename(d),
+                    base=root.path,
+                )
+            )
     # A root that is itself a partition (set by activation) keeps its label.
     inside = partition.split(root.path)
     if inside and root.partition is None:
-        out[0] = CacheRoot(root.kind, root.path, root.source, inside[1], inside[0])
+        out[0] = CacheRoot(
+            kind=root.kind, path=root.path, source=root.source, partition=inside[1], base=inside[0]
+        )
     return out
 
 

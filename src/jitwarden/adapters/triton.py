@@ -150,7 +150,7 @@ def _nested_roots(base: str, source: str, trees) -> list[CacheRoot]:
     dir's ``triton/<device>`` (:func:`locations.inductor_triton_trees`), vLLM's per-model ones
     (:func:`locations.vllm_triton_trees`)."""
     return [
-        CacheRoot(KIND, t, source, digest, base if digest else None)
+        CacheRoot(kind=KIND, path=t, source=source, partition=digest, base=base if digest else None)
         for d, digest in with_partitions(base)
         for t in trees(d)
     ]
@@ -165,10 +165,14 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     roots: list[CacheRoot] = []
     path, source = locations.triton_cache_dir(env)
     # Under activation TRITON_CACHE_DIR names a partition: list the root it lives in (and so every partition).
-    roots.append(CacheRoot(KIND, partition.base_of(path), source))
+    roots.append(CacheRoot(kind=KIND, path=partition.base_of(path), source=source))
     if source != "default":
         roots.append(
-            CacheRoot(KIND, os.path.join(locations.home(env), ".triton", "cache"), "default")
+            CacheRoot(
+                kind=KIND,
+                path=os.path.join(locations.home(env), ".triton", "cache"),
+                source="default",
+            )
         )
     roots += _nested_roots(
         partition.base_of(locations.inductor_cache_dir(env)),
@@ -180,7 +184,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     )
     private = private_dir(env)
     if private:
-        roots.append(CacheRoot(KIND, os.path.join(private, "triton"), "private"))
+        roots.append(CacheRoot(kind=KIND, path=os.path.join(private, "triton"), source="private"))
         roots += _nested_roots(
             os.path.join(private, "inductor"), "private", locations.inductor_triton_trees
         )

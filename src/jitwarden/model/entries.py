@@ -17,7 +17,7 @@ from jitwarden.model.findings import Finding
 from jitwarden.model.settings import ORPHAN_AGE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CacheRoot:
     """A directory one tool uses as its cache (or a jitwarden partition of one)."""
 
@@ -28,7 +28,7 @@ class CacheRoot:
     base: str | None = None  # the user-visible root a partition lives in
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Judge:
     """What entries are judged against; built once per command from the environment.
 

@@ -281,7 +281,10 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
             kind = adapters.kind_of_path(path)
         if kind in (None, tri.KIND) and kernel_files:
             out.append(
-                (CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)])
+                (
+                    CacheRoot(kind=tri.KIND, path=os.path.dirname(path), source="cli"),
+                    [os.path.basename(path)],
+                )
             )
             continue
         if kind is None:
@@ -291,7 +294,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
                 os.path.realpath(path)
             )  # a root this environment uses, even while empty
         if kind is not None:
-            out.append((CacheRoot(kind, path, "cli"), None))
+            out.append((CacheRoot(kind=kind, path=path, source="cli"), None))
             continue
         found, complete = roots_beneath(path)
         if not found:
@@ -304,7 +307,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
                 f"{p}: no cache of a known kind here, {searched} "
                 "(give a cache root such as ~/.triton/cache; `jitwarden doctor` lists the roots in use)"
             )
-        out += [(CacheRoot(k, r, "cli"), None) for k, r in found]
+        out += [(CacheRoot(kind=k, path=r, source="cli"), None) for k, r in found]
     return out
 
 
@@ -381,11 +384,11 @@ def make_judge(
     if triton_version is None:
         triton_version = dict(versions).get("triton")
     return Judge(
-        target_arch,
-        triton_version,
-        tri.host_machine(),
-        orphan_age,
-        time.time(),
+        target_arch=target_arch,
+        triton_version=triton_version,
+        host_machine=tri.host_machine(),
+        orphan_age=orphan_age,
+        now=time.time(),
         versions=versions,
         gpu_names=gpus,
         driver_version=driver,

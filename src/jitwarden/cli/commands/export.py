@@ -113,7 +113,14 @@ def run(args) -> int:
         base = partition.base_of(cur) if cur else default_base(kind, env)
         pdir = partition.path_for(base, digest)
         if os.path.isdir(pdir) and not os.path.islink(pdir):
-            roots.append((CacheRoot(kind, pdir, "partition", digest, base), None))
+            roots.append(
+                (
+                    CacheRoot(
+                        kind=kind, path=pdir, source="partition", partition=digest, base=base
+                    ),
+                    None,
+                )
+            )
             partitions[kind] = pdir
     target = _common.resolve_target(None, fp)
     judge = scanner.make_judge(target.arch, orphans, fp=fp)
