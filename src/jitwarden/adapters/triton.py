@@ -105,7 +105,7 @@ class TritonFacts(KindFacts):
     producer: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EntryFacts:
     """What :func:`read_entry` found on disk, before any judgement.
 
@@ -254,7 +254,7 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     path = os.path.join(root, name)
     with surveyed(root, name, nested=False, links_within=path, reading=_READING) as (sv, dfd):
         if sv.is_symlink or not sv.is_dir:
-            return EntryFacts(name, sv, read_errors=sv.errors)
+            return EntryFacts(id=name, survey=sv, read_errors=sv.errors)
         return _read_listed(path, name, sv, dfd, check_seal)
 
 
@@ -278,23 +278,23 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
     launchers = r.records(ls.records)
     seal_problems, seal_foreign = _seal_facts(path, ls.sizes.keys(), check_seal, seal_other)
     return EntryFacts(
-        name,
-        sv,
-        tuple(ls.files),
-        tuple(ls.tmps),
-        metadata,
-        metadata_file,
-        tuple(groups),
-        cubin,
-        cubin_file,
-        ptx_head,
-        ptx_file,
-        tuple(launchers),
-        tuple(errors),
-        seal_problems,
-        seal_foreign,
-        cubin_head,
-        tuple(r.unread),
+        id=name,
+        survey=sv,
+        files=tuple(ls.files),
+        tmps=tuple(ls.tmps),
+        metadata=metadata,
+        metadata_file=metadata_file,
+        groups=tuple(groups),
+        cubin=cubin,
+        cubin_file=cubin_file,
+        ptx_head=ptx_head,
+        ptx_file=ptx_file,
+        launchers=tuple(launchers),
+        read_errors=tuple(errors),
+        seal_problems=seal_problems,
+        seal_foreign=seal_foreign,
+        cubin_head=cubin_head,
+        unread=tuple(r.unread),
     )
 
 
