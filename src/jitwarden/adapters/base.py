@@ -330,7 +330,7 @@ class Link:
     leaves: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Survey:
     """What one entry (a file or a directory tree) holds, read without following anything.
 
@@ -450,25 +450,36 @@ def _not_listed(root: str, path: str, why: OSError) -> Survey:
     try:
         st = os.lstat(path)
     except OSError as exc:
-        return Survey(path, False, errors=(("", f"cannot stat: {exc.strerror}"),))
+        return Survey(path=path, is_dir=False, errors=(("", f"cannot stat: {exc.strerror}"),))
     if stat.S_ISLNK(st.st_mode):
         target = link_target(path)
         return Survey(
-            path,
-            False,
-            True,
-            target,
-            st.st_mode,
-            st.st_uid,
-            st.st_mtime,
+            path=path,
+            is_dir=False,
+            is_symlink=True,
+            symlink_target=target,
+            mode=st.st_mode,
+            uid=st.st_uid,
+            mtime=st.st_mtime,
             links=(Link("", target, leaves(root, path, target)),),
         )
     if not stat.S_ISDIR(st.st_mode):
         files = (file_of(os.path.basename(path), st),) if stat.S_ISREG(st.st_mode) else ()
-        return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
+        return Survey(
+            path=path, is_dir=False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files
+        )
     # A directory after all: unreadable, or a file or link swapped for it since the open.
     errors = () if isinstance(why, FileNotFoundError) else (("", f"cannot list: {why.strerror}"),)
-    return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, errors=errors)
+    return Survey(
+        path=path,
+        is_dir=True,
+        is_symlink=False,
+        symlink_target=None,
+        mode=st.st_mode,
+        uid=st.st_uid,
+        mtime=st.st_mtime,
+        errors=errors,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,20 +599,20 @@ def _survey(  # noqa: C901
     dirs.sort(key=_BY_NAME)
     others.sort(key=_BY_NAME)
     return Survey(
-        path,
-        True,
-        False,
-        None,
-        st.st_mode,
-        st.st_uid,
-        st.st_mtime,
-        tuple(files),
-        tuple(links),
-        tuple(dirs),
-        tuple(errors),
-        too_deep,
-        tuple(others),
-        read or None,
+        path=path,
+        is_dir=True,
+        is_symlink=False,
+        symlink_target=None,
+        mode=st.st_mode,
+        uid=st.st_uid,
+        mtime=st.st_mtime,
+        files=tuple(files),
+        links=tuple(links),
+        dirs=tuple(dirs),
+        errors=tuple(errors),
+        too_deep=too_deep,
+        others=tuple(others),
+        read=read or None,
     ), top
 
 
