@@ -495,7 +495,7 @@ class Reading:
     whole_max: int = 1 << 20
 
 
-def _survey(  # noqa: C901
+def _survey(
     root: str,
     rel: str,
     max_depth: int,
@@ -519,85 +519,30 @@ def _survey(  # noqa: C901
         return _not_listed(root, path, exc), None
     try:
         st = os.fstat(top)
-        bound = root if links_within is None else links_within
-        files, links, dirs, errors, others = [], [], [], [], []
-        read: dict[str, bytes] = {}
-        to_read = reading.most if reading is not None else 0
-        too_deep = False
+        ls = _Listing(path, root if links_within is None else links_within, reading)
         stack = [("", 0)]
         while stack:
             sub, depth = stack.pop()
-            if sub:
-                try:
-                    fd = open_dir_at(sub, dir_fd=top)
-                except FileNotFoundError:
-                    continue  # gone while listing: not damage
-                except OSError as exc:
-                    errors.append((sub, f"cannot list: {exc.strerror}"))
-                    continue
-            else:
-                fd = top
+            fd = _open_sub(top, sub, ls.errors) if sub else top
+            if fd is None:
+                continue
             try:
-                try:
-                    it = os.scandir(fd)
-                except OSError as exc:
-                    errors.append((sub, f"cannot list: {exc.strerror}"))
-                    continue
-                with it:
-                    for e in it:
-                        name = e.name
-                        relp = f"{sub}/{name}" if sub else name
-                        if (
-                            reading is not None and to_read and e.is_file(follow_symlinks=False)
-                        ):  # the listing's type: no stat
-                            head = reading.head(name)
-                            if head is not None:
-                                try:
-                                    st_read, data = stat_and_read(
-                                        name, dir_fd=fd, head=head, max_bytes=reading.whole_max
-                                    )
-                                except OSError:
-                                    pass  # no regular file since the listing: stat'ed below, recorded as what it is
-                                else:
-                                    to_read -= 1
-                                    files.append(file_of(relp, st_read))
-                                    if data is not None:
-                                        read[relp] = data
-                                    continue
-                        try:
-                            est = e.stat(follow_symlinks=False)
-                        except FileNotFoundError:
-                            continue  # gone while listing (a writer's temporary file renamed into place): not damage
-                        except OSError as exc:
-                            errors.append((relp, f"cannot stat: {exc.strerror}"))
-                            continue
-                        fmt = est.st_mode & _IFMT
-                        if fmt == _IFREG:
-                            files.append(file_of(relp, est))
-                        elif fmt == _IFLNK:
-                            target = link_target(name, fd)
-                            links.append(
-                                Link(relp, target, leaves(bound, os.path.join(path, relp), target))
-                            )
-                        elif fmt == _IFDIR:
-                            if nested and depth + 1 >= max_depth:
-                                too_deep = True
-                                continue
-                            dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
-                            if nested:
-                                stack.append((relp, depth + 1))
-                        else:  # a FIFO, a device, a socket: recorded, never opened
-                            others.append(file_of(relp, est))
+                below = _list_dir(fd, sub, ls)
             finally:
                 if fd != top:
                     os.close(fd)
+            for relp in below:  # in the listing's order, entered last first
+                if nested and depth + 1 >= max_depth:
+                    ls.too_deep = True
+                else:
+                    ls.dirs.append(below[relp])
+                    if nested:
+                        stack.append((relp, depth + 1))
     except BaseException:
         os.close(top)
         raise
-    files.sort(key=_BY_NAME)
-    links.sort(key=_BY_NAME)
-    dirs.sort(key=_BY_NAME)
-    others.sort(key=_BY_NAME)
+    for found in (ls.files, ls.links, ls.dirs, ls.others):
+        found.sort(key=_BY_NAME)
     return Survey(
         path=path,
         is_dir=True,
@@ -606,14 +551,109 @@ def _survey(  # noqa: C901
         mode=st.st_mode,
         uid=st.st_uid,
         mtime=st.st_mtime,
-        files=tuple(files),
-        links=tuple(links),
-        dirs=tuple(dirs),
-        errors=tuple(errors),
-        too_deep=too_deep,
-        others=tuple(others),
-        read=read or None,
+        files=tuple(ls.files),
+        links=tuple(ls.links),
+        dirs=tuple(ls.dirs),
+        errors=tuple(ls.errors),
+        too_deep=ls.too_deep,
+        others=tuple(ls.others),
+        read=ls.read or None,
     ), top
+
+
+class _Listing:
+    """What one survey has found so far (mutable while it lists): its files, links, directories, other
+    things and errors, the bytes it read, and how many more files it may read."""
+
+    __slots__ = (
+        "path",
+        "bound",
+        "reading",
+        "to_read",
+        "files",
+        "links",
+        "dirs",
+        "others",
+        "errors",
+        "read",
+        "too_deep",
+    )
+
+    def __init__(self, path: str, bound: str, reading: Reading | None) -> None:
+        self.path, self.bound, self.reading = path, bound, reading
+        self.to_read = reading.most if reading is not None else 0
+        self.files: list[File] = []
+        self.links: list[Link] = []
+        self.dirs: list[Dir] = []
+        self.others: list[File] = []
+        self.errors: list[tuple[str, str]] = []
+        self.read: dict[str, bytes] = {}
+        self.too_deep = False
+
+
+def _open_sub(top: int, sub: str, errors: list[tuple[str, str]]) -> int | None:
+    """An fd of the subdirectory ``sub`` below ``top``; None when it went or cannot be opened (said)."""
+    try:
+        return open_dir_at(sub, dir_fd=top)
+    except FileNotFoundError:
+        return None  # gone while listing: not damage
+    except OSError as exc:
+        errors.append((sub, f"cannot list: {exc.strerror}"))
+        return None
+
+
+def _list_dir(fd: int, sub: str, ls: _Listing) -> dict[str, Dir]:
+    """List the directory ``fd`` (``sub`` below the entry) into ``ls``; returns its subdirectories by path."""
+    below: dict[str, Dir] = {}
+    try:
+        it = os.scandir(fd)
+    except OSError as exc:
+        ls.errors.append((sub, f"cannot list: {exc.strerror}"))
+        return below
+    with it:
+        for e in it:
+            name = e.name
+            relp = f"{sub}/{name}" if sub else name
+            if ls.to_read and e.is_file(follow_symlinks=False) and _read_now(name, relp, fd, ls):
+                continue  # the listing's type: no stat
+            try:
+                est = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone while listing (a writer's temporary file renamed into place): not damage
+            except OSError as exc:
+                ls.errors.append((relp, f"cannot stat: {exc.strerror}"))
+                continue
+            fmt = est.st_mode & _IFMT
+            if fmt == _IFREG:
+                ls.files.append(file_of(relp, est))
+            elif fmt == _IFLNK:
+                target = link_target(name, fd)
+                ls.links.append(
+                    Link(relp, target, leaves(ls.bound, os.path.join(ls.path, relp), target))
+                )
+            elif fmt == _IFDIR:
+                below[relp] = Dir(relp, est.st_mtime, est.st_mode, est.st_uid)
+            else:  # a FIFO, a device, a socket: recorded, never opened
+                ls.others.append(file_of(relp, est))
+    return below
+
+
+def _read_now(name: str, relp: str, fd: int, ls: _Listing) -> bool:
+    """Read the regular file ``name`` as it is listed, when ``ls.reading`` asks for it; False when it is
+    not read (not asked for, or no regular file since the listing: stat'ed then, recorded as what it is)."""
+    assert ls.reading is not None  # to_read is 0 without it
+    head = ls.reading.head(name)
+    if head is None:
+        return False
+    try:
+        st_read, data = stat_and_read(name, dir_fd=fd, head=head, max_bytes=ls.reading.whole_max)
+    except OSError:
+        return False
+    ls.to_read -= 1
+    ls.files.append(file_of(relp, st_read))
+    if data is not None:
+        ls.read[relp] = data
+    return True
 
 
 def not_a_directory(
