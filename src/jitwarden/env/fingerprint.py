@@ -120,7 +120,7 @@ MEMO_MAX_BYTES = 4 << 20
 # --- the record ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Package:
     """An installed distribution. ``identity``: sha256 of its dist-info RECORD (which lists a
     sha256 of every installed file), so a rebuild under the same version is noticed."""
@@ -134,7 +134,7 @@ class Package:
     arch_list: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fingerprint:
     gpu_source: str
     gpus: tuple[Gpu, ...]
@@ -246,13 +246,13 @@ class Fingerprint:
                 pt.append((role, PtxasInfo.from_json(e)))
             pkgs = tuple(
                 Package(
-                    str(p["name"]),
-                    str(p.get("dist") or p["name"]),
-                    str(p["version"]),
-                    p.get("identity"),
-                    p.get("cuda"),
-                    p.get("git_version"),
-                    tuple(p["arch_list"]) if p.get("arch_list") is not None else None,
+                    name=str(p["name"]),
+                    dist=str(p.get("dist") or p["name"]),
+                    version=str(p["version"]),
+                    identity=p.get("identity"),
+                    cuda=p.get("cuda"),
+                    git_version=p.get("git_version"),
+                    arch_list=tuple(p["arch_list"]) if p.get("arch_list") is not None else None,
                 )
                 for p in d["packages"]
             )
@@ -683,9 +683,19 @@ def _packages(memo: dict[str, Any]) -> tuple[Package, ...]:
             ti = torchinfo.info(arches, version=version)
             if ti is None:  # a dist-info without the package: skip, as if not installed
                 continue
-            out.append(Package(name, hit, version, identity, ti.cuda, ti.git_version, ti.arch_list))
+            out.append(
+                Package(
+                    name=name,
+                    dist=hit,
+                    version=version,
+                    identity=identity,
+                    cuda=ti.cuda,
+                    git_version=ti.git_version,
+                    arch_list=ti.arch_list,
+                )
+            )
         else:
-            out.append(Package(name, hit, version, identity))
+            out.append(Package(name=name, dist=hit, version=version, identity=identity))
     return tuple(out)
 
 

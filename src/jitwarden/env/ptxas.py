@@ -61,7 +61,7 @@ _LAST_RELEASE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TritonRecipe:
     """How one Triton release picks its ptxas and builds the ptxas command line.
 
@@ -98,12 +98,24 @@ class TritonRecipe:
 #: 3.7: adds ``--regAllocOptLevel=2``; 3.8: consan/fpsan add ``--opt-level 1``;
 #: 3.9: ``ptxas-blackwell`` (13.x) for every arch from sm_90.
 RECIPES = (
-    TritonRecipe("3.4", None, False, False, None),
-    TritonRecipe("3.5", None, True, False, None),
-    TritonRecipe("3.6", 100, True, False, None),
-    TritonRecipe("3.7", 100, True, True, None),
-    TritonRecipe("3.8", 100, True, True, "substring"),
-    TritonRecipe("3.9", 90, True, True, "names"),
+    TritonRecipe(
+        release="3.4", blackwell_from=None, debug_g=False, reg_alloc=False, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.5", blackwell_from=None, debug_g=True, reg_alloc=False, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.6", blackwell_from=100, debug_g=True, reg_alloc=False, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.7", blackwell_from=100, debug_g=True, reg_alloc=True, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.8", blackwell_from=100, debug_g=True, reg_alloc=True, sanitizer_opt="substring"
+    ),
+    TritonRecipe(
+        release="3.9", blackwell_from=90, debug_g=True, reg_alloc=True, sanitizer_opt="names"
+    ),
 )
 
 
@@ -130,11 +142,11 @@ def recipe_for(version: str | None) -> TritonRecipe:
     else:
         near = RECIPES[-1]
     return TritonRecipe(
-        near.release,
-        near.blackwell_from,
-        near.debug_g,
-        near.reg_alloc,
-        near.sanitizer_opt,
+        release=near.release,
+        blackwell_from=near.blackwell_from,
+        debug_g=near.debug_g,
+        reg_alloc=near.reg_alloc,
+        sanitizer_opt=near.sanitizer_opt,
         known=False,
     )
 
@@ -166,7 +178,7 @@ def installed_triton_version() -> str | None:
     return version
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PtxasInfo:
     """One ptxas binary: where it is, what it says it is, and what it really is."""
 
@@ -272,7 +284,13 @@ def inspect(path: str, memo: dict[str, Any] | None = None) -> PtxasInfo | None:
 
 def _with_path(info: PtxasInfo, path: str) -> PtxasInfo:
     return PtxasInfo(
-        path, info.realpath, info.version_text, info.release, info.build, info.sha256, info.size
+        path=path,
+        realpath=info.realpath,
+        version_text=info.version_text,
+        release=info.release,
+        build=info.build,
+        sha256=info.sha256,
+        size=info.size,
     )
 
 

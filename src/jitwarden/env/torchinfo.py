@@ -31,7 +31,7 @@ _FLAGS = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TorchInfo:
     """An installed torch: version, CUDA it was built with, and its compiled GPU archs."""
 
