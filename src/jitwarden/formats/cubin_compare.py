@@ -57,7 +57,7 @@ SHT_REL = 9
 SHF_INFO_LINK = 0x40
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CubinComparison:
     """The result of comparing two cubins."""
 
@@ -134,18 +134,26 @@ Diff = tuple[str, str | None, int | None]
 def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
     """Compare ``cached`` with ``rebuilt``; see the module docstring for what counts."""
     if cached == rebuilt:
-        return CubinComparison(True, True)
+        return CubinComparison(identical=True, equal=True)
     try:
         a = parse(cached)
     except ElfError as exc:
         return CubinComparison(
-            False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0
+            identical=False,
+            equal=False,
+            differences=(f"cached cubin is not a valid cubin: {exc}",),
+            first_section=None,
+            first_offset=0,
         )
     try:
         b = parse(rebuilt)
     except ElfError as exc:  # pragma: no cover - ptxas wrote garbage
         return CubinComparison(
-            False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0
+            identical=False,
+            equal=False,
+            differences=(f"rebuilt cubin is not a valid cubin: {exc}",),
+            first_section=None,
+            first_offset=0,
         )
     diffs = [
         *_header_diffs(a, b),
@@ -156,11 +164,25 @@ def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
     ]
     ignored = tuple(_ignored_that_differ(a, b))
     if not diffs:
-        return CubinComparison(False, True, (), None, None, ignored)
+        return CubinComparison(
+            identical=False,
+            equal=True,
+            differences=(),
+            first_section=None,
+            first_offset=None,
+            ignored=ignored,
+        )
     # Code-section differences first (most telling), then the rest in file order.
     diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
     _what, sec, off = diffs[0]
-    return CubinComparison(False, False, tuple(d[0] for d in diffs), sec, off, ignored)
+    return CubinComparison(
+        identical=False,
+        equal=False,
+        differences=tuple(d[0] for d in diffs),
+        first_section=sec,
+        first_offset=off,
+        ignored=ignored,
+    )
 
 
 def _header_diffs(a: Elf, b: Elf) -> list[Diff]:
@@ -328,7 +350,7 @@ Verdict = Literal["reproduced", "differs", "varies-confined", "varies-differs"]
 """The verdicts of :func:`judge_attempts`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptsJudgement:
     """What several assemblies of one PTX by one ptxas say about a cached cubin."""
 
@@ -443,9 +465,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         if compare(cached, a).equal:
             distinct = _count_distinct(attempts[: i + 1])
             return AttemptsJudgement(
-                "reproduced",
-                i + 1,
-                distinct,
+                verdict="reproduced",
+                attempts=i + 1,
+                distinct=distinct,
                 matched=i,
                 reason=f"attempt {i + 1} of {i + 1} matched ({distinct} distinct outputs so far)",
             )
@@ -455,9 +477,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     if distinct <= 1:
         c = compare(cached, attempts[0]) if attempts else None
         return AttemptsJudgement(
-            "differs",
-            n,
-            distinct,
+            verdict="differs",
+            attempts=n,
+            distinct=distinct,
             nearest=0 if attempts else None,
             first_section=c.first_section if c else None,
             first_offset=c.first_offset if c else None,
@@ -467,9 +489,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     if not same:
         c = compare(cached, attempts[0])
         return AttemptsJudgement(
-            "varies-differs",
-            n,
-            distinct,
+            verdict="varies-differs",
+            attempts=n,
+            distinct=distinct,
             nearest=0,
             first_section=c.first_section,
             first_offset=None,
@@ -501,9 +523,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     if not unexplained:
         secs = sorted(name for name, offs in d.items() if offs)
         return AttemptsJudgement(
-            "varies-confined",
-            n,
-            distinct,
+            verdict="varies-confined",
+            attempts=n,
+            distinct=distinct,
             nearest=nearest,
             differing_bytes=k,
             varying_bytes=nvar,
@@ -523,9 +545,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         # so a difference there is no evidence of damage: neither proven nor disproven.
         secs = sorted({name for name, _ in unexplained})
         return AttemptsJudgement(
-            "varies-confined",
-            n,
-            distinct,
+            verdict="varies-confined",
+            attempts=n,
+            distinct=distinct,
             nearest=nearest,
             differing_bytes=k,
             varying_bytes=nvar,
@@ -536,9 +558,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         )
     sec, off = stable[0]
     return AttemptsJudgement(
-        "varies-differs",
-        n,
-        distinct,
+        verdict="varies-differs",
+        attempts=n,
+        distinct=distinct,
         nearest=nearest,
         differing_bytes=k,
         varying_bytes=nvar,

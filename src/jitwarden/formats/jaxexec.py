@@ -32,7 +32,7 @@ MAX_EXECUTABLE = 4 << 30
 """Decompressed bytes read at most; a larger executable is reported as not checked."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JaxPayload(Reading):
     """What one ``-cache`` file says, in the order the file holds it.
 
@@ -237,10 +237,12 @@ def parse(data: bytes) -> JaxPayload:
     """Judge one ``-cache`` file's bytes (see the module docstring)."""
     comp, raw, problem, unknown = decompress(data)
     if raw is None:
-        return JaxPayload(problem, unknown, comp)
+        return JaxPayload(problem=problem, unknown=unknown, compression=comp)
     if len(raw) < TIME_BYTES:
         return JaxPayload(
-            None, f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix", comp
+            problem=None,
+            unknown=f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix",
+            compression=comp,
         )
     ctime = int.from_bytes(raw[:TIME_BYTES], "big")
     exe = raw[TIME_BYTES:]
@@ -252,10 +254,10 @@ def parse(data: bytes) -> JaxPayload:
         head = {num: v for num, wt, v in fields(exe[i : i + n]) if wt == 2}
     except ValueError as exc:
         return JaxPayload(
-            None,
-            f"serialized executable has no header jitwarden knows ({exc})",
-            comp,
-            ctime,
+            problem=None,
+            unknown=f"serialized executable has no header jitwarden knows ({exc})",
+            compression=comp,
+            compile_time=ctime,
             cubin_sms=sms,
             executable_bytes=len(exe),
         )
@@ -263,11 +265,11 @@ def parse(data: bytes) -> JaxPayload:
     fmt_s = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else None
     if fmt_s != "pjrt_ifrt":
         return JaxPayload(
-            None,
-            f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
-            comp,
-            ctime,
-            fmt_s,
+            problem=None,
+            unknown=f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
+            compression=comp,
+            compile_time=ctime,
+            serialization=fmt_s,
             cubin_sms=sms,
             executable_bytes=len(exe),
         )
@@ -275,13 +277,13 @@ def parse(data: bytes) -> JaxPayload:
     module = name.decode("utf-8", "replace") if isinstance(name, bytes) and name else None
     abi = head.get(9)
     return JaxPayload(
-        None,
-        None if module else "the executable's header names no module",
-        comp,
-        ctime,
-        fmt_s,
-        module,
-        tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (),
-        sms,
-        len(exe),
+        problem=None,
+        unknown=None if module else "the executable's header names no module",
+        compression=comp,
+        compile_time=ctime,
+        serialization=fmt_s,
+        module=module,
+        abi=tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (),
+        cubin_sms=sms,
+        executable_bytes=len(exe),
     )
