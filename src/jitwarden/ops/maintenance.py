@@ -204,7 +204,7 @@ def _why(exc: Exception) -> str:
 # ---------------------------------------------------------------- prune
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionFacts:
     """One fingerprint partition as found on disk (what :func:`jitwarden.ops.plans.plan_prune` decides from)."""
 
@@ -239,7 +239,15 @@ def partition_facts(
             last_used = os.lstat(path).st_mtime
         except OSError:
             last_used = 0.0
-    return PartitionFacts(base, path, digest, float(last_used), total, digest == current, newest)
+    return PartitionFacts(
+        base=base,
+        path=path,
+        digest=digest,
+        last_used=float(last_used),
+        bytes=total,
+        current=digest == current,
+        newest=newest,
+    )
 
 
 def prune(actions, *, current: str | None, keep_quarantined: bool = False) -> list[Outcome]:

@@ -75,7 +75,7 @@ def selection(
     return Selection(frozenset(chosen), older_than, frozenset(kinds) if kinds else None, now)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Action:
     """One thing to move aside: a whole entry, or only the stale write leftovers inside it."""
 
@@ -210,16 +210,16 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
                 scope = "leftovers"
             actions.append(
                 Action(
-                    e.kind,
-                    e.root,
-                    e.id,
-                    e.path,
-                    e.type,
-                    0 if scope == "leftovers" else e.bytes,
-                    e.mtime,
-                    reasons,
-                    details,
-                    scope,
+                    kind=e.kind,
+                    root=e.root,
+                    id=e.id,
+                    path=e.path,
+                    type=e.type,
+                    bytes=0 if scope == "leftovers" else e.bytes,
+                    mtime=e.mtime,
+                    reasons=reasons,
+                    details=details,
+                    scope=scope,
                 )
             )
     return CleanPlan(tuple(actions), sel, tuple(notes))
