@@ -402,7 +402,7 @@ class Checksums:
     key_ok: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ComputeEntry:
     """One ComputeCache entry file as read (see the module docstring for the layout).
 
@@ -453,15 +453,17 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     if len(data) < _HEADER.size:
         if size < _HEADER.size:
             return ComputeEntry(
-                None,
-                size,
+                format=None,
+                size=size,
                 unknown=(f"{size} bytes is shorter than the driver's 28-byte entry header",),
             )
-        return ComputeEntry(None, size, unknown=("header unreadable",))
+        return ComputeEntry(format=None, size=size, unknown=("header unreadable",))
     magic, text_len, z1, out_len, z2, out_hash = _HEADER.unpack_from(data, 0)
     if magic != _ENTRY_MAGIC or z1 or z2:
         return ComputeEntry(
-            None, size, unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",)
+            format=None,
+            size=size,
+            unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",),
         )
     out_off = _HEADER.size + text_len
     problem = None
@@ -492,14 +494,14 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
             f"{inp} in, {kind} out with options {options!r}: a producer jitwarden does not know"
         )
     return ComputeEntry(
-        magic,
-        size,
-        problem,
-        tuple(unknown),
-        key,
-        output,
-        producer,
-        Checksums(f"{out_hash:016x}", sum_ok, key_ok),
+        format=magic,
+        size=size,
+        problem=problem,
+        unknown=tuple(unknown),
+        key=key,
+        output=output,
+        producer=producer,
+        checksums=Checksums(f"{out_hash:016x}", sum_ok, key_ok),
     )
 
 

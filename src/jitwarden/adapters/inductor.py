@@ -517,7 +517,7 @@ _OVERLAP = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Streamed:
     """A cache file larger than :data:`WHOLE_MAX`, as one pass over its chunks saw it: what the judges of pickles,
     standalone-compile artifacts and seals need of it, without holding it. ``passed`` is False for a file of
@@ -559,7 +559,13 @@ def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
         tail = (tail + chunk[-16:])[-16:]
         pos += len(chunk)
     return Streamed(
-        pos, head, tail, crc, h.hexdigest() if h is not None else None, tuple(props), tuple(keys)
+        size=pos,
+        head=head,
+        tail=tail,
+        crc_after_4=crc,
+        sha256=h.hexdigest() if h is not None else None,
+        props=tuple(props),
+        fx_keys=tuple(keys),
     )
 
 
@@ -578,7 +584,7 @@ def read_blob(path: str, rel: str, size: int, *, sha256: bool = False) -> bytes 
             if exc.errno != errno.EFBIG:
                 raise  # else: it grew past the bound since it was listed
     if rel.endswith(".cubin"):
-        return Streamed(size, read_head(path, elf.HEADER_SIZE), passed=False)
+        return Streamed(size=size, head=read_head(path, elf.HEADER_SIZE), passed=False)
     return stream_blob(path, size, sha256=sha256)
 
 
