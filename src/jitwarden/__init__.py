@@ -4,22 +4,36 @@ The package root imports only the standard library, so that ``import jitwarden``
 and :func:`activate` are safe in any process, before or after torch.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the runtime is imported when activate() is called
+    from collections.abc import Iterable, MutableMapping
+
+    from jitwarden.runtime.activation import Activation
+
 __version__ = "0.1.0"
 
 
-def tool() -> dict:
+def tool() -> dict[str, str]:
     """This tool's identity, as every JSON document jitwarden prints names it: ``{"name", "version"}``."""
     return {"name": "jitwarden", "version": __version__}
 
 
-def activate(**kwargs):
+def activate(
+    *,
+    env: MutableMapping[str, str] | None = None,
+    roots: Iterable[str] = ("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"),
+    quiet: bool = False,
+) -> Activation:
     """Partition and guard this process's kernel caches; never raises.
 
-    See :func:`jitwarden.runtime.activation.activate` for the parameters.
+    :func:`jitwarden.runtime.activation.activate`, whose signature this is (a test keeps them one).
     """
     from jitwarden.runtime.activation import activate as _activate
 
-    return _activate(**kwargs)
+    return _activate(env=env, roots=roots, quiet=quiet)
 
 
 __all__ = ["__version__", "activate"]

@@ -118,7 +118,7 @@ def test_nested_best_config(tmp_path):
     os.makedirs(os.path.join(cache, "ab"))
     with open(os.path.join(cache, "ab", "cabk.best_config"), "wb") as f:
         f.write(DEEP)
-    e = ind.inspect_entry(cache, "ab/cabk.best_config", Judge(None), os.getuid())
+    e = ind.inspect_entry(cache, "ab/cabk.best_config", Judge(target_arch=None), os.getuid())
     assert e.findings and all(f.code != "unsafe" for f in e.findings)
 
 
@@ -134,6 +134,9 @@ def test_nested_cache_key_factors(tmp_path):
     with open(os.path.join(prefix, "vllm_compile_cache.py"), "w") as f:
         f.write("{}\n")
     e = vl.inspect_entry(
-        root, "torch_compile_cache/3f9c0a1b2d/rank_0_0/backbone", Judge(None), os.getuid()
+        root,
+        "torch_compile_cache/3f9c0a1b2d/rank_0_0/backbone",
+        Judge(target_arch=None),
+        os.getuid(),
     )
     assert any("cache_key_factors.json" in f.message for f in e.findings), e.findings

@@ -117,18 +117,24 @@ def test_startup_ptxas_check_follows_the_release():
 
     def fp(triton, role):
         info = ptxas.PtxasInfo(
-            "/opt/ptxas", "/opt/ptxas", "release 11.7", "11.7", None, "0" * 64, 1
+            path="/opt/ptxas",
+            realpath="/opt/ptxas",
+            version_text="release 11.7",
+            release="11.7",
+            build=None,
+            sha256="0" * 64,
+            size=1,
         )
         return Fingerprint(
-            "nvml",
-            (Gpu(0, "NVIDIA H200", (9, 0), None, None),),
-            "580.1",
-            "13.0",
-            ((role, info),),
-            (Package("triton", "triton", triton, None),),
-            (),
-            (),
-            (),
+            gpu_source="nvml",
+            gpus=(Gpu(0, "NVIDIA H200", (9, 0), None, None),),
+            driver_version="580.1",
+            cuda_driver_version="13.0",
+            ptxas=((role, info),),
+            packages=(Package(name="triton", dist="triton", version=triton, identity=None),),
+            python=(),
+            platform=(),
+            env=(),
         )
 
     ws = startup_checks.ptxas_target(fp("3.9.0", "triton-blackwell"))

@@ -100,7 +100,7 @@ def clean_codes(root: str, kind: str, codes_: tuple[str, ...], judge_kw=None):
     from jitwarden.ops import plans as cleanplan
 
     report = scan.scan(
-        [(CacheRoot(kind, root, "cli"), None)],
+        [(CacheRoot(kind=kind, path=root, source="cli"), None)],
         scan.make_judge(**(judge_kw or {"target_arch": 90})),
         scan.Target(90, "cli"),
     )

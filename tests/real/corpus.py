@@ -72,11 +72,11 @@ def facts_judge(target_arch: int | None = 90) -> Judge:
     """A judge standing where the capture was made: its torch, Triton, CUDA, Python and driver."""
     f = facts()["facts"]
     return Judge(
-        target_arch,
-        f["triton"],
-        tri.host_machine(),
-        3600.0,
-        time.time(),
+        target_arch=target_arch,
+        triton_version=f["triton"],
+        host_machine=tri.host_machine(),
+        orphan_age=3600.0,
+        now=time.time(),
         versions=(("torch", f["torch"]), ("triton", f["triton"])),
         gpu_names=(f["device"],),
         driver_version="580.159.04",

@@ -49,7 +49,10 @@ def distinct(roots: list[CacheRoot]) -> list[CacheRoot]:
 def existing(kind: str, candidates) -> list[CacheRoot]:
     """Roots of ``kind`` from (path, source) candidates in precedence order: existing dirs, each real path once."""
     return distinct(
-        [CacheRoot(kind, os.path.abspath(os.path.expanduser(p)), src) for p, src in candidates]
+        [
+            CacheRoot(kind=kind, path=os.path.abspath(os.path.expanduser(p)), source=src)
+            for p, src in candidates
+        ]
     )
 
 
@@ -61,7 +64,7 @@ def set_vars(env, *names: str) -> list[tuple[str, str]]:
 def private_dir(env) -> str | None:
     """Where jitwarden's private roots live (activation goes there when a user's root is unsafe); None when unknown."""
     try:
-        from jitwarden.env.fingerprint import memo_dir
+        from jitwarden.store.fsutil import memo_dir
 
         return os.path.join(memo_dir(env), "roots")
     except Exception:
@@ -214,11 +217,21 @@ def expand_partitions(root: CacheRoot) -> list[CacheRoot]:
     pdir = os.path.join(root.path, PARTITIONS_DIR)
     if os.path.isdir(pdir) and not os.path.islink(pdir):
         for d in locations.subdirs(pdir):
-            out.append(CacheRoot(root.kind, d, "partition", os.path.basename(d), root.path))
+            out.append(
+                CacheRoot(
+                    kind=root.kind,
+                    path=d,
+                    source="partition",
+                    partition=os.path.basename(d),
+                    base=root.path,
+                )
+            )
     # A root that is itself a partition (set by activation) keeps its label.
     inside = partition.split(root.path)
     if inside and root.partition is None:
-        out[0] = CacheRoot(root.kind, root.path, root.source, inside[1], inside[0])
+        out[0] = CacheRoot(
+            kind=root.kind, path=root.path, source=root.source, partition=inside[1], base=inside[0]
+        )
     return out
 
 
@@ -317,7 +330,7 @@ class Link:
     leaves: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Survey:
     """What one entry (a file or a directory tree) holds, read without following anything.
 
@@ -420,7 +433,7 @@ class surveyed:
         reading: Reading | None = None,
     ):
         self._args = (root, rel, MAX_DEPTH, nested, links_within, reading)
-        self._fd = None
+        self._fd: int | None = None
 
     def __enter__(self) -> tuple[Survey, int | None]:
         s, self._fd = _survey(*self._args)
@@ -437,25 +450,36 @@ def _not_listed(root: str, path: str, why: OSError) -> Survey:
     try:
         st = os.lstat(path)
     except OSError as exc:
-        return Survey(path, False, errors=(("", f"cannot stat: {exc.strerror}"),))
+        return Survey(path=path, is_dir=False, errors=(("", f"cannot stat: {exc.strerror}"),))
     if stat.S_ISLNK(st.st_mode):
         target = link_target(path)
         return Survey(
-            path,
-            False,
-            True,
-            target,
-            st.st_mode,
-            st.st_uid,
-            st.st_mtime,
+            path=path,
+            is_dir=False,
+            is_symlink=True,
+            symlink_target=target,
+            mode=st.st_mode,
+            uid=st.st_uid,
+            mtime=st.st_mtime,
             links=(Link("", target, leaves(root, path, target)),),
         )
     if not stat.S_ISDIR(st.st_mode):
         files = (file_of(os.path.basename(path), st),) if stat.S_ISREG(st.st_mode) else ()
-        return Survey(path, False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files)
+        return Survey(
+            path=path, is_dir=False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files
+        )
     # A directory after all: unreadable, or a file or link swapped for it since the open.
     errors = () if isinstance(why, FileNotFoundError) else (("", f"cannot list: {why.strerror}"),)
-    return Survey(path, True, False, None, st.st_mode, st.st_uid, st.st_mtime, errors=errors)
+    return Survey(
+        path=path,
+        is_dir=True,
+        is_symlink=False,
+        symlink_target=None,
+        mode=st.st_mode,
+        uid=st.st_uid,
+        mtime=st.st_mtime,
+        errors=errors,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +495,7 @@ class Reading:
     whole_max: int = 1 << 20
 
 
-def _survey(  # noqa: C901
+def _survey(
     root: str,
     rel: str,
     max_depth: int,
@@ -495,101 +519,141 @@ def _survey(  # noqa: C901
         return _not_listed(root, path, exc), None
     try:
         st = os.fstat(top)
-        bound = root if links_within is None else links_within
-        files, links, dirs, errors, others = [], [], [], [], []
-        read: dict[str, bytes] = {}
-        to_read = reading.most if reading is not None else 0
-        too_deep = False
+        ls = _Listing(path, root if links_within is None else links_within, reading)
         stack = [("", 0)]
         while stack:
             sub, depth = stack.pop()
-            if sub:
-                try:
-                    fd = open_dir_at(sub, dir_fd=top)
-                except FileNotFoundError:
-                    continue  # gone while listing: not damage
-                except OSError as exc:
-                    errors.append((sub, f"cannot list: {exc.strerror}"))
-                    continue
-            else:
-                fd = top
+            fd = _open_sub(top, sub, ls.errors) if sub else top
+            if fd is None:
+                continue
             try:
-                try:
-                    it = os.scandir(fd)
-                except OSError as exc:
-                    errors.append((sub, f"cannot list: {exc.strerror}"))
-                    continue
-                with it:
-                    for e in it:
-                        name = e.name
-                        relp = f"{sub}/{name}" if sub else name
-                        if to_read and e.is_file(
-                            follow_symlinks=False
-                        ):  # the listing's type: no stat
-                            head = reading.head(name)
-                            if head is not None:
-                                try:
-                                    st_read, data = stat_and_read(
-                                        name, dir_fd=fd, head=head, max_bytes=reading.whole_max
-                                    )
-                                except OSError:
-                                    pass  # no regular file since the listing: stat'ed below, recorded as what it is
-                                else:
-                                    to_read -= 1
-                                    files.append(file_of(relp, st_read))
-                                    if data is not None:
-                                        read[relp] = data
-                                    continue
-                        try:
-                            est = e.stat(follow_symlinks=False)
-                        except FileNotFoundError:
-                            continue  # gone while listing (a writer's temporary file renamed into place): not damage
-                        except OSError as exc:
-                            errors.append((relp, f"cannot stat: {exc.strerror}"))
-                            continue
-                        fmt = est.st_mode & _IFMT
-                        if fmt == _IFREG:
-                            files.append(file_of(relp, est))
-                        elif fmt == _IFLNK:
-                            target = link_target(name, fd)
-                            links.append(
-                                Link(relp, target, leaves(bound, os.path.join(path, relp), target))
-                            )
-                        elif fmt == _IFDIR:
-                            if nested and depth + 1 >= max_depth:
-                                too_deep = True
-                                continue
-                            dirs.append(Dir(relp, est.st_mtime, est.st_mode, est.st_uid))
-                            if nested:
-                                stack.append((relp, depth + 1))
-                        else:  # a FIFO, a device, a socket: recorded, never opened
-                            others.append(file_of(relp, est))
+                below = _list_dir(fd, sub, ls)
             finally:
                 if fd != top:
                     os.close(fd)
+            for relp in below:  # in the listing's order, entered last first
+                if nested and depth + 1 >= max_depth:
+                    ls.too_deep = True
+                else:
+                    ls.dirs.append(below[relp])
+                    if nested:
+                        stack.append((relp, depth + 1))
     except BaseException:
         os.close(top)
         raise
-    files.sort(key=_BY_NAME)
-    links.sort(key=_BY_NAME)
-    dirs.sort(key=_BY_NAME)
-    others.sort(key=_BY_NAME)
+    for found in (ls.files, ls.links, ls.dirs, ls.others):
+        found.sort(key=_BY_NAME)
     return Survey(
-        path,
-        True,
-        False,
-        None,
-        st.st_mode,
-        st.st_uid,
-        st.st_mtime,
-        tuple(files),
-        tuple(links),
-        tuple(dirs),
-        tuple(errors),
-        too_deep,
-        tuple(others),
-        read or None,
+        path=path,
+        is_dir=True,
+        is_symlink=False,
+        symlink_target=None,
+        mode=st.st_mode,
+        uid=st.st_uid,
+        mtime=st.st_mtime,
+        files=tuple(ls.files),
+        links=tuple(ls.links),
+        dirs=tuple(ls.dirs),
+        errors=tuple(ls.errors),
+        too_deep=ls.too_deep,
+        others=tuple(ls.others),
+        read=ls.read or None,
     ), top
+
+
+class _Listing:
+    """What one survey has found so far (mutable while it lists): its files, links, directories, other
+    things and errors, the bytes it read, and how many more files it may read."""
+
+    __slots__ = (
+        "path",
+        "bound",
+        "reading",
+        "to_read",
+        "files",
+        "links",
+        "dirs",
+        "others",
+        "errors",
+        "read",
+        "too_deep",
+    )
+
+    def __init__(self, path: str, bound: str, reading: Reading | None) -> None:
+        self.path, self.bound, self.reading = path, bound, reading
+        self.to_read = reading.most if reading is not None else 0
+        self.files: list[File] = []
+        self.links: list[Link] = []
+        self.dirs: list[Dir] = []
+        self.others: list[File] = []
+        self.errors: list[tuple[str, str]] = []
+        self.read: dict[str, bytes] = {}
+        self.too_deep = False
+
+
+def _open_sub(top: int, sub: str, errors: list[tuple[str, str]]) -> int | None:
+    """An fd of the subdirectory ``sub`` below ``top``; None when it went or cannot be opened (said)."""
+    try:
+        return open_dir_at(sub, dir_fd=top)
+    except FileNotFoundError:
+        return None  # gone while listing: not damage
+    except OSError as exc:
+        errors.append((sub, f"cannot list: {exc.strerror}"))
+        return None
+
+
+def _list_dir(fd: int, sub: str, ls: _Listing) -> dict[str, Dir]:
+    """List the directory ``fd`` (``sub`` below the entry) into ``ls``; returns its subdirectories by path."""
+    below: dict[str, Dir] = {}
+    try:
+        it = os.scandir(fd)
+    except OSError as exc:
+        ls.errors.append((sub, f"cannot list: {exc.strerror}"))
+        return below
+    with it:
+        for e in it:
+            name = e.name
+            relp = f"{sub}/{name}" if sub else name
+            if ls.to_read and e.is_file(follow_symlinks=False) and _read_now(name, relp, fd, ls):
+                continue  # the listing's type: no stat
+            try:
+                est = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone while listing (a writer's temporary file renamed into place): not damage
+            except OSError as exc:
+                ls.errors.append((relp, f"cannot stat: {exc.strerror}"))
+                continue
+            fmt = est.st_mode & _IFMT
+            if fmt == _IFREG:
+                ls.files.append(file_of(relp, est))
+            elif fmt == _IFLNK:
+                target = link_target(name, fd)
+                ls.links.append(
+                    Link(relp, target, leaves(ls.bound, os.path.join(ls.path, relp), target))
+                )
+            elif fmt == _IFDIR:
+                below[relp] = Dir(relp, est.st_mtime, est.st_mode, est.st_uid)
+            else:  # a FIFO, a device, a socket: recorded, never opened
+                ls.others.append(file_of(relp, est))
+    return below
+
+
+def _read_now(name: str, relp: str, fd: int, ls: _Listing) -> bool:
+    """Read the regular file ``name`` as it is listed, when ``ls.reading`` asks for it; False when it is
+    not read (not asked for, or no regular file since the listing: stat'ed then, recorded as what it is)."""
+    assert ls.reading is not None  # to_read is 0 without it
+    head = ls.reading.head(name)
+    if head is None:
+        return False
+    try:
+        st_read, data = stat_and_read(name, dir_fd=fd, head=head, max_bytes=ls.reading.whole_max)
+    except OSError:
+        return False
+    ls.to_read -= 1
+    ls.files.append(file_of(relp, st_read))
+    if data is not None:
+        ls.read[relp] = data
+    return True
 
 
 def not_a_directory(

@@ -264,7 +264,8 @@ def driver_evidence(env=os.environ) -> tuple[float, str] | None:
     if _DRIVER:
         return _DRIVER[0]
     found: list[tuple[float, str]] = []
-    paths = ((LIBCUDA.raw(env),) if LIBCUDA.raw(env) else ()) + LIBCUDA_PATHS
+    named = LIBCUDA.raw(env)
+    paths = ((named,) if named else ()) + LIBCUDA_PATHS
     for p in paths:
         try:
             st = os.stat(p)
@@ -312,9 +313,8 @@ def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
     """
     if _STAMPS:
         return _STAMPS[0]
-    dirs = ([os.path.dirname(LIBCUDA.raw(env))] if LIBCUDA.raw(env) else []) + [
-        os.path.dirname(p) for p in LIBCUDA_PATHS
-    ]
+    named = LIBCUDA.raw(env)
+    dirs = ([os.path.dirname(named)] if named else []) + [os.path.dirname(p) for p in LIBCUDA_PATHS]
     stamp = None
     for d in dirs:
         p = os.path.join(d, "libnvidia-ptxjitcompiler.so.1")
@@ -402,7 +402,7 @@ class Checksums:
     key_ok: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ComputeEntry:
     """One ComputeCache entry file as read (see the module docstring for the layout).
 
@@ -444,7 +444,7 @@ def _producer(inp: str | None, options: str | None, output: str | None) -> str |
     return None
 
 
-def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:  # noqa: C901
+def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:
     """Facts of one entry file from its bytes (``data``: all of it, or its first bytes when it is large).
 
     ``name`` is the entry's hash as its path spells it (``a2daf144f9da5951``); checksums are
@@ -453,15 +453,17 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     if len(data) < _HEADER.size:
         if size < _HEADER.size:
             return ComputeEntry(
-                None,
-                size,
+                format=None,
+                size=size,
                 unknown=(f"{size} bytes is shorter than the driver's 28-byte entry header",),
             )
-        return ComputeEntry(None, size, unknown=("header unreadable",))
+        return ComputeEntry(format=None, size=size, unknown=("header unreadable",))
     magic, text_len, z1, out_len, z2, out_hash = _HEADER.unpack_from(data, 0)
     if magic != _ENTRY_MAGIC or z1 or z2:
         return ComputeEntry(
-            None, size, unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",)
+            format=None,
+            size=size,
+            unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",),
         )
     out_off = _HEADER.size + text_len
     problem = None
@@ -472,43 +474,9 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
     whole = len(data) == size
     text = data[_HEADER.size : min(out_off, len(data))]
     unknown: list[str] = []
-    m = _PREFIX.match(text)
-    inp = options = None
-    if m is None:
-        unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
-    else:
-        body = text[m.end() :]
-        inp, _input = _input_kind(body)
-        if inp is None:
-            unknown.append("its input is neither PTX nor NVVM IR")
-        if whole and out_off <= len(data):
-            nul = body.rfind(b"\x00")
-            tail = body[nul + 1 :] if nul >= 0 else b""
-            if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
-                unknown.append("no option string after its input")
-            else:
-                options = tail.decode("ascii").strip()
-    key = (
-        None
-        if m is None
-        else EntryKey(
-            BuildStamp(_norm_date(m.group(1)), m.group(2).decode()),
-            m.group(4).decode(),
-            inp,
-            options,
-        )
-    )
+    key = _parse_key(text, whole and out_off <= len(data), unknown)
     out = data[out_off : out_off + out_len] if out_off < len(data) else b""
-    output = None
-    if out.startswith(b"\x7fELF"):
-        output = EntryOutput(
-            "cubin", elf=parse_head(out[:HEADER_SIZE], min(out_len, max(size - out_off, 0)))
-        )
-    elif out.startswith(b"//") or out.lstrip().startswith(b".version"):
-        t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
-        output = EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
-    elif out:
-        unknown.append("its output is neither a cubin (ELF) nor PTX")
+    output = _parse_output(out, min(out_len, max(size - out_off, 0)), unknown)
     key_ok = sum_ok = None
     if whole and problem is None and size <= CHECKSUM_MAX:
         sum_ok = fnv1a64(out) == out_hash
@@ -518,6 +486,7 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
         unknown.append(
             f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read"
         )
+    inp, options = (key.input, key.options) if key else (None, None)
     kind = output.kind if output else None
     producer = _producer(inp, options, kind) if not unknown else None
     if producer is None and not unknown:
@@ -525,15 +494,51 @@ def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry
             f"{inp} in, {kind} out with options {options!r}: a producer jitwarden does not know"
         )
     return ComputeEntry(
-        magic,
-        size,
-        problem,
-        tuple(unknown),
-        key,
-        output,
-        producer,
-        Checksums(f"{out_hash:016x}", sum_ok, key_ok),
+        format=magic,
+        size=size,
+        problem=problem,
+        unknown=tuple(unknown),
+        key=key,
+        output=output,
+        producer=producer,
+        checksums=Checksums(f"{out_hash:016x}", sum_ok, key_ok),
     )
+
+
+def _parse_key(text: bytes, complete: bool, unknown: list[str]) -> EntryKey | None:
+    """The entry's key text: build stamp, target, input (PTX or NVVM IR) and, when the whole key was
+    read (``complete``), the option string after the input. What is not understood goes to ``unknown``."""
+    m = _PREFIX.match(text)
+    if m is None:
+        unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
+        return None
+    body = text[m.end() :]
+    inp, _input = _input_kind(body)
+    if inp is None:
+        unknown.append("its input is neither PTX nor NVVM IR")
+    options = None
+    if complete:
+        nul = body.rfind(b"\x00")
+        tail = body[nul + 1 :] if nul >= 0 else b""
+        if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
+            unknown.append("no option string after its input")
+        else:
+            options = tail.decode("ascii").strip()
+    return EntryKey(
+        BuildStamp(_norm_date(m.group(1)), m.group(2).decode()), m.group(4).decode(), inp, options
+    )
+
+
+def _parse_output(out: bytes, out_size: int, unknown: list[str]) -> EntryOutput | None:
+    """The compiled output (its first bytes; ``out_size`` in the file): a cubin's ELF header or PTX's target."""
+    if out.startswith(b"\x7fELF"):
+        return EntryOutput("cubin", elf=parse_head(out[:HEADER_SIZE], out_size))
+    if out.startswith(b"//") or out.lstrip().startswith(b".version"):
+        t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
+        return EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
+    if out:
+        unknown.append("its output is neither a cubin (ELF) nor PTX")
+    return None
 
 
 # ---------------------------------------------------------------- judging
@@ -565,6 +570,7 @@ def entry_findings(
     if e.problem:
         return [Finding("corrupt", e.problem)], None
     sums, key, output = e.checksums, e.key, e.output
+    assert sums is not None  # a known format without a problem has its checksums
     if sums.output_ok is False:
         out.append(
             Finding(
@@ -617,7 +623,12 @@ def entry_findings(
                 f"compiled for {target}, judged against sm_{j.target_arch}: unreachable here",
             )
         )
-    if e.producer == "driver-jit" and jit_stamp is not None and key.stamp.date != jit_stamp[0]:
+    if (
+        e.producer == "driver-jit"
+        and key is not None  # a driver-jit entry has its key
+        and jit_stamp is not None
+        and key.stamp.date != jit_stamp[0]
+    ):
         drv = f" (driver {j.driver_version})" if j.driver_version else ""
         out.append(
             Finding(
@@ -653,14 +664,14 @@ class CudaComputeFacts(KindFacts):
             if p.format is None:
                 out["format"] = "unknown"
             key, stamp = p.key, p.key.stamp if p.key else None
-            shown = (
+            shown: tuple[tuple[str, str | None], ...] = (
                 ("producer", p.producer),
-                ("jit_date", stamp and stamp.date),
-                ("jit_time", stamp and stamp.time),
-                ("target", key and key.target),
-                ("input", key and key.input),
-                ("output", p.output and p.output.kind),
-                ("options", key and key.options),
+                ("jit_date", stamp.date if stamp else None),
+                ("jit_time", stamp.time if stamp else None),
+                ("target", key.target if key else None),
+                ("input", key.input if key else None),
+                ("output", p.output.kind if p.output else None),
+                ("options", key.options if key else None),
             )
             for name, v in shown:
                 if v is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 from jitwarden.adapters import base
 from jitwarden.env import locations
@@ -33,6 +33,7 @@ KIND = "cupy"
 ROOT_RISK = None
 ROOT_CHECKS = ()
 ENTRY = re.compile(r"^([0-9a-f]{40})(\.cubin|\.ltoir|\.hsaco)(\.cu)?$")
+Suffix = Literal[".cubin", ".ltoir", ".hsaco"]  # ENTRY's second group
 TMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile's name in the cache dir
 MAX_ENTRY = 1 << 30
 MAX_SOURCE = 16 << 20
@@ -49,7 +50,7 @@ class CupyFacts(KindFacts):
     TOP: ClassVar[frozenset[str]] = frozenset({"cubin_sm", "ptx_target"})
 
     key_hash: str | None = None
-    suffix: Literal[".cubin", ".ltoir", ".hsaco"] | None = None  # as ENTRY names them
+    suffix: Suffix | None = None  # as ENTRY names them
     payload: str | None = None
     cubin_sm: int | None = None
     ptx_target: str | None = None
@@ -173,7 +174,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             facts=CupyFacts(tmp=True),
         )
     m = ENTRY.match(name)
+    assert m is not None  # the kind's names are ENTRY's
     key, suffix, cu = m.groups()
+    suffix = cast(Suffix, suffix)
     if cu:
         return Entry(
             KIND,

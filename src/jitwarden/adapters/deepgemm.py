@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.adapters.base import (
+    File,
     cubin_findings,
     elf_head,
     entries,
@@ -154,7 +155,7 @@ def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
     )
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:  # noqa: C901
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
     """Read one kernel dir (names, ELF headers, PTX head) or temp leftover, and judge it.
 
     Evidence per rule: ``corrupt`` for an empty ``kernel.cu``, a cubin whose ELF header is broken,
@@ -186,92 +187,15 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         )
     files = {f.name: f for f in s.files}
     newest = s.newest
-    cubin_sm = arch = ptx_target = ptx_version = None
-    etype = "cubin"  # not "kernel": that type means a Triton entry to the rebuild
-
+    cubin_sm = ptx_target = ptx_version = None
     if "kernel.so" in files or "kernel.args" in files:
         # DeepGEMM 1.0.0: kernel.cu and kernel.args written in place, kernel.so renamed in last.
         etype = "kernel-so"
-        missing = [f for f in ("kernel.cu", "kernel.args", "kernel.so") if f not in files]
-        if missing and older_than(newest, j):
-            out.append(
-                Finding(
-                    "incomplete",
-                    f"missing {', '.join(missing)}: an interrupted compile; DeepGEMM 1.0.0 "
-                    "treats the directory as a miss and compiles it again",
-                )
-            )
-        if "kernel.so" in files:
-            try:
-                out += so_findings(
-                    "kernel.so",
-                    elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size),
-                    j.host_machine,
-                )
-            except OSError as exc:
-                out.append(unreadable("kernel.so", exc))
-            arch = 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
-            if j.target_arch is not None and j.target_arch != 90:
-                out.append(
-                    Finding(
-                        "foreign-arch",
-                        f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}",
-                    )
-                )
+        arch = _kernel_so_findings(path, files, newest, j, out)
     else:
-        missing = [f for f in ("kernel.cu", "kernel.cubin") if f not in files]
-        if missing:
-            out.append(
-                Finding(
-                    "incomplete",
-                    f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
-                    "whole, so this one was damaged after; loading it aborts the process",
-                )
-            )
-        if "kernel.cu" in files and files["kernel.cu"].size == 0:
-            out.append(Finding("corrupt", "kernel.cu is empty"))
-        if "kernel.cubin" in files:
-            try:
-                head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
-            except OSError as exc:
-                head = None
-                out.append(unreadable("kernel.cubin", exc))
-            if head is not None:
-                bad = cubin_findings("kernel.cubin", head)
-                out += bad
-                if not bad:
-                    cubin_sm = arch = head.sm
-        if "kernel.ptx" in files:
-            try:
-                hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
-                ptx_target, ptx_version = hdr.target, hdr.version
-                if hdr.target is None:
-                    out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
-                elif (
-                    cubin_sm is not None
-                    and hdr.target_arch is not None
-                    and hdr.target_arch != cubin_sm
-                ):
-                    out.append(
-                        Finding(
-                            "mismatch",
-                            f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}",
-                        )
-                    )
-            except OSError as exc:
-                out.append(unreadable("kernel.ptx", exc))
-        if (
-            cubin_sm is not None
-            and j.target_arch is not None
-            and not reachable(cubin_sm, j.target_arch)
-        ):
-            out.append(
-                Finding(
-                    "foreign-arch",
-                    f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
-                    "DeepGEMM builds another target there, this one is unreachable",
-                )
-            )
+        etype = "cubin"  # not "kernel": that type means a Triton entry to the rebuild
+        cubin_sm, ptx_target, ptx_version = _cubin_dir_findings(path, files, j, out)
+        arch = cubin_sm
     others = sorted(
         f
         for f in files
@@ -298,3 +222,97 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         findings=tuple(dict.fromkeys(out)),
         facts=DeepGemmFacts(kname, khash, cubin_sm, ptx_target, ptx_version, tuple(others[:8])),
     )
+
+
+def _kernel_so_findings(
+    path: str, files: dict[str, File], newest: float, j: Judge, out: list[Finding]
+) -> int | None:
+    """DeepGEMM 1.0.0's layout (kernel.cu, kernel.args, kernel.so): what is missing, the module's ELF
+    header, its one arch (sm_90a) against the judged GPU. Returns the arch when the module is there."""
+    missing = [f for f in ("kernel.cu", "kernel.args", "kernel.so") if f not in files]
+    if missing and older_than(newest, j):
+        out.append(
+            Finding(
+                "incomplete",
+                f"missing {', '.join(missing)}: an interrupted compile; DeepGEMM 1.0.0 "
+                "treats the directory as a miss and compiles it again",
+            )
+        )
+    if "kernel.so" not in files:
+        return None
+    try:
+        out += so_findings(
+            "kernel.so",
+            elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size),
+            j.host_machine,
+        )
+    except OSError as exc:
+        out.append(unreadable("kernel.so", exc))
+    if j.target_arch is not None and j.target_arch != 90:
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}",
+            )
+        )
+    return 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
+
+
+def _cubin_dir_findings(
+    path: str, files: dict[str, File], j: Judge, out: list[Finding]
+) -> tuple[int | None, str | None, str | None]:
+    """The cubin layout (kernel.cu, kernel.cubin, kernel.ptx, renamed into place whole): what is missing,
+    the cubin's ELF header, the PTX header against it, the cubin's SM against the judged GPU. Returns
+    (cubin SM, PTX target, PTX version)."""
+    missing = [f for f in ("kernel.cu", "kernel.cubin") if f not in files]
+    if missing:
+        out.append(
+            Finding(
+                "incomplete",
+                f"missing {' and '.join(missing)}: DeepGEMM renames a kernel dir into place "
+                "whole, so this one was damaged after; loading it aborts the process",
+            )
+        )
+    if "kernel.cu" in files and files["kernel.cu"].size == 0:
+        out.append(Finding("corrupt", "kernel.cu is empty"))
+    cubin_sm = None
+    if "kernel.cubin" in files:
+        try:
+            head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
+        except OSError as exc:
+            out.append(unreadable("kernel.cubin", exc))
+        else:
+            bad = cubin_findings("kernel.cubin", head)
+            out += bad
+            if not bad:
+                cubin_sm = head.sm
+    ptx_target = ptx_version = None
+    if "kernel.ptx" in files:
+        try:
+            hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
+        except OSError as exc:
+            out.append(unreadable("kernel.ptx", exc))
+        else:
+            ptx_target, ptx_version = hdr.target, hdr.version
+            if hdr.target is None:
+                out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
+            elif cubin_sm is not None and hdr.target_arch not in (None, cubin_sm):
+                out.append(
+                    Finding(
+                        "mismatch",
+                        f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}",
+                    )
+                )
+    if (
+        cubin_sm is not None
+        and j.target_arch is not None
+        and not reachable(cubin_sm, j.target_arch)
+    ):
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
+                "DeepGEMM builds another target there, this one is unreachable",
+            )
+        )
+    return cubin_sm, ptx_target, ptx_version

@@ -84,7 +84,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
 
 def _workspaces(root: str) -> list[tuple[str, str | None, str]]:
     """(relative workspace dir, version or None, archs) for every workspace under ``root``."""
-    out = []
+    out: list[tuple[str, str | None, str]] = []
     try:
         ls = listed(root)
     except OSError:

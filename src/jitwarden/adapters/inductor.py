@@ -26,6 +26,7 @@ import errno
 import os
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from jitwarden.adapters.base import (
     Survey,
@@ -56,7 +57,6 @@ DEVPROPS = re.compile(  # bounded: a forged 5,000-digit number is no match, not 
 )
 KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
 FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
-TOP_GROUPS = ("fxgraph", "aotautograd", "cache", "locks")
 
 PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
 CUTLASS_DIR = "torch_cutlass"
@@ -353,9 +353,9 @@ class Judging:
             False  # every file of the entry is covered by its pickle seal (checked against it)
         )
         self.type = "other"
-        self.name = None
-        self.arch = None
-        self.extra: dict = {}
+        self.name: str | None = None
+        self.arch: int | None = None
+        self.extra: dict[str, Any] = {}
         self.findings: list[Finding] = []
         self.make = make
 
@@ -368,123 +368,143 @@ class Judging:
             self.extra[field] = replace(old, **found) if old is not None else group(**found)
 
 
-def judge_blob(  # noqa: C901
+def judge_blob(
     rel: str, data: bytes | Streamed, size: int, judge: Judge, facts: Judging, kind: str = ""
 ) -> None:
     """Judge one generated file of an Inductor cache by its bytes (``kind``: fxgraph, aotautograd or "" for by name)."""
-    add = facts.findings.append
     base = os.path.basename(rel)
     if kind in ("fxgraph", "aotautograd") or base.endswith((".pkl", ".pickle")):
-        why = pickle_problem(data)
-        if why and why.startswith("not a pickle"):
-            # Inductor writes pickles here; another format is a version we do not know, not damage.
-            add(Finding("unrecognised", f"{rel}: {why}; not judged"))
-            return
-        if why:
-            add(Finding("corrupt", f"{rel}: {why}"))
-            return
-        named_arch(device_props(data), judge, rel, facts)
-        return
-    if isinstance(data, Streamed):
+        _judge_pickle(rel, data, judge, facts)
+    elif isinstance(data, Streamed):
         _judge_large(rel, data, judge, facts)
-        return
-    if base.endswith(".py"):
-        if not data.strip():
-            add(Finding("corrupt", f"{rel} is empty"))
-            return
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            add(Finding("corrupt", f"{rel} is not UTF-8 text"))
-            return
-        # No final newline is normal (triton_mm templates); a source that stops mid-statement is not.
-        syntax = source_problem(data, rel)
-        if syntax is not None:
-            add(syntax)
-            if syntax.code == "corrupt":
-                return
-        props = device_props(data)
-        m = KERNEL_DEF.search(data)
-        if m and b"triton_meta=" in data:
-            facts.type, facts.name = "kernel", m.group(1).decode()
-            if not props:
-                add(
-                    Finding(
-                        "unrecognised",
-                        f"{rel}: its triton_meta has no DeviceProperties(...) in a form "
-                        "jitwarden reads; its GPU is not judged",
-                    )
-                )
-        elif b"@triton.jit" in data:
-            facts.type = "kernel"
-            add(
-                Finding(
-                    "unrecognised",
-                    f"{rel}: @triton.jit is not followed by a kernel definition jitwarden reads",
-                )
-            )
-        else:
-            facts.type = "output-code"
-        arch = named_arch(props, judge, rel, facts)
-        facts.grouped(
-            "generated_for",
-            GeneratedFor,
-            cc=arch,
-            device=props[0][0] if props else None,
-            multi_processor_count=props[0][2] if props else None,
-        )
-        return
-    if base.endswith((".best_config", ".json")):
-        facts.type = "autotune" if base.endswith(".best_config") else "json"
-        try:
-            doc = jsonlimits.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            add(Finding("corrupt", f"{rel} is not valid JSON"))
-            return
-        if facts.type == "autotune" and not (isinstance(doc, dict) and "num_warps" in doc):
-            add(
-                Finding(
-                    "unrecognised",
-                    f"{rel}: JSON, but not an autotune result jitwarden knows (no num_warps)",
-                )
-            )
-        elif facts.type == "autotune" and doc.get("triton_cache_hash"):
-            facts.extra["triton_cache_hash"] = doc["triton_cache_hash"]
-        return
-    if base.endswith(".cubin"):
-        facts.type = "cubin"
-        try:
-            sm = elf.cubin_sm(elf.parse(data))
-        except elf.ElfError as exc:
-            add(Finding("corrupt", f"{rel}: not a valid cubin: {exc}"))
-            return
-        _cubin_arch(rel, sm, judge, facts)
-        return
-    if base.endswith((".so", ".o")) or data[:4] == elf.MAGIC:
-        facts.type = "library" if base.endswith(".so") else "object"
-        head = elf.parse_head(data, size)
-        if head.problem:
-            add(Finding("corrupt", f"{rel}: {head.problem}"))
-            return
-        mname = head.machine_name
-        facts.extra["machine"] = mname
-        host = _host(judge)
-        if host and mname != host:
-            add(
-                Finding(
-                    "foreign-arch",
-                    f"{rel} is built for {mname}, this host is {host}: unreachable here",
-                )
-            )
-        return
-    if base.endswith(".lock"):
+    elif base.endswith(".py"):
+        _judge_python(rel, data, judge, facts)
+    elif base.endswith((".best_config", ".json")):
+        _judge_json(rel, data, base, facts)
+    elif base.endswith(".cubin"):
+        _judge_cubin(rel, data, judge, facts)
+    elif base.endswith((".so", ".o")) or data[:4] == elf.MAGIC:
+        _judge_elf(rel, data, size, base, judge, facts)
+    elif base.endswith(".lock"):
         facts.type = "lock"
-        return
-    if base.endswith((".cpp", ".h", ".cu", ".c")):
+    elif base.endswith((".cpp", ".h", ".cu", ".c")):
         facts.type = "source"
         if size == 0:
-            add(Finding("corrupt", f"{rel} is empty"))
+            facts.findings.append(Finding("corrupt", f"{rel} is empty"))
+
+
+def _judge_pickle(rel: str, data: bytes | Streamed, judge: Judge, facts: Judging) -> None:
+    """An FX-graph or AOTAutograd pickle: its structure (never unpickled), then the GPU it names."""
+    add = facts.findings.append
+    why = pickle_problem(data)
+    if why and why.startswith("not a pickle"):
+        # Inductor writes pickles here; another format is a version we do not know, not damage.
+        add(Finding("unrecognised", f"{rel}: {why}; not judged"))
         return
+    if why:
+        add(Finding("corrupt", f"{rel}: {why}"))
+        return
+    named_arch(device_props(data), judge, rel, facts)
+
+
+def _judge_python(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
+    """Generated Python: a Triton kernel (its name and the GPU its triton_meta names) or output code."""
+    add = facts.findings.append
+    if not data.strip():
+        add(Finding("corrupt", f"{rel} is empty"))
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        add(Finding("corrupt", f"{rel} is not UTF-8 text"))
+        return
+    # No final newline is normal (triton_mm templates); a source that stops mid-statement is not.
+    syntax = source_problem(data, rel)
+    if syntax is not None:
+        add(syntax)
+        if syntax.code == "corrupt":
+            return
+    props = device_props(data)
+    m = KERNEL_DEF.search(data)
+    if m and b"triton_meta=" in data:
+        facts.type, facts.name = "kernel", m.group(1).decode()
+        if not props:
+            add(
+                Finding(
+                    "unrecognised",
+                    f"{rel}: its triton_meta has no DeviceProperties(...) in a form "
+                    "jitwarden reads; its GPU is not judged",
+                )
+            )
+    elif b"@triton.jit" in data:
+        facts.type = "kernel"
+        add(
+            Finding(
+                "unrecognised",
+                f"{rel}: @triton.jit is not followed by a kernel definition jitwarden reads",
+            )
+        )
+    else:
+        facts.type = "output-code"
+    arch = named_arch(props, judge, rel, facts)
+    facts.grouped(
+        "generated_for",
+        GeneratedFor,
+        cc=arch,
+        device=props[0][0] if props else None,
+        multi_processor_count=props[0][2] if props else None,
+    )
+
+
+def _judge_json(rel: str, data: bytes, base: str, facts: Judging) -> None:
+    """An autotune result (``.best_config``) or other JSON."""
+    add = facts.findings.append
+    facts.type = "autotune" if base.endswith(".best_config") else "json"
+    try:
+        doc = jsonlimits.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        add(Finding("corrupt", f"{rel} is not valid JSON"))
+        return
+    if facts.type == "autotune" and not (isinstance(doc, dict) and "num_warps" in doc):
+        add(
+            Finding(
+                "unrecognised",
+                f"{rel}: JSON, but not an autotune result jitwarden knows (no num_warps)",
+            )
+        )
+    elif facts.type == "autotune" and doc.get("triton_cache_hash"):
+        facts.extra["triton_cache_hash"] = doc["triton_cache_hash"]
+
+
+def _judge_cubin(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
+    add = facts.findings.append
+    facts.type = "cubin"
+    try:
+        sm = elf.cubin_sm(elf.parse(data))
+    except elf.ElfError as exc:
+        add(Finding("corrupt", f"{rel}: not a valid cubin: {exc}"))
+        return
+    _cubin_arch(rel, sm, judge, facts)
+
+
+def _judge_elf(rel: str, data: bytes, size: int, base: str, judge: Judge, facts: Judging) -> None:
+    """A library or object (by name or ELF magic): its header, its machine against this host."""
+    add = facts.findings.append
+    facts.type = "library" if base.endswith(".so") else "object"
+    head = elf.parse_head(data, size)
+    if head.problem:
+        add(Finding("corrupt", f"{rel}: {head.problem}"))
+        return
+    mname = head.machine_name
+    facts.extra["machine"] = mname
+    host = _host(judge)
+    if host and mname != host:
+        add(
+            Finding(
+                "foreign-arch",
+                f"{rel} is built for {mname}, this host is {host}: unreachable here",
+            )
+        )
 
 
 _ELF_HEAD_ONLY = (".so", ".o")
@@ -500,7 +520,7 @@ _OVERLAP = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Streamed:
     """A cache file larger than :data:`WHOLE_MAX`, as one pass over its chunks saw it: what the judges of pickles,
     standalone-compile artifacts and seals need of it, without holding it. ``passed`` is False for a file of
@@ -542,7 +562,13 @@ def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
         tail = (tail + chunk[-16:])[-16:]
         pos += len(chunk)
     return Streamed(
-        pos, head, tail, crc, h.hexdigest() if h is not None else None, tuple(props), tuple(keys)
+        size=pos,
+        head=head,
+        tail=tail,
+        crc_after_4=crc,
+        sha256=h.hexdigest() if h is not None else None,
+        props=tuple(props),
+        fx_keys=tuple(keys),
     )
 
 
@@ -561,7 +587,7 @@ def read_blob(path: str, rel: str, size: int, *, sha256: bool = False) -> bytes 
             if exc.errno != errno.EFBIG:
                 raise  # else: it grew past the bound since it was listed
     if rel.endswith(".cubin"):
-        return Streamed(size, read_head(path, elf.HEADER_SIZE), passed=False)
+        return Streamed(size=size, head=read_head(path, elf.HEADER_SIZE), passed=False)
     return stream_blob(path, size, sha256=sha256)
 
 
@@ -693,12 +719,17 @@ def _check_sealed(rel: str, data: bytes | Streamed, size: int, rec: dict, facts:
     """A sealed pickle whose bytes contradict its seal is ``corrupt``: the evidence the guard acts on at load."""
     import hashlib
 
-    streamed = isinstance(data, Streamed)
-    if (data.size if streamed else len(data)) != size or (streamed and data.sha256 is None):
+    if isinstance(data, Streamed):
+        read, digest = data.size, data.sha256
+    else:
+        read, digest = len(data), None
+    if read != size or (isinstance(data, Streamed) and digest is None):
         return  # only part of it was read (a library's header), or it changed since listed: nothing to compare
     if size != rec["size"]:
         facts.findings.append(Finding("corrupt", f"{rel} is {size} bytes, sealed as {rec['size']}"))
-    elif (data.sha256 if streamed else hashlib.sha256(data).hexdigest()) != rec["sha256"]:
+    elif (digest if isinstance(data, Streamed) else hashlib.sha256(data).hexdigest()) != rec[
+        "sha256"
+    ]:
         facts.findings.append(Finding("corrupt", f"{rel} does not match its sealed sha256"))
 
 
@@ -755,9 +786,10 @@ def entry_of(
     kind: str, root: str, name: str, s: Survey, facts: Judging, findings: list[Finding]
 ) -> Entry:
     mtime = s.newest if s.files else s.mtime
-    frozen = facts.make(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()}
-    )
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()
+    }
+    frozen = facts.make(**fields)
     return Entry(
         kind,
         root,

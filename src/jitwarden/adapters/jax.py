@@ -300,16 +300,22 @@ def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Findin
         top = jaxexec.fields(data)
         if name == KERNEL_CACHE_FILE:
             for num, wt, v in top:
-                if num == 1 and wt == 2:
+                if num == 1 and wt == 2 and isinstance(v, bytes):  # wire type 2: bytes
                     jaxexec.fields(v)
             return []
-        key = next((v for num, wt, v in top if num == 1 and wt == 2), None)
+        key = next((v for num, wt, v in top if num == 1 and isinstance(v, bytes)), None)
         ident = (
-            next((v for num, wt, v in jaxexec.fields(key) if num == 1 and wt == 2), None)
+            next(
+                (v for num, wt, v in jaxexec.fields(key) if num == 1 and isinstance(v, bytes)), None
+            )
             if key
             else None
         )
-        got = {num: v for num, wt, v in jaxexec.fields(ident) if wt == 2} if ident else {}
+        got = (
+            {num: v for num, _wt, v in jaxexec.fields(ident) if isinstance(v, bytes)}
+            if ident
+            else {}
+        )
     except ValueError as exc:
         return [Finding("corrupt", f"not a whole protobuf message ({exc}): XLA cannot parse it")]
     version, fusion = got.get(1), got.get(3)

@@ -133,7 +133,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     f = s.files[0]
     base_name = name.rpartition("/")[2]
     mi, md = INDEX.match(base_name), DATA.match(base_name)
-    stem = (mi or md).group(1)
+    named = mi or md
+    assert named is not None  # the kind's names are an index's or a data file's
+    stem = named.group(1)
     try:
         data = read_bytes(s.path, max_bytes=MAX_FILE, size_hint=f.size)
     except OSError as exc:

@@ -21,9 +21,10 @@ import os
 import re
 from dataclasses import dataclass
 from itertools import islice
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from jitwarden.adapters.base import (
+    File,
     elf_head,
     existing,
     listed,
@@ -171,7 +172,8 @@ def current_tag(j: Judge) -> tuple[str | None, str | None]:
 def parse_ninja(text: str) -> dict:
     """Facts of a torch ``build.ninja``: python include version, CUDA build, ``-gencode`` targets, default target."""
     py = _PY_INCLUDE.search(text)
-    sms, ptx = [], []
+    sms: list[int] = []
+    ptx: list[int] = []
     for _arch, kind, num in _GENCODE.findall(text):
         (sms if kind == "sm" else ptx).append(int(num))
     arch_flags = re.findall(
@@ -202,7 +204,7 @@ def _covers(sms, ptx, arch: int) -> bool:
     return any(p <= arch for p in ptx)
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:  # noqa: C901
+def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
     """Read one build directory (file names, ELF headers, build.ninja text) and judge it.
 
     Evidence per rule: ``corrupt`` for ``.so``/``.o`` whose ELF header is broken; ``mismatch``
@@ -220,22 +222,57 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             KIND, root, name, s, out, "build directory", mod, TorchExtFacts(mod, tag or None)
         )
     files = {f.name: f for f in s.files}
-    host = j.host_machine
-
     # Shared objects: <name>.so, or <name>_v<N>.so after an in-process rebuild.
-    sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
-    own = [f for f in sos if (m := _SO_NAME.match(f)) and m.group(1) == mod]
-    so_machines = set()
-    for rel in sos:
+    own = [
+        f for f in sorted(files) if "/" not in f and (m := _SO_NAME.match(f)) and m.group(1) == mod
+    ]
+    so_machine = _elf_findings(path, files, j.host_machine, out)
+    ninja = None
+    if "build.ninja" in files:
+        try:
+            ninja = parse_ninja(
+                read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
+            )
+        except OSError as exc:
+            out.append(unreadable("build.ninja", exc))
+    etype = _build_state(mod, own, files, ninja is not None, s.newest, j, out)
+    py_tag, acc_tag = _tag_findings(tag, ninja, j, out)
+    arch = sms = ptxs = None
+    if ninja and (ninja["sm"] or ninja["ptx"]):
+        sms, ptxs = ninja["sm"], ninja["ptx"]
+        arch = _arch_findings(sms, ptxs, j, out)
+    facts = TorchExtFacts(mod, tag or None, tuple(own), so_machine, py_tag, acc_tag, sms, ptxs)
+    return Entry(
+        KIND,
+        root,
+        name,
+        path,
+        etype,
+        mod,
+        arch,
+        s.bytes,
+        s.newest,
+        findings=tuple(dict.fromkeys(out)),
+        facts=facts,
+    )
+
+
+def _elf_findings(
+    path: str, files: dict[str, File], host: str | None, out: list[Finding]
+) -> str | None:
+    """The ELF headers of the module's ``.so`` files and its objects: broken ones, a module not linked
+    from its objects (another machine). Returns the module's machine (the first by name), None when unknown."""
+    so_machines: set[str] = set()
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".so")):
         try:
             head = elf_head(os.path.join(path, rel), files[rel].size)
         except OSError as exc:
             out.append(unreadable(rel, exc))
             continue
         out += so_findings(rel, head, host)
-        if not head.problem:
+        if not head.problem and head.machine_name is not None:  # a sound head names its machine
             so_machines.add(head.machine_name)
-    obj_machines = set()
+    obj_machines: set[str] = set()
     for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
         try:
             head = elf_head(os.path.join(path, rel), files[rel].size)
@@ -243,7 +280,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             continue
         if head.problem:
             out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
-        else:
+        elif head.machine_name is not None:  # a sound head names its machine
             obj_machines.add(head.machine_name)
     if so_machines and obj_machines and not (so_machines & obj_machines):
         out.append(
@@ -253,22 +290,25 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 f"{', '.join(sorted(obj_machines))}: the .so was not linked from them",
             )
         )
+    return min(so_machines) if so_machines else None
 
-    ninja = None
-    if "build.ninja" in files:
-        try:
-            ninja = parse_ninja(
-                read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
-            )
-        except OSError as exc:
-            out.append(unreadable("build.ninja", exc))
 
+def _build_state(
+    mod: str,
+    own: list[str],
+    files: dict[str, File],
+    has_ninja: bool,
+    newest: float,
+    j: Judge,
+    out: list[Finding],
+) -> str:
+    """The entry's type: ``extension``, ``building`` (young, no module yet) or ``partial`` (an interrupted
+    build: no module past the orphan age, or torch's lock left behind)."""
     # Half-built: torch creates the directory, writes build.ninja, then runs ninja.
     etype = "extension"
-    newest = s.newest
     if not own:
         if older_than(newest, j):
-            what = "build.ninja but no" if ninja is not None else "neither build.ninja nor"
+            what = "build.ninja but no" if has_ninja else "neither build.ninja nor"
             out.append(
                 Finding(
                     "incomplete",
@@ -288,40 +328,19 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             )
         )
         etype = "partial"  # the build it guarded never finished: clean takes the whole directory
+    return etype
 
-    # Tags: the tag directory names the Python and accelerator torch built for; build.ninja says what it really used.
+
+def _tag_findings(
+    tag: str, ninja: dict[str, Any] | None, j: Judge, out: list[Finding]
+) -> tuple[str | None, str | None]:
+    """(Python tag, accelerator tag) the build is for: the tag directory names what torch built for,
+    build.ninja says what it really used; either against this environment's torch."""
     py_now, acc_now = current_tag(j)
     m = TAG.match(tag) if tag else None
-    py_tag = acc_tag = None
-    if m:
-        py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
-        if ninja and ninja["python"] and ninja["python"] != py_tag:
-            out.append(
-                Finding(
-                    "mismatch",
-                    f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                    f"headers but sits under {tag}",
-                )
-            )
-        if ninja and acc_tag == "cpu" and ninja["cuda"]:
-            out.append(
-                Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}")
-            )
-        if py_now and py_tag != py_now:
-            out.append(
-                Finding(
-                    "stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/"
-                )
-            )
-        elif acc_now and acc_tag != acc_now:
-            out.append(
-                Finding(
-                    "stale",
-                    f"built for {acc_tag}, the installed torch is {acc_now}: torch never looks in {tag}/",
-                )
-            )
-    elif ninja and ninja["python"]:
-        py_tag = ninja["python"]
+    if m is None:
+        if not (ninja and ninja["python"]):
+            return None, None
         if py_now and ninja["python"] != py_now:
             out.append(
                 Finding(
@@ -330,43 +349,40 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                     f"headers, this is {py_now}: loading it fails or rebuilds",
                 )
             )
-
-    arch = sms = ptxs = None
-    if ninja and (ninja["sm"] or ninja["ptx"]):
-        sms, ptxs = ninja["sm"], ninja["ptx"]
-        if j.target_arch is not None and not _covers(ninja["sm"], ninja["ptx"], j.target_arch):
-            shown = ", ".join(
-                [f"sm_{x}" for x in ninja["sm"]] + [f"compute_{x}" for x in ninja["ptx"]]
+        return ninja["python"], None
+    py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
+    if ninja and ninja["python"] and ninja["python"] != py_tag:
+        out.append(
+            Finding(
+                "mismatch",
+                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                f"headers but sits under {tag}",
             )
-            out.append(
-                Finding(
-                    "foreign-arch",
-                    f"built for {shown}, judged against sm_{j.target_arch}: "
-                    "no kernel image for this GPU",
-                )
+        )
+    if ninja and acc_tag == "cpu" and ninja["cuda"]:
+        out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
+    if py_now and py_tag != py_now:
+        out.append(
+            Finding("stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/")
+        )
+    elif acc_now and acc_tag != acc_now:
+        out.append(
+            Finding(
+                "stale",
+                f"built for {acc_tag}, the installed torch is {acc_now}: torch never looks in {tag}/",
             )
-        arch = max(ninja["sm"] or ninja["ptx"])
+        )
+    return py_tag, acc_tag
 
-    facts = TorchExtFacts(
-        mod,
-        tag or None,
-        tuple(own),
-        min(so_machines) if so_machines else None,
-        py_tag,
-        acc_tag,
-        sms,
-        ptxs,
-    )
-    return Entry(
-        KIND,
-        root,
-        name,
-        path,
-        etype,
-        mod,
-        arch,
-        s.bytes,
-        newest,
-        findings=tuple(dict.fromkeys(out)),
-        facts=facts,
-    )
+
+def _arch_findings(sms: list[int], ptxs: list[int], j: Judge, out: list[Finding]) -> int:
+    """The newest arch build.ninja targets; ``foreign-arch`` when none covers the judged GPU."""
+    if j.target_arch is not None and not _covers(sms, ptxs, j.target_arch):
+        shown = ", ".join([f"sm_{x}" for x in sms] + [f"compute_{x}" for x in ptxs])
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"built for {shown}, judged against sm_{j.target_arch}: no kernel image for this GPU",
+            )
+        )
+    return max(sms or ptxs)

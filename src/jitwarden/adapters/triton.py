@@ -12,9 +12,9 @@ import errno
 import os
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from jitwarden.adapters.base import (
     Dir,
@@ -105,7 +105,7 @@ class TritonFacts(KindFacts):
     producer: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EntryFacts:
     """What :func:`read_entry` found on disk, before any judgement.
 
@@ -150,7 +150,7 @@ def _nested_roots(base: str, source: str, trees) -> list[CacheRoot]:
     dir's ``triton/<device>`` (:func:`locations.inductor_triton_trees`), vLLM's per-model ones
     (:func:`locations.vllm_triton_trees`)."""
     return [
-        CacheRoot(KIND, t, source, digest, base if digest else None)
+        CacheRoot(kind=KIND, path=t, source=source, partition=digest, base=base if digest else None)
         for d, digest in with_partitions(base)
         for t in trees(d)
     ]
@@ -165,10 +165,14 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     roots: list[CacheRoot] = []
     path, source = locations.triton_cache_dir(env)
     # Under activation TRITON_CACHE_DIR names a partition: list the root it lives in (and so every partition).
-    roots.append(CacheRoot(KIND, partition.base_of(path), source))
+    roots.append(CacheRoot(kind=KIND, path=partition.base_of(path), source=source))
     if source != "default":
         roots.append(
-            CacheRoot(KIND, os.path.join(locations.home(env), ".triton", "cache"), "default")
+            CacheRoot(
+                kind=KIND,
+                path=os.path.join(locations.home(env), ".triton", "cache"),
+                source="default",
+            )
         )
     roots += _nested_roots(
         partition.base_of(locations.inductor_cache_dir(env)),
@@ -180,7 +184,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     )
     private = private_dir(env)
     if private:
-        roots.append(CacheRoot(KIND, os.path.join(private, "triton"), "private"))
+        roots.append(CacheRoot(kind=KIND, path=os.path.join(private, "triton"), source="private"))
         roots += _nested_roots(
             os.path.join(private, "inductor"), "private", locations.inductor_triton_trees
         )
@@ -250,49 +254,95 @@ def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     path = os.path.join(root, name)
     with surveyed(root, name, nested=False, links_within=path, reading=_READING) as (sv, dfd):
         if sv.is_symlink or not sv.is_dir:
-            return EntryFacts(name, sv, read_errors=sv.errors)
+            return EntryFacts(id=name, survey=sv, read_errors=sv.errors)
         return _read_listed(path, name, sv, dfd, check_seal)
 
 
-def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: bool) -> EntryFacts:  # noqa: C901
+def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: bool) -> EntryFacts:
     """:func:`read_entry` of a directory as listed in ``sv``; its files are read by ``dfd``."""
-    files, tmps = [], [d for d in sv.dirs if is_tmp_dir(d.name)]
+    ls = _sort_names(sv)
     errors = list(sv.errors)
-    # One pass sorts the names (sorted already, as the survey lists them) by what they hold.
-    sizes = {}  # one read() per file: the size is known from the stat
-    group_files, cubins, ptxs, records, jsons = (
-        [],
-        [],
-        [],
-        [],
-        [],
-    )  # records: launchers, autotune results
+    seal_other = _not_regular(sv, errors)
+    r = _Reader(sv, dfd, ls.sizes, errors)
+    groups = r.groups(ls.group_files)
+    metadata_file = _metadata_file(groups, ls)
+    metadata = r.json_object(metadata_file, "metadata") if metadata_file is not None else None
+    stem = metadata_file[: -len(".json")] if metadata_file else None
+    cubin = cubin_head = cubin_file = ptx_head = ptx_file = None
+    if ls.cubins:
+        cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in ls.sizes else ls.cubins[0]
+        cubin, cubin_head = r.cubin(cubin_file)
+    if ls.ptxs:
+        ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in ls.sizes else ls.ptxs[0]
+        ptx_head = r.ptx_head(ptx_file)
+    launchers = r.records(ls.records)
+    seal_problems, seal_foreign = _seal_facts(path, ls.sizes.keys(), check_seal, seal_other)
+    return EntryFacts(
+        id=name,
+        survey=sv,
+        files=tuple(ls.files),
+        tmps=tuple(ls.tmps),
+        metadata=metadata,
+        metadata_file=metadata_file,
+        groups=tuple(groups),
+        cubin=cubin,
+        cubin_file=cubin_file,
+        ptx_head=ptx_head,
+        ptx_file=ptx_file,
+        launchers=tuple(launchers),
+        read_errors=tuple(errors),
+        seal_problems=seal_problems,
+        seal_foreign=seal_foreign,
+        cubin_head=cubin_head,
+        unread=tuple(r.unread),
+    )
+
+
+@dataclass
+class _Names:
+    """An entry's names sorted by what they hold, in one pass over the survey's (sorted) files."""
+
+    files: list[File] = field(default_factory=list)
+    tmps: list[File | Dir] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)  # one read() per file: the size is known
+    group_files: list[str] = field(default_factory=list)
+    cubins: list[str] = field(default_factory=list)
+    ptxs: list[str] = field(default_factory=list)
+    records: list[str] = field(default_factory=list)  # launchers, autotune results
+    jsons: list[str] = field(default_factory=list)
+
+
+def _sort_names(sv: Survey) -> _Names:
+    ls = _Names(tmps=[d for d in sv.dirs if is_tmp_dir(d.name)])
     for f in sv.files:
         fname = f.name
         if TMP_FILE_INFIX in fname and is_tmp_file(fname):
-            tmps.append(f)
+            ls.tmps.append(f)
             continue
-        files.append(f)
-        sizes[fname] = f.size
+        ls.files.append(f)
+        ls.sizes[fname] = f.size
         if fname.endswith(".json"):
             autotune = fname.endswith(".autotune.json")
             if fname.startswith("__grp__"):
-                group_files.append(fname)
+                ls.group_files.append(fname)
             elif not autotune and not is_reserved(fname):
-                jsons.append(fname)
+                ls.jsons.append(fname)
             if autotune:  # a group file so named is read as both
-                records.append(fname)
+                ls.records.append(fname)
         elif fname.endswith(".cubin"):
-            cubins.append(fname)
+            ls.cubins.append(fname)
         elif fname.endswith(".ptx"):
-            ptxs.append(fname)
+            ls.ptxs.append(fname)
         elif fname.endswith(".so"):
-            records.append(fname)
-    names = sizes.keys()
+            ls.records.append(fname)
+    return ls
+
+
+def _not_regular(sv: Survey, errors: list[tuple[str, str]]) -> str | None:
+    """Names of Triton's files that are no regular file (never opened: Triton's blocking open() of a FIFO
+    under its name hangs the workload) go to ``errors``; returns why the seal is unreadable when it is one."""
     seal_other = None
-    for o in (
-        sv.others
-    ):  # never opened: Triton's blocking open() of a FIFO under its name hangs the workload
+    for o in sv.others:
         if o.name == SEAL_FILE:
             seal_other = f"seal unreadable: {SEAL_FILE} is {kind_of(o.mode)}, not a regular file"
         elif not is_reserved(o.name) and o.name.endswith(_TRITON_SUFFIXES):
@@ -303,142 +353,138 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
                     "hang on it or read endless bytes; not opened",
                 )
             )
+    return seal_other
 
-    pre = sv.read or {}
 
-    def read(fname: str, bound: int) -> bytes:
-        data = pre.get(fname)
-        return (
-            data
-            if data is not None
-            else read_bytes(fname, max_bytes=bound, size_hint=sizes[fname], dir_fd=dfd)
-        )
-
-    def head(
-        fname: str,
-    ) -> elf.ElfHead:  # an ELF file too large to read whole: its header says what it is
-        return elf.parse_head(read_head(fname, elf.HEADER_SIZE, dir_fd=dfd), sizes[fname])
-
-    unread = []
-
-    groups = []
-    metadata = metadata_file = cubin = cubin_head = cubin_file = ptx_head = ptx_file = None
-    launchers = []
-    for fname in group_files:
-        try:
-            doc = jsonlimits.loads(read(fname, _JSON_MAX))
-            groups.append((fname, doc if isinstance(doc, dict) else None))
-            if not isinstance(doc, dict):
-                errors.append((fname, "group file is not a JSON object"))
-        except OSError as exc:
-            groups.append((fname, None))
-            errors.append((fname, _unreadable(exc, _JSON_MAX)))
-        except (ValueError, UnicodeDecodeError):
-            groups.append((fname, None))
-            errors.append((fname, "group file is not valid JSON"))
-    # The metadata is the group's own name without the __grp__ prefix.
+def _metadata_file(groups: list[tuple[str, dict[str, Any] | None]], ls: _Names) -> str | None:
+    """The metadata is the group's own name without the ``__grp__`` prefix, else the one other JSON."""
     for gname, _doc in groups:
         mname = gname[len("__grp__") :]
-        if mname in names:
-            metadata_file = mname
-            break
-    if metadata_file is None and len(jsons) == 1:
-        metadata_file = jsons[0]
-    if metadata_file is not None:
+        if mname in ls.sizes:
+            return mname
+    return ls.jsons[0] if len(ls.jsons) == 1 else None
+
+
+class _Reader:
+    """Reads the files of one listed entry through its directory fd, each at most once (the bytes the survey
+    read as it listed first); what cannot be read or parsed goes to ``errors`` as (name, why)."""
+
+    def __init__(
+        self, sv: Survey, dfd: int | None, sizes: dict[str, int], errors: list[tuple[str, str]]
+    ) -> None:
+        self.pre = sv.read or {}
+        self.dfd, self.sizes, self.errors = dfd, sizes, errors
+        self.unread: list[tuple[str, int]] = []  # files too large to read whole: their header only
+
+    def read(self, fname: str, bound: int) -> bytes:
+        data = self.pre.get(fname)
+        if data is not None:
+            return data
+        return read_bytes(fname, max_bytes=bound, size_hint=self.sizes[fname], dir_fd=self.dfd)
+
+    def head(self, fname: str) -> elf.ElfHead:
+        """An ELF file too large to read whole: its header says what it is."""
+        return elf.parse_head(read_head(fname, elf.HEADER_SIZE, dir_fd=self.dfd), self.sizes[fname])
+
+    def groups(self, group_files: list[str]) -> list[tuple[str, dict[str, Any] | None]]:
+        out: list[tuple[str, dict[str, Any] | None]] = []
+        for fname in group_files:
+            doc = self.json_object(fname, "group file")
+            out.append((fname, doc))
+        return out
+
+    def json_object(self, fname: str, what: str) -> dict[str, Any] | None:
         try:
-            doc = jsonlimits.loads(read(metadata_file, _JSON_MAX))
-            if isinstance(doc, dict):
-                metadata = doc
-            else:
-                errors.append((metadata_file, "metadata is not a JSON object"))
+            doc = jsonlimits.loads(self.read(fname, _JSON_MAX))
         except OSError as exc:
-            errors.append((metadata_file, _unreadable(exc, _JSON_MAX)))
+            self.errors.append((fname, _unreadable(exc, _JSON_MAX)))
+            return None
         except (ValueError, UnicodeDecodeError):
-            errors.append((metadata_file, "metadata is not valid JSON"))
-    stem = metadata_file[: -len(".json")] if metadata_file else None
-    if cubins:
-        cubin_file = f"{stem}.cubin" if stem and f"{stem}.cubin" in names else cubins[0]
+            self.errors.append((fname, f"{what} is not valid JSON"))
+            return None
+        if not isinstance(doc, dict):
+            self.errors.append((fname, f"{what} is not a JSON object"))
+            return None
+        return doc
+
+    def cubin(self, fname: str) -> tuple[elf.Elf | None, elf.ElfHead | None]:
         try:
-            if sizes[cubin_file] > _ELF_WHOLE_MAX:
-                cubin_head = head(cubin_file)
-                unread.append((cubin_file, sizes[cubin_file]))
-            else:
-                cubin = elf.parse(read(cubin_file, _ELF_WHOLE_MAX))
+            if self.sizes[fname] > _ELF_WHOLE_MAX:
+                head = self.head(fname)
+                self.unread.append((fname, self.sizes[fname]))
+                return None, head
+            return elf.parse(self.read(fname, _ELF_WHOLE_MAX)), None
         except OSError as exc:
-            errors.append((cubin_file, _unreadable(exc, _ELF_WHOLE_MAX)))
+            self.errors.append((fname, _unreadable(exc, _ELF_WHOLE_MAX)))
         except elf.ElfError as exc:
-            errors.append((cubin_file, f"not a valid cubin: {exc}"))
-    if ptxs:
-        ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in names else ptxs[0]
+            self.errors.append((fname, f"not a valid cubin: {exc}"))
+        return None, None
+
+    def ptx_head(self, fname: str) -> bytes | None:
+        head = self.pre.get(fname)
+        if head is not None:
+            return head
         try:
-            ptx_head = pre.get(ptx_file)
-            if ptx_head is None:
-                ptx_head = read_head(ptx_file, _PTX_HEAD, dir_fd=dfd)
+            return read_head(fname, _PTX_HEAD, dir_fd=self.dfd)
         except OSError as exc:
-            errors.append((ptx_file, f"unreadable: {exc.strerror}"))
-    for fname in records:
-        if fname.endswith(".so"):
+            self.errors.append((fname, f"unreadable: {exc.strerror}"))
+            return None
+
+    def records(self, records: list[str]) -> list[tuple[str, elf.Elf | elf.ElfHead | None]]:
+        """The launchers (``.so``: their ELF) and autotune results (JSON) of the entry."""
+        launchers: list[tuple[str, elf.Elf | elf.ElfHead | None]] = []
+        for fname in records:
+            if fname.endswith(".so"):
+                launchers += self._launcher(fname)
+                continue
             try:
-                if sizes[fname] > _ELF_WHOLE_MAX:
-                    so = head(fname)
-                    if so.problem:
-                        raise elf.ElfError(so.problem)
-                    launchers.append((fname, so))
-                    unread.append((fname, sizes[fname]))
-                else:
-                    launchers.append((fname, elf.parse(read(fname, _ELF_WHOLE_MAX))))
+                jsonlimits.loads(self.read(fname, _JSON_MAX))
             except OSError as exc:
-                errors.append((fname, _unreadable(exc, _ELF_WHOLE_MAX)))
-            except elf.ElfError as exc:
-                launchers.append((fname, None))
-                errors.append((fname, f"not a valid shared object: {exc}"))
-        else:
-            try:
-                jsonlimits.loads(read(fname, _JSON_MAX))
-            except OSError as exc:
-                errors.append((fname, _unreadable(exc, _JSON_MAX)))
+                self.errors.append((fname, _unreadable(exc, _JSON_MAX)))
             except (ValueError, UnicodeDecodeError):
-                errors.append((fname, "autotune record is not valid JSON"))
+                self.errors.append((fname, "autotune record is not valid JSON"))
+        return launchers
 
-    seal_problems = (seal_other,) if check_seal and seal_other else None
-    seal_foreign = None
-    if check_seal and SEAL_FILE in names:
-        from jitwarden.store import (
-            seal,
-        )  # sealed entries only: hashlib and the seal format stay off the scan's start-up
-
+    def _launcher(self, fname: str) -> list[tuple[str, elf.Elf | elf.ElfHead | None]]:
         try:
-            s = seal.read(path)
-            present = [f for f in names if not is_reserved(f)]
-            seal_problems = tuple(seal.check(path, s, present)) if s else None
-            # the runtime loads only what this partition sealed
-            seal_foreign = (
-                seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path)))
-                if s
-                else None
-            )
-        except seal.SealError as exc:
-            seal_problems = (str(exc),)
+            if self.sizes[fname] > _ELF_WHOLE_MAX:
+                so = self.head(fname)
+                if so.problem:
+                    raise elf.ElfError(so.problem)
+                self.unread.append((fname, self.sizes[fname]))
+                return [(fname, so)]
+            return [(fname, elf.parse(self.read(fname, _ELF_WHOLE_MAX)))]
+        except OSError as exc:
+            self.errors.append((fname, _unreadable(exc, _ELF_WHOLE_MAX)))
+            return []
+        except elf.ElfError as exc:
+            self.errors.append((fname, f"not a valid shared object: {exc}"))
+            return [(fname, None)]
 
-    return EntryFacts(
-        name,
-        sv,
-        tuple(files),
-        tuple(tmps),
-        metadata,
-        metadata_file,
-        tuple(groups),
-        cubin,
-        cubin_file,
-        ptx_head,
-        ptx_file,
-        tuple(launchers),
-        tuple(errors),
-        seal_problems,
-        seal_foreign,
-        cubin_head,
-        tuple(unread),
-    )
+
+def _seal_facts(
+    path: str, names: Collection[str], check_seal: bool, seal_other: str | None
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """(what the seal says is wrong, None: no seal; why it is another partition's seal)."""
+    seal_problems: tuple[str, ...] | None = (seal_other,) if check_seal and seal_other else None
+    if not (check_seal and SEAL_FILE in names):
+        return seal_problems, None
+    from jitwarden.store import (
+        seal,
+    )  # sealed entries only: hashlib and the seal format stay off the scan's start-up
+
+    try:
+        s = seal.read(path)
+        if s is None:
+            return None, None
+        present = [f for f in names if not is_reserved(f)]
+        # the runtime loads only what this partition sealed
+        return (
+            tuple(seal.check(path, s, present)),
+            seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path))),
+        )
+    except seal.SealError as exc:
+        return (str(exc),), None
 
 
 def _unreadable(exc: OSError, bound: int) -> str:
@@ -590,13 +636,14 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         )
     if md is not None:
         _metadata_findings(f, md, arch, kname, tv, j, add)
+    cubin_file = f.cubin_file or ""  # set whenever a cubin or its head is
     cubin_sm, producer = (
-        _cubin_findings(f.cubin, f.cubin_file, arch, kname, add)
+        _cubin_findings(f.cubin, cubin_file, arch, kname, add)
         if f.cubin is not None
         else (None, None)
     )
     if f.cubin_head is not None:
-        cubin_sm = _cubin_head_findings(f.cubin_head, f.cubin_file, arch, add)
+        cubin_sm = _cubin_head_findings(f.cubin_head, cubin_file, arch, add)
     for fname, fsize in f.unread:
         add(
             Finding(
@@ -606,7 +653,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             )
         )
     ptx_version, ptx_target = (
-        _ptx_findings(f.ptx_head, f.ptx_file, arch, kname, add)
+        _ptx_findings(f.ptx_head, f.ptx_file or "", arch, kname, add)  # set with ptx_head
         if f.ptx_head is not None
         else (None, None)
     )

@@ -324,7 +324,9 @@ def handle_findings(
     entry). Unknown, and the two loaders disagree on a graph: ``unrecognised``, naming both.
     Legacy ``inductor`` handles are looked up by FX key in ``<rank>/inductor_cache`` (never by path).
     """
-    outside, missing, unsure = [], [], []
+    outside: list[Handle] = []
+    missing: list[Handle] = []
+    unsure: list[Handle] = []
     fxgraph = os.path.join(rank_dir, "inductor_cache", "fxgraph")
     for h in handles:
         if h.compiler == "inductor":
@@ -342,7 +344,12 @@ def handle_findings(
             verdict = new if reader >= LOADS_BY_KEY_FROM else old
         else:  # both loaders agree, or both fail (then the old loader's word, the more specific): else unsure
             verdict = old if old == new or "ok" not in (old, new) else "unsure"
-        {"outside": outside, "missing": missing, "unsure": unsure}.get(verdict, []).append(h)
+        by_verdict: dict[str, list[Handle]] = {
+            "outside": outside,
+            "missing": missing,
+            "unsure": unsure,
+        }
+        by_verdict.get(verdict, []).append(h)
     out = []
     if outside:
         paths = [os.path.normpath(h.path) for h in outside]
@@ -463,6 +470,7 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
             if art.code:
                 add(Finding(art.code, f"{rel}: {art.why}"))
             else:
+                assert art.layout is not None  # a layout with no problem is named
                 seen = set(filter(None, facts.extra.get("artifact_layouts", "").split(", ")))
                 facts.extra["artifact_layouts"] = ", ".join(sorted(seen | {art.layout}))
                 inductor.named_arch(inductor.device_props(data), judge, rel, facts)

@@ -15,7 +15,7 @@ import os
 import sys
 
 from jitwarden import __version__
-from jitwarden.model.errors import EXIT_INTERNAL, EXIT_USAGE, JitwardenError
+from jitwarden.model.errors import EXIT_USAGE, JitwardenError, exit_of
 
 COMMANDS = (
     "doctor",
@@ -180,33 +180,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
+    """The command's status; the one error handler: an exception becomes a status and one line by
+    model/errors.py's table (an internal error re-raised under ``JITWARDEN_DEBUG=1``)."""
     try:
         return int(args.func(args) or 0)
-    except JitwardenError as exc:
-        print(f"jitwarden: error: {exc}", file=sys.stderr)
-        _json_error(args, str(exc), exc.exit_code)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("jitwarden: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # `jitwarden ls | head -1`: the reader left; nothing is wrong, exit 0 (rich's own answer, exit 1,
-        # is turned into this by render/console.py).
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 0
-    except Exception as exc:
-        from jitwarden.model.settings import DEBUG
+    except (Exception, KeyboardInterrupt) as exc:
+        out = exit_of(exc)
+        if out.internal:
+            from jitwarden.model.settings import DEBUG
 
-        if DEBUG.on(os.environ):  # a flag like every switch: JITWARDEN_DEBUG=0 is off
-            raise
-        print(
-            f"jitwarden: internal error: {type(exc).__name__}: {exc} (set {DEBUG.name}=1 for a traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+            if DEBUG.on(os.environ):  # a flag like every switch: JITWARDEN_DEBUG=0 is off
+                raise
+        if isinstance(exc, BrokenPipeError):  # nothing more reaches the reader that left
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
+        if out.line:
+            print(f"jitwarden: {out.line}", file=sys.stderr)
+        if isinstance(exc, JitwardenError) and not out.internal:
+            _json_error(args, str(exc), out.status)
+        return out.status
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from jitwarden.env import interpreter, jaxcupy, nvml, ptxas, torchinfo
 from jitwarden.env.nvml import Gpu
@@ -118,7 +120,7 @@ MEMO_MAX_BYTES = 4 << 20
 # --- the record ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Package:
     """An installed distribution. ``identity``: sha256 of its dist-info RECORD (which lists a
     sha256 of every installed file), so a rebuild under the same version is noticed."""
@@ -132,7 +134,7 @@ class Package:
     arch_list: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fingerprint:
     gpu_source: str
     gpus: tuple[Gpu, ...]
@@ -157,7 +159,7 @@ class Fingerprint:
     def ptxas_for(self, role: str) -> PtxasInfo | None:
         return next((i for r, i in self.ptxas if r == role), None)
 
-    def canonical(self) -> dict:
+    def canonical(self) -> dict[str, Any]:
         """Everything that decides compiled code, and nothing volatile (uuids, paths, order)."""
         py = dict(self.python)
         return {
@@ -194,7 +196,7 @@ class Fingerprint:
 
     # -- JSON --
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "digest": self.digest,
@@ -215,7 +217,7 @@ class Fingerprint:
         }
 
     @classmethod
-    def from_json(cls, d) -> Fingerprint:
+    def from_json(cls, d: dict[str, Any]) -> Fingerprint:
         """Rebuild from :meth:`to_json` output; ValueError saying what is wrong otherwise."""
         if not isinstance(d, dict):
             raise ValueError("not a jitwarden fingerprint (expected a JSON object)")
@@ -229,7 +231,9 @@ class Fingerprint:
                 Gpu(
                     int(g["index"]),
                     str(g["name"]),
-                    tuple(int(x) for x in g["capability"]) if g.get("capability") else None,
+                    cast("tuple[int, int]", tuple(int(x) for x in g["capability"]))
+                    if g.get("capability")
+                    else None,
                     g.get("uuid"),
                     g.get("pci_bus_id"),
                 )
@@ -242,13 +246,13 @@ class Fingerprint:
                 pt.append((role, PtxasInfo.from_json(e)))
             pkgs = tuple(
                 Package(
-                    str(p["name"]),
-                    str(p.get("dist") or p["name"]),
-                    str(p["version"]),
-                    p.get("identity"),
-                    p.get("cuda"),
-                    p.get("git_version"),
-                    tuple(p["arch_list"]) if p.get("arch_list") is not None else None,
+                    name=str(p["name"]),
+                    dist=str(p.get("dist") or p["name"]),
+                    version=str(p["version"]),
+                    identity=p.get("identity"),
+                    cuda=p.get("cuda"),
+                    git_version=p.get("git_version"),
+                    arch_list=tuple(p["arch_list"]) if p.get("arch_list") is not None else None,
                 )
                 for p in d["packages"]
             )
@@ -275,7 +279,7 @@ class Fingerprint:
         if not self.gpus:
             why = self.gpu_note or f"source: {self.gpu_source}"
             return f"no GPU visible ({why})"
-        groups: dict[tuple, int] = {}
+        groups: dict[tuple[Any, ...], int] = {}
         for g in self.gpus:
             groups[(g.name, g.capability)] = groups.get((g.name, g.capability), 0) + 1
         parts = []
@@ -328,7 +332,7 @@ class Fingerprint:
         return out
 
 
-def gpu_json(g: Gpu) -> dict:
+def gpu_json(g: Gpu) -> dict[str, Any]:
     """One GPU as JSON: what `doctor` lists and the fingerprint records."""
     return {
         "index": g.index,
@@ -339,8 +343,13 @@ def gpu_json(g: Gpu) -> dict:
     }
 
 
-def _package_json(p: Package) -> dict:
-    d = {"name": p.name, "dist": p.dist, "version": p.version, "identity": p.identity}
+def _package_json(p: Package) -> dict[str, Any]:
+    d: dict[str, object] = {
+        "name": p.name,
+        "dist": p.dist,
+        "version": p.version,
+        "identity": p.identity,
+    }
     if p.name == "torch":
         d.update(
             cuda=p.cuda,
@@ -361,7 +370,7 @@ class Change:
     why: str
 
 
-def _s(v) -> str:
+def _s(v: object) -> str:
     return "(none)" if v is None or v == "" else str(v)
 
 
@@ -372,18 +381,28 @@ def _ptxas_label(info: PtxasInfo | None) -> str:
     return info.build or info.release or (lines[-1] if lines else "(no version)")
 
 
-def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
+def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
     """What differs from ``a`` (old) to ``b`` (new), and why each difference matters."""
+    return [
+        *_device_changes(a, b),
+        *_ptxas_changes(a, b),
+        *_package_changes(a, b),
+        *_host_changes(a, b),
+    ]
+
+
+def _gpuset(fp: Fingerprint) -> list[str]:
+    return sorted(
+        {
+            f"{g.name} ({'sm_{}{}'.format(*g.capability) if g.capability else 'capability unknown'})"
+            for g in fp.gpus
+        }
+    )
+
+
+def _device_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
+    """The GPUs and the driver: what runs the kernels."""
     out: list[Change] = []
-
-    def gpuset(fp):
-        return sorted(
-            {
-                f"{g.name} ({'sm_{}{}'.format(*g.capability) if g.capability else 'capability unknown'})"
-                for g in fp.gpus
-            }
-        )
-
     if a.device_archs() != b.device_archs() and (a.device_archs() or b.device_archs()):
         out.append(
             Change(
@@ -394,12 +413,12 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
                 "runs only on 9.0): cached cubins of the old GPU cannot run on the new one",
             )
         )
-    elif gpuset(a) != gpuset(b):
+    elif _gpuset(a) != _gpuset(b):
         out.append(
             Change(
                 "gpu",
-                _s(", ".join(gpuset(a))),
-                _s(", ".join(gpuset(b))),
+                _s(", ".join(_gpuset(a))),
+                _s(", ".join(_gpuset(b))),
                 "another GPU model: autotuned configs and vLLM's compile cache (keyed by GPU name) "
                 "were chosen for the old one",
             )
@@ -415,6 +434,12 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
             )
         )
 
+    return out
+
+
+def _ptxas_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
+    """Each ptxas role: the binary that assembles the kernels."""
+    out: list[Change] = []
     pa, pb = dict(a.ptxas), dict(b.ptxas)
     for role in sorted(set(pa) | set(pb)):
         x, y = pa.get(role), pb.get(role)
@@ -449,6 +474,12 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
                 )
             )
 
+    return out
+
+
+def _package_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
+    """The packages that generate or launch kernels: versions, files, CUDA, torch's arch list."""
+    out: list[Change] = []
     ka, kb = {p.name: p for p in a.packages}, {p.name: p for p in b.packages}
     for name in sorted(set(ka) | set(kb)):
         x, y = ka.get(name), kb.get(name)
@@ -505,6 +536,12 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
                 )
             )
 
+    return out
+
+
+def _host_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
+    """The Python ABI, the platform and the compiler-relevant environment variables."""
+    out: list[Change] = []
     ya, yb = dict(a.python), dict(b.python)
     for k in ("implementation", "cache_tag", "soabi", "abiflags", "minor"):
         if ya.get(k) != yb.get(k):
@@ -546,7 +583,7 @@ def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:  # noqa: C901
 # --- memo ----------------------------------------------------------------------------
 
 
-def _load_memo(path: str) -> dict:
+def _load_memo(path: str) -> dict[str, Any]:
     """The memo's sections, or {} when it is absent, not ours alone, not a regular file, too big or not JSON.
 
     Read like the activation memo (``store.fsutil.read_private``): a FIFO in its place cannot
@@ -563,9 +600,9 @@ def _load_memo(path: str) -> dict:
     return {k: v for k, v in data.items() if isinstance(v, dict)}
 
 
-def _save_memo(path: str, memo: dict) -> None:
+def _save_memo(path: str, memo: dict[str, Any]) -> None:
     """Atomic write (temp file + rename); failures are ignored: the memo is an optimisation."""
-    data = {"schema": SCHEMA}
+    data: dict[str, object] = {"schema": SCHEMA}
     for k, v in memo.items():
         if isinstance(v, dict):
             items = list(v.items())[-_MEMO_CAP:]
@@ -577,10 +614,10 @@ def _save_memo(path: str, memo: dict) -> None:
         pass
 
 
-class _Section(dict):
+class _Section(dict[str, Any]):
     """A memo section that re-inserts touched keys last, so capping keeps the recent ones."""
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         value = super().pop(key)
         super().__setitem__(key, value)
         return value
@@ -612,24 +649,25 @@ _RECORD_MAX = 64 << 20
 """A distribution's RECORD larger than this is not read (torch's, the largest seen, is a few MB)."""
 
 
-def _record_identity(dist_info: str, memo: dict) -> str | None:
+def _record_identity(dist_info: str, memo: dict[str, Any]) -> str | None:
     path = os.path.join(dist_info, "RECORD")
     try:
         st = os.stat(path)
     except OSError:
         return None
     key = ptxas.stat_key(os.path.realpath(path), st)  # ctime too: mtime can be set back
-    if isinstance(memo.get(key), str):
-        return memo[key]
+    known = memo.get(key)
+    if isinstance(known, str):
+        return known
     try:
         digest = hashlib.sha256(read_bytes(path, max_bytes=_RECORD_MAX)).hexdigest()
     except OSError:
         return None
     memo[key] = digest
-    return memo[key]
+    return digest
 
 
-def _packages(memo: dict) -> tuple[Package, ...]:
+def _packages(memo: dict[str, Any]) -> tuple[Package, ...]:
     dists = _find_dists({d for _, ds in PACKAGES for d in ds})
     out = []
     records, arches = (
@@ -646,9 +684,19 @@ def _packages(memo: dict) -> tuple[Package, ...]:
             ti = torchinfo.info(arches, version=version)
             if ti is None:  # a dist-info without the package: skip, as if not installed
                 continue
-            out.append(Package(name, hit, version, identity, ti.cuda, ti.git_version, ti.arch_list))
+            out.append(
+                Package(
+                    name=name,
+                    dist=hit,
+                    version=version,
+                    identity=identity,
+                    cuda=ti.cuda,
+                    git_version=ti.git_version,
+                    arch_list=ti.arch_list,
+                )
+            )
         else:
-            out.append(Package(name, hit, version, identity))
+            out.append(Package(name=name, dist=hit, version=version, identity=identity))
     return tuple(out)
 
 
@@ -709,7 +757,7 @@ def _gpu_key(proc_root: str, cvd: str | None) -> str | None:
     return h.hexdigest()
 
 
-def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
+def _gpu(memo: dict[str, Any], env: Mapping[str, str], proc_root: str) -> nvml.Probe:
     """NVML's answer memoised by the /proc GPU listing and driver version, else a fresh probe."""
     section = memo.setdefault("gpu", _Section())
     key = _gpu_key(proc_root, env.get("CUDA_VISIBLE_DEVICES"))
@@ -746,7 +794,9 @@ def _gpu(memo: dict, env, proc_root: str) -> nvml.Probe:
     return p
 
 
-def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/proc") -> dict:
+def dependencies(
+    *, env: Mapping[str, str] | None = None, memo_path: str | None = None, proc_root: str = "/proc"
+) -> dict[str, Any]:
     """What :func:`collect` reads, as names to watch, for activation's warm memo (``activation_memo``).
 
     Whatever changes the digest changes one of these: ``env`` (the code-changing variables
@@ -797,11 +847,15 @@ def dependencies(*, env=None, memo_path: str | None = None, proc_root: str = "/p
     }
 
 
-_PROCESS_MEMO: dict = {}
+_PROCESS_MEMO: dict[tuple[Any, ...], Fingerprint] = {}
 
 
 def collect(
-    *, use_memo: bool = True, env=None, memo_path: str | None = None, proc_root: str = "/proc"
+    *,
+    use_memo: bool = True,
+    env: Mapping[str, str] | None = None,
+    memo_path: str | None = None,
+    proc_root: str = "/proc",
 ) -> Fingerprint:
     """The fingerprint of this process's environment (``env`` defaults to ``os.environ``).
 

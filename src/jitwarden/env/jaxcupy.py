@@ -18,6 +18,8 @@ warm partitions) when jitwarden learns about these tools. See ARCHITECTURE.md ("
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 PACKAGES = (
     ("jax", ("jax",)),
     ("jaxlib", ("jaxlib",)),
@@ -37,7 +39,7 @@ _TOOLS = frozenset(d for name, ds in PACKAGES if name in ("jaxlib", "cupy") for 
 _SHARED = frozenset({"cudnn", "cuda-nvrtc", "cuda-runtime"})
 
 
-def counted(name: str, found) -> bool:
+def counted(name: str, found: Iterable[str]) -> bool:
     """Whether the package ``name`` of the fingerprint counts, given the normalized dist names ``found``:
     the CUDA wheels only where jaxlib or CuPy is installed, everything else always."""
     return name not in _SHARED or not _TOOLS.isdisjoint(found)

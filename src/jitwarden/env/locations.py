@@ -8,6 +8,7 @@ the way each tool decides it; cheap enough for the warm activation path.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from jitwarden.model import settings
 
@@ -29,11 +30,11 @@ ACTIVATION_VARS = PARTITION_VARS + FILE_PARTITION_VARS
 """Every (kind, variable) activation points at a fingerprint partition."""
 
 
-def home(env) -> str:
+def home(env: Mapping[str, str]) -> str:
     return env.get("HOME") or os.path.expanduser("~")
 
 
-def triton_cache_dir(env) -> tuple[str, str]:
+def triton_cache_dir(env: Mapping[str, str]) -> tuple[str, str]:
     """Triton's own choice and why: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``."""
     if env.get("TRITON_CACHE_DIR"):
         return env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
@@ -42,7 +43,7 @@ def triton_cache_dir(env) -> tuple[str, str]:
     return os.path.join(home(env), ".triton", "cache"), "default"
 
 
-def inductor_cache_dir(env) -> str:
+def inductor_cache_dir(env: Mapping[str, str]) -> str:
     """TorchInductor's: ``TORCHINDUCTOR_CACHE_DIR``, else ``<tempdir>/torchinductor_<user>``.
 
     The temp dir and user are resolved as ``tempfile.gettempdir()`` and ``getpass.getuser()``
@@ -66,14 +67,14 @@ def inductor_cache_dir(env) -> str:
     return os.path.join(tmp, f"torchinductor_{user}")
 
 
-def vllm_cache_root(env) -> str:
+def vllm_cache_root(env: Mapping[str, str]) -> str:
     """vLLM's: ``VLLM_CACHE_ROOT``, else ``${XDG_CACHE_HOME:-~/.cache}/vllm``."""
     if env.get("VLLM_CACHE_ROOT"):
         return os.path.expanduser(env["VLLM_CACHE_ROOT"])
     return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home(env), ".cache"), "vllm")
 
 
-def torch_extensions_dir(env) -> str:
+def torch_extensions_dir(env: Mapping[str, str]) -> str:
     """Where torch builds C++/CUDA extensions without ``TORCH_EXTENSIONS_DIR``: ``<user cache dir>/torch_extensions``
     (torch adds a ``py<XY>_<cuda>`` level below it; with the variable set it builds directly inside)."""
     cache = (
@@ -82,13 +83,13 @@ def torch_extensions_dir(env) -> str:
     return os.path.join(cache, "torch_extensions")
 
 
-def cupy_cache_dir(env) -> str:
+def cupy_cache_dir(env: Mapping[str, str]) -> str:
     """CuPy's: ``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache`` (CuPy would take an empty value as the working
     directory; a partition base never is)."""
     return env.get("CUPY_CACHE_DIR") or os.path.join(home(env), ".cupy", "kernel_cache")
 
 
-def default_base(kind: str, env) -> str:
+def default_base(kind: str, env: Mapping[str, str]) -> str:
     """The root of one cache kind of :data:`ACTIVATION_VARS` for ``env`` (JAX has none: its variable's
     value, else "")."""
     if kind == "cupy":

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from jitwarden.model.errors import JitwardenError
 
 NVML_LIB = "libnvidia-ml.so.1"
 
@@ -40,14 +44,16 @@ class Probe:
 
 
 def query(
-    proc_root: str = "/proc", env=None
+    proc_root: str = "/proc", env: Mapping[str, str] | None = None
 ) -> tuple[str, tuple[Gpu, ...], str | None, str | None]:
     """(source, gpus, driver_version, cuda_driver_version); see :func:`probe`."""
     p = probe(proc_root, env)
     return p.source, p.gpus, p.driver_version, p.cuda_driver_version
 
 
-def probe(proc_root: str = "/proc", env=None, use_nvml: bool = True) -> Probe:
+def probe(
+    proc_root: str = "/proc", env: Mapping[str, str] | None = None, use_nvml: bool = True
+) -> Probe:
     """Ask NVML, then ``<proc_root>/driver/nvidia``; honour ``CUDA_VISIBLE_DEVICES``."""
     env = os.environ if env is None else env
     cvd = env.get("CUDA_VISIBLE_DEVICES")
@@ -178,8 +184,8 @@ def read_proc(proc_root: str = "/proc") -> tuple[tuple[Gpu, ...], str | None] | 
 # --- NVML -------------------------------------------------------------------------
 
 
-class NvmlError(RuntimeError):
-    pass
+class NvmlError(JitwardenError, RuntimeError):
+    """NVML is missing or a call of it failed (the fingerprint then reads /proc)."""
 
 
 def _nvml_query() -> tuple[tuple[Gpu, ...], str | None, str | None]:
@@ -192,7 +198,7 @@ def _nvml_query() -> tuple[tuple[Gpu, ...], str | None, str | None]:
             raise NvmlError(f"{NVML_LIB} not found") from None
         raise NvmlError(f"{NVML_LIB} not loadable ({exc})") from None
 
-    def call(name, *args):
+    def call(name: str, *args: Any) -> None:
         fn = getattr(lib, name, None)
         if fn is None:
             raise NvmlError(f"{name} missing from {NVML_LIB}")
@@ -257,7 +263,7 @@ def _nvml_query() -> tuple[tuple[Gpu, ...], str | None, str | None]:
             pass
 
 
-def _pci_struct():
+def _pci_struct() -> Any:
     import ctypes
 
     class PciInfo(ctypes.Structure):  # nvmlPciInfo_t (v3)
@@ -274,11 +280,11 @@ def _pci_struct():
     return PciInfo
 
 
-def _PciInfo():
+def _PciInfo() -> Any:
     global _PCI_CLS
     if _PCI_CLS is None:
         _PCI_CLS = _pci_struct()
     return _PCI_CLS()
 
 
-_PCI_CLS = None
+_PCI_CLS: Any = None

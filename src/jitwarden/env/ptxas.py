@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from jitwarden.env import interpreter
 from jitwarden.store.fsutil import open_regular
@@ -59,7 +61,7 @@ _LAST_RELEASE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TritonRecipe:
     """How one Triton release picks its ptxas and builds the ptxas command line.
 
@@ -96,12 +98,24 @@ class TritonRecipe:
 #: 3.7: adds ``--regAllocOptLevel=2``; 3.8: consan/fpsan add ``--opt-level 1``;
 #: 3.9: ``ptxas-blackwell`` (13.x) for every arch from sm_90.
 RECIPES = (
-    TritonRecipe("3.4", None, False, False, None),
-    TritonRecipe("3.5", None, True, False, None),
-    TritonRecipe("3.6", 100, True, False, None),
-    TritonRecipe("3.7", 100, True, True, None),
-    TritonRecipe("3.8", 100, True, True, "substring"),
-    TritonRecipe("3.9", 90, True, True, "names"),
+    TritonRecipe(
+        release="3.4", blackwell_from=None, debug_g=False, reg_alloc=False, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.5", blackwell_from=None, debug_g=True, reg_alloc=False, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.6", blackwell_from=100, debug_g=True, reg_alloc=False, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.7", blackwell_from=100, debug_g=True, reg_alloc=True, sanitizer_opt=None
+    ),
+    TritonRecipe(
+        release="3.8", blackwell_from=100, debug_g=True, reg_alloc=True, sanitizer_opt="substring"
+    ),
+    TritonRecipe(
+        release="3.9", blackwell_from=90, debug_g=True, reg_alloc=True, sanitizer_opt="names"
+    ),
 )
 
 
@@ -121,16 +135,18 @@ def recipe_for(version: str | None) -> TritonRecipe:
     by = {_major_minor(r.release): r for r in RECIPES}
     if mm in by:
         return by[mm]
-    if mm is not None and mm < _major_minor(RECIPES[0].release):
+    if mm is not None and mm < (
+        _major_minor(RECIPES[0].release) or (0, 0)
+    ):  # recipes name a release
         near = RECIPES[0]
     else:
         near = RECIPES[-1]
     return TritonRecipe(
-        near.release,
-        near.blackwell_from,
-        near.debug_g,
-        near.reg_alloc,
-        near.sanitizer_opt,
+        release=near.release,
+        blackwell_from=near.blackwell_from,
+        debug_g=near.debug_g,
+        reg_alloc=near.reg_alloc,
+        sanitizer_opt=near.sanitizer_opt,
         known=False,
     )
 
@@ -162,7 +178,7 @@ def installed_triton_version() -> str | None:
     return version
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PtxasInfo:
     """One ptxas binary: where it is, what it says it is, and what it really is."""
 
@@ -174,11 +190,11 @@ class PtxasInfo:
     sha256: str
     size: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> PtxasInfo:
+    def from_json(cls, d: dict[str, Any]) -> PtxasInfo:
         if not isinstance(d, dict):
             raise ValueError("ptxas entry is not an object")
         try:
@@ -212,7 +228,7 @@ def stat_key(realpath: str, st: os.stat_result) -> str:
 _MEMO: dict[str, PtxasInfo] = {}
 
 
-def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
+def inspect(path: str, memo: dict[str, Any] | None = None) -> PtxasInfo | None:
     """Identify the ptxas at ``path``; None if missing, not executable or ``--version`` fails.
 
     ``memo`` (a persistent dict owned by the caller) maps a stat key to a dict form of
@@ -270,7 +286,13 @@ def inspect(path: str, memo: dict | None = None) -> PtxasInfo | None:
 
 def _with_path(info: PtxasInfo, path: str) -> PtxasInfo:
     return PtxasInfo(
-        path, info.realpath, info.version_text, info.release, info.build, info.sha256, info.size
+        path=path,
+        realpath=info.realpath,
+        version_text=info.version_text,
+        release=info.release,
+        build=info.build,
+        sha256=info.sha256,
+        size=info.size,
     )
 
 
@@ -299,14 +321,17 @@ def torch_bin_ptxas() -> str | None:
     return _tbp()
 
 
-def _runs(path: str, memo: dict | None = None) -> bool:
+def _runs(path: str, memo: dict[str, Any] | None = None) -> bool:
     """Triton's ``NvidiaTool.from_path`` test: ``--version`` succeeds and names a release."""
     info = inspect(path, memo)
     return info is not None and info.release is not None
 
 
 def for_arch(
-    arch: int, env=None, memo: dict | None = None, recipe: TritonRecipe | None = None
+    arch: int,
+    env: Mapping[str, str] | None = None,
+    memo: dict[str, Any] | None = None,
+    recipe: TritonRecipe | None = None,
 ) -> str | None:
     """The ptxas path the installed Triton (or ``recipe``'s) picks for ``arch`` (knobs.env_nvidia_tool + get_ptxas)."""
     env = os.environ if env is None else env
@@ -322,7 +347,9 @@ def for_arch(
 
 
 def selected(
-    env=None, memo: dict | None = None, recipe: TritonRecipe | None = None
+    env: Mapping[str, str] | None = None,
+    memo: dict[str, Any] | None = None,
+    recipe: TritonRecipe | None = None,
 ) -> list[tuple[str, str]]:
     """(role, path) of every ptxas this environment's compilers would use.
 
@@ -348,7 +375,7 @@ def selected(
     return out
 
 
-def machine_candidates(env=None) -> list[str]:
+def machine_candidates(env: Mapping[str, str] | None = None) -> list[str]:
     """Every other ptxas findable on this machine, deduplicated by realpath."""
     import glob
     import shutil

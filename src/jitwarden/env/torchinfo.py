@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from jitwarden.env import interpreter
 from jitwarden.store.fsutil import open_regular_file, read_bytes
@@ -30,7 +32,7 @@ _FLAGS = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TorchInfo:
     """An installed torch: version, CUDA it was built with, and its compiled GPU archs."""
 
@@ -77,7 +79,7 @@ def parse_version_py(text: str) -> dict[str, str | None]:
     return out
 
 
-def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | None:
+def info(memo: dict[str, Any] | None = None, version: str | None = None) -> TorchInfo | None:
     """What we know about the installed torch, or None when torch is not installed.
 
     ``version`` saves a metadata lookup when the caller already read the dist-info.
@@ -110,7 +112,7 @@ def info(memo: dict | None = None, version: str | None = None) -> TorchInfo | No
     )
 
 
-def normalize_arches(names) -> tuple[str, ...]:
+def normalize_arches(names: Iterable[str]) -> tuple[str, ...]:
     """``["sm_90a", "compute_90"]`` -> ``("compute_90", "sm_90")``: sorted, suffix-free, unique."""
     out = set()
     for n in names:
@@ -120,7 +122,9 @@ def normalize_arches(names) -> tuple[str, ...]:
     return tuple(sorted(out, key=lambda s: (int(s.split("_")[1]), s)))
 
 
-def arch_list(directory: str | None = None, memo: dict | None = None) -> tuple[str, ...] | None:
+def arch_list(
+    directory: str | None = None, memo: dict[str, Any] | None = None
+) -> tuple[str, ...] | None:
     """torch's compiled arch list, as ``torch.cuda.get_arch_list()`` gives it, without importing torch.
 
     Read from libtorch_python.so (memoised by its stat), so the answer and the fingerprint

@@ -16,6 +16,7 @@ Stdlib only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from jitwarden.formats.elf import SHT_SYMTAB, SYM, Elf, ElfError, Section, parse
 
@@ -56,7 +57,7 @@ SHT_REL = 9
 SHF_INFO_LINK = 0x40
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CubinComparison:
     """The result of comparing two cubins."""
 
@@ -93,7 +94,7 @@ def is_ignored(name: str) -> bool:
     return base in IGNORED_SECTIONS
 
 
-def _symbols(p: Elf, s: Section) -> list[tuple]:
+def _symbols(p: Elf, s: Section) -> list[tuple[Any, ...]]:
     strtab = p.section_bytes(p.sections[s.link]) if s.link < len(p.sections) else b""
     table = p.section_bytes(s)
     out = []
@@ -126,173 +127,234 @@ def _link_name(p: Elf, s: Section, field: int, as_index: bool) -> object:
     return p.name_of(field) if as_index else field
 
 
-def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:  # noqa: C901
+Diff = tuple[str, str | None, int | None]
+"""One difference :func:`compare` reports: (what differs, in which section or part, at which offset)."""
+
+
+def compare(cached: bytes, rebuilt: bytes) -> CubinComparison:
     """Compare ``cached`` with ``rebuilt``; see the module docstring for what counts."""
     if cached == rebuilt:
-        return CubinComparison(True, True)
+        return CubinComparison(identical=True, equal=True)
     try:
         a = parse(cached)
     except ElfError as exc:
         return CubinComparison(
-            False, False, (f"cached cubin is not a valid cubin: {exc}",), None, 0
+            identical=False,
+            equal=False,
+            differences=(f"cached cubin is not a valid cubin: {exc}",),
+            first_section=None,
+            first_offset=0,
         )
     try:
         b = parse(rebuilt)
     except ElfError as exc:  # pragma: no cover - ptxas wrote garbage
         return CubinComparison(
-            False, False, (f"rebuilt cubin is not a valid cubin: {exc}",), None, 0
+            identical=False,
+            equal=False,
+            differences=(f"rebuilt cubin is not a valid cubin: {exc}",),
+            first_section=None,
+            first_offset=0,
         )
+    diffs = [
+        *_header_diffs(a, b),
+        *_segment_diffs(a, b),
+        *_toolkit_diffs(a, b),
+        *_section_list_diffs(a, b),
+        *_section_diffs(a, b),
+    ]
+    ignored = tuple(_ignored_that_differ(a, b))
+    if not diffs:
+        return CubinComparison(
+            identical=False,
+            equal=True,
+            differences=(),
+            first_section=None,
+            first_offset=None,
+            ignored=ignored,
+        )
+    # Code-section differences first (most telling), then the rest in file order.
+    diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
+    _what, sec, off = diffs[0]
+    return CubinComparison(
+        identical=False,
+        equal=False,
+        differences=tuple(d[0] for d in diffs),
+        first_section=sec,
+        first_offset=off,
+        ignored=ignored,
+    )
 
-    diffs: list[tuple[str, str | None, int | None]] = []
 
-    def note(msg: str, section: str | None, offset: int | None) -> None:
-        diffs.append((msg, section, offset))
-
+def _header_diffs(a: Elf, b: Elf) -> list[Diff]:
+    """The ELF header's fields that differ (its table offsets are not compared)."""
+    out: list[Diff] = []
     for (field, va), (_f, vb) in zip(a.header, b.header):
-        if va != vb:
-            if field == "e_ident":
-                i = _first_diff(va, vb)
-                note(
-                    f"ELF header e_ident byte {i} differs ({va[i]:#x} vs {vb[i]:#x})",
-                    "ELF header",
-                    i,
-                )
-            else:
-                what = ""
-                if field == "e_version":
-                    what = f" (CUDA {va // 10}.{va % 10} vs {vb // 10}.{vb % 10} toolchain stamp)"
-                note(f"ELF header {field} differs: {va:#x} vs {vb:#x}{what}", "ELF header", None)
-    if a.phdrs != b.phdrs:
-        if len(a.phdrs) != len(b.phdrs):
-            why = f"{len(a.phdrs)} vs {len(b.phdrs)} segments"
-        else:  # same count: say which of the segments' fields differ
-            fields = (
-                "type",
-                "flags",
-                "virtual address",
-                "physical address",
-                "file size",
-                "memory size",
-                "alignment",
+        if va == vb:
+            continue
+        if field == "e_ident":
+            i = _first_diff(va, vb)
+            out.append(
+                (f"ELF header e_ident byte {i} differs ({va[i]:#x} vs {vb[i]:#x})", "ELF header", i)
             )
-            diff = {
-                name
-                for pa, pb in zip(a.phdrs, b.phdrs)
-                for name, x, y in zip(fields, pa, pb)
-                if x != y
-            }
-            why = f"same {len(a.phdrs)} segments; their {', '.join(n for n in fields if n in diff) or 'layout'} differ"
-        note(f"program headers differ ({why})", "program headers", None)
+            continue
+        what = ""
+        if field == "e_version":
+            what = f" (CUDA {va // 10}.{va % 10} vs {vb // 10}.{vb % 10} toolchain stamp)"
+        out.append((f"ELF header {field} differs: {va:#x} vs {vb:#x}{what}", "ELF header", None))
+    return out
 
-    ta = _tk_versions(a)
-    tb = _tk_versions(b)
-    if TKINFO_VERSION_STRINGS and ta != tb:
-        note(
+
+_SEGMENT_FIELDS = (
+    "type",
+    "flags",
+    "virtual address",
+    "physical address",
+    "file size",
+    "memory size",
+    "alignment",
+)
+
+
+def _segment_diffs(a: Elf, b: Elf) -> list[Diff]:
+    """The program headers, when they differ: how many segments, else which of their fields."""
+    if a.phdrs == b.phdrs:
+        return []
+    if len(a.phdrs) != len(b.phdrs):
+        why = f"{len(a.phdrs)} vs {len(b.phdrs)} segments"
+    else:  # same count: say which of the segments' fields differ
+        diff = {
+            name
+            for pa, pb in zip(a.phdrs, b.phdrs)
+            for name, x, y in zip(_SEGMENT_FIELDS, pa, pb)
+            if x != y
+        }
+        named = ", ".join(n for n in _SEGMENT_FIELDS if n in diff) or "layout"
+        why = f"same {len(a.phdrs)} segments; their {named} differ"
+    return [(f"program headers differ ({why})", "program headers", None)]
+
+
+def _toolkit_diffs(a: Elf, b: Elf) -> list[Diff]:
+    """The ptxas each cubin's tkinfo note names, where those notes carry version strings."""
+    ta, tb = _tk_versions(a), _tk_versions(b)
+    if not TKINFO_VERSION_STRINGS or ta == tb:
+        return []
+    return [
+        (
             f".note.nv.tkinfo names another ptxas: {' '.join(ta) or 'none'} vs {' '.join(tb) or 'none'}",
             ".note.nv.tkinfo",
             None,
         )
+    ]
 
-    ignored: list[str] = []
-    ka = [s for s in a.sections if not is_ignored(s.name)]
-    kb = [s for s in b.sections if not is_ignored(s.name)]
+
+def _ignored_that_differ(a: Elf, b: Elf) -> list[str]:
+    """The ignored sections (:func:`is_ignored`) that differ or are in one cubin only: reported, never judged."""
+    out = []
     for s in a.sections:
         if is_ignored(s.name):
             o = next((x for x in b.sections if x.name == s.name), None)
             if o is None or a.section_bytes(s) != b.section_bytes(o) or s.size != o.size:
-                ignored.append(s.name)
+                out.append(s.name)
     for s in b.sections:
         if is_ignored(s.name) and not any(x.name == s.name for x in a.sections):
-            ignored.append(s.name)
+            out.append(s.name)
+    return out
 
-    names_a = [s.name for s in ka]
-    names_b = [s.name for s in kb]
-    if names_a != names_b:
-        only_a = [n for n in names_a if n not in names_b]
-        only_b = [n for n in names_b if n not in names_a]
-        if only_a or only_b:
-            note(
-                "sections differ: "
-                + ", ".join(
-                    [f"only cached: {n}" for n in only_a] + [f"only rebuilt: {n}" for n in only_b]
-                ),
-                (only_a or only_b)[0],
-                None,
-            )
-        else:
-            note("sections are in another order", None, None)
-    bmap = {s.name: s for s in kb}
-    for sa in ka:
+
+def _kept(p: Elf) -> list[Section]:
+    return [s for s in p.sections if not is_ignored(s.name)]
+
+
+def _section_list_diffs(a: Elf, b: Elf) -> list[Diff]:
+    """The compared sections each cubin has, and their order."""
+    names_a, names_b = [s.name for s in _kept(a)], [s.name for s in _kept(b)]
+    if names_a == names_b:
+        return []
+    only_a = [n for n in names_a if n not in names_b]
+    only_b = [n for n in names_b if n not in names_a]
+    if not (only_a or only_b):
+        return [("sections are in another order", None, None)]
+    listed = [f"only cached: {n}" for n in only_a] + [f"only rebuilt: {n}" for n in only_b]
+    return [("sections differ: " + ", ".join(listed), (only_a or only_b)[0], None)]
+
+
+def _section_diffs(a: Elf, b: Elf) -> list[Diff]:
+    """Each compared section both cubins have: the symbol table by meaning, the others by content, then header."""
+    bmap = {s.name: s for s in _kept(b)}
+    out = []
+    for sa in _kept(a):
         sb = bmap.get(sa.name)
         if sb is None:
             continue
-        index_link = sa.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or sa.link != 0
-        index_info = sa.type in (SHT_RELA, SHT_REL) or bool(sa.flags & SHF_INFO_LINK)
-        ha = (
-            sa.type,
-            sa.flags,
-            sa.addr,
-            sa.size,
-            sa.align,
-            sa.entsize,
-            _link_name(a, sa, sa.link, index_link),
-            _link_name(a, sa, sa.info, index_info),
+        d = _symtab_diff(a, sa, b, sb) if sa.type == SHT_SYMTAB else _section_diff(a, sa, b, sb)
+        if d is not None:
+            out.append(d)
+    return out
+
+
+def _symtab_diff(a: Elf, sa: Section, b: Elf, sb: Section) -> Diff | None:
+    syma, symb = _symbols(a, sa), _symbols(b, sb)
+    if syma == symb:
+        return None
+    k = next(
+        (i for i, (x, y) in enumerate(zip(syma, symb)) if x != y),
+        min(len(syma), len(symb)),
+    )
+    which = syma[k][0] if k < len(syma) else (symb[k][0] if k < len(symb) else "?")
+    return (
+        f"symbol table differs at symbol {k} ({which!r}): "
+        f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
+        sa.name,
+        sa.offset + k * SYM.size,
+    )
+
+
+def _section_head(p: Elf, s: Section, index_link: bool, index_info: bool) -> tuple[object, ...]:
+    """A section's header as compared: its fields, with link and info as the names they index."""
+    return (
+        s.type,
+        s.flags,
+        s.addr,
+        s.size,
+        s.align,
+        s.entsize,
+        _link_name(p, s, s.link, index_link),
+        _link_name(p, s, s.info, index_info),
+    )
+
+
+def _section_diff(a: Elf, sa: Section, b: Elf, sb: Section) -> Diff | None:
+    ca, cb = a.section_bytes(sa), b.section_bytes(sb)
+    if ca != cb:
+        i = _first_diff(ca, cb)
+        size = f", size {sa.size} vs {sb.size}" if sa.size != sb.size else ""
+        return (
+            f"section {sa.name} differs at section offset {i:#x} (file offset {sa.offset + i:#x}){size}",
+            sa.name,
+            sa.offset + i,
         )
-        hb = (
-            sb.type,
-            sb.flags,
-            sb.addr,
-            sb.size,
-            sb.align,
-            sb.entsize,
-            _link_name(b, sb, sb.link, index_link),
-            _link_name(b, sb, sb.info, index_info),
-        )
-        if sa.type == SHT_SYMTAB:
-            syma, symb = _symbols(a, sa), _symbols(b, sb)
-            if syma != symb:
-                k = next(
-                    (i for i, (x, y) in enumerate(zip(syma, symb)) if x != y),
-                    min(len(syma), len(symb)),
-                )
-                which = syma[k][0] if k < len(syma) else (symb[k][0] if k < len(symb) else "?")
-                note(
-                    f"symbol table differs at symbol {k} ({which!r}): "
-                    f"{syma[k] if k < len(syma) else 'missing'} vs {symb[k] if k < len(symb) else 'missing'}",
-                    sa.name,
-                    sa.offset + k * SYM.size,
-                )
-            continue
-        ca, cb = a.section_bytes(sa), b.section_bytes(sb)
-        if ca != cb:
-            i = _first_diff(ca, cb)
-            size = f", size {sa.size} vs {sb.size}" if sa.size != sb.size else ""
-            note(
-                f"section {sa.name} differs at section offset {i:#x} (file offset {sa.offset + i:#x}){size}",
-                sa.name,
-                sa.offset + i,
-            )
-        elif ha != hb:
-            note(f"section {sa.name} header differs: {ha} vs {hb}", sa.name, None)
-    if not diffs:
-        return CubinComparison(False, True, (), None, None, tuple(ignored))
-    # Code-section differences first (most telling), then the rest in file order.
-    diffs.sort(key=lambda d: 0 if (d[1] or "").startswith((".text.", ".nv.capmerc.text.")) else 1)
-    msg0, sec, off = diffs[0]
-    return CubinComparison(False, False, tuple(d[0] for d in diffs), sec, off, tuple(ignored))
+    index_link = sa.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or sa.link != 0
+    index_info = sa.type in (SHT_RELA, SHT_REL) or bool(sa.flags & SHF_INFO_LINK)
+    ha, hb = (
+        _section_head(a, sa, index_link, index_info),
+        _section_head(b, sb, index_link, index_info),
+    )
+    if ha != hb:
+        return (f"section {sa.name} header differs: {ha} vs {hb}", sa.name, None)
+    return None
 
 
 # ---------------------------------------------------------------- several rebuilds of one PTX
 
-#: the verdicts of :func:`judge_attempts`
-ATTEMPT_VERDICTS = ("reproduced", "differs", "varies-confined", "varies-differs")
+Verdict = Literal["reproduced", "differs", "varies-confined", "varies-differs"]
+"""The verdicts of :func:`judge_attempts`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptsJudgement:
     """What several assemblies of one PTX by one ptxas say about a cached cubin."""
 
-    verdict: str  # one of ATTEMPT_VERDICTS
+    verdict: Verdict
     attempts: int  # assemblies judged (those that wrote a cubin)
     distinct: int  # distinct outputs among them, by the comparison rules of :func:`compare`
     matched: int | None = None  # index of the first attempt equal to the cached cubin
@@ -304,7 +366,17 @@ class AttemptsJudgement:
     reason: str = ""  # one line for the finding message
 
 
-def _view(data: bytes):
+View = tuple[tuple[Any, ...], dict[str, bytes]]  # (skeleton, {section: content}) of one cubin
+
+
+def _contents(views: list[View | None], i: int) -> dict[str, bytes]:
+    """The section contents of attempt ``i``, one whose view :func:`compare` matched (so it has one)."""
+    v = views[i]
+    assert v is not None
+    return v[1]
+
+
+def _view(data: bytes) -> View | None:
     """(skeleton, {section: content}) of everything :func:`compare` considers, or None when not a cubin.
 
     The skeleton is all but the section contents: ELF header (no table offsets), program
@@ -317,7 +389,7 @@ def _view(data: bytes):
     except ElfError:
         return None
     kept = [s for s in p.sections if not is_ignored(s.name)]
-    heads = []
+    heads: list[tuple[object, ...]] = []
     contents: dict[str, bytes] = {}
     for s in kept:
         index_link = s.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or s.link != 0
@@ -393,9 +465,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         if compare(cached, a).equal:
             distinct = _count_distinct(attempts[: i + 1])
             return AttemptsJudgement(
-                "reproduced",
-                i + 1,
-                distinct,
+                verdict="reproduced",
+                attempts=i + 1,
+                distinct=distinct,
                 matched=i,
                 reason=f"attempt {i + 1} of {i + 1} matched ({distinct} distinct outputs so far)",
             )
@@ -405,9 +477,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     if distinct <= 1:
         c = compare(cached, attempts[0]) if attempts else None
         return AttemptsJudgement(
-            "differs",
-            n,
-            distinct,
+            verdict="differs",
+            attempts=n,
+            distinct=distinct,
             nearest=0 if attempts else None,
             first_section=c.first_section if c else None,
             first_offset=c.first_offset if c else None,
@@ -417,9 +489,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     if not same:
         c = compare(cached, attempts[0])
         return AttemptsJudgement(
-            "varies-differs",
-            n,
-            distinct,
+            verdict="varies-differs",
+            attempts=n,
+            distinct=distinct,
             nearest=0,
             first_section=c.first_section,
             first_offset=None,
@@ -427,20 +499,22 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
             f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
             f"bytes that vary",
         )
+    assert cv is not None  # `same` holds attempts of its skeleton
     contents = cv[1]
     varying: dict[str, set[int]] = {}
     for name in contents:
         pos: set[int] = set()
-        first = views[same[0]][1][name]
+        first = _contents(views, same[0])[name]
         for i in same[1:]:
-            pos.update(_diff_positions(first, views[i][1][name]))
+            pos.update(_diff_positions(first, _contents(views, i)[name]))
         varying[name] = pos
     best = None
     for i in same:
-        d = {name: _diff_positions(contents[name], views[i][1][name]) for name in contents}
+        d = {name: _diff_positions(contents[name], _contents(views, i)[name]) for name in contents}
         k = sum(len(v) for v in d.values())
         if best is None or k < best[0]:
             best = (k, i, d)
+    assert best is not None  # `same` names at least the first build
     k, nearest, d = best
     nvar = sum(len(v) for v in varying.values())
     unexplained = [
@@ -449,9 +523,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     if not unexplained:
         secs = sorted(name for name, offs in d.items() if offs)
         return AttemptsJudgement(
-            "varies-confined",
-            n,
-            distinct,
+            verdict="varies-confined",
+            attempts=n,
+            distinct=distinct,
             nearest=nearest,
             differing_bytes=k,
             varying_bytes=nvar,
@@ -471,9 +545,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         # so a difference there is no evidence of damage: neither proven nor disproven.
         secs = sorted({name for name, _ in unexplained})
         return AttemptsJudgement(
-            "varies-confined",
-            n,
-            distinct,
+            verdict="varies-confined",
+            attempts=n,
+            distinct=distinct,
             nearest=nearest,
             differing_bytes=k,
             varying_bytes=nvar,
@@ -484,9 +558,9 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         )
     sec, off = stable[0]
     return AttemptsJudgement(
-        "varies-differs",
-        n,
-        distinct,
+        verdict="varies-differs",
+        attempts=n,
+        distinct=distinct,
         nearest=nearest,
         differing_bytes=k,
         varying_bytes=nvar,
@@ -499,9 +573,12 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
     )
 
 
-def _count_distinct(attempts: list[bytes], views=None) -> int:
+def _count_distinct(
+    attempts: list[bytes],
+    views: list[View | None] | None = None,
+) -> int:
     views = [_view(a) for a in attempts] if views is None else views
-    seen: list = []
+    seen: list[Any] = []
     n = 0
     for v, a in zip(views, attempts):
         key = v if v is not None else ("raw", a)

@@ -27,7 +27,7 @@ NE_MAGIC = b"\x93CUPYNE\x00"
 _HEX = frozenset(b"0123456789abcdef")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CupyPayload(Reading):
     """One cache file read (:class:`~jitwarden.formats.reading.Reading`); ``payload`` is ``cubin``, ``ptx``,
     ``name-expressions`` (a cubin behind mangled names), ``ltoir`` or None."""
@@ -48,7 +48,7 @@ def _names_payload(body: bytes) -> tuple[tuple[str, ...], bytes] | str:
         return "name-expression payload cut short before its count"
     (count,) = struct.unpack_from("<I", body, pos)
     pos += 4
-    names = []
+    names: list[str] = []
     for _ in range(count):
         if len(body) < pos + 4:
             return f"name-expression payload cut short in name {len(names) + 1} of {count}"
@@ -122,20 +122,28 @@ def parse(data: bytes, suffix: str) -> CupyPayload:
         sm, kernels, problem, unknown = _cubin(body)
         kind = "name-expressions" if names else "cubin"
         if problem or unknown:
-            return CupyPayload(problem, unknown, kind)
+            return CupyPayload(problem=problem, unknown=unknown, payload=kind)
         missing = [n for n in names if n not in kernels]
         if missing:
             return CupyPayload(
-                f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel",
-                None,
-                kind,
-                sm,
-                None,
-                kernels,
-                names,
+                problem=f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel",
+                unknown=None,
+                payload=kind,
+                cubin_sm=sm,
+                ptx_target=None,
+                kernels=kernels,
+                mangled_names=names,
                 contradiction=True,
             )
-        return CupyPayload(None, None, kind, sm, None, kernels, names)
+        return CupyPayload(
+            problem=None,
+            unknown=None,
+            payload=kind,
+            cubin_sm=sm,
+            ptx_target=None,
+            kernels=kernels,
+            mangled_names=names,
+        )
     if not names and (b".version" in body[:4096] or b".target" in body[:4096]):
         hdr = parse_header(body[:16384])
         if hdr.target is None:

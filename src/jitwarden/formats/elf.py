@@ -19,7 +19,9 @@ import struct
 from dataclasses import dataclass
 from functools import cache, cached_property
 from operator import add
-from typing import NamedTuple
+from typing import Any, BinaryIO, NamedTuple
+
+from jitwarden.model.errors import JitwardenError
 
 EM_CUDA = 190
 EM_X86_64 = 62
@@ -45,7 +47,7 @@ SYM = struct.Struct("<IBBHQQ")
 PHDR = struct.Struct("<IIQQQQQQ")
 
 
-class ElfError(ValueError):
+class ElfError(JitwardenError, ValueError):
     """The bytes are not a well-formed ELF64 little-endian file."""
 
 
@@ -76,7 +78,7 @@ class ElfHead:
         return cubin_sm(self)
 
 
-def _header(data: bytes, size: int) -> tuple[tuple | None, str | None]:
+def _header(data: bytes, size: int) -> tuple[tuple[Any, ...] | None, str | None]:
     """(the ELF64 header's fields, why the file is unsound): the checks :func:`parse_head` and :func:`parse` share.
 
     The fields are None when ``data`` holds no ELF64 little-endian header; the reason is set
@@ -131,8 +133,10 @@ class Elf:
     abi_version: int
     flags: int
     data: bytes
-    header: tuple = ()  # (field, value) of every ELF header field but the table offsets
-    phdrs: tuple = ()  # program headers without their file offsets: (type, flags, vaddr, paddr, filesz, memsz, align)
+    header: tuple[Any, ...] = ()  # (field, value) of every ELF header field but the table offsets
+    phdrs: tuple[
+        Any, ...
+    ] = ()  # program headers without their file offsets: (type, flags, vaddr, paddr, filesz, memsz, align)
     _shoff: int = 0  # where the section table starts
     _types: tuple[int, ...] = ()  # each section's type, in table order
     _name_offsets: tuple[int, ...] = ()  # each section's name, as an offset into _names
@@ -249,7 +253,7 @@ _PHDR_NO_OFFSET = struct.Struct("<II8xQQQQQ")
 """A program header less its file offset (``8x``): (type, flags, vaddr, paddr, filesz, memsz, align)."""
 
 
-def _indices(values: tuple, value) -> list[int]:
+def _indices(values: tuple[Any, ...], value: object) -> list[int]:
     """Every index of ``value`` in ``values`` (C-level searches)."""
     out, i = [], -1
     for _ in range(values.count(value)):
@@ -275,6 +279,7 @@ def parse(data: bytes) -> Elf:
     fields, why = _header(data, len(data))
     if why:
         raise ElfError(why)
+    assert fields is not None  # _header gives a reason whenever it gives no fields
     (
         ident,
         etype,
@@ -304,7 +309,7 @@ def parse(data: bytes) -> Elf:
         ("e_phnum", phnum),
         ("e_shentsize", shentsize),
     )
-    phdrs = ()
+    phdrs: tuple[tuple[Any, ...], ...] = ()
     if phnum:
         if phentsize != PHDR.size or phoff + phnum * phentsize > limit:
             raise ElfError(f"program headers end past the file ({limit} bytes): truncated")
@@ -366,7 +371,7 @@ def tkinfo(elf: Elf) -> tuple[str, ...] | None:
     return None
 
 
-def file_sections(f) -> dict[str, tuple[int, int]] | None:
+def file_sections(f: BinaryIO) -> dict[str, tuple[int, int]] | None:
     """name -> (file offset, size) of every section with file content, read from the open binary file ``f``
     by seeking: only the header, the section table and the name table are read.
 
@@ -389,11 +394,11 @@ def file_sections(f) -> dict[str, tuple[int, int]] | None:
     first = f.read(shdr.size)
     if len(first) < shdr.size:
         raise ValueError("truncated section header")
-    first = shdr.unpack(first)
+    first_fields = shdr.unpack(first)
     if shnum == 0:  # more than 0xff00 sections: the count is in section 0's size
-        shnum = first[5]
+        shnum = first_fields[5]
     if shstrndx == 0xFFFF:  # SHN_XINDEX: the index is in section 0's link
-        shstrndx = first[6]
+        shstrndx = first_fields[6]
     if shnum > 100_000 or shstrndx >= shnum:
         return None
     f.seek(shoff)

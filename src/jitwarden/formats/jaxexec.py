@@ -20,8 +20,9 @@ from __future__ import annotations
 import itertools
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from jitwarden.formats import elf
 from jitwarden.formats.reading import Reading
@@ -33,7 +34,7 @@ MAX_EXECUTABLE = 64 << 20
 module) and the rest is said not checked (ARCHITECTURE.md, "Reads bounded by kind")."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JaxPayload(Reading):
     """What one ``-cache`` file says, in the order the file holds it.
 
@@ -123,11 +124,11 @@ class _ZstandardReader:
         return out
 
 
-def _zstd_decoder():
+def _zstd_decoder() -> Callable[[bytes], Any] | None:
     """A bounded zstd decompressor factory (given the whole frame) when this Python has one: 3.14's
     ``compression.zstd``, or the ``zstandard`` package, as JAX uses them; else None."""
     try:
-        from compression import zstd  # type: ignore[import-not-found]
+        from compression import zstd
 
         return lambda _frame: zstd.ZstdDecompressor()
     except ImportError:
@@ -295,7 +296,7 @@ def strings(buf: bytes, depth: int = 6) -> list[str]:
     except ValueError:
         return out
     for _num, wt, v in found:
-        if wt != 2 or not v:
+        if wt != 2 or not isinstance(v, bytes) or not v:  # wire type 2 is always bytes
             continue
         if all(32 <= c < 127 for c in v):
             out.append(v.decode("ascii"))
@@ -310,12 +311,13 @@ def parse(data: bytes | Inflated) -> JaxPayload:
     inf = inflate((data,)) if isinstance(data, bytes) else data
     comp, raw = inf.compression, inf.data
     if raw is None:
-        return JaxPayload(inf.problem, inf.unknown, comp)
+        return JaxPayload(problem=inf.problem, unknown=inf.unknown, compression=comp)
     if len(raw) < TIME_BYTES:
         return JaxPayload(
-            None,
-            inf.unknown or f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix",
-            comp,
+            problem=None,
+            unknown=inf.unknown
+            or f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix",
+            compression=comp,
         )
     ctime = int.from_bytes(raw[:TIME_BYTES], "big")
     exe = memoryview(raw)[TIME_BYTES:]  # no copy: an executable can be the cap's size
@@ -327,10 +329,10 @@ def parse(data: bytes | Inflated) -> JaxPayload:
         head = {num: v for num, wt, v in fields(bytes(exe[i : i + n])) if wt == 2}
     except ValueError as exc:
         return JaxPayload(
-            None,
-            f"serialized executable has no header jitwarden knows ({exc})",
-            comp,
-            ctime,
+            problem=None,
+            unknown=f"serialized executable has no header jitwarden knows ({exc})",
+            compression=comp,
+            compile_time=ctime,
             cubin_sms=sms,
             executable_bytes=len(exe),
         )
@@ -338,11 +340,11 @@ def parse(data: bytes | Inflated) -> JaxPayload:
     fmt_s = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else None
     if fmt_s != "pjrt_ifrt":
         return JaxPayload(
-            None,
-            f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
-            comp,
-            ctime,
-            fmt_s,
+            problem=None,
+            unknown=f"serialization {fmt_s or '(none)'!r} is not one jitwarden knows (pjrt_ifrt)",
+            compression=comp,
+            compile_time=ctime,
+            serialization=fmt_s,
             cubin_sms=sms,
             executable_bytes=len(exe),
         )
@@ -350,15 +352,15 @@ def parse(data: bytes | Inflated) -> JaxPayload:
     module = name.decode("utf-8", "replace") if isinstance(name, bytes) and name else None
     abi = head.get(9)
     return JaxPayload(
-        None,
-        inf.unknown if module else "the executable's header names no module",
-        comp,
-        ctime,
-        fmt_s,
-        module,
-        tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (),
-        sms,
-        None if inf.cut else len(exe),
+        problem=None,
+        unknown=inf.unknown if module else "the executable's header names no module",
+        compression=comp,
+        compile_time=ctime,
+        serialization=fmt_s,
+        module=module,
+        abi=tuple(strings(abi)[:8]) if isinstance(abi, bytes) else (),
+        cubin_sms=sms,
+        executable_bytes=None if inf.cut else len(exe),
     )
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from typing import Any
+
+from jitwarden.model.errors import JitwardenError
 
 MAX_DEPTH = 64
 """Deeper than anything jitwarden or the caches it reads write (Triton metadata: 3; vLLM factors: ~8)."""
@@ -22,7 +26,7 @@ _BRACKETS_ONLY = (
 # activation reads partition info through here in every process, and compiling costs more than the rest
 
 
-def _brackets_only() -> tuple:
+def _brackets_only() -> tuple[Any, ...]:
     global _BRACKETS_ONLY
     if _BRACKETS_ONLY is None:  # two threads at once build the same tuple twice, harmlessly
         _BRACKETS_ONLY = (
@@ -33,13 +37,12 @@ def _brackets_only() -> tuple:
     return _BRACKETS_ONLY
 
 
-_SCAN = (
-    json.JSONDecoder().scan_once
-)  # the scanner json.loads runs (same decoder settings), called directly
-_BLANKS = json.decoder.WHITESPACE.match
+# the scanner json.loads runs (same decoder settings), called directly; neither is in typeshed
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_BLANKS = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
-class JsonLimitError(ValueError):
+class JsonLimitError(JitwardenError, ValueError):
     """The JSON is larger or nested deeper than we read."""
 
 
@@ -52,7 +55,7 @@ _LONG_NUMBER = (
 )  # 20 digits in a row: maybe an integer past 64 bits, which orjson reads as a float
 
 
-def use_fast_decoder(decode) -> None:
+def use_fast_decoder(decode: Callable[[bytes], Any] | None) -> None:
     """Parse UTF-8 bytes with ``decode`` (``orjson.loads``) first, the standard library deciding whatever it
     refuses: the same value (orjson accepts only strict JSON: UTF-8, no NaN, no lone surrogate; it builds the
     same dict, last key winning, and the same correctly rounded floats) or the same error. A document with 20
@@ -86,7 +89,7 @@ def deeper_than(data: bytes, max_depth: int) -> bool:
     return bool(brackets)
 
 
-def loads(data, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES):
+def loads(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES) -> Any:
     """``json.loads`` for untrusted bytes or text; JsonLimitError (a ValueError) past the limits."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:

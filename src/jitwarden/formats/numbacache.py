@@ -44,9 +44,10 @@ def _pickle_end(data: bytes, start: int) -> int:
     """The offset just past the pickle that starts at ``start``."""
     f = io.BytesIO(data)
     f.seek(start)
-    last = 0
+    last: int | None = 0
     for _op, _arg, pos in pickletools.genops(f):
         last = pos
+    assert last is not None  # genops gives every opcode's position on a seekable stream
     return last + 1
 
 
@@ -58,6 +59,7 @@ def demangle(name: str) -> tuple[str, ...]:
     out, i = [], 3
     while i < len(name) and name[i].isdigit():
         m = _MANGLED_PART.match(name, i)
+        assert m is not None  # name[i] is a digit, so the part's length matches
         n = int(m.group(1))
         i = m.end()
         if i + n > len(name):
@@ -76,7 +78,11 @@ def parse_index(data: bytes) -> NumbaFile:
     except ValueError as exc:
         return NumbaFile(problem=f"index pickle does not parse ({exc}): numba cannot read it")
     version = next((a for _n, a in head if isinstance(a, str)), None)
-    strs = [a for n, a in body if n in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE")]
+    strs = [
+        a
+        for n, a in body
+        if n in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE") and isinstance(a, str)
+    ]
     files = tuple(s for s in strs if s.endswith(".nbc"))
     ccs = []
     for k, (_n, a) in enumerate(body):

@@ -21,7 +21,10 @@ from __future__ import annotations
 import socket
 import time
 from operator import itemgetter
+from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from jitwarden.model.errors import JitwardenError
 
 MAX_LINE = 64 << 10
 """The longest line of a reply (a status, an error, a length); Redis's own are a few hundred bytes."""
@@ -36,15 +39,15 @@ MAX_DEPTH = 4
 """Arrays nested deeper are refused (the commands used here answer with depth 1 at most)."""
 
 
-class RespError(Exception):
+class RespError(JitwardenError):
     """The server answered with an error reply (``-ERR ...``, ``-NOPERM ...``); the connection stays in step."""
 
 
-class ProtocolError(ValueError):
+class ProtocolError(JitwardenError, ValueError):
     """A reply that is not RESP, or passes a bound; the connection is closed."""
 
 
-class Address(tuple):
+class Address(tuple[Any, ...]):
     """(host, port, db, username, password) parsed from ``redis://[[user]:password@]host[:port][/db]``."""
 
     __slots__ = ()
@@ -56,7 +59,7 @@ class Address(tuple):
         db: int = 0,
         username: str | None = None,
         password: str | None = None,
-    ):
+    ) -> Address:
         return tuple.__new__(cls, (host, port, db, username, password))
 
     host, port, db, username, password = (property(itemgetter(i)) for i in range(5))
@@ -90,7 +93,7 @@ def parse_url(url: str) -> Address:
     )
 
 
-def encode(*args) -> bytes:
+def encode(*args: object) -> bytes:
     out = [b"*%d\r\n" % len(args)]
     for a in args:
         b = a if isinstance(a, bytes) else str(a).encode()
@@ -131,7 +134,7 @@ class Client:
             except OSError:
                 pass
 
-    def execute(self, *args):
+    def execute(self, *args: object) -> Any:
         """Send one command and return its reply (bytes, int, list, None); RespError for an error reply.
 
         OSError (the connection closed) when the server is unreachable, misses the deadline or
@@ -181,6 +184,7 @@ class Client:
         nobody asked for (a reply to read as the next one's). Either way it is not reused."""
         if self._buf:
             return True
+        assert self._sock is not None  # only asked of an open connection
         try:
             self._sock.settimeout(0.0)
             self._sock.recv(1, socket.MSG_PEEK)
@@ -196,7 +200,8 @@ class Client:
             raise TimeoutError(f"no complete reply within {self.timeout:g} s")
         return left
 
-    def _roundtrip(self, payload: bytes):
+    def _roundtrip(self, payload: bytes) -> Any:
+        assert self._sock is not None  # connect() opened it
         self._sock.settimeout(self._remaining())
         self._sock.sendall(payload)  # the timeout bounds the whole sendall
         self._bytes_left, self._elements_left = self.max_reply, MAX_ELEMENTS
@@ -210,6 +215,7 @@ class Client:
         return reply
 
     def _fill(self) -> None:
+        assert self._sock is not None  # connect() opened it
         self._sock.settimeout(self._remaining())
         chunk = self._sock.recv(1 << 16)
         if not chunk:
@@ -241,7 +247,7 @@ class Client:
         del self._buf[: n + 2]
         return data
 
-    def _reply(self, depth: int):
+    def _reply(self, depth: int) -> Any:
         """One value, nested errors kept as RespError values so the whole reply is read (the stream stays in step)."""
         line = self._line()
         t, rest = line[:1], line[1:]

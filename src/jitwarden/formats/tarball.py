@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import io
 import tarfile
+from typing import IO, Any, BinaryIO
+
+from jitwarden.model.errors import ExitStatus, JitwardenError
 
 TarError = (tarfile.TarError, EOFError)
 """What a damaged or foreign tar raises while it is read."""
 
 
-class NotATar(ValueError):
+class NotATar(JitwardenError, ValueError):
     """The file is not a tar (nor a compressed one) that this reader opens."""
+
+    exit_code = ExitStatus.USAGE
 
 
 class _Reader(tarfile.TarFile):
     """A tar reader that closes the file it was given when it is closed itself (``owns``)."""
 
-    _owned = None
+    _owned: Any = None  # the file it was given, when it owns it
 
     def close(self) -> None:
         try:
@@ -32,7 +37,7 @@ class _Reader(tarfile.TarFile):
                 self._owned.close()
 
 
-def open_reader(fileobj, *, owns: bool = False) -> tarfile.TarFile:
+def open_reader(fileobj: BinaryIO, *, owns: bool = False) -> tarfile.TarFile:
     """A tar reader of ``fileobj`` (plain or compressed); :class:`NotATar` in one line when it is none.
 
     ``owns``: closing the reader closes ``fileobj`` too.
@@ -46,7 +51,7 @@ def open_reader(fileobj, *, owns: bool = False) -> tarfile.TarFile:
     return tar
 
 
-def open_writer(fileobj, gz: bool) -> tarfile.TarFile:
+def open_writer(fileobj: Any, gz: bool) -> tarfile.TarFile:
     """A PAX tar writer into ``fileobj``, gzip-compressed when ``gz``."""
     return tarfile.open(fileobj=fileobj, mode="w:gz" if gz else "w", format=tarfile.PAX_FORMAT)
 
@@ -56,14 +61,14 @@ def add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> Non
     add_stream(tar, name, io.BytesIO(data), len(data), mtime)
 
 
-def add_stream(tar: tarfile.TarFile, name: str, reader, size: int, mtime: float) -> None:
+def add_stream(tar: tarfile.TarFile, name: str, reader: Any, size: int, mtime: float) -> None:
     """Add a regular file ``name`` of ``size`` bytes read from ``reader`` (anything with ``read(n)``)."""
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = size, 0o644, int(mtime)
     tar.addfile(info, reader)
 
 
-def member_stream(tar: tarfile.TarFile, info: tarfile.TarInfo):
+def member_stream(tar: tarfile.TarFile, info: tarfile.TarInfo) -> IO[bytes]:
     """A reader of the regular member ``info``'s bytes (``read(n)``); ValueError for any other member."""
     if not info.isreg():
         raise ValueError(f"{info.name}: not a regular file")
@@ -75,7 +80,7 @@ def read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, limit: int) -> byte
     """The bytes of the regular member ``info`` of at most ``limit`` bytes; ValueError when it is not one or is cut."""
     if not info.isreg() or info.size > limit:
         raise ValueError(f"{info.name}: not a regular file of at most {limit} bytes")
-    data = member_stream(tar, info).read(limit + 1)
+    data: bytes = member_stream(tar, info).read(limit + 1)
     if len(data) != info.size:
         raise ValueError(f"{info.name}: truncated")
     return data

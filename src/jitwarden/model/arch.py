@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 _ARCH_RE = re.compile(r"^(?:sm_?|compute_?)?(\d{2,3})([af]?)$", re.IGNORECASE)
 
@@ -54,13 +55,13 @@ def parse_arch(text: str | int) -> int:
     return _known(int(m.group(1)), text)
 
 
-def _known(arch: int, text) -> int:
+def _known(arch: int, text: str) -> int:
     if arch not in KNOWN:
         raise ValueError(f"unknown GPU architecture {text!r} (known: {known_list()})")
     return arch
 
 
-def torch_compiled_for(arch_list, arch: int) -> bool:
+def torch_compiled_for(arch_list: Collection[str], arch: int) -> bool:
     """Whether torch's compiled arch list holds ``sm_<arch>`` (or its ``a``/``f`` variant): real cubins for it.
 
     The one rule behind every "does torch run on sm_X" answer (the fingerprint's warnings and diff,
@@ -73,7 +74,7 @@ def torch_compiled_for(arch_list, arch: int) -> bool:
     )
 
 
-def torch_arch_warning(version: str, arch_list, arch: int) -> str | None:
+def torch_arch_warning(version: str, arch_list: Collection[str], arch: int) -> str | None:
     """The start-up warning when torch ``version`` with ``arch_list`` has no cubins for ``sm_<arch>``, else None."""
     if torch_compiled_for(arch_list, arch):
         return None

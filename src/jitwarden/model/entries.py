@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cache
 from itertools import repeat
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from jitwarden.model.findings import Finding, Severity
+from jitwarden.model.settings import ORPHAN_AGE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CacheRoot:
     """A directory one tool uses as its cache (or a jitwarden partition of one)."""
 
@@ -27,7 +28,7 @@ class CacheRoot:
     base: str | None = None  # the user-visible root a partition lives in
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Judge:
     """What entries are judged against; built once per command from the environment.
 
@@ -38,7 +39,7 @@ class Judge:
     target_arch: int | None = None
     triton_version: str | None = None
     host_machine: str | None = None
-    orphan_age: float = 3600.0
+    orphan_age: float = ORPHAN_AGE.default
     now: float = 0.0
     check_seals: bool = True
     versions: tuple[
@@ -69,16 +70,22 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+def _class_of(obj: object) -> Any:
+    """``type(obj)`` as the cached functions' key: a class is hashable, though mypy reads the
+    ``__hash__`` a frozen dataclass gives its instances as the class's own."""
+    return type(obj)
+
+
 @cache
-def _extra_fields(cls: type) -> tuple[str, ...]:
+def _extra_fields(cls: Any) -> tuple[str, ...]:
     """The fields of a :class:`KindFacts` class that its JSON shows in ``extra``, in declared order."""
     return tuple(f for f in _field_names(cls) if f not in cls.TOP)
 
 
-def _reduce(self):
+def _reduce(self: Any) -> tuple[type, tuple[Any, ...]]:
     """Pickled as the call of its class with its field values: the scan's workers send one per entry, and
     the slotted dataclass's own state (a list, set back field by field) costs twice the time."""
-    return type(self), tuple(map(getattr, repeat(self), _field_names(type(self))))
+    return type(self), tuple(map(getattr, repeat(self), _field_names(_class_of(self))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +96,9 @@ class FactGroup:
 
     __reduce__ = _reduce
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {}
-        for name in _field_names(type(self)):
+        for name in _field_names(_class_of(self)):
             v = getattr(self, name)
             if v is not None:
                 out[name] = list(v) if type(v) is tuple else v
@@ -113,10 +120,10 @@ class KindFacts:
 
     __reduce__ = _reduce
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The entry's ``extra`` object."""
         out = {}
-        for name in _extra_fields(type(self)):
+        for name in _extra_fields(_class_of(self)):
             v = getattr(self, name)
             if isinstance(v, FactGroup):
                 out.update(v.to_json())
@@ -124,7 +131,7 @@ class KindFacts:
                 out[name] = list(v) if type(v) is tuple else v
         return out
 
-    def top_json(self) -> dict:
+    def top_json(self) -> dict[str, Any]:
         """Every name of :data:`TOP_FACTS`, in that order, with this kind's value where ``TOP`` has it, else None."""
         top = self.TOP
         return {k: getattr(self, k) if k in top else None for k in TOP_FACTS} if top else _NO_TOP
@@ -161,7 +168,7 @@ class Entry:
         """What vouches for this entry (:func:`verdict_of`)."""
         return verdict_of(self)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "root": self.root,

@@ -10,7 +10,9 @@ contradict each other, a rebuild that differs in code. What jitwarden does not f
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 class Severity(enum.IntEnum):
@@ -37,14 +39,17 @@ class Code:
 CATALOG: dict[str, Code] = {
     "corrupt": Code(
         Severity.ERROR,
-        "unreadable, truncated or unparseable files of a format jitwarden fully knows, or a checksum that does "
-        "not match",
+        "unreadable, truncated or unparseable files of a format jitwarden fully knows; a checksum that does "
+        "not match the seal",
         "with unreadable, truncated or tampered files: loading them crashes or runs the wrong code",
         "jitwarden clean --code corrupt",
     ),
     "mismatch": Code(
         Severity.ERROR,
-        "the entry contradicts itself (cubin SM vs recorded target, kernel symbol vs name)",
+        "the entry contradicts itself: cubin SM vs metadata target, PTX `.target` vs metadata, kernel symbol "
+        "vs metadata name, metadata hash vs the entry's key, a launcher `.so` named for one CPU and built for "
+        "another, a seal made under another fingerprint than the partition the entry is in (moved or copied in "
+        "from another environment: the runtime refuses to load it)",
         "whose facts contradict each other (e.g. another kernel's or another GPU's binary under this key)",
         "jitwarden clean --code mismatch",
     ),
@@ -63,25 +68,27 @@ CATALOG: dict[str, Code] = {
     ),
     "not-reproducible": Code(
         Severity.ERROR,
-        "rebuilding from the entry's own PTX with the current toolchain gives different code",
+        "rebuilding the entry's own PTX with the current toolchain gives different code (`--rebuild`)",
         "whose cubin no ptxas rebuilds from the entry's own PTX",
         "jitwarden clean --rebuild --code not-reproducible",
     ),
     "unsafe": Code(
         Severity.ERROR,
-        "a symlink leaving the root, a world-writable or foreign-owned file: nothing a clean may follow",
+        "a symlink leaving the cache root, a world-writable or foreign-owned root, entry or file: nothing a "
+        "clean may follow",
         "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
         "jitwarden clean --code unsafe",
     ),
     "foreign-arch": Code(
         Severity.INFO,
-        "built for another GPU than the one judged against: harmless, unreachable here",
+        "built for another GPU (or CPU) than the one judged against: harmless, unreachable here",
         "built for another GPU: harmless here, unreachable",
         "jitwarden clean --foreign-arch",
     ),
     "stale": Code(
         Severity.WARN,
-        "built by another toolchain, package version, driver or Python than this environment uses",
+        "built by another toolchain, package version, driver or Python than this environment uses, or "
+        "reproduced only by a ptxas this environment does not use",
         "built by another toolchain, package version or driver than this environment's: unreachable from this "
         "one, though another venv or container on this machine may still use them (clean moves them into a "
         "quarantine they can be restored from)",
@@ -97,7 +104,7 @@ CATALOG: dict[str, Code] = {
     ),
     "orphan": Code(
         Severity.WARN,
-        "leftovers of an interrupted write",
+        "leftovers of an interrupted write (`tmp.pid_*`, files with no group) older than `--orphan-age`",
         "with leftovers of interrupted writes",
         "jitwarden clean --orphans",
     ),
@@ -119,7 +126,6 @@ CATALOG: dict[str, Code] = {
 """Every finding code, once (ARCHITECTURE.md, "How to add a finding code")."""
 
 CODES: dict[str, Severity] = {c: k.severity for c, k in CATALOG.items()}
-MEANING: dict[str, str] = {c: k.meaning for c, k in CATALOG.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +141,17 @@ class Finding:
     def severity(self) -> Severity:
         return CODES[self.code]
 
-    def to_json(self) -> dict:
-        doc = {"code": self.code, "severity": str(self.severity), "message": self.message}
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "code": self.code,
+            "severity": str(self.severity),
+            "message": self.message,
+        }
         if self.detail:
             doc["detail"] = self.detail
         return doc
 
 
-def worst(findings) -> Severity | None:
+def worst(findings: Iterable[Finding]) -> Severity | None:
     """Highest severity among findings, or None when there are none."""
     return max((f.severity for f in findings), default=None)

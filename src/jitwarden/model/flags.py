@@ -12,7 +12,7 @@ TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", "n"})
 
 
-def parse_flag(value) -> bool | None:
+def parse_flag(value: str | None) -> bool | None:
     """True for a word of :data:`TRUE_WORDS`, False for one of :data:`FALSE_WORDS`, else None (unset included)."""
     if value is None:
         return None

@@ -12,7 +12,10 @@ dotted paths users and activation write into ``TRITON_CACHE_MANAGER`` and ``TRIT
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from operator import itemgetter
+from typing import Any
 
 from jitwarden.model.flags import parse_flag
 
@@ -37,7 +40,7 @@ def is_guarded(manager: str | None) -> bool:
     return manager in GUARDED_MANAGERS
 
 
-class Setting(tuple):
+class Setting(tuple[Any, ...]):
     """One row: ``name``, ``kind`` (flag, number, age, text, path), ``default`` (its value when unset),
     ``what`` (what it does), ``costs`` (what setting it to ``weak`` costs; '' when it lowers no protection),
     ``weak`` (the flag value that lowers protection, or None)."""
@@ -45,8 +48,14 @@ class Setting(tuple):
     __slots__ = ()
 
     def __new__(
-        cls, name: str, kind: str, default, what: str, costs: str = "", weak: bool | None = None
-    ):
+        cls,
+        name: str,
+        kind: str,
+        default: Any,
+        what: str,
+        costs: str = "",
+        weak: bool | None = None,
+    ) -> Setting:
         return tuple.__new__(cls, (name, kind, default, what, costs, weak))
 
     name = property(itemgetter(0))
@@ -56,34 +65,35 @@ class Setting(tuple):
     costs = property(itemgetter(4))
     weak = property(itemgetter(5))
 
-    def raw(self, env) -> str | None:
+    def raw(self, env: Mapping[str, str]) -> str | None:
         """The variable's text in ``env``, None when unset or empty."""
         return env.get(self.name) or None
 
-    def on(self, env) -> bool:
+    def on(self, env: Mapping[str, str]) -> bool:
         """A flag's value: a word of ``model.flags``, else (unset or unknown) its default."""
         value = parse_flag(env.get(self.name))
         return self.default if value is None else value
 
-    def number(self, env) -> float:
+    def number(self, env: Mapping[str, str]) -> float:
         """A non-negative number, else (unset, malformed, negative, NaN) its default."""
+        default: float = self.default
         raw = self.raw(env)
         try:
-            v = float(raw) if raw else self.default
+            v = float(raw) if raw else default
         except ValueError:
-            return self.default
-        return v if v >= 0 else self.default
+            return default
+        return v if v >= 0 else default
 
-    def text(self, env) -> str | None:
+    def text(self, env: Mapping[str, str]) -> str | None:
         """The value with blanks stripped, else its default."""
         raw = self.raw(env)
         return raw.strip() if raw and raw.strip() else self.default
 
-    def weakened(self, env) -> bool:
+    def weakened(self, env: Mapping[str, str]) -> bool:
         """Whether ``env`` turns this setting to the value that lowers protection (set explicitly)."""
         return self.weak is not None and parse_flag(env.get(self.name)) is self.weak
 
-    def assignment(self, env) -> str:
+    def assignment(self, env: Mapping[str, str]) -> str:
         """``NAME=value`` as ``env`` has it, for messages."""
         return f"{self.name}={env.get(self.name, '')}"
 
@@ -278,7 +288,26 @@ SETTINGS = (
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
-def weakened(env) -> list[tuple[str, str, str]]:
+def _xdg_dir(env: Mapping[str, str], var: str, fallback: str) -> str:
+    """``$var``, else ``~/fallback`` (``env``'s own HOME): the XDG base directory ``var`` names."""
+    return env.get(var) or os.path.join(env.get("HOME") or os.path.expanduser("~"), fallback)
+
+
+def home_dir(env: Mapping[str, str]) -> str:
+    """Where jitwarden keeps memos, statistics and private roots: ``$JITWARDEN_HOME``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
+    return HOME.raw(env) or os.path.join(_xdg_dir(env, "XDG_CACHE_HOME", ".cache"), "jitwarden")
+
+
+def config_dir(env: Mapping[str, str]) -> str:
+    """jitwarden's configuration directory (keys): ``$JITWARDEN_CONFIG_DIR``, else
+    ``${XDG_CONFIG_HOME:-~/.config}/jitwarden``."""
+    return CONFIG_DIR.raw(env) or os.path.join(
+        _xdg_dir(env, "XDG_CONFIG_HOME", ".config"), "jitwarden"
+    )
+
+
+def weakened(env: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(``NAME=value``, what it costs, how to undo) for every setting ``env`` turns to lower protection (pure)."""
     return [(s.assignment(env), s.costs, f"unset {s.name}") for s in SETTINGS if s.weakened(env)]
 

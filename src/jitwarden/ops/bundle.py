@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from jitwarden import adapters
 from jitwarden.env.locations import PARTITION_VARS, default_base
 from jitwarden.formats import jsonlimits, tarball
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.ops import scan
@@ -51,8 +52,10 @@ MAX_GROUP = 1 << 20
 STAGE_PREFIX = ".jitwarden-import."
 
 
-class BundleRefused(ValueError):
+class BundleRefused(JitwardenError, ValueError):
     """The bundle must not be installed (unsigned, untrusted, tampered, unsafe); the message says why."""
+
+    exit_code = ExitStatus.FINDINGS
 
 
 class Unsigned(BundleRefused):
@@ -411,7 +414,9 @@ def _open_partition(part: str, create: bool) -> int | None:
     below it every component is opened by fd and never through a symlink: ``UnsafeName``
     naming the path when ``jitwarden-v1`` or the partition is a link or not jitwarden's.
     """
-    base, digest = partition.split(part)
+    split = partition.split(part)
+    assert split is not None  # every destination is a partition dir
+    base, digest = split
     try:
         base_fd = fsutil.open_dir_path(base, create=create)
     except FileNotFoundError:
@@ -426,14 +431,14 @@ def _open_partition(part: str, create: bool) -> int | None:
             return fsutil.reserved_dir(v1, digest, create=create)
         except fsutil.UnsafeName as exc:
             raise fsutil.UnsafeName(
-                exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror)
+                exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror or "")
             ) from None
         finally:
             os.close(v1)
     except fsutil.UnsafeName as exc:
-        if exc.strerror.startswith(base):
+        if (exc.strerror or "").startswith(base):
             raise
-        raise fsutil.UnsafeName(exc.errno, os.path.join(base, exc.strerror)) from None
+        raise fsutil.UnsafeName(exc.errno, os.path.join(base, exc.strerror or "")) from None
     finally:
         os.close(base_fd)
 
@@ -449,7 +454,7 @@ def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | N
             raise
         return None
     except fsutil.UnsafeName as exc:
-        raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror)) from None
+        raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror or "")) from None
 
 
 def _files_at(dir_fd: int | None, name: str) -> dict | None:
@@ -462,7 +467,7 @@ def _files_at(dir_fd: int | None, name: str) -> dict | None:
     fd = fsutil.open_dir_at(name, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as it:
-            out = {}
+            out: dict[str, None] = {}
             for d in it:
                 if is_reserved(d.name):
                     continue

@@ -27,6 +27,7 @@ import sys
 import time
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.errors import JitwardenError
 
 MARKER = "JW-CANARY-RESULT "
 MANAGER = "jitwarden.guard:GuardedCacheManager"
@@ -352,7 +353,7 @@ def merge_passes(passes: list[list[KernelRun]], battery=BATTERY) -> tuple[Kernel
 
 def table_rows(report: CanaryReport) -> list[tuple[str, ...]]:
     """Rows for the table: kernel, dtype, what it exercises, each pass's source, largest errors, status, details."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for k in report.kernels:
         src = "/".join("-" if r.skipped else r.source_str for r in k.runs)
         skipped = k.status == "skipped"
@@ -386,14 +387,14 @@ TABLE_HEADER = (
 # ---------------------------------------------------------------- the GPU worker (one pass, one process)
 
 
-class NoGPU(Exception):
+class NoGPU(JitwardenError):
     """The worker found no usable CUDA GPU (or no torch/Triton)."""
 
 
 # ---------------------------------------------------------------- the parent: passes in fresh processes
 
 
-class PassFailed(Exception):
+class PassFailed(JitwardenError):
     """A worker process ended without a result (a crash inside the GPU runtime, a timeout)."""
 
 

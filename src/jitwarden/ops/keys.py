@@ -21,13 +21,16 @@ import hashlib
 import os
 
 from jitwarden.model import settings
+from jitwarden.model.errors import ExitStatus, JitwardenError
 
 SECRET_TAG = "jitwarden-ed25519-secret"
 PUBLIC_TAG = "jitwarden-ed25519"
 
 
-class KeyError_(ValueError):
+class KeyError_(JitwardenError, ValueError):
     """A key file that cannot be used, or no key where one is needed; the message says which and why."""
+
+    exit_code = ExitStatus.USAGE
 
 
 class KeyTooOpen(KeyError_):
@@ -35,14 +38,7 @@ class KeyTooOpen(KeyError_):
 
 
 def config_dir(env=None) -> str:
-    env = os.environ if env is None else env
-    explicit = settings.CONFIG_DIR.raw(env)
-    if explicit:
-        return explicit
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".config"
-    )
-    return os.path.join(base, "jitwarden")
+    return settings.config_dir(os.environ if env is None else env)
 
 
 def key_id(public: bytes) -> str:
@@ -57,14 +53,6 @@ def _ed25519():
             "signatures need the 'cryptography' package: pip install cryptography (the 'fleet' extra)"
         ) from None
     return ed25519
-
-
-def crypto_available() -> bool:
-    try:
-        _ed25519()
-        return True
-    except KeyError_:
-        return False
 
 
 class SigningKey:
@@ -190,7 +178,7 @@ def parse_public(text: str, where: str) -> dict:
 
 def trusted_key_paths(env=None) -> list[str]:
     env = os.environ if env is None else env
-    raw = env.get(settings.TRUSTED_KEYS.name)
+    raw = settings.TRUSTED_KEYS.raw(env)
     items = (
         [p for p in raw.split(os.pathsep) if p]
         if raw

@@ -25,6 +25,7 @@ from jitwarden.model.layout import (
     TRASH_DIR,
     is_write_leftover,
 )
+from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.store import quarantine as q
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
@@ -114,7 +115,7 @@ def clean(
     actions,
     *,
     purge: bool = False,
-    orphan_age: float = 3600.0,
+    orphan_age: float = ORPHAN_AGE.default,
     by: str = "clean",
     fingerprint: str | None = None,
     batch: str | None = None,
@@ -312,7 +313,7 @@ def _regular(name: str, dir_fd: int) -> bool:
 # ---------------------------------------------------------------- prune
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionFacts:
     """One fingerprint partition as found on disk (what :func:`jitwarden.ops.plans.plan_prune` decides from)."""
 
@@ -347,7 +348,15 @@ def partition_facts(
             last_used = os.lstat(path).st_mtime
         except OSError:
             last_used = 0.0
-    return PartitionFacts(base, path, digest, float(last_used), total, digest == current, newest)
+    return PartitionFacts(
+        base=base,
+        path=path,
+        digest=digest,
+        last_used=float(last_used),
+        bytes=total,
+        current=digest == current,
+        newest=newest,
+    )
 
 
 def prune(
@@ -368,8 +377,9 @@ def prune(
                 bad = None if stat.S_ISDIR(st.st_mode) else "not a directory"
             except FileNotFoundError:
                 bad = "gone since the scan"
-            o = Outcome(p.path, p.digest, "skipped", bad) if bad else None
-            if o is None:
+            if bad:
+                o = Outcome(p.path, p.digest, "skipped", bad)
+            else:
                 o = _move(
                     p.path,
                     p.base,

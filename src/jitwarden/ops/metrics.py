@@ -12,8 +12,10 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
 from jitwarden.store import fsutil, partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
@@ -25,8 +27,10 @@ MAX_STATS = 1 << 20
 """Larger than any stats file jitwarden writes (a few hundred bytes)."""
 
 
-class MetricsError(ValueError):
+class MetricsError(JitwardenError, ValueError):
     """The metrics file cannot be written where asked; the message says why in one line."""
+
+    exit_code = ExitStatus.USAGE
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def _stats_fd(env) -> int | None:
         os.close(top)
 
 
-def _count(v) -> bool:
+def _count(v: object) -> TypeGuard[int]:
     return type(v) is int and v >= 0
 
 
@@ -183,7 +187,13 @@ def last_verify(env=None, problems: list | None = None) -> tuple[float, int] | N
     if doc is None:
         return None
     t, errors = doc.get("time"), doc.get("errors")
-    if not (type(t) in (int, float) and math.isfinite(t) and t >= 0 and _count(errors)):
+    if not (
+        isinstance(t, (int, float))
+        and type(t) is not bool
+        and math.isfinite(t)
+        and t >= 0
+        and _count(errors)
+    ):
         problems.append(
             f"{STATS_DIR}/{LAST_VERIFY}: not a valid record (time {t!r}, errors {errors!r}); "
             "left out of the metrics (the next `jitwarden verify` writes it again)"

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import CODES, Severity
+from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.model.text import human_duration, human_size
 from jitwarden.ops import maintenance
 from jitwarden.ops.maintenance import Outcome, PartitionFacts
@@ -74,7 +76,7 @@ def selection(
     return Selection(frozenset(chosen), older_than, frozenset(kinds) if kinds else None, now)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Action:
     """One thing to move aside: a whole entry, or only the stale write leftovers inside it."""
 
@@ -149,7 +151,7 @@ class CleanPlan:
         self,
         *,
         purge: bool = False,
-        orphan_age: float = 3600.0,
+        orphan_age: float = ORPHAN_AGE.default,
         fingerprint: str | None = None,
         lock_timeout: float | None = None,
         replan=None,
@@ -211,16 +213,16 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
                 scope = "leftovers"
             actions.append(
                 Action(
-                    e.kind,
-                    e.root,
-                    e.id,
-                    e.path,
-                    e.type,
-                    0 if scope == "leftovers" else e.bytes,
-                    e.mtime,
-                    reasons,
-                    details,
-                    scope,
+                    kind=e.kind,
+                    root=e.root,
+                    id=e.id,
+                    path=e.path,
+                    type=e.type,
+                    bytes=0 if scope == "leftovers" else e.bytes,
+                    mtime=e.mtime,
+                    reasons=reasons,
+                    details=details,
+                    scope=scope,
                 )
             )
     return CleanPlan(tuple(actions), sel, tuple(notes))
@@ -400,8 +402,10 @@ def plan_prune(
 # ---------------------------------------------------------------- quarantine restore / empty
 
 
-class PlanError(Exception):
+class PlanError(JitwardenError):
     """An ``execute()`` stopped at its first failure: ``why``, after ``done`` records were carried out."""
+
+    exit_code = ExitStatus.USAGE
 
     def __init__(self, why: str, done: int, record_id: str | None = None):
         super().__init__(why)
@@ -417,7 +421,7 @@ def _apply(records, action) -> list[str]:
         except q.QuarantineError as exc:
             raise PlanError(str(exc), len(done)) from None
         except UnsafeName as exc:
-            raise PlanError(exc.strerror, len(done), r.id) from None
+            raise PlanError(exc.strerror or str(exc), len(done), r.id) from None
         except OSError as exc:
             raise PlanError((exc.strerror or str(exc)).lower(), len(done), r.id) from None
         done.append(r.id)

@@ -12,11 +12,14 @@ import threading
 from dataclasses import dataclass
 
 from jitwarden.env import ptxas
+from jitwarden.model.errors import ExitStatus, JitwardenError
 
 
-class OptionError(ValueError):
+class OptionError(JitwardenError, ValueError):
     """A :class:`~jitwarden.ops.rebuild.RebuildOptions` field that cannot be used: which ``field``, its
     ``value``, and ``why``."""
+
+    exit_code = ExitStatus.USAGE
 
     def __init__(self, field: str, value, why: str):
         super().__init__(f"{field} {value}: {why}")

@@ -12,6 +12,7 @@ import re
 
 from jitwarden.adapters import triton as tri
 from jitwarden.env import ptxas
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.flags import parse_flag
 
 
@@ -22,8 +23,10 @@ def _env_true(md: dict, key: str) -> bool:
     return parse_flag(v) is True
 
 
-class RefusedOption(ValueError):
+class RefusedOption(JitwardenError, ValueError):
     """The entry's ``ptx_options`` hold something jitwarden will not hand to ptxas."""
+
+    exit_code = ExitStatus.USAGE
 
 
 # ptxas options a cache entry's ``ptx_options`` (Triton's ``PTXAS_OPTIONS`` knob) may carry into

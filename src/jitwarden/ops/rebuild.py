@@ -447,6 +447,7 @@ class _Engine:
                 tries.tried.append((c, att))
                 if not att.ok:
                     continue
+                assert att.cubin is not None  # an assembly that went through wrote its cubin
                 firsts.append(c)
                 tries.outputs[c.path] = [att.cubin]
                 cmp = cubin_compare.compare(cached, att.cubin)
@@ -462,6 +463,7 @@ class _Engine:
                     att = self.assemble(c, inp.digest, ptx, inp.flags, k)
                     if not att.ok:
                         continue
+                    assert att.cubin is not None  # as above
                     tries.outputs[c.path].append(att.cubin)
                     cmp = cubin_compare.compare(cached, att.cubin)
                     if cmp.equal:
@@ -578,7 +580,7 @@ class _Engine:
 
 
 def _stamp(path: str, *names: str) -> tuple:
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for n in names:
         try:
             st = os.lstat(os.path.join(path, n))
@@ -709,6 +711,7 @@ def verify_entries(
             jobs=jobs,
         )
     for w in work:
+        assert w.result is not None  # every work was done above (or the call raised)
         results[w.path] = w.result
     return results
 

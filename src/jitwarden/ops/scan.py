@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter, methodcaller
+from typing import Any
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
@@ -22,6 +23,7 @@ from jitwarden.model.entries import VERDICTS, CacheRoot, Entry, Judge, verdict_o
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
+from jitwarden.model.settings import ORPHAN_AGE
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 250
@@ -291,7 +293,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
     each reported on its own; a path with no cache of a known kind is a :class:`UsageError` (exit 2),
     never an empty, clean-looking report (ARCHITECTURE.md, "The flow of one command").
     """
-    out = []
+    out: list[tuple[CacheRoot, list[str] | None]] = []
     known = None
     for p in paths:
         try:
@@ -299,7 +301,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
         except FileNotFoundError:
             raise UsageError(f"{p}: no such file or directory") from None
         except OSError as exc:
-            raise UsageError(f"{p}: {exc.strerror.lower()}") from None
+            raise UsageError(f"{p}: {(exc.strerror or str(exc)).lower()}") from None
         if not os.path.isdir(p):
             raise UsageError(
                 f"{p}: not a directory (give a cache root such as ~/.triton/cache, or one entry's directory)"
@@ -317,7 +319,10 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
             kind = adapters.kind_of_path(path)
         if kind in (None, tri.KIND) and kernel_files:
             out.append(
-                (CacheRoot(tri.KIND, os.path.dirname(path), "cli"), [os.path.basename(path)])
+                (
+                    CacheRoot(kind=tri.KIND, path=os.path.dirname(path), source="cli"),
+                    [os.path.basename(path)],
+                )
             )
             continue
         if kind is None:
@@ -327,7 +332,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
                 os.path.realpath(path)
             )  # a root this environment uses, even while empty
         if kind is not None:
-            out.append((CacheRoot(kind, path, "cli"), None))
+            out.append((CacheRoot(kind=kind, path=path, source="cli"), None))
             continue
         found, complete = roots_beneath(path)
         if not found:
@@ -340,7 +345,7 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
                 f"{p}: no cache of a known kind here, {searched} "
                 "(give a cache root such as ~/.triton/cache; `jitwarden doctor` lists the roots in use)"
             )
-        out += [(CacheRoot(k, r, "cli"), None) for k, r in found]
+        out += [(CacheRoot(kind=k, path=r, source="cli"), None) for k, r in found]
     return out
 
 
@@ -401,7 +406,10 @@ def default_roots(
 
 
 def make_judge(
-    target_arch: int | None, orphan_age: float = 3600.0, triton_version: str | None = None, fp=None
+    target_arch: int | None,
+    orphan_age: float = ORPHAN_AGE.default,
+    triton_version: str | None = None,
+    fp=None,
 ) -> Judge:
     """The judge for this environment: its packages, GPUs and driver come from ``fp`` when given."""
     if fp is not None:
@@ -414,11 +422,11 @@ def make_judge(
     if triton_version is None:
         triton_version = dict(versions).get("triton")
     return Judge(
-        target_arch,
-        triton_version,
-        tri.host_machine(),
-        orphan_age,
-        time.time(),
+        target_arch=target_arch,
+        triton_version=triton_version,
+        host_machine=tri.host_machine(),
+        orphan_age=orphan_age,
+        now=time.time(),
         versions=versions,
         gpu_names=gpus,
         driver_version=driver,
@@ -505,7 +513,7 @@ def _pool(jobs: int):
     try:
         import multiprocessing
 
-        ctx = multiprocessing.get_context("fork")
+        ctx: Any = multiprocessing.get_context("fork")
     except ValueError:
         ctx = multiprocessing.get_context()
     return ctx.Pool(jobs)

@@ -37,16 +37,17 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Iterable, MutableMapping
 
 from jitwarden.env import locations
 from jitwarden.env.locations import ACTIVATION_VARS, default_base
 from jitwarden.model import settings
 from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION
 from jitwarden.runtime import flatseal
+from jitwarden.runtime.say import warn_once
 from jitwarden.store import partition
 
 MANAGER = GUARD_MANAGER
-_SAID: set[str] = set()
 _LAST: list = []  # [(env object, record, values it left)], newest last; holding env keeps its id unique
 
 
@@ -58,6 +59,12 @@ class Activation:
     """
 
     __slots__ = ("digest", "partitions", "cache_manager", "warnings", "skipped", "headline")
+    digest: str | None
+    partitions: dict
+    cache_manager: str | None
+    warnings: tuple[str, ...]
+    skipped: dict
+    headline: str | None
 
     def __init__(
         self,
@@ -92,7 +99,7 @@ class Activation:
             return NotImplemented
         return self._fields() == other._fields()
 
-    __hash__ = None  # holds dicts, like the frozen dataclass it replaces (whose hash raised)
+    __hash__ = None  # type: ignore[assignment]  # holds dicts, like the frozen dataclass it replaces (whose hash raised)
 
     def __repr__(self) -> str:
         return "Activation(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
@@ -223,7 +230,9 @@ def _partition(
     Fails closed: a root that is unsafe, read-only, full, or whose partition is damaged (a symlink,
     not a directory) never leaves the cache unpartitioned while any private place can hold one.
     """
-    first = None  # (why, unsafe) of the first place refused: the user's root
+    first: tuple[str, bool] | None = (
+        None  # (why, unsafe) of the first place refused: the user's root
+    )
     tried = []
     for i, cand in enumerate((base, _private_base(kind, env), _runtime_base(kind, env), None)):
         if cand is None:
@@ -254,11 +263,13 @@ def _partition(
                     startup_checks,
                 )  # only here: refusals are rare, and it imports ptxas
 
+                assert first is not None  # the user's root (i == 0) was refused
                 return path, startup_checks.unsafe_root(base, first[0], path, first[1])
         if first is None:
             first = refusal
     from jitwarden.runtime import startup_checks
 
+    assert first is not None  # the user's root is always tried first
     return None, startup_checks.unsafe_root(
         base, f"{first[0]}; no private place for a partition either", None, first[1]
     )
@@ -274,17 +285,14 @@ def _writer() -> str:
 
 
 def _say(msg: str, quiet: bool) -> None:
-    if not quiet and msg not in _SAID:
-        import logging
-
-        _SAID.add(msg)
-        logging.getLogger("jitwarden").warning("jitwarden: %s", msg)
+    if not quiet:
+        warn_once(msg, "jitwarden: %s", msg)
 
 
 def activate(
     *,
-    env=None,
-    roots=("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"),
+    env: MutableMapping[str, str] | None = None,
+    roots: Iterable[str] = ("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"),
     quiet: bool = False,
 ) -> Activation:
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.

@@ -148,6 +148,7 @@ def check_dir(  # noqa: C901
             else:
                 changed = True  # same bytes, touched: the seal's time moves on
                 continue
+            assert why is not None  # every branch that does not continue names why
             line = quarantine_file(kind, root, os.path.relpath(path, root), why, digest)
             if line:
                 out.append(line)

@@ -26,7 +26,6 @@ import errno
 import fcntl
 import functools
 import hashlib
-import logging
 import os
 import time
 
@@ -36,11 +35,11 @@ from jitwarden import __version__
 from jitwarden.adapters import triton as _adapter
 from jitwarden.formats import elf
 from jitwarden.formats import jsonlimits as _jsonlimits
-from jitwarden.model.flags import parse_flag
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
 from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
+from jitwarden.runtime.say import log, warn_once
 from jitwarden.store import seal as _seal
 from jitwarden.store.entrylock import LockTimeout
 from jitwarden.store.entrylock import lock as _lock
@@ -54,23 +53,14 @@ _IR_TEXT = (".source", ".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn")
 """Intermediate texts Triton never executes on a hit: the hit path checks their size only, unless
 the ``GUARD_HASH_ALL`` setting (model/settings.py) is on; the group, metadata and binaries are always hashed. ``jitwarden
 verify`` and every slow-path decision (quarantine, legacy sealing) hash everything."""
-_HASH_ALL = parse_flag(os.environ.get(GUARD_HASH_ALL.name)) is True
-_log = logging.getLogger("jitwarden")
+_HASH_ALL = GUARD_HASH_ALL.on(os.environ)
 _READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _FALLBACK_ROOT: str | None = None
 """The private root of this process's kernels once the cache dir proved unwritable (``_put_file``)."""
 _GROUP_MAX = 1 << 20
-_SAID: set = set()
 # A lock file that cannot be opened safely: a symlink (ELOOP, never followed), a FIFO or device
 # (EINVAL, from entrylock's regular-file check), a directory (EISDIR), a file as a parent (ENOTDIR).
 _UNSAFE_LOCK = (errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENOTDIR, errno.ENXIO)
-
-
-def _say_once(what: str, msg: str, *args) -> None:
-    """One warning per kind of trouble per process: a full disk must not flood the log at every compile."""
-    if what not in _SAID:
-        _SAID.add(what)
-        _log.warning(msg, *args)
 
 
 def _unsafe_lock(exc: OSError, path: str) -> bool:
@@ -83,7 +73,7 @@ def _unsafe_lock(exc: OSError, path: str) -> bool:
         return True
     if exc.errno not in _UNSAFE_LOCK:
         return False
-    _say_once(
+    warn_once(
         "unsafe-lock",
         "jitwarden: cannot lock Triton cache entry %s (%s: a lock file that is no regular "
         "file, never followed); what needs that lock is skipped: a miss, written as stock Triton writes",
@@ -224,7 +214,7 @@ class GuardedCacheManager(FileCacheManager):
             self.cache_dir, code, details, by="guard", fingerprint=self._digest
         )
         if rec is not None:
-            _log.warning(
+            log.warning(
                 "jitwarden: %s",
                 _setaside.line(rec, "Triton cache entry", code, details, "recompiling"),
             )
@@ -317,7 +307,7 @@ class GuardedCacheManager(FileCacheManager):
                         else self._read_checked(efd, files[0], files[1], hash_all=True)
                     )
                 except Exception as exc:
-                    _log.warning(
+                    log.warning(
                         "jitwarden: cannot verify Triton cache entry %s (%s: %s); treating it as a miss",
                         self.key,
                         type(exc).__name__,
@@ -329,7 +319,7 @@ class GuardedCacheManager(FileCacheManager):
             try:
                 return _SERVED.serve(blobs, os.path.dirname(self.cache_dir.rstrip(os.sep)))
             except OSError as exc:
-                _say_once(
+                warn_once(
                     "serve",
                     "jitwarden: cannot write private copies of verified kernels (%s); Triton cache "
                     "hits are recompiled in this process",
@@ -347,7 +337,7 @@ class GuardedCacheManager(FileCacheManager):
                 "unsafe", [f"the entry is {what}: a cache entry is a real directory"], make=False
             )
         except Exception as qexc:
-            _log.warning(
+            log.warning(
                 "jitwarden: Triton cache entry %s is %s and cannot be moved aside (%s)",
                 self.key,
                 what,
@@ -431,8 +421,12 @@ class GuardedCacheManager(FileCacheManager):
                     if admitted.state == "sealed":
                         v = self._judge_group(grp_name)
                     elif admitted.state == "refused":
+                        assert admitted.verdict is not None  # a refusal says why
                         v = admitted.verdict
                     else:
+                        assert (
+                            admitted.children is not None and admitted.files is not None
+                        )  # unsealed
                         return dict(admitted.children), admitted.files
             if v.state == "ok":
                 sealed = _seal.read(self.cache_dir)
@@ -482,7 +476,7 @@ class GuardedCacheManager(FileCacheManager):
         return _Admitted("unsealed", children=children, files=s.files)
 
     def _unsealed(self, exc: OSError) -> None:
-        _say_once(
+        warn_once(
             f"seal-{exc.errno}",
             "jitwarden: cannot seal Triton cache entry %s (%s); the kernel is used, "
             "the entry stays unsealed and is judged again when next used",
@@ -539,7 +533,7 @@ class GuardedCacheManager(FileCacheManager):
 
         if _FALLBACK_ROOT is None:
             _FALLBACK_ROOT = private_dir("jitwarden-triton-")
-            _say_once(
+            warn_once(
                 "fallback-put",
                 "jitwarden: cannot write the Triton cache (%s); this process caches its "
                 "kernels in the private dir %s instead",
@@ -558,7 +552,7 @@ class GuardedCacheManager(FileCacheManager):
                 self._put_dir = _SERVED.begin(os.path.dirname(self.cache_dir.rstrip(os.sep)))
             return _SERVED.write(self._put_dir, filename, raw)
         except OSError as exc:
-            _say_once(
+            warn_once(
                 "serve-put",
                 "jitwarden: cannot write private copies of compiled kernels (%s); Triton reads "
                 "them back from the cache dir",
@@ -694,7 +688,7 @@ class GuardedCacheManager(FileCacheManager):
                 filename
             ]
         except Exception as exc:
-            _log.warning(
+            log.warning(
                 "jitwarden: cannot verify Triton cache file %s/%s (%s: %s); treating it as a miss",
                 self.key,
                 filename,

@@ -30,7 +30,6 @@ from collections import namedtuple
 from jitwarden.model.layout import ENTRY_LOCK_FILE, PROVING_DIR, SEAL_FILE
 from jitwarden.model.settings import PROVE_WAIT
 
-WAIT_VAR = PROVE_WAIT.name
 WAIT_S = 300.0
 """How long one process waits for hidden kernels in all, before every lookup of one is a miss (recompiled)."""
 STALL_S = 10.0
@@ -54,9 +53,7 @@ _stalled: set[str] = set()
 
 def background(env=None) -> bool:
     """Whether start-up proofs go to the background (the default), not before the workload starts."""
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag((os.environ if env is None else env).get(WAIT_VAR)) is not True
+    return not PROVE_WAIT.on(os.environ if env is None else env)
 
 
 def staging(tree: str) -> str:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 import sys
 from operator import itemgetter
+from typing import Any
 
 from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
@@ -266,7 +267,7 @@ def _load(path: str, why: list | None = None) -> dict | None:
         return None
     except NotPrivate as exc:
         why.append(
-            f"memo {'dir ' if exc.filename != path else ''}{exc.strerror.removeprefix('directory ')}"
+            f"memo {'dir ' if exc.filename != path else ''}{(exc.strerror or '').removeprefix('directory ')}"
         )
         return None
     except OSError as exc:
@@ -385,7 +386,7 @@ def lookup(env=None) -> ActivationFacts | None:
             last = f"miss: no usable memo{' (' + why_not[0] + ')' if why_not else ''}"
             return None
         key = _process_key(mdir)
-        why = "no entry"
+        why: str | None = "no entry"
         for entry in doc["entries"]:
             try:
                 moved: list = []
@@ -430,7 +431,7 @@ def compute(env=None, *, store: bool = True, proc_root: str = "/proc") -> Activa
     # Snapshot first, collect second: a change in between is then seen as a change next time.
     deps = fingerprint.dependencies(env=env, proc_root=proc_root)
     names = list(deps["names"])
-    entry = {
+    entry: dict[str, Any] = {
         "key": _process_key(mdir),
         "env": {k: env.get(k) for k in deps["env"]},
         "files": [[p, _stat(p)] for p in [*deps["files"], *_own_files()]],

@@ -46,10 +46,8 @@ _STATS = ("ptxas_runs", "ptxas_retries", "ptxas_seconds")
 
 
 def enabled(env=None) -> bool:
-    """False only when ``JITWARDEN_PROVE`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag((os.environ if env is None else env).get(PROVE_VAR)) is not False
+    """False only when ``JITWARDEN_PROVE`` is turned off (its row in model/settings.py)."""
+    return PROVE.on(os.environ if env is None else env)
 
 
 class Proof(namedtuple("Proof", "path state reason digests ptxas", defaults=(None,))):
@@ -94,9 +92,14 @@ class ProofCounts(
         if other is None:
             return self
         return ProofCounts(
-            *(a + b for a, b in zip(self[:4], other[:4])),
-            max(self.jobs, other.jobs),
-            *(a + b for a, b in zip(self[5:], other[5:])),
+            proven=self.proven + other.proven,
+            refuted=self.refuted + other.refuted,
+            unproven=self.unproven + other.unproven,
+            seconds=self.seconds + other.seconds,
+            jobs=max(self.jobs, other.jobs),  # the cores, not a sum
+            ptxas_runs=self.ptxas_runs + other.ptxas_runs,
+            ptxas_retries=self.ptxas_retries + other.ptxas_retries,
+            ptxas_seconds=self.ptxas_seconds + other.ptxas_seconds,
         )
 
     def summary(self, background: bool = False) -> str | None:
@@ -354,7 +357,7 @@ def totals() -> dict:
 def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     """(kind, text, fix) for ``jitwarden doctor``: the risk someone accepted by turning proofs off."""
     env = os.environ if env is None else env
-    out = []
+    out: list[tuple[str, str, str | None]] = []
     if not enabled(env):
         out.append(
             (

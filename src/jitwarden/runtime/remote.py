@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import struct
 import sys
@@ -40,6 +39,7 @@ import time
 
 from jitwarden.formats import jsonlimits, resp
 from jitwarden.model.settings import REMOTE, REMOTE_RETRY, REMOTE_ROLE, REMOTE_TIMEOUT, TRUSTED_KEYS
+from jitwarden.runtime.say import log, warn_once
 
 MAGIC = b"JWR1"
 NAMESPACE = "jitwarden:v1"
@@ -48,7 +48,6 @@ MAX_HEADER = 1 << 20
 MAX_VALUE = 256 << 20
 """The largest value the remote cache holds: a writer stores nothing larger, and a reply holding more
 bulk bytes is refused before it is read (``resp.Client(max_reply=...)``)."""
-_log = logging.getLogger("jitwarden")
 
 
 class Rejected(ValueError):
@@ -265,7 +264,6 @@ class _State:
 _DOWN = object()
 """What :meth:`_State.call` returns to a lookup when the server did not answer."""
 _STATE: list = []
-_SAID: set = set()
 
 
 def state(env=None) -> _State:
@@ -279,20 +277,8 @@ def state(env=None) -> _State:
     return _STATE[0]
 
 
-def reset() -> None:
-    """Forget the process state (tests, and a changed environment)."""
-    if _STATE:
-        _STATE[0].flush()
-        if _STATE[0].client is not None:
-            _STATE[0].client.close()
-    _STATE[:] = []
-    _SAID.clear()
-
-
 def _say(msg: str) -> None:
-    if msg not in _SAID:
-        _SAID.add(msg)
-        _log.warning("jitwarden: %s", msg)
+    warn_once(msg, "jitwarden: %s", msg)
 
 
 def namespace_of_triton() -> str | None:
@@ -344,6 +330,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         return self.enabled and self._st.writer
 
     def _rkey(self, filename: str) -> str:
+        assert self._digest is not None  # asked only when enabled
         return redis_key(self._digest, self._key, filename)
 
     def get(self, filenames) -> dict:
@@ -388,7 +375,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
                 data, head = open_value(rkey, raw, trusted, self._vouched.get(name))
             except Rejected as rej:
                 st.count("reject:" + rej.reason)
-                _log.warning(
+                log.warning(
                     "jitwarden: remote cache value rejected (%s) for %s: %s",
                     rej.reason,
                     rkey,

@@ -12,14 +12,12 @@ what it compiles. Like :mod:`jitwarden.runtime.guard`, only Triton imports this 
 from __future__ import annotations
 
 import json
-import logging
 
 from jitwarden.formats import jsonlimits
 from jitwarden.runtime import remote
 from jitwarden.runtime.guard import _STANDALONE, GuardedCacheManager
+from jitwarden.runtime.say import log
 from jitwarden.store.fsutil import read_bytes
-
-_log = logging.getLogger("jitwarden")
 
 
 class RemoteGuardedCacheManager(GuardedCacheManager):
@@ -48,7 +46,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
             if not self._fetch_group(filename):
                 return None
         except Exception as exc:
-            _log.warning(
+            log.warning(
                 "jitwarden: remote cache entry %s not used (%s: %s)",
                 self.key,
                 type(exc).__name__,
@@ -84,7 +82,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
                 files[f"__grp__{filename}"] = json.dumps({"child_paths": sorted(group)}).encode()
                 self._remote.put_entry(filename, files)
             except OSError as exc:
-                _log.warning("jitwarden: remote cache: entry %s not stored (%s)", self.key, exc)
+                log.warning("jitwarden: remote cache: entry %s not stored (%s)", self.key, exc)
         return path
 
     # ------------------------------------------------------------ launchers, autotune records

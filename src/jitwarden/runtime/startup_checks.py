@@ -157,7 +157,7 @@ def foreign_entries(metas, archs, triton_version) -> list[str]:
 
 def sample_metadata(root: str, n: int = SAMPLE) -> list[dict]:
     """Metadata of up to ``n`` top-level Triton entries of ``root`` (cheap: stops after ``n``)."""
-    out = []
+    out: list[dict] = []
     try:
         it = os.scandir(root)
     except OSError:

@@ -207,6 +207,8 @@ def _recheck(path: str, digest: str | None, counts: dict, then: str | None = Non
         return _set_aside(
             path, "mismatch", [why], digest, counts, then
         )  # moved in from another environment
+    if s is None:
+        return None  # its seal went since it was listed: another process took the entry
     present = _tree.files(path)
     found = seal.judge(path, s, present=present)
     # Inductor's bundle rewrites a group file's absolute paths when it restores an entry

@@ -34,9 +34,11 @@ import errno
 import os
 import sys
 import time
+from typing import Any
 
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
+from jitwarden.runtime.say import log
 
 HOOKS_VAR = TORCH_HOOKS.name
 BUNDLER = "torch._inductor.triton_bundler"
@@ -45,23 +47,9 @@ AOTCACHE = "torch._functorch._aot_autograd.autograd_cache"
 _applied: dict[str, str] = {}  # module name -> "guarded" or why not
 
 
-class _Log:
-    """``logging.getLogger("jitwarden")``, imported only when there is something to say."""
-
-    def __getattr__(self, level):
-        import logging
-
-        return getattr(logging.getLogger("jitwarden"), level)
-
-
-_log = _Log()
-
-
 def enabled(env=None) -> bool:
-    """False only when ``JITWARDEN_TORCH_HOOKS`` is turned off (:func:`jitwarden.model.flags.parse_flag`)."""
-    from jitwarden.model.flags import parse_flag
-
-    return parse_flag((os.environ if env is None else env).get(HOOKS_VAR)) is not False
+    """False only when ``JITWARDEN_TORCH_HOOKS`` is turned off (its row in model/settings.py)."""
+    return TORCH_HOOKS.on(os.environ if env is None else env)
 
 
 def install(env=None) -> dict[str, str]:
@@ -138,7 +126,13 @@ def _apply(name: str, module) -> None:
         _applied[name] = (
             f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
         )
-        _log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
+        log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
+
+
+def _mark(wrapper: Any, fn: Any) -> None:
+    """Mark ``wrapper`` as jitwarden's wrapping of ``fn``: installed once, ``__wrapped__`` leads back."""
+    wrapper.__jitwarden__ = True
+    wrapper.__wrapped__ = fn
 
 
 # ---------------------------------------------------------------- TritonBundler
@@ -156,7 +150,7 @@ def _patch_bundler(mod) -> None:
             if bundle is not None and cls.is_enabled():
                 bundle = guard_bundle(bundle, mod.triton_cache_dir, cls._REPLACE_BYTES)
         except Exception as exc:
-            _log.warning(
+            log.warning(
                 "jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
                 "restoring none of them, Inductor recompiles them",
                 type(exc).__name__,
@@ -168,8 +162,7 @@ def _patch_bundler(mod) -> None:
                 return None
         return fn(bundle)
 
-    read_and_emit.__jitwarden__ = True
-    read_and_emit.__wrapped__ = fn
+    _mark(read_and_emit, fn)
     cls.read_and_emit = staticmethod(read_and_emit)
 
 
@@ -413,7 +406,7 @@ _BUNDLE_THEN = "TorchInductor restored it from an FX-graph bundle; Inductor reco
 
 
 def _warn(entry: str, code: str, why: str) -> None:
-    _log.warning(
+    log.warning(
         "jitwarden: refused Triton kernel %s restored by TorchInductor (%s: %s); Inductor recompiles it",
         entry[:12],
         code,
@@ -428,7 +421,7 @@ def _set_aside(path: str, root: str, code: str, details, entry_id: str | None = 
     if rec is None:
         _warn(entry_id or os.path.basename(path), code, "; ".join(details))
     else:
-        _log.warning(
+        log.warning(
             "jitwarden: %s", setaside.line(rec, "Triton kernel", code, details, _BUNDLE_THEN)
         )
 
@@ -462,8 +455,7 @@ def _guard_static_loads(mod) -> None:
                 kernel.precompile(warm_cache_only=False)
                 return kernel
 
-            result.__jitwarden__ = True
-            result.__wrapped__ = fn
+            _mark(result, fn)
             cls.result = result
         _applied[_STATIC] = "guarded"
     except Exception as exc:
@@ -474,7 +466,7 @@ def _guard_static_loads(mod) -> None:
         from jitwarden.runtime import fullsweep
 
         for line in fullsweep.sweep_env():
-            _log.warning("jitwarden: %s", line)
+            log.warning("jitwarden: %s", line)
 
 
 def _loadable(autotuner) -> bool:
@@ -497,7 +489,7 @@ def _loadable(autotuner) -> bool:
             entry, name = os.path.split(kernel.cubin_path)
             ok, line = sweep.check_loaded(entry, partition.digest_of(os.path.dirname(entry)))
             if line:
-                _log.warning("jitwarden: %s", line)
+                log.warning("jitwarden: %s", line)
             data = _sealed_bytes(entry, name) if ok else None
             if data is None:
                 return False
@@ -508,7 +500,7 @@ def _loadable(autotuner) -> bool:
                 kernel.cubin_path = _served().write(where, f"{i}.{name}", data)
         return True
     except Exception as exc:
-        _log.warning(
+        log.warning(
             "jitwarden: could not check a Triton kernel TorchInductor was about to load (%s: %s); "
             "Inductor recompiles it",
             type(exc).__name__,
@@ -565,7 +557,7 @@ def _patch_codecache(mod) -> None:
             try:
                 check_pickles(cls._get_tmp_dir_for_key(key))
             except Exception as exc:
-                _log.warning(
+                log.warning(
                     "jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
                     cls.__name__,
                     key[:16],
@@ -575,8 +567,7 @@ def _patch_codecache(mod) -> None:
                 local = False
         return fn(cls, local, remote_cache, key)
 
-    iterate_over_candidates.__jitwarden__ = True
-    iterate_over_candidates.__wrapped__ = fn
+    _mark(iterate_over_candidates, fn)
     gc.iterate_over_candidates = classmethod(iterate_over_candidates)
 
 
@@ -595,10 +586,9 @@ def _wrap_writer(cls) -> None:
         try:
             seal_pickle(cls._get_tmp_dir_for_key(key), content)
         except Exception as exc:
-            _log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
+            log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
 
-    _write_to_local_cache.__jitwarden__ = True
-    _write_to_local_cache.__wrapped__ = fn
+    _mark(_write_to_local_cache, fn)
     cls._write_to_local_cache = staticmethod(_write_to_local_cache)
 
 
@@ -738,7 +728,7 @@ def _quarantine_pickle(subdir: str, name: str, problems: list[str]) -> list[str]
     line = setaside.line(
         rec, "TorchInductor cache pickle", "corrupt", problems, "Inductor recompiles it"
     )
-    _log.warning("jitwarden: %s", line)
+    log.warning("jitwarden: %s", line)
     return [line]
 
 
@@ -791,7 +781,7 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     tdir = _torch_dir()
     if tdir is None:
         return []
-    out = []
+    out: list[tuple[str, str, str | None]] = []
     if not enabled(env):
         out.append(
             (

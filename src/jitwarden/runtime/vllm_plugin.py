@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 
-_log = logging.getLogger("jitwarden")
+from jitwarden.runtime.say import log
+
 _DONE: dict[int, str] = {}
 
 
@@ -24,7 +25,7 @@ def _logger() -> logging.Logger:
 
         return init_logger("vllm.jitwarden")
     except Exception:
-        return _log
+        return log  # type: ignore[return-value]  # the lazy logger stands for it
 
 
 def register() -> None:
@@ -63,6 +64,6 @@ def register() -> None:
         _DONE[os.getpid()] = rec.digest or ""
     except Exception as exc:
         try:
-            _log.warning("jitwarden: vLLM plugin skipped (%s: %s)", type(exc).__name__, exc)
+            log.warning("jitwarden: vLLM plugin skipped (%s: %s)", type(exc).__name__, exc)
         except Exception:
             pass

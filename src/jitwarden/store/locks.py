@@ -20,6 +20,8 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Iterable, Iterator
+from typing import TextIO
 
 from jitwarden.model.errors import EXIT_USAGE, JitwardenError
 from jitwarden.model.layout import ROOT_LOCK_FILE
@@ -73,7 +75,7 @@ def vet(root: str, root_fd: int | None = None) -> None:
         )
 
 
-def acquire(root: str, timeout: float | None = None, stream=None) -> int:
+def acquire(root: str, timeout: float | None = None, stream: TextIO | None = None) -> int:
     """An fd holding the exclusive lock of ``root``; waits (visibly) for another holder, up to ``timeout`` s.
 
     Opened relative to the root's fd with O_NOFOLLOW, O_NONBLOCK and O_NOCTTY, then checked
@@ -148,7 +150,9 @@ def acquire(root: str, timeout: float | None = None, stream=None) -> int:
 
 
 @contextlib.contextmanager
-def hold(roots, timeout: float | None = None, stream=None):
+def hold(
+    roots: Iterable[str], timeout: float | None = None, stream: TextIO | None = None
+) -> Iterator[None]:
     """Hold the locks of every root in ``roots`` (sorted order) for the ``with`` body."""
     fds = []
     try:

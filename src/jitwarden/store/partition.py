@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from operator import itemgetter
+from typing import Any
 
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
 from jitwarden.store.fsutil import read_json, write_json_atomic
@@ -22,7 +23,7 @@ TOUCH_EVERY_S = 60.0
 """Last use is rewritten at most once a minute: activation stays a read on the warm path."""
 
 
-class PartitionInfo(tuple):
+class PartitionInfo(tuple[Any, ...]):
     """(digest, headline, created, last_used, kinds, python), immutable. ``python``: the interpreter of the
     environment that last wrote it (None in a record made before it was kept), for ``doctor --python``.
 
@@ -38,9 +39,9 @@ class PartitionInfo(tuple):
         headline: str | None,
         created: float,
         last_used: float,
-        kinds: tuple = (),
+        kinds: tuple[str, ...] = (),
         python: str | None = None,
-    ):
+    ) -> PartitionInfo:
         return tuple.__new__(cls, (digest, headline, created, last_used, tuple(kinds), python))
 
     digest, headline, created, last_used, kinds, python = (
@@ -53,7 +54,7 @@ class PartitionInfo(tuple):
             f"last_used={self.last_used!r}, kinds={self.kinds!r}, python={self.python!r})"
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "digest": self.digest,

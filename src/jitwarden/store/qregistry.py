@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 FILE = "quarantine-roots.jsonl"
 _MAX_READ = 1 << 20  # read at most 1 MiB: a runaway file costs nothing
@@ -24,7 +25,7 @@ _COMPACT_AT = 256 << 10  # rewrite with the live roots only once the file grows 
 _seen: set[tuple[str, str]] = set()  # (registry path, root) noted by this process
 
 
-def path(env=None) -> str:
+def path(env: Mapping[str, str] | None = None) -> str:
     from jitwarden.store.paths import memo_dir
 
     return os.path.join(memo_dir(env), FILE)
@@ -61,7 +62,7 @@ def _live(root: str) -> bool:
         return False
 
 
-def roots(env=None) -> list[str]:
+def roots(env: Mapping[str, str] | None = None) -> list[str]:
     """Remembered roots whose quarantine dir still exists, in the order they were first noted."""
     try:
         return [r for r in _read(path(env)) if _live(r)]
@@ -69,7 +70,7 @@ def roots(env=None) -> list[str]:
         return []
 
 
-def remember(root: str, env=None) -> bool:
+def remember(root: str, env: Mapping[str, str] | None = None) -> bool:
     """Note ``root`` (a cache dir that now holds a quarantine); True when it was written. Never raises."""
     try:
         root = os.path.abspath(root)

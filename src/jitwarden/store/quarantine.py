@@ -31,8 +31,11 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
 from jitwarden.store.fsutil import (
     inside,
@@ -47,8 +50,10 @@ RECORD = ".jitwarden-quarantine.json"
 SCHEMA = 2
 
 
-class QuarantineError(Exception):
+class QuarantineError(JitwardenError):
     """A quarantine or restore that cannot be done as asked (message for the user)."""
+
+    exit_code = ExitStatus.USAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ class Record:
     fingerprint: str | None = None
     pid: int = 0
     bytes: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     payload: str | None = (
         None  # the entry's name inside the slot (schema 2); None: the slot is the entry (schema 1)
     )
@@ -82,7 +87,7 @@ class Record:
         """Where the quarantined entry itself is."""
         return os.path.join(self.path, self.payload) if self.payload else self.path
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "id": self.id,
@@ -128,10 +133,10 @@ def flatten(entry_id: str) -> str:
 # ---------------------------------------------------------------- renames that never replace
 
 _RENAME_NOREPLACE = 1
-_renameat2 = None
+_renameat2: Any = None  # renameat2 from libc once looked up; False where there is none
 
 
-def _libc_renameat2():
+def _libc_renameat2() -> Any:
     global _renameat2
     if _renameat2 is None:
         try:
@@ -196,7 +201,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLL
 
 
 def tree_stats(
-    path: str, skip: frozenset = frozenset(), dir_fd: int | None = None
+    path: str, skip: frozenset[str] = frozenset(), dir_fd: int | None = None
 ) -> tuple[int, float]:
     """(bytes of regular files, newest mtime) under ``path``, without recursion or following links.
 
@@ -214,7 +219,7 @@ def tree_stats(
         fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError:
         return 0, st.st_mtime
-    stack = [(fd, [])]
+    stack: list[tuple[int, list[str]]] = [(fd, [])]
     first = True
     while stack:
         fd, todo = stack[-1]
@@ -256,7 +261,7 @@ def tree_stats(
 def move(
     entry_path: str,
     reason: str,
-    details=(),
+    details: Iterable[str] = (),
     *,
     root: str | None = None,
     entry_id: str | None = None,
@@ -295,6 +300,7 @@ def move(
         payload = os.path.basename(rel)
         os.stat(payload, dir_fd=parent_fd, follow_symlinks=False)  # FileNotFoundError when gone
         qfd = reserved_dir(root_fd, QUARANTINE_DIR, create=True)
+        assert qfd is not None  # create=True
         fds.append(qfd)
         base = f"{stamp(now)}-{flatten(entry_id)}"[:240]
         for n in range(1000):
@@ -405,16 +411,16 @@ def read(qpath: str, qfd: int | None = None) -> Record:
     guess = guess.split("-", 1)[0]
     own_fd = qfd is None
     try:
-        qfd = os.open(qdir, _DIR_FLAGS) if own_fd else qfd
+        fd = os.open(qdir, _DIR_FLAGS) if qfd is None else qfd
     except OSError:
         return Record(
             name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
         )
     try:
-        return _read(qfd, qpath, name, root, guess)
+        return _read(fd, qpath, name, root, guess)
     finally:
         if own_fd:
-            os.close(qfd)
+            os.close(fd)
 
 
 def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
@@ -438,11 +444,7 @@ def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
             if not _safe_rel(entry_id):
                 raise ValueError("entry id outside the root")
             original = d.get("original_path")
-            if (
-                not isinstance(original, str)
-                or inside(root, original) is None
-                or not _safe_rel(inside(root, original))
-            ):
+            if not isinstance(original, str) or not _safe_rel(inside(root, original) or ""):
                 original = os.path.join(
                     root, entry_id
                 )  # a record never sends an entry outside its root
@@ -494,7 +496,7 @@ def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
         os.close(slot_fd)
 
 
-def _str_or_none(x) -> str | None:
+def _str_or_none(x: object) -> str | None:
     return x if isinstance(x, str) else None
 
 
@@ -547,18 +549,19 @@ class _Root:
     def __init__(self, root: str):
         self.fd = open_dir(root)
         try:
-            self.qfd = reserved_dir(self.fd, QUARANTINE_DIR)
+            qfd = reserved_dir(self.fd, QUARANTINE_DIR)
         except BaseException:
             os.close(self.fd)
             raise
-        if self.qfd is None:
+        if qfd is None:
             os.close(self.fd)
             raise FileNotFoundError(errno.ENOENT, "no quarantine here", quarantine_dir(root))
+        self.qfd = qfd
 
-    def __enter__(self):
+    def __enter__(self) -> _Root:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         os.close(self.qfd)
         os.close(self.fd)
 
@@ -652,6 +655,7 @@ def purge(rec: Record) -> None:
         if not stat.S_ISDIR(st.st_mode):
             raise QuarantineError(f"refusing to delete {rec.path}: not a quarantined directory")
         tfd = reserved_dir(r.fd, TRASH_DIR, create=True)
+        assert tfd is not None  # create=True
         try:
             dest = f"{rec.id}.{os.getpid()}.{time.monotonic_ns()}"
             os.rename(rec.id, dest, src_dir_fd=r.qfd, dst_dir_fd=tfd)

@@ -12,8 +12,11 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from jitwarden.model.errors import JitwardenError
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store.fsutil import digest_file, read_bytes
 
@@ -33,18 +36,18 @@ def dir_bound(files: int) -> int:
     return MAX_SEAL + BYTES_PER_FILE * files
 
 
-class SealError(ValueError):
+class SealError(JitwardenError, ValueError):
     """The seal file exists but cannot be read as a seal."""
 
 
 @dataclass(frozen=True)
 class Seal:
-    files: dict  # name -> {"sha256": hex, "size": int}
+    files: dict[str, dict[str, Any]]  # name -> {"sha256": hex, "size": int}
     fingerprint: str | None = None
-    producer: dict = field(default_factory=dict)
+    producer: dict[str, Any] = field(default_factory=dict)
     sealed_at: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "files": self.files,
@@ -64,7 +67,10 @@ def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> 
 
 
 def compute(
-    entry_dir: str, names, fingerprint: str | None = None, producer: dict | None = None
+    entry_dir: str,
+    names: Iterable[str],
+    fingerprint: str | None = None,
+    producer: dict[str, Any] | None = None,
 ) -> Seal:
     files = {}
     for name in sorted(names):
@@ -149,7 +155,7 @@ class Problem:
     :data:`DIGEST` are the changed bytes of a sealed file); ``text``: the sentence a user reads.
     """
 
-    names: tuple
+    names: tuple[str, ...]
     reason: str
     text: str
 
@@ -161,7 +167,7 @@ class Problem:
 class SealCheck:
     """What :func:`judge` found: no problem means the seal holds for the files it looked at."""
 
-    problems: tuple = ()
+    problems: tuple[Any, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -172,7 +178,12 @@ class SealCheck:
         return [p.text for p in self.problems]
 
 
-def judge(entry_dir: str, seal: Seal, present=None, names=None) -> SealCheck:
+def judge(
+    entry_dir: str,
+    seal: Seal,
+    present: Iterable[str] | None = None,
+    names: Iterable[str] | None = None,
+) -> SealCheck:
     """Every problem between the seal and the files on disk, each with its reason code.
 
     ``names``: check only these (each must be sealed), else every sealed file; ``present``:
@@ -222,12 +233,17 @@ def judge(entry_dir: str, seal: Seal, present=None, names=None) -> SealCheck:
     return SealCheck(tuple(problems))
 
 
-def check(entry_dir: str, seal: Seal, present=None, names=None) -> list[str]:
+def check(
+    entry_dir: str,
+    seal: Seal,
+    present: Iterable[str] | None = None,
+    names: Iterable[str] | None = None,
+) -> list[str]:
     """Problems between the seal and the files on disk, as sentences; empty when it holds (:func:`judge`)."""
     return judge(entry_dir, seal, present=present, names=names).messages
 
 
-def unchanged(entry_dir: str, ctimes_ns, fingerprint: str | None = None) -> bool:
+def unchanged(entry_dir: str, ctimes_ns: Iterable[int], fingerprint: str | None = None) -> bool:
     """THE rule for "unchanged since sealed": every one of ``ctimes_ns`` (the files' ctimes, ns) is older
     than the time recorded inside the entry's seal (:func:`sealed_at_ns`); False when there is none.
 
@@ -244,7 +260,7 @@ def unchanged(entry_dir: str, ctimes_ns, fingerprint: str | None = None) -> bool
     return foreign(sealed_under, fingerprint) is None and all(c < at for c in ctimes_ns)
 
 
-def foreign(sealed_under, mine: str | None) -> str | None:
+def foreign(sealed_under: object, mine: str | None) -> str | None:
     """Why a seal made under fingerprint ``sealed_under`` does not vouch for an entry of the partition ``mine``,
     else None. A seal of no fingerprint (an unpartitioned root's) and a root of none are judged by none: two
     environments sharing an unpartitioned root would quarantine each other's entries in turn."""
@@ -281,7 +297,7 @@ def _stamp(entry_dir: str) -> tuple[int, object] | None:
     return (at, doc.get("fingerprint")) if type(at) is int else None
 
 
-def newest_ctime(entry_dir: str, names) -> int:
+def newest_ctime(entry_dir: str, names: Iterable[str]) -> int:
     """The newest ctime (ns) among ``names`` in the entry, for :func:`write`'s ``after_ns``; -1 when none."""
     newest = -1
     for n in names:

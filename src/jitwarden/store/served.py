@@ -19,6 +19,7 @@ import errno
 import fcntl
 import os
 import stat
+from typing import Any
 
 from jitwarden.store.entrylock import open_lock_file
 from jitwarden.store.removal import remove_tree_at
@@ -49,7 +50,7 @@ class Served:
         atexit.register(self._drop)
 
     @staticmethod
-    def _parents(fallback: str) -> list:
+    def _parents(fallback: str) -> list[Any]:
         import tempfile
 
         out = []
@@ -175,7 +176,7 @@ class Served:
             os.close(fd)
         return os.path.join(where[0], fname)
 
-    def serve(self, blobs: dict, fallback: str) -> dict:
+    def serve(self, blobs: dict[str, Any], fallback: str) -> dict[str, Any]:
         """Write ``blobs`` (name -> bytes) as a fresh private set; name -> path. OSError when it cannot."""
         where = self.begin(fallback)
         return {name: self.write(where, name, data) for name, data in blobs.items()}

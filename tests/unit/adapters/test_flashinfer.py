@@ -118,7 +118,9 @@ def judged(root: str, target: int, version: str | None = VERSION) -> tuple[dict,
             + (("flashinfer", version),),
         )
     report = scan.scan(
-        [(CacheRoot("flashinfer", root, "cli"), None)], j, scan.Target(target, "cli")
+        [(CacheRoot(kind="flashinfer", path=root, source="cli"), None)],
+        j,
+        scan.Target(target, "cli"),
     )
     es = {e.id: e for e in report.entries}
     return {i: sorted(f.code for f in e.findings) for i, e in es.items()}, es

@@ -78,9 +78,33 @@ def test_busy_partition_is_kept():
     now = 1_000_000.0
     P = cleanplan.PartitionFacts
     parts = [
-        P("/b", "/b/x", "x", now - 9e6, 10, False, now - 5),
-        P("/b", "/b/y", "y", now - 9e6, 10, False, now - 9e6),
-        P("/b", "/b/c", "c", now - 9e9, 10, True, now - 9e9),
+        P(
+            base="/b",
+            path="/b/x",
+            digest="x",
+            last_used=now - 9e6,
+            bytes=10,
+            current=False,
+            newest=now - 5,
+        ),
+        P(
+            base="/b",
+            path="/b/y",
+            digest="y",
+            last_used=now - 9e6,
+            bytes=10,
+            current=False,
+            newest=now - 9e6,
+        ),
+        P(
+            base="/b",
+            path="/b/c",
+            digest="c",
+            last_used=now - 9e9,
+            bytes=10,
+            current=True,
+            newest=now - 9e9,
+        ),
     ]
     plan = cleanplan.plan_prune(parts, keep=1, now=now, busy_age=3600)
     assert [a.partition.digest for a in plan.actions] == ["y"]

@@ -115,9 +115,15 @@ def test_streamed_scan_hands_on_each_chunk_before_judging_the_next(cache, monkey
 
     judge = scan.make_judge(90)
     report = scan.scan_streamed(
-        [(CacheRoot("triton", root, "cli"), None)], judge, scan.Target(90, "cli"), emit, sink
+        [(CacheRoot(kind="triton", path=root, source="cli"), None)],
+        judge,
+        scan.Target(90, "cli"),
+        emit,
+        sink,
     )
-    whole = scan.scan([(CacheRoot("triton", root, "cli"), None)], judge, scan.Target(90, "cli"))
+    whole = scan.scan(
+        [(CacheRoot(kind="triton", path=root, source="cli"), None)], judge, scan.Target(90, "cli")
+    )
     assert got == [e.id for e in whole.entries]
     assert events == [
         ev for n in [len(c) for c in _chunks(got, 2)] for ev in (("emit", n), ("sink", n))

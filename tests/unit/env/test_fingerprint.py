@@ -67,7 +67,15 @@ def test_parse_version_and_can_target():
         "V12.8.93",
     )
     assert ptxas.parse_version("garbage") == (None, None)
-    info = ptxas.PtxasInfo("p", "p", "", "12.8", "V12.8.93", "0" * 64, 1)
+    info = ptxas.PtxasInfo(
+        path="p",
+        realpath="p",
+        version_text="",
+        release="12.8",
+        build="V12.8.93",
+        sha256="0" * 64,
+        size=1,
+    )
     assert ptxas.can_target(info, 90) is True
     assert ptxas.can_target(info, 120) is True
     assert ptxas.can_target(info, 121) is False
@@ -288,15 +296,27 @@ def _fp(**kw):
             (
                 "triton",
                 ptxas.PtxasInfo(
-                    "/p", "/p", "release 12.8, V12.8.93", "12.8", "V12.8.93", "ab" * 32, 1
+                    path="/p",
+                    realpath="/p",
+                    version_text="release 12.8, V12.8.93",
+                    release="12.8",
+                    build="V12.8.93",
+                    sha256="ab" * 32,
+                    size=1,
                 ),
             ),
         ),
         packages=(
             fpm.Package(
-                "torch", "torch", "2.11.0+cu130", "cd" * 32, "13.0", "abc", ("sm_90", "sm_100")
+                name="torch",
+                dist="torch",
+                version="2.11.0+cu130",
+                identity="cd" * 32,
+                cuda="13.0",
+                git_version="abc",
+                arch_list=("sm_90", "sm_100"),
             ),
-            fpm.Package("triton", "triton", "3.6.0", "ef" * 32),
+            fpm.Package(name="triton", dist="triton", version="3.6.0", identity="ef" * 32),
         ),
         python=(
             ("abiflags", ""),
@@ -350,7 +370,15 @@ def test_digest_ignores_volatile_facts_and_diff_explains():
     assert "ABI" in changes["python.cache_tag"].why
     c = _fp(
         packages=(
-            fpm.Package("torch", "torch", "2.11.0+cu130", "cd" * 32, "13.0", "abc", ("sm_80",)),
+            fpm.Package(
+                name="torch",
+                dist="torch",
+                version="2.11.0+cu130",
+                identity="cd" * 32,
+                cuda="13.0",
+                git_version="abc",
+                arch_list=("sm_80",),
+            ),
         )
     )
     changes = {x.component: x for x in fpm.diff(a, c)}
@@ -377,7 +405,10 @@ def test_ptxas_warning_follows_the_installed_triton_release():
         return _fp(
             gpus=gpus,
             ptxas=((role, a.ptxas[0][1] if role == "triton" and gpus == gb10 else old),),
-            packages=(torch, fpm.Package("triton", "triton", triton, "ef" * 32)),
+            packages=(
+                torch,
+                fpm.Package(name="triton", dist="triton", version=triton, identity="ef" * 32),
+            ),
         )
 
     def warns(f):

@@ -140,3 +140,81 @@ def test_weakened_names_each_switch_turned_to_its_weak_side():
         "JITWARDEN_PROVE=no",
     ]
     assert all(w[1] and w[2].startswith("unset ") for w in settings.weakened(env))
+
+
+# The settings table is the only reader of the environment for jitwarden's own variables: JITWARDEN_* and the
+# XDG directories jitwarden's own places fall back to (settings.home_dir, settings.config_dir). Reads of them
+# elsewhere, reviewed, each with its reason (the list only shrinks):
+ENV_READS_ALLOWED = {
+    (
+        "env/locations.py",
+        "XDG_CACHE_HOME",
+    ): "vLLM's and torch's own cache roots fall back to it (the tools' rule)",
+    (
+        "adapters/vllm.py",
+        "XDG_CACHE_HOME",
+    ): "names what decided vLLM's root (`jitwarden dir`'s source column)",
+}
+LOCATION_VARS = {"XDG_CACHE_HOME", "XDG_CONFIG_HOME"}
+
+
+def _setting_name(node, bound: set[str]) -> bool:
+    """Whether ``node`` is a setting's name: ``ROW.name``, ``settings.ROW.name`` or a name bound to one."""
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        row = node.value
+        return (isinstance(row, ast.Name) and row.id.isupper()) or (
+            isinstance(row, ast.Attribute) and row.attr.isupper()
+        )
+    return isinstance(node, ast.Name) and node.id in bound
+
+
+def env_reads(source: str) -> list[tuple[int, str]]:
+    """(line, key) of every read ``X.get(key)``, ``X[key]`` or ``os.getenv(key)`` of a JITWARDEN_* variable
+    (a literal, a setting's ``.name``, a name bound to one) or of a location variable jitwarden owns."""
+    tree = ast.parse(source)
+    bound = {
+        t.id
+        for n in tree.body
+        if isinstance(n, ast.Assign) and _setting_name(n.value, set())
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    out = []
+    for n in ast.walk(tree):
+        key = None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args:
+            if n.func.attr in ("get", "getenv", "pop", "setdefault"):
+                key = n.args[0]
+        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load):
+            key = n.slice
+        if key is None:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            if NAME.fullmatch(key.value) or key.value in LOCATION_VARS:
+                out.append((n.lineno, key.value))
+        elif _setting_name(key, bound):
+            out.append((n.lineno, ast.unparse(key)))
+    return out
+
+
+def test_the_reader_check_catches_planted_reads():
+    planted = (
+        "import os\nfrom jitwarden.model.settings import PROVE\nVAR = PROVE.name\n"
+        "a = os.environ.get(PROVE.name)\nb = env[VAR]\nc = os.getenv('JITWARDEN_X')\n"
+        "d = env.get('XDG_CONFIG_HOME')\ne = by_name.get(row.name)\n"
+    )
+    assert [line for line, _ in env_reads(planted)] == [4, 5, 6, 7]
+
+
+def test_the_settings_table_is_the_only_reader_of_jitwardens_variables():
+    reads = [
+        (rel, line, key)
+        for rel, src in _sources()
+        if rel != "model/settings.py"
+        for line, key in env_reads(src)
+    ]
+    found = [
+        f"{rel}:{line}: {key}" for rel, line, key in reads if (rel, key) not in ENV_READS_ALLOWED
+    ]
+    assert found == [], "read it through its row in jitwarden.model.settings:\n" + "\n".join(found)
+    assert set(ENV_READS_ALLOWED) <= {(rel, key) for rel, _line, key in reads}  # no stale entry

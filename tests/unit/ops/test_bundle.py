@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import tarfile
+import time
 
 import pytest
 
@@ -566,6 +568,31 @@ def test_export_to_a_directory_is_a_usage_error(fleet, tmp_path):
     assert os.listdir(tmp_path) == [] or all(not n.endswith(".tmp") for n in os.listdir(tmp_path))
     rc, out, err = jw(fleet["env_a"], "export", "-o", str(tmp_path / "nope" / "b.tar"))
     assert rc == 2 and "does not exist" in _one_line(err)
+
+
+def test_export_honours_jitwarden_orphan_age(fleet, tmp_path):
+    """A writer's leftover directory two hours old is an orphan under JITWARDEN_ORPHAN_AGE=60 and a compile
+    still in progress under 1d: export judges with the setting, as every command does (it passed a fixed
+    3600 s before, so the leftover was an orphan under both)."""
+    leftover = os.path.join(fleet["part_a"], "tmp.pid_4242_0c0ffee")
+    os.mkdir(leftover)
+    with open(os.path.join(leftover, "x.json"), "w") as f:
+        f.write("{}")
+    old = time.time() - 7200
+    os.utime(os.path.join(leftover, "x.json"), (old, old))
+    os.utime(leftover, (old, old))
+    try:
+        for age, orphan in (("1d", False), ("60", True)):
+            out = str(tmp_path / f"b-{age}.tar")
+            env = dict(fleet["env_a"], JITWARDEN_ORPHAN_AGE=age)
+            rc, so, err = jw(env, "export", "-o", out, "--format", "json")
+            assert rc == 0, so + err
+            doc = json.loads(so)
+            assert doc["entries"] == 2  # the sealed entries; the leftover never goes
+            why = [s["why"] for s in doc["skipped"] if s["path"] == leftover]
+            assert len(why) == 1 and ("orphan" in why[0]) is orphan, (age, why)
+    finally:
+        shutil.rmtree(leftover)  # node A as the other tests of this module know it
 
 
 def test_export_leaves_no_temporary_beside_the_bundle(fleet, tmp_path):

@@ -66,7 +66,14 @@ def test_empty_plan_deletes_the_chosen_and_only_those_older_than_the_cutoff(tmp_
 def test_prune_plan_never_removes_the_current_partition_even_when_told(tmp_path):
     base = tmp_path / "base"
     parts = [
-        PartitionFacts(str(base), entry(base / "jitwarden-v1", d), d, 1.0, 100, d == "cur")
+        PartitionFacts(
+            base=str(base),
+            path=entry(base / "jitwarden-v1", d),
+            digest=d,
+            last_used=1.0,
+            bytes=100,
+            current=d == "cur",
+        )
         for d in ("cur", "old")
     ]
     plan = plans.plan_prune(parts, keep=1, now=10.0, current="cur")
@@ -81,7 +88,15 @@ def test_clean_plan_acts_only_on_what_is_still_selected_when_judged_again(tmp_pa
     root = tmp_path / "root"
     acts = tuple(
         plans.Action(
-            "triton", str(root), n, entry(root, n), "kernel", 100, 1.0, ("corrupt",), ("t",)
+            kind="triton",
+            root=str(root),
+            id=n,
+            path=entry(root, n),
+            type="kernel",
+            bytes=100,
+            mtime=1.0,
+            reasons=("corrupt",),
+            details=("t",),
         )
         for n in ("a", "b")
     )

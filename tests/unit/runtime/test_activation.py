@@ -197,30 +197,40 @@ def test_python_level_knob_is_followed_when_triton_is_imported(tmp_path):
 
 def _fp(cap, torch_archs=None, cuda="12.8", release="12.8"):
     info = ptxas.PtxasInfo(
-        "/opt/ptxas",
-        "/opt/ptxas",
-        f"Cuda compilation tools, release {release}",
-        release,
-        None,
-        "0" * 64,
-        1,
+        path="/opt/ptxas",
+        realpath="/opt/ptxas",
+        version_text=f"Cuda compilation tools, release {release}",
+        release=release,
+        build=None,
+        sha256="0" * 64,
+        size=1,
     )
     pk = (
-        (Package("torch", "torch", "2.9.0", None, cuda, None, tuple(torch_archs)),)
+        (
+            Package(
+                name="torch",
+                dist="torch",
+                version="2.9.0",
+                identity=None,
+                cuda=cuda,
+                git_version=None,
+                arch_list=tuple(torch_archs),
+            ),
+        )
         if torch_archs is not None
         else ()
     )
     role = "triton-blackwell" if cap[0] * 10 + cap[1] >= 100 else "triton"
     return Fingerprint(
-        "nvml",
-        (Gpu(0, "NVIDIA GB10", cap, None, None),),
-        "580.1",
-        "13.0",
-        ((role, info),),
-        pk,
-        (),
-        (),
-        (),
+        gpu_source="nvml",
+        gpus=(Gpu(0, "NVIDIA GB10", cap, None, None),),
+        driver_version="580.1",
+        cuda_driver_version="13.0",
+        ptxas=((role, info),),
+        packages=pk,
+        python=(),
+        platform=(),
+        env=(),
     )
 
 
@@ -257,18 +267,24 @@ def test_doctor_takes_the_ptxas_variable_from_the_record_not_from_the_sentence()
 
     path = "/opt/TRITON_PTXAS_BLACKWELL_PATH/bin/ptxas"
     info = ptxas.PtxasInfo(
-        path, path, "Cuda compilation tools, release 11.0", "11.0", None, "0" * 64, 1
+        path=path,
+        realpath=path,
+        version_text="Cuda compilation tools, release 11.0",
+        release="11.0",
+        build=None,
+        sha256="0" * 64,
+        size=1,
     )
     fp = Fingerprint(
-        "nvml",
-        (Gpu(0, "NVIDIA H200", (9, 0), None, None),),
-        "580.1",
-        "13.0",
-        (("triton", info),),
-        (),
-        (),
-        (),
-        (),
+        gpu_source="nvml",
+        gpus=(Gpu(0, "NVIDIA H200", (9, 0), None, None),),
+        driver_version="580.1",
+        cuda_driver_version="13.0",
+        ptxas=(("triton", info),),
+        packages=(),
+        python=(),
+        platform=(),
+        env=(),
     )
     report = SimpleNamespace(target=SimpleNamespace(arch=None, source="live"), caches=())
     fixes = [fix for kind, _w, fix in doctor.startup_warnings(fp, report) if kind == "ptxas"]

@@ -269,6 +269,26 @@ def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warni
     assert made.total == 0 and made.summary() is None  # never "proved 0 of 1 ... quarantined"
 
 
+def test_a_seal_another_process_takes_before_the_recheck_is_no_warning(
+    sealed_tree, tmp_path, monkeypatch
+):
+    """Listed as sealed, its seal gone by the time the sweep holds the entry's lock: nothing to judge here
+    (the guard judges the entry on use), never a "could not check" warning (it was an AttributeError)."""
+    tree = str(tmp_path / "t")
+    shutil.copytree(sealed_tree, tree)  # new ctimes: every sealed entry is rechecked
+    real = sweep._recheck
+
+    def seal_taken(path, *args, **kwargs):
+        os.unlink(os.path.join(path, SEAL_FILE))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "_recheck", seal_taken)
+    before = entries(tree)
+    warnings, counts = sweep.sweep([tree])
+    assert warnings == [] and counts["rehashed"] == len(before) >= 3
+    assert entries(tree) == before and counts["quarantined"] == 0
+
+
 def _sealed_under(path: str, fingerprint: str) -> None:
     """Reseal ``path`` as another environment's partition sealed it: same files, same recorded time, its fingerprint."""
     s = seal.read(path)

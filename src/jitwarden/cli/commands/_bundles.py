@@ -64,7 +64,7 @@ class Collected:
     skipped: list
 
 
-def collect(kinds, req) -> Collected:
+def collect(kinds, req, orphans: float) -> Collected:
     """This fingerprint's entries that pass verify (``req``: rebuilt first) and whose seal holds."""
     from jitwarden.env import fingerprint
     from jitwarden.env.locations import PARTITION_VARS, default_base
@@ -85,10 +85,17 @@ def collect(kinds, req) -> Collected:
         base = partition.base_of(cur) if cur else default_base(kind, env)
         pdir = partition.path_for(base, digest)
         if os.path.isdir(pdir) and not os.path.islink(pdir):
-            roots.append((CacheRoot(kind, pdir, "partition", digest, base), None))
+            roots.append(
+                (
+                    CacheRoot(
+                        kind=kind, path=pdir, source="partition", partition=digest, base=base
+                    ),
+                    None,
+                )
+            )
             partitions[kind] = pdir
     target = _common.resolve_target(None, fp)
-    judge = scanner.make_judge(target.arch, 3600.0, fp=fp)
+    judge = scanner.make_judge(target.arch, orphans, fp=fp)
     report = scanner.scan(roots, judge, target, expand=False)
     if req is not None:
         report = _common.rebuilt(report, req)

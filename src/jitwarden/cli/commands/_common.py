@@ -111,12 +111,14 @@ def check_age(value: float, what: str) -> float:
 
 
 def orphan_age(args) -> float:
-    """Seconds after which ``tmp.pid_*`` leftovers are orphans: ``--orphan-age``, ``JITWARDEN_ORPHAN_AGE``, 3600.
+    """Seconds after which ``tmp.pid_*`` leftovers are orphans: ``--orphan-age`` (where the command has
+    it), ``JITWARDEN_ORPHAN_AGE``, else the setting's default.
 
     A negative, infinite or NaN age would make a live writer's files look abandoned: refused.
     """
-    if args.orphan_age is not None:
-        return check_age(args.orphan_age, "--orphan-age")
+    given = getattr(args, "orphan_age", None)
+    if given is not None:
+        return check_age(given, "--orphan-age")
     name, raw = settings.ORPHAN_AGE.name, settings.ORPHAN_AGE.raw(os.environ)
     if raw:
         try:
@@ -331,6 +333,8 @@ def rebuilt(
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
             from jitwarden.store.fsutil import remove_empty_dir
 
+            assert req.options.keep_dir is not None  # keep_is_new: it was given
+
             remove_empty_dir(
                 req.options.keep_dir
             )  # kept when not empty (cubins kept) or not ours to remove
@@ -410,7 +414,7 @@ def protection_lines(report, env=None) -> list[dict]:
     from jitwarden.ops.maintenance import leftover_trash
     from jitwarden.runtime.activation import reduced_protection
 
-    lines = [
+    lines: list[dict[str, object]] = [
         {"kind": "reduced-protection", "what": s, "why": why, "fix": fix}
         for s, why, fix in reduced_protection(os.environ if env is None else env)
     ]

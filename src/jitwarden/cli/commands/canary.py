@@ -128,7 +128,7 @@ def _print_table(rep) -> None:
     g = out.Grid([cols.get(h, out.Column(h)) for h in canary.TABLE_HEADER])
     status = canary.TABLE_HEADER.index("STATUS")
     for row in canary.table_rows(rep):
-        cells = list(row)
+        cells: list[object] = list(row)
         cells[status] = (row[status], _STATUS_STYLE[row[status]])
         g.add(*cells)
     con.print(g)

@@ -60,7 +60,9 @@ def run(args) -> int:
     req = _common.rebuild_request(args)
     signer = _bundles.load_signer(args.key, args.unsigned)
     _check_output(args.output)
-    got = _bundles.collect(kinds, req)
+    got = _bundles.collect(
+        kinds, req, _common.orphan_age(args)
+    )  # JITWARDEN_ORPHAN_AGE: no --orphan-age here
     entries, skipped = got.manifest.entries, got.skipped
     try:
         size = bundle.write(args.output, got.manifest, got.partitions, signer) if entries else 0

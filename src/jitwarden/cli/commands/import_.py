@@ -44,10 +44,7 @@ def run(args) -> int:
     from jitwarden.env import fingerprint
     from jitwarden.ops import bundle, keys
 
-    try:
-        trusted = keys.load_trusted()
-    except keys.KeyError_ as exc:
-        raise UsageError(str(exc)) from None
+    trusted = keys.load_trusted()  # keys.KeyError_: a usage error, by the error table
     fp = fingerprint.collect()
     refused, opened, tar = None, None, None
     try:

@@ -34,10 +34,7 @@ def run(args) -> int:
 
     path = keys.signing_key_path(args.output)
     pub = path + ".pub"
-    try:
-        secret, public, kid = keys.generate()
-    except keys.KeyError_ as exc:
-        raise UsageError(str(exc)) from None
+    secret, public, kid = keys.generate()  # keys.KeyError_: a usage error, by the error table
     try:  # the directory as the kernel resolves it: made by fd where missing, never through a collapsed '..'
         dir_fd, name = fsutil.open_parent(path, create=True)
     except OSError as exc:

@@ -128,7 +128,7 @@ def records(args, include_empty: bool = False) -> list[q.Record]:
             recs += q.list_root(d, include_empty=include_empty)
         except UnsafeName as exc:
             raise UsageError(
-                f"refusing to use the quarantine of {display(d)}: {display(exc.strerror)}"
+                f"refusing to use the quarantine of {display(d)}: {display(exc.strerror or str(exc))}"
             ) from None
     return sorted(recs, key=lambda r: (r.quarantined_at, r.id))
 

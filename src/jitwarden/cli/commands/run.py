@@ -11,7 +11,7 @@ import os
 import sys
 
 from jitwarden.model import settings
-from jitwarden.model.errors import UsageError
+from jitwarden.model.errors import ExitStatus, UsageError
 
 
 def register(sub) -> None:
@@ -94,11 +94,11 @@ def _exec(cmd: list[str], env: dict) -> int:
         os.execvpe(cmd[0], cmd, env)
     except FileNotFoundError:
         print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
-        return 127
+        return ExitStatus.COMMAND_NOT_FOUND
     except PermissionError:
         print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
-        return 126
+        return ExitStatus.CANNOT_EXECUTE
     except OSError as exc:
         print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
-        return 126
+        return ExitStatus.CANNOT_EXECUTE
     return 0  # not reached

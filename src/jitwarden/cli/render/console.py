@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from jitwarden.model.text import display
 
@@ -41,7 +42,7 @@ def console(stderr: bool = False):
 
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    kw = {"color_system": None} if no_color() else {}
+    kw: dict[str, Any] = {"color_system": None} if no_color() else {}
     return _Console(
         file=stream,
         highlight=False,

@@ -170,13 +170,13 @@ def entries_table(
             status_cell(fs, e.verdict),
         ]
         row += [e.path] if long else []
-        shown = ()
+        shown: list[str] = []
         if details:
-            shown = [f for f in fs if f.severity > Severity.INFO] or list(fs)
+            worth = [f for f in fs if f.severity > Severity.INFO] or list(fs)
             # --long: a finding's whole evidence (a rebuild's every ptxas) below its one-line message
             shown = [
                 line
-                for f in shown
+                for f in worth
                 for line in [f"{f.code}: {f.message}"]
                 + ([f"  {f.detail}"] if long and f.detail else [])
             ]

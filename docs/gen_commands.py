@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""docs/commands.md's reference sections, generated from the code: every verb and every option from the
+argparse parser (``jitwarden.cli.main.build_parser``), every exit status from ``ExitStatus``, every finding
+code from ``model/findings.CATALOG``.
+
+    python docs/gen_commands.py           rewrite the generated sections in place
+    python docs/gen_commands.py --check   exit 1 when a section differs from what the code says now
+
+Each generated section sits between markers, and everything between them is ours; the prose around
+them is written by hand and kept:
+
+    <!-- generated: NAME (docs/gen_commands.py) -->
+    ...
+    <!-- /generated -->
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "src"))
+
+from jitwarden.cli import main as cli
+from jitwarden.model.errors import ExitStatus
+from jitwarden.model.findings import CATALOG
+
+DOC = os.path.join(REPO, "docs", "commands.md")
+BLOCK = re.compile(
+    r"(<!-- generated: ([\w-]+) \(docs/gen_commands\.py\) -->\n)(.*?)(<!-- /generated -->)",
+    re.DOTALL,
+)
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: one line, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
+
+
+def _flags(action: argparse.Action) -> str:
+    """How an option is written: ``-o, --output FILE``; a positional: its metavar (``PATH…`` when repeated)."""
+    meta = action.metavar or (action.dest.upper() if action.option_strings else action.dest)
+    if isinstance(meta, tuple):
+        meta = " ".join(meta)
+    if not action.option_strings:
+        return f"{meta}…" if action.nargs in ("*", "+", argparse.REMAINDER) else str(meta)
+    takes = action.nargs != 0 and not isinstance(
+        action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction)
+    )
+    if isinstance(action, (argparse._CountAction, argparse._HelpAction, argparse._VersionAction)):
+        takes = False
+    if action.choices and takes and action.metavar is None:
+        meta = "{" + ",".join(map(str, action.choices)) + "}"
+    names = ", ".join(action.option_strings)
+    return f"{names} {meta}" if takes else names
+
+
+def _help(action: argparse.Action) -> str:
+    text = action.help or ""
+    if "%(" in text:
+        text = text % {**vars(action), "prog": "jitwarden", "default": action.default}
+    if isinstance(action, argparse._AppendAction) and "repeatable" not in text:
+        text += " (repeatable)"
+    if not text and action.choices:
+        text = "one of: " + ", ".join(map(str, action.choices))
+    return text
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for a in parser._actions:
+        if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        if a.help == argparse.SUPPRESS:
+            continue
+        rows.append(f"| `{_flags(a)}` | {_cell(_help(a))} |")
+    if not rows:
+        return []
+    return ["| option | what it does |", "|---|---|", *rows]
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _verb(words: str, parser: argparse.ArgumentParser, help_text: str) -> list[str]:
+    """One verb's (or action's) section: its description, usage line and options."""
+    out = [f"### `jitwarden {words}`", ""]
+    about = parser.description or help_text
+    if about:
+        out += [_cell(about), ""]
+    usage = " ".join(parser.format_usage().split())
+    out += [f"`{usage.removeprefix('usage: ')}`", ""]
+    opts = _options(parser)
+    if opts:
+        out += [*opts, ""]
+    sub = _subparsers(parser)
+    if sub is not None:
+        helps = {c.dest: c.help or "" for c in sub._choices_actions}
+        seen: set[int] = set()
+        for name, p in sub.choices.items():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if "alias of" in helps.get(name, ""):  # the same options as the action it names
+                out += [f"`jitwarden {words} {name}`: {_cell(helps[name])}.", ""]
+                continue
+            out += _verb(f"{words} {name}", p, helps.get(name, ""))
+    return out
+
+
+def reference() -> str:
+    parser = cli.build_parser()
+    sub = _subparsers(parser)
+    assert sub is not None
+    helps = {c.dest: c.help or "" for c in sub._choices_actions}
+    out = [
+        "Every verb and option, as `jitwarden VERB --help` prints them; `-q/--quiet` is on every one.",
+        "",
+    ]
+    for name in cli.COMMANDS:
+        if name in sub.choices:
+            out += _verb(name, sub.choices[name], helps.get(name, ""))
+    return "\n".join(out)
+
+
+def exit_codes() -> str:
+    rows = [f"| {s.value} | `{s.name}` | {_cell(s.meaning)} |" for s in ExitStatus]
+    return "\n".join(["| status | name | meaning |", "|---|---|---|", *rows, ""])
+
+
+def findings() -> str:
+    rows = [
+        f"| `{code}` | {k.severity.name.lower()} | {_cell(k.meaning)} |"
+        for code, k in CATALOG.items()
+    ]
+    return "\n".join(["| code | severity | meaning |", "|---|---|---|", *rows, ""])
+
+
+SECTIONS = {"reference": reference, "exit-codes": exit_codes, "findings": findings}
+
+
+def render(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name not in SECTIONS:
+            raise SystemExit(f"{DOC}: unknown generated section {name!r}")
+        return m.group(1) + SECTIONS[name]().rstrip("\n") + "\n" + m.group(4)
+
+    return BLOCK.sub(one, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when commands.md is not current")
+    args = ap.parse_args(argv)
+    with open(DOC, encoding="utf-8") as f:
+        text = f.read()
+    found = {m.group(2) for m in BLOCK.finditer(text)}
+    if found != set(SECTIONS):
+        print(
+            f"{DOC}: generated sections {sorted(found)}, expected {sorted(SECTIONS)}",
+            file=sys.stderr,
+        )
+        return 1
+    new = render(text)
+    if args.check:
+        if new != text:
+            print(f"{DOC} is not current: run `python docs/gen_commands.py`", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        with open(DOC, "w", encoding="utf-8") as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
