@@ -107,4 +107,5 @@ def test_the_commands_never_import_each_other_contract_names_every_command():
         text = f.read()
     contract = text[text.index('type = "independence"') :]
     listed = set(re.findall(r'"jitwarden\.cli\.commands\.(\w+)"', contract))
-    assert listed == _modules("cli/commands") - {"_common"}
+    # a leading underscore marks a module of shared steps (_common, _bundles, _foreign), not a verb
+    assert listed == {m for m in _modules("cli/commands") if not m.startswith("_")}

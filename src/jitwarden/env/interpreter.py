@@ -18,6 +18,8 @@ import os
 import re
 import sys
 
+from jitwarden.model.errors import ExitStatus, JitwardenError
+
 QUERY = (
     "import json, sys, sysconfig; v = sys.version_info; print(json.dumps({'path': sys.path, "
     "'prefix': sys.prefix, 'executable': sys.executable, 'version': [v[0], v[1], v[2]], "
@@ -30,8 +32,10 @@ QUERY_TIMEOUT_S = 30.0
 QUERY_MAX_BYTES = 1 << 20
 
 
-class InterpreterError(ValueError):
-    """The named interpreter cannot be asked (missing, not executable, not a Python, too slow)."""
+class InterpreterError(JitwardenError, ValueError):
+    """The named interpreter cannot be asked (missing, not executable, not a Python, too slow): a usage error."""
+
+    exit_code = ExitStatus.USAGE
 
 
 class Interpreter:

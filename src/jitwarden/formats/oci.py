@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.errors import ExitStatus, JitwardenError
 
 MAX_MANIFEST = 4 << 20
 """The largest manifest or index read (distribution's own limit for a manifest it accepts is 4 MiB)."""
@@ -69,9 +70,11 @@ _REF = re.compile(
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
-class RegistryError(Exception):
+class RegistryError(JitwardenError):
     """The registry cannot be used: down, too slow, refusing, or answering outside the protocol or a bound.
-    The message is one line."""
+    The message is one line; the CLI exits 2 (a registry that cannot be used is no finding about a cache)."""
+
+    exit_code = ExitStatus.USAGE
 
 
 class AuthError(RegistryError):

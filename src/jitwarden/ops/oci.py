@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from jitwarden.formats import jsonlimits
 from jitwarden.formats import oci as wire
+from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.ops import bundle
 from jitwarden.store import fsutil
 from jitwarden.store.blobfile import BlobFile
@@ -60,9 +61,11 @@ MAX_LAYER = 64 << 30
 """The largest bundle layer pulled (a descriptor claiming more is refused before any byte is read)."""
 
 
-class Refused(ValueError):
+class Refused(JitwardenError, ValueError):
     """What the registry holds must not be installed (a digest or signature that does not hold, a layout
-    that is not a jitwarden bundle); the message says why in one line."""
+    that is not a jitwarden bundle); the message says why in one line; the CLI exits 1."""
+
+    exit_code = ExitStatus.FINDINGS
 
 
 class NoMatch(Refused):

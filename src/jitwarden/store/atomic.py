@@ -18,8 +18,6 @@ import os
 import stat
 from types import TracebackType
 
-from jitwarden.store.paths import open_parent
-
 TYPE_CHECKING = False  # mypy takes it as true; importing typing costs 2 ms of every activation
 if TYPE_CHECKING:
     from typing import Any
@@ -176,23 +174,6 @@ def write_json_atomic(
 def write_bytes_atomic(path: str, data: bytes, *, mode: int | None = None) -> None:
     """``data`` as the file ``path`` (jitwarden's own), replaced atomically (:class:`AtomicWriter`)."""
     _write_by_path(path, data, None, mode)
-
-
-def write_file_atomic(
-    path: str,
-    data: bytes,
-    prefix: str | None = None,
-    *,
-    mode: int | None = None,
-    create_dirs: bool = False,
-) -> None:
-    """``data`` into the file a user named (:func:`~jitwarden.store.paths.open_parent`, :func:`write_atomic`);
-    never into a directory."""
-    fd, name = open_parent(path, create=create_dirs)
-    try:
-        write_atomic(fd, name, data, prefix, mode=mode)
-    finally:
-        os.close(fd)
 
 
 def create_new(name: str, *, dir_fd: int, mode: int = 0o644) -> int:

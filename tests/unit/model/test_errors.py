@@ -33,6 +33,8 @@ OUTSIDE = {
     "_UnsafeLock": "runtime/guard: private control flow inside one method, never leaves the module",
     "_Cancelled": "ops/rebuild: private control flow of the engine's workers",
     "Rejected": "runtime/remote: private, a remote blob refused; the runtime never raises to a user",
+    "LockTimeout": "store/entrylock: an OSError (ETIMEDOUT) of the disk layer; the runtime turns it into a miss",
+    "UntrustedDir": "store/tempdirs: an OSError (EPERM) of the disk layer; callers pass over to the next place",
 }
 
 
