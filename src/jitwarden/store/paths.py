@@ -183,16 +183,9 @@ def package_dir(name: str) -> str | None:
 
 def memo_dir(env: Mapping[str, str] | None = None) -> str:
     """Where jitwarden keeps memos and private roots: ``$JITWARDEN_HOME``, else ``${XDG_CACHE_HOME:-~/.cache}/jitwarden``."""
-    from jitwarden.model.settings import HOME
+    from jitwarden.model.settings import home_dir
 
-    env = os.environ if env is None else env
-    home = HOME.raw(env)
-    if home:
-        return home
-    base = env.get("XDG_CACHE_HOME") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".cache"
-    )  # env's own home
-    return os.path.join(base, "jitwarden")
+    return home_dir(os.environ if env is None else env)
 
 
 def fd_path(fd: int) -> str:
