@@ -37,6 +37,11 @@ times  # as metadata_group
 _.no_wrap  # rich Text/Column attributes set for rich to read
 _.overflow  # as no_wrap
 _.tell  # store/fsutil.AtomicWriter: the file protocol tarfile's writer calls
+readable  # formats/oci._DeadlineIO: the raw-IO protocol io.BufferedReader calls
+readinto  # as readable
+makefile  # formats/oci._DeadlineSocket: the socket protocol http.client calls
+on_broken_pipe  # cli/render/console: rich's Console calls it when stdout's reader leaves
+_.formatter_class  # cli/options.examples: argparse reads it to format --help
 _.__doc__  # runtime/hiding: a namedtuple's docstring, read by help() and the docs
 _.__wrapped__  # runtime/torchhooks._mark: functools' convention, read by inspect and by tests
 _.lock_fd  # store/served: holds the lock's fd open for the process's life (closing it would drop the lock)

@@ -828,8 +828,8 @@ def dir_seal_findings(
     d: str, name: str, data: bytes | tuple[int, str], j
 ) -> tuple[bool, list[Finding]]:
     """(sealed, findings) of the file ``name`` of ``d`` whose bytes are ``data`` (or, for a file too large to hold,
-    its (size, sha256 hex)), against the seal of ``d`` (:mod:`jitwarden.runtime.flatseal` writes one per JAX or
-    CuPy dir): ``corrupt`` when they differ."""
+    its (size, sha256 hex), the hex empty when not hashed), against the seal of ``d``
+    (:mod:`jitwarden.runtime.flatseal` writes one per JAX or CuPy dir): ``corrupt`` when they differ."""
     import hashlib
 
     from jitwarden.model.layout import SEAL_FILE
@@ -844,8 +844,13 @@ def dir_seal_findings(
     rec = files.get(name) if files else None
     if not isinstance(rec, dict):
         return False, []
-    size, sha = data if isinstance(data, tuple) else (len(data), None)
-    if size != rec.get("size") or (sha or hashlib.sha256(data).hexdigest()) != rec.get("sha256"):
+    if isinstance(data, tuple):
+        size, sha = data
+        if not sha:  # not hashed: the dir had no seal as the file was read, so it is not checked
+            return False, []
+    else:
+        size, sha = len(data), hashlib.sha256(data).hexdigest()
+    if size != rec.get("size") or sha != rec.get("sha256"):
         return True, [
             Finding(
                 "corrupt",

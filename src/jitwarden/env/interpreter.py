@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 
 from jitwarden.model.errors import ExitStatus, JitwardenError
 
@@ -97,7 +98,7 @@ class Interpreter:
         ):
             object.__setattr__(self, name, value)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Interpreter is immutable ({name})")
 
     def __repr__(self) -> str:
@@ -121,7 +122,7 @@ class Interpreter:
             )
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str]:
         return {
             "python": self.given,
             "source": self.source,
@@ -244,7 +245,7 @@ MIN_VERSION = (3, 10)
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
 
 
-def python_of_command(cmd: list[str], env) -> str | None:
+def python_of_command(cmd: list[str], env: Mapping[str, str]) -> str | None:
     """The Python interpreter ``cmd`` starts, when it is one: ``cmd[0]`` itself (``/venv/bin/python``,
     ``python3`` on ``env``'s PATH), or the one a script's ``#!`` line names (a console script such as
     ``vllm`` or ``torchrun`` of another venv); None when it starts no Python jitwarden can tell."""

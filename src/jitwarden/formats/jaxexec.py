@@ -22,7 +22,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from jitwarden.formats import elf
 from jitwarden.formats.reading import Reading
@@ -58,7 +58,7 @@ class JaxPayload(Reading):
 # ---------------------------------------------------------------- protobuf wire format (read only)
 
 
-def varint(buf: bytes, i: int) -> tuple[int, int]:
+def varint(buf: bytes | memoryview, i: int) -> tuple[int, int]:
     """(value, next offset) of the varint at ``buf[i]``; ValueError when it runs past the end or 10 bytes."""
     out = shift = 0
     for _n in range(10):
@@ -106,25 +106,38 @@ def fields(buf: bytes) -> list[tuple[int, int, int | bytes]]:
 # ---------------------------------------------------------------- compression
 
 
+class _Decompressor(Protocol):
+    """What :func:`inflate` feeds: ``zlib.decompressobj()``, 3.14's ``compression.zstd`` decompressor, or
+    :class:`_ZstandardReader`."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+
 class _ZstandardReader:
     """The ``zstandard`` package's stream reader behind the ``decompress(data, max_length)`` of 3.14's
     ``compression.zstd`` decompressor: its one-shot and ``decompressobj`` calls have no bound on their output, and
     a bound is what a bomb needs. The whole frame is given at the start (:func:`inflate` joins it)."""
 
     def __init__(self, frame: bytes) -> None:
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
 
         self._r = zstandard.ZstdDecompressor().stream_reader(frame, read_across_frames=False)
         self.eof = False
         self.unused_data = b""
 
     def decompress(self, _data: bytes, max_length: int) -> bytes:
-        out = self._r.read(max_length)
+        out: bytes = self._r.read(max_length)
         self.eof = not out
         return out
 
 
-def _zstd_decoder() -> Callable[[bytes], Any] | None:
+def _zstd_decoder() -> Callable[[bytes], _Decompressor] | None:
     """A bounded zstd decompressor factory (given the whole frame) when this Python has one: 3.14's
     ``compression.zstd``, or the ``zstandard`` package, as JAX uses them; else None."""
     try:
@@ -186,7 +199,7 @@ def _zlib_header(head: bytes) -> bool:
     return len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
 
 
-def _pieces(d, chunks: Iterator[bytes], first: bytes, limit: int) -> Iterator[bytes]:
+def _pieces(d: _Decompressor, chunks: Iterator[bytes], first: bytes, limit: int) -> Iterator[bytes]:
     """Feed ``first`` then ``chunks`` to the decompressor ``d`` (``decompress(data, max_length)``), yielding its
     output in pieces, ``limit`` bytes in all at most; stops at the stream's end."""
     left = limit
@@ -366,8 +379,11 @@ def parse(data: bytes | Inflated) -> JaxPayload:
 
 # ---------------------------------------------------------------- what an executable computes
 
+_Leaf = tuple[tuple[int, ...], int, int | bytes]
+"""(path of field numbers, wire type, value) of one leaf of a protobuf message."""
 
-def _leaves(buf: bytes, path: tuple[int, ...], out: list, depth: int = 0) -> bool:
+
+def _leaves(buf: bytes, path: tuple[int, ...], out: list[_Leaf], depth: int = 0) -> bool:
     """Every leaf of the protobuf message ``buf`` as (path of field numbers, value), a length-delimited field that
     parses as a message walked into; False when ``buf`` is no message."""
     try:
@@ -382,7 +398,7 @@ def _leaves(buf: bytes, path: tuple[int, ...], out: list, depth: int = 0) -> boo
     return True
 
 
-def _module_prefix(leaves: list) -> tuple[int, ...] | None:
+def _module_prefix(leaves: list[_Leaf]) -> tuple[int, ...] | None:
     """The path of the optimized HLO module (``HloModuleProto``): where computations (3) hold instructions (2)."""
     for p, _wt, _v in leaves:
         for i in range(len(p) - 1):
@@ -391,7 +407,7 @@ def _module_prefix(leaves: list) -> tuple[int, ...] | None:
     return None
 
 
-def computes(exe: bytes | memoryview) -> tuple | None:
+def computes(exe: bytes | memoryview) -> tuple[_Leaf, ...] | None:
     """What a serialized executable (after JAX's compile time) computes, without its debug info: the sorted leaves
     of the backend executable after the IFRT header, less what ``xla/service/hlo.proto`` says is not code: each
     instruction's ``metadata`` (computations (3) -> instructions (2) -> metadata (7): op names, source lines), the
@@ -403,7 +419,7 @@ def computes(exe: bytes | memoryview) -> tuple | None:
         n, i = varint(exe, 0)
     except ValueError:
         return None
-    leaves: list = []
+    leaves: list[_Leaf] = []
     if not _leaves(bytes(exe[i + n :]), (), leaves):
         return None
     m = _module_prefix(leaves)
@@ -414,7 +430,7 @@ def computes(exe: bytes | memoryview) -> tuple | None:
     names = {v for p, wt, v in leaves if p == m + (1,) and wt == 2}
     named = {p[:-1] for p, wt, v in leaves if p[-1:] == (2,) and wt == 2 and v in names}
 
-    def debug(p: tuple[int, ...], wt: int, v) -> bool:
+    def debug(p: tuple[int, ...], wt: int, v: int | bytes) -> bool:
         if p[:k] == m:  # the module: its id, stack frames, each instruction's metadata
             return p[k : k + 1] in ((17,), (5,)) or p[k : k + 3] == (3, 2, 7)
         # the module id again, beside the module's name (XLA's thunk info: op_name 1, module_name 2, module_id 3)

@@ -27,14 +27,19 @@ import base64
 import http.client
 import io
 import re
+import socket
 import ssl
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from jitwarden.formats import jsonlimits
 from jitwarden.model.errors import ExitStatus, JitwardenError
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 MAX_MANIFEST = 4 << 20
 """The largest manifest or index read (distribution's own limit for a manifest it accepts is 4 MiB)."""
@@ -68,6 +73,18 @@ _REF = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?\Z"
 )
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+Body = bytes | Callable[[], Iterable[bytes]] | None
+"""What a request sends: nothing, bytes, or a callable giving the pieces (called again for each attempt)."""
+
+Progress = Callable[[int, int], object]
+"""``progress(done, total)``, called after each piece of a blob."""
+
+
+class Sink(Protocol):
+    """Where a blob's bytes go (a :class:`~jitwarden.store.blobfile.BlobFile`, which this layer cannot import)."""
+
+    def write(self, data: bytes) -> int: ...
 
 
 class RegistryError(JitwardenError):
@@ -163,7 +180,7 @@ class _DeadlineIO(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: WriteableBuffer) -> int:
         sock = self._owner._sock
         sock.settimeout(self._owner._dl.left())
         return sock.recv_into(b)
@@ -181,11 +198,11 @@ class _DeadlineSocket:
     closes the connection as soon as it sees a close-delimited answer, before the body is read.
     """
 
-    def __init__(self, sock, deadline: _Deadline):
+    def __init__(self, sock: socket.socket, deadline: _Deadline):
         self._sock, self._dl = sock, deadline
         self._readers, self._closing = 0, False
 
-    def makefile(self, mode: str = "rb", *_a, **_k):
+    def makefile(self, mode: str = "rb", *_a: object, **_k: object) -> io.BufferedReader:
         self._readers += 1
         return io.BufferedReader(_DeadlineIO(self))
 
@@ -194,7 +211,7 @@ class _DeadlineSocket:
         if self._closing and self._readers <= 0:
             self._sock.close()
 
-    def sendall(self, data) -> None:
+    def sendall(self, data: ReadableBuffer) -> None:
         self._sock.settimeout(self._dl.left())
         self._sock.sendall(data)
 
@@ -203,17 +220,24 @@ class _DeadlineSocket:
         if self._readers <= 0:
             self._sock.close()
 
-    def __getattr__(self, name):
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # the rest of a socket's interface, as http.client uses it
         return getattr(self._sock, name)
 
 
-def _connection(scheme: str, host: str, port: int | None, deadline: _Deadline):
+def _connection(
+    scheme: str, host: str, port: int | None, deadline: _Deadline
+) -> http.client.HTTPConnection:
     base = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
 
     class Conn(base):  # type: ignore[valid-type,misc]
         def connect(self) -> None:
             super().connect()
-            self.sock = _DeadlineSocket(self.sock, deadline)  # type: ignore[has-type]
+            # http.client's connect() leaves its connected socket here; mypy sees only the wrapper
+            # assigned below (the base class is chosen at run time), hence the cast.
+            raw = cast(socket.socket, self.sock)  # type: ignore[has-type]
+            self.sock = _DeadlineSocket(raw, deadline)
 
     if scheme == "https":
         return Conn(host, port, timeout=deadline.left(), context=ssl.create_default_context())
@@ -226,12 +250,12 @@ class _Call:
 
     method: str
     path: str
-    headers: dict
-    body: Any
+    headers: dict[str, str]
+    body: Body
     size: int
     max_body: int
-    sink: Any
-    progress: Any
+    sink: Sink | None
+    progress: Progress | None
     scope: str
     deadline: _Deadline
 
@@ -239,11 +263,11 @@ class _Call:
 @dataclass(frozen=True, kw_only=True)
 class Response:
     status: int
-    headers: dict  # lower-case name -> value
+    headers: dict[str, str]  # lower-case name -> value
     body: bytes = b""
 
 
-def _challenge(value: str) -> tuple[str, dict]:
+def _challenge(value: str) -> tuple[str, dict[str, str]]:
     """(scheme, params) of a ``WWW-Authenticate`` value (pure)."""
     scheme, _, rest = value.strip().partition(" ")
     params = {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', rest)}
@@ -257,7 +281,14 @@ class Client:
     ``credentials``: (user, password) for Basic auth or the token flow, or None.
     """
 
-    def __init__(self, ref: Ref, *, insecure: bool, timeout: float, credentials=None):
+    def __init__(
+        self,
+        ref: Ref,
+        *,
+        insecure: bool,
+        timeout: float,
+        credentials: tuple[str, str] | None = None,
+    ):
         self.ref, self.timeout, self.credentials = ref, timeout, credentials
         self.scheme = "http" if insecure else "https"
         self._auth: str | None = None
@@ -269,7 +300,15 @@ class Client:
     def _url(self, path: str) -> str:
         return f"{self.scheme}://{self.ref.registry}{path}"
 
-    def _once(self, method: str, url: str, headers: dict, body, deadline: _Deadline, read):
+    def _once(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes | Iterable[bytes] | None,
+        deadline: _Deadline,
+        read: Callable[[http.client.HTTPResponse, Response], bytes],
+    ) -> tuple[Response, bytes]:
         """One request to ``url``: (Response without body, what ``read(response)`` returned)."""
         u = urlsplit(url)
         conn = _connection(u.scheme, u.hostname or "", u.port, deadline)
@@ -302,12 +341,12 @@ class Client:
         method: str,
         path: str,
         *,
-        headers=None,
-        body=None,
+        headers: Mapping[str, str] | None = None,
+        body: Body = None,
         size: int = 0,
         max_body: int = MAX_SMALL,
-        sink=None,
-        progress=None,
+        sink: Sink | None = None,
+        progress: Progress | None = None,
         scope: str = "pull",
     ) -> Response:
         """``method path`` with redirects followed (GET, HEAD) and authentication as the registry asks.
@@ -380,7 +419,7 @@ class Client:
             )
         return Response(status=head.status, headers=head.headers, body=data)
 
-    def _follow(self, call: _Call, url: str, headers: dict):
+    def _follow(self, call: _Call, url: str, headers: dict[str, str]) -> tuple[Response, bytes]:
         home = urlsplit(url).netloc
         for _hop in range(MAX_REDIRECTS + 1):
             pieces = call.body() if callable(call.body) else call.body
@@ -413,7 +452,14 @@ class Client:
         raise RegistryError(f"{self.ref.registry}: more than {MAX_REDIRECTS} redirects (a loop?)")
 
     @staticmethod
-    def _read(resp, head: Response, max_body: int, sink, size: int, progress) -> bytes:
+    def _read(
+        resp: http.client.HTTPResponse,
+        head: Response,
+        max_body: int,
+        sink: Sink | None,
+        size: int,
+        progress: Progress | None,
+    ) -> bytes:
         """The body: into ``sink`` when the answer is a 200 for a blob, else at most ``max_body`` bytes."""
         if sink is not None and head.status == 200:
             return _into(resp, head, sink, size, progress)
@@ -443,7 +489,7 @@ class Client:
                 f"{self.ref.registry}: unsupported authentication {scheme or '(none)'!r}"
             )
 
-    def _token(self, params: dict, deadline: _Deadline, scope: str) -> str:
+    def _token(self, params: dict[str, str], deadline: _Deadline, scope: str) -> str:
         realm = params["realm"]
         if urlsplit(realm).scheme not in ("https", self.scheme):
             raise AuthError(
@@ -451,7 +497,7 @@ class Client:
             )
         q = {"service": params.get("service", "")}
         q["scope"] = params.get("scope") or f"repository:{self.ref.repo}:{scope}"
-        hdrs = {}
+        hdrs: dict[str, str] = {}
         if self.credentials:
             raw = f"{self.credentials[0]}:{self.credentials[1]}".encode()
             hdrs["Authorization"] = "Basic " + base64.b64encode(raw).decode()
@@ -475,7 +521,9 @@ class Client:
         return token
 
 
-def _into(resp, head: Response, sink, want: int, progress) -> bytes:
+def _into(
+    resp: http.client.HTTPResponse, head: Response, sink: Sink, want: int, progress: Progress | None
+) -> bytes:
     """Exactly ``want`` bytes of a blob into ``sink``; RegistryError when the body is longer, shorter, or
     says another length."""
     length = head.headers.get("content-length")

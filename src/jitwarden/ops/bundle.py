@@ -27,6 +27,7 @@ import re
 import stat
 import time
 from dataclasses import dataclass, field, replace
+from typing import Literal, overload
 
 from jitwarden import adapters
 from jitwarden.env.locations import PARTITION_VARS, default_base
@@ -407,6 +408,10 @@ def destinations(manifest: Manifest, digest: str, env) -> dict:
     return out
 
 
+@overload
+def _open_partition(part: str, create: Literal[True]) -> int: ...
+@overload
+def _open_partition(part: str, create: bool) -> int | None: ...
 def _open_partition(part: str, create: bool) -> int | None:
     """An fd of the partition ``<base>/jitwarden-v1/<digest>``; None when absent (and not ``create``).
 
@@ -443,6 +448,10 @@ def _open_partition(part: str, create: bool) -> int | None:
         os.close(base_fd)
 
 
+@overload
+def _parent_of(part_fd: int, part: str, e: BundleEntry, create: Literal[True]) -> int: ...
+@overload
+def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | None: ...
 def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | None:
     """An fd of the directory that holds entry ``e`` inside the partition (walked by fd, never through a
     symlink: ``UnsafeName`` naming the component); None when it is absent (and not ``create``)."""
@@ -804,6 +813,7 @@ def _move_in(
     leaf = e.path.split("/")[-1]
     efd = st.dirs.get(i)
     if efd is not None:
+        assert o.dest is not None  # install() is given plan()'s outcomes, each with its destination
         _rewrite_groups(efd, o.dest)
         if e.sealed:
             where = fsutil.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way

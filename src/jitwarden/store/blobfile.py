@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from typing import IO
 
 from jitwarden.store import tempdirs
 
@@ -30,7 +32,7 @@ class BlobFile:
             raise ValueError("the blob file is closed")
         return self._fd
 
-    def write(self, data) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` (bytes or a buffer) and hash it; the number of bytes written."""
         view = memoryview(data).cast("B")
         n = len(view)
@@ -51,7 +53,7 @@ class BlobFile:
         """``sha256:<hex>`` of what was written, the way OCI names a blob."""
         return "sha256:" + self._h.hexdigest()
 
-    def chunks(self, size: int = 1 << 20):
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
         """What was written, from the start, in pieces of at most ``size`` bytes."""
         at = 0
         while at < self.size:
@@ -61,7 +63,7 @@ class BlobFile:
             at += len(piece)
             yield piece
 
-    def reader(self):
+    def reader(self) -> IO[bytes]:
         """A new binary file object reading the blob from its start (closing it leaves this one open)."""
         f = os.fdopen(os.dup(self.fd), "rb")
         f.seek(0)
@@ -75,5 +77,5 @@ class BlobFile:
     def __enter__(self) -> BlobFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

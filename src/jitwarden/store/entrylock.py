@@ -19,6 +19,7 @@ import fcntl
 import os
 import stat
 import time
+from collections.abc import Mapping
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -30,7 +31,7 @@ class LockTimeout(OSError):
     """The lock was still held by another process at the deadline (errno ETIMEDOUT)."""
 
 
-def deadline_s(env=None) -> float:
+def deadline_s(env: Mapping[str, str] | None = None) -> float:
     """Seconds a wait on an entry lock may last (:data:`~jitwarden.model.settings.LOCK_TIMEOUT`)."""
     from jitwarden.model.settings import LOCK_TIMEOUT
 

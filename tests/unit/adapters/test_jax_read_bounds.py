@@ -132,3 +132,30 @@ def test_inflate_in_chunks_is_inflate_whole():
     cut = jaxexec.inflate(chunks, cap=1000)
     assert cut.cut and cut.data == raw[:1000] and cut.problem is None
     assert jaxexec.inflate((data[:-5],)).problem == "zlib stream cut short"
+
+
+def test_a_seal_written_between_the_read_and_the_seal_check_is_no_crash(cache, monkeypatch):
+    """A file past the bound is hashed only when its dir has a seal as it is read; a seal written just after (JAX's
+    load hook sealing the dir meanwhile) leaves it unhashed at the seal check: not checked, never a TypeError."""
+    import hashlib
+
+    from jitwarden.model.entries import Judge
+    from jitwarden.runtime import flatseal
+
+    monkeypatch.setattr(jx, "MAX_ENTRY", 1000)
+    monkeypatch.setattr(jx, "HEAD", 1500)
+    with open(os.path.join(cache, ADD), "rb") as f:
+        real = f.read()
+    read = jx._read
+
+    def read_then_seal(path, size, j):
+        got = read(path, size, j)
+        assert got[0] == (len(real), "")  # no seal yet: nothing hashed
+        sha = hashlib.sha256(real).hexdigest()
+        assert flatseal.seal_file("jax", cache, ADD, sha, len(real), "test")
+        return got
+
+    monkeypatch.setattr(jx, "_read", read_then_seal)
+    e = jx.inspect_entry(cache, ADD, Judge(target_arch=90))
+    assert [f.code for f in e.findings] == ["unrecognised"]
+    assert not e.sealed

@@ -62,6 +62,7 @@ def run(args) -> int:
             args.bundle, "", fp.digest, None, "", refused=refused, dry_run=args.dry_run
         )
         return _bundles.finish(rep, args, EXIT_FINDINGS)
+    assert tar is not None  # open_bundle returned: every way it fails set refused or raised
     try:
         rep, code = _bundles.install(args.bundle, tar, opened, fp, args.dry_run)
         return _bundles.finish(rep, args, code)
