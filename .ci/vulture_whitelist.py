@@ -57,10 +57,3 @@ BY_NAME  # model/settings: tests/unit/model/test_settings.py checks every row is
 CASES  # ops/canary: the canary's battery, listed by the tests
 recipe_disagreements  # ops/ptxas_candidates: benchmarks/version_matrix.py and tests/e2e/test_versions.py
 summarize  # ops/rebuild: benchmarks/bench_rebuild.py and benchmarks/h200_inductor_rebuild.py
-
-# Called by the frameworks, not by jitwarden's own code
-_.formatter_class  # cli/options: argparse reads it to format --help with the examples epilog
-_.on_broken_pipe  # cli/render/console: rich's Console calls it when the reader of stdout left
-_.readable  # formats/oci: the socket-file protocol http.client reads a response through
-_.readinto  # as _.readable
-_.makefile  # as _.readable: http.client asks the bounded socket for its file
