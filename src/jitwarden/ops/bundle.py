@@ -666,7 +666,7 @@ def install(  # noqa: C901
                     s = seal.compute(
                         where, list(e.files), digest, {**producer_note, "imported_at": time.time()}
                     )
-                    seal.write(where, s)
+                    seal.write(where, s, name=e.path.split("/")[-1])  # the MAC binds its final name
             try:
                 rename_noreplace(
                     str(i),

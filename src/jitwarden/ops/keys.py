@@ -21,6 +21,7 @@ import hashlib
 import os
 
 from jitwarden.model import settings
+from jitwarden.store.sealkey import config_dir
 
 SECRET_TAG = "jitwarden-ed25519-secret"
 PUBLIC_TAG = "jitwarden-ed25519"
@@ -32,17 +33,6 @@ class KeyError_(ValueError):
 
 class KeyTooOpen(KeyError_):
     """A secret key file that group or others may access; refused like ``ssh`` refuses one, with the fix."""
-
-
-def config_dir(env=None) -> str:
-    env = os.environ if env is None else env
-    explicit = settings.CONFIG_DIR.raw(env)
-    if explicit:
-        return explicit
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".config"
-    )
-    return os.path.join(base, "jitwarden")
 
 
 def key_id(public: bytes) -> str:

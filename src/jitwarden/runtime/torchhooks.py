@@ -528,7 +528,8 @@ def _sealed_bytes(entry: str, name: str) -> bytes | None:
     rec = s.files.get(name) if s is not None else None
     if rec is None:
         return None
-    bound = max(rec["size"], 0)  # an int: seal.read refuses a seal whose sizes are not
+    # An int of an authentic seal (seal.read believes no other), and never past what a kernel file can be.
+    bound = min(max(rec["size"], 0), seal.MAX_FILE)
     try:  # past its sealed size it is not the sealed bytes: refused unread (a sparse file of gigabytes costs nothing)
         data = read_bytes(os.path.join(entry, name), max_bytes=bound, size_hint=bound)
     except OSError as exc:

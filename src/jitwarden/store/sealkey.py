@@ -1,0 +1,194 @@
+"""The keys that authenticate seals: an HMAC-SHA256 secret per user, and an optional team key (stdlib only).
+
+A seal (:mod:`jitwarden.store.seal`) carries an HMAC over its content and the entry's name, so whoever
+cannot read the key cannot write a seal that vouches for anything (ARCHITECTURE.md, store/).
+
+- Your own key: ``<config>/seal/key`` (``<config>`` as :func:`config_dir`; the directory 0700, the file 0600,
+  created with ``O_EXCL`` and published whole by ``link``), made at first use. A key file or directory
+  another principal could have written (:mod:`jitwarden.store.trust`; root reading a user's ``HOME`` under
+  ``sudo -E``) is never used: the key then lives under the home ``passwd`` gives this uid, and where no
+  key can be kept at all, one lives in memory for this process (its seals are proven again next start).
+- A team key: the file ``JITWARDEN_SEAL_KEY`` names (refused when others may read or write it). Seals are
+  written with it, and seals made with either key are trusted (docs/threat-model.md says what it costs).
+
+The file holds one line, ``jitwarden-seal-key <64 hex>``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import os
+import stat
+
+from jitwarden.model.settings import CONFIG_DIR, SEAL_KEY
+from jitwarden.store.fsutil import open_regular, read_fd
+from jitwarden.store.trust import why_untrusted
+
+TAG = "jitwarden-seal-key"
+KEY_DIR = "seal"
+KEY_FILE = "key"
+_DOMAIN = b"jitwarden-seal-v2\0"
+
+
+class SealKeyError(OSError):
+    """A key file that cannot be used: the message says which and why."""
+
+
+def config_dir(env=None) -> str:
+    """jitwarden's configuration directory: ``$JITWARDEN_CONFIG_DIR``, else ``${XDG_CONFIG_HOME:-~/.config}/jitwarden``."""
+    env = os.environ if env is None else env
+    explicit = CONFIG_DIR.raw(env)
+    if explicit:
+        return explicit
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".config"
+    )
+    return os.path.join(base, "jitwarden")
+
+
+def format_key(secret: bytes) -> bytes:
+    return f"{TAG} {secret.hex()}\n".encode()
+
+
+def parse_key(raw: bytes, where: str) -> bytes:
+    """The 32-byte secret in a key file's text; SealKeyError unless it is exactly one key line."""
+    parts = raw.split()
+    if len(parts) != 2 or parts[0] != TAG.encode() or len(parts[1]) != 64:
+        raise SealKeyError(errno.EINVAL, f"not a jitwarden seal key ({TAG} <64 hex>)", where)
+    try:
+        return bytes.fromhex(parts[1].decode("ascii"))
+    except ValueError:
+        raise SealKeyError(errno.EINVAL, "the key is not 64 hex digits", where) from None
+
+
+def _read_key(path: str, private: bool) -> bytes:
+    """The key in ``path``; ``private``: refused unless this user's alone (0600, ours, in a dir only we write)."""
+    fd, st = open_regular(path)
+    try:
+        mode = st.st_mode & 0o777
+        if private:
+            why = why_untrusted(st) or why_untrusted(os.stat(os.path.dirname(path)))
+            if why is None and st.st_uid != os.geteuid():
+                why = f"owned by uid {st.st_uid}"
+            if why is None and mode & 0o077:
+                why = f"readable by others (mode {mode:o})"
+        else:
+            why = f"readable or writable by everyone (mode {mode:o})" if mode & 0o006 else None
+        if why:
+            raise SealKeyError(errno.EPERM, f"seal key {why}; not used", path)
+        return parse_key(read_fd(fd, 256, st.st_size), path)
+    finally:
+        os.close(fd)
+
+
+def _private_dir(d: str) -> bool:
+    """Make ``d`` (0700) when missing; whether it is ours and nobody else's to write."""
+    try:
+        os.makedirs(d, 0o700, exist_ok=True)
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and why_untrusted(st) is None
+
+
+def _own_key_at(base: str) -> bytes | None:
+    """This user's key under ``base`` (a config dir), made when missing; None when none can be kept there."""
+    d = os.path.join(base, KEY_DIR)
+    path = os.path.join(d, KEY_FILE)
+    if not _private_dir(d):
+        return None
+    try:
+        return _read_key(path, private=True)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    secret = os.urandom(32)
+    tmp = os.path.join(d, f".key.{os.getpid()}.{secret[:4].hex()}")
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            os.write(fd, format_key(secret))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # published whole, never over a key another start made meanwhile
+        except FileExistsError:
+            pass
+        return _read_key(path, private=True)
+    except OSError:
+        return None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+_CACHE: dict = {}
+
+
+def own_key(env=None) -> bytes:
+    """This user's seal key (memoized by where it lives)."""
+    base = config_dir(env)
+    hit = _CACHE.get(base)
+    if hit is None:
+        hit = _own_key_at(base)
+        if hit is None:
+            import pwd
+
+            try:
+                home = pwd.getpwuid(os.geteuid()).pw_dir
+            except KeyError:
+                home = ""
+            fallback = os.path.join(home, ".config", "jitwarden") if home else ""
+            hit = (_own_key_at(fallback) if fallback and fallback != base else None) or os.urandom(
+                32
+            )
+        _CACHE[base] = hit
+    return hit
+
+
+def team_key(env=None) -> bytes | None:
+    """The team key ``JITWARDEN_SEAL_KEY`` names; None when unset; SealKeyError when it cannot be used."""
+    path = SEAL_KEY.raw(os.environ if env is None else env)
+    if not path:
+        return None
+    hit = _CACHE.get(("team", path))
+    if hit is None:
+        try:
+            hit = _read_key(path, private=False)
+        except SealKeyError:
+            raise
+        except OSError as exc:
+            raise SealKeyError(exc.errno, f"seal key unreadable: {exc.strerror}", path) from None
+        _CACHE[("team", path)] = hit
+    return hit
+
+
+def keys(env=None) -> tuple[bytes, ...]:
+    """The keys a seal may be made with, the one to write with first: the team key (when set and usable),
+    then this user's own."""
+    try:
+        team = team_key(env)
+    except SealKeyError:
+        team = None  # named but unusable: `doctor` says why; seals fall back to the user's own key
+    own = own_key(env)
+    return (team, own) if team is not None else (own,)
+
+
+def mac(key: bytes, name: str, body: bytes) -> str:
+    """The HMAC-SHA256 (hex) of a seal's ``body`` for the entry named ``name``."""
+    return hmac.new(
+        key, _DOMAIN + name.encode("utf-8", "surrogateescape") + b"\0" + body, hashlib.sha256
+    ).hexdigest()
+
+
+def authentic(name: str, body: bytes, tag: str, env=None) -> bool:
+    """Whether ``tag`` is the HMAC of ``body`` for ``name`` under a key this reader trusts."""
+    return any(hmac.compare_digest(mac(k, name, body), tag) for k in keys(env))
