@@ -96,6 +96,16 @@ def read_stamped(
     """(:func:`read`, :func:`sealed_at_ns`) from one read of the seal: a directory's seal of 50,000 files is
     8 MB, read and parsed once a start. (None, None) when the seal is no seal to this reader: not authentic
     under a key it trusts, or in an entry, or a seal file, that someone else could have written."""
+    body = _believed(entry_dir, dir_fd, max_bytes)
+    if body is None:
+        return None, None
+    s, at = _parse(body)
+    return s, at if type(at) is int else None
+
+
+def _believed(entry_dir: str, dir_fd: int | None, max_bytes: int) -> bytes | None:
+    """The seal's content when this reader believes it (authentic, nobody else's to write), else None;
+    SealError when it cannot be read as a file."""
     try:
         fd, st = open_regular(
             SEAL_FILE if dir_fd is not None else os.path.join(entry_dir, SEAL_FILE), dir_fd=dir_fd
@@ -103,21 +113,17 @@ def read_stamped(
         try:
             where = os.fstat(dir_fd) if dir_fd is not None else os.stat(entry_dir)
             if trust.untrusted(entry_dir, where, st) is not None:
-                return None, None  # another principal could have written it: proves nothing
+                return None  # another principal could have written it: proves nothing
             raw = read_fd(fd, max_bytes, st.st_size) if st.st_size <= max_bytes else b""
         finally:
             os.close(fd)
     except FileNotFoundError:
-        return None, None
+        return None
     except OSError as exc:
         raise SealError(f"seal unreadable: {exc.strerror or exc}") from None
     if len(raw) > max_bytes or (not raw and st.st_size):
         raise SealError(f"seal unreadable: {too_large(max_bytes, SEAL_FILE).strerror}")
-    body = authenticated(_name(entry_dir), raw)
-    if body is None:
-        return None, None
-    s, at = _parse(body)
-    return s, at if type(at) is int else None
+    return authenticated(_name(entry_dir), raw)
 
 
 def distrusted(entry_dir: str) -> str | None:
@@ -325,13 +331,17 @@ def sealed_at_ns(entry_dir: str) -> int | None:
 
 
 def _stamp(entry_dir: str) -> tuple[int, object] | None:
-    """(recorded time, fingerprint) of the entry's seal when it is authentic (:func:`read_stamped`); None when
-    there is none to believe: a forged seal's ``fs_time_ns`` of 2**62 makes nothing "unchanged"."""
+    """(recorded time, fingerprint) of the entry's seal when this reader believes it (:func:`_believed`); None
+    when there is none to believe: a forged seal's ``fs_time_ns`` of 2**62 makes nothing "unchanged"."""
     try:
-        s, at = read_stamped(entry_dir)
-    except SealError:
+        body = _believed(entry_dir, None, MAX_SEAL)
+        if body is None:
+            return None
+        doc = json.loads(body)
+        at = doc["fs_time_ns"]
+    except (SealError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    return (at, s.fingerprint) if s is not None and at is not None else None
+    return (at, doc.get("fingerprint")) if type(at) is int else None
 
 
 def newest_ctime(entry_dir: str, names) -> int:

@@ -17,7 +17,6 @@ The file holds one line, ``jitwarden-seal-key <64 hex>``.
 from __future__ import annotations
 
 import errno
-import hashlib
 import hmac
 import os
 import stat
@@ -171,24 +170,42 @@ def team_key(env=None) -> bytes | None:
     return hit
 
 
+_KEYS: dict = {}
+
+
 def keys(env=None) -> tuple[bytes, ...]:
     """The keys a seal may be made with, the one to write with first: the team key (when set and usable),
-    then this user's own."""
-    try:
-        team = team_key(env)
-    except SealKeyError:
-        team = None  # named but unusable: `doctor` says why; seals fall back to the user's own key
-    own = own_key(env)
-    return (team, own) if team is not None else (own,)
+    then this user's own. Memoized by the variables that name them: a warm hit asks this for every seal."""
+    env = os.environ if env is None else env
+    where = (
+        env.get(CONFIG_DIR.name),
+        env.get("XDG_CONFIG_HOME"),
+        env.get("HOME"),
+        env.get(SEAL_KEY.name),
+    )
+    hit = _KEYS.get(where)
+    if hit is None:
+        try:
+            team = team_key(env)
+        except SealKeyError:
+            team = None  # named but unusable: seals fall back to the user's own key
+        own = own_key(env)
+        hit = _KEYS[where] = (team, own) if team is not None else (own,)
+    return hit
 
 
 def mac(key: bytes, name: str, body: bytes) -> str:
     """The HMAC-SHA256 (hex) of a seal's ``body`` for the entry named ``name``."""
-    return hmac.new(
-        key, _DOMAIN + name.encode("utf-8", "surrogateescape") + b"\0" + body, hashlib.sha256
-    ).hexdigest()
+    msg = _DOMAIN + name.encode("utf-8", "surrogateescape") + b"\0" + body
+    return hmac.digest(key, msg, "sha256").hex()
 
 
 def authentic(name: str, body: bytes, tag: str, env=None) -> bool:
     """Whether ``tag`` is the HMAC of ``body`` for ``name`` under a key this reader trusts."""
     return any(hmac.compare_digest(mac(k, name, body), tag) for k in keys(env))
+
+
+def forget() -> None:
+    """Drop every key read or made (a test that changes who it is, or deletes a key)."""
+    _CACHE.clear()
+    _KEYS.clear()
