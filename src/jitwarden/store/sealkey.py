@@ -6,8 +6,9 @@ cannot read the key cannot write a seal that vouches for anything (ARCHITECTURE.
 - Your own key: ``<config>/seal/key`` (``<config>`` as :func:`config_dir`; the directory 0700, the file 0600,
   created with ``O_EXCL`` and published whole by ``link``), made at first use. A key file or directory
   another principal could have written (:mod:`jitwarden.store.trust`; root reading a user's ``HOME`` under
-  ``sudo -E``) is never used: the key then lives under the home ``passwd`` gives this uid, and where no
-  key can be kept at all, one lives in memory for this process (its seals are proven again next start).
+  ``sudo -E``) is never used: where ``HOME`` is another user's, the key lives under the home ``passwd``
+  gives this uid; where no key can be kept at all, one lives in memory for this process (its seals are
+  proven again next start).
 - A team key: the file ``JITWARDEN_SEAL_KEY`` names (refused when others may read or write it). Seals are
   written with it, and seals made with either key are trusted (docs/threat-model.md says what it costs).
 
@@ -134,23 +135,28 @@ _CACHE: dict = {}
 
 def own_key(env=None) -> bytes:
     """This user's seal key (memoized by where it lives)."""
+    env = os.environ if env is None else env
     base = config_dir(env)
     hit = _CACHE.get(base)
     if hit is None:
-        hit = _own_key_at(base)
-        if hit is None:
-            import pwd
-
-            try:
-                home = pwd.getpwuid(os.geteuid()).pw_dir
-            except KeyError:
-                home = ""
-            fallback = os.path.join(home, ".config", "jitwarden") if home else ""
-            hit = (_own_key_at(fallback) if fallback and fallback != base else None) or os.urandom(
-                32
-            )
+        hit = _own_key_at(base) or _key_of_passwd_home(env, base) or os.urandom(32)
         _CACHE[base] = hit
     return hit
+
+
+def _key_of_passwd_home(env, base: str) -> bytes | None:
+    """Where ``HOME`` is another user's (root under ``sudo -E``): the key under the home ``passwd`` gives this
+    uid. Any other failure (a read-only or odd config dir) keeps the key in memory rather than write elsewhere."""
+    import pwd
+
+    try:
+        if os.stat(env.get("HOME") or os.path.expanduser("~")).st_uid == os.geteuid():
+            return None
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    except (OSError, KeyError):
+        return None
+    fallback = os.path.join(home, ".config", "jitwarden")
+    return _own_key_at(fallback) if home and fallback != base else None
 
 
 def team_key(env=None) -> bytes | None:
