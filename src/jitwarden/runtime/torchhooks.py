@@ -305,13 +305,12 @@ def _stage(artifacts, cache_dir_for, replace_bytes) -> _Staged:
 def _judge(st: _Staged) -> None:
     """Prove the staged and the unsealed directories in parallel; seal and place each proven one as its
     proof ends (while the others' ptxas runs go on), set the rest aside."""
-    from jitwarden.model.layout import SEAL_FILE
     from jitwarden.runtime import proof, tree
     from jitwarden.store import partition
     from jitwarden.store.fsutil import rename_path
 
     staged, existing, refused = st.staged, st.existing, st.refused
-    unsealed = [d for d in existing if not os.path.exists(os.path.join(d, SEAL_FILE))]
+    unsealed = [d for d in existing if not _believed(d)]
     for d in existing:
         if d not in unsealed:
             code, bad = _seal_problems(d, partition.digest_of(existing[d][1]))
@@ -365,6 +364,21 @@ def _judge(st: _Staged) -> None:
                 path not in proven
             ):  # gone since it was listed (another rank hid it): restore nothing there
                 refused.add(id(existing[path][0]))
+
+
+def _believed(path: str) -> bool:
+    """Whether ``path`` holds a seal to judge it by: a seal this reader believes (authentic, nobody else's to
+    write), or one it cannot read at all (:func:`_seal_problems` says why). A seal of an older jitwarden or of
+    another user is none: the entry is proven like an unsealed one, never set aside for it."""
+    from jitwarden.model.layout import SEAL_FILE
+    from jitwarden.store import seal
+
+    if not os.path.exists(os.path.join(path, SEAL_FILE)):
+        return False
+    try:
+        return seal.read(path) is not None
+    except seal.SealError:
+        return True
 
 
 def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]]:
