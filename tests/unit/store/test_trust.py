@@ -213,3 +213,17 @@ def test_another_user_cannot_read_this_users_key_nor_forge_with_its_own(tmp_path
     )
     assert p.returncode != 0 and "PermissionError" in p.stderr
     assert seal.read(entry) is not None
+
+
+def test_doctor_names_a_team_key_the_runtime_cannot_use(tmp_path):
+    from jitwarden.ops import config_checks
+
+    team = tmp_path / "team.key"
+    team.write_bytes(sealkey.format_key(os.urandom(32)))
+    os.chmod(team, 0o644)
+    env = dict(os.environ, JITWARDEN_SEAL_KEY=str(team))
+    (m,) = [m for m in config_checks.check(env, ping=False) if m.code == "seal-key"]
+    assert "readable or writable by everyone" in m.message and "chmod 640" in m.fix
+    os.chmod(team, 0o640)
+    sealkey.forget()
+    assert [m for m in config_checks.check(env, ping=False) if m.code == "seal-key"] == []
