@@ -4,7 +4,8 @@ A seal (:mod:`jitwarden.store.seal`) carries an HMAC over its content and the en
 cannot read the key cannot write a seal that vouches for anything (ARCHITECTURE.md, store/).
 
 - Your own key: ``<config>/seal/key`` (``<config>`` as :func:`config_dir`; the directory 0700, the file 0600,
-  created with ``O_EXCL`` and published whole by ``link``), made at first use. A key file or directory
+  created with ``O_EXCL`` and published whole by ``link``), made at first use; where the config dir cannot
+  hold one (a read-only ``HOME``), ``<jitwarden home>/seal/key`` (``JITWARDEN_HOME``, the memos' dir). A key file or directory
   another principal could have written (:mod:`jitwarden.store.trust`; root reading a user's ``HOME`` under
   ``sudo -E``) is never used: where ``HOME`` is another user's, the key lives under the home ``passwd``
   gives this uid; where no key can be kept at all, one lives in memory for this process (its seals are
@@ -23,7 +24,7 @@ import os
 import stat
 
 from jitwarden.model.settings import CONFIG_DIR, SEAL_KEY
-from jitwarden.store.fsutil import open_regular, read_fd
+from jitwarden.store.fsutil import memo_dir, open_regular, read_fd
 from jitwarden.store.trust import why_untrusted
 
 TAG = "jitwarden-seal-key"
@@ -84,13 +85,26 @@ def _read_key(path: str, private: bool) -> bytes:
 
 
 def _private_dir(d: str) -> bool:
-    """Make ``d`` (0700) when missing; whether it is ours and nobody else's to write."""
+    """Make ``d`` (0700) when missing; whether it and the directory holding it are nobody else's to write
+    (a key dir root made inside a user's config dir would be that user's to swap)."""
     try:
+        top = os.path.dirname(d)
+        while not os.path.lexists(top) and os.path.dirname(top) != top:
+            top = os.path.dirname(top)
+        if why_untrusted(os.lstat(top)) is not None:
+            return False  # nothing is made inside another user's directory (root under sudo -E)
         os.makedirs(d, 0o700, exist_ok=True)
         st = os.lstat(d)
+        up = os.lstat(os.path.dirname(d))
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and why_untrusted(st) is None
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.geteuid()
+        and why_untrusted(st) is None
+        and stat.S_ISDIR(up.st_mode)
+        and why_untrusted(up) is None
+    )
 
 
 def _own_key_at(base: str) -> bytes | None:
@@ -139,7 +153,14 @@ def own_key(env=None) -> bytes:
     base = config_dir(env)
     hit = _CACHE.get(base)
     if hit is None:
-        hit = _own_key_at(base) or _key_of_passwd_home(env, base) or os.urandom(32)
+        hit = (
+            _own_key_at(base)
+            or _own_key_at(
+                memo_dir(env)
+            )  # a read-only config dir (a container's HOME): jitwarden's state dir
+            or _key_of_passwd_home(env, base)
+            or os.urandom(32)
+        )
         _CACHE[base] = hit
     return hit
 

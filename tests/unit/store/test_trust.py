@@ -227,3 +227,36 @@ def test_doctor_names_a_team_key_the_runtime_cannot_use(tmp_path):
     os.chmod(team, 0o640)
     sealkey.forget()
     assert [m for m in config_checks.check(env, ping=False) if m.code == "seal-key"] == []
+
+
+def test_a_config_dir_that_cannot_hold_a_key_puts_it_in_jitwardens_own_home(tmp_path, monkeypatch):
+    blocked = tmp_path / "ro-config"
+    blocked.write_text("a file where the config dir belongs (as a read-only HOME refuses it)\n")
+    monkeypatch.setenv("JITWARDEN_CONFIG_DIR", str(blocked))
+    monkeypatch.setenv("JITWARDEN_HOME", str(tmp_path / "state"))
+    sealkey.forget()
+    k = sealkey.own_key()
+    path = tmp_path / "state" / "seal" / "key"
+    assert sealkey.parse_key(path.read_bytes(), str(path)) == k
+    sealkey.forget()
+    assert sealkey.own_key() == k  # the same key next process: its seals are believed
+
+
+@needs_root
+def test_root_makes_nothing_in_a_users_config_dir_and_keeps_its_key_elsewhere(
+    tmp_path, monkeypatch
+):
+    """sudo -E: HOME and its config dir are the user's. Root's key is never kept there (the user could swap it)."""
+    user_home = tmp_path / "user"
+    (user_home / ".config").mkdir(parents=True)
+    os.chown(user_home, OTHER, OTHER)
+    os.chown(user_home / ".config", OTHER, OTHER)
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(user_home / ".config"))
+    monkeypatch.setenv(
+        "JITWARDEN_HOME", str(tmp_path / "root-state")
+    )  # root's own (as passwd's home would be)
+    sealkey.forget()
+    k = sealkey.own_key()
+    assert not (user_home / ".config" / "jitwarden").exists()
+    assert sealkey.parse_key((tmp_path / "root-state" / "seal" / "key").read_bytes(), "") == k
