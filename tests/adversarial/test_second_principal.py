@@ -5,7 +5,7 @@ Triton entries (``triton.compile`` for sm_90 on the CPU), and every entry point 
 is asked about the forged entry: the guard (a real guarded compile: what Triton is handed), the
 static launcher's load check (``sweep.check_loaded``), the bytes it is served
 (``torchhooks._sealed_bytes``), "unchanged since sealed" (``seal.unchanged``), the start-up check of
-flat dirs (``flatseal.check_dir``) and ``verify``. The forgeries are the strongest another uid can
+flat dirs (``flatseal.check_dir``), the bundle hook (``torchhooks._judge``), ``export`` and ``verify``. The forgeries are the strongest another uid can
 make: a seal with the substitute's sha256, ``fs_time_ns = 2**62``, authenticated with the forger's
 own key. The end prints the tally: cases, kills, hangs, substitutes served.
 """
@@ -285,6 +285,24 @@ def test_start_up_check_of_a_foreign_flat_dir_takes_no_seal_on_its_word(place, e
     assert (
         seal.read_stamped(str(d))[0] is None
     )  # still another's dir: no seal there proves anything to root
+
+
+def test_the_bundle_hook_and_export_take_no_forged_seal_in_a_foreign_dir(place, evil_cubin):
+    """A kernel dir an FX-graph bundle names is already on disk, another user's, cubin and seal forged: the bundle
+    hook proves it and refuses it (on main the forged seal said unchanged and torch kept it), and ``export``
+    carries no entry on that seal's word."""
+    from jitwarden.ops import bundle
+
+    root, entry, _rec = _tree(place, "cache")
+    _chown_tree(root, ATTACKER, ATTACKER)
+    _forge(entry, str(place / "attacker"), evil_cubin)
+    assert bundle.describe("triton", root, entry, sealed=True) == "not sealed"
+    st = torchhooks._Staged()
+    artifact = object()
+    st.existing[entry] = (artifact, root)
+    torchhooks._judge(st)
+    TALLY["served substitutes"] += id(artifact) not in st.refused
+    assert id(artifact) in st.refused
 
 
 def test_zz_tally():
