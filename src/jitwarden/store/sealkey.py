@@ -85,26 +85,20 @@ def _read_key(path: str, private: bool) -> bytes:
 
 
 def _private_dir(d: str) -> bool:
-    """Make ``d`` (0700) when missing; whether it and the directory holding it are nobody else's to write
-    (a key dir root made inside a user's config dir would be that user's to swap)."""
+    """Make ``d`` (0700) when missing; whether it is ours and nobody else's to write. Nothing is made inside a
+    directory another user owns (root under ``sudo -E``). The key dir and file are checked themselves: whoever
+    may write a directory above them can remove them, never put a key of theirs in their place."""
     try:
         top = os.path.dirname(d)
         while not os.path.lexists(top) and os.path.dirname(top) != top:
             top = os.path.dirname(top)
-        if why_untrusted(os.lstat(top)) is not None:
-            return False  # nothing is made inside another user's directory (root under sudo -E)
+        if os.lstat(top).st_uid not in (os.geteuid(), 0):
+            return False
         os.makedirs(d, 0o700, exist_ok=True)
         st = os.lstat(d)
-        up = os.lstat(os.path.dirname(d))
     except OSError:
         return False
-    return (
-        stat.S_ISDIR(st.st_mode)
-        and st.st_uid == os.geteuid()
-        and why_untrusted(st) is None
-        and stat.S_ISDIR(up.st_mode)
-        and why_untrusted(up) is None
-    )
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and why_untrusted(st) is None
 
 
 def _own_key_at(base: str) -> bytes | None:
