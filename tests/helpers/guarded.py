@@ -127,8 +127,11 @@ def same_seal_key(env: dict) -> None:
     mine = os.path.join(sealkey.config_dir(), sealkey.KEY_DIR, sealkey.KEY_FILE)
     theirs = os.path.join(sealkey.config_dir(env), sealkey.KEY_DIR, sealkey.KEY_FILE)
     if os.path.exists(mine) and not os.path.exists(theirs):
-        os.makedirs(os.path.dirname(theirs), mode=0o700, exist_ok=True)
-        shutil.copy2(mine, theirs)
+        try:
+            os.makedirs(os.path.dirname(theirs), mode=0o700, exist_ok=True)
+            shutil.copy2(mine, theirs)
+        except OSError:
+            pass  # a HOME that cannot hold one (/dev/null/home): that test's own point
 
 
 def py(code: str, env: dict) -> subprocess.CompletedProcess:
