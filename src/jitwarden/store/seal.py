@@ -96,16 +96,13 @@ def read_stamped(
     """(:func:`read`, :func:`sealed_at_ns`) from one read of the seal: a directory's seal of 50,000 files is
     8 MB, read and parsed once a start. (None, None) when the seal is no seal to this reader: not authentic
     under a key it trusts, or in an entry, or a seal file, that someone else could have written."""
-    body = _believed(entry_dir, dir_fd, max_bytes)
-    if body is None:
-        return None, None
-    s, at = _parse(body)
-    return s, at if type(at) is int else None
+    raw = _trusted_raw(entry_dir, dir_fd, max_bytes)
+    return (None, None) if raw is None else _authentic(_name(entry_dir), raw)
 
 
-def _believed(entry_dir: str, dir_fd: int | None, max_bytes: int) -> bytes | None:
-    """The seal's content when this reader believes it (authentic, nobody else's to write), else None;
-    SealError when it cannot be read as a file."""
+def _trusted_raw(entry_dir: str, dir_fd: int | None, max_bytes: int) -> bytes | None:
+    """The seal file's bytes when nobody else could have written it or its entry (:mod:`jitwarden.store.trust`),
+    else None (so is a missing seal); SealError when it cannot be read as a file."""
     try:
         fd, st = open_regular(
             SEAL_FILE if dir_fd is not None else os.path.join(entry_dir, SEAL_FILE), dir_fd=dir_fd
@@ -123,7 +120,34 @@ def _believed(entry_dir: str, dir_fd: int | None, max_bytes: int) -> bytes | Non
         raise SealError(f"seal unreadable: {exc.strerror or exc}") from None
     if len(raw) > max_bytes or (not raw and st.st_size):
         raise SealError(f"seal unreadable: {too_large(max_bytes, SEAL_FILE).strerror}")
-    return authenticated(_name(entry_dir), raw)
+    return raw
+
+
+_MEMO: dict = {}
+_MEMO_BYTES, _MEMO_MAX = 1 << 16, 4096
+"""What a seal's bytes authenticate to, by (entry name, bytes): a warm hit reads the seal of its entry more than
+once (the group, the metadata, the launcher), and the same bytes under the same keys give the same answer."""
+
+
+def _authentic(name: str, raw: bytes) -> tuple[Seal | None, int | None]:
+    """(seal, recorded time) of an entry's seal bytes when they authenticate (:func:`authenticated`), else (None, None)."""
+    keys = sealkey.keys()
+    small = len(raw) <= _MEMO_BYTES
+    if small:
+        hit = _MEMO.get((name, raw))
+        if hit is not None and hit[0] is keys:
+            return hit[1]
+    body = authenticated(name, raw)
+    if body is None:
+        out: tuple[Seal | None, int | None] = (None, None)
+    else:
+        s, at = _parse(body)
+        out = (s, at if type(at) is int else None)
+    if small:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[(name, raw)] = (keys, out)
+    return out
 
 
 def distrusted(entry_dir: str) -> str | None:
@@ -331,17 +355,13 @@ def sealed_at_ns(entry_dir: str) -> int | None:
 
 
 def _stamp(entry_dir: str) -> tuple[int, object] | None:
-    """(recorded time, fingerprint) of the entry's seal when this reader believes it (:func:`_believed`); None
+    """(recorded time, fingerprint) of the entry's seal when this reader believes it (:func:`read_stamped`); None
     when there is none to believe: a forged seal's ``fs_time_ns`` of 2**62 makes nothing "unchanged"."""
     try:
-        body = _believed(entry_dir, None, MAX_SEAL)
-        if body is None:
-            return None
-        doc = json.loads(body)
-        at = doc["fs_time_ns"]
-    except (SealError, ValueError, KeyError, TypeError, RecursionError):
+        s, at = read_stamped(entry_dir)
+    except SealError:
         return None
-    return (at, doc.get("fingerprint")) if type(at) is int else None
+    return (at, s.fingerprint) if s is not None and at is not None else None
 
 
 def newest_ctime(entry_dir: str, names) -> int:
