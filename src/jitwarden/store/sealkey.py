@@ -50,6 +50,7 @@ def config_dir(env=None) -> str:
 
 
 def format_key(secret: bytes) -> bytes:
+    """A key file's text for ``secret``."""
     return f"{TAG} {secret.hex()}\n".encode()
 
 
@@ -184,7 +185,7 @@ def team_key(env=None) -> bytes | None:
         try:
             hit = _read_key(path, private=False)
         except SealKeyError:
-            raise
+            raise  # refused, with its reason
         except OSError as exc:
             raise SealKeyError(exc.errno, f"seal key unreadable: {exc.strerror}", path) from None
         _CACHE[("team", path)] = hit
