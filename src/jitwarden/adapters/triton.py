@@ -136,6 +136,9 @@ class EntryFacts:
     unread: tuple[
         tuple[str, int], ...
     ] = ()  # (name, size) of ELF files of which only the header was read
+    seal_unbelieved: bool = (
+        False  # a seal file this reader does not believe (store/seal.read): no seal
+    )
 
     @property
     def path(self) -> str:
@@ -402,6 +405,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
 
     seal_problems = (seal_other,) if check_seal and seal_other else None
     seal_foreign = None
+    unbelieved = False
     if check_seal and SEAL_FILE in names:
         from jitwarden.store import (
             seal,
@@ -417,6 +421,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
                 if s
                 else None
             )
+            unbelieved = s is None
         except seal.SealError as exc:
             seal_problems = (str(exc),)
 
@@ -438,6 +443,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         seal_foreign,
         cubin_head,
         tuple(unread),
+        unbelieved,
     )
 
 
@@ -614,6 +620,17 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     if f.seal_problems:
         for p in f.seal_problems:
             add(Finding("corrupt", f"seal: {p}"))
+    if (
+        f.seal_unbelieved
+    ):  # no evidence of damage: an older jitwarden's seal, another key's, another user's
+        add(
+            Finding(
+                "unrecognised",
+                "seal: not one you can believe (from a jitwarden before seal schema 2, made with another "
+                "user's key, or in an entry another user could write); judged as unsealed, and proven at "
+                "its next use",
+            )
+        )
     if (
         f.seal_foreign
     ):  # moved or copied in from another environment's partition: the guard refuses to load it
