@@ -10,6 +10,7 @@ import tempfile
 
 import pytest
 
+from jitwarden.store import sealkey
 from tests.helpers import inductor_real, kernels, sandbox
 from tests.helpers.fleet import Server, jw, node_env, server_binary
 from tests.helpers.guarded import ADD, compile_jobs, evil_kernel_dir
@@ -67,6 +68,8 @@ def _session_sandbox():
     os.environ.update(sandbox.sandbox_env(os.path.join(top, "session"), saved))
     _REAL["tmp"] = os.environ["TMPDIR"]
     tempfile.tempdir = None  # recomputed from the sandboxed TMPDIR
+    _REAL["seal_key"] = _seal_key_file(os.environ)
+    sealkey.own_key()  # the session's seal key: every test's HOME gets a copy (_sandbox)
     yield
     os.environ.clear()
     os.environ.update(saved)
@@ -88,7 +91,16 @@ def _sandbox(monkeypatch):
     for k, v in env.items():
         if os.environ.get(k) != v:
             monkeypatch.setenv(k, v)
+    # One seal key for the session, as one user has one: seals made by session and module fixtures (built in
+    # the session's HOME) are this test's user's own. Tests of other users' keys give those their own HOME.
+    key = _seal_key_file(env)
+    os.makedirs(os.path.dirname(key), mode=0o700)
+    shutil.copy2(_REAL["seal_key"], key)
     yield
+
+
+def _seal_key_file(env) -> str:
+    return os.path.join(sealkey.config_dir(env), sealkey.KEY_DIR, sealkey.KEY_FILE)
 
 
 @pytest.fixture(scope="session")

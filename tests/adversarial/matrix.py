@@ -37,6 +37,7 @@ import sys
 import sysconfig
 import time
 
+from jitwarden.formats import elf
 from tests.adversarial.adv import tree_hash
 from tests.helpers import kernels
 from tests.helpers.guarded import ADD, JOBS
@@ -213,7 +214,7 @@ def state_targets() -> list[Target]:
     """jitwarden's own state outside cache roots: memos, stats, keys (names from their modules)."""
     from jitwarden.ops import metrics
     from jitwarden.runtime import memo
-    from jitwarden.store import quarantine
+    from jitwarden.store import quarantine, sealkey
 
     return [
         Target(f"slot/{quarantine.RECORD}", "json", "slot", quarantine.RECORD),
@@ -225,6 +226,13 @@ def state_targets() -> list[Target]:
         Target("config/signing-key", "file", "config", "signing-key"),
         Target("config/trusted-keys", "dir", "config", "trusted-keys"),
         Target("config/trusted-keys/*.pub", "file", "config", "trusted-keys/*.pub"),
+        Target(f"config/{sealkey.KEY_DIR}", "dir", "config", sealkey.KEY_DIR),
+        Target(
+            f"config/{sealkey.KEY_DIR}/{sealkey.KEY_FILE}",
+            "file",
+            "config",
+            f"{sealkey.KEY_DIR}/{sealkey.KEY_FILE}",
+        ),
     ]
 
 
@@ -382,6 +390,12 @@ PINNED = (  # the flaws issue 21 found, always in the sample so that their fixes
     "keygen|$JITWARDEN_CONFIG_DIR|wrong-type",
     "keygen|arg_--output|read-only-fs",
     "activate()|memo/fingerprint-memo.json|fifo",
+    # issue 32: the remote guard's stats written through a linked stats dir; the seal key planted as others would
+    "remote-manager|memo/stats|symlink-out",
+    "remote-manager|config/seal/key|symlink-out",
+    "guard|config/seal|symlink-out",
+    "activate()|config/seal/key|fifo",
+    "verify|config/seal/key|wrong-type",
 )
 
 
@@ -546,10 +560,13 @@ def build_world(base: str, remote_url: str | None, registry: str | None = None) 
             for n in os.listdir(os.path.join(w, "home/.cache/jitwarden/stats"))
         )
     with open(os.path.join(w, cubin), "rb") as f:
+        code = next(at for n, at in elf.file_sections(f).items() if n.startswith(".text."))
+        f.seek(0)
         data = bytearray(f.read())
-    data[len(data) // 2] ^= (
-        0xFF  # what the served entry's cubin is in every case: sealed, then tampered with
-    )
+    # What the served entry's cubin is in every case: sealed, then a byte of its code flipped. Code, not any byte:
+    # where no seal vouches for an entry (a seal key the case made unusable), a proof judges it, and a proof rightly
+    # accepts a difference in a debug-only section (docs/first-use.md); a changed instruction it must refuse.
+    data[code[0] + code[1] // 2] ^= 0xFF
     template = os.path.join(base, "world.template")
     shutil.copytree(w, template, symlinks=True)
     with open(os.path.join(template, cubin), "wb") as f:

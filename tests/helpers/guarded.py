@@ -114,7 +114,24 @@ def clean_env(tmp_path, **extra) -> dict:
         PYTHONPATH=SRC,
     )
     env.update(extra)
+    same_seal_key(env)
     return env
+
+
+def same_seal_key(env: dict) -> None:
+    """Give ``env``'s config dir this test's seal key: the same user in another HOME, whose seals this test reads."""
+    import shutil
+
+    from jitwarden.store import sealkey
+
+    mine = os.path.join(sealkey.config_dir(), sealkey.KEY_DIR, sealkey.KEY_FILE)
+    theirs = os.path.join(sealkey.config_dir(env), sealkey.KEY_DIR, sealkey.KEY_FILE)
+    if os.path.exists(mine) and not os.path.exists(theirs):
+        try:
+            os.makedirs(os.path.dirname(theirs), mode=0o700, exist_ok=True)
+            shutil.copy2(mine, theirs)
+        except OSError:
+            pass  # a HOME that cannot hold one (/dev/null/home): that test's own point
 
 
 def py(code: str, env: dict) -> subprocess.CompletedProcess:

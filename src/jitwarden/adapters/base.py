@@ -256,11 +256,13 @@ _MODE, _UID = attrgetter("mode"), attrgetter("uid")
 def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> list[Finding]:
     """The one ownership rule, the same for every kind, over every item a survey saw (the entry itself,
     named by ``what``, each file, each directory in it): an item is ``unsafe`` when someone who is
-    neither the root's owner (``root_uid``) nor root can change it.
+    neither the reader (``root_uid``: ``ops/scan`` passes the uid running jitwarden, root's included, as the
+    runtime judges by :mod:`jitwarden.store.trust`; None in a root named in ``JITWARDEN_TRUSTED_ROOTS``)
+    nor root can change it.
 
     - World-writable (``o+w``, sticky or not: a sticky directory still lets anyone add files): anyone can.
-    - Owned by another user than the root's owner: that user can rewrite it. This holds for a root that
-      root owns too: a file there owned by uid 1000 lets uid 1000 rewrite what root loads.
+    - Owned by another user than the reader: that user can rewrite it, and write its seal. This holds
+      for root reading a user's cache too: a file owned by uid 1000 lets uid 1000 rewrite what root loads.
     - Owned by root (uid 0): not flagged. Root can rewrite any cache anyway, so a root-owned file gives
       no one a power they lacked; and sudo-run workloads (or root containers over a user's home) leave
       root-owned files in users' caches every day: flagging them would be an error without evidence.
@@ -289,7 +291,7 @@ def ownership_findings(s: Survey, root_uid: int | None, what: str = "entry") -> 
             out.append(
                 Finding(
                     "unsafe",
-                    f"{name} is owned by uid {uid}, not by the cache's owner (uid {root_uid})",
+                    f"{name} is owned by uid {uid}, not by you (uid {root_uid})",
                 )
             )
     return out

@@ -136,6 +136,9 @@ class EntryFacts:
     unread: tuple[
         tuple[str, int], ...
     ] = ()  # (name, size) of ELF files of which only the header was read
+    seal_unbelieved: bool = (
+        False  # a seal file this reader does not believe (store/seal.read): no seal
+    )
 
     @property
     def path(self) -> str:
@@ -276,7 +279,9 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         ptx_file = f"{stem}.ptx" if stem and f"{stem}.ptx" in ls.sizes else ls.ptxs[0]
         ptx_head = r.ptx_head(ptx_file)
     launchers = r.records(ls.records)
-    seal_problems, seal_foreign = _seal_facts(path, ls.sizes.keys(), check_seal, seal_other)
+    seal_problems, seal_foreign, unbelieved = _seal_facts(
+        path, ls.sizes.keys(), check_seal, seal_other
+    )
     return EntryFacts(
         id=name,
         survey=sv,
@@ -295,6 +300,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         seal_foreign=seal_foreign,
         cubin_head=cubin_head,
         unread=tuple(r.unread),
+        seal_unbelieved=unbelieved,
     )
 
 
@@ -464,11 +470,12 @@ class _Reader:
 
 def _seal_facts(
     path: str, names: Collection[str], check_seal: bool, seal_other: str | None
-) -> tuple[tuple[str, ...] | None, str | None]:
-    """(what the seal says is wrong, None: no seal; why it is another partition's seal)."""
+) -> tuple[tuple[str, ...] | None, str | None, bool]:
+    """(what the seal says is wrong, None: no seal; why it is another partition's seal; whether a seal file
+    is there that this reader does not believe: store/seal.read gave None, so no seal)."""
     seal_problems: tuple[str, ...] | None = (seal_other,) if check_seal and seal_other else None
     if not (check_seal and SEAL_FILE in names):
-        return seal_problems, None
+        return seal_problems, None, False
     from jitwarden.store import (
         seal,
     )  # sealed entries only: hashlib and the seal format stay off the scan's start-up
@@ -476,15 +483,16 @@ def _seal_facts(
     try:
         s = seal.read(path)
         if s is None:
-            return None, None
+            return None, None, True
         present = [f for f in names if not is_reserved(f)]
         # the runtime loads only what this partition sealed
         return (
             tuple(seal.check(path, s, present)),
             seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path))),
+            False,
         )
     except seal.SealError as exc:
-        return (str(exc),), None
+        return (str(exc),), None, False
 
 
 def _unreadable(exc: OSError, bound: int) -> str:
@@ -662,6 +670,17 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     if f.seal_problems:
         for p in f.seal_problems:
             add(Finding("corrupt", f"seal: {p}"))
+    if (
+        f.seal_unbelieved
+    ):  # no evidence of damage: an older jitwarden's seal, another key's, another user's
+        add(
+            Finding(
+                "unrecognised",
+                "seal: not one you can believe (from a jitwarden before seal schema 2, made with another "
+                "user's key, or in an entry another user could write); judged as unsealed, and proven at "
+                "its next use",
+            )
+        )
     if (
         f.seal_foreign
     ):  # moved or copied in from another environment's partition: the guard refuses to load it

@@ -108,18 +108,27 @@ def default_base(kind: str, env: Mapping[str, str]) -> str:
 def root_problems(path: str, uid: int | None = None) -> list[str]:
     """Why ``path`` must not hold shared kernels: writable by others, or owned by someone else.
 
-    OSError when it cannot be stat'ed. ``uid`` defaults to ours; root may use anyone's root.
+    OSError when it cannot be stat'ed. ``uid`` defaults to ours, root's included: root reading a user's
+    root reads what that user chose (the one rule, :mod:`jitwarden.store.trust`; a root named in
+    ``JITWARDEN_TRUSTED_ROOTS`` is exempt from all but world-writability).
     """
+    from jitwarden.store import trust
+
     st = os.stat(path)
-    uid = os.getuid() if uid is None else uid
+    uid = os.geteuid() if uid is None else uid
     out = []
     mode = st.st_mode & 0o7777
     if st.st_mode & 0o002 and not st.st_mode & 0o1000:
         out.append(f"world-writable (mode {mode:o}): anyone can plant kernels")
     elif st.st_mode & 0o002:
         out.append(f"world-writable (mode {mode:o}, sticky): others can add entries")
-    if uid != 0 and st.st_uid != uid:
-        out.append(f"owned by uid {st.st_uid}, not by you (uid {uid})")
+    why = trust.other_writer(st, uid)
+    if why and not trust.in_trusted_root(path):
+        fix = f"name it in {settings.TRUSTED_ROOTS.name} if you trust who may write it"
+        if st.st_uid not in (uid, 0):
+            out.append(f"owned by uid {st.st_uid}, not by you (uid {uid}); {fix}")
+        else:
+            out.append(f"{why}; {fix}")
     return out
 
 

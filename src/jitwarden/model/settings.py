@@ -225,6 +225,22 @@ CONFIG_DIR = Setting(
     None,
     "jitwarden's configuration directory (default ${XDG_CONFIG_HOME:-~/.config}/jitwarden)",
 )
+TRUSTED_ROOTS = Setting(
+    "JITWARDEN_TRUSTED_ROOTS",
+    "path",
+    None,
+    "cache roots whose owner and mode you accept although another user could write them (a team's shared "
+    "root; like git's safe.directory): separated by the path separator, * for every root; seals there must "
+    "still authenticate (docs/threat-model.md says the risk)",
+)
+SEAL_KEY = Setting(
+    "JITWARDEN_SEAL_KEY",
+    "path",
+    None,
+    "a team's shared seal key file (one line 'jitwarden-seal-key <64 hex>', not readable by others): "
+    "seals are written with it and seals made with it are trusted, besides your own key "
+    "(<config>/seal/key, made on first use)",
+)
 HOME = Setting(
     "JITWARDEN_HOME",
     "path",
@@ -279,6 +295,8 @@ SETTINGS = (
     SIGNING_KEY,
     TRUSTED_KEYS,
     CONFIG_DIR,
+    TRUSTED_ROOTS,
+    SEAL_KEY,
     HOME,
     LIBCUDA,
     LOCK_TIMEOUT,

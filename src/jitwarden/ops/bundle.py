@@ -818,7 +818,7 @@ def _move_in(
         if e.sealed:
             where = fsutil.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way
             s = seal.compute(where, list(e.files), digest, {**note, "imported_at": time.time()})
-            seal.write(where, s)
+            seal.write(where, s, name=leaf)  # the MAC binds its final name
     try:
         rename_noreplace(leaf, leaf, src_dir_fd=st.holder(i), dst_dir_fd=parent_fd)
     except OSError as exc:

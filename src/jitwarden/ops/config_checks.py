@@ -37,7 +37,7 @@ class Misconfig:
 def check(env=os.environ, ping: bool = True) -> list[Misconfig]:
     """Every misconfiguration in ``env``: location variables naming a file, and the remote cache's URL, keys
     and server (``ping``: ask it)."""
-    return _dirs(env) + _remote(env, ping)
+    return _dirs(env) + _seal_key(env) + _remote(env, ping)
 
 
 def _dirs(env) -> list[Misconfig]:
@@ -58,6 +58,27 @@ def _dirs(env) -> list[Misconfig]:
                 )
             )
     return out
+
+
+def _seal_key(env) -> list[Misconfig]:
+    """A team seal key (``JITWARDEN_SEAL_KEY``) the runtime cannot use: seals then fall back to the user's own key."""
+    from jitwarden.store import sealkey
+
+    var = settings.SEAL_KEY.name
+    try:
+        sealkey.team_key(env)
+    except sealkey.SealKeyError as exc:
+        return [
+            Misconfig(
+                "seal-key",
+                f"{var}={display(str(exc.filename))}: {display(str(exc.strerror))}; seals are made with your own key only, "
+                "so your team's are not believed (their kernels are proven again) nor yours theirs",
+                f"a key file of one line 'jitwarden-seal-key <64 hex>' that others may not read: "
+                f"printf 'jitwarden-seal-key %s\\n' \"$(openssl rand -hex 32)\" > FILE; chmod 640 FILE; "
+                f"export {var}=FILE",
+            )
+        ]
+    return []
 
 
 def _remote(env, ping: bool) -> list[Misconfig]:

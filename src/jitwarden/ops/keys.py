@@ -22,6 +22,7 @@ import os
 
 from jitwarden.model import settings
 from jitwarden.model.errors import ExitStatus, JitwardenError
+from jitwarden.store.sealkey import config_dir
 
 SECRET_TAG = "jitwarden-ed25519-secret"
 PUBLIC_TAG = "jitwarden-ed25519"
@@ -35,10 +36,6 @@ class KeyError_(JitwardenError, ValueError):
 
 class KeyTooOpen(KeyError_):
     """A secret key file that group or others may access; refused like ``ssh`` refuses one, with the fix."""
-
-
-def config_dir(env=None) -> str:
-    return settings.config_dir(os.environ if env is None else env)
 
 
 def key_id(public: bytes) -> str:

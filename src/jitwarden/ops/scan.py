@@ -534,6 +534,15 @@ class _Planned:
         return _count_quarantined(self.root.path) if self.whole else 0
 
 
+def _judged_uid(path: str) -> int | None:
+    """Whose trust the ownership rule judges a root's items for (:func:`adapters.base.ownership_findings`): the
+    reader's, root's runs included (the one rule, :mod:`jitwarden.store.trust`); None inside a root named in
+    ``JITWARDEN_TRUSTED_ROOTS``, whose owners the user accepted."""
+    from jitwarden.store import trust
+
+    return None if trust.in_trusted_root(path) else os.geteuid()
+
+
 def _plan(roots: list[tuple[CacheRoot, list[str] | None]], expand: bool) -> list[_Planned]:
     """Every root (and the partitions inside each, with ``expand``) once, with the names of its entries."""
     plan: list[_Planned] = []
@@ -550,7 +559,8 @@ def _plan(roots: list[tuple[CacheRoot, list[str] | None]], expand: bool) -> list
             names: list[str] = []
             root_uid = None
             try:
-                root_uid = os.stat(r.path).st_uid
+                os.stat(r.path)
+                root_uid = _judged_uid(r.path)
                 if only is not None:
                     names = list(only)
                 else:

@@ -35,7 +35,7 @@ from jitwarden import __version__
 from jitwarden.adapters import triton as _adapter
 from jitwarden.formats import elf
 from jitwarden.formats import jsonlimits as _jsonlimits
-from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE, SEAL_FILE
+from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE
 from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
 from jitwarden.runtime import setaside as _setaside
@@ -381,10 +381,10 @@ class GuardedCacheManager(FileCacheManager):
         """
         grp_raw = read_bytes(grp_name, max_bytes=_GROUP_MAX, dir_fd=efd, size_hint=4096)
         children = _json(grp_raw)["child_paths"]
-        sealed = _json(read_bytes(SEAL_FILE, max_bytes=_seal.MAX_SEAL, dir_fd=efd, size_hint=4096))
-        files = sealed["files"]
-        if sealed.get("schema") != _seal.SCHEMA:
+        sealed = _seal.read(self.cache_dir, dir_fd=efd)  # authentic, and nobody else's to write
+        if sealed is None:
             return None
+        files = sealed.files
         rec = files[grp_name]
         if rec["size"] != len(grp_raw) or rec["sha256"] != hashlib.sha256(grp_raw).hexdigest():
             return None
@@ -392,7 +392,7 @@ class GuardedCacheManager(FileCacheManager):
         for c, p in children.items():
             if p != prefix + c or os.sep in c:
                 return None
-        if _seal.foreign(sealed.get("fingerprint"), self._digest):
+        if _seal.foreign(sealed.fingerprint, self._digest):
             return None
         return self._read_checked(efd, children, files)
 
@@ -416,8 +416,8 @@ class GuardedCacheManager(FileCacheManager):
                     v = lv
                 else:
                     admitted = self._seal_legacy(
-                        grp_name, write=fd is not None
-                    )  # proven first, or refused
+                        grp_name, write=fd is not None and not _seal.distrusted(self.cache_dir)
+                    )  # proven first, or refused; where no seal would be believed, served by its proof
                     if admitted.state == "sealed":
                         v = self._judge_group(grp_name)
                     elif admitted.state == "refused":
@@ -459,6 +459,10 @@ class GuardedCacheManager(FileCacheManager):
             except OSError as exc:
                 self._unsealed(exc)
         s = _seal.compute(self.cache_dir, names, self._digest, dict(_producer(), legacy=True))
+        if not proof.enabled() and _seal.distrusted(self.cache_dir):
+            return _Admitted(
+                "refused", _Verdict("legacy")
+            )  # another's entry, no proof: a plain miss
         if proof.enabled():
             pr = proof.prove(self.cache_dir)
             if not pr.proven:

@@ -241,22 +241,29 @@ class _State:
         if not self.counters:
             return
         try:
-            from jitwarden.store.fsutil import ensure_dir, memo_dir, write_json_atomic
+            from jitwarden.store import fsutil
 
-            d = os.path.join(memo_dir(self.env), "stats")
-            ensure_dir(d)
-            write_json_atomic(
-                os.path.join(d, f"remote-{self.pid}.json"),
-                {
-                    "schema": 1,
-                    "pid": self.pid,
-                    "url": self.addr.display() if self.addr else None,
-                    "role": self.role,
-                    "counters": self.counters,
-                    "written": time.time(),
-                },
-                ".remote-stats.",
-            )
+            top = fsutil.open_dir_path(fsutil.memo_dir(self.env), create=True)
+            try:  # by fds, as metrics.record_verify: a stats dir swapped for a link is never written through
+                sfd = fsutil.open_beneath(top, "stats", create=True)
+            finally:
+                os.close(top)
+            try:
+                fsutil.write_json_atomic(
+                    f"remote-{self.pid}.json",
+                    {
+                        "schema": 1,
+                        "pid": self.pid,
+                        "url": self.addr.display() if self.addr else None,
+                        "role": self.role,
+                        "counters": self.counters,
+                        "written": time.time(),
+                    },
+                    ".remote-stats.",
+                    dir_fd=sfd,
+                )
+            finally:
+                os.close(sfd)
         except OSError:
             pass
 

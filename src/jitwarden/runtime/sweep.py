@@ -203,7 +203,12 @@ def _recheck(path: str, digest: str | None, counts: dict, then: str | None = Non
         s = seal.read(path)
     except seal.SealError as exc:
         return _set_aside(path, "corrupt", [str(exc)], digest, counts, then)
-    if s is not None and (why := seal.foreign(s.fingerprint, digest)):
+    if (
+        s is None
+    ):  # a seal this reader does not believe (an older jitwarden's, another user's): no seal
+        counts["rehashed"] -= 1
+        return _seal_unsealed(path, digest, counts, None, then)
+    if why := seal.foreign(s.fingerprint, digest):
         return _set_aside(
             path, "mismatch", [why], digest, counts, then
         )  # moved in from another environment

@@ -298,13 +298,12 @@ def _stage(artifacts, cache_dir_for, replace_bytes) -> _Staged:
 def _judge(st: _Staged) -> None:
     """Prove the staged and the unsealed directories in parallel; seal and place each proven one as its
     proof ends (while the others' ptxas runs go on), set the rest aside."""
-    from jitwarden.model.layout import SEAL_FILE
     from jitwarden.runtime import proof, tree
     from jitwarden.store import partition
     from jitwarden.store.fsutil import rename_path
 
     staged, existing, refused = st.staged, st.existing, st.refused
-    unsealed = [d for d in existing if not os.path.exists(os.path.join(d, SEAL_FILE))]
+    unsealed = [d for d in existing if not _believed(d)]
     for d in existing:
         if d not in unsealed:
             code, bad = _seal_problems(d, partition.digest_of(existing[d][1]))
@@ -358,6 +357,21 @@ def _judge(st: _Staged) -> None:
                 path not in proven
             ):  # gone since it was listed (another rank hid it): restore nothing there
                 refused.add(id(existing[path][0]))
+
+
+def _believed(path: str) -> bool:
+    """Whether ``path`` holds a seal to judge it by: a seal this reader believes (authentic, nobody else's to
+    write), or one it cannot read at all (:func:`_seal_problems` says why). A seal of an older jitwarden or of
+    another user is none: the entry is proven like an unsealed one, never set aside for it."""
+    from jitwarden.model.layout import SEAL_FILE
+    from jitwarden.store import seal
+
+    if not os.path.exists(os.path.join(path, SEAL_FILE)):
+        return False
+    try:
+        return seal.read(path) is not None
+    except seal.SealError:
+        return True
 
 
 def _seal_problems(path: str, digest: str | None = None) -> tuple[str, list[str]]:
@@ -520,7 +534,8 @@ def _sealed_bytes(entry: str, name: str) -> bytes | None:
     rec = s.files.get(name) if s is not None else None
     if rec is None:
         return None
-    bound = max(rec["size"], 0)  # an int: seal.read refuses a seal whose sizes are not
+    # An int of an authentic seal (seal.read believes no other), and never past what a kernel file can be.
+    bound = min(max(rec["size"], 0), seal.MAX_FILE)
     try:  # past its sealed size it is not the sealed bytes: refused unread (a sparse file of gigabytes costs nothing)
         data = read_bytes(os.path.join(entry, name), max_bytes=bound, size_hint=bound)
     except OSError as exc:

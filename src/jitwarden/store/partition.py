@@ -120,11 +120,14 @@ def read_info(partition: str) -> PartitionInfo | None:
 
 
 def unusable(path: str, uid: int | None = None) -> str | None:
-    """None when ``path`` and its ``jitwarden-v1`` parent are real directories, ours (root may use anyone's),
-    not world-writable; else why not. Cheap (two lstats): activation checks it on every start."""
+    """None when ``path`` and its ``jitwarden-v1`` parent are real directories nobody but us (or root) could
+    have written (the one rule, :mod:`jitwarden.store.trust`: root's own runs included; a root named in
+    ``JITWARDEN_TRUSTED_ROOTS`` is exempt from all but world-writability); else why not. Cheap (two lstats):
+    activation checks it on every start."""
     import stat
 
-    uid = os.getuid() if uid is None else uid
+    from jitwarden.store import trust
+
     for p in (os.path.dirname(path), path):
         try:
             st = os.lstat(p)
@@ -134,10 +137,13 @@ def unusable(path: str, uid: int | None = None) -> str | None:
             return f"{p} is a symlink"
         if not stat.S_ISDIR(st.st_mode):
             return f"{p} is not a directory"
-        if uid != 0 and st.st_uid != uid:
-            return f"{p} belongs to uid {st.st_uid}"
         if st.st_mode & 0o002:
             return f"{p} is world-writable"
+        why = trust.other_writer(st, uid)
+        if why and not trust.in_trusted_root(p):
+            return (
+                f"{p} is {why}" if why.startswith("writable") else f"{p} belongs to uid {st.st_uid}"
+            )
     return None
 
 

@@ -3,6 +3,13 @@
 A seal is ``<entry>/.jitwarden-seal.json``. It is written last, atomically,
 after the entry's group is complete; any later change to a covered file is a
 checksum mismatch, which readers treat as a cache miss (ccache's rule).
+
+A seal proves something only when it is authentic and nobody else could have written it: it ends with
+an HMAC-SHA256 (``"mac"``) over its content and the entry's name, keyed by this user's (or the team's)
+seal key (:mod:`jitwarden.store.sealkey`), and the entry and the seal file pass the trust rule
+(:mod:`jitwarden.store.trust`). A seal that fails either is no seal (:func:`read` gives None): its sizes
+and times bound nothing, and the entry is unsealed (proven, or judged, and sealed again). Seals of
+jitwarden before schema 2 carry no MAC and are unsealed the same way, never damage.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ from typing import Any
 
 from jitwarden.model.errors import JitwardenError
 from jitwarden.model.layout import SEAL_FILE, is_reserved
-from jitwarden.store.fsutil import digest_file, read_bytes
+from jitwarden.store import sealkey, trust
+from jitwarden.store.fsutil import digest_file, open_regular, read_fd, too_large
 
-SCHEMA = 1
+SCHEMA = 2
 MAX_FILE = 1 << 31
 """Larger than any kernel binary: a sealed name that reads on past this (a device) is not a kernel file."""
 MAX_SEAL = 4 << 20
@@ -92,20 +100,97 @@ def read_stamped(
     entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL
 ) -> tuple[Seal | None, int | None]:
     """(:func:`read`, :func:`sealed_at_ns`) from one read of the seal: a directory's seal of 50,000 files is
-    8 MB, read and parsed once a start."""
+    8 MB, read and parsed once a start. (None, None) when the seal is no seal to this reader: not authentic
+    under a key it trusts, or in an entry, or a seal file, that someone else could have written."""
+    raw = _trusted_raw(entry_dir, dir_fd, max_bytes)
+    return (None, None) if raw is None else _authentic(_name(entry_dir), raw)
+
+
+def _trusted_raw(entry_dir: str, dir_fd: int | None, max_bytes: int) -> bytes | None:
+    """The seal file's bytes when nobody else could have written it or its entry (:mod:`jitwarden.store.trust`),
+    else None (so is a missing seal); SealError when it cannot be read as a file."""
     try:
-        if dir_fd is None:
-            raw = read_bytes(
-                os.path.join(entry_dir, SEAL_FILE), max_bytes=max_bytes, size_hint=4096
-            )
-        else:
-            raw = read_bytes(SEAL_FILE, max_bytes=max_bytes, dir_fd=dir_fd, size_hint=4096)
+        fd, st = open_regular(
+            SEAL_FILE if dir_fd is not None else os.path.join(entry_dir, SEAL_FILE), dir_fd=dir_fd
+        )
+        try:
+            where = os.fstat(dir_fd) if dir_fd is not None else os.stat(entry_dir)
+            if trust.untrusted(entry_dir, where, st) is not None:
+                return None  # another principal could have written it: proves nothing
+            raw = read_fd(fd, max_bytes, st.st_size) if st.st_size <= max_bytes else b""
+        finally:
+            os.close(fd)
     except FileNotFoundError:
-        return None, None
+        return None
     except OSError as exc:
         raise SealError(f"seal unreadable: {exc.strerror or exc}") from None
-    s, at = _parse(raw)
-    return s, at if type(at) is int else None
+    if len(raw) > max_bytes or (not raw and st.st_size):
+        raise SealError(f"seal unreadable: {too_large(max_bytes, SEAL_FILE).strerror}")
+    return raw
+
+
+_MEMO: dict[tuple[str, bytes], tuple[tuple[bytes, ...], tuple[Seal | None, int | None]]] = {}
+_MEMO_BYTES, _MEMO_MAX = 1 << 16, 4096
+"""What a seal's bytes authenticate to, by (entry name, bytes): a warm hit reads the seal of its entry more than
+once (the group, the metadata, the launcher), and the same bytes under the same keys give the same answer."""
+
+
+def _authentic(name: str, raw: bytes) -> tuple[Seal | None, int | None]:
+    """(seal, recorded time) of an entry's seal bytes when they authenticate (:func:`authenticated`), else (None, None)."""
+    keys = sealkey.keys()
+    small = len(raw) <= _MEMO_BYTES
+    if small:
+        hit = _MEMO.get((name, raw))
+        if hit is not None and hit[0] is keys:
+            return hit[1]
+    body = authenticated(name, raw)
+    if body is None:
+        out: tuple[Seal | None, int | None] = (None, None)
+    else:
+        s, at = _parse(body)
+        out = (s, at if type(at) is int else None)
+    if small:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[(name, raw)] = (keys, out)
+    return out
+
+
+def distrusted(entry_dir: str) -> str | None:
+    """Why a seal in ``entry_dir`` would prove nothing to this reader whoever wrote it (the entry directory is
+    another principal's to write: :mod:`jitwarden.store.trust`), else None; so is a missing directory."""
+    try:
+        return trust.untrusted(entry_dir, os.stat(entry_dir))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+_TAG = b', "mac": "'
+_TAG_LEN = len(_TAG) + 64 + 2
+
+
+def _name(entry_dir: str) -> str:
+    """The entry's identity a seal's MAC binds: its name in its root (a Triton key, an Inductor entry, a partition)."""
+    return os.path.basename(os.path.normpath(entry_dir))
+
+
+def authenticated(name: str, raw: bytes) -> bytes | None:
+    """The seal's content without its MAC when ``raw`` ends with an HMAC of it for the entry ``name`` under a key
+    this reader trusts (:mod:`jitwarden.store.sealkey`), else None: an older seal, a damaged or forged one."""
+    if len(raw) <= _TAG_LEN or raw[-_TAG_LEN : -_TAG_LEN + len(_TAG)] != _TAG or raw[-2:] != b'"}':
+        return None
+    body = raw[:-_TAG_LEN] + b"}"
+    try:
+        tag = raw[-66:-2].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return body if sealkey.authentic(name, body, tag) else None
+
+
+def signed(name: str, body: bytes) -> bytes:
+    """``body`` (a seal's JSON, one object) with its MAC for the entry ``name``, under the key seals are written with."""
+    tag = sealkey.mac(sealkey.keys()[0], name, body)
+    return body[:-1] + _TAG + tag.encode() + b'"}'
 
 
 def parse(raw: bytes) -> Seal:
@@ -286,15 +371,13 @@ def sealed_at_ns(entry_dir: str) -> int | None:
 
 
 def _stamp(entry_dir: str) -> tuple[int, object] | None:
-    """(recorded time, fingerprint) of the entry's seal, one small read; None when there is none to read."""
+    """(recorded time, fingerprint) of the entry's seal when this reader believes it (:func:`read_stamped`); None
+    when there is none to believe: a forged seal's ``fs_time_ns`` of 2**62 makes nothing "unchanged"."""
     try:
-        doc = json.loads(
-            read_bytes(os.path.join(entry_dir, SEAL_FILE), max_bytes=MAX_SEAL, size_hint=4096)
-        )
-        at = doc["fs_time_ns"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        s, at = read_stamped(entry_dir)
+    except SealError:
         return None
-    return (at, doc.get("fingerprint")) if type(at) is int else None
+    return (at, s.fingerprint) if s is not None and at is not None else None
 
 
 def newest_ctime(entry_dir: str, names: Iterable[str]) -> int:
@@ -308,15 +391,17 @@ def newest_ctime(entry_dir: str, names: Iterable[str]) -> int:
     return newest
 
 
-def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
+def write(entry_dir: str, seal: Seal, after_ns: int = -1, *, name: str | None = None) -> str:
     """Write the seal atomically (:class:`~jitwarden.store.atomic.AtomicWriter`: a temporary in the entry,
-    renamed by the entry's fd).
+    renamed by the entry's fd), authenticated (:func:`signed`).
 
     The seal records ``fs_time_ns``: the ctime its temp file got when created, i.e. the file
     system's clock at sealing. Every file sealed is older or of the same tick; any later change
     to one gives it a ctime at least that. ``after_ns``: the newest ctime among the sealed files;
     the recorded time is pushed past it (by touching the temp file for up to a few clock ticks)
     so that an unchanged entry is told apart from one changed in the same tick.
+    ``name``: the entry's name the MAC binds, when ``entry_dir`` is not yet where the entry will live (a
+    staged import, ``/proc/self/fd/N``); else the last component of ``entry_dir``.
     """
     from jitwarden.store.atomic import AtomicWriter, umask
 
@@ -334,7 +419,8 @@ def write(entry_dir: str, seal: Seal, after_ns: int = -1) -> str:
             doc = seal.to_json()
             if fs_now > after_ns:
                 doc["fs_time_ns"] = fs_now
-            w.write(json.dumps(doc, sort_keys=True).encode())  # dumps is the C encoder
+            body = json.dumps(doc, sort_keys=True).encode()  # dumps is the C encoder
+            w.write(signed(name or _name(entry_dir), body))
     finally:
         os.close(dir_fd)
     return os.path.join(entry_dir, SEAL_FILE)

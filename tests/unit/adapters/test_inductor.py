@@ -128,9 +128,10 @@ def test_root_and_entries_owned_by_someone_else_are_unsafe(cache):
     # As root we can hand the tree to other uids; the judge takes the root's owner as the cache's owner.
     if os.getuid() != 0:
         pytest.skip("needs root to chown")
+    os.chown(cache, 4343, 4343)
     (f,) = adapters.judge_root(
         ind, cache, uid=4242
-    )  # a root that is not the user's: someone else's pickles
+    )  # a root that is not the user's (nor root's): someone else's pickles
     assert f.code == "unsafe" and "owned by uid" in f.message
     es = entries(cache)
     py = first(es, lambda n, e: e.type == "output-code")

@@ -215,9 +215,7 @@ def test_a_root_owned_file_in_a_users_cache_is_no_alarm_another_users_is(kind, o
     )  # a user who can now rewrite what nobody loads
     doc = verify_as_nobody(kind, root)
     name = os.path.relpath(victim, entry) if victim != entry else os.path.basename(victim)
-    assert unsafe(doc, entry) == [
-        f"{name} is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})"
-    ]
+    assert unsafe(doc, entry) == [f"{name} is owned by uid {OTHER}, not by you (uid {NOBODY})"]
     assert doc["summary"]["errors"] == 1
 
 
@@ -231,9 +229,7 @@ def test_an_entry_directory_owned_by_another_user_is_unsafe_by_root_not(kind, ow
     assert unsafe(verify_as_nobody(kind, root), entry) == []
     os.lchown(os.path.join(root, entry), OTHER, OTHER)
     (msg,) = unsafe(verify_as_nobody(kind, root), entry)
-    assert msg.endswith(
-        f"directory is owned by uid {OTHER}, not by the cache's owner (uid {NOBODY})"
-    )
+    assert msg.endswith(f"directory is owned by uid {OTHER}, not by you (uid {NOBODY})")
 
 
 @needs_root
@@ -249,7 +245,7 @@ def test_roots_own_cache_is_held_to_the_rule_too(kind, owned_by):
         f.message for f in a.inspect_entry(root, entry, j, 0).findings if f.code == "unsafe"
     ] == [
         f"{os.path.relpath(victim, entry) if victim != entry else os.path.basename(victim)} is owned by uid {NOBODY}, "
-        "not by the cache's owner (uid 0)"
+        "not by you (uid 0)"
     ]
 
 

@@ -411,7 +411,7 @@ def test_entries_that_fail_verify_stay_home(fleet, tmp_path):
     assert {s["why"] for s in doc["skipped"]} == {"verify: foreign-path"}
 
 
-def test_an_entry_sealed_under_another_fingerprint_stays_home(fleet, tmp_path):
+def test_an_entry_sealed_under_another_fingerprint_stays_home(fleet, tmp_path, monkeypatch):
     """An entry moved in from another environment's partition keeps that environment's seal. Exported, the
     importer would seal it under this fingerprint and load it: it stays home, as verify calls it a mismatch."""
     from jitwarden.store import seal
@@ -425,6 +425,7 @@ def test_an_entry_sealed_under_another_fingerprint_stays_home(fleet, tmp_path):
     part = build_guarded(env)
     moved, kept = entries(part)
     path = os.path.join(part, moved)
+    monkeypatch.setenv("XDG_CONFIG_HOME", env["XDG_CONFIG_HOME"])  # that node's seal key
     s = seal.read(path)
     seal.write(
         path,

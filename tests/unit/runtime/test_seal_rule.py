@@ -83,3 +83,51 @@ def test_a_seal_check_gives_reason_codes_the_sweep_decides_from(sealed_tree, tmp
         "__grp__add_kernel.json does not match its sealed sha256",
     )
     assert sweep._relocated_group(entry, fake) is False
+
+
+def _old_seal(entry: str) -> None:
+    """The entry's seal as jitwarden wrote it before seal schema 2: plain JSON, no MAC."""
+    import json
+
+    names = [n for n in os.listdir(entry) if not n.startswith(".jitwarden")]
+    doc = {
+        "schema": 1,
+        "files": seal.compute(entry, names).files,
+        "fingerprint": None,
+        "producer": {},
+        "sealed_at": 1.0,
+        "fs_time_ns": 2**62,
+    }
+    with open(os.path.join(entry, SEAL_FILE), "w") as f:
+        f.write(json.dumps(doc, sort_keys=True))
+
+
+def test_after_an_upgrade_the_load_check_proves_an_old_seals_entry_and_seals_it_again(tmp_path):
+    """An older jitwarden's seal is no seal, and no damage: the static launcher's check proves the kernel,
+    seals it with this user's key and lets it load (it had raised on the seal it did not believe)."""
+    from tests.helpers.guarded import ADD, compile_jobs
+
+    tree = str(tmp_path / "triton" / "0")
+    compile_jobs(tree, jobs=ADD, guarded=True)  # in place: its group names this very tree
+    entry = os.path.join(tree, kernel_entry(tree))
+    _old_seal(entry)
+    assert seal.read(entry) is None
+    assert sweep.check_loaded(entry, None) == (True, None)
+    s = seal.read(entry)
+    assert s is not None and s.producer.get("proven")
+
+
+def test_after_an_upgrade_the_bundle_hook_proves_an_old_seals_dir_never_sets_it_aside(
+    sealed_tree, tmp_path
+):
+    """A kernel dir an FX-graph bundle names, already on disk under an older jitwarden's seal, is proven and
+    sealed again (it had been set aside as 'corrupt: not sealed')."""
+    tree = str(tmp_path / "triton" / "0")
+    shutil.copytree(sealed_tree, tree)
+    entry = os.path.join(tree, kernel_entry(tree))
+    _old_seal(entry)
+    st = torchhooks._Staged()
+    st.existing[entry] = (object(), tree)
+    torchhooks._judge(st)
+    assert st.refused == set() and os.path.isdir(entry)
+    assert seal.read(entry) is not None
