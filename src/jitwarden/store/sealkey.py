@@ -23,7 +23,7 @@ import hmac
 import os
 import stat
 
-from jitwarden.model.settings import CONFIG_DIR, SEAL_KEY
+from jitwarden.model.settings import SEAL_KEY
 from jitwarden.store.fsutil import memo_dir, open_regular, read_fd
 from jitwarden.store.trust import why_untrusted
 
@@ -138,7 +138,8 @@ def _own_key_at(base: str) -> bytes | None:
             pass
 
 
-_CACHE: dict[str | tuple[str, str], bytes] = {}  # own keys by their dir; team keys by ("team", path)
+# own keys by their dir; team keys by ("team", path)
+_CACHE: dict[str | tuple[str, str], bytes] = {}
 
 
 def own_key(env: Mapping[str, str] | None = None) -> bytes:
@@ -198,12 +199,7 @@ def keys(env: Mapping[str, str] | None = None) -> tuple[bytes, ...]:
     """The keys a seal may be made with, the one to write with first: the team key (when set and usable),
     then this user's own. Memoized by the variables that name them: a warm hit asks this for every seal."""
     env = os.environ if env is None else env
-    where = (
-        env.get(CONFIG_DIR.name),
-        env.get("XDG_CONFIG_HOME"),
-        env.get("HOME"),
-        env.get(SEAL_KEY.name),
-    )
+    where = (config_dir(env), env.get("HOME"), SEAL_KEY.raw(env))
     hit = _KEYS.get(where)
     if hit is None:
         try:
