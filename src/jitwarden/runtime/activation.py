@@ -422,104 +422,184 @@ def _fingerprint(env):
     return activation_memo.lookup(env) or activation_memo.compute(env)
 
 
-def _activate(env, roots, quiet, knobs) -> Activation:  # noqa: C901
-    if DISABLE.on(env):
-        return Activation(
-            None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": f"{DISABLE.name} is set"}
-        )
-    fp = _fingerprint(env)
-    digest = fp.digest
-    warnings: list[str] = []
-    skipped: dict = {}
-    changes: dict = {}
-    partitions: dict = {}
-    unpartitioned_triton = None
+class _Plan:
+    """What one activation is about to do, gathered step by step before anything is set in ``env``.
 
-    in_use: dict = {}
+    Mutable, and private to :func:`_activate`: each step adds to it in the order the user reads
+    the result (warnings in the order they are said, changes in the order they are set).
+    A ``__slots__`` class for the reason :class:`Activation` is one.
+    """
+
+    __slots__ = ("warnings", "skipped", "changes", "partitions", "in_use", "unpartitioned_triton")
+    warnings: list[str]  # said once each, in this order, after every change is set
+    skipped: dict  # what -> why it was not done
+    changes: (
+        dict  # env var -> its new value, set together at the end (undone together on a failure)
+    )
+    partitions: dict  # env var -> the partition it now points into
+    in_use: dict  # env var -> the root the workload will use, partitioned or not
+    unpartitioned_triton: (
+        str | None
+    )  # Triton's root when it is left shared: its entries are sampled
+
+    def __init__(self) -> None:
+        self.warnings = []
+        self.skipped = {}
+        self.changes = {}
+        self.partitions = {}
+        self.in_use = {}
+        self.unpartitioned_triton = None
+
+
+_NEEDS = {
+    "inductor": "torch",
+    "vllm": "vllm",
+    "torch-ext": "torch",
+    "jax": "jaxlib",
+    "cupy": "cupy",
+}
+"""The package without which a kind's root is left alone: nothing would write it."""
+
+
+def _not_applicable(kind: str, cur: str | None, fp) -> str | None:
+    """Why ``kind``'s root has nothing to partition in this environment (its tool is not installed,
+    JAX's persistent cache is off or remote), else None."""
+    needs = _NEEDS.get(kind)
+    if needs and fp.version(needs) is None:
+        return f"{needs} is not installed"
+    if kind == "jax" and (
+        not cur or "://" in cur
+    ):  # no cache unless asked; a gs:// or s3:// one is not a dir here
+        return f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
+    return None
+
+
+def _partition_roots(plan: _Plan, env, roots: tuple[str, ...], knobs, fp) -> None:
+    """Step 1, partition the roots: point each kind's variable into its partition for this fingerprint.
+
+    ``JITWARDEN_PARTITION=0`` records each root as in use, unpartitioned. A root that cannot be
+    partitioned anywhere (``_partition`` fails closed first) is skipped with its warning; Triton's
+    is then remembered as shared, for :func:`_check_in_use`'s sample.
+    """
     no_partition = not PARTITION.on(env)
     for kind, var in ACTIVATION_VARS:
         if kind not in roots:
             continue
         cur = _current(kind, var, env, knobs)
-        needs = {
-            "inductor": "torch",
-            "vllm": "vllm",
-            "torch-ext": "torch",
-            "jax": "jaxlib",
-            "cupy": "cupy",
-        }.get(kind)
-        if needs and fp.version(needs) is None:
-            skipped[var] = f"{needs} is not installed"
-            continue
-        if kind == "jax" and (
-            not cur or "://" in cur
-        ):  # no cache unless asked; a gs:// or s3:// one is not a dir here
-            skipped[var] = (
-                f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
-            )
+        why = _not_applicable(kind, cur, fp)
+        if why is not None:
+            plan.skipped[var] = why
             continue
         if no_partition:
-            skipped[var] = f"{PARTITION.name}=0"
-            in_use[var] = cur or default_base(kind, env)
+            plan.skipped[var] = f"{PARTITION.name}=0"
+            plan.in_use[var] = cur or default_base(kind, env)
             if kind == "triton":
-                unpartitioned_triton = in_use[var]
+                plan.unpartitioned_triton = plan.in_use[var]
             continue
         base = partition.base_of(cur) if cur else default_base(kind, env)
-        path, warning = _partition(kind, base, env, digest, fp.headline)
+        path, warning = _partition(kind, base, env, fp.digest, fp.headline)
         if warning:
-            warnings.append(warning)
+            plan.warnings.append(warning)
         if path is None:
-            skipped[var] = warning
+            plan.skipped[var] = warning
             if kind == "triton":
-                unpartitioned_triton = cur or base
+                plan.unpartitioned_triton = cur or base
             continue
-        partitions[var] = in_use[var] = path
+        plan.partitions[var] = plan.in_use[var] = path
         if cur != path:
-            changes[var] = path
+            plan.changes[var] = path
 
+
+def _manager_in_effect(env, knobs) -> str | None:
+    """The Triton cache manager the workload would use: a ``triton.knobs`` class set in Python wins over the variable."""
     manager = env.get("TRITON_CACHE_MANAGER") or None
-    if (
-        knobs is not None
-        and "manager_class" in vars(knobs)
-        and vars(knobs)["manager_class"] is not None
-    ):
-        cls = vars(knobs)["manager_class"]
+    cls = vars(knobs).get("manager_class") if knobs is not None else None
+    if cls is not None:
         manager = f"{cls.__module__}:{cls.__qualname__}"
+    return manager
+
+
+def _install_guard(plan: _Plan, env, knobs) -> str | None:
+    """Step 2, install the guard: jitwarden's Triton cache manager, unless the user set another (one warning,
+    and it stays); then the fleet wiring (``JITWARDEN_REMOTE``, Inductor's unguarded remote caches). The
+    manager in effect."""
+    manager = _manager_in_effect(env, knobs)
     if manager and manager not in (MANAGER, settings.REMOTE_MANAGER):
-        warnings.append(
+        plan.warnings.append(
             f"TRITON_CACHE_MANAGER={manager} is set; leaving it, so Triton cache entries are not "
             "sealed or verified (unset it to let jitwarden guard them)"
         )
-        skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
+        plan.skipped["TRITON_CACHE_MANAGER"] = f"user set {manager}"
     elif manager != MANAGER:
-        changes["TRITON_CACHE_MANAGER"] = MANAGER
+        plan.changes["TRITON_CACHE_MANAGER"] = MANAGER
         manager = MANAGER
     from jitwarden.runtime.remote_wiring import (
         wire,
     )  # fleets: JITWARDEN_REMOTE, and Inductor's unguarded remote caches
 
-    manager = wire(env, manager, MANAGER, changes, partitions, warnings)
+    return wire(env, manager, MANAGER, plan.changes, plan.partitions, plan.warnings)
 
-    warnings += fp.warnings  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
-    if unpartitioned_triton:  # before the sweep hides unsealed entries for their proofs
+
+def _check_inductor(plan: _Plan, env, digest: str, quiet: bool) -> None:
+    """The torch hooks or the whole-tree sweep: TorchInductor's kernels are checked as they load
+    where the hooks can be put (:func:`_checked_at_load`), else every entry in use is swept now. Also
+    a sweep when an earlier start left entries hidden for their proofs."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in plan.in_use:  # torch is not installed
+        return
+    from jitwarden.runtime import fullsweep
+
+    if not _checked_at_load(env, plan.changes) or fullsweep.left_hidden(plan.in_use):
+        plan.warnings += fullsweep.sweep_in_use(plan.in_use, plan.partitions, digest, env, quiet)
+
+
+def _check_in_use(plan: _Plan, env, fp, quiet: bool) -> None:
+    """Step 3, check what the workload will load, before it runs: the fingerprint's own warnings, a shared
+    Triton root's sample, Inductor's kernels (:func:`_check_inductor`), then JAX's and CuPy's files
+    (their load hooks, or :func:`~jitwarden.runtime.flatseal.startup`)."""
+    plan.warnings += (
+        fp.warnings
+    )  # startup_checks.torch_arch and .ptxas_target, memoised with the digest
+    if plan.unpartitioned_triton:  # before the sweep hides unsealed entries for their proofs
         from jitwarden.runtime import startup_checks
 
-        warnings += startup_checks.shared_root(unpartitioned_triton, fp.archs, fp.version("triton"))
-    if "TORCHINDUCTOR_CACHE_DIR" in in_use:  # torch is installed
-        from jitwarden.runtime import fullsweep
-
-        if not _checked_at_load(env, changes) or fullsweep.left_hidden(in_use):
-            warnings += fullsweep.sweep_in_use(in_use, partitions, digest, env, quiet)
-    hooked = _load_hooks(env, changes)
-    warnings += flatseal.startup(
-        in_use, partitions, digest, env, hooked
+        plan.warnings += startup_checks.shared_root(
+            plan.unpartitioned_triton, fp.archs, fp.version("triton")
+        )
+    _check_inductor(plan, env, fp.digest, quiet)
+    hooked = _load_hooks(env, plan.changes)
+    plan.warnings += flatseal.startup(
+        plan.in_use, plan.partitions, fp.digest, env, hooked
     )  # JAX's and CuPy's files (runtime/flatseal.py)
 
-    for var, value in changes.items():
+
+def _apply(plan: _Plan, env, knobs, quiet: bool) -> None:
+    """Step 4, set every change in ``env`` at once, mirror the Triton dir into a Python-level knob (which
+    would otherwise hide the variable from Triton), then say the warnings, once each."""
+    for var, value in plan.changes.items():
         env[var] = value
-    # A Python-level knob would hide the variable from Triton.
-    if knobs is not None and "TRITON_CACHE_DIR" in changes and "dir" in vars(knobs):
-        vars(knobs)["dir"] = changes["TRITON_CACHE_DIR"]
-    for w in warnings:
+    if knobs is not None and "TRITON_CACHE_DIR" in plan.changes and "dir" in vars(knobs):
+        vars(knobs)["dir"] = plan.changes["TRITON_CACHE_DIR"]
+    for w in plan.warnings:
         _say(w, quiet)
-    return Activation(digest, partitions, manager, tuple(warnings), skipped, fp.headline)
+
+
+def _activate(env, roots, quiet, knobs) -> Activation:
+    """One activation of ``env``, its steps in order (ARCHITECTURE.md, "The flow of activation"): partition
+    the roots, install the guard, check what is in use, then set it all and say the warnings.
+
+    No variable is set in ``env`` before the last step: the steps gather them in a :class:`_Plan`, so that
+    the ones that run code (the sweep, the hooks) see the environment as it came.
+    """
+    if DISABLE.on(env):
+        return Activation(
+            None, {}, env.get("TRITON_CACHE_MANAGER"), (), {"all": f"{DISABLE.name} is set"}
+        )
+    fp = _fingerprint(env)
+    plan = _Plan()
+    _partition_roots(plan, env, roots, knobs, fp)
+    manager = _install_guard(plan, env, knobs)
+    _check_in_use(plan, env, fp, quiet)
+    _apply(plan, env, knobs, quiet)
+    return Activation(
+        fp.digest, plan.partitions, manager, tuple(plan.warnings), plan.skipped, fp.headline
+    )

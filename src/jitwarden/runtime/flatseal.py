@@ -67,7 +67,7 @@ def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def check_dir(  # noqa: C901
+def check_dir(
     kind: str,
     root: str,
     d: str,
@@ -78,95 +78,144 @@ def check_dir(  # noqa: C901
 ) -> list[str]:
     """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
     warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to. ``seal_new``
-    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.flathooks`)."""
+    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.flathooks`).
+
+    Under the dir's entry lock, taken without waiting: another start-up checking it is left to do so."""
     import fcntl
 
     from jitwarden.model.layout import ENTRY_LOCK_FILE
-    from jitwarden.store import seal
     from jitwarden.store.entrylock import lock, unlock
 
     fd = lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)
     if fd is None:
         return []  # another start-up is at it
     try:
-        now = time.time() if now is None else now
-        try:  # one seal covers the whole dir: read once, its bound grows with the files in it
-            old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(names)))
-        except seal.SealError:
-            old = at = None  # a damaged seal vouches for nothing: sealed again from what is there
-        files = dict(old.files) if old else {}
-        by_sha = {rec["sha256"]: n for n, rec in files.items()}
-        out, changed = [], False
-        for name in sorted(names):
-            path = os.path.join(d, name)
-            try:
-                st = os.lstat(path)
-                rec = files.get(name)
-                if (
-                    rec is not None
-                    and at is not None
-                    and st.st_ctime_ns < at
-                    and st.st_size == rec["size"]
-                ):
-                    continue  # unchanged since sealed: two lstats, no hashing
-                sha = size = None
-                if rec is None and now - st.st_mtime < SETTLE_S:
-                    # Perhaps still being written (JAX writes in place): not sealed yet. But a file that names
-                    # another entry than its key is refused now: no partial write gives that evidence.
-                    why = unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
-                    if why is None:
-                        continue
-                else:
-                    sha, size = seal.file_digest(path, st.st_size)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                continue  # not a regular file any more, unreadable: the scanner reports it
-            if sha is None:
-                pass  # a recent file holding another entry's code (above)
-            elif rec is not None and (sha, size) != (rec["sha256"], rec["size"]):
-                why = (
-                    f"{name} is {size} bytes, sealed as {rec['size']}"
-                    if size != rec["size"]
-                    else f"{name} does not match its sealed sha256"
-                )
-            elif (
-                rec is None and by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha])
-            ):
-                why = f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
-            elif (
-                rec is None
-                and (why := unsound(kind, root, os.path.relpath(path, root))) is not None
-            ):
-                pass  # damaged, or another entry's under this key, before it was ever sealed
-            elif rec is None and not seal_new:
-                continue  # proven by the load hook before it is used, then sealed
-            elif rec is None:
-                files[name] = {"sha256": sha, "size": size}
-                changed = True
-                continue
-            else:
-                changed = True  # same bytes, touched: the seal's time moves on
-                continue
-            assert why is not None  # every branch that does not continue names why
-            line = quarantine_file(kind, root, os.path.relpath(path, root), why, digest)
-            if line:
-                out.append(line)
-                if files.pop(name, None) is not None:
-                    changed = True
-        listed = set(names)  # a list here made this O(files^2): 19 s a start at 50,000 JAX files
-        gone = [n for n in files if n not in listed and not os.path.lexists(os.path.join(d, n))]
-        for n in gone:
-            del files[n]
-        if changed or gone or (old is None and files):
-            seal.write(
-                d,
-                seal.Seal(files, digest, {"by": "start-up", "kind": kind}, time.time()),
-                seal.newest_ctime(d, list(files)),
-            )
-        return out
+        return _check_locked(
+            kind, root, d, names, digest, time.time() if now is None else now, seal_new
+        )
     finally:
         unlock(fd)
+
+
+def _check_locked(
+    kind: str,
+    root: str,
+    d: str,
+    names: list[str],
+    digest: str | None,
+    now: float,
+    seal_new: bool,
+) -> list[str]:
+    """:func:`check_dir`'s work once the dir is locked: read the seal once, judge each file (:func:`_judge`),
+    quarantine or (re)seal it, drop the files that are gone, and write the seal back when anything moved."""
+    from jitwarden.store import seal
+
+    try:  # one seal covers the whole dir: read once, its bound grows with the files in it
+        old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(names)))
+    except seal.SealError:
+        old = at = None  # a damaged seal vouches for nothing: sealed again from what is there
+    files = dict(old.files) if old else {}
+    by_sha = {rec["sha256"]: n for n, rec in files.items()}
+    out, changed = [], False
+    for name in sorted(names):
+        verdict = _judge(kind, root, d, name, files.get(name), at, now, by_sha, seal_new)
+        if verdict is None:
+            continue
+        if not isinstance(verdict, str):
+            files[name] = verdict
+            changed = True
+            continue
+        line = quarantine_file(
+            kind, root, os.path.relpath(os.path.join(d, name), root), verdict, digest
+        )
+        if line:
+            out.append(line)
+            if files.pop(name, None) is not None:
+                changed = True
+    listed = set(names)  # a list here made this O(files^2): 19 s a start at 50,000 JAX files
+    gone = [n for n in files if n not in listed and not os.path.lexists(os.path.join(d, n))]
+    for n in gone:
+        del files[n]
+    if changed or gone or (old is None and files):
+        seal.write(
+            d,
+            seal.Seal(files, digest, {"by": "start-up", "kind": kind}, time.time()),
+            seal.newest_ctime(d, list(files)),
+        )
+    return out
+
+
+def _judge(
+    kind: str,
+    root: str,
+    d: str,
+    name: str,
+    rec: dict | None,
+    at: int | None,
+    now: float,
+    by_sha: dict[str, str],
+    seal_new: bool,
+) -> str | dict | None:
+    """What becomes of one entry file of ``d``, whose seal record is ``rec`` (None: unsealed): a str says why
+    it is quarantined; a dict is its record in the seal from now on (``rec`` itself for a sealed file touched
+    but unchanged: the seal's time moves on); None leaves it as it is (unchanged, gone, still being written,
+    left to the load hook)."""
+    path = os.path.join(d, name)
+    got = _fresh_digest(kind, root, path, rec, at, now)
+    if got is None or isinstance(got, str):
+        return got
+    sha, size = got
+    why = _contradiction(kind, root, d, name, rec, sha, size, by_sha)
+    if why is not None:
+        return why
+    if rec is None and not seal_new:
+        return None  # proven by the load hook before it is used, then sealed
+    return rec if rec is not None else {"sha256": sha, "size": size}
+
+
+def _fresh_digest(
+    kind: str, root: str, path: str, rec: dict | None, at: int | None, now: float
+) -> tuple[str, int] | str | None:
+    """(sha256, size) of a file that needs hashing; None for one that needs nothing now (unchanged since
+    sealed by two lstats, a recent unsealed one, gone, unreadable); a str for a recent unsealed file that
+    names another entry than its key: why it is quarantined."""
+    from jitwarden.store import seal
+
+    try:
+        st = os.lstat(path)
+        if rec is not None and at is not None and st.st_ctime_ns < at and st.st_size == rec["size"]:
+            return None  # unchanged since sealed: two lstats, no hashing
+        if rec is None and now - st.st_mtime < SETTLE_S:
+            # Perhaps still being written (JAX writes in place): not sealed yet. But a file that names
+            # another entry than its key is refused now: no partial write gives that evidence.
+            return unsound(kind, root, os.path.relpath(path, root), codes=("mismatch",))
+        return seal.file_digest(path, st.st_size)
+    except OSError:
+        return None  # gone, not a regular file any more, unreadable: the scanner reports it
+
+
+def _contradiction(
+    kind: str,
+    root: str,
+    d: str,
+    name: str,
+    rec: dict | None,
+    sha: str,
+    size: int,
+    by_sha: dict[str, str],
+) -> str | None:
+    """Why the bytes ``(sha, size)`` of ``name`` must not be kept, else None: a sealed file that changed; an
+    unsealed one holding the bytes of another sealed file (:func:`_copy_counts`), or that its adapter finds
+    unsound (damaged, or another entry's under this key, before it was ever sealed)."""
+    if rec is not None:
+        if (sha, size) == (rec["sha256"], rec["size"]):
+            return None
+        if size != rec["size"]:
+            return f"{name} is {size} bytes, sealed as {rec['size']}"
+        return f"{name} does not match its sealed sha256"
+    if by_sha.get(sha, name) != name and _copy_counts(kind, d, by_sha[sha]):
+        return f"{name} holds the very bytes of sealed {by_sha[sha]}: an entry moved or copied to another key"
+    return unsound(kind, root, os.path.relpath(os.path.join(d, name), root))
 
 
 def _copy_counts(kind: str, d: str, original: str) -> bool:

@@ -31,6 +31,7 @@ import os
 import threading
 import time
 from collections import namedtuple
+from collections.abc import Callable
 
 from jitwarden.model.settings import PROVE
 from jitwarden.runtime import tree
@@ -189,7 +190,94 @@ def _warm_ptxas(env) -> None:
             pass
 
 
-def prove_many(  # noqa: C901
+_STATES = {"verified": PROVEN, "stale": PROVEN, "not-reproducible": REFUTED}
+"""A rebuild's verdict -> the proof's state; any other verdict (no ptxas, no PTX, not CUDA) proves nothing: unproven."""
+
+
+class _Gathered:
+    """The proofs of one :func:`prove_many` as they end: each kept, and handed to ``on_proof`` at once (in the
+    thread that made it), whose exceptions are kept for after the others, never lost nor let stop them.
+
+    A ``__slots__`` class, not a dataclass: this module imports nothing a warm activation does not have.
+    """
+
+    __slots__ = ("proofs", "on_proof", "errors")
+    proofs: dict[str, Proof]
+    on_proof: Callable[[str, Proof], object] | None
+    errors: list[BaseException]
+
+    def __init__(self, on_proof: Callable[[str, Proof], object] | None) -> None:
+        self.proofs = {}
+        self.on_proof = on_proof
+        self.errors = []
+
+    def add(self, path: str, pr: Proof) -> None:
+        self.proofs[path] = pr
+        if self.on_proof is not None:
+            try:
+                self.on_proof(path, pr)
+            except Exception as exc:
+                self.errors.append(exc)
+
+    def unproven(self, digests: dict[str, dict], why: str) -> None:
+        """Every entry of ``digests`` (path -> its file digests) that has no proof yet is unproven, for ``why``."""
+        for p in digests:
+            if p not in self.proofs:
+                self.add(p, Proof(p, UNPROVEN, why, digests[p]))
+
+
+def _read_entries(paths: list[str], jobs: int, got: _Gathered) -> dict[str, dict]:
+    """The file digests of every entry of ``paths`` that can be read, before any rebuild: what a proof is about.
+
+    One that cannot be read is unproven now; one gone since it was listed (hidden or set aside by another
+    process) is not ours to prove or count.
+    """
+    digests: dict[str, dict] = {}
+    for p, d in _digest_all(paths, jobs).items():
+        if isinstance(d, FileNotFoundError):
+            continue
+        if isinstance(d, OSError):
+            got.add(p, Proof(p, UNPROVEN, f"cannot read the entry: {d.strerror or d}", {}))
+        else:
+            digests[p] = d
+    return digests
+
+
+def _rebuild_all(
+    digests: dict[str, dict], jobs: int, env, stats: dict | None, got: _Gathered
+) -> None:
+    """Rebuild every read entry's PTX in one parallel run (:func:`jitwarden.ops.rebuild.verify_entries`), each
+    verdict a proof as it ends; an entry the rebuild gave no verdict (it could not run, or skipped one) is unproven."""
+    from jitwarden.ops import rebuild
+
+    todo = [_Entry(p, os.path.basename(p), _kernel_name(d)) for p, d in digests.items()]
+    if not todo:
+        return
+
+    def judged(path: str, r) -> None:
+        got.add(
+            path, Proof(path, _STATES.get(r.verdict, UNPROVEN), r.message, digests[path], r.ptxas)
+        )
+
+    _warm_ptxas(os.environ if env is None else env)
+    try:
+        rebuild.verify_entries(
+            todo, rebuild.RebuildOptions(jobs=jobs), env=env, on_result=judged, stats=stats
+        )
+    except Exception as exc:
+        got.unproven(digests, f"the rebuild could not run ({type(exc).__name__}: {exc})")
+    got.unproven(digests, "no rebuild result")
+
+
+def _count(proofs: dict[str, Proof], seconds: float) -> None:
+    """Add one :func:`prove_many`'s proofs and time to this process's totals."""
+    with _lock:
+        for pr in proofs.values():
+            _totals[pr.state] += 1
+        _totals["seconds"] += seconds
+
+
+def prove_many(
     paths, *, jobs: int | None = None, env=None, on_proof=None, stats: dict | None = None
 ) -> dict[str, Proof]:
     """Prove every entry of ``paths`` in parallel (all cores by default); {path: Proof}.
@@ -198,64 +286,18 @@ def prove_many(  # noqa: C901
     ``on_proof(path, proof)``: called in this thread as each proof ends, while the others still
     run, so that sealing overlaps the remaining ptxas runs. It must not raise; if it does, the
     first exception is raised again once every proof is done.
-    """
-    from jitwarden.ops import rebuild
 
+    Its steps: read each entry's digests, rebuild them all, count the proofs in this process's totals.
+    """
     t0 = time.perf_counter()
     paths = list(dict.fromkeys(paths))
     jobs = jobs or os.cpu_count() or 1
-    out: dict[str, Proof] = {}
-    errors: list[BaseException] = []
-
-    def done(path: str, pr: Proof) -> None:
-        out[path] = pr
-        if on_proof is not None:
-            try:
-                on_proof(path, pr)
-            except Exception as exc:
-                errors.append(exc)
-
-    digests: dict[str, dict] = {}
-    for p, d in _digest_all(paths, jobs).items():
-        if isinstance(d, FileNotFoundError):
-            continue  # gone since it was listed (hidden or set aside by another process): not ours to prove or count
-        if isinstance(d, OSError):
-            done(p, Proof(p, UNPROVEN, f"cannot read the entry: {d.strerror or d}", {}))
-        else:
-            digests[p] = d
-    todo = [_Entry(p, os.path.basename(p), _kernel_name(d)) for p, d in digests.items()]
-
-    def judged(path: str, r) -> None:
-        state = (
-            PROVEN
-            if r.verdict in ("verified", "stale")
-            else REFUTED
-            if r.verdict == "not-reproducible"
-            else UNPROVEN
-        )
-        done(path, Proof(path, state, r.message, digests[path], r.ptxas))
-
-    if todo:
-        _warm_ptxas(os.environ if env is None else env)
-        try:
-            rebuild.verify_entries(
-                todo, rebuild.RebuildOptions(jobs=jobs), env=env, on_result=judged, stats=stats
-            )
-        except Exception as exc:
-            why = f"the rebuild could not run ({type(exc).__name__}: {exc})"
-            for e in todo:
-                if e.path not in out:
-                    done(e.path, Proof(e.path, UNPROVEN, why, digests[e.path]))
-        for e in todo:
-            if e.path not in out:
-                done(e.path, Proof(e.path, UNPROVEN, "no rebuild result", digests[e.path]))
-    with _lock:
-        for pr in out.values():
-            _totals[pr.state] += 1
-        _totals["seconds"] += time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return {p: out[p] for p in paths if p in out}
+    got = _Gathered(on_proof)
+    _rebuild_all(_read_entries(paths, jobs, got), jobs, env, stats, got)
+    _count(got.proofs, time.perf_counter() - t0)
+    if got.errors:
+        raise got.errors[0]
+    return {p: got.proofs[p] for p in paths if p in got.proofs}
 
 
 def prove(path: str, env=None) -> Proof:

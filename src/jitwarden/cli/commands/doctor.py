@@ -63,18 +63,41 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def problems(  # noqa: C901
+def problems(
     report, fp, current: str | None, warnings=(), paths=(), rebuilt: bool = False, not_run=()
 ) -> list[Problem]:
-    """Every problem the scan and the start-up checks found, worst first, each with its fix (pure)."""
+    """Every problem the scan and the start-up checks found, worst first, each with its fix (pure).
 
+    Gathered by source, in this order (a tie in severity and code keeps it): the entries' findings, the cache
+    roots', the start-up checks', the partitions', the quarantine, the unproven entries, then what another
+    environment explains, mixed GPUs, and a missing target.
+    """
+    suffix = fix_suffix(report, paths)
+    out_ = finding_problems(report, suffix)
+    out_ += cache_root_problems(report)
+    out_ += startup_problems(warnings, not_run)
+    out_ += partition_problems(report, current)
+    out_ += quarantine_problems(report)
+    out_ += unproven_problems(report, suffix, rebuilt)
+    out_ = another_environments(report, out_, suffix)
+    out_ += mixed_gpus(fp)
+    out_ += no_target_problems(report)
+    return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+
+
+def fix_suffix(report, paths) -> str:
+    """What every fix command repeats of this run so that it acts on the same caches, judged the same way:
+    ``--target`` when given on the command line, then the paths (quoted for the shell)."""
     tgt = report.target
     suffix = f" --target sm_{tgt.arch}" if tgt.source == "cli" and tgt.arch else ""
-    suffix += "".join(" " + shlex.quote(display(p)) for p in paths)
+    return suffix + "".join(" " + shlex.quote(display(p)) for p in paths)
+
+
+def _code_counts(report) -> tuple[dict[str, int], dict[str, int]]:
+    """(code -> entries with a finding of it, root -> entries whose only corrupt findings are files this user
+    may not read): an entry counts once per code; the unreadable ones are counted apart, not as damage."""
     counts: dict[str, int] = {}
-    denied: dict[
-        str, int
-    ] = {}  # root -> entries whose only corrupt findings are files we may not read
+    denied: dict[str, int] = {}
     for e in report.entries:
         fs = e.findings
         codes = dict.fromkeys(f.code for f in fs)
@@ -83,6 +106,12 @@ def problems(  # noqa: C901
             denied[e.root] = denied.get(e.root, 0) + 1
         for code in codes:
             counts[code] = counts.get(code, 0) + 1
+    return counts, denied
+
+
+def finding_problems(report, suffix: str) -> list[Problem]:
+    """One problem per finding code of the entries (its catalog fix), then one per root of unreadable entries."""
+    counts, denied = _code_counts(report)
     out_: list[Problem] = []
     for code, n in counts.items():
         fix = CATALOG[code].fix
@@ -108,6 +137,13 @@ def problems(  # noqa: C901
                 f"ls -l {shlex.quote(display(root))}; then chmod -R u+rX, or run jitwarden as their owner",
             )
         )
+    return out_
+
+
+def cache_root_problems(report) -> list[Problem]:
+    """The cache roots' own problems (an unsafe owner or mode, a root that cannot be read), each with the
+    ``chmod``/``chown`` that fixes it."""
+    out_: list[Problem] = []
     for c in report.caches:
         path = display(c.root.path)
         for f in c.findings:
@@ -124,53 +160,62 @@ def problems(  # noqa: C901
             out_.append(
                 Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}")
             )
-    for kind, text, fix in warnings:
-        out_.append(Problem(kind, Severity.WARN, 1, text, fix))
+    return out_
+
+
+def startup_problems(warnings, not_run) -> list[Problem]:
+    """The start-up checks' warnings, (kind, text, fix) each, then the checks that could not run, (check, why)."""
+    out_ = [Problem(kind, Severity.WARN, 1, text, fix) for kind, text, fix in warnings]
     for check, why in not_run:
         out_.append(
             Problem(
                 "not-run", Severity.INFO, 1, f"start-up check {check} could not run: {why}", None
             )
         )
-    out_ += partition_problems(report, current)
+    return out_
+
+
+def quarantine_problems(report) -> list[Problem]:
+    """The entries in quarantine, here and elsewhere, as one line of information: nothing needs doing."""
     quarantined = sum(c.quarantined for c in report.caches) + elsewhere_quarantined(report)
-    if quarantined:
-        out_.append(
-            Problem(
-                "quarantined",
-                Severity.INFO,
-                quarantined,
-                f"{plural(quarantined, 'entry')} in quarantine",
-                "nothing needs doing: see them with `jitwarden quarantine ls`, put one back with "
-                "`jitwarden quarantine restore ID`, delete them for good with `jitwarden quarantine empty`",
-            )
+    if not quarantined:
+        return []
+    return [
+        Problem(
+            "quarantined",
+            Severity.INFO,
+            quarantined,
+            f"{plural(quarantined, 'entry')} in quarantine",
+            "nothing needs doing: see them with `jitwarden quarantine ls`, put one back with "
+            "`jitwarden quarantine restore ID`, delete them for good with `jitwarden quarantine empty`",
         )
-    out_ += unproven_problems(report, suffix, rebuilt)
-    out_ = another_environments(report, out_, suffix)
-    out_ += mixed_gpus(fp)
-    if tgt.arch is None:
-        archs: dict[int, int] = {}
-        for e in report.entries:
-            if e.arch:
-                archs[e.arch] = archs.get(e.arch, 0) + 1
-        if archs:
-            best = max(archs, key=lambda a: archs[a])
-            hint = f"jitwarden doctor --target sm_{best}  (most entries here are for sm_{best}; name the GPU that runs them)"
-        else:
-            hint = (
-                "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
-            )
-        out_.append(
-            Problem(
-                "no-target",
-                Severity.INFO,
-                0,
-                "no GPU visible and no --target: arch checks of cache "
-                "entries and of torch and ptxas skipped",
-                hint,
-            )
+    ]
+
+
+def no_target_problems(report) -> list[Problem]:
+    """With no GPU visible and no ``--target``, the arch checks were skipped: say so, and name the target most
+    of the entries are for when they record one."""
+    if report.target.arch is not None:
+        return []
+    archs: dict[int, int] = {}
+    for e in report.entries:
+        if e.arch:
+            archs[e.arch] = archs.get(e.arch, 0) + 1
+    if archs:
+        best = max(archs, key=lambda a: archs[a])
+        hint = f"jitwarden doctor --target sm_{best}  (most entries here are for sm_{best}; name the GPU that runs them)"
+    else:
+        hint = "jitwarden doctor --target sm_XX  (the GPU's compute capability: 90 for H100/H200)"
+    return [
+        Problem(
+            "no-target",
+            Severity.INFO,
+            0,
+            "no GPU visible and no --target: arch checks of cache "
+            "entries and of torch and ptxas skipped",
+            hint,
         )
-    return sorted(out_, key=lambda p: (-int(p.severity), p.code))
+    ]
 
 
 def unproven_problems(report, suffix: str, rebuilt: bool) -> list[Problem]:
