@@ -31,9 +31,8 @@ def test_a_real_artifact_is_read_whole_and_from_its_head(inductor_build):
     layout = "CacheCompiledArtifact"  # torch 2.13's save(format="binary")
     got = vllm_files.artifact_layout(data)
     assert (got.layout, got.code) == (layout, None)
-    head = data[
-        : len(data) - 64
-    ]  # a file too large to hold: its head, its size and its CRC taken in one pass
+    # a file too large to hold: its head, its size and its CRC taken in one pass over it
+    head = data[: len(data) - 64]
     got = vllm_files.artifact_layout(head, size=len(data), crc_after_4=zlib.crc32(data[4:]))
     assert (got.layout, got.code) == (layout, None)
 
@@ -48,9 +47,8 @@ def test_damage_to_a_real_artifact_is_corrupt(inductor_build):
     )
     for cut in (data[:8], data[: len(data) - 1]):
         assert vllm_files.artifact_layout(cut).code == "corrupt"
-    re_crcd = _crc(
-        data[4 : len(data) - 10]
-    )  # a CRC that holds over a field cut short: the length says so
+    # a CRC that holds over a field cut short: the length says so
+    re_crcd = _crc(data[4 : len(data) - 10])
     got = vllm_files.artifact_layout(re_crcd)
     assert got.code == "corrupt" and "runs past the end of the file" in got.why
 
@@ -73,9 +71,8 @@ def test_layouts_not_read_are_unrecognised_never_damage():
         assert (got.layout, got.code) == (None, "unrecognised") and why in got.why
     data = _fields(b"CacheCompiledArtifact", b"k", b"key", b"code")
     got = vllm_files.artifact_layout(data[:30], size=len(data), crc_after_4=zlib.crc32(data[4:]))
-    assert (
-        got.code == "unrecognised" and "past the first 30 bytes" in got.why
-    )  # not held: not judged
+    # a length field past the head held: not judged
+    assert got.code == "unrecognised" and "past the first 30 bytes" in got.why
 
 
 def test_the_graph_handles_vllm_wrote(vllm_root):

@@ -26,9 +26,8 @@ def test_what_is_written_is_hashed_and_read_back_from_its_start(tmp_path):
         with blob.reader() as r:  # each reader starts at the start; closing it leaves the blob open
             assert r.read(1) == b"a"
         assert b"".join(blob.chunks()) == whole
-        assert (
-            os.listdir(tmp_path) == []
-        )  # unnamed: nothing another process can find or that is left
+        # unnamed: nothing another process can find, nothing left behind
+        assert os.listdir(tmp_path) == []
 
 
 def test_a_tar_written_into_it_reads_back(tmp_path):
