@@ -114,3 +114,22 @@ def files_under(path: str) -> list[str]:
         for p in glob.glob(os.path.join(path, "**"), recursive=True)
         if os.path.isfile(p)
     )
+
+
+def elf_with_section(name: bytes, content: bytes) -> bytes:
+    """A minimal ELF64: header, one data section, .shstrtab, section table."""
+    shstr = b"\0" + name + b"\0.shstrtab\0"
+    data_off = 64
+    str_off = data_off + len(content)
+    sh_off = (str_off + len(shstr) + 7) & ~7
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+    ehdr = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sh_off, 0, 64, 0, 0, 64, 3, 2)
+    body = ehdr + content + shstr
+    body += b"\0" * (sh_off - len(body))
+    sh = lambda n, t, off, size: struct.pack("<IIQQQQIIQQ", n, t, 0, 0, off, size, 0, 0, 8, 0)  # noqa: E731
+    body += (
+        sh(0, 0, 0, 0)
+        + sh(1, 1, data_off, len(content))
+        + sh(1 + len(name) + 1, 3, str_off, len(shstr))
+    )
+    return body

@@ -174,24 +174,6 @@ def test_piped_output_has_no_escapes_and_never_breaks_a_word(damaged):
     )  # --long: full paths, uncut, last
 
 
-def test_names_are_escaped_at_the_cell_boundary():
-    g = out.Grid([out.Column("ID"), out.Column("WHY", flex=True)])
-    g.add("evil[/bold]", "a\x1b[31mred\nline", details=["tab\there [bold]x[/bold]"])
-    text = g.plain(None)
-    assert (
-        "evil[/bold]" in text and "\\x1b[31mred\\nline" in text and "\\there [bold]x[/bold]" in text
-    )
-    assert "\x1b" not in text and "\n" not in text.split("\n", 1)[1].split("\n")[0]
-    # Through rich: markup in a name is printed as it is, never read as markup (no MarkupError, no styling).
-    from rich.console import Console
-
-    con = Console(record=True, width=80, color_system=None, force_terminal=True)
-    con.print(g)
-    con.print(out.text("root ", ("evil[/bold] [red]x", "bold")))
-    shown = con.export_text()
-    assert "evil[/bold]" in shown and "[red]x" in shown
-
-
 def test_hostile_names_through_the_cli(damaged, tmp_path):
     env, root0, _, recs = damaged
     root = tmp_path / "hostile"
@@ -219,22 +201,6 @@ def test_hostile_names_through_the_cli(damaged, tmp_path):
     assert p.returncode == 1 and "internal error" not in p.stderr
     assert "evil[bold]" in p.stdout and "esc\\x1b[31m" in p.stdout and "[red]x[\\red]" in p.stdout
     assert "evil[/bold]" in p.stdout
-
-
-def test_grid_cuts_only_flex_columns_and_wraps_the_last():
-    g = out.Grid(
-        [
-            out.Column("ID"),
-            out.Column("NAME", flex=True, min=6),
-            out.Column("VALUE", wrap=True, min=10),
-        ]
-    )
-    g.add("ABCDEFGHIJKL", "a_rather_long_kernel_name_indeed", "word " * 30)
-    lines = g.plain(60).splitlines()
-    assert all(len(l) <= 60 for l in lines)
-    assert lines[1].startswith("ABCDEFGHIJKL  ") and "…" in lines[1]
-    assert len(lines) > 2 and lines[2].startswith(" " * 20)
-    assert g.plain(None).count("\n") == 1  # no width: one line per row
 
 
 def test_the_format_is_chosen_once_and_builds_only_its_own_view(capsys):
@@ -284,34 +250,3 @@ def test_the_console_never_reads_markup(capsys):
     con = out.console()
     con.print("[bold]not bold[/bold] [/nothing]")  # no MarkupError, printed as it is
     assert capsys.readouterr().out == "[bold]not bold[/bold] [/nothing]\n"
-
-
-def test_a_table_too_wide_to_cut_folds_its_cells_and_still_fits():
-    """Eight whole columns (the canary's) cannot be cut to 40 columns: the cells fold onto more lines instead."""
-    from rich.console import Console
-
-    g = out.Grid(
-        [
-            out.Column("KERNEL"),
-            out.Column("DTYPE"),
-            out.Column("MAX ABS ERR", right=True),
-            out.Column("STATUS"),
-            out.Column("DETAILS", wrap=True),
-        ]
-    )
-    g.add(
-        "atomic-hist",
-        "float8_e4m3",
-        "2.1e+06",
-        ("FAIL", "bold red"),
-        "pass 2 (cache): [bold]out[/bold] of tolerance",
-    )
-    assert not g.fits(40) and g.fits(None) and g.fits(200)
-    con = Console(record=True, width=40, color_system=None, force_terminal=True)
-    con.print(g)
-    shown = con.export_text()
-    assert all(len(line) <= 40 for line in shown.splitlines()), shown
-    assert "[bold]" in "".join(shown.split())  # folded, never read as markup
-    assert (
-        g.plain(None).splitlines()[1].startswith("atomic-hist  float8_e4m3")
-    )  # piped: one line per row

@@ -1,5 +1,6 @@
 """The fingerprint layer on real binaries and real files: Triton's bundled ptxas, a
-wrapper around it, fake /proc trees, torch arch flags read from synthetic and compiled libraries, the CLI."""
+wrapper around it, fake /proc trees, a torch read without importing it, the CLI (torch's own facts:
+test_torchinfo.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,16 @@ import dataclasses
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
 import pytest
 
 from jitwarden.env import fingerprint as fpm
-from jitwarden.env import nvml, ptxas, torchinfo
+from jitwarden.env import nvml, ptxas
 from jitwarden.env.nvml import Gpu
-from jitwarden.formats import elf
 from tests.helpers.cli import jw as run_cli
+from tests.helpers.otherkinds import elf_with_section
 from tests.helpers.paths import REPO as ROOT
 
 BUNDLED = ptxas.triton_bin_dir()
@@ -424,87 +424,6 @@ def test_ptxas_warning_follows_the_installed_triton_release():
     assert warns(fp("3.6.0", h200, "triton-blackwell")) == []  # 3.6 runs ptxas for sm_90
 
 
-# --- torch facts --------------------------------------------------------------------
-
-
-def test_parse_torch_version_py():
-    text = (
-        "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\n"
-        "git_version = 'deadbeef'\nhip: Optional[str] = None\n"
-    )
-    v = torchinfo.parse_version_py(text)
-    assert v["cuda"] == "13.0" and v["git_version"] == "deadbeef" and v["hip"] is None
-    assert torchinfo.parse_version_py("cuda = None\n")["cuda"] is None
-    assert torchinfo.parse_version_py('cuda = "12.8"\n')["cuda"] == "12.8"
-    assert torchinfo.normalize_arches(["sm_90a", "compute_90", "sm_100", "sm_90", "junk"]) == (
-        "compute_90",
-        "sm_90",
-        "sm_100",
-    )
-
-
-def _elf_with_section(name: bytes, content: bytes) -> bytes:
-    """A minimal ELF64: header, one data section, .shstrtab, section table."""
-    shstr = b"\0" + name + b"\0.shstrtab\0"
-    data_off = 64
-    str_off = data_off + len(content)
-    sh_off = (str_off + len(shstr) + 7) & ~7
-    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
-    ehdr = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sh_off, 0, 64, 0, 0, 64, 3, 2)
-    body = ehdr + content + shstr
-    body += b"\0" * (sh_off - len(body))
-    sh = lambda n, t, off, size: struct.pack("<IIQQQQIIQQ", n, t, 0, 0, off, size, 0, 0, 8, 0)  # noqa: E731
-    body += (
-        sh(0, 0, 0, 0)
-        + sh(1, 1, data_off, len(content))
-        + sh(1 + len(name) + 1, 3, str_off, len(shstr))
-    )
-    return body
-
-
-FLAGS_RODATA = b"\x01\x02junk\0sm_90\0another string sm_80 sm_90\0sm_75 sm_80 sm_86 sm_90 sm_100 sm_120\0tail\0"
-
-
-def test_arch_flags_from_rodata_of_synthetic_elf(tmp_path):
-    lib = tmp_path / "libtorch_python.so"
-    lib.write_bytes(_elf_with_section(b".rodata", FLAGS_RODATA))
-    # The whole flags string, not a lone token nor a token run inside another sentence.
-    assert torchinfo.arch_flags(str(lib)) == (
-        "sm_75",
-        "sm_80",
-        "sm_86",
-        "sm_90",
-        "sm_100",
-        "sm_120",
-    )
-    with open(lib, "rb") as f:
-        assert set(elf.file_sections(f)) == {".rodata", ".shstrtab"}
-    other = tmp_path / "libother.so"
-    other.write_bytes(_elf_with_section(b".data", FLAGS_RODATA))
-    assert torchinfo.arch_flags(str(other)) is None
-    assert torchinfo.arch_flags(str(tmp_path / "missing.so")) is None
-    (tmp_path / "notelf").write_bytes(b"hello" * 20)
-    assert torchinfo.arch_flags(str(tmp_path / "notelf")) is None
-    (tmp_path / "truncated.so").write_bytes(lib.read_bytes()[:70])
-    assert torchinfo.arch_flags(str(tmp_path / "truncated.so")) is None
-
-
-@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")
-def test_arch_flags_from_a_compiled_library(tmp_path):
-    # How torch embeds it: C10_STRINGIZE(CUDA_ARCH_FLAGS) becomes a string literal in .rodata.
-    src = tmp_path / "m.c"
-    src.write_text(
-        "#define S(x) #x\n#define STR(x) S(x)\nconst char *arch_flags(void) { return STR(FLAGS); }\n"
-        'const char *other(void) { return "compute sm_90 is great"; }\n'
-    )
-    lib = tmp_path / "libtorch_python.so"
-    subprocess.run(
-        ["cc", "-O2", "-shared", "-fPIC", "-DFLAGS=sm_80 sm_90 sm_120", "-o", str(lib), str(src)],
-        check=True,
-    )
-    assert torchinfo.arch_flags(str(lib)) == ("sm_80", "sm_90", "sm_120")
-
-
 # --- CLI and the activation path ----------------------------------------------------
 
 
@@ -600,7 +519,7 @@ def _fake_torch_site(tmp_path) -> str:
         "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\ngit_version = '0123abcd'\n"
     )
     (pkg / "lib" / "libtorch_python.so").write_bytes(
-        _elf_with_section(b".rodata", b"\0sm_80 sm_90a compute_90\0")
+        elf_with_section(b".rodata", b"\0sm_80 sm_90a compute_90\0")
     )
     shutil.copy(_wrapper(tmp_path), pkg / "bin" / "ptxas")
     dist = site / "torch-2.11.0+cu130.dist-info"

@@ -107,25 +107,6 @@ def test_env_var_flags_are_reconstructed_and_verify(built, var, flag):
     assert [r.verdict for r in res.values()] == ["verified"], [r.message for r in res.values()]
 
 
-def test_flags_match_triton_make_cubin():
-    md = {
-        "target": {"backend": "cuda", "arch": 90},
-        "enable_fp_fusion": False,
-        "ptx_options": "--maxrregcount 64",
-    }
-    assert rebuild.ptxas_flags(md) == (
-        90,
-        ["-lineinfo", "--fmad=false", "-v", "--maxrregcount", "64", "--gpu-name=sm_90a"],
-    )
-    md = {"target": {"arch": 80}, "DISABLE_PTXAS_OPT": "true"}
-    assert rebuild.ptxas_flags(md) == (80, ["-g", "-v", "--opt-level", "0", "--gpu-name=sm_80"])
-    md = {"target": {"arch": 120}, "TRITON_DISABLE_LINE_INFO": "1", "DISABLE_PTXAS_OPT": "1"}
-    assert rebuild.ptxas_flags(md)[1][:2] == ["-lineinfo", "-suppress-debug-info"]
-    assert rebuild.releases_for_ptx("8.7") == {"12.8"}
-    assert rebuild.releases_for_ptx("9.0") == {"13.0"}
-    assert rebuild.releases_for_ptx("8.5") == {"12.5", "12.6"}
-
-
 # ---------------------------------------------------------------- damage
 
 
@@ -299,7 +280,7 @@ def test_ptx_90_from_another_toolchain(built, tmp_path):
 
 
 def test_bad_options_are_refused_with_the_field_and_why(built, tmp_path):
-    """The engine names the option's field and the facts; the CLI words them with its flags (test_verify_quick)."""
+    """The engine names the option's field and the facts; the CLI words them with its flags (tests/unit/cli/commands/test_verify.py)."""
     root, _, _ = built
     nope = str(tmp_path / "nope")
     with pytest.raises(rebuild.OptionError) as err:

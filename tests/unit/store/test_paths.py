@@ -1,5 +1,5 @@
-"""The disk layer's writing primitives (store/paths, store/atomic): directories a user names resolved as the kernel does,
-atomic writes beside the target renamed by fd, private staging dirs and removal that never follows a link."""
+"""Walking paths by directory fds (store/paths.py): directories a user names resolved as the kernel does, a link
+at a name replaced by a write and never followed, a linked component named in the error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from jitwarden.store import atomic, paths, removal, tempdirs
+from jitwarden.store import paths
 
 
 def _tree(top) -> list:
@@ -46,44 +46,6 @@ def test_open_parent_refuses_a_directory_but_not_a_link_at_the_name(tmp_path):
     fd, name = paths.open_parent(str(tmp_path / "ln"))
     os.close(fd)
     assert name == "ln"
-
-
-def test_write_atomic_replaces_a_link_and_leaves_nothing_on_failure(tmp_path):
-    victim = tmp_path / "victim"
-    victim.write_text("precious")
-    os.symlink(victim, tmp_path / "out")
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        atomic.write_atomic(fd, "out", b"new", ".out.", mode=0o600)
-        assert victim.read_text() == "precious" and (tmp_path / "out").read_bytes() == b"new"
-        assert oct((tmp_path / "out").stat().st_mode & 0o777) == oct(0o600)
-        (tmp_path / "dir").mkdir()
-        with pytest.raises(IsADirectoryError):
-            atomic.write_atomic(fd, "dir", b"x", ".dir.")
-        with pytest.raises(RuntimeError), atomic.AtomicWriter(fd, "late", ".late.") as w:
-            w.write(b"half")
-            raise RuntimeError("killed half way")
-    finally:
-        os.close(fd)
-    assert sorted(os.listdir(tmp_path)) == ["dir", "out", "victim"]
-
-
-def test_rmtree_at_removes_a_staging_dir_without_following_links(tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "keep").write_text("x")
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        name, sfd = tempdirs.make_temp_dir(fd, ".jitwarden-import.")
-        assert oct(os.fstat(sfd).st_mode & 0o777) == oct(0o700)
-        os.close(sfd)
-        os.makedirs(tmp_path / name / "0" / "sub")
-        (tmp_path / name / "0" / "f").write_text("y")
-        os.symlink(outside, tmp_path / name / "0" / "link")
-        removal.rmtree_at(fd, name)
-    finally:
-        os.close(fd)
-    assert sorted(os.listdir(tmp_path)) == ["outside"] and (outside / "keep").read_text() == "x"
 
 
 def test_open_beneath_names_the_linked_component(tmp_path):
