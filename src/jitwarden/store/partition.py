@@ -9,6 +9,7 @@ belongs to and when it was last used, for ``status`` and pruning.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import time
@@ -107,11 +108,14 @@ def read_info(partition: str) -> PartitionInfo | None:
         if not isinstance(kinds, (list, tuple)) or not all(isinstance(k, str) for k in kinds):
             return None
         headline, python = doc.get("headline"), doc.get("python")
+        created, last_used = float(doc.get("created") or 0), float(doc.get("last_used") or 0)
+        if not (math.isfinite(created) and math.isfinite(last_used)):
+            return None  # 1e999999 is infinity: a partition "used forever" would never be touched or pruned
         return PartitionInfo(
             str(doc["digest"]),
             headline if isinstance(headline, str) else None,
-            float(doc.get("created") or 0),
-            float(doc.get("last_used") or 0),
+            created,
+            last_used,
             tuple(kinds),
             python if isinstance(python, str) else None,
         )

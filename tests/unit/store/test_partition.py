@@ -67,6 +67,8 @@ def test_ensure_makes_and_records_it_then_touches_at_most_once_a_minute(tmp_path
         '{"digest": "d", "kinds": "triton"}',
         '{"digest": "d", "kinds": [1]}',
         '{"digest": "d", "created": "yesterday"}',
+        '{"digest": "d", "last_used": 1e999999}',  # infinity: "in use forever", never pruned
+        '{"digest": "d", "created": -1e999999}',
     ],
 )
 def test_a_damaged_record_is_no_record(tmp_path, doc):
