@@ -107,7 +107,8 @@ def test_a_partition_not_ours_to_use_is_refused(tmp_path):
     os.chmod(base / PARTITIONS_DIR, 0o755)
     for d in (base / PARTITIONS_DIR, p):
         os.chown(d, NOBODY, NOBODY)
-    assert partition.unusable(p) is None  # root may use anyone's
+    # another uid's partition proves nothing to root either (issue 32: no exemption for root)
+    assert partition.unusable(p) == f"{base / PARTITIONS_DIR} belongs to uid {NOBODY}"
     assert partition.unusable(p, uid=1000) == f"{base / PARTITIONS_DIR} belongs to uid {NOBODY}"
     real = tmp_path / "elsewhere"
     real.mkdir()
