@@ -216,21 +216,9 @@ def search_path() -> list[str]:
 def package_dir(name: str) -> str | None:
     """Directory of the top-level package ``name`` in the environment judged against, found without
     importing it (another interpreter's: searched on its ``sys.path`` alone, never on ours)."""
-    if _USED is None:
-        from jitwarden.store.fsutil import package_dir as own
+    from jitwarden.store.fsutil import package_dir as find
 
-        return own(name)
-    from importlib.machinery import PathFinder
-
-    try:
-        spec = PathFinder.find_spec(name, list(_USED.path))
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    for loc in spec.submodule_search_locations or ():
-        return loc
-    return os.path.dirname(spec.origin) if spec.origin else None
+    return find(name, None if _USED is None else _USED.path)
 
 
 def python_tag() -> str:

@@ -309,8 +309,12 @@ def _symtab_diff(a: Elf, sa: Section, b: Elf, sb: Section) -> Diff | None:
     )
 
 
-def _section_head(p: Elf, s: Section, index_link: bool, index_info: bool) -> tuple[object, ...]:
-    """A section's header as compared: its fields, with link and info as the names they index."""
+def _section_head(p: Elf, s: Section, like: Section | None = None) -> tuple[object, ...]:
+    """A section's header as compared: its fields, with link and info as the names they index where the type and
+    flags of ``like`` (``s`` itself by default; of two compared, the first's) say they are indexes."""
+    k = s if like is None else like
+    index_link = k.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or k.link != 0
+    index_info = k.type in (SHT_RELA, SHT_REL) or bool(k.flags & SHF_INFO_LINK)
     return (
         s.type,
         s.flags,
@@ -333,12 +337,7 @@ def _section_diff(a: Elf, sa: Section, b: Elf, sb: Section) -> Diff | None:
             sa.name,
             sa.offset + i,
         )
-    index_link = sa.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or sa.link != 0
-    index_info = sa.type in (SHT_RELA, SHT_REL) or bool(sa.flags & SHF_INFO_LINK)
-    ha, hb = (
-        _section_head(a, sa, index_link, index_info),
-        _section_head(b, sb, index_link, index_info),
-    )
+    ha, hb = _section_head(a, sa), _section_head(b, sb, sa)
     if ha != hb:
         return (f"section {sa.name} header differs: {ha} vs {hb}", sa.name, None)
     return None
@@ -392,21 +391,7 @@ def _view(data: bytes) -> View | None:
     heads: list[tuple[object, ...]] = []
     contents: dict[str, bytes] = {}
     for s in kept:
-        index_link = s.type in (SHT_SYMTAB, SHT_RELA, SHT_REL) or s.link != 0
-        index_info = s.type in (SHT_RELA, SHT_REL) or bool(s.flags & SHF_INFO_LINK)
-        heads.append(
-            (
-                s.name,
-                s.type,
-                s.flags,
-                s.addr,
-                s.size,
-                s.align,
-                s.entsize,
-                _link_name(p, s, s.link, index_link),
-                _link_name(p, s, s.info, index_info),
-            )
-        )
+        heads.append((s.name, *_section_head(p, s)))
         if s.type == SHT_SYMTAB:
             heads.append(("symbols", s.name, tuple(_symbols(p, s))))
         else:

@@ -124,25 +124,15 @@ def parse(data: bytes, suffix: str) -> CupyPayload:
         if problem or unknown:
             return CupyPayload(problem=problem, unknown=unknown, payload=kind)
         missing = [n for n in names if n not in kernels]
-        if missing:
-            return CupyPayload(
-                problem=f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel",
-                unknown=None,
-                payload=kind,
-                cubin_sm=sm,
-                ptx_target=None,
-                kernels=kernels,
-                mangled_names=names,
-                contradiction=True,
-            )
         return CupyPayload(
-            problem=None,
-            unknown=None,
+            problem=f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel"
+            if missing
+            else None,
             payload=kind,
             cubin_sm=sm,
-            ptx_target=None,
             kernels=kernels,
             mangled_names=names,
+            contradiction=bool(missing),
         )
     if not names and (b".version" in body[:4096] or b".target" in body[:4096]):
         hdr = parse_header(body[:16384])

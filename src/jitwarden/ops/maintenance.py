@@ -132,44 +132,28 @@ def clean(
         why = check(a.root, a.path, now, orphan_age)
         if why:
             done = [Outcome(a.path, a.id, "skipped", why)]
-        elif a.scope == "leftovers":
-            old, _fresh = leftovers(a.path, now, orphan_age)
+        else:
             done = [
                 _move(
-                    os.path.join(a.path, n),
-                    a.root,
-                    f"{a.id}/{n}",
-                    a.kind,
-                    _reason(a),
-                    a.details,
-                    purge,
-                    by,
-                    fingerprint,
-                    batch,
+                    path, a.root, eid, a.kind, _reason(a), a.details, purge, by, fingerprint, batch
                 )
-                for n in old
+                for path, eid in _targets(a, now, orphan_age)
             ] or [
                 Outcome(
                     a.path, a.id, "skipped", "no write leftovers older than the orphan age any more"
                 )
             ]
-        else:
-            done = [
-                _move(
-                    a.path,
-                    a.root,
-                    a.id,
-                    a.kind,
-                    _reason(a),
-                    a.details,
-                    purge,
-                    by,
-                    fingerprint,
-                    batch,
-                )
-            ]
         outcomes += done
     return outcomes
+
+
+def _targets(a, now: float, orphan_age: float) -> list[tuple[str, str]]:
+    """(path, entry id) of what clean action ``a`` moves: its entry, or the write leftovers in it past the orphan
+    age (none left: empty)."""
+    if a.scope == "leftovers":
+        old, _fresh = leftovers(a.path, now, orphan_age)
+        return [(os.path.join(a.path, n), f"{a.id}/{n}") for n in old]
+    return [(a.path, a.id)]
 
 
 def _reason(a) -> str:

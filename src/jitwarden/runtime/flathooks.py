@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 from jitwarden.runtime import flatseal, postimport
 
@@ -66,6 +68,16 @@ def _failed(exc: Exception) -> None:
     _failures.append(type(exc).__name__)
 
 
+def _or_miss(read: Callable[..., bytes | None], *args: Any) -> bytes | None:
+    """``read(*args)``: the bytes a hook hands the tool, or None (a miss: the tool compiles) where an error of
+    jitwarden's own stopped the check (:func:`_failed`), never raised into the tool."""
+    try:
+        return read(*args)
+    except Exception as exc:
+        _failed(exc)
+        return None
+
+
 def _executable(data: bytes, size: int) -> bytes | None:
     """The serialized executable in a ``-cache`` file's bytes (after the compile time), inflated to at most ``size``
     bytes (the fresh executable's: one that inflates past it is another anyway, and costs no more than it)."""
@@ -91,11 +103,9 @@ class GuardedJaxCache:
         data = self._base.get(key)
         if data is None or not key:
             return data
-        try:
-            return self._checked(key, data)
-        except Exception as exc:  # never into JAX: a miss, JAX compiles (the result right)
-            _failed(exc)
-            return None
+        return _or_miss(
+            self._checked, key, data
+        )  # never into JAX: a miss, JAX compiles (the result right)
 
     def _checked(self, key: str, data: bytes) -> bytes | None:
         name = f"{key}{SUFFIX}"
@@ -271,11 +281,9 @@ class GuardedCupyBackend:
         payload = self._base.load(name)
         if payload is None:
             return None
-        try:
-            return self._checked(name, payload)
-        except Exception as exc:  # never into CuPy: a miss, CuPy compiles (the result right)
-            _failed(exc)
-            return None
+        return _or_miss(
+            self._checked, name, payload
+        )  # never into CuPy: a miss, CuPy compiles (the result right)
 
     def _checked(self, name: str, payload: bytes) -> bytes | None:
         state = check("cupy", self._dir, name, cupy_file(payload))
@@ -364,11 +372,7 @@ def _patch_numba(mod) -> None:
         )  # this numba-cuda's shape, or AttributeError: left unguarded, said by status()
 
     def _load_index(self):
-        try:
-            data = _numba_read(self._cache_path, self._index_name)
-        except Exception as exc:
-            _failed(exc)
-            data = None
+        data = _or_miss(_numba_read, self._cache_path, self._index_name)
         if data is None:
             return {}
         f = io.BytesIO(data)
@@ -378,11 +382,7 @@ def _patch_numba(mod) -> None:
         return overloads if stamp == self._source_stamp else {}
 
     def _load_data(self, name):
-        try:
-            data = _numba_read(self._cache_path, name)
-        except Exception as exc:
-            _failed(exc)
-            data = None
+        data = _or_miss(_numba_read, self._cache_path, name)
         if data is None:
             raise FileNotFoundError(name)  # numba's load() takes it for a file gone: a miss
         return pickle.loads(data)

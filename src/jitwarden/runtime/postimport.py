@@ -3,7 +3,8 @@
 The tools whose loads jitwarden checks offer no plug-in point (ARCHITECTURE.md, "The runtime"): their one read and
 write of a cache are wrapped in place. :func:`when_imported` never imports the module itself: a finder first on
 ``sys.meta_path`` wraps the module's loader so the patch runs after the module's own code, before anyone uses it.
-A patch that raises leaves the module as it was and says why in :func:`status`.
+A patch that raises leaves the module as it was and says why in :func:`status` (in the caller's words when it
+gives ``on_error``). One finder serves every hook that waits for a module (torch's, JAX's, CuPy's, numba's).
 """
 
 from __future__ import annotations
@@ -13,15 +14,26 @@ from collections.abc import Callable
 from typing import Any
 
 _patches: dict[str, Callable[[Any], None]] = {}
+_on_error: dict[str, Callable[[str, Exception], str]] = {}
 _applied: dict[str, str] = {}  # module name -> "guarded" or why not
 
 
-def when_imported(name: str, patch: Callable[[Any], None]) -> str:
+def when_imported(
+    name: str,
+    patch: Callable[[Any], None],
+    *,
+    on_error: Callable[[str, Exception], str] | None = None,
+) -> str:
     """Run ``patch(module)`` once for module ``name``: now when imported, else right after its import. Returns
-    its state ("guarded", "waiting for import" or why not); never raises."""
+    its state ("guarded", "waiting for import" or why not); never raises.
+
+    ``on_error(name, exc)``: the state to record when ``patch`` raises (it may also warn); else a line of this
+    module's own."""
     if name in _applied:
         return _applied[name]
     _patches[name] = patch
+    if on_error is not None:
+        _on_error[name] = on_error
     mod = sys.modules.get(name)
     if mod is not None:
         _apply(name, mod)
@@ -42,9 +54,11 @@ def _apply(name: str, module) -> None:
         _patches[name](module)
         _applied[name] = "guarded"
     except Exception as exc:
-        _applied[name] = (
-            f"not guarded: {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
-        )
+        _applied[name] = _on_error.get(name, _not_guarded)(name, exc)
+
+
+def _not_guarded(name: str, exc: Exception) -> str:
+    return f"not guarded: {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
 
 
 class _Finder:

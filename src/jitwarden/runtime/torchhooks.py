@@ -32,19 +32,21 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 import time
 from typing import Any
 
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
+from jitwarden.runtime import postimport
 from jitwarden.runtime.say import log
 
 HOOKS_VAR = TORCH_HOOKS.name
 BUNDLER = "torch._inductor.triton_bundler"
 CODECACHE = "torch._inductor.codecache"
 AOTCACHE = "torch._functorch._aot_autograd.autograd_cache"
-_applied: dict[str, str] = {}  # module name -> "guarded" or why not
+_applied: dict[
+    str, str
+] = {}  # the static launcher's check -> "guarded" or how its loads are checked instead
 
 
 def enabled(env=None) -> bool:
@@ -55,20 +57,13 @@ def enabled(env=None) -> bool:
 def install(env=None) -> dict[str, str]:
     """Guard torch's kernel and graph loaders now where imported, else as soon as torch imports them; never raises.
 
-    Returns {module: "guarded" | "waiting for import" | why not}.
+    Returns {module: "guarded" | "waiting for import" | why not}. The waiting is :mod:`jitwarden.runtime.postimport`'s.
     """
     try:
         if not enabled(env):
             return dict.fromkeys(_PATCHERS, f"{HOOKS_VAR}=0")
-        waiting = False
-        for name in _PATCHERS:
-            mod = sys.modules.get(name)
-            if mod is not None:
-                _apply(name, mod)
-            elif name not in _applied:
-                waiting = True
-        if waiting and not any(isinstance(f, _Finder) for f in sys.meta_path):
-            sys.meta_path.insert(0, _Finder())
+        for name, patch in _PATCHERS.items():
+            postimport.when_imported(name, patch, on_error=_not_guarded)
         return status()
     except Exception as exc:
         return {m: f"not installed ({type(exc).__name__}: {exc})" for m in _PATCHERS}
@@ -76,57 +71,22 @@ def install(env=None) -> dict[str, str]:
 
 def status() -> dict[str, str]:
     """{module: how it is guarded}, and how the static launcher's loads are checked once torch's code cache is in."""
-    out = {m: _applied.get(m, "waiting for import") for m in _PATCHERS}
+    out = {m: _state(m) for m in _PATCHERS}
     if _STATIC in _applied:
         out[_STATIC] = _applied[_STATIC]
     return out
 
 
-class _Finder:
-    """Finds nothing itself: wraps the loader of the modules we guard so they are patched after they run."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in _PATCHERS or name in _applied:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _Loader(spec.loader, name)
-        return spec
+def _state(name: str) -> str:
+    state = postimport.status(name)
+    return "waiting for import" if state == "not asked for" else state
 
 
-class _Loader:
-    def __init__(self, inner, name: str):
-        self._inner, self._name = inner, name
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        _apply(self._name, module)
-
-    def __getattr__(self, attr):
-        return getattr(self._inner, attr)
-
-
-def _apply(name: str, module) -> None:
-    if name in _applied:
-        return
-    try:
-        _PATCHERS[name](module)
-        _applied[name] = "guarded"
-    except Exception as exc:
-        _applied[name] = (
-            f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
-        )
-        log.warning("jitwarden: %s; `jitwarden doctor` says more", _applied[name])
+def _not_guarded(name: str, exc: Exception) -> str:
+    """The state of a torch module its patch did not fit, said once as a warning."""
+    why = f"not guarded: this torch's {name} is not the shape jitwarden knows ({type(exc).__name__}: {exc})"
+    log.warning("jitwarden: %s; `jitwarden doctor` says more", why)
+    return why
 
 
 def _mark(wrapper: Any, fn: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from jitwarden.store.reads import kind_of
 
@@ -166,12 +166,18 @@ def inside(root: str, path: str) -> str | None:
     return rel
 
 
-def package_dir(name: str) -> str | None:
-    """Directory of an installed top-level package, found without importing it."""
-    import importlib.util
-
+def package_dir(name: str, path: Sequence[str] | None = None) -> str | None:
+    """Directory of an installed top-level package, found without importing it: on ``path`` alone when given
+    (another interpreter's ``sys.path``), else as this process's import would find it."""
     try:
-        spec = importlib.util.find_spec(name)
+        if path is None:
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+        else:
+            from importlib.machinery import PathFinder
+
+            spec = PathFinder.find_spec(name, list(path))
     except (ImportError, ValueError):
         return None
     if spec is None:

@@ -21,7 +21,7 @@ import pytest
 
 from jitwarden.model.layout import SEAL_FILE
 from jitwarden.store import quarantine, seal
-from tests.helpers.guarded import SRC, compile_jobs, substitute
+from tests.helpers.guarded import SRC, clean_env, compile_jobs, substitute
 
 pytest.importorskip("torch")
 
@@ -481,3 +481,38 @@ def test_the_static_launcher_gets_only_checked_kernels_and_a_damaged_one_is_reco
     (rec,) = quarantine.list_root(str(tree))
     assert rec.entry_id == entry and rec.reason == "corrupt"
     assert "as TorchInductor was about to load it" in p.stderr, p.stderr[-2000:]
+
+
+def test_a_torch_module_of_another_shape_is_left_alone_with_one_warning(tmp_path):
+    """A torch whose bundler module lacks what the wrapper knows, imported after install (the post-import finder
+    runtime/postimport shares with the JAX and CuPy hooks): the module imports as it is, status says why in
+    torch's words, and one warning points at doctor."""
+    pkg = tmp_path / "torch" / "_inductor"
+    pkg.mkdir(parents=True)
+    for f in (tmp_path / "torch" / "__init__.py", pkg / "__init__.py"):
+        f.write_text("")
+    (pkg / "triton_bundler.py").write_text("LOADED = True\n")
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from jitwarden.runtime import torchhooks
+        before = torchhooks.install()["torch._inductor.triton_bundler"]
+        import torch._inductor.triton_bundler as b
+        print(json.dumps([before, b.LOADED, torchhooks.status()["torch._inductor.triton_bundler"]]))
+        """
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=clean_env(tmp_path),
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    before, loaded, after = json.loads(p.stdout)
+    assert before == "waiting for import" and loaded is True
+    assert after.startswith(
+        "not guarded: this torch's torch._inductor.triton_bundler is not the shape jitwarden knows (AttributeError"
+    )
+    assert p.stderr.count("`jitwarden doctor` says more") == 1, p.stderr

@@ -23,6 +23,24 @@ if TYPE_CHECKING:
     from jitwarden.ops.bundle import Manifest
 
 
+def add_bundle_arguments(p, unsigned_help: str) -> None:
+    """``--kind``, ``--key`` and ``--unsigned``: what goes into a bundle and who signs it (export, push)."""
+    from jitwarden.model import settings
+
+    p.add_argument(
+        "--kind",
+        action="append",
+        metavar="KIND",
+        help="only these partitioned cache kinds (repeatable): triton, inductor, vllm, torch-ext",
+    )
+    p.add_argument(
+        "--key",
+        metavar="PATH",
+        help=f"secret key (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)",
+    )
+    p.add_argument("--unsigned", action="store_true", help=unsigned_help)
+
+
 def select(report) -> tuple[list, list]:
     """(entries to export, [(entry, why not)]): anything with a finding at warn level or above stays home."""
     take, leave = [], []

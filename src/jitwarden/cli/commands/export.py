@@ -13,7 +13,6 @@ import sys
 from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _bundles, _common
-from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError, os_error_line
 from jitwarden.model.text import human_size, plural
 
@@ -32,22 +31,7 @@ def register(sub) -> None:
         metavar="FILE",
         help="the bundle to write (.gz: compressed)",
     )
-    p.add_argument(
-        "--kind",
-        action="append",
-        metavar="KIND",
-        help="only these partitioned cache kinds (repeatable): triton, inductor, vllm, torch-ext",
-    )
-    p.add_argument(
-        "--key",
-        metavar="PATH",
-        help=f"secret key (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)",
-    )
-    p.add_argument(
-        "--unsigned",
-        action="store_true",
-        help="write an unsigned bundle (import refuses it by default)",
-    )
+    _bundles.add_bundle_arguments(p, "write an unsigned bundle (import refuses it by default)")
     options.add_format_argument(p)
     options.add_rebuild_arguments(p)
     p.set_defaults(func=run)

@@ -12,7 +12,6 @@ import sys
 from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _bundles, _common
-from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from jitwarden.model.text import human_size, plural
 
@@ -25,20 +24,7 @@ def register(sub) -> None:
         "an OCI artifact to REF, added to the tag's index beside other fingerprints' bundles.",
     )
     p.add_argument("ref", metavar="REF", help="HOST[:PORT]/REPO[:TAG] (the tag defaults to latest)")
-    p.add_argument(
-        "--kind",
-        action="append",
-        metavar="KIND",
-        help="only these partitioned cache kinds (repeatable): triton, inductor, vllm, torch-ext",
-    )
-    p.add_argument(
-        "--key",
-        metavar="PATH",
-        help=f"secret key (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)",
-    )
-    p.add_argument(
-        "--unsigned", action="store_true", help="push an unsigned bundle (pull refuses it)"
-    )
+    _bundles.add_bundle_arguments(p, "push an unsigned bundle (pull refuses it)")
     _bundles.add_insecure_argument(p)
     options.add_format_argument(p)
     options.add_rebuild_arguments(p)
