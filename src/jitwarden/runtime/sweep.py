@@ -203,17 +203,15 @@ def _recheck(path: str, digest: str | None, counts: dict, then: str | None = Non
         s = seal.read(path)
     except seal.SealError as exc:
         return _set_aside(path, "corrupt", [str(exc)], digest, counts, then)
-    if (
-        s is None
-    ):  # a seal this reader does not believe (an older jitwarden's, another user's): no seal
+    if s is None:
+        # No seal believed: one this reader does not believe (an older jitwarden's, another user's), or
+        # one gone since the entry was listed. Either way an unsealed entry: judged and proven as one.
         counts["rehashed"] -= 1
         return _seal_unsealed(path, digest, counts, None, then)
     if why := seal.foreign(s.fingerprint, digest):
         return _set_aside(
             path, "mismatch", [why], digest, counts, then
         )  # moved in from another environment
-    if s is None:
-        return None  # its seal went since it was listed: another process took the entry
     present = _tree.files(path)
     found = seal.judge(path, s, present=present)
     # Inductor's bundle rewrites a group file's absolute paths when it restores an entry
