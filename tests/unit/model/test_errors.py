@@ -35,6 +35,7 @@ OUTSIDE = {
     "Rejected": "runtime/remote: private, a remote blob refused; the runtime never raises to a user",
     "LockTimeout": "store/entrylock: an OSError (ETIMEDOUT) of the disk layer; the runtime turns it into a miss",
     "UntrustedDir": "store/tempdirs: an OSError (EPERM) of the disk layer; callers pass over to the next place",
+    "SealKeyError": "store/sealkey: an OSError of the disk layer; the runtime falls back to the user's own key and doctor words it (seal-key)",
 }
 
 
