@@ -347,41 +347,9 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     s = base.survey(root, name)
     out = base.survey_findings(s, root_uid, "entry")
     top = name.partition("/")[0]
-    if s.is_symlink:
-        return base.not_a_directory(KIND, root, name, s, out, "entry", None, JaxFacts())
-    if s.is_dir:
-        out.append(Finding("unrecognised", "a directory where JAX writes files"))
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "other",
-            None,
-            None,
-            s.bytes,
-            s.mtime,
-            findings=tuple(out),
-            facts=JaxFacts(),
-        )
-    if not s.files:
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "other",
-            None,
-            None,
-            0,
-            s.mtime,
-            findings=tuple(out),
-            facts=JaxFacts(),
-        )
-    f = s.files[0]
-    if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:
-        etype = "autotune" if top == AUTOTUNE_DIR else "kernel-cache"
-        out += _xla_file_findings(s.path, name, f.size, j)
+
+    def plain(etype: str, size: int, mtime: float) -> Entry:
+        """The entry as found so far: no module, no key, the findings gathered up to here."""
         return Entry(
             KIND,
             root,
@@ -390,29 +358,30 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             etype,
             None,
             None,
-            f.size,
-            f.mtime,
+            size,
+            mtime,
             findings=tuple(out),
             facts=JaxFacts(),
         )
+
+    if s.is_symlink:
+        return base.not_a_directory(KIND, root, name, s, out, "entry", None, JaxFacts())
+    if s.is_dir:
+        out.append(Finding("unrecognised", "a directory where JAX writes files"))
+        return plain("other", s.bytes, s.mtime)
+    if not s.files:
+        return plain("other", 0, s.mtime)
+    f = s.files[0]
+    if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:
+        etype = "autotune" if top == AUTOTUNE_DIR else "kernel-cache"
+        out += _xla_file_findings(s.path, name, f.size, j)
+        return plain(etype, f.size, f.mtime)
     m = ENTRY.match(name)
     if m is None:
         out.append(
             Finding("unrecognised", "not named <module>-<sha256>-cache as JAX names entries")
         )
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "other",
-            None,
-            None,
-            f.size,
-            f.mtime,
-            findings=tuple(out),
-            facts=JaxFacts(),
-        )
+        return plain("other", f.size, f.mtime)
     module, khash, part = m.groups()
     key = f"{module}-{khash}"
     if part == "atime":
