@@ -84,6 +84,25 @@ def test_a_cache_of_another_triton_is_another_environments_not_dead_weight(
     assert all("clean --stale" not in (p["fix"] or "") for p in doc["problems"]), doc["problems"]
     assert "--python" in line["fix"]
 
+    # Asked for by hand, `clean --stale` still plans them, but says first whose they most likely are.
+    p = jw(
+        "clean",
+        "--stale",
+        "--dry-run",
+        "--python",
+        triton_venv,
+        "--target",
+        "90",
+        root,
+        env=env,
+        src=None,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "most likely another environment's cache" in p.stderr and "Triton 3.6.0" in p.stderr, (
+        p.stderr
+    )
+    assert "doctor --python" in p.stderr and os.path.isdir(root)  # a dry run: nothing moved
+
     # The same cache judged against the environment that wrote it (the test venv: Triton 3.6.0) is not stale.
     _rc, own = doctor(env, "--python", sys.executable, "--target", "90", root)
     assert own["environment"]["packages"].get("triton") == "3.6.0"

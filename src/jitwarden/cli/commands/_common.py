@@ -460,3 +460,54 @@ def load_fingerprint(path: str):
         return Fingerprint.from_json(data)
     except ValueError as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+UNUSED_PARTITION_AGE = 30 * 86400.0
+"""A partition nobody used for this long is dead weight (``prune`` takes it), not another environment's cache."""
+
+
+def writers(entries) -> str:
+    """``Triton 3.6.0`` (or ``Triton 3.6.0, 3.5.1``): the Triton versions that built ``entries``, most first
+    (the metadata's ``triton_version``), or ``another toolchain`` when none says (pure)."""
+    seen: dict[str, int] = {}
+    for e in entries:
+        v = getattr(e.facts, "triton_version", None)
+        if v:
+            seen[v] = seen.get(v, 0) + 1
+    if not seen:
+        return "another toolchain"
+    return "Triton " + ", ".join(sorted(seen, key=lambda v: -seen[v]))
+
+
+def other_environments(
+    report, unused_age: float
+) -> tuple[dict[str, list], dict[str, int], list[str]]:
+    """(stale entries by root, entries holding code by root, the roots most likely another environment's):
+    a root most of whose entries another toolchain built is a cache in use there (a workload's venv beside a
+    standalone jitwarden), not dead weight, unless it is a partition nobody used for ``unused_age`` seconds.
+    The one rule ``doctor`` (no ``clean --stale`` offered) and ``clean --stale`` (said before the plan) share."""
+    from jitwarden.model.entries import HOLDS_NO_CODE
+
+    stale: dict[str, list] = {}
+    judged: dict[str, int] = {}
+    for e in report.entries:
+        judged[e.root] = judged.get(e.root, 0) + (e.type not in HOLDS_NO_CODE)
+        if any(f.code == "stale" for f in e.findings):
+            stale.setdefault(e.root, []).append(e)
+    theirs = [
+        r
+        for r, es in stale.items()
+        if 2 * len(es) > judged[r] and not _unused(report, r, unused_age)
+    ]
+    return stale, judged, theirs
+
+
+def _unused(report, root: str, unused_age: float) -> bool:
+    """Whether ``root`` is a partition nobody used for ``unused_age`` seconds: dead weight, which ``prune``
+    takes, not a cache in use elsewhere."""
+    from jitwarden.store import partition
+
+    if not any(c.root.path == root and c.root.partition for c in report.caches):
+        return False
+    info = partition.read_info(root)
+    return info is not None and time.time() - info.last_used > unused_age

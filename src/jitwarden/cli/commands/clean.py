@@ -125,6 +125,8 @@ def run(args) -> int:
     report = scan(args, fp, req, memo)
     plan = cleanplan.plan_clean(report, sel)
     fmt = out.output_format(args)
+    if args.stale:
+        _say_other_environments(report)
     fmt.human(print_plan, plan, long=args.long)
     if not plan.actions or not _common.confirm(
         args,
@@ -167,6 +169,22 @@ def run(args) -> int:
         lambda: print_outcomes(outcomes, args.purge, batch, plan.roots),
     )
     return 0
+
+
+def _say_other_environments(report) -> None:
+    """Before a ``--stale`` plan, one line per root most of whose entries another toolchain built
+    (``_common.other_environments``, the rule ``doctor`` uses to offer no ``clean --stale`` there): most likely
+    another environment's cache, in use there, which the plan would take. Said, not refused: the plan still
+    asks (default No), and what it moves can be restored."""
+    stale, judged, theirs = _common.other_environments(report, _common.UNUSED_PARTITION_AGE)
+    for root in theirs:
+        print(
+            f"warning: {len(stale[root])} of {plural(judged[root], 'entry')} in {display(root)} were built "
+            f"by {_common.writers(stale[root])}, not by the environment judged against "
+            f"({out.environment_words(report.judge)}): most likely another environment's cache, in use there; "
+            "`jitwarden doctor --python PATH` judges it against the Python that writes it",
+            file=sys.stderr,
+        )
 
 
 def _cascade(

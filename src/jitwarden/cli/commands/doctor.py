@@ -243,19 +243,6 @@ def unproven_problems(report, suffix: str, rebuilt: bool) -> list[Problem]:
     ]
 
 
-def writers(report, entries) -> str:
-    """``Triton 3.6.0`` (or ``Triton 3.6.0, 3.5.1``): the Triton versions that built ``entries``, most first
-    (the metadata's ``triton_version``), or ``another toolchain`` when none says (pure)."""
-    seen: dict[str, int] = {}
-    for e in entries:
-        v = getattr(e.facts, "triton_version", None)
-        if v:
-            seen[v] = seen.get(v, 0) + 1
-    if not seen:
-        return "another toolchain"
-    return "Triton " + ", ".join(sorted(seen, key=lambda v: -seen[v]))
-
-
 def recorded_writer(report, entries) -> str | None:
     """The Python the partitions holding most of ``entries`` record as their writer
     (``store.partition.PartitionInfo.python``), when it still exists and is not the one judged against; None
@@ -290,34 +277,13 @@ def _ours(path: str) -> bool:
     return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
 
 
-def _unused(report, root: str) -> bool:
-    """Whether ``root`` is a partition nobody used for :data:`PRUNE_AGE`: dead weight, which ``prune`` takes
-    (``partition_problems`` offers it), not a cache in use elsewhere."""
-    import time
-
-    from jitwarden.store import partition
-
-    if not any(c.root.path == root and c.root.partition for c in report.caches):
-        return False
-    info = partition.read_info(root)
-    return info is not None and time.time() - info.last_used > PRUNE_AGE
-
-
 def another_environments(report, probs: list[Problem], suffix: str) -> list[Problem]:
     """``probs`` with the ``stale`` line split by root: a root (or partition) most of whose entries another
     toolchain built is another environment's cache, still in use there (a workload's venv beside a standalone
     jitwarden), not dead weight. Its entries are said to be so (``other-environment``), with the command that
     judges them against that environment, and no ``clean --stale`` that would take them is offered: what
     stays ``stale`` gets a ``clean`` of its own roots only (pure, but for the partitions' records)."""
-    from jitwarden.model.entries import HOLDS_NO_CODE
-
-    stale: dict[str, list] = {}
-    judged: dict[str, int] = {}
-    for e in report.entries:
-        judged[e.root] = judged.get(e.root, 0) + (e.type not in HOLDS_NO_CODE)
-        if any(f.code == "stale" for f in e.findings):
-            stale.setdefault(e.root, []).append(e)
-    theirs = [r for r, es in stale.items() if 2 * len(es) > judged[r] and not _unused(report, r)]
+    stale, judged, theirs = _common.other_environments(report, PRUNE_AGE)
     if not theirs:
         return probs
     mine = [r for r in stale if r not in theirs]
@@ -353,7 +319,7 @@ def another_environments(report, probs: list[Problem], suffix: str) -> list[Prob
             len(entries),
             f"{len(entries)} of {plural(total, 'entry')} in {plural(len(theirs), 'root')} "
             f"{'was' if len(entries) == 1 else 'were'} built by "
-            f"{writers(report, entries)}, not by the environment judged against "
+            f"{_common.writers(entries)}, not by the environment judged against "
             f"({out.environment_words(report.judge)}): most likely another environment's cache, in use "
             "there; `clean --stale` would quarantine what that environment loads",
             fix,
@@ -391,7 +357,7 @@ def mixed_gpus(fp) -> list[Problem]:
     ]
 
 
-PRUNE_AGE = 30 * 86400.0
+PRUNE_AGE = _common.UNUSED_PARTITION_AGE
 """The age ``doctor`` suggests pruning other environments' partitions at (``prune --older-than 30d``)."""
 
 
