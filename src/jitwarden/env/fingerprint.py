@@ -25,7 +25,7 @@ from jitwarden.env.ptxas import PtxasInfo
 from jitwarden.formats import jsonlimits
 from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
 from jitwarden.store.fsutil import (
-    ensure_dir,
+    make_dirs,
     memo_dir,
     read_bytes,
     read_private,
@@ -608,7 +608,7 @@ def _save_memo(path: str, memo: dict[str, Any]) -> None:
             items = list(v.items())[-_MEMO_CAP:]
             data[k] = dict(items)
     try:
-        ensure_dir(os.path.dirname(path) or ".", 0o700)
+        make_dirs(os.path.dirname(path) or ".", 0o700)
         write_json_atomic(path, data, ".fingerprint-memo.", mode=0o600)
     except (OSError, TypeError, ValueError):
         pass

@@ -140,10 +140,10 @@ def _usable_base(base: str) -> tuple[str, bool] | None:
     ``unsafe``: others could write or own it (a sharing problem, fixed by owner and mode), as opposed
     to a place we cannot create or write (fixed by pointing the cache elsewhere).
     """
-    from jitwarden.store.fsutil import ensure_dir
+    from jitwarden.store.fsutil import make_dirs
 
     try:
-        ensure_dir(base)
+        make_dirs(base)
         why = next(iter(locations.root_problems(base)), None)
     except OSError as exc:
         return f"cannot create it: {exc.strerror}", False
@@ -187,7 +187,7 @@ def _not_ours(top: str) -> str | None:
     """
     import stat
 
-    from jitwarden.store.fsutil import ensure_dir, why_not_private
+    from jitwarden.store.fsutil import make_dirs, why_not_private
     from jitwarden.store.tempdirs import why_untrusted
 
     parent = os.path.dirname(os.path.abspath(top))
@@ -198,7 +198,7 @@ def _not_ours(top: str) -> str | None:
     if why:
         return f"{parent} {why}"
     try:
-        ensure_dir(top, 0o700)
+        make_dirs(top, 0o700)
         st = os.stat(top)
     except OSError as exc:
         return f"{top}: {exc.strerror or exc}"
@@ -211,12 +211,12 @@ def _not_ours(top: str) -> str | None:
 
 def _fresh_base(kind: str, env) -> str | None:
     """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
-    from jitwarden.store.fsutil import private_tempdir
+    from jitwarden.store.fsutil import private_dir
 
     for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
         if tmp and os.path.isdir(tmp):
             try:
-                return private_tempdir(f"jitwarden-{kind}-", tmp)
+                return private_dir(f"jitwarden-{kind}-", tmp)
             except OSError:
                 continue
     return None

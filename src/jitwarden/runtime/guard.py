@@ -44,7 +44,7 @@ from jitwarden.store import seal as _seal
 from jitwarden.store.entrylock import LockTimeout
 from jitwarden.store.entrylock import lock as _lock
 from jitwarden.store.entrylock import unlock as _unlock
-from jitwarden.store.fsutil import ensure_dir, open_entry_dir, read_bytes
+from jitwarden.store.fsutil import make_dirs, open_entry_dir, read_bytes
 from jitwarden.store.partition import digest_of
 from jitwarden.store.served import Served
 
@@ -219,7 +219,7 @@ class GuardedCacheManager(FileCacheManager):
                 _setaside.line(rec, "Triton cache entry", code, details, "recompiling"),
             )
         if make:
-            ensure_dir(self.cache_dir)  # Triton's put writes into self.cache_dir
+            make_dirs(self.cache_dir)  # Triton's put writes into self.cache_dir
 
     def _check_seal(self, names, also_fingerprint: bool = True) -> _Verdict | None:
         """None when ``names`` are sealed and match; else the verdict (legacy or bad)."""
@@ -545,7 +545,7 @@ class GuardedCacheManager(FileCacheManager):
                 _FALLBACK_ROOT,
             )
         d = os.path.join(_FALLBACK_ROOT, os.path.basename(self.cache_dir.rstrip(os.sep)))
-        ensure_dir(d)
+        make_dirs(d)
         return d
 
     def _private(self, filename: str, raw: bytes, path: str) -> str:

@@ -51,7 +51,7 @@ from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
 from jitwarden.store.fsutil import (
     NotPrivate,
-    ensure_dir,
+    make_dirs,
     memo_dir,
     read_head,
     read_private,
@@ -486,7 +486,7 @@ def _store(path: str, entry: dict) -> None:
     ]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:
-        ensure_dir(os.path.dirname(path) or ".", 0o700)
+        make_dirs(os.path.dirname(path) or ".", 0o700)
         if why_not_private(os.stat(os.path.dirname(path) or ".")):
             last = "not stored: the memo dir is writable by others"
             return

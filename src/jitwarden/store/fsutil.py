@@ -12,8 +12,8 @@ Each concern has its own module, with one way to do its job (ARCHITECTURE.md, "L
 - :mod:`~jitwarden.store.entrylock` and :mod:`~jitwarden.store.locks`: lock files and bounded waits.
 
 New code imports from those modules. This module re-exports their public names unchanged, so code that
-imports ``jitwarden.store.fsutil`` keeps working; ``ensure_dir`` and ``private_tempdir`` are the old
-names of ``make_dirs`` and ``private_dir``.
+imports ``jitwarden.store.fsutil`` keeps working (one name per job: the old synonyms ``ensure_dir`` and
+``private_tempdir`` are gone, their callers use ``make_dirs`` and ``private_dir``).
 """
 
 from __future__ import annotations
@@ -88,9 +88,6 @@ from jitwarden.store.tempdirs import (
     private_dir,
 )
 
-ensure_dir = make_dirs
-private_tempdir = private_dir
-
 __all__ = [
     "HASH_CHUNK",
     "MAX_READ",
@@ -104,7 +101,6 @@ __all__ = [
     "chmod_at",
     "create_new",
     "digest_file",
-    "ensure_dir",
     "fd_path",
     "inside",
     "kind_of",
@@ -124,7 +120,6 @@ __all__ = [
     "open_regular_file",
     "package_dir",
     "private_dir",
-    "private_tempdir",
     "read_bytes",
     "read_chunks",
     "read_fd",
