@@ -479,12 +479,11 @@ def writers(entries) -> str:
     return "Triton " + ", ".join(sorted(seen, key=lambda v: -seen[v]))
 
 
-def other_environments(
-    report, unused_age: float
-) -> tuple[dict[str, list], dict[str, int], list[str]]:
+def other_environments(report) -> tuple[dict[str, list], dict[str, int], list[str]]:
     """(stale entries by root, entries holding code by root, the roots most likely another environment's):
     a root most of whose entries another toolchain built is a cache in use there (a workload's venv beside a
-    standalone jitwarden), not dead weight, unless it is a partition nobody used for ``unused_age`` seconds.
+    standalone jitwarden), not dead weight, unless it is a partition nobody used for
+    :data:`UNUSED_PARTITION_AGE`.
     The one rule ``doctor`` (no ``clean --stale`` offered) and ``clean --stale`` (said before the plan) share."""
     from jitwarden.model.entries import HOLDS_NO_CODE
 
@@ -494,20 +493,16 @@ def other_environments(
         judged[e.root] = judged.get(e.root, 0) + (e.type not in HOLDS_NO_CODE)
         if any(f.code == "stale" for f in e.findings):
             stale.setdefault(e.root, []).append(e)
-    theirs = [
-        r
-        for r, es in stale.items()
-        if 2 * len(es) > judged[r] and not _unused(report, r, unused_age)
-    ]
+    theirs = [r for r, es in stale.items() if 2 * len(es) > judged[r] and not _unused(report, r)]
     return stale, judged, theirs
 
 
-def _unused(report, root: str, unused_age: float) -> bool:
-    """Whether ``root`` is a partition nobody used for ``unused_age`` seconds: dead weight, which ``prune``
-    takes, not a cache in use elsewhere."""
+def _unused(report, root: str) -> bool:
+    """Whether ``root`` is a partition nobody used for :data:`UNUSED_PARTITION_AGE`: dead weight, which
+    ``prune`` takes, not a cache in use elsewhere."""
     from jitwarden.store import partition
 
     if not any(c.root.path == root and c.root.partition for c in report.caches):
         return False
     info = partition.read_info(root)
-    return info is not None and time.time() - info.last_used > unused_age
+    return info is not None and time.time() - info.last_used > UNUSED_PARTITION_AGE

@@ -176,7 +176,7 @@ def _say_other_environments(report) -> None:
     (``_common.other_environments``, the rule ``doctor`` uses to offer no ``clean --stale`` there): most likely
     another environment's cache, in use there, which the plan would take. Said, not refused: the plan still
     asks (default No), and what it moves can be restored."""
-    stale, judged, theirs = _common.other_environments(report, _common.UNUSED_PARTITION_AGE)
+    stale, judged, theirs = _common.other_environments(report)
     for root in theirs:
         print(
             f"warning: {len(stale[root])} of {plural(judged[root], 'entry')} in {display(root)} were built "

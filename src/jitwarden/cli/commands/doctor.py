@@ -283,7 +283,7 @@ def another_environments(report, probs: list[Problem], suffix: str) -> list[Prob
     jitwarden), not dead weight. Its entries are said to be so (``other-environment``), with the command that
     judges them against that environment, and no ``clean --stale`` that would take them is offered: what
     stays ``stale`` gets a ``clean`` of its own roots only (pure, but for the partitions' records)."""
-    stale, judged, theirs = _common.other_environments(report, PRUNE_AGE)
+    stale, judged, theirs = _common.other_environments(report)
     if not theirs:
         return probs
     mine = [r for r in stale if r not in theirs]
