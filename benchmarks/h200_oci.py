@@ -56,11 +56,24 @@ def _pull(env: dict, ref: str) -> dict:
         "stderr_tail": r["stderr"][-800:],
     }
     if r["stdout"].strip():
-        doc = json.loads(r["stdout"])
-        out.update(
-            counts=doc.get("counts"), refused=doc.get("refused"), manifest=doc.get("manifest")
-        )
+        out["doc"] = json.loads(
+            r["stdout"]
+        )  # the whole JSON: every outcome, each refusal with its why
+        out["counts"] = out["doc"].get("counts")
+        out["refused_entries"] = [
+            o for o in out["doc"].get("entries") or () if o.get("action") == "refused"
+        ]
     return out
+
+
+def _capture(env: dict, dest: str) -> None:
+    """The builder's caches as a tarball (a real capture, kept under tests/data as a test)."""
+    import tarfile
+
+    with tarfile.open(dest, "w:gz") as t:
+        for d in gp.cache_dirs(env):
+            if os.path.isdir(d):
+                t.add(d, arcname=os.path.basename(d.rstrip("/")))
 
 
 def _layer_file(reg, push_doc: dict) -> str:
@@ -90,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--control", action="store_true", help="also a cold start in a fresh HOME, no pull"
     )
+    ap.add_argument("--capture", action="store_true", help="tar the builder's caches into --out")
     args = ap.parse_args(argv)
     if not args.registry or not os.path.exists(args.registry):
         raise SystemExit("no registry binary: --registry PATH (carry /usr/bin/docker-registry)")
@@ -127,6 +141,9 @@ def main(argv=None) -> int:
             gp.run_workload(builder, True, args.mode, script) for _ in range(args.reps)
         ]
         save()
+        if args.capture:
+            _capture(builder, os.path.join(args.out, "oci_builder_cache.tgz"))
+        res["builder_verify"] = gp.sh([*gp.jw(), "verify", "--format", "json"], builder)
 
         cmd = [*gp.jw(), "push", ref, "--insecure", "--format", "json"] + (
             ["--rebuild"] if args.rebuild else []
