@@ -275,15 +275,15 @@ def test_start_up_check_of_a_foreign_flat_dir_takes_no_seal_on_its_word(place, e
     name = "ab" * 20 + ".cubin"
     good, bad = evil_cubin[:64], evil_cubin[64:128]
     (d / name).write_bytes(hashlib.sha1(good).hexdigest().encode() + good)
-    seal.write(str(d), seal.compute(str(d), [name]))
+    seal.write(str(d), seal.compute(str(d), [name]), name=seal.flat_name(str(d)))
     _chown_tree(str(d), ATTACKER, ATTACKER)
     _forge(str(d), str(place / "attacker"), hashlib.sha1(bad).hexdigest().encode() + bad, name=name)
-    old, at = seal.read_stamped(str(d))
+    old, at = seal.read_stamped(str(d), name=seal.flat_name(str(d)))
     assert (old, at) == (None, None)  # the unchanged fast path of check_dir has no time to trust
     flatseal.check_dir("cupy", str(d), str(d), [name], None)
     # Judged afresh and sealed by root's own key: the recorded digest is what is there now, not the forger's word.
     assert (
-        seal.read_stamped(str(d))[0] is None
+        seal.read_stamped(str(d), name=seal.flat_name(str(d)))[0] is None
     )  # still another's dir: no seal there proves anything to root
 
 

@@ -820,7 +820,7 @@ def _dir_seal(d: str, mtime_ns: int, size: int) -> dict | None:
     try:
         with os.scandir(d) as it:
             n = sum(1 for _ in it)
-        s = seal.read(d, max_bytes=seal.dir_bound(n))
+        s = seal.read(d, max_bytes=seal.dir_bound(n), name=seal.flat_name(d))
     except (seal.SealError, OSError):
         return None
     return dict(s.files) if s else None

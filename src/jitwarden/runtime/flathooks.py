@@ -26,7 +26,10 @@ Where the hook is not installed (load hooks off, a JAX or CuPy of another shape:
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -56,16 +59,25 @@ def _say(line: str) -> None:
 
 
 _failures: list[str] = []
+_said: set[str] = set()
 
 
-def _failed(exc: Exception) -> None:
+def _once(key: str, line: str) -> None:
+    """Say ``line`` the first time ``key`` is met in this process: a stale lock or an unsealable dir costs one line a
+    run, never one a function."""
+    if key not in _said:
+        _said.add(key)
+        _say(line)
+
+
+def _failed(exc: Exception, where: str = "load hook") -> None:
     """An error of jitwarden's own inside a hook: the entry is a miss or stays unsealed (never served unchecked),
-    the tool goes on; said once per process."""
-    if not _failures:
-        _say(
-            f"load hook error ({type(exc).__name__}: {exc}); entries it could not check are compiled again"
-        )
+    the tool goes on; said once per process for each place and type of error."""
     _failures.append(type(exc).__name__)
+    _once(
+        f"{where}:{type(exc).__name__}",
+        f"{where} error ({type(exc).__name__}: {exc}); entries it could not check are compiled again",
+    )
 
 
 def _or_miss(read: Callable[..., bytes | None], *args: Any) -> bytes | None:
@@ -89,28 +101,98 @@ def _executable(data: bytes, size: int) -> bytes | None:
     return inf.data[jaxexec.TIME_BYTES :]
 
 
+# ---------------------------------------------------------------- reading before the tool reads
+
+TOOL = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}
+
+
+def read_entry(kind: str, d: str, name: str, max_bytes: int) -> tuple[bytes, int] | None:
+    """(bytes, ctime ns) of the entry file ``name`` of ``d``, read by the hook before the tool could: opened through
+    the disk layer (never following a link, never blocking on a FIFO), a regular file of at most ``max_bytes``.
+    None when absent, or when it is anything else: then refused (quarantined, a miss: the tool compiles it) with
+    one line saying what was there, so a FIFO or a link to ``/dev/zero`` costs an ``open``, not the workload."""
+    from jitwarden.store import reads
+
+    path = os.path.join(d, name)
+    try:
+        fd, st = reads.open_regular(path)
+    except FileNotFoundError:
+        return None
+    except PermissionError as exc:
+        _once(
+            f"unreadable:{path}",
+            f"{TOOL.get(kind, kind)} cache entry {path} cannot be read ({exc.strerror}); it is compiled again",
+        )
+        return None
+    except OSError as exc:  # a symlink (ELOOP), a FIFO, a device or a directory (NotRegularFile)
+        what = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        refuse(
+            kind, d, name, f"{name} is {what}, not a file {TOOL.get(kind, kind)} wrote", "corrupt"
+        )
+        return None
+    try:
+        data = reads.read_fd(fd, max_bytes, st.st_size) if st.st_size <= max_bytes else None
+    finally:
+        os.close(fd)
+    if data is None or len(data) > max_bytes:
+        why = f"{name} holds more than the {max_bytes >> 20} MiB jitwarden reads of such a file"
+        refuse(kind, d, name, why, "corrupt")
+        return None
+    return data, st.st_ctime_ns
+
+
+def _dir_problem(kind: str, d: str) -> str | None:
+    """Why seals in the cache dir ``d`` prove nothing to this process (another owner, writable by others: the trust
+    rule of :mod:`jitwarden.store.trust`), said once; None for a dir of this user's own. In such a dir nothing is
+    sealed and no lock is made, and every entry is a miss (the tool compiles it): never silently."""
+    from jitwarden.store import trust
+
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    why = "a symbolic link" if stat.S_ISLNK(st.st_mode) else trust.untrusted(d, st)
+    if why is not None:
+        tool = TOOL.get(kind, kind)
+        _once(
+            f"untrusted:{d}",
+            f"{tool} cache dir {d} is {why}: its entries prove nothing to this process (uid {os.geteuid()}) and "
+            f"are compiled again, and jitwarden writes nothing there. Fix: a dir of your own (mode 700), or "
+            f"`chmod go-w {d}` when it is yours",
+        )
+    return why
+
+
 class GuardedJaxCache:
-    """JAX's cache object (an ``LRUCache`` or its ``VerificationCache``) with its reads checked and writes sealed."""
+    """JAX's file cache (``jax._src.lru_cache.LRUCache``; inside a ``VerificationCache`` where JAX makes one) with
+    its reads checked before JAX could read and its writes sealed, never through a link."""
 
     def __init__(self, base, path: str) -> None:
         self._base = base
-        self._dir = str(path)
+        self._dir = os.fspath(path)
+        self._untrusted = _dir_problem("jax", self._dir)
 
     def __getattr__(self, attr):
         return getattr(self._base, attr)
 
     def get(self, key: str) -> bytes | None:
-        data = self._base.get(key)
-        if data is None or not key:
-            return data
-        return _or_miss(
-            self._checked, key, data
-        )  # never into JAX: a miss, JAX compiles (the result right)
+        if not key:
+            return self._base.get(key)  # JAX's own ValueError
+        return _or_miss(self._get, key)  # never into JAX: a miss, JAX compiles (the result right)
 
-    def _checked(self, key: str, data: bytes) -> bytes | None:
+    def _get(self, key: str) -> bytes | None:
+        from jitwarden.adapters.jax import MAX_ENTRY
+
         name = f"{key}{SUFFIX}"
-        state = check("jax", self._dir, name, data)
+        got = read_entry("jax", self._dir, name, MAX_ENTRY)
+        if got is None:
+            return None
+        data, ctime = got
+        if self._untrusted is not None:
+            return None  # proves nothing here: JAX compiles, and its put finds the file there
+        state = check("jax", self._dir, name, data, ctime)
         if state == "sealed":
+            self._touch(key)
             return data  # exactly the sealed bytes
         if state == "changed":
             return None
@@ -122,13 +204,52 @@ class GuardedJaxCache:
         )  # a miss: JAX compiles the module, _cache_write proves the file
         return None
 
-    def put(self, key: str, value: bytes) -> None:
-        self._base.put(key, value)
-        if key:
+    def _touch(self, key: str) -> None:
+        """What JAX's own ``get`` does on a hit beside reading: its LRU eviction's ``<key>-atime`` (8 bytes, ns,
+        little-endian), where eviction is on (``jax_compilation_cache_max_size``); written atomically by fd."""
+        if getattr(self._base, "eviction_enabled", False):
+            from jitwarden.store.atomic import write_bytes_atomic
+
             try:
-                seal_written("jax", self._dir, f"{key}{SUFFIX}", value)
-            except Exception as exc:  # left unsealed: proven at its next load
-                _failed(exc)
+                write_bytes_atomic(
+                    os.path.join(self._dir, f"{key}-atime"), time.time_ns().to_bytes(8, "little")
+                )
+            except OSError as exc:
+                _failed(exc, "JAX cache atime")
+
+    def put(self, key: str, value: bytes) -> None:
+        if not key or self._untrusted is not None:
+            return self._base.put(key, value)
+        name = f"{key}{SUFFIX}"
+        path = os.path.join(self._dir, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            _failed(exc, "JAX cache write")
+            return None
+        if st is not None:
+            if stat.S_ISREG(st.st_mode):
+                return None  # JAX writes nothing over an entry that exists
+            refuse("jax", self._dir, name, f"{name} is not a regular file", "corrupt")
+            if os.path.lexists(path):
+                return None  # it could not be moved: nothing is written through it
+        if getattr(self._base, "eviction_enabled", False):
+            self._base.put(key, value)  # JAX's eviction and atime, under its lock
+        else:
+            try:  # the one atomic writer: a temporary beside it, renamed by the dir's fd, never through a link
+                from jitwarden.store.atomic import write_bytes_atomic
+
+                write_bytes_atomic(path, value)
+            except OSError as exc:
+                _failed(exc, "JAX cache write")
+                return None
+        try:
+            seal_written("jax", self._dir, name, value)
+        except Exception as exc:  # left unsealed: proven at its next load
+            _failed(exc)
+        return None
 
     def _first_sight(self, name: str, data: bytes) -> bytes | None:
         """Where JAX's compiler could not be wrapped there is no proof: the unsealed bytes JAX read are judged as
@@ -148,13 +269,20 @@ class GuardedJaxCache:
         return data
 
 
-def check(kind: str, d: str, name: str, data: bytes) -> str:
-    """Whether the file ``name`` of ``d`` whose bytes the tool read are ``data`` is ``sealed`` (these are the sealed
-    bytes), ``changed`` (it contradicts its seal: quarantined here, a miss) or ``unsealed``."""
-    rec = flatseal.sealed_files(d).get(name)
+def check(kind: str, d: str, name: str, data: bytes, ctime_ns: int | None = None) -> str:
+    """Whether the file ``name`` of ``d`` whose bytes the hook read are ``data`` is ``sealed`` (these are the sealed
+    bytes), ``changed`` (it contradicts its seal: quarantined here, a miss) or ``unsealed``.
+
+    ``ctime_ns``: the file's ctime as opened. A file of the sealed size not changed since the seal was written (its
+    ctime older than the seal's authenticated time: nobody but root can set a ctime back) holds the sealed bytes,
+    so a warm hit costs no hash; any other is hashed."""
+    rec, at = flatseal.sealed_record(d, name)
     if rec is None:
         return "unsealed"
-    if len(data) == rec.get("size") and _sha256(data) == rec.get("sha256"):
+    if len(data) == rec.get("size") and (
+        (ctime_ns is not None and at is not None and ctime_ns < at)
+        or _sha256(data) == rec.get("sha256")
+    ):
         return "sealed"
     refuse(kind, d, name, f"{name} does not match its seal: changed since it was written")
     return "changed"
@@ -171,15 +299,29 @@ def seal_written(kind: str, d: str, name: str, expect: bytes) -> bool:
         )
     except OSError:
         return False  # not written (the tool's size limits, eviction), or no regular file: nothing sealed
-    return on_disk == expect and flatseal.seal_file(
-        kind, d, name, _sha256(expect), len(expect), "load hook"
-    )
+    if on_disk != expect:
+        return False
+    if flatseal.seal_file(kind, d, name, _sha256(expect), len(expect), "load hook"):
+        return True
+    _unsealable(kind, d)
+    return False
+
+
+def _unsealable(kind: str, d: str) -> None:
+    """Say once a run why the cache dir ``d`` cannot be sealed now: its entries are proven again at their next use."""
+    why = flatseal.stuck(d)
+    if why is not None:
+        _once(
+            f"stuck:{d}",
+            f"{TOOL.get(kind, kind)} cache dir {d} cannot be sealed in this run, {why}; what this run writes "
+            "there is proven again at its next use",
+        )
 
 
 def refuse(kind: str, d: str, name: str, why: str, code: str = "corrupt") -> None:
-    """Quarantine the file ``name`` of ``d`` (a miss: the tool compiles it again), with one warning line."""
-    line = flatseal.quarantine_file(kind, d, name, why, None, by="load", code=code)
-    _say(line or f"{kind} cache entry {name} not used ({why}); it could not be quarantined")
+    """Quarantine the file ``name`` of ``d`` (a miss: the tool compiles it again), with one warning line; where it
+    cannot be moved, the line says why."""
+    _say(flatseal.quarantine_file(kind, d, name, why, None, by="load", code=code)[1])
 
 
 def prove(key: str, fresh: bytes) -> str | None:
@@ -196,48 +338,97 @@ def prove(key: str, fresh: bytes) -> str | None:
     if old == fresh or (
         old is not None and jaxexec.computes(old) == jaxexec.computes(fresh) is not None
     ):
-        flatseal.seal_file("jax", d, name, _sha256(data), len(data), "first-use proof")
+        if not flatseal.seal_file("jax", d, name, _sha256(data), len(data), "first-use proof"):
+            _unsealable("jax", d)
         return "proven"
     why = "a fresh compile of its key differs from it beyond debug info; replaced by the fresh one"
     refuse("jax", d, name, why, "not-reproducible")
     return "refuted"
 
 
-def _patch_cache(mod) -> None:
-    make = mod.get_file_cache
+def _file_cache(got):
+    """The object whose ``get``/``put`` read and write ``<key>-cache`` files in what ``get_file_cache`` returned:
+    JAX's ``LRUCache``, or the one a ``VerificationCache`` wraps (JAX 0.11, ``jax_compilation_cache_check_contents``);
+    None for anything else (a remote cache, a class of another shape): left as it is."""
+    cache = got
+    for _ in range(3):
+        if type(cache).__name__ == "LRUCache" and callable(getattr(cache, "get", None)):
+            return cache
+        cache = getattr(cache, "_base_cache", None)
+    return None
 
-    def get_file_cache(path, *args, **kwargs):
-        got = make(path, *args, **kwargs)
-        if got is None:
+
+def _patch_cache(mod) -> None:
+    from jitwarden.runtime import hookshapes
+
+    make = mod.get_file_cache
+    hookshapes.fit(make, hookshapes.target(CACHE_MODULE, "get_file_cache"))
+
+    def get_file_cache(*args, **kwargs):
+        got = make(*args, **kwargs)
+        try:
+            return _guarded_pair(got)
+        except Exception as exc:  # JAX's cache as it made it, its entries checked at start-up only
+            _failed(exc, "JAX cache hook")
             return got
-        cache, where = got
-        if not os.path.isdir(
-            os.fspath(where)
-        ):  # a gs:// or other remote path: not a dir jitwarden can seal
-            return got
-        return GuardedJaxCache(cache, where), where
 
     get_file_cache.__wrapped__ = make  # type: ignore[attr-defined]
     mod.get_file_cache = get_file_cache
     cur = getattr(mod, "_cache", None)
     # a cache JAX made before the hook (activate() after import jax): guarded from now, when it is a local dir
-    if cur is not None and not isinstance(cur, GuardedJaxCache) and os.path.isdir(str(cur._path)):
-        mod._cache = GuardedJaxCache(cur, cur._path)
+    inner = _file_cache(cur) if cur is not None else None
+    if inner is not None and os.path.isdir(str(inner._path)):
+        _guard_inside(mod, cur, inner, str(inner._path))
+
+
+def _guarded_pair(got):
+    """``get_file_cache``'s (cache, path) with the file cache inside guarded, when it is a local dir."""
+    if not isinstance(got, tuple) or len(got) != 2:
+        return got
+    cache, where = got
+    if not os.path.isdir(
+        os.fspath(where)
+    ):  # a gs:// or other remote path: not a dir jitwarden can seal
+        return got
+    inner = _file_cache(cache)
+    if inner is None:
+        _once(
+            "jax-cache-class",
+            f"JAX's cache object {type(cache).__name__} is not one this version of jitwarden knows; "
+            "its entries are checked at start-up only",
+        )
+        return got
+    return _guard_inside(None, cache, inner, os.fspath(where)), where
+
+
+def _guard_inside(mod, outer, inner, d: str):
+    """Guard ``inner`` (JAX's ``LRUCache``) in place inside ``outer`` (itself, or the ``VerificationCache`` that
+    holds it); the object JAX keeps. With ``mod``, JAX's module-level ``_cache`` is set to it."""
+    guarded = GuardedJaxCache(inner, d)
+    if outer is inner:
+        if mod is not None:
+            mod._cache = guarded
+        return guarded
+    outer._base_cache = guarded
+    return outer
 
 
 def _patch_compiler(mod) -> None:
-    write = mod._cache_write
+    """Wrap JAX's ``_cache_write`` (called after every compile, before JAX's thresholds decide whether to write):
+    its arguments found by binding its own signature, whatever the release (0.10 passes ``host_callbacks``, 0.11
+    does not), and passed through unchanged."""
+    from jitwarden.runtime import hookshapes
 
-    def _cache_write(
-        cache_key, compile_time_secs, module_name, backend, executable, host_callbacks, *a, **kw
-    ):
+    write = mod._cache_write
+    sig = hookshapes.fit(write, hookshapes.target(COMPILER_MODULE, "_cache_write"))
+
+    def _cache_write(*args, **kwargs):
         try:
-            _prove_compiled(cache_key, backend, executable)
+            a = hookshapes.bind(sig, args, kwargs)
+            _prove_compiled(a["cache_key"], a.get("backend"), a["executable"])
         except Exception as exc:  # the file stays unsealed (and unused): proven at its next load
-            _failed(exc)
-        return write(
-            cache_key, compile_time_secs, module_name, backend, executable, host_callbacks, *a, **kw
-        )
+            _failed(exc, "JAX compile hook")
+        return write(*args, **kwargs)
 
     _cache_write.__wrapped__ = write  # type: ignore[attr-defined]
     mod._cache_write = _cache_write
@@ -262,41 +453,75 @@ class GuardedCupyBackend:
     """CuPy's disk kernel-cache backend (``cupy.cuda._compiler_cache.DiskKernelCacheBackend``, CuPy 14: what
     ``compiler._compile_with_cache_cuda`` loads and saves through) with its loads checked and saves sealed.
 
-    ``load`` gets the payload (the file less its SHA-1 header, which CuPy has checked): the file's bytes are that
-    header and the payload again. Sealed bytes are handed over; bytes that contradict the seal are quarantined (a
-    miss). An unsealed file is a miss that proves it: CuPy compiles the source again, with the same options and
-    arch (NVRTC, or nvcc as the entry was built), and ``save`` compares what it made with the file's payload: the
-    same, the file is sealed (CuPy rewrites the same bytes); another (a cubin of other code under this key: two
-    sources with the name expression ``scale<float>``), it is quarantined first, with a line."""
+    ``load(name)`` reads the file itself, before CuPy could (:func:`read_entry`: never through a link, never
+    blocking): sealed bytes are handed over as CuPy's payload (the file less its SHA-1 header); bytes that
+    contradict the seal are quarantined (a miss). An unsealed file is a miss that proves it: CuPy compiles the
+    source again, with the same options and arch (NVRTC, or nvcc as the entry was built), and ``save`` compares
+    what it made with the file's payload: the same, the file is sealed (CuPy rewrites the same bytes); another (a
+    cubin of other code under this key: two sources with the name expression ``scale<float>``), it is quarantined
+    first, with a line. Both bind CuPy's own signatures (:mod:`~jitwarden.runtime.hookshapes`) and pass every
+    argument through."""
 
     def __init__(self, base) -> None:
+        from jitwarden.runtime import hookshapes
+
         self._base = base
         self._dir = os.fspath(base._cache_dir)
         self._pending: dict[str, bytes] = {}  # name -> the unsealed file's payload: proof under way
+        cls, mod = type(base), "cupy.cuda._compiler_cache"
+        self._load_sig = hookshapes.fit(
+            cls.load, hookshapes.target(mod, "DiskKernelCacheBackend.load")
+        )
+        self._save_sig = hookshapes.fit(
+            cls.save, hookshapes.target(mod, "DiskKernelCacheBackend.save")
+        )
+        self._untrusted = _dir_problem("cupy", self._dir)
 
     def __getattr__(self, attr):
         return getattr(self._base, attr)
 
-    def load(self, name: str) -> bytes | None:
-        payload = self._base.load(name)
-        if payload is None:
+    def load(self, *args, **kwargs) -> bytes | None:
+        from jitwarden.runtime import hookshapes
+
+        try:
+            name = hookshapes.bind(self._load_sig, (self._base, *args), kwargs)["name"]
+        except Exception as exc:  # a call of another shape: a miss, CuPy compiles
+            _failed(exc, "CuPy load hook")
             return None
         return _or_miss(
-            self._checked, name, payload
+            self._checked, name
         )  # never into CuPy: a miss, CuPy compiles (the result right)
 
-    def _checked(self, name: str, payload: bytes) -> bytes | None:
-        state = check("cupy", self._dir, name, cupy_file(payload))
+    def _checked(self, name: str) -> bytes | None:
+        from jitwarden.adapters.cupy import MAX_ENTRY
+        from jitwarden.formats import cupyentry
+
+        got = read_entry("cupy", self._dir, name, MAX_ENTRY)
+        if got is None or self._untrusted is not None:
+            return None
+        data, ctime = got
+        state = check("cupy", self._dir, name, data, ctime)
+        payload = data[cupyentry.HASH_LEN :]
         if state == "sealed":
             return payload
-        if state == "unsealed":
+        if (
+            state == "unsealed" and cupy_file(payload) == data
+        ):  # CuPy's own header check, else damage: a miss
             self._pending[name] = payload
         return None
 
-    def save(self, name: str, cubin: bytes, source: str) -> None:
+    def save(self, *args, **kwargs) -> None:
+        from jitwarden.runtime import hookshapes
+
+        try:
+            a = hookshapes.bind(self._save_sig, (self._base, *args), kwargs)
+            name, cubin = a["name"], a["cubin"]
+        except Exception as exc:  # CuPy's write goes through, unsealed
+            _failed(exc, "CuPy save hook")
+            return self._base.save(*args, **kwargs)
         old = self._pending.pop(name, None)
         try:
-            if old is not None and old != cubin:
+            if old is not None and old != cubin and self._untrusted is None:
                 refuse(
                     "cupy",
                     self._dir,
@@ -306,11 +531,14 @@ class GuardedCupyBackend:
                 )
         except Exception as exc:
             _failed(exc)
-        self._base.save(name, cubin, source)
+        self._base.save(*args, **kwargs)
+        if self._untrusted is not None:
+            return None
         try:
             seal_written("cupy", self._dir, name, cupy_file(cubin))
         except Exception as exc:  # left unsealed: proven at its next load
             _failed(exc)
+        return None
 
 
 def cupy_file(payload: bytes) -> bytes:
@@ -321,15 +549,26 @@ def cupy_file(payload: bytes) -> bytes:
 
 
 def _patch_cupy(mod) -> None:
+    from jitwarden.runtime import hookshapes
+
     backend = mod._kernel_cache_backend
     if not hasattr(backend, "_cache_dir"):
         raise TypeError(f"kernel cache backend {type(backend).__name__} is not CuPy's disk backend")
+    setter = mod._set_kernel_cache_backend
+    sig = hookshapes.fit(setter, hookshapes.target(CUPY_MODULE, "_set_kernel_cache_backend"))
     if not isinstance(backend, GuardedCupyBackend):
         mod._kernel_cache_backend = GuardedCupyBackend(backend)
-    setter = mod._set_kernel_cache_backend
 
-    def _set_kernel_cache_backend(new) -> None:  # a disk backend set later is guarded too
-        setter(GuardedCupyBackend(new) if hasattr(new, "_cache_dir") else new)
+    def _set_kernel_cache_backend(
+        *args, **kwargs
+    ) -> None:  # a disk backend set later is guarded too
+        try:
+            new = hookshapes.bind(sig, args, kwargs)["backend"]
+            if hasattr(new, "_cache_dir") and not isinstance(new, GuardedCupyBackend):
+                args, kwargs = hookshapes.rebind(sig, args, kwargs, backend=GuardedCupyBackend(new))
+        except Exception as exc:  # CuPy's own backend as it was given: checked at start-up only
+            _failed(exc, "CuPy backend hook")
+        return setter(*args, **kwargs)
 
     _set_kernel_cache_backend.__wrapped__ = setter  # type: ignore[attr-defined]
     mod._set_kernel_cache_backend = _set_kernel_cache_backend
@@ -355,24 +594,32 @@ def _patch_numba(mod) -> None:
     index; ``<base>.<n>.nbc``, a pickled kernel), beside each source file in ``__pycache__`` or under
     ``NUMBA_CACHE_DIR``: a file is unpickled only when its bytes are the sealed ones, and each is sealed as numba
     writes it. There is nothing to prove an unsealed kernel from but its compile, so an unsealed index is empty
-    and an unsealed data file a miss: numba compiles the kernel again and writes it, sealed (once)."""
+    and an unsealed data file a miss: numba compiles the kernel again and writes it, sealed (once). Each method is
+    replaced by one that binds numba's own signature (:mod:`~jitwarden.runtime.hookshapes`); a save that fails
+    here is numba's own save, unsealed."""
     import io
 
+    from jitwarden.runtime import hookshapes
+
     cls, pickle = mod.IndexDataCacheFile, mod.pickle
-    for attr in (
-        "_load_index",
-        "_load_data",
-        "_save_index",
-        "_save_data",
-        "_dump",
-        "_open_for_write",
-    ):
+    sigs = {
+        attr: hookshapes.fit(
+            getattr(cls, attr), hookshapes.target(NUMBA_MODULE, f"IndexDataCacheFile.{attr}")
+        )
+        for attr in ("_load_index", "_load_data", "_save_index", "_save_data")
+    }
+    for attr in ("_dump", "_open_for_write"):
         getattr(
             cls, attr
         )  # this numba-cuda's shape, or AttributeError: left unguarded, said by status()
+    orig = {attr: getattr(cls, attr) for attr in sigs}
 
-    def _load_index(self):
-        data = _or_miss(_numba_read, self._cache_path, self._index_name)
+    def _load_index(self, *args, **kwargs):
+        try:
+            data = _numba_read(self._cache_path, self._index_name)
+        except Exception as exc:
+            _failed(exc)
+            data = None
         if data is None:
             return {}
         f = io.BytesIO(data)
@@ -381,8 +628,14 @@ def _patch_numba(mod) -> None:
         stamp, overloads = pickle.loads(f.read())
         return overloads if stamp == self._source_stamp else {}
 
-    def _load_data(self, name):
-        data = _or_miss(_numba_read, self._cache_path, name)
+    def _load_data(self, *args, **kwargs):
+        name = "?"
+        try:
+            name = hookshapes.bind(sigs["_load_data"], (self, *args), kwargs)["name"]
+            data = _numba_read(self._cache_path, name)
+        except Exception as exc:
+            _failed(exc)
+            data = None
         if data is None:
             raise FileNotFoundError(name)  # numba's load() takes it for a file gone: a miss
         return pickle.loads(data)
@@ -395,12 +648,26 @@ def _patch_numba(mod) -> None:
         except Exception as exc:  # left unsealed: compiled again at its next load
             _failed(exc)
 
-    def _save_index(self, overloads):
-        head = pickle.dumps(self._version, protocol=-1)
-        _write(self, self._index_name, head + self._dump((self._source_stamp, overloads)))
+    def _save_index(self, *args, **kwargs):
+        try:
+            overloads = hookshapes.bind(sigs["_save_index"], (self, *args), kwargs)["overloads"]
+            head = pickle.dumps(self._version, protocol=-1)
+            body = self._dump((self._source_stamp, overloads))
+        except Exception as exc:
+            _failed(exc, "numba-cuda save hook")
+            return orig["_save_index"](self, *args, **kwargs)
+        _write(self, self._index_name, head + body)
+        return None
 
-    def _save_data(self, name, data):
-        _write(self, name, self._dump(data))
+    def _save_data(self, *args, **kwargs):
+        try:
+            a = hookshapes.bind(sigs["_save_data"], (self, *args), kwargs)
+            name, body = a["name"], self._dump(a["data"])
+        except Exception as exc:
+            _failed(exc, "numba-cuda save hook")
+            return orig["_save_data"](self, *args, **kwargs)
+        _write(self, name, body)
+        return None
 
     cls._load_index, cls._load_data = _load_index, _load_data
     cls._save_index, cls._save_data = _save_index, _save_data
@@ -434,6 +701,63 @@ def hooked(env) -> tuple[str, ...]:
     return out
 
 
+KIND_OF = {COMPILER_MODULE: "jax", CACHE_MODULE: "jax", CUPY_MODULE: "cupy", NUMBA_MODULE: "numba"}
+DISTS = {
+    "jax": ("jax",),
+    "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
+    "numba": ("numba-cuda",),
+}
+STARTUP_VAR = {"jax": "JAX_COMPILATION_CACHE_DIR", "cupy": "CUPY_CACHE_DIR"}
+
+
+def tool_version(kind: str) -> str:
+    """The installed release of ``kind``'s tool, from its distribution's metadata (nothing imported)."""
+    from importlib import metadata
+
+    for dist in DISTS[kind]:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "(version unknown)"
+
+
+def _refused(module: str, exc: Exception) -> str:
+    """``postimport``'s state for a hook that did not fit the tool as installed (:class:`hookshapes.ShapeError`, a
+    missing attribute): the tool runs as it is, one line says so, and what the start-up check would have done at
+    activation (which left the kind to its hook) is done now, before the tool reads its cache."""
+    kind = KIND_OF[module]
+    tool = f"{TOOL[kind]} {tool_version(kind)}"
+    why = f"{type(exc).__name__}: {exc}"
+    if module == COMPILER_MODULE:
+        line = (
+            f"{tool}'s compile hook is not one this version of jitwarden knows ({why}); its unsealed cache "
+            "entries are judged as they are read, not proven by a compile"
+        )
+    elif kind == "numba":
+        line = f"{tool}'s cache functions are not ones this version of jitwarden knows ({why}); its cache is not checked"
+    else:
+        line = (
+            f"{tool}'s cache functions are not ones this version of jitwarden knows ({why}); its cache is "
+            "checked at start-up only"
+        )
+    _say(line)
+    if kind in STARTUP_VAR:
+        _check_now(kind)
+    return f"not guarded: {line}"
+
+
+def _check_now(kind: str) -> None:
+    d = os.environ.get(STARTUP_VAR[kind])
+    if not d or not os.path.isdir(d) or os.path.islink(d):
+        return
+    try:
+        for line in flatseal.check_root(kind, d, None):
+            _say(line)
+    except Exception as exc:
+        _failed(exc, f"start-up check of the {TOOL[kind]} cache")
+
+
 def install(env=None) -> dict[str, str]:
     """Guard JAX's persistent cache and CuPy's kernel cache in this process, now or as soon as each imports the
     module wrapped; never raises. Returns {module: state}. Off with ``JITWARDEN_LOAD_HOOKS=0``."""
@@ -444,10 +768,12 @@ def install(env=None) -> dict[str, str]:
         return dict.fromkeys(mods, f"{LOAD_HOOKS.name}=0")
     try:
         # JAX's compiler first: a cache that proves through _cache_write must never be guarded without it
-        out = {COMPILER_MODULE: postimport.when_imported(COMPILER_MODULE, _patch_compiler)}
-        out[CACHE_MODULE] = postimport.when_imported(CACHE_MODULE, _patch_cache)
-        out[CUPY_MODULE] = postimport.when_imported(CUPY_MODULE, _patch_cupy)
-        out[NUMBA_MODULE] = postimport.when_imported(NUMBA_MODULE, _patch_numba)
-        return out
+        patches = (
+            (COMPILER_MODULE, _patch_compiler),
+            (CACHE_MODULE, _patch_cache),
+            (CUPY_MODULE, _patch_cupy),
+            (NUMBA_MODULE, _patch_numba),
+        )
+        return {m: postimport.when_imported(m, p, on_error=_refused) for m, p in patches}
     except Exception as exc:
         return dict.fromkeys(mods, f"not installed ({type(exc).__name__}: {exc})")

@@ -62,7 +62,12 @@ def sealed_dirs(kind: str, root: str) -> list[tuple[str, list[str]]]:
     from jitwarden.env.locations import subdirs
 
     out = [(root, _jax_names(_files(root)))]
-    for d in subdirs(os.path.join(root, AUTOTUNE_DIR)):
+    autotune = os.path.join(root, AUTOTUNE_DIR)
+    if os.path.islink(
+        autotune
+    ):  # a link is followed by no one here: its target is nobody's cache to seal
+        return out
+    for d in subdirs(autotune):
         out.append((d, [n for n in _files(d) if n.endswith(".pb")]))
     return out
 
@@ -111,7 +116,7 @@ def _check_locked(
     from jitwarden.store import seal
 
     try:  # one seal covers the whole dir: read once, its bound grows with the files in it
-        old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(names)))
+        old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(names)), name=seal.flat_name(d))
     except seal.SealError:
         old = at = None  # a damaged seal vouches for nothing: sealed again from what is there
     files = dict(old.files) if old else {}
@@ -125,13 +130,12 @@ def _check_locked(
             files[name] = verdict
             changed = True
             continue
-        line = quarantine_file(
+        moved, line = quarantine_file(
             kind, root, os.path.relpath(os.path.join(d, name), root), verdict, digest
         )
-        if line:
-            out.append(line)
-            if files.pop(name, None) is not None:
-                changed = True
+        out.append(line)
+        if moved and files.pop(name, None) is not None:
+            changed = True
     listed = set(names)  # a list here made this O(files^2): 19 s a start at 50,000 JAX files
     gone = [n for n in files if n not in listed and not os.path.lexists(os.path.join(d, n))]
     for n in gone:
@@ -141,6 +145,7 @@ def _check_locked(
             d,
             seal.Seal(files, digest, {"by": "start-up", "kind": kind}, time.time()),
             seal.newest_ctime(d, list(files)),
+            name=seal.flat_name(d),
         )
     return out
 
@@ -252,11 +257,12 @@ def quarantine_file(
     digest: str | None,
     by: str = "start-up",
     code: str = "corrupt",
-) -> str | None:
-    """Quarantine ``root/rel`` (a miss: the tool compiles it again); the warning line, or None when it could not
-    be moved. ``by``: who found it (``start-up``, ``load``)."""
+) -> tuple[bool, str]:
+    """Quarantine ``root/rel`` (a miss: the tool compiles it again): (moved, the warning line); where it could not
+    be moved the line says why, and the entry is still not used. ``by``: who found it (``start-up``, ``load``)."""
     from jitwarden.store import quarantine
 
+    tool = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}.get(kind, kind)
     try:
         rec = quarantine.move(
             os.path.join(root, rel),
@@ -268,11 +274,14 @@ def quarantine_file(
             by=by,
             fingerprint=digest,
         )
-    except (OSError, quarantine.QuarantineError):
-        return None
-    tool = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}.get(kind, kind)
+    except (OSError, quarantine.QuarantineError) as exc:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        return False, (
+            f"{tool} cache entry {rel} not used ({code}: {why}); it could not be quarantined ({reason}), "
+            f"so {tool} compiles it again each time until it is removed"
+        )
     when = "at start-up" if by == "start-up" else "as it loaded"
-    return (
+    return True, (
         f"quarantined {tool} cache entry {rel} {when} ({code}: {why}); {tool} compiles it again when next "
         f"used. Restore with `jitwarden quarantine restore {rec.id}`"
     )
@@ -317,31 +326,68 @@ def startup(
 # ---------------------------------------------------------------- one file at a time (the load hooks)
 
 _SEALS: dict[
-    str, tuple[tuple[int, int, int], dict]
-] = {}  # dir -> (the seal file's stat, its files)
+    str, tuple[tuple[int, int, int], dict, int | None]
+] = {}  # dir -> (the seal file's stat, its files, its authenticated time)
 
 
 def sealed_files(d: str) -> dict:
     """{name: {"sha256", "size"}} of the seal of ``d`` ({} without one or when it does not read as a seal), parsed
     again only when the seal file changed (its inode, size, mtime): a warm hit costs an ``lstat``."""
+    return _sealed(d)[0]
+
+
+def sealed_record(d: str, name: str) -> tuple[dict | None, int | None]:
+    """(the seal's record of ``name`` in ``d`` or None, the seal's authenticated file-system time or None)."""
+    files, at = _sealed(d)
+    return files.get(name), at
+
+
+def _sealed(d: str) -> tuple[dict, int | None]:
     from jitwarden.model.layout import SEAL_FILE
     from jitwarden.store import seal
 
     try:
         st = os.lstat(os.path.join(d, SEAL_FILE))
     except OSError:
-        return {}
+        return {}, None
     key = (st.st_ino, st.st_size, st.st_mtime_ns)
     got = _SEALS.get(d)
     if got is not None and got[0] == key:
-        return got[1]
+        return got[1], got[2]
     try:
-        s, _at = seal.read_stamped(d, max_bytes=max(seal.MAX_SEAL, st.st_size))
+        s, at = seal.read_stamped(
+            d, max_bytes=max(seal.MAX_SEAL, st.st_size), name=seal.flat_name(d)
+        )
     except seal.SealError:
-        s = None
+        s, at = None, None
     files = dict(s.files) if s is not None else {}
-    _SEALS[d] = (key, files)
-    return files
+    _SEALS[d] = (key, files, at if s is not None else None)
+    return files, _SEALS[d][2]
+
+
+_STUCK: dict[
+    str, str
+] = {}  # dir -> why its seal lock could not be had in this process (waited for once)
+
+
+def stuck(d: str) -> str | None:
+    """Why ``d``'s seal lock could not be had in this process, else None: its files stay unsealed (each proven again
+    at its next use), and the lock is not waited for again."""
+    return _STUCK.get(d)
+
+
+def _holder(d: str, what: str) -> str:
+    """What stands in the way of ``d``'s seal lock, naming the lock file and its owner."""
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+
+    path = os.path.join(d, ENTRY_LOCK_FILE)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return f"its seal lock {path}: {what}"
+    owner = f"owned by uid {st.st_uid}, mode {st.st_mode & 0o7777:o}"
+    fix = f"; remove it: `sudo rm {path}`" if st.st_uid != os.geteuid() else ""
+    return f"its seal lock {path} ({owner}): {what}{fix}"
 
 
 def seal_file(
@@ -355,17 +401,26 @@ def seal_file(
     from jitwarden.store import seal
     from jitwarden.store.entrylock import lock, unlock
 
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + (
+        0.0 if d in _STUCK else wait_s
+    )  # a stuck lock is waited for once a process
     try:
         while (fd := lock(d, ENTRY_LOCK_FILE, fcntl.LOCK_EX, block=False)) is None:
             if time.monotonic() > deadline:
+                _STUCK.setdefault(d, _holder(d, "held by another process"))
                 return False
             time.sleep(0.01)
-    except OSError:
-        return False  # no lock to be had (the dir is gone, not writable): not sealed
+    except (
+        OSError
+    ) as exc:  # no lock to be had (the dir is gone, not writable, a lock file not ours): not sealed
+        if os.path.isdir(d):
+            _STUCK.setdefault(d, _holder(d, exc.strerror or str(exc)))
+        return False
     try:
         try:
-            old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1))
+            old, at = seal.read_stamped(
+                d, max_bytes=seal.dir_bound(len(sealed_files(d)) + 1), name=seal.flat_name(d)
+            )
         except seal.SealError:
             old = at = None  # a damaged seal vouches for nothing: sealed again from this file
         files = dict(old.files) if old else {}
@@ -374,7 +429,12 @@ def seal_file(
         if name not in files:
             return False  # changed since the caller read it: not sealed, proven at its next load
         fp = old.fingerprint if old else None
-        seal.write(d, seal.Seal(files, fp, {"by": by, "kind": kind}, time.time()), newest)
+        seal.write(
+            d,
+            seal.Seal(files, fp, {"by": by, "kind": kind}, time.time()),
+            newest,
+            name=seal.flat_name(d),
+        )
         return True
     except OSError:
         return False

@@ -104,11 +104,16 @@ def _patch_bundler(mod) -> None:
     if getattr(fn, "__jitwarden__", False):
         return
     mod.triton_cache_dir  # noqa: B018 - the shape we rely on: fail at install, not at the first hit
+    from jitwarden.runtime import hookshapes
 
-    def read_and_emit(bundle):
+    sig = hookshapes.fit(fn, hookshapes.target(BUNDLER, "TritonBundler.read_and_emit"))
+
+    def read_and_emit(*args, **kwargs):
         try:
+            bundle = hookshapes.bind(sig, args, kwargs)["bundle"]
             if bundle is not None and cls.is_enabled():
-                bundle = guard_bundle(bundle, mod.triton_cache_dir, cls._REPLACE_BYTES)
+                checked = guard_bundle(bundle, mod.triton_cache_dir, cls._REPLACE_BYTES)
+                args, kwargs = hookshapes.rebind(sig, args, kwargs, bundle=checked)
         except Exception as exc:
             log.warning(
                 "jitwarden: could not check the Triton kernels of an FX-graph bundle (%s: %s); "
@@ -117,10 +122,11 @@ def _patch_bundler(mod) -> None:
                 exc,
             )
             try:
-                bundle = _empty(bundle)
+                empty = _empty(hookshapes.bind(sig, args, kwargs)["bundle"])
+                args, kwargs = hookshapes.rebind(sig, args, kwargs, bundle=empty)
             except Exception:
                 return None
-        return fn(bundle)
+        return fn(*args, **kwargs)
 
     _mark(read_and_emit, fn)
     cls.read_and_emit = staticmethod(read_and_emit)
@@ -526,21 +532,31 @@ def _patch_codecache(mod) -> None:
     fn = gc.__dict__["iterate_over_candidates"].__func__  # a classmethod
     if getattr(fn, "__jitwarden__", False):
         return
+    from jitwarden.runtime import hookshapes
 
-    def iterate_over_candidates(cls, local, remote_cache, key):
-        if local:
-            try:
+    sig = hookshapes.fit(fn, hookshapes.target(CODECACHE, "GuardedCache.iterate_over_candidates"))
+
+    def iterate_over_candidates(cls, *args, **kwargs):
+        key = "?"
+        try:
+            a = hookshapes.bind(sig, (cls, *args), kwargs)
+            key = a["key"]
+            if a["local"]:
                 check_pickles(cls._get_tmp_dir_for_key(key))
-            except Exception as exc:
-                log.warning(
-                    "jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
-                    cls.__name__,
-                    key[:16],
-                    type(exc).__name__,
-                    exc,
-                )
-                local = False
-        return fn(cls, local, remote_cache, key)
+        except Exception as exc:
+            log.warning(
+                "jitwarden: could not check %s's pickles for %s (%s: %s); treating them as a miss",
+                cls.__name__,
+                str(key)[:16],
+                type(exc).__name__,
+                exc,
+            )
+            try:
+                bound, kwargs = hookshapes.rebind(sig, (cls, *args), kwargs, local=False)
+            except TypeError:
+                return iter(())  # a call of no shape torch makes: nothing served unchecked
+            return fn(*bound, **kwargs)
+        return fn(cls, *args, **kwargs)
 
     _mark(iterate_over_candidates, fn)
     gc.iterate_over_candidates = classmethod(iterate_over_candidates)
@@ -551,17 +567,27 @@ def _patch_aotcache(mod) -> None:
 
 
 def _wrap_writer(cls) -> None:
+    from jitwarden.runtime import hookshapes
+
     fn = cls.__dict__["_write_to_local_cache"].__func__  # a staticmethod
 
     if getattr(fn, "__jitwarden__", False):
         return
+    module = AOTCACHE if cls.__name__ == "AOTAutogradCache" else CODECACHE
+    sig = hookshapes.fit(fn, hookshapes.target(module, f"{cls.__name__}._write_to_local_cache"))
 
-    def _write_to_local_cache(key, content):
-        fn(key, content)
+    def _write_to_local_cache(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        key = "?"
         try:
-            seal_pickle(cls._get_tmp_dir_for_key(key), content)
+            a = hookshapes.bind(sig, args, kwargs)
+            key = a["key"]
+            seal_pickle(cls._get_tmp_dir_for_key(key), a["content"])
         except Exception as exc:
-            log.debug("jitwarden: could not seal %s pickle %s: %s", cls.__name__, key[:16], exc)
+            log.debug(
+                "jitwarden: could not seal %s pickle %s: %s", cls.__name__, str(key)[:16], exc
+            )
+        return out
 
     _mark(_write_to_local_cache, fn)
     cls._write_to_local_cache = staticmethod(_write_to_local_cache)

@@ -87,23 +87,26 @@ def compute(
     return Seal(files, fingerprint, dict(producer or {}), time.time())
 
 
-def read(entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL) -> Seal | None:
+def read(
+    entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL, name: str | None = None
+) -> Seal | None:
     """The entry's seal, None when it has none; SealError when it is damaged.
 
     ``dir_fd``: the entry's directory fd (``entry_dir`` is then only used in messages). ``max_bytes``:
     a seal over a whole directory of files (runtime/flatseal.py) is bounded by that directory's size.
     """
-    return read_stamped(entry_dir, dir_fd=dir_fd, max_bytes=max_bytes)[0]
+    return read_stamped(entry_dir, dir_fd=dir_fd, max_bytes=max_bytes, name=name)[0]
 
 
 def read_stamped(
-    entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL
+    entry_dir: str, *, dir_fd: int | None = None, max_bytes: int = MAX_SEAL, name: str | None = None
 ) -> tuple[Seal | None, int | None]:
     """(:func:`read`, :func:`sealed_at_ns`) from one read of the seal: a directory's seal of 50,000 files is
     8 MB, read and parsed once a start. (None, None) when the seal is no seal to this reader: not authentic
-    under a key it trusts, or in an entry, or a seal file, that someone else could have written."""
+    under a key it trusts, or in an entry, or a seal file, that someone else could have written. ``name``: the
+    identity its MAC binds, as :func:`write` was given it (default: the entry's name, :func:`_name`)."""
     raw = _trusted_raw(entry_dir, dir_fd, max_bytes)
-    return (None, None) if raw is None else _authentic(_name(entry_dir), raw)
+    return (None, None) if raw is None else _authentic(name or _name(entry_dir), raw)
 
 
 def _trusted_raw(entry_dir: str, dir_fd: int | None, max_bytes: int) -> bytes | None:
@@ -167,6 +170,18 @@ def distrusted(entry_dir: str) -> str | None:
 
 _TAG = b', "mac": "'
 _TAG_LEN = len(_TAG) + 64 + 2
+
+
+_FLAT: dict[str, str] = {}
+
+
+def flat_name(d: str) -> str:
+    """The identity a flat seal's MAC binds (one seal over a whole dir of JAX's, CuPy's or numba's files): the dir's
+    whole real path, so a seal copied from one ``__pycache__`` or cache dir into another is no seal there."""
+    got = _FLAT.get(d)
+    if got is None:
+        got = _FLAT[d] = "dir:" + os.path.realpath(d)
+    return got
 
 
 def _name(entry_dir: str) -> str:

@@ -115,8 +115,9 @@ def test_an_error_of_jitwardens_own_is_a_miss_never_raised_into_cupy(cache, monk
         raise RuntimeError("seal reader broke")
 
     be = _backend(cache)
-    monkeypatch.setattr(flatseal, "sealed_files", broken)
+    monkeypatch.setattr(flatseal, "_sealed", broken)
     monkeypatch.setattr(flathooks, "_failures", [])
+    monkeypatch.setattr(flathooks, "_said", set())
     assert be.load(A) is None and be.load(B) is None
     assert [str(w.message) for w in recwarn].count(
         "jitwarden: load hook error (RuntimeError: seal reader broke); entries it could not check are "

@@ -317,6 +317,7 @@ def test_a_swap_in_a_jax_dir_of_30000_files_is_caught_at_start_up_and_by_verify(
         root,
         seal.compute(root, names, "d1", {"by": "start-up", "kind": "jax"}),
         seal.newest_ctime(root, names),
+        name=seal.flat_name(root),  # a flat seal binds its dir's whole path
     )
     assert os.path.getsize(os.path.join(root, SEAL_FILE)) > seal.MAX_SEAL
     assert flatseal.check_root("jax", root, "d1") == []  # unchanged: read, not rewritten
