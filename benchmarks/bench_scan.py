@@ -201,7 +201,7 @@ def _without_times(text: str) -> str:
     return re.sub(r'"elapsed_s":[0-9.eE+-]+', '"elapsed_s":_', text)
 
 
-def report(n: int, fig: Figures, repeat: int, goal: float = 10_000) -> None:
+def report(n: int, fig: Figures, repeat: int, goal: float = 20_000) -> None:
     """The figures every scan benchmark prints, each against baselines measured in the same run."""
 
     def line(what: str, t: tuple[float, float, float]) -> None:

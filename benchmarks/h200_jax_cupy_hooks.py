@@ -44,9 +44,35 @@ from benchmarks.h200_capture_jax_cupy import (
     JAX_PROGRAMS,
 )
 
-ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+from _budget import Budget
+
+
+def _budget_options(argv: list[str]) -> tuple[list[str], float, str | None]:
+    """``--budget SECONDS`` and ``--json PATH`` (benchmarks/_budget.py) taken out of ``argv`` before the
+    positional arguments are read; ``-h``/``--help`` prints this module's docstring."""
+    rest, budget, path = [], float(os.environ.get("JW_BUDGET", "0") or 0), None
+    it = iter(argv)
+    for a in it:
+        if a in ("-h", "--help"):
+            print(__doc__)
+            print(
+                "Options: --budget SECONDS (skip steps that would not fit, said), --json PATH (results file)."
+            )
+            raise SystemExit(0)
+        if a == "--budget" or a.startswith("--budget="):
+            budget = float(a.split("=", 1)[1] if "=" in a else next(it, "0"))
+        elif a == "--json" or a.startswith("--json="):
+            path = a.split("=", 1)[1] if "=" in a else next(it, None)
+        else:
+            rest.append(a)
+    return rest, budget, path
+
+
+_ARGV, BUDGET_S, JSON_PATH = _budget_options(sys.argv[1:])
+ARGS = [a for a in _ARGV if not a.startswith("--")]
 OUT = os.path.abspath(ARGS[0] if ARGS else "jax-cupy-hooks-out")
-CPU = "--cpu" in sys.argv
+CPU = "--cpu" in _ARGV
 ONLY = [t for t in ARGS[1:] if t in ("jax", "cupy")] or (["jax"] if CPU else ["jax", "cupy"])
 PAIRS = 6
 
@@ -270,40 +296,62 @@ def verify_real() -> dict:
     return out
 
 
+NEED = {"swaps": 90, "false_alarms": 90, "cost": 90, "verify_real": 20}
+"""Rough seconds per step and tool on a GPU host, to skip rather than be killed mid-step (``--budget``)."""
+
+
 def main() -> None:
     os.makedirs(os.path.join(OUT, "work"), exist_ok=True)
+    b = Budget(
+        "h200_jax_cupy_hooks",
+        BUDGET_S,
+        JSON_PATH or os.path.join(OUT, "results.json"),
+        {"tools": ONLY, "cpu": CPU, "pairs": PAIRS},
+    )
+    steps = {
+        "swaps": lambda tool: {s: swap_case(tool, s) for s in ("unsealed", "sealed", "window")},
+        "false_alarms": false_alarms,
+        "cost": cost,
+    }
     for tool in ONLY:
-        try:
-            RESULTS[tool] = {
-                "swaps": {s: swap_case(tool, s) for s in ("unsealed", "sealed", "window")},
-                "false_alarms": false_alarms(tool),
-                "cost": cost(tool),
-            }
-        except Exception as exc:  # one tool failing must not lose the other's results
-            RESULTS[tool] = {"error": repr(exc)}
-    RESULTS["verify_real"] = verify_real()
-    with open(os.path.join(OUT, "results.json"), "w") as f:
-        json.dump(RESULTS, f, indent=1)
+        RESULTS[tool] = {}
+        for step, fn in steps.items():
+            if not b.fits(f"{tool} {step}", NEED[step]):
+                continue
+            try:
+                RESULTS[tool][step] = fn(tool)
+            except Exception as exc:  # one tool failing must not lose the other's results
+                RESULTS[tool]["error"] = repr(exc)
+                b.put(tool, RESULTS[tool])
+                break
+            b.put(tool, RESULTS[tool])
+    if b.fits("verify_real", NEED["verify_real"]):
+        RESULTS["verify_real"] = verify_real()
+        b.put("verify_real", RESULTS["verify_real"])
+    b.finish()
     for tool in ONLY:
         r = RESULTS[tool]
         if "error" in r:
             print(tool, r["error"])
-            continue
-        for s, c in r["swaps"].items():
+        for s, c in r.get("swaps", {}).items():
             val = lambda x: x["out"][-1]["value"] if x["out"] else x["err_tail"][-120:]  # noqa: E731
             print(
                 f"{tool:4} {s:8} stock {val(c['stock'])}  guarded {val(c['guarded'])}  again {val(c['guarded_again'])}"
             )
-        fa = r["false_alarms"]
+        fa = r.get("false_alarms")
+        if fa is None:
+            continue
         print(
             f"{tool:4} false alarms {sum(v['false_alarm'] for v in fa.values())} of {len(fa)} programs; "
             f"results differ in {sum(not v['same_result'] for v in fa.values())}"
         )
-        c = r["cost"]
+        c = r.get("cost")
+        if c is None:
+            continue
         print(
             f"{tool:4} first use {c['first_use_vs_cold']:.2f}x cold; warm {c['warm_ratio']:.3f}x stock over {PAIRS} pairs"
         )
-    print("verify real captures:", RESULTS["verify_real"])
+    print("verify real captures:", RESULTS.get("verify_real", "skipped"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ through ``jitwarden run`` (partitions + guard), with a real CNCF distribution re
 
 The registry binary is carried there: Debian's ``docker-registry`` (or upstream's ``registry``) from
 PATH, ``--registry PATH`` or ``$JW_REGISTRY_BIN`` (copy ``/usr/bin/docker-registry`` into the working
-tree and carry it). Writes ``oci_h200.json`` into ``--out`` (default ``$OUT``)::
+tree and carry it). Writes ``oci_h200.json`` into ``--out`` (default ``$OUT``; ``--json``), rewritten after every
+step; ``--budget SECONDS`` stops taking warm starts, the tampered pull and the control when they would not fit::
 
     PYTHONPATH=src:. python benchmarks/h200_oci.py --out $OUT [--registry ./docker-registry] [--reps 5] [--mode default]
 
@@ -39,6 +40,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the repo root: tests.helpers
 
 import gpu_proof as gp
+from _budget import Budget, add_arguments
 from tests.helpers import registry as reghelp
 
 
@@ -104,16 +106,29 @@ def main(argv=None) -> int:
         "--control", action="store_true", help="also a cold start in a fresh HOME, no pull"
     )
     ap.add_argument("--capture", action="store_true", help="tar the builder's caches into --out")
+    add_arguments(ap, "oci_h200.json")
     args = ap.parse_args(argv)
     if not args.registry or not os.path.exists(args.registry):
         raise SystemExit("no registry binary: --registry PATH (carry /usr/bin/docker-registry)")
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="jw-oci-h200-")
     res: dict = {"schema": 1, "mode": args.mode, "reps": args.reps}
+    b = Budget.from_args("h200_oci", args, args.out)
+    b.doc["results"] = res  # every step's figures, rewritten after each (a killed run keeps them)
 
     def save():
-        with open(os.path.join(args.out, "oci_h200.json"), "w") as f:
-            json.dump(res, f, indent=1, default=str)
+        b.write()
+
+    def warm_starts(what: str, env: dict) -> list:
+        """Up to ``--reps`` warm starts, each only while one more fits the budget (the first always runs)."""
+        runs: list = []
+        for i in range(args.reps):
+            per = max((r.get("wall_s") or 0 for r in runs), default=0) * 1.2
+            if i and not b.fits(f"{what} warm start {i + 1} of {args.reps}", per + 30):
+                break
+            runs.append(gp.run_workload(env, True, args.mode, script))
+            save()
+        return runs
 
     reg = reghelp.Registry(args.registry, os.path.join(work, "registry"))
     ref = f"{reg.host}/h200/kernels:v1"
@@ -137,9 +152,7 @@ def main(argv=None) -> int:
         gp.log("builder: guarded cold start")
         res["cold"] = gp.run_workload(builder, True, args.mode, script)
         gp.log("builder: local warm starts")
-        res["warm_local"] = [
-            gp.run_workload(builder, True, args.mode, script) for _ in range(args.reps)
-        ]
+        res["warm_local"] = warm_starts("builder", builder)
         save()
         if args.capture:
             _capture(builder, os.path.join(args.out, "oci_builder_cache.tgz"))
@@ -176,12 +189,10 @@ def main(argv=None) -> int:
         gp.log("fresh node: pull")
         res["pull"] = _pull(node, ref)
         gp.log("pull", res["pull"])
-        res["warm_pulled"] = [
-            gp.run_workload(node, True, args.mode, script) for _ in range(args.reps)
-        ]
+        res["warm_pulled"] = warm_starts("node", node)
         save()
 
-        if push_doc:
+        if push_doc and b.fits("tampered layer", 30):
             gp.log("tampered layer in the registry's storage")
             path = _layer_file(reg, push_doc)
             data = open(path, "rb").read()
@@ -202,7 +213,7 @@ def main(argv=None) -> int:
             finally:
                 with open(path, "wb") as f:
                     f.write(data)
-        if args.control:
+        if args.control and b.fits("control cold start", (res["cold"].get("wall_s") or 60) * 1.2):
             fresh = gp.isolated_env(os.path.join(work, "control"))
             res["cold_fresh_no_pull"] = gp.run_workload(fresh, True, args.mode, script)
 
@@ -231,8 +242,7 @@ def main(argv=None) -> int:
             "tampered_pull_rc": res.get("tampered_pull", {}).get("rc"),
             "tampered_installed_files": res.get("tampered_installed_files"),
         }
-        save()
-        gp.log("summary", json.dumps(res["summary"]))
+        b.put("summary", res["summary"])
         ok = (
             res["pull"]["rc"] == 0
             and res["summary"]["all_pulled_right"]
@@ -241,7 +251,7 @@ def main(argv=None) -> int:
         )
         return 0 if ok else 1
     finally:
-        save()
+        b.finish()
         reg.stop()
         shutil.rmtree(work, ignore_errors=True)
 

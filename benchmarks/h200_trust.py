@@ -13,7 +13,19 @@ Then root runs the same workload on that cache:
 
 Each run prints its result: ``max_abs_err`` against x + y (0.0 is right; ~2*|y| is the substitute).
 
-    PYTHONPATH=src python3 benchmarks/h200_trust.py --out $OUT [--uid 1000]
+Then the JAX case (issue 43): a team's JAX cache dir named in code (``jax.config.update``), owned by the user.
+Root runs a guarded JAX program on it once (root's files land in the user's dir), then the user runs the same
+program guarded, twice: the user must not silently miss forever (every start recompiling because root's
+entries can be neither believed nor replaced with no word said). Recorded per run: JAX's own cache hit and miss
+events, jitwarden's lines, the dir's files with their owners; ``silent_forever_miss`` is true when the user's
+second run still misses and jitwarden said nothing about it.
+
+The work dir is outside ``$OUT`` (root's, 0700, which uid 1000 cannot enter: the last run died on
+``can't open file .../trust/work/add.py``), under /tmp, 0755, with jitwarden's ``src`` copied in so the user can
+import it; only ``trust_h200.json`` goes to ``--out`` (``--json``), rewritten after every run. ``--budget SECONDS``
+skips what would not fit, said.
+
+    PYTHONPATH=src python3 benchmarks/h200_trust.py --out $OUT [--uid 1000] [--budget 120] [--only triton,jax]
 
 Not run yet: written without a GPU (the session that wrote it had none).
 """
@@ -30,7 +42,33 @@ import subprocess
 import sys
 import textwrap
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+sys.path.insert(0, HERE)
+from _budget import Budget, add_arguments, shared_workdir
+
+JAX_TEAM = textwrap.dedent(
+    """
+    import json, os, sys, time
+    if os.environ.get("JW_ACTIVATE") == "1":
+        import jitwarden
+        jitwarden.activate()
+    import jax, jax.numpy as jnp
+    events = {}
+    def note(name, *a, **k):
+        if "compilation_cache" in name:
+            events[name] = events.get(name, 0) + 1
+    jax.monitoring.register_event_listener(note)
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])  # the team's dir, named in code
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    t = time.perf_counter()
+    x = jnp.arange(1 << 16, dtype=jnp.float32)
+    y = jax.jit(lambda v: jnp.tanh(v) * 2.0 + v.sum())(x).block_until_ready()
+    print("RESULT", json.dumps({"t_first": round(time.perf_counter() - t, 3), "events": events,
+                                "value": float(y[3]), "backend": jax.default_backend()}), flush=True)
+    """
+)
 
 WORKLOAD = textwrap.dedent(
     """
@@ -92,16 +130,56 @@ def run(argv, env, who=None) -> dict:
     return res
 
 
+def listing(d: str) -> list:
+    """(name, owner uid, mode) of every file below ``d``: whose entries the dir holds after each run."""
+    out = []
+    for r, _dirs, files in os.walk(d):
+        for f in sorted(files):
+            st = os.lstat(os.path.join(r, f))
+            out.append(
+                (os.path.relpath(os.path.join(r, f), d), st.st_uid, oct(st.st_mode & 0o7777))
+            )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "trust-out")
     ap.add_argument("--uid", type=int, default=1000)
+    ap.add_argument("--only", default="triton,jax", help="cases: triton, jax")
+    add_arguments(ap, "trust_h200.json")
     a = ap.parse_args()
-    work = os.path.abspath(os.path.join(a.out, "work"))
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    os.chmod(a.out, 0o755)
-    os.chmod(work, 0o755)
+    os.makedirs(a.out, exist_ok=True)
+    b = Budget.from_args("h200_trust", a, a.out)
+    work = shared_workdir("jw-trust-")  # every uid can enter it; $OUT is root's 0700
+    src = os.path.join(work, "src")
+    shutil.copytree(SRC, src, ignore=shutil.ignore_patterns("__pycache__"))
+    for r, dirs, files in os.walk(work):
+        for n in dirs + files:
+            os.chmod(os.path.join(r, n), 0o755 if n in dirs else 0o644)
+    b.note("work", work)
+    who = (a.uid, a.uid)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))}
+    base["PYTHONPATH"] = src
+    ok = True
+    try:
+        if "triton" in a.only.split(",") and b.fits("triton case", 90):
+            ok &= triton_case(b, a, work, base, who)
+        if "jax" in a.only.split(",") and b.fits("jax case", 60):
+            ok &= jax_case(b, work, base, who)
+    finally:
+        b.finish(ok=ok)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def user_env(base: dict, home: str) -> dict:
+    user = dict(base, HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
+    user.pop("XDG_CONFIG_HOME", None)
+    return user
+
+
+def triton_case(b: Budget, a, work: str, base: dict, who) -> bool:
     user_home, root_home = os.path.join(work, "user-home"), os.path.join(work, "root-home")
     cache, scratch = os.path.join(work, "cache"), os.path.join(work, "scratch")
     for d in (user_home, cache, scratch):
@@ -112,51 +190,91 @@ def main() -> int:
     for path, op in ((good, "+"), (evil, "-")):
         with open(path, "w") as f:
             f.write(WORKLOAD.replace("OP", op))
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "JITWARDEN_"))}
-    base["PYTHONPATH"] = SRC
-    user = dict(base, HOME=user_home, XDG_CACHE_HOME=os.path.join(user_home, ".cache"))
-    user.pop("XDG_CONFIG_HOME", None)
-    who = (a.uid, a.uid)
-    out = {}
-
-    out["user_cold"] = run(
-        [sys.executable, good], dict(user, JW_ACTIVATE="1", TRITON_CACHE_DIR=cache), who
+        os.chmod(path, 0o644)
+    user = user_env(base, user_home)
+    b.put(
+        "triton/user_cold",
+        run([sys.executable, good], dict(user, JW_ACTIVATE="1", TRITON_CACHE_DIR=cache), who),
     )
-    print("USER COLD (guarded)", json.dumps(out["user_cold"]), flush=True)
-    out["substitute"] = run([sys.executable, evil], dict(user, TRITON_CACHE_DIR=scratch), who)
-    (sub,) = glob.glob(os.path.join(scratch, "*", "add_kernel.cubin"))
-    (entry,) = [
+    sub_run = run([sys.executable, evil], dict(user, TRITON_CACHE_DIR=scratch), who)
+    b.put("triton/substitute", sub_run)
+    subs = glob.glob(os.path.join(scratch, "*", "add_kernel.cubin"))
+    entries = [
         os.path.dirname(p)
         for p in glob.glob(os.path.join(cache, "jitwarden-v1", "*", "*", "add_kernel.cubin"))
     ]
+    if len(subs) != 1 or len(entries) != 1:
+        b.put(
+            "triton/error",
+            f"expected one substitute and one entry, found {len(subs)} and {len(entries)}",
+        )
+        return False
+    sub, entry = subs[0], entries[0]
     f = run([sys.executable, "-c", FORGE, entry, sub], user, who)
-    out["forged"] = {
-        "rc": f["rc"],
-        "entry": entry,
-        "substitute_sha256": hashlib.sha256(open(sub, "rb").read()).hexdigest(),
-    }
-    print("FORGED", json.dumps(out["forged"]), flush=True)
-
+    b.put(
+        "triton/forged",
+        {
+            "rc": f["rc"],
+            "entry": entry,
+            "substitute_sha256": hashlib.sha256(open(sub, "rb").read()).hexdigest(),
+        },
+    )
     partition = os.path.dirname(entry)
-    out["root_stock"] = run(
-        [sys.executable, good], dict(base, HOME=root_home, TRITON_CACHE_DIR=partition)
+    b.put(
+        "triton/root_stock",
+        run([sys.executable, good], dict(base, HOME=root_home, TRITON_CACHE_DIR=partition)),
     )
-    print("ROOT STOCK (no jitwarden; expect wrong)", json.dumps(out["root_stock"]), flush=True)
     sudo_e = dict(user, JW_ACTIVATE="1", TRITON_CACHE_DIR=cache)  # sudo -E: the user's HOME
-    out["root_guarded"] = run([sys.executable, good], sudo_e)
-    print("ROOT GUARDED (sudo -E)", json.dumps(out["root_guarded"]), flush=True)
-    out["root_guarded_trusted"] = run(
-        [sys.executable, good], dict(sudo_e, JITWARDEN_TRUSTED_ROOTS=cache)
-    )
-    print("ROOT GUARDED, root trusted", json.dumps(out["root_guarded_trusted"]), flush=True)
-    ok = all(out[k].get("right") is True for k in ("root_guarded", "root_guarded_trusted"))
+    g = run([sys.executable, good], sudo_e)
+    b.put("triton/root_guarded", g)
+    gt = run([sys.executable, good], dict(sudo_e, JITWARDEN_TRUSTED_ROOTS=cache))
+    b.put("triton/root_guarded_trusted", gt)
+    ok = g.get("right") is True and gt.get("right") is True
+    stock = b.doc["results"]["triton/root_stock"].get("right")
     print(
-        f"root on a user-owned cache with a forged cubin and seal: guarded runs right: {ok}; "
-        f"stock right: {out['root_stock'].get('right')}"
+        f"root on a user-owned cache with a forged cubin and seal: guarded runs right: {ok}; stock right: {stock}"
     )
-    with open(os.path.join(a.out, "trust_h200.json"), "w") as fh:
-        json.dump(out, fh, indent=1)
-    return 0 if ok else 1
+    b.put("triton/ok", ok)
+    return ok
+
+
+def jax_case(b: Budget, work: str, base: dict, who) -> bool:
+    """Root runs once on the user's team JAX dir (named in code), then the user twice: no silent miss forever."""
+    uid = who[0]
+    home, root_home, team = (
+        os.path.join(work, n) for n in ("jax-user-home", "jax-root-home", "team-jax")
+    )
+    for d in (home, team):
+        os.makedirs(d)
+        os.chown(d, uid, uid)
+    os.makedirs(root_home)
+    script = os.path.join(work, "jax_team.py")
+    with open(script, "w") as f:
+        f.write(JAX_TEAM)
+    os.chmod(script, 0o644)
+    user = dict(user_env(base, home), JW_ACTIVATE="1")
+    runs = {}
+    for name, env, as_user in (
+        ("root_once", dict(base, HOME=root_home, JW_ACTIVATE="1"), None),
+        ("user_first", user, who),
+        ("user_second", user, who),
+    ):
+        r = run([sys.executable, script, team], env, as_user)
+        r["files"] = listing(team)
+        runs[name] = r
+        b.put(f"jax/{name}", r)
+    second = runs["user_second"]
+    hits = sum(v for k, v in second.get("events", {}).items() if "hit" in k)
+    said = any(
+        team in ln or "jax" in ln.lower()
+        for ln in second.get("jw", []) + runs["user_first"].get("jw", [])
+    )
+    silent = second.get("rc") == 0 and hits == 0 and not said
+    b.put(
+        "jax/verdict",
+        {"user_second_hits": hits, "jitwarden_said": said, "silent_forever_miss": silent},
+    )
+    return second.get("rc") == 0 and not silent
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _budget import Budget, add_arguments
+
 SRC = os.path.join(os.path.dirname(HERE), "src")
 
 MODEL = textwrap.dedent(
@@ -210,7 +213,7 @@ def main() -> int:
         "--deadline",
         type=float,
         default=0,
-        help="seconds: start no warm pair that may not end by then",
+        help="seconds: start no warm pair that may not end by then (the same as --budget)",
     )
     p.add_argument(
         "--tamper",
@@ -226,9 +229,12 @@ def main() -> int:
         help="after --tamper, one more guarded start with the FX graph cache off, which loads every "
         "autotuning candidate: every flipped kernel must then be refused",
     )
+    add_arguments(p, "warm_modes.json")
     a = p.parse_args()
-    t_start = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
+    a.budget = a.budget or a.deadline
+    b = Budget.from_args("h200_warm_modes", a, a.out)
+    tamper_need = (90 + (70 if a.tamper_fx_off else 0)) if a.tamper else 0
     work = os.environ.get("JW_WORK") or os.path.join(a.out, "work")
     os.makedirs(work, exist_ok=True)
     script = os.path.join(work, "model.py")
@@ -257,6 +263,7 @@ def main() -> int:
                 with open(marker, "w") as f:
                     json.dump(cold, f)
         raw[f"{mode}/cold"] = cold
+        b.put(f"{mode}/cold", cold)
         print(
             mode,
             "cold",
@@ -269,16 +276,10 @@ def main() -> int:
             n = a.pairs_hot if (mode.startswith("max-autotune") and fx == "on") else a.pairs
             runs = {"stock": [], "guarded": []}
             for i in range(n):
-                spent = time.perf_counter() - t_start
                 pair = (
                     max([r["wall_s"] for rs in runs.values() for r in rs] or [0]) * 2
                 )  # the first pair always runs
-                if (
-                    a.deadline
-                    and spent + pair + ((90 + (70 if a.tamper_fx_off else 0)) if a.tamper else 0)
-                    > a.deadline
-                ):
-                    print(f"deadline: {i} pairs of {n} fit", flush=True)
+                if i and not b.fits(f"{mode} fx-{fx} pair {i + 1} of {n}", pair + tamper_need):
                     break
                 order = ("stock", "guarded") if i % 2 == 0 else ("guarded", "stock")
                 for s in order:
@@ -293,6 +294,7 @@ def main() -> int:
                         runs[s][-1].get("t_first"),
                         flush=True,
                     )
+                b.put(f"{mode}/fx-{fx}/runs", runs, show=False)
             raw[f"{mode}/fx-{fx}"] = runs
             ok = all(
                 r["rc"] == 0 and isinstance(r.get("max_abs_err"), float)
@@ -320,7 +322,7 @@ def main() -> int:
                     "guarded_all": [r.get(key) for r in runs["guarded"]],
                 }
             rows.append(row)
-            print("ROW", json.dumps(row), flush=True)
+            b.put(f"{mode}/fx-{fx}", row)
             with open(
                 os.path.join(work, "rows.jsonl"), "a"
             ) as f:  # the table of every call on this machine
@@ -331,6 +333,7 @@ def main() -> int:
                 path = os.path.join(a.out, f"prof-{mode}-{s}.pstats")
                 prof[s] = one(script, mode, roots[s], s == "guarded", "on", profile=path)
             raw[f"{mode}/profile"] = prof
+            b.put(f"{mode}/profile", prof, show=False)
             print(
                 f"PROFILE {mode}: stock {prof['stock']['wall_s']} s, guarded {prof['guarded']['wall_s']} s"
             )
@@ -345,7 +348,7 @@ def main() -> int:
             a.tamper,
             a.tamper_fx_off,
         )
-        print("TAMPER", json.dumps(raw["tamper"]), flush=True)
+        b.put("tamper", raw["tamper"])
     if os.path.exists(os.path.join(work, "rows.jsonl")):
         with open(os.path.join(work, "rows.jsonl")) as f:
             rows = [json.loads(x) for x in f if x.strip()]
@@ -361,8 +364,7 @@ def main() -> int:
             f"| {r['mode']} | {r['fx']} | {r['pairs']} | {r['kernels']} | {w['stock']} | {w['guarded']} | "
             f"**{w['ratio']}** | {t['stock']} | {t['guarded']} | {t['ratio']} | {r['all_ok']} |"
         )
-    with open(os.path.join(a.out, "warm_modes.json"), "w") as f:
-        json.dump({"rows": rows, "raw": raw}, f, indent=1)
+    b.finish(rows=rows)
     return 0
 
 
