@@ -38,7 +38,7 @@ PARTS = (
         ["h200_fixed_costs.py", "--only", "fixed", "--fixed-pairs", "9"],
         "fixed_costs.json",
     ),
-    ("hooks", 100, 40, ["h200_jax_cupy_hooks.py", "{work}"], "jax_cupy_hooks.json"),
+    ("hooks", 300, 40, ["h200_jax_cupy_hooks.py", "{work}"], "jax_cupy_hooks.json"),
     ("warm", 330, 90, ["h200_fixed_costs.py", "--only", "warm", "--work", "{work}"], "warm.json"),
     ("cold", 200, 90, ["h200_fixed_costs.py", "--only", "cold", "--work", "{work}"], "cold.json"),
     ("oci", 150, 90, ["h200_oci.py", "--reps", "3"], "oci.json"),
