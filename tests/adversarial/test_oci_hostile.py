@@ -530,8 +530,12 @@ def test_the_token_flow_pulls_with_docker_login_credentials(served, tmp_path):
 # ---------------------------------------------------------------- a signed bundle with one corrupt entry
 
 
-def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path):
-    """pull installs nothing on any failure: one entry verify calls corrupt keeps the sound one out too."""
+@pytest.mark.parametrize("all_or_nothing", [False, True])
+def test_a_signed_bundle_with_a_corrupt_entry_installs_the_sound_one(
+    served, tmp_path, all_or_nothing
+):
+    """pull installs entry by entry: the one verify calls corrupt is refused by name and reason, the sound one
+    goes in (``--all-or-nothing``: nothing goes in, the sound one skipped saying why)."""
     import hashlib
     import io
     import tarfile
@@ -589,6 +593,7 @@ def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path)
                 "--insecure",
                 "--format",
                 "json",
+                *(["--all-or-nothing"] if all_or_nothing else []),
             ],
             env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
             capture_output=True,
@@ -599,6 +604,12 @@ def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path)
         server.stop()
     assert p.returncode == 1, p.stderr
     res = json.loads(p.stdout)
-    assert res["counts"] == {"installed": 0, "present": 0, "skipped": 1, "refused": 1}
-    assert "corrupt" in next(x["why"] for x in res["entries"] if x["action"] == "refused")
-    assert entries(triton_partition(env)) == []
+    refused = next(x for x in res["entries"] if x["action"] == "refused")
+    assert refused["path"] == e["path"] and "corrupt" in refused["why"] and cubin in refused["why"]
+    if all_or_nothing:
+        assert res["counts"] == {"installed": 0, "present": 0, "skipped": 1, "refused": 1}
+        assert entries(triton_partition(env)) == []
+    else:
+        assert res["counts"] == {"installed": 1, "present": 0, "skipped": 0, "refused": 1}
+        assert e["path"] not in entries(triton_partition(env))
+        assert len(entries(triton_partition(env))) == 1

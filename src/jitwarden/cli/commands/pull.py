@@ -2,9 +2,11 @@
 
 The tag's index is read, the bundle of this node's exact fingerprint chosen, its signature checked
 against the trusted keys, its layer streamed to an unnamed temp file with its digest checked, then
-installed through ``import``'s path (every file's digest, each entry judged, staged, sealed). Exit
-0 installed, 1 refused (nothing installed), 2 usage error or a registry that cannot be used, 4 no
-bundle for this node (what differs, per candidate).
+installed through ``import``'s path (every file's digest, each entry judged, staged, sealed): each entry
+that passes goes in, each refused one is named with its reason (``--all-or-nothing``: none goes in). A
+bundle whose integrity fails (signature, a digest, the manifest, the fingerprint) installs nothing. Exit
+0 installed, 1 refused (the bundle, or an entry of it), 2 usage error or a registry that cannot be used,
+4 no bundle for this node (what differs, per candidate).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def register(sub) -> None:
         help="install for the environment FILE describes (`jitwarden fingerprint --format json` saved on "
         "a serving node) instead of this one: an image build without the GPU",
     )
+    _bundles.add_all_or_nothing_argument(p)
     _bundles.add_insecure_argument(p)
     options.add_format_argument(p)
     p.set_defaults(func=run)
@@ -104,7 +107,9 @@ def _install(args, ref, chosen, layer, trusted, fp) -> int:
     try:
         if opened.manifest_sha256 != hashlib.sha256(chosen.mbytes).hexdigest():
             return refused("the layer's manifest is not the signed config the index chose")
-        rep, code = _bundles.install(source, tar, opened, fp, args.dry_run, all_or_nothing=True)
+        rep, code = _bundles.install(
+            source, tar, opened, fp, args.dry_run, all_or_nothing=args.all_or_nothing
+        )
         extra = {"manifest": chosen.manifest, "candidates": chosen.candidates}
         return _bundles.finish(rep, args, code, "pull", extra)
     finally:
