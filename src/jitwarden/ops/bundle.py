@@ -186,6 +186,26 @@ def parse_manifest(raw: bytes) -> Manifest:
         raise BundleRefused(f"the manifest is not valid ({type(exc).__name__}: {exc})") from None
 
 
+def layer_bound(manifest: Manifest, manifest_bytes: int) -> int:
+    """The most bytes a bundle tar of ``manifest`` can take (pure): what a pulled layer's size is held to
+    before a byte of it is read, since the layer's descriptor is not signed and its manifest is.
+
+    Per member (``manifest.json``, ``manifest.sig``, each listed file) its data rounded up to the tar
+    block (512), its header, and a PAX header of a long name (a header and two blocks of records: a
+    name is one path component of at most 255 bytes below ``entries/<n>/``); the end-of-archive blocks
+    and tarfile's padding to a 10 KiB record; then 1/256 more and 64 KiB for a gzip stream's framing
+    (deflate's stored blocks add 5 bytes per 64 KiB of data that does not compress).
+    """
+    block, per_member = 512, 4 * 512
+    sizes = [
+        manifest_bytes,
+        MAX_SIGNATURE,
+        *(r["size"] for e in manifest.entries for r in e.files.values()),
+    ]
+    tar = sum(per_member + -(-n // block) * block for n in sizes) + 2 * block + 20 * block
+    return tar + tar // 256 + (64 << 10)
+
+
 # ---------------------------------------------------------------- export
 
 
