@@ -530,8 +530,12 @@ def test_the_token_flow_pulls_with_docker_login_credentials(served, tmp_path):
 # ---------------------------------------------------------------- a signed bundle with one corrupt entry
 
 
-def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path):
-    """pull installs nothing on any failure: one entry verify calls corrupt keeps the sound one out too."""
+@pytest.mark.parametrize("all_or_nothing", [False, True])
+def test_a_signed_bundle_with_a_corrupt_entry_installs_the_sound_one(
+    served, tmp_path, all_or_nothing
+):
+    """pull installs entry by entry: the one verify calls corrupt is refused by name and reason, the sound one
+    goes in (``--all-or-nothing``: nothing goes in, the sound one skipped saying why)."""
     import hashlib
     import io
     import tarfile
@@ -589,6 +593,7 @@ def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path)
                 "--insecure",
                 "--format",
                 "json",
+                *(["--all-or-nothing"] if all_or_nothing else []),
             ],
             env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
             capture_output=True,
@@ -599,6 +604,219 @@ def test_a_signed_bundle_with_a_corrupt_entry_installs_nothing(served, tmp_path)
         server.stop()
     assert p.returncode == 1, p.stderr
     res = json.loads(p.stdout)
-    assert res["counts"] == {"installed": 0, "present": 0, "skipped": 1, "refused": 1}
-    assert "corrupt" in next(x["why"] for x in res["entries"] if x["action"] == "refused")
+    refused = next(x for x in res["entries"] if x["action"] == "refused")
+    assert refused["path"] == e["path"] and "corrupt" in refused["why"] and cubin in refused["why"]
+    if all_or_nothing:
+        assert res["counts"] == {"installed": 0, "present": 0, "skipped": 1, "refused": 1}
+        assert entries(triton_partition(env)) == []
+    else:
+        assert res["counts"] == {"installed": 1, "present": 0, "skipped": 0, "refused": 1}
+        assert e["path"] not in entries(triton_partition(env))
+        assert len(entries(triton_partition(env))) == 1
+
+
+# ---------------------------------------------------------------- issue 47: the attacks through a proxy
+
+
+def _pull(env, host, *extra, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "jitwarden", "pull", f"{host}/k/llm:v1", "--insecure", *extra],
+        env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _resigned(served, change=None, created_delta: float = 0.0):
+    """The served objects with the bundle's manifest changed by ``change(doc)`` (``created`` moved by
+    ``created_delta``), signed again with the builder's key, its layer, config and tag rewritten."""
+    import io
+    import tarfile
+
+    from jitwarden.ops import keys
+    from jitwarden.ops import oci as registry
+
+    objects = dict(served["objects"])
+    m = served["manifest"]
+    layer = objects[f"/v2/k/llm/blobs/{m['layers'][0]['digest']}"][1]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        members = [(i, tar.extractfile(i).read()) for i in tar.getmembers()]
+    doc = json.loads(members[0][1])
+    doc["created"] = doc["created"] + created_delta
+    if change:
+        change(doc)
+    mbytes = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    key = keys.load_signing_key(served["pub"][: -len(".pub")])
+    sig = json.dumps(
+        {"schema": 1, "algorithm": "ed25519", "key_id": key.id, "signature": key.sign(mbytes).hex()}
+    ).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            data = {"manifest.json": mbytes, "manifest.sig": sig}.get(info.name, data)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    new_layer = out.getvalue()
+    cfg = registry.descriptor(registry.CONFIG_TYPE, registry.sha256_digest(mbytes), len(mbytes))
+    lay = registry.descriptor(
+        registry.LAYER_TYPE, registry.sha256_digest(new_layer), len(new_layer)
+    )
+    raw = registry.bundle_manifest(
+        cfg, lay, {**m["annotations"], registry.A_SIGNATURE: sig.decode()}
+    )
+    objects["/v2/k/llm/manifests/v1"] = (MANIFEST, raw)
+    objects[f"/v2/k/llm/manifests/{registry.sha256_digest(raw)}"] = (MANIFEST, raw)
+    objects[f"/v2/k/llm/blobs/{cfg['digest']}"] = ("application/octet-stream", mbytes)
+    objects[f"/v2/k/llm/blobs/{lay['digest']}"] = ("application/octet-stream", new_layer)
+    return objects, registry.sha256_digest(raw), raw
+
+
+def test_a_401_from_the_storage_host_sends_no_credentials_anywhere(served, tmp_path):
+    """The registry redirects the layer to a storage host, which answers 401 with a realm on a third host: the
+    registry's credentials must reach neither, and the error says what happened (not "credentials refused")."""
+    token_seen: list = []
+    storage_seen: list = []
+
+    def token(h):
+        token_seen.append((h.path, h.headers.get("Authorization")))
+        _send(h, 200, json.dumps({"token": "stolen"}).encode())
+
+    third = reghelp.Hostile(token)
+
+    def storage(h):
+        storage_seen.append(h.headers.get("Authorization"))
+        realm = f'Bearer realm="http://{third.host}/token",service="storage"'
+        _send(h, 401, b"{}", extra=(("WWW-Authenticate", realm),))
+
+    store = reghelp.Hostile(storage)
+    layer_path = f"/v2/k/llm/blobs/{served['manifest']['layers'][0]['digest']}"
+
+    def redirect(h):
+        h.send_response(307)
+        h.send_header("Location", f"http://{store.host}{layer_path}?sig=x")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    reg = reghelp.Hostile(_at(served, lambda p: p == layer_path, redirect))
+    try:
+        env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+        reghelp.docker_config(env["HOME"], reg.host)
+        p = _pull(env, reg.host)
+    finally:
+        for s in (reg, store, third):
+            s.stop()
+    assert p.returncode == 2, p.stderr
+    assert token_seen == [] and storage_seen == [None], (token_seen, storage_seen)
+    assert f"{store.host}, where the registry redirected GET" in p.stderr, p.stderr
+    assert "credentials refused" not in p.stderr and "Traceback" not in p.stderr
+    assert entries(triton_partition(env)) == []
+
+
+def test_a_layer_larger_than_its_signed_files_is_refused_before_a_byte_is_read(served, tmp_path):
+    layer_hits: list = []
+    big = _manifest_with(served, lambda m: m["layers"][0].update(size=3 << 30))
+    honest = _honest(served)
+
+    def act(h):
+        path = h.path.split("?")[0]
+        if path.endswith("/manifests/v1"):
+            _send(h, 200, json.dumps(big).encode(), MANIFEST)
+        elif path.endswith(served["manifest"]["layers"][0]["digest"]):
+            layer_hits.append(path)
+            honest(h)
+        else:
+            honest(h)
+
+    server = reghelp.Hostile(act)
+    try:
+        env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+        p = _pull(env, server.host)
+    finally:
+        server.stop()
+    assert p.returncode == 1, p.stderr
+    assert f"the layer claims {3 << 30} bytes" in p.stderr and "not downloaded" in p.stderr, (
+        p.stderr
+    )
+    assert layer_hits == []
+
+
+def test_a_full_local_tmpdir_is_said_to_be_local(served, tmp_path):
+    """A write to TMPDIR that fails (here past RLIMIT_FSIZE: EFBIG, as ENOSPC is for a full disk) is this
+    node's trouble: the line names TMPDIR, never "registry HOST"."""
+    import resource
+    import signal
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    server = reghelp.Hostile(_honest(served))
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    try:
+        env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+        env["TMPDIR"] = str(tmpdir)
+        p = subprocess.run(
+            [sys.executable, "-m", "jitwarden", "pull", f"{server.host}/k/llm:v1", "--insecure"],
+            env={**env, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=small_files,
+        )
+    finally:
+        server.stop()
+    assert p.returncode == 2, p.stderr
+    assert f"cannot write to TMPDIR {tmpdir}: File too large" in p.stderr, p.stderr
+    assert f"registry {server.host}" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_tag_moved_back_to_an_older_bundle_is_refused_unless_allowed(served, tmp_path):
+    newer, newer_digest, _ = _resigned(served, created_delta=+100.0)
+    older, _older_digest, _ = _resigned(served, created_delta=-100.0)
+    env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+    now = {"objects": newer}  # one registry (one host:port) whose tag is moved back between pulls
+
+    def act(h):
+        _honest({**served, "objects": now["objects"]})(h)
+
+    server = reghelp.Hostile(act)
+    try:
+        first = _pull(env, server.host)
+        assert first.returncode == 0, first.stderr
+        now["objects"] = older
+        p = _pull(env, server.host)
+        assert p.returncode == 1, p.stderr
+        assert "the tag was moved back; pass --allow-older" in p.stderr, p.stderr
+        assert newer_digest[:19] in p.stderr
+        p = _pull(env, server.host, "--allow-older")
+        assert p.returncode == 0, p.stderr
+        now["objects"] = newer
+        assert _pull(env, server.host).returncode == 0  # the newest again: fine
+    finally:
+        server.stop()
+
+
+def test_an_index_with_two_bundles_of_one_fingerprint_is_refused_naming_both(served, tmp_path):
+    other, other_digest, raw = _resigned(served, created_delta=+1.0)
+    idx = json.loads(served["objects"]["/v2/k/llm/manifests/v1"][1])
+    first = idx["manifests"][0]
+    second = {**first, "digest": other_digest, "size": len(raw)}
+    objects = {
+        **other,
+        **{k: v for k, v in served["objects"].items() if k != "/v2/k/llm/manifests/v1"},
+        "/v2/k/llm/manifests/v1": (
+            INDEX,
+            json.dumps({**idx, "manifests": [first, second]}).encode(),
+        ),
+    }
+    server = reghelp.Hostile(_honest({**served, "objects": objects}))
+    try:
+        env = node_env(str(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=served["pub"])
+        p = _pull(env, server.host)
+    finally:
+        server.stop()
+    assert p.returncode == 1, p.stderr
+    assert first["digest"] in p.stderr and other_digest in p.stderr, p.stderr
     assert entries(triton_partition(env)) == []

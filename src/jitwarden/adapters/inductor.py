@@ -639,7 +639,7 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
         if rel in sealed:
             _check_sealed(rel, data, size, sealed[rel], facts)
         if group == "aotautograd":
-            _aot_refs(root, rel, data, facts)
+            _aot_refs((root, *judge.refs_beside), rel, data, facts)
     if group in PICKLE_DIRS:
         facts.type = group
         if not real:
@@ -733,8 +733,14 @@ def _check_sealed(rel: str, data: bytes | Streamed, size: int, rec: dict, facts:
         facts.findings.append(Finding("corrupt", f"{rel} does not match its sealed sha256"))
 
 
-def _aot_refs(root: str, rel: str, data: bytes | Streamed, facts: Judging) -> None:
-    """An AOTAutograd result that loads its graphs from ``fxgraph/``: each named graph must be there."""
+def fx_graph_path(key: str) -> str:
+    """Where the FX graph ``key`` lies inside an Inductor root (``fxgraph/<key[1:3]>/<key>``; pure)."""
+    return f"fxgraph/{key[1:3]}/{key}"
+
+
+def _aot_refs(roots: tuple[str, ...], rel: str, data: bytes | Streamed, facts: Judging) -> None:
+    """An AOTAutograd result that loads its graphs from ``fxgraph/``: each named graph must be there (in its
+    own root, or one the judge names beside it)."""
     keys = (
         data.fx_keys
         if isinstance(data, Streamed)
@@ -742,7 +748,7 @@ def _aot_refs(root: str, rel: str, data: bytes | Streamed, facts: Judging) -> No
     )
     for key in keys:
         facts.extra.setdefault("fx_graphs", []).append(key)
-        if not os.path.isdir(os.path.join(root, "fxgraph", key[1:3], key)):
+        if not any(os.path.isdir(os.path.join(r, *fx_graph_path(key).split("/"))) for r in roots):
             facts.findings.append(
                 Finding("incomplete", f"{rel} loads FX graph {key}, which is missing from fxgraph/")
             )

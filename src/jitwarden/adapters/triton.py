@@ -785,14 +785,18 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
             cpath != prefix + child
         ):  # the common case, this entry's own file by its own name, needs no more
             cdir, cbase = os.path.split(os.path.normpath(cpath))
+            if cbase != child:  # wherever it points: Triton loads that file as this child
+                add(
+                    Finding(
+                        "mismatch", f"{gname}: {child} points to a file named {cbase} ({cpath})"
+                    )
+                )
             if (
                 not os.path.isabs(cpath)
                 or os.path.basename(cdir) != f.id
                 or not same_dir(cdir, f.path)
             ):
                 outside.append(cpath)
-            elif cbase != child:
-                add(Finding("mismatch", f"{gname}: {child} points to a file named {cbase}"))
         csize = sizes.get(child)
         if csize is None:
             add(Finding("incomplete", f"{gname} lists {child}, which is missing"))
@@ -965,14 +969,26 @@ def _launcher_findings(launchers, host_machine: str | None, add) -> None:
             )
 
 
+class ChildMismatch(ValueError):
+    """A group file maps a child to a file of another name: pointing it home would prove one file and load
+    another (the message names both)."""
+
+
 def relocated_group(doc, entry_dir: str, present) -> dict | None:
     """A group document with each child path pointed at ``entry_dir``, for each child whose file (by its base
     name) is in ``present``; None when nothing changes or ``doc`` is not Triton's layout (pure). Used where an
-    entry moved (``jitwarden relocate``, a bundle installed elsewhere): Triton's group paths are absolute."""
+    entry moved (``jitwarden relocate``, a bundle installed elsewhere): Triton's group paths are absolute.
+
+    :class:`ChildMismatch` when a child's path ends in another name than the child's own
+    (``add_kernel.cubin`` -> ``/gone/<id>/evil.cubin``): nothing is pointed anywhere."""
     kids = doc.get("child_paths") if isinstance(doc, dict) else None
     if not isinstance(kids, dict):
         return None
     new = dict(kids)
+    for k, v in kids.items():
+        base = os.path.basename(str(v))
+        if base != k:
+            raise ChildMismatch(f"mismatch: {k} points to a file named {base} ({v})")
     for k, v in kids.items():
         base = os.path.basename(str(v))
         if base in present and v != os.path.join(entry_dir, base):

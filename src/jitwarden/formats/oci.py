@@ -11,7 +11,8 @@ A registry is not trusted to be well-behaved (ARCHITECTURE.md, formats; docs/fle
   error or a token reply at most :data:`MAX_SMALL`, a blob exactly the size its descriptor gives
   (a longer body, an endless chunked one, is cut there and refused);
 - at most :data:`MAX_REDIRECTS` redirects (a loop is refused), never from HTTPS to plain HTTP, and
-  credentials are never sent to another host than the registry's;
+  credentials are never sent to another host than the registry's and the token realm of the registry's
+  own challenge: a ``401`` from the host a redirect led to is an error, never a new authentication flow;
 - plain HTTP only when asked (``insecure``): the caller says so loudly.
 
 Authentication as registries ask for it: ``Basic`` with the caller's credentials, or the token flow
@@ -82,7 +83,8 @@ Progress = Callable[[int, int], object]
 
 
 class Sink(Protocol):
-    """Where a blob's bytes go (a :class:`~jitwarden.store.blobfile.BlobFile`, which this layer cannot import)."""
+    """Where a blob's bytes go (a :class:`~jitwarden.store.blobfile.BlobFile`, which this layer cannot import;
+    its ``place``, the directory it lies in, is named when a write fails)."""
 
     def write(self, data: bytes) -> int: ...
 
@@ -90,6 +92,13 @@ class Sink(Protocol):
 class RegistryError(JitwardenError):
     """The registry cannot be used: down, too slow, refusing, or answering outside the protocol or a bound.
     The message is one line; the CLI exits 2 (a registry that cannot be used is no finding about a cache)."""
+
+    exit_code = ExitStatus.USAGE
+
+
+class LocalWriteError(JitwardenError):
+    """What the registry sent cannot be written here (the temp dir full or read-only): this node's trouble,
+    not the registry's; the message says where. The CLI exits 2."""
 
     exit_code = ExitStatus.USAGE
 
@@ -406,7 +415,15 @@ class Client:
             hdrs = dict(call.headers)
             if self._auth:
                 hdrs["Authorization"] = self._auth
-            head, data = self._follow(call, self._url(call.path), hdrs)
+            head, data, where = self._follow(call, self._url(call.path), hdrs)
+            if head.status == 401 and where != self.ref.registry:
+                # A storage host's challenge is not the registry's: its realm would get the registry's
+                # credentials. Never a new authentication flow for it.
+                raise RegistryError(
+                    f"{self.ref.registry}: {where}, where the registry redirected {call.method} "
+                    f"{call.path}, answered 401; credentials go only to the registry and the token "
+                    "realm of its own challenge, so nothing was sent there"
+                )
             if head.status != 401 or attempt:
                 break
             self._authenticate(head.headers.get("www-authenticate", ""), call.deadline, call.scope)
@@ -419,7 +436,10 @@ class Client:
             )
         return Response(status=head.status, headers=head.headers, body=data)
 
-    def _follow(self, call: _Call, url: str, headers: dict[str, str]) -> tuple[Response, bytes]:
+    def _follow(
+        self, call: _Call, url: str, headers: dict[str, str]
+    ) -> tuple[Response, bytes, str]:
+        """(the last answer, its body, the ``host[:port]`` that gave it) of ``url``, redirects followed."""
         home = urlsplit(url).netloc
         for _hop in range(MAX_REDIRECTS + 1):
             pieces = call.body() if callable(call.body) else call.body
@@ -433,7 +453,7 @@ class Client:
             )
             self.requests += 1
             if head.status not in (301, 302, 303, 307, 308) or call.method not in ("GET", "HEAD"):
-                return head, data
+                return head, data, urlsplit(url).netloc
             where = head.headers.get("location")
             if not where:
                 raise RegistryError(
@@ -534,7 +554,14 @@ def _into(
         piece = resp.read(min(CHUNK, want - done))
         if not piece:
             raise RegistryError(f"the blob ended after {done} of {want} bytes")
-        sink.write(piece)
+        try:
+            sink.write(piece)
+        except OSError as exc:
+            place = getattr(sink, "place", None) or "the temporary directory"
+            raise LocalWriteError(
+                f"cannot write to TMPDIR {place}: {exc.strerror or exc} (a local disk error, not the "
+                "registry's; set TMPDIR to a place with room)"
+            ) from None
         done += len(piece)
         if progress is not None:
             progress(done, want)

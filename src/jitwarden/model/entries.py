@@ -54,6 +54,9 @@ class Judge:
         None  # "311": what torch extensions and FlashInfer name their builds by
     )
     uid: int | None = None  # whose caches these are; other owners make a root unsafe
+    refs_beside: tuple[str, ...] = ()
+    """Other roots of the same kind where what an entry loads may lie besides its own root: an import's
+    destination partition, judged beside its staging (an AOTAutograd result whose FX graph is installed)."""
 
     def version(self, package: str) -> str | None:
         """Installed version of ``package`` (``torch``, ``triton``, ``vllm``, ``flashinfer``, ``deep_gemm``), or None."""

@@ -40,6 +40,10 @@ PROVING_DIR = ".jitwarden-proving"
 """``<tree>/.jitwarden-proving/<key>/``: unsealed kernel entries hidden from the workload while a prover
 in the background rebuilds them (see :mod:`jitwarden.runtime.prover`); that prover holds its lock file."""
 
+PULLED_FILE = "pulled.json"
+"""``<config dir>/pulled.json``: per registry tag and fingerprint, the signed ``created`` time and manifest digest of
+the newest bundle ``pull`` installed on this node (``store/pulled``), so a tag moved back is noticed."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

@@ -99,6 +99,13 @@ def human_duration(seconds: float) -> str:
     return f"{int(s)}s"
 
 
+def iso_time(t: float) -> str:
+    """A Unix time as UTC ``YYYY-MM-DDTHH:MM:SSZ`` (pure)."""
+    import time as _time
+
+    return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(t))
+
+
 def human_age(mtime: float | None, now: float | None = None) -> str:
     """How long ago the time stamp ``mtime`` was (:func:`human_duration`); ``-`` when unknown (0 or None)."""
     if not mtime:

@@ -167,6 +167,12 @@ def parse_manifest(raw: bytes) -> Manifest:
                     kind, path, {k: dict(v) for k, v in files.items()}, bool(e.get("sealed"))
                 )
             )
+        nested = seen & {
+            (k, "/".join(p.split("/")[:n])) for k, p in seen for n in range(1, p.count("/") + 1)
+        }
+        if nested:
+            k, p = min(nested)
+            raise BundleRefused(f"{k} {p} is an entry and holds another entry of the bundle")
         return Manifest(
             str(doc["digest"]),
             dict(doc["fingerprint"]),
@@ -178,6 +184,26 @@ def parse_manifest(raw: bytes) -> Manifest:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BundleRefused(f"the manifest is not valid ({type(exc).__name__}: {exc})") from None
+
+
+def layer_bound(manifest: Manifest, manifest_bytes: int) -> int:
+    """The most bytes a bundle tar of ``manifest`` can take (pure): what a pulled layer's size is held to
+    before a byte of it is read, since the layer's descriptor is not signed and its manifest is.
+
+    Per member (``manifest.json``, ``manifest.sig``, each listed file) its data rounded up to the tar
+    block (512), its header, and a PAX header of a long name (a header and two blocks of records: a
+    name is one path component of at most 255 bytes below ``entries/<n>/``); the end-of-archive blocks
+    and tarfile's padding to a 10 KiB record; then 1/256 more and 64 KiB for a gzip stream's framing
+    (deflate's stored blocks add 5 bytes per 64 KiB of data that does not compress).
+    """
+    block, per_member = 512, 4 * 512
+    sizes = [
+        manifest_bytes,
+        MAX_SIGNATURE,
+        *(r["size"] for e in manifest.entries for r in e.files.values()),
+    ]
+    tar = sum(per_member + -(-n // block) * block for n in sizes) + 2 * block + 20 * block
+    return tar + tar // 256 + (64 << 10)
 
 
 # ---------------------------------------------------------------- export
@@ -602,9 +628,10 @@ def _rewrite_groups(entry_fd: int, final: str) -> None:
 class _Staging:
     """The private staging dirs of one import (one per destination partition: same filesystem), by fd.
 
-    Entry ``i`` is staged at ``<stage>/<i>/<its path inside the partition>``, so each adapter judges it
-    by the same relative name ``verify`` would (``fxgraph/ab/<key>``, ``<tag>/<module>``). Closing
-    removes every staging dir and closes every fd.
+    Every entry is staged at ``<stage>/<its path inside the partition>``: the staged set is one tree laid
+    out as the partition is, so each adapter judges an entry by the same relative name ``verify`` would
+    (``fxgraph/ab/<key>``, ``<tag>/<module>``) and beside the entries it loads (an AOTAutograd result and
+    the FX graph it names, staged with it). Closing removes every staging dir and closes every fd.
     """
 
     def __init__(self, manifest: Manifest, dests: dict):
@@ -631,10 +658,10 @@ class _Staging:
         return self.stages[kind][2]
 
     def holder(self, i: int) -> int:
-        """An fd of ``<stage>/<i>/<parent of the entry's path>``, made on first use."""
+        """An fd of ``<stage>/<parent of the entry's path>``, made on first use."""
         if i not in self.holders:
             e = self.manifest.entries[i]
-            rel = "/".join([str(i), *e.path.split("/")[:-1]])
+            rel = "/".join(e.path.split("/")[:-1])
             self.holders[i] = self.keep(fsutil.open_beneath(self._stage(e.kind), rel, create=True))
         return self.holders[i]
 
@@ -646,10 +673,8 @@ class _Staging:
         return self.dirs[i]
 
     def root_of(self, i: int) -> str:
-        """The path of ``<stage>/<i>``, what entry ``i``'s path is relative to, for the adapters' judges."""
-        return os.path.join(
-            os.path.realpath(fsutil.fd_path(self.stages[self.manifest.entries[i].kind][2])), str(i)
-        )
+        """The path of the staging dir entry ``i``'s path is relative to, for the adapters' judges."""
+        return os.path.realpath(fsutil.fd_path(self.stages[self.manifest.entries[i].kind][2]))
 
     def close(self) -> None:
         for part_fd, name, _sfd in self.stages.values():
@@ -719,28 +744,92 @@ def _listed(info, manifest: Manifest, got: dict) -> tuple[int, str, dict]:
     return i, key, rec
 
 
-def _judged(manifest: Manifest, todo: set, st: _Staging, judge) -> dict[int, str]:
-    """entry -> why it is refused, for every staged entry the kind's adapter (``verify``'s judge) finds an
-    error in: an entry verify would call ``corrupt`` (or any error) is never sealed nor installed.
+def refusal(entry) -> str | None:
+    """Why an install refuses an entry ``verify``'s judge judged (its error findings), None when it passes
+    (pure): the one rule ``push`` leaves out by and ``import``/``pull`` refuse by."""
+    errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
+    if not errors:
+        return None
+    return "verify: " + "; ".join(f"{f.code}: {f.message}" for f in errors[:3])
 
-    A Triton group file is pointed at its staged home first, so that it is judged where it lies; seals
-    are not asked for (import seals after). An error of jitwarden's own while judging is the entry's
-    ``unrecognised`` finding (info, ``scan._inspected``), never a refusal.
+
+def loads(entry) -> tuple[str, ...]:
+    """The paths, inside its partition, of the entries a judged ``entry`` loads (an AOTAutograd result: the
+    FX graphs it names; pure): what must go in with it."""
+    from jitwarden.adapters import inductor
+
+    return tuple(inductor.fx_graph_path(k) for k in getattr(entry.facts, "fx_graphs", None) or ())
+
+
+def with_dependencies(
+    entries: tuple[BundleEntry, ...] | list[BundleEntry],
+    needs: dict[int, tuple[str, ...]],
+    refused: dict[int, str],
+    elsewhere: bool,
+) -> dict[int, str]:
+    """``refused`` with every entry that loads a refused one added, saying which (pure).
+
+    ``needs``: entry -> the paths it loads (:func:`loads`). A path that is no entry of ``entries`` is
+    fine when ``elsewhere`` (an install: the judge found it on the node), else the entry is refused
+    too (a push: the bundle must carry what its entries load). An entry loaded by a refused one is
+    kept: an FX graph is a whole entry without the AOTAutograd result that names it, not the reverse.
+    """
+    at = {(e.kind, e.path): i for i, e in enumerate(entries)}
+    out = dict(refused)
+    changed = True
+    while changed:
+        changed = False
+        for i, paths in sorted(needs.items()):
+            if i in out:
+                continue
+            kind = entries[i].kind
+            for p in paths:
+                j = at.get((kind, p))
+                if j is None and not elsewhere:
+                    out[i] = f"loads {kind} {p}, which the bundle does not carry"
+                elif j is not None and j in out:
+                    out[i] = f"loads {kind} {p}, which is refused ({out[j]})"
+                else:
+                    continue
+                changed = True
+                break
+    return out
+
+
+def _judged(
+    manifest: Manifest, todo: set, st: _Staging, judge, dests: dict
+) -> tuple[dict[int, str], dict[int, tuple[str, ...]]]:
+    """(entry -> why it is refused, entry -> the paths it loads) for every staged entry: an entry the kind's
+    adapter (``verify``'s judge) finds an error in is never sealed nor installed.
+
+    Every entry is judged where it lies in the staged tree, beside the other staged entries and with this
+    node's partition of its kind (``refs_beside``) for what it loads and the bundle does not carry. A
+    Triton group file is pointed at its staged home first; seals are not asked for (import seals after).
+    An error of jitwarden's own while judging is the entry's ``unrecognised`` finding (info,
+    ``scan._inspected``), never a refusal.
     """
     judge = replace(judge, check_seals=False)
-    out = {}
+    out, needs = {}, {}
     for i in sorted(todo):
         e = manifest.entries[i]
         root = st.root_of(i)
         if i in st.dirs:
             _rewrite_groups(st.dirs[i], os.path.join(root, *e.path.split("/")))
+    for i in sorted(todo):
+        e = manifest.entries[i]
         entry = scan._inspected(
-            adapters.get(e.kind).inspect_entry, e.kind, root, e.path, judge, os.getuid()
+            adapters.get(e.kind).inspect_entry,
+            e.kind,
+            st.root_of(i),
+            e.path,
+            replace(judge, refs_beside=(dests[e.kind],)),
+            os.getuid(),
         )
-        errors = [f for f in entry.findings if f.severity >= Severity.ERROR]
-        if errors:
-            out[i] = "verify: " + "; ".join(f"{f.code}: {f.message}" for f in errors[:3])
-    return out
+        why = refusal(entry)
+        if why:
+            out[i] = why
+        needs[i] = loads(entry)
+    return out, needs
 
 
 def install(
@@ -757,9 +846,10 @@ def install(
 
     Nothing is moved in unless every staged file matches the manifest (BundleRefused
     otherwise, and the staging dirs are removed). ``judge`` (a ``model.entries.Judge``): each
-    staged entry is judged by its kind's adapter as ``verify`` judges it, and one with an error
-    finding is ``refused`` (saying why), nothing of it sealed or installed (``all_or_nothing``:
-    nor any other entry, each ``skipped`` saying so: what ``pull`` promises). Every directory is
+    staged entry is judged by its kind's adapter as ``verify`` judges it, beside the rest of the
+    staged set, and one with an error finding is ``refused`` (saying why), nothing of it sealed or
+    installed, and so is every entry that loads it (:func:`with_dependencies`); the others go in,
+    what they load first (``all_or_nothing``: none goes in, each ``skipped`` saying so). Every directory is
     reached by fd from the root and never through a symlink (``UnsafeName``, nothing moved in);
     every entry is moved by one no-replace rename between directory fds. Returns the outcomes,
     updated.
@@ -773,7 +863,11 @@ def install(
             _stage_members(tar, manifest, todo, st)
         except tarball.TarError as exc:
             raise BundleRefused(f"the bundle is damaged ({exc})") from None
-        refused = _judged(manifest, todo, st, judge) if judge is not None else {}
+        refused: dict[int, str] = {}
+        needs: dict[int, tuple[str, ...]] = {}
+        if judge is not None:
+            refused, needs = _judged(manifest, todo, st, judge, dests)
+            refused = with_dependencies(manifest.entries, needs, refused, elsewhere=True)
         out = list(outcomes)
         for i, why in refused.items():
             out[i] = replace(outcomes[i], action="refused", why=why)
@@ -797,13 +891,23 @@ def install(
             )
             for i in sorted(todo)
         }
-        for i in sorted(todo):
+        for i in _loaded_first(todo, needs, manifest):
             out[i] = _move_in(
                 manifest.entries[i], outcomes[i], st, i, parents[i], digest, producer_note
             )
         return out
     finally:
         st.close()
+
+
+def _loaded_first(todo: set, needs: dict, manifest: Manifest) -> list[int]:
+    """The entries of ``todo`` in manifest order, each entry another loads before it (pure): a reader never
+    finds an AOTAutograd result whose FX graph is not in yet."""
+    loaded = {(manifest.entries[i].kind, p) for i in todo for p in needs.get(i, ())}
+    return sorted(
+        todo,
+        key=lambda i: ((manifest.entries[i].kind, manifest.entries[i].path) not in loaded, i),
+    )
 
 
 def _move_in(

@@ -257,7 +257,10 @@ def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Out
             doc = fsutil.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
         except (OSError, ValueError) as exc:
             return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
-        new = relocated_group(doc, a.path, present)
+        try:
+            new = relocated_group(doc, a.path, present)
+        except ValueError as exc:  # adapters.triton.ChildMismatch: nothing of the entry is written
+            return Outcome(a.path, a.id, "skipped", f"{name}: {exc}")
         if new is not None:
             groups[name] = new
     if not groups:

@@ -186,10 +186,17 @@ def candidates(doc: dict, raw: bytes) -> list[dict]:
 
 
 def choose(cands: list[dict], digest: str) -> dict | None:
-    """The candidate whose fingerprint annotation is ``digest`` exactly; None when none is (pure)."""
-    return next(
-        (d for d in cands if (d.get("annotations") or {}).get(A_FINGERPRINT) == digest), None
-    )
+    """The candidate whose fingerprint annotation is ``digest`` exactly; None when none is (pure).
+
+    Refused, naming both, when two are: which one a tag means is then a guess (a push's index is one
+    bundle per fingerprint; two are a hand-made or tampered index)."""
+    picks = [d for d in cands if (d.get("annotations") or {}).get(A_FINGERPRINT) == digest]
+    if len(picks) > 1:
+        raise Refused(
+            f"the index lists {len(picks)} bundles of fingerprint {digest} ({picks[0]['digest']} and "
+            f"{picks[1]['digest']}): which one it means is a guess; push again to leave one"
+        )
+    return picks[0] if picks else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -564,6 +571,7 @@ class Chosen:
     mbytes: bytes
     layout: Layout
     candidates: int
+    created: float  # the signed manifest's ``created`` time
 
 
 def resolve(reg: Registry, ref: wire.Ref, trusted, fp, differ) -> Chosen:
@@ -607,7 +615,20 @@ def resolve(reg: Registry, ref: wire.Ref, trusted, fp, differ) -> Chosen:
         raise Refused(
             f"the index says fingerprint {fp.digest}, the signed manifest says {m.digest}: not installed"
         )
-    return Chosen(manifest=pick["digest"], mbytes=mbytes, layout=lay, candidates=len(cands))
+    bound = bundle.layer_bound(m, len(mbytes))
+    if lay.layer["size"] > bound:
+        files = sum(len(e.files) for e in m.entries)
+        raise Refused(
+            f"the layer claims {lay.layer['size']} bytes; the signed manifest's {files} files make a "
+            f"bundle of at most {bound}: not downloaded"
+        )
+    return Chosen(
+        manifest=pick["digest"],
+        mbytes=mbytes,
+        layout=lay,
+        candidates=len(cands),
+        created=m.created,
+    )
 
 
 def _candidate_line(reg: Registry, d: dict, trusted, differ) -> str:

@@ -254,7 +254,11 @@ class GuardedCacheManager(FileCacheManager):
             if not isinstance(p, str) or not isinstance(c, str):
                 return _Verdict("bad", "corrupt", [f"{grp_name}: child {c!r} has no path"])
             d, b = os.path.split(p)
-            if b != c or (d != self.cache_dir and not _adapter.same_dir(d, self.cache_dir)):
+            if b != c:
+                return _Verdict(
+                    "bad", "mismatch", [f"{grp_name}: {c} points to a file named {b} ({p})"]
+                )
+            if d != self.cache_dir and not _adapter.same_dir(d, self.cache_dir):
                 return _Verdict(
                     "bad", "foreign-path", [f"{grp_name}: {c} points outside the entry to {p}"]
                 )

@@ -22,7 +22,12 @@ class BlobFile:
     """Bytes appended in order (``write``), hashed as they come; read back from the start (``reader``, ``chunks``)."""
 
     def __init__(self, where: str | None = None) -> None:
-        self._fd: int | None = tempdirs.unnamed_file(where)
+        import tempfile
+
+        self.place = (
+            where or tempfile.gettempdir()
+        )  # the directory it lies in, for an error's words
+        self._fd: int | None = tempdirs.unnamed_file(self.place)
         self._h = hashlib.sha256()
         self.size = 0
 

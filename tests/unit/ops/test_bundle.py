@@ -707,3 +707,55 @@ def test_export_to_the_longest_legal_name(fleet):
     assert rc == 0, err
     assert tarfile.is_tarfile(out)
     assert os.listdir(fleet["base"]).count(os.path.basename(out)) == 1
+
+
+# ---------------------------------------------------------------- entries that load each other (issue 47)
+
+
+def _e(kind, path):
+    from jitwarden.ops.bundle import BundleEntry
+
+    return BundleEntry(kind, path, {"": {"sha256": "0" * 64, "size": 1}})
+
+
+def test_an_entry_that_loads_a_refused_one_stays_out_with_it_and_not_the_reverse():
+    from jitwarden.ops.bundle import with_dependencies
+
+    es = [_e("inductor", "fxgraph/jh/fjh"), _e("inductor", "aotautograd/acw"), _e("triton", "K")]
+    needs = {1: ("fxgraph/jh/fjh",)}
+    got = with_dependencies(es, needs, {0: "verify: corrupt: x"}, elsewhere=True)
+    assert got[1] == "loads inductor fxgraph/jh/fjh, which is refused (verify: corrupt: x)"
+    assert 2 not in got
+    # an AOTAutograd result refused alone keeps the FX graph: a whole entry without it
+    assert with_dependencies(es, needs, {1: "verify: stale"}, elsewhere=True) == {
+        1: "verify: stale"
+    }
+    # what the bundle does not carry: fine on a node that has it (install), refused for a bundle (push)
+    lone = [es[1]]
+    assert with_dependencies(lone, {0: ("fxgraph/jh/fjh",)}, {}, elsewhere=True) == {}
+    assert with_dependencies(lone, {0: ("fxgraph/jh/fjh",)}, {}, elsewhere=False) == {
+        0: "loads inductor fxgraph/jh/fjh, which the bundle does not carry"
+    }
+
+
+def test_install_moves_what_an_entry_loads_in_before_it():
+    from jitwarden.ops.bundle import Manifest, _loaded_first
+
+    es = (_e("inductor", "aotautograd/acw"), _e("triton", "K"), _e("inductor", "fxgraph/jh/fjh"))
+    m = Manifest("d", {}, {}, 0.0, es)
+    assert _loaded_first({0, 1, 2}, {0: ("fxgraph/jh/fjh",)}, m) == [2, 0, 1]
+
+
+def test_a_signed_manifest_with_one_entry_inside_another_is_refused(fleet, tmp_path):
+    def mutate(doc):
+        e = doc["entries"][0]
+        name = next(iter(e["files"]))
+        doc["entries"].append(
+            {"kind": "triton", "path": e["path"] + "/" + name, "files": {"": e["files"][name]}}
+        )
+
+    bad = str(tmp_path / "nested.tar")
+    write_bundle(bad, resign(read_bundle(fleet["bundle"]), fleet["secret"], mutate))
+    rc, _, err = jw(node_b(fleet, tmp_path), "import", bad)
+    assert rc == 1 and "holds another entry of the bundle" in err, err
+    assert entries(triton_partition(node_b(fleet, tmp_path))) == []

@@ -373,3 +373,28 @@ def test_an_entry_lock_that_is_no_regular_file_never_takes_the_workload_down(
             entry
         )  # the entry lock still orders the seal (the scan names the planted item itself)
         assert s is not None and seal.check(entry, s) == []
+
+
+def test_a_child_mapped_to_another_file_of_the_entry_is_named_a_mismatch(tmp_path, reference):
+    """Issue 47: a group mapping ``add_kernel.cubin`` to a planted ``evil.cubin`` inside the entry was quarantined
+    as "points outside the entry", which it does not: the guard names what it saw."""
+    root = str(tmp_path / "cache")
+    out = compile_jobs(root, guarded=False)
+    victim = out["add_sm90"]["id"]
+    entry = os.path.join(root, victim)
+    gname = next(n for n in os.listdir(entry) if n.startswith("__grp__"))
+    with open(os.path.join(entry, gname)) as f:
+        doc = json.load(f)
+    cubin = next(k for k in doc["child_paths"] if k.endswith(".cubin"))
+    shutil.copyfile(_cubin(root, out["sub_sm90"]), os.path.join(entry, "evil.cubin"))
+    doc["child_paths"][cubin] = os.path.join(entry, "evil.cubin")
+    with open(os.path.join(entry, gname), "w") as f:
+        json.dump(doc, f)
+    again = compile_jobs(root)
+    assert again["add_sm90"]["cubin"] == reference["add_sm90"]["cubin"]
+    recs = [r for r in quarantined(root) if r.entry_id == victim]
+    assert [r.reason for r in recs] == ["mismatch"], recs
+    assert f"{cubin} points to a file named evil.cubin" in again["_stderr"] + json.dumps(
+        [r.to_json() for r in recs]
+    )
+    assert "points outside the entry" not in again["_stderr"]

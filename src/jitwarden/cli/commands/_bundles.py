@@ -118,13 +118,20 @@ def collect(kinds, req, orphans: float) -> Collected:
     if req is not None:
         report = _common.rebuilt(report, req)
     take, leave = select(report)
-    entries, skipped = [], list(leave)
+    entries, judged, skipped = [], [], list(leave)
     for e in take:
         rec = bundle.describe(e.kind, partitions[e.kind], e.path, e.sealed)
         if isinstance(rec, str):
             skipped.append((e, rec))
         else:
             entries.append(rec)
+            judged.append(e)
+    # What pull would refuse stays home: an entry that loads one the bundle does not carry (an AOTAutograd
+    # result whose FX graph was left out) is refused by the node's judge, so it is left out here, saying so.
+    needs = {i: bundle.loads(e) for i, e in enumerate(judged)}
+    out = bundle.with_dependencies(entries, needs, {}, elsewhere=False)
+    skipped += [(judged[i], why) for i, why in sorted(out.items())]
+    entries = [rec for i, rec in enumerate(entries) if i not in out]
     producer = {"jitwarden": __version__, **{p.name: p.version for p in fp.packages}}
     manifest = bundle.Manifest(digest, fp.to_json(), producer, time.time(), tuple(entries))
     return Collected(fp=fp, manifest=manifest, partitions=partitions, skipped=skipped)
@@ -182,6 +189,15 @@ def mismatch_line(theirs: str, ours: str, diffs) -> str:
         "; ".join(f"{d.component} {d.old} -> {d.new}" for d in diffs[:4]) or "fingerprints differ"
     )
     return f"not installed: built for {theirs}; this node is {ours} ({what})"
+
+
+def add_all_or_nothing_argument(p) -> None:
+    p.add_argument(
+        "--all-or-nothing",
+        action="store_true",
+        help="install nothing when verify's judge refuses any entry (default: install each entry that "
+        "passes and name each refused one with its reason)",
+    )
 
 
 def judge(fp):

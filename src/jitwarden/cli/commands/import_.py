@@ -36,6 +36,7 @@ def register(sub) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="check everything and say what would be installed"
     )
+    _bundles.add_all_or_nothing_argument(p)
     options.add_format_argument(p)
     p.set_defaults(func=run)
 
@@ -64,7 +65,9 @@ def run(args) -> int:
         return _bundles.finish(rep, args, EXIT_FINDINGS)
     assert tar is not None  # open_bundle returned: every way it fails set refused or raised
     try:
-        rep, code = _bundles.install(args.bundle, tar, opened, fp, args.dry_run)
+        rep, code = _bundles.install(
+            args.bundle, tar, opened, fp, args.dry_run, all_or_nothing=args.all_or_nothing
+        )
         return _bundles.finish(rep, args, code)
     finally:
         tar.close()

@@ -2,9 +2,11 @@
 
 The tag's index is read, the bundle of this node's exact fingerprint chosen, its signature checked
 against the trusted keys, its layer streamed to an unnamed temp file with its digest checked, then
-installed through ``import``'s path (every file's digest, each entry judged, staged, sealed). Exit
-0 installed, 1 refused (nothing installed), 2 usage error or a registry that cannot be used, 4 no
-bundle for this node (what differs, per candidate).
+installed through ``import``'s path (every file's digest, each entry judged, staged, sealed): each entry
+that passes goes in, each refused one is named with its reason (``--all-or-nothing``: none goes in). A
+bundle whose integrity fails (signature, a digest, the manifest, the fingerprint) installs nothing. Exit
+0 installed, 1 refused (the bundle, or an entry of it), 2 usage error or a registry that cannot be used,
+4 no bundle for this node (what differs, per candidate).
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ def register(sub) -> None:
         help="install for the environment FILE describes (`jitwarden fingerprint --format json` saved on "
         "a serving node) instead of this one: an image build without the GPU",
     )
+    p.add_argument(
+        "--allow-older",
+        action="store_true",
+        help="install a bundle signed before the one this node last pulled from REF for its fingerprint "
+        "(a tag moved back on purpose)",
+    )
+    _bundles.add_all_or_nothing_argument(p)
     _bundles.add_insecure_argument(p)
     options.add_format_argument(p)
     p.set_defaults(func=run)
@@ -72,6 +81,9 @@ def run(args) -> int:
             return refused(str(exc), _bundles.EXIT_OTHER_ENV, {"candidates": exc.lines})
         except (registry.Refused, bundle.BundleRefused, keys.KeyError_) as exc:
             return refused(str(exc))
+        older = _older(args, ref, chosen, fp)
+        if older:
+            return refused(older)
         with _bundles.blob_file() as layer:
             size = chosen.layout.layer["size"]
             with _bundles.progress(size, "pull") as cb:
@@ -104,8 +116,68 @@ def _install(args, ref, chosen, layer, trusted, fp) -> int:
     try:
         if opened.manifest_sha256 != hashlib.sha256(chosen.mbytes).hexdigest():
             return refused("the layer's manifest is not the signed config the index chose")
-        rep, code = _bundles.install(source, tar, opened, fp, args.dry_run, all_or_nothing=True)
+        rep, code = _bundles.install(
+            source, tar, opened, fp, args.dry_run, all_or_nothing=args.all_or_nothing
+        )
         extra = {"manifest": chosen.manifest, "candidates": chosen.candidates}
+        if not args.dry_run and rep.refused is None and rep.digest_bundle == rep.digest_here:
+            _remember(ref, chosen, fp)
         return _bundles.finish(rep, args, code, "pull", extra)
     finally:
         tar.close()
+
+
+def _tag_key(ref) -> str | None:
+    """What a pull is remembered by: ``host/repo:tag``; None for a digest, which names exact bytes."""
+    return None if ref.digest else f"{ref.registry}/{ref.repo}:{ref.tag or 'latest'}"
+
+
+def _older(args, ref, chosen, fp) -> str | None:
+    """Why the chosen bundle is refused as older than the one this node installed from the tag, else None."""
+    import os
+
+    from jitwarden.model.text import iso_time
+    from jitwarden.store import pulled
+
+    key = _tag_key(ref)
+    if key is None or args.allow_older:
+        return None
+    try:
+        last = pulled.installed(os.environ, key, fp.digest)
+    except (OSError, ValueError) as exc:
+        print(
+            f"jitwarden: warning: {pulled.where(os.environ)}: cannot tell what was pulled before "
+            f"({getattr(exc, 'strerror', None) or exc}); an older bundle is not noticed",
+            file=sys.stderr,
+        )
+        return None
+    if last is None or chosen.created >= last.created or chosen.manifest == last.manifest:
+        return None
+    return (
+        f"{ref}: its bundle for fingerprint {fp.digest} was signed at {iso_time(chosen.created)}, before "
+        f"the one this node installed from the tag ({last.manifest[:19]}…, signed at "
+        f"{iso_time(last.created)}): the tag was moved back; pass --allow-older to install it"
+    )
+
+
+def _remember(ref, chosen, fp) -> None:
+    import os
+
+    from jitwarden.store import pulled
+
+    key = _tag_key(ref)
+    if key is None:
+        return
+    try:
+        pulled.record(
+            os.environ,
+            key,
+            fp.digest,
+            pulled.Installed(created=chosen.created, manifest=chosen.manifest),
+        )
+    except OSError as exc:
+        print(
+            f"jitwarden: warning: {pulled.where(os.environ)}: not recorded ({exc.strerror or exc}); "
+            "a later older bundle is not noticed",
+            file=sys.stderr,
+        )

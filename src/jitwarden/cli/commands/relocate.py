@@ -15,6 +15,7 @@ import sys
 from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
+from jitwarden.model.findings import Severity
 from jitwarden.model.text import display, plural
 from jitwarden.ops import plans
 from jitwarden.store import quarantine as q
@@ -42,7 +43,11 @@ def register(sub) -> None:
 
 
 def _is_moved(e) -> bool:
-    return any(f.code == "moved" for f in e.findings)
+    """A moved entry worth a rebuild: one with an error finding (a child mapped to another file's name:
+    ``mismatch``) is kept as it is, before any rebuild."""
+    return any(f.code == "moved" for f in e.findings) and not any(
+        f.severity >= Severity.ERROR for f in e.findings
+    )
 
 
 def run(args) -> int:

@@ -147,3 +147,44 @@ def test_a_sealed_entry_is_relocated_unsealed_never_with_a_broken_seal(tmp_path)
         k: v for k, v in snapshot(moved).items() if not k.startswith(("jitwarden-q", ".jitwarden-"))
     }
     assert after == before
+
+
+def test_a_child_mapped_to_another_name_is_a_mismatch_kept_before_any_rebuild(tmp_path):
+    """Issue 47: a moved group mapping ``add_kernel.cubin`` to ``<gone>/<id>/evil.cubin`` (a file planted in the
+    entry) was "proven by a rebuild" (of add_kernel.cubin) and pointed at evil.cubin. It is a mismatch, named as
+    such, kept before any rebuild, and nothing of that entry is written."""
+    import pytest
+
+    first = str(tmp_path / "first")
+    built = kernels.build_cache(first, JOBS)
+    moved = str(tmp_path / "moved")
+    shutil.copytree(first, moved)
+    shutil.rmtree(first)
+    victim = built[0]["id"]
+    entry = os.path.join(moved, victim)
+    gname = next(n for n in os.listdir(entry) if n.startswith("__grp__"))
+    with open(os.path.join(entry, gname)) as f:
+        doc = json.load(f)
+    cubin = next(k for k in doc["child_paths"] if k.endswith(".cubin"))
+    shutil.copy(os.path.join(entry, cubin), os.path.join(entry, "evil.cubin"))
+    doc["child_paths"][cubin] = os.path.join(first, victim, "evil.cubin")
+    with open(os.path.join(entry, gname), "w") as f:
+        json.dump(doc, f)
+    found = codes(moved)
+    assert "mismatch" in found[victim], found[victim]
+    before = snapshot(moved)
+    p = cli("relocate", "--target", "90", "-y", "--format", "json", moved)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    kept = {k["id"]: k["why"] for k in out["kept"]}
+    assert "mismatch" in kept[victim], kept
+    assert victim not in {d["id"] for d in out["done"]}
+    assert len(out["done"]) == len(JOBS) - 1
+    mine = [k for k in before if k.startswith(victim + "/")]
+    assert len(mine) > 5
+    after = snapshot(moved)
+    assert {k: after.get(k) for k in mine} == {k: before[k] for k in mine}
+    from jitwarden.adapters import triton as tri
+
+    with pytest.raises(tri.ChildMismatch, match=f"{cubin} points to a file named evil.cubin"):
+        tri.relocated_group(doc, entry, set(os.listdir(entry)))
