@@ -34,6 +34,7 @@ COMMANDS = (
     "import",
     "push",
     "pull",
+    "coverage",
     "metrics",
     "dir",
     "completion",

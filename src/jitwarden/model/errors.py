@@ -20,6 +20,8 @@ class ExitStatus(enum.IntEnum):
     USAGE = 2
     INTERNAL = 3
     OTHER_ENVIRONMENT = 4
+    WILL_COMPILE = 5
+    UNPROVEN = 6
     CANNOT_EXECUTE = 126
     COMMAND_NOT_FOUND = 127
     INTERRUPTED = 130
@@ -40,6 +42,10 @@ _MEANING = {
     f"`{DEBUG.name}=1`",
     ExitStatus.OTHER_ENVIRONMENT: "`import`, `pull`: the bundle was built for another environment "
     "(another fingerprint); nothing installed",
+    ExitStatus.WILL_COMPILE: "`coverage`: some of the workload's kernels are not in the cache and will "
+    "compile at its start (the line says how many and about how long)",
+    ExitStatus.UNPROVEN: "`coverage`: every kernel is in the cache, some unsealed: each is proven by a "
+    "rebuild at its first use (no compile)",
     ExitStatus.CANNOT_EXECUTE: "`run`: the command was found but could not be executed (as a shell says)",
     ExitStatus.COMMAND_NOT_FOUND: "`run`: no such command (as a shell says)",
     ExitStatus.INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",

@@ -44,6 +44,33 @@ PULLED_FILE = "pulled.json"
 """``<config dir>/pulled.json``: per registry tag and fingerprint, the signed ``created`` time and manifest digest of
 the newest bundle ``pull`` installed on this node (``store/pulled``), so a tag moved back is noticed."""
 
+RECORDS_DIR = "records"
+"""``<jitwarden home>/records/<fingerprint digest>/<workload>.jsonl``: one line per kernel hit or compile of a
+recorded workload (``run --record``), one more per kernel a bundle listed (see :mod:`jitwarden.runtime.record`)."""
+
+RECORD_SUFFIX = ".jsonl"
+_RECORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def record_file(workload: str) -> str | None:
+    """The file name of workload ``workload``'s record (``/`` as ``--``: ``Qwen/Qwen2-7B`` -> ``Qwen--Qwen2-7B.jsonl``);
+    None for a name that cannot be one (empty, over 200 characters, a character outside ``A-Za-z0-9._-/``)."""
+    flat = workload.replace("/", "--")
+    if not flat or len(flat) > 200 or flat.startswith(".") or not _RECORD_CHARS.issuperset(flat):
+        return None
+    return flat + RECORD_SUFFIX
+
+
+def record_relpath(workload: str, digest: str) -> str | None:
+    """``records/<digest>/<file>``: where workload ``workload``'s record for ``digest`` lies under jitwarden's home."""
+    leaf = record_file(workload)
+    return (
+        None
+        if leaf is None or "/" in digest or digest in ("", ".", "..")
+        else f"{RECORDS_DIR}/{digest}/{leaf}"
+    )
+
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

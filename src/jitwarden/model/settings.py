@@ -269,6 +269,20 @@ PYTHON = Setting(
     "the Python of the environment that writes the caches (a workload's venv): the commands judge them "
     "against its Triton, torch and other builds, read without importing them (--python wins)",
 )
+RECORD = Setting(
+    "JITWARDEN_RECORD",
+    "text",
+    None,
+    "record every kernel hit and compile of this workload under this name (`run --record NAME`; set it to "
+    "the model's name for the vLLM plugin), read by `coverage NAME` and the always-miss check of `doctor`",
+)
+RECORD_START = Setting(
+    "JITWARDEN_RECORD_START",
+    "text",
+    None,
+    "one id for every process of one start of a recorded workload (`run --record` sets it; else each "
+    "process is a start of its own)",
+)
 ORPHAN_AGE = Setting(
     "JITWARDEN_ORPHAN_AGE",
     "age",
@@ -301,6 +315,8 @@ SETTINGS = (
     LIBCUDA,
     LOCK_TIMEOUT,
     PYTHON,
+    RECORD,
+    RECORD_START,
     ORPHAN_AGE,
 )
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -87,9 +87,14 @@ class Manifest:
     producer: dict
     created: float
     entries: tuple[BundleEntry, ...]
+    workloads: dict = field(default_factory=dict)
+    """Workload name -> its kernel list (``ops.workload.summary``): what ``coverage`` reads before an install and
+    a node records with one (issue 44); optional, absent from the JSON when empty."""
 
     def to_json(self) -> dict:
+        extra = {"workloads": self.workloads} if self.workloads else {}
         return {
+            **extra,
             "schema": SCHEMA,
             "format": FORMAT,
             "digest": self.digest,
@@ -179,6 +184,7 @@ def parse_manifest(raw: bytes) -> Manifest:
             dict(doc.get("producer") or {}),
             float(doc.get("created") or 0),
             tuple(entries),
+            _workloads(doc.get("workloads")),
         )
     except BundleRefused:
         raise
@@ -204,6 +210,14 @@ def layer_bound(manifest: Manifest, manifest_bytes: int) -> int:
     ]
     tar = sum(per_member + -(-n // block) * block for n in sizes) + 2 * block + 20 * block
     return tar + tar // 256 + (64 << 10)
+
+
+def _workloads(doc) -> dict:
+    """The optional ``workloads`` of a manifest: name -> list of kernel rows, anything else dropped (each row is
+    checked where it is read, ``ops.workload.from_summary``)."""
+    if not isinstance(doc, dict):
+        return {}
+    return {str(k): v for k, v in doc.items() if isinstance(v, list)}
 
 
 # ---------------------------------------------------------------- export

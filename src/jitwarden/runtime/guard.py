@@ -38,6 +38,7 @@ from jitwarden.formats import jsonlimits as _jsonlimits
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE
 from jitwarden.model.settings import GUARD_HASH_ALL
 from jitwarden.runtime import hiding as _hiding
+from jitwarden.runtime import record as _record
 from jitwarden.runtime import setaside as _setaside
 from jitwarden.runtime.say import log, warn_once
 from jitwarden.store import seal as _seal
@@ -171,6 +172,7 @@ class GuardedCacheManager(FileCacheManager):
         self._pending: dict[str, tuple[bytes, str]] = {}
         self._writers_fd: int | None = None
         self._put_dir: tuple[str, str] | None = None
+        self._missed_at = 0.0  # when get_group missed: put_group's record of what the compile cost
 
     def __del__(self):
         fd, self._writers_fd = getattr(self, "_writers_fd", None), None
@@ -285,6 +287,15 @@ class GuardedCacheManager(FileCacheManager):
     def get_group(self, filename: str):
         if self._plain:
             return super().get_group(filename)
+        got = self._get_group(filename)
+        if _record.ON:  # ``jitwarden run --record``: one buffered tuple, nothing else
+            if got is None:
+                self._missed_at = time.perf_counter()
+            else:
+                _record.hit("triton", self.key, filename.removesuffix(".json"))
+        return got
+
+    def _get_group(self, filename: str):
         grp_name = f"__grp__{filename}"
         root, key = os.path.split(self.cache_dir.rstrip(os.sep))
         if _hiding.hidden(
@@ -571,6 +582,9 @@ class GuardedCacheManager(FileCacheManager):
     def put_group(self, filename: str, group):
         if self._plain:
             return super().put_group(filename, group)
+        if _record.ON:
+            took = time.perf_counter() - self._missed_at if self._missed_at else 0.0
+            _record.compiled("triton", self.key, filename.removesuffix(".json"), took)
         grp_name = f"__grp__{filename}"
         group = {
             name: self._make_path(name) for name in group

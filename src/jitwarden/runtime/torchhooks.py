@@ -38,6 +38,7 @@ from typing import Any
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import TORCH_HOOKS
 from jitwarden.runtime import postimport
+from jitwarden.runtime import record as _record
 from jitwarden.runtime.say import log
 
 HOOKS_VAR = TORCH_HOOKS.name
@@ -556,10 +557,33 @@ def _patch_codecache(mod) -> None:
             except TypeError:
                 return iter(())  # a call of no shape torch makes: nothing served unchecked
             return fn(*bound, **kwargs)
+        if _record.ON:
+            _record_lookup(cls, key, a["local"])
         return fn(cls, *args, **kwargs)
 
     _mark(iterate_over_candidates, fn)
     gc.iterate_over_candidates = classmethod(iterate_over_candidates)
+
+
+_MISSED: dict[tuple[str, str], float] = {}
+"""(kind, key) -> when a lookup found nothing: what the compile written under that key cost (``--record``)."""
+
+
+def _record_kind(cls) -> str:
+    return "aot" if "autograd" in cls.__name__.lower() else "inductor"
+
+
+def _record_lookup(cls, key: str, local: bool) -> None:
+    """One record line for an FX-graph or AOTAutograd lookup: a hit where the local cache holds the key's pickles."""
+    kind = _record_kind(cls)
+    try:
+        found = local and bool(_pickles(cls._get_tmp_dir_for_key(key)))
+    except Exception:
+        found = False
+    if found:
+        _record.hit(kind, key, kind)
+    else:
+        _MISSED.setdefault((kind, key), time.perf_counter())
 
 
 def _patch_aotcache(mod) -> None:
@@ -582,6 +606,10 @@ def _wrap_writer(cls) -> None:
         try:
             a = hookshapes.bind(sig, args, kwargs)
             key = a["key"]
+            if _record.ON:
+                kind = _record_kind(cls)
+                began = _MISSED.pop((kind, key), 0.0)
+                _record.compiled(kind, key, kind, time.perf_counter() - began if began else 0.0)
             seal_pickle(cls._get_tmp_dir_for_key(key), a["content"])
         except Exception as exc:
             log.debug(

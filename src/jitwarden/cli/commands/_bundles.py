@@ -133,7 +133,9 @@ def collect(kinds, req, orphans: float) -> Collected:
     skipped += [(judged[i], why) for i, why in sorted(out.items())]
     entries = [rec for i, rec in enumerate(entries) if i not in out]
     producer = {"jitwarden": __version__, **{p.name: p.version for p in fp.packages}}
-    manifest = bundle.Manifest(digest, fp.to_json(), producer, time.time(), tuple(entries))
+    manifest = bundle.Manifest(
+        digest, fp.to_json(), producer, time.time(), tuple(entries), recorded_workloads(digest)
+    )
     return Collected(fp=fp, manifest=manifest, partitions=partitions, skipped=skipped)
 
 
@@ -258,8 +260,35 @@ def install(source: str, tar, opened, fp, dry_run: bool, all_or_nothing: bool = 
         return report(EXIT_FINDINGS, refused=f"cannot install: {exc.strerror or exc}{where}")
     if not dry_run:
         touch_partitions(dests, digest, fp.headline())
+        learn_workloads(m)
     rep, _ = report(EXIT_OK, outcomes=tuple(outcomes))
     return rep, EXIT_FINDINGS if rep.counts()["refused"] else EXIT_OK
+
+
+def recorded_workloads(digest: str) -> dict:
+    """Every workload recorded here for ``digest`` (``run --record``), as the kernel lists a bundle carries."""
+    from jitwarden.ops import workload
+
+    out = {}
+    for _d, name in workload.recorded(digest=digest):
+        w = workload.load(name.replace("--", "/"), digest)
+        if w is not None and w.events:
+            out[w.name] = workload.summary(w)
+    return out
+
+
+def learn_workloads(m) -> None:
+    """This node records the workloads a bundle lists (issue 44: ``coverage NAME`` after a pull); a warning when not."""
+    from jitwarden.ops import workload
+
+    for name, rows in m.workloads.items():
+        try:
+            workload.learn(workload.from_summary(name, m.digest, rows))
+        except OSError as exc:
+            print(
+                f"jitwarden: warning: workload {name}: its kernel list not recorded ({exc.strerror or exc})",
+                file=sys.stderr,
+            )
 
 
 def touch_partitions(dests: dict, digest: str, headline: str) -> None:

@@ -506,3 +506,31 @@ def _unused(report, root: str) -> bool:
         return False
     info = partition.read_info(root)
     return info is not None and time.time() - info.last_used > UNUSED_PARTITION_AGE
+
+
+def always_misses(digest: str | None, only: str | None = None, env=None) -> list:
+    """(workload, ``ops.always_miss.AlwaysMiss``) of every workload recorded here for ``digest`` (of workload
+    ``only``, when given), over its starts under every fingerprint, their causes read from this node's Triton
+    partitions: what ``doctor`` and ``run -v`` say (issue 44)."""
+    from jitwarden.env.locations import default_base
+    from jitwarden.ops import always_miss, workload
+    from jitwarden.store import partition
+
+    env = os.environ if env is None else env
+    if digest is None:
+        return []
+    cur = env.get("TRITON_CACHE_DIR")
+    base = partition.base_of(cur) if cur else default_base("triton", env)
+    roots = [partition.path_for(base, digest)]
+    roots += [p for p, _info in partition.list_partitions(base) if p not in roots] + [base]
+    found = []
+    names = (
+        [only]
+        if only is not None
+        else [s.replace("--", "/") for _d, s in workload.recorded(env, digest)]
+    )
+    for name in names:
+        w = workload.merged(name, env)
+        if w is not None:
+            found += [(name, m) for m in always_miss.check(w, roots)]
+    return found

@@ -596,7 +596,11 @@ def run(args) -> int:
         startup_not_run(fp, report),
     )
     probs = sorted(
-        probs + protection_problems(report) + pending_proofs(report) + misconfig_problems(),
+        probs
+        + protection_problems(report)
+        + pending_proofs(report)
+        + misconfig_problems()
+        + always_miss_problems(digest),
         key=lambda p: (-int(p.severity), p.code),
     )
     worst = report.worst
@@ -695,6 +699,20 @@ def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
     else:
         con.print(out.text("no errors; the warnings above are worth a look"))
     sys.stdout.flush()
+
+
+def always_miss_problems(digest) -> list[Problem]:
+    """A warning for each kernel a recorded workload compiles again under a new key, naming what changed."""
+    return [
+        Problem(
+            "always-miss",
+            Severity.WARN,
+            m.compiles,
+            f"{name}: {m.line().split('; fix: ')[0]}",
+            m.fix or None,
+        )
+        for name, m in _common.always_misses(digest)
+    ]
 
 
 # --- reduced protection and leftover trash (the runtime's own report; see `status`) -------------

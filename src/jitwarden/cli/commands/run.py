@@ -21,7 +21,14 @@ def register(sub) -> None:
         description="Run CMD with jitwarden activated through its environment "
         "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, CUPY_CACHE_DIR, "
         "JAX_COMPILATION_CACHE_DIR, TRITON_CACHE_MANAGER).",
-        usage="jitwarden run [-q] [-v] -- CMD [ARGS...]",
+        usage="jitwarden run [-q] [-v] [--record NAME] -- CMD [ARGS...]",
+    )
+    p.add_argument(
+        "--record",
+        metavar="NAME",
+        help="record every kernel hit and compile of CMD as workload NAME (what `coverage NAME` and "
+        f"`doctor` read; sets {settings.RECORD.name}); with -v, say first which of its kernels compiled "
+        "again under a new key in earlier starts, and why",
     )
     p.add_argument(
         "-q",
@@ -59,6 +66,8 @@ def run(args) -> int:
 
     cmd = command_of(args)
     env = dict(os.environ)
+    if args.record is not None:
+        _record_env(args.record, env)
     guard, other = _foreign.workload_python(
         cmd, env, args.quiet
     )  # CMD a Python of another environment?
@@ -83,7 +92,30 @@ def run(args) -> int:
             print(f"jitwarden: {var}={path}", file=sys.stderr)
         if rec.cache_manager:
             print(f"jitwarden: TRITON_CACHE_MANAGER={rec.cache_manager}", file=sys.stderr)
+        if args.record is not None:
+            _say_always_misses(rec.digest, args.record)
     return _exec(cmd, env)
+
+
+def _record_env(name: str, env: dict) -> None:
+    """``JITWARDEN_RECORD=NAME`` and one start id for every process CMD starts; UsageError for a bad name."""
+    import uuid
+
+    from jitwarden.model.layout import record_file
+
+    if record_file(name) is None:
+        raise UsageError(
+            f"--record {name!r}: a workload name is letters, digits, '.', '_', '-' and '/' (at most 200)"
+        )
+    env[settings.RECORD.name] = name
+    env[settings.RECORD_START.name] = uuid.uuid4().hex[:16]
+
+
+def _say_always_misses(digest: str | None, name: str) -> None:
+    from jitwarden.cli.commands import _common
+
+    for _name, m in _common.always_misses(digest, only=name):
+        print(f"jitwarden: always-miss: {m.line()}", file=sys.stderr)
 
 
 def _exec(cmd: list[str], env: dict) -> int:

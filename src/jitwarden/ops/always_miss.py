@@ -1,0 +1,317 @@
+"""Always-miss, with its cause (issue 44): a kernel of one name compiled again under a new key, and which
+input of the key changed.
+
+:func:`suspects` finds them in a workload's record (pure): a name that, in a later start, only compiled
+(no hit), under a key not compiled before; or that compiled under several keys within one start.
+:func:`read_triton` reads what Triton keeps with each entry (its metadata JSON: options, the
+key's environment variables that were set, target, version; its TTIR, locations stripped, as the code it
+compiled to) and :func:`diagnose` (pure) diffs them: ``triton: add_kernel compiled 5 times in 5 starts:
+only TRITON_DEFAULT_FP_FUSION differs (unset, "0", "1")``, with the fix that stops it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jitwarden.formats import jsonlimits
+from jitwarden.ops.workload import Workload
+from jitwarden.store import reads
+
+MAX_META = 4 << 20
+MAX_TTIR = 16 << 20
+DERIVED = frozenset(
+    {
+        "hash",
+        "name",
+        "shared",
+        "tmem_size",
+        "global_scratch_size",
+        "global_scratch_align",
+        "profile_scratch_size",
+        "profile_scratch_align",
+        "tensordesc_meta",
+        "extern_libs",
+        "cluster_dims",
+    }
+)
+"""Metadata fields that are results of the compile or paths of this machine, not inputs of the key."""
+ENV_OPTIONS = {"TRITON_DEFAULT_FP_FUSION": ("enable_fp_fusion",)}
+"""An environment variable of Triton's key -> the options it sets (their change is its change)."""
+_LOC = re.compile(r"\s*loc\((?:[^()]|\([^()]*\))*\)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyInputs:
+    """What Triton recorded with one entry: the key's environment variables, options, target, version, and
+    a digest of the code (TTIR without source locations; None when it could not be read)."""
+
+    env: dict
+    options: dict
+    target: str
+    version: str
+    code: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suspect:
+    kind: str
+    name: str
+    keys: tuple[str, ...]
+    compiles: int
+    starts: int
+    across: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlwaysMiss:
+    """One always-missing kernel: ``cause`` (``env``, ``option``, ``source``, ``code``, ``target``,
+    ``version``, ``unknown``), what differs (field, its values in order) and the fix, '' when none."""
+
+    kind: str
+    name: str
+    compiles: int
+    starts: int
+    keys: int
+    cause: str
+    why: str
+    fix: str = ""
+    differs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def line(self) -> str:
+        where = f"{self.starts} starts" if self.starts > 1 else "one start"
+        head = f"{self.kind}: {self.name} compiled {self.compiles} times in {where}: {self.why}"
+        return f"{head}; fix: {self.fix}" if self.fix else head
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "compiles": self.compiles,
+            "starts": self.starts,
+            "keys": self.keys,
+            "cause": self.cause,
+            "why": self.why,
+            "fix": self.fix,
+            "differs": {f: list(v) for f, v in self.differs},
+            "line": self.line(),
+        }
+
+
+# ---------------------------------------------------------------- from the record (pure)
+
+
+def suspects(w: Workload) -> list[Suspect]:
+    """The names of ``w`` that compiled again under a new key (pure; module docstring)."""
+    by_name: dict[tuple[str, str], list] = {}
+    for e in w.events:
+        if e.event != "listed":
+            by_name.setdefault((e.kind, e.name), []).append(e)
+    out = []
+    for (kind, name), events in by_name.items():
+        keys = tuple(dict.fromkeys(e.key for e in events if e.event == "compile"))
+        if len(keys) < 2:
+            continue
+        starts = tuple(dict.fromkeys(e.start for e in events))
+        across, within = False, False
+        seen: set[str] = set()
+        for s in starts:
+            mine = [e for e in events if e.start == s]
+            new = {e.key for e in mine if e.event == "compile"} - seen
+            if seen and new and not any(e.event == "hit" for e in mine):
+                across = True
+            within = within or len({e.key for e in mine if e.event == "compile"}) > 1
+            seen |= {e.key for e in mine}
+        if across or within:
+            compiles = sum(e.event == "compile" for e in events)
+            out.append(
+                Suspect(
+                    kind=kind,
+                    name=name,
+                    keys=keys,
+                    compiles=compiles,
+                    starts=len(starts),
+                    across=across,
+                )
+            )
+    return out
+
+
+def _shown(v) -> str:
+    return (
+        "unset"
+        if v is None
+        else json.dumps(v, sort_keys=True)
+        if not isinstance(v, str)
+        else f'"{v}"'
+    )
+
+
+def _differing(rows: list[dict]) -> list[tuple[str, tuple[str, ...]]]:
+    names = sorted({n for r in rows for n in r})
+    out = []
+    for n in names:
+        vals = tuple(dict.fromkeys(_shown(r.get(n)) for r in rows))
+        if len(vals) > 1:
+            out.append((n, vals))
+    return out
+
+
+def _only(diffs: list[tuple[str, tuple[str, ...]]]) -> str:
+    """``only X differs (a, b)``, or ``X (a, b) and Y (c, d) differ`` (pure)."""
+    if len(diffs) == 1:
+        n, v = diffs[0]
+        return f"only {n} differs ({', '.join(v)})"
+    return " and ".join(f"{n} ({', '.join(v)})" for n, v in diffs) + " differ"
+
+
+def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
+    """Why ``s`` compiled again, from the :class:`KeyInputs` of its keys (``inputs``: key -> KeyInputs or None)
+    (pure). None for a name that compiled several keys within one start for a reason that is a
+    specialization (another option, other code): that is a workload using several variants, not a miss."""
+    base: dict[str, Any] = {
+        "kind": s.kind,
+        "name": s.name,
+        "compiles": s.compiles,
+        "starts": s.starts,
+        "keys": len(s.keys),
+    }
+    got = [inputs[k] for k in s.keys if inputs.get(k) is not None]
+    if s.kind != "triton" or len(got) < 2:
+        if not s.across:
+            return None
+        what = (
+            "its entries are gone"
+            if s.kind == "triton"
+            else f"{s.kind} keeps no key inputs with its entries"
+        )
+        return AlwaysMiss(
+            **base,
+            cause="unknown",
+            why=f"a new key in every start, none served from the cache ({what} to tell which input changed)",
+        )
+    env = _differing([g.env for g in got])
+    explained = {o for n, _v in env for o in ENV_OPTIONS.get(n, ())}
+    opts = [d for d in _differing([g.options for g in got]) if d[0] not in explained]
+    if env:
+        names = ", ".join(n for n, _v in env)
+        return _found(
+            s,
+            base,
+            "env",
+            env + opts,
+            f"set {names} to one value for every start (or leave it unset)",
+        )
+    if opts:
+        return _found(
+            s,
+            base,
+            "option",
+            opts,
+            "pass the same "
+            + ", ".join(n for n, _v in opts)
+            + " at every call: each value is its own key",
+            within_ok=False,
+        )
+    for field in ("target", "version"):
+        d = _differing([{field: getattr(g, field)} for g in got])
+        if d:
+            return _found(s, base, field, d, "", within_ok=False)
+    codes = {g.code for g in got}
+    if None not in codes and len(codes) == 1:
+        return AlwaysMiss(
+            **base,
+            cause="source",
+            why="only the kernel's source text differs, not the code it compiles to (a comment, a blank or moved "
+            "line: Triton's key hashes the source)",
+            fix="keep the kernel's source file the same for every start (no per-start edit or generated text)",
+        )
+    if not s.across:
+        return None
+    return AlwaysMiss(
+        **base,
+        cause="code" if None not in codes else "unknown",
+        why="its source differs and so does its code (an edit or a per-start specialization)"
+        if None not in codes
+        else "nothing Triton records with the entries differs (its own build or ptxas' version text may)",
+    )
+
+
+def _found(
+    s: Suspect, base: dict, cause: str, diffs, fix: str, within_ok: bool = True
+) -> AlwaysMiss | None:
+    if not s.across and not within_ok:
+        return None
+    return AlwaysMiss(**base, cause=cause, why=_only(diffs), fix=fix, differs=tuple(diffs))
+
+
+# ---------------------------------------------------------------- what Triton kept with each entry
+
+
+def code_digest(ttir: bytes) -> str:
+    """A digest of TTIR without its source locations (pure): equal for a comment moved, different for other code."""
+    text = ttir.decode("utf-8", "replace")
+    body = [_LOC.sub("", ln) for ln in text.splitlines() if not ln.startswith("#loc")]
+    return hashlib.sha256("\n".join(body).encode()).hexdigest()
+
+
+def inputs_of(meta: dict, ttir: bytes | None) -> KeyInputs:
+    """The :class:`KeyInputs` of one entry's metadata JSON and TTIR (pure)."""
+    env = {k: v for k, v in meta.items() if k.isupper()}
+    options = {
+        k: v
+        for k, v in meta.items()
+        if not k.isupper() and k not in DERIVED and k not in ("target", "triton_version")
+    }
+    raw_t = meta.get("target")
+    t: dict = raw_t if isinstance(raw_t, dict) else {}
+    target = f"{t.get('backend', '?')}:{t.get('arch', '?')}"
+    return KeyInputs(
+        env=env,
+        options=options,
+        target=target,
+        version=str(meta.get("triton_version", "")),
+        code=None if ttir is None else code_digest(ttir),
+    )
+
+
+def read_triton(roots, key: str, name: str) -> KeyInputs | None:
+    """What Triton kept with entry ``key`` (kernel ``name``) in the first of ``roots`` that holds it; None when
+    none does or its metadata cannot be read (bounded reads, never following a link)."""
+    if not name or "/" in name or name.startswith("."):
+        return None
+    for root in roots:
+        entry = os.path.join(root, key)
+        try:
+            meta = jsonlimits.loads(
+                reads.read_bytes(os.path.join(entry, f"{name}.json"), max_bytes=MAX_META)
+            )
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(meta, dict):
+            continue
+        try:
+            ttir: bytes | None = reads.read_bytes(
+                os.path.join(entry, f"{name}.ttir"), max_bytes=MAX_TTIR
+            )
+        except OSError:
+            ttir = None
+        return inputs_of(meta, ttir)
+    return None
+
+
+def check(w: Workload, triton_roots) -> list[AlwaysMiss]:
+    """Every always-miss of ``w``, its cause read from ``triton_roots`` (the dirs its Triton entries lie in)."""
+    out = []
+    for s in suspects(w):
+        inputs = (
+            {k: read_triton(triton_roots, k, s.name) for k in s.keys} if s.kind == "triton" else {}
+        )
+        found = diagnose(s, inputs)
+        if found is not None:
+            out.append(found)
+    return out
