@@ -48,6 +48,13 @@ SUFFIX = "-cache"
 _pending: dict[str, tuple[str, bytes]] = {}
 
 
+def _recorder():
+    """:mod:`jitwarden.runtime.record` (``run --record``): imported when a tool's hook first runs, not at activation."""
+    from jitwarden.runtime import record
+
+    return record
+
+
 def _sha256(data: bytes) -> str:
     import hashlib  # not at import: activation's warm path imports this module and never hashes
 
