@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--registry", help="HOST:PORT of a registry (plain HTTP) to push to and judge before a pull"
     )
+    ap.add_argument("--json", help="the results file (default OUT/h200_coverage.json)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     work = os.path.join(args.out, "work")
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
 
     def save():
         res["elapsed_s"] = round(time.time() - T0, 1)
-        with open(os.path.join(args.out, "h200_coverage.json"), "w") as f:
+        with open(args.json or os.path.join(args.out, "h200_coverage.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)
 
     def spent() -> bool:

@@ -25,6 +25,7 @@ from typing import ClassVar, Literal, cast
 from jitwarden.adapters import base
 from jitwarden.env import locations
 from jitwarden.formats import cupyentry
+from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_bytes
@@ -35,7 +36,7 @@ ROOT_CHECKS = ()
 ENTRY = re.compile(r"^([0-9a-f]{40})(\.cubin|\.ltoir|\.hsaco)(\.cu)?$")
 Suffix = Literal[".cubin", ".ltoir", ".hsaco"]  # ENTRY's second group
 TMP = re.compile(r"^tmp[a-z0-9_]{8}$")  # tempfile.NamedTemporaryFile's name in the cache dir
-MAX_ENTRY = 1 << 30
+MAX_ENTRY = bounds.CUPY_ENTRY_MAX
 MAX_SOURCE = 16 << 20
 _EXTERN_C_KERNEL = re.compile(
     rb'extern\s+"C"\s+__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?([A-Za-z_]\w*)\s*\('

@@ -26,6 +26,7 @@ from typing import ClassVar
 
 from jitwarden.adapters import base
 from jitwarden.formats import jaxexec
+from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_bytes
@@ -38,7 +39,7 @@ AUTOTUNE_DIR = "xla_gpu_per_fusion_autotune_cache_dir"
 KERNEL_CACHE_FILE = "xla_gpu_kernel_cache_file"
 LOCKFILE = ".lockfile"
 ATIME_BYTES = 8
-MAX_ENTRY = 64 << 20
+MAX_ENTRY = bounds.JAX_ENTRY_MAX
 """A ``-cache`` file is read whole up to this (the largest seen: 12 MB); a larger one is judged by its head
 (:data:`HEAD`: the stream's start and the executable's header), its seal by a streamed sha256, and the rest is
 said not checked (ARCHITECTURE.md, "Reads bounded by kind")."""

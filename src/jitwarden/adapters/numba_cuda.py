@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from jitwarden.adapters import base
 from jitwarden.formats import numbacache
+from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
@@ -33,7 +34,7 @@ INDEX = re.compile(r"^(.+)-(\d+)\.py(\d+)\.nbi$")
 DATA = re.compile(r"^(.+)-(\d+)\.py(\d+)\.(\d+)\.nbc$")
 SUBDIR = re.compile(r"^.+_[0-9a-f]{40}$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_FILE = 256 << 20
+MAX_FILE = bounds.NUMBA_FILE_MAX
 
 
 @dataclass(frozen=True, slots=True)

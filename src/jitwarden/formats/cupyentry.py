@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from jitwarden.formats import elf
 from jitwarden.formats.ptx import parse_header
 from jitwarden.formats.reading import Reading
+from jitwarden.model import bounds
 
-HASH_LEN = 40
+HASH_LEN = bounds.CUPY_HASH_LEN
 NE_MAGIC = b"\x93CUPYNE\x00"
 _HEX = frozenset(b"0123456789abcdef")
 

@@ -34,15 +34,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from jitwarden.model import bounds
 from jitwarden.runtime import flatseal, postimport
 
 CACHE_MODULE = "jax._src.compilation_cache"
 COMPILER_MODULE = "jax._src.compiler"
 CUPY_MODULE = "cupy.cuda.compiler"
 NUMBA_MODULE = "numba.cuda.core.caching"
-NUMBA_MAX = (
-    256 << 20
-)  # a numba-cuda index or data file read at most (its pickles of kernels: KBs to MBs)
 SUFFIX = "-cache"
 # cache key -> (its dir, the unsealed file's bytes): a proof under way, settled when JAX has compiled the key
 _pending: dict[str, tuple[str, bytes]] = {}
@@ -188,10 +186,8 @@ class GuardedJaxCache:
         return _or_miss(self._get, key)  # never into JAX: a miss, JAX compiles (the result right)
 
     def _get(self, key: str) -> bytes | None:
-        from jitwarden.adapters.jax import MAX_ENTRY
-
         name = f"{key}{SUFFIX}"
-        got = read_entry("jax", self._dir, name, MAX_ENTRY)
+        got = read_entry("jax", self._dir, name, bounds.JAX_ENTRY_MAX)
         if got is None:
             return None
         data, ctime = got
@@ -500,15 +496,12 @@ class GuardedCupyBackend:
         )  # never into CuPy: a miss, CuPy compiles (the result right)
 
     def _checked(self, name: str) -> bytes | None:
-        from jitwarden.adapters.cupy import MAX_ENTRY
-        from jitwarden.formats import cupyentry
-
-        got = read_entry("cupy", self._dir, name, MAX_ENTRY)
+        got = read_entry("cupy", self._dir, name, bounds.CUPY_ENTRY_MAX)
         if got is None or self._untrusted is not None:
             return None
         data, ctime = got
         state = check("cupy", self._dir, name, data, ctime)
-        payload = data[cupyentry.HASH_LEN :]
+        payload = data[bounds.CUPY_HASH_LEN :]
         if state == "sealed":
             return payload
         if (
@@ -590,7 +583,7 @@ def _numba_read(cache_path: str, name: str) -> bytes | None:
     from jitwarden.store.fsutil import read_bytes
 
     try:
-        data = read_bytes(os.path.join(cache_path, name), max_bytes=NUMBA_MAX)
+        data = read_bytes(os.path.join(cache_path, name), max_bytes=bounds.NUMBA_FILE_MAX)
     except FileNotFoundError:
         return None
     return data if check("numba", cache_path, name, data) == "sealed" else None
