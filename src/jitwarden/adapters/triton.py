@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, ClassVar
@@ -280,7 +280,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         ptx_head = r.ptx_head(ptx_file)
     launchers = r.records(ls.records)
     seal_problems, seal_foreign, unbelieved = _seal_facts(
-        path, ls.sizes.keys(), check_seal, seal_other
+        path, ls.sizes.keys(), check_seal, seal_other, r.held, dfd
     )
     return EntryFacts(
         id=name,
@@ -381,12 +381,26 @@ class _Reader:
         self.pre = sv.read or {}
         self.dfd, self.sizes, self.errors = dfd, sizes, errors
         self.unread: list[tuple[str, int]] = []  # files too large to read whole: their header only
+        self.got: dict[str, bytes] = {}  # files read whole here, beyond the survey's
 
     def read(self, fname: str, bound: int) -> bytes:
         data = self.pre.get(fname)
         if data is not None:
             return data
-        return read_bytes(fname, max_bytes=bound, size_hint=self.sizes[fname], dir_fd=self.dfd)
+        data = read_bytes(fname, max_bytes=bound, size_hint=self.sizes[fname], dir_fd=self.dfd)
+        self.got[fname] = data
+        return data
+
+    def held(self) -> dict[str, bytes]:
+        """The files read whole so far, by name (the survey's and this reader's): those whose bytes are as many
+        as the size the listing saw (a PTX head cut at :data:`_PTX_HEAD` is not), for the seal to hash."""
+        sizes = self.sizes
+        return {
+            name: data
+            for got in (self.pre, self.got)
+            for name, data in got.items()
+            if len(data) == sizes.get(name)
+        }
 
     def head(self, fname: str) -> elf.ElfHead:
         """An ELF file too large to read whole: its header says what it is."""
@@ -469,10 +483,16 @@ class _Reader:
 
 
 def _seal_facts(
-    path: str, names: Collection[str], check_seal: bool, seal_other: str | None
+    path: str,
+    names: Collection[str],
+    check_seal: bool,
+    seal_other: str | None,
+    held: Callable[[], Mapping[str, bytes]] | None = None,
+    dfd: int | None = None,
 ) -> tuple[tuple[str, ...] | None, str | None, bool]:
     """(what the seal says is wrong, None: no seal; why it is another partition's seal; whether a seal file
-    is there that this reader does not believe: store/seal.read gave None, so no seal)."""
+    is there that this reader does not believe: store/seal.read gave None, so no seal). ``held()``: the files
+    read whole already, hashed as they are; the others are read again by ``dfd``, the entry's fd, when given."""
     seal_problems: tuple[str, ...] | None = (seal_other,) if check_seal and seal_other else None
     if not (check_seal and SEAL_FILE in names):
         return seal_problems, None, False
@@ -481,13 +501,13 @@ def _seal_facts(
     )  # sealed entries only: hashlib and the seal format stay off the scan's start-up
 
     try:
-        s = seal.read(path)
+        s = seal.read(path, dir_fd=dfd)
         if s is None:
             return None, None, True
         present = [f for f in names if not is_reserved(f)]
         # the runtime loads only what this partition sealed
         return (
-            tuple(seal.check(path, s, present)),
+            tuple(seal.check(path, s, present, held=held() if held else None, dir_fd=dfd)),
             seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path))),
             False,
         )
