@@ -495,6 +495,8 @@ class Reading:
     head: Callable[[str], int | None]
     most: int = 8
     whole_max: int = 1 << 20
+    suffixes: tuple[str, ...] | None = None
+    """When given, ``head`` is asked only of names ending with one of these (one C-level test a name)."""
 
 
 def _survey(
@@ -583,6 +585,7 @@ def _survey_flat(path: str, fd: int, bound: str, reading: Reading | None) -> Sur
     read: dict[str, bytes] = {}
     to_read, head_of = (reading.most, reading.head) if reading is not None else (0, None)
     whole_max = reading.whole_max if reading is not None else 0
+    asked = (reading.suffixes if reading is not None else None) or ("",)  # "": every name
     try:
         it = os.scandir(fd)
     except OSError as exc:
@@ -591,7 +594,7 @@ def _survey_flat(path: str, fd: int, bound: str, reading: Reading | None) -> Sur
         with it:
             for e in it:
                 name = e.name
-                if to_read and e.is_file(follow_symlinks=False):
+                if to_read and name.endswith(asked) and e.is_file(follow_symlinks=False):
                     head = head_of(name)  # type: ignore[misc]  # set with to_read
                     got = None if head is None else _read_as_listed(name, fd, head, whole_max, read)
                     if got is not None:
@@ -734,7 +737,8 @@ def _read_now(name: str, relp: str, fd: int, ls: _Listing) -> bool:
     """Read the regular file ``name`` as it is listed, when ``ls.reading`` asks for it; False when it is
     not read (not asked for, or no regular file since the listing: stat'ed then, recorded as what it is)."""
     assert ls.reading is not None  # to_read is 0 without it
-    head = ls.reading.head(name)
+    suffixes = ls.reading.suffixes
+    head = ls.reading.head(name) if not suffixes or name.endswith(suffixes) else None
     if head is None:
         return False
     try:

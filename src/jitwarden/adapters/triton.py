@@ -12,7 +12,7 @@ import errno
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, ClassVar
 
@@ -244,7 +244,7 @@ def _read_while_listing(fname: str) -> int | None:
 
 
 _READ_SUFFIXES = (".json", ".cubin", ".so", ".ptx")
-_READING = Reading(_read_while_listing)
+_READING = Reading(_read_while_listing, suffixes=_READ_SUFFIXES)
 
 
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
@@ -304,22 +304,26 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
     )
 
 
-@dataclass
 class _Names:
-    """An entry's names sorted by what they hold, in one pass over the survey's (sorted) files."""
+    """An entry's names sorted by what they hold, in one pass over the survey's (sorted) files (a plain
+    slotted class: one is made per entry on the scan's hot path, and a dataclass's seven field factories
+    cost more than the pass)."""
 
-    files: list[File] = field(default_factory=list)
-    tmps: list[File | Dir] = field(default_factory=list)
-    sizes: dict[str, int] = field(default_factory=dict)  # one read() per file: the size is known
-    group_files: list[str] = field(default_factory=list)
-    cubins: list[str] = field(default_factory=list)
-    ptxs: list[str] = field(default_factory=list)
-    records: list[str] = field(default_factory=list)  # launchers, autotune results
-    jsons: list[str] = field(default_factory=list)
+    __slots__ = ("files", "tmps", "sizes", "group_files", "cubins", "ptxs", "records", "jsons")
+
+    def __init__(self, tmps: list[File | Dir]) -> None:
+        self.files: list[File] = []
+        self.tmps = tmps
+        self.sizes: dict[str, int] = {}  # one read() per file: the size is known
+        self.group_files: list[str] = []
+        self.cubins: list[str] = []
+        self.ptxs: list[str] = []
+        self.records: list[str] = []  # launchers, autotune results
+        self.jsons: list[str] = []
 
 
 def _sort_names(sv: Survey) -> _Names:
-    ls = _Names(tmps=[d for d in sv.dirs if is_tmp_dir(d.name)])
+    ls = _Names([d for d in sv.dirs if is_tmp_dir(d.name)] if sv.dirs else [])
     for f in sv.files:
         fname = f.name
         if TMP_FILE_INFIX in fname and is_tmp_file(fname):
