@@ -495,6 +495,8 @@ class Reading:
     head: Callable[[str], int | None]
     most: int = 8
     whole_max: int = 1 << 20
+    suffixes: tuple[str, ...] | None = None
+    """When given, ``head`` is asked only of names ending with one of these (one C-level test a name)."""
 
 
 def _survey(
@@ -519,6 +521,14 @@ def _survey(
         top = open_dir_at(path)
     except OSError as exc:
         return _not_listed(root, path, exc), None
+    if not nested:
+        try:
+            return _survey_flat(
+                path, top, root if links_within is None else links_within, reading
+            ), top
+        except BaseException:
+            os.close(top)
+            raise
     try:
         st = os.fstat(top)
         ls = _Listing(path, root if links_within is None else links_within, reading)
@@ -561,6 +571,89 @@ def _survey(
         others=tuple(ls.others),
         read=ls.read or None,
     ), top
+
+
+def _survey_flat(path: str, fd: int, bound: str, reading: Reading | None) -> Survey:
+    """:func:`_survey` of one directory not entered below (``nested=False``: a Triton entry, the scan's hot path),
+    by the open ``fd``, in one loop: what :func:`_list_dir` and :func:`_read_now` record, item for item."""
+    st = os.fstat(fd)
+    files: list[File] = []
+    links: list[Link] = []
+    dirs: list[Dir] = []
+    others: list[File] = []
+    errors: list[tuple[str, str]] = []
+    read: dict[str, bytes] = {}
+    to_read, head_of = (reading.most, reading.head) if reading is not None else (0, None)
+    whole_max = reading.whole_max if reading is not None else 0
+    asked = (reading.suffixes if reading is not None else None) or ("",)  # "": every name
+    try:
+        it = os.scandir(fd)
+    except OSError as exc:
+        errors.append(("", f"cannot list: {exc.strerror}"))
+    else:
+        with it:
+            for e in it:
+                name = e.name
+                if to_read and name.endswith(asked) and e.is_file(follow_symlinks=False):
+                    head = head_of(name)  # type: ignore[misc]  # set with to_read
+                    got = None if head is None else _read_as_listed(name, fd, head, whole_max, read)
+                    if got is not None:
+                        to_read -= 1
+                        files.append(got)
+                        continue
+                try:
+                    est = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone while listing: not damage
+                except OSError as exc:
+                    errors.append((name, f"cannot stat: {exc.strerror}"))
+                    continue
+                fmt = est.st_mode & _IFMT
+                if fmt == _IFREG:
+                    files.append(
+                        _NEW_TUPLE(File, (name, est.st_size, est.st_mtime, est.st_mode, est.st_uid))
+                    )
+                elif fmt == _IFLNK:
+                    target = link_target(name, fd)
+                    links.append(
+                        Link(name, target, leaves(bound, os.path.join(path, name), target))
+                    )
+                elif fmt == _IFDIR:
+                    dirs.append(Dir(name, est.st_mtime, est.st_mode, est.st_uid))
+                else:  # a FIFO, a device, a socket: recorded, never opened
+                    others.append(file_of(name, est))
+    files.sort()  # by name: names are unique in a directory, so the tuples compare by name alone
+    for found in (links, dirs, others):
+        if len(found) > 1:
+            found.sort(key=_BY_NAME)
+    return Survey(
+        path=path,
+        is_dir=True,
+        mode=st.st_mode,
+        uid=st.st_uid,
+        mtime=st.st_mtime,
+        files=tuple(files),
+        links=tuple(links),
+        dirs=tuple(dirs),
+        errors=tuple(errors),
+        others=tuple(others),
+        read=read or None,
+    )
+
+
+def _read_as_listed(
+    name: str, fd: int, head: int, whole_max: int, read: dict[str, bytes]
+) -> File | None:
+    """The regular file ``name`` of the listed directory ``fd`` read (its ``head`` bytes, or 0: whole up to
+    ``whole_max``) into ``read``: its ``File`` from the fstat of that open; None when it is no regular file
+    since the listing (then stat'ed by the caller and recorded as what it is)."""
+    try:
+        st, data = stat_and_read(name, dir_fd=fd, head=head, max_bytes=whole_max)
+    except OSError:
+        return None
+    if data is not None:
+        read[name] = data
+    return _NEW_TUPLE(File, (name, st.st_size, st.st_mtime, st.st_mode, st.st_uid))
 
 
 class _Listing:
@@ -644,7 +737,8 @@ def _read_now(name: str, relp: str, fd: int, ls: _Listing) -> bool:
     """Read the regular file ``name`` as it is listed, when ``ls.reading`` asks for it; False when it is
     not read (not asked for, or no regular file since the listing: stat'ed then, recorded as what it is)."""
     assert ls.reading is not None  # to_read is 0 without it
-    head = ls.reading.head(name)
+    suffixes = ls.reading.suffixes
+    head = ls.reading.head(name) if not suffixes or name.endswith(suffixes) else None
     if head is None:
         return False
     try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, ClassVar
 
@@ -244,7 +244,7 @@ def _read_while_listing(fname: str) -> int | None:
 
 
 _READ_SUFFIXES = (".json", ".cubin", ".so", ".ptx")
-_READING = Reading(_read_while_listing)
+_READING = Reading(_read_while_listing, suffixes=_READ_SUFFIXES)
 
 
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
@@ -280,7 +280,7 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
         ptx_head = r.ptx_head(ptx_file)
     launchers = r.records(ls.records)
     seal_problems, seal_foreign, unbelieved = _seal_facts(
-        path, ls.sizes.keys(), check_seal, seal_other
+        path, ls.sizes.keys(), check_seal, seal_other, r.held, dfd
     )
     return EntryFacts(
         id=name,
@@ -304,22 +304,26 @@ def _read_listed(path: str, name: str, sv: Survey, dfd: int | None, check_seal: 
     )
 
 
-@dataclass
 class _Names:
-    """An entry's names sorted by what they hold, in one pass over the survey's (sorted) files."""
+    """An entry's names sorted by what they hold, in one pass over the survey's (sorted) files (a plain
+    slotted class: one is made per entry on the scan's hot path, and a dataclass's seven field factories
+    cost more than the pass)."""
 
-    files: list[File] = field(default_factory=list)
-    tmps: list[File | Dir] = field(default_factory=list)
-    sizes: dict[str, int] = field(default_factory=dict)  # one read() per file: the size is known
-    group_files: list[str] = field(default_factory=list)
-    cubins: list[str] = field(default_factory=list)
-    ptxs: list[str] = field(default_factory=list)
-    records: list[str] = field(default_factory=list)  # launchers, autotune results
-    jsons: list[str] = field(default_factory=list)
+    __slots__ = ("files", "tmps", "sizes", "group_files", "cubins", "ptxs", "records", "jsons")
+
+    def __init__(self, tmps: list[File | Dir]) -> None:
+        self.files: list[File] = []
+        self.tmps = tmps
+        self.sizes: dict[str, int] = {}  # one read() per file: the size is known
+        self.group_files: list[str] = []
+        self.cubins: list[str] = []
+        self.ptxs: list[str] = []
+        self.records: list[str] = []  # launchers, autotune results
+        self.jsons: list[str] = []
 
 
 def _sort_names(sv: Survey) -> _Names:
-    ls = _Names(tmps=[d for d in sv.dirs if is_tmp_dir(d.name)])
+    ls = _Names([d for d in sv.dirs if is_tmp_dir(d.name)] if sv.dirs else [])
     for f in sv.files:
         fname = f.name
         if TMP_FILE_INFIX in fname and is_tmp_file(fname):
@@ -381,12 +385,26 @@ class _Reader:
         self.pre = sv.read or {}
         self.dfd, self.sizes, self.errors = dfd, sizes, errors
         self.unread: list[tuple[str, int]] = []  # files too large to read whole: their header only
+        self.got: dict[str, bytes] = {}  # files read whole here, beyond the survey's
 
     def read(self, fname: str, bound: int) -> bytes:
         data = self.pre.get(fname)
         if data is not None:
             return data
-        return read_bytes(fname, max_bytes=bound, size_hint=self.sizes[fname], dir_fd=self.dfd)
+        data = read_bytes(fname, max_bytes=bound, size_hint=self.sizes[fname], dir_fd=self.dfd)
+        self.got[fname] = data
+        return data
+
+    def held(self) -> dict[str, bytes]:
+        """The files read whole so far, by name (the survey's and this reader's): those whose bytes are as many
+        as the size the listing saw (a PTX head cut at :data:`_PTX_HEAD` is not), for the seal to hash."""
+        sizes = self.sizes
+        return {
+            name: data
+            for got in (self.pre, self.got)
+            for name, data in got.items()
+            if len(data) == sizes.get(name)
+        }
 
     def head(self, fname: str) -> elf.ElfHead:
         """An ELF file too large to read whole: its header says what it is."""
@@ -469,10 +487,16 @@ class _Reader:
 
 
 def _seal_facts(
-    path: str, names: Collection[str], check_seal: bool, seal_other: str | None
+    path: str,
+    names: Collection[str],
+    check_seal: bool,
+    seal_other: str | None,
+    held: Callable[[], Mapping[str, bytes]] | None = None,
+    dfd: int | None = None,
 ) -> tuple[tuple[str, ...] | None, str | None, bool]:
     """(what the seal says is wrong, None: no seal; why it is another partition's seal; whether a seal file
-    is there that this reader does not believe: store/seal.read gave None, so no seal)."""
+    is there that this reader does not believe: store/seal.read gave None, so no seal). ``held()``: the files
+    read whole already, hashed as they are; the others are read again by ``dfd``, the entry's fd, when given."""
     seal_problems: tuple[str, ...] | None = (seal_other,) if check_seal and seal_other else None
     if not (check_seal and SEAL_FILE in names):
         return seal_problems, None, False
@@ -481,13 +505,13 @@ def _seal_facts(
     )  # sealed entries only: hashlib and the seal format stay off the scan's start-up
 
     try:
-        s = seal.read(path)
+        s = seal.read(path, dir_fd=dfd)
         if s is None:
             return None, None, True
         present = [f for f in names if not is_reserved(f)]
         # the runtime loads only what this partition sealed
         return (
-            tuple(seal.check(path, s, present)),
+            tuple(seal.check(path, s, present, held=held() if held else None, dir_fd=dfd)),
             seal.foreign(s.fingerprint, partition.digest_of(os.path.dirname(path))),
             False,
         )

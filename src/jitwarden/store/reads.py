@@ -28,6 +28,8 @@ _O_READ = (
     | getattr(os, "O_NOCTTY", 0)
 )
 
+_IFMT, _IFREG = 0o170000, stat.S_IFREG
+
 MAX_READ = 2 << 30
 """No file jitwarden reads is larger (the biggest cache files seen: vLLM artifacts of a few hundred MB)."""
 
@@ -75,7 +77,7 @@ def open_regular(
     fd = os.open(path, _O_READ & ~_O_NOFOLLOW if follow else _O_READ, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if st.st_mode & _IFMT != _IFREG:
             raise NotRegularFile(errno.EINVAL, f"not a regular file ({kind_of(st.st_mode)})", path)
         return fd, st
     except BaseException:
@@ -124,20 +126,32 @@ def stat_and_read(
     (a symlink, a FIFO, gone): the caller stats it to say what it is."""
     fd, st = open_regular(name, dir_fd=dir_fd)
     try:
-        return st, (os.read(fd, head) if head else _whole(fd, st, max_bytes, 0))
+        if head:
+            return st, os.read(fd, head)
+        size = st.st_size
+        if size > max_bytes:
+            return st, None
+        data = os.read(fd, size + 1)  # its end in one read, unless it grew since the fstat
+        return st, (data if len(data) <= size else _whole(fd, st, max_bytes, 0, data))
     except OSError:
         return st, None
     finally:
         os.close(fd)
 
 
-def _whole(fd: int, st: os.stat_result, max_bytes: int, expect: int) -> bytes | None:
+def _whole(
+    fd: int, st: os.stat_result, max_bytes: int, expect: int, first: bytes = b""
+) -> bytes | None:
     """The bytes of the open regular file ``fd`` (``st``: its fstat) to its end, None when it holds more than
     ``max_bytes``: the bound rule of the whole-file readers, in one place. A file whose size already says so
-    is refused unread (a sparse file of gigabytes costs nothing); one that grows past it is never returned cut."""
+    is refused unread (a sparse file of gigabytes costs nothing); one that grows past it is never returned cut.
+    ``first``: what was read of it already (its start)."""
     if st.st_size > max_bytes:
         return None
-    data = read_fd(fd, max_bytes, expect or st.st_size)
+    if first:
+        data = first + read_fd(fd, max_bytes - len(first)) if len(first) <= max_bytes else first
+    else:
+        data = read_fd(fd, max_bytes, expect or st.st_size)
     return data if len(data) <= max_bytes else None
 
 

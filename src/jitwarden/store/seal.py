@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,11 +283,17 @@ def judge(
     seal: Seal,
     present: Iterable[str] | None = None,
     names: Iterable[str] | None = None,
+    *,
+    held: Mapping[str, bytes] | None = None,
+    dir_fd: int | None = None,
 ) -> SealCheck:
     """Every problem between the seal and the files on disk, each with its reason code.
 
     ``names``: check only these (each must be sealed), else every sealed file; ``present``:
-    the files on disk, any not covered by the seal is a problem too.
+    the files on disk, any not covered by the seal is a problem too. ``held``: whole files the caller
+    read already (the scan's survey, by the entry's fd), by name: those bytes are hashed, not read again.
+    ``dir_fd``: the entry's directory fd, which the other files are read by (``entry_dir`` is then only
+    used in messages).
     """
     problems = []
     if names is not None:
@@ -304,8 +310,23 @@ def judge(
             )
     for name in seal.files if names is None else names:
         rec = seal.files[name]
+        data = held.get(name) if held is not None else None
+        if data is not None:
+            if len(data) != rec["size"]:
+                problems.append(
+                    Problem((name,), SIZE, f"{name} is {len(data)} bytes, sealed as {rec['size']}")
+                )
+            elif hashlib.sha256(data).hexdigest() != rec["sha256"]:
+                problems.append(
+                    Problem((name,), DIGEST, f"{name} does not match its sealed sha256")
+                )
+            continue
         try:
-            digest, size = file_digest(os.path.join(entry_dir, name), rec["size"])
+            digest, size = (
+                file_digest(os.path.join(entry_dir, name), rec["size"])
+                if dir_fd is None
+                else file_digest(name, rec["size"], dir_fd=dir_fd)
+            )
         except FileNotFoundError:
             problems.append(Problem((name,), MISSING, f"{name} is sealed but missing"))
             continue
@@ -338,9 +359,12 @@ def check(
     seal: Seal,
     present: Iterable[str] | None = None,
     names: Iterable[str] | None = None,
+    *,
+    held: Mapping[str, bytes] | None = None,
+    dir_fd: int | None = None,
 ) -> list[str]:
     """Problems between the seal and the files on disk, as sentences; empty when it holds (:func:`judge`)."""
-    return judge(entry_dir, seal, present=present, names=names).messages
+    return judge(entry_dir, seal, present=present, names=names, held=held, dir_fd=dir_fd).messages
 
 
 def unchanged(entry_dir: str, ctimes_ns: Iterable[int], fingerprint: str | None = None) -> bool:
