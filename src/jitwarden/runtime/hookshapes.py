@@ -6,9 +6,6 @@ signature: each row here names the parameters its hook reads, a wrapper binds th
 (:func:`bind`) to find them and passes every argument through unchanged, and a function whose shape lacks one is
 not hooked at all (:func:`fit` raises :class:`ShapeError` at patch time): the tool then runs as it is, its cache
 checked at start-up only, said in one line.
-
-The same rows answer ``doctor``'s question "which protection is active for this tool" without importing it:
-:func:`static_fit` reads the tool's source with :mod:`ast` (``inspect`` needs the import).
 """
 
 from __future__ import annotations
@@ -28,13 +25,12 @@ class ShapeError(TypeError):
 @dataclass(frozen=True, kw_only=True)
 class Target:
     """One function a hook wraps: ``attr`` of ``module`` (``Class.method`` for a method), the parameter names the
-    hook reads (``needs``), and whether it must exist for the tool to be hooked at all (``required``)."""
+    hook reads (``needs``)."""
 
     tool: str
     module: str
     attr: str
     needs: tuple[str, ...]
-    required: bool = True
 
     @property
     def name(self) -> str:
@@ -49,8 +45,10 @@ TARGETS: tuple[Target, ...] = (
         tool="jax",
         module="jax._src.compiler",
         attr="_cache_write",
-        needs=("cache_key", "executable"),
-        required=False,  # without it unsealed files are judged at first sight, not proven (flathooks)
+        needs=(
+            "cache_key",
+            "executable",
+        ),  # without it unsealed files are judged at first sight, not proven
     ),
     Target(
         tool="cupy",
@@ -131,12 +129,6 @@ def missing(params: tuple[str, ...], t: Target) -> tuple[str, ...]:
     return tuple(n for n in t.needs if n not in params)
 
 
-def params_of(fn: Callable[..., Any]) -> tuple[str, ...]:
-    import inspect  # at patch time only: the tool is being imported, and imports inspect itself
-
-    return tuple(inspect.signature(fn).parameters)
-
-
 def fit(fn: Callable[..., Any], t: Target):
     """``fn``'s signature when ``t``'s hook can find every parameter it needs in it; :class:`ShapeError` naming
     what is missing otherwise (the hook is then not installed)."""
@@ -167,50 +159,3 @@ def rebind(sig, args: tuple, kwargs: dict, **changes: Any) -> tuple[tuple, dict]
     b = sig.bind(*args, **kwargs)
     b.arguments.update(changes)
     return b.args, b.kwargs
-
-
-# ---------------------------------------------------------------- without importing the tool (doctor)
-
-
-def static_params(source: str, attr: str) -> tuple[str, ...] | None:
-    """The parameter names of ``attr`` (``f`` or ``Class.method``) as ``source`` defines it at its top level, or
-    None when it defines no such function (then :func:`static_fit` says so). Read with :mod:`ast`, nothing run."""
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    body: list = tree.body
-    *outer, last = attr.split(".")
-    for part in outer:
-        cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
-        if cls is None:
-            return None
-        body = cls.body
-    for n in body:
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == last:
-            a = n.args
-            names = [x.arg for x in (*a.posonlyargs, *a.args)]
-            names += [a.vararg.arg] if a.vararg else []
-            names += [x.arg for x in a.kwonlyargs]
-            names += [a.kwarg.arg] if a.kwarg else []
-            return tuple(names)
-        if isinstance(n, (ast.Assign, ast.AnnAssign)) and not outer:
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            if any(isinstance(x, ast.Name) and x.id == last for x in targets):
-                return ()  # assigned, not defined here: known to exist, its shape unknown
-    return None
-
-
-def static_fit(source: str | None, t: Target) -> str | None:
-    """Why ``t``'s hook would not be installed over ``source`` (the module's text), None when it would be."""
-    if source is None:
-        return f"{t.module} not found"
-    params = static_params(source, t.attr)
-    if params is None:
-        return f"{t.name} not defined"
-    if params == ():
-        return None if not t.needs else f"{t.name}'s parameters unknown"
-    lack = missing(params, t)
-    return f"{t.name} has no parameter {', '.join(lack)}" if lack else None

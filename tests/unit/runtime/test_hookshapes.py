@@ -249,24 +249,6 @@ def test_torch_loader_shapes_fit_and_a_renamed_one_does_not(attr):
         hookshapes.fit(_fn("f", "a, b, c, d", []), t)
 
 
-def test_the_table_read_without_importing_answers_as_the_import_does():
-    """doctor's view (ast over the source) and the runtime's (inspect over the function) agree."""
-    t = hookshapes.target("jax._src.compiler", "_cache_write")
-    for release, (params, _call) in JAX_CACHE_WRITE.items():
-        src = f"import x\n\ndef _cache_write({params}) -> None:\n    pass\n"
-        assert hookshapes.static_fit(src, t) is None, release
-    assert "no parameter cache_key" in hookshapes.static_fit(
-        f"def _cache_write({UNKNOWN_CACHE_WRITE}): pass", t
-    )
-    assert hookshapes.static_fit("x = 1", t) == "jax._src.compiler._cache_write not defined"
-    assert hookshapes.static_fit(None, t) == "jax._src.compiler not found"
-    c = hookshapes.target("cupy.cuda._compiler_cache", "DiskKernelCacheBackend.load")
-    assert (
-        hookshapes.static_fit("class DiskKernelCacheBackend:\n    def load(self, name): pass\n", c)
-        is None
-    )
-
-
 def test_a_refused_hook_says_one_line_and_is_not_guarded(monkeypatch, recwarn):
     """postimport's on_error for the flat hooks: the state says why, one warning says what protection remains."""
     monkeypatch.setattr(flathooks, "tool_version", lambda kind: "0.13.0")
