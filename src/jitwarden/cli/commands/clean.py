@@ -72,7 +72,6 @@ def register(sub) -> None:
         "jitwarden clean --dry-run               the plan: entries with error-level findings",
         "jitwarden clean --stale -y              also entries no toolchain here reads",
         "jitwarden clean --all ~/.triton/cache   the whole cache into quarantine, restorable",
-        "jitwarden clean --rebuild --code not-reproducible",
     )
     p.set_defaults(func=run)
 

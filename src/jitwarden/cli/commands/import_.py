@@ -37,6 +37,11 @@ def register(sub) -> None:
         "--dry-run", action="store_true", help="check everything and say what would be installed"
     )
     options.add_format_argument(p)
+    options.examples(
+        p,
+        "jitwarden import kernels.tar.gz --dry-run   check the bundle, install nothing",
+        "jitwarden import kernels.tar.gz             install what matches this environment",
+    )
     p.set_defaults(func=run)
 
 

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from jitwarden.cli import options
 from jitwarden.model import settings
 from jitwarden.model.errors import ExitStatus, UsageError
 
@@ -40,6 +41,11 @@ def register(sub) -> None:
         nargs=argparse.REMAINDER,
         metavar="CMD",
         help="the command and its arguments, after --",
+    )
+    options.examples(
+        p,
+        "jitwarden run -- python train.py         guarded, partitioned caches for the workload",
+        "jitwarden run -v -- vllm serve MODEL     print the partition and variables first",
     )
     p.set_defaults(func=run)
 

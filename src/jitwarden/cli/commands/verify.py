@@ -39,7 +39,6 @@ def register(sub) -> None:
     options.examples(
         p,
         "jitwarden verify                         every cache found; exit 1 on an error-level finding",
-        "jitwarden verify --target sm_90 --all   as on an H200, every entry listed",
         "jitwarden verify --rebuild -j 8         also re-assemble each kernel and compare",
         "jitwarden verify --format json > report.json || handle_it",
     )
