@@ -25,6 +25,7 @@ COMMANDS = (
     "clean",
     "relocate",
     "prune",
+    "budget",
     "quarantine",
     "fingerprint",
     "run",

@@ -40,6 +40,11 @@ PROVING_DIR = ".jitwarden-proving"
 """``<tree>/.jitwarden-proving/<key>/``: unsealed kernel entries hidden from the workload while a prover
 in the background rebuilds them (see :mod:`jitwarden.runtime.prover`); that prover holds its lock file."""
 
+USES_DIR = ".jitwarden-uses"
+"""``<root>/.jitwarden-uses/``: the use log (:mod:`jitwarden.store.uselog`): ``<pid>.<token>.log``, one per guarded
+process, holding ``<ns>\t<entry id>`` lines of the entries it was served (its shared lock held while it lives), and
+``uses.tsv``, what ``budget`` kept of the logs of processes that ended."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

@@ -1,7 +1,10 @@
 """``jitwarden run -- CMD ARGS…``: run CMD with jitwarden's activation applied through its environment.
 
 The activation is applied to a copy of the environment, then CMD replaces this
-process (``execvpe``): its exit code and signals are CMD's own, by construction.
+process (``execvpe``): its exit code and signals are CMD's own, by construction. With a budget
+(``--budget 20G`` or ``JITWARDEN_BUDGET``) CMD runs as a child instead (SIGINT, SIGTERM and SIGHUP passed
+on, its status returned: 128+N when a signal N ended it), and only after it ended are the caches held
+to the budget (``ops/budget``): never while the workload runs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ def register(sub) -> None:
         description="Run CMD with jitwarden activated through its environment "
         "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, CUPY_CACHE_DIR, "
         "JAX_COMPILATION_CACHE_DIR, TRITON_CACHE_MANAGER).",
-        usage="jitwarden run [-q] [-v] -- CMD [ARGS...]",
+        usage="jitwarden run [-q] [-v] [--budget SIZE] -- CMD [ARGS...]",
     )
     p.add_argument(
         "-q",
@@ -35,6 +38,12 @@ def register(sub) -> None:
         "--verbose",
         action="store_true",
         help="print the partition and changed variables to stderr",
+    )
+    p.add_argument(
+        "--budget",
+        metavar="SIZE",
+        help="after CMD ends, evict least recently used entries until this environment's caches fit "
+        f"SIZE (as `jitwarden budget SIZE -y`; default: {settings.BUDGET.name})",
     )
     p.add_argument(
         "cmd",
@@ -64,6 +73,7 @@ def run(args) -> int:
     from jitwarden.runtime.activation import activate
 
     cmd = command_of(args)
+    limit = _budget(args)  # a bad SIZE is refused before CMD starts
     env = dict(os.environ)
     guard, other = _foreign.workload_python(
         cmd, env, args.quiet
@@ -89,7 +99,75 @@ def run(args) -> int:
             print(f"jitwarden: {var}={path}", file=sys.stderr)
         if rec.cache_manager:
             print(f"jitwarden: TRITON_CACHE_MANAGER={rec.cache_manager}", file=sys.stderr)
-    return _exec(cmd, env)
+    if limit is None or not rec.digest:
+        return _exec(cmd, env)
+    status = _child(cmd, env)
+    _hold_to_budget(limit, rec.digest, args.quiet)
+    return status
+
+
+def _budget(args):
+    """The budget ``--budget`` or ``JITWARDEN_BUDGET`` sets, else None (run then execs CMD as ever)."""
+    if args.budget is None and settings.BUDGET.raw(os.environ) is None:
+        return None
+    from jitwarden.ops import budget
+
+    return budget.budget_of(args.budget, None, os.environ)
+
+
+def _child(cmd: list[str], env: dict) -> int:
+    """CMD as a child, with the signals a terminal or a scheduler sends passed on; its exit status."""
+    import signal
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except FileNotFoundError:
+        print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
+        return ExitStatus.COMMAND_NOT_FOUND
+    except PermissionError:
+        print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
+        return ExitStatus.CANNOT_EXECUTE
+    except OSError as exc:
+        print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
+        return ExitStatus.CANNOT_EXECUTE
+
+    def forward(signum, _frame) -> None:
+        proc.send_signal(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    rc = proc.wait()
+    return 128 - rc if rc < 0 else rc
+
+
+def _hold_to_budget(limit, digest: str, quiet: bool) -> None:
+    """Evict until the caches fit ``limit``, now that CMD ended; one line on stderr, never a failure of run's."""
+    from jitwarden.model.text import human_size, plural
+    from jitwarden.ops import budget, metrics
+    from jitwarden.store import quarantine
+
+    try:
+        plan, cen = budget.planned(os.environ, digest, limit)
+        outcomes = (
+            budget.apply(plan, os.environ, digest, batch=quarantine.new_batch("budget"))
+            if plan.evict
+            else []
+        )
+        gone = budget.evicted_by_kind(plan, outcomes)
+        metrics.record_budget(plan.after, gone, os.environ)
+        n, size = sum(v[0] for v in gone.values()), sum(v[1] for v in gone.values())
+        if not quiet:
+            left = sum(t.bytes for t in plan.after.values())
+            print(
+                f"jitwarden: budget {limit.describe()}: evicted {plural(n, 'entry', 'entries')} "
+                f"({human_size(size)}); {human_size(left)} left",
+                file=sys.stderr,
+            )
+    except Exception as exc:
+        print(
+            f"jitwarden: warning: budget not applied ({type(exc).__name__}: {exc})", file=sys.stderr
+        )
 
 
 def _exec(cmd: list[str], env: dict) -> int:
