@@ -144,7 +144,7 @@ def run(args) -> int:
                 )
             ),
         )
-        return 0
+        return _common.unread_roots_status(report)
     digest = getattr(fp, "digest", None)
     batch = q.new_batch("clean")
 
@@ -167,7 +167,7 @@ def run(args) -> int:
         lambda: _body(plan, outcomes, args, batch),
         lambda: print_outcomes(outcomes, args.purge, batch, plan.roots),
     )
-    return 0
+    return _common.unread_roots_status(report)
 
 
 def _say_other_environments(report) -> None:

@@ -126,7 +126,7 @@ def _print(
             con.print(
                 out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message)
             )
-        if c.error:
+        if c.error and not any(f.code == "unreadable" for f in c.findings):
             con.print(out.text(("error", "bold red"), " ", c.error))
     if shown:
         con.print(out.entries_table(report, shown, long=long, details=True))
