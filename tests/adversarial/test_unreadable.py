@@ -109,3 +109,10 @@ def test_an_unreadable_entry_or_file_is_unreadable_once_never_corrupt_never_clea
     assert not os.path.exists(os.path.join(root, "jitwarden-quarantine")) or not os.listdir(
         os.path.join(root, "jitwarden-quarantine")
     )
+
+
+def test_clean_refuses_to_select_unreadable_entries():
+    from tests.helpers.cli import jw as run_jw
+
+    ran = run_jw("clean", "--code", "unreadable", "--dry-run", in_process=True)
+    assert ran.returncode == 2 and "never moves it" in ran.stderr, ran.stderr

@@ -20,6 +20,7 @@ from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
+from jitwarden.model.findings import NEVER_CLEANED
 from jitwarden.model.text import age_arg, display, human_size, plural
 from jitwarden.ops import plans as cleanplan
 from jitwarden.store import quarantine as q
@@ -85,6 +86,11 @@ def scan(args, fp, req, memo: dict | None = None):
 
 def selection_of(args, now: float) -> cleanplan.Selection:
     _common.check_codes(args.code)
+    for c in sorted(NEVER_CLEANED & set(args.code or ())):
+        raise UsageError(
+            f"--code {c}: what this user may not read is unknown, not damage, and clean never moves it "
+            "(its owner may use it); `jitwarden doctor` prints the chmod or owner that fixes it"
+        )
     if args.all:
         given = [
             f
