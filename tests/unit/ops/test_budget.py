@@ -141,3 +141,37 @@ def test_budget_of_reads_the_command_line_before_the_environment():
 def test_census_of_a_root_with_nothing_there(tmp_path):
     cen = jb.census([CacheRoot(kind="triton", path=str(tmp_path / "gone"), source="cli")])
     assert cen.units == () and cen.problems
+
+
+def test_an_entry_whose_lock_a_process_holds_is_skipped_whole(h200_inductor):
+    import fcntl
+
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.store import entrylock
+
+    cen = jb.census(h200_inductor)
+    plan = jb.plan_budget(cen, jb.Budget(max_bytes=0))
+    fx = next(u for u in plan.evict if len(u.items) == 4)  # the FX graph and its three kernels
+    kernel = next(i for i in fx.items if i.kind == "triton")
+    fd = entrylock.lock(kernel.path, ENTRY_LOCK_FILE, fcntl.LOCK_SH)  # a guard verifying it now
+    try:
+        outcomes = plan.execute(
+            replan=lambda: (jb.plan_budget(c := jb.census(cen.roots), plan.budget), c)
+        )
+    finally:
+        entrylock.unlock(fd)
+    skipped = {o.path for o in outcomes if o.status == "skipped"}
+    assert kernel.path in skipped and all(os.path.exists(i.path) for i in fx.items)
+    others = [u for u in plan.evict if u is not fx]
+    assert others and not any(os.path.exists(i.path) for u in others for i in u.items)
+
+
+def test_the_torch_hook_logs_the_fx_graph_it_checks_before_inductor_loads_it(h200_inductor):
+    from jitwarden.runtime import torchhooks
+
+    ind, _tri = h200_inductor
+    fx_id = next(
+        u.head.id for u in jb.census(h200_inductor).units if u.head.id.startswith("fxgraph/")
+    )
+    torchhooks.check_pickles(os.path.join(ind.path, fx_id))
+    assert fx_id in uselog.read(ind.path).last

@@ -2,8 +2,8 @@
 
 The activation is applied to a copy of the environment, then CMD replaces this
 process (``execvpe``): its exit code and signals are CMD's own, by construction. With a budget
-(``--budget 20G`` or ``JITWARDEN_BUDGET``) CMD runs as a child instead (SIGINT, SIGTERM and SIGHUP passed
-on, its status returned: 128+N when a signal N ended it), and only after it ended are the caches held
+(``--budget 20G`` or ``JITWARDEN_BUDGET``) CMD runs as a child instead (SIGTERM and SIGHUP passed on, SIGINT
+left to reach it from the terminal; its status returned: 128+N when a signal N ended it), and only after it ended are the caches held
 to the budget (``ops/budget``): never while the workload runs.
 """
 
@@ -116,7 +116,7 @@ def _budget(args):
 
 
 def _child(cmd: list[str], env: dict) -> int:
-    """CMD as a child, with the signals a terminal or a scheduler sends passed on; its exit status."""
+    """CMD as a child, with the signals a scheduler sends passed on; its exit status."""
     import signal
     import subprocess
 
@@ -135,7 +135,9 @@ def _child(cmd: list[str], env: dict) -> int:
     def forward(signum, _frame) -> None:
         proc.send_signal(signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    # Ctrl-C reaches CMD from the terminal (one process group): this process only waits for it to end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # what a scheduler sends to the process it started
         signal.signal(sig, forward)
     rc = proc.wait()
     return 128 - rc if rc < 0 else rc

@@ -138,3 +138,34 @@ def test_a_bad_budget_is_refused_before_anything_runs(env, tmp_path):
     assert p.returncode == 2 and not marker.exists() and len(p.stderr.splitlines()) == 1, p.stderr
     p = cli("budget", env=env)
     assert p.returncode == 2 and "JITWARDEN_BUDGET" in p.stderr, p.stderr
+
+
+def test_run_budget_passes_sigterm_on_and_applies_the_budget_once_cmd_is_gone(env):
+    part = _partition(env)
+    ids = _compile(part, guarded.JOBS[:1], env)
+    _fillers(part, ids[0], 2)
+    wait = "import time; print('up', flush=True); time.sleep(120)"
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jitwarden",
+            "run",
+            "--budget",
+            "1",
+            "--",
+            sys.executable,
+            "-c",
+            wait,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None and p.stdout.readline().strip() == "up"
+    assert len(_left(part)) == 3  # the workload runs: nothing evicted yet
+    p.terminate()  # SIGTERM to jitwarden, as a scheduler sends it
+    _out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + 15, err  # CMD's own end, by the signal passed on
+    assert _left(part) == set() and "evicted 3 entries" in err, err
