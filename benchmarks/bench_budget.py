@@ -338,7 +338,7 @@ def _budget(jb, w: World, t_b: float, b_specs, fx_b) -> bool:
     print(
         f"census: {entries:,} entries, {len(cen.units):,} units, {cen.bytes / 2**20:,.1f} MiB, "
         f"{cen.inodes:,} inodes in {census_s:.2f} s ({census_s * 1e6 / entries:.0f} us an entry); "
-        f"{cen.live_processes} use logs held by a live workload"
+        f"{cen.live_logs} use logs held by a live workload"
     )
     for kind, v in plan.by_kind().items():
         print(f"  plan {kind:9s} evict {v.entries:6,} entries {v.bytes / 2**20:9,.1f} MiB")

@@ -162,7 +162,7 @@ class Census:
     roots: tuple[CacheRoot, ...]
     units: tuple[Unit, ...]
     problems: tuple[tuple[str, str], ...] = ()  # (path, why): a root or log that could not be read
-    live_processes: int = 0
+    live_logs: int = 0  # logs a live process holds (one per process and root it was served from)
     uses: dict = field(default_factory=dict)  # root path -> uselog.Uses (for compaction)
 
     @property
@@ -214,12 +214,12 @@ def census(roots: Iterable[CacheRoot]) -> Census:
         for name in names:
             items += _items(r, name, uses)
     units = _group(items)
-    n_live = sum(u.live_processes for u in uses_of.values())
+    n_live = sum(u.live_logs for u in uses_of.values())
     return Census(
         roots=roots,
         units=tuple(units),
         problems=tuple(problems),
-        live_processes=n_live,
+        live_logs=n_live,
         uses=uses_of,
     )
 

@@ -118,7 +118,7 @@ class Uses:
         default_factory=dict
     )  # entry id -> last served (unix seconds)
     live: frozenset[str] = frozenset()  # ids a live process's log names: never evicted
-    live_processes: int = 0
+    live_logs: int = 0  # logs a live process holds (one per process and root it was served from)
     ended: tuple[str, ...] = ()  # log names of processes that ended (for :func:`compact`)
     unreadable: tuple[tuple[str, str], ...] = ()  # (log name, why)
 
@@ -165,7 +165,7 @@ def _read_dir(dfd: int) -> Uses:
     return Uses(
         last=last,
         live=frozenset(live),
-        live_processes=n_live,
+        live_logs=n_live,
         ended=tuple(ended),
         unreadable=tuple(bad),
     )

@@ -43,7 +43,7 @@ def test_a_live_process_pins_what_it_logged_and_its_log_is_merged_after_it_ends(
     p = _holder(root, "AAAA", "fxgraph/ab/fabc")
     try:
         uses = uselog.read(root)
-        assert uses.live == {"AAAA", "fxgraph/ab/fabc"} and uses.live_processes == 1
+        assert uses.live == {"AAAA", "fxgraph/ab/fabc"} and uses.live_logs == 1
         assert set(uses.last) == {"AAAA", "fxgraph/ab/fabc"} and not uses.ended
         logs = [n for n in os.listdir(os.path.join(root, USES_DIR)) if n.endswith(".log")]
         assert len(logs) == 1
@@ -54,7 +54,7 @@ def test_a_live_process_pins_what_it_logged_and_its_log_is_merged_after_it_ends(
         p.stdin.close()
         p.wait(timeout=60)
     uses = uselog.read(root)
-    assert uses.live == frozenset() and uses.live_processes == 0 and len(uses.ended) == 1
+    assert uses.live == frozenset() and uses.live_logs == 0 and len(uses.ended) == 1
     uselog.compact(root, uses, keep={"AAAA"})  # fxgraph/ab/fabc: gone since
     assert sorted(os.listdir(os.path.join(root, USES_DIR))) == [uselog.COMPACT_FILE]
     again = uselog.read(root)
