@@ -97,6 +97,7 @@ def _verb(words: str, parser: argparse.ArgumentParser, help_text: str) -> list[s
     opts = _options(parser)
     if opts:
         out += [*opts, ""]
+    out += _examples(parser)
     sub = _subparsers(parser)
     if sub is not None:
         helps = {c.dest: c.help or "" for c in sub._choices_actions}
@@ -112,6 +113,18 @@ def _verb(words: str, parser: argparse.ArgumentParser, help_text: str) -> list[s
     return out
 
 
+def _examples(parser: argparse.ArgumentParser) -> list[str]:
+    """The ``examples:`` that end the parser's ``--help`` (``cli.options.examples``), as a console block."""
+    lines = (parser.epilog or "").splitlines()
+    if not lines or lines[0] != "examples:":
+        return []
+    out = ["Examples:", ""]
+    for ln in lines[1:]:
+        cmd, *what = re.split(r"\s{2,}", ln.strip(), maxsplit=1)
+        out.append(f"- `{cmd}`" + (f": {_cell(what[0])}" if what else ""))
+    return [*out, ""]
+
+
 def reference() -> str:
     parser = cli.build_parser()
     sub = _subparsers(parser)
@@ -120,6 +133,9 @@ def reference() -> str:
     out = [
         "Every verb and option, as `jitwarden VERB --help` prints them; `-q/--quiet` is on every one.",
         "",
+        _cell(parser.description or ""),
+        "",
+        *_examples(parser),
     ]
     for name in cli.COMMANDS:
         if name in sub.choices:

@@ -185,6 +185,7 @@ LEVELS_OF = {  # layout constant -> the levels of the tree it lives at; a new co
     "ENTRY_LOCK_FILE": ("entry",),
     "ENTRY_WRITERS_FILE": ("entry",),
     "PROVING_DIR": ("partition",),
+    "USES_DIR": ("root", "partition"),
 }
 ALL_LEVELS = ("root", "partition", "entry")
 NOT_NAMES = {
@@ -822,6 +823,8 @@ def _base_argv(world: World, e: Entry, w: str) -> list:
             argv.append(world.qid)
         elif a.dest == "bundle":
             argv.append(os.path.join(w, "bundle.jwb"))
+        elif a.dest == "size":  # budget: 1 byte, so every entry it may evict is evicted
+            argv.append("1")
         elif a.dest == "ref":  # push, pull: the world's registry, plain HTTP on loopback
             argv += [registry_ref(world.registry), "--insecure"]
         elif opt is None and a.nargs in (None, "+"):

@@ -35,6 +35,34 @@ MAX_DEPTH = 64
 # ---------------------------------------------------------------- roots
 
 
+class Denied(str):
+    """The words of an error that is a permission refusal (EACCES, EPERM): what this user may not read is
+    unknown, never damage. A type, not a sentence: a survey's and a reader's errors carry it as their why, and
+    the finding made of one is ``unreadable`` (:func:`error_finding`), never ``corrupt``."""
+
+    __slots__ = ()
+
+
+DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+
+
+def why(exc: OSError, words: str) -> str:
+    """``words`` about ``exc``, a :class:`Denied` when it is a permission refusal."""
+    return Denied(words) if exc.errno in DENIED_ERRNOS else words
+
+
+def error_finding(message: str, cause: str) -> Finding:
+    """The finding for an item that could not be read or listed: ``unreadable`` when ``cause`` is a permission
+    refusal (:class:`Denied`), else ``corrupt``."""
+    return Finding("unreadable" if isinstance(cause, Denied) else "corrupt", message)
+
+
+def read_failure(exc: OSError, message: str) -> Finding:
+    """The finding for a file whose read failed with ``exc``: ``unreadable`` for a permission refusal, else
+    ``corrupt``, worded ``message``."""
+    return error_finding(message, why(exc, message))
+
+
 def distinct(roots: list[CacheRoot]) -> list[CacheRoot]:
     """``roots`` in order, each real path once, existing directories only."""
     out, seen = [], set()
@@ -446,13 +474,15 @@ class surveyed:
             os.close(self._fd)
 
 
-def _not_listed(root: str, path: str, why: OSError) -> Survey:
+def _not_listed(root: str, path: str, why_: OSError) -> Survey:
     """The survey of ``path`` when it cannot be opened as a directory (``why``): a symlink, a lone file
     (or a FIFO, a device: no files), or a directory that cannot be listed."""
     try:
         st = os.lstat(path)
     except OSError as exc:
-        return Survey(path=path, is_dir=False, errors=(("", f"cannot stat: {exc.strerror}"),))
+        return Survey(
+            path=path, is_dir=False, errors=(("", why(exc, f"cannot stat: {exc.strerror}")),)
+        )
     if stat.S_ISLNK(st.st_mode):
         target = link_target(path)
         return Survey(
@@ -471,7 +501,11 @@ def _not_listed(root: str, path: str, why: OSError) -> Survey:
             path=path, is_dir=False, mode=st.st_mode, uid=st.st_uid, mtime=st.st_mtime, files=files
         )
     # A directory after all: unreadable, or a file or link swapped for it since the open.
-    errors = () if isinstance(why, FileNotFoundError) else (("", f"cannot list: {why.strerror}"),)
+    errors = (
+        ()
+        if isinstance(why_, FileNotFoundError)
+        else (("", why(why_, f"cannot list: {why_.strerror}")),)
+    )
     return Survey(
         path=path,
         is_dir=True,
@@ -693,7 +727,7 @@ def _open_sub(top: int, sub: str, errors: list[tuple[str, str]]) -> int | None:
     except FileNotFoundError:
         return None  # gone while listing: not damage
     except OSError as exc:
-        errors.append((sub, f"cannot list: {exc.strerror}"))
+        errors.append((sub, why(exc, f"cannot list: {exc.strerror}")))
         return None
 
 
@@ -703,7 +737,7 @@ def _list_dir(fd: int, sub: str, ls: _Listing) -> dict[str, Dir]:
     try:
         it = os.scandir(fd)
     except OSError as exc:
-        ls.errors.append((sub, f"cannot list: {exc.strerror}"))
+        ls.errors.append((sub, why(exc, f"cannot list: {exc.strerror}")))
         return below
     with it:
         for e in it:
@@ -716,7 +750,7 @@ def _list_dir(fd: int, sub: str, ls: _Listing) -> dict[str, Dir]:
             except FileNotFoundError:
                 continue  # gone while listing (a writer's temporary file renamed into place): not damage
             except OSError as exc:
-                ls.errors.append((relp, f"cannot stat: {exc.strerror}"))
+                ls.errors.append((relp, why(exc, f"cannot stat: {exc.strerror}")))
                 continue
             fmt = est.st_mode & _IFMT
             if fmt == _IFREG:
@@ -840,8 +874,8 @@ def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> lis
         if link.leaves
     ]
     out += ownership_findings(s, root_uid, what)
-    for rel, why in s.errors:
-        out.append(Finding("corrupt", f"{rel or what}: {why}"))
+    for rel, cause in s.errors:
+        out.append(error_finding(f"{rel or what}: {cause}", cause))
     if s.too_deep:
         out.append(
             Finding(
@@ -874,6 +908,8 @@ def unreadable(what: str, exc: OSError) -> Finding:
     bytes, so it is ``unrecognised`` (not understood is not damage)."""
     if exc.errno == errno.EFBIG:
         return Finding("unrecognised", f"{what}: {exc.strerror}; not judged")
+    if exc.errno in DENIED_ERRNOS:
+        return Finding("unreadable", f"{what}: {exc.strerror} (a permission problem, not damage)")
     return Finding("corrupt", f"{what}: unreadable: {exc.strerror}")
 
 

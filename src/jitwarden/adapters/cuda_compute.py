@@ -54,6 +54,7 @@ from jitwarden.adapters.base import (
     entries,
     existing,
     listed,
+    read_failure,
     set_vars,
     survey,
     survey_findings,
@@ -717,7 +718,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 name.replace("/", ""),
             )
         except OSError as exc:
-            out.append(Finding("corrupt", f"unreadable: {exc.strerror}"))
+            out.append(read_failure(exc, f"unreadable: {exc.strerror}"))
     sm = since = None
     if parsed is not None:
         found, sm = entry_findings(

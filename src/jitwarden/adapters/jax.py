@@ -291,7 +291,7 @@ def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Findin
     try:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
     except OSError as exc:
-        return [Finding("corrupt", f"unreadable: {exc.strerror or exc}")]
+        return [base.read_failure(exc, f"unreadable: {exc.strerror or exc}")]
     sealed = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)[1]
     return sealed + _xla_proto_findings(data, name, parts)
 

@@ -140,7 +140,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     try:
         data = read_bytes(s.path, max_bytes=MAX_FILE, size_hint=f.size)
     except OSError as exc:
-        out.append(Finding("corrupt", f"unreadable: {exc.strerror or exc}"))
+        out.append(base.read_failure(exc, f"unreadable: {exc.strerror or exc}"))
         return Entry(
             KIND,
             root,

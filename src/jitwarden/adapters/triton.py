@@ -23,11 +23,13 @@ from jitwarden.adapters.base import (
     Survey,
     cubin_findings,
     distinct,
+    error_finding,
     holds,
     ownership_findings,
     private_dir,
     sorted_listing,
     surveyed,
+    why,
     with_partitions,
 )
 from jitwarden.env import locations
@@ -451,7 +453,7 @@ class _Reader:
         try:
             return read_head(fname, _PTX_HEAD, dir_fd=self.dfd)
         except OSError as exc:
-            self.errors.append((fname, f"unreadable: {exc.strerror}"))
+            self.errors.append((fname, why(exc, f"unreadable: {exc.strerror}")))
             return None
 
     def records(self, records: list[str]) -> list[tuple[str, elf.Elf | elf.ElfHead | None]]:
@@ -523,7 +525,7 @@ def _unreadable(exc: OSError, bound: int) -> str:
     """Why a file could not be read, for a finding: past ``bound`` (more than any such file Triton writes), or the OS's words."""
     if exc.errno == errno.EFBIG:
         return f"larger than the {bound >> 20} MiB jitwarden reads of such a file (Triton writes KiBs to MiBs); not read"
-    return f"unreadable: {exc.strerror}"
+    return why(exc, f"unreadable: {exc.strerror}")
 
 
 # ---------------------------------------------------------------- judging
@@ -758,7 +760,7 @@ def _symlinked(root: str, f: EntryFacts) -> Entry:
 def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Finding]:
     """What is wrong with the entry's items as listed, whatever they hold: files that could not be read or
     parsed, the ownership rule, symlinks inside, old leftovers of an interrupted write."""
-    out = [Finding("corrupt", f"{name}: {why}" if name else why) for name, why in f.read_errors]
+    out = [error_finding(f"{name}: {why}" if name else why, why) for name, why in f.read_errors]
     sv = f.survey
     out += ownership_findings(sv, root_uid)
     for link in sv.links:

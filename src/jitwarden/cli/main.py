@@ -25,6 +25,7 @@ COMMANDS = (
     "clean",
     "relocate",
     "prune",
+    "budget",
     "quarantine",
     "fingerprint",
     "run",
@@ -40,6 +41,13 @@ COMMANDS = (
     "completion",
 )
 SHELLS = ("bash", "zsh", "fish")
+TOP_EXAMPLES = """examples:
+  jitwarden doctor                 start here: what is wrong, and the command that fixes it
+  jitwarden run -- python app.py   run a workload with partitioned, guarded caches
+  jitwarden verify --quick         check every cache entry (exit 1 on error-level findings)"""
+COMPLETION_EXAMPLES = """examples:
+  jitwarden completion bash > ~/.local/share/bash-completion/completions/jitwarden
+  eval "$(jitwarden completion zsh)"      in ~/.zshrc"""
 _MODULE = {"import": "import_"}  # a verb that is a Python keyword
 
 
@@ -64,7 +72,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given ``argv`` naming a command, only that command's module is imported (start-up cost)."""
-    parser = _Parser(prog="jitwarden", description="Keep GPU JIT kernel caches honest.")
+    parser = _Parser(
+        prog="jitwarden",
+        description="Keep GPU JIT kernel caches honest. New here? Start with `jitwarden doctor`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=TOP_EXAMPLES,
+    )
     parser.add_argument("-V", "--version", action="version", version=f"jitwarden {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     first = next((a for a in (argv or ()) if not a.startswith("-")), None)
@@ -78,6 +91,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                 'jitwarden`, or `eval "$(jitwarden completion zsh)"` in ~/.zshrc.',
             )
             c.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+            c.formatter_class = argparse.RawDescriptionHelpFormatter
+            c.epilog = COMPLETION_EXAMPLES
             c.set_defaults(func=_completion)
             continue
         try:

@@ -33,7 +33,8 @@ class ExitStatus(enum.IntEnum):
 
 _MEANING = {
     ExitStatus.OK: "success: nothing at error level (warnings may be printed)",
-    ExitStatus.FINDINGS: "findings at error level (`verify`, `ls`, `status`, `clean --dry-run`), "
+    ExitStatus.FINDINGS: "findings at error level (`verify`, `status`, `doctor`); a cache root that could not "
+    "be read (`unreadable`: `ls` and `clean` too, whose listing and plan are then incomplete), "
     "a check that failed (`canary`), a bundle `import` refused, unproven entries under `--strict`, "
     "or `dir KIND` with no dir of that kind here",
     ExitStatus.USAGE: "bad input or a refusal: a missing path, a malformed option, a lock not taken "

@@ -79,6 +79,13 @@ CATALOG: dict[str, Code] = {
         "unsafe to follow or trust (a symlink, world-writable or foreign-owned)",
         "jitwarden clean --code unsafe",
     ),
+    "unreadable": Code(
+        Severity.ERROR,
+        "a cache root, entry or file this user may not read (a permission refusal): unknown, neither clean nor "
+        "damage; no gate passes what it could not read, and `clean` never moves it (its owner may use it)",
+        "with files this user may not read (a permission problem, not damage)",
+        None,
+    ),
     "foreign-arch": Code(
         Severity.INFO,
         "built for another GPU (or CPU) than the one judged against: harmless, unreachable here",
@@ -126,6 +133,9 @@ CATALOG: dict[str, Code] = {
 """Every finding code, once (ARCHITECTURE.md, "How to add a finding code")."""
 
 CODES: dict[str, Severity] = {c: k.severity for c, k in CATALOG.items()}
+
+NEVER_CLEANED = frozenset({"unreadable"})
+"""Error-level codes ``clean`` never selects: what cannot be read is unknown, not damage (fix the permission)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,11 @@ def record_relpath(workload: str, digest: str) -> str | None:
     )
 
 
+USES_DIR = ".jitwarden-uses"
+"""``<root>/.jitwarden-uses/``: the use log (:mod:`jitwarden.store.uselog`): ``<pid>.<token>.log``, one per guarded
+process, holding ``<ns>\t<entry id>`` lines of the entries it was served (its shared lock held while it lives), and
+``uses.tsv``, what ``budget`` kept of the logs of processes that ended."""
+
 RESERVED = frozenset({PARTITIONS_DIR, QUARANTINE_DIR})
 
 

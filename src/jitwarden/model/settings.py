@@ -289,6 +289,20 @@ ORPHAN_AGE = Setting(
     3600.0,
     "seconds after which tmp.pid_* leftovers are orphans (--orphan-age wins)",
 )
+BUDGET = Setting(
+    "JITWARDEN_BUDGET",
+    "text",
+    None,
+    "the disk budget of `jitwarden budget` and `jitwarden run --budget` over every cache kind of this "
+    "environment (500M, 20G; --budget and budget SIZE win): whole entries least recently used first",
+)
+BUDGET_INODES = Setting(
+    "JITWARDEN_BUDGET_INODES",
+    "number",
+    None,
+    "the inode budget beside JITWARDEN_BUDGET: files and directories of every cache kind together "
+    "(--inodes wins)",
+)
 
 SETTINGS = (
     DISABLE,
@@ -318,6 +332,8 @@ SETTINGS = (
     RECORD,
     RECORD_START,
     ORPHAN_AGE,
+    BUDGET,
+    BUDGET_INODES,
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -21,6 +21,7 @@ from jitwarden.store import fsutil, partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
 
 LAST_VERIFY = "last-verify.json"
+LAST_BUDGET = "budget.json"
 STATS_DIR = "stats"
 TEXTFILE = "jitwarden.prom"
 MAX_STATS = 1 << 20
@@ -68,6 +69,16 @@ _HELP = {
         "When activation last used the partition.",
     ),
     "jitwarden_last_verify_timestamp_seconds": ("gauge", "When `jitwarden verify` last finished."),
+    "jitwarden_budget_bytes": (
+        "gauge",
+        "Bytes of one cache kind of this environment after the last budget run.",
+    ),
+    "jitwarden_budget_entries": ("gauge", "Entries of one cache kind after the last budget run."),
+    "jitwarden_budget_evictions_total": ("counter", "Entries `jitwarden budget` evicted, by kind."),
+    "jitwarden_budget_evicted_bytes_total": (
+        "counter",
+        "Bytes `jitwarden budget` evicted, by kind.",
+    ),
     "jitwarden_last_verify_errors": (
         "gauge",
         "Entries at error level in the last `jitwarden verify`.",
@@ -99,6 +110,76 @@ def record_verify(summary: dict, env=None) -> None:
             os.close(sfd)
     except OSError:
         pass
+
+
+def record_budget(after, evicted: dict, env=None) -> None:
+    """Remember what a budget run left per kind (``after``: kind -> totals) and add its evictions
+    (kind -> (entries, bytes)) to the running counts; never fails the command."""
+    problems: list = []
+    old = last_budget(env, problems) or {}
+    kinds: dict = {}
+    for kind in sorted(set(after) | set(evicted) | set(old)):
+        was = old.get(kind, {})
+        t = after.get(kind)
+        n, b = evicted.get(kind, (0, 0))
+        kinds[kind] = {
+            "bytes": t.bytes if t is not None else 0,
+            "entries": t.entries if t is not None else 0,
+            "evictions": int(was.get("evictions", 0)) + n,
+            "evicted_bytes": int(was.get("evicted_bytes", 0)) + b,
+        }
+    try:
+        top = fsutil.open_dir_path(memo_dir(env), create=True)
+        try:
+            sfd = fsutil.open_beneath(top, STATS_DIR, create=True)
+        finally:
+            os.close(top)
+        try:
+            write_json_atomic(
+                LAST_BUDGET,
+                {"schema": 1, "time": time.time(), "kinds": kinds},
+                ".budget.",
+                dir_fd=sfd,
+            )
+        finally:
+            os.close(sfd)
+    except OSError:
+        pass
+
+
+def last_budget(env=None, problems: list | None = None) -> dict | None:
+    """{kind: {bytes, entries, evictions, evicted_bytes}} of the last budget run, every value a count; None
+    when none is recorded; a damaged record is a line in ``problems``."""
+    problems = [] if problems is None else problems
+    sfd = _stats_fd(env)
+    if sfd is None:
+        return None
+    try:
+        doc = _read_stats(sfd, LAST_BUDGET, problems)
+    finally:
+        os.close(sfd)
+    kinds = doc.get("kinds") if doc is not None else None
+    if doc is None:
+        return None
+    fields = ("bytes", "entries", "evictions", "evicted_bytes")
+    if not isinstance(kinds, dict) or not all(
+        isinstance(v, dict) and all(_count(v.get(f)) for f in fields) for v in kinds.values()
+    ):
+        problems.append(f"{STATS_DIR}/{LAST_BUDGET}: not a valid record; left out of the metrics")
+        return None
+    return kinds
+
+
+def _budget_samples(env, problems: list) -> list[Sample]:
+    kinds = last_budget(env, problems) or {}
+    out = []
+    for kind, v in sorted(kinds.items()):
+        labels = (("kind", kind),)
+        out.append(Sample("jitwarden_budget_bytes", labels, v["bytes"]))
+        out.append(Sample("jitwarden_budget_entries", labels, v["entries"]))
+        out.append(Sample("jitwarden_budget_evictions_total", labels, v["evictions"]))
+        out.append(Sample("jitwarden_budget_evicted_bytes_total", labels, v["evicted_bytes"]))
+    return out
 
 
 def _stats_fd(env) -> int | None:
@@ -273,6 +354,7 @@ def collect(env=None, current: str | None = None, problems: list | None = None) 
                         "jitwarden_partition_last_used_timestamp_seconds", labels, info.last_used
                     )
                 )
+    out += _budget_samples(env, problems)
     lv = last_verify(env, problems)
     if lv is not None:
         out.append(Sample("jitwarden_last_verify_timestamp_seconds", (), lv[0]))

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from jitwarden.model.errors import ExitStatus, JitwardenError
-from jitwarden.model.findings import CODES, Severity
+from jitwarden.model.findings import CODES, NEVER_CLEANED, Severity
 from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.model.text import human_duration, human_size
 from jitwarden.ops import maintenance
@@ -24,7 +24,7 @@ from jitwarden.store import locks
 from jitwarden.store import quarantine as q
 from jitwarden.store.fsutil import UnsafeName
 
-ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR)
+ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR) - NEVER_CLEANED
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from typing import Any
 
 from jitwarden import adapters
 from jitwarden.adapters import triton as tri
-from jitwarden.adapters.base import expand_partitions, listed, listing_once
+from jitwarden.adapters.base import DENIED_ERRNOS, expand_partitions, listed, listing_once
 from jitwarden.env import interpreter
 from jitwarden.model.entries import VERDICTS, CacheRoot, Entry, Judge, verdict_of
 from jitwarden.model.errors import UsageError
@@ -307,7 +308,9 @@ def roots_from_paths(paths: list[str], env=os.environ) -> list[tuple[CacheRoot, 
                 f"{p}: not a directory (give a cache root such as ~/.triton/cache, or one entry's directory)"
             )
         if not os.access(p, os.R_OK | os.X_OK):
-            raise UsageError(f"{p}: permission denied")
+            raise UsageError(
+                f"{p}: permission denied: unreadable, so nothing in it was checked ({_fix_of(p)})"
+            )
         path = os.path.abspath(p)
         with (
             listing_once()
@@ -543,6 +546,37 @@ def _judged_uid(path: str) -> int | None:
     return None if trust.in_trusted_root(path) else os.geteuid()
 
 
+def _fix_of(path: str) -> str:
+    """What lets this user read ``path``: ``chmod u+rwx`` when it is theirs, else its owner's help."""
+    try:
+        mine = os.stat(path).st_uid == os.geteuid()
+    except OSError:
+        mine = False
+    return (
+        f"chmod u+rwx {path}"
+        if mine
+        else f"sudo chown -R $USER {path}, or run jitwarden as its owner"
+    )
+
+
+def _denied_root(path: str, exc: OSError) -> tuple[Finding, ...]:
+    """A root this user may not list: its ``unreadable`` finding (unknown, never clean), naming its owner and
+    mode, for doctor's fix; () for any other error (a root that went away is said as the root's error)."""
+    if exc.errno not in DENIED_ERRNOS:
+        return ()
+    try:
+        st = os.stat(path)
+        whose = f"owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}"
+    except OSError:
+        whose = "its owner and mode unknown"
+    return (
+        Finding(
+            "unreadable",
+            f"cannot list the cache root: {exc.strerror} ({whose}); nothing in it was checked",
+        ),
+    )
+
+
 def _plan(roots: list[tuple[CacheRoot, list[str] | None]], expand: bool) -> list[_Planned]:
     """Every root (and the partitions inside each, with ``expand``) once, with the names of its entries."""
     plan: list[_Planned] = []
@@ -567,7 +601,11 @@ def _plan(roots: list[tuple[CacheRoot, list[str] | None]], expand: bool) -> list
                     names, _strays = adapter.list_entry_names(r.path)
             except OSError as exc:
                 error = f"cannot list {r.path}: {exc.strerror}"
+                denied = _denied_root(r.path, exc)
+            else:
+                denied = ()
             findings = tuple(adapters.judge_root(adapter, r.path)) if only is None else ()
+            findings = denied + findings
             plan.append(_Planned(r, names, findings, error, root_uid, only is None))
     return plan
 

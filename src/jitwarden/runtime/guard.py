@@ -42,6 +42,7 @@ from jitwarden.runtime import record as _record
 from jitwarden.runtime import setaside as _setaside
 from jitwarden.runtime.say import log, warn_once
 from jitwarden.store import seal as _seal
+from jitwarden.store import uselog as _uses
 from jitwarden.store.entrylock import LockTimeout
 from jitwarden.store.entrylock import lock as _lock
 from jitwarden.store.entrylock import unlock as _unlock
@@ -332,7 +333,7 @@ class GuardedCacheManager(FileCacheManager):
             if blobs is None:
                 return None
             try:
-                return _SERVED.serve(blobs, os.path.dirname(self.cache_dir.rstrip(os.sep)))
+                served = _SERVED.serve(blobs, os.path.dirname(self.cache_dir.rstrip(os.sep)))
             except OSError as exc:
                 warn_once(
                     "serve",
@@ -341,6 +342,10 @@ class GuardedCacheManager(FileCacheManager):
                     exc.strerror or exc,
                 )
                 return None
+            _uses.used(
+                root, key
+            )  # the use log budget evicts by (store/uselog: one append per entry)
+            return served
         finally:
             os.close(efd)
 

@@ -701,6 +701,7 @@ def check_pickles(subdir: str) -> list[str]:
     seal_st = st.pop(SEAL_FILE, None)
     if not st:
         return []
+    _used(subdir)
     out = []
     fd, s = _lock_seal(subdir)
     try:
@@ -727,6 +728,14 @@ def check_pickles(subdir: str) -> list[str]:
     finally:
         unlock(fd)
     return out
+
+
+def _used(subdir: str) -> None:
+    """Log that Inductor is about to load the graphs of ``subdir`` (``store/uselog``, what ``budget`` evicts by)."""
+    from jitwarden.store import uselog
+
+    root = _inductor_root(subdir)
+    uselog.used(root, os.path.relpath(subdir, root))
 
 
 def _inductor_root(subdir: str) -> str:

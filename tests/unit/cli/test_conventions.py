@@ -258,6 +258,7 @@ def test_dir_prints_where_each_cache_lives(env, tmp_path):
         "partition": os.path.join(
             env["TRITON_CACHE_DIR"], "jitwarden-v1", doc["fingerprint_digest"]
         ),
+        "partition_exists": False,
     }
     ind = cli("dir", "inductor", env=dict(env, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind")))
     assert ind.stdout.split() == [str(tmp_path / "ind")]

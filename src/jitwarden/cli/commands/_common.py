@@ -226,6 +226,15 @@ def kinds_of(args) -> tuple[str, ...] | None:
     return kinds or None
 
 
+def unread_roots_status(report) -> int:
+    """``ls``'s and ``clean``'s status: 1 when a root could not be read (``unreadable``: the listing or plan is
+    incomplete, and nothing in that root was judged), else 0. Findings in what was read are ``verify``'s gate."""
+    from jitwarden.model.errors import EXIT_FINDINGS, EXIT_OK
+
+    unread = any(f.code == "unreadable" for c in report.caches for f in c.findings)
+    return EXIT_FINDINGS if unread else EXIT_OK
+
+
 def check_codes(codes) -> None:
     """Each ``--code`` must be a finding code there is (UsageError otherwise)."""
     for c in codes or ():

@@ -51,6 +51,12 @@ def register(sub) -> None:
     )
     options.refuse(p, "--keep", "renamed --keep-cache (keep the scratch cache)")
     options.add_format_argument(p)
+    options.examples(
+        p,
+        "jitwarden canary                        compile the battery, then run it from the cache",
+        "jitwarden canary --cache ~/.triton/cache  a suspect cache, loaded as your programs load it",
+        "jitwarden canary --cache DIR --guard      the same through jitwarden's guarded cache manager",
+    )
     p.set_defaults(func=run)
 
 

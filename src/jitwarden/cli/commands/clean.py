@@ -20,6 +20,7 @@ from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model.errors import UsageError
+from jitwarden.model.findings import NEVER_CLEANED
 from jitwarden.model.text import age_arg, display, human_size, plural
 from jitwarden.ops import plans as cleanplan
 from jitwarden.store import quarantine as q
@@ -72,7 +73,6 @@ def register(sub) -> None:
         "jitwarden clean --dry-run               the plan: entries with error-level findings",
         "jitwarden clean --stale -y              also entries no toolchain here reads",
         "jitwarden clean --all ~/.triton/cache   the whole cache into quarantine, restorable",
-        "jitwarden clean --rebuild --code not-reproducible",
     )
     p.set_defaults(func=run)
 
@@ -86,6 +86,11 @@ def scan(args, fp, req, memo: dict | None = None):
 
 def selection_of(args, now: float) -> cleanplan.Selection:
     _common.check_codes(args.code)
+    for c in sorted(NEVER_CLEANED & set(args.code or ())):
+        raise UsageError(
+            f"--code {c}: what this user may not read is unknown, not damage, and clean never moves it "
+            "(its owner may use it); `jitwarden doctor` prints the chmod or owner that fixes it"
+        )
     if args.all:
         given = [
             f
@@ -145,7 +150,7 @@ def run(args) -> int:
                 )
             ),
         )
-        return 0
+        return _common.unread_roots_status(report)
     digest = getattr(fp, "digest", None)
     batch = q.new_batch("clean")
 
@@ -168,7 +173,7 @@ def run(args) -> int:
         lambda: _body(plan, outcomes, args, batch),
         lambda: print_outcomes(outcomes, args.purge, batch, plan.roots),
     )
-    return 0
+    return _common.unread_roots_status(report)
 
 
 def _say_other_environments(report) -> None:

@@ -16,6 +16,9 @@ from jitwarden.cli import render as out
 from jitwarden.model import settings
 from jitwarden.model.text import display
 
+NOT_MADE = "(not made yet)"
+"""Beside a path ``dir`` prints that does not exist: where the tool (or activation) would make it."""
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -33,6 +36,11 @@ def register(sub) -> None:
         "(jitwarden's own state: the list of roots it quarantined into)",
     )
     options.add_format_argument(p)
+    options.examples(
+        p,
+        "jitwarden dir                 every cache, its source and this environment's partition",
+        "jitwarden dir triton          only the Triton paths, one per line (for scripts)",
+    )
     p.set_defaults(func=run)
 
 
@@ -85,6 +93,7 @@ def _row(kind, path, source, part) -> dict:
         "source": source,
         "exists": bool(path) and os.path.isdir(path),
         "partition": part,
+        "partition_exists": bool(part) and os.path.isdir(part),
     }
 
 
@@ -142,8 +151,10 @@ def _print(rows, bare: bool) -> None:
     )
     for r in rows:
         path = out.short_path(r["path"]) if r["path"] else "-"
-        source = r["source"] + ("" if r["exists"] or not r["path"] else ", not created yet")
-        g.add(r["kind"], path, source, out.root_label(r["partition"]) if r["partition"] else "-")
+        path += "" if r["exists"] or not r["path"] else f" {NOT_MADE}"
+        part = out.root_label(r["partition"]) if r["partition"] else "-"
+        part += "" if r["partition_exists"] or not r["partition"] else f" {NOT_MADE}"
+        g.add(r["kind"], path, r["source"], part)
     con.print(g)
     out.footer(
         con,

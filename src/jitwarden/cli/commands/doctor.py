@@ -101,8 +101,8 @@ def _code_counts(report) -> tuple[dict[str, int], dict[str, int]]:
     for e in report.entries:
         fs = e.findings
         codes = dict.fromkeys(f.code for f in fs)
-        if "corrupt" in codes and all(_denied(f.message) for f in fs if f.code == "corrupt"):
-            del codes["corrupt"]
+        if "unreadable" in codes:  # its own problem per root, with the chmod that fixes it
+            del codes["unreadable"]
             denied[e.root] = denied.get(e.root, 0) + 1
         for code in codes:
             counts[code] = counts.get(code, 0) + 1
@@ -153,14 +153,28 @@ def cache_root_problems(report) -> list[Problem]:
                     f.severity,
                     1,
                     f"{path}: {f.message}",
-                    f"chmod o-w {path}" if "writable" in f.message else f"chown -R $USER {path}",
+                    _root_fix(f, c.root.path, path),
                 )
             )
-        if c.error:
+        if c.error and not any(f.code == "unreadable" for f in c.findings):
             out_.append(
                 Problem("corrupt", Severity.ERROR, 1, display(c.error), f"chmod u+rwx {path}")
             )
     return out_
+
+
+def _root_fix(f, root: str, shown: str) -> str:
+    """The command that clears a root's finding: ``chmod`` for a mode, the owner's for a root this user may
+    not read (``chmod u+rwx`` when it is this user's, else ``chown`` or running as its owner)."""
+    if f.code == "unreadable":
+        try:
+            mine = os.stat(root).st_uid == os.geteuid()
+        except OSError:
+            mine = False
+        if mine:
+            return f"chmod u+rwx {shown}"
+        return f"sudo chown -R $USER {shown}  (or run jitwarden as its owner)"
+    return f"chmod o-w {shown}" if "writable" in f.message else f"chown -R $USER {shown}"
 
 
 def startup_problems(warnings, not_run) -> list[Problem]:
@@ -437,10 +451,6 @@ def startup_not_run(fp, report) -> list[tuple[str, str]]:
     if not archs:
         return []  # said once, by the no-target line
     return [(o.check, o.not_run) for o in sc.run_checks(fp, archs) if o.not_run]
-
-
-def _denied(message: str) -> bool:
-    return "unreadable: permission denied" in message.lower()
 
 
 def elsewhere_quarantined(report) -> int:

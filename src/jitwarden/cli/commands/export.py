@@ -34,6 +34,11 @@ def register(sub) -> None:
     _bundles.add_bundle_arguments(p, "write an unsigned bundle (import refuses it by default)")
     options.add_format_argument(p)
     options.add_rebuild_arguments(p)
+    options.examples(
+        p,
+        "jitwarden export -o kernels.tar.gz            sealed entries that pass verify, signed",
+        "jitwarden export -o kernels.tar --rebuild      each kernel proven by a rebuild first",
+    )
     p.set_defaults(func=run)
 
 

@@ -28,6 +28,11 @@ def register(sub) -> None:
         help="compare with a saved `jitwarden fingerprint --format json`; exit 1 when different",
     )
     p.add_argument("--no-memo", action="store_true", help="recompute everything, ignore the memo")
+    options.examples(
+        p,
+        "jitwarden fingerprint --format json > fp.json  save it",
+        "jitwarden fingerprint --diff fp.json          what changed since, and why it matters",
+    )
     p.set_defaults(func=run)
 
 

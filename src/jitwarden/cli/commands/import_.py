@@ -38,6 +38,11 @@ def register(sub) -> None:
     )
     _bundles.add_all_or_nothing_argument(p)
     options.add_format_argument(p)
+    options.examples(
+        p,
+        "jitwarden import kernels.tar.gz --dry-run   check the bundle, install nothing",
+        "jitwarden import kernels.tar.gz             install what matches this environment",
+    )
     p.set_defaults(func=run)
 
 

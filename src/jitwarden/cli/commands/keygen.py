@@ -6,6 +6,7 @@ import os
 import stat
 import sys
 
+from jitwarden.cli import options
 from jitwarden.model import settings
 from jitwarden.model.errors import EXIT_OK, UsageError, os_error_line
 
@@ -25,6 +26,11 @@ def register(sub) -> None:
         help=f"secret key file (default: {settings.SIGNING_KEY.name}, else <config>/signing-key)",
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing key")
+    options.examples(
+        p,
+        "jitwarden keygen                  a signing key pair for bundles (secret + .pub)",
+        "jitwarden keygen -o team.key      write it to team.key (team.key.pub for the nodes)",
+    )
     p.set_defaults(func=run)
 
 

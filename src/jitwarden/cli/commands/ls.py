@@ -58,13 +58,13 @@ def run(args) -> int:
         raw = not sys.stdout.isatty()  # ids for a pipe as they are; a terminal gets them escaped
         for e in entries:
             print((lambda x: x if raw else display(x))(e.path if args.long else e.id))
-        return 0
+        return _common.unread_roots_status(report)
     out.output_format(args).result(
         "ls",
         lambda: out.scan_json(report, getattr(fp, "digest", None), entries),
         lambda: _print(report, entries, args.long, getattr(fp, "digest", None)),
     )
-    return 0
+    return _common.unread_roots_status(report)
 
 
 def _print(report, entries, long: bool, digest: str | None = None) -> None:

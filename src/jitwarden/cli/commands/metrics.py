@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from jitwarden.cli import options
 from jitwarden.model.errors import EXIT_OK
 
 
@@ -23,6 +24,11 @@ def register(sub) -> None:
         "--textfile-dir",
         metavar="DIR",
         help="write DIR/jitwarden.prom (node-exporter's --collector.textfile.directory)",
+    )
+    options.examples(
+        p,
+        "jitwarden metrics                                  print them",
+        "jitwarden metrics --textfile-dir /var/lib/node_exporter   for node-exporter",
     )
     p.set_defaults(func=run)
 

@@ -44,6 +44,11 @@ def register(sub) -> None:
     _bundles.add_all_or_nothing_argument(p)
     _bundles.add_insecure_argument(p)
     options.add_format_argument(p)
+    options.examples(
+        p,
+        "jitwarden pull registry:5000/kernels:latest --dry-run  what would be installed",
+        "jitwarden pull registry:5000/kernels:latest            install the bundle of this fingerprint",
+    )
     p.set_defaults(func=run)
 
 

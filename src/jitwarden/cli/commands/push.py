@@ -28,6 +28,11 @@ def register(sub) -> None:
     _bundles.add_insecure_argument(p)
     options.add_format_argument(p)
     options.add_rebuild_arguments(p)
+    options.examples(
+        p,
+        "jitwarden push registry:5000/kernels             push this environment's bundle as :latest",
+        "jitwarden push registry:5000/kernels:h100-cu13  under a tag of your own",
+    )
     p.set_defaults(func=run)
 
 

@@ -36,6 +36,11 @@ def register(sub) -> None:
             name, help="list quarantined entries" + (" (alias of ls)" if name == "list" else "")
         )
         _add_arguments(ls)
+        options.examples(
+            ls,
+            "jitwarden quarantine ls                  every entry set aside, with why and its id",
+            "jitwarden quarantine ls --format json    the same for a program",
+        )
     rs = qs.add_parser(
         "restore",
         help="move quarantined entries back, byte for byte",
@@ -93,6 +98,17 @@ def register(sub) -> None:
             help="only entries quarantined more than AGE ago (7d, 12h)",
         )
         _add_arguments(es, destructive=True)
+        options.examples(
+            es,
+            "jitwarden quarantine empty --older-than 7d --dry-run  what a week-old purge would delete",
+            "jitwarden quarantine empty F3G2KPKATDFY               one entry, for good",
+        )
+    options.examples(
+        p,
+        "jitwarden quarantine ls                      what jitwarden set aside, and why",
+        "jitwarden quarantine restore --batch ID      undo one clean, prune or budget run",
+        "jitwarden quarantine empty --older-than 7d   delete what was set aside a week ago",
+    )
     p.set_defaults(func=run, action=None)
 
 

@@ -1,7 +1,10 @@
 """``jitwarden run -- CMD ARGS…``: run CMD with jitwarden's activation applied through its environment.
 
 The activation is applied to a copy of the environment, then CMD replaces this
-process (``execvpe``): its exit code and signals are CMD's own, by construction.
+process (``execvpe``): its exit code and signals are CMD's own, by construction. With a budget
+(``--budget 20G`` or ``JITWARDEN_BUDGET``) CMD runs as a child instead (SIGTERM and SIGHUP passed on, SIGINT
+left to reach it from the terminal; its status returned: 128+N when a signal N ended it), and only after it ended are the caches held
+to the budget (``ops/budget``): never while the workload runs.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import os
 import sys
 
+from jitwarden.cli import options
 from jitwarden.model import settings
 from jitwarden.model.errors import ExitStatus, UsageError
 
@@ -21,7 +25,7 @@ def register(sub) -> None:
         description="Run CMD with jitwarden activated through its environment "
         "(TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, VLLM_CACHE_ROOT, CUPY_CACHE_DIR, "
         "JAX_COMPILATION_CACHE_DIR, TRITON_CACHE_MANAGER).",
-        usage="jitwarden run [-q] [-v] [--record NAME] -- CMD [ARGS...]",
+        usage="jitwarden run [-q] [-v] [--record NAME] [--budget SIZE] -- CMD [ARGS...]",
     )
     p.add_argument(
         "--record",
@@ -43,10 +47,21 @@ def register(sub) -> None:
         help="print the partition and changed variables to stderr",
     )
     p.add_argument(
+        "--budget",
+        metavar="SIZE",
+        help="after CMD ends, evict least recently used entries until this environment's caches fit "
+        f"SIZE (as `jitwarden budget SIZE -y`; default: {settings.BUDGET.name})",
+    )
+    p.add_argument(
         "cmd",
         nargs=argparse.REMAINDER,
         metavar="CMD",
         help="the command and its arguments, after --",
+    )
+    options.examples(
+        p,
+        "jitwarden run -- python train.py         guarded, partitioned caches for the workload",
+        "jitwarden run -v -- vllm serve MODEL     print the partition and variables first",
     )
     p.set_defaults(func=run)
 
@@ -65,6 +80,7 @@ def run(args) -> int:
     from jitwarden.runtime.activation import activate
 
     cmd = command_of(args)
+    limit = _budget(args)  # a bad SIZE is refused before CMD starts
     env = dict(os.environ)
     if args.record is not None:
         _record_env(args.record, env)
@@ -94,7 +110,77 @@ def run(args) -> int:
             print(f"jitwarden: TRITON_CACHE_MANAGER={rec.cache_manager}", file=sys.stderr)
         if args.record is not None:
             _say_always_misses(rec.digest, args.record)
-    return _exec(cmd, env)
+    if limit is None or not rec.digest:
+        return _exec(cmd, env)
+    status = _child(cmd, env)
+    _hold_to_budget(limit, rec.digest, args.quiet)
+    return status
+
+
+def _budget(args):
+    """The budget ``--budget`` or ``JITWARDEN_BUDGET`` sets, else None (run then execs CMD as ever)."""
+    if args.budget is None and settings.BUDGET.raw(os.environ) is None:
+        return None
+    from jitwarden.ops import budget
+
+    return budget.budget_of(args.budget, None, os.environ)
+
+
+def _child(cmd: list[str], env: dict) -> int:
+    """CMD as a child, with the signals a scheduler sends passed on; its exit status."""
+    import signal
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except FileNotFoundError:
+        print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
+        return ExitStatus.COMMAND_NOT_FOUND
+    except PermissionError:
+        print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
+        return ExitStatus.CANNOT_EXECUTE
+    except OSError as exc:
+        print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
+        return ExitStatus.CANNOT_EXECUTE
+
+    def forward(signum, _frame) -> None:
+        proc.send_signal(signum)
+
+    # Ctrl-C reaches CMD from the terminal (one process group): this process only waits for it to end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # what a scheduler sends to the process it started
+        signal.signal(sig, forward)
+    rc = proc.wait()
+    return 128 - rc if rc < 0 else rc
+
+
+def _hold_to_budget(limit, digest: str, quiet: bool) -> None:
+    """Evict until the caches fit ``limit``, now that CMD ended; one line on stderr, never a failure of run's."""
+    from jitwarden.model.text import human_size, plural
+    from jitwarden.ops import budget, metrics
+    from jitwarden.store import quarantine
+
+    try:
+        plan, cen = budget.planned(os.environ, digest, limit)
+        outcomes = (
+            budget.apply(plan, os.environ, digest, batch=quarantine.new_batch("budget"))
+            if plan.evict
+            else []
+        )
+        gone = budget.evicted_by_kind(plan, outcomes)
+        metrics.record_budget(plan.after, gone, os.environ)
+        n, size = sum(v[0] for v in gone.values()), sum(v[1] for v in gone.values())
+        if not quiet:
+            left = sum(t.bytes for t in plan.after.values())
+            print(
+                f"jitwarden: budget {limit.describe()}: evicted {plural(n, 'entry', 'entries')} "
+                f"({human_size(size)}); {human_size(left)} left",
+                file=sys.stderr,
+            )
+    except Exception as exc:
+        print(
+            f"jitwarden: warning: budget not applied ({type(exc).__name__}: {exc})", file=sys.stderr
+        )
 
 
 def _record_env(name: str, env: dict) -> None:

@@ -16,6 +16,11 @@ def register(sub) -> None:
         description="Show this environment's fingerprint headline and each cache root's health.",
     )
     options.add_scan_arguments(p)
+    options.examples(
+        p,
+        "jitwarden status                    headline and each root's health",
+        "jitwarden status --format json      the same for a program (exit 1 on errors)",
+    )
     p.set_defaults(func=run)
 
 

@@ -39,7 +39,6 @@ def register(sub) -> None:
     options.examples(
         p,
         "jitwarden verify                         every cache found; exit 1 on an error-level finding",
-        "jitwarden verify --target sm_90 --all   as on an H200, every entry listed",
         "jitwarden verify --rebuild -j 8         also re-assemble each kernel and compare",
         "jitwarden verify --format json > report.json || handle_it",
     )
@@ -127,7 +126,7 @@ def _print(
             con.print(
                 out.text((f.code, "bold red"), " ", out.short_path(c.root.path), ": ", f.message)
             )
-        if c.error:
+        if c.error and not any(f.code == "unreadable" for f in c.findings):
             con.print(out.text(("error", "bold red"), " ", c.error))
     if shown:
         con.print(out.entries_table(report, shown, long=long, details=True))

@@ -425,8 +425,8 @@ def test_unreadable_files_are_reported_not_raised(built_cache, tmp_path):
     assert "Traceback" not in err
     assert rc == 1, err
     codes = findings_by_id(json.loads(out))
-    assert "corrupt" in codes[rec["id"]]
-    assert "corrupt" in codes[other["id"]]
+    assert "unreadable" in codes[rec["id"]] and "corrupt" not in codes[rec["id"]]
+    assert "unreadable" in codes[other["id"]] and "corrupt" not in codes[other["id"]]
     rc, out, err = as_nobody(["verify", os.path.join(root, other["id"])])
     assert rc == 2 and "permission denied" in err and "Traceback" not in err
     shutil.rmtree(base)
