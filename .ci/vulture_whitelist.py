@@ -58,4 +58,3 @@ CASES  # ops/canary: the canary's battery, listed by the tests
 recipe_disagreements  # ops/ptxas_candidates: benchmarks/version_matrix.py and tests/e2e/test_versions.py
 summarize  # ops/rebuild: benchmarks/bench_rebuild.py and benchmarks/h200_inductor_rebuild.py
 forget  # store/sealkey: tests/unit/store/test_trust.py drops the process's memoized keys between cases
-_recorder  # runtime/flathooks: called in walrus conditions (rec := _recorder()), which vulture does not see

@@ -53,6 +53,14 @@ def _recorder():
     return record
 
 
+def _served(root: str, name: str) -> None:
+    """Log that this process was served ``name`` of ``root`` (``store/uselog``: what ``budget`` evicts by, and
+    never while this process lives). Never raises."""
+    from jitwarden.store import uselog
+
+    uselog.used(root, name)
+
+
 def _sha256(data: bytes) -> str:
     import hashlib  # not at import: activation's warm path imports this module and never hashes
 
@@ -196,6 +204,9 @@ class GuardedJaxCache:
         state = check("jax", self._dir, name, data, ctime)
         if state == "sealed":
             self._touch(key)
+            _served(self._dir, name)
+            if (rec := _recorder()).ON:
+                rec.hit("jax", key, key.rsplit("-", 1)[0])
             return data  # exactly the sealed bytes
         if state == "changed":
             return None
@@ -428,6 +439,11 @@ def _patch_compiler(mod) -> None:
     def _cache_write(*args, **kwargs):
         try:
             a = hookshapes.bind(sig, args, kwargs)
+            if (rec := _recorder()).ON:
+                key = a["cache_key"]
+                rec.compiled(
+                    "jax", key, a.get("module_name") or key, a.get("compile_time_secs") or 0.0
+                )
             _prove_compiled(a["cache_key"], a.get("backend"), a["executable"])
         except Exception as exc:  # the file stays unsealed (and unused): proven at its next load
             _failed(exc, "JAX compile hook")
@@ -471,6 +487,9 @@ class GuardedCupyBackend:
         self._base = base
         self._dir = os.fspath(base._cache_dir)
         self._pending: dict[str, bytes] = {}  # name -> the unsealed file's payload: proof under way
+        self._missed: dict[
+            str, float
+        ] = {}  # name -> when its load missed: a save's compile time, recorded
         cls, mod = type(base), "cupy.cuda._compiler_cache"
         self._load_sig = hookshapes.fit(
             cls.load, hookshapes.target(mod, "DiskKernelCacheBackend.load")
@@ -498,16 +517,21 @@ class GuardedCupyBackend:
     def _checked(self, name: str) -> bytes | None:
         got = read_entry("cupy", self._dir, name, bounds.CUPY_ENTRY_MAX)
         if got is None or self._untrusted is not None:
+            self._missed[name] = time.perf_counter()
             return None
         data, ctime = got
         state = check("cupy", self._dir, name, data, ctime)
         payload = data[bounds.CUPY_HASH_LEN :]
         if state == "sealed":
+            _served(self._dir, name)
+            if (rec := _recorder()).ON:
+                rec.hit("cupy", name, name)
             return payload
         if (
             state == "unsealed" and cupy_file(payload) == data
         ):  # CuPy's own header check, else damage: a miss
             self._pending[name] = payload
+        self._missed[name] = time.perf_counter()
         return None
 
     def save(self, *args, **kwargs) -> None:
@@ -520,6 +544,9 @@ class GuardedCupyBackend:
             _failed(exc, "CuPy save hook")
             return self._base.save(*args, **kwargs)
         old = self._pending.pop(name, None)
+        began = self._missed.pop(name, None)
+        if (rec := _recorder()).ON:
+            rec.compiled("cupy", name, name, time.perf_counter() - began if began else 0.0)
         try:
             if old is not None and old != cubin and self._untrusted is None:
                 refuse(

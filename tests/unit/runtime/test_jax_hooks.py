@@ -228,3 +228,53 @@ def test_without_the_compiler_hook_an_unsealed_entry_is_judged_and_sealed_as_fou
     )
     assert p.returncode == 0 and float(p.stdout.split()[-1]) == GELU
     assert f"quarantined JAX cache entry {other}" in p.stderr
+
+
+def test_a_recorded_run_lists_jax_compiles_then_hits_and_coverage_reads_them(where, tmp_path):
+    """``run --record`` (issue 44) through the JAX hook: the first start's compiles, the second's hits (sealed files
+    served), under the key of each ``-cache`` file; ``coverage --cache`` of the dir finds every one of them."""
+    import json
+
+    tmp, cache = where
+
+    def run(*args):
+        cmd = [sys.executable, "-m", "jitwarden", "run", "--record", "jx", "--"]
+        cmd += [sys.executable, os.path.join(tmp, "prog.py"), "c", "gelu"]
+        env = dict(os.environ, JAX_PLATFORMS="cpu")
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp)
+        assert p.returncode == 0, p.stderr[-2000:]
+
+    _run(tmp, "c", "gelu", guarded=True)  # writes prog.py; the entries sealed as written
+    for n in os.listdir(cache):
+        if n.endswith("-cache"):
+            os.remove(os.path.join(cache, n))  # a cold start for the record
+    run()
+    run()
+    top = os.path.join(os.environ["XDG_CACHE_HOME"], "jitwarden", "records")
+    (digest,) = os.listdir(top)
+    with open(os.path.join(top, digest, "jx.jsonl")) as f:
+        lines = [json.loads(x) for x in f if '"jax"' in x]
+    starts = sorted({ln["start"] for ln in lines}, key=[ln["start"] for ln in lines].index)
+    assert len(starts) == 2
+    first = [ln for ln in lines if ln["start"] == starts[0]]
+    second = [ln for ln in lines if ln["start"] == starts[1]]
+    assert first and {ln["event"] for ln in first} == {"compile"}
+    assert second and {ln["event"] for ln in second} == {"hit"}
+    keys = {n[: -len("-cache")] for n in os.listdir(cache) if n.endswith("-cache")}
+    assert {ln["key"] for ln in second} <= keys and "jit_f" in {ln["name"] for ln in second}
+    uses = os.path.join(
+        cache, ".jitwarden-uses"
+    )  # what budget evicts by: the files the second start was served
+    served = set()
+    for n in os.listdir(uses):
+        with open(os.path.join(uses, n)) as f:
+            served |= {line.split("\t")[1].strip() for line in f if "\t" in line}
+    assert {f"{ln['key']}-cache" for ln in second} <= served
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "coverage", "jx", "--cache", cache, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    doc = json.loads(p.stdout)
+    assert doc["missing"] == 0 and doc["kernels"] >= len({ln["key"] for ln in second}), doc
