@@ -10,6 +10,7 @@ checked at start-up only, said in one line.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 TYPE_CHECKING = False  # mypy takes it as true; the runtime imports nothing for annotations
@@ -159,3 +160,170 @@ def rebind(sig, args: tuple, kwargs: dict, **changes: Any) -> tuple[tuple, dict]
     b = sig.bind(*args, **kwargs)
     b.arguments.update(changes)
     return b.args, b.kwargs
+
+
+# ---------------------------------------------------------------- without importing the tool (doctor, run -v)
+
+MAX_SOURCE = 4 << 20
+"""A tool's module source read at most (the largest of these, torch's codecache.py, is about 150 KiB)."""
+
+# Where each tool's modules are found without importing it: (a top-level package dir, whether the module's own
+# top package lies inside it). numba-cuda 0.30 installs ``numba.cuda`` as ``numba_cuda/numba/cuda`` behind a
+# redirector; older ones inside numba itself.
+_PACKAGES = {
+    "jax": (("jax", False),),
+    "cupy": (("cupy", False),),
+    "numba": (("numba_cuda", True), ("numba", False)),
+    "torch": (("torch", False),),
+}
+DISTS = {
+    "jax": ("jax",),
+    "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
+    "numba": ("numba-cuda",),
+    "torch": ("torch",),
+}
+NAMES = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda", "torch": "torch"}
+FALLBACK = {
+    "jax": "start-up check only",
+    "cupy": "start-up check only",
+    "numba": "none",
+    "torch": "swept at start-up",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Protection:
+    """What guards one installed tool's cache in a workload jitwarden activates: ``state`` is ``load hook``, the
+    kind's fallback (``start-up check only``, ``swept at start-up``) or ``none``; ``why`` when it is not the hook."""
+
+    tool: str
+    version: str
+    state: str
+    why: str | None = None
+
+    def line(self) -> str:
+        return f"{NAMES[self.tool]} {self.version}: {self.state}" + (
+            f" ({self.why})" if self.why else ""
+        )
+
+    def to_json(self) -> dict:
+        return {"tool": self.tool, "version": self.version, "state": self.state, "why": self.why}
+
+
+def static_params(source: str, attr: str) -> tuple[str, ...] | None:
+    """The parameter names of ``attr`` (``f`` or ``Class.method``) as ``source`` defines it at its top level, or
+    None when it defines no such function. Read with :mod:`ast`, nothing run (``inspect`` needs the import)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    body: list = tree.body
+    *outer, last = attr.split(".")
+    for part in outer:
+        cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if cls is None:
+            return None
+        body = cls.body
+    for n in body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == last:
+            a = n.args
+            names = [x.arg for x in (*a.posonlyargs, *a.args)]
+            names += [a.vararg.arg] if a.vararg else []
+            names += [x.arg for x in a.kwonlyargs]
+            names += [a.kwarg.arg] if a.kwarg else []
+            return tuple(names)
+    return None
+
+
+def static_fit(source: str | None, t: Target) -> str | None:
+    """Why ``t``'s hook would not be installed over ``source`` (its module's text), None when it would be: the same
+    rule as :func:`fit`, over the source rather than the imported function."""
+    if source is None:
+        return f"{t.module} not found"
+    params = static_params(source, t.attr)
+    if params is None:
+        return f"{t.name} not defined"
+    lack = missing(params, t)
+    return f"{t.name} has no parameter {', '.join(lack)}" if lack else None
+
+
+def _source(tool: str, module: str, package_dir) -> str | None:
+    """The text of ``module`` of ``tool`` as installed (``package_dir(top)`` finds a package without importing it)."""
+    from jitwarden.store import reads
+
+    for top, inside in _PACKAGES[tool]:
+        d = package_dir(top)
+        if d is None:
+            continue
+        parts = module.split(".")
+        path = os.path.join(d, *(parts if inside else parts[1:])) + ".py"
+        try:
+            return reads.read_bytes(path, max_bytes=MAX_SOURCE).decode("utf-8", "replace")
+        except OSError:
+            continue
+    return None
+
+
+def protection(env=None, package_dir=None, version=None) -> list[Protection]:
+    """Per installed tool (JAX, CuPy, numba-cuda, torch), which protection a workload jitwarden activates gets: the
+    load hook when every function it wraps is of a shape it knows (:func:`static_fit` over the installed source),
+    else the kind's fallback with the reason; off with ``JITWARDEN_LOAD_HOOKS=0`` / ``JITWARDEN_TORCH_HOOKS=0``.
+    ``package_dir`` and ``version`` (a distribution's version, by name): the environment judged against."""
+    from jitwarden.model.settings import LOAD_HOOKS, TORCH_HOOKS
+
+    env = os.environ if env is None else env
+    if package_dir is None:
+        from jitwarden.env.interpreter import package_dir
+    version = version or _version
+    out = []
+    for tool in ("jax", "cupy", "numba", "torch"):
+        if not any(package_dir(top) for top, _p in _PACKAGES[tool]):
+            continue
+        ver = next((v for d in DISTS[tool] if (v := version(d))), "(version unknown)")
+        switch = TORCH_HOOKS if tool == "torch" else LOAD_HOOKS
+        if not switch.on(env):
+            out.append(
+                Protection(tool=tool, version=ver, state=FALLBACK[tool], why=f"{switch.name}=0")
+            )
+            continue
+        sources: dict[str, str | None] = {}
+        bad: dict[str, str] = {}
+        for t in (t for t in TARGETS if t.tool == tool):
+            if t.module not in sources:
+                sources[t.module] = _source(tool, t.module, package_dir)
+            why = static_fit(sources[t.module], t)
+            if why is not None:
+                bad[t.name] = why
+        if not bad:
+            out.append(Protection(tool=tool, version=ver, state="load hook"))
+        elif set(bad) == {
+            OPTIONAL
+        }:  # the cache hooked, its unsealed files judged as read, not proven
+            why = f"without its compile proof: {bad[OPTIONAL]}"
+            out.append(Protection(tool=tool, version=ver, state="load hook", why=why))
+        elif tool == "cupy" and f"{CUPY_CACHE} not found" in bad.values():
+            why = "CuPy 13 and older have no cache backend"
+            out.append(Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why))
+        else:
+            why = "; ".join(dict.fromkeys(bad.values()))
+            out.append(Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why))
+    return out
+
+
+OPTIONAL = "jax._src.compiler._cache_write"
+"""The one hooked function a tool is hooked without: JAX's compile proof (flathooks then judges at first sight)."""
+CUPY_CACHE = "cupy.cuda._compiler_cache"
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    from jitwarden.env.interpreter import search_path
+
+    try:
+        found = next(iter(metadata.distributions(name=dist, path=search_path())), None)
+    except Exception:
+        return None
+    return found.version if found is not None else None

@@ -418,6 +418,17 @@ def undo_line(batch: str, roots, *, replace: bool = False) -> str:
 TRASH_FIX = "jitwarden quarantine empty"
 
 
+def tool_protection(env=None) -> list:
+    """Which protection each installed tool's cache gets under jitwarden (``runtime/hookshapes.protection``: its
+    load hook, or the fallback and why), judged against the environment ``--python`` names; [] on any failure."""
+    from jitwarden.runtime import hookshapes
+
+    try:
+        return hookshapes.protection(os.environ if env is None else env)
+    except Exception:
+        return []
+
+
 def protection_lines(report, env=None) -> list[dict]:
     """Reduced protection and leftover trash, as JSON-ready records (setting or root, why, fix)."""
     from jitwarden.ops.maintenance import leftover_trash

@@ -629,6 +629,7 @@ def run(args) -> int:
             "headline": fp.headline() if fp is not None else None,
             "gpus": [gpu_json(g) for g in fp.gpus] if fp is not None else [],
             "problems": [p.to_json() for p in probs],
+            "protection": [p.to_json() for p in _common.tool_protection()],
             "ok": worst != Severity.ERROR,
         }
 
@@ -657,6 +658,9 @@ def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
         "jitwarden's partitions); they appear after the first Triton or torch.compile run",
     )
     out.hanging(con, out.text((out.summary_line(report), "dim")))
+    if long:  # each installed tool's protection (JSON always has it; a tool not hooked is a warning below)
+        for tp in _common.tool_protection():
+            out.hanging(con, out.text(("protection ", "dim"), tp.line()))
     for p in probs:
         out.hanging(
             con,
@@ -730,8 +734,15 @@ def always_miss_problems(digest) -> list[Problem]:
 
 def protection_problems(report, env=None) -> list[Problem]:
     """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
-    the environment and the roots the scan found)."""
-    return [
+    the environment and the roots the scan found); info naming each installed tool's protection, a warning for
+    one whose load hook would not be installed (its functions of a shape this jitwarden does not know)."""
+    out = [
         Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
         for n in _common.protection_lines(report, env)
     ]
+    for p in _common.tool_protection(env):
+        hooked = p.state == "load hook" and p.why is None
+        if hooked or (p.why or "").endswith("=0"):  # off by a setting: said by its own line above
+            continue
+        out.append(Problem("unhooked", Severity.WARN, 1, p.line()))
+    return out

@@ -108,6 +108,10 @@ def run(args) -> int:
             print(f"jitwarden: {var}={path}", file=sys.stderr)
         if rec.cache_manager:
             print(f"jitwarden: TRITON_CACHE_MANAGER={rec.cache_manager}", file=sys.stderr)
+        from jitwarden.cli.commands import _common
+
+        for p in _common.tool_protection(env):
+            print(f"jitwarden: protection: {p.line()}", file=sys.stderr)
         if args.record is not None:
             _say_always_misses(rec.digest, args.record)
     if limit is None or not rec.digest:
