@@ -35,6 +35,7 @@ OUTSIDE = {
     "Rejected": "runtime/remote: private, a remote blob refused; the runtime never raises to a user",
     "LockTimeout": "store/entrylock: an OSError (ETIMEDOUT) of the disk layer; the runtime turns it into a miss",
     "UntrustedDir": "store/tempdirs: an OSError (EPERM) of the disk layer; callers pass over to the next place",
+    "ChildMismatch": "adapters/triton: relocated_group's refusal of a child mapped to another file's name, caught by relocate's plan (ops/maintenance) as the entry's mismatch; never leaves the operation",
     "SealKeyError": "store/sealkey: an OSError of the disk layer; the runtime falls back to the user's own key and doctor words it (seal-key)",
 }
 
