@@ -34,7 +34,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from jitwarden.model import bounds
 from jitwarden.runtime import flatseal, postimport
 
 CACHE_MODULE = "jax._src.compilation_cache"
@@ -194,6 +193,10 @@ class GuardedJaxCache:
         return _or_miss(self._get, key)  # never into JAX: a miss, JAX compiles (the result right)
 
     def _get(self, key: str) -> bytes | None:
+        from jitwarden.model import (
+            bounds,  # here: the warm activation imports this module, not bounds
+        )
+
         name = f"{key}{SUFFIX}"
         got = read_entry("jax", self._dir, name, bounds.JAX_ENTRY_MAX)
         if got is None:
@@ -305,7 +308,7 @@ def check(kind: str, d: str, name: str, data: bytes, ctime_ns: int | None = None
 def seal_written(kind: str, d: str, name: str, expect: bytes) -> bool:
     """Seal the file ``name`` of ``d`` that the tool has just written when it holds ``expect`` (the bytes the tool
     compiled and handed over): read back, so a file swapped as it was written is never sealed."""
-    from jitwarden.store.fsutil import read_bytes
+    from jitwarden.store.reads import read_bytes
 
     try:
         on_disk = read_bytes(
@@ -515,6 +518,8 @@ class GuardedCupyBackend:
         )  # never into CuPy: a miss, CuPy compiles (the result right)
 
     def _checked(self, name: str) -> bytes | None:
+        from jitwarden.model import bounds
+
         got = read_entry("cupy", self._dir, name, bounds.CUPY_ENTRY_MAX)
         if got is None or self._untrusted is not None:
             self._missed[name] = time.perf_counter()
@@ -607,7 +612,8 @@ def _patch_cupy(mod) -> None:
 def _numba_read(cache_path: str, name: str) -> bytes | None:
     """The bytes of numba-cuda's ``name`` in ``cache_path`` when they are the sealed bytes; None when absent,
     unsealed (numba then compiles and writes it again, sealed) or changed since sealed (quarantined)."""
-    from jitwarden.store.fsutil import read_bytes
+    from jitwarden.model import bounds
+    from jitwarden.store.reads import read_bytes
 
     try:
         data = read_bytes(os.path.join(cache_path, name), max_bytes=bounds.NUMBA_FILE_MAX)

@@ -26,7 +26,7 @@ from typing import Any
 from jitwarden.model.errors import JitwardenError
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store import sealkey, trust
-from jitwarden.store.fsutil import digest_file, open_regular, read_fd, too_large
+from jitwarden.store.reads import digest_file, open_regular, read_fd, too_large
 
 SCHEMA = 2
 MAX_FILE = 1 << 31

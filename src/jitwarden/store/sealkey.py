@@ -24,7 +24,8 @@ import os
 import stat
 
 from jitwarden.model.settings import SEAL_KEY
-from jitwarden.store.fsutil import memo_dir, open_regular, read_fd
+from jitwarden.store.paths import memo_dir
+from jitwarden.store.reads import open_regular, read_fd
 from jitwarden.store.trust import why_untrusted
 
 TYPE_CHECKING = False  # mypy takes it as true; the runtime imports nothing for annotations
