@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -30,6 +31,7 @@ from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.reads import kind_of
 
 KIND = "jax"
 ROOT_RISK = None
@@ -371,6 +373,13 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         out.append(Finding("unrecognised", "a directory where JAX writes files"))
         return plain("other", s.bytes, s.mtime)
     if not s.files:
+        if s.mode and stat.S_IFMT(s.mode) not in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK):
+            what = kind_of(
+                s.mode
+            )  # a FIFO or device at a key: stock JAX's read of it blocks or never ends
+            out.append(
+                Finding("corrupt", f"{what} where JAX writes files: JAX's read of it never returns")
+            )
         return plain("other", 0, s.mtime)
     f = s.files[0]
     if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:

@@ -43,12 +43,28 @@ def open_reader(fileobj: BinaryIO, *, owns: bool = False) -> tarfile.TarFile:
     ``owns``: closing the reader closes ``fileobj`` too.
     """
     try:
-        tar = _Reader.open(fileobj=fileobj, mode="r:*")
+        tar = _Reader.open(fileobj=fileobj, mode=_mode(fileobj))
     except TarError:
         raise NotATar("not a tar file") from None
     if owns:
         tar._owned = fileobj
     return tar
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _mode(fileobj: BinaryIO) -> str:
+    """How to open ``fileobj``: ``r:gz`` for a gzip stream, else ``r:`` (a plain tar), as bundles are written
+    (:func:`open_writer`). Never ``r:*``: it tries xz and bz2 on any file that is not plain tar, and a gigabyte of
+    zeros took a minute to be refused. A file that cannot be peeked at (not seekable) is opened as ``r:*``."""
+    try:
+        at = fileobj.tell()
+        head = fileobj.read(2)
+        fileobj.seek(at)
+    except (OSError, ValueError, AttributeError):
+        return "r:*"
+    return "r:gz" if head == GZIP_MAGIC else "r:"
 
 
 def open_writer(fileobj: Any, gz: bool) -> tarfile.TarFile:

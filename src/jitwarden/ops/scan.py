@@ -463,7 +463,13 @@ def _count_quarantined(root: str) -> int:
 def _judge_chunk(args) -> list[Entry]:
     kind, root, names, judge, root_uid = args
     inspect = adapters.get(kind).inspect_entry
-    return [_inspected(inspect, kind, root, n, judge, root_uid) for n in names]
+    out = []
+    for n in names:
+        e = _inspected(inspect, kind, root, n, judge, root_uid)
+        if e.findings and not os.path.lexists(e.path):
+            continue  # gone since the listing (a clean, an eviction, the tool's own rename): not damage
+        out.append(e)
+    return out
 
 
 def _inspected(inspect, kind: str, root: str, name: str, judge: Judge, root_uid) -> Entry:

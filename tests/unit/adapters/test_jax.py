@@ -262,3 +262,51 @@ def test_an_executable_for_another_gpu_is_foreign_arch(cache, capsys):
     rc, doc = ok.verify(capsys, cache, "--target", "100", "--all")
     assert next(e for e in doc["entries"] if e["id"] == ADD)["findings"] == []
     assert next(e for e in doc["entries"] if e["id"] == ADD)["arch"] == 100
+
+
+def test_a_fifo_at_a_jax_key_is_damage_named_never_opened(tmp_path):
+    """Issue 42: stock JAX's read of a FIFO at a key never returns; verify names it (it was listed with no
+    finding), without opening it (the survey stats, never opens, what is not a regular file)."""
+    import json
+    import subprocess
+    import sys
+
+    d = tmp_path / "jaxc"
+    d.mkdir()
+    name = f"jit_f-{'a' * 64}-cache"
+    os.mkfifo(d / name)
+    p = subprocess.run(
+        [sys.executable, "-m", "jitwarden", "verify", "--kind", "jax", "--format", "json", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 1, p.stderr
+    (e,) = json.loads(p.stdout)["entries"]
+    assert [(f["code"], f["message"]) for f in e["findings"]] == [
+        ("corrupt", "a FIFO where JAX writes files: JAX's read of it never returns")
+    ]
+
+
+def test_an_entry_gone_since_the_listing_is_no_finding(tmp_path, monkeypatch):
+    """Issue 42: an entry removed between the listing and its judging (another process's clean, JAX's eviction)
+    was ``corrupt`` ("cannot stat") and made verify exit 1; it is simply not there."""
+    from jitwarden import adapters
+    from jitwarden.ops import scan
+
+    d = tmp_path / "jaxc"
+    d.mkdir()
+    names = [f"jit_f-{c * 64}-cache" for c in "ab"]
+    for n in names:
+        (d / n).write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 16)
+    real = adapters.get("jax").inspect_entry
+
+    def racing(root, name, judge, root_uid=None):
+        if name == names[0]:
+            os.remove(os.path.join(root, name))  # gone under the scan's feet
+        return real(root, name, judge, root_uid)
+
+    monkeypatch.setattr(adapters.get("jax"), "inspect_entry", racing)
+    judge = scan.make_judge(None)
+    got = scan._judge_chunk(("jax", str(d), names, judge, None))
+    assert [e.id for e in got] == [names[1]]

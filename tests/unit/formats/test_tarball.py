@@ -60,3 +60,24 @@ def test_a_reader_that_owns_its_file_closes_it():
     tarball.open_reader(owned, owns=True).close()
     tarball.open_reader(lent).close()
     assert owned.closed and not lent.closed
+
+
+def test_a_bundle_is_opened_as_it_is_written_never_by_trying_every_compression(tmp_path):
+    """Issue 42: ``r:*`` tried xz and bz2 on a file that is not a plain tar, reading all of it: ``import`` of a
+    gigabyte of zeros took 57 s to refuse. A gzip stream opens as gzip, anything else as a plain tar: the zeros
+    are an empty tar at once (refused by the bundle reader for its missing manifest), a sparse file costing
+    nothing to read."""
+    import gzip
+    import io
+
+    from jitwarden.formats import tarball
+
+    zeros = tmp_path / "z.tar"
+    with open(zeros, "wb") as f:
+        f.truncate(1 << 30)  # sparse: a gigabyte that costs nothing on disk
+    with open(zeros, "rb") as f:
+        assert tarball._mode(f) == "r:" and f.tell() == 0
+        with tarball.open_reader(f) as t:
+            assert t.getmembers() == []
+    gz = io.BytesIO(gzip.compress(b"x"))
+    assert tarball._mode(gz) == "r:gz" and gz.tell() == 0
