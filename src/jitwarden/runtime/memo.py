@@ -49,14 +49,8 @@ from typing import Any
 
 from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
-from jitwarden.store.fsutil import (
-    NotPrivate,
-    make_dirs,
-    memo_dir,
-    read_head,
-    read_private,
-    why_not_private,
-)
+from jitwarden.store.paths import make_dirs, memo_dir
+from jitwarden.store.reads import NotPrivate, read_head, read_private, why_not_private
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"

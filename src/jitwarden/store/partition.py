@@ -17,7 +17,8 @@ from operator import itemgetter
 from typing import Any
 
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
-from jitwarden.store.fsutil import read_json, write_json_atomic
+from jitwarden.store.atomic import write_json_atomic
+from jitwarden.store.reads import read_json
 
 SCHEMA = 1
 TOUCH_EVERY_S = 60.0
