@@ -46,6 +46,12 @@ def register(sub) -> None:
         help="talk plain HTTP to the registry (a local test registry)",
     )
     options.add_format_argument(p)
+    options.examples(
+        p,
+        "jitwarden coverage llama                            what this node's cache holds of it",
+        "jitwarden coverage llama kernels.tar                what a bundle holds, before import",
+        "jitwarden coverage llama registry:5000/kernels:v1   what a registry's bundle holds, before pull",
+    )
     p.set_defaults(func=run)
 
 
