@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, Literal
 
 from jitwarden.model.errors import ExitStatus, JitwardenError
 
@@ -54,7 +54,7 @@ def open_reader(fileobj: BinaryIO, *, owns: bool = False) -> tarfile.TarFile:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _mode(fileobj: BinaryIO) -> str:
+def _mode(fileobj: BinaryIO) -> Literal["r:gz", "r:", "r:*"]:
     """How to open ``fileobj``: ``r:gz`` for a gzip stream, else ``r:`` (a plain tar), as bundles are written
     (:func:`open_writer`). Never ``r:*``: it tries xz and bz2 on any file that is not plain tar, and a gigabyte of
     zeros took a minute to be refused. A file that cannot be peeked at (not seekable) is opened as ``r:*``."""
