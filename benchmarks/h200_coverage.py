@@ -113,8 +113,15 @@ def step_bundle(args, work, env, res) -> None:
     out["after_import"] = coverage(node2)
     if args.registry:
         ref = f"{args.registry}/jitwarden/block:latest"
-        p = gp.sh([*gp.jw(), "push", ref, "--unsigned", "--insecure"], env)
-        node3 = gp.isolated_env(os.path.join(work, "node3"))
+        keys = os.path.join(
+            work, "keys"
+        )  # a registry's bundle is judged by its signed config: push signed
+        signed = dict(env, JITWARDEN_SIGNING_KEY=os.path.join(keys, "builder"))
+        out["keygen_rc"] = gp.sh([*gp.jw(), "keygen"], signed)["rc"]
+        p = gp.sh([*gp.jw(), "push", ref, "--insecure"], signed)
+        node3 = gp.isolated_env(
+            os.path.join(work, "node3"), JITWARDEN_TRUSTED_KEYS=os.path.join(keys, "builder.pub")
+        )
         out["push_rc"] = p["rc"]
         out["registry_before_pull"] = coverage(node3, ref, "--insecure")
     res["bundle"] = out

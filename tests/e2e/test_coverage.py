@@ -8,6 +8,8 @@ import os
 import shutil
 import sys
 
+import pytest
+
 from tests.helpers import guarded, kernels
 from tests.helpers.cli import jw
 
@@ -168,3 +170,53 @@ def test_stable_workload_has_no_always_miss(tmp_path):
     _start(env, "stable", jobs)
     _start(env, "stable", jobs)
     assert _always_miss(env) == []
+
+
+def test_coverage_of_a_registry_reference_reads_its_signed_config_before_any_pull(tmp_path):
+    """Issue 44 item 2 with a real registry: a signed push carries the workload's list in its signed config, and
+    a fresh node's ``coverage NAME REF`` reads the index and that config only (the layer is deleted from the
+    registry's storage first): every kernel held under a trusted signature (exit 0), nothing installed."""
+    from tests.helpers import registry as reghelp
+
+    exe = reghelp.binary()
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("no docker-registry on PATH (.ci/run installs it)")
+        pytest.skip("no docker-registry on PATH")
+    reg = reghelp.Registry(exe, str(tmp_path / "registry"))
+    try:
+        keys = tmp_path / "keys"
+        keys.mkdir()
+        signing = {
+            "JITWARDEN_SIGNING_KEY": str(keys / "builder"),
+            "JITWARDEN_TRUSTED_KEYS": str(keys / "builder.pub"),
+        }
+        env = dict(guarded.clean_env(tmp_path), **signing)
+        assert jw("keygen", env=env).returncode == 0
+        _start(env, "svc", JOBS5)
+        ref = f"{reg.host}/kernels/svc:v1"
+        r = jw("push", ref, "--insecure", "--kind", "triton", env=env)
+        assert r.returncode == 0, r.stderr
+        (tmp_path / "node").mkdir()
+        node = dict(
+            guarded.clean_env(tmp_path / "node"), JITWARDEN_TRUSTED_KEYS=str(keys / "builder.pub")
+        )
+        # the layer gone from the registry's storage: what coverage reads is the index and the signed config only
+        blobs = sorted(reg.blobs(), key=os.path.getsize)
+        sizes = [os.path.getsize(b) for b in blobs]
+        assert sizes[-1] > 4 * sizes[-2], (
+            sizes
+        )  # the layer: the configs, manifests and signature are KBs
+        os.remove(blobs[-1])
+        rc, doc = _coverage(node, "svc", ref, "--insecure")
+        # a bundle signed by a trusted key is installed sealed: every kernel ready
+        assert (rc, doc["percent"], doc["kernels"], doc["proven"], doc["missing"]) == (
+            0,
+            100,
+            5,
+            5,
+            0,
+        ), doc
+        assert not os.path.exists(os.path.join(node["HOME"], ".triton")), "nothing installed"
+    finally:
+        reg.stop()
