@@ -14,6 +14,7 @@ import stat
 
 from jitwarden import adapters
 from jitwarden.env import locations
+from jitwarden.model import kinds
 
 CLEARED_PREFIXES = (
     "JITWARDEN_",
@@ -63,7 +64,7 @@ def watched_places(env) -> list[str]:
 
     env = dict(env)
     places = [r.path for r in adapters.discover_roots(env)] + [memo_dir(env), keys.config_dir(env)]
-    places += [locations.default_base(kind, env) for kind, _ in locations.PARTITION_VARS]
+    places += [locations.default_base(k.name, env) for k in kinds.partitioned(kinds.DIR)]
     return sorted({os.path.abspath(p) for p in places})
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from jitwarden.env import locations
+from jitwarden.model import kinds
 from jitwarden.model.layout import ROOT_LOCK_FILE
 from jitwarden.store import fsutil, locks
 
@@ -66,7 +67,7 @@ def test_a_test_sees_only_its_sandbox():
     assert not [
         k for k in env if k.startswith(("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_"))
     ]
-    for kind, _ in locations.PARTITION_VARS:
+    for kind in (k.name for k in kinds.partitioned(kinds.DIR)):
         assert locations.default_base(kind, env).startswith(base + os.sep), kind
     assert fsutil.memo_dir().startswith(base + os.sep)
 
