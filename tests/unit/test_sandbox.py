@@ -116,12 +116,17 @@ def _probe(tmp_path, write: str | None):
 
 
 def test_a_run_that_writes_into_the_real_home_fails(tmp_path):
-    p = _probe(
-        tmp_path, ".triton/cache/ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST/x.cubin"
-    )
-    assert p.returncode != 0 and "changed the real home or a default cache location" in p.stdout, (
-        p.stdout
-    )
+    """The run fails, on a line of its own (never glued to pytest's ``[100%]``), naming the file (issue 46)."""
+    rel = ".triton/cache/ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST/x.cubin"
+    p = _probe(tmp_path, rel)
+    lines = p.stdout.splitlines()
+    assert p.returncode != 0, p.stdout
+    assert any(
+        ln.startswith("the test run failed:") and "default cache location changed" in ln
+        for ln in lines
+    ), p.stdout
+    assert f"  {tmp_path / 'realhome' / rel} (added)" in lines, p.stdout
+    assert not any("[100%]" in ln and "the test run" in ln for ln in lines), p.stdout
     assert "1 passed" in p.stdout  # the test itself passed: the session-end check failed the run
 
 
