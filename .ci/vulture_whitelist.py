@@ -58,3 +58,7 @@ CASES  # ops/canary: the canary's battery, listed by the tests
 recipe_disagreements  # ops/ptxas_candidates: benchmarks/version_matrix.py and tests/e2e/test_versions.py
 summarize  # ops/rebuild: benchmarks/bench_rebuild.py and benchmarks/h200_inductor_rebuild.py
 forget  # store/sealkey: tests/unit/store/test_trust.py drops the process's memoized keys between cases
+# Named by a row of model/kinds.py and called through it (env/locations.default_base, triton_trees)
+triton_root  # the Triton row's root
+torch_extensions_root  # the torch-ext row's root
+deepgemm_cache_dir  # the DeepGEMM row's root

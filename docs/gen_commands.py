@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """docs/commands.md's reference sections, generated from the code: every verb and every option from the
 argparse parser (``jitwarden.cli.main.build_parser``), every exit status from ``ExitStatus``, every finding
-code from ``model/findings.CATALOG``.
+code from ``model/findings.CATALOG``; docs/caches.md's table of kinds and ARCHITECTURE.md's map, from
+``model/kinds.ROWS``.
 
     python docs/gen_commands.py           rewrite the generated sections in place
     python docs/gen_commands.py --check   exit 1 when a section differs from what the code says now
@@ -25,10 +26,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "src"))
 
 from jitwarden.cli import main as cli
+from jitwarden.model import kinds as kind_rows
 from jitwarden.model.errors import ExitStatus
 from jitwarden.model.findings import CATALOG
 
 DOC = os.path.join(REPO, "docs", "commands.md")
+CACHES_DOC = os.path.join(REPO, "docs", "caches.md")
 BLOCK = re.compile(
     r"(<!-- generated: ([\w-]+) \(docs/gen_commands\.py\) -->\n)(.*?)(<!-- /generated -->)",
     re.DOTALL,
@@ -36,8 +39,9 @@ BLOCK = re.compile(
 
 
 def _cell(text: str) -> str:
-    """Text for one Markdown table cell: one line, pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
+    """Text for one Markdown table cell: one line, pipes escaped (and ``<`` outside code spans)."""
+    parts = " ".join(text.split()).replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
 
 
 def _flags(action: argparse.Action) -> str:
@@ -156,42 +160,93 @@ def findings() -> str:
     return "\n".join(["| code | severity | meaning |", "|---|---|---|", *rows, ""])
 
 
+def kinds() -> str:
+    """One row per cache kind, as ``model/kinds.ROWS`` declares it."""
+
+    def how(k: kind_rows.Kind) -> str:
+        return {kind_rows.DIR: "by dir", kind_rows.FILE: "by dir, files sealed"}.get(
+            k.partition, "no"
+        )
+
+    rows = [
+        f"| `{k.name}` | {_cell(k.tool)} | `adapters/{k.adapter}.py` | "
+        + (f"`{k.var}`" if k.var else "")
+        + f" | {f'`{k.default}`' if k.default.startswith('~/') else _cell(k.default)} | {how(k)} | {'yes' if k.bundled else 'no'} | "
+        + (f"`{k.needs}`" if k.needs else "")
+        + " |"
+        for k in kind_rows.ROWS
+    ]
+    head = "| kind | tool | adapter | variable | default root | partitioned | in bundles | needs |"
+    return "\n".join([head, "|---|---|---|---|---|---|---|---|", *rows, ""])
+
+
+def kind_map() -> str:
+    """ARCHITECTURE.md's map: each kind's module for each phase, from ``model/kinds.ROWS``."""
+
+    def root(k: kind_rows.Kind) -> str:
+        if k.root.startswith("~/"):
+            return f"`${k.var}`, else `{k.root}`"
+        return f"`locations.{k.root}`" if k.root else f"`${k.var}` only"
+
+    rows = [
+        f"| `{k.name}` | {root(k)} | `formats/{k.reader}` | `adapters/{k.adapter}` | "
+        + (", ".join(f"`runtime/{g}`" for g in k.guard) or "none: `verify` only")
+        + f" | {k.partition or 'no'}{', bundled' if k.bundled else ''} |"
+        for k in kind_rows.ROWS
+    ]
+    head = "| kind | find its root | read | judge | guard at load, seal | partitioned |"
+    return "\n".join([head, "|---|---|---|---|---|---|", *rows, ""])
+
+
 SECTIONS = {"reference": reference, "exit-codes": exit_codes, "findings": findings}
+CACHES_SECTIONS = {"kinds": kinds}
+ARCH_SECTIONS = {"map": kind_map}
+DOCS = {
+    DOC: SECTIONS,
+    CACHES_DOC: CACHES_SECTIONS,
+    os.path.join(REPO, "ARCHITECTURE.md"): ARCH_SECTIONS,
+}
+"""Each generated file and its sections."""
 
 
-def render(text: str) -> str:
+def render(text: str, sections: dict = SECTIONS, doc: str = DOC) -> str:
     def one(m: re.Match[str]) -> str:
         name = m.group(2)
-        if name not in SECTIONS:
-            raise SystemExit(f"{DOC}: unknown generated section {name!r}")
-        return m.group(1) + SECTIONS[name]().rstrip("\n") + "\n" + m.group(4)
+        if name not in sections:
+            raise SystemExit(f"{doc}: unknown generated section {name!r}")
+        return m.group(1) + sections[name]().rstrip("\n") + "\n" + m.group(4)
 
     return BLOCK.sub(one, text)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when commands.md is not current")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 when a generated doc is not current"
+    )
     args = ap.parse_args(argv)
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    found = {m.group(2) for m in BLOCK.finditer(text)}
-    if found != set(SECTIONS):
-        print(
-            f"{DOC}: generated sections {sorted(found)}, expected {sorted(SECTIONS)}",
-            file=sys.stderr,
-        )
-        return 1
-    new = render(text)
-    if args.check:
+    code = 0
+    for doc, sections in DOCS.items():
+        with open(doc, encoding="utf-8") as f:
+            text = f.read()
+        found = {m.group(2) for m in BLOCK.finditer(text)}
+        if found != set(sections):
+            print(
+                f"{doc}: generated sections {sorted(found)}, expected {sorted(sections)}",
+                file=sys.stderr,
+            )
+            code = 1
+            continue
+        new = render(text, sections, doc)
+        if args.check:
+            if new != text:
+                print(f"{doc} is not current: run `python docs/gen_commands.py`", file=sys.stderr)
+                code = 1
+            continue
         if new != text:
-            print(f"{DOC} is not current: run `python docs/gen_commands.py`", file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        with open(DOC, "w", encoding="utf-8") as f:
-            f.write(new)
-    return 0
+            with open(doc, "w", encoding="utf-8") as f:
+                f.write(new)
+    return code
 
 
 if __name__ == "__main__":

@@ -33,25 +33,38 @@ def pytest_configure(config):
         home,
         os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")),
     ]
-    _REAL["before"] = sandbox.digest(_REAL["places"], _REAL["shallow"])
+    _REAL["before"] = sandbox.snapshot(_REAL["places"], _REAL["shallow"])
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run when anything in the caller's home or default cache locations changed while it ran."""
+    """Fail the run when anything in the caller's home or default cache locations changed while it ran (the
+    lines are printed by :func:`pytest_terminal_summary`, after pytest's progress line)."""
     if "before" not in _REAL:
         return
-    after = sandbox.digest(_REAL["places"], _REAL["shallow"])
-    changed = [p for p, d in _REAL["before"].items() if after.get(p) != d]
-    if changed:
-        rep = session.config.pluginmanager.get_plugin("terminalreporter")
-        msg = "the test run changed the real home or a default cache location: " + ", ".join(
-            changed
-        )
-        if rep is not None:
-            rep.write_line(msg, red=True)
-        else:
-            print(msg)
+    _REAL["changed"] = sandbox.changes(
+        _REAL["before"], sandbox.snapshot(_REAL["places"], _REAL["shallow"])
+    )
+    if _REAL["changed"]:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each file of the caller's home or default cache locations that changed during the run, in a section of
+    its own: no test writes there (each has its own dirs), so a file named here was written by this run or by
+    another process on this machine while it ran (its path and time say which)."""
+    changed = _REAL.get("changed")
+    if not changed:
+        return
+    terminalreporter.section("outside the sandbox", sep="=", red=True)
+    terminalreporter.write_line(
+        f"the test run failed: {len(changed)} item(s) of the real home or a default cache location changed "
+        "while it ran:",
+        red=True,
+    )
+    for line in changed[:20]:
+        terminalreporter.write_line(f"  {line}")
+    if len(changed) > 20:
+        terminalreporter.write_line(f"  ... and {len(changed) - 20} more")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -24,7 +24,7 @@ def tool() -> dict[str, str]:
 def activate(
     *,
     env: MutableMapping[str, str] | None = None,
-    roots: Iterable[str] = ("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"),
+    roots: Iterable[str] | None = None,
     quiet: bool = False,
 ) -> Activation:
     """Partition and guard this process's kernel caches; never raises.

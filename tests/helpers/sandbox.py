@@ -8,12 +8,12 @@ setting is sandboxed and watched without an edit here.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 
 from jitwarden import adapters
 from jitwarden.env import locations
+from jitwarden.model import kinds
 
 CLEARED_PREFIXES = (
     "JITWARDEN_",
@@ -63,41 +63,58 @@ def watched_places(env) -> list[str]:
 
     env = dict(env)
     places = [r.path for r in adapters.discover_roots(env)] + [memo_dir(env), keys.config_dir(env)]
-    places += [locations.default_base(kind, env) for kind, _ in locations.PARTITION_VARS]
+    places += [locations.default_base(k.name, env) for k in kinds.partitioned(kinds.DIR)]
     return sorted({os.path.abspath(p) for p in places})
 
 
-def digest(places, shallow=(), limit: int = 200_000) -> dict[str, str]:
-    """{place: digest of its tree}: every name, type, size, mode and mtime, links not followed; ``shallow``
-    places are digested one level deep, names and types only (a home's own top-level names)."""
+def snapshot(places, shallow=(), limit: int = 200_000) -> dict[str, dict[str, str]]:
+    """{place: {path: what it is}} of every item under each place: its type, mode, size and mtime, links not
+    followed (at most ``limit`` items a place); ``shallow`` places one level deep, names and types only (a home's
+    own top-level names: a shell's history file changes on its own)."""
     out = {}
     for top in list(places) + list(shallow):
-        h, n = hashlib.sha256(), 0
+        seen: dict[str, str] = {}
         deep = top not in shallow
         todo = [top]
-        while todo and n < limit:
+        while todo and len(seen) < limit:
             d = todo.pop()
             try:
                 with os.scandir(d) as it:
                     items = sorted(it, key=lambda e: e.name)
             except OSError as exc:
-                h.update(f"{d}: {exc.errno}\n".encode())
+                seen[d] = f"unreadable ({exc.errno})"
                 continue
             for e in items:
-                n += 1
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
                 is_dir = stat.S_ISDIR(st.st_mode)
-                if not deep:  # a home's top: which names there are (a shell's history file changes on its own)
-                    h.update(f"{e.path}\0{stat.S_IFMT(st.st_mode)}\n".encode())
+                if not deep:
+                    seen[e.path] = f"type {stat.S_IFMT(st.st_mode):o}"
                     continue
-                h.update(
-                    f"{e.path}\0{st.st_mode:o}\0{0 if is_dir else st.st_size}\0"
-                    f"{0 if is_dir else st.st_mtime_ns}\n".encode()
+                seen[e.path] = (
+                    f"mode {st.st_mode:o}"
+                    if is_dir
+                    else f"mode {st.st_mode:o}, {st.st_size} bytes, mtime {st.st_mtime_ns}"
                 )
-                if is_dir and deep:
+                if is_dir:
                     todo.append(e.path)
-        out[top] = h.hexdigest()
+        out[top] = seen
+    return out
+
+
+def changes(before: dict, after: dict) -> list[str]:
+    """One line per item that differs between two :func:`snapshot` of the same places: its path, and
+    ``added``, ``removed`` or ``changed``."""
+    out = []
+    for top, was in before.items():
+        now = after.get(top, {})
+        for path in sorted(set(was) | set(now)):
+            if path not in now:
+                out.append(f"{path} (removed)")
+            elif path not in was:
+                out.append(f"{path} (added)")
+            elif was[path] != now[path]:
+                out.append(f"{path} (changed: {was[path]} -> {now[path]})")
     return out

@@ -109,3 +109,19 @@ def test_the_commands_never_import_each_other_contract_names_every_command():
     listed = set(re.findall(r'"jitwarden\.cli\.commands\.(\w+)"', contract))
     # a leading underscore marks a module of shared steps (_common, _bundles, _foreign), not a verb
     assert listed == {m for m in _modules("cli/commands") if not m.startswith("_")}
+
+
+def test_the_readme_is_read_in_one_sitting():
+    """README.md: the story, the two set-up commands, a tour and links, at most 15 KB; the rest is in docs/
+    (issue 46, item 5)."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert len(text.encode()) <= 15_000, len(text.encode())
+    assert (
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[triton]' && .venv/bin/jitwarden doctor"
+        in text
+    )
+    assert (
+        "python3 -m venv .venv-test && .venv-test/bin/pip install -q -e '.[test]' && "
+        ".venv-test/bin/python -m pytest -q" in text
+    )

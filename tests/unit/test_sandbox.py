@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from jitwarden.env import locations
+from jitwarden.model import kinds
 from jitwarden.model.layout import ROOT_LOCK_FILE
 from jitwarden.store import fsutil, locks
 
@@ -66,7 +67,7 @@ def test_a_test_sees_only_its_sandbox():
     assert not [
         k for k in env if k.startswith(("JITWARDEN_", "TRITON_", "TORCHINDUCTOR_", "VLLM_"))
     ]
-    for kind, _ in locations.PARTITION_VARS:
+    for kind in (k.name for k in kinds.partitioned(kinds.DIR)):
         assert locations.default_base(kind, env).startswith(base + os.sep), kind
     assert fsutil.memo_dir().startswith(base + os.sep)
 
@@ -115,12 +116,17 @@ def _probe(tmp_path, write: str | None):
 
 
 def test_a_run_that_writes_into_the_real_home_fails(tmp_path):
-    p = _probe(
-        tmp_path, ".triton/cache/ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST/x.cubin"
-    )
-    assert p.returncode != 0 and "changed the real home or a default cache location" in p.stdout, (
-        p.stdout
-    )
+    """The run fails, on a line of its own (never glued to pytest's ``[100%]``), naming the file (issue 46)."""
+    rel = ".triton/cache/ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST/x.cubin"
+    p = _probe(tmp_path, rel)
+    lines = p.stdout.splitlines()
+    assert p.returncode != 0, p.stdout
+    assert any(
+        ln.startswith("the test run failed:") and "default cache location changed" in ln
+        for ln in lines
+    ), p.stdout
+    assert f"  {tmp_path / 'realhome' / rel} (added)" in lines, p.stdout
+    assert not any("[100%]" in ln and "the test run" in ln for ln in lines), p.stdout
     assert "1 passed" in p.stdout  # the test itself passed: the session-end check failed the run
 
 

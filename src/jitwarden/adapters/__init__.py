@@ -1,10 +1,10 @@
-"""Cache adapters: one module per cache kind, each a :class:`CacheAdapter`, listed in :data:`REGISTRY`.
+"""Cache adapters: one module per cache kind, each a :class:`CacheAdapter`, named by the kind's row.
 
 What every kind shares (partitions, the no-follow survey of an entry, the one ownership rule,
 root discovery helpers) lives once in :mod:`jitwarden.adapters.base` and is used from there;
 an adapter module holds only what is its kind's own. To add a kind: write its module with
-every member of :class:`CacheAdapter` and add it to :data:`REGISTRY` (ARCHITECTURE.md,
-"How to add … A cache kind").
+every member of :class:`CacheAdapter` and add the kind's row, which names the module, to
+:data:`jitwarden.model.kinds.ROWS` (ARCHITECTURE.md, "How to add … A cache kind").
 
 Modules are imported on first use: importing this package costs nothing on the activation path.
 """
@@ -15,6 +15,8 @@ import importlib
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from jitwarden.model import kinds
 
 if TYPE_CHECKING:
     from jitwarden.model.entries import CacheRoot, Entry, Judge
@@ -53,21 +55,6 @@ class CacheAdapter(Protocol):
         """Read one entry without following a symlink or running anything (never unpickle), then judge it."""
 
 
-REGISTRY: tuple[tuple[str, str], ...] = (
-    ("triton", "triton"),
-    ("inductor", "inductor"),
-    ("vllm", "vllm"),
-    ("cuda-compute", "cuda_compute"),
-    ("flashinfer", "flashinfer"),
-    ("deepgemm", "deepgemm"),
-    ("torch-ext", "torch_ext"),
-    ("jax", "jax"),
-    ("cupy", "cupy"),
-    ("numba", "numba_cuda"),
-)
-"""(kind, module) of every adapter, in the order roots are discovered and reported."""
-
-KINDS = tuple(k for k, _ in REGISTRY)
 ASKED_LAST = "triton"
 """The adapter asked last whose directory a path is: Triton's evidence (entry dirs named by kernel keys) is the
 weakest, as its caches have no marker file of their own."""
@@ -75,19 +62,19 @@ weakest, as its caches have no marker file of their own."""
 
 def get(kind: str) -> CacheAdapter:
     """The adapter of ``kind``; KeyError for an unknown kind."""
-    return importlib.import_module(f"{__name__}.{dict(REGISTRY)[kind]}")
+    return importlib.import_module(f"{__name__}.{kinds.get(kind).adapter}")
 
 
 def every() -> list[CacheAdapter]:
-    """Every adapter, in :data:`REGISTRY` order."""
-    return [get(k) for k in KINDS]
+    """Every adapter, in the order of the kinds' rows."""
+    return [get(k) for k in kinds.NAMES]
 
 
-def discover_roots(env=os.environ, kinds: tuple[str, ...] | None = None) -> list[CacheRoot]:
+def discover_roots(env=os.environ, only: tuple[str, ...] | None = None) -> list[CacheRoot]:
     """Every root of every (or each named) kind on this machine, deduplicated by real path."""
     out, seen = [], set()
     for a in every():
-        if kinds is not None and a.KIND not in kinds:
+        if only is not None and a.KIND not in only:
             continue
         for r in a.discover_roots(env):
             key = (os.path.realpath(r.path), r.kind)

@@ -100,8 +100,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$CUDA_CACHE_PATH`` when set, and ``~/.nv/ComputeCache``; existing dirs only."""
     return existing(
         KIND,
-        set_vars(env, "CUDA_CACHE_PATH")
-        + [(os.path.join(locations.home(env), ".nv", "ComputeCache"), "default")],
+        set_vars(env, "CUDA_CACHE_PATH") + [(locations.home_default(KIND, env), "default")],
     )
 
 

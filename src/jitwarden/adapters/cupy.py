@@ -64,10 +64,9 @@ class CupyFacts(KindFacts):
 
 
 def discover_roots(env=os.environ) -> list[CacheRoot]:
-    """CuPy's dir (``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache``: :func:`jitwarden.env.locations.cupy_cache_dir`),
+    """CuPy's dir (``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache``: :func:`jitwarden.env.locations.default_base`),
     the default one too when the variable moved it, and jitwarden's private root; existing dirs only."""
-    default = os.path.join(locations.home(env), ".cupy", "kernel_cache")
-    cands = base.set_vars(env, "CUPY_CACHE_DIR") + [(default, "default")]
+    cands = base.set_vars(env, "CUPY_CACHE_DIR") + [(locations.home_default(KIND, env), "default")]
     return base.existing(KIND, cands + base.private_root(KIND, env))
 
 

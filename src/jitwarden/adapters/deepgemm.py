@@ -91,7 +91,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
     return existing(
         KIND,
         set_vars(env, "DG_JIT_CACHE_DIR", "DG_CACHE_DIR")
-        + [(os.path.join(locations.home(env), ".deep_gemm"), "default")],
+        + [(locations.deepgemm_default(env), "default")],
     )
 
 

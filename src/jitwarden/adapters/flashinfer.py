@@ -79,7 +79,7 @@ class FlashInferFacts(KindFacts):
 def discover_roots(env=os.environ) -> list[CacheRoot]:
     """``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` when set, and ``~/.cache/flashinfer``; existing dirs only."""
     bases = set_vars(env, "FLASHINFER_WORKSPACE_BASE") + [(locations.home(env), "default")]
-    return existing(KIND, [(os.path.join(b, ".cache", "flashinfer"), src) for b, src in bases])
+    return existing(KIND, [(locations.flashinfer_cache_dir(env, b), src) for b, src in bases])
 
 
 def _workspaces(root: str) -> list[tuple[str, str | None, str]]:

@@ -175,7 +175,7 @@ def discover_roots(env=os.environ) -> list[CacheRoot]:
         roots.append(
             CacheRoot(
                 kind=KIND,
-                path=os.path.join(locations.home(env), ".triton", "cache"),
+                path=locations.triton_default(env),
                 source="default",
             )
         )

@@ -37,9 +37,9 @@ def _bash_function(name: str, values) -> str:
 
 def _completers() -> tuple[dict[str, dict[str, str]], str]:
     """{what: completer}, and the bash functions they call."""
-    from jitwarden.adapters import KINDS
     from jitwarden.model.arch import KNOWN
     from jitwarden.model.findings import CODES
+    from jitwarden.model.kinds import NAMES as KINDS
 
     values = {
         "kind": ("_jitwarden_kinds", KINDS),

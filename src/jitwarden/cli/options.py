@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from jitwarden.model import kinds
 from jitwarden.model.settings import ORPHAN_AGE, PYTHON
 from jitwarden.model.text import age_arg
 
@@ -85,8 +86,7 @@ def add_scan_arguments(p) -> None:
         "--kind",
         action="append",
         metavar="KIND",
-        help="only caches of this kind (repeatable): triton, inductor, vllm, cuda-compute, flashinfer, "
-        "deepgemm, torch-ext, jax, cupy, numba",
+        help=f"only caches of this kind (repeatable): {', '.join(kinds.NAMES)}",
     )
 
 

@@ -2,7 +2,8 @@
 the settings table only).
 
 One answer for the scanner and for activation, read from a given ``env`` (its HOME too),
-the way each tool decides it; cheap enough for the warm activation path.
+the way each tool decides it; cheap enough for the warm activation path. Which function finds a kind's
+root, and which lists the Triton trees inside it, is said by the kind's row (:mod:`jitwarden.model.kinds`).
 """
 
 from __future__ import annotations
@@ -10,24 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from jitwarden.model import settings
-
-PARTITION_VARS = (
-    ("triton", "TRITON_CACHE_DIR"),
-    ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
-    ("vllm", "VLLM_CACHE_ROOT"),
-    ("torch-ext", "TORCH_EXTENSIONS_DIR"),
-)
-"""(kind, variable its tool reads) of each cache kind activation partitions and bundles carry; every kind
-jitwarden knows is :data:`jitwarden.adapters.KINDS`."""
-
-FILE_PARTITION_VARS = (("jax", "JAX_COMPILATION_CACHE_DIR"), ("cupy", "CUPY_CACHE_DIR"))
-"""(kind, variable) of the caches of single-file entries activation partitions too (sealed by
-:mod:`jitwarden.runtime.flatseal`, not carried by bundles). JAX reads its variable as the default of
-``jax_compilation_cache_dir`` and has no cache without it: activation partitions it only when set."""
-
-ACTIVATION_VARS = PARTITION_VARS + FILE_PARTITION_VARS
-"""Every (kind, variable) activation points at a fingerprint partition."""
+from jitwarden.model import kinds, settings
 
 
 def home(env: Mapping[str, str]) -> str:
@@ -40,7 +24,17 @@ def triton_cache_dir(env: Mapping[str, str]) -> tuple[str, str]:
         return env["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
     if env.get("TRITON_HOME"):
         return os.path.join(env["TRITON_HOME"], ".triton", "cache"), "TRITON_HOME"
-    return os.path.join(home(env), ".triton", "cache"), "default"
+    return triton_default(env), "default"
+
+
+def triton_default(env: Mapping[str, str]) -> str:
+    """Triton's root with none of its variables set: ``~/.triton/cache``."""
+    return os.path.join(home(env), ".triton", "cache")
+
+
+def triton_root(env: Mapping[str, str]) -> str:
+    """Triton's root (:func:`triton_cache_dir` without the why)."""
+    return triton_cache_dir(env)[0]
 
 
 def inductor_cache_dir(env: Mapping[str, str]) -> str:
@@ -83,26 +77,64 @@ def torch_extensions_dir(env: Mapping[str, str]) -> str:
     return os.path.join(cache, "torch_extensions")
 
 
-def cupy_cache_dir(env: Mapping[str, str]) -> str:
-    """CuPy's: ``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache`` (CuPy would take an empty value as the working
-    directory; a partition base never is)."""
-    return env.get("CUPY_CACHE_DIR") or os.path.join(home(env), ".cupy", "kernel_cache")
+def torch_extensions_root(env: Mapping[str, str]) -> str:
+    """Where torch builds extensions: ``TORCH_EXTENSIONS_DIR`` when set and not empty, else
+    :func:`torch_extensions_dir`."""
+    return env.get("TORCH_EXTENSIONS_DIR") or torch_extensions_dir(env)
+
+
+def flashinfer_cache_dir(env: Mapping[str, str], workspace: str | None = None) -> str:
+    """FlashInfer's: ``<workspace>/.cache/flashinfer``, the workspace ``FLASHINFER_WORKSPACE_BASE``, else HOME
+    (``workspace`` given: that one)."""
+    base = workspace or env.get("FLASHINFER_WORKSPACE_BASE") or home(env)
+    return os.path.join(base, ".cache", "flashinfer")
+
+
+def deepgemm_default(env: Mapping[str, str]) -> str:
+    """DeepGEMM's root without its variables: ``~/.deep_gemm``."""
+    return os.path.join(home(env), ".deep_gemm")
+
+
+def deepgemm_cache_dir(env: Mapping[str, str]) -> str:
+    """DeepGEMM's: ``DG_JIT_CACHE_DIR`` (2.x), else ``DG_CACHE_DIR`` (1.0.0), else ``~/.deep_gemm``."""
+    return env.get("DG_JIT_CACHE_DIR") or env.get("DG_CACHE_DIR") or deepgemm_default(env)
 
 
 def default_base(kind: str, env: Mapping[str, str]) -> str:
-    """The root of one cache kind of :data:`ACTIVATION_VARS` for ``env`` (JAX has none: its variable's
-    value, else "")."""
-    if kind == "cupy":
-        return cupy_cache_dir(env)
-    if kind == "jax":
-        return env.get("JAX_COMPILATION_CACHE_DIR") or ""
-    if kind == "triton":
-        return triton_cache_dir(env)[0]
-    if kind == "inductor":
-        return inductor_cache_dir(env)
-    if kind == "torch-ext":
-        return torch_extensions_dir(env)
-    return vllm_cache_root(env)
+    """The root of cache kind ``kind`` for ``env``, found as its tool finds it: by the function its row names,
+    else its variable's value, else the row's place under HOME ("" where the tool keeps none unless told).
+    ``KeyError`` for a kind jitwarden does not know."""
+    row = kinds.get(kind)
+    if row.root.startswith("~/") or not row.root:
+        return (env.get(row.var) if row.var else None) or home_default(kind, env)
+    return globals()[row.root](env)  # type: ignore[no-any-return]
+
+
+def home_default(kind: str, env: Mapping[str, str]) -> str:
+    """Where the tool of ``kind`` keeps its cache with its variable unset, for a row whose root is a place under
+    HOME (``~/.cupy/kernel_cache``); "" for a row of none."""
+    root = kinds.get(kind).root
+    return os.path.join(home(env), root[2:]) if root.startswith("~/") else ""
+
+
+def partition_base(kind: str, env: Mapping[str, str], cur: str | None = None) -> str:
+    """Where ``kind``'s partitions live: the root its variable names (``cur``, else the variable's value), a
+    partition's own root when it names one, else the kind's default root."""
+    from jitwarden.store.partition import base_of
+
+    cur = cur if cur is not None else env.get(kinds.get(kind).var or "")
+    return base_of(cur) if cur else default_base(kind, env)
+
+
+def triton_trees(kind: str, root: str) -> list[str]:
+    """The Triton cache trees inside ``root``, one of ``kind``'s roots or partitions (its row says where; a
+    Triton root is one itself)."""
+    where = kinds.get(kind).triton_trees
+    if where is None:
+        return []
+    if where == kinds.SELF:
+        return [root]
+    return globals()[where](root)  # type: ignore[no-any-return]
 
 
 def root_problems(path: str, uid: int | None = None) -> list[str]:

@@ -31,6 +31,7 @@ from jitwarden import adapters
 from jitwarden.adapters import base
 from jitwarden.env import locations
 from jitwarden.formats.fxkernels import kernel_keys
+from jitwarden.model import kinds
 from jitwarden.model.entries import CacheRoot
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE
 from jitwarden.model.text import human_size
@@ -180,7 +181,7 @@ class Census:
 def live_roots(env, digest: str) -> list[CacheRoot]:
     """The live environment's partition of every kind activation partitions, where it exists."""
     out, seen = [], set()
-    for kind, _var in locations.ACTIVATION_VARS:
+    for kind in (k.name for k in kinds.partitioned()):
         where = locations.default_base(kind, env)
         if not where:
             continue

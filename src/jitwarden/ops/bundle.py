@@ -30,8 +30,9 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, overload
 
 from jitwarden import adapters
-from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.env import locations
 from jitwarden.formats import jsonlimits, tarball
+from jitwarden.model import kinds
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
@@ -45,7 +46,6 @@ MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 MAX_MANIFEST = 64 << 20
 _MEMBER = re.compile(r"entries/(\d{1,9})/([^/]+)\Z")
-PARTITIONED = tuple(k for k, _v in PARTITION_VARS)
 ACTIONS = ("installed", "present", "skipped", "refused")
 """What import does with one entry of a bundle (``refused``: verify's judge found an error in it)."""
 MAX_SIGNATURE = 4096
@@ -145,7 +145,7 @@ def parse_manifest(raw: bytes) -> Manifest:
         seen = set()
         for i, e in enumerate(doc["entries"]):
             kind, path, files = e["kind"], e["path"], e["files"]
-            if kind not in PARTITIONED:
+            if kind not in kinds.NAMES or not kinds.get(kind).bundled:
                 raise BundleRefused(f"entry {i}: unknown cache kind {kind!r}")
             why = safe_relpath(path)
             if why:
@@ -440,11 +440,9 @@ def judge_signature(mbytes: bytes, sig: bytes | None, trusted, allow_unsigned: b
 def destinations(manifest: Manifest, digest: str, env) -> dict:
     """kind -> this environment's partition dir of ``digest`` for every kind the bundle carries."""
     out = {}
-    for kind, var in PARTITION_VARS:
+    for kind in (k.name for k in kinds.bundled()):
         if any(e.kind == kind for e in manifest.entries):
-            cur = env.get(var)
-            base = partition.base_of(cur) if cur else default_base(kind, env)
-            out[kind] = partition.path_for(base, digest)
+            out[kind] = partition.path_for(locations.partition_base(kind, env), digest)
     return out
 
 

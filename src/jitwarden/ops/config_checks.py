@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from jitwarden.env import locations
-from jitwarden.model import settings
+from jitwarden.model import kinds, settings
 from jitwarden.model.text import display
 
 PING_TIMEOUT = 1.0
 """Seconds one ``PING`` may take: the runtime's own timeout is 0.5 s, so a server slower than this fails it too."""
 
-DIR_VARS = tuple(var for _, var in locations.PARTITION_VARS) + (
+DIR_VARS = tuple(k.var for k in kinds.partitioned(kinds.DIR) if k.var) + (
     "TRITON_HOME",
     "CUDA_CACHE_PATH",
     settings.HOME.name,

@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from jitwarden.env.locations import PARTITION_VARS, default_base
+from jitwarden.env import locations
 from jitwarden.model.errors import ExitStatus, JitwardenError
+from jitwarden.model.kinds import DIR, partitioned
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
 from jitwarden.store import fsutil, partition
 from jitwarden.store.fsutil import memo_dir, write_json_atomic
@@ -314,9 +315,9 @@ def collect(env=None, current: str | None = None, problems: list | None = None) 
             out.append(Sample("jitwarden_remote_puts_total", (), v))
         elif k in ("local-hit", "local-miss"):
             out.append(Sample("jitwarden_local_lookups_total", (("result", k[6:]),), v))
-    for kind, var in PARTITION_VARS:
-        cur = env.get(var)
-        base = partition.base_of(cur) if cur else default_base(kind, env)
+    for row in partitioned(DIR):
+        kind = row.name
+        base = locations.partition_base(kind, env)
         try:
             q = sum(
                 1

@@ -40,8 +40,7 @@ import sys
 from collections.abc import Iterable, MutableMapping
 
 from jitwarden.env import locations
-from jitwarden.env.locations import ACTIVATION_VARS, default_base
-from jitwarden.model import settings
+from jitwarden.model import kinds, settings
 from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION
 from jitwarden.runtime import flatseal
 from jitwarden.runtime.say import warn_once
@@ -292,18 +291,18 @@ def _say(msg: str, quiet: bool) -> None:
 def activate(
     *,
     env: MutableMapping[str, str] | None = None,
-    roots: Iterable[str] = ("triton", "inductor", "vllm", "torch-ext", "jax", "cupy"),
+    roots: Iterable[str] | None = None,
     quiet: bool = False,
 ) -> Activation:
     """Partition and guard the kernel caches of ``env`` (``os.environ`` by default); never raises.
 
-    ``roots``: which cache kinds to partition. Idempotent: a second call on the same
-    environment returns the same record and changes nothing. On any internal error it
+    ``roots``: which cache kinds to partition (default: every kind whose row is partitioned). Idempotent: a
+    second call on the same environment returns the same record and changes nothing. On any internal error it
     fails closed: the cache dirs are left as they were, the Triton guard is still
     installed (unless the user set another cache manager), and one warning is logged.
     """
     target = os.environ if env is None else env
-    touched = [var for _k, var in ACTIVATION_VARS] + ["TRITON_CACHE_MANAGER", "PYTHONPATH"]
+    touched = [k.var for k in kinds.partitioned() if k.var] + ["TRITON_CACHE_MANAGER", "PYTHONPATH"]
     before = {k: target.get(k) for k in touched}
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
@@ -311,7 +310,8 @@ def activate(
         for env_obj, rec, left in _LAST:
             if env_obj is target and all(target.get(k) == v for k, v in left.items()):
                 return rec
-        rec = _activate(target, tuple(roots), quiet, knobs)
+        every = tuple(k.name for k in kinds.partitioned())
+        rec = _activate(target, every if roots is None else tuple(roots), quiet, knobs)
         _LAST[:] = [x for x in _LAST if x[0] is not target][-7:] + [
             (target, rec, {k: target.get(k) for k in touched})
         ]
@@ -403,8 +403,8 @@ def _load_hooks(env, changes: dict) -> tuple[str, ...]:
     unsealed files are then proven at first use, not sealed at start-up."""
     from jitwarden.runtime import flathooks, torchhooks
 
-    kinds = flathooks.hooked(env)
-    if not kinds:
+    hooked = flathooks.hooked(env)
+    if not hooked:
         return ()
     path = {"PYTHONPATH": changes.get("PYTHONPATH", env.get("PYTHONPATH", ""))}
     torchhooks.put_boot_path(path)
@@ -412,7 +412,7 @@ def _load_hooks(env, changes: dict) -> tuple[str, ...]:
         changes["PYTHONPATH"] = path["PYTHONPATH"]
     if env is os.environ:
         flathooks.install(env)
-    return kinds
+    return hooked
 
 
 def _fingerprint(env):
@@ -451,26 +451,16 @@ class _Plan:
         self.unpartitioned_triton = None
 
 
-_NEEDS = {
-    "inductor": "torch",
-    "vllm": "vllm",
-    "torch-ext": "torch",
-    "jax": "jaxlib",
-    "cupy": "cupy",
-}
-"""The package without which a kind's root is left alone: nothing would write it."""
-
-
-def _not_applicable(kind: str, cur: str | None, fp) -> str | None:
-    """Why ``kind``'s root has nothing to partition in this environment (its tool is not installed,
-    JAX's persistent cache is off or remote), else None."""
-    needs = _NEEDS.get(kind)
-    if needs and fp.version(needs) is None:
-        return f"{needs} is not installed"
-    if kind == "jax" and (
-        not cur or "://" in cur
-    ):  # no cache unless asked; a gs:// or s3:// one is not a dir here
-        return f"JAX's persistent cache is {'off (JAX_COMPILATION_CACHE_DIR unset)' if not cur else 'remote'}"
+def _not_applicable(row: kinds.Kind, cur: str | None, env, fp) -> str | None:
+    """Why ``row``'s root has nothing to partition in this environment (the package its row needs is not
+    installed; a tool without a default root, JAX's, keeps no persistent cache unless told, or a remote one), else
+    None."""
+    if row.needs and fp.version(row.needs) is None:
+        return f"{row.needs} is not installed"
+    if not cur and not locations.default_base(row.name, env):
+        return f"{row.tool}'s persistent cache is off ({row.var} unset)"
+    if cur and "://" in cur:  # a gs:// or s3:// cache is not a dir here
+        return f"{row.tool}'s persistent cache is remote"
     return None
 
 
@@ -482,21 +472,24 @@ def _partition_roots(plan: _Plan, env, roots: tuple[str, ...], knobs, fp) -> Non
     is then remembered as shared, for :func:`_check_in_use`'s sample.
     """
     no_partition = not PARTITION.on(env)
-    for kind, var in ACTIVATION_VARS:
-        if kind not in roots:
+    for row in kinds.partitioned():
+        kind, var = row.name, row.var
+        if (
+            var is None or kind not in roots
+        ):  # a partitioned row always names one (tests/unit/model/test_kinds.py)
             continue
         cur = _current(kind, var, env, knobs)
-        why = _not_applicable(kind, cur, fp)
+        why = _not_applicable(row, cur, env, fp)
         if why is not None:
             plan.skipped[var] = why
             continue
         if no_partition:
             plan.skipped[var] = f"{PARTITION.name}=0"
-            plan.in_use[var] = cur or default_base(kind, env)
+            plan.in_use[var] = cur or locations.default_base(kind, env)
             if kind == "triton":
                 plan.unpartitioned_triton = plan.in_use[var]
             continue
-        base = partition.base_of(cur) if cur else default_base(kind, env)
+        base = locations.partition_base(kind, env, cur)
         path, warning = _partition(kind, base, env, fp.digest, fp.headline)
         if warning:
             plan.warnings.append(warning)

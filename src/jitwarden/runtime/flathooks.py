@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from jitwarden.model import kinds
 from jitwarden.runtime import flatseal, postimport
 
 CACHE_MODULE = "jax._src.compilation_cache"
@@ -115,8 +116,6 @@ def _executable(data: bytes, size: int) -> bytes | None:
 
 # ---------------------------------------------------------------- reading before the tool reads
 
-TOOL = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}
-
 
 def read_entry(kind: str, d: str, name: str, max_bytes: int) -> tuple[bytes, int] | None:
     """(bytes, ctime ns) of the entry file ``name`` of ``d``, read by the hook before the tool could: opened through
@@ -133,14 +132,12 @@ def read_entry(kind: str, d: str, name: str, max_bytes: int) -> tuple[bytes, int
     except PermissionError as exc:
         _once(
             f"unreadable:{path}",
-            f"{TOOL.get(kind, kind)} cache entry {path} cannot be read ({exc.strerror}); it is compiled again",
+            f"{kinds.tool(kind)} cache entry {path} cannot be read ({exc.strerror}); it is compiled again",
         )
         return None
     except OSError as exc:  # a symlink (ELOOP), a FIFO, a device or a directory (NotRegularFile)
         what = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
-        refuse(
-            kind, d, name, f"{name} is {what}, not a file {TOOL.get(kind, kind)} wrote", "corrupt"
-        )
+        refuse(kind, d, name, f"{name} is {what}, not a file {kinds.tool(kind)} wrote", "corrupt")
         return None
     try:
         data = reads.read_fd(fd, max_bytes, st.st_size) if st.st_size <= max_bytes else None
@@ -165,7 +162,7 @@ def _dir_problem(kind: str, d: str) -> str | None:
         return exc.strerror or str(exc)
     why = "a symbolic link" if stat.S_ISLNK(st.st_mode) else trust.untrusted(d, st)
     if why is not None:
-        tool = TOOL.get(kind, kind)
+        tool = kinds.tool(kind)
         _once(
             f"untrusted:{d}",
             f"{tool} cache dir {d} is {why}: its entries prove nothing to this process (uid {os.geteuid()}) and "
@@ -330,7 +327,7 @@ def _unsealable(kind: str, d: str) -> None:
     if why is not None:
         _once(
             f"stuck:{d}",
-            f"{TOOL.get(kind, kind)} cache dir {d} cannot be sealed in this run, {why}; what this run writes "
+            f"{kinds.tool(kind)} cache dir {d} cannot be sealed in this run, {why}; what this run writes "
             "there is proven again at its next use",
         )
 
@@ -760,7 +757,7 @@ def _refused(module: str, exc: Exception) -> str:
     missing attribute): the tool runs as it is, one line says so, and what the start-up check would have done at
     activation (which left the kind to its hook) is done now, before the tool reads its cache."""
     kind = KIND_OF[module]
-    tool = f"{TOOL[kind]} {tool_version(kind)}"
+    tool = f"{kinds.tool(kind)} {tool_version(kind)}"
     why = f"{type(exc).__name__}: {exc}"
     if module == COMPILER_MODULE:
         line = (
@@ -788,7 +785,7 @@ def _check_now(kind: str) -> None:
         for line in flatseal.check_root(kind, d, None):
             _say(line)
     except Exception as exc:
-        _failed(exc, f"start-up check of the {TOOL[kind]} cache")
+        _failed(exc, f"start-up check of the {kinds.tool(kind)} cache")
 
 
 def install(env=None) -> dict[str, str]:

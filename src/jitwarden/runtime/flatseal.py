@@ -260,9 +260,10 @@ def quarantine_file(
 ) -> tuple[bool, str]:
     """Quarantine ``root/rel`` (a miss: the tool compiles it again): (moved, the warning line); where it could not
     be moved the line says why, and the entry is still not used. ``by``: who found it (``start-up``, ``load``)."""
+    from jitwarden.model import kinds
     from jitwarden.store import quarantine
 
-    tool = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda"}.get(kind, kind)
+    tool = kinds.tool(kind)
     try:
         rec = quarantine.move(
             os.path.join(root, rel),
@@ -306,13 +307,14 @@ def startup(
     """Activation's hook: check and seal the JAX and CuPy dirs in use (``in_use``: variable -> dir); entries of
     one of ``partitions`` are sealed under ``digest``; the kinds in ``hooked`` are proven and sealed by their
     load hook, not sealed here. ``JITWARDEN_SWEEP=0`` turns it off with the sweep."""
-    from jitwarden.env.locations import FILE_PARTITION_VARS
+    from jitwarden.model import kinds
     from jitwarden.model.settings import SWEEP
 
     if not SWEEP.on(env):
         return []
     out: list[str] = []
-    for kind, var in FILE_PARTITION_VARS:
+    for row in kinds.partitioned(kinds.FILE):
+        kind, var = row.name, row.var
         d = in_use.get(var)
         if not d or not os.path.isdir(d) or os.path.islink(d):
             continue

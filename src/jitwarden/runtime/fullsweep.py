@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 
-from jitwarden.env.locations import PARTITION_VARS
+from jitwarden.env import locations
+from jitwarden.model import kinds
 from jitwarden.model.settings import SWEEP
 from jitwarden.store import partition
 
@@ -44,11 +45,12 @@ def sweep_in_use(
         jobs: list | None = (
             [] if hiding.background(env) else None
         )  # proofs left to a prover in the background
-        for kind, var in PARTITION_VARS:
+        for row in kinds.partitioned(kinds.DIR):
+            var = row.var
             if var not in in_use:
                 continue
             # Inductor puts its kernels in TRITON_CACHE_DIR when that is set, as it is under activation.
-            trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
+            trees = sweep.tree_roots(row.name, in_use[var])
             if trees:
                 w, counts = sweep.sweep(
                     trees, digest if var in partitions else None, jobs, proof_line=False
@@ -72,9 +74,9 @@ def left_hidden(in_use: dict) -> bool:
     then even where the torch hooks check loads."""
     from jitwarden.runtime import hiding, sweep
 
-    for kind, var in PARTITION_VARS:
-        if var in in_use:
-            trees = [in_use[var]] if kind == "triton" else sweep.tree_roots(kind, in_use[var])
+    for row in kinds.partitioned(kinds.DIR):
+        if row.var in in_use:
+            trees = sweep.tree_roots(row.name, in_use[row.var])
             if any(hiding.staged(t) for t in trees):
                 return True
     return False
@@ -85,11 +87,9 @@ def sweep_env(env=None, quiet: bool = False) -> list[str]:
 
     A dir that is a partition is swept under its digest; any other under none."""
     env = os.environ if env is None else env
-    in_use = {var: env[var] for _kind, var in PARTITION_VARS if env.get(var)}
+    in_use = {k.var: env[k.var] for k in kinds.partitioned(kinds.DIR) if env.get(k.var)}
     if "TORCHINDUCTOR_CACHE_DIR" not in in_use:  # Inductor's default dir, as torch finds it
-        from jitwarden.env.locations import default_base
-
-        in_use["TORCHINDUCTOR_CACHE_DIR"] = default_base("inductor", env)
+        in_use["TORCHINDUCTOR_CACHE_DIR"] = locations.default_base("inductor", env)
     named = {var: partition.digest_of(p) for var, p in in_use.items()}
     parts = {var: in_use[var] for var, d in named.items() if d}
     digests = {d for d in named.values() if d}

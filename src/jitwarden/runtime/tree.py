@@ -17,12 +17,9 @@ BINARIES = (".cubin", ".hsaco")
 
 
 def tree_roots(kind: str, partition_path: str) -> list[str]:
-    """The Triton trees inside one partition of an Inductor or vLLM cache dir (a Triton partition is one itself)."""
-    if kind == "inductor":
-        return locations.inductor_triton_trees(partition_path)
-    if kind == "vllm":
-        return locations.vllm_triton_trees(partition_path)
-    return []
+    """The Triton trees inside one root or partition of ``kind`` (a Triton one is a tree itself; where the others
+    keep theirs is said by their rows: :func:`jitwarden.env.locations.triton_trees`)."""
+    return locations.triton_trees(kind, partition_path)
 
 
 def entry_names(tree: str) -> list[str]:

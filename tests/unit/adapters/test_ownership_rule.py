@@ -22,13 +22,14 @@ import tempfile
 import pytest
 
 from jitwarden import adapters
+from jitwarden.model import kinds
 from jitwarden.model.entries import Judge
 from tests.helpers import kernels
 from tests.helpers import otherkinds as ok
 from tests.helpers.paths import DATA, SRC
 
 NOBODY, OTHER = 65534, 4343
-KINDS = adapters.KINDS
+KINDS = kinds.NAMES
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,

@@ -61,4 +61,7 @@ def test_tree_roots_of_each_kind_of_partition(tmp_path):
         str(rank / "triton_cache"),
         str(rank / "inductor_cache" / "triton" / "0"),
     ]
-    assert tree.tree_roots("triton", str(tmp_path)) == []  # a Triton partition is a tree itself
+    assert tree.tree_roots("triton", str(tmp_path)) == [
+        str(tmp_path)
+    ]  # a Triton partition is a tree itself
+    assert tree.tree_roots("cupy", str(tmp_path)) == []  # no Triton tree in a CuPy root

@@ -84,8 +84,8 @@ class Collected:
 
 def collect(kinds, req, orphans: float) -> Collected:
     """This fingerprint's entries that pass verify (``req``: rebuilt first) and whose seal holds."""
-    from jitwarden.env import fingerprint
-    from jitwarden.env.locations import PARTITION_VARS, default_base
+    from jitwarden.env import fingerprint, locations
+    from jitwarden.model import kinds as rows
     from jitwarden.model.entries import CacheRoot
     from jitwarden.ops import bundle
     from jitwarden.ops import scan as scanner
@@ -96,11 +96,10 @@ def collect(kinds, req, orphans: float) -> Collected:
     env = os.environ
     roots: list[tuple[CacheRoot, list[str] | None]] = []
     partitions = {}
-    for kind, var in PARTITION_VARS:
+    for kind in (k.name for k in rows.bundled()):
         if kind not in kinds:
             continue
-        cur = env.get(var)
-        base = partition.base_of(cur) if cur else default_base(kind, env)
+        base = locations.partition_base(kind, env)
         pdir = partition.path_for(base, digest)
         if os.path.isdir(pdir) and not os.path.islink(pdir):
             roots.append(
@@ -141,13 +140,14 @@ def collect(kinds, req, orphans: float) -> Collected:
 
 def kinds(args) -> tuple[str, ...]:
     """The partitioned kinds ``--kind`` names (all of them by default); UsageError for another."""
-    from jitwarden.ops import bundle
+    from jitwarden.model import kinds as rows
 
-    chosen = _common.kinds_of(args) or bundle.PARTITIONED
-    bad = [k for k in chosen if k not in bundle.PARTITIONED]
+    carried = tuple(k.name for k in rows.bundled())
+    chosen = _common.kinds_of(args) or carried
+    bad = [k for k in chosen if k not in carried]
     if bad:
         raise UsageError(
-            f"--kind {bad[0]}: only partitioned kinds can be exported ({', '.join(bundle.PARTITIONED)})"
+            f"--kind {bad[0]}: only partitioned kinds can be exported ({', '.join(carried)})"
         )
     return chosen
 

@@ -217,13 +217,13 @@ def _note_searched(paths, roots) -> None:
 
 def kinds_of(args) -> tuple[str, ...] | None:
     """The ``--kind`` values, checked against the adapters there are; None when not given."""
-    from jitwarden.adapters import KINDS
+    from jitwarden.model.kinds import NAMES
 
-    kinds = tuple(dict.fromkeys(getattr(args, "kind", None) or ()))
-    for k in kinds:
-        if k not in KINDS:
-            raise UsageError(f"unknown cache kind {k!r} (one of: {', '.join(KINDS)})")
-    return kinds or None
+    chosen = tuple(dict.fromkeys(getattr(args, "kind", None) or ()))
+    for k in chosen:
+        if k not in NAMES:
+            raise UsageError(f"unknown cache kind {k!r} (one of: {', '.join(NAMES)})")
+    return chosen or None
 
 
 def unread_roots_status(report) -> int:
@@ -532,15 +532,14 @@ def always_misses(digest: str | None, only: str | None = None, env=None) -> list
     """(workload, ``ops.always_miss.AlwaysMiss``) of every workload recorded here for ``digest`` (of workload
     ``only``, when given), over its starts under every fingerprint, their causes read from this node's Triton
     partitions: what ``doctor`` and ``run -v`` say (issue 44)."""
-    from jitwarden.env.locations import default_base
+    from jitwarden.env import locations
     from jitwarden.ops import always_miss, workload
     from jitwarden.store import partition
 
     env = os.environ if env is None else env
     if digest is None:
         return []
-    cur = env.get("TRITON_CACHE_DIR")
-    base = partition.base_of(cur) if cur else default_base("triton", env)
+    base = locations.partition_base("triton", env)
     roots = [partition.path_for(base, digest)]
     roots += [p for p, _info in partition.list_partitions(base) if p not in roots] + [base]
     found = []

@@ -91,13 +91,13 @@ def _show(cov) -> None:
 
 def _partitions(digest: str) -> list[tuple[str, str]]:
     """This node's partition dir of each kind for ``digest`` that exists."""
-    from jitwarden.env.locations import PARTITION_VARS, default_base
+    from jitwarden.env import locations
+    from jitwarden.model import kinds
     from jitwarden.store import partition
 
     found = []
-    for kind, var in PARTITION_VARS:
-        cur = os.environ.get(var)
-        base = partition.base_of(cur) if cur else default_base(kind, os.environ)
+    for kind in (k.name for k in kinds.bundled()):
+        base = locations.partition_base(kind, os.environ)
         pdir = partition.path_for(base, digest)
         if os.path.isdir(pdir) and not os.path.islink(pdir):
             found.append((kind, pdir))

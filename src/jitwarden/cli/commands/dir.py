@@ -48,9 +48,10 @@ def locations_of(env, digest: str | None, kinds) -> list[dict]:
     """One record per cache dir: kind, path, source, exists, partition (this environment's, or None)."""
     from jitwarden import adapters
     from jitwarden.env import locations
+    from jitwarden.model import kinds as kind_rows
     from jitwarden.store import partition, qregistry
 
-    partitioned = dict(locations.PARTITION_VARS)
+    partitioned = {k.name: k.var for k in kind_rows.partitioned(kind_rows.DIR)}
     rows = []
     for kind in kinds:
         if kind == "jitwarden":
@@ -98,11 +99,11 @@ def _row(kind, path, source, part) -> dict:
 
 
 def run(args) -> int:
-    from jitwarden.adapters import KINDS
     from jitwarden.cli.commands import _common
     from jitwarden.model.errors import UsageError
+    from jitwarden.model.kinds import NAMES
 
-    every = KINDS + ("jitwarden",)
+    every = NAMES + ("jitwarden",)
     if args.kind is not None and args.kind not in every:
         raise UsageError(f"unknown cache kind {args.kind!r} (one of: {', '.join(every)})")
     fp = _common.fingerprint_or_none()
@@ -122,10 +123,11 @@ def run(args) -> int:
 
 def _none_found(kind: str) -> str:
     """Why ``dir KIND`` has no path: the kind's variable is unset and its tool keeps nothing by default."""
-    from jitwarden.env.locations import FILE_PARTITION_VARS
+    from jitwarden.model import kinds
 
-    var = dict(FILE_PARTITION_VARS).get(kind)
-    if var:
+    row = kinds.get(kind) if kind in kinds.NAMES else None  # `dir jitwarden` always has its dir
+    var = row.var if row is not None else None
+    if var and row is not None and row.partition == kinds.FILE:
         return (
             f"no {kind} cache dir here: {var} is unset (a program may still name one in code); "
             f"set {var} to keep {kind}'s cache where jitwarden finds it"

@@ -552,9 +552,7 @@ def pending_proofs(report) -> list[Problem]:
 
     out_, seen = [], set()
     for c in report.caches:
-        trees = (
-            [c.root.path] if c.root.kind == "triton" else tree.tree_roots(c.root.kind, c.root.path)
-        )
+        trees = tree.tree_roots(c.root.kind, c.root.path)
         for t in trees:
             if t in seen:
                 continue
@@ -642,11 +640,13 @@ def run(args) -> int:
 
 def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
     from jitwarden.env import locations
+    from jitwarden.model import kinds
 
     con = out.console()
-    where = ", ".join(
-        out.short_path(locations.default_base(k, os.environ))
-        for k in ("triton", "inductor", "vllm")
+    where = ", ".join(  # the roots Triton's kernels land in: Triton's, and those its row says hold Triton trees
+        out.short_path(locations.default_base(k.name, os.environ))
+        for k in kinds.ROWS
+        if k.triton_trees
     )
     out.print_overview(
         con,
