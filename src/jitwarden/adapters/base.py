@@ -207,27 +207,6 @@ def entries(path: str) -> list[os.DirEntry]:
         return sorted((e for e in it if not is_reserved(e.name)), key=_BY_NAME)
 
 
-def sorted_listing(path: str, sort) -> tuple[list[str], list[tuple[str, str]]]:
-    """(entry names, strays as (name, why)) of ``path``, both sorted by name; only strings are kept, never the
-    listing's ``DirEntry`` objects (a root of 50,000 entries costs its names, not its listing).
-
-    ``sort(e)``: True for an entry, a reason string for a stray, None to pass it over; reserved names are
-    skipped. OSError when ``path`` cannot be listed."""
-    names, strays = [], []
-    with os.scandir(path) as it:
-        for e in it:
-            if is_reserved(e.name):
-                continue
-            kind = sort(e)
-            if kind is True:
-                names.append(e.name)
-            elif kind:
-                strays.append((e.name, kind))
-    names.sort()
-    strays.sort()
-    return names, strays
-
-
 # ---------------------------------------------------------------- partitions
 
 

@@ -24,7 +24,6 @@ from typing import ClassVar, Literal, cast
 
 from jitwarden.adapters import base
 from jitwarden.env import locations
-from jitwarden.formats import cupyentry
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -225,6 +224,8 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         )
     sealed, out_seal = base.dir_seal_findings(root, name, data, j)
     out += out_seal
+    from jitwarden.formats import cupyentry  # here: telling a root's kind imports every adapter
+
     p = cupyentry.parse(data, suffix)
     if p.problem:
         out.append(Finding("mismatch" if p.contradiction else "corrupt", p.problem))

@@ -23,15 +23,17 @@ import os
 import re
 import stat
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from jitwarden.adapters import base
-from jitwarden.formats import jaxexec
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.store.fsutil import read_bytes
 from jitwarden.store.reads import kind_of
+
+if TYPE_CHECKING:
+    from jitwarden.formats import jaxexec
 
 KIND = "jax"
 ROOT_RISK = None
@@ -260,6 +262,8 @@ def _read(path: str, size: int, j: Judge) -> tuple[bytes | tuple[int, str], jaxe
     """(what the seal check takes, the payload) of a ``-cache`` file: read whole up to :data:`MAX_ENTRY`, else its
     head alone inflated (and, where seals are checked, its sha256 streamed): a sparse file of gigabytes costs
     its head, a bomb its cap (:data:`jitwarden.formats.jaxexec.MAX_EXECUTABLE`)."""
+    # Imported where an entry is read: telling what a path is imports every adapter.
+    from jitwarden.formats import jaxexec
     from jitwarden.store import seal
     from jitwarden.store.fsutil import read_head
 
@@ -299,6 +303,8 @@ def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Findin
 
 
 def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Finding]:
+    from jitwarden.formats import jaxexec
+
     try:
         top = jaxexec.fields(data)
         if name == KERNEL_CACHE_FILE:

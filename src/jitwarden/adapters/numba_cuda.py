@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.adapters import base
-from jitwarden.formats import numbacache
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -121,6 +120,8 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     for a data file an index lists that is missing; ``foreign-arch`` for a compute capability or cubin SM
     other than the target's (numba keys by it); ``unrecognised`` for a shape jitwarden does not know.
     """
+    from jitwarden.formats import numbacache  # here: telling a root's kind imports every adapter
+
     s, out, other = base.lone_file(
         KIND,
         root,

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
+from stat import S_IWOTH
 from typing import Any, ClassVar
 
 from jitwarden.adapters.base import (
@@ -25,9 +26,9 @@ from jitwarden.adapters.base import (
     distinct,
     error_finding,
     holds,
+    listed,
     ownership_findings,
     private_dir,
-    sorted_listing,
     surveyed,
     why,
     with_partitions,
@@ -48,6 +49,8 @@ from jitwarden.model.layout import (
 )
 from jitwarden.store import partition
 from jitwarden.store.fsutil import kind_of, read_bytes, read_head
+from jitwarden.store.paths import open_dir_at
+from jitwarden.store.reads import stat_and_read
 
 KIND = "triton"
 ROOT_RISK = None
@@ -82,6 +85,7 @@ _TRITON_SUFFIXES = (
 )
 
 _NAME_SIZE, _SIZE, _MTIME = attrgetter("name", "size"), attrgetter("size"), attrgetter("mtime")
+_IFMT, _IFREG = 0o170000, 0o100000
 _HOST_MACHINES = {
     "x86_64": "x86_64",
     "amd64": "x86_64",
@@ -219,14 +223,22 @@ def _is_evidence(name: str) -> bool:
 
 
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """(entry directory names, stray top-level items as (name, why)) of a root; reserved names skipped."""
-    return sorted_listing(root, _entry_or_stray)
-
-
-def _entry_or_stray(e: os.DirEntry):
-    if e.is_dir(follow_symlinks=False) or e.is_symlink():
-        return True
-    return "file" if e.is_file(follow_symlinks=False) else None
+    """(entry directory names, stray top-level items as (name, why)) of a root, both sorted; reserved names
+    skipped. A directory or a symlink is an entry (the symlink never followed: judged ``unsafe``), a regular
+    file a stray, anything else passed over. Read from :func:`~jitwarden.adapters.base.listed`: within
+    :func:`~jitwarden.adapters.base.listing_once`, the listing that told the root's kind (a root lists 10,000s)."""
+    ls = listed(root)
+    names: list[str] = []
+    strays: list[tuple[str, str]] = []
+    for name, t in zip(ls.names, ls.types):
+        if t == "d" or t == "l":
+            if not is_reserved(name):
+                names.append(name)
+        elif t == "f" and not is_reserved(name):
+            strays.append((name, "file"))
+    names.sort()
+    strays.sort()
+    return names, strays
 
 
 # ---------------------------------------------------------------- reading
@@ -659,7 +671,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
 
     for gname, doc in f.groups:
         if doc is not None:
-            _group_findings(f, gname, doc, sizes, add)
+            _group_findings(f.id, f.path, gname, doc, sizes, add)
     etype = _entry_type(f, names)
     if etype == "partial" and (j.now - mtime if mtime else 0) >= j.orphan_age:
         add(
@@ -669,7 +681,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             )
         )
     if md is not None:
-        _metadata_findings(f, md, arch, kname, tv, j, add)
+        _metadata_findings(f.id, f.metadata_file, md, arch, kname, tv, j, add)
     cubin_file = f.cubin_file or ""  # set whenever a cubin or its head is
     cubin_sm, producer = (
         _cubin_findings(f.cubin, cubin_file, arch, kname, add)
@@ -693,29 +705,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     )
     if f.launchers:
         _launcher_findings(f.launchers, j.host_machine, add)
-    if f.seal_problems:
-        for p in f.seal_problems:
-            add(Finding("corrupt", f"seal: {p}"))
-    if (
-        f.seal_unbelieved
-    ):  # no evidence of damage: an older jitwarden's seal, another key's, another user's
-        add(
-            Finding(
-                "unrecognised",
-                "seal: not one you can believe (from a jitwarden before seal schema 2, made with another "
-                "user's key, or in an entry another user could write); judged as unsealed, and proven at "
-                "its next use",
-            )
-        )
-    if (
-        f.seal_foreign
-    ):  # moved or copied in from another environment's partition: the guard refuses to load it
-        add(
-            Finding(
-                "mismatch",
-                f"seal: {f.seal_foreign}: copied or moved in from another environment's partition",
-            )
-        )
+    _seal_findings(f.seal_problems, f.seal_unbelieved, f.seal_foreign, add)
 
     # One finding per (code, message): repeated groups can say the same thing twice.
     findings = tuple(dict.fromkeys(out))
@@ -733,6 +723,36 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         findings,
         TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer),
     )
+
+
+def _seal_findings(
+    problems: tuple[str, ...] | None, unbelieved: bool, foreign: str | None, add
+) -> None:
+    """What the seal's facts (:func:`_seal_facts`) say of the entry: damage it names, a seal not believed, another
+    partition's seal."""
+    if problems:
+        for p in problems:
+            add(Finding("corrupt", f"seal: {p}"))
+    if (
+        unbelieved
+    ):  # no evidence of damage: an older jitwarden's seal, another key's, another user's
+        add(
+            Finding(
+                "unrecognised",
+                "seal: not one you can believe (from a jitwarden before seal schema 2, made with another "
+                "user's key, or in an entry another user could write); judged as unsealed, and proven at "
+                "its next use",
+            )
+        )
+    if (
+        foreign
+    ):  # moved or copied in from another environment's partition: the guard refuses to load it
+        add(
+            Finding(
+                "mismatch",
+                f"seal: {foreign}: copied or moved in from another environment's partition",
+            )
+        )
 
 
 def _symlinked(root: str, f: EntryFacts) -> Entry:
@@ -789,7 +809,9 @@ def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Findin
     return out
 
 
-def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int], add) -> None:
+def _group_findings(
+    entry_id: str, path: str, gname: str, doc: dict, sizes: Mapping[str, int], add
+) -> None:
     """One group file's children: each must be a file of this very entry, present and not empty."""
     children = doc.get("child_paths")
     if not isinstance(children, dict):
@@ -802,7 +824,7 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
         )
         return
     outside: list[str] = []
-    prefix = f.path + os.sep
+    prefix = path + os.sep
     for child, cpath in children.items():
         if not isinstance(cpath, str) or not isinstance(child, str):
             add(Finding("corrupt", f"{gname}: child {child!r} has no path"))
@@ -819,8 +841,8 @@ def _group_findings(f: EntryFacts, gname: str, doc: dict, sizes: dict[str, int],
                 )
             if (
                 not os.path.isabs(cpath)
-                or os.path.basename(cdir) != f.id
-                or not same_dir(cdir, f.path)
+                or os.path.basename(cdir) != entry_id
+                or not same_dir(cdir, path)
             ):
                 outside.append(cpath)
         csize = sizes.get(child)
@@ -853,7 +875,14 @@ def _outside_finding(gname: str, outside: list[str], total: int) -> Finding:
 
 
 def _metadata_findings(
-    f: EntryFacts, md: dict, arch: int | None, kname: str | None, tv, j: Judge, add
+    entry_id: str,
+    metadata_file: str | None,
+    md: dict,
+    arch: int | None,
+    kname: str | None,
+    tv,
+    j: Judge,
+    add,
 ) -> None:
     """The metadata JSON (whole: a cut one is a read error) against Triton's layout, the entry's id, the
     installed Triton and the target GPU."""
@@ -861,7 +890,7 @@ def _metadata_findings(
         add(
             Finding(
                 "unrecognised",
-                f"{f.metadata_file}: metadata has no kernel name (a layout jitwarden does not "
+                f"{metadata_file}: metadata has no kernel name (a layout jitwarden does not "
                 "know); not judged by name",
             )
         )
@@ -870,16 +899,16 @@ def _metadata_findings(
         add(
             Finding(
                 "unrecognised",
-                f"{f.metadata_file}: metadata has no CUDA target arch jitwarden reads; "
+                f"{metadata_file}: metadata has no CUDA target arch jitwarden reads; "
                 "not judged by arch",
             )
         )
     h = md.get("hash")
-    if isinstance(h, str) and _ENTRY_ID.match(f.id) and not id_matches_hash(f.id, h):
+    if isinstance(h, str) and _ENTRY_ID.match(entry_id) and not id_matches_hash(entry_id, h):
         add(
             Finding(
                 "mismatch",
-                f"{f.metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one",
+                f"{metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one",
             )
         )
     if tv and j.triton_version and tv != j.triton_version:
@@ -1059,8 +1088,162 @@ def _entry_type(f: EntryFacts, names: Collection[str]) -> str:
 
 
 def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
-    """Read and judge one entry: the unit of work of the scanner and the guarded cache manager."""
+    """Read and judge one entry: the unit of work of the scanner and the guarded cache manager. An entry as
+    Triton writes it takes the quick path (:func:`quick_entry`), anything else the general one."""
+    try:
+        got = quick_entry(root, name, j, root_uid)
+    except (
+        Exception
+    ):  # whatever it met, the general path judges the entry from the start, and says so
+        got = None
+    if got is not None:
+        return got
     return judge_entry(root, read_entry(root, name, check_seal=j.check_seals), j, root_uid)
+
+
+# ---------------------------------------------------------------- the quick path
+
+
+def quick_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry | None:
+    """:func:`judge_entry` of :func:`read_entry`, for an entry exactly as Triton writes it: a directory of
+    regular files only, none another user could change, holding one group file ``__grp__<k>.json``, its
+    metadata ``<k>.json``, ``<k>.cubin`` and ``<k>.ptx`` (and any other file but a launcher, an autotune record,
+    a temporary or one of jitwarden's, its seal aside). The same reads (by the entry's fd, each file opened once,
+    never through a link), the same rules (the same functions, in the same order), the same :class:`Entry`;
+    without the survey's, the reader's and the facts' records between them (the scan's hot path: most entries
+    of a cache are such). None for any other entry, or whatever could not be read or parsed: the general path
+    then reads and judges it from the start, and words what it finds."""
+    if name.startswith("tmp."):  # a staging dir (or no kernel dir at all): the general path's
+        return None
+    path = os.path.join(root, name)
+    try:
+        fd = open_dir_at(path)
+    except OSError:  # a symlink, a lone file, gone, unreadable: the general path says which
+        return None
+    try:
+        return _quick_at(root, name, path, fd, j, root_uid)
+    finally:
+        os.close(fd)
+
+
+def _quick_listing(
+    fd: int, root_uid: int | None
+) -> tuple[dict[str, int], dict[str, bytes], int, float] | None:
+    """(size by name, the bytes read by name, total size, newest mtime) of the entry listed by ``fd``, the
+    files :func:`_read_while_listing` names read as listed (:func:`~jitwarden.store.reads.stat_and_read`: one
+    open gives the stat and the bytes), the others stat'ed by the fd; None when an item is no regular file,
+    is a temporary or jitwarden's (its seal aside), cannot be read whole, or the ownership rule would name it."""
+    st = os.fstat(fd)
+    modes, owners = st.st_mode, {st.st_uid}
+    sizes: dict[str, int] = {}
+    read: dict[str, bytes] = {}
+    total, newest = 0, 0.0
+    with os.scandir(fd) as it:
+        for e in it:
+            fname = e.name
+            if (
+                fname.endswith(_READ_SUFFIXES)
+                and fname != SEAL_FILE
+                and e.is_file(follow_symlinks=False)
+            ):
+                head = _read_while_listing(fname)
+                if head is None:  # a temporary, one of jitwarden's
+                    return None
+                fst, data = stat_and_read(fname, dir_fd=fd, head=head, max_bytes=_READING.whole_max)
+                if data is None:
+                    return None
+                read[fname] = data
+            else:
+                fst = e.stat(follow_symlinks=False)
+                if fst.st_mode & _IFMT != _IFREG or (
+                    fname != SEAL_FILE
+                    and ((TMP_FILE_INFIX in fname and is_tmp_file(fname)) or is_reserved(fname))
+                ):
+                    return None
+            sizes[fname] = size = fst.st_size
+            total += size
+            modes |= fst.st_mode
+            owners.add(fst.st_uid)
+            if fst.st_mtime > newest:
+                newest = fst.st_mtime
+    if modes & S_IWOTH or (root_uid is not None and not owners <= {root_uid, 0, -1}):
+        return None  # the ownership rule has something to name: the general path names it
+    return sizes, read, total, newest
+
+
+def _quick_layout(read: Mapping[str, bytes]) -> str | None:
+    """The stem ``k`` of an entry whose files read as listed are exactly ``__grp__<k>.json``, ``<k>.json``,
+    ``<k>.cubin`` and ``<k>.ptx``; None otherwise."""
+    if len(read) != 4:
+        return None
+    group = next((n for n in read if n.startswith("__grp__")), None)
+    if group is None or group.endswith(".autotune.json"):
+        return None
+    stem = group[len("__grp__") : -len(".json")]
+    if stem.startswith("__grp__") or stem.endswith(".autotune"):
+        return None
+    return stem if all(stem + x in read for x in (".json", ".cubin", ".ptx")) else None
+
+
+def _quick_at(
+    root: str, name: str, path: str, fd: int, j: Judge, root_uid: int | None
+) -> Entry | None:
+    """:func:`quick_entry` of the entry opened as ``fd``."""
+    listing = _quick_listing(fd, root_uid)
+    if listing is None:
+        return None
+    sizes, read, total, newest = listing
+    stem = _quick_layout(read)
+    if stem is None:
+        return None
+    group, metadata_file = f"__grp__{stem}.json", f"{stem}.json"
+    doc, md = _quick_json(read[group]), _quick_json(read[metadata_file])
+    if doc is None or md is None:
+        return None
+    cubin_file, ptx_file = f"{stem}.cubin", f"{stem}.ptx"
+    try:
+        cubin = elf.parse(read[cubin_file])
+    except elf.ElfError:
+        return None
+    arch = metadata_arch(md)
+    kname = md.get("name") if md and isinstance(md.get("name"), str) else None
+    tv = md.get("triton_version") if md else None
+    out: list[Finding] = []
+    add = out.append
+    _group_findings(name, path, group, doc, sizes, add)
+    _metadata_findings(name, metadata_file, md, arch, kname, tv, j, add)
+    cubin_sm, producer = _cubin_findings(cubin, cubin_file, arch, kname, add)
+    ptx_version, ptx_target = _ptx_findings(read[ptx_file], ptx_file, arch, kname, add)
+    sealed = SEAL_FILE in sizes
+    if sealed:
+        held = {n: data for n, data in read.items() if len(data) == sizes[n]}
+        problems, foreign, unbelieved = _seal_facts(
+            path, sizes.keys(), j.check_seals, None, lambda: held, fd
+        )
+        _seal_findings(problems, unbelieved, foreign, add)
+    return Entry(
+        KIND,
+        root,
+        name,
+        path,
+        "kernel",
+        kname if md else None,
+        arch,
+        total,
+        newest,
+        sealed,
+        tuple(dict.fromkeys(out)),
+        TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer),
+    )
+
+
+def _quick_json(data: bytes) -> dict[str, Any] | None:
+    """A group or metadata file's JSON object, as :meth:`_Reader.json_object` parses it; None when it is none."""
+    try:
+        doc = jsonlimits.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def structural_errors(path: str, host: str | None = None) -> tuple[list[Finding], str]:

@@ -131,7 +131,15 @@ def orphan_age(args) -> float:
 
 def run_scan(args, fp=None, *, emit=None, sink=None):
     """Resolve roots and target from ``args`` and scan; returns the report. With ``emit`` and ``sink``:
-    a streamed scan (:func:`jitwarden.ops.scan.scan_streamed`), whose entries are not kept."""
+    a streamed scan (:func:`jitwarden.ops.scan.scan_streamed`), whose entries are not kept. A root named on
+    the command line is listed once, for telling its kind and for its entries (``listing_once``)."""
+    from jitwarden.adapters.base import listing_once
+
+    with listing_once():
+        return _run_scan(args, fp, emit, sink)
+
+
+def _run_scan(args, fp, emit, sink):
     target = resolve_target(args.target, fp)
     kinds = kinds_of(args)
     holders = tuple(HELD[k][0] for k in kinds or () if k in HELD and HELD[k][0] not in kinds)
