@@ -137,15 +137,8 @@ def _child(cmd: list[str], env: dict) -> int:
 
     try:
         proc = subprocess.Popen(cmd, env=env)
-    except FileNotFoundError:
-        print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
-        return ExitStatus.COMMAND_NOT_FOUND
-    except PermissionError:
-        print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
-        return ExitStatus.CANNOT_EXECUTE
     except OSError as exc:
-        print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
-        return ExitStatus.CANNOT_EXECUTE
+        return _not_started(cmd, exc)
 
     def forward(signum, _frame) -> None:
         proc.send_signal(signum)
@@ -214,13 +207,16 @@ def _exec(cmd: list[str], env: dict) -> int:
     sys.stderr.flush()
     try:
         os.execvpe(cmd[0], cmd, env)
-    except FileNotFoundError:
+    except OSError as exc:
+        return _not_started(cmd, exc)
+    return 0  # not reached
+
+
+def _not_started(cmd: list[str], exc: OSError) -> int:
+    """One line and the shell's status for CMD that could not start (127 not found, 126 not executable)."""
+    if isinstance(exc, FileNotFoundError):
         print(f"jitwarden: {cmd[0]}: command not found", file=sys.stderr)
         return ExitStatus.COMMAND_NOT_FOUND
-    except PermissionError:
-        print(f"jitwarden: {cmd[0]}: permission denied", file=sys.stderr)
-        return ExitStatus.CANNOT_EXECUTE
-    except OSError as exc:
-        print(f"jitwarden: {cmd[0]}: {exc.strerror}", file=sys.stderr)
-        return ExitStatus.CANNOT_EXECUTE
-    return 0  # not reached
+    why = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
+    print(f"jitwarden: {cmd[0]}: {why}", file=sys.stderr)
+    return ExitStatus.CANNOT_EXECUTE
