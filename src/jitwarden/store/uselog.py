@@ -123,15 +123,20 @@ class Uses:
     unreadable: tuple[tuple[str, str], ...] = ()  # (log name, why)
 
 
-def read(root: str) -> Uses:
-    """The use log of ``root`` (empty when there is none); reads only, never waits on a lock."""
+def _uses_dir(root: str) -> int | None:
+    """An fd of ``root``'s use-log dir (:data:`USES_DIR`, never through a link), None when it has none."""
     from jitwarden.store.paths import reserved_dir
 
     rfd = os.open(root, os.O_RDONLY | _O_DIR | os.O_CLOEXEC)
     try:
-        dfd = reserved_dir(rfd, USES_DIR)
+        return reserved_dir(rfd, USES_DIR)
     finally:
         os.close(rfd)
+
+
+def read(root: str) -> Uses:
+    """The use log of ``root`` (empty when there is none); reads only, never waits on a lock."""
+    dfd = _uses_dir(root)
     if dfd is None:
         return Uses()
     try:
@@ -210,13 +215,8 @@ def compact(root: str, uses: Uses, keep: Iterable[str]) -> None:
     remove their logs. The caller holds the root's lock; a live process's log is never touched."""
     from jitwarden.store.atomic import AtomicWriter
     from jitwarden.store.entrylock import lock_mode
-    from jitwarden.store.paths import reserved_dir
 
-    rfd = os.open(root, os.O_RDONLY | _O_DIR | os.O_CLOEXEC)
-    try:
-        dfd = reserved_dir(rfd, USES_DIR)
-    finally:
-        os.close(rfd)
+    dfd = _uses_dir(root)
     if dfd is None:
         return
     try:
