@@ -362,3 +362,63 @@ def test_sealing_one_file_never_carries_a_record_of_a_file_changed_since(tmp_pat
     assert not flatseal.seal_file(
         "cupy", d, a, "0" * 64, size, "test"
     )  # not what is on disk: refused
+
+
+def test_a_seal_lock_held_by_another_process_is_waited_for_once_a_run_and_named(
+    tmp_path, recwarn, monkeypatch
+):
+    """Issue 42: a lock another process (another uid's, a stuck one) holds on a team cache dir cost ~2 s per jitted
+    function, every run, silently. It is waited for once, then not again in this process, and one line names it."""
+    import subprocess
+    import sys
+
+    from jitwarden.model.layout import ENTRY_LOCK_FILE
+    from jitwarden.runtime import flathooks
+
+    d = tmp_path / "jaxc"
+    d.mkdir()
+    (d / ENTRY_LOCK_FILE).write_bytes(b"")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            str(d / ENTRY_LOCK_FILE),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        flatseal._STUCK.pop(str(d), None)
+        flathooks._said.discard(f"stuck:{d}")
+        names = []
+        for i in range(3):
+            name = f"jit_f{i}-{'a' * 64}-cache"
+            (d / name).write_bytes(b"x" * 10)
+            names.append(name)
+        assert (
+            flathooks.seal_written("jax", str(d), names[0], b"x" * 10) is False
+        )  # waits, then gives up
+        assert "held by another process" in flatseal.stuck(str(d))
+
+        def no_wait(_s):
+            raise AssertionError("waited for a lock already known to be stuck")
+
+        monkeypatch.setattr(flatseal.time, "sleep", no_wait)
+        assert (
+            flathooks.seal_written("jax", str(d), names[1], b"x" * 10) is False
+        )  # not waited for again
+        assert flathooks.seal_written("jax", str(d), names[2], b"x" * 10) is False
+        lines = [
+            str(w.message) for w in recwarn if "cannot be sealed in this run" in str(w.message)
+        ]
+        assert (
+            len(lines) == 1
+            and ENTRY_LOCK_FILE in lines[0]
+            and "held by another process" in lines[0]
+        )
+    finally:
+        holder.kill()
+        holder.wait()
