@@ -732,32 +732,16 @@ def hooked(env) -> tuple[str, ...]:
 
 
 KIND_OF = {COMPILER_MODULE: "jax", CACHE_MODULE: "jax", CUPY_MODULE: "cupy", NUMBA_MODULE: "numba"}
-DISTS = {
-    "jax": ("jax",),
-    "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
-    "numba": ("numba-cuda",),
-}
-STARTUP_VAR = {"jax": "JAX_COMPILATION_CACHE_DIR", "cupy": "CUPY_CACHE_DIR"}
-
-
-def tool_version(kind: str) -> str:
-    """The installed release of ``kind``'s tool, from its distribution's metadata (nothing imported)."""
-    from importlib import metadata
-
-    for dist in DISTS[kind]:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return "(version unknown)"
 
 
 def _refused(module: str, exc: Exception) -> str:
     """``postimport``'s state for a hook that did not fit the tool as installed (:class:`hookshapes.ShapeError`, a
     missing attribute): the tool runs as it is, one line says so, and what the start-up check would have done at
     activation (which left the kind to its hook) is done now, before the tool reads its cache."""
+    from jitwarden.runtime import hookshapes
+
     kind = KIND_OF[module]
-    tool = f"{kinds.tool(kind)} {tool_version(kind)}"
+    tool = f"{kinds.tool(kind)} {hookshapes.version_of(kind)}"
     why = f"{type(exc).__name__}: {exc}"
     if module == COMPILER_MODULE:
         line = (
@@ -772,13 +756,14 @@ def _refused(module: str, exc: Exception) -> str:
             "checked at start-up only"
         )
     _say(line)
-    if kind in STARTUP_VAR:
+    if kinds.get(kind).partition == "file":  # the kinds flatseal checks at start-up: JAX's, CuPy's
         _check_now(kind)
     return f"not guarded: {line}"
 
 
 def _check_now(kind: str) -> None:
-    d = os.environ.get(STARTUP_VAR[kind])
+    var = kinds.get(kind).var
+    d = os.environ.get(var) if var else None
     if not d or not os.path.isdir(d) or os.path.islink(d):
         return
     try:

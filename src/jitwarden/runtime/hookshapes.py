@@ -182,7 +182,6 @@ DISTS = {
     "numba": ("numba-cuda",),
     "torch": ("torch",),
 }
-NAMES = {"jax": "JAX", "cupy": "CuPy", "numba": "numba-cuda", "torch": "torch"}
 FALLBACK = {
     "jax": "start-up check only",
     "cupy": "start-up check only",
@@ -202,7 +201,9 @@ class Protection:
     why: str | None = None
 
     def line(self) -> str:
-        return f"{NAMES[self.tool]} {self.version}: {self.state}" + (
+        from jitwarden.model import kinds
+
+        return f"{kinds.tool(self.tool)} {self.version}: {self.state}" + (
             f" ({self.why})" if self.why else ""
         )
 
@@ -281,7 +282,7 @@ def protection(env=None, package_dir=None, version=None) -> list[Protection]:
     for tool in ("jax", "cupy", "numba", "torch"):
         if not any(package_dir(top) for top, _p in _PACKAGES[tool]):
             continue
-        ver = next((v for d in DISTS[tool] if (v := version(d))), "(version unknown)")
+        ver = version_of(tool, version)
         switch = TORCH_HOOKS if tool == "torch" else LOAD_HOOKS
         if not switch.on(env):
             out.append(
@@ -315,6 +316,14 @@ def protection(env=None, package_dir=None, version=None) -> list[Protection]:
 OPTIONAL = "jax._src.compiler._cache_write"
 """The one hooked function a tool is hooked without: JAX's compile proof (flathooks then judges at first sight)."""
 CUPY_CACHE = "cupy.cuda._compiler_cache"
+
+
+def version_of(tool: str, version=None) -> str:
+    """The installed release of ``tool`` (``jax``, ``cupy``, ``numba``, ``torch``) by its distribution's metadata,
+    nothing imported; ``version``: how a distribution's version is found (default: the environment judged
+    against)."""
+    find = version or _version
+    return next((v for d in DISTS[tool] if (v := find(d))), "(version unknown)")
 
 
 def _version(dist: str) -> str | None:

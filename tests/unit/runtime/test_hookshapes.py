@@ -251,7 +251,7 @@ def test_torch_loader_shapes_fit_and_a_renamed_one_does_not(attr):
 
 def test_a_refused_hook_says_one_line_and_is_not_guarded(monkeypatch, recwarn):
     """postimport's on_error for the flat hooks: the state says why, one warning says what protection remains."""
-    monkeypatch.setattr(flathooks, "tool_version", lambda kind: "0.13.0")
+    monkeypatch.setattr(hookshapes, "version_of", lambda kind: "0.13.0")
     state = flathooks._refused(
         flathooks.CACHE_MODULE, hookshapes.ShapeError("get_file_cache(directory)")
     )
