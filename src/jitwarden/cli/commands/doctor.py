@@ -594,6 +594,9 @@ def run(args) -> int:
     if req is not None:
         report = _common.rebuilt(report, req)
     digest = getattr(fp, "digest", None)
+    tools = (
+        _common.tool_protection()
+    )  # each tool's sources read once: the JSON, the text and the warnings
     probs = problems(
         report,
         fp,
@@ -605,7 +608,7 @@ def run(args) -> int:
     )
     probs = sorted(
         probs
-        + protection_problems(report)
+        + protection_problems(report, tools)
         + pending_proofs(report)
         + misconfig_problems()
         + always_miss_problems(digest),
@@ -627,18 +630,18 @@ def run(args) -> int:
             "headline": fp.headline() if fp is not None else None,
             "gpus": [gpu_json(g) for g in fp.gpus] if fp is not None else [],
             "problems": [p.to_json() for p in probs],
-            "protection": [p.to_json() for p in _common.tool_protection()],
+            "protection": [p.to_json() for p in tools],
             "ok": worst != Severity.ERROR,
         }
 
     code = _common.verdict_exit(report, args.strict)
     out.output_format(args).result(
-        "doctor", body, lambda: _print(report, fp, digest, probs, args.long, code)
+        "doctor", body, lambda: _print(report, fp, digest, probs, args.long, code, tools)
     )
     return code
 
 
-def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
+def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK, tools=()) -> None:
     from jitwarden.env import locations
     from jitwarden.model import kinds
 
@@ -659,7 +662,7 @@ def _print(report, fp, digest, probs, long: bool, code: int = EXIT_OK) -> None:
     )
     out.hanging(con, out.text((out.summary_line(report), "dim")))
     if long:  # each installed tool's protection (JSON always has it; a tool not hooked is a warning below)
-        for tp in _common.tool_protection():
+        for tp in tools:
             out.hanging(con, out.text(("protection ", "dim"), tp.line()))
     for p in probs:
         out.hanging(
@@ -732,15 +735,15 @@ def always_miss_problems(digest) -> list[Problem]:
 # --- reduced protection and leftover trash (the runtime's own report; see `status`) -------------
 
 
-def protection_problems(report, env=None) -> list[Problem]:
+def protection_problems(report, tools, env=None) -> list[Problem]:
     """A warning for each setting that lowers protection and each trash a killed deletion left (pure over
-    the environment and the roots the scan found); info naming each installed tool's protection, a warning for
-    one whose load hook would not be installed (its functions of a shape this jitwarden does not know)."""
+    the environment and the roots the scan found), and for each of ``tools`` (:func:`_common.tool_protection`,
+    read once a run) whose load hook would not be installed (its functions of a shape this jitwarden does not know)."""
     out = [
         Problem(n["kind"], Severity.WARN, 1, f"{n['what']}: {n['why']}", n["fix"])
         for n in _common.protection_lines(report, env)
     ]
-    for p in _common.tool_protection(env):
+    for p in tools:
         hooked = p.state == "load hook" and p.why is None
         if hooked or (p.why or "").endswith("=0"):  # off by a setting: said by its own line above
             continue
