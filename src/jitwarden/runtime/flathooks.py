@@ -246,8 +246,7 @@ class GuardedJaxCache:
         if st is not None:
             if stat.S_ISREG(st.st_mode):
                 return None  # JAX writes nothing over an entry that exists
-            refuse("jax", self._dir, name, f"{name} is not a regular file", "corrupt")
-            if os.path.lexists(path):
+            if not refuse("jax", self._dir, name, f"{name} is not a regular file", "corrupt"):
                 return None  # it could not be moved: nothing is written through it
         if getattr(self._base, "eviction_enabled", False):
             self._base.put(key, value)  # JAX's eviction and atime, under its lock
@@ -332,10 +331,12 @@ def _unsealable(kind: str, d: str) -> None:
         )
 
 
-def refuse(kind: str, d: str, name: str, why: str, code: str = "corrupt") -> None:
-    """Quarantine the file ``name`` of ``d`` (a miss: the tool compiles it again), with one warning line; where it
-    cannot be moved, the line says why."""
-    _say(flatseal.quarantine_file(kind, d, name, why, None, by="load", code=code)[1])
+def refuse(kind: str, d: str, name: str, why: str, code: str = "corrupt") -> bool:
+    """Quarantine the file ``name`` of ``d`` (a miss: the tool compiles it again), with one warning line; whether
+    it was moved (where it cannot be, the line says why)."""
+    moved, line = flatseal.quarantine_file(kind, d, name, why, None, by="load", code=code)
+    _say(line)
+    return moved
 
 
 def prove(key: str, fresh: bytes) -> str | None:
