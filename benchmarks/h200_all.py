@@ -69,6 +69,12 @@ def main(argv=None) -> int:
     ap.add_argument("--uid", type=int, default=1000, help="the user of the trust part")
     ap.add_argument("--pairs", type=int, default=6, help="warm pairs per mode (>= 6)")
     ap.add_argument("--layers", type=int, default=2, help="the small Phi3's layers")
+    ap.add_argument(
+        "--warm-modes", default=None, help="MODE:FX pairs of the warm part (its default: all)"
+    )
+    ap.add_argument(
+        "--profile", action="store_true", help="the warm part profiles one start per side"
+    )
     ap.add_argument("--dry-run", action="store_true", help="print each part's command, run none")
     args = ap.parse_args(argv)
     chosen = args.only.split(",")
@@ -113,6 +119,8 @@ def main(argv=None) -> int:
         full += ["--budget", f"{give:.0f}", "--json", os.path.join(out, json_name)]
         if name == "warm":
             full += ["--pairs", str(args.pairs), "--layers", str(args.layers)]
+            full += ["--warm-modes", args.warm_modes] if args.warm_modes else []
+            full += ["--profile"] if args.profile else []
         if name == "cold":
             full += ["--layers", str(args.layers)]
         if name == "oci" and args.registry:

@@ -52,7 +52,10 @@ def model_env(args) -> None:
     os.environ.update(JW_ARCH="phi3", JW_LAYERS=str(args.layers), JW_HIDDEN=str(args.hidden))
 
 
-def row_of(runs: dict[str, list], key_fields=("wall_s", "t_first")) -> dict:
+STAGES = ("wall_s", "t_first", "t_before", "t_import", "t_build", "t_exit", "t_after")
+
+
+def row_of(runs: dict[str, list], key_fields=STAGES) -> dict:
     """Medians per side, guarded / stock, and every run's figure: the row a pair adds to."""
     row: dict = {
         "pairs": min(len(runs["stock"]), len(runs["guarded"])),
@@ -100,12 +103,14 @@ def part_fixed(b: Budget, args) -> None:
 
 
 def part_warm(b: Budget, args, work: str) -> None:
-    """One cold fill per compile mode, then the interleaved warm pairs of each FX setting: the headline first."""
+    """One cold fill per compile mode, then the interleaved warm pairs of each FX setting: the headline first;
+    ``--profile``: one cProfile'd warm start per side after the first mode's first FX setting."""
     script = os.path.join(work, "phi3.py")
     with open(script, "w") as f:
         f.write(MODEL)
+    modes = tuple(tuple(m.split(":")) for m in args.warm_modes.split(","))
     cold_seen = 0.0
-    for mode in dict.fromkeys(m for m, _fx in MODES):
+    for n, mode in enumerate(dict.fromkeys(m for m, _fx in modes)):
         roots = {s: os.path.join(work, f"warm-{mode}-{s}") for s in SIDES}
         if not b.fits(f"warm {mode}: cold fill", max(COLD_NEED, cold_seen * 1.5)):
             continue
@@ -119,7 +124,9 @@ def part_warm(b: Budget, args, work: str) -> None:
         )
         if any(c["rc"] for c in cold.values()):
             continue
-        for fx in (fx for m, fx in MODES if m == mode):
+        for k, fx in enumerate(fx for m, fx in modes if m == mode):
+            if args.profile and n == 0 and k == 1 and b.fits("warm profile", 80):
+                warm_profile(b, script, mode, roots, work)
             runs: dict[str, list] = {s: [] for s in SIDES}
             key = f"warm/{mode}/fx-{fx}"
             for i in range(args.pairs):
@@ -130,29 +137,31 @@ def part_warm(b: Budget, args, work: str) -> None:
                 for s in SIDES if i % 2 == 0 else SIDES[::-1]:
                     runs[s].append(one(script, mode, roots[s], s == "guarded", fx))
                 b.put(key, {"mode": mode, "fx": fx, **row_of(runs)})
-    if args.profile and b.fits("warm profile", 60):
-        mode = MODES[-1][0]
-        prof = {}
-        for s in SIDES:
-            path = os.path.join(work, f"prof-{s}.pstats")
-            prof[s] = one(
-                script, mode, os.path.join(work, f"warm-{mode}-{s}"), s == "guarded", "on", path
-            )
-        gp = os.path.join(work, "prof-guarded.pstats")
-        top = top_jitwarden(gp) if os.path.exists(gp) else []
-        diff: list[str] = []
-        if all(os.path.exists(os.path.join(work, f"prof-{s}.pstats")) for s in SIDES):
-            from bench_small_model import profile_diff
 
-            diff = profile_diff(*(os.path.join(work, f"prof-{s}.pstats") for s in SIDES))
-        b.put(
-            "warm/profile",
-            {
-                "wall_s": {s: prof[s]["wall_s"] for s in SIDES},
-                "jitwarden": top,
-                "guarded_minus_stock": diff,
-            },
-        )
+
+def warm_profile(b: Budget, script: str, mode: str, roots: dict, work: str) -> None:
+    """One cProfile'd warm start per side (FX cache on): jitwarden's own functions, and what the guarded one
+    does more of than the stock one."""
+    prof = {}
+    for s in SIDES:
+        path = os.path.join(work, f"prof-{s}.pstats")
+        prof[s] = one(script, mode, roots[s], s == "guarded", "on", path)
+    gp = os.path.join(work, "prof-guarded.pstats")
+    top = top_jitwarden(gp) if os.path.exists(gp) else []
+    diff: list[str] = []
+    if all(os.path.exists(os.path.join(work, f"prof-{s}.pstats")) for s in SIDES):
+        from bench_small_model import profile_diff
+
+        diff = profile_diff(*(os.path.join(work, f"prof-{s}.pstats") for s in SIDES), n=40)
+    b.put(
+        "warm/profile",
+        {
+            "mode": mode,
+            "runs": {s: {k: v for k, v in prof[s].items() if k != "err"} for s in SIDES},
+            "jitwarden": top,
+            "guarded_minus_stock": diff,
+        },
+    )
 
 
 def part_cold(b: Budget, args, work: str) -> None:
@@ -210,6 +219,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--ref", help="also time this git revision in the fixed costs")
     ap.add_argument("--profile", action="store_true", help="a cProfile'd warm start per side")
+    ap.add_argument(
+        "--warm-modes",
+        default=",".join(f"{m}:{fx}" for m, fx in MODES),
+        help="MODE:FX pairs of the warm part, in order (default: every one, the headline first)",
+    )
     ap.add_argument(
         "--skip-model", action="store_true", help="the fixed costs only (= --only fixed)"
     )

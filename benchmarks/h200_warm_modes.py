@@ -33,7 +33,9 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 MODEL = textwrap.dedent(
     """
     import json, os, sys, time
-    t0 = time.perf_counter()
+    t0, e0 = time.perf_counter(), time.time()
+    import atexit
+    atexit.register(lambda: print(f"EXITED {time.time():.6f}", flush=True))  # runs last: after torch's own
     import torch
     if os.environ.get("JW_ARCH") == "phi3":  # the held-out small model of issue 35
         from transformers import Phi3Config as Config, Phi3ForCausalLM as Model
@@ -49,6 +51,7 @@ MODEL = textwrap.dedent(
     torch.manual_seed(0)
     m = Model(cfg).cuda().to(torch.bfloat16).eval()
     ids = torch.randint(0, cfg.vocab_size, (4, 128), device="cuda")
+    t_build = time.perf_counter() - t0 - t_import
     with torch.no_grad():
         ref = m(ids).logits.float()
         torch.cuda.synchronize()
@@ -58,8 +61,9 @@ MODEL = textwrap.dedent(
         torch.cuda.synchronize()
         t_first = time.perf_counter() - t1
     err = (y - ref).abs().max().item()
-    print("RESULT " + json.dumps({"t_import": round(t_import, 3), "t_first": round(t_first, 3),
-                                  "t_total": round(time.perf_counter() - t0, 3),
+    print("RESULT " + json.dumps({"t_import": round(t_import, 3), "t_build": round(t_build, 3),
+                                  "t_first": round(t_first, 3), "t_total": round(time.perf_counter() - t0, 3),
+                                  "e_start": e0, "e_end": time.time(),
                                   "max_abs_err": err if err == err else "nan"}), flush=True)
     """
 )
@@ -92,10 +96,18 @@ def one(
     cmd = (
         ([sys.executable, "-m", "jitwarden", "run", "--"] if guarded else []) + py + [script, mode]
     )
-    t = time.perf_counter()
+    t, e = time.perf_counter(), time.time()
     p = subprocess.run(cmd, env=env_for(root, fx), capture_output=True, text=True, timeout=580)
-    wall = time.perf_counter() - t
+    wall, e_done = time.perf_counter() - t, time.time()
     res = next((json.loads(x[7:]) for x in p.stdout.splitlines() if x.startswith("RESULT ")), {})
+    exited = next((float(x[7:]) for x in p.stdout.splitlines() if x.startswith("EXITED ")), None)
+    # Where the wall goes outside the script's body: before its first line (interpreters, jitwarden run, the
+    # activation), in the exit handlers (torch's worker pool, jitwarden's flushes), and after them.
+    if "e_start" in res:
+        res["t_before"] = round(res.pop("e_start") - e, 3)
+        end = res.pop("e_end")
+        res["t_exit"] = round((exited or e_done) - end, 3)
+        res["t_after"] = round(e_done - exited, 3) if exited else None
     return {
         "rc": p.returncode,
         "wall_s": round(wall, 3),
