@@ -36,7 +36,7 @@ metadata_group  # ops/canary_worker: Triton's compilation listener passes it by 
 times  # as metadata_group
 _.no_wrap  # rich Text/Column attributes set for rich to read
 _.overflow  # as no_wrap
-_.tell  # store/fsutil.AtomicWriter: the file protocol tarfile's writer calls
+_.tell  # store/atomic.AtomicWriter: the file protocol tarfile's writer calls
 readable  # formats/oci._DeadlineIO: the raw-IO protocol io.BufferedReader calls
 readinto  # as readable
 makefile  # formats/oci._DeadlineSocket: the socket protocol http.client calls

@@ -16,7 +16,7 @@ import tempfile
 import timeit
 
 from jitwarden.formats import jsonlimits
-from jitwarden.store import fsutil
+from jitwarden.store import reads
 
 
 def plain_read(path: str, size_hint: int) -> bytes:
@@ -83,7 +83,7 @@ def main() -> None:
         new = (
             min(
                 timeit.repeat(
-                    lambda path=path, size=size: fsutil.read_bytes(path, size_hint=size),
+                    lambda path=path, size=size: reads.read_bytes(path, size_hint=size),
                     number=n,
                     repeat=5,
                 )
@@ -93,7 +93,7 @@ def main() -> None:
         print(
             f"read {label} ({size} B): plain {base * 1e6:.2f} us, checked {new * 1e6:.2f} us, ratio {new / base:.2f}"
         )
-    data = fsutil.read_bytes(js)
+    data = reads.read_bytes(js)
     base = min(timeit.repeat(lambda: json.loads(data), number=n, repeat=5)) / n
     new = min(timeit.repeat(lambda: jsonlimits.loads(data), number=n, repeat=5)) / n
     print(

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 def _run(a, home: str) -> int:
     from jitwarden.model.layout import SEAL_FILE
     from jitwarden.store import seal
-    from jitwarden.store.fsutil import read_bytes
+    from jitwarden.store.reads import read_bytes
 
     entry = os.path.join(home, "ENTRYKEY")
     os.mkdir(entry)

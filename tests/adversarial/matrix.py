@@ -837,7 +837,7 @@ def _base_argv(world: World, e: Entry, w: str) -> list:
 def _var_default(var: str, env: dict) -> str | None:
     """What an unset jitwarden variable resolves to in the world, to seed the place a case points it at."""
     from jitwarden.ops import keys
-    from jitwarden.store.fsutil import memo_dir
+    from jitwarden.store.paths import memo_dir
 
     return {
         "JITWARDEN_HOME": lambda: memo_dir(env),
@@ -956,7 +956,7 @@ def _run_once(world: World, case: Case, outside: str, stock: bool) -> tuple[dict
                     os.makedirs(bad)
                 value = bad
             elif case.shape == "symlink-out" and t.arg.kind == "dir":
-                # A directory the user names is followed like `cp x link/` follows it (fsutil.open_dir_path: the
+                # A directory the user names is followed like `cp x link/` follows it (paths.open_dir_path: the
                 # user's own symlinks are followed), so a link AS the argument is the user's choice, not hostile;
                 # hostile are links planted at the names jitwarden writes INSIDE it, which must never be followed.
                 value = planter.links_inside(p, arg_dir_writes().get(t.arg.dest, ()))

@@ -59,7 +59,7 @@ def watched_places(env) -> list[str]:
     """Where the suite could write for a user with ``env``: every root each adapter finds there, jitwarden's
     memo and config dirs, the guard's shared-memory fallback, and the top of HOME and its ``.cache``."""
     from jitwarden.ops import keys
-    from jitwarden.store.fsutil import memo_dir
+    from jitwarden.store.paths import memo_dir
 
     env = dict(env)
     places = [r.path for r in adapters.discover_roots(env)] + [memo_dir(env), keys.config_dir(env)]

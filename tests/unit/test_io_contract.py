@@ -276,7 +276,7 @@ def test_a_planted_violation_fails_the_check(tree_copy, what):
 
 def test_the_disk_layer_itself_is_exempt_and_a_stale_allowance_is_reported(tree_copy):
     assert check(tree_copy) == []  # the copy passes as the tree does
-    with open(os.path.join(tree_copy, "store", "fsutil.py"), "a", encoding="utf-8") as f:
+    with open(os.path.join(tree_copy, "store", "reads.py"), "a", encoding="utf-8") as f:
         f.write("\n\n" + PLANTS["builtin open"])
     assert check(tree_copy) == []
     with open(os.path.join(tree_copy, "cli", "main.py"), "w", encoding="utf-8") as f:
@@ -288,8 +288,8 @@ def test_the_disk_layer_itself_is_exempt_and_a_stale_allowance_is_reported(tree_
 
 def test_harmless_lookalikes_are_not_flagged():
     src = (
-        "import os\nfrom jitwarden.store import fsutil\nfrom jitwarden.store.fsutil import read_bytes\n\n"
-        'def f(p, s):\n    fsutil.read_bytes(p)\n    read_bytes(p)\n    s.replace("a", "b")\n'
+        "import os\nfrom jitwarden.store import reads\nfrom jitwarden.store.reads import read_bytes\n\n"
+        'def f(p, s):\n    reads.read_bytes(p)\n    read_bytes(p)\n    s.replace("a", "b")\n'
         '    os.path.join(p, "x")\n    os.stat(p)\n'
     )
     assert violations_in(src, "ops.example") == []

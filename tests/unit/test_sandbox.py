@@ -12,7 +12,7 @@ import sys
 from jitwarden.env import locations
 from jitwarden.model import kinds
 from jitwarden.model.layout import ROOT_LOCK_FILE
-from jitwarden.store import fsutil, locks
+from jitwarden.store import locks, paths
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src", "jitwarden")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -69,14 +69,14 @@ def test_a_test_sees_only_its_sandbox():
     ]
     for kind in (k.name for k in kinds.partitioned(kinds.DIR)):
         assert locations.default_base(kind, env).startswith(base + os.sep), kind
-    assert fsutil.memo_dir().startswith(base + os.sep)
+    assert paths.memo_dir().startswith(base + os.sep)
 
 
 def test_the_memo_dir_of_an_environment_is_in_that_environment_s_home(tmp_path):
     # The registry of quarantined roots and the memo follow the HOME of the env they are asked about,
     # never the calling process's (a command given another env wrote into the caller's home).
     other = str(tmp_path / "elsewhere")
-    assert fsutil.memo_dir({"HOME": other}) == os.path.join(other, ".cache", "jitwarden")
+    assert paths.memo_dir({"HOME": other}) == os.path.join(other, ".cache", "jitwarden")
     assert os.environ["HOME"] != other
 
 

@@ -26,7 +26,8 @@ from jitwarden.model.entries import CacheRoot, Entry, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.store import partition
-from jitwarden.store.fsutil import open_dir_at, stat_and_read
+from jitwarden.store.paths import open_dir_at
+from jitwarden.store.reads import stat_and_read
 
 MAX_DEPTH = 64
 """A survey stops descending here: a hostile 10,000-deep tree costs a finding, not the stack."""
@@ -92,7 +93,7 @@ def set_vars(env, *names: str) -> list[tuple[str, str]]:
 def private_dir(env) -> str | None:
     """Where jitwarden's private roots live (activation goes there when a user's root is unsafe); None when unknown."""
     try:
-        from jitwarden.store.fsutil import memo_dir
+        from jitwarden.store.paths import memo_dir
 
         return os.path.join(memo_dir(env), "roots")
     except Exception:
@@ -871,7 +872,7 @@ def survey_findings(s: Survey, root_uid: int | None, what: str = "entry") -> lis
 def elf_head(path: str, size: int) -> elf.ElfHead:
     """:func:`jitwarden.formats.elf.parse_head` of the file ``path`` (no symlink followed), reading only its header;
     ``size`` is the file's size from the survey. OSError propagates (reported as unreadable files are)."""
-    from jitwarden.store.fsutil import read_head
+    from jitwarden.store.reads import read_head
 
     return elf.parse_head(read_head(path, elf.HEADER_SIZE), size)
 
@@ -883,7 +884,7 @@ def older_than(mtime: float, judge, age: float | None = None) -> bool:
 
 def unreadable(what: str, exc: OSError) -> Finding:
     """The finding for a file of an entry that could not be read: ``corrupt`` with the OS's words, except one
-    past the bound jitwarden reads of its kind (EFBIG, ``store/fsutil.too_large``): that says nothing about its
+    past the bound jitwarden reads of its kind (EFBIG, ``store/reads.too_large``): that says nothing about its
     bytes, so it is ``unrecognised`` (not understood is not damage)."""
     if exc.errno == errno.EFBIG:
         return Finding("unrecognised", f"{what}: {exc.strerror}; not judged")

@@ -65,7 +65,7 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.model.settings import LIBCUDA
-from jitwarden.store.fsutil import read_bytes, read_head
+from jitwarden.store.reads import read_bytes, read_head
 
 KIND = "cuda-compute"
 ROOT_RISK = None

@@ -27,7 +27,7 @@ from jitwarden.env import locations
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.reads import read_bytes
 
 KIND = "cupy"
 ROOT_RISK = None

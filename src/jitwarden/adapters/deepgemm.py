@@ -48,7 +48,7 @@ from jitwarden.env import locations
 from jitwarden.formats.ptx import parse_header
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_head
+from jitwarden.store.reads import read_head
 
 KIND = "deepgemm"
 ROOT_RISK = None

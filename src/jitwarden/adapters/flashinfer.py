@@ -45,7 +45,7 @@ from jitwarden.env import locations
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
-from jitwarden.store.fsutil import read_head
+from jitwarden.store.reads import read_head
 
 KIND = "flashinfer"
 ROOT_RISK = None

@@ -43,7 +43,7 @@ from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFact
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store import partition
-from jitwarden.store.fsutil import read_bytes, read_chunks, read_head
+from jitwarden.store.reads import read_bytes, read_chunks, read_head
 
 KIND = "inductor"
 ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
@@ -539,8 +539,8 @@ class Streamed:
 
 
 def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
-    """:class:`Streamed` of the file ``path``: every byte read once, 1 MiB at a time (``store/fsutil.read_chunks``),
-    searched with an overlap of 4 KiB between chunks; OSError past ``fsutil.MAX_READ``."""
+    """:class:`Streamed` of the file ``path``: every byte read once, 1 MiB at a time (``store/reads.read_chunks``),
+    searched with an overlap of 4 KiB between chunks; OSError past ``reads.MAX_READ``."""
     import hashlib
     import zlib
 

@@ -29,8 +29,7 @@ from jitwarden.adapters import base
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
-from jitwarden.store.fsutil import read_bytes
-from jitwarden.store.reads import kind_of
+from jitwarden.store.reads import kind_of, read_bytes
 
 if TYPE_CHECKING:
     from jitwarden.formats import jaxexec
@@ -265,7 +264,7 @@ def _read(path: str, size: int, j: Judge) -> tuple[bytes | tuple[int, str], jaxe
     # Imported where an entry is read: telling what a path is imports every adapter.
     from jitwarden.formats import jaxexec
     from jitwarden.store import seal
-    from jitwarden.store.fsutil import read_head
+    from jitwarden.store.reads import read_head
 
     if size <= MAX_ENTRY:
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)

@@ -24,7 +24,7 @@ from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.reads import read_bytes
 
 KIND = "numba"
 ROOT_RISK = "numba unpickles entries from it, so loading one runs their code"

@@ -41,7 +41,7 @@ from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.store import partition
-from jitwarden.store.fsutil import read_head
+from jitwarden.store.reads import read_head
 
 KIND = "torch-ext"
 ROOT_RISK = None

@@ -48,9 +48,8 @@ from jitwarden.model.layout import (
     is_tmp_file,
 )
 from jitwarden.store import partition
-from jitwarden.store.fsutil import kind_of, read_bytes, read_head
 from jitwarden.store.paths import open_dir_at
-from jitwarden.store.reads import stat_and_read
+from jitwarden.store.reads import kind_of, read_bytes, read_head, stat_and_read
 
 KIND = "triton"
 ROOT_RISK = None

@@ -47,7 +47,7 @@ from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.store import partition
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.reads import read_bytes
 
 KIND = "vllm"
 ROOT_RISK = "vLLM and Inductor unpickle entries from it, so loading one runs their code"

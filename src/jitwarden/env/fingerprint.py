@@ -24,13 +24,9 @@ from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
 from jitwarden.formats import jsonlimits
 from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
-from jitwarden.store.fsutil import (
-    make_dirs,
-    memo_dir,
-    read_bytes,
-    read_private,
-    write_json_atomic,
-)
+from jitwarden.store.atomic import write_json_atomic
+from jitwarden.store.paths import make_dirs, memo_dir
+from jitwarden.store.reads import read_bytes, read_private
 
 SCHEMA = 1
 
@@ -586,7 +582,7 @@ def _host_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
 def _load_memo(path: str) -> dict[str, Any]:
     """The memo's sections, or {} when it is absent, not ours alone, not a regular file, too big or not JSON.
 
-    Read like the activation memo (``store.fsutil.read_private``): a FIFO in its place cannot
+    Read like the activation memo (``store/reads.read_private``): a FIFO in its place cannot
     block activation, and a memo another user could write does not decide package identity.
     """
     try:

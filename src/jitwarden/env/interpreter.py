@@ -216,7 +216,7 @@ def search_path() -> list[str]:
 def package_dir(name: str) -> str | None:
     """Directory of the top-level package ``name`` in the environment judged against, found without
     importing it (another interpreter's: searched on its ``sys.path`` alone, never on ours)."""
-    from jitwarden.store.fsutil import package_dir as find
+    from jitwarden.store.paths import package_dir as find
 
     return find(name, None if _USED is None else _USED.path)
 
@@ -239,7 +239,7 @@ def python_of_command(cmd: list[str], env: Mapping[str, str]) -> str | None:
     ``vllm`` or ``torchrun`` of another venv); None when it starts no Python jitwarden can tell."""
     import shutil
 
-    from jitwarden.store.fsutil import read_head
+    from jitwarden.store.reads import read_head
 
     exe = shutil.which(cmd[0], path=env.get("PATH")) if cmd else None
     if exe is None:

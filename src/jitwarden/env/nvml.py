@@ -139,7 +139,7 @@ PROC_MAX = 1 << 16
 
 def _proc_text(path: str) -> str:
     """A /proc/driver/nvidia text file through the bounded reader (OSError when it is not one we read)."""
-    from jitwarden.store.fsutil import read_bytes
+    from jitwarden.store.reads import read_bytes
 
     return read_bytes(path, max_bytes=PROC_MAX).decode("utf-8", "replace")
 

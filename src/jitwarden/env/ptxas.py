@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from jitwarden.env import interpreter
-from jitwarden.store.fsutil import open_regular
+from jitwarden.store.reads import open_regular
 
 VERSION_TIMEOUT_S = 10.0
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitwarden.env import interpreter
-from jitwarden.store.fsutil import open_regular_file, read_bytes
+from jitwarden.store.reads import open_regular_file, read_bytes
 
 MAX_RODATA = 256 << 20
 _FLAGS = re.compile(

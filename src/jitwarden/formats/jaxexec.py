@@ -224,7 +224,7 @@ def _pieces(d: _Decompressor, chunks: Iterator[bytes], first: bytes, limit: int)
 
 def inflate(chunks: Iterable[bytes], cap: int = MAX_EXECUTABLE, whole: bool = True) -> Inflated:
     """Decompress a ``-cache`` file given as ``chunks`` (one ``bytes`` or the 1 MiB reads of
-    ``store/fsutil.read_chunks``), holding at most ``cap`` bytes of output: a stream that decompresses past it is
+    ``store/reads.read_chunks``), holding at most ``cap`` bytes of output: a stream that decompresses past it is
     cut there (``cut``, the rest not checked: a bomb costs its cap, never what it claims). ``whole=False``: the
     chunks are the file's head only, so a stream that ends early is no damage."""
     it = iter(chunks)

@@ -2,7 +2,7 @@
 
 Nothing is ever extracted: a reader gets a member's bytes only when it is a regular file of
 a bounded size, and the caller decides where they go (``store/``). The file object comes
-from the disk layer (``store/fsutil.open_regular_file``), so a FIFO or a link is never opened
+from the disk layer (``store/reads.open_regular_file``), so a FIFO or a link is never opened
 here (ARCHITECTURE.md, "Layers").
 """
 

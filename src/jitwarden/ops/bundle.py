@@ -37,7 +37,7 @@ from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.ops import scan
-from jitwarden.store import fsutil, partition, seal
+from jitwarden.store import atomic, partition, paths, reads, removal, seal, tempdirs
 from jitwarden.store.quarantine import rename_noreplace
 
 SCHEMA = 1
@@ -287,9 +287,9 @@ def write(out_path: str, manifest: Manifest, partitions: dict, signer=None) -> i
     that changed since it was described fails the export (ValueError) and leaves no file.
     OSError EISDIR when ``out_path`` is a directory.
     """
-    dir_fd, name = fsutil.open_parent(out_path)
+    dir_fd, name = paths.open_parent(out_path)
     try:
-        with fsutil.AtomicWriter(dir_fd, name, f".{name}.") as w:
+        with atomic.AtomicWriter(dir_fd, name, f".{name}.") as w:
             write_to(w, manifest, partitions, signer, out_path.endswith(".gz"))
             return w.pos
     finally:
@@ -310,7 +310,7 @@ def write_to(w, manifest: Manifest, partitions: dict, signer=None, gz: bool = Fa
             base = os.path.join(partitions[e.kind], *e.path.split("/"))
             for fname, rec in e.files.items():
                 src = os.path.join(base, fname) if fname else base
-                fd, _st = fsutil.open_regular(src)
+                fd, _st = reads.open_regular(src)
                 try:
                     r = _HashingReader(fd)
                     tarball.add_stream(
@@ -369,7 +369,7 @@ def open_bundle(path: str, trusted, allow_unsigned: bool = False):
     when ``path`` cannot be opened as a regular file (a directory, a FIFO, missing). Returns
     (the tar reader, :class:`Opened`); closing the reader closes the file.
     """
-    f = fsutil.open_regular_file(
+    f = reads.open_regular_file(
         path, follow=True
     )  # the user named it: their link is followed, a FIFO never blocks
     return open_bundle_file(f, trusted, allow_unsigned)
@@ -461,27 +461,27 @@ def _open_partition(part: str, create: bool) -> int | None:
     assert split is not None  # every destination is a partition dir
     base, digest = split
     try:
-        base_fd = fsutil.open_dir_path(base, create=create)
+        base_fd = paths.open_dir_path(base, create=create)
     except FileNotFoundError:
         if create:
             raise
         return None
     try:
-        v1 = fsutil.reserved_dir(base_fd, PARTITIONS_DIR, create=create)
+        v1 = paths.reserved_dir(base_fd, PARTITIONS_DIR, create=create)
         if v1 is None:
             return None
         try:
-            return fsutil.reserved_dir(v1, digest, create=create)
-        except fsutil.UnsafeName as exc:
-            raise fsutil.UnsafeName(
+            return paths.reserved_dir(v1, digest, create=create)
+        except paths.UnsafeName as exc:
+            raise paths.UnsafeName(
                 exc.errno, os.path.join(base, PARTITIONS_DIR, exc.strerror or "")
             ) from None
         finally:
             os.close(v1)
-    except fsutil.UnsafeName as exc:
+    except paths.UnsafeName as exc:
         if (exc.strerror or "").startswith(base):
             raise
-        raise fsutil.UnsafeName(exc.errno, os.path.join(base, exc.strerror or "")) from None
+        raise paths.UnsafeName(exc.errno, os.path.join(base, exc.strerror or "")) from None
     finally:
         os.close(base_fd)
 
@@ -495,13 +495,13 @@ def _parent_of(part_fd: int, part: str, e: BundleEntry, create: bool) -> int | N
     symlink: ``UnsafeName`` naming the component); None when it is absent (and not ``create``)."""
     parent = "/".join(e.path.split("/")[:-1])
     try:
-        return fsutil.open_beneath(part_fd, parent, create=create)
+        return paths.open_beneath(part_fd, parent, create=create)
     except FileNotFoundError:
         if create:
             raise
         return None
-    except fsutil.UnsafeName as exc:
-        raise fsutil.UnsafeName(exc.errno, os.path.join(part, exc.strerror or "")) from None
+    except paths.UnsafeName as exc:
+        raise paths.UnsafeName(exc.errno, os.path.join(part, exc.strerror or "")) from None
 
 
 def _files_at(dir_fd: int | None, name: str) -> dict | None:
@@ -511,7 +511,7 @@ def _files_at(dir_fd: int | None, name: str) -> dict | None:
         return {"": None}
     if not stat.S_ISDIR(st.st_mode):
         return None
-    fd = fsutil.open_dir_at(name, dir_fd=dir_fd)
+    fd = paths.open_dir_at(name, dir_fd=dir_fd)
     try:
         with os.scandir(fd) as it:
             out: dict[str, None] = {}
@@ -537,7 +537,7 @@ def _present(parent_fd: int, leaf: str, e: BundleEntry) -> str | None:
         return taken
     if names is None or set(names) != set(e.files):
         return taken
-    efd = fsutil.open_dir_at(leaf, dir_fd=parent_fd) if "" not in e.files else None
+    efd = paths.open_dir_at(leaf, dir_fd=parent_fd) if "" not in e.files else None
     try:
         for name, rec in e.files.items():
             try:
@@ -592,7 +592,7 @@ def plan(manifest: Manifest, dests: dict) -> list[Outcome]:
 
 def _write_new(name: str, dir_fd: int, src, size: int) -> str:
     """Copy ``size`` bytes of ``src`` into a new file ``name`` in ``dir_fd`` (never through a link); its sha256."""
-    fd = fsutil.create_new(name, dir_fd=dir_fd, mode=0o644)
+    fd = atomic.create_new(name, dir_fd=dir_fd, mode=0o644)
     h = hashlib.sha256()
     left = size
     try:
@@ -618,7 +618,7 @@ def _rewrite_groups(entry_fd: int, final: str) -> None:
         if not (name.startswith("__grp__") and name.endswith(".json")):
             continue
         try:
-            doc = fsutil.read_json(name, dir_fd=entry_fd, max_bytes=MAX_GROUP)
+            doc = reads.read_json(name, dir_fd=entry_fd, max_bytes=MAX_GROUP)
         except ValueError:
             continue  # not JSON we parse: copied as signed, judged by verify like any other group file
         kids = doc.get("child_paths") if isinstance(doc, dict) else None
@@ -634,7 +634,7 @@ def _rewrite_groups(entry_fd: int, final: str) -> None:
                 is_file = False
             if is_file:
                 kids[k] = os.path.join(final, base)
-        fsutil.write_json_atomic(name, doc, ".jitwarden-group.", dir_fd=entry_fd)
+        atomic.write_json_atomic(name, doc, ".jitwarden-group.", dir_fd=entry_fd)
 
 
 class _Staging:
@@ -665,7 +665,7 @@ class _Staging:
 
     def _stage(self, kind: str) -> int:
         if kind not in self.stages:
-            name, sfd = fsutil.make_temp_dir(self.partition(kind), STAGE_PREFIX)
+            name, sfd = tempdirs.make_temp_dir(self.partition(kind), STAGE_PREFIX)
             self.stages[kind] = (self.parts[kind], name, self.keep(sfd))
         return self.stages[kind][2]
 
@@ -674,24 +674,24 @@ class _Staging:
         if i not in self.holders:
             e = self.manifest.entries[i]
             rel = "/".join(e.path.split("/")[:-1])
-            self.holders[i] = self.keep(fsutil.open_beneath(self._stage(e.kind), rel, create=True))
+            self.holders[i] = self.keep(paths.open_beneath(self._stage(e.kind), rel, create=True))
         return self.holders[i]
 
     def entry_dir(self, i: int) -> int:
         """An fd of the staged kernel dir of entry ``i`` (a directory entry), made on first use."""
         if i not in self.dirs:
             leaf = self.manifest.entries[i].path.split("/")[-1]
-            self.dirs[i] = self.keep(fsutil.open_beneath(self.holder(i), leaf, create=True))
+            self.dirs[i] = self.keep(paths.open_beneath(self.holder(i), leaf, create=True))
         return self.dirs[i]
 
     def root_of(self, i: int) -> str:
         """The path of the staging dir entry ``i``'s path is relative to, for the adapters' judges."""
-        return os.path.realpath(fsutil.fd_path(self.stages[self.manifest.entries[i].kind][2]))
+        return os.path.realpath(paths.fd_path(self.stages[self.manifest.entries[i].kind][2]))
 
     def close(self) -> None:
         for part_fd, name, _sfd in self.stages.values():
             try:
-                fsutil.rmtree_at(part_fd, name)
+                removal.rmtree_at(part_fd, name)
             except OSError:
                 pass
         for fd in reversed(self.fds):
@@ -791,11 +791,11 @@ def with_dependencies(
     changed = True
     while changed:
         changed = False
-        for i, paths in sorted(needs.items()):
+        for i, loaded in sorted(needs.items()):
             if i in out:
                 continue
             kind = entries[i].kind
-            for p in paths:
+            for p in loaded:
                 j = at.get((kind, p))
                 if j is None and not elsewhere:
                     out[i] = f"loads {kind} {p}, which the bundle does not carry"
@@ -932,7 +932,7 @@ def _move_in(
         assert o.dest is not None  # install() is given plan()'s outcomes, each with its destination
         _rewrite_groups(efd, o.dest)
         if e.sealed:
-            where = fsutil.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way
+            where = paths.fd_path(efd)  # exactly the staged dir, whatever is swapped in on the way
             s = seal.compute(where, list(e.files), digest, {**note, "imported_at": time.time()})
             seal.write(where, s, name=leaf)  # the MAC binds its final name
     try:

@@ -123,7 +123,7 @@ MAX_KEY_FILE = 1 << 20
 def _read_key_file(path: str, what: str, *, secret: bool = False) -> str:
     """The text of the key file ``path`` through the bounded reader: a FIFO or device is refused at once, never
     waited on; a secret key that group or others may access is refused like ``ssh`` does, with the fix."""
-    from jitwarden.store.fsutil import open_regular, read_fd
+    from jitwarden.store.reads import open_regular, read_fd
 
     try:
         fd, st = open_regular(

@@ -222,7 +222,7 @@ def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -
     its seal or group, which is a proof or a miss; ``quarantine restore --batch ID --replace`` puts them back.
     """
     from jitwarden.adapters import triton as tri
-    from jitwarden.store import fsutil
+    from jitwarden.store import paths
 
     outcomes = []
     for a in actions:
@@ -231,9 +231,9 @@ def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -
             outcomes.append(Outcome(a.path, a.id, "skipped", why))
             continue
         try:
-            root_fd = fsutil.open_dir(a.root)
+            root_fd = paths.open_dir(a.root)
             try:
-                entry_fd = fsutil.open_beneath(root_fd, a.id)
+                entry_fd = paths.open_beneath(root_fd, a.id)
             finally:
                 os.close(root_fd)
         except OSError as exc:
@@ -247,14 +247,14 @@ def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -
 
 
 def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Outcome:
-    from jitwarden.store import fsutil
+    from jitwarden.store import atomic, reads
 
     names = os.listdir(entry_fd)
     present = {n for n in names if _regular(n, entry_fd)}
     groups = {}
     for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
         try:
-            doc = fsutil.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
+            doc = reads.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
         except (OSError, ValueError) as exc:
             return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
         try:
@@ -282,7 +282,7 @@ def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Out
                 batch=batch,
             )
             if name in groups:
-                fsutil.write_json_atomic(name, groups[name], ".jitwarden-group.", dir_fd=entry_fd)
+                atomic.write_json_atomic(name, groups[name], ".jitwarden-group.", dir_fd=entry_fd)
         except (OSError, q.QuarantineError) as exc:
             return Outcome(a.path, a.id, "skipped", _why(exc), qid, moved)
         qid = qid or rec.id

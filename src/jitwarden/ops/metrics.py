@@ -18,8 +18,9 @@ from jitwarden.env import locations
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.kinds import DIR, partitioned
 from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
-from jitwarden.store import fsutil, partition
-from jitwarden.store.fsutil import memo_dir, write_json_atomic
+from jitwarden.store import atomic, partition, paths, reads
+from jitwarden.store.atomic import write_json_atomic
+from jitwarden.store.paths import memo_dir
 
 LAST_VERIFY = "last-verify.json"
 LAST_BUDGET = "budget.json"
@@ -90,9 +91,9 @@ _HELP = {
 def record_verify(summary: dict, env=None) -> None:
     """Remember when verify ran and what it found (never fails the command)."""
     try:
-        top = fsutil.open_dir_path(memo_dir(env), create=True)
+        top = paths.open_dir_path(memo_dir(env), create=True)
         try:
-            sfd = fsutil.open_beneath(top, STATS_DIR, create=True)
+            sfd = paths.open_beneath(top, STATS_DIR, create=True)
         finally:
             os.close(top)
         try:
@@ -130,9 +131,9 @@ def record_budget(after, evicted: dict, env=None) -> None:
             "evicted_bytes": int(was.get("evicted_bytes", 0)) + b,
         }
     try:
-        top = fsutil.open_dir_path(memo_dir(env), create=True)
+        top = paths.open_dir_path(memo_dir(env), create=True)
         try:
-            sfd = fsutil.open_beneath(top, STATS_DIR, create=True)
+            sfd = paths.open_beneath(top, STATS_DIR, create=True)
         finally:
             os.close(top)
         try:
@@ -186,11 +187,11 @@ def _budget_samples(env, problems: list) -> list[Sample]:
 def _stats_fd(env) -> int | None:
     """An fd of ``<jitwarden home>/stats`` (never through a symlink below the home), None when there is none."""
     try:
-        top = fsutil.open_dir_path(memo_dir(env))
+        top = paths.open_dir_path(memo_dir(env))
     except OSError:
         return None
     try:
-        return fsutil.open_dir_at(STATS_DIR, dir_fd=top)
+        return paths.open_dir_at(STATS_DIR, dir_fd=top)
     except OSError:
         return None
     finally:
@@ -204,7 +205,7 @@ def _count(v: object) -> TypeGuard[int]:
 def _read_stats(sfd: int, name: str, problems: list) -> dict | None:
     """The JSON object in ``stats/<name>`` through the bounded reader; None (and a line in ``problems``) when unreadable."""
     try:
-        doc = fsutil.read_json(name, dir_fd=sfd, max_bytes=MAX_STATS)
+        doc = reads.read_json(name, dir_fd=sfd, max_bytes=MAX_STATS)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -395,11 +396,11 @@ def write_textfile(path: str, text: str) -> None:
     left behind) when ``path`` is a directory, its directory is missing, a file, or read-only.
     """
     try:
-        fd, name = fsutil.open_parent(path)
+        fd, name = paths.open_parent(path)
     except (IsADirectoryError, NotADirectoryError, FileNotFoundError) as exc:
         raise MetricsError(_unwritable(path, exc, exc.filename or os.path.dirname(path))) from None
     try:
-        fsutil.write_atomic(fd, name, text.encode(), f".{name}.")
+        atomic.write_atomic(fd, name, text.encode(), f".{name}.")
     except OSError as exc:
         raise MetricsError(_unwritable(path, exc)) from None
     finally:
@@ -408,7 +409,7 @@ def write_textfile(path: str, text: str) -> None:
 
 def _unwritable(path: str, exc: OSError, where: str | None = None) -> str:
     """One line for the metrics file ``path`` that cannot be written (pure); ``where``: the directory
-    :func:`~jitwarden.store.fsutil.open_parent` could not reach (None once it was reached: then a write failed)."""
+    :func:`~jitwarden.store.paths.open_parent` could not reach (None once it was reached: then a write failed)."""
     if isinstance(exc, IsADirectoryError):
         return f"{path} is a directory; the metrics file must be a file"
     if where is None:

@@ -34,7 +34,7 @@ from jitwarden.formats import jsonlimits
 from jitwarden.formats import oci as wire
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.ops import bundle
-from jitwarden.store import fsutil
+from jitwarden.store import reads
 from jitwarden.store.blobfile import BlobFile
 
 ARTIFACT_TYPE = "application/vnd.jitwarden.bundle.v1"
@@ -264,7 +264,7 @@ def credentials(registry: str, env) -> tuple[str, str] | None:
         "config.json",
     )
     try:
-        doc = fsutil.read_json(path, max_bytes=1 << 20, follow=True)
+        doc = reads.read_json(path, max_bytes=1 << 20, follow=True)
     except FileNotFoundError:
         if named:
             raise ValueError(f"REGISTRY_AUTH_FILE={named}: no such file") from None

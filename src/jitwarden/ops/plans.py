@@ -22,7 +22,7 @@ from jitwarden.ops import maintenance
 from jitwarden.ops.maintenance import Outcome, PartitionFacts
 from jitwarden.store import locks
 from jitwarden.store import quarantine as q
-from jitwarden.store.fsutil import UnsafeName
+from jitwarden.store.paths import UnsafeName
 
 ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR) - NEVER_CLEANED
 

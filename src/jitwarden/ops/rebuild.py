@@ -71,15 +71,11 @@ from jitwarden.ops.ptxas_cmdline import (  # noqa: F401 - the command line's nam
     ptxas_flags,
     releases_for_ptx,
 )
-from jitwarden.store.fsutil import (
-    make_dirs,
-    private_dir,
-    read_bytes,
-    remove_file,
-    remove_tree,
-    write_bytes_atomic,
-    write_new_file,
-)
+from jitwarden.store.atomic import write_bytes_atomic, write_new_file
+from jitwarden.store.paths import make_dirs
+from jitwarden.store.reads import read_bytes
+from jitwarden.store.removal import remove_file, remove_tree
+from jitwarden.store.tempdirs import private_dir
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
 PTXAS_TIMEOUT_S = 900.0

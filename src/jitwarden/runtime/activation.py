@@ -139,7 +139,7 @@ def _usable_base(base: str) -> tuple[str, bool] | None:
     ``unsafe``: others could write or own it (a sharing problem, fixed by owner and mode), as opposed
     to a place we cannot create or write (fixed by pointing the cache elsewhere).
     """
-    from jitwarden.store.fsutil import make_dirs
+    from jitwarden.store.paths import make_dirs
 
     try:
         make_dirs(base)
@@ -186,7 +186,8 @@ def _not_ours(top: str) -> str | None:
     """
     import stat
 
-    from jitwarden.store.fsutil import make_dirs, why_not_private
+    from jitwarden.store.paths import make_dirs
+    from jitwarden.store.reads import why_not_private
     from jitwarden.store.tempdirs import why_untrusted
 
     parent = os.path.dirname(os.path.abspath(top))
@@ -210,7 +211,7 @@ def _not_ours(top: str) -> str | None:
 
 def _fresh_base(kind: str, env) -> str | None:
     """A new private directory (mode 0700) in the temp dir: the last resort, empty, but ours alone."""
-    from jitwarden.store.fsutil import private_dir
+    from jitwarden.store.tempdirs import private_dir
 
     for tmp in (env.get("TMPDIR"), "/tmp", "/var/tmp", "/dev/shm"):
         if tmp and os.path.isdir(tmp):
@@ -249,7 +250,7 @@ def _partition(
             try:
                 partition.ensure(path, digest, headline, kind, python=_writer())
             except OSError as exc:
-                from jitwarden.store.fsutil import UnsafeName
+                from jitwarden.store.paths import UnsafeName
 
                 refusal = (
                     f"cannot use its partition: {exc.strerror or exc}",

@@ -46,8 +46,9 @@ from jitwarden.store import uselog as _uses
 from jitwarden.store.entrylock import LockTimeout
 from jitwarden.store.entrylock import lock as _lock
 from jitwarden.store.entrylock import unlock as _unlock
-from jitwarden.store.fsutil import make_dirs, open_entry_dir, read_bytes
 from jitwarden.store.partition import digest_of
+from jitwarden.store.paths import make_dirs, open_entry_dir
+from jitwarden.store.reads import read_bytes
 from jitwarden.store.served import Served
 
 _STANDALONE = (".so", ".autotune.json")
@@ -553,7 +554,7 @@ class GuardedCacheManager(FileCacheManager):
     def _fallback_dir(self, exc: OSError) -> str:
         """This entry's dir in a private root of this process, for a cache dir that cannot be written."""
         global _FALLBACK_ROOT
-        from jitwarden.store.fsutil import private_dir
+        from jitwarden.store.tempdirs import private_dir
 
         if _FALLBACK_ROOT is None:
             _FALLBACK_ROOT = private_dir("jitwarden-triton-")

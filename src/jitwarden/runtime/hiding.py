@@ -78,7 +78,8 @@ def hidden(tree: str, key: str) -> bool:
 
 def _lock_fd(tree: str, create: bool = False) -> int | None:
     """An fd of the staging lock: a regular file of this user in a staging dir of this user, never a link or FIFO."""
-    from jitwarden.store.fsutil import open_dir, open_lock_file, reserved_dir
+    from jitwarden.store.entrylock import open_lock_file
+    from jitwarden.store.paths import open_dir, reserved_dir
 
     try:
         tfd = open_dir(tree)
@@ -213,7 +214,7 @@ def claim(tree: str) -> int | None:
 
 def tree_fds(tree: str) -> tuple[int, int] | None:
     """(fd of the tree, fd of its staging dir): every rename between them is by fd, never through a link."""
-    from jitwarden.store.fsutil import open_dir, reserved_dir
+    from jitwarden.store.paths import open_dir, reserved_dir
 
     try:
         tfd = open_dir(tree)
@@ -267,8 +268,8 @@ def put_back(tree: str, key: str) -> bool | None:
     True when it is back; False when another entry took its place (that one is kept); None when
     the staging dir is no longer ours (left hidden, never moved through a link).
     """
-    from jitwarden.store.fsutil import remove_empty_dir_at
     from jitwarden.store.quarantine import rename_noreplace
+    from jitwarden.store.removal import remove_empty_dir_at
 
     fds = tree_fds(tree)
     if fds is None:

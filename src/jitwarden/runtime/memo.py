@@ -250,7 +250,7 @@ def _own_files() -> list:
 def _load(path: str, why: list | None = None) -> dict | None:
     """The memo document at ``path`` when it is ours alone and well formed, else None (``why`` says why).
 
-    Read by ``store.fsutil.read_private``: never blocks (a FIFO is refused, not opened for
+    Read by ``store/reads.read_private``: never blocks (a FIFO is refused, not opened for
     reading), at most :data:`MAX_BYTES`, and a memo or memo dir another user could have
     written is refused.
     """
@@ -484,7 +484,7 @@ def _store(path: str, entry: dict) -> None:
         if why_not_private(os.stat(os.path.dirname(path) or ".")):
             last = "not stored: the memo dir is writable by others"
             return
-        from jitwarden.store.fsutil import write_json_atomic
+        from jitwarden.store.atomic import write_json_atomic
 
         write_json_atomic(
             path, data, ".activation-memo.", mode=0o600

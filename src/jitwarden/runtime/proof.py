@@ -173,7 +173,8 @@ def _warm_ptxas(env) -> None:
     start-up runs ``ptxas --version`` and hashes each ptxas binary (tens of MB each) again.
     """
     from jitwarden.env import ptxas
-    from jitwarden.store.fsutil import memo_dir, read_own_json
+    from jitwarden.store.paths import memo_dir
+    from jitwarden.store.reads import read_own_json
 
     try:  # never a FIFO, another user's file or an unbounded read: this runs inside activate()
         section = read_own_json(

@@ -241,15 +241,15 @@ class _State:
         if not self.counters:
             return
         try:
-            from jitwarden.store import fsutil
+            from jitwarden.store import atomic, paths
 
-            top = fsutil.open_dir_path(fsutil.memo_dir(self.env), create=True)
+            top = paths.open_dir_path(paths.memo_dir(self.env), create=True)
             try:  # by fds, as metrics.record_verify: a stats dir swapped for a link is never written through
-                sfd = fsutil.open_beneath(top, "stats", create=True)
+                sfd = paths.open_beneath(top, "stats", create=True)
             finally:
                 os.close(top)
             try:
-                fsutil.write_json_atomic(
+                atomic.write_json_atomic(
                     f"remote-{self.pid}.json",
                     {
                         "schema": 1,

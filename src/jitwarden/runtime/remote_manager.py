@@ -17,7 +17,7 @@ from jitwarden.formats import jsonlimits
 from jitwarden.runtime import remote
 from jitwarden.runtime.guard import _STANDALONE, GuardedCacheManager
 from jitwarden.runtime.say import log
-from jitwarden.store.fsutil import read_bytes
+from jitwarden.store.reads import read_bytes
 
 
 class RemoteGuardedCacheManager(GuardedCacheManager):

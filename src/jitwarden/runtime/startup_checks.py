@@ -14,7 +14,7 @@ from jitwarden.adapters.triton import metadata_arch
 from jitwarden.env import ptxas as _ptxas
 from jitwarden.model.arch import torch_arch_warning
 from jitwarden.model.settings import PARTITION
-from jitwarden.store.fsutil import read_json
+from jitwarden.store.reads import read_json
 
 SAMPLE = 8
 """Entries read from an unpartitioned root to tell whether another fingerprint shares it."""

@@ -227,7 +227,7 @@ def _relocated_group(path: str, problem) -> bool:
     """Whether ``problem`` (a :class:`jitwarden.store.seal.Problem`) is only a group file whose child paths were
     rewritten to name this very entry (decided from its reason code and file name, never its sentence)."""
     from jitwarden.store import seal
-    from jitwarden.store.fsutil import read_json
+    from jitwarden.store.reads import read_json
 
     if problem.reason not in (seal.SIZE, seal.DIGEST) or len(problem.names) != 1:
         return False

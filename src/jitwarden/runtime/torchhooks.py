@@ -181,7 +181,7 @@ def guard_bundle(bundle, cache_dir_for, replace_bytes: bytes = b"[REPLACE]"):
     only the kernel directories that are now in place and sealed (torch skips writing those,
     as they exist) and no raw cubins on its static autotuners.
     """
-    from jitwarden.store.fsutil import remove_tree
+    from jitwarden.store.removal import remove_tree
 
     artifacts, static = _parts(bundle)
     st = _stage(artifacts, cache_dir_for, replace_bytes)
@@ -218,7 +218,10 @@ def _stage(artifacts, cache_dir_for, replace_bytes) -> _Staged:
     dirs made so far are removed before it is raised.
     """
     from jitwarden.runtime import hiding
-    from jitwarden.store.fsutil import make_dir_at, make_private_dir, remove_tree, write_new
+    from jitwarden.store.atomic import write_new
+    from jitwarden.store.paths import make_dir_at
+    from jitwarden.store.removal import remove_tree
+    from jitwarden.store.tempdirs import make_private_dir
 
     st = _Staged()
     try:
@@ -267,7 +270,7 @@ def _judge(st: _Staged) -> None:
     proof ends (while the others' ptxas runs go on), set the rest aside."""
     from jitwarden.runtime import proof, tree
     from jitwarden.store import partition
-    from jitwarden.store.fsutil import rename_path
+    from jitwarden.store.paths import rename_path
 
     staged, existing, refused = st.staged, st.existing, st.refused
     unsealed = [d for d in existing if not _believed(d)]
@@ -495,7 +498,7 @@ def _sealed_bytes(entry: str, name: str) -> bytes | None:
     import hashlib
 
     from jitwarden.store import seal
-    from jitwarden.store.fsutil import read_bytes
+    from jitwarden.store.reads import read_bytes
 
     s = seal.read(entry)
     rec = s.files.get(name) if s is not None else None
@@ -813,7 +816,7 @@ def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
     Reads torch's source files as text (never imports torch): a wrapper attaches only to the
     definitions it knows, so one missing from this torch is a way kernels arrive unguarded mid-run.
     """
-    from jitwarden.store.fsutil import read_bytes
+    from jitwarden.store.reads import read_bytes
 
     env = os.environ if env is None else env
     tdir = _torch_dir()

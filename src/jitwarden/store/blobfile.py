@@ -4,7 +4,7 @@ What ``push`` writes a bundle into before uploading it, and what ``pull`` downlo
 before checking it: an unnamed file (``O_TMPFILE``, else an ``O_EXCL`` name removed at once, mode
 0600) in the system's temp dir or ``where``, so no other process finds it by name, nothing is left
 behind however the process ends, and memory stays flat whatever the blob's size. Unlike
-:class:`fsutil.Spill` it never falls back to memory: a temp dir that cannot hold the blob is an
+:class:`tempdirs.Spill` it never falls back to memory: a temp dir that cannot hold the blob is an
 ``OSError``.
 """
 

@@ -37,14 +37,9 @@ from typing import Any
 
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
-from jitwarden.store.fsutil import (
-    inside,
-    open_beneath,
-    open_dir,
-    read_json,
-    reserved_dir,
-    rmtree_trash,
-)
+from jitwarden.store.paths import inside, open_beneath, open_dir, reserved_dir
+from jitwarden.store.reads import read_json
+from jitwarden.store.removal import rmtree_trash
 
 RECORD = ".jitwarden-quarantine.json"
 SCHEMA = 2
@@ -389,7 +384,7 @@ def _rmdir_empty(dir_fd: int, *names: str) -> None:
 
 
 def _write_record(slot_fd: int, rec: Record) -> None:
-    from jitwarden.store.fsutil import write_json_atomic
+    from jitwarden.store.atomic import write_json_atomic
 
     write_json_atomic(RECORD, rec.to_json(), ".jitwarden-q.", dir_fd=slot_fd)
 

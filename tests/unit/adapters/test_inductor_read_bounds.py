@@ -193,7 +193,7 @@ def test_a_file_past_what_is_read_at_all_is_not_called_damaged(cache):
     fx = next(n for n, e in es.items() if e.type == "fxgraph")
     (pkl,) = [p for p in os.listdir(os.path.join(cache, fx)) if not p.startswith(".")]
     path = os.path.join(cache, fx, pkl)
-    os.truncate(path, 3 << 30)  # past fsutil.MAX_READ: refused unread
+    os.truncate(path, 3 << 30)  # past reads.MAX_READ: refused unread
     e, peak = _peak(lambda: ind.inspect_entry(cache, fx, judge(), os.getuid()))
     assert peak < 16 << 20
     assert codes(e) == ["unrecognised"] and "not read" in e.findings[0].message

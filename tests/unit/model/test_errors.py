@@ -27,9 +27,9 @@ PKG = os.path.join(SRC, "jitwarden")
 
 # Exception classes outside the hierarchy, each with its reason (reviewed; the list only shrinks).
 OUTSIDE = {
-    "NotRegularFile": "store/fsutil: an OSError of the disk layer, caught as OSError by every caller",
-    "UnsafeName": "store/fsutil: as NotRegularFile (commands word it themselves, naming the root)",
-    "NotPrivate": "store/fsutil: as NotRegularFile",
+    "NotRegularFile": "store/reads: an OSError of the disk layer, caught as OSError by every caller",
+    "UnsafeName": "store/paths: as NotRegularFile (commands word it themselves, naming the root)",
+    "NotPrivate": "store/reads: as NotRegularFile",
     "_UnsafeLock": "runtime/guard: private control flow inside one method, never leaves the module",
     "_Cancelled": "ops/rebuild: private control flow of the engine's workers",
     "Rejected": "runtime/remote: private, a remote blob refused; the runtime never raises to a user",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from jitwarden.store import seal
-from jitwarden.store.fsutil import open_dir_at
+from jitwarden.store.paths import open_dir_at
 
 
 def _sealed(cache) -> tuple[str, seal.Seal, str]:

@@ -348,7 +348,7 @@ def rebuilt(
             fresh = rebuild.verify_entries(todo, req.options, progress=progress)
     finally:
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
-            from jitwarden.store.fsutil import remove_empty_dir
+            from jitwarden.store.removal import remove_empty_dir
 
             assert req.options.keep_dir is not None  # keep_is_new: it was given
 
@@ -468,7 +468,7 @@ def load_fingerprint(path: str):
     """A saved fingerprint (``fingerprint --format json``, ``status --format json``, or the bare record);
     UsageError (exit 2) with one line when it cannot be used."""
     from jitwarden.env.fingerprint import Fingerprint
-    from jitwarden.store.fsutil import read_json
+    from jitwarden.store.reads import read_json
 
     try:  # bounded: a FIFO is refused at once, deep or huge JSON is a clean refusal
         data = read_json(path, max_bytes=MAX_FINGERPRINT, follow=True)

@@ -13,7 +13,7 @@ import sys
 from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.model.errors import UsageError
-from jitwarden.store import fsutil
+from jitwarden.store import removal, tempdirs
 
 
 def register(sub) -> None:
@@ -88,7 +88,7 @@ def run(args) -> int:
         scratch = False
         manager = canary.MANAGER if args.guard else os.environ.get("TRITON_CACHE_MANAGER") or None
     else:
-        cache_dir = fsutil.private_dir("jitwarden-canary-")
+        cache_dir = tempdirs.private_dir("jitwarden-canary-")
         scratch = True
         manager = canary.MANAGER
 
@@ -113,7 +113,7 @@ def run(args) -> int:
 def _remove_scratch(cache_dir: str) -> None:
     """The scratch cache gone; what cannot be removed stays in the system's temp dir (never an error)."""
     try:
-        fsutil.remove_tree(cache_dir)
+        removal.remove_tree(cache_dir)
     except OSError:
         pass
 

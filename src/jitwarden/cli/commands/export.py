@@ -91,10 +91,10 @@ def _output_problem(path: str, exc: OSError) -> str:
 
 def _check_output(path: str) -> None:
     """UsageError (exit 2, one line) before any work when ``path`` cannot be where the bundle goes."""
-    from jitwarden.store import fsutil
+    from jitwarden.store import paths
 
     try:
-        os.close(fsutil.open_parent(path)[0])
+        os.close(paths.open_parent(path)[0])
     except OSError as exc:
         raise UsageError(_output_problem(path, exc)) from None
 

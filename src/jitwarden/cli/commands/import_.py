@@ -84,6 +84,6 @@ def _not_a_bundle_file(path: str, exc: OSError) -> str:
         return f"{path}: no such file"
     if exc.errno == errno.EINVAL or isinstance(
         exc, IsADirectoryError
-    ):  # fsutil.NotRegularFile: a directory, a FIFO
+    ):  # reads.NotRegularFile: a directory, a FIFO
         return f"{path}: {exc.strerror}; a bundle is the file `jitwarden export -o FILE` writes"
     return f"{path}: cannot read ({exc.strerror or exc})"

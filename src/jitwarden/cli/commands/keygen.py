@@ -36,13 +36,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from jitwarden.ops import keys
-    from jitwarden.store import fsutil
+    from jitwarden.store import atomic, paths
 
     path = keys.signing_key_path(args.output)
     pub = path + ".pub"
     secret, public, kid = keys.generate()  # keys.KeyError_: a usage error, by the error table
     try:  # the directory as the kernel resolves it: made by fd where missing, never through a collapsed '..'
-        dir_fd, name = fsutil.open_parent(path, create=True)
+        dir_fd, name = paths.open_parent(path, create=True)
     except OSError as exc:
         raise UsageError(_where_problem(path, exc, args.output is None)) from None
     try:
@@ -60,8 +60,8 @@ def run(args) -> int:
             if not args.force:
                 raise UsageError(f"{shown} already exists (pass --force to replace it)")
         try:
-            fsutil.write_atomic(dir_fd, name, secret.encode(), f".{name}.", mode=0o600)
-            fsutil.write_atomic(dir_fd, name + ".pub", public.encode(), f".{name}.pub.", mode=0o644)
+            atomic.write_atomic(dir_fd, name, secret.encode(), f".{name}.", mode=0o600)
+            atomic.write_atomic(dir_fd, name + ".pub", public.encode(), f".{name}.pub.", mode=0o644)
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}") from None
     finally:

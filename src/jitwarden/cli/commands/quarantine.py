@@ -21,7 +21,7 @@ from jitwarden.model.text import age_arg, display, human_age, human_size, plural
 from jitwarden.ops import plans
 from jitwarden.store import partition
 from jitwarden.store import quarantine as q
-from jitwarden.store.fsutil import UnsafeName
+from jitwarden.store.paths import UnsafeName
 
 
 def register(sub) -> None:

@@ -87,13 +87,13 @@ def run(args) -> int:
 
 def _run_streamed(args, fp, fmt) -> int:
     """``verify --quick`` in JSON: each chunk of entries is encoded where it was judged (a worker process) and
-    set aside on disk in order (:class:`~jitwarden.store.fsutil.Spill`), then written after the roots' totals,
+    set aside on disk in order (:class:`~jitwarden.store/tempdirs.Spill`), then written after the roots' totals,
     which the document puts first: the same bytes as the whole report gives, in memory flat in the number
     of entries (ARCHITECTURE.md, "The flow of one command")."""
     from functools import partial
 
     from jitwarden.ops.metrics import record_verify
-    from jitwarden.store.fsutil import Spill
+    from jitwarden.store.tempdirs import Spill
 
     indent = out.indented(fmt.indent)
     emit = partial(out.entries_json, indent, frozenset(args.code or ()))

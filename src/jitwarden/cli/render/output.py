@@ -101,7 +101,7 @@ def write_json(doc: dict, indent: bool | None = None) -> None:
 class Streamed:
     """A list in a document that :func:`write_json_streamed` writes from items encoded ahead, piece by piece
     (:func:`list_items`), and set aside in ``store`` (anything with ``write(bytes)`` and ``chunks()``, such as
-    :class:`~jitwarden.store.fsutil.Spill`) until the document reaches it. :meth:`add` is the sink."""
+    :class:`~jitwarden.store/tempdirs.Spill`) until the document reaches it. :meth:`add` is the sink."""
 
     def __init__(self, store, indent: bool) -> None:
         self.store = store
