@@ -44,7 +44,7 @@ PARTS = (
     ("cold", 200, 90, ["h200_fixed_costs.py", "--only", "cold", "--work", "{work}"], "cold.json"),
     ("oci", 150, 90, ["h200_oci.py", "--reps", "5"], "oci.json"),
     ("trust", 90, 45, ["h200_trust.py"], "trust.json"),
-    ("coverage", 150, 60, ["h200_coverage.py"], "coverage.json"),
+    ("coverage", 220, 60, ["h200_coverage.py"], "coverage.json"),
 )
 ALONE_CAP = 580  # a part run alone (--only NAME) may take the whole call
 GRACE = 20  # seconds past its budget before a part is killed (it writes as it goes)
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
             full += ["--profile"] if args.profile else []
         if name == "cold":
             full += ["--layers", str(args.layers)]
-        if name == "oci" and args.registry:
+        if name in ("oci", "coverage") and args.registry:
             full += ["--registry", os.path.abspath(args.registry)]
         if name == "trust":
             full += ["--uid", str(args.uid)]

@@ -10,7 +10,14 @@ Steps, each in fresh processes (benchmarks/gpu_proof.py's workload and helpers),
 4. ``bundle``: ``export`` (unsigned), then ``coverage block BUNDLE`` on a fresh node before ``import``
    (expected: 100% held, exit 6: unsealed until installed), and after ``import`` there (exit 0);
    with ``--registry HOST:PORT``, also ``push`` and ``coverage block REF`` before any pull;
-5. ``removed``: 3 Triton entries removed from the node's partition, ``coverage block`` (expected: the 3 named).
+5. ``removed``: 3 Triton entries removed from the node's partition, ``coverage block`` (expected: the 3 named);
+6. ``nonce``: always-miss on the GPU, the cause planted in an FX graph's key (pytorch PR #194451): three
+   recorded starts of a small compiled function whose custom post-grad pass has a ``uuid()`` new in every
+   process, then ``doctor``: the graph named with ``post_grad_custom_post_pass``; two starts of the same
+   function without the pass: no always-miss line.
+
+``--registry`` is HOST:PORT of a running registry, or the path of a registry binary (Debian's
+``docker-registry``, carried), which is then started on a free loopback port for the bundle step.
 
 Writes ``h200_coverage.json`` into ``--out`` after every step::
 
@@ -142,6 +149,67 @@ def step_removed(env, res) -> None:
     }
 
 
+NONCE = r"""
+import os, sys, uuid
+import torch
+
+if os.environ.get("JW_NONCE"):
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Nonce(CustomGraphPass):
+        def __call__(self, graph):
+            return None
+
+        def uuid(self):
+            return uuid.uuid4().hex  # new in every start: the bug
+
+    torch._inductor.config.post_grad_custom_post_pass = Nonce()
+
+def f(x, y):
+    return torch.nn.functional.gelu(x @ y + 1).sum(dim=-1) * 2
+
+x = torch.randn(256, 256, device="cuda"); y = torch.randn(256, 256, device="cuda")
+out = torch.compile(f)(x, y)
+torch.cuda.synchronize()
+print("RESULT ok" if torch.allclose(out, f(x, y), rtol=1e-3, atol=1e-3) else "RESULT wrong")
+"""
+
+
+def step_nonce(work, res) -> None:
+    """Always-miss of an FX graph whose key holds a random value, and none for the same stable workload."""
+    gp = _gp()
+    script = os.path.join(work, "nonce.py")
+    with open(script, "w") as f:
+        f.write(NONCE)
+    out: dict = {}
+    for name, extra, starts in (("nonce", {"JW_NONCE": "1"}, 3), ("stable", {}, 2)):
+        env = dict(gp.isolated_env(os.path.join(work, f"node-{name}")), **extra)
+        env.pop("TRITON_CACHE_DIR")
+        env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
+        runs = []
+        for _ in range(starts):
+            r = gp.sh([*gp.jw(), "run", "--record", name, "--", sys.executable, script], env)
+            runs.append({"rc": r["rc"], "wall_s": r["wall_s"], "ok": "RESULT ok" in r["stdout"]})
+        d = gp.sh([*gp.jw(), "doctor", "--format", "json"], env)
+        try:
+            problems = json.loads(d["stdout"])["problems"]
+        except (ValueError, KeyError):
+            problems = []
+        lines = [p for p in problems if p.get("code") == "always-miss"]
+        out[name] = {"runs": runs, "always_miss": lines, "doctor_rc": d["rc"]}
+    got = out["nonce"]["always_miss"]
+    out["named_right"] = bool(
+        got
+        and any(
+            "inductor: graph 1 compiled 3 times in 3 starts" in p["message"]
+            and "only post_grad_custom_post_pass differs" in p["message"]
+            for p in got
+        )
+        and not out["stable"]["always_miss"]
+    )
+    res["nonce"] = out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="where h200_coverage.json is written")
@@ -169,6 +237,21 @@ def main(argv=None) -> int:
     def spent() -> bool:
         return time.time() - T0 > args.budget
 
+    reg = None
+    if args.registry and os.path.exists(args.registry):  # a binary: started here, on loopback
+        sys.path.insert(0, os.path.dirname(HERE))
+        from tests.helpers import registry as reghelp
+
+        reg = reghelp.Registry(args.registry, os.path.join(work, "registry"))
+        args.registry = reg.host
+    try:
+        return _steps(args, work, res, save, spent)
+    finally:
+        if reg is not None:
+            reg.stop()
+
+
+def _steps(args, work, res, save, spent) -> int:
     env = step_record(args, work, res)
     save()
     steps = [
@@ -176,6 +259,7 @@ def main(argv=None) -> int:
         ("empty", lambda: res.__setitem__("empty", coverage(env, "--cache", _empty(work)))),
         ("bundle", lambda: step_bundle(args, work, env, res)),
         ("removed", lambda: step_removed(env, res)),
+        ("nonce", lambda: step_nonce(work, res)),
     ]
     for name, step in steps:
         if spent():
@@ -183,7 +267,11 @@ def main(argv=None) -> int:
             continue
         step()
         save()
-    print(json.dumps({k: res.get(k) for k in ("own", "empty", "removed")}, default=str)[:4000])
+    print(
+        json.dumps({k: res.get(k) for k in ("own", "empty", "removed", "nonce")}, default=str)[
+            :4000
+        ]
+    )
     return 0
 
 

@@ -6,7 +6,11 @@ input of the key changed.
 :func:`read_triton` reads what Triton keeps with each entry (its metadata JSON: options, the
 key's environment variables that were set, target, version; its TTIR, locations stripped, as the code it
 compiled to) and :func:`diagnose` (pure) diffs them: ``triton: add_kernel compiled 5 times in 5 starts:
-only TRITON_DEFAULT_FP_FUSION differs (unset, "0", "1")``, with the fix that stops it.
+only TRITON_DEFAULT_FP_FUSION differs (unset, "0", "1")``, with the fix that stops it. An FX graph or an
+AOTAutograd graph (named by its order in the start, ``graph 3``) is diagnosed by :func:`diagnose_graph`
+from the hash torch gave each input of its key, which the record keeps with its compile:
+``inductor: graph 1 compiled 3 times in 3 starts: its key holds a value that is new in every start:
+only post_grad_custom_post_pass differs (...) (the same graph, the same inputs)``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,25 @@ DERIVED = frozenset(
 """Metadata fields that are results of the compile or paths of this machine, not inputs of the key."""
 ENV_OPTIONS = {"TRITON_DEFAULT_FP_FUSION": ("enable_fp_fusion",)}
 """An environment variable of Triton's key -> the options it sets (their change is its change)."""
+GRAPH_KINDS = frozenset({"inductor", "aot"})
+"""Kinds whose entries are graphs, diagnosed by the inputs of their keys (:func:`diagnose_graph`)."""
+SHAPE_INPUTS = frozenset({"gm", "example_inputs"})
+"""The inputs of a graph's key that are the graph itself and what it is called with."""
+_PASS_FIX = (
+    "give the custom pass a uuid() that is the same in every start (a hash of its code, not a random "
+    "value or the time)"
+)
+GRAPH_FIXES = {
+    "post_grad_custom_pre_pass": _PASS_FIX,
+    "post_grad_custom_post_pass": _PASS_FIX,
+    "joint_custom_pre_pass": _PASS_FIX,
+    "joint_custom_post_pass": _PASS_FIX,
+    "pre_grad_custom_pass": _PASS_FIX,
+    "custom_partitioner_fn": _PASS_FIX,
+    "inductor_config": "set torch._inductor.config the same way in every start (one of its values changes)",
+    "fx_kwargs": "call torch.compile with the same options in every start",
+}
+"""An input of a graph's key -> what stops it changing (none where the fix is not one line)."""
 _LOC = re.compile(r"\s*loc\((?:[^()]|\([^()]*\))*\)")
 
 
@@ -70,7 +93,7 @@ class Suspect:
 @dataclass(frozen=True, kw_only=True)
 class AlwaysMiss:
     """One always-missing kernel: ``cause`` (``env``, ``option``, ``source``, ``code``, ``target``,
-    ``version``, ``unknown``), what differs (field, its values in order) and the fix, '' when none."""
+    ``version``, ``unknown``; for a graph ``random``, ``setting``, ``graph``), what differs (field, its values in order) and the fix, '' when none."""
 
     kind: str
     name: str
@@ -167,6 +190,68 @@ def _only(diffs: list[tuple[str, tuple[str, ...]]]) -> str:
         n, v = diffs[0]
         return f"only {n} differs ({', '.join(v)})"
     return " and ".join(f"{n} ({', '.join(v)})" for n, v in diffs) + " differ"
+
+
+def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
+    """Why graph ``s`` (an FX graph or an AOTAutograd graph) compiled again, from the inputs of its keys
+    (``inputs``: key -> ``{"h": {input: hash}, "v": {input: short value}}`` or None) (pure). Names in a graph
+    record are orders in a start, so one name has one key a start: a new key is a new start's."""
+    base: dict[str, Any] = {
+        "kind": s.kind,
+        "name": s.name,
+        "compiles": s.compiles,
+        "starts": s.starts,
+        "keys": len(s.keys),
+    }
+    got = [inputs[k] for k in s.keys if inputs.get(k)]
+    if not s.across:
+        return None
+    if len(got) < 2:
+        return AlwaysMiss(
+            **base,
+            cause="unknown",
+            why="a new key in every start, none served from the cache (the inputs of its keys were not "
+            "recorded to tell which changed)",
+        )
+    names = sorted({n for g in got for n in g["h"]})
+    changed = [n for n in names if len({g["h"].get(n) for g in got}) > 1]
+    if not changed:
+        return AlwaysMiss(
+            **base,
+            cause="unknown",
+            why="a new key in every start, yet every input torch hashed into it is the same",
+        )
+    rows = [{n: g["v"].get(n, f"#{g['h'].get(n, '')[:10]}") for n in changed} for g in got]
+    diffs = [(n, tuple(dict.fromkeys(r[n] for r in rows))) for n in changed]
+    every = all(len(v) == len(got) for _n, v in diffs)
+    shape = any(n.split("[", 1)[0] in SHAPE_INPUTS for n in changed)
+    fix = next(
+        (GRAPH_FIXES[n.split("[", 1)[0]] for n in changed if n.split("[", 1)[0] in GRAPH_FIXES), ""
+    )
+    if shape:
+        return AlwaysMiss(
+            **base,
+            cause="graph",
+            why=(
+                "the graph itself is new in every start (a Python value traced into it as a constant: a "
+                "random number, a time, a counter): "
+                if every
+                else "the graph or its inputs differ between starts: "
+            )
+            + _only(diffs),
+            differs=tuple(diffs),
+        )
+    return AlwaysMiss(
+        **base,
+        cause="random" if every else "setting",
+        why=(
+            f"its key holds a value that is new in every start: {_only(diffs)} (the same graph, the same inputs)"
+            if every
+            else f"{_only(diffs)} (the same graph, the same inputs)"
+        ),
+        fix=fix,
+        differs=tuple(diffs),
+    )
 
 
 def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
@@ -307,7 +392,16 @@ def read_triton(roots, key: str, name: str) -> KeyInputs | None:
 def check(w: Workload, triton_roots) -> list[AlwaysMiss]:
     """Every always-miss of ``w``, its cause read from ``triton_roots`` (the dirs its Triton entries lie in)."""
     out = []
+    graphs = {(e.kind, e.key): e.inputs for e in w.events if e.inputs and e.kind in GRAPH_KINDS}
+    named = {s.name for s in suspects(w) if s.kind == "inductor"}
     for s in suspects(w):
+        if s.kind == "aot" and s.name in named:
+            continue  # AOTAutograd's key holds its FX graph's inputs: the inductor line says why
+        if s.kind in GRAPH_KINDS:
+            found = diagnose_graph(s, {k: graphs.get((s.kind, k)) for k in s.keys})
+            if found is not None:
+                out.append(found)
+            continue
         inputs = (
             {k: read_triton(triton_roots, k, s.name) for k in s.keys} if s.kind == "triton" else {}
         )

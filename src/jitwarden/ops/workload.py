@@ -25,7 +25,8 @@ MAX_LISTED = 200_000
 @dataclass(frozen=True, kw_only=True)
 class Event:
     """One line of a record: kernel ``key`` of ``kind`` named ``name`` was served (``hit``), compiled
-    (``compile``, costing ``seconds``) or named by a bundle (``listed``) in start ``start``."""
+    (``compile``, costing ``seconds``) or named by a bundle (``listed``) in start ``start``; ``inputs``: for a
+    graph's compile, the hash of each input of its key (and the short values), None when not recorded."""
 
     start: str
     time: float
@@ -34,6 +35,7 @@ class Event:
     name: str
     event: str
     seconds: float = 0.0
+    inputs: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,10 +112,25 @@ def _event(doc) -> Event | None:
             name=str(doc.get("name") or ""),
             event=str(doc["event"]),
             seconds=max(0.0, float(doc.get("seconds", 0.0))),
+            inputs=_inputs(doc.get("inputs")),
         )
     except (KeyError, TypeError, ValueError):
         return None
     return e if e.event in EVENTS and e.key else None
+
+
+def _inputs(doc) -> dict | None:
+    """A record line's ``inputs`` (``{"h": {name: hash}, "v": {name: value}}``, every name and value a
+    string), else None: anything of another shape, as another writer may leave, is no inputs (pure)."""
+    if not isinstance(doc, dict):
+        return None
+    h, v = doc.get("h"), doc.get("v", {})
+    if not isinstance(h, dict) or not isinstance(v, dict):
+        return None
+    pairs = [*h.items(), *v.items()]
+    if not all(isinstance(a, str) and isinstance(b, str) for a, b in pairs):
+        return None
+    return {"h": dict(h), "v": {k: x for k, x in v.items() if k in h}}
 
 
 def parse(raw: bytes) -> tuple[tuple[Event, ...], int]:

@@ -7,7 +7,10 @@ buffer goes to ``<jitwarden home>/records/<fingerprint digest>/<NAME>.jsonl`` in
 lines kept: :mod:`jitwarden.store.appendlog`). Each line: ``start`` (one id for every process of one
 start, ``JITWARDEN_RECORD_START``, which ``run --record`` sets), ``time``, ``kind`` (``triton``,
 ``inductor``, ``aot``, ``jax``, ``cupy``), ``key`` (the entry's name in its cache), ``name`` (the
-kernel's), ``event`` (``hit`` | ``compile``) and ``seconds`` (what the compile cost). ``coverage`` and
+kernel's), ``event`` (``hit`` | ``compile``) and ``seconds`` (what the compile cost). An FX graph or an
+AOTAutograd graph is named by its order in the start (``graph 3``), and its compile line carries ``inputs``:
+the hash torch gave each input of its key (:func:`key_inputs`, from the lines torch logs for the key), so
+``doctor`` can say which input changed when a graph compiles again under a new key. ``coverage`` and
 ``doctor`` read it (:mod:`jitwarden.ops.workload`). Never raises: a record that cannot be written is
 one warning.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 from jitwarden.model.layout import PARTITIONS_DIR, record_file, record_relpath
@@ -33,8 +37,17 @@ ON = False
 """Whether this process records (the ``RECORD`` setting names a workload): the callers test it before calling."""
 _NAME: str | None = None
 _START = ""
-_BUF: list[tuple[str, str, str, str, float, float]] = []
+_BUF: list[tuple[str, str, str, str, float, float, dict | None]] = []
 _HOOKED = False
+_GRAPHS: dict[tuple[str, str], tuple[str, dict]] = {}
+"""(kind, key) -> (the graph's name in this start, what its key was made of): :func:`key_inputs`."""
+MAX_INPUTS = 128
+"""Inputs of one graph's key kept (torch lists each example input and each setting: a few dozen)."""
+MAX_VALUE = 64
+"""An input's value is kept beside its hash when its text is at most this long (a uuid, a flag, a version)."""
+_LINE = re.compile(
+    r"\[([^\]]{1,128})\] ([A-Za-z_][\w.]{0,127}(?:\[[^\]\n]{1,64}\])?): ?(.*)", re.DOTALL
+)
 
 
 def configure(env=None) -> bool:
@@ -63,16 +76,55 @@ def configure(env=None) -> bool:
 
 def hit(kind: str, key: str, name: str) -> None:
     """Kernel ``key`` of ``kind`` was served from the cache."""
-    _BUF.append((kind, key, name, "hit", 0.0, time.time()))
+    _BUF.append((kind, key, name, "hit", 0.0, time.time(), None))
     if len(_BUF) >= FLUSH_AT:
         flush()
 
 
-def compiled(kind: str, key: str, name: str, seconds: float) -> None:
-    """Kernel ``key`` of ``kind`` was compiled (a miss), costing ``seconds``."""
-    _BUF.append((kind, key, name, "compile", seconds, time.time()))
+def compiled(kind: str, key: str, name: str, seconds: float, inputs: dict | None = None) -> None:
+    """Kernel ``key`` of ``kind`` was compiled (a miss), costing ``seconds``; ``inputs``: what its key was made of."""
+    _BUF.append((kind, key, name, "compile", seconds, time.time(), inputs))
     if len(_BUF) >= FLUSH_AT:
         flush()
+
+
+def parse_key_lines(lines) -> dict:
+    """``{"h": {input: its hash}, "v": {input: its value}}`` of the lines torch logs for an FX graph's or an
+    AOTAutograd graph's key (``[hash] name: value``, ``[hash] name[3]: value``; pure). A value is kept
+    only when short (:data:`MAX_VALUE`) and printable; at most :data:`MAX_INPUTS` inputs; a line of no such shape is skipped."""
+    hashes: dict[str, str] = {}
+    values: dict[str, str] = {}
+    for line in lines if isinstance(lines, (list, tuple)) else ():
+        m = _LINE.match(line) if isinstance(line, str) else None
+        if m is None or len(hashes) >= MAX_INPUTS:
+            continue
+        h, name, value = m.groups()
+        hashes[name] = h[:16]
+        if len(value) <= MAX_VALUE and value.isprintable():
+            values[name] = value
+    return {"h": hashes, "v": values}
+
+
+def key_inputs(kind: str, key, lines) -> None:
+    """Torch computed ``key`` for a graph of ``kind`` (``inductor``, ``aot``) from the inputs ``lines`` name: the
+    graph is named by its order in this start, the first time its key is seen."""
+    if isinstance(key, str) and (kind, key) not in _GRAPHS:
+        n = sum(k == kind for k, _ in _GRAPHS) + 1
+        _GRAPHS[(kind, key)] = (f"graph {n}", parse_key_lines(lines))
+
+
+def graph_name(kind: str, key: str) -> str:
+    """The name of the graph of ``kind`` whose key is ``key`` in this start (``graph 3``); ``kind`` when the key
+    was computed where no hook saw it."""
+    got = _GRAPHS.get((kind, key))
+    return got[0] if got else kind
+
+
+def graph_inputs(kind: str, key: str) -> dict | None:
+    """What the key ``key`` of a graph of ``kind`` was made of (:func:`parse_key_lines`), None when unseen or
+    when torch listed no inputs (AOTAutograd lists them only under debug logging)."""
+    got = _GRAPHS.get((kind, key))
+    return got[1] if got and got[1]["h"] else None
 
 
 def digest(env=None) -> str:
@@ -95,22 +147,20 @@ def path_of(workload: str, fp_digest: str, env=None) -> str | None:
 def lines(events, start: str) -> bytes:
     """The log lines of ``events`` (pure): one JSON object a line."""
     out = []
-    for kind, key, name, event, seconds, when in events:
-        out.append(
-            json.dumps(
-                {
-                    "v": SCHEMA,
-                    "start": start,
-                    "time": round(when, 3),
-                    "kind": kind,
-                    "key": key,
-                    "name": name,
-                    "event": event,
-                    "seconds": round(seconds, 4),
-                },
-                separators=(",", ":"),
-            )
-        )
+    for kind, key, name, event, seconds, when, inputs in events:
+        doc = {
+            "v": SCHEMA,
+            "start": start,
+            "time": round(when, 3),
+            "kind": kind,
+            "key": key,
+            "name": name,
+            "event": event,
+            "seconds": round(seconds, 4),
+        }
+        if inputs:
+            doc["inputs"] = inputs
+        out.append(json.dumps(doc, separators=(",", ":")))
     return ("\n".join(out) + "\n").encode() if out else b""
 
 

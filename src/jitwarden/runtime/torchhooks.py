@@ -532,6 +532,7 @@ def _served():
 def _patch_codecache(mod) -> None:
     _guard_static_loads(mod)
     _wrap_writer(mod.FxGraphCache)
+    _record_keys(mod, "compiled_fx_graph_hash", "inductor")
     gc = mod.GuardedCache
     fn = gc.__dict__["iterate_over_candidates"].__func__  # a classmethod
     if getattr(fn, "__jitwarden__", False):
@@ -584,13 +585,37 @@ def _record_lookup(cls, key: str, local: bool) -> None:
     except Exception:
         found = False
     if found:
-        _record.hit(kind, key, kind)
+        _record.hit(kind, key, _record.graph_name(kind, key))
     else:
         _MISSED.setdefault((kind, key), time.perf_counter())
 
 
 def _patch_aotcache(mod) -> None:
     _wrap_writer(mod.AOTAutogradCache)
+    _record_keys(mod, "autograd_cache_key", "aot")
+
+
+def _record_keys(mod, attr: str, kind: str) -> None:
+    """Under ``--record``: the lines torch returns with a graph's key (``[hash] input: value``) are kept with
+    the graph (:func:`jitwarden.runtime.record.key_inputs`), so ``doctor`` can name the input that changed
+    when a graph compiles again under a new key. Every argument and the result pass through unchanged; a
+    release without ``attr``, or a result of another shape, records no inputs (the graph is then named by
+    its kind alone)."""
+    fn = getattr(mod, attr, None)
+    if not _record.ON or not callable(fn) or getattr(fn, "__jitwarden__", False):
+        return
+
+    def keyed(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        try:
+            if isinstance(out, tuple) and len(out) == 2:
+                _record.key_inputs(kind, out[0], out[1])
+        except Exception as exc:
+            log.debug("jitwarden: could not keep the inputs of a %s key: %s", kind, exc)
+        return out
+
+    _mark(keyed, fn)
+    setattr(mod, attr, keyed)
 
 
 def _wrap_writer(cls) -> None:
@@ -612,7 +637,13 @@ def _wrap_writer(cls) -> None:
             if _record.ON:
                 kind = _record_kind(cls)
                 began = _MISSED.pop((kind, key), 0.0)
-                _record.compiled(kind, key, kind, time.perf_counter() - began if began else 0.0)
+                _record.compiled(
+                    kind,
+                    key,
+                    _record.graph_name(kind, key),
+                    time.perf_counter() - began if began else 0.0,
+                    _record.graph_inputs(kind, key),
+                )
             seal_pickle(cls._get_tmp_dir_for_key(key), a["content"])
         except Exception as exc:
             log.debug(
