@@ -123,6 +123,7 @@ def main(argv=None) -> int:
             full += ["--profile"] if args.profile else []
         if name == "cold":
             full += ["--layers", str(args.layers)]
+            full += ["--cold-models", args.cold_models] if args.cold_models else []
         if name in ("oci", "coverage") and args.registry:
             full += ["--registry", os.path.abspath(args.registry)]
         if name == "trust":
