@@ -75,6 +75,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--profile", action="store_true", help="the warm part profiles one start per side"
     )
+    ap.add_argument(
+        "--cold-models", default=None, help="the cold part's models (its default: phi3,block)"
+    )
     ap.add_argument("--dry-run", action="store_true", help="print each part's command, run none")
     args = ap.parse_args(argv)
     chosen = args.only.split(",")
@@ -123,6 +126,7 @@ def main(argv=None) -> int:
             full += ["--profile"] if args.profile else []
         if name == "cold":
             full += ["--layers", str(args.layers)]
+            full += ["--cold-models", args.cold_models] if args.cold_models else []
             full += ["--cold-models", args.cold_models] if args.cold_models else []
         if name in ("oci", "coverage") and args.registry:
             full += ["--registry", os.path.abspath(args.registry)]
