@@ -41,10 +41,10 @@ PARTS = (
     ("hooks", 300, 40, ["h200_jax_cupy_hooks.py", "{work}"], "jax_cupy_hooks.json"),
     ("hookcost", 100, 40, ["h200_jax_cupy_hooks.py", "{work}", "--steps=cost"], "hook_cost.json"),
     ("warm", 330, 90, ["h200_fixed_costs.py", "--only", "warm", "--work", "{work}"], "warm.json"),
-    ("cold", 200, 90, ["h200_fixed_costs.py", "--only", "cold", "--work", "{work}"], "cold.json"),
     ("oci", 150, 90, ["h200_oci.py", "--reps", "5"], "oci.json"),
     ("trust", 90, 45, ["h200_trust.py"], "trust.json"),
     ("coverage", 220, 60, ["h200_coverage.py"], "coverage.json"),
+    ("cold", 200, 90, ["h200_fixed_costs.py", "--only", "cold", "--work", "{work}"], "cold.json"),
 )
 ALONE_CAP = 580  # a part run alone (--only NAME) may take the whole call
 GRACE = 20  # seconds past its budget before a part is killed (it writes as it goes)
@@ -126,7 +126,6 @@ def main(argv=None) -> int:
             full += ["--profile"] if args.profile else []
         if name == "cold":
             full += ["--layers", str(args.layers)]
-            full += ["--cold-models", args.cold_models] if args.cold_models else []
             full += ["--cold-models", args.cold_models] if args.cold_models else []
         if name in ("oci", "coverage") and args.registry:
             full += ["--registry", os.path.abspath(args.registry)]
