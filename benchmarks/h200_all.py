@@ -1,5 +1,5 @@
 """Every GPU benchmark in one call within one budget (issue 43): fixed costs, the JAX/CuPy hook proofs, the small
-model's warm starts per mode, cold compiles stock against guarded, OCI, trust, in that order.
+model's warm starts per mode, OCI, trust, coverage, cold compiles stock against guarded, in that order.
 
 Each part is its own process, given what is left of the budget (at most its cap) as ``--budget``, and killed at
 that limit plus a grace if it overruns; each writes its JSON into ``--out`` after every measurement, so a part
@@ -10,7 +10,7 @@ eight files come back from a GPU call, and these are they (h200_all.json and one
     PYTHONPATH=src python3 benchmarks/h200_all.py --budget 540 --out $OUT            # the whole set
     PYTHONPATH=src python3 benchmarks/h200_all.py --budget 540 --out $OUT --only warm  # one heavy part alone
 
-Parts (``--only`` takes a comma list): fixed, hooks, warm, cold, oci, trust. ``--registry PATH`` is handed to
+Parts (``--only`` takes a comma list): fixed, hooks, hookcost, warm, oci, trust, coverage, cold. ``--registry PATH`` is handed to
 the OCI part (carry ``.dev/docker-registry``); signed bundles need ``cryptography`` (carry the ``.whl``).
 """
 
