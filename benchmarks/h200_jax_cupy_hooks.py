@@ -74,7 +74,7 @@ ARGS = [a for a in _ARGV if not a.startswith("--")]
 OUT = os.path.abspath(ARGS[0] if ARGS else "jax-cupy-hooks-out")
 CPU = "--cpu" in _ARGV
 ONLY = [t for t in ARGS[1:] if t in ("jax", "cupy")] or (["jax"] if CPU else ["jax", "cupy"])
-PAIRS = 6
+PAIRS = next((int(a.split("=", 1)[1]) for a in _ARGV if a.startswith("--pairs=")), 6)
 STEPS = [a.split("=", 1)[1].split(",") for a in _ARGV if a.startswith("--steps=")]
 """``--steps=cost`` (or ``swaps,false_alarms,cost``): only those steps (a re-measure of the warm ratio alone)."""
 
@@ -255,9 +255,14 @@ def cost(tool: str) -> dict:
         colds.append(run(code, senv, (right,))["out"][-1]["s"])
         firsts.append(run(code, genv, (right,), guarded=True)["out"][-1]["s"])
     ws, wg = [], []
-    for _ in range(PAIRS):
-        ws.append(run(code, senv, (right,))["out"][-1]["s"])
-        wg.append(run(code, genv, (right,), guarded=True)["out"][-1]["s"])
+    for i in range(
+        PAIRS
+    ):  # interleaved, the order flipped every pair: neither side always goes first
+        for side in ("stock", "guarded")[:: 1 if i % 2 == 0 else -1]:
+            if side == "stock":
+                ws.append(run(code, senv, (right,))["out"][-1]["s"])
+            else:
+                wg.append(run(code, genv, (right,), guarded=True)["out"][-1]["s"])
     med = statistics.median
     return {
         "cold": colds,
