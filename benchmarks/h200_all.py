@@ -48,7 +48,7 @@ PARTS = (
     ),
     ("warm", 330, 90, ["h200_fixed_costs.py", "--only", "warm", "--work", "{work}"], "warm.json"),
     ("oci", 150, 90, ["h200_oci.py", "--reps", "5"], "oci.json"),
-    ("trust", 90, 45, ["h200_trust.py"], "trust.json"),
+    ("trust", 130, 45, ["h200_trust.py"], "trust.json"),
     ("coverage", 220, 60, ["h200_coverage.py"], "coverage.json"),
     ("cold", 200, 90, ["h200_fixed_costs.py", "--only", "cold", "--work", "{work}"], "cold.json"),
 )
