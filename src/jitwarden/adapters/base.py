@@ -22,7 +22,7 @@ from typing import ClassVar, NamedTuple
 
 from jitwarden.env import locations
 from jitwarden.formats import elf
-from jitwarden.model.entries import CacheRoot, Entry, KindFacts
+from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
 from jitwarden.store import partition
@@ -918,7 +918,7 @@ def so_findings(rel: str, head: elf.ElfHead, host: str | None) -> list[Finding]:
     return []
 
 
-# --- added by jax-cupy ---
+# ---------------------------------------------------------------- seals of flat dirs (JAX, CuPy)
 
 
 @lru_cache(maxsize=64)
@@ -937,7 +937,7 @@ def _dir_seal(d: str, mtime_ns: int, size: int) -> dict | None:
 
 
 def dir_seal_findings(
-    d: str, name: str, data: bytes | tuple[int, str], j
+    d: str, name: str, data: bytes | tuple[int, str], judge: Judge
 ) -> tuple[bool, list[Finding]]:
     """(sealed, findings) of the file ``name`` of ``d`` whose bytes are ``data`` (or, for a file too large to hold,
     its (size, sha256 hex), the hex empty when not hashed), against the seal of ``d``
@@ -946,7 +946,7 @@ def dir_seal_findings(
 
     from jitwarden.model.layout import SEAL_FILE
 
-    if not j.check_seals:
+    if not judge.check_seals:
         return False, []
     try:
         st = os.lstat(os.path.join(d, SEAL_FILE))

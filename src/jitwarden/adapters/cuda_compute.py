@@ -544,8 +544,8 @@ def _parse_output(out: bytes, out_size: int, unknown: list[str]) -> EntryOutput 
 # ---------------------------------------------------------------- judging
 
 
-def entry_findings(
-    e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None
+def judge_facts(
+    e: ComputeEntry, judge: Judge, jit_stamp: tuple[str, str] | None
 ) -> tuple[list[Finding], int | None]:
     """(findings, cubin SM) of one parsed entry (pure). Each rule names its evidence.
 
@@ -602,11 +602,11 @@ def entry_findings(
                 out.append(
                     Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {target}")
                 )
-            if j.target_arch is not None and sm != j.target_arch:
+            if judge.target_arch is not None and sm != judge.target_arch:
                 out.append(
                     Finding(
                         "foreign-arch",
-                        f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
+                        f"JIT-compiled for sm_{sm}, judged against sm_{judge.target_arch}: "
                         "unreachable here",
                     )
                 )
@@ -614,13 +614,13 @@ def entry_findings(
         output
         and output.kind == "ptx"
         and target
-        and j.target_arch is not None
-        and int(re.sub(r"\D", "", target)) != j.target_arch
+        and judge.target_arch is not None
+        and int(re.sub(r"\D", "", target)) != judge.target_arch
     ):
         out.append(
             Finding(
                 "foreign-arch",
-                f"compiled for {target}, judged against sm_{j.target_arch}: unreachable here",
+                f"compiled for {target}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
     if (
@@ -629,7 +629,7 @@ def entry_findings(
         and jit_stamp is not None
         and key.stamp.date != jit_stamp[0]
     ):
-        drv = f" (driver {j.driver_version})" if j.driver_version else ""
+        drv = f" (driver {judge.driver_version})" if judge.driver_version else ""
         out.append(
             Finding(
                 "stale",
@@ -681,7 +681,7 @@ class CudaComputeFacts(KindFacts):
         return out
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Judge one cached file: what the filesystem says (permissions, links) and what its bytes say."""
     s = survey(root, name)
     out = survey_findings(s, root_uid, "entry")
@@ -720,8 +720,8 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             out.append(read_failure(exc, f"unreadable: {exc.strerror}"))
     sm = since = None
     if parsed is not None:
-        found, sm = entry_findings(
-            parsed, j, driver_jit_stamp() if parsed.producer == "driver-jit" else None
+        found, sm = judge_facts(
+            parsed, judge, driver_jit_stamp() if parsed.producer == "driver-jit" else None
         )
         out += found
     ev = driver_evidence()
@@ -731,7 +731,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         # No JIT compiler to read a date from: the mtime of a driver-made entry against the installed driver's.
         since = ev[0]
         if mtime < ev[0]:
-            drv = f" (driver {j.driver_version} now)" if j.driver_version else ""
+            drv = f" (driver {judge.driver_version} now)" if judge.driver_version else ""
             out.append(
                 Finding(
                     "stale",

@@ -131,7 +131,7 @@ def _source_findings(root: str, name: str, kernels: tuple[str, ...]) -> tuple[bo
     return True, []
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one file (no symlink followed) and judge it (see the module docstring).
 
     Evidence per rule: ``corrupt`` for a header SHA-1 that does not match the payload, a cubin that does not
@@ -151,11 +151,11 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return other
     f = s.files[0]
     if TMP.match(name):
-        if base.older_than(f.mtime, j):
+        if base.older_than(f.mtime, judge):
             out.append(
                 Finding(
                     "orphan",
-                    f"leftover of an interrupted write, {int((j.now - f.mtime) // 60)} min old; "
+                    f"leftover of an interrupted write, {int((judge.now - f.mtime) // 60)} min old; "
                     "CuPy never reads it",
                 )
             )
@@ -222,7 +222,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             findings=tuple(out),
             facts=CupyFacts(key, suffix),
         )
-    sealed, out_seal = base.dir_seal_findings(root, name, data, j)
+    sealed, out_seal = base.dir_seal_findings(root, name, data, judge)
     out += out_seal
     from jitwarden.formats import cupyentry  # here: telling a root's kind imports every adapter
 
@@ -235,11 +235,11 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if arch is None and p.ptx_target:
         m2 = re.match(r"(?:sm|compute)_(\d{1,9})(?!\d)", p.ptx_target)
         arch = int(m2.group(1)) if m2 else None
-    if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
+    if p.cubin_sm is not None and judge.target_arch is not None and p.cubin_sm != judge.target_arch:
         out.append(
             Finding(
                 "foreign-arch",
-                f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: CuPy keys by "
+                f"cubin is sm_{p.cubin_sm}, judged against sm_{judge.target_arch}: CuPy keys by "
                 "arch, so this one is unreachable there",
             )
         )

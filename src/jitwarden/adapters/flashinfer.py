@@ -182,7 +182,7 @@ def _split(name: str) -> tuple[str | None, str, str, str | None]:
     return None, ws[0] if ws else "", "/".join(ws), op
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one op build dir (or a workspace's generated sources) and judge it.
 
     Evidence per rule: ``stale`` when the version directory names another FlashInfer than the
@@ -202,7 +202,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     etype = "op" if op else "generated"
 
     # Version and layout: FlashInfer reads only <its version>/<archs>/ (0.2.x read <archs>/).
-    installed = j.version("flashinfer")
+    installed = judge.version("flashinfer")
     if installed:
         if version is not None and not version_matches(version, installed):
             out.append(
@@ -225,14 +225,14 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     parsed = parse_archs(archs)
     arch = max((a for a, _s in parsed), default=None)
     if (
-        j.target_arch is not None
+        judge.target_arch is not None
         and parsed
-        and not any(arch_runs_on(a, suf, j.target_arch) for a, suf in parsed)
+        and not any(arch_runs_on(a, suf, judge.target_arch) for a, suf in parsed)
     ):
         out.append(
             Finding(
                 "foreign-arch",
-                f"built for {archs}, judged against sm_{j.target_arch}: unreachable here",
+                f"built for {archs}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
 
@@ -241,18 +241,18 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         for rel in sos:
             try:
                 out += so_findings(
-                    rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine
+                    rel, elf_head(os.path.join(path, rel), files[rel].size), judge.host_machine
                 )
             except OSError as exc:
                 out.append(unreadable(rel, exc))
         if f"{op}.so" not in files:
-            if older_than(newest, j):
+            if older_than(newest, judge):
                 what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
                 out.append(
                     Finding(
                         "incomplete",
                         f"op directory has {what} {op}.so: an interrupted build "
-                        f"({int((j.now - newest) // 60)} min old)",
+                        f"({int((judge.now - newest) // 60)} min old)",
                     )
                 )
                 etype = "partial"

@@ -604,7 +604,7 @@ def _group(name: str) -> str:
     return "other"
 
 
-def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts: Judging) -> None:
+def judge_files(root: str, name: str, s: Survey, judge: Judge, group: str, facts: Judging) -> None:
     """Judge every file of one surveyed entry (a file or a dir); shared with the vLLM adapter."""
     kind = group if group in PICKLE_DIRS else ""
     tmps = []
@@ -844,10 +844,10 @@ def torch_cutlass_link(rel: str, target: str) -> bool:
 
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read (never following a symlink, never unpickling) and judge one entry of an Inductor cache dir."""
-    return inspect_as(KIND, root, root, name, name, judge, root_uid)
+    return inspect_entry_as(KIND, root, root, name, name, judge, root_uid)
 
 
-def inspect_as(
+def inspect_entry_as(
     kind: str,
     shown_root: str,
     root: str,
@@ -872,18 +872,18 @@ def inspect_as(
     if group == "locks":
         facts.type = "locks"
     elif group == "cache":
-        judge_tree(root, name, s, judge, group, facts)
+        judge_files(root, name, s, judge, group, facts)
         if not s.is_dir and s.files:
             try:
                 data = read_bytes(s.path, max_bytes=jsonlimits.MAX_BYTES, size_hint=s.files[0].size)
             except OSError:
-                data = b""  # unreadable or past what the JSON reader parses: judge_tree's finding says so
+                data = b""  # unreadable or past what the JSON reader parses: judge_files's finding says so
             _local_cache(name, data, judge, facts)
         facts.type = facts.type if facts.type != "other" else "local-cache"
     elif s.errors and not s.files and not s.is_dir:
         pass  # could not stat: survey_findings says so
     else:
-        judge_tree(root, name, s, judge, group, facts)
+        judge_files(root, name, s, judge, group, facts)
         if group == "other" and s.is_dir and facts.type != "cutlass-links":
             facts.type = "other"
     return entry_of(kind, shown_root, shown_name, s, facts, findings + facts.findings)

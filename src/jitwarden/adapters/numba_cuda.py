@@ -112,7 +112,7 @@ def _named_function(stem: str) -> str | None:
     return last if _IDENT.match(last) else None
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one index or data file (pickles walked, never loaded) and judge it.
 
     Evidence per rule: ``corrupt`` for a pickle that does not parse; ``mismatch`` for a data file whose
@@ -178,16 +178,16 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                 out.append(Finding("mismatch", f"lists {foreign[0]}, another function's data file"))
             arch = max(p.compute_capabilities) if p.compute_capabilities else None
             if (
-                j.target_arch is not None
+                judge.target_arch is not None
                 and p.compute_capabilities
-                and j.target_arch not in p.compute_capabilities
+                and judge.target_arch not in p.compute_capabilities
             ):
                 out.append(
                     Finding(
                         "foreign-arch",
                         f"compiled for compute capability "
                         f"{', '.join(str(c) for c in p.compute_capabilities)}, judged "
-                        f"against sm_{j.target_arch}: numba keys by it, unreachable here",
+                        f"against sm_{judge.target_arch}: numba keys by it, unreachable here",
                     )
                 )
         return Entry(
@@ -219,11 +219,11 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                     "function's code under this key (numba would run it)",
                 )
             )
-    if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
+    if p.cubin_sm is not None and judge.target_arch is not None and p.cubin_sm != judge.target_arch:
         out.append(
             Finding(
                 "foreign-arch",
-                f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: unreachable here",
+                f"cubin is sm_{p.cubin_sm}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
     return Entry(

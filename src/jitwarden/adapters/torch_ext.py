@@ -150,18 +150,18 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
 # ---------------------------------------------------------------- judging
 
 
-def current_tag(j: Judge) -> tuple[str | None, str | None]:
+def current_tag(judge: Judge) -> tuple[str | None, str | None]:
     """(``py311``, ``cu128``/``cpu``) of the running interpreter and torch, each None when unknown.
 
     The accelerator comes from the judge's ``torch_cuda`` (the fingerprint), else from the
     local part of torch's version (``2.13.0+cpu``, ``2.6.0+cu124``); a bare version says nothing.
     """
-    py = f"py{j.python_tag}" if j.python_tag else None
+    py = f"py{judge.python_tag}" if judge.python_tag else None
     acc = None
-    if j.torch_cuda:
-        acc = "cu" + j.torch_cuda.replace(".", "")
+    if judge.torch_cuda:
+        acc = "cu" + judge.torch_cuda.replace(".", "")
     else:
-        tv = j.version("torch")
+        tv = judge.version("torch")
         if tv and "+" in tv:
             local = tv.split("+", 1)[1]
             if local == "cpu" or re.fullmatch(r"cu\d+|rocm[\d.]+", local):
@@ -204,7 +204,7 @@ def _covers(sms, ptx, arch: int) -> bool:
     return any(p <= arch for p in ptx)
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one build directory (file names, ELF headers, build.ninja text) and judge it.
 
     Evidence per rule: ``corrupt`` for ``.so``/``.o`` whose ELF header is broken; ``mismatch``
@@ -226,7 +226,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     own = [
         f for f in sorted(files) if "/" not in f and (m := _SO_NAME.match(f)) and m.group(1) == mod
     ]
-    so_machine = _elf_findings(path, files, j.host_machine, out)
+    so_machine = _elf_findings(path, files, judge.host_machine, out)
     ninja = None
     if "build.ninja" in files:
         try:
@@ -235,12 +235,12 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             )
         except OSError as exc:
             out.append(unreadable("build.ninja", exc))
-    etype = _build_state(mod, own, files, ninja is not None, s.newest, j, out)
-    py_tag, acc_tag = _tag_findings(tag, ninja, j, out)
+    etype = _build_state(mod, own, files, ninja is not None, s.newest, judge, out)
+    py_tag, acc_tag = _tag_findings(tag, ninja, judge, out)
     arch = sms = ptxs = None
     if ninja and (ninja["sm"] or ninja["ptx"]):
         sms, ptxs = ninja["sm"], ninja["ptx"]
-        arch = _arch_findings(sms, ptxs, j, out)
+        arch = _arch_findings(sms, ptxs, judge, out)
     facts = TorchExtFacts(mod, tag or None, tuple(own), so_machine, py_tag, acc_tag, sms, ptxs)
     return Entry(
         KIND,
@@ -299,7 +299,7 @@ def _build_state(
     files: dict[str, File],
     has_ninja: bool,
     newest: float,
-    j: Judge,
+    judge: Judge,
     out: list[Finding],
 ) -> str:
     """The entry's type: ``extension``, ``building`` (young, no module yet) or ``partial`` (an interrupted
@@ -307,23 +307,23 @@ def _build_state(
     # Half-built: torch creates the directory, writes build.ninja, then runs ninja.
     etype = "extension"
     if not own:
-        if older_than(newest, j):
+        if older_than(newest, judge):
             what = "build.ninja but no" if has_ninja else "neither build.ninja nor"
             out.append(
                 Finding(
                     "incomplete",
                     f"build directory has {what} {mod}.so: an interrupted build "
-                    f"({int((j.now - newest) // 60)} min old); torch rebuilds it on the next load()",
+                    f"({int((judge.now - newest) // 60)} min old); torch rebuilds it on the next load()",
                 )
             )
             etype = "partial"
         else:
             etype = "building"
-    if "lock" in files and older_than(files["lock"].mtime, j):
+    if "lock" in files and older_than(files["lock"].mtime, judge):
         out.append(
             Finding(
                 "orphan",
-                f"lock: left by an interrupted build, {int((j.now - files['lock'].mtime) // 60)} min old; "
+                f"lock: left by an interrupted build, {int((judge.now - files['lock'].mtime) // 60)} min old; "
                 f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed",
             )
         )
@@ -332,11 +332,11 @@ def _build_state(
 
 
 def _tag_findings(
-    tag: str, ninja: dict[str, Any] | None, j: Judge, out: list[Finding]
+    tag: str, ninja: dict[str, Any] | None, judge: Judge, out: list[Finding]
 ) -> tuple[str | None, str | None]:
     """(Python tag, accelerator tag) the build is for: the tag directory names what torch built for,
     build.ninja says what it really used; either against this environment's torch."""
-    py_now, acc_now = current_tag(j)
+    py_now, acc_now = current_tag(judge)
     m = TAG.match(tag) if tag else None
     if m is None:
         if not (ninja and ninja["python"]):
@@ -375,14 +375,14 @@ def _tag_findings(
     return py_tag, acc_tag
 
 
-def _arch_findings(sms: list[int], ptxs: list[int], j: Judge, out: list[Finding]) -> int:
+def _arch_findings(sms: list[int], ptxs: list[int], judge: Judge, out: list[Finding]) -> int:
     """The newest arch build.ninja targets; ``foreign-arch`` when none covers the judged GPU."""
-    if j.target_arch is not None and not _covers(sms, ptxs, j.target_arch):
+    if judge.target_arch is not None and not _covers(sms, ptxs, judge.target_arch):
         shown = ", ".join([f"sm_{x}" for x in sms] + [f"compute_{x}" for x in ptxs])
         out.append(
             Finding(
                 "foreign-arch",
-                f"built for {shown}, judged against sm_{j.target_arch}: no kernel image for this GPU",
+                f"built for {shown}, judged against sm_{judge.target_arch}: no kernel image for this GPU",
             )
         )
     return max(sms or ptxs)

@@ -2,7 +2,7 @@
 
 Stdlib only (the guarded cache manager judges entries with the same code).
 Reading is split from judging: :func:`read_entry` touches the disk and never
-follows a symlink; :func:`judge_entry` is a pure function of the facts read and
+follows a symlink; :func:`judge_facts` is a pure function of the facts read and
 a :class:`Judge`, so every command reaches the same verdict.
 """
 
@@ -611,7 +611,7 @@ def _ext_suffix_machine(fname: str) -> str | None:
     return _HOST_MACHINES.get(m.group(1), m.group(1))
 
 
-def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None) -> Entry:
+def judge_facts(root: str, f: EntryFacts, judge: Judge, root_uid: int | None = None) -> Entry:
     """Decide the findings of one entry from its facts alone (pure). Each rule and its evidence:
 
     - ``corrupt``: a file that does not parse as the format Triton writes (JSON, ELF, PTX without
@@ -632,19 +632,19 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
     sv = f.survey
     if sv.is_symlink:
         return _symlinked(root, f)
-    out = _item_findings(f, j, root_uid)
+    out = _item_findings(f, judge, root_uid)
     add = out.append
     size = sum(map(_SIZE, f.files))
     mtime = max(map(_MTIME, f.files), default=0.0)
     if _STAGING.match(f.id):
         # Evidence: none of damage. Triton's keys are base32, so it never opens this dir; its group files
         # name the final dir by design. Old, it is dead weight from a rename that lost or never came.
-        if f.files and j.now - mtime >= j.orphan_age:
+        if f.files and judge.now - mtime >= judge.orphan_age:
             add(
                 Finding(
                     "orphan",
                     f"a kernel dir TorchInductor staged from an FX-graph bundle and never renamed into "
-                    f"place, {int((j.now - mtime) // 60)} min old",
+                    f"place, {int((judge.now - mtime) // 60)} min old",
                 )
             )
         return Entry(
@@ -672,7 +672,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         if doc is not None:
             _group_findings(f.id, f.path, gname, doc, sizes, add)
     etype = _entry_type(f, names)
-    if etype == "partial" and (j.now - mtime if mtime else 0) >= j.orphan_age:
+    if etype == "partial" and (judge.now - mtime if mtime else 0) >= judge.orphan_age:
         add(
             Finding(
                 "orphan",
@@ -680,7 +680,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
             )
         )
     if md is not None:
-        _metadata_findings(f.id, f.metadata_file, md, arch, kname, tv, j, add)
+        _metadata_findings(f.id, f.metadata_file, md, arch, kname, tv, judge, add)
     cubin_file = f.cubin_file or ""  # set whenever a cubin or its head is
     cubin_sm, producer = (
         _cubin_findings(f.cubin, cubin_file, arch, kname, add)
@@ -703,7 +703,7 @@ def judge_entry(root: str, f: EntryFacts, j: Judge, root_uid: int | None = None)
         else (None, None)
     )
     if f.launchers:
-        _launcher_findings(f.launchers, j.host_machine, add)
+        _launcher_findings(f.launchers, judge.host_machine, add)
     _seal_findings(f.seal_problems, f.seal_unbelieved, f.seal_foreign, add)
 
     # One finding per (code, message): repeated groups can say the same thing twice.
@@ -776,7 +776,7 @@ def _symlinked(root: str, f: EntryFacts) -> Entry:
     )
 
 
-def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Finding]:
+def _item_findings(f: EntryFacts, judge: Judge, root_uid: int | None) -> list[Finding]:
     """What is wrong with the entry's items as listed, whatever they hold: files that could not be read or
     parsed, the ownership rule, symlinks inside, old leftovers of an interrupted write."""
     out = [error_finding(f"{name}: {why}" if name else why, why) for name, why in f.read_errors]
@@ -798,11 +798,11 @@ def _item_findings(f: EntryFacts, j: Judge, root_uid: int | None) -> list[Findin
                 )
             )
     for t in f.tmps:
-        if j.now - t.mtime >= j.orphan_age:
+        if judge.now - t.mtime >= judge.orphan_age:
             out.append(
                 Finding(
                     "orphan",
-                    f"{t.name}: leftover of an interrupted write, {int((j.now - t.mtime) // 60)} min old",
+                    f"{t.name}: leftover of an interrupted write, {int((judge.now - t.mtime) // 60)} min old",
                 )
             )
     return out
@@ -880,7 +880,7 @@ def _metadata_findings(
     arch: int | None,
     kname: str | None,
     tv,
-    j: Judge,
+    judge: Judge,
     add,
 ) -> None:
     """The metadata JSON (whole: a cut one is a read error) against Triton's layout, the entry's id, the
@@ -910,25 +910,25 @@ def _metadata_findings(
                 f"{metadata_file}: its hash belongs to entry {entry_id_for_hash(h) or h!r}, not this one",
             )
         )
-    if tv and j.triton_version and tv != j.triton_version:
+    if tv and judge.triton_version and tv != judge.triton_version:
         add(
             Finding(
                 "stale",
-                f"built by Triton {tv}; Triton {j.triton_version} is installed and never reads it",
+                f"built by Triton {tv}; Triton {judge.triton_version} is installed and never reads it",
             )
         )
-    if j.target_arch is not None and backend != "cuda":
+    if judge.target_arch is not None and backend != "cuda":
         add(
             Finding(
                 "foreign-arch",
-                f"built for {backend} {raw_arch}, judged against sm_{j.target_arch}: unreachable here",
+                f"built for {backend} {raw_arch}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
-    elif arch is not None and j.target_arch is not None and arch != j.target_arch:
+    elif arch is not None and judge.target_arch is not None and arch != judge.target_arch:
         add(
             Finding(
                 "foreign-arch",
-                f"built for sm_{arch}, judged against sm_{j.target_arch}: unreachable here",
+                f"built for sm_{arch}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
 
@@ -1086,25 +1086,25 @@ def _entry_type(f: EntryFacts, names: Collection[str]) -> str:
     return "other"
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read and judge one entry: the unit of work of the scanner and the guarded cache manager. An entry as
     Triton writes it takes the quick path (:func:`quick_entry`), anything else the general one."""
     try:
-        got = quick_entry(root, name, j, root_uid)
+        got = quick_entry(root, name, judge, root_uid)
     except (
         Exception
     ):  # whatever it met, the general path judges the entry from the start, and says so
         got = None
     if got is not None:
         return got
-    return judge_entry(root, read_entry(root, name, check_seal=j.check_seals), j, root_uid)
+    return judge_facts(root, read_entry(root, name, check_seal=judge.check_seals), judge, root_uid)
 
 
 # ---------------------------------------------------------------- the quick path
 
 
-def quick_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry | None:
-    """:func:`judge_entry` of :func:`read_entry`, for an entry exactly as Triton writes it: a directory of
+def quick_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry | None:
+    """:func:`judge_facts` of :func:`read_entry`, for an entry exactly as Triton writes it: a directory of
     regular files only, none another user could change, holding one group file ``__grp__<k>.json``, its
     metadata ``<k>.json``, ``<k>.cubin`` and ``<k>.ptx`` (and any other file but a launcher, an autotune record,
     a temporary or one of jitwarden's, its seal aside). The same reads (by the entry's fd, each file opened once,
@@ -1120,7 +1120,7 @@ def quick_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> 
     except OSError:  # a symlink, a lone file, gone, unreadable: the general path says which
         return None
     try:
-        return _quick_at(root, name, path, fd, j, root_uid)
+        return _quick_at(root, name, path, fd, judge, root_uid)
     finally:
         os.close(fd)
 
@@ -1185,7 +1185,7 @@ def _quick_layout(read: Mapping[str, bytes]) -> str | None:
 
 
 def _quick_at(
-    root: str, name: str, path: str, fd: int, j: Judge, root_uid: int | None
+    root: str, name: str, path: str, fd: int, judge: Judge, root_uid: int | None
 ) -> Entry | None:
     """:func:`quick_entry` of the entry opened as ``fd``."""
     listing = _quick_listing(fd, root_uid)
@@ -1210,14 +1210,14 @@ def _quick_at(
     out: list[Finding] = []
     add = out.append
     _group_findings(name, path, group, doc, sizes, add)
-    _metadata_findings(name, metadata_file, md, arch, kname, tv, j, add)
+    _metadata_findings(name, metadata_file, md, arch, kname, tv, judge, add)
     cubin_sm, producer = _cubin_findings(cubin, cubin_file, arch, kname, add)
     ptx_version, ptx_target = _ptx_findings(read[ptx_file], ptx_file, arch, kname, add)
     sealed = SEAL_FILE in sizes
     if sealed:
         held = {n: data for n, data in read.items() if len(data) == sizes[n]}
         problems, foreign, unbelieved = _seal_facts(
-            path, sizes.keys(), j.check_seals, None, lambda: held, fd
+            path, sizes.keys(), judge.check_seals, None, lambda: held, fd
         )
         _seal_findings(problems, unbelieved, foreign, add)
     return Entry(

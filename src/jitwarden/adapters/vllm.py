@@ -610,7 +610,7 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     ):  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
         i = parts.index(INDUCTOR)
         sub_root = os.path.join(root, *parts[: i + 1])
-        return inductor.inspect_as(
+        return inductor.inspect_entry_as(
             KIND, root, sub_root, "/".join(parts[i + 1 :]), name, judge, root_uid, VllmFacts
         )
     s = survey(root, name)

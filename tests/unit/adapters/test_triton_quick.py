@@ -1,6 +1,6 @@
 """The quick path of a Triton entry (``triton.quick_entry``, issue 43): an entry as Triton writes it is judged
 without the survey's and the reader's records between the reads and the rules. What a user relies on: it
-gives the very entry the general path gives (``judge_entry`` of ``read_entry``: every finding, in order, and
+gives the very entry the general path gives (``judge_facts`` of ``read_entry``: every finding, in order, and
 every fact), on real kernels of every arch, judged against any target and Triton; and it takes no entry it
 was not written for: each damage of each file, a link, a FIFO, another's file, a temporary, a launcher, a
 seal (good or tampered) gives the general path's entry, so no finding is lost."""
@@ -25,7 +25,7 @@ JUDGES = (
 
 
 def _general(root: str, name: str, j: Judge, uid=None):
-    return triton.judge_entry(root, triton.read_entry(root, name, check_seal=j.check_seals), j, uid)
+    return triton.judge_facts(root, triton.read_entry(root, name, check_seal=j.check_seals), j, uid)
 
 
 def _kernels(cache) -> list[str]:
