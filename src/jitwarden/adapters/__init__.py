@@ -1,7 +1,7 @@
 """Cache adapters: one module per cache kind, each a :class:`CacheAdapter`, named by the kind's row.
 
-What every kind shares (partitions, the no-follow survey of an entry, the one ownership rule,
-root discovery helpers) lives once in :mod:`jitwarden.adapters.base` and is used from there;
+What every kind shares (partitions, the one ownership rule, root discovery helpers) lives once in
+:mod:`jitwarden.adapters.base`, the no-follow survey of an entry in :mod:`jitwarden.adapters.surveys`, each used from there;
 an adapter module holds only what is its kind's own. To add a kind: write its module with
 every member of :class:`CacheAdapter` and add the kind's row, which names the module, to
 :data:`jitwarden.model.kinds.ROWS` (ARCHITECTURE.md, "How to add … A cache kind").

@@ -56,9 +56,9 @@ from jitwarden.adapters.base import (
     listed,
     read_failure,
     set_vars,
-    survey,
     survey_findings,
 )
+from jitwarden.adapters.surveys import survey
 from jitwarden.env import locations
 from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.adapters.base import (
-    File,
     cubin_findings,
     elf_head,
     entries,
@@ -40,10 +39,10 @@ from jitwarden.adapters.base import (
     older_than,
     set_vars,
     so_findings,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import File, survey
 from jitwarden.env import locations
 from jitwarden.formats.ptx import parse_header
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts

@@ -37,10 +37,10 @@ from jitwarden.adapters.base import (
     older_than,
     set_vars,
     so_findings,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import survey
 from jitwarden.env import locations
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding

@@ -29,14 +29,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from jitwarden.adapters.base import (
-    Survey,
     cubin_findings,
     existing,
     private_root,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import Survey, survey
 from jitwarden.env import locations
 from jitwarden.formats import elf, jsonlimits
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts

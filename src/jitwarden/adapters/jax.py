@@ -25,7 +25,7 @@ import stat
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from jitwarden.adapters import base
+from jitwarden.adapters import base, surveys
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -352,7 +352,7 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     ``incomplete`` for a missing ``-atime`` while eviction is on; ``orphan`` for an ``-atime`` whose entry
     is gone; ``unrecognised`` for a compression or serialization jitwarden does not know.
     """
-    s = base.survey(root, name)
+    s = surveys.survey(root, name)
     out = base.survey_findings(s, root_uid, "entry")
     top = name.partition("/")[0]
 

@@ -24,7 +24,6 @@ from itertools import islice
 from typing import Any, ClassVar
 
 from jitwarden.adapters.base import (
-    File,
     elf_head,
     existing,
     listed,
@@ -32,10 +31,10 @@ from jitwarden.adapters.base import (
     older_than,
     set_vars,
     so_findings,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import File, survey
 from jitwarden.env import locations
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding

@@ -10,14 +10,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jitwarden.adapters.base import (
-    Dir,
-    File,
-    Reading,
-    Survey,
-    surveyed,
-    why,
-)
+from jitwarden.adapters.surveys import Dir, File, Reading, Survey, surveyed, why
 from jitwarden.formats import elf, jsonlimits
 from jitwarden.model.layout import (
     SEAL_FILE,
@@ -100,7 +93,7 @@ class EntryFacts:
 
 def read_while_listing(fname: str) -> int | None:
     """What :func:`_read_listed` reads of a file, by its name: the head of a PTX file, the whole of a JSON
-    file, a cubin or a launcher (the survey reads them as it lists them: :class:`~jitwarden.adapters.base.Reading`);
+    file, a cubin or a launcher (the survey reads them as it lists them: :class:`~jitwarden.adapters.surveys.Reading`);
     None for the rest, Triton's temporaries and jitwarden's own files (the seal is read by its own reader)."""
     if not fname.endswith(READ_SUFFIXES):  # most names of an entry: one C-level test
         return None
@@ -120,7 +113,7 @@ READING = Reading(read_while_listing, suffixes=READ_SUFFIXES)
 def read_entry(root: str, name: str, *, check_seal: bool = True) -> EntryFacts:
     """Read one entry directory without following any symlink and without writing anything.
 
-    Its files are opened by the fd of the directory as surveyed (:func:`~jitwarden.adapters.base.surveyed`):
+    Its files are opened by the fd of the directory as surveyed (:func:`~jitwarden.adapters.surveys.surveyed`):
     the ones Triton's reader needs as the survey lists them (one open each gives their stat and bytes), any
     other the survey did not read (too large, too many) with one ``read()`` of the size the survey saw.
     """

@@ -31,15 +31,8 @@ import re
 from dataclasses import dataclass
 
 from jitwarden.adapters import inductor
-from jitwarden.adapters.base import (
-    Survey,
-    existing,
-    inside,
-    private_root,
-    survey,
-    survey_findings,
-    unreadable,
-)
+from jitwarden.adapters.base import existing, private_root, survey_findings, unreadable
+from jitwarden.adapters.surveys import Survey, inside, survey
 from jitwarden.env import locations
 from jitwarden.formats import jsonlimits
 from jitwarden.formats.vllm_files import Handle, artifact_layout, graph_handles
