@@ -30,7 +30,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from jitwarden.adapters import inductor
+from jitwarden.adapters import inductor, inductor_blobs, inductor_facts
 from jitwarden.adapters.base import existing, private_root, survey_findings, unreadable
 from jitwarden.adapters.surveys import Survey, inside, survey
 from jitwarden.env import locations
@@ -69,7 +69,7 @@ class FlashInferTune(FactGroup):
 
 
 @dataclass(frozen=True, slots=True)
-class VllmFacts(inductor.InductorFacts):
+class VllmFacts(inductor_facts.InductorFacts):
     """An Inductor entry's facts (vLLM nests Inductor caches) and vLLM's own, by what records them: the vLLM
     version in ``cache_key_factors.json`` (its GPU, CUDA and Triton key are the Inductor facts' ``system``),
     how many graphs ``vllm_compile_cache.py`` lists, the layouts of its artifacts, that an AOT entry's key
@@ -248,7 +248,7 @@ def factors_facts(doc) -> dict:
         elif isinstance(x, dict):
             stack += list(x.values())
     if system:
-        out["system"] = inductor.SystemFactors(**system)
+        out["system"] = inductor_facts.SystemFactors(**system)
     return out
 
 
@@ -262,7 +262,7 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
                 f"compiled by vLLM {v}; vLLM {mine} is installed and keys its cache by its own version",
             )
         )
-    system = facts.get("system") or inductor.SystemFactors()
+    system = facts.get("system") or inductor_facts.SystemFactors()
     gpu = system.gpu_name
     if gpu and judge.gpu_names and gpu not in judge.gpu_names:
         out.append(
@@ -450,13 +450,13 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
         size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
             try:
-                data = inductor.read_blob(
+                data = inductor_blobs.read_blob(
                     path, rel, size
                 )  # past WHOLE_MAX: one pass, its head, CRC and GPU
             except OSError as exc:
                 add(unreadable(rel, exc))
                 continue
-            if isinstance(data, inductor.Streamed):
+            if isinstance(data, inductor_blobs.Streamed):
                 art = artifact_layout(data.head, size=data.size, crc_after_4=data.crc_after_4)
             else:
                 art = artifact_layout(data)
@@ -466,13 +466,13 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
                 assert art.layout is not None  # a layout with no problem is named
                 seen = set(filter(None, facts.extra.get("artifact_layouts", "").split(", ")))
                 facts.extra["artifact_layouts"] = ", ".join(sorted(seen | {art.layout}))
-                inductor.named_arch(inductor.device_props(data), judge, rel, facts)
+                inductor.named_arch(inductor_blobs.device_props(data), judge, rel, facts)
         elif top.startswith("artifact_"):
             # "unpacked" format: the artifact is an Inductor cache dir of its own
             sub = rel.split("/", 1)[1]
             group = sub.split("/", 1)[0]
             try:
-                data = inductor.read_blob(path, rel, size)
+                data = inductor_blobs.read_blob(path, rel, size)
             except OSError as exc:
                 add(unreadable(rel, exc))
                 continue
@@ -518,18 +518,18 @@ def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         try:
-            data = inductor.read_blob(
+            data = inductor_blobs.read_blob(
                 path, rel, sizes.get(rel, 0)
             )  # past WHOLE_MAX: one pass, never held
         except OSError as exc:
             facts.findings.append(unreadable(rel, exc))
             continue
         if os.path.basename(rel) == "model":
-            why = inductor.pickle_problem(data)
+            why = inductor_blobs.pickle_problem(data)
             if why:
                 facts.findings.append(Finding("corrupt", f"{rel}: {why}"))
                 continue
-            arch, fs = inductor.arch_findings(inductor.device_props(data), judge, rel)
+            arch, fs = inductor.arch_findings(inductor_blobs.device_props(data), judge, rel)
             facts.findings += fs
             facts.arch = arch
 
@@ -545,7 +545,7 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
             ".cubin"
         ):  # judged as Inductor's are: by ELF, past WHOLE_MAX by its header alone
             try:
-                data = inductor.read_blob(path, rel, sizes.get(rel, 0))
+                data = inductor_blobs.read_blob(path, rel, sizes.get(rel, 0))
             except OSError as exc:
                 facts.findings.append(unreadable(rel, exc))
                 continue
@@ -607,10 +607,12 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
             KIND, root, sub_root, "/".join(parts[i + 1 :]), name, judge, root_uid, VllmFacts
         )
     s = survey(root, name)
-    facts = inductor.Judging(VllmFacts)
+    facts = inductor_facts.Judging(VllmFacts)
     if s.is_symlink:
         facts.type = "link"
-        return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))
+        return inductor_facts.entry_of(
+            KIND, root, name, s, facts, inductor.link_findings(s, "vLLM")
+        )
     findings = survey_findings(s, root_uid)
     if parts[0] == COMPILE and len(parts) >= 3 and parts[1] == AOT or parts[0] == AOT:
         _judge_aot(name, s, judge, facts)
@@ -623,4 +625,4 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
         _flashinfer_facts(name, judge, facts)
     else:
         _orphans(s, judge, facts)
-    return inductor.entry_of(KIND, root, name, s, facts, findings + facts.findings)
+    return inductor_facts.entry_of(KIND, root, name, s, facts, findings + facts.findings)
