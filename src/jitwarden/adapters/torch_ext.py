@@ -261,26 +261,8 @@ def _elf_findings(
 ) -> str | None:
     """The ELF headers of the module's ``.so`` files and its objects: broken ones, a module not linked
     from its objects (another machine). Returns the module's machine (the first by name), None when unknown."""
-    so_machines: set[str] = set()
-    for rel in sorted(f for f in files if "/" not in f and f.endswith(".so")):
-        try:
-            head = elf_head(os.path.join(path, rel), files[rel].size)
-        except OSError as exc:
-            out.append(unreadable(rel, exc))
-            continue
-        out += so_findings(rel, head, host)
-        if not head.problem and head.machine_name is not None:  # a sound head names its machine
-            so_machines.add(head.machine_name)
-    obj_machines: set[str] = set()
-    for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
-        try:
-            head = elf_head(os.path.join(path, rel), files[rel].size)
-        except OSError:
-            continue
-        if head.problem:
-            out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
-        elif head.machine_name is not None:  # a sound head names its machine
-            obj_machines.add(head.machine_name)
+    so_machines = _so_machines(path, files, host, out)
+    obj_machines = _object_machines(path, files, out)
     if so_machines and obj_machines and not (so_machines & obj_machines):
         out.append(
             Finding(
@@ -290,6 +272,38 @@ def _elf_findings(
             )
         )
     return min(so_machines) if so_machines else None
+
+
+def _so_machines(
+    path: str, files: dict[str, File], host: str | None, out: list[Finding]
+) -> set[str]:
+    """The machines the module's sound ``.so`` headers name; each header judged against this host."""
+    machines: set[str] = set()
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".so")):
+        try:
+            head = elf_head(os.path.join(path, rel), files[rel].size)
+        except OSError as exc:
+            out.append(unreadable(rel, exc))
+            continue
+        out += so_findings(rel, head, host)
+        if not head.problem and head.machine_name is not None:  # a sound head names its machine
+            machines.add(head.machine_name)
+    return machines
+
+
+def _object_machines(path: str, files: dict[str, File], out: list[Finding]) -> set[str]:
+    """The machines the build's sound object files name; a broken one is ``corrupt``, an unreadable one passed."""
+    machines: set[str] = set()
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
+        try:
+            head = elf_head(os.path.join(path, rel), files[rel].size)
+        except OSError:
+            continue
+        if head.problem:
+            out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
+        elif head.machine_name is not None:  # a sound head names its machine
+            machines.add(head.machine_name)
+    return machines
 
 
 def _build_state(
@@ -338,28 +352,10 @@ def _tag_findings(
     py_now, acc_now = current_tag(judge)
     m = TAG.match(tag) if tag else None
     if m is None:
-        if not (ninja and ninja["python"]):
-            return None, None
-        if py_now and ninja["python"] != py_now:
-            out.append(
-                Finding(
-                    "stale",
-                    f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                    f"headers, this is {py_now}: loading it fails or rebuilds",
-                )
-            )
-        return ninja["python"], None
+        return _untagged(ninja, py_now, out), None
     py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
-    if ninja and ninja["python"] and ninja["python"] != py_tag:
-        out.append(
-            Finding(
-                "mismatch",
-                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                f"headers but sits under {tag}",
-            )
-        )
-    if ninja and acc_tag == "cpu" and ninja["cuda"]:
-        out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
+    if ninja:
+        _ninja_against_tag(ninja, tag, py_tag, acc_tag, out)
     if py_now and py_tag != py_now:
         out.append(
             Finding("stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/")
@@ -372,6 +368,38 @@ def _tag_findings(
             )
         )
     return py_tag, acc_tag
+
+
+def _untagged(ninja: dict[str, Any] | None, py_now: str | None, out: list[Finding]) -> str | None:
+    """A build dir under no tag directory: the Python build.ninja compiles against (None: unknown), against
+    this environment's."""
+    if not (ninja and ninja["python"]):
+        return None
+    if py_now and ninja["python"] != py_now:
+        out.append(
+            Finding(
+                "stale",
+                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                f"headers, this is {py_now}: loading it fails or rebuilds",
+            )
+        )
+    return ninja["python"]
+
+
+def _ninja_against_tag(
+    ninja: dict[str, Any], tag: str, py_tag: str, acc_tag: str, out: list[Finding]
+) -> None:
+    """What build.ninja compiles against the tag directory the build sits under."""
+    if ninja["python"] and ninja["python"] != py_tag:
+        out.append(
+            Finding(
+                "mismatch",
+                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                f"headers but sits under {tag}",
+            )
+        )
+    if acc_tag == "cpu" and ninja["cuda"]:
+        out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
 
 
 def _arch_findings(sms: list[int], ptxs: list[int], judge: Judge, out: list[Finding]) -> int:
