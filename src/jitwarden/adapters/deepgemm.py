@@ -274,34 +274,10 @@ def _cubin_dir_findings(
         )
     if "kernel.cu" in files and files["kernel.cu"].size == 0:
         out.append(Finding("corrupt", "kernel.cu is empty"))
-    cubin_sm = None
-    if "kernel.cubin" in files:
-        try:
-            head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
-        except OSError as exc:
-            out.append(unreadable("kernel.cubin", exc))
-        else:
-            bad = cubin_findings("kernel.cubin", head)
-            out += bad
-            if not bad:
-                cubin_sm = head.sm
+    cubin_sm = _cubin_sm(path, files["kernel.cubin"].size, out) if "kernel.cubin" in files else None
     ptx_target = ptx_version = None
     if "kernel.ptx" in files:
-        try:
-            hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
-        except OSError as exc:
-            out.append(unreadable("kernel.ptx", exc))
-        else:
-            ptx_target, ptx_version = hdr.target, hdr.version
-            if hdr.target is None:
-                out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
-            elif cubin_sm is not None and hdr.target_arch not in (None, cubin_sm):
-                out.append(
-                    Finding(
-                        "mismatch",
-                        f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}",
-                    )
-                )
+        ptx_target, ptx_version = _ptx_header(path, cubin_sm, out)
     if (
         cubin_sm is not None
         and judge.target_arch is not None
@@ -315,3 +291,33 @@ def _cubin_dir_findings(
             )
         )
     return cubin_sm, ptx_target, ptx_version
+
+
+def _cubin_sm(path: str, size: int, out: list[Finding]) -> int | None:
+    """``kernel.cubin``'s SM, by its ELF header; None when it is unreadable or broken (the finding in ``out``)."""
+    try:
+        head = elf_head(os.path.join(path, "kernel.cubin"), size)
+    except OSError as exc:
+        out.append(unreadable("kernel.cubin", exc))
+        return None
+    bad = cubin_findings("kernel.cubin", head)
+    out += bad
+    return None if bad else head.sm
+
+
+def _ptx_header(
+    path: str, cubin_sm: int | None, out: list[Finding]
+) -> tuple[str | None, str | None]:
+    """(target, version) of ``kernel.ptx``'s header, its target against the cubin's SM."""
+    try:
+        hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
+    except OSError as exc:
+        out.append(unreadable("kernel.ptx", exc))
+        return None, None
+    if hdr.target is None:
+        out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
+    elif cubin_sm is not None and hdr.target_arch not in (None, cubin_sm):
+        out.append(
+            Finding("mismatch", f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}")
+        )
+    return hdr.target, hdr.version
