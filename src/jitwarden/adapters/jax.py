@@ -302,6 +302,8 @@ def _xla_file_findings(path: str, name: str, size: int, judge: Judge) -> list[Fi
 
 
 def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Finding]:
+    """What the protobuf message of an XLA cache file says: the kernel cache's kernels whole, an autotune
+    result's key (version hash, fusion key) the one its path names."""
     from jitwarden.formats import jaxexec
 
     try:
@@ -311,19 +313,7 @@ def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Findin
                 if num == 1 and wt == 2 and isinstance(v, bytes):  # wire type 2: bytes
                     jaxexec.fields(v)
             return []
-        key = next((v for num, wt, v in top if num == 1 and isinstance(v, bytes)), None)
-        ident = (
-            next(
-                (v for num, wt, v in jaxexec.fields(key) if num == 1 and isinstance(v, bytes)), None
-            )
-            if key
-            else None
-        )
-        got = (
-            {num: v for num, _wt, v in jaxexec.fields(ident) if isinstance(v, bytes)}
-            if ident
-            else {}
-        )
+        got = _autotune_key(top)
     except ValueError as exc:
         return [Finding("corrupt", f"not a whole protobuf message ({exc}): XLA cannot parse it")]
     version, fusion = got.get(1), got.get(3)
@@ -437,4 +427,20 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
         sealed,
         findings=tuple(dict.fromkeys(out + found + afind)),
         facts=facts,
+    )
+
+
+def _autotune_key(top: list[tuple[int, int, int | bytes]]) -> dict[int, bytes]:
+    """The fields of an autotune result's key identity (1.1: version hash at 1, fusion key at 3), by number;
+    empty where the message has none. ValueError when a nested message does not parse."""
+    from jitwarden.formats import jaxexec
+
+    key = next((v for num, wt, v in top if num == 1 and isinstance(v, bytes)), None)
+    ident = (
+        next((v for num, wt, v in jaxexec.fields(key) if num == 1 and isinstance(v, bytes)), None)
+        if key
+        else None
+    )
+    return (
+        {num: v for num, _wt, v in jaxexec.fields(ident) if isinstance(v, bytes)} if ident else {}
     )
