@@ -22,7 +22,7 @@ from jitwarden.store.reads import stat_and_read
 class Denied(str):
     """The words of an error that is a permission refusal (EACCES, EPERM): what this user may not read is
     unknown, never damage. A type, not a sentence: a survey's and a reader's errors carry it as their why, and
-    the finding made of one is ``unreadable`` (:func:`error_finding`), never ``corrupt``."""
+    the finding made of one is ``unreadable`` (:func:`~jitwarden.adapters.base.error_finding`), never ``corrupt``."""
 
     __slots__ = ()
 

@@ -27,7 +27,7 @@ from jitwarden.model.layout import (
 )
 
 KIND = "triton"
-"""Every Triton entry's kind, declared where its entries are made (the adapter module names it too)."""
+"""Every Triton entry's kind, declared where its entries are made (:mod:`jitwarden.adapters.triton` re-exports it)."""
 ENTRY_ID = re.compile(r"^[A-Z2-7]{52}$")
 
 

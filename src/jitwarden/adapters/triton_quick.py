@@ -37,9 +37,9 @@ _IFMT, _IFREG = 0o170000, 0o100000
 
 
 def quick_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry | None:
-    """:func:`judge_facts` of :func:`read_entry`, for an entry exactly as Triton writes it: a directory of
-    regular files only, none another user could change, holding one group file ``__grp__<k>.json``, its
-    metadata ``<k>.json``, ``<k>.cubin`` and ``<k>.ptx`` (and any other file but a launcher, an autotune record,
+    """:func:`~jitwarden.adapters.triton_judge.judge_facts` of :func:`~jitwarden.adapters.triton_read.read_entry`,
+    for an entry exactly as Triton writes it: a directory of regular files only, none another user could change,
+    holding one group file ``__grp__<k>.json``, its metadata ``<k>.json``, ``<k>.cubin`` and ``<k>.ptx`` (and any other file but a launcher, an autotune record,
     a temporary or one of jitwarden's, its seal aside). The same reads (by the entry's fd, each file opened once,
     never through a link), the same rules (the same functions, in the same order), the same :class:`Entry`;
     without the survey's, the reader's and the facts' records between them (the scan's hot path: most entries
