@@ -1,10 +1,14 @@
 """Cache adapters: one module per cache kind, each a :class:`CacheAdapter`, named by the kind's row.
 
-What every kind shares (partitions, the no-follow survey of an entry, the one ownership rule,
-root discovery helpers) lives once in :mod:`jitwarden.adapters.base` and is used from there;
+What every kind shares (partitions, the one ownership rule, root discovery helpers) lives once in
+:mod:`jitwarden.adapters.base`, the no-follow survey of an entry in :mod:`jitwarden.adapters.surveys`, each used from there;
 an adapter module holds only what is its kind's own. To add a kind: write its module with
 every member of :class:`CacheAdapter` and add the kind's row, which names the module, to
 :data:`jitwarden.model.kinds.ROWS` (ARCHITECTURE.md, "How to add … A cache kind").
+
+One verb, one name: an adapter's ``inspect_entry`` reads an entry and judges it, with the :class:`Judge` always
+named ``judge``; where a kind splits reading from judging, its pure half is ``judge_facts`` (what was read in,
+findings out), and ``judge_files`` judges each file of one surveyed entry (Inductor's, shared with vLLM).
 
 Modules are imported on first use: importing this package costs nothing on the activation path.
 """

@@ -37,14 +37,14 @@ Anything else is ``unrecognised`` (info), never damage. What jitwarden can tell,
 - unsafe permissions and symlinks, unreadable files.
 
 What it cannot tell: which application an entry belongs to, or whether an nvJitLink entry is
-still read by the nvJitLink installed. Checksums are computed for entries up to 4 MiB.
+still read by the nvJitLink installed. Checksums are computed for entries up to 4 MiB. An entry file is
+parsed by :mod:`~jitwarden.adapters.cuda_compute_entry`; this module finds the roots and judges.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import struct
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -56,11 +56,18 @@ from jitwarden.adapters.base import (
     listed,
     read_failure,
     set_vars,
-    survey,
     survey_findings,
 )
+from jitwarden.adapters.cuda_compute_entry import (
+    HEX,
+    READ_MAX,
+    ComputeEntry,
+    norm_date,
+    parse_entry,
+)
+from jitwarden.adapters.surveys import Survey, survey
 from jitwarden.env import locations
-from jitwarden.formats.elf import HEADER_SIZE, ElfHead, parse_head
+from jitwarden.formats.elf import ElfHead
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
@@ -83,12 +90,9 @@ LIBCUDA_PATHS = (
     "/usr/lib/libcuda.so.1",
 )
 PROC_VERSION = "/proc/driver/nvidia/version"
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
 _STAMP = re.compile(
     rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)?"
 )
-_ENTRY_MAGIC = 0x41
-_HEADER = struct.Struct("<IIIIIQ")
 _HEAD_READ = 65536
 PLAUSIBLE = 946684800.0  # 2000-01-01: older mtimes are normalised ones (Nix: 1), not build times
 _MODULE_DATE = re.compile(r"Kernel Module\s+(\S+)\s+(\w{3} \w{3}\s+\d+ \d\d:\d\d:\d\d \w+ \d{4})")
@@ -127,7 +131,7 @@ def _hex_dirs(path: str) -> list[str]:
     return [
         os.path.join(path, n)
         for n, t in zip(ls.names, ls.types)
-        if len(n) == 1 and t == "d" and _HEX.match(n)
+        if len(n) == 1 and t == "d" and HEX.match(n)
     ]
 
 
@@ -326,14 +330,10 @@ def driver_jit_stamp(env=os.environ) -> tuple[str, str] | None:
             continue
         dates = {m.group(1) for m in _STAMP.finditer(data)}
         if len(dates) == 1:
-            stamp = (_norm_date(dates.pop()), os.path.realpath(p))
+            stamp = (norm_date(dates.pop()), os.path.realpath(p))
         break
     _STAMPS.append(stamp)
     return stamp
-
-
-def _norm_date(raw: bytes) -> str:
-    return " ".join(raw.decode("ascii", "replace").split())
 
 
 def reset_driver_evidence() -> None:
@@ -342,210 +342,11 @@ def reset_driver_evidence() -> None:
     _STAMPS.clear()
 
 
-FNV_OFFSET = 0xCBF29CE484222325
-FNV_PRIME = 0x100000001B3
-_M64 = (1 << 64) - 1
-CHECKSUM_MAX = 4 << 20
-"""Entries up to this size are read whole and both their checksums computed (pure Python: ~0.1-0.3 s/MiB)."""
-_PREFIX = re.compile(
-    rb"((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-3]\d \d{4})(\d\d:\d\d:\d\d)"
-    rb"HOST(32|64)(sm_\d+[af]?)"
-)
-_BITCODE = b"BC\xc0\xde"
-READ_MAX = 64 << 20
-"""Larger entry files are read only in part: their first bytes, for the header and key."""
-
-
-def fnv1a64(data: bytes) -> int:
-    """64-bit FNV-1a: the hash the driver names entries by (of the key) and seals their output with."""
-    h, p, m = FNV_OFFSET, FNV_PRIME, _M64
-    for c in data:
-        h = ((h ^ c) * p) & m
-    return h
-
-
-@dataclass(frozen=True, slots=True)
-class BuildStamp:
-    """The producer's ``__DATE__`` and ``__TIME__`` that open an entry's key (``Apr 29 2026``, ``17:12:06``)."""
-
-    date: str
-    time: str
-
-
-@dataclass(frozen=True, slots=True)
-class EntryKey:
-    """What an entry's key records: the producer's build stamp, the target (``sm_90a``) after ``HOST64``,
-    the input's kind (``ptx``, ``nvvm-ir``; None when neither) and the option string (None when not read)."""
-
-    stamp: BuildStamp
-    target: str
-    input: str | None = None
-    options: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EntryOutput:
-    """What follows an entry's key: a ``cubin`` (its ELF header) or ``ptx`` (its ``.target``)."""
-
-    kind: str
-    elf: ElfHead | None = None
-    ptx_target: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Checksums:
-    """An entry's FNV-1a hashes: the output's as the header records it (hex), whether the output hashes to
-    it (``output_ok``) and the key to the file's name (``key_ok``); None when not computed."""
-
-    header: str
-    output_ok: bool | None = None
-    key_ok: bool | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ComputeEntry:
-    """One ComputeCache entry file as read (see the module docstring for the layout).
-
-    ``format`` is None when the header is not the driver's (then nothing else is judged);
-    ``problem`` names a broken invariant of the container (sizes); ``unknown`` what of a
-    known container was not understood (input, output, options). ``key`` is None when the key
-    does not open with a build stamp, ``HOST32/64`` and a target; ``output`` when the output is
-    neither a cubin nor PTX. ``producer``: ``driver-jit`` (PTX in, cubin out, no options: the
-    driver's own PTX JIT) or ``nvjitlink`` (NVVM IR in, nvJitLink's ``-arch=`` options; cuDNN
-    runtime fusion, CuPy).
-    """
-
-    format: int | None
-    size: int
-    problem: str | None = None
-    unknown: tuple[str, ...] = ()
-    key: EntryKey | None = None
-    output: EntryOutput | None = None
-    producer: str | None = None
-    checksums: Checksums | None = None
-
-
-def _input_kind(body: bytes) -> tuple[str | None, bytes]:
-    """(kind, the input's bytes) of the key text after the prefix: PTX up to its NUL, or NVVM IR (LLVM bitcode)."""
-    if body.startswith(_BITCODE):
-        return "nvvm-ir", body
-    nul = body.find(b"\x00")
-    ptx = body if nul < 0 else body[:nul]
-    if b".version" in ptx[:4096] and b".target" in ptx[:4096]:
-        return "ptx", ptx
-    return None, body
-
-
-def _producer(inp: str | None, options: str | None, output: str | None) -> str | None:
-    if inp == "ptx" and options == "" and output == "cubin":
-        return "driver-jit"
-    if inp == "nvvm-ir" and options and options.startswith("-arch=") and output in ("cubin", "ptx"):
-        return "nvjitlink"
-    return None
-
-
-def parse_entry(data: bytes, size: int, name: str | None = None) -> ComputeEntry:
-    """Facts of one entry file from its bytes (``data``: all of it, or its first bytes when it is large).
-
-    ``name`` is the entry's hash as its path spells it (``a2daf144f9da5951``); checksums are
-    computed only when ``data`` is the whole file and at most :data:`CHECKSUM_MAX` bytes.
-    """
-    if len(data) < _HEADER.size:
-        if size < _HEADER.size:
-            return ComputeEntry(
-                format=None,
-                size=size,
-                unknown=(f"{size} bytes is shorter than the driver's 28-byte entry header",),
-            )
-        return ComputeEntry(format=None, size=size, unknown=("header unreadable",))
-    magic, text_len, z1, out_len, z2, out_hash = _HEADER.unpack_from(data, 0)
-    if magic != _ENTRY_MAGIC or z1 or z2:
-        return ComputeEntry(
-            format=None,
-            size=size,
-            unknown=(f"header magic 0x{magic:x} is not the driver's entry format 0x41",),
-        )
-    out_off = _HEADER.size + text_len
-    problem = None
-    if out_off + out_len != size:
-        problem = (
-            f"header says {out_off + out_len} bytes, the file has {size}: truncated or overwritten"
-        )
-    whole = len(data) == size
-    text = data[_HEADER.size : min(out_off, len(data))]
-    unknown: list[str] = []
-    key = _parse_key(text, whole and out_off <= len(data), unknown)
-    out = data[out_off : out_off + out_len] if out_off < len(data) else b""
-    output = _parse_output(out, min(out_len, max(size - out_off, 0)), unknown)
-    key_ok = sum_ok = None
-    if whole and problem is None and size <= CHECKSUM_MAX:
-        sum_ok = fnv1a64(out) == out_hash
-        if name and len(name) == 16 and _HEX.match(name):
-            key_ok = fnv1a64(text) == int(name, 16)
-    if not whole:
-        unknown.append(
-            f"{size} bytes, larger than jitwarden reads ({READ_MAX >> 20} MiB): only its header was read"
-        )
-    inp, options = (key.input, key.options) if key else (None, None)
-    kind = output.kind if output else None
-    producer = _producer(inp, options, kind) if not unknown else None
-    if producer is None and not unknown:
-        unknown.append(
-            f"{inp} in, {kind} out with options {options!r}: a producer jitwarden does not know"
-        )
-    return ComputeEntry(
-        format=magic,
-        size=size,
-        problem=problem,
-        unknown=tuple(unknown),
-        key=key,
-        output=output,
-        producer=producer,
-        checksums=Checksums(f"{out_hash:016x}", sum_ok, key_ok),
-    )
-
-
-def _parse_key(text: bytes, complete: bool, unknown: list[str]) -> EntryKey | None:
-    """The entry's key text: build stamp, target, input (PTX or NVVM IR) and, when the whole key was
-    read (``complete``), the option string after the input. What is not understood goes to ``unknown``."""
-    m = _PREFIX.match(text)
-    if m is None:
-        unknown.append("its key does not start with a build stamp, HOST32/64 and an sm_ target")
-        return None
-    body = text[m.end() :]
-    inp, _input = _input_kind(body)
-    if inp is None:
-        unknown.append("its input is neither PTX nor NVVM IR")
-    options = None
-    if complete:
-        nul = body.rfind(b"\x00")
-        tail = body[nul + 1 :] if nul >= 0 else b""
-        if nul < 0 or not tail.startswith(b" ") or not tail.isascii():
-            unknown.append("no option string after its input")
-        else:
-            options = tail.decode("ascii").strip()
-    return EntryKey(
-        BuildStamp(_norm_date(m.group(1)), m.group(2).decode()), m.group(4).decode(), inp, options
-    )
-
-
-def _parse_output(out: bytes, out_size: int, unknown: list[str]) -> EntryOutput | None:
-    """The compiled output (its first bytes; ``out_size`` in the file): a cubin's ELF header or PTX's target."""
-    if out.startswith(b"\x7fELF"):
-        return EntryOutput("cubin", elf=parse_head(out[:HEADER_SIZE], out_size))
-    if out.startswith(b"//") or out.lstrip().startswith(b".version"):
-        t = re.search(rb"^\.target\s+(sm_\d+[af]?)", out[:8192], re.MULTILINE)
-        return EntryOutput("ptx", ptx_target=t.group(1).decode() if t else None)
-    if out:
-        unknown.append("its output is neither a cubin (ELF) nor PTX")
-    return None
-
-
 # ---------------------------------------------------------------- judging
 
 
-def entry_findings(
-    e: ComputeEntry, j: Judge, jit_stamp: tuple[str, str] | None
+def judge_facts(
+    e: ComputeEntry, judge: Judge, jit_stamp: tuple[str, str] | None
 ) -> tuple[list[Finding], int | None]:
     """(findings, cubin SM) of one parsed entry (pure). Each rule names its evidence.
 
@@ -562,15 +363,34 @@ def entry_findings(
       ``libnvidia-ptxjitcompiler``'s. nvJitLink's entries carry nvJitLink's date, which says
       nothing about the driver.
     """
-    out: list[Finding] = []
     if e.format is None:
         return [
             Finding("unrecognised", f"not judged: {'; '.join(e.unknown) or 'unknown format'}")
         ], None
     if e.problem:
         return [Finding("corrupt", e.problem)], None
-    sums, key, output = e.checksums, e.key, e.output
+    out = _checksum_findings(e)
+    if e.unknown:
+        out.append(Finding("unrecognised", f"not judged further: {'; '.join(e.unknown)}"))
+        return out, None
+    key, output = e.key, e.output
+    target = key.target if key else None
+    head = output.elf if output else None
+    sm = None
+    if head is not None:
+        sm = _cubin_sm_findings(head, target, judge, out)
+    elif output and output.kind == "ptx":
+        _ptx_target_findings(target, judge, out)
+    if e.producer == "driver-jit" and key is not None:  # a driver-jit entry has its key
+        _stamp_findings(key.stamp.date, jit_stamp, judge, out)
+    return out, sm
+
+
+def _checksum_findings(e: ComputeEntry) -> list[Finding]:
+    """Both FNV-1a hashes of a parsed entry: its output against its header, its key against its file name."""
+    sums, output = e.checksums, e.output
     assert sums is not None  # a known format without a problem has its checksums
+    out: list[Finding] = []
     if sums.output_ok is False:
         out.append(
             Finding(
@@ -587,58 +407,61 @@ def entry_findings(
                 "damaged, or stored under another entry's name",
             )
         )
-    if e.unknown:
-        out.append(Finding("unrecognised", f"not judged further: {'; '.join(e.unknown)}"))
-        return out, None
-    sm = None
-    target = key.target if key else None
-    head = output.elf if output else None
-    if head is not None:
-        bad = cubin_findings("cached cubin", head)
-        out += bad
-        if not bad:
-            sm = head.sm
-            if target and int(re.sub(r"\D", "", target)) != sm:
-                out.append(
-                    Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {target}")
-                )
-            if j.target_arch is not None and sm != j.target_arch:
-                out.append(
-                    Finding(
-                        "foreign-arch",
-                        f"JIT-compiled for sm_{sm}, judged against sm_{j.target_arch}: "
-                        "unreachable here",
-                    )
-                )
-    elif (
-        output
-        and output.kind == "ptx"
-        and target
-        and j.target_arch is not None
-        and int(re.sub(r"\D", "", target)) != j.target_arch
+    return out
+
+
+def _cubin_sm_findings(
+    head: ElfHead, target: str | None, judge: Judge, out: list[Finding]
+) -> int | None:
+    """A cached cubin's ELF header, its SM against the target its key records and the judged GPU; its SM,
+    None when the header is broken."""
+    bad = cubin_findings("cached cubin", head)
+    out += bad
+    if bad:
+        return None
+    sm = head.sm
+    if target and int(re.sub(r"\D", "", target)) != sm:
+        out.append(Finding("mismatch", f"cached cubin is sm_{sm}, the entry records {target}"))
+    if judge.target_arch is not None and sm != judge.target_arch:
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"JIT-compiled for sm_{sm}, judged against sm_{judge.target_arch}: "
+                "unreachable here",
+            )
+        )
+    return sm
+
+
+def _ptx_target_findings(target: str | None, judge: Judge, out: list[Finding]) -> None:
+    """Cached PTX's target, as its key records it, against the judged GPU."""
+    if (
+        target
+        and judge.target_arch is not None
+        and int(re.sub(r"\D", "", target)) != judge.target_arch
     ):
         out.append(
             Finding(
                 "foreign-arch",
-                f"compiled for {target}, judged against sm_{j.target_arch}: unreachable here",
+                f"compiled for {target}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
-    if (
-        e.producer == "driver-jit"
-        and key is not None  # a driver-jit entry has its key
-        and jit_stamp is not None
-        and key.stamp.date != jit_stamp[0]
-    ):
-        drv = f" (driver {j.driver_version})" if j.driver_version else ""
+
+
+def _stamp_findings(
+    date: str, jit_stamp: tuple[str, str] | None, judge: Judge, out: list[Finding]
+) -> None:
+    """A driver-JIT entry's stamp against the installed JIT compiler's build date."""
+    if jit_stamp is not None and date != jit_stamp[0]:
+        drv = f" (driver {judge.driver_version})" if judge.driver_version else ""
         out.append(
             Finding(
                 "stale",
-                f"JIT-compiled by a driver whose JIT compiler was built {key.stamp.date}; the "
+                f"JIT-compiled by a driver whose JIT compiler was built {date}; the "
                 f"installed one was built {jit_stamp[0]}{drv}: the driver invalidates its cache "
                 "on upgrade",
             )
         )
-    return out, sm
 
 
 @dataclass(frozen=True, slots=True)
@@ -681,64 +504,22 @@ class CudaComputeFacts(KindFacts):
         return out
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Judge one cached file: what the filesystem says (permissions, links) and what its bytes say."""
     s = survey(root, name)
     out = survey_findings(s, root_uid, "entry")
     if s.is_symlink:
-        if not s.links[0].leaves:
-            out.append(
-                Finding(
-                    "unsafe", f"entry is a symlink (-> {s.symlink_target}); the driver writes none"
-                )
-            )
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "link",
-            None,
-            None,
-            0,
-            0.0,
-            findings=tuple(out),
-            facts=CudaComputeFacts(),
-        )
+        return _symlinked(root, name, s, out)
     etype = "jit" if s.files else ("empty" if s.is_dir else "other")
     mtime = s.newest
-    parsed: ComputeEntry | None = None
-    if s.files and not s.is_dir:
-        size = s.files[0].size
-        try:
-            parsed = parse_entry(
-                read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ),
-                size,
-                name.replace("/", ""),
-            )
-        except OSError as exc:
-            out.append(read_failure(exc, f"unreadable: {exc.strerror}"))
-    sm = since = None
+    parsed = _parsed(s, name, out) if s.files and not s.is_dir else None
+    sm = None
     if parsed is not None:
-        found, sm = entry_findings(
-            parsed, j, driver_jit_stamp() if parsed.producer == "driver-jit" else None
+        found, sm = judge_facts(
+            parsed, judge, driver_jit_stamp() if parsed.producer == "driver-jit" else None
         )
         out += found
-    ev = driver_evidence()
-    driver_made = parsed is not None and parsed.producer == "driver-jit"
-    stamp = driver_jit_stamp() if driver_made else None
-    if ev is not None and driver_made and stamp is None and not any(f.code == "stale" for f in out):
-        # No JIT compiler to read a date from: the mtime of a driver-made entry against the installed driver's.
-        since = ev[0]
-        if mtime < ev[0]:
-            drv = f" (driver {j.driver_version} now)" if j.driver_version else ""
-            out.append(
-                Finding(
-                    "stale",
-                    f"written {time.strftime('%Y-%m-%d', time.gmtime(mtime))}, before the installed "
-                    f"driver existed ({ev[1]}){drv}: the driver invalidates its cache on upgrade",
-                )
-            )
+    since = _mtime_findings(parsed, mtime, judge, out)
     return Entry(
         KIND,
         root,
@@ -752,3 +533,61 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         findings=tuple(dict.fromkeys(out)),
         facts=CudaComputeFacts(parsed, since, sm),
     )
+
+
+def _symlinked(root: str, name: str, s: Survey, out: list[Finding]) -> Entry:
+    """An entry that is a symlink: never followed, ``unsafe`` unless it leaves the root (the survey says so)."""
+    if not s.links[0].leaves:
+        out.append(
+            Finding("unsafe", f"entry is a symlink (-> {s.symlink_target}); the driver writes none")
+        )
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        "link",
+        None,
+        None,
+        0,
+        0.0,
+        findings=tuple(out),
+        facts=CudaComputeFacts(),
+    )
+
+
+def _parsed(s: Survey, name: str, out: list[Finding]) -> ComputeEntry | None:
+    """The entry file parsed from its bytes (whole up to :data:`READ_MAX`, else its head); None, and the finding
+    in ``out``, when it cannot be read."""
+    size = s.files[0].size
+    try:
+        return parse_entry(
+            read_head(s.path, min(size, READ_MAX) if size <= READ_MAX else _HEAD_READ),
+            size,
+            name.replace("/", ""),
+        )
+    except OSError as exc:
+        out.append(read_failure(exc, f"unreadable: {exc.strerror}"))
+        return None
+
+
+def _mtime_findings(
+    parsed: ComputeEntry | None, mtime: float, judge: Judge, out: list[Finding]
+) -> float | None:
+    """With no JIT compiler to read a date from, the mtime of a driver-made entry against the installed
+    driver's; returns that driver's date when it was the evidence (None otherwise)."""
+    ev = driver_evidence()
+    driver_made = parsed is not None and parsed.producer == "driver-jit"
+    stamp = driver_jit_stamp() if driver_made else None
+    if ev is None or not driver_made or stamp is not None or any(f.code == "stale" for f in out):
+        return None
+    if mtime < ev[0]:
+        drv = f" (driver {judge.driver_version} now)" if judge.driver_version else ""
+        out.append(
+            Finding(
+                "stale",
+                f"written {time.strftime('%Y-%m-%d', time.gmtime(mtime))}, before the installed "
+                f"driver existed ({ev[1]}){drv}: the driver invalidates its cache on upgrade",
+            )
+        )
+    return ev[0]

@@ -20,14 +20,18 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Literal, cast
+from typing import TYPE_CHECKING, ClassVar, Literal, cast
 
 from jitwarden.adapters import base
+from jitwarden.adapters.surveys import Survey
 from jitwarden.env import locations
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.store.reads import read_bytes
+
+if TYPE_CHECKING:
+    from jitwarden.formats.cupyentry import CupyPayload
 
 KIND = "cupy"
 ROOT_RISK = None
@@ -131,7 +135,7 @@ def _source_findings(root: str, name: str, kernels: tuple[str, ...]) -> tuple[bo
     return True, []
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one file (no symlink followed) and judge it (see the module docstring).
 
     Evidence per rule: ``corrupt`` for a header SHA-1 that does not match the payload, a cubin that does not
@@ -151,109 +155,40 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         return other
     f = s.files[0]
     if TMP.match(name):
-        if base.older_than(f.mtime, j):
+        if base.older_than(f.mtime, judge):
             out.append(
                 Finding(
                     "orphan",
-                    f"leftover of an interrupted write, {int((j.now - f.mtime) // 60)} min old; "
+                    f"leftover of an interrupted write, {int((judge.now - f.mtime) // 60)} min old; "
                     "CuPy never reads it",
                 )
             )
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "partial",
-            None,
-            None,
-            f.size,
-            f.mtime,
-            findings=tuple(out),
-            facts=CupyFacts(tmp=True),
-        )
+        return _unread(root, name, s, "partial", out, CupyFacts(tmp=True))
     m = ENTRY.match(name)
     assert m is not None  # the kind's names are ENTRY's
     key, suffix, cu = m.groups()
     suffix = cast(Suffix, suffix)
     if cu:
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "source",
-            None,
-            None,
-            f.size,
-            f.mtime,
-            findings=tuple(out),
-            facts=CupyFacts(key, suffix, "source"),
-        )
+        return _unread(root, name, s, "source", out, CupyFacts(key, suffix, "source"))
     if f.size == 0:
         out.append(Finding("corrupt", "empty file: CuPy's header and payload are missing"))
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "kernel",
-            None,
-            None,
-            0,
-            f.mtime,
-            findings=tuple(out),
-            facts=CupyFacts(key, suffix),
-        )
+        return _unread(root, name, s, "kernel", out, CupyFacts(key, suffix))
     try:
         data = read_bytes(s.path, max_bytes=MAX_ENTRY, size_hint=f.size)
     except OSError as exc:
         out.append(base.read_failure(exc, f"unreadable: {exc.strerror or exc}"))
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "kernel",
-            None,
-            None,
-            f.size,
-            f.mtime,
-            findings=tuple(out),
-            facts=CupyFacts(key, suffix),
-        )
-    sealed, out_seal = base.dir_seal_findings(root, name, data, j)
+        return _unread(root, name, s, "kernel", out, CupyFacts(key, suffix))
+    sealed, out_seal = base.dir_seal_findings(root, name, data, judge)
     out += out_seal
     from jitwarden.formats import cupyentry  # here: telling a root's kind imports every adapter
 
     p = cupyentry.parse(data, suffix)
-    if p.problem:
-        out.append(Finding("mismatch" if p.contradiction else "corrupt", p.problem))
-    elif p.unknown:
-        out.append(Finding("unrecognised", p.unknown))
-    arch = p.cubin_sm
-    if arch is None and p.ptx_target:
-        m2 = re.match(r"(?:sm|compute)_(\d{1,9})(?!\d)", p.ptx_target)
-        arch = int(m2.group(1)) if m2 else None
-    if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
-        out.append(
-            Finding(
-                "foreign-arch",
-                f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: CuPy keys by "
-                "arch, so this one is unreachable there",
-            )
-        )
+    arch = _payload_findings(p, judge, out)
     saved, sfind = (
         _source_findings(root, name, p.kernels)
         if not p.problem
         else (os.path.lexists(s.path + ".cu"), [])
     )
-    size = f.size
-    if saved:
-        try:
-            size += os.lstat(s.path + ".cu").st_size
-        except OSError:
-            pass
     return Entry(
         KIND,
         root,
@@ -262,9 +197,59 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         "kernel",
         p.kernels[0] if len(p.kernels) == 1 else None,
         arch,
-        size,
+        _with_source(s.path, f.size, saved),
         f.mtime,
         sealed,
         findings=tuple(dict.fromkeys(out + sfind)),
         facts=CupyFacts(key, suffix, p.payload, p.cubin_sm, p.ptx_target, p.kernels[:16], saved),
     )
+
+
+def _unread(
+    root: str, name: str, s: Survey, etype: str, out: list[Finding], facts: CupyFacts
+) -> Entry:
+    """The entry of a file whose payload is not judged (a leftover, a saved source, empty, unreadable)."""
+    f = s.files[0]
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        etype,
+        None,
+        None,
+        f.size,
+        f.mtime,
+        findings=tuple(out),
+        facts=facts,
+    )
+
+
+def _payload_findings(p: CupyPayload, judge: Judge, out: list[Finding]) -> int | None:
+    """What the parsed header and payload say; returns the arch they name (the cubin's SM, else PTX's target)."""
+    if p.problem:
+        out.append(Finding("mismatch" if p.contradiction else "corrupt", p.problem))
+    elif p.unknown:
+        out.append(Finding("unrecognised", p.unknown))
+    if p.cubin_sm is not None and judge.target_arch is not None and p.cubin_sm != judge.target_arch:
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"cubin is sm_{p.cubin_sm}, judged against sm_{judge.target_arch}: CuPy keys by "
+                "arch, so this one is unreachable there",
+            )
+        )
+    if p.cubin_sm is None and p.ptx_target:
+        m = re.match(r"(?:sm|compute)_(\d{1,9})(?!\d)", p.ptx_target)
+        return int(m.group(1)) if m else None
+    return p.cubin_sm
+
+
+def _with_source(path: str, size: int, saved: bool) -> int:
+    """The kernel file's ``size``, with its saved ``.cu`` source's when there is one."""
+    if saved:
+        try:
+            size += os.lstat(path + ".cu").st_size
+        except OSError:
+            pass
+    return size

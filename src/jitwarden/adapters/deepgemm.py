@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jitwarden.adapters.base import (
-    File,
     cubin_findings,
     elf_head,
     entries,
@@ -40,10 +39,10 @@ from jitwarden.adapters.base import (
     older_than,
     set_vars,
     so_findings,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import File, survey
 from jitwarden.env import locations
 from jitwarden.formats.ptx import parse_header
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
@@ -128,14 +127,14 @@ def reachable(sm: int, target: int) -> bool:
     )
 
 
-def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
+def _tmp_entry(root: str, name: str, s, judge: Judge, root_uid) -> Entry:
     out = survey_findings(s, root_uid, "temp item")
     mtime = s.newest
-    if older_than(mtime, j):
+    if older_than(mtime, judge):
         out.append(
             Finding(
                 "orphan",
-                f"leftover of an interrupted compile, {int((j.now - mtime) // 60)} min old; "
+                f"leftover of an interrupted compile, {int((judge.now - mtime) // 60)} min old; "
                 "DeepGEMM never reads it",
             )
         )
@@ -155,7 +154,7 @@ def _tmp_entry(root: str, name: str, s, j: Judge, root_uid) -> Entry:
     )
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one kernel dir (names, ELF headers, PTX head) or temp leftover, and judge it.
 
     Evidence per rule: ``corrupt`` for an empty ``kernel.cu``, a cubin whose ELF header is broken,
@@ -165,7 +164,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     """
     s = survey(root, name)
     if name.startswith("tmp/"):
-        return _tmp_entry(root, name, s, j, root_uid)
+        return _tmp_entry(root, name, s, judge, root_uid)
     out = survey_findings(s, root_uid, "kernel directory")
     path = s.path
     base = name.rpartition("/")[2]
@@ -191,10 +190,10 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     if "kernel.so" in files or "kernel.args" in files:
         # DeepGEMM 1.0.0: kernel.cu and kernel.args written in place, kernel.so renamed in last.
         etype = "kernel-so"
-        arch = _kernel_so_findings(path, files, newest, j, out)
+        arch = _kernel_so_findings(path, files, newest, judge, out)
     else:
         etype = "cubin"  # not "kernel": that type means a Triton entry to the rebuild
-        cubin_sm, ptx_target, ptx_version = _cubin_dir_findings(path, files, j, out)
+        cubin_sm, ptx_target, ptx_version = _cubin_dir_findings(path, files, judge, out)
         arch = cubin_sm
     others = sorted(
         f
@@ -225,12 +224,12 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
 
 
 def _kernel_so_findings(
-    path: str, files: dict[str, File], newest: float, j: Judge, out: list[Finding]
+    path: str, files: dict[str, File], newest: float, judge: Judge, out: list[Finding]
 ) -> int | None:
     """DeepGEMM 1.0.0's layout (kernel.cu, kernel.args, kernel.so): what is missing, the module's ELF
     header, its one arch (sm_90a) against the judged GPU. Returns the arch when the module is there."""
     missing = [f for f in ("kernel.cu", "kernel.args", "kernel.so") if f not in files]
-    if missing and older_than(newest, j):
+    if missing and older_than(newest, judge):
         out.append(
             Finding(
                 "incomplete",
@@ -244,22 +243,22 @@ def _kernel_so_findings(
         out += so_findings(
             "kernel.so",
             elf_head(os.path.join(path, "kernel.so"), files["kernel.so"].size),
-            j.host_machine,
+            judge.host_machine,
         )
     except OSError as exc:
         out.append(unreadable("kernel.so", exc))
-    if j.target_arch is not None and j.target_arch != 90:
+    if judge.target_arch is not None and judge.target_arch != 90:
         out.append(
             Finding(
                 "foreign-arch",
-                f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{j.target_arch}",
+                f"DeepGEMM 1.0.0 builds sm_90a only, judged against sm_{judge.target_arch}",
             )
         )
     return 90  # compiler.py: -gencode=arch=compute_90a,code=sm_90a, always
 
 
 def _cubin_dir_findings(
-    path: str, files: dict[str, File], j: Judge, out: list[Finding]
+    path: str, files: dict[str, File], judge: Judge, out: list[Finding]
 ) -> tuple[int | None, str | None, str | None]:
     """The cubin layout (kernel.cu, kernel.cubin, kernel.ptx, renamed into place whole): what is missing,
     the cubin's ELF header, the PTX header against it, the cubin's SM against the judged GPU. Returns
@@ -275,44 +274,50 @@ def _cubin_dir_findings(
         )
     if "kernel.cu" in files and files["kernel.cu"].size == 0:
         out.append(Finding("corrupt", "kernel.cu is empty"))
-    cubin_sm = None
-    if "kernel.cubin" in files:
-        try:
-            head = elf_head(os.path.join(path, "kernel.cubin"), files["kernel.cubin"].size)
-        except OSError as exc:
-            out.append(unreadable("kernel.cubin", exc))
-        else:
-            bad = cubin_findings("kernel.cubin", head)
-            out += bad
-            if not bad:
-                cubin_sm = head.sm
+    cubin_sm = _cubin_sm(path, files["kernel.cubin"].size, out) if "kernel.cubin" in files else None
     ptx_target = ptx_version = None
     if "kernel.ptx" in files:
-        try:
-            hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
-        except OSError as exc:
-            out.append(unreadable("kernel.ptx", exc))
-        else:
-            ptx_target, ptx_version = hdr.target, hdr.version
-            if hdr.target is None:
-                out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
-            elif cubin_sm is not None and hdr.target_arch not in (None, cubin_sm):
-                out.append(
-                    Finding(
-                        "mismatch",
-                        f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}",
-                    )
-                )
+        ptx_target, ptx_version = _ptx_header(path, cubin_sm, out)
     if (
         cubin_sm is not None
-        and j.target_arch is not None
-        and not reachable(cubin_sm, j.target_arch)
+        and judge.target_arch is not None
+        and not reachable(cubin_sm, judge.target_arch)
     ):
         out.append(
             Finding(
                 "foreign-arch",
-                f"kernel.cubin is sm_{cubin_sm}, judged against sm_{j.target_arch}: "
+                f"kernel.cubin is sm_{cubin_sm}, judged against sm_{judge.target_arch}: "
                 "DeepGEMM builds another target there, this one is unreachable",
             )
         )
     return cubin_sm, ptx_target, ptx_version
+
+
+def _cubin_sm(path: str, size: int, out: list[Finding]) -> int | None:
+    """``kernel.cubin``'s SM, by its ELF header; None when it is unreadable or broken (the finding in ``out``)."""
+    try:
+        head = elf_head(os.path.join(path, "kernel.cubin"), size)
+    except OSError as exc:
+        out.append(unreadable("kernel.cubin", exc))
+        return None
+    bad = cubin_findings("kernel.cubin", head)
+    out += bad
+    return None if bad else head.sm
+
+
+def _ptx_header(
+    path: str, cubin_sm: int | None, out: list[Finding]
+) -> tuple[str | None, str | None]:
+    """(target, version) of ``kernel.ptx``'s header, its target against the cubin's SM."""
+    try:
+        hdr = parse_header(read_head(os.path.join(path, "kernel.ptx"), 16384))
+    except OSError as exc:
+        out.append(unreadable("kernel.ptx", exc))
+        return None, None
+    if hdr.target is None:
+        out.append(Finding("corrupt", "kernel.ptx: no PTX .target header"))
+    elif cubin_sm is not None and hdr.target_arch not in (None, cubin_sm):
+        out.append(
+            Finding("mismatch", f"kernel.ptx targets {hdr.target}, kernel.cubin is sm_{cubin_sm}")
+        )
+    return hdr.target, hdr.version

@@ -37,10 +37,10 @@ from jitwarden.adapters.base import (
     older_than,
     set_vars,
     so_findings,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import survey
 from jitwarden.env import locations
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -182,7 +182,7 @@ def _split(name: str) -> tuple[str | None, str, str, str | None]:
     return None, ws[0] if ws else "", "/".join(ws), op
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one op build dir (or a workspace's generated sources) and judge it.
 
     Evidence per rule: ``stale`` when the version directory names another FlashInfer than the
@@ -192,7 +192,6 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     """
     version, archs, ws, op = _split(name)
     s = survey(root, name)
-    path = s.path
     out = survey_findings(s, root_uid, "op directory" if op else "generated directory")
     facts = FlashInferFacts(version, archs, "versioned" if version else "unversioned")
     if not s.is_dir:
@@ -200,89 +199,21 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     files = {f.name: f for f in s.files}
     newest = s.newest
     etype = "op" if op else "generated"
-
-    # Version and layout: FlashInfer reads only <its version>/<archs>/ (0.2.x read <archs>/).
-    installed = j.version("flashinfer")
-    if installed:
-        if version is not None and not version_matches(version, installed):
-            out.append(
-                Finding(
-                    "stale",
-                    f"built by FlashInfer {version}; FlashInfer {installed} is installed and reads "
-                    f"{installed}/<archs>/ only",
-                )
-            )
-        elif version is None and not installed.startswith("0.2."):
-            out.append(
-                Finding(
-                    "stale",
-                    f"unversioned layout of FlashInfer 0.2.x; FlashInfer {installed} reads "
-                    f"{installed}/<archs>/ only",
-                )
-            )
-
-    # Arch directory against the GPU judged for.
+    out += _version_findings(version, judge.version("flashinfer"))
     parsed = parse_archs(archs)
     arch = max((a for a, _s in parsed), default=None)
-    if (
-        j.target_arch is not None
-        and parsed
-        and not any(arch_runs_on(a, suf, j.target_arch) for a, suf in parsed)
-    ):
-        out.append(
-            Finding(
-                "foreign-arch",
-                f"built for {archs}, judged against sm_{j.target_arch}: unreachable here",
-            )
-        )
-
+    out += _arch_findings(archs, parsed, judge)
     if op is not None:
-        sos = sorted(f for f in files if "/" not in f and f.endswith(".so"))
-        for rel in sos:
-            try:
-                out += so_findings(
-                    rel, elf_head(os.path.join(path, rel), files[rel].size), j.host_machine
-                )
-            except OSError as exc:
-                out.append(unreadable(rel, exc))
+        out += _so_findings(s.path, files, judge)
         if f"{op}.so" not in files:
-            if older_than(newest, j):
-                what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
-                out.append(
-                    Finding(
-                        "incomplete",
-                        f"op directory has {what} {op}.so: an interrupted build "
-                        f"({int((j.now - newest) // 60)} min old)",
-                    )
-                )
-                etype = "partial"
-            else:
-                etype = "building"
+            etype = _without_so(op, files, newest, judge, out)
         if "build.ninja" in files and parsed:
-            try:
-                text = read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode(
-                    "utf-8", "replace"
-                )
-                targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
-                if targets:
-                    facts = replace(facts, gencode=tuple(f"sm_{n}{suf}" for n, suf in targets))
-                    # Compare numbers: FlashInfer spells 12.0 as 120f or 120a depending on the CUDA toolkit.
-                    foreign = [f"sm_{n}{suf}" for n, suf in targets if not _named(n, suf, parsed)]
-                    if foreign:
-                        out.append(
-                            Finding(
-                                "mismatch",
-                                f"build.ninja compiles for {', '.join(foreign)}, which the "
-                                f"arch directory {archs} does not name",
-                            )
-                        )
-            except OSError as exc:
-                out.append(unreadable("build.ninja", exc))
+            facts = _ninja_findings(s.path, archs, parsed, facts, out)
     return Entry(
         KIND,
         root,
         name,
-        path,
+        s.path,
         etype,
         op,
         arch,
@@ -291,3 +222,98 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         findings=tuple(dict.fromkeys(out)),
         facts=facts,
     )
+
+
+def _version_findings(version: str | None, installed: str | None) -> list[Finding]:
+    """The version directory against the installed FlashInfer, which reads only ``<its version>/<archs>/``
+    (0.2.x read ``<archs>/``)."""
+    if not installed:
+        return []
+    if version is not None and not version_matches(version, installed):
+        return [
+            Finding(
+                "stale",
+                f"built by FlashInfer {version}; FlashInfer {installed} is installed and reads "
+                f"{installed}/<archs>/ only",
+            )
+        ]
+    if version is None and not installed.startswith("0.2."):
+        return [
+            Finding(
+                "stale",
+                f"unversioned layout of FlashInfer 0.2.x; FlashInfer {installed} reads "
+                f"{installed}/<archs>/ only",
+            )
+        ]
+    return []
+
+
+def _arch_findings(archs: str, parsed, judge: Judge) -> list[Finding]:
+    """The arch directory against the GPU judged for."""
+    if (
+        judge.target_arch is not None
+        and parsed
+        and not any(arch_runs_on(a, suf, judge.target_arch) for a, suf in parsed)
+    ):
+        return [
+            Finding(
+                "foreign-arch",
+                f"built for {archs}, judged against sm_{judge.target_arch}: unreachable here",
+            )
+        ]
+    return []
+
+
+def _so_findings(path: str, files: dict, judge: Judge) -> list[Finding]:
+    """Each ``.so`` of an op build dir by its ELF header, against this host."""
+    out: list[Finding] = []
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".so")):
+        try:
+            out += so_findings(
+                rel, elf_head(os.path.join(path, rel), files[rel].size), judge.host_machine
+            )
+        except OSError as exc:
+            out.append(unreadable(rel, exc))
+    return out
+
+
+def _without_so(op: str, files: dict, newest: float, judge: Judge, out: list[Finding]) -> str:
+    """The type of an op build dir without its ``.so``: ``partial`` past the orphan age (an interrupted build,
+    ``incomplete``), else ``building``."""
+    if not older_than(newest, judge):
+        return "building"
+    what = "build.ninja but no" if "build.ninja" in files else "no build.ninja and no"
+    out.append(
+        Finding(
+            "incomplete",
+            f"op directory has {what} {op}.so: an interrupted build "
+            f"({int((judge.now - newest) // 60)} min old)",
+        )
+    )
+    return "partial"
+
+
+def _ninja_findings(
+    path: str, archs: str, parsed, facts: FlashInferFacts, out: list[Finding]
+) -> FlashInferFacts:
+    """The targets ``build.ninja`` compiles for, against the ones its arch directory names; the facts with
+    them recorded."""
+    try:
+        text = read_head(os.path.join(path, "build.ninja"), _NINJA_MAX).decode("utf-8", "replace")
+    except OSError as exc:
+        out.append(unreadable("build.ninja", exc))
+        return facts
+    targets = sorted({(int(n), suf) for _c, _cs, n, suf in _GENCODE.findall(text)})
+    if not targets:
+        return facts
+    # Compare numbers: FlashInfer spells 12.0 as 120f or 120a depending on the CUDA toolkit.
+    foreign = [f"sm_{n}{suf}" for n, suf in targets if not _named(n, suf, parsed)]
+    if foreign:
+        out.append(
+            Finding(
+                "mismatch",
+                f"build.ninja compiles for {', '.join(foreign)}, which the "
+                f"arch directory {archs} does not name",
+            )
+        )
+    return replace(facts, gencode=tuple(f"sm_{n}{suf}" for n, suf in targets))

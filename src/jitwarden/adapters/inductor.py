@@ -17,33 +17,49 @@ releases, and how each was read, is in docs/supported-versions.md:
 
 Entries are judged by reading bytes only: pickles are checked for their framing (PROTO at
 the start, STOP at the end) and searched as bytes, never unpickled; Python sources are
-searched as text, never imported.
+searched as text, never imported. What the bytes alone say, and how they are read within bounds, is
+:mod:`~jitwarden.adapters.inductor_blobs`; what judging records, :mod:`~jitwarden.adapters.inductor_facts`
+(both shared with the vLLM adapter).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from jitwarden.adapters import inductor_blobs
 from jitwarden.adapters.base import (
-    Survey,
     cubin_findings,
     existing,
     private_root,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.inductor_blobs import (
+    FX_KEY_AFTER_INFO,
+    Streamed,
+    device_props,
+    pickle_problem,
+    read_blob,
+    source_problem,
+)
+from jitwarden.adapters.inductor_facts import (
+    GeneratedFor,
+    InductorFacts,
+    Judging,
+    SystemFactors,
+    entry_of,
+)
+from jitwarden.adapters.surveys import Survey, survey
 from jitwarden.env import locations
 from jitwarden.formats import elf, jsonlimits
-from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
+from jitwarden.model.entries import CacheRoot, Entry, Judge
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store import partition
-from jitwarden.store.reads import read_bytes, read_chunks, read_head
+from jitwarden.store.reads import read_bytes
 
 KIND = "inductor"
 ROOT_RISK = "Inductor unpickles entries from it, so loading one runs their code"
@@ -51,12 +67,7 @@ ROOT_CHECKS = ()
 TRITON_DIR = "triton"  # <root>/triton/<device>: scanned by the Triton adapter
 SHARD = re.compile(r"^[a-z0-9_]{2}$")  # get_path(): subdir = basename[1:3]
 TMP = re.compile(r"^\.\d+\.\d+\.tmp$")  # write_atomic(): .<pid>.<thread id>.tmp, then rename
-DEVPROPS = re.compile(  # bounded: a forged 5,000-digit number is no match, not an int() that raises
-    rb"DeviceProperties\(type='(\w{1,32})', index=(?:\d{1,9}|None), multi_processor_count=(\d{1,9}), "
-    rb"cc=(\d{1,9}(?!\d)|'[^']{0,64}')(?:, major=(\d{1,9}|None))?"
-)
 KERNEL_DEF = re.compile(rb"@triton\.jit\s*\n\s*def\s+([A-Za-z_]\w*)\s*\(")
-FX_KEY_AFTER_INFO = re.compile(rb"fx_graph_cache_info.{0,64}?\x8c\x34(f[a-z0-9]{51})", re.DOTALL)
 
 PICKLE_DIRS = {"fxgraph": "fxgraph", "aotautograd": "aotautograd"}
 CUTLASS_DIR = "torch_cutlass"
@@ -151,115 +162,6 @@ def list_entry_names(
 # ---------------------------------------------------------------- reading bytes
 
 
-def pickle_problem(data: bytes | Streamed) -> str | None:
-    """Why ``data`` (a whole file, or a large one as :func:`stream_blob` saw it) is not a whole pickle, judged by
-    its framing only (nothing is unpickled): PROTO at the start, STOP at the end, the first frame within the
-    file; None when it looks whole."""
-    if isinstance(data, Streamed):
-        head, last, size = data.head, data.tail[-1:], data.size
-    else:
-        head, last, size = data, data[-1:], len(data)
-    if not size:
-        return "empty"
-    if size < 3 or head[0] != 0x80 or head[1] > 5:
-        return "not a pickle (no PROTO opcode at the start)"
-    if last != b".":
-        return "truncated: the pickle does not end with STOP"
-    if (
-        head[1] >= 4 and head[2] == 0x95 and size >= 11
-    ):  # protocol 4+ opens with a FRAME and its length
-        flen = int.from_bytes(head[3:11], "little")
-        if 11 + flen > size:
-            return f"truncated: its first frame needs {11 + flen} bytes, the file has {size}"
-    return None
-
-
-def source_problem(data: bytes, rel: str) -> Finding | None:
-    """Why generated Python source is not whole, judged by parsing it (never running it); None when it parses.
-
-    Evidence: Inductor writes whole, valid modules. A syntax error at the very end (an unclosed
-    bracket, string or block) is a cut-off file: ``corrupt``. One elsewhere may be newer syntax
-    than this Python reads: ``unrecognised``. A missing final newline is no evidence at all:
-    Inductor writes ``triton_mm`` templates without one.
-    """
-    if data.endswith(b"\n"):
-        return None  # cut exactly after a line: nothing says so (a known limit); parsing would cost ~1 s/MiB
-    if _ends_whole(data):
-        return None  # its last statement parses on its own: not cut mid-statement (parsing all costs ~1 s/MiB)
-    exc = _parses(data, rel)
-    if exc is None:
-        return None
-    if isinstance(exc, SyntaxError):
-        last = data.rstrip().count(b"\n") + 1
-        if (
-            exc.lineno is None
-            or exc.lineno >= last
-            or "EOF" in str(exc.msg)
-            or "never closed" in str(exc.msg)
-        ):
-            return Finding(
-                "corrupt",
-                f"{rel}: truncated: the source stops mid-statement (line {exc.lineno}: {exc.msg})",
-            )
-        return Finding(
-            "unrecognised",
-            f"{rel}: does not parse as this Python's syntax (line {exc.lineno}: "
-            f"{exc.msg}); not judged",
-        )
-    return Finding(
-        "unrecognised", f"{rel}: cannot be parsed here ({type(exc).__name__}); not judged"
-    )
-
-
-TAIL_LINES = 40
-
-
-def _ends_whole(data: bytes) -> bool:
-    """Whether the last lines of ``data`` (up to :data:`TAIL_LINES`, dedented) parse on their own.
-
-    A cheap first look: a file cut inside a bracket, string or statement fails it, and only then is
-    the whole file parsed to decide (so a tail that fails to parse alone is never the verdict).
-    """
-    lines = data.rsplit(b"\n", TAIL_LINES)
-    for start in range(len(lines) - 1, 0, -1):
-        before = lines[start - 1].strip()
-        if before.startswith(b"@") or before.endswith((b",", b"(", b"[", b"{", b"\\", b":")):
-            continue  # the chunk would continue a decorator, a bracket or a block header: take that line too
-        chunk = lines[start:]
-        body = [ln for ln in chunk if ln.strip()]
-        if not body:
-            continue
-        indent = min(len(ln) - len(ln.lstrip(b" ")) for ln in body)
-        if _parses(b"\n".join(ln[indent:] for ln in chunk)) is None:
-            return True
-    return False
-
-
-def _parses(data: bytes, rel: str = "<tail>") -> Exception | None:
-    """None when ``data`` parses as Python (an AST only: nothing runs), else the error."""
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(data, rel, "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
-    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-        return exc
-    return None
-
-
-def device_props(data: bytes | Streamed) -> list[tuple[str, object, int | None]]:
-    """Every ``DeviceProperties(type=..., cc=...)`` Inductor wrote into ``data`` (source or pickle): (type, cc, SMs)."""
-    if isinstance(data, Streamed):
-        return list(data.props)
-    out = []
-    for m in DEVPROPS.finditer(data):
-        cc_raw = m.group(3).decode("utf-8", "replace")
-        cc: object = int(cc_raw) if cc_raw.isdigit() else cc_raw.strip("'")
-        out.append((m.group(1).decode(), cc, int(m.group(2))))
-    return list(dict.fromkeys(out))
-
-
 def arch_findings(props, judge: Judge, what: str) -> tuple[int | None, list[Finding]]:
     """(the CUDA arch named, foreign-arch findings) for device properties read from ``what``."""
     archs = sorted({cc for t, cc, _ in props if t == "cuda" and isinstance(cc, int)})
@@ -301,71 +203,6 @@ def _host(judge: Judge) -> str | None:
 
 def _age_min(judge: Judge, mtime: float) -> int:
     return int(max(0.0, judge.now - mtime) // 60)
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratedFor(FactGroup):
-    """The GPU a kernel's generated code was made for, as its ``triton_meta`` records it (``DeviceProperties``):
-    the CUDA arch its properties agree on, and the first one's device type and SM count."""
-
-    cc: int | None = None
-    device: str | None = None
-    multi_processor_count: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SystemFactors(FactGroup):
-    """The system torch keys a cache by (``{"device": {"name"}, "version": {"cuda", "triton"}}``): the GPU's
-    name, torch's CUDA and Triton's key. A local autotune cache records it; vLLM's
-    ``cache_key_factors.json`` too."""
-
-    gpu_name: str | None = None
-    cuda: str | None = None
-    triton_key: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InductorFacts(KindFacts):
-    """What an Inductor entry's bytes say, by the kind of entry that says it: a kernel's GPU (``generated_for``),
-    an autotune result's Triton cache hash, the machine of its libraries, the FX graphs an AOTAutograd result
-    loads, a local autotune cache's system, how many links torch made in ``torch_cutlass/``. JSON lists them
-    by name, a group's fields among them, sorted."""
-
-    generated_for: GeneratedFor | None = None
-    triton_cache_hash: str | None = None
-    machine: str | None = None
-    fx_graphs: tuple[str, ...] | None = None
-    system: SystemFactors | None = None
-    torch_links: int | None = None
-
-    def to_json(self) -> dict:
-        return dict(sorted(KindFacts.to_json(self).items()))
-
-
-class Judging:
-    """What the judging of one entry found so far (mutable while judging it); ``extra`` holds fields of
-    ``make`` (:class:`InductorFacts`, or the vLLM adapter's subclass), which :func:`entry_of` freezes."""
-
-    __slots__ = ("type", "name", "arch", "extra", "findings", "make", "sealed")
-
-    def __init__(self, make: type[InductorFacts] = InductorFacts):
-        self.sealed = (
-            False  # every file of the entry is covered by its pickle seal (checked against it)
-        )
-        self.type = "other"
-        self.name: str | None = None
-        self.arch: int | None = None
-        self.extra: dict[str, Any] = {}
-        self.findings: list[Finding] = []
-        self.make = make
-
-    def grouped(self, field: str, group: type[FactGroup], **found) -> None:
-        """Set what was ``found`` (its non-None values) in the group ``field`` of ``extra``: a later file of
-        the entry replaces what an earlier one said, fact by fact."""
-        found = {k: v for k, v in found.items() if v is not None}
-        if found:
-            old = self.extra.get(field)
-            self.extra[field] = replace(old, **found) if old is not None else group(**found)
 
 
 def judge_blob(
@@ -507,90 +344,6 @@ def _judge_elf(rel: str, data: bytes, size: int, base: str, judge: Judge, facts:
         )
 
 
-_ELF_HEAD_ONLY = (".so", ".o")
-_SKIP_CONTENT = (".lock", ".cpp", ".h", ".cu", ".c", ".txt", ".log")
-WHOLE_MAX = 64 << 20
-"""The most of one Inductor or vLLM cache file read whole (FX pickles of small models run to tens of MiB);
-a larger one is judged by :func:`stream_blob`, one pass in 1 MiB chunks, so memory does not grow with it
-(ARCHITECTURE.md, "reads bounded by kind")."""
-_HEAD = 64 << 10
-_CHUNK = 1 << 20
-_OVERLAP = (
-    4096  # a DeviceProperties(...) or an FX key split by a chunk's end is found in the next one
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Streamed:
-    """A cache file larger than :data:`WHOLE_MAX`, as one pass over its chunks saw it: what the judges of pickles,
-    standalone-compile artifacts and seals need of it, without holding it. ``passed`` is False for a file of
-    which only the head was read (a cubin: its ELF header says what it is); the other fields are then empty."""
-
-    size: int
-    head: bytes  # its first _HEAD bytes
-    tail: bytes = b""  # its last 16 bytes
-    crc_after_4: int | None = (
-        None  # CRC32 of all but its first 4 bytes: torch's BytesWriter checksum
-    )
-    sha256: str | None = None  # when asked for (a sealed pickle)
-    props: tuple = ()  # device_props() of the whole file
-    fx_keys: tuple[str, ...] = ()  # FX_KEY_AFTER_INFO's keys, in order
-    passed: bool = True
-
-
-def stream_blob(path: str, size: int, *, sha256: bool = False) -> Streamed:
-    """:class:`Streamed` of the file ``path``: every byte read once, 1 MiB at a time (``store/reads.read_chunks``),
-    searched with an overlap of 4 KiB between chunks; OSError past ``reads.MAX_READ``."""
-    import hashlib
-    import zlib
-
-    head, tail, carry, pos, crc = b"", b"", b"", 0, 0
-    props: dict = {}
-    keys: dict = {}
-    h = hashlib.sha256() if sha256 else None
-    for chunk in read_chunks(path, size_hint=size, chunk=_CHUNK):
-        if len(head) < _HEAD:
-            head += chunk[: _HEAD - len(head)]
-        if pos + len(chunk) > 4:
-            crc = zlib.crc32(chunk[max(0, 4 - pos) :] if pos < 4 else chunk, crc)
-        if h is not None:
-            h.update(chunk)
-        buf = carry + chunk
-        props.update(dict.fromkeys(device_props(buf)))
-        keys.update(dict.fromkeys(m.group(1).decode() for m in FX_KEY_AFTER_INFO.finditer(buf)))
-        carry = buf[-_OVERLAP:]
-        tail = (tail + chunk[-16:])[-16:]
-        pos += len(chunk)
-    return Streamed(
-        size=pos,
-        head=head,
-        tail=tail,
-        crc_after_4=crc,
-        sha256=h.hexdigest() if h is not None else None,
-        props=tuple(props),
-        fx_keys=tuple(keys),
-    )
-
-
-def read_blob(path: str, rel: str, size: int, *, sha256: bool = False) -> bytes | Streamed:
-    """The bytes judging needs: the ELF header of libraries, nothing of sources and locks, else the whole file up
-    to :data:`WHOLE_MAX`; a larger file as :func:`stream_blob` saw it (a cubin: its head alone). ``sha256``:
-    the stream hashes it too (a sealed pickle)."""
-    if rel.endswith(_SKIP_CONTENT):
-        return b""
-    if rel.endswith(_ELF_HEAD_ONLY):
-        return read_head(path, elf.HEADER_SIZE)
-    if size <= WHOLE_MAX:
-        try:
-            return read_bytes(path, max_bytes=WHOLE_MAX, size_hint=size)
-        except OSError as exc:
-            if exc.errno != errno.EFBIG:
-                raise  # else: it grew past the bound since it was listed
-    if rel.endswith(".cubin"):
-        return Streamed(size=size, head=read_head(path, elf.HEADER_SIZE), passed=False)
-    return stream_blob(path, size, sha256=sha256)
-
-
 # ---------------------------------------------------------------- judging
 
 
@@ -604,19 +357,9 @@ def _group(name: str) -> str:
     return "other"
 
 
-def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts: Judging) -> None:
+def judge_files(root: str, name: str, s: Survey, judge: Judge, group: str, facts: Judging) -> None:
     """Judge every file of one surveyed entry (a file or a dir); shared with the vLLM adapter."""
-    kind = group if group in PICKLE_DIRS else ""
-    tmps = []
-    real = []
-    for f in s.files:
-        base = os.path.basename(f.name)
-        if TMP.match(base) or base.endswith(".tmp"):
-            tmps.append((f.name, f.mtime))
-            continue
-        if base.startswith(".") and group in PICKLE_DIRS:
-            continue  # Inductor itself skips dot files in key dirs
-        real.append((f.name, f.size))
+    tmps, real = _split_files(s, group)
     sealed = _pickle_seal(s, facts) if group in PICKLE_DIRS and s.is_dir else {}
     facts.sealed = bool(real) and all(rel in sealed for rel, _size in real)
     for rel, mtime in tmps:
@@ -627,32 +370,75 @@ def judge_tree(root: str, name: str, s: Survey, judge: Judge, group: str, facts:
                     f"{rel}: leftover of an interrupted write, {_age_min(judge, mtime)} min old",
                 )
             )
+    kind = group if group in PICKLE_DIRS else ""
     for rel, size in real:
-        path = os.path.join(s.path, rel) if s.is_dir else s.path
-        shown = f"{name}/{rel}" if s.is_dir else name
-        try:
-            data = read_blob(path, rel, size, sha256=rel in sealed)
-        except OSError as exc:
-            facts.findings.append(unreadable(shown, exc))
-            continue
-        judge_blob(shown if not s.is_dir else rel, data, size, judge, facts, kind)
-        if rel in sealed:
-            _check_sealed(rel, data, size, sealed[rel], facts)
-        if group == "aotautograd":
-            _aot_refs((root, *judge.refs_beside), rel, data, facts)
+        _judge_file(root, name, s, (rel, size), sealed.get(rel), judge, group, kind, facts)
     if group in PICKLE_DIRS:
-        facts.type = group
-        if not real:
-            newest = s.newest
-            if (tmps or judge.now - newest >= judge.orphan_age) and not tmps:
-                facts.findings.append(
-                    Finding(
-                        "orphan",
-                        f"{group} key directory holds no graph: an interrupted write, "
-                        f"{_age_min(judge, newest)} min old",
-                    )
-                )
-            facts.type = "empty"
+        _key_dir_type(s, group, bool(real), bool(tmps), judge, facts)
+
+
+def _split_files(s: Survey, group: str) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]:
+    """(temporaries as (name, mtime), the files judged as (name, size)) of a surveyed entry; dot files of a
+    pickle key dir are neither (Inductor itself skips them)."""
+    tmps = []
+    real = []
+    for f in s.files:
+        base = os.path.basename(f.name)
+        if TMP.match(base) or base.endswith(".tmp"):
+            tmps.append((f.name, f.mtime))
+            continue
+        if base.startswith(".") and group in PICKLE_DIRS:
+            continue  # Inductor itself skips dot files in key dirs
+        real.append((f.name, f.size))
+    return tmps, real
+
+
+def _judge_file(
+    root: str,
+    name: str,
+    s: Survey,
+    file: tuple[str, int],
+    sealed: dict | None,
+    judge: Judge,
+    group: str,
+    kind: str,
+    facts: Judging,
+) -> None:
+    """One file (``file``: its name in the entry and its size) of a surveyed entry, read and judged; against
+    its seal's record when ``sealed``; an AOTAutograd result's FX graphs looked for."""
+    rel, size = file
+    path = os.path.join(s.path, rel) if s.is_dir else s.path
+    shown = f"{name}/{rel}" if s.is_dir else name
+    try:
+        data = read_blob(path, rel, size, sha256=sealed is not None)
+    except OSError as exc:
+        facts.findings.append(unreadable(shown, exc))
+        return
+    judge_blob(shown if not s.is_dir else rel, data, size, judge, facts, kind)
+    if sealed is not None:
+        _check_sealed(rel, data, size, sealed, facts)
+    if group == "aotautograd":
+        _aot_refs((root, *judge.refs_beside), rel, data, facts)
+
+
+def _key_dir_type(
+    s: Survey, group: str, has_files: bool, has_tmps: bool, judge: Judge, facts: Judging
+) -> None:
+    """A pickle key dir's type: its group's, or ``empty`` when it holds no graph (old and without a temporary:
+    an interrupted write, ``orphan``)."""
+    facts.type = group
+    if has_files:
+        return
+    newest = s.newest
+    if not has_tmps and judge.now - newest >= judge.orphan_age:
+        facts.findings.append(
+            Finding(
+                "orphan",
+                f"{group} key directory holds no graph: an interrupted write, "
+                f"{_age_min(judge, newest)} min old",
+            )
+        )
+    facts.type = "empty"
 
 
 def _judge_large(rel: str, data: Streamed, judge: Judge, facts: Judging) -> None:
@@ -660,7 +446,7 @@ def _judge_large(rel: str, data: Streamed, judge: Judge, facts: Judging) -> None
     device properties it names. What needs it whole (parsing source or JSON, a cubin's symbols) is not done,
     and the finding says so: not understood is not damage."""
     add = facts.findings.append
-    too_large = f"{rel}: {data.size} bytes, larger than the {WHOLE_MAX >> 20} MiB jitwarden reads whole of such a file"
+    too_large = f"{rel}: {data.size} bytes, larger than the {inductor_blobs.WHOLE_MAX >> 20} MiB jitwarden reads whole of such a file"
     if not data.passed:  # a cubin: its header
         facts.type = "cubin"
         head = elf.parse_head(data.head, data.size)
@@ -764,9 +550,7 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
         facts.findings.append(Finding("corrupt", f"{rel} is not valid JSON"))
         return
     facts.type = "local-cache"
-    system = doc.get("system") if isinstance(doc, dict) else None
-    dev = system.get("device") if isinstance(system, dict) else None
-    gpu = dev.get("name") if isinstance(dev, dict) else None
+    gpu, cuda = _system_of(doc)
     if gpu:
         facts.name = gpu
         if judge.gpu_names and gpu not in judge.gpu_names:
@@ -776,8 +560,6 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
                     f"autotune results for {gpu}; this machine has {', '.join(sorted(set(judge.gpu_names)))}",
                 )
             )
-    ver = system.get("version") if isinstance(system, dict) else None
-    cuda = ver["cuda"] if isinstance(ver, dict) and ver.get("cuda") else None
     if cuda and judge.torch_cuda and cuda != judge.torch_cuda:
         facts.findings.append(
             Finding(
@@ -788,28 +570,14 @@ def _local_cache(rel: str, data: bytes, judge: Judge, facts: Judging) -> None:
     facts.grouped("system", SystemFactors, gpu_name=gpu or None, cuda=cuda)
 
 
-def entry_of(
-    kind: str, root: str, name: str, s: Survey, facts: Judging, findings: list[Finding]
-) -> Entry:
-    mtime = s.newest if s.files else s.mtime
-    fields: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in facts.extra.items()
-    }
-    frozen = facts.make(**fields)
-    return Entry(
-        kind,
-        root,
-        name,
-        s.path,
-        facts.type,
-        facts.name,
-        facts.arch,
-        s.bytes,
-        mtime,
-        sealed=facts.sealed,
-        findings=tuple(dict.fromkeys(findings)),
-        facts=frozen,
-    )
+def _system_of(doc: object) -> tuple[Any, Any]:
+    """(the GPU's name, torch's CUDA) a local autotune cache records under ``system``; None for what it does not."""
+    system = doc.get("system") if isinstance(doc, dict) else None
+    dev = system.get("device") if isinstance(system, dict) else None
+    gpu = dev.get("name") if isinstance(dev, dict) else None
+    ver = system.get("version") if isinstance(system, dict) else None
+    cuda = ver["cuda"] if isinstance(ver, dict) and ver.get("cuda") else None
+    return gpu, cuda
 
 
 def link_findings(s: Survey, tool: str = "Inductor") -> list[Finding]:
@@ -844,10 +612,10 @@ def torch_cutlass_link(rel: str, target: str) -> bool:
 
 def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read (never following a symlink, never unpickling) and judge one entry of an Inductor cache dir."""
-    return inspect_as(KIND, root, root, name, name, judge, root_uid)
+    return inspect_entry_as(KIND, root, root, name, name, judge, root_uid)
 
 
-def inspect_as(
+def inspect_entry_as(
     kind: str,
     shown_root: str,
     root: str,
@@ -864,26 +632,38 @@ def inspect_as(
         facts.type = "link"
         return entry_of(kind, shown_root, shown_name, s, facts, link_findings(s))
     if name == CUTLASS_DIR and s.is_dir:
-        own = tuple(link for link in s.links if torch_cutlass_link(link.name, link.target))
-        s = replace(s, links=tuple(link for link in s.links if link not in own))
-        facts.type, facts.extra["torch_links"] = "cutlass-links", len(own)
+        s = _without_torch_links(s, facts)
     findings = survey_findings(s, root_uid)
     group = _group(name)
     if group == "locks":
         facts.type = "locks"
     elif group == "cache":
-        judge_tree(root, name, s, judge, group, facts)
-        if not s.is_dir and s.files:
-            try:
-                data = read_bytes(s.path, max_bytes=jsonlimits.MAX_BYTES, size_hint=s.files[0].size)
-            except OSError:
-                data = b""  # unreadable or past what the JSON reader parses: judge_tree's finding says so
-            _local_cache(name, data, judge, facts)
-        facts.type = facts.type if facts.type != "other" else "local-cache"
+        _judge_cache(root, name, s, judge, facts)
     elif s.errors and not s.files and not s.is_dir:
         pass  # could not stat: survey_findings says so
     else:
-        judge_tree(root, name, s, judge, group, facts)
+        judge_files(root, name, s, judge, group, facts)
         if group == "other" and s.is_dir and facts.type != "cutlass-links":
             facts.type = "other"
     return entry_of(kind, shown_root, shown_name, s, facts, findings + facts.findings)
+
+
+def _without_torch_links(s: Survey, facts: Judging) -> Survey:
+    """``torch_cutlass/`` surveyed without the symlinks torch made there (:func:`torch_cutlass_link`), counted."""
+    own = tuple(link for link in s.links if torch_cutlass_link(link.name, link.target))
+    facts.type, facts.extra["torch_links"] = "cutlass-links", len(own)
+    return replace(s, links=tuple(link for link in s.links if link not in own))
+
+
+def _judge_cache(root: str, name: str, s: Survey, judge: Judge, facts: Judging) -> None:
+    """An entry of ``cache/``: its files judged, a lone file read as a local autotune cache's JSON."""
+    judge_files(root, name, s, judge, "cache", facts)
+    if not s.is_dir and s.files:
+        try:
+            data = read_bytes(s.path, max_bytes=jsonlimits.MAX_BYTES, size_hint=s.files[0].size)
+        except OSError:
+            data = (
+                b""  # unreadable or past what the JSON reader parses: judge_files's finding says so
+            )
+        _local_cache(name, data, judge, facts)
+    facts.type = facts.type if facts.type != "other" else "local-cache"

@@ -25,7 +25,7 @@ import stat
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from jitwarden.adapters import base
+from jitwarden.adapters import base, surveys
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, FactGroup, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -184,10 +184,10 @@ be being written, and is not called damage yet."""
 
 
 def _judge_executable(
-    path: str, size: int, mtime: float, module: str, j: Judge
+    path: str, size: int, mtime: float, module: str, judge: Judge
 ) -> tuple[JaxFacts, list[Finding], int | None, bool]:
     out: list[Finding] = []
-    young = not base.older_than(mtime, j, WRITING_S)
+    young = not base.older_than(mtime, judge, WRITING_S)
     if size == 0:
         if young:
             return (
@@ -213,10 +213,10 @@ def _judge_executable(
             False,
         )
     try:
-        data, p = _read(path, size, j)
+        data, p = _read(path, size, judge)
     except OSError as exc:
         return JaxFacts(), [base.unreadable("the file", exc)], None, False
-    sealed, out = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)
+    sealed, out = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, judge)
     if p.problem and young and "cut short" in p.problem:
         out.append(
             Finding(
@@ -240,12 +240,12 @@ def _judge_executable(
     arch = None
     if p.cubin_sms:
         arch = max(p.cubin_sms)
-        if j.target_arch is not None and j.target_arch not in p.cubin_sms:
+        if judge.target_arch is not None and judge.target_arch not in p.cubin_sms:
             out.append(
                 Finding(
                     "foreign-arch",
                     f"its cubins are for {', '.join(f'sm_{s}' for s in p.cubin_sms)}, "
-                    f"judged against sm_{j.target_arch}: JAX keys by device, unreachable here",
+                    f"judged against sm_{judge.target_arch}: JAX keys by device, unreachable here",
                 )
             )
     facts = JaxFacts(
@@ -257,7 +257,7 @@ def _judge_executable(
     return facts, out, arch, sealed
 
 
-def _read(path: str, size: int, j: Judge) -> tuple[bytes | tuple[int, str], jaxexec.JaxPayload]:
+def _read(path: str, size: int, judge: Judge) -> tuple[bytes | tuple[int, str], jaxexec.JaxPayload]:
     """(what the seal check takes, the payload) of a ``-cache`` file: read whole up to :data:`MAX_ENTRY`, else its
     head alone inflated (and, where seals are checked, its sha256 streamed): a sparse file of gigabytes costs
     its head, a bomb its cap (:data:`jitwarden.formats.jaxexec.MAX_EXECUTABLE`)."""
@@ -274,13 +274,13 @@ def _read(path: str, size: int, j: Judge) -> tuple[bytes | tuple[int, str], jaxe
     p = replace(p, unknown=f"{past}; {p.unknown}" if p.unknown else past)
     from jitwarden.model.layout import SEAL_FILE
 
-    if not j.check_seals or not os.path.lexists(os.path.join(os.path.dirname(path), SEAL_FILE)):
+    if not judge.check_seals or not os.path.lexists(os.path.join(os.path.dirname(path), SEAL_FILE)):
         return (size, ""), p  # no seal to check it against: nothing hashed
     sha, n = seal.file_digest(path, size)
     return (n, sha), p
 
 
-def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Finding]:
+def _xla_file_findings(path: str, name: str, size: int, judge: Judge) -> list[Finding]:
     """XLA's own cache files, serialized protobuf messages: the per-fusion autotune result
     ``<version hash>/<fusion key>.pb`` names its own key inside (field 1: version hash as 1.1.1, fusion key
     as 1.1.3), so a result moved under another key contradicts its path; the kernel cache file is a list of
@@ -297,11 +297,13 @@ def _xla_file_findings(path: str, name: str, size: int, j: Judge) -> list[Findin
         data = read_bytes(path, max_bytes=MAX_ENTRY, size_hint=size)
     except OSError as exc:
         return [base.read_failure(exc, f"unreadable: {exc.strerror or exc}")]
-    sealed = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, j)[1]
+    sealed = base.dir_seal_findings(os.path.dirname(path), os.path.basename(path), data, judge)[1]
     return sealed + _xla_proto_findings(data, name, parts)
 
 
 def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Finding]:
+    """What the protobuf message of an XLA cache file says: the kernel cache's kernels whole, an autotune
+    result's key (version hash, fusion key) the one its path names."""
     from jitwarden.formats import jaxexec
 
     try:
@@ -311,19 +313,7 @@ def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Findin
                 if num == 1 and wt == 2 and isinstance(v, bytes):  # wire type 2: bytes
                     jaxexec.fields(v)
             return []
-        key = next((v for num, wt, v in top if num == 1 and isinstance(v, bytes)), None)
-        ident = (
-            next(
-                (v for num, wt, v in jaxexec.fields(key) if num == 1 and isinstance(v, bytes)), None
-            )
-            if key
-            else None
-        )
-        got = (
-            {num: v for num, _wt, v in jaxexec.fields(ident) if isinstance(v, bytes)}
-            if ident
-            else {}
-        )
+        got = _autotune_key(top)
     except ValueError as exc:
         return [Finding("corrupt", f"not a whole protobuf message ({exc}): XLA cannot parse it")]
     version, fusion = got.get(1), got.get(3)
@@ -344,7 +334,7 @@ def _xla_proto_findings(data: bytes, name: str, parts: list[str]) -> list[Findin
     return []
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one entry (no symlink followed, nothing deserialized) and judge it (see the module docstring).
 
     Evidence per rule: ``corrupt`` for a zlib/zstd stream that is damaged or cut short, an empty file, an
@@ -352,7 +342,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     ``incomplete`` for a missing ``-atime`` while eviction is on; ``orphan`` for an ``-atime`` whose entry
     is gone; ``unrecognised`` for a compression or serialization jitwarden does not know.
     """
-    s = base.survey(root, name)
+    s = surveys.survey(root, name)
     out = base.survey_findings(s, root_uid, "entry")
     top = name.partition("/")[0]
 
@@ -389,7 +379,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     f = s.files[0]
     if top == AUTOTUNE_DIR or name == KERNEL_CACHE_FILE:
         etype = "autotune" if top == AUTOTUNE_DIR else "kernel-cache"
-        out += _xla_file_findings(s.path, name, f.size, j)
+        out += _xla_file_findings(s.path, name, f.size, judge)
         return plain(etype, f.size, f.mtime)
     m = ENTRY.match(name)
     if m is None:
@@ -400,7 +390,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     module, khash, part = m.groups()
     key = f"{module}-{khash}"
     if part == "atime":
-        if base.older_than(f.mtime, j):
+        if base.older_than(f.mtime, judge):
             out.append(
                 Finding(
                     "orphan",
@@ -420,7 +410,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             findings=tuple(out),
             facts=JaxFacts(module, khash),
         )
-    facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, j)
+    facts, found, arch, sealed = _judge_executable(s.path, f.size, f.mtime, module, judge)
     has_atime, afind = _atime_findings(root, key)
     size = f.size + (ATIME_BYTES if has_atime and not afind else 0)
     facts = replace(facts, module=module, key_hash=khash, atime=has_atime)
@@ -437,4 +427,20 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
         sealed,
         findings=tuple(dict.fromkeys(out + found + afind)),
         facts=facts,
+    )
+
+
+def _autotune_key(top: list[tuple[int, int, int | bytes]]) -> dict[int, bytes]:
+    """The fields of an autotune result's key identity (1.1: version hash at 1, fusion key at 3), by number;
+    empty where the message has none. ValueError when a nested message does not parse."""
+    from jitwarden.formats import jaxexec
+
+    key = next((v for num, wt, v in top if num == 1 and isinstance(v, bytes)), None)
+    ident = (
+        next((v for num, wt, v in jaxexec.fields(key) if num == 1 and isinstance(v, bytes)), None)
+        if key
+        else None
+    )
+    return (
+        {num: v for num, _wt, v in jaxexec.fields(ident) if isinstance(v, bytes)} if ident else {}
     )

@@ -17,14 +17,18 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from jitwarden.adapters import base
+from jitwarden.adapters.surveys import Survey
 from jitwarden.model import bounds
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
 from jitwarden.model.layout import is_reserved
 from jitwarden.store.reads import read_bytes
+
+if TYPE_CHECKING:
+    from jitwarden.formats.numbacache import NumbaFile
 
 KIND = "numba"
 ROOT_RISK = "numba unpickles entries from it, so loading one runs their code"
@@ -112,7 +116,7 @@ def _named_function(stem: str) -> str | None:
     return last if _IDENT.match(last) else None
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one index or data file (pickles walked, never loaded) and judge it.
 
     Evidence per rule: ``corrupt`` for a pickle that does not parse; ``mismatch`` for a data file whose
@@ -138,72 +142,91 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     named = mi or md
     assert named is not None  # the kind's names are an index's or a data file's
     stem = named.group(1)
+    etype = "index" if mi else "data"
     try:
         data = read_bytes(s.path, max_bytes=MAX_FILE, size_hint=f.size)
     except OSError as exc:
         out.append(base.read_failure(exc, f"unreadable: {exc.strerror or exc}"))
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "index" if mi else "data",
-            stem,
-            None,
-            f.size,
-            f.mtime,
-            findings=tuple(out),
-            facts=NumbaFacts(stem),
-        )
+        return _entry(root, name, s, etype, stem, None, out, NumbaFacts(stem))
     if mi:
         p = numbacache.parse_index(data)
-        arch = None
-        if p.problem:
-            out.append(Finding("corrupt", p.problem))
-        elif p.unknown:
-            out.append(Finding("unrecognised", p.unknown))
-        else:
-            here = os.path.dirname(s.path)
-            missing = [d for d in p.data_files if not os.path.lexists(os.path.join(here, d))]
-            if missing:
-                out.append(
-                    Finding(
-                        "incomplete",
-                        f"lists {', '.join(missing[:3])}, which is missing: numba compiles "
-                        "that overload again",
-                    )
-                )
-            foreign = [d for d in p.data_files if not d.startswith(f"{stem}-")]
-            if foreign:
-                out.append(Finding("mismatch", f"lists {foreign[0]}, another function's data file"))
-            arch = max(p.compute_capabilities) if p.compute_capabilities else None
-            if (
-                j.target_arch is not None
-                and p.compute_capabilities
-                and j.target_arch not in p.compute_capabilities
-            ):
-                out.append(
-                    Finding(
-                        "foreign-arch",
-                        f"compiled for compute capability "
-                        f"{', '.join(str(c) for c in p.compute_capabilities)}, judged "
-                        f"against sm_{j.target_arch}: numba keys by it, unreachable here",
-                    )
-                )
-        return Entry(
-            KIND,
-            root,
-            name,
-            s.path,
-            "index",
-            stem,
-            arch,
-            f.size,
-            f.mtime,
-            findings=tuple(out),
-            facts=NumbaFacts(stem, p.numba_version, p.data_files, p.compute_capabilities),
+        arch = _index_findings(p, stem, os.path.dirname(s.path), judge, out)
+        facts = NumbaFacts(stem, p.numba_version, p.data_files, p.compute_capabilities)
+        return _entry(root, name, s, etype, stem, arch, out, facts)
+    d = numbacache.parse_data(data)
+    _data_findings(d, stem, judge, out)
+    facts = NumbaFacts(stem, None, (), (), d.mangled, d.cubin_sm)
+    return _entry(root, name, s, etype, stem, d.cubin_sm, out, facts)
+
+
+def _entry(
+    root: str,
+    name: str,
+    s: Survey,
+    etype: str,
+    stem: str,
+    arch: int | None,
+    out: list[Finding],
+    facts: NumbaFacts,
+) -> Entry:
+    """The entry of one index or data file (``s``: its survey) as judged."""
+    f = s.files[0]
+    return Entry(
+        KIND,
+        root,
+        name,
+        s.path,
+        etype,
+        stem,
+        arch,
+        f.size,
+        f.mtime,
+        findings=tuple(out),
+        facts=facts,
+    )
+
+
+def _index_findings(
+    p: NumbaFile, stem: str, here: str, judge: Judge, out: list[Finding]
+) -> int | None:
+    """An index file (of the dir ``here``): the data files it lists present and the function's own, its
+    compute capabilities against the target; returns the newest of them."""
+    if p.problem:
+        out.append(Finding("corrupt", p.problem))
+        return None
+    if p.unknown:
+        out.append(Finding("unrecognised", p.unknown))
+        return None
+    missing = [d for d in p.data_files if not os.path.lexists(os.path.join(here, d))]
+    if missing:
+        out.append(
+            Finding(
+                "incomplete",
+                f"lists {', '.join(missing[:3])}, which is missing: numba compiles "
+                "that overload again",
+            )
         )
-    p = numbacache.parse_data(data)
+    foreign = [d for d in p.data_files if not d.startswith(f"{stem}-")]
+    if foreign:
+        out.append(Finding("mismatch", f"lists {foreign[0]}, another function's data file"))
+    if (
+        judge.target_arch is not None
+        and p.compute_capabilities
+        and judge.target_arch not in p.compute_capabilities
+    ):
+        out.append(
+            Finding(
+                "foreign-arch",
+                f"compiled for compute capability "
+                f"{', '.join(str(c) for c in p.compute_capabilities)}, judged "
+                f"against sm_{judge.target_arch}: numba keys by it, unreachable here",
+            )
+        )
+    return max(p.compute_capabilities) if p.compute_capabilities else None
+
+
+def _data_findings(p: NumbaFile, stem: str, judge: Judge, out: list[Finding]) -> None:
+    """A data file: its kernel the function its name says, its cubin's SM against the target."""
     if p.problem:
         out.append(Finding("corrupt", p.problem))
     elif p.unknown:
@@ -219,23 +242,10 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
                     "function's code under this key (numba would run it)",
                 )
             )
-    if p.cubin_sm is not None and j.target_arch is not None and p.cubin_sm != j.target_arch:
+    if p.cubin_sm is not None and judge.target_arch is not None and p.cubin_sm != judge.target_arch:
         out.append(
             Finding(
                 "foreign-arch",
-                f"cubin is sm_{p.cubin_sm}, judged against sm_{j.target_arch}: unreachable here",
+                f"cubin is sm_{p.cubin_sm}, judged against sm_{judge.target_arch}: unreachable here",
             )
         )
-    return Entry(
-        KIND,
-        root,
-        name,
-        s.path,
-        "data",
-        stem,
-        p.cubin_sm,
-        f.size,
-        f.mtime,
-        findings=tuple(out),
-        facts=NumbaFacts(stem, None, (), (), p.mangled, p.cubin_sm),
-    )

@@ -24,7 +24,6 @@ from itertools import islice
 from typing import Any, ClassVar
 
 from jitwarden.adapters.base import (
-    File,
     elf_head,
     existing,
     listed,
@@ -32,10 +31,10 @@ from jitwarden.adapters.base import (
     older_than,
     set_vars,
     so_findings,
-    survey,
     survey_findings,
     unreadable,
 )
+from jitwarden.adapters.surveys import File, survey
 from jitwarden.env import locations
 from jitwarden.model.entries import CacheRoot, Entry, Judge, KindFacts
 from jitwarden.model.findings import Finding
@@ -150,18 +149,18 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
 # ---------------------------------------------------------------- judging
 
 
-def current_tag(j: Judge) -> tuple[str | None, str | None]:
+def current_tag(judge: Judge) -> tuple[str | None, str | None]:
     """(``py311``, ``cu128``/``cpu``) of the running interpreter and torch, each None when unknown.
 
     The accelerator comes from the judge's ``torch_cuda`` (the fingerprint), else from the
     local part of torch's version (``2.13.0+cpu``, ``2.6.0+cu124``); a bare version says nothing.
     """
-    py = f"py{j.python_tag}" if j.python_tag else None
+    py = f"py{judge.python_tag}" if judge.python_tag else None
     acc = None
-    if j.torch_cuda:
-        acc = "cu" + j.torch_cuda.replace(".", "")
+    if judge.torch_cuda:
+        acc = "cu" + judge.torch_cuda.replace(".", "")
     else:
-        tv = j.version("torch")
+        tv = judge.version("torch")
         if tv and "+" in tv:
             local = tv.split("+", 1)[1]
             if local == "cpu" or re.fullmatch(r"cu\d+|rocm[\d.]+", local):
@@ -204,7 +203,7 @@ def _covers(sms, ptx, arch: int) -> bool:
     return any(p <= arch for p in ptx)
 
 
-def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -> Entry:
+def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry:
     """Read one build directory (file names, ELF headers, build.ninja text) and judge it.
 
     Evidence per rule: ``corrupt`` for ``.so``/``.o`` whose ELF header is broken; ``mismatch``
@@ -226,7 +225,7 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
     own = [
         f for f in sorted(files) if "/" not in f and (m := _SO_NAME.match(f)) and m.group(1) == mod
     ]
-    so_machine = _elf_findings(path, files, j.host_machine, out)
+    so_machine = _elf_findings(path, files, judge.host_machine, out)
     ninja = None
     if "build.ninja" in files:
         try:
@@ -235,12 +234,12 @@ def inspect_entry(root: str, name: str, j: Judge, root_uid: int | None = None) -
             )
         except OSError as exc:
             out.append(unreadable("build.ninja", exc))
-    etype = _build_state(mod, own, files, ninja is not None, s.newest, j, out)
-    py_tag, acc_tag = _tag_findings(tag, ninja, j, out)
+    etype = _build_state(mod, own, files, ninja is not None, s.newest, judge, out)
+    py_tag, acc_tag = _tag_findings(tag, ninja, judge, out)
     arch = sms = ptxs = None
     if ninja and (ninja["sm"] or ninja["ptx"]):
         sms, ptxs = ninja["sm"], ninja["ptx"]
-        arch = _arch_findings(sms, ptxs, j, out)
+        arch = _arch_findings(sms, ptxs, judge, out)
     facts = TorchExtFacts(mod, tag or None, tuple(own), so_machine, py_tag, acc_tag, sms, ptxs)
     return Entry(
         KIND,
@@ -262,26 +261,8 @@ def _elf_findings(
 ) -> str | None:
     """The ELF headers of the module's ``.so`` files and its objects: broken ones, a module not linked
     from its objects (another machine). Returns the module's machine (the first by name), None when unknown."""
-    so_machines: set[str] = set()
-    for rel in sorted(f for f in files if "/" not in f and f.endswith(".so")):
-        try:
-            head = elf_head(os.path.join(path, rel), files[rel].size)
-        except OSError as exc:
-            out.append(unreadable(rel, exc))
-            continue
-        out += so_findings(rel, head, host)
-        if not head.problem and head.machine_name is not None:  # a sound head names its machine
-            so_machines.add(head.machine_name)
-    obj_machines: set[str] = set()
-    for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
-        try:
-            head = elf_head(os.path.join(path, rel), files[rel].size)
-        except OSError:
-            continue
-        if head.problem:
-            out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
-        elif head.machine_name is not None:  # a sound head names its machine
-            obj_machines.add(head.machine_name)
+    so_machines = _so_machines(path, files, host, out)
+    obj_machines = _object_machines(path, files, out)
     if so_machines and obj_machines and not (so_machines & obj_machines):
         out.append(
             Finding(
@@ -293,13 +274,45 @@ def _elf_findings(
     return min(so_machines) if so_machines else None
 
 
+def _so_machines(
+    path: str, files: dict[str, File], host: str | None, out: list[Finding]
+) -> set[str]:
+    """The machines the module's sound ``.so`` headers name; each header judged against this host."""
+    machines: set[str] = set()
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".so")):
+        try:
+            head = elf_head(os.path.join(path, rel), files[rel].size)
+        except OSError as exc:
+            out.append(unreadable(rel, exc))
+            continue
+        out += so_findings(rel, head, host)
+        if not head.problem and head.machine_name is not None:  # a sound head names its machine
+            machines.add(head.machine_name)
+    return machines
+
+
+def _object_machines(path: str, files: dict[str, File], out: list[Finding]) -> set[str]:
+    """The machines the build's sound object files name; a broken one is ``corrupt``, an unreadable one passed."""
+    machines: set[str] = set()
+    for rel in sorted(f for f in files if "/" not in f and f.endswith(".o")):
+        try:
+            head = elf_head(os.path.join(path, rel), files[rel].size)
+        except OSError:
+            continue
+        if head.problem:
+            out.append(Finding("corrupt", f"{rel}: not a valid object file: {head.problem}"))
+        elif head.machine_name is not None:  # a sound head names its machine
+            machines.add(head.machine_name)
+    return machines
+
+
 def _build_state(
     mod: str,
     own: list[str],
     files: dict[str, File],
     has_ninja: bool,
     newest: float,
-    j: Judge,
+    judge: Judge,
     out: list[Finding],
 ) -> str:
     """The entry's type: ``extension``, ``building`` (young, no module yet) or ``partial`` (an interrupted
@@ -307,23 +320,23 @@ def _build_state(
     # Half-built: torch creates the directory, writes build.ninja, then runs ninja.
     etype = "extension"
     if not own:
-        if older_than(newest, j):
+        if older_than(newest, judge):
             what = "build.ninja but no" if has_ninja else "neither build.ninja nor"
             out.append(
                 Finding(
                     "incomplete",
                     f"build directory has {what} {mod}.so: an interrupted build "
-                    f"({int((j.now - newest) // 60)} min old); torch rebuilds it on the next load()",
+                    f"({int((judge.now - newest) // 60)} min old); torch rebuilds it on the next load()",
                 )
             )
             etype = "partial"
         else:
             etype = "building"
-    if "lock" in files and older_than(files["lock"].mtime, j):
+    if "lock" in files and older_than(files["lock"].mtime, judge):
         out.append(
             Finding(
                 "orphan",
-                f"lock: left by an interrupted build, {int((j.now - files['lock'].mtime) // 60)} min old; "
+                f"lock: left by an interrupted build, {int((judge.now - files['lock'].mtime) // 60)} min old; "
                 f"torch's FileBaton waits for it to vanish, so load({mod!r}) hangs until it is removed",
             )
         )
@@ -332,35 +345,17 @@ def _build_state(
 
 
 def _tag_findings(
-    tag: str, ninja: dict[str, Any] | None, j: Judge, out: list[Finding]
+    tag: str, ninja: dict[str, Any] | None, judge: Judge, out: list[Finding]
 ) -> tuple[str | None, str | None]:
     """(Python tag, accelerator tag) the build is for: the tag directory names what torch built for,
     build.ninja says what it really used; either against this environment's torch."""
-    py_now, acc_now = current_tag(j)
+    py_now, acc_now = current_tag(judge)
     m = TAG.match(tag) if tag else None
     if m is None:
-        if not (ninja and ninja["python"]):
-            return None, None
-        if py_now and ninja["python"] != py_now:
-            out.append(
-                Finding(
-                    "stale",
-                    f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                    f"headers, this is {py_now}: loading it fails or rebuilds",
-                )
-            )
-        return ninja["python"], None
+        return _untagged(ninja, py_now, out), None
     py_tag, acc_tag = f"py{m.group(1)}{m.group(2)}{m.group(3)}", m.group(4)
-    if ninja and ninja["python"] and ninja["python"] != py_tag:
-        out.append(
-            Finding(
-                "mismatch",
-                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
-                f"headers but sits under {tag}",
-            )
-        )
-    if ninja and acc_tag == "cpu" and ninja["cuda"]:
-        out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
+    if ninja:
+        _ninja_against_tag(ninja, tag, py_tag, acc_tag, out)
     if py_now and py_tag != py_now:
         out.append(
             Finding("stale", f"built for {py_tag}, this is {py_now}: torch never looks in {tag}/")
@@ -375,14 +370,46 @@ def _tag_findings(
     return py_tag, acc_tag
 
 
-def _arch_findings(sms: list[int], ptxs: list[int], j: Judge, out: list[Finding]) -> int:
+def _untagged(ninja: dict[str, Any] | None, py_now: str | None, out: list[Finding]) -> str | None:
+    """A build dir under no tag directory: the Python build.ninja compiles against (None: unknown), against
+    this environment's."""
+    if not (ninja and ninja["python"]):
+        return None
+    if py_now and ninja["python"] != py_now:
+        out.append(
+            Finding(
+                "stale",
+                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                f"headers, this is {py_now}: loading it fails or rebuilds",
+            )
+        )
+    return ninja["python"]
+
+
+def _ninja_against_tag(
+    ninja: dict[str, Any], tag: str, py_tag: str, acc_tag: str, out: list[Finding]
+) -> None:
+    """What build.ninja compiles against the tag directory the build sits under."""
+    if ninja["python"] and ninja["python"] != py_tag:
+        out.append(
+            Finding(
+                "mismatch",
+                f"build.ninja compiles against Python {ninja['python'][2:3]}.{ninja['python'][3:]} "
+                f"headers but sits under {tag}",
+            )
+        )
+    if acc_tag == "cpu" and ninja["cuda"]:
+        out.append(Finding("mismatch", f"build.ninja compiles CUDA sources but sits under {tag}"))
+
+
+def _arch_findings(sms: list[int], ptxs: list[int], judge: Judge, out: list[Finding]) -> int:
     """The newest arch build.ninja targets; ``foreign-arch`` when none covers the judged GPU."""
-    if j.target_arch is not None and not _covers(sms, ptxs, j.target_arch):
+    if judge.target_arch is not None and not _covers(sms, ptxs, judge.target_arch):
         shown = ", ".join([f"sm_{x}" for x in sms] + [f"compute_{x}" for x in ptxs])
         out.append(
             Finding(
                 "foreign-arch",
-                f"built for {shown}, judged against sm_{j.target_arch}: no kernel image for this GPU",
+                f"built for {shown}, judged against sm_{judge.target_arch}: no kernel image for this GPU",
             )
         )
     return max(sms or ptxs)

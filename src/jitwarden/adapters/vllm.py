@@ -30,16 +30,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from jitwarden.adapters import inductor
-from jitwarden.adapters.base import (
-    Survey,
-    existing,
-    inside,
-    private_root,
-    survey,
-    survey_findings,
-    unreadable,
-)
+from jitwarden.adapters import inductor, inductor_blobs, inductor_facts
+from jitwarden.adapters.base import existing, private_root, survey_findings, unreadable
+from jitwarden.adapters.surveys import Survey, inside, survey
 from jitwarden.env import locations
 from jitwarden.formats import jsonlimits
 from jitwarden.formats.vllm_files import Handle, artifact_layout, graph_handles
@@ -76,7 +69,7 @@ class FlashInferTune(FactGroup):
 
 
 @dataclass(frozen=True, slots=True)
-class VllmFacts(inductor.InductorFacts):
+class VllmFacts(inductor_facts.InductorFacts):
     """An Inductor entry's facts (vLLM nests Inductor caches) and vLLM's own, by what records them: the vLLM
     version in ``cache_key_factors.json`` (its GPU, CUDA and Triton key are the Inductor facts' ``system``),
     how many graphs ``vllm_compile_cache.py`` lists, the layouts of its artifacts, that an AOT entry's key
@@ -158,6 +151,15 @@ def _rank_names(root: str, rank_rel: str, aot: bool) -> list[str]:
 def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
     """Entry ids (relative paths) of a vLLM cache root: compile dirs, AOT models, nested Inductor entries, DeepGEMM and FlashInfer autotune results."""
     os.scandir(root).close()  # an unreadable root is the scanner's error, not an empty list
+    names = _compile_names(root)
+    names += _aot_names(root, AOT)  # vLLM 0.11.1-0.13: <root>/torch_aot_compile/<hash>/rank_*/model
+    names += _deepgemm_names(root)
+    names += _flashinfer_names(root)
+    return sorted(names), []
+
+
+def _compile_names(root: str) -> list[str]:
+    """Entry ids under ``torch_compile_cache/``: each hash's ranks, its loose files, its AOT models."""
     names: list[str] = []
     cc = os.path.join(root, COMPILE)
     for h in _subdirs(cc):
@@ -172,13 +174,23 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
             for f in _children(os.path.join(cc, h))
             if not os.path.isdir(os.path.join(cc, h, f))
         ]
-    names += _aot_names(root, AOT)  # vLLM 0.11.1-0.13: <root>/torch_aot_compile/<hash>/rank_*/model
+    return names
+
+
+def _deepgemm_names(root: str) -> list[str]:
+    """Entry ids under DeepGEMM's dir: its ``cache/`` items (where there is one) and the others."""
     dg = os.path.join(root, DEEP_GEMM)
     if os.path.isdir(os.path.join(dg, "cache")):
-        names += [f"{DEEP_GEMM}/cache/{c}" for c in _children(os.path.join(dg, "cache"))]
-        names += [f"{DEEP_GEMM}/{c}" for c in _children(dg) if c != "cache"]
-    else:
-        names += [f"{DEEP_GEMM}/{c}" for c in _children(dg)]
+        return [f"{DEEP_GEMM}/cache/{c}" for c in _children(os.path.join(dg, "cache"))] + [
+            f"{DEEP_GEMM}/{c}" for c in _children(dg) if c != "cache"
+        ]
+    return [f"{DEEP_GEMM}/{c}" for c in _children(dg)]
+
+
+def _flashinfer_names(root: str) -> list[str]:
+    """Entry ids under FlashInfer's autotune dir, ``<version>/<archs>/<hash>``; an item that is no directory
+    where one is expected is an entry itself."""
+    names: list[str] = []
     fi = os.path.join(root, FLASHINFER)
     for ver in _children(fi):
         vp = os.path.join(fi, ver)
@@ -191,7 +203,7 @@ def list_entry_names(root: str) -> tuple[list[str], list[tuple[str, str]]]:
                 names.append(f"{FLASHINFER}/{ver}/{arch}")
                 continue
             names += [f"{FLASHINFER}/{ver}/{arch}/{h}" for h in _children(ap)]
-    return sorted(names), []
+    return names
 
 
 def _aot_names(root: str, rel: str) -> list[str]:
@@ -229,34 +241,46 @@ def factors_facts(doc) -> dict:
     out: dict = {}
     if not isinstance(doc, dict):
         return out
-    system: dict = {}
     cfg = _pairs(doc.get("config"))
     if cfg and isinstance(cfg.get("version"), str):
         out["vllm_version"] = cfg["version"]
     comp = _pairs(doc.get("compiler"))
     ind = comp.get("inductor") if comp else None
-    stack = [ind] if ind is not None else []
-    while stack:  # find the system factors {"device": {"name"}, "version": {"cuda", "triton"}} wherever they sit
+    system = _system_factors(ind) if ind is not None else {}
+    if system:
+        out["system"] = inductor_facts.SystemFactors(**system)
+    return out
+
+
+def _system_factors(ind) -> dict:
+    """The system factors ``{"device": {"name"}, "version": {"cuda", "triton"}}`` wherever they sit in the
+    inductor config's factors (the first found, depth first), as fields of :class:`SystemFactors`."""
+    stack = [ind]
+    while stack:
         x = stack.pop()
         d = _pairs(x)
         if d is not None and "device" in d:
-            dev = _pairs(d["device"])
-            if dev and isinstance(dev.get("name"), str):
-                system["gpu_name"] = dev["name"]
-            ver = _pairs(d.get("version"))
-            if ver:
-                if isinstance(ver.get("cuda"), str):
-                    system["cuda"] = ver["cuda"]
-                if isinstance(ver.get("triton"), str):
-                    system["triton_key"] = ver["triton"][:24]
-            break
+            return _system_of(d)
         if isinstance(x, (list, tuple)):
             stack += list(x)
         elif isinstance(x, dict):
             stack += list(x.values())
-    if system:
-        out["system"] = inductor.SystemFactors(**system)
-    return out
+    return {}
+
+
+def _system_of(d: dict) -> dict:
+    """The GPU name, CUDA and Triton key of one system factors mapping (those it has)."""
+    system: dict = {}
+    dev = _pairs(d["device"])
+    if dev and isinstance(dev.get("name"), str):
+        system["gpu_name"] = dev["name"]
+    ver = _pairs(d.get("version"))
+    if ver:
+        if isinstance(ver.get("cuda"), str):
+            system["cuda"] = ver["cuda"]
+        if isinstance(ver.get("triton"), str):
+            system["triton_key"] = ver["triton"][:24]
+    return system
 
 
 def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
@@ -269,7 +293,7 @@ def _version_findings(facts: dict, judge: Judge) -> list[Finding]:
                 f"compiled by vLLM {v}; vLLM {mine} is installed and keys its cache by its own version",
             )
         )
-    system = facts.get("system") or inductor.SystemFactors()
+    system = facts.get("system") or inductor_facts.SystemFactors()
     gpu = system.gpu_name
     if gpu and judge.gpu_names and gpu not in judge.gpu_names:
         out.append(
@@ -327,29 +351,41 @@ def handle_findings(
     outside: list[Handle] = []
     missing: list[Handle] = []
     unsure: list[Handle] = []
+    by_verdict: dict[str, list[Handle]] = {"outside": outside, "missing": missing, "unsure": unsure}
     fxgraph = os.path.join(rank_dir, "inductor_cache", "fxgraph")
     for h in handles:
-        if h.compiler == "inductor":
-            if (
-                FX_KEY.match(h.key)
-                and os.path.isdir(fxgraph)
-                and not os.path.isdir(os.path.join(fxgraph, h.key[1:3], h.key))
-            ):
-                missing.append(h)
-            continue
-        if h.compiler not in (None, "inductor_standalone"):
-            continue  # eager and others keep no artifact
-        old, new = _opened(h, prefix_dir, rank_dir, False), _opened(h, prefix_dir, rank_dir, True)
-        if reader:
-            verdict = new if reader >= LOADS_BY_KEY_FROM else old
-        else:  # both loaders agree, or both fail (then the old loader's word, the more specific): else unsure
-            verdict = old if old == new or "ok" not in (old, new) else "unsure"
-        by_verdict: dict[str, list[Handle]] = {
-            "outside": outside,
-            "missing": missing,
-            "unsure": unsure,
-        }
-        by_verdict.get(verdict, []).append(h)
+        verdict = _handle_verdict(h, fxgraph, prefix_dir, rank_dir, reader)
+        if verdict is not None:
+            by_verdict.get(verdict, []).append(h)
+    return _handle_findings(len(handles), outside, missing, unsure)
+
+
+def _handle_verdict(
+    h: Handle, fxgraph: str, prefix_dir: str, rank_dir: str, reader: tuple[int, int] | None
+) -> str | None:
+    """What loading the graph ``h`` finds (``ok``, ``outside``, ``missing``; ``unsure`` when the loaders of
+    the releases that may read it disagree); None for a handle that keeps no artifact, or a legacy one found."""
+    if h.compiler == "inductor":
+        if (
+            FX_KEY.match(h.key)
+            and os.path.isdir(fxgraph)
+            and not os.path.isdir(os.path.join(fxgraph, h.key[1:3], h.key))
+        ):
+            return "missing"
+        return None
+    if h.compiler not in (None, "inductor_standalone"):
+        return None  # eager and others keep no artifact
+    old, new = _opened(h, prefix_dir, rank_dir, False), _opened(h, prefix_dir, rank_dir, True)
+    if reader:
+        return new if reader >= LOADS_BY_KEY_FROM else old
+    # both loaders agree, or both fail (then the old loader's word, the more specific): else unsure
+    return old if old == new or "ok" not in (old, new) else "unsure"
+
+
+def _handle_findings(
+    total: int, outside: list[Handle], missing: list[Handle], unsure: list[Handle]
+) -> list[Finding]:
+    """The findings of :func:`handle_findings`, one per verdict that some of the ``total`` graphs got."""
     out = []
     if outside:
         paths = [os.path.normpath(h.path) for h in outside]
@@ -358,7 +394,7 @@ def handle_findings(
         out.append(
             Finding(
                 "foreign-path",
-                f"vllm_compile_cache.py points {len(outside)} of {len(handles)} graphs outside this "
+                f"vllm_compile_cache.py points {len(outside)} of {total} graphs outside this "
                 f"rank's directory, into {', '.join(dirs[:2])}{' …' if len(dirs) > 2 else ''} "
                 f"({there} exist there: vLLM 0.16-0.31 loads them from that tree)",
             )
@@ -412,84 +448,96 @@ def _judge_compile(root: str, name: str, s: Survey, judge: Judge, facts) -> None
     facts.name = os.path.basename(name)
     real = _orphans(s, judge, facts)
     files = {f.name: f for f in s.files}
-    add = facts.findings.append
     if "cache_key_factors.json" in files:
-        try:
-            doc = jsonlimits.loads(
-                read_bytes(
-                    os.path.join(s.path, "cache_key_factors.json"), max_bytes=jsonlimits.MAX_BYTES
-                )
-            )
-            got = factors_facts(doc)
-            facts.extra.update(got)
-            facts.findings += _version_findings(got, judge)
-        except OSError as exc:
-            add(unreadable("cache_key_factors.json", exc))
-        except (ValueError, UnicodeDecodeError):
-            add(Finding("corrupt", "cache_key_factors.json is not valid JSON"))
-    rank_dir = os.path.dirname(s.path)
+        _judge_factors(s.path, judge, facts)
     if "vllm_compile_cache.py" in files:
-        try:
-            handles = graph_handles(
-                read_bytes(
-                    os.path.join(s.path, "vllm_compile_cache.py"), max_bytes=jsonlimits.MAX_BYTES
-                )
-            )
-        except OSError as exc:
-            handles = []
-            add(unreadable("vllm_compile_cache.py", exc))
-        except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
-            handles = []
-            add(
-                Finding(
-                    "corrupt",
-                    "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)",
-                )
-            )
-        facts.extra["graphs"] = len(handles)
-        reader = vllm_release(judge.version("vllm")) or vllm_release(
-            facts.extra.get("vllm_version")
-        )
-        facts.findings += handle_findings(handles, s.path, rank_dir, reader)
+        _judge_graph_list(s.path, judge, facts)
     for rel in real:
         top = rel.split("/", 1)[0]
-        path = os.path.join(s.path, rel)
         size = files[rel].size
         if top.startswith("artifact_") and "/" not in rel:
-            try:
-                data = inductor.read_blob(
-                    path, rel, size
-                )  # past WHOLE_MAX: one pass, its head, CRC and GPU
-            except OSError as exc:
-                add(unreadable(rel, exc))
-                continue
-            if isinstance(data, inductor.Streamed):
-                art = artifact_layout(data.head, size=data.size, crc_after_4=data.crc_after_4)
-            else:
-                art = artifact_layout(data)
-            if art.code:
-                add(Finding(art.code, f"{rel}: {art.why}"))
-            else:
-                assert art.layout is not None  # a layout with no problem is named
-                seen = set(filter(None, facts.extra.get("artifact_layouts", "").split(", ")))
-                facts.extra["artifact_layouts"] = ", ".join(sorted(seen | {art.layout}))
-                inductor.named_arch(inductor.device_props(data), judge, rel, facts)
+            _judge_artifact(os.path.join(s.path, rel), rel, size, judge, facts)
         elif top.startswith("artifact_"):
-            # "unpacked" format: the artifact is an Inductor cache dir of its own
-            sub = rel.split("/", 1)[1]
-            group = sub.split("/", 1)[0]
-            try:
-                data = inductor.read_blob(path, rel, size)
-            except OSError as exc:
-                add(unreadable(rel, exc))
-                continue
-            saved = facts.type
-            inductor.judge_blob(
-                rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else ""
-            )
-            facts.type = saved
+            _judge_unpacked(os.path.join(s.path, rel), rel, size, judge, facts)
         elif rel.endswith(".py") and size == 0:
-            add(Finding("corrupt", f"{rel} is empty"))
+            facts.findings.append(Finding("corrupt", f"{rel} is empty"))
+
+
+def _judge_factors(path: str, judge: Judge, facts) -> None:
+    """``cache_key_factors.json`` of the compile dir ``path``: its facts recorded, against this environment."""
+    try:
+        doc = jsonlimits.loads(
+            read_bytes(os.path.join(path, "cache_key_factors.json"), max_bytes=jsonlimits.MAX_BYTES)
+        )
+        got = factors_facts(doc)
+        facts.extra.update(got)
+        facts.findings += _version_findings(got, judge)
+    except OSError as exc:
+        facts.findings.append(unreadable("cache_key_factors.json", exc))
+    except (ValueError, UnicodeDecodeError):
+        facts.findings.append(Finding("corrupt", "cache_key_factors.json is not valid JSON"))
+
+
+def _judge_graph_list(path: str, judge: Judge, facts) -> None:
+    """``vllm_compile_cache.py`` of the compile dir ``path``: the graphs it lists, judged as the vLLM that reads
+    this cache loads them."""
+    add = facts.findings.append
+    try:
+        handles = graph_handles(
+            read_bytes(os.path.join(path, "vllm_compile_cache.py"), max_bytes=jsonlimits.MAX_BYTES)
+        )
+    except OSError as exc:
+        handles = []
+        add(unreadable("vllm_compile_cache.py", exc))
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+        handles = []
+        add(
+            Finding(
+                "corrupt",
+                "vllm_compile_cache.py is not a Python literal (vLLM would ignore it and recompile)",
+            )
+        )
+    facts.extra["graphs"] = len(handles)
+    reader = vllm_release(judge.version("vllm")) or vllm_release(facts.extra.get("vllm_version"))
+    facts.findings += handle_findings(handles, path, os.path.dirname(path), reader)
+
+
+def _judge_artifact(path: str, rel: str, size: int, judge: Judge, facts) -> None:
+    """A standalone artifact file ``artifact_*``: its layout (CRC32, length fields), the GPU it names."""
+    try:
+        data = inductor_blobs.read_blob(
+            path, rel, size
+        )  # past WHOLE_MAX: one pass, its head, CRC and GPU
+    except OSError as exc:
+        facts.findings.append(unreadable(rel, exc))
+        return
+    if isinstance(data, inductor_blobs.Streamed):
+        art = artifact_layout(data.head, size=data.size, crc_after_4=data.crc_after_4)
+    else:
+        art = artifact_layout(data)
+    if art.code:
+        facts.findings.append(Finding(art.code, f"{rel}: {art.why}"))
+        return
+    assert art.layout is not None  # a layout with no problem is named
+    seen = set(filter(None, facts.extra.get("artifact_layouts", "").split(", ")))
+    facts.extra["artifact_layouts"] = ", ".join(sorted(seen | {art.layout}))
+    inductor.named_arch(inductor_blobs.device_props(data), judge, rel, facts)
+
+
+def _judge_unpacked(path: str, rel: str, size: int, judge: Judge, facts) -> None:
+    """A file of an artifact in the "unpacked" format, an Inductor cache dir of its own: judged as Inductor's
+    are, the entry's type kept."""
+    group = rel.split("/", 1)[1].split("/", 1)[0]
+    try:
+        data = inductor_blobs.read_blob(path, rel, size)
+    except OSError as exc:
+        facts.findings.append(unreadable(rel, exc))
+        return
+    saved = facts.type
+    inductor.judge_blob(
+        rel, data, size, judge, facts, group if group in inductor.PICKLE_DIRS else ""
+    )
+    facts.type = saved
 
 
 def _same_tree(p: str, base: str) -> bool:
@@ -525,18 +573,18 @@ def _judge_aot(name: str, s: Survey, judge: Judge, facts) -> None:
     for rel in real:
         path = os.path.join(s.path, rel) if s.is_dir else s.path
         try:
-            data = inductor.read_blob(
+            data = inductor_blobs.read_blob(
                 path, rel, sizes.get(rel, 0)
             )  # past WHOLE_MAX: one pass, never held
         except OSError as exc:
             facts.findings.append(unreadable(rel, exc))
             continue
         if os.path.basename(rel) == "model":
-            why = inductor.pickle_problem(data)
+            why = inductor_blobs.pickle_problem(data)
             if why:
                 facts.findings.append(Finding("corrupt", f"{rel}: {why}"))
                 continue
-            arch, fs = inductor.arch_findings(inductor.device_props(data), judge, rel)
+            arch, fs = inductor.arch_findings(inductor_blobs.device_props(data), judge, rel)
             facts.findings += fs
             facts.arch = arch
 
@@ -552,7 +600,7 @@ def _judge_files(s: Survey, judge: Judge, facts, kind: str) -> None:
             ".cubin"
         ):  # judged as Inductor's are: by ELF, past WHOLE_MAX by its header alone
             try:
-                data = inductor.read_blob(path, rel, sizes.get(rel, 0))
+                data = inductor_blobs.read_blob(path, rel, sizes.get(rel, 0))
             except OSError as exc:
                 facts.findings.append(unreadable(rel, exc))
                 continue
@@ -610,14 +658,16 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     ):  # a nested Inductor cache dir: the Inductor adapter's judgement, reported under this root
         i = parts.index(INDUCTOR)
         sub_root = os.path.join(root, *parts[: i + 1])
-        return inductor.inspect_as(
+        return inductor.inspect_entry_as(
             KIND, root, sub_root, "/".join(parts[i + 1 :]), name, judge, root_uid, VllmFacts
         )
     s = survey(root, name)
-    facts = inductor.Judging(VllmFacts)
+    facts = inductor_facts.Judging(VllmFacts)
     if s.is_symlink:
         facts.type = "link"
-        return inductor.entry_of(KIND, root, name, s, facts, inductor.link_findings(s, "vLLM"))
+        return inductor_facts.entry_of(
+            KIND, root, name, s, facts, inductor.link_findings(s, "vLLM")
+        )
     findings = survey_findings(s, root_uid)
     if parts[0] == COMPILE and len(parts) >= 3 and parts[1] == AOT or parts[0] == AOT:
         _judge_aot(name, s, judge, facts)
@@ -630,4 +680,4 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
         _flashinfer_facts(name, judge, facts)
     else:
         _orphans(s, judge, facts)
-    return inductor.entry_of(KIND, root, name, s, facts, findings + facts.findings)
+    return inductor_facts.entry_of(KIND, root, name, s, facts, findings + facts.findings)

@@ -15,7 +15,7 @@ Stdlib only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from jitwarden.formats.elf import SHT_SYMTAB, SYM, Elf, ElfError, Section, parse
@@ -445,7 +445,23 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
 
     Attempts that are not valid cubins count as distinct outputs and never explain a byte.
     """
-    n = len(attempts)
+    reproduced = _reproduced(cached, attempts)
+    if reproduced is not None:
+        return reproduced
+    views = [_view(a) for a in attempts]
+    distinct = _count_distinct(attempts, views)
+    cv = _view(cached)
+    if distinct <= 1:
+        return _deterministic(cached, attempts, distinct)
+    same = [i for i, v in enumerate(views) if v is not None and cv is not None and v[0] == cv[0]]
+    if not same:
+        return _structure_differs(cached, attempts, distinct)
+    assert cv is not None  # `same` holds attempts of its skeleton
+    return _bytes_vary(cv[1], views, same, len(attempts), distinct)
+
+
+def _reproduced(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement | None:
+    """Rule 1: ``reproduced`` by the first attempt equal to ``cached``; None when none is."""
     for i, a in enumerate(attempts):
         if compare(cached, a).equal:
             distinct = _count_distinct(attempts[: i + 1])
@@ -456,36 +472,45 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
                 matched=i,
                 reason=f"attempt {i + 1} of {i + 1} matched ({distinct} distinct outputs so far)",
             )
-    views = [_view(a) for a in attempts]
-    distinct = _count_distinct(attempts, views)
-    cv = _view(cached)
-    if distinct <= 1:
-        c = compare(cached, attempts[0]) if attempts else None
-        return AttemptsJudgement(
-            verdict="differs",
-            attempts=n,
-            distinct=distinct,
-            nearest=0 if attempts else None,
-            first_section=c.first_section if c else None,
-            first_offset=c.first_offset if c else None,
-            reason=f"the same output in all {n} runs" if n > 1 else "one run",
-        )
-    same = [i for i, v in enumerate(views) if v is not None and cv is not None and v[0] == cv[0]]
-    if not same:
-        c = compare(cached, attempts[0])
-        return AttemptsJudgement(
-            verdict="varies-differs",
-            attempts=n,
-            distinct=distinct,
-            nearest=0,
-            first_section=c.first_section,
-            first_offset=None,
-            reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached "
-            f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
-            f"bytes that vary",
-        )
-    assert cv is not None  # `same` holds attempts of its skeleton
-    contents = cv[1]
+    return None
+
+
+def _deterministic(cached: bytes, attempts: list[bytes], distinct: int) -> AttemptsJudgement:
+    """Rule 2: one output in every run, which ``cached`` is not: ``differs``."""
+    n = len(attempts)
+    c = compare(cached, attempts[0]) if attempts else None
+    return AttemptsJudgement(
+        verdict="differs",
+        attempts=n,
+        distinct=distinct,
+        nearest=0 if attempts else None,
+        first_section=c.first_section if c else None,
+        first_offset=c.first_offset if c else None,
+        reason=f"the same output in all {n} runs" if n > 1 else "one run",
+    )
+
+
+def _structure_differs(cached: bytes, attempts: list[bytes], distinct: int) -> AttemptsJudgement:
+    """Rule 3, no attempt of the cached cubin's skeleton: ``varies-differs`` in its structure."""
+    n = len(attempts)
+    c = compare(cached, attempts[0])
+    return AttemptsJudgement(
+        verdict="varies-differs",
+        attempts=n,
+        distinct=distinct,
+        nearest=0,
+        first_section=c.first_section,
+        first_offset=None,
+        reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached "
+        f"cubin differs from every attempt in its structure ({c.first_section or 'layout'}), not only in "
+        f"bytes that vary",
+    )
+
+
+def _varying_positions(
+    contents: dict[str, bytes], views: list[View | None], same: list[int]
+) -> dict[str, set[int]]:
+    """Per section, the byte positions where the same-skeleton attempts ``same`` do not all agree."""
     varying: dict[str, set[int]] = {}
     for name in contents:
         pos: set[int] = set()
@@ -493,6 +518,13 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         for i in same[1:]:
             pos.update(_diff_positions(first, _contents(views, i)[name]))
         varying[name] = pos
+    return varying
+
+
+def _nearest(
+    contents: dict[str, bytes], views: list[View | None], same: list[int]
+) -> tuple[int, int, dict[str, list[int]]]:
+    """(differing bytes, index, the positions per section) of the same-skeleton attempt nearest ``contents``."""
     best = None
     for i in same:
         d = {name: _diff_positions(contents[name], _contents(views, i)[name]) for name in contents}
@@ -500,20 +532,35 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         if best is None or k < best[0]:
             best = (k, i, d)
     assert best is not None  # `same` names at least the first build
-    k, nearest, d = best
+    return best
+
+
+def _bytes_vary(
+    contents: dict[str, bytes], views: list[View | None], same: list[int], n: int, distinct: int
+) -> AttemptsJudgement:
+    """Rule 3 among the attempts ``same`` of the cached cubin's skeleton (``contents``: its sections):
+    ``varies-confined`` when every byte it differs in from the nearest varies, or lies in a section that
+    varies; else ``varies-differs`` at the first byte every such attempt reproduces."""
+    varying = _varying_positions(contents, views, same)
+    k, nearest, d = _nearest(contents, views, same)
     nvar = sum(len(v) for v in varying.values())
     unexplained = [
         (name, off) for name, offs in d.items() for off in offs if off not in varying[name]
     ]
-    if not unexplained:
-        secs = sorted(name for name, offs in d.items() if offs)
-        return AttemptsJudgement(
+    confined = (
+        AttemptsJudgement(  # what each verdict among same-skeleton attempts says, its reason aside
             verdict="varies-confined",
             attempts=n,
             distinct=distinct,
             nearest=nearest,
             differing_bytes=k,
             varying_bytes=nvar,
+        )
+    )
+    if not unexplained:
+        secs = sorted(name for name, offs in d.items() if offs)
+        return replace(
+            confined,
             reason=f"ptxas output varies between runs for this kernel: {distinct} distinct results in {n} attempts, "
             f"none identical; the differences are confined to bytes that vary between runs ({k} byte(s) in "
             f"{', '.join(secs)} differ from the nearest attempt, all among the {nvar} byte(s) that vary)",
@@ -529,26 +576,17 @@ def judge_attempts(cached: bytes, attempts: list[bytes]) -> AttemptsJudgement:
         # tl.dot cubins in 12 runs, each differing in other bytes of .text and .nv.capmerc.text),
         # so a difference there is no evidence of damage: neither proven nor disproven.
         secs = sorted({name for name, _ in unexplained})
-        return AttemptsJudgement(
-            verdict="varies-confined",
-            attempts=n,
-            distinct=distinct,
-            nearest=nearest,
-            differing_bytes=k,
-            varying_bytes=nvar,
+        return replace(
+            confined,
             reason=f"ptxas output varies between runs for this kernel: {distinct} distinct results in {n} attempts, "
             f"none identical; the cached cubin differs from the nearest attempt in {k} byte(s), all in "
             f"sections this ptxas does not reproduce from run to run ({', '.join(secs)}); the layout and "
             f"every section ptxas reproduces agree",
         )
     sec, off = stable[0]
-    return AttemptsJudgement(
+    return replace(
+        confined,
         verdict="varies-differs",
-        attempts=n,
-        distinct=distinct,
-        nearest=nearest,
-        differing_bytes=k,
-        varying_bytes=nvar,
         first_section=sec,
         first_offset=off,
         reason=f"ptxas output varies between runs ({distinct} distinct results in {n} attempts), but the cached cubin "

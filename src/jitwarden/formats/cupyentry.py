@@ -96,15 +96,9 @@ def _cubin(data: bytes) -> tuple[int | None, tuple[str, ...], str | None, str | 
 def parse(data: bytes, suffix: str) -> CupyPayload:
     """Judge one cache file's bytes; ``suffix`` is its name's (``.cubin``, ``.ltoir``, ``.hsaco``)."""
     head, body = data[:HASH_LEN], data[HASH_LEN:]
-    if len(data) < HASH_LEN or not set(head) <= _HEX:
-        return CupyPayload(
-            unknown=f"does not start with the 40 hex digits of a SHA-1 header ({len(data)} bytes)"
-        )
-    if hashlib.sha1(body).hexdigest().encode() != head:
-        return CupyPayload(
-            problem=f"header SHA-1 {head.decode()} does not match the {len(body)}-byte payload "
-            "(CuPy treats it as a miss)"
-        )
+    bad = _header_problem(data, head, body)
+    if bad is not None:
+        return bad
     if suffix == ".ltoir":
         return CupyPayload(payload="ltoir")
     if suffix == ".hsaco":
@@ -120,21 +114,46 @@ def parse(data: bytes, suffix: str) -> CupyPayload:
             return CupyPayload(payload="name-expressions", unknown=got)
         names, body = got
     if body.startswith(elf.MAGIC):
-        sm, kernels, problem, unknown = _cubin(body)
-        kind = "name-expressions" if names else "cubin"
-        if problem or unknown:
-            return CupyPayload(problem=problem, unknown=unknown, payload=kind)
-        missing = [n for n in names if n not in kernels]
+        return _cubin_payload(body, names)
+    return _text_payload(body, names)
+
+
+def _header_problem(data: bytes, head: bytes, body: bytes) -> CupyPayload | None:
+    """What a file whose SHA-1 header is not one, or does not match its payload, says; None when it matches."""
+    if len(data) < HASH_LEN or not set(head) <= _HEX:
         return CupyPayload(
-            problem=f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel"
-            if missing
-            else None,
-            payload=kind,
-            cubin_sm=sm,
-            kernels=kernels,
-            mangled_names=names,
-            contradiction=bool(missing),
+            unknown=f"does not start with the 40 hex digits of a SHA-1 header ({len(data)} bytes)"
         )
+    if hashlib.sha1(body).hexdigest().encode() != head:
+        return CupyPayload(
+            problem=f"header SHA-1 {head.decode()} does not match the {len(body)}-byte payload "
+            "(CuPy treats it as a miss)"
+        )
+    return None
+
+
+def _cubin_payload(body: bytes, names: tuple[str, ...]) -> CupyPayload:
+    """A cubin payload (after its name expressions, ``names``, when it has them): its SM and kernels, each
+    recorded mangled name among them."""
+    sm, kernels, problem, unknown = _cubin(body)
+    kind = "name-expressions" if names else "cubin"
+    if problem or unknown:
+        return CupyPayload(problem=problem, unknown=unknown, payload=kind)
+    missing = [n for n in names if n not in kernels]
+    return CupyPayload(
+        problem=f"mangled name {missing[0]} is recorded for this module but its cubin has no such kernel"
+        if missing
+        else None,
+        payload=kind,
+        cubin_sm=sm,
+        kernels=kernels,
+        mangled_names=names,
+        contradiction=bool(missing),
+    )
+
+
+def _text_payload(body: bytes, names: tuple[str, ...]) -> CupyPayload:
+    """A payload that is no cubin: PTX (its target and entries) when it reads as such, else not understood."""
     if not names and (b".version" in body[:4096] or b".target" in body[:4096]):
         hdr = parse_header(body[:16384])
         if hdr.target is None:

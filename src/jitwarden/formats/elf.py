@@ -381,15 +381,10 @@ def file_sections(f: BinaryIO) -> dict[str, tuple[int, int]] | None:
     """
     f.seek(0)
     ident = f.read(EHDR.size)
-    if len(ident) < _EHDR32.size or ident[:4] != MAGIC or ident[5] != 1:
+    layout = _table_layout(ident)
+    if layout is None:
         return None
-    ehdr, shdr = (EHDR, SHDR) if ident[4] == 2 else (_EHDR32, _SHDR32)
-    if len(ident) < ehdr.size:
-        return None
-    *_, shoff, _flags, _eh, _pe, _pn, shentsize, shnum, shstrndx = ehdr.unpack_from(ident, 0)
-    if shoff == 0 or shentsize < shdr.size:
-        return None
-
+    shdr, shoff, shentsize, shnum, shstrndx = layout
     f.seek(shoff)
     first = f.read(shdr.size)
     if len(first) < shdr.size:
@@ -405,6 +400,28 @@ def file_sections(f: BinaryIO) -> dict[str, tuple[int, int]] | None:
     table = f.read(shnum * shentsize)
     if len(table) < shnum * shentsize:
         return None
+    return _named_sections(f, shdr, table, shentsize, shnum, shstrndx)
+
+
+def _table_layout(ident: bytes) -> tuple[struct.Struct, int, int, int, int] | None:
+    """(the section header's struct, the table's offset, an entry's size, the count, the name table's index)
+    from the ELF header ``ident``; None when it is no little-endian ELF file or has no usable table."""
+    if len(ident) < _EHDR32.size or ident[:4] != MAGIC or ident[5] != 1:
+        return None
+    ehdr, shdr = (EHDR, SHDR) if ident[4] == 2 else (_EHDR32, _SHDR32)
+    if len(ident) < ehdr.size:
+        return None
+    *_, shoff, _flags, _eh, _pe, _pn, shentsize, shnum, shstrndx = ehdr.unpack_from(ident, 0)
+    if shoff == 0 or shentsize < shdr.size:
+        return None
+    return shdr, shoff, shentsize, shnum, shstrndx
+
+
+def _named_sections(
+    f: BinaryIO, shdr: struct.Struct, table: bytes, shentsize: int, shnum: int, shstrndx: int
+) -> dict[str, tuple[int, int]] | None:
+    """name -> (file offset, size) of the sections of ``table`` with file content, their names read from the
+    name table (by seeking ``f``); None when that table is implausibly large."""
     rows = [shdr.unpack_from(table, i * shentsize) for i in range(shnum)]
     stroff, strsize = rows[shstrndx][4], rows[shstrndx][5]
     if strsize > 64 << 20:

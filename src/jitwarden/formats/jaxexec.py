@@ -332,14 +332,26 @@ def parse(data: bytes | Inflated) -> JaxPayload:
             or f"{len(raw)} bytes decompressed: shorter than JAX's compile-time prefix",
             compression=comp,
         )
+    return _executable(inf, raw)
+
+
+def _header(exe: memoryview) -> dict[int, int | bytes]:
+    """The length-delimited fields of the IFRT header that opens a serialized executable, by number; ValueError
+    when there is none."""
+    n, i = varint(exe, 0)
+    if i + n > len(exe):
+        raise ValueError("header past the end")
+    return {num: v for num, wt, v in fields(bytes(exe[i : i + n])) if wt == 2}
+
+
+def _executable(inf: Inflated, raw: bytes) -> JaxPayload:
+    """What the decompressed ``raw`` (JAX's compile time, then the serialized executable) says."""
+    comp = inf.compression
     ctime = int.from_bytes(raw[:TIME_BYTES], "big")
     exe = memoryview(raw)[TIME_BYTES:]  # no copy: an executable can be the cap's size
     sms = embedded_cubin_sms(raw)
     try:
-        n, i = varint(exe, 0)
-        if i + n > len(exe):
-            raise ValueError("header past the end")
-        head = {num: v for num, wt, v in fields(bytes(exe[i : i + n])) if wt == 2}
+        head = _header(exe)
     except ValueError as exc:
         return JaxPayload(
             problem=None,
@@ -425,6 +437,11 @@ def computes(exe: bytes | memoryview) -> tuple[_Leaf, ...] | None:
     m = _module_prefix(leaves)
     if m is None:
         return tuple(sorted(leaves))
+    return _without_debug(leaves, m)
+
+
+def _without_debug(leaves: list[_Leaf], m: tuple[int, ...]) -> tuple[_Leaf, ...]:
+    """The sorted ``leaves`` but the debug info of the module at path ``m`` (:func:`computes` says which)."""
     k = len(m)
     ids = {v for p, wt, v in leaves if p == m + (5,) and wt == 0}
     names = {v for p, wt, v in leaves if p == m + (1,) and wt == 2}

@@ -103,16 +103,23 @@ def loads(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX
             pass
     try:
         if type(data) is bytes and data[:1] == b"{" and data[1:2] != b"\0":
-            # json.loads' own steps for UTF-8 bytes that open an object (every cache's JSON), without its
-            # encoding sniffing and wrappers: the scanner's value when the rest is blank; for anything
-            # else json.loads decides (the same value, or the same error).
-            text = data.decode("utf-8", "surrogatepass")
-            try:
-                value, end = _SCAN(text, 0)
-            except StopIteration:
-                end = -1
-            if end == len(text) or (end > 0 and _BLANKS(text, end).end() == len(text)):
+            found, value = _scanned(data)
+            if found:
                 return value
         return json.loads(data)
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise JsonLimitError("JSON nested too deep to parse") from None
+
+
+def _scanned(data: bytes) -> tuple[bool, Any]:
+    """json.loads' own steps for UTF-8 bytes that open an object (every cache's JSON), without its encoding
+    sniffing and wrappers: (True, the scanner's value) when the rest is blank; (False, None) when json.loads
+    must decide (the same value, or the same error)."""
+    text = data.decode("utf-8", "surrogatepass")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        end = -1
+    if end == len(text) or (end > 0 and _BLANKS(text, end).end() == len(text)):
+        return True, value
+    return False, None

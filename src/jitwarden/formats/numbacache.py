@@ -84,6 +84,16 @@ def parse_index(data: bytes) -> NumbaFile:
         if n in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE") and isinstance(a, str)
     ]
     files = tuple(s for s in strs if s.endswith(".nbc"))
+    if not files:
+        return NumbaFile(unknown="an index listing no .nbc data file", numba_version=version)
+    return NumbaFile(
+        numba_version=version, data_files=files, compute_capabilities=_capabilities(body)
+    )
+
+
+def _capabilities(body: list[tuple[str, object]]) -> tuple[int, ...]:
+    """The compute capabilities (90 for 9.0) the index's keys name, each ``ComputeCapability`` followed by its
+    two ints; sorted, each once."""
     ccs = []
     for k, (_n, a) in enumerate(body):
         if a == "ComputeCapability" and k + 6 < len(body):
@@ -92,11 +102,7 @@ def parse_index(data: bytes) -> NumbaFile:
             ][:2]
             if len(ints) == 2:
                 ccs.append(ints[0] * 10 + ints[1])
-    if not files:
-        return NumbaFile(unknown="an index listing no .nbc data file", numba_version=version)
-    return NumbaFile(
-        numba_version=version, data_files=files, compute_capabilities=tuple(sorted(set(ccs)))
-    )
+    return tuple(sorted(set(ccs)))
 
 
 def parse_data(data: bytes) -> NumbaFile:

@@ -58,6 +58,15 @@ def artifact_layout(
         return ArtifactLayout(
             None, "corrupt", "checksum (CRC32) does not match: damaged or truncated"
         )
+    fields = _fields(data, total)
+    if isinstance(fields, ArtifactLayout):
+        return fields
+    return _named_layout(data, fields)
+
+
+def _fields(data: bytes, total: int) -> list[tuple[int, int]] | ArtifactLayout:
+    """(offset, length) of each length-prefixed field after the CRC32, walked as far as ``data`` (of a file of
+    ``total`` bytes) holds them; the verdict instead when a length does not hold or lies past what is held."""
     i, fields = 4, []
     while i < total:
         if i + 8 > total:
@@ -77,6 +86,11 @@ def artifact_layout(
             )
         fields.append((i, n))
         i += n
+    return fields
+
+
+def _named_layout(data: bytes, fields: list[tuple[int, int]]) -> ArtifactLayout:
+    """Which of torch's layouts the ``fields`` of a whole artifact are (``unrecognised`` when none)."""
 
     def field(k: int) -> bytes:
         return data[fields[k][0] : fields[k][0] + fields[k][1]]

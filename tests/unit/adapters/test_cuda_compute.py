@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from jitwarden.adapters import cuda_compute as cc
+from jitwarden.adapters import cuda_compute_entry
 from tests.helpers import otherkinds as ok
 from tests.helpers.paths import DATA
 
@@ -97,7 +98,7 @@ def _rename_to_key(root: str, rel: str) -> str:
     p = os.path.join(root, rel)
     data = open(p, "rb").read()
     text_len = int.from_bytes(data[4:8], "little")
-    name = f"{cc.fnv1a64(data[28 : 28 + text_len]):016x}"
+    name = f"{cuda_compute_entry.fnv1a64(data[28 : 28 + text_len]):016x}"
     new = os.path.join(root, name[0], name[1], name[2:])
     os.makedirs(os.path.dirname(new), exist_ok=True)
     os.rename(p, new)

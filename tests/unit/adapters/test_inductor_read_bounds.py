@@ -1,5 +1,5 @@
 """Inductor's and vLLM's cache files are read within a bound (ARCHITECTURE.md, "reads bounded by kind"): up to
-``inductor.WHOLE_MAX`` whole; a larger one in one pass of 1 MiB chunks (``inductor.stream_blob``), so a pickle or an
+``inductor_blobs.WHOLE_MAX`` whole; a larger one in one pass of 1 MiB chunks (``inductor_blobs.stream_blob``), so a pickle or an
 artifact of gigabytes, real or a forged sparse file, costs its reading time and never its size in memory, and is
 judged as a whole one is: pickle framing, the GPU it names, torch's CRC32, the seal's sha256, the FX graphs it loads.
 
@@ -16,6 +16,7 @@ import tracemalloc
 import pytest
 
 from jitwarden.adapters import inductor as ind
+from jitwarden.adapters import inductor_blobs
 from jitwarden.adapters import vllm as vl
 from tests.helpers.vllm_root import AOT_NEW, ART0, PREFIX, codes, cubin_of, judge
 
@@ -52,9 +53,9 @@ def _view(es):
 
 def _through_the_stream(m) -> None:
     """Every file past 1 KiB goes through the stream, in chunks of 5,000 bytes that a 4 KiB overlap joins."""
-    m.setattr(ind, "WHOLE_MAX", 1024)
-    m.setattr(ind, "_CHUNK", 5000)
-    m.setattr(ind, "_HEAD", 600)
+    m.setattr(inductor_blobs, "WHOLE_MAX", 1024)
+    m.setattr(inductor_blobs, "_CHUNK", 5000)
+    m.setattr(inductor_blobs, "_HEAD", 600)
 
 
 @pytest.fixture
@@ -62,13 +63,13 @@ def streamed(monkeypatch):
     """:func:`_through_the_stream`, and the paths streamed, in order."""
     _through_the_stream(monkeypatch)
     calls = []
-    real_stream = ind.stream_blob
+    real_stream = inductor_blobs.stream_blob
 
     def counted(path, size, **kw):
         calls.append(path)
         return real_stream(path, size, **kw)
 
-    monkeypatch.setattr(ind, "stream_blob", counted)
+    monkeypatch.setattr(inductor_blobs, "stream_blob", counted)
     return calls
 
 
@@ -116,7 +117,7 @@ def test_a_sealed_pickle_past_the_bound_is_checked_against_its_seal(cache, monke
     fx = next(n for n, e in es.items() if e.type == "fxgraph")
     d = os.path.join(cache, fx)
     seal.write(d, seal.compute(d, [p for p in os.listdir(d) if not p.startswith(".")]))
-    monkeypatch.setattr(ind, "WHOLE_MAX", 1024)
+    monkeypatch.setattr(inductor_blobs, "WHOLE_MAX", 1024)
     assert codes(ind.inspect_entry(cache, fx, judge(), os.getuid())) == []
     (pkl,) = [p for p in os.listdir(d) if not p.startswith(".")]
     path = os.path.join(d, pkl)

@@ -6,6 +6,7 @@ import json
 import os
 
 from jitwarden.adapters import triton as tri
+from jitwarden.adapters import triton_judge
 from jitwarden.cli.main import main
 from jitwarden.env import locations
 from tests.helpers import kernels
@@ -191,7 +192,7 @@ def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path
 
     root = tmp_path / "cache"
     for i in range(300):
-        (root / tri.entry_id_for_hash(f"{i:064x}")).mkdir(parents=True)
+        (root / triton_judge.entry_id_for_hash(f"{i:064x}")).mkdir(parents=True)
     listed = []
     for name in ("scandir", "listdir"):  # every way a directory is listed
 

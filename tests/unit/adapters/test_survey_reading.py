@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from jitwarden.adapters import base, triton
+from jitwarden.adapters import surveys, triton, triton_read
 from jitwarden.model.entries import Judge
 
 JUDGE = Judge(target_arch=90, host_machine="x86_64")
@@ -28,12 +28,12 @@ def _verdict(path: str):
 
 def test_it_reads_what_the_reader_needs_and_each_file_stat_is_the_files(cache):
     path = _entry(cache)
-    with base.surveyed(
+    with surveys.surveyed(
         os.path.dirname(path),
         os.path.basename(path),
         nested=False,
         links_within=path,
-        reading=triton._READING,
+        reading=triton_read.READING,
     ) as (sv, _fd):
         pass
     names = sorted(os.listdir(path))
@@ -43,8 +43,8 @@ def test_it_reads_what_the_reader_needs_and_each_file_stat_is_the_files(cache):
     )  # group, metadata, cubin, PTX; not the IR dumps
     for n in wanted:
         with open(os.path.join(path, n), "rb") as f:
-            assert sv.read[n] == (f.read(triton._PTX_HEAD) if n.endswith(".ptx") else f.read())
-    plain = base.survey(
+            assert sv.read[n] == (f.read(triton_read.PTX_HEAD) if n.endswith(".ptx") else f.read())
+    plain = surveys.survey(
         os.path.dirname(path), os.path.basename(path), nested=False, links_within=path
     )
     assert sv.files == plain.files and plain.read is None  # the same File records as lstat gives
@@ -74,19 +74,19 @@ def test_a_file_swapped_between_the_listing_and_the_open_is_recorded_as_what_it_
     def head(name: str):
         if name == victim:
             swap(path)
-        return triton._read_while_listing(name)
+        return triton_read.read_while_listing(name)
 
-    with base.surveyed(
+    with surveys.surveyed(
         os.path.dirname(path),
         os.path.basename(path),
         nested=False,
         links_within=path,
-        reading=base.Reading(head),
+        reading=surveys.Reading(head),
     ) as (sv, _fd):
         pass
     assert victim not in (sv.read or {})
     # Recorded as a survey made now records it: as a FIFO (never opened again), a link, a dir, or not at all.
-    now = base.survey(
+    now = surveys.survey(
         os.path.dirname(path), os.path.basename(path), nested=False, links_within=path
     )
     assert (sv.files, sv.links, sv.dirs, sv.others) == (now.files, now.links, now.dirs, now.others)
@@ -108,15 +108,15 @@ def test_a_cubin_past_the_bound_and_files_past_the_count_are_still_read_whole(ca
     ):  # more JSON files than the survey reads an entry (8): the reader reads the rest itself
         with open(os.path.join(path, f"aaa{i:02}.json"), "w") as f:
             f.write("{}")
-    with base.surveyed(
+    with surveys.surveyed(
         os.path.dirname(path),
         os.path.basename(path),
         nested=False,
         links_within=path,
-        reading=triton._READING,
+        reading=triton_read.READING,
     ) as (sv, _fd):
         pass
-    assert cubin not in sv.read and len(sv.read) <= triton._READING.most
+    assert cubin not in sv.read and len(sv.read) <= triton_read.READING.most
     after = _verdict(path)
     assert after[0] == before[0] and after[2] == before[2] and after[2].cubin_sm == 90
     assert [f.code for f in after[1]] == [f.code for f in before[1]]

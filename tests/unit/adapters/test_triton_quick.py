@@ -1,6 +1,6 @@
-"""The quick path of a Triton entry (``triton.quick_entry``, issue 43): an entry as Triton writes it is judged
+"""The quick path of a Triton entry (``triton_quick.quick_entry``, issue 43): an entry as Triton writes it is judged
 without the survey's and the reader's records between the reads and the rules. What a user relies on: it
-gives the very entry the general path gives (``judge_entry`` of ``read_entry``: every finding, in order, and
+gives the very entry the general path gives (``judge_facts`` of ``read_entry``: every finding, in order, and
 every fact), on real kernels of every arch, judged against any target and Triton; and it takes no entry it
 was not written for: each damage of each file, a link, a FIFO, another's file, a temporary, a launcher, a
 seal (good or tampered) gives the general path's entry, so no finding is lost."""
@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from jitwarden.adapters import triton
+from jitwarden.adapters import triton, triton_judge, triton_quick, triton_read
 from jitwarden.model.entries import Judge
 from jitwarden.store import seal
 
@@ -25,7 +25,9 @@ JUDGES = (
 
 
 def _general(root: str, name: str, j: Judge, uid=None):
-    return triton.judge_entry(root, triton.read_entry(root, name, check_seal=j.check_seals), j, uid)
+    return triton_judge.judge_facts(
+        root, triton_read.read_entry(root, name, check_seal=j.check_seals), j, uid
+    )
 
 
 def _kernels(cache) -> list[str]:
@@ -40,12 +42,12 @@ def test_real_kernels_take_the_quick_path_and_get_the_general_paths_entry(cache)
     for path in paths:
         root, name = os.path.split(path)
         for j in JUDGES:
-            quick = triton.quick_entry(root, name, j, uid)
+            quick = triton_quick.quick_entry(root, name, j, uid)
             assert quick is not None, name
             assert quick == _general(root, name, j, uid)
     # Judged against another target and Triton, the same rules find the same things.
     root, name = os.path.split(paths[0])
-    codes = {f.code for f in triton.quick_entry(root, name, JUDGES[1], uid).findings}
+    codes = {f.code for f in triton_quick.quick_entry(root, name, JUDGES[1], uid).findings}
     assert "stale" in codes
 
 
@@ -116,7 +118,7 @@ def test_each_damage_of_each_file_gets_the_general_paths_entry(cache, tmp_path, 
     root, name, by = _one(cache, tmp_path, "r")
     uid = os.geteuid()
     # The intact entry is taken by the quick path.
-    assert triton.quick_entry(root, name, JUDGES[0], uid) is not None
+    assert triton_quick.quick_entry(root, name, JUDGES[0], uid) is not None
     DAMAGES[damage](os.path.join(root, name, by[part]))
     for j in JUDGES:
         got = triton.inspect_entry(root, name, j, uid)
@@ -140,7 +142,7 @@ def test_what_the_quick_path_was_not_written_for_goes_the_general_way(cache, tmp
     root, name, by = _one(cache, tmp_path, "r")
     entry = os.path.join(root, name)
     uid = os.geteuid()
-    before = triton.quick_entry(root, name, JUDGES[0], uid)
+    before = triton_quick.quick_entry(root, name, JUDGES[0], uid)
     assert before is not None and not before.findings  # a clean entry, taken by the quick path
     if change == "tmp-file":
         shutil.copy(os.path.join(entry, by["cubin"]), os.path.join(entry, "x.cubin.tmp.pid_12_ab"))
@@ -161,7 +163,7 @@ def test_what_the_quick_path_was_not_written_for_goes_the_general_way(cache, tmp
         os.chown(os.path.join(entry, by["ttir"]), 12345, 12345)
     elif change == "world-writable-dir":
         os.chmod(entry, 0o777)
-    quick = triton.quick_entry(root, name, JUDGES[0], uid)
+    quick = triton_quick.quick_entry(root, name, JUDGES[0], uid)
     for j in JUDGES:
         assert triton.inspect_entry(root, name, j, uid) == _general(root, name, j, uid)
     if change == "seal":  # a sealed entry as Triton wrote it takes the quick path, and is sealed

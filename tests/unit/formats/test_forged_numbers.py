@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from jitwarden.adapters import inductor, vllm
+from jitwarden.adapters import inductor_blobs, vllm
 from jitwarden.adapters.torch_ext import parse_ninja
 from jitwarden.cli.main import main
 from jitwarden.formats import numbacache, ptx
@@ -26,10 +26,10 @@ def test_a_ptx_target_of_5000_digits_is_no_sm():
 
 def test_device_properties_with_forged_numbers_or_bytes_are_read_without_raising():
     base = b"DeviceProperties(type='cuda', index=0, multi_processor_count=%s, cc=%s, major=9)"
-    assert inductor.device_props(base % (b"132", b"90")) == [("cuda", 90, 132)]
-    assert inductor.device_props(base % (HUGE.encode(), b"90")) == []
-    assert inductor.device_props(base % (b"132", HUGE.encode())) == []
-    props = inductor.device_props(base % (b"132", b"'\xff\xfe'"))
+    assert inductor_blobs.device_props(base % (b"132", b"90")) == [("cuda", 90, 132)]
+    assert inductor_blobs.device_props(base % (HUGE.encode(), b"90")) == []
+    assert inductor_blobs.device_props(base % (b"132", HUGE.encode())) == []
+    props = inductor_blobs.device_props(base % (b"132", b"'\xff\xfe'"))
     assert len(props) == 1 and props[0][0] == "cuda" and isinstance(props[0][1], str)
 
 
