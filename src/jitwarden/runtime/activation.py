@@ -374,45 +374,45 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
 def _checked_at_load(env, changes: dict) -> bool:
     """Whether the workload will check each TorchInductor kernel as it loads it, so no start-up sweep is needed.
 
-    The torch hooks (:mod:`~jitwarden.runtime.torchhooks`) do that: installed here when ``env`` is this
+    The torch hooks (:mod:`~jitwarden.runtime.guards.inductor`) do that: installed here when ``env`` is this
     process's, and through ``PYTHONPATH`` in every Python started with ``env`` (``jitwarden run``, a
     workload's own workers). Where they are
     off or cannot be put there, False: the whole tree is swept now (:mod:`~jitwarden.runtime.fullsweep`).
-    A torch whose loader the hooks do not know is swept when it imports it (torchhooks does that).
+    A torch whose loader the hooks do not know is swept when it imports it (its guard does that).
     """
-    from jitwarden.runtime import torchhooks
+    from jitwarden.runtime import guards
 
-    if not torchhooks.enabled(env):
+    if not guards.torch_enabled(env):
         return False
     path = {
         "PYTHONPATH": env.get("PYTHONPATH", "")
     }  # every Python started with env installs them too
-    if not torchhooks.add_boot_path(path):
+    if not guards.add_boot_path(path):
         return False
     if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
         changes["PYTHONPATH"] = path[
             "PYTHONPATH"
         ]  # set with the rest, undone with them on a failure
     if env is os.environ:  # and this one, now (or as soon as torch imports its loaders)
-        return all(not v.startswith("not installed") for v in torchhooks.install(env).values())
+        return all(not v.startswith("not installed") for v in guards.install_torch(env).values())
     return True
 
 
 def _load_hooks(env, changes: dict) -> tuple[str, ...]:
-    """The kinds whose entries are checked as their tool loads them (:mod:`~jitwarden.runtime.flathooks`): installed
+    """The kinds whose entries are checked as their tool loads them (:mod:`~jitwarden.runtime.guards`): installed
     here when ``env`` is this process's, and through ``PYTHONPATH`` in every Python started with ``env``. Their
     unsealed files are then proven at first use, not sealed at start-up."""
-    from jitwarden.runtime import flathooks, torchhooks
+    from jitwarden.runtime import guards
 
-    hooked = flathooks.hooked(env)
+    hooked = guards.hooked(env)
     if not hooked:
         return ()
     path = {"PYTHONPATH": changes.get("PYTHONPATH", env.get("PYTHONPATH", ""))}
-    torchhooks.put_boot_path(path)
+    guards.put_boot_path(path)
     if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
         changes["PYTHONPATH"] = path["PYTHONPATH"]
     if env is os.environ:
-        flathooks.install(env)
+        guards.install_load_hooks(env)
     return hooked
 
 

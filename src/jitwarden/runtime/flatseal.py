@@ -1,6 +1,6 @@
 """Seals for caches of single-file entries, JAX's and CuPy's, checked and extended at start-up (stdlib only).
 
-Where the load hooks are installed (:mod:`jitwarden.runtime.flathooks`: JAX, CuPy 14 and later) they seal each file
+Where the load hooks are installed (:mod:`jitwarden.runtime.guards`: JAX, CuPy 14 and later) they seal each file
 as the tool writes it and prove unsealed ones at first use, through :func:`seal_file` and :func:`sealed_files`
 here; the start-up check then leaves those kinds' unsealed files to them. What follows is where they are not.
 
@@ -83,7 +83,7 @@ def check_dir(
 ) -> list[str]:
     """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
     warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to. ``seal_new``
-    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.flathooks`).
+    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.guards.jax`).
 
     Under the dir's entry lock, taken without waiting: another start-up checking it is left to do so."""
     import fcntl
