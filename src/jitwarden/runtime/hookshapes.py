@@ -289,28 +289,35 @@ def protection(env=None, package_dir=None, version=None) -> list[Protection]:
                 Protection(tool=tool, version=ver, state=FALLBACK[tool], why=f"{switch.name}=0")
             )
             continue
-        sources: dict[str, str | None] = {}
-        bad: dict[str, str] = {}
-        for t in (t for t in TARGETS if t.tool == tool):
-            if t.module not in sources:
-                sources[t.module] = _source(tool, t.module, package_dir)
-            why = static_fit(sources[t.module], t)
-            if why is not None:
-                bad[t.name] = why
-        if not bad:
-            out.append(Protection(tool=tool, version=ver, state="load hook"))
-        elif set(bad) == {
-            OPTIONAL
-        }:  # the cache hooked, its unsealed files judged as read, not proven
-            why = f"without its compile proof: {bad[OPTIONAL]}"
-            out.append(Protection(tool=tool, version=ver, state="load hook", why=why))
-        elif tool == "cupy" and f"{CUPY_CACHE} not found" in bad.values():
-            why = "CuPy 13 and older have no cache backend"
-            out.append(Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why))
-        else:
-            why = "; ".join(dict.fromkeys(bad.values()))
-            out.append(Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why))
+        out.append(_judged(tool, ver, _misfits(tool, package_dir)))
     return out
+
+
+def _misfits(tool: str, package_dir) -> dict[str, str]:
+    """{hooked function: why its hook would not be installed} over ``tool``'s installed source, each module read once."""
+    sources: dict[str, str | None] = {}
+    bad: dict[str, str] = {}
+    for t in (t for t in TARGETS if t.tool == tool):
+        if t.module not in sources:
+            sources[t.module] = _source(tool, t.module, package_dir)
+        why = static_fit(sources[t.module], t)
+        if why is not None:
+            bad[t.name] = why
+    return bad
+
+
+def _judged(tool: str, ver: str, bad: dict[str, str]) -> Protection:
+    """The protection ``tool`` (release ``ver``) gets with the hooks that would not fit (``bad``)."""
+    if not bad:
+        return Protection(tool=tool, version=ver, state="load hook")
+    if set(bad) == {OPTIONAL}:  # the cache hooked, its unsealed files judged as read, not proven
+        why = f"without its compile proof: {bad[OPTIONAL]}"
+        return Protection(tool=tool, version=ver, state="load hook", why=why)
+    if tool == "cupy" and f"{CUPY_CACHE} not found" in bad.values():
+        why = "CuPy 13 and older have no cache backend"
+        return Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why)
+    why = "; ".join(dict.fromkeys(bad.values()))
+    return Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why)
 
 
 OPTIONAL = "jax._src.compiler._cache_write"

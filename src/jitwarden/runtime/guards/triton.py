@@ -47,6 +47,7 @@ from jitwarden.runtime.guards.triton_verdicts import (
     parse_json,
     producer,
     read_checked,
+    sealed_hit,
     standalone,
 )
 from jitwarden.runtime.say import log, warn_once
@@ -267,7 +268,7 @@ class GuardedCacheManager(FileCacheManager):
             return self._not_an_entry(exc)
         try:
             try:
-                blobs = self._fast_group(efd, grp_name)
+                blobs = sealed_hit(efd, grp_name, self.cache_dir, self._digest)
             except Exception:
                 blobs = None
             if blobs is None:
@@ -320,29 +321,6 @@ class GuardedCacheManager(FileCacheManager):
                 qexc,
             )
         return
-
-    def _fast_group(self, efd: int, grp_name: str) -> dict | None:
-        """The hit path, lock-free: the group and every child match the seal; name -> the bytes checked.
-
-        Returns None whenever anything is not exactly right; :meth:`_verified_group` then
-        decides under the entry lock (so a writer mid-seal never causes a quarantine).
-        """
-        grp_raw = read_bytes(grp_name, max_bytes=GROUP_MAX, dir_fd=efd, size_hint=4096)
-        children = parse_json(grp_raw)["child_paths"]
-        sealed = _seal.read(self.cache_dir, dir_fd=efd)  # authentic, and nobody else's to write
-        if sealed is None:
-            return None
-        files = sealed.files
-        rec = files[grp_name]
-        if rec["size"] != len(grp_raw) or rec["sha256"] != hashlib.sha256(grp_raw).hexdigest():
-            return None
-        prefix = self.cache_dir + os.sep
-        for c, p in children.items():
-            if p != prefix + c or os.sep in c:
-                return None
-        if _seal.foreign(sealed.fingerprint, self._digest):
-            return None
-        return read_checked(efd, children, files)
 
     def _verified_group(self, grp_name: str) -> tuple[dict, dict] | None:
         """(children, the digests they were judged by) when the entry is sound, else None (a miss).

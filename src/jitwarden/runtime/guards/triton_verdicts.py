@@ -15,6 +15,7 @@ from jitwarden.adapters import triton as _adapter
 from jitwarden.formats import elf
 from jitwarden.formats import jsonlimits as _jsonlimits
 from jitwarden.model.settings import GUARD_HASH_ALL
+from jitwarden.store import seal as _seal
 from jitwarden.store.reads import read_bytes
 
 STANDALONE = (".so", ".autotune.json")
@@ -161,3 +162,28 @@ def read_checked(efd: int, children: dict, files: dict, hash_all: bool = False) 
             return None
         out[c] = data
     return out
+
+
+def sealed_hit(efd: int, grp_name: str, cache_dir: str, digest: str | None) -> dict | None:
+    """The hit path, lock-free: the group ``grp_name`` of the entry ``cache_dir`` (its fd ``efd``) and every child
+    match the seal, made under ``digest``; name -> the bytes checked.
+
+    Returns None whenever anything is not exactly right; the guard then decides under the entry lock
+    (so a writer mid-seal never causes a quarantine).
+    """
+    grp_raw = read_bytes(grp_name, max_bytes=GROUP_MAX, dir_fd=efd, size_hint=4096)
+    children = parse_json(grp_raw)["child_paths"]
+    sealed = _seal.read(cache_dir, dir_fd=efd)  # authentic, and nobody else's to write
+    if sealed is None:
+        return None
+    files = sealed.files
+    rec = files[grp_name]
+    if rec["size"] != len(grp_raw) or rec["sha256"] != hashlib.sha256(grp_raw).hexdigest():
+        return None
+    prefix = cache_dir + os.sep
+    for c, p in children.items():
+        if p != prefix + c or os.sep in c:
+            return None
+    if _seal.foreign(sealed.fingerprint, digest):
+        return None
+    return read_checked(efd, children, files)
