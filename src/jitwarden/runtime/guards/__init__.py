@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from jitwarden.model import kinds
 from jitwarden.model.settings import LOAD_HOOKS, TORCH_HOOKS
 from jitwarden.runtime import postimport
 
@@ -48,13 +49,12 @@ class Prover(Guard, Protocol):
 
 
 MODULES = {
-    "triton": "jitwarden.runtime.guards.triton",
-    "inductor": "jitwarden.runtime.guards.inductor",
-    "jax": "jitwarden.runtime.guards.jax",
-    "cupy": "jitwarden.runtime.guards.cupy",
-    "numba": "jitwarden.runtime.guards.numba",
+    row.name: f"jitwarden.runtime.{row.guard[0]}"
+    for row in kinds.ROWS
+    if row.guard[:1] == (f"guards.{row.name}",)
 }
-"""kind -> its guard module. A kind not here (CUDA's, FlashInfer's, ...) is checked by ``verify`` only."""
+"""kind -> its guard module, ``guards.<kind>``, as its row names it first. A kind without one is guarded by
+others' (vLLM's kernels are Triton's and Inductor's) or checked by ``verify`` only (CUDA's, FlashInfer's, ...)."""
 
 BUNDLER = "torch._inductor.triton_bundler"
 CODECACHE = "torch._inductor.codecache"
