@@ -43,8 +43,13 @@ makefile  # formats/oci._DeadlineSocket: the socket protocol http.client calls
 on_broken_pipe  # cli/render/console: rich's Console calls it when stdout's reader leaves
 _.formatter_class  # cli/options.examples: argparse reads it to format --help
 _.__doc__  # runtime/hiding: a namedtuple's docstring, read by help() and the docs
-_.__wrapped__  # runtime/torchhooks._mark: functools' convention, read by inspect and by tests
+_.__wrapped__  # runtime/guards/inductor._mark: functools' convention, read by inspect and by tests
 _.lock_fd  # store/served: holds the lock's fd open for the process's life (closing it would drop the lock)
+patch_bundler  # runtime/guards/inductor: named in runtime/guards.HOOKS, looked up when torch imports the module it wraps
+patch_codecache  # as patch_bundler
+patch_aotcache  # as patch_bundler
+patch_cache  # runtime/guards/jax: as patch_bundler, when JAX imports its compilation cache
+patch_compiler  # as patch_cache
 
 # Used outside src: by the tests, the benchmarks or the docs generators
 reset_driver_evidence  # adapters/cuda_compute: tests reset the per-process driver evidence

@@ -12,7 +12,7 @@ Builds the live partitions of one environment and fills them past the budget wit
   ``-atime`` JAX writes on every read when ``jax_compilation_cache_max_size`` is set.
 
 Then a history, as the runtime records it: workload A (a guarded process: real Triton cache hits through
-the guard, ``torchhooks.check_pickles`` as torch's FX-graph lookup calls it) serves half the kernels and a
+the guard, ``guards/inductor.check_pickles`` as torch's FX-graph lookup calls it) serves half the kernels and a
 tenth of the FX graphs and ends; workload B serves the other half and stays alive while the budget runs.
 Reported: the budget held; 0 entries B holds evicted; every evicted unit as or less recently served than
 every unit kept; the time per 1,000 entries evicted; a warm start after (a fresh guarded process) hits
@@ -56,7 +56,8 @@ DRIVER = textwrap.dedent(
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
     import jw_test_kernels as K
-    from jitwarden.runtime import guard, torchhooks
+    from jitwarden.runtime.guards import inductor
+    from jitwarden.runtime.guards import triton as guard
     from jitwarden.store import uselog
     hits = [0]
     get_group = guard.GuardedCacheManager.get_group
@@ -72,7 +73,7 @@ DRIVER = textwrap.dedent(
             triton.compile(src, target=GPUTarget("cuda", s["arch"], 32), options=s["options"])
     compile_all()
     for d in json.loads(os.environ.get("JW_FX", "[]")):
-        torchhooks.check_pickles(d)  # what torch's FX-graph lookup runs before it reads the graph
+        inductor.check_pickles(d)  # what torch's FX-graph lookup runs before it reads the graph
     mode = os.environ["JW_MODE"]
     if mode == "cost":
         class Off:

@@ -105,7 +105,7 @@ def once(cmd: list[str], env: dict) -> float:
 
 PARTS = {
     "cli": "import jitwarden.cli.main, jitwarden.cli.commands.run",
-    "hooks": "from jitwarden.runtime.torchhooks import install; install()",
+    "hooks": "from jitwarden.runtime.guards import install_torch; install_torch()",
 }
 """``--parts``: what ``run`` is made of besides ``activate``: its CLI (parent), the hooks its boot
 ``sitecustomize`` installs in the command's Python (child)."""

@@ -72,15 +72,17 @@ def main(argv=None) -> int:
 
         def use(cache_dir, manager):
             """Switch like a fresh process would start: stock has no manager at all; guarded
-            resolves TRITON_CACHE_MANAGER once (jitwarden.runtime.guard pins Triton's knob on import)."""
+            resolves TRITON_CACHE_MANAGER once (jitwarden.runtime.guards.triton pins Triton's knob on import)."""
             os.environ["TRITON_CACHE_DIR"] = cache_dir
             vars(knobs.cache).pop("manager_class", None)
             if manager:
                 os.environ["TRITON_CACHE_MANAGER"] = manager
-                import jitwarden.runtime.guard
+                import jitwarden.runtime.guards.triton
 
-                jitwarden.runtime.guard._pin_knob()
-                assert knobs.cache.manager_class is jitwarden.runtime.guard.GuardedCacheManager
+                jitwarden.runtime.guards.triton._pin_knob()
+                assert (
+                    knobs.cache.manager_class is jitwarden.runtime.guards.triton.GuardedCacheManager
+                )
             else:
                 os.environ.pop("TRITON_CACHE_MANAGER", None)
                 assert knobs.cache.manager_class is None

@@ -1,4 +1,4 @@
-"""What JAX's load hook costs (runtime/flathooks.py), on JAX's CPU backend, every figure from one run.
+"""What JAX's load hook costs (runtime/guards/jax.py), on JAX's CPU backend, every figure from one run.
 
 A child Python runs a workload of ``--functions`` jitted functions (matmul chains of growing depth, each its own
 module) against a persistent cache dir named in code, and prints the seconds from the first call to the last
@@ -29,8 +29,8 @@ import tempfile
 CHILD = r"""
 import sys, time
 if sys.argv[2] == "guarded":
-    from jitwarden.runtime import flathooks
-    flathooks.install()
+    from jitwarden.runtime import guards
+    guards.install_load_hooks()
 import jax, jax.numpy as jnp
 jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)

@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
 
-        import jitwarden.runtime.guard as guard
+        import jitwarden.runtime.guards.triton as guard
         from jitwarden.runtime import record
 
         guard._pin_knob()

@@ -1,7 +1,7 @@
 """Start-up cost against the size of the cache: ``activate()`` and ``jitwarden run`` over N sealed Triton entries.
 
 Issue 25's goal: at most 0.5 us per sealed entry over an empty cache (25 ms at 50,000). The torch
-hooks check each kernel as Inductor loads it (``runtime/torchhooks.py``, ``sweep.check_loaded``),
+hooks check each kernel as Inductor loads it (``runtime/guards/inductor.py``, ``sweep.check_loaded``),
 so activation walks nothing; the baseline measured in the same run is the whole-tree sweep every
 start made before (``JITWARDEN_TORCH_HOOKS=0`` runs exactly that code, ``runtime/fullsweep.py``).
 

@@ -2,7 +2,7 @@
 
 What a warm start adds under jitwarden on an FX-graph-cache hit is torch-side: ``TritonBundler.read_and_emit``
 (its kernel dirs checked against their seals) and each statically launched kernel checked as it loads
-(``StaticAutotunerFuture.result``, ``torchhooks._loadable``). No GPU is needed for that part: real Triton
+(``StaticAutotunerFuture.result``, ``guards/inductor._loadable``). No GPU is needed for that part: real Triton
 kernels are compiled on the CPU for sm_90 through the guard (sealed), then one interpreter replays the
 hit R times over all of them, with the hooks installed (guarded) or not (stock): ``read_and_emit`` of a
 bundle of every kernel dir already on disk, then Inductor's own ``reload_cubin_path`` for each kernel's
@@ -34,8 +34,8 @@ HIT = textwrap.dedent(
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
     guarded = os.environ["JW_SIDE"] == "guarded"
     if guarded:
-        from jitwarden.runtime import torchhooks
-        torchhooks.install()
+        from jitwarden.runtime import guards
+        guards.install_torch()
     import triton
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
@@ -54,7 +54,7 @@ HIT = textwrap.dedent(
         TritonBundler.put(k.hash, 0)
     bundle, _ = TritonBundler.collect()
     if guarded:
-        from jitwarden.runtime.torchhooks import _loadable
+        from jitwarden.runtime.guards.inductor import _loadable
 
     def results():
         out = []

@@ -1074,7 +1074,8 @@ BREAKDOWN = textwrap.dedent(
     import json, os, re, sys, time
     tdir, idir = sys.argv[1], sys.argv[2]
     t0 = time.perf_counter()
-    from jitwarden.runtime import proof, sweep, torchhooks
+    from jitwarden.runtime import proof, sweep
+    from jitwarden.runtime.guards import inductor
     t_import = time.perf_counter() - t0
     names = set(os.listdir(tdir))
     # Which kernel dirs do the FX-graph / AOTAutograd pickles name (base32 dir name, or the hex hash)?
@@ -1108,7 +1109,7 @@ BREAKDOWN = textwrap.dedent(
     for sub in ("fxgraph", "aotautograd"):
         for d, subs, fs in os.walk(os.path.join(idir, sub)):
             if any(not f.startswith(".") for f in fs):
-                torchhooks.check_pickles(d)
+                inductor.check_pickles(d)
                 n += 1
     t_pickles = time.perf_counter() - t2
     try:

@@ -1,4 +1,4 @@
-"""The load hooks for JAX and CuPy on a GPU (issue 33; runtime/flathooks.py): the two held-out swaps, false alarms,
+"""The load hooks for JAX and CuPy on a GPU (issue 33; runtime/guards/jax.py, runtime/guards/cupy.py): the two held-out swaps, false alarms,
 the proofs' cost and the warm-hit ratio. NOT RUN YET: written for the next session with an H200.
 
 Run from the repository root on the GPU machine, with JAX (CUDA plugin) and CuPy installed in the Python that runs

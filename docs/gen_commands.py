@@ -190,7 +190,7 @@ def kind_map() -> str:
 
     rows = [
         f"| `{k.name}` | {root(k)} | `formats/{k.reader}` | `adapters/{k.adapter}` | "
-        + (", ".join(f"`runtime/{g}`" for g in k.guard) or "none: `verify` only")
+        + (", ".join(f"`runtime/{g.replace('.', '/')}`" for g in k.guard) or "none: `verify` only")
         + f" | {k.partition or 'no'}{', bundled' if k.bundled else ''} |"
         for k in kind_rows.ROWS
     ]

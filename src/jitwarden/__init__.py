@@ -6,7 +6,9 @@ and :func:`activate` are safe in any process, before or after torch.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # as typing's, without importing it (about 2 ms of every start; type checkers know it)
+TYPE_CHECKING = (
+    False  # as typing's, without importing it (about 2 ms of every start; type checkers know it)
+)
 if TYPE_CHECKING:  # annotations only: the runtime is imported when activate() is called
     from collections.abc import Iterable, MutableMapping
 

@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("jax")
 
-from jitwarden.runtime import flathooks, flatseal
+from jitwarden.runtime import flatseal, say
+from jitwarden.runtime.guards import jax as jax_guard
 from jitwarden.store import seal
 
 KEY = f"jit_f-{'a' * 64}"
@@ -22,7 +23,7 @@ KEY = f"jit_f-{'a' * 64}"
 def _guarded(d):
     from jax._src.lru_cache import LRUCache
 
-    return flathooks.GuardedJaxCache(LRUCache(str(d), max_size=-1), str(d))
+    return jax_guard.GuardedJaxCache(LRUCache(str(d), max_size=-1), str(d))
 
 
 def _within(fn, seconds=20.0):
@@ -96,7 +97,7 @@ def test_a_symlinked_autotune_dir_is_not_followed(cache, tmp_path):
 
 def test_a_dir_others_may_write_is_said_once_and_nothing_is_sealed_there(cache, recwarn):
     os.chmod(cache, 0o777)
-    flathooks._said.discard(f"untrusted:{cache}")
+    say._said.discard(f"untrusted:{cache}")
     g = _guarded(cache)
     g.put(KEY, b"exe")
     assert (cache / f"{KEY}-cache").read_bytes() == b"exe"  # JAX's own write goes through

@@ -4,8 +4,8 @@ Each case is played as that user through ``setpriv`` (the tests run as root, as 
 Triton entries (``triton.compile`` for sm_90 on the CPU), and every entry point that trusts a seal
 is asked about the forged entry: the guard (a real guarded compile: what Triton is handed), the
 static launcher's load check (``sweep.check_loaded``), the bytes it is served
-(``torchhooks._sealed_bytes``), "unchanged since sealed" (``seal.unchanged``), the start-up check of
-flat dirs (``flatseal.check_dir``), the bundle hook (``torchhooks._judge``), ``export`` and ``verify``. The forgeries are the strongest another uid can
+(``guards/inductor._sealed_bytes``), "unchanged since sealed" (``seal.unchanged``), the start-up check of
+flat dirs (``flatseal.check_dir``), the bundle hook (``guards/inductor_bundle._judge``), ``export`` and ``verify``. The forgeries are the strongest another uid can
 make: a seal with the substitute's sha256, ``fs_time_ns = 2**62``, authenticated with the forger's
 own key. The end prints the tally: cases, kills, hangs, substitutes served.
 """
@@ -23,7 +23,8 @@ import tracemalloc
 
 import pytest
 
-from jitwarden.runtime import flatseal, sweep, torchhooks
+from jitwarden.runtime import flatseal, sweep
+from jitwarden.runtime.guards import inductor, inductor_bundle
 from jitwarden.store import seal
 from tests.helpers.guarded import ADD, compile_jobs
 from tests.helpers.paths import SRC
@@ -160,7 +161,7 @@ def test_root_on_a_user_owned_cache_never_serves_the_users_forged_kernel(place, 
 
     assert seal.read(entry) is None  # another's seal: no seal
     assert seal.unchanged(entry, ctimes) is False
-    assert torchhooks._sealed_bytes(entry, CUBIN) is None
+    assert inductor._sealed_bytes(entry, CUBIN) is None
     p = subprocess.run(
         [sys.executable, "-m", "jitwarden", "verify", "--quick", "--format", "json", root],
         capture_output=True,
@@ -197,7 +198,7 @@ def test_a_forged_seal_size_of_1_5_gb_is_never_read_by_the_launcher(place):
         before = int(next(line for line in f if line.startswith("rchar")).split()[1])
     tracemalloc.start()
     try:
-        assert torchhooks._sealed_bytes(entry, CUBIN) is None
+        assert inductor._sealed_bytes(entry, CUBIN) is None
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -211,7 +212,8 @@ def test_a_forged_seal_size_of_1_5_gb_is_never_read_by_the_launcher(place):
 VICTIM_RUN = textwrap.dedent(
     """
     import json, os, sys
-    from jitwarden.runtime import sweep, torchhooks
+    from jitwarden.runtime import sweep
+    from jitwarden.runtime.guards import inductor
     from jitwarden.store import seal
     os.umask(0o002)  # the victim's umask: what it writes is its group's to write
     entry, cubin, what = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -222,7 +224,7 @@ VICTIM_RUN = textwrap.dedent(
     else:
         ctimes = [os.lstat(os.path.join(entry, n)).st_ctime_ns for n in os.listdir(entry)
                   if n != ".jitwarden-seal.json"]
-        data = torchhooks._sealed_bytes(entry, cubin)
+        data = inductor._sealed_bytes(entry, cubin)
         out = {"believed": seal.read(entry) is not None, "unchanged": seal.unchanged(entry, ctimes),
                "bytes": None if data is None else __import__("hashlib").sha256(data).hexdigest()}
         out["may_load"] = sweep.check_loaded(entry, None)[0]
@@ -297,10 +299,10 @@ def test_the_bundle_hook_and_export_take_no_forged_seal_in_a_foreign_dir(place, 
     _chown_tree(root, ATTACKER, ATTACKER)
     _forge(entry, str(place / "attacker"), evil_cubin)
     assert bundle.describe("triton", root, entry, sealed=True) == "not sealed"
-    st = torchhooks._Staged()
+    st = inductor_bundle._Staged()
     artifact = object()
     st.existing[entry] = (artifact, root)
-    torchhooks._judge(st)
+    inductor_bundle._judge(st)
     TALLY["served substitutes"] += id(artifact) not in st.refused
     assert id(artifact) in st.refused
 

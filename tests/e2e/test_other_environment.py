@@ -195,7 +195,7 @@ def test_run_into_a_venv_with_triton_but_no_jitwarden_compiles_guarded(triton_ve
     p = _run(env, triton_venv, str(script))
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["manager"] == "jitwarden.runtime.guard.GuardedCacheManager", out
+    assert out["manager"] == "jitwarden.runtime.guards.triton.GuardedCacheManager", out
     assert out["foreign"] == [], out  # jitwarden's dependencies stay out of the workload's way
     part = out["dir"]
     assert "/jitwarden-v1/" in part and part.startswith(str(tmp_path)), part
@@ -231,7 +231,7 @@ def test_run_into_a_venv_with_triton_but_no_jitwarden_compiles_guarded(triton_ve
 
 def test_run_into_a_bare_venv_can_import_only_jitwarden(bare_venv, tmp_path):
     code = (
-        "import json, os, importlib.util as u; import jitwarden.runtime.torchhooks; "
+        "import json, os, importlib.util as u; import jitwarden.runtime.guards.inductor; "
         "print(json.dumps({'m': os.environ.get('TRITON_CACHE_MANAGER'), "
         "'rich': u.find_spec('rich') is not None, 'orjson': u.find_spec('orjson') is not None}))"
     )

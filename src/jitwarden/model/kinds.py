@@ -70,7 +70,8 @@ class Kind:
     """The module of :mod:`jitwarden.formats` that reads its entries' bytes (the main one)."""
     guard: tuple[str, ...]
     """The modules of :mod:`jitwarden.runtime` that check its entries as the tool loads them and seal what it
-    writes (none: jitwarden checks it by ``verify`` only)."""
+    writes, its guard (``guards.<kind>``, :class:`jitwarden.runtime.guards.Guard`) first where it has one (none:
+    jitwarden checks it by ``verify`` only)."""
 
     def __init__(
         self,
@@ -125,7 +126,7 @@ ROWS: tuple[Kind, ...] = (
         default="`$TRITON_HOME/.triton/cache`, else `~/.triton/cache`",
         triton_trees=SELF,
         reader="elf",
-        guard=("guard",),
+        guard=("guards.triton",),
     ),
     Kind(
         "inductor",
@@ -139,7 +140,7 @@ ROWS: tuple[Kind, ...] = (
         default="`<TMPDIR or /tmp>/torchinductor_<user>`",
         triton_trees="inductor_triton_trees",
         reader="fxkernels",
-        guard=("torchhooks", "sweep"),
+        guard=("guards.inductor", "sweep"),
     ),
     Kind(
         "vllm",
@@ -153,7 +154,7 @@ ROWS: tuple[Kind, ...] = (
         default="`${XDG_CACHE_HOME:-~/.cache}/vllm`",
         triton_trees="vllm_triton_trees",
         reader="vllm_files",
-        guard=("guard", "torchhooks"),
+        guard=("guards.triton", "guards.inductor"),
     ),
     Kind(
         "cuda-compute",
@@ -213,7 +214,7 @@ ROWS: tuple[Kind, ...] = (
         root="",
         default="none: JAX has no persistent cache unless told",
         reader="jaxexec",
-        guard=("flathooks", "flatseal"),
+        guard=("guards.jax", "flatseal"),
     ),
     Kind(
         "cupy",
@@ -225,7 +226,7 @@ ROWS: tuple[Kind, ...] = (
         needs="cupy",
         root="~/.cupy/kernel_cache",
         reader="cupyentry",
-        guard=("flathooks", "flatseal"),
+        guard=("guards.cupy", "flatseal"),
     ),
     Kind(
         "numba",
@@ -238,7 +239,7 @@ ROWS: tuple[Kind, ...] = (
         root="",
         default="none in one place: `__pycache__` beside each source file",
         reader="numbacache",
-        guard=("flathooks",),
+        guard=("guards.numba",),
     ),
 )
 """Every kind, in the order roots are discovered and reported."""

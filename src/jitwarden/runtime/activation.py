@@ -43,7 +43,7 @@ from jitwarden.env import locations
 from jitwarden.model import kinds, settings
 from jitwarden.model.settings import DISABLE, GUARD_MANAGER, PARTITION
 from jitwarden.runtime import flatseal
-from jitwarden.runtime.say import warn_once
+from jitwarden.runtime.say import say
 from jitwarden.store import partition
 
 MANAGER = GUARD_MANAGER
@@ -222,6 +222,29 @@ def _fresh_base(kind: str, env) -> str | None:
     return None
 
 
+def _partition_in(
+    i: int, cand: str, kind: str, env, digest: str, headline: str | None
+) -> tuple[str | None, tuple[str, bool] | None]:
+    """(the partition, None) when the ``i``-th place tried, ``cand``, holds this fingerprint's partition now; else
+    (None, (why not, whether that is unsafe rather than unusable))."""
+    top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
+    not_ours = _not_ours(top()) if top is not None else None
+    refusal = (not_ours, True) if not_ours else _usable_base(cand)
+    if refusal is not None:
+        return None, refusal
+    path = partition.path_for(cand, digest)
+    try:
+        partition.ensure(path, digest, headline, kind, python=_writer())
+    except OSError as exc:
+        from jitwarden.store.paths import UnsafeName
+
+        return None, (
+            f"cannot use its partition: {exc.strerror or exc}",
+            isinstance(exc, UnsafeName) or exc.errno in (errno.ELOOP, errno.ENOTDIR),
+        )
+    return path, None
+
+
 def _partition(
     kind: str, base: str, env, digest: str, headline: str | None
 ) -> tuple[str | None, str | None]:
@@ -242,29 +265,16 @@ def _partition(
         if cand in tried:
             continue
         tried.append(cand)
-        top = {1: lambda: _private_top(env), 2: lambda: _runtime_top(env)}.get(i)
-        not_ours = _not_ours(top()) if top is not None else None
-        refusal = (not_ours, True) if not_ours else _usable_base(cand)
+        path, refusal = _partition_in(i, cand, kind, env, digest, headline)
         if refusal is None:
-            path = partition.path_for(cand, digest)
-            try:
-                partition.ensure(path, digest, headline, kind, python=_writer())
-            except OSError as exc:
-                from jitwarden.store.paths import UnsafeName
+            if i == 0:
+                return path, None
+            from jitwarden.runtime import (
+                startup_checks,
+            )  # only here: refusals are rare, and it imports ptxas
 
-                refusal = (
-                    f"cannot use its partition: {exc.strerror or exc}",
-                    isinstance(exc, UnsafeName) or exc.errno in (errno.ELOOP, errno.ENOTDIR),
-                )
-            else:
-                if i == 0:
-                    return path, None
-                from jitwarden.runtime import (
-                    startup_checks,
-                )  # only here: refusals are rare, and it imports ptxas
-
-                assert first is not None  # the user's root (i == 0) was refused
-                return path, startup_checks.unsafe_root(base, first[0], path, first[1])
+            assert first is not None  # the user's root (i == 0) was refused
+            return path, startup_checks.unsafe_root(base, first[0], path, first[1])
         if first is None:
             first = refusal
     from jitwarden.runtime import startup_checks
@@ -282,11 +292,6 @@ def _writer() -> str:
 
     other = interpreter.current()
     return other.executable if other is not None else sys.executable
-
-
-def _say(msg: str, quiet: bool) -> None:
-    if not quiet:
-        warn_once(msg, "jitwarden: %s", msg)
 
 
 def activate(
@@ -308,9 +313,9 @@ def activate(
     knobs = _triton_knobs() if target is os.environ else None
     knob_before = dict(vars(knobs)) if knobs is not None else None
     try:
-        for env_obj, rec, left in _LAST:
-            if env_obj is target and all(target.get(k) == v for k, v in left.items()):
-                return rec
+        done = _done_before(target)
+        if done is not None:
+            return done
         every = tuple(k.name for k in kinds.partitioned())
         rec = _activate(target, every if roots is None else tuple(roots), quiet, knobs)
         _LAST[:] = [x for x in _LAST if x[0] is not target][-7:] + [
@@ -318,35 +323,58 @@ def activate(
         ]
         return rec
     except Exception as exc:
-        for k, v in before.items():
-            if v is None:
-                target.pop(k, None)
+        return _failed(target, before, knobs, knob_before, exc)
+
+
+def _done_before(target) -> Activation | None:
+    """The record of this process's activation of ``target`` when it left every variable as it is now: activating
+    again changes nothing."""
+    for env_obj, rec, left in _LAST:
+        if env_obj is target and all(target.get(k) == v for k, v in left.items()):
+            return rec
+    return None
+
+
+def _failed(target, before: dict, knobs, knob_before: dict | None, exc: Exception) -> Activation:
+    """A failed activation fails closed: ``target`` and Triton's knobs as they came, the guard kept on (unless the
+    user set another cache manager), one line."""
+    _restore(target, before, knobs, knob_before)
+    manager = _keep_guard(target, before, knobs)
+    guard = (
+        "the Triton guard is still on" if manager == MANAGER else "the Triton cache is not guarded"
+    )
+    say(
+        f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
+        f"{guard}"
+    )
+    return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
+
+
+def _restore(target, before: dict, knobs, knob_before: dict | None) -> None:
+    """After a failed activation: every variable it may have set, and Triton's knobs, as they came."""
+    for k, v in before.items():
+        if v is None:
+            target.pop(k, None)
+        else:
+            target[k] = v
+    if knobs is not None and knob_before is not None:
+        for k in ("dir", "manager_class"):
+            if k in knob_before:
+                vars(knobs)[k] = knob_before[k]
             else:
-                target[k] = v
-        if knobs is not None and knob_before is not None:
-            for k in ("dir", "manager_class"):
-                if k in knob_before:
-                    vars(knobs)[k] = knob_before[k]
-                else:
-                    vars(knobs).pop(k, None)
-        manager = before.get("TRITON_CACHE_MANAGER")
-        if not manager and not (knobs is not None and vars(knobs).get("manager_class") is not None):
-            try:
-                target["TRITON_CACHE_MANAGER"] = MANAGER  # fail closed: the guard stays on
-                manager = MANAGER
-            except Exception:
-                pass
-        guard = (
-            "the Triton guard is still on"
-            if manager == MANAGER
-            else "the Triton cache is not guarded"
-        )
-        _say(
-            f"activation failed ({type(exc).__name__}: {exc}); caches are not partitioned in this process, "
-            f"{guard}",
-            False,
-        )
-        return Activation(None, {}, manager, (), {"all": f"{type(exc).__name__}: {exc}"})
+                vars(knobs).pop(k, None)
+
+
+def _keep_guard(target, before: dict, knobs) -> str | None:
+    """Fail closed: the Triton guard set where the user set no cache manager of their own; the manager in effect."""
+    manager = before.get("TRITON_CACHE_MANAGER")
+    if not manager and not (knobs is not None and vars(knobs).get("manager_class") is not None):
+        try:
+            target["TRITON_CACHE_MANAGER"] = MANAGER  # fail closed: the guard stays on
+            manager = MANAGER
+        except Exception:
+            pass
+    return manager
 
 
 def reduced_protection(env=None) -> list[tuple[str, str, str]]:
@@ -374,45 +402,45 @@ def reduced_protection(env=None) -> list[tuple[str, str, str]]:
 def _checked_at_load(env, changes: dict) -> bool:
     """Whether the workload will check each TorchInductor kernel as it loads it, so no start-up sweep is needed.
 
-    The torch hooks (:mod:`~jitwarden.runtime.torchhooks`) do that: installed here when ``env`` is this
+    The torch hooks (:mod:`~jitwarden.runtime.guards.inductor`) do that: installed here when ``env`` is this
     process's, and through ``PYTHONPATH`` in every Python started with ``env`` (``jitwarden run``, a
     workload's own workers). Where they are
     off or cannot be put there, False: the whole tree is swept now (:mod:`~jitwarden.runtime.fullsweep`).
-    A torch whose loader the hooks do not know is swept when it imports it (torchhooks does that).
+    A torch whose loader the hooks do not know is swept when it imports it (its guard does that).
     """
-    from jitwarden.runtime import torchhooks
+    from jitwarden.runtime import guards
 
-    if not torchhooks.enabled(env):
+    if not guards.torch_enabled(env):
         return False
     path = {
         "PYTHONPATH": env.get("PYTHONPATH", "")
     }  # every Python started with env installs them too
-    if not torchhooks.add_boot_path(path):
+    if not guards.add_boot_path(path):
         return False
     if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
         changes["PYTHONPATH"] = path[
             "PYTHONPATH"
         ]  # set with the rest, undone with them on a failure
     if env is os.environ:  # and this one, now (or as soon as torch imports its loaders)
-        return all(not v.startswith("not installed") for v in torchhooks.install(env).values())
+        return all(not v.startswith("not installed") for v in guards.install_torch(env).values())
     return True
 
 
 def _load_hooks(env, changes: dict) -> tuple[str, ...]:
-    """The kinds whose entries are checked as their tool loads them (:mod:`~jitwarden.runtime.flathooks`): installed
+    """The kinds whose entries are checked as their tool loads them (:mod:`~jitwarden.runtime.guards`): installed
     here when ``env`` is this process's, and through ``PYTHONPATH`` in every Python started with ``env``. Their
     unsealed files are then proven at first use, not sealed at start-up."""
-    from jitwarden.runtime import flathooks, torchhooks
+    from jitwarden.runtime import guards
 
-    hooked = flathooks.hooked(env)
+    hooked = guards.hooked(env)
     if not hooked:
         return ()
     path = {"PYTHONPATH": changes.get("PYTHONPATH", env.get("PYTHONPATH", ""))}
-    torchhooks.put_boot_path(path)
+    guards.put_boot_path(path)
     if path["PYTHONPATH"] != env.get("PYTHONPATH", ""):
         changes["PYTHONPATH"] = path["PYTHONPATH"]
     if env is os.environ:
-        flathooks.install(env)
+        guards.install_load_hooks(env)
     return hooked
 
 
@@ -573,8 +601,9 @@ def _apply(plan: _Plan, env, knobs, quiet: bool) -> None:
         env[var] = value
     if knobs is not None and "TRITON_CACHE_DIR" in plan.changes and "dir" in vars(knobs):
         vars(knobs)["dir"] = plan.changes["TRITON_CACHE_DIR"]
-    for w in plan.warnings:
-        _say(w, quiet)
+    if not quiet:
+        for w in plan.warnings:
+            say(w)
 
 
 def _activate(env, roots, quiet, knobs) -> Activation:

@@ -1,6 +1,6 @@
 """Seals for caches of single-file entries, JAX's and CuPy's, checked and extended at start-up (stdlib only).
 
-Where the load hooks are installed (:mod:`jitwarden.runtime.flathooks`: JAX, CuPy 14 and later) they seal each file
+Where the load hooks are installed (:mod:`jitwarden.runtime.guards`: JAX, CuPy 14 and later) they seal each file
 as the tool writes it and prove unsealed ones at first use, through :func:`seal_file` and :func:`sealed_files`
 here; the start-up check then leaves those kinds' unsealed files to them. What follows is where they are not.
 
@@ -83,7 +83,7 @@ def check_dir(
 ) -> list[str]:
     """Check ``names`` in ``d`` against its seal, quarantine what contradicts it, seal the rest; the
     warning lines (one per quarantined file). ``root`` is the cache root the quarantine goes to. ``seal_new``
-    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.flathooks`).
+    False: an unsealed file is left unsealed, for the load hook to prove (:mod:`jitwarden.runtime.guards.jax`).
 
     Under the dir's entry lock, taken without waiting: another start-up checking it is left to do so."""
     import fcntl
@@ -115,10 +115,7 @@ def _check_locked(
     quarantine or (re)seal it, drop the files that are gone, and write the seal back when anything moved."""
     from jitwarden.store import seal
 
-    try:  # one seal covers the whole dir: read once, its bound grows with the files in it
-        old, at = seal.read_stamped(d, max_bytes=seal.dir_bound(len(names)), name=seal.flat_name(d))
-    except seal.SealError:
-        old = at = None  # a damaged seal vouches for nothing: sealed again from what is there
+    old, at = _dir_seal(d, len(names))
     files = dict(old.files) if old else {}
     by_sha = {rec["sha256"]: n for n, rec in files.items()}
     out, changed = [], False
@@ -126,20 +123,10 @@ def _check_locked(
         verdict = _judge(kind, root, d, name, files.get(name), at, now, by_sha, seal_new)
         if verdict is None:
             continue
-        if not isinstance(verdict, str):
-            files[name] = verdict
-            changed = True
-            continue
-        moved, line = quarantine_file(
-            kind, root, os.path.relpath(os.path.join(d, name), root), verdict, digest
-        )
-        out.append(line)
-        if moved and files.pop(name, None) is not None:
-            changed = True
-    listed = set(names)  # a list here made this O(files^2): 19 s a start at 50,000 JAX files
-    gone = [n for n in files if n not in listed and not os.path.lexists(os.path.join(d, n))]
-    for n in gone:
-        del files[n]
+        line, moved = _apply(kind, root, d, name, verdict, files, digest)
+        out += [line] if line is not None else []
+        changed = changed or moved
+    gone = _forget_gone(d, names, files)
     if changed or gone or (old is None and files):
         seal.write(
             d,
@@ -148,6 +135,42 @@ def _check_locked(
             name=seal.flat_name(d),
         )
     return out
+
+
+def _dir_seal(d: str, count: int):
+    """(the seal of the dir ``d`` of ``count`` files, its authenticated time ns); (None, None) when absent or
+    damaged: a damaged seal vouches for nothing, the dir is sealed again from what is there. One seal covers the
+    whole dir: read once, its bound grows with the files in it."""
+    from jitwarden.store import seal
+
+    try:
+        return seal.read_stamped(d, max_bytes=seal.dir_bound(count), name=seal.flat_name(d))
+    except seal.SealError:
+        return None, None
+
+
+def _apply(
+    kind: str, root: str, d: str, name: str, verdict: str | dict, files: dict, digest: str | None
+) -> tuple[str | None, bool]:
+    """Do what :func:`_judge` decided of ``name`` (a record: sealed from now on; a str: quarantined, why);
+    (the line said, whether ``files``, the seal's records, changed)."""
+    if not isinstance(verdict, str):
+        files[name] = verdict
+        return None, True
+    moved, line = quarantine_file(
+        kind, root, os.path.relpath(os.path.join(d, name), root), verdict, digest
+    )
+    return line, moved and files.pop(name, None) is not None
+
+
+def _forget_gone(d: str, names: list[str], files: dict) -> list[str]:
+    """Drop from ``files`` (the seal's records) the files of ``d`` that are gone (not in ``names`` and not there);
+    their names."""
+    listed = set(names)  # a list here made this O(files^2): 19 s a start at 50,000 JAX files
+    gone = [n for n in files if n not in listed and not os.path.lexists(os.path.join(d, n))]
+    for n in gone:
+        del files[n]
+    return gone
 
 
 def _judge(

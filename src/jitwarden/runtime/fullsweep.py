@@ -1,7 +1,7 @@
 """The whole-tree sweep, for where loads cannot be checked as they happen (ARCHITECTURE.md, "The runtime").
 
 TorchInductor's static launcher reads cubins itself, never asking Triton's cache manager. Where
-the torch hooks are in the workload, :mod:`~jitwarden.runtime.torchhooks` checks each kernel as
+the torch hooks are in the workload, :mod:`~jitwarden.runtime.guards.inductor` checks each kernel as
 Inductor is about to load it (O(kernels used), :func:`jitwarden.runtime.sweep.check_loaded`), and
 nothing is swept at start-up. Where they cannot be (``JITWARDEN_TORCH_HOOKS=0``, a child Python
 that will not run them, or a torch whose loader is not the shape the hooks know), every entry of

@@ -168,17 +168,10 @@ def wait_for(tree: str, key: str, timeout: float | None = None, stall: float | N
         return Wait(outcome, spent, polls)
 
     while True:
-        if _in_tree(tree, key):
-            return done("in-tree")
-        if not hidden(tree, key):
-            return done("back")
-        if tree in _stalled:
-            return done("stalled")
         now = time.monotonic()
-        with _state_lock:
-            left = BUDGET["left"] - (now - t0)
-        if left <= 0 or (timeout is not None and now - t0 >= timeout):
-            return done("budget")
+        why = _ended(tree, key, now - t0, timeout)
+        if why is not None:
+            return done(why)
         if now >= alive_at:
             if not alive(tree):
                 return done("back" if not hidden(tree, key) else "no-prover")
@@ -193,6 +186,22 @@ def wait_for(tree: str, key: str, timeout: float | None = None, stall: float | N
         time.sleep(pause)
         polls += 1
         pause = min(pause * 1.5, 0.05)
+
+
+def _ended(tree: str, key: str, waited: float, timeout: float | None) -> str | None:
+    """Why a wait for ``key`` of ``tree``, ``waited`` seconds on, ends now (its :class:`Wait` outcome: the entry is
+    in the tree or back, the tree's prover stalled, the budget or ``timeout`` spent), else None."""
+    if _in_tree(tree, key):
+        return "in-tree"
+    if not hidden(tree, key):
+        return "back"
+    if tree in _stalled:
+        return "stalled"
+    with _state_lock:
+        left = BUDGET["left"] - waited
+    if left <= 0 or (timeout is not None and waited >= timeout):
+        return "budget"
+    return None
 
 
 def beat(fd: int) -> None:

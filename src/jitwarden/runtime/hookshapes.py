@@ -289,32 +289,39 @@ def protection(env=None, package_dir=None, version=None) -> list[Protection]:
                 Protection(tool=tool, version=ver, state=FALLBACK[tool], why=f"{switch.name}=0")
             )
             continue
-        sources: dict[str, str | None] = {}
-        bad: dict[str, str] = {}
-        for t in (t for t in TARGETS if t.tool == tool):
-            if t.module not in sources:
-                sources[t.module] = _source(tool, t.module, package_dir)
-            why = static_fit(sources[t.module], t)
-            if why is not None:
-                bad[t.name] = why
-        if not bad:
-            out.append(Protection(tool=tool, version=ver, state="load hook"))
-        elif set(bad) == {
-            OPTIONAL
-        }:  # the cache hooked, its unsealed files judged as read, not proven
-            why = f"without its compile proof: {bad[OPTIONAL]}"
-            out.append(Protection(tool=tool, version=ver, state="load hook", why=why))
-        elif tool == "cupy" and f"{CUPY_CACHE} not found" in bad.values():
-            why = "CuPy 13 and older have no cache backend"
-            out.append(Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why))
-        else:
-            why = "; ".join(dict.fromkeys(bad.values()))
-            out.append(Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why))
+        out.append(_judged(tool, ver, _misfits(tool, package_dir)))
     return out
 
 
+def _misfits(tool: str, package_dir) -> dict[str, str]:
+    """{hooked function: why its hook would not be installed} over ``tool``'s installed source, each module read once."""
+    sources: dict[str, str | None] = {}
+    bad: dict[str, str] = {}
+    for t in (t for t in TARGETS if t.tool == tool):
+        if t.module not in sources:
+            sources[t.module] = _source(tool, t.module, package_dir)
+        why = static_fit(sources[t.module], t)
+        if why is not None:
+            bad[t.name] = why
+    return bad
+
+
+def _judged(tool: str, ver: str, bad: dict[str, str]) -> Protection:
+    """The protection ``tool`` (release ``ver``) gets with the hooks that would not fit (``bad``)."""
+    if not bad:
+        return Protection(tool=tool, version=ver, state="load hook")
+    if set(bad) == {OPTIONAL}:  # the cache hooked, its unsealed files judged as read, not proven
+        why = f"without its compile proof: {bad[OPTIONAL]}"
+        return Protection(tool=tool, version=ver, state="load hook", why=why)
+    if tool == "cupy" and f"{CUPY_CACHE} not found" in bad.values():
+        why = "CuPy 13 and older have no cache backend"
+        return Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why)
+    why = "; ".join(dict.fromkeys(bad.values()))
+    return Protection(tool=tool, version=ver, state=FALLBACK[tool], why=why)
+
+
 OPTIONAL = "jax._src.compiler._cache_write"
-"""The one hooked function a tool is hooked without: JAX's compile proof (flathooks then judges at first sight)."""
+"""The one hooked function a tool is hooked without: JAX's compile proof (its guard then judges at first sight)."""
 CUPY_CACHE = "cupy.cuda._compiler_cache"
 
 
@@ -336,3 +343,96 @@ def _version(dist: str) -> str | None:
     except Exception:
         return None
     return found.version if found is not None else None
+
+
+# ---------------------------------------------------------------- torch's loaders, for doctor
+
+#: What each wrapper needs to find in torch's source: module -> (file, the definitions it wraps).
+_SHAPES = {
+    "torch._inductor.triton_bundler": (
+        "_inductor/triton_bundler.py",
+        ("def read_and_emit(", "triton_cache_dir", "_REPLACE_BYTES"),
+    ),
+    "torch._inductor.codecache": (
+        "_inductor/codecache.py",
+        (
+            "def iterate_over_candidates(",
+            "def _write_to_local_cache(",
+            "class StaticAutotunerFuture",
+        ),
+    ),
+    "torch._functorch._aot_autograd.autograd_cache": (
+        "_functorch/_aot_autograd/autograd_cache.py",
+        ("def _write_to_local_cache(",),
+    ),
+}
+
+
+_SOURCE_MAX = 16 << 20
+"""torch's largest source file is a few MB: anything past this is not the file the wrappers know."""
+
+
+def _torch_dir() -> str | None:
+    from jitwarden.runtime.postimport import package_dir
+
+    return package_dir("torch")
+
+
+def doctor_warnings(env=None) -> list[tuple[str, str, str | None]]:
+    """(kind, text, fix) for ``jitwarden doctor``: what torch restores that these wrappers cannot guard here.
+
+    Reads torch's source files as text (never imports torch): a wrapper attaches only to the
+    definitions it knows, so one missing from this torch is a way kernels arrive unguarded mid-run.
+    """
+    from jitwarden.model.settings import TORCH_HOOKS
+    from jitwarden.store.reads import read_bytes
+
+    env = os.environ if env is None else env
+    tdir = _torch_dir()
+    if tdir is None:
+        return []
+    out: list[tuple[str, str, str | None]] = []
+    if not TORCH_HOOKS.on(env):
+        out.append(
+            (
+                "torch-hooks",
+                f"{TORCH_HOOKS.name}=0: Triton kernels TorchInductor restores mid-run (FX-graph bundles, "
+                "remote caches, AOT artifacts) are checked only at the next start-up, by a sweep of every "
+                "entry (a start-up that grows with the cache), and FX-graph pickles are not sealed",
+                f"unset {TORCH_HOOKS.name}",
+            )
+        )
+        return out
+    missing = []
+    for rel, needles in _SHAPES.values():
+        try:
+            text = read_bytes(os.path.join(tdir, rel), max_bytes=_SOURCE_MAX).decode(
+                "utf-8", "replace"
+            )
+        except OSError:
+            missing.append(f"{rel} (absent)")
+            continue
+        lacks = [n for n in needles if n not in text]
+        if lacks:
+            missing.append(f"{rel} (no {', '.join(lacks)})")
+    if missing:
+        out.append(
+            (
+                "torch-hooks",
+                "this torch's " + "; ".join(missing) + ": the kernels or pickles it restores "
+                "mid-run cannot be wrapped (without StaticAutotunerFuture, every Triton tree in use is swept as "
+                "torch imports its code cache, a start-up that grows with the cache)",
+                "export TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0  (Inductor then compiles through "
+                f"Triton's guarded cache instead of restoring bundles; {TORCH_HOOKS.name}=0 silences this)",
+            )
+        )
+    if env.get("TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW") == "1":
+        out.append(
+            (
+                "torch-hooks",
+                "TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW=1: raw cubins carried in FX-graph pickles have "
+                "no PTX to prove them, so jitwarden drops them; a kernel whose directory is not on disk recompiles",
+                "unset TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW",
+            )
+        )
+    return out

@@ -110,26 +110,44 @@ class ActivationFacts(tuple):
     @classmethod
     def from_json(cls, d) -> ActivationFacts:
         """ValueError unless ``d`` is exactly what :meth:`to_json` writes (the digest is a path part)."""
-        digest = d["digest"]
-        if not (
-            isinstance(digest, str)
-            and len(digest) == 16
-            and all(c in "0123456789abcdef" for c in digest)
-        ):
+        if not _is_digest(d["digest"]):
             raise ValueError("bad digest")
-        headline, pk, archs, ws = d["headline"], d["packages"], d["archs"], d["warnings"]
-        if headline is not None and not isinstance(headline, str):
-            raise ValueError("bad headline")
-        if not (
-            isinstance(pk, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in pk.items())
-        ):
-            raise ValueError("bad packages")
-        if not (isinstance(archs, list) and all(type(a) is int for a in archs)):
-            raise ValueError("bad archs")
-        if not (isinstance(ws, list) and all(isinstance(w, str) for w in ws)):
-            raise ValueError("bad warnings")
-        return cls(digest, headline, pk, archs, ws)
+        fields = {name: d[name] for name in _FIELDS}
+        for name, ok in _FIELDS.items():
+            if not ok(fields[name]):
+                raise ValueError(f"bad {name}")
+        return cls(d["digest"], *fields.values())
+
+
+def _is_digest(v) -> bool:
+    return isinstance(v, str) and len(v) == 16 and all(c in "0123456789abcdef" for c in v)
+
+
+def _is_headline(v) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _is_packages(v) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()
+    )
+
+
+def _is_archs(v) -> bool:
+    return isinstance(v, list) and all(type(a) is int for a in v)
+
+
+def _is_warnings(v) -> bool:
+    return isinstance(v, list) and all(isinstance(w, str) for w in v)
+
+
+_FIELDS = {
+    "headline": _is_headline,
+    "packages": _is_packages,
+    "archs": _is_archs,
+    "warnings": _is_warnings,
+}
+"""The memo's fields after its digest, in :class:`ActivationFacts`' order: each with what it must be."""
 
 
 def memo_path(env=None) -> str:
@@ -463,20 +481,22 @@ def compute(env=None, *, store: bool = True, proc_root: str = "/proc") -> Activa
     return facts
 
 
+def _same_run(e: dict, entry: dict, dirs: list) -> bool:
+    """Whether the stored memo entry ``e`` is of ``entry``'s process key, environment and dirs (``dirs``): replaced."""
+    return (
+        e.get("key") == entry["key"]
+        and e.get("env") == entry["env"]
+        and [d[0] for d in e.get("dirs") or () if isinstance(d, list) and d] == dirs
+    )
+
+
 def _store(path: str, entry: dict) -> None:
     """Put ``entry`` first, drop entries of the same process key, env and dirs, keep :data:`MAX_ENTRIES`."""
     global last
     doc = _load(path) or {}
     dirs = [d[0] for d in entry["dirs"]]
     old = [
-        e
-        for e in doc.get("entries", ())
-        if isinstance(e, dict)
-        and not (
-            e.get("key") == entry["key"]
-            and e.get("env") == entry["env"]
-            and [d[0] for d in e.get("dirs") or () if isinstance(d, list) and d] == dirs
-        )
+        e for e in doc.get("entries", ()) if isinstance(e, dict) and not _same_run(e, entry, dirs)
     ]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:

@@ -43,6 +43,18 @@ def when_imported(
     return "waiting for import"
 
 
+def package_dir(top: str) -> str | None:
+    """The directory of the installed top-level package ``top``: found, not imported; None when absent."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
 def status(name: str) -> str:
     return _applied.get(name, "waiting for import" if name in _patches else "not asked for")
 

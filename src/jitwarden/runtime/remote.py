@@ -39,7 +39,7 @@ import time
 
 from jitwarden.formats import jsonlimits, resp
 from jitwarden.model.settings import REMOTE, REMOTE_RETRY, REMOTE_ROLE, REMOTE_TIMEOUT, TRUSTED_KEYS
-from jitwarden.runtime.say import log, warn_once
+from jitwarden.runtime.say import log, say
 
 MAGIC = b"JWR1"
 NAMESPACE = "jitwarden:v1"
@@ -75,12 +75,8 @@ def seal_value(rkey: str, data: bytes, signer, children: dict | None = None) -> 
     return MAGIC + struct.pack(">I", len(hb)) + hb + signer.sign(MAGIC + hb) + data
 
 
-def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tuple[bytes, dict]:
-    """(data, header) of a stored value, every check passed; Rejected otherwise.
-
-    ``vouched``: the sha256 a verified group lists for this file; a value that matches it
-    needs no signature check of its own (its digest is what was signed).
-    """
+def _framed(raw: bytes) -> tuple[bytes, bytes, bytes]:
+    """(header bytes, signature, data) of a stored value's frame; Rejected when it is no whole jitwarden value."""
     if len(raw) < 8 + SIG_LEN:
         raise Rejected("truncated", f"{len(raw)} bytes")
     if raw[:4] != MAGIC:
@@ -88,9 +84,12 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
     (hlen,) = struct.unpack(">I", raw[4:8])
     if hlen > MAX_HEADER or 8 + hlen + SIG_LEN > len(raw):
         raise Rejected("truncated", f"header of {hlen} bytes in a {len(raw)}-byte value")
-    hb = raw[8 : 8 + hlen]
-    sig = raw[8 + hlen : 8 + hlen + SIG_LEN]
-    data = raw[8 + hlen + SIG_LEN :]
+    return raw[8 : 8 + hlen], raw[8 + hlen : 8 + hlen + SIG_LEN], raw[8 + hlen + SIG_LEN :]
+
+
+def _header(hb: bytes) -> dict:
+    """A value's header: its key ``k``, sha256 ``s``, size ``n`` and signing key id ``i``, each of its type;
+    Rejected ("malformed") otherwise."""
     try:
         head = jsonlimits.loads(hb)
         k, s, n, kid = head["k"], head["s"], head["n"], head["i"]
@@ -103,6 +102,18 @@ def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tu
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise Rejected("malformed", "header is not valid") from None
+    return head
+
+
+def open_value(rkey: str, raw: bytes, trusted, vouched: str | None = None) -> tuple[bytes, dict]:
+    """(data, header) of a stored value, every check passed; Rejected otherwise.
+
+    ``vouched``: the sha256 a verified group lists for this file; a value that matches it
+    needs no signature check of its own (its digest is what was signed).
+    """
+    hb, sig, data = _framed(raw)
+    head = _header(hb)
+    k, s, n, kid = head["k"], head["s"], head["n"], head["i"]
     if k != rkey:
         raise Rejected(
             "wrong-key",
@@ -219,12 +230,12 @@ class _State:
                 return self.client.execute(*args)
         except resp.RespError as exc:  # the server answered: e.g. NOPERM for a read-only user's SET
             self.count("refused")
-            _say(f"remote cache {self.addr.display()} refused {args[0]}: {exc}")
+            say(f"remote cache {self.addr.display()} refused {args[0]}: {exc}")
             return None
         except OSError as exc:
             self.down_until = time.monotonic() + self.retry
             self.count("unavailable")
-            _say(
+            say(
                 f"remote cache {self.addr.display()} unavailable ({exc}); compiling locally, "
                 f"retrying in {self.retry:g} s"
             )
@@ -284,10 +295,6 @@ def state(env=None) -> _State:
     return _STATE[0]
 
 
-def _say(msg: str) -> None:
-    warn_once(msg, "jitwarden: %s", msg)
-
-
 def namespace_of_triton() -> str | None:
     """The fingerprint digest Triton's cache dir is partitioned by, None when it is not a partition."""
     from jitwarden.store.partition import split
@@ -321,9 +328,9 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         self._vouched: dict[str, str] = {}
         self._put: dict[str, str] = {}
         if self._st.error:
-            _say(f"remote cache off: {self._st.error}")
+            say(f"remote cache off: {self._st.error}")
         elif self._digest is None:
-            _say(
+            say(
                 "remote cache off: Triton's cache dir is not a jitwarden partition, so there is no fingerprint "
                 "to namespace remote entries by (run under jitwarden activation)"
             )
@@ -345,7 +352,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         try:
             return self._get(list(filenames))
         except Exception as exc:
-            _say(f"remote cache get failed ({type(exc).__name__}: {exc}); compiling locally")
+            say(f"remote cache get failed ({type(exc).__name__}: {exc}); compiling locally")
             return {}
 
     def _get(self, filenames: list) -> dict:
@@ -361,43 +368,59 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         if reply is _DOWN:
             return {}
         raws = [reply] if len(rkeys) == 1 else (reply or [None] * len(rkeys))
+        trusted = self._keys_to_check()
+        if trusted is None:
+            return {}
+        out = {}
+        for name, rkey, raw in zip(filenames, rkeys, raws):
+            data = self._opened(name, rkey, raw, trusted)
+            if data is not None:
+                out[name] = data
+        return out
+
+    def _keys_to_check(self):
+        """The public keys values are checked by; None, and the remote cache off for this process (one line),
+        when they cannot be read or there are none."""
+        st = self._st
         try:
             trusted = st.trusted()
         except Exception as exc:
             st.down_until = float("inf")
-            _say(f"remote cache off: cannot check signatures ({exc})")
-            return {}
+            say(f"remote cache off: cannot check signatures ({exc})")
+            return None
         if not trusted.keys:
             st.down_until = float("inf")
-            _say(
+            say(
                 f"remote cache off: no trusted public keys (set {TRUSTED_KEYS.name}), so no value could be checked"
             )
-            return {}
-        out = {}
-        for name, rkey, raw in zip(filenames, rkeys, raws):
-            if raw is None:
-                st.count("miss")
-                continue
-            try:
-                data, head = open_value(rkey, raw, trusted, self._vouched.get(name))
-            except Rejected as rej:
-                st.count("reject:" + rej.reason)
-                log.warning(
-                    "jitwarden: remote cache value rejected (%s) for %s: %s",
-                    rej.reason,
-                    rkey,
-                    rej.detail,
-                )
-                continue
-            except Exception as exc:
-                st.count("reject:error")
-                _say(f"remote cache value not checked ({type(exc).__name__}: {exc}); not used")
-                continue
-            if isinstance(head.get("c"), dict):
-                self._vouched.update({str(k): str(v) for k, v in head["c"].items()})
-            st.count("hit")
-            out[name] = data
-        return out
+            return None
+        return trusted
+
+    def _opened(self, name: str, rkey: str, raw, trusted) -> bytes | None:
+        """The data of the value ``raw`` got for ``name`` when it passes every check, counted; else None."""
+        st = self._st
+        if raw is None:
+            st.count("miss")
+            return None
+        try:
+            data, head = open_value(rkey, raw, trusted, self._vouched.get(name))
+        except Rejected as rej:
+            st.count("reject:" + rej.reason)
+            log.warning(
+                "jitwarden: remote cache value rejected (%s) for %s: %s",
+                rej.reason,
+                rkey,
+                rej.detail,
+            )
+            return None
+        except Exception as exc:
+            st.count("reject:error")
+            say(f"remote cache value not checked ({type(exc).__name__}: {exc}); not used")
+            return None
+        if isinstance(head.get("c"), dict):
+            self._vouched.update({str(k): str(v) for k, v in head["c"].items()})
+        st.count("hit")
+        return data
 
     # -- whole entries: one value, one round trip, one signature (RemoteGuardedCacheManager) --
 
@@ -413,7 +436,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
             ValueError
         ) as exc:  # signed but not an entry: a writer bug, not an attack; still a miss
             self._st.count("reject:malformed")
-            _say(f"remote cache entry {filename} not used: {exc}")
+            say(f"remote cache entry {filename} not used: {exc}")
             return None
 
     def put_entry(self, filename: str, files: dict) -> None:
@@ -425,7 +448,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         try:
             self._put_one(filename, data if isinstance(data, bytes) else str(data).encode())
         except Exception as exc:
-            _say(f"remote cache put failed ({type(exc).__name__}: {exc})")
+            say(f"remote cache put failed ({type(exc).__name__}: {exc})")
 
     def _put_one(self, filename: str, data: bytes) -> None:
         st = self._st
@@ -446,7 +469,7 @@ class GuardedRemoteBackend(RemoteCacheBackend):
         value = seal_value(rkey, data, st.signer(), children)
         if len(value) > MAX_VALUE:
             st.count("put-too-large")
-            _say(
+            say(
                 f"remote cache: {filename} not stored ({len(value)} bytes, more than the {MAX_VALUE} a value may hold)"
             )
             return

@@ -6,7 +6,7 @@ miss is the remote cache asked (:class:`jitwarden.runtime.remote.GuardedRemoteBa
 value checked; a kernel entry is one value: one round trip, one signature, never a mix of two
 writers' files), and what it returns is written through the guard's own ``put`` and
 ``put_group``, so it lands sealed like a local compile. A builder (writer role) stores
-what it compiles. Like :mod:`jitwarden.runtime.guard`, only Triton imports this module.
+what it compiles. Like :mod:`jitwarden.runtime.guards.triton`, only Triton imports this module.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import json
 
 from jitwarden.formats import jsonlimits
 from jitwarden.runtime import remote
-from jitwarden.runtime.guard import _STANDALONE, GuardedCacheManager
+from jitwarden.runtime.guards.triton import GuardedCacheManager
+from jitwarden.runtime.guards.triton_verdicts import STANDALONE
 from jitwarden.runtime.say import log
 from jitwarden.store.reads import read_bytes
 
@@ -89,7 +90,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
 
     def get_file(self, filename):
         found = super().get_file(filename)
-        if found is not None or self._remote is None or not filename.endswith(_STANDALONE):
+        if found is not None or self._remote is None or not filename.endswith(STANDALONE):
             return found
         got = self._remote.get([filename])
         if filename not in got:
@@ -106,7 +107,7 @@ class RemoteGuardedCacheManager(GuardedCacheManager):
             self._remote is not None
             and self._remote.writer
             and not self._fetching
-            and filename.endswith(_STANDALONE)
+            and filename.endswith(STANDALONE)
         ):
             self._remote.put(filename, data if isinstance(data, bytes) else str(data).encode())
         return path

@@ -317,7 +317,7 @@ def check_loaded(path: str, digest: str | None) -> tuple[bool, str | None]:
     """(may it be loaded now, the line to say) for the entry a loader is about to read: O(1) in the tree.
 
     What :func:`sweep` does for one entry, at the moment Inductor's static launcher loads it
-    (runtime/torchhooks.py) instead of for every entry at every start: unchanged since sealed is a
+    (runtime/guards/inductor.py) instead of for every entry at every start: unchanged since sealed is a
     yes; changed, it is checked against its seal (and set aside when damaged); unsealed, it is
     proven and sealed (or set aside). The answer is read afterwards from the entry itself, so one
     that a writer holds, that cannot be locked or that was set aside is a no: the caller recompiles.

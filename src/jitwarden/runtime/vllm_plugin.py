@@ -36,11 +36,11 @@ def register() -> None:
         from jitwarden.runtime.activation import activate
 
         rec = activate()
-        from jitwarden.runtime.torchhooks import (
-            install,
+        from jitwarden.runtime.guards import (
+            install_torch,
         )  # torch is imported here: guard its kernel loaders now
 
-        install()
+        install_torch()
         from jitwarden.model.settings import is_guarded
 
         log = _logger()

@@ -30,7 +30,7 @@ OUTSIDE = {
     "NotRegularFile": "store/reads: an OSError of the disk layer, caught as OSError by every caller",
     "UnsafeName": "store/paths: as NotRegularFile (commands word it themselves, naming the root)",
     "NotPrivate": "store/reads: as NotRegularFile",
-    "_UnsafeLock": "runtime/guard: private control flow inside one method, never leaves the module",
+    "_UnsafeLock": "runtime/guards/triton: private control flow inside one method, never leaves the module",
     "_Cancelled": "ops/rebuild: private control flow of the engine's workers",
     "Rejected": "runtime/remote: private, a remote blob refused; the runtime never raises to a user",
     "LockTimeout": "store/entrylock: an OSError (ETIMEDOUT) of the disk layer; the runtime turns it into a miss",

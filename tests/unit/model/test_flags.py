@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jitwarden.model.flags import FALSE_WORDS, TRUE_WORDS, parse_flag
-from jitwarden.runtime import activation, proof, remote_wiring, torchhooks
+from jitwarden.runtime import activation, guards, proof, remote_wiring
 from tests.helpers.guarded import clean_env
 
 ON = ["1", "true", "TRUE", " yes ", "On", "y", "Y"]
@@ -40,9 +40,9 @@ def test_numbers_and_metadata_values_read_as_words():
 
 @pytest.mark.parametrize("word, on", [(w, True) for w in ON + NEITHER] + [(w, False) for w in OFF])
 def test_default_on_settings_turn_off_only_on_an_off_word(word, on):
-    env = {} if word is None else {proof.PROVE_VAR: word, torchhooks.HOOKS_VAR: word}
+    env = {} if word is None else {proof.PROVE_VAR: word, guards.TORCH_HOOKS.name: word}
     assert proof.enabled(env) is on
-    assert torchhooks.enabled(env) is on
+    assert guards.torch_enabled(env) is on
 
 
 @pytest.mark.parametrize("word, on", [(w, True) for w in ON] + [(w, False) for w in OFF + NEITHER])

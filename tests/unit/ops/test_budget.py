@@ -167,11 +167,11 @@ def test_an_entry_whose_lock_a_process_holds_is_skipped_whole(h200_inductor):
 
 
 def test_the_torch_hook_logs_the_fx_graph_it_checks_before_inductor_loads_it(h200_inductor):
-    from jitwarden.runtime import torchhooks
+    from jitwarden.runtime.guards import inductor
 
     ind, _tri = h200_inductor
     fx_id = next(
         u.head.id for u in jb.census(h200_inductor).units if u.head.id.startswith("fxgraph/")
     )
-    torchhooks.check_pickles(os.path.join(ind.path, fx_id))
+    inductor.check_pickles(os.path.join(ind.path, fx_id))
     assert fx_id in uselog.read(ind.path).last

@@ -1,4 +1,4 @@
-"""CuPy's kernel cache under the load hook (runtime/flathooks.py, issue 33), on the CPU: CuPy's real module is
+"""CuPy's kernel cache under the load hook (runtime/guards/cupy.py, issue 33), on the CPU: CuPy's real module is
 imported (it needs no GPU until a kernel runs) and its real disk backend wrapped as ``_boot`` wraps it; the entries
 are the real ones captured on the H200 (``tests/data/real/jax_cupy/cupy_cache``). CuPy cannot compile here, so
 "what CuPy's compile makes now" is the payload CuPy itself wrote for that key on the H200 (``save`` is called with
@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from jitwarden.runtime import flathooks, flatseal
+from jitwarden.runtime import flathooks, flatseal, guards, say
+from jitwarden.runtime.guards import cupy as cupy_guard
 from tests.unit.adapters.test_cupy import unpack
 
 pytestmark = pytest.mark.skipif(
@@ -36,7 +37,7 @@ def cache(tmp_path, monkeypatch):
 def _backend(d: str):
     from cupy.cuda._compiler_cache import DiskKernelCacheBackend
 
-    return flathooks.GuardedCupyBackend(DiskKernelCacheBackend(d))
+    return cupy_guard.GuardedCupyBackend(DiskKernelCacheBackend(d))
 
 
 def _payload(d: str, name: str) -> bytes:
@@ -52,8 +53,8 @@ def _quarantined(d: str) -> list[str]:
 def test_the_hook_wraps_cupys_real_backend(tmp_path):
     """Installed before CuPy imports its compiler, as _boot does: the backend CuPy compiles through is guarded."""
     code = (
-        "from jitwarden.runtime import flathooks, postimport\n"
-        "flathooks.install()\n"
+        "from jitwarden.runtime import guards, postimport\n"
+        "guards.install_load_hooks()\n"
         "import cupy.cuda.compiler as c\n"
         "print(type(c._kernel_cache_backend).__name__, postimport.status('cupy.cuda.compiler'))\n"
     )
@@ -62,7 +63,7 @@ def test_the_hook_wraps_cupys_real_backend(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.split() == ["GuardedCupyBackend", "guarded"]
-    assert "cupy" in flathooks.hooked({})
+    assert "cupy" in guards.hooked({})
 
 
 def test_an_honest_unsealed_entry_is_proven_by_cupys_compile_and_sealed(cache):
@@ -117,7 +118,7 @@ def test_an_error_of_jitwardens_own_is_a_miss_never_raised_into_cupy(cache, monk
     be = _backend(cache)
     monkeypatch.setattr(flatseal, "_sealed", broken)
     monkeypatch.setattr(flathooks, "_failures", [])
-    monkeypatch.setattr(flathooks, "_said", set())
+    monkeypatch.setattr(say, "_said", set())
     assert be.load(A) is None and be.load(B) is None
     assert [str(w.message) for w in recwarn].count(
         "jitwarden: load hook error (RuntimeError: seal reader broke); entries it could not check are "

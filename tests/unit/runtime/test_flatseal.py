@@ -164,7 +164,7 @@ def _run(tmp_path, env_extra: dict, cmd: list[str]) -> subprocess.CompletedProce
 
 
 def test_run_partitions_both_caches_and_checks_them_at_start(tmp_path):
-    """The start-up check alone (the load hooks off: where they are on, flathooks seals and proves instead)."""
+    """The start-up check alone (the load hooks off: where they are on, the guards seal and prove instead)."""
     jroot = tmp_path / "jaxcache"
     jroot.mkdir()
     prog = "import os; print(os.environ['JAX_COMPILATION_CACHE_DIR']); print(os.environ['CUPY_CACHE_DIR'])"
@@ -373,7 +373,7 @@ def test_a_seal_lock_held_by_another_process_is_waited_for_once_a_run_and_named(
     import sys
 
     from jitwarden.model.layout import ENTRY_LOCK_FILE
-    from jitwarden.runtime import flathooks
+    from jitwarden.runtime import flathooks, say
 
     d = tmp_path / "jaxc"
     d.mkdir()
@@ -392,7 +392,7 @@ def test_a_seal_lock_held_by_another_process_is_waited_for_once_a_run_and_named(
     try:
         assert holder.stdout.readline().strip() == "held"
         flatseal._STUCK.pop(str(d), None)
-        flathooks._said.discard(f"stuck:{d}")
+        say._said.discard(f"stuck:{d}")
         names = []
         for i in range(3):
             name = f"jit_f{i}-{'a' * 64}-cache"

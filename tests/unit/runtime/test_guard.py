@@ -268,7 +268,7 @@ def test_mismatch_while_a_writer_is_mid_group_is_a_plain_miss(tmp_path, referenc
     its own put_group leaves the entry consistent and sealed."""
     import fcntl
 
-    from jitwarden.runtime import guard
+    from jitwarden.runtime.guards import triton as guard
 
     root = str(tmp_path / "cache")
     out = compile_jobs(root)
@@ -343,7 +343,7 @@ def test_an_entry_lock_that_is_no_regular_file_never_takes_the_workload_down(
     """A symlink, FIFO or directory planted as an entry's lock file: the guard never raises into Triton, never
     follows the link nor blocks on the FIFO; it compiles and publishes as stock Triton does (seals what it
     can lock), warns once per process, and never serves from an entry whose lock it cannot take."""
-    from jitwarden.runtime import guard
+    from jitwarden.runtime.guards import triton as guard
     from tests.helpers.guarded import ADD
 
     root = str(tmp_path / "cache")

@@ -17,7 +17,10 @@ import types
 
 import pytest
 
-from jitwarden.runtime import flathooks, hookshapes, postimport
+from jitwarden.runtime import guards, hookshapes, postimport, say
+from jitwarden.runtime.guards import cupy as cupy_guard
+from jitwarden.runtime.guards import jax as jax_guard
+from jitwarden.runtime.guards import numba as numba_guard
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 H100 = os.path.join(HERE, "..", "..", "..", "benchmarks", "results", "h100_tool_shapes.json")
@@ -62,8 +65,8 @@ def test_jax_cache_write_of_every_release_passes_through_and_is_read(release, mo
     calls: list = []
     mod = types.SimpleNamespace(_cache_write=_fn("_cache_write", params, calls))
     seen: list = []
-    monkeypatch.setattr(flathooks, "_prove_compiled", lambda k, b, e: seen.append((k, b, e)))
-    flathooks._patch_compiler(mod)
+    monkeypatch.setattr(jax_guard, "_prove_compiled", lambda k, b, e: seen.append((k, b, e)))
+    jax_guard.patch_compiler(mod)
     assert (
         mod._cache_write(*call) == "real"
     )  # on main: TypeError (host_callbacks) for 0.11 and 0.12
@@ -88,7 +91,7 @@ def test_a_jax_compile_hook_of_no_known_shape_is_refused_and_the_tool_left_as_it
     real = _fn("_cache_write", UNKNOWN_CACHE_WRITE, calls)
     mod = types.SimpleNamespace(_cache_write=real)
     with pytest.raises(hookshapes.ShapeError, match="no parameter cache_key, executable"):
-        flathooks._patch_compiler(mod)
+        jax_guard.patch_compiler(mod)
     assert mod._cache_write is real
 
 
@@ -99,9 +102,9 @@ def test_an_error_inside_the_compile_hook_never_reaches_jax(monkeypatch, recwarn
     def broken(*a):
         raise RuntimeError("prover broke")
 
-    monkeypatch.setattr(flathooks, "_prove_compiled", broken)
-    monkeypatch.setattr(flathooks, "_said", set())
-    flathooks._patch_compiler(mod)
+    monkeypatch.setattr(jax_guard, "_prove_compiled", broken)
+    monkeypatch.setattr(say, "_said", set())
+    jax_guard.patch_compiler(mod)
     assert mod._cache_write(*JAX_CACHE_WRITE["0.11"][1]) == "real"
     assert mod._cache_write(*JAX_CACHE_WRITE["0.11"][1]) == "real"
     lines = [str(w.message) for w in recwarn if "prover broke" in str(w.message)]
@@ -121,10 +124,10 @@ def test_jax_get_file_cache_shapes(params, ok, tmp_path):
     mod = types.SimpleNamespace(get_file_cache=real, _cache=None)
     if not ok:
         with pytest.raises(hookshapes.ShapeError):
-            flathooks._patch_cache(mod)
+            jax_guard.patch_cache(mod)
         assert mod.get_file_cache is real
         return
-    flathooks._patch_cache(mod)
+    jax_guard.patch_cache(mod)
     assert (
         mod.get_file_cache(str(tmp_path)) == "real"
     )  # not a (cache, path) pair: returned as it is
@@ -161,12 +164,12 @@ def test_cupy_backend_shapes(release, tmp_path):
     )
     if release == "renamed":
         with pytest.raises(hookshapes.ShapeError, match="no parameter name"):
-            flathooks._patch_cupy(mod)
+            cupy_guard.patch(mod)
         assert mod._kernel_cache_backend is backend
         return
-    flathooks._patch_cupy(mod)
+    cupy_guard.patch(mod)
     guarded = mod._kernel_cache_backend
-    assert isinstance(guarded, flathooks.GuardedCupyBackend)
+    assert isinstance(guarded, cupy_guard.GuardedCupyBackend)
     assert guarded.load("ab" * 20 + ".cubin") is None  # absent: a miss, read by the hook itself
     assert guarded.load(name="ab" * 20 + ".cubin") is None
     guarded.save("ab" * 20 + ".cubin", b"\x7fELF", "src")
@@ -177,7 +180,7 @@ def test_cupy_backend_shapes(release, tmp_path):
     ]
     other = ns["DiskKernelCacheBackend"](str(tmp_path / "other"))
     mod._set_kernel_cache_backend(other)
-    assert isinstance(set_calls[0]["backend"], flathooks.GuardedCupyBackend)
+    assert isinstance(set_calls[0]["backend"], cupy_guard.GuardedCupyBackend)
     mod._set_kernel_cache_backend(backend=object())  # not a disk backend: passed as it is
     assert type(set_calls[1]["backend"]) is object
 
@@ -207,10 +210,10 @@ def test_numba_cache_file_shapes(release, tmp_path):
     mod = types.SimpleNamespace(IndexDataCacheFile=cls, pickle=__import__("pickle"))
     if release == "renamed":
         with pytest.raises(hookshapes.ShapeError):
-            flathooks._patch_numba(mod)
+            numba_guard.patch(mod)
         assert cls._load_data(None, "x") == "orig"  # left as it was
         return
-    flathooks._patch_numba(mod)
+    numba_guard.patch(mod)
     obj = types.SimpleNamespace(_cache_path=str(tmp_path), _index_name="f.nbi")
     with pytest.raises(
         FileNotFoundError
@@ -225,7 +228,7 @@ def test_numba_cache_file_shapes(release, tmp_path):
         cls._load_data(None, "f.1.nbc")
 
 
-# torch 2.9-2.13: the three loaders torchhooks wraps (their shapes are the same in every one of these releases).
+# torch 2.9-2.13: the three loaders the Inductor guard wraps (their shapes are the same in every one of these releases).
 TORCH = {
     "TritonBundler.read_and_emit": ("torch._inductor.triton_bundler", "bundle"),
     "GuardedCache.iterate_over_candidates": (
@@ -250,11 +253,9 @@ def test_torch_loader_shapes_fit_and_a_renamed_one_does_not(attr):
 
 
 def test_a_refused_hook_says_one_line_and_is_not_guarded(monkeypatch, recwarn):
-    """postimport's on_error for the flat hooks: the state says why, one warning says what protection remains."""
+    """postimport's on_error for the flat hooks (a guard's refused): the state says why, one warning says what protection remains."""
     monkeypatch.setattr(hookshapes, "version_of", lambda kind: "0.13.0")
-    state = flathooks._refused(
-        flathooks.CACHE_MODULE, hookshapes.ShapeError("get_file_cache(directory)")
-    )
+    state = jax_guard.refused(guards.JAX_CACHE, hookshapes.ShapeError("get_file_cache(directory)"))
     assert state.startswith("not guarded: JAX 0.13.0's cache functions are not ones this version")
     assert [str(w.message) for w in recwarn] == [
         "jitwarden: JAX 0.13.0's cache functions are not ones this version of jitwarden knows (ShapeError: "

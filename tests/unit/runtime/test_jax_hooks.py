@@ -1,4 +1,4 @@
-"""JAX's persistent cache under the load hook (runtime/flathooks.py, issue 33), on JAX's CPU backend, which writes
+"""JAX's persistent cache under the load hook (runtime/guards/jax.py, issue 33), on JAX's CPU backend, which writes
 the same cache as on a GPU: two functions both named ``f`` (gelu(x @ w) and relu(x @ w)) share a module name, so
 relu's ``jit_f-<key>-cache`` copied over gelu's passes every name check. The program names its cache dir in code
 (``jax.config.update``), as JAX programs do; it prints the fraction of negative outputs (gelu's is 0.5 here,
@@ -137,8 +137,8 @@ jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 jax.jit(lambda x: x + 1)(1.0)  # JAX's cache object made before the hook
-from jitwarden.runtime import flathooks, postimport
-print(flathooks.install())
+from jitwarden.runtime import guards, postimport
+print(guards.install_load_hooks())
 from jax._src import compilation_cache
 print(type(compilation_cache._cache).__name__)
 def f(x): return jnp.sin(x) * 3
@@ -166,11 +166,12 @@ def test_installed_after_jax_made_its_cache_guards_from_then_on(where):
 DEGRADED = (
     r"""
 import sys
-from jitwarden.runtime import flathooks
+from jitwarden.runtime import guards
+from jitwarden.runtime.guards import jax as jax_guard
 def unknown_shape(mod):
     raise AttributeError("_cache_write")  # a JAX whose compiler the hook does not know
-flathooks._patch_compiler = unknown_shape
-flathooks.install()
+jax_guard.patch_compiler = unknown_shape
+guards.install_load_hooks()
 import jax
 from jitwarden.runtime import postimport
 print(postimport.status("jax._src.compiler"), postimport.status("jax._src.compilation_cache"))

@@ -12,7 +12,8 @@ import os
 import shutil
 
 from jitwarden.model.layout import SEAL_FILE
-from jitwarden.runtime import sweep, torchhooks
+from jitwarden.runtime import sweep
+from jitwarden.runtime.guards import inductor_bundle
 from jitwarden.store import seal
 from tests.helpers.guarded import flip, kernel_entry
 
@@ -37,7 +38,7 @@ def _tampered_then_seal_chmodded(sealed_tree, tmp_path) -> str:
 
 def test_the_torch_hooks_see_a_flipped_cubin_after_the_seal_was_chmodded(sealed_tree, tmp_path):
     entry = _tampered_then_seal_chmodded(sealed_tree, tmp_path)
-    assert torchhooks._seal_problems(entry) == (
+    assert inductor_bundle._seal_problems(entry) == (
         "corrupt",
         ["add_kernel.cubin does not match its sealed sha256"],
     )
@@ -126,8 +127,8 @@ def test_after_an_upgrade_the_bundle_hook_proves_an_old_seals_dir_never_sets_it_
     shutil.copytree(sealed_tree, tree)
     entry = os.path.join(tree, kernel_entry(tree))
     _old_seal(entry)
-    st = torchhooks._Staged()
+    st = inductor_bundle._Staged()
     st.existing[entry] = (object(), tree)
-    torchhooks._judge(st)
+    inductor_bundle._judge(st)
     assert st.refused == set() and os.path.isdir(entry)
     assert seal.read(entry) is not None

@@ -188,7 +188,7 @@ def test_with_the_hooks_on_activation_walks_nothing_and_every_python_it_starts_i
     assert (
         on.warnings == () and snapshot(tree) == before
     )  # not even the damaged one: it is judged when loaded
-    from jitwarden.runtime.torchhooks import boot_dir
+    from jitwarden.runtime.guards import boot_dir
 
     assert child["PYTHONPATH"].split(os.pathsep)[0] == boot_dir()
     ok, line = sweep.check_loaded(os.path.join(tree, victim), rec.digest)
@@ -228,7 +228,8 @@ def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(
     """A torch with no StaticAutotunerFuture (another release, a refactor): the trees are swept as it is imported."""
     import types
 
-    from jitwarden.runtime import torchhooks
+    from jitwarden.runtime import guards
+    from jitwarden.runtime.guards import inductor
 
     tree = str(tmp_path / "part")
     shutil.copytree(sealed_tree, tree)
@@ -242,12 +243,12 @@ def test_an_unknown_torch_loader_shape_sweeps_every_tree_in_use_at_once(
         JITWARDEN_PROVE_WAIT="1",
     ).items():
         monkeypatch.setenv(k, v)
-    monkeypatch.delitem(torchhooks._applied, torchhooks._STATIC, raising=False)
-    torchhooks._guard_static_loads(
+    monkeypatch.delitem(guards.noted, guards.STATIC, raising=False)
+    inductor._guard_static_loads(
         types.ModuleType("torch._inductor.codecache")
     )  # the shape it does not know
     assert victim not in entries(tree)
-    assert torchhooks.status()[torchhooks._STATIC].startswith("swept at import")
+    assert guards.torch_status()[guards.STATIC].startswith("swept at import")
 
 
 def test_an_entry_another_process_takes_between_listing_and_checking_is_no_warning(
@@ -354,16 +355,16 @@ def test_a_kernel_sealed_under_another_fingerprint_is_never_loaded_moved_in_or_c
 
 
 def test_the_sweep_and_the_bundle_hook_refuse_a_seal_of_another_fingerprint(tmp_path):
-    from jitwarden.runtime import torchhooks
+    from jitwarden.runtime.guards import inductor_bundle
 
     tree = str(tmp_path / "t")
     compile_jobs(tree, guarded=True)
     name = kernel_entry(tree)
     path = os.path.join(tree, name)
     _sealed_under(path, "a" * 16)
-    assert torchhooks._seal_problems(path) == ("", [])
-    assert torchhooks._seal_problems(path, "a" * 16) == ("", [])
-    code, problems = torchhooks._seal_problems(path, "b" * 16)
+    assert inductor_bundle._seal_problems(path) == ("", [])
+    assert inductor_bundle._seal_problems(path, "a" * 16) == ("", [])
+    code, problems = inductor_bundle._seal_problems(path, "b" * 16)
     assert code == "mismatch" and problems == [
         f"sealed under fingerprint {'a' * 16}, this partition is {'b' * 16}"
     ]

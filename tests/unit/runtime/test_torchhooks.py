@@ -1,4 +1,4 @@
-"""Guards on what TorchInductor restores mid-run (jitwarden.runtime.torchhooks), on the real CPU torch.
+"""Guards on what TorchInductor restores mid-run (jitwarden.runtime.guards.inductor), on the real CPU torch.
 
 Inductor on the CPU makes C++ kernels, so the Triton side is driven through torch's own
 ``TritonBundler``: ``collect()`` bundles real Triton kernel directories (compiled on the CPU for
@@ -29,14 +29,14 @@ BUNDLE = textwrap.dedent(
     """
     import json, os, pickle, sys
     if os.environ.get("JW_INSTALL_FIRST") == "1":
-        from jitwarden.runtime import torchhooks
-        torchhooks.install()  # before torch is imported: the finder patches it on import
+        from jitwarden.runtime import guards
+        guards.install_torch()  # before torch is imported: the finder patches it on import
     import torch
     from torch._inductor import config
     from torch._inductor.triton_bundler import TritonBundler
     if os.environ.get("JW_INSTALL_FIRST") == "0":
-        from jitwarden.runtime import torchhooks
-        torchhooks.install()  # torch already imported: patched now
+        from jitwarden.runtime import guards
+        guards.install_torch()  # torch already imported: patched now
     config.bundle_triton_into_fx_graph_cache = True
     guarded = bool(getattr(TritonBundler.read_and_emit, "__jitwarden__", False))
     # What Inductor does when it writes an FX-graph entry: bundle the kernels it compiled ...
@@ -203,15 +203,15 @@ def test_an_unsealed_directory_already_on_disk_is_proven_before_torch_uses_it(
 FX = textwrap.dedent(
     """
     import json, os, sys
-    from jitwarden.runtime import torchhooks
-    torchhooks.install()
+    from jitwarden.runtime import guards
+    guards.install_torch()
     import torch
     torch.manual_seed(0)
     x = torch.randn(8, 8); y = torch.randn(8, 8)
     def f(x, y):
         return torch.relu(x @ y + 1).sum(dim=-1) * 2
     got = torch.compile(f)(x, y)
-    print(json.dumps({"ok": bool(torch.allclose(got, f(x, y))), "hooks": torchhooks.status()}))
+    print(json.dumps({"ok": bool(torch.allclose(got, f(x, y))), "hooks": guards.torch_status()}))
     """
 )
 
@@ -282,21 +282,21 @@ def test_doctor_names_a_torch_whose_loaders_cannot_be_wrapped(tmp_path, monkeypa
     """A copy of this torch's own sources with the bundler's loader renamed: doctor says what and how to turn it off."""
     import shutil
 
-    from jitwarden.runtime import torchhooks
+    from jitwarden.runtime import hookshapes
 
-    real = torchhooks._torch_dir()
-    assert torchhooks.doctor_warnings({}) == []  # this torch: every wrapper attaches
+    real = hookshapes._torch_dir()
+    assert hookshapes.doctor_warnings({}) == []  # this torch: every wrapper attaches
     fake = tmp_path / "torch"
-    for rel, _needles in torchhooks._SHAPES.values():
+    for rel, _needles in hookshapes._SHAPES.values():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(os.path.join(real, rel), fake / rel)
     p = fake / "_inductor" / "triton_bundler.py"
     p.write_text(p.read_text().replace("def read_and_emit(", "def read_and_emit_v2("))
-    monkeypatch.setattr(torchhooks, "_torch_dir", lambda: str(fake))
-    (w,) = torchhooks.doctor_warnings({})
+    monkeypatch.setattr(hookshapes, "_torch_dir", lambda: str(fake))
+    (w,) = hookshapes.doctor_warnings({})
     assert w[0] == "torch-hooks" and "triton_bundler.py (no def read_and_emit(" in w[1]
     assert "TORCHINDUCTOR_BUNDLE_TRITON_INTO_FX_GRAPH_CACHE=0" in w[2]
-    raw = torchhooks.doctor_warnings({"TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW": "1"})
+    raw = hookshapes.doctor_warnings({"TORCHINDUCTOR_KEEP_STATIC_CUBIN_RAW": "1"})
     assert any("KEEP_STATIC_CUBIN_RAW" in t for _k, t, _f in raw)
 
 
@@ -405,8 +405,9 @@ STATIC = textwrap.dedent(
     '''
     import json, os, sys, types
     sys.path.insert(0, os.environ["JW_KERNEL_DIR"])
-    from jitwarden.runtime import torchhooks
-    torchhooks.install()  # before torch: patched as torch imports its code cache
+    from jitwarden.runtime import guards
+    from jitwarden.runtime.guards import inductor
+    guards.install_torch()  # before torch: patched as torch imports its code cache
     import triton
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
@@ -433,12 +434,12 @@ STATIC = textwrap.dedent(
         def precompile(self, warm_cache_only):
             self.compiled = not warm_cache_only
 
-    out = {"status": torchhooks.status().get("static launcher")}
+    out = {"status": guards.torch_status().get("static launcher")}
     f, r = future()
     r.reload_cubin_path()
     cached = out["cubin_path"] = r.kernel.cubin_path  # Inductor's own reload_cubin_path names the cache's file
     sealed = open(cached, "rb").read()
-    out["good_loadable"] = torchhooks._loadable(f.static_autotuner)
+    out["good_loadable"] = inductor._loadable(f.static_autotuner)
     served = out["served"] = r.kernel.cubin_path  # what the launcher will read: a private copy of the sealed bytes
     with open(cached, "r+b") as fh:  # damage it after it was checked: the swap between check and load
         fh.seek(3000); b = fh.read(1); fh.seek(3000); fh.write(bytes([b[0] ^ 1]))
@@ -496,10 +497,10 @@ def test_a_torch_module_of_another_shape_is_left_alone_with_one_warning(tmp_path
         f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path)!r})
-        from jitwarden.runtime import torchhooks
-        before = torchhooks.install()["torch._inductor.triton_bundler"]
+        from jitwarden.runtime import guards
+        before = guards.install_torch()["torch._inductor.triton_bundler"]
         import torch._inductor.triton_bundler as b
-        print(json.dumps([before, b.LOADED, torchhooks.status()["torch._inductor.triton_bundler"]]))
+        print(json.dumps([before, b.LOADED, guards.torch_status()["torch._inductor.triton_bundler"]]))
         """
     )
     p = subprocess.run(

@@ -14,7 +14,7 @@ WARM_MODULES_MAX = 36
 """jitwarden modules a warm activation imports with torch installed (hooks, sweep check, partitions).
 Raised on purpose, each time for a module that does a job on this path: 23 at issue 35; the disk layer split
 by concern (issue 36: one fsutil became six small modules), env.interpreter (issue 34: the memo is keyed by
-the workload's interpreter), runtime.flathooks and runtime.postimport (issue 33: JAX's and CuPy's load hooks),
+the workload's interpreter), runtime.flathooks (now runtime.guards: every guard installed, none imported) and runtime.postimport (issue 33: JAX's and CuPy's load hooks),
 runtime.say (issue 36: the one logger), store.trust (issue 32: the one trust rule, asked of every root),
 model.errors (an env error carries its exit status) and runtime.record (issue 44: ``run --record``'s switch, read
 once from the environment; a hit then costs a tuple append) and model.kinds (issue 46: every kind's row, which

@@ -1,4 +1,4 @@
-"""No lock without a bound (store/entrylock.py, store/locks.py; the guard's use in runtime/guard.py).
+"""No lock without a bound (store/entrylock.py, store/locks.py; the guard's use in runtime/guards/triton.py).
 
 ``flock`` needs only a read fd: another user who can open a lock file can hold it. Lock files are
 created readable only by those who may write the directory, and a guarded compile waits for an entry

@@ -49,7 +49,7 @@ def boot_path(env) -> None:
     """``runtime/_boot`` first on ``env``'s ``PYTHONPATH``: every Python started with it can import the
     ``jitwarden`` package alone from jitwarden's own install (its ``sitecustomize``), and installs the torch
     hooks."""
-    from jitwarden.runtime.torchhooks import boot_dir
+    from jitwarden.runtime.guards import boot_dir
 
     d = boot_dir()
     parts = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]

@@ -511,8 +511,8 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
                 )
             )
     from jitwarden.runtime import (
+        hookshapes,
         proof,
-        torchhooks,
     )  # proofs off, torch loaders that cannot be wrapped
     from jitwarden.runtime.remote_wiring import (
         unguarded,
@@ -527,7 +527,7 @@ def startup_warnings(fp, report) -> list[tuple[str, str, str | None]]:
                 "fingerprint) or signed bundles (jitwarden export / import) instead",
             )
         )
-    return out_ + proof.doctor_warnings() + torchhooks.doctor_warnings()
+    return out_ + proof.doctor_warnings() + hookshapes.doctor_warnings()
 
 
 def misconfig_problems(env=None) -> list[Problem]:

@@ -97,7 +97,7 @@ def run(args) -> int:
     if other is not None and settings.is_guarded(env.get("TRITON_CACHE_MANAGER")):
         _foreign.boot_path(env)  # the guard importable there, jitwarden's package alone
     if rec.active:
-        from jitwarden.runtime.torchhooks import (
+        from jitwarden.runtime.guards import (
             add_boot_path,
         )  # the command's own Python guards what torch restores mid-run
 

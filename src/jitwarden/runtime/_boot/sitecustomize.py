@@ -1,8 +1,8 @@
 """Run at start-up by every Python under ``jitwarden run``: make the ``jitwarden`` package importable (alone) in
 a Python of another environment, guard what torch restores mid-run and JAX's persistent cache
-(:mod:`jitwarden.runtime.flathooks`), then hand over to the ``sitecustomize`` this one shadows, if any.
+(:mod:`jitwarden.runtime.guards`), then hand over to the ``sitecustomize`` this one shadows, if any.
 
-:func:`jitwarden.runtime.torchhooks.install` is standard library only and never imports torch (it waits
+:func:`jitwarden.runtime.guards.install_torch` is standard library only and never imports torch (it waits
 for torch to import its loaders). Nothing here may raise: it runs before the program.
 """
 
@@ -38,13 +38,13 @@ def _importable() -> None:
 
 def _install() -> None:
     try:
-        from jitwarden.runtime.torchhooks import install
+        from jitwarden.runtime.guards import install_torch
 
-        install()
+        install_torch()
     except Exception:
         pass
     try:
-        from jitwarden.runtime.flathooks import install as install_load_hooks
+        from jitwarden.runtime.guards import install_load_hooks
 
         install_load_hooks()
     except Exception:
