@@ -480,7 +480,7 @@ def _cubin_arch(rel: str, sm: int, judge: Judge, facts: Judging) -> None:
 
 def _pickle_seal(s: Survey, facts: Judging) -> dict:
     """{file: {sha256, size}} the seal of a pickle key dir covers (the torch hooks write it,
-    ``runtime/torchhooks.py``); empty when there is no seal. A seal that does not parse is reported
+    ``runtime/guards/inductor.py``); empty when there is no seal. A seal that does not parse is reported
     at info level: it says nothing about the pickles (ARCHITECTURE.md, "A finding code")."""
     from jitwarden.store import seal
 
