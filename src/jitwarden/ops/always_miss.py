@@ -215,11 +215,15 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
         )
     names = sorted({n for g in got for n in g["h"]})
     changed = [n for n in names if len({g["h"].get(n) for g in got}) > 1]
+    told = {n.split("[", 1)[0] for n in changed if "[" in n}
+    changed = [n for n in changed if n not in told]  # its items that changed say it, by name
     if not changed:
+        cut = any(g.get("more") for g in got)
         return AlwaysMiss(
             **base,
             cause="unknown",
-            why="a new key in every start, yet every input torch hashed into it is the same",
+            why="a new key in every start, yet every input of it recorded is the same"
+            + (" (torch listed more inputs than the record keeps)" if cut else ""),
         )
     rows = [{n: g["v"].get(n, f"#{g['h'].get(n, '')[:10]}") for n in changed} for g in got]
     diffs = [(n, tuple(dict.fromkeys(r[n] for r in rows))) for n in changed]

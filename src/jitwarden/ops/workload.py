@@ -130,7 +130,12 @@ def _inputs(doc) -> dict | None:
     pairs = [*h.items(), *v.items()]
     if not all(isinstance(a, str) and isinstance(b, str) for a, b in pairs):
         return None
-    return {"h": dict(h), "v": {k: x for k, x in v.items() if k in h}}
+    more = doc.get("more")
+    return {
+        "h": dict(h),
+        "v": {k: x for k, x in v.items() if k in h},
+        **({"more": more} if isinstance(more, str) and more.isdigit() else {}),
+    }
 
 
 def parse(raw: bytes) -> tuple[tuple[Event, ...], int]:

@@ -41,8 +41,11 @@ _BUF: list[tuple[str, str, str, str, float, float, dict | None]] = []
 _HOOKED = False
 _GRAPHS: dict[tuple[str, str], tuple[str, dict]] = {}
 """(kind, key) -> (the graph's name in this start, what its key was made of): :func:`key_inputs`."""
-MAX_INPUTS = 128
-"""Inputs of one graph's key kept (torch lists each example input and each setting: a few dozen)."""
+MAX_INPUTS = 256
+"""Hashes one graph's record keeps: one per input of its key, then its items (each example input, each
+``fx_kwargs`` item) while fewer are kept."""
+MAX_ITEMS = 64
+"""A list or dict input of more items than this (``inductor_config``) keeps only its digest."""
 MAX_VALUE = 64
 """An input's value is kept beside its hash when its text is at most this long (a uuid, a flag, a version)."""
 _LINE = re.compile(
@@ -90,19 +93,42 @@ def compiled(kind: str, key: str, name: str, seconds: float, inputs: dict | None
 
 def parse_key_lines(lines) -> dict:
     """``{"h": {input: its hash}, "v": {input: its value}}`` of the lines torch logs for an FX graph's or an
-    AOTAutograd graph's key (``[hash] name: value``, ``[hash] name[3]: value``; pure). A value is kept
-    only when short (:data:`MAX_VALUE`) and printable; at most :data:`MAX_INPUTS` inputs; a line of no such shape is skipped."""
-    hashes: dict[str, str] = {}
-    values: dict[str, str] = {}
+    AOTAutograd graph's key (``[hash] name: value``, ``[hash] name[item]: value``; pure). Every input of the
+    key has one hash: a list or dict input (``inductor_config``: hundreds of items) the digest of its items'
+    hashes, and its items each their own while the record holds fewer than :data:`MAX_INPUTS` (those of
+    inputs of at most :data:`MAX_ITEMS` items; ``"more"`` counts the items left out). A value is kept only
+    when short (:data:`MAX_VALUE`) and printable; a line of no such shape is skipped."""
+    import hashlib
+
+    groups: dict[str, list[tuple[str, str, str]]] = {}
     for line in lines if isinstance(lines, (list, tuple)) else ():
         m = _LINE.match(line) if isinstance(line, str) else None
-        if m is None or len(hashes) >= MAX_INPUTS:
-            continue
-        h, name, value = m.groups()
-        hashes[name] = h[:16]
-        if len(value) <= MAX_VALUE and value.isprintable():
+        if m is not None:
+            h, name, value = m.groups()
+            groups.setdefault(name.split("[", 1)[0], []).append((name, h, value))
+    hashes: dict[str, str] = {}
+    values: dict[str, str] = {}
+    more = 0
+
+    def keep(name: str, h: str, value: str | None) -> None:
+        hashes[name] = h[:12]
+        if value is not None and len(value) <= MAX_VALUE and value.isprintable():
             values[name] = value
-    return {"h": hashes, "v": values}
+
+    for attr, items in groups.items():
+        if len(items) == 1 and items[0][0] == attr:
+            keep(attr, items[0][1], items[0][2])
+            continue
+        keep(attr, hashlib.sha256("|".join(h for _n, h, _v in items).encode()).hexdigest(), None)
+        if len(items) > MAX_ITEMS:
+            more += len(items)
+            continue
+        for name, h, value in items:
+            if len(hashes) < MAX_INPUTS:
+                keep(name, h, value)
+            else:
+                more += 1
+    return {"h": hashes, "v": values, **({"more": str(more)} if more else {})}
 
 
 def key_inputs(kind: str, key, lines) -> None:

@@ -44,8 +44,10 @@ def test_parse_keeps_hashes_short_printable_values_and_skips_other_lines():
     got = record.parse_key_lines(_lines("abcdef0123456789"))
     assert set(got["h"]) == {
         "gm",
+        "example_inputs",
         "example_inputs[0]",
         "post_grad_custom_post_pass",
+        "fx_kwargs",
         "fx_kwargs[cudagraphs]",
         "torch_version",
     }
@@ -53,8 +55,15 @@ def test_parse_keeps_hashes_short_printable_values_and_skips_other_lines():
     assert "torch_version" not in got["v"]  # not printable
     assert "gm" not in got["v"]  # the graph's code is long: its hash alone
     assert record.parse_key_lines(None) == {"h": {}, "v": {}}
-    many = [f"[h{i}] x{i}: v" for i in range(500)]
-    assert len(record.parse_key_lines(many)["h"]) == record.MAX_INPUTS
+    big = [f"[h{i}] inductor_config[k{i}]: v" for i in range(record.MAX_ITEMS + 1)]
+    cut = record.parse_key_lines(big)
+    assert set(cut["h"]) == {"inductor_config"} and cut["more"] == str(record.MAX_ITEMS + 1)
+    other = [
+        f"[h{i}] inductor_config[k{i}]: {'x' if i else 'y'}" for i in range(record.MAX_ITEMS + 1)
+    ]
+    assert record.parse_key_lines(other)["h"] == cut["h"]  # the same item hashes: the same digest
+    changed = [f"[g{i}] inductor_config[k{i}]: v" for i in range(record.MAX_ITEMS + 1)]
+    assert record.parse_key_lines(changed)["h"] != cut["h"]
 
 
 def test_a_nonce_in_every_start_is_a_random_value_with_its_fix():
@@ -76,7 +85,7 @@ def test_a_setting_that_comes_back_is_a_setting_not_a_random_value():
     w = workload.Workload(name="w", digest="d", events=_events(starts))
     (m,) = always_miss.check(w, ())
     assert m.cause == "setting"
-    assert "only fx_kwargs[cudagraphs] differs (True, False)" in m.why
+    assert "only fx_kwargs[cudagraphs] differs (True, False)" in m.why  # its item, not fx_kwargs
     assert m.fix == "call torch.compile with the same options in every start"
 
 
