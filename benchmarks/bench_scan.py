@@ -160,10 +160,12 @@ def measure(
     if with_walk:
         cmds["walk"] = ([sys.executable, os.path.abspath(__file__), "--walk", roots[0]], None)
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src")
-    cmds["jw"] = (jw, dict(os.environ, PYTHONPATH=here))
+    home = tempfile.mkdtemp(prefix="jw-bench-scan-home-")  # verify's stats and memos, never the real HOME's
+    private = dict(os.environ, HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
+    cmds["jw"] = (jw, dict(private, PYTHONPATH=here))
     byte_compile(here)
     if against:
-        cmds["base"] = (jw, dict(os.environ, PYTHONPATH=os.path.abspath(against)))
+        cmds["base"] = (jw, dict(private, PYTHONPATH=os.path.abspath(against)))
         byte_compile(against)
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cmds}
     for k, (cmd, env) in cmds.items():
