@@ -160,7 +160,9 @@ def measure(
     if with_walk:
         cmds["walk"] = ([sys.executable, os.path.abspath(__file__), "--walk", roots[0]], None)
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src")
-    home = tempfile.mkdtemp(prefix="jw-bench-scan-home-")  # verify's stats and memos, never the real HOME's
+    home = tempfile.mkdtemp(
+        prefix="jw-bench-scan-home-"
+    )  # verify's stats and memos, never the real HOME's
     private = dict(os.environ, HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
     cmds["jw"] = (jw, dict(private, PYTHONPATH=here))
     byte_compile(here)

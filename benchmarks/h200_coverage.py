@@ -149,41 +149,18 @@ def step_removed(env, res) -> None:
     }
 
 
-NONCE = r"""
-import os, sys, uuid
-import torch
-
-if os.environ.get("JW_NONCE"):
-    from torch._inductor.custom_graph_pass import CustomGraphPass
-
-    class Nonce(CustomGraphPass):
-        def __call__(self, graph):
-            return None
-
-        def uuid(self):
-            return uuid.uuid4().hex  # new in every start: the bug
-
-    torch._inductor.config.post_grad_custom_post_pass = Nonce()
-
-def f(x, y):
-    return torch.nn.functional.gelu(x @ y + 1).sum(dim=-1) * 2
-
-x = torch.randn(256, 256, device="cuda"); y = torch.randn(256, 256, device="cuda")
-out = torch.compile(f)(x, y)
-torch.cuda.synchronize()
-print("RESULT ok" if torch.allclose(out, f(x, y), rtol=1e-3, atol=1e-3) else "RESULT wrong")
-"""
-
-
 def step_nonce(work, res) -> None:
     """Always-miss of an FX graph whose key holds a random value, and none for the same stable workload."""
     gp = _gp()
+    sys.path.insert(0, os.path.dirname(HERE))
+    from tests.helpers.nonce import WORKLOAD
+
     script = os.path.join(work, "nonce.py")
     with open(script, "w") as f:
-        f.write(NONCE)
+        f.write(WORKLOAD)
     out: dict = {}
     for name, extra, starts in (("nonce", {"JW_NONCE": "1"}, 3), ("stable", {}, 2)):
-        env = dict(gp.isolated_env(os.path.join(work, f"node-{name}")), **extra)
+        env = dict(gp.isolated_env(os.path.join(work, f"node-{name}")), JW_DEVICE="cuda", **extra)
         env.pop("TRITON_CACHE_DIR")
         env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
         runs = []

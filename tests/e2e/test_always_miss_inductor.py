@@ -12,30 +12,7 @@ import sys
 
 from tests.helpers import guarded
 from tests.helpers.cli import jw
-
-WORKLOAD = r"""
-import os, uuid
-import torch
-
-if os.environ.get("JW_NONCE"):
-    from torch._inductor.custom_graph_pass import CustomGraphPass
-
-    class Nonce(CustomGraphPass):
-        def __call__(self, graph):
-            return None
-
-        def uuid(self):
-            return uuid.uuid4().hex  # new in every start: the bug
-
-    torch._inductor.config.post_grad_custom_post_pass = Nonce()
-
-def f(x, y):
-    return torch.relu(x @ y + 1).sum(dim=-1) * 2
-
-x = torch.ones(8, 8); y = torch.ones(8, 8)
-out = torch.compile(f)(x, y)
-assert torch.equal(out, f(x, y)), (out, f(x, y))
-"""
+from tests.helpers.nonce import WORKLOAD
 
 
 def _start(env, name, **extra):
