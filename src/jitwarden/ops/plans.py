@@ -27,6 +27,29 @@ from jitwarden.store.paths import UnsafeName
 ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR) - NEVER_CLEANED
 
 
+def _under_locks(
+    plan,
+    locked,
+    lock_timeout: float | None,
+    replan,
+    *,
+    act,
+    why: str,
+    path_of=lambda a: a.path,
+    name_of=lambda path: "",
+) -> list[Outcome]:
+    """What every plan's ``execute()`` does: hold the locks of ``locked``, judge again there (``replan``, no
+    arguments, a fresh plan; none: ``plan`` itself), ``act`` on the actions ``plan`` showed that are still
+    chosen, and report each shown one no longer chosen as skipped, ``why``."""
+    shown = {path_of(a) for a in plan.actions}
+    with locks.hold(locked, lock_timeout):
+        again = replan() if replan is not None else plan
+        chosen = [a for a in again.actions if path_of(a) in shown]
+        outcomes = act(chosen)
+    left = shown - {path_of(a) for a in chosen}
+    return outcomes + [Outcome(p, name_of(p), "skipped", why) for p in sorted(left)]
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     """Which entries a clean takes: by finding code, age and kind (all given must hold)."""
@@ -163,18 +186,16 @@ class CleanPlan:
         ``replan`` (no arguments, returns a fresh plan) judges again under the lock: only what
         this plan showed and is still selected is moved; the rest is reported as skipped.
         """
-        shown = {a.path for a in self.actions}
-        with locks.hold(self.roots, lock_timeout):
-            again = replan() if replan is not None else self
-            actions = [a for a in again.actions if a.path in shown]
-            outcomes = maintenance.clean(
+        return _under_locks(
+            self,
+            self.roots,
+            lock_timeout,
+            replan,
+            act=lambda actions: maintenance.clean(
                 actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint, batch=batch
-            )
-        gone = shown - {a.path for a in actions}
-        return outcomes + [
-            Outcome(p, "", "skipped", "no longer selected (changed since the plan)")
-            for p in sorted(gone)
-        ]
+            ),
+            why="no longer selected (changed since the plan)",
+        )
 
 
 def plan_clean(report, sel: Selection) -> CleanPlan:
@@ -269,16 +290,14 @@ class RelocatePlan:
         """Rewrite under every root's lock; ``replan`` judges again there (only what was shown and still
         qualifies is changed). Each old group file goes into quarantine with ``batch`` before its new one is
         written."""
-        shown = {a.path for a in self.actions}
-        with locks.hold(self.roots, lock_timeout):
-            again = replan() if replan is not None else self
-            actions = [a for a in again.actions if a.path in shown]
-            outcomes = maintenance.relocate(actions, batch=batch, orphan_age=orphan_age)
-        gone = shown - {a.path for a in actions}
-        return outcomes + [
-            Outcome(p, "", "skipped", "no longer moved and proven (changed since the plan)")
-            for p in sorted(gone)
-        ]
+        return _under_locks(
+            self,
+            self.roots,
+            lock_timeout,
+            replan,
+            act=lambda actions: maintenance.relocate(actions, batch=batch, orphan_age=orphan_age),
+            why="no longer moved and proven (changed since the plan)",
+        )
 
 
 def plan_relocate(report, verdicts: dict[str, str]) -> RelocatePlan:
@@ -335,23 +354,19 @@ class PrunePlan:
         batch: str | None = None,
     ) -> list[Outcome]:
         """Remove the partitions under the locks of their bases and themselves; ``replan`` decides again there."""
-        shown = {a.partition.path for a in self.actions}
-        with locks.hold({a.partition.base for a in self.actions} | shown, lock_timeout):
-            again = replan() if replan is not None else self
-            chosen = [a for a in again.actions if a.partition.path in shown]
-            outcomes = maintenance.prune(
+        paths = {a.partition.path for a in self.actions}
+        return _under_locks(
+            self,
+            {a.partition.base for a in self.actions} | paths,
+            lock_timeout,
+            replan,
+            act=lambda chosen: maintenance.prune(
                 chosen, current=self.current, keep_quarantined=keep_quarantined, batch=batch
-            )
-        left = shown - {a.partition.path for a in chosen}
-        return outcomes + [
-            Outcome(
-                p,
-                os.path.basename(p),
-                "skipped",
-                "no longer chosen (used or changed since the plan)",
-            )
-            for p in sorted(left)
-        ]
+            ),
+            why="no longer chosen (used or changed since the plan)",
+            path_of=lambda a: a.partition.path,
+            name_of=os.path.basename,
+        )
 
 
 def plan_prune(
