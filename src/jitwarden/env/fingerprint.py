@@ -3,7 +3,7 @@
 Grouped as in ARCHITECTURE.md ("Layers", env/): gpu, driver, toolchain, packages, python, platform, env.
 It has a short stable ``digest`` (the cache partition name), a human :func:`diff`
 that says what changed and why it matters, and a persistent memo keyed by cheap stat
-facts so a warm :func:`collect` runs no subprocess, hashes nothing and skips NVML.
+facts so a warm :func:`of_host` runs no subprocess, hashes nothing and skips NVML.
 
 Standard library only, never imports torch or triton, never initialises CUDA: this
 module is on the activation path.
@@ -619,7 +619,7 @@ class _Section(dict[str, Any]):
         return value
 
 
-# --- collection ----------------------------------------------------------------------
+# --- the fingerprint of this host ----------------------------------------------------
 
 
 def _find_dists(prefixes: set[str]) -> dict[str, tuple[str, str]]:
@@ -793,7 +793,7 @@ def _gpu(memo: dict[str, Any], env: Mapping[str, str], proc_root: str) -> nvml.P
 def dependencies(
     *, env: Mapping[str, str] | None = None, memo_path: str | None = None, proc_root: str = "/proc"
 ) -> dict[str, Any]:
-    """What :func:`collect` reads, as names to watch, for activation's warm memo (``activation_memo``).
+    """What :func:`of_host` reads, as names to watch, for activation's warm memo (``activation_memo``).
 
     Whatever changes the digest changes one of these: ``env`` (the code-changing variables
     and ``CUDA_VISIBLE_DEVICES``); ``files``, identified by stat (this layer's own modules,
@@ -846,7 +846,7 @@ def dependencies(
 _PROCESS_MEMO: dict[tuple[Any, ...], Fingerprint] = {}
 
 
-def collect(
+def of_host(
     *,
     use_memo: bool = True,
     env: Mapping[str, str] | None = None,

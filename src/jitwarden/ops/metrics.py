@@ -301,7 +301,9 @@ def _tree(path: str) -> tuple[int, int]:
     return size, entries
 
 
-def collect(env=None, current: str | None = None, problems: list | None = None) -> list[Sample]:
+def node_samples(
+    env=None, current: str | None = None, problems: list | None = None
+) -> list[Sample]:
     """Every sample; what could not be read is left out, with a line in ``problems`` (the CLI prints them)."""
     env = os.environ if env is None else env
     problems = [] if problems is None else problems

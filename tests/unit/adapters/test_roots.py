@@ -156,7 +156,7 @@ def test_status_marks_this_environments_partition(isolated_env, built_cache, cap
     from jitwarden.env import fingerprint
 
     src, manifest = built_cache
-    mine = fingerprint.collect().digest
+    mine = fingerprint.of_host().digest
     for digest in (mine, "bbbbbbbbbbbbbbbb"):
         kernels.copy_cache(src, str(isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest))
     assert main(["status", "--format", "json", "--target", "90"]) == 0

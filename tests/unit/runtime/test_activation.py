@@ -382,7 +382,7 @@ def test_warm_path_gives_the_slow_paths_record_and_imports_nothing_heavy(tmp_pat
     # The memoised digest is the one the fingerprint computes right now.
     from jitwarden.env import fingerprint
 
-    assert fingerprint.collect(use_memo=False, env=env).digest == warm["rec"]["digest"]
+    assert fingerprint.of_host(use_memo=False, env=env).digest == warm["rec"]["digest"]
 
 
 def test_ptxas_replaced_behind_the_same_path_changes_the_digest(tmp_path):

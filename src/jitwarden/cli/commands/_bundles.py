@@ -72,7 +72,7 @@ def load_signer(key: str | None, unsigned: bool):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Collected:
+class BundleContents:
     """What a bundle of this node would carry: the manifest, the partitions its paths are relative to,
     the entries left home and why, and this node's fingerprint."""
 
@@ -82,7 +82,7 @@ class Collected:
     skipped: list
 
 
-def collect(kinds, req, orphans: float) -> Collected:
+def bundle_contents(kinds, req, orphans: float) -> BundleContents:
     """This fingerprint's entries that pass verify (``req``: rebuilt first) and whose seal holds."""
     from jitwarden.env import fingerprint, locations
     from jitwarden.model import kinds as rows
@@ -91,7 +91,7 @@ def collect(kinds, req, orphans: float) -> Collected:
     from jitwarden.ops import scan as scanner
     from jitwarden.store import partition
 
-    fp = fingerprint.collect()
+    fp = fingerprint.of_host()
     digest = fp.digest
     env = os.environ
     roots: list[tuple[CacheRoot, list[str] | None]] = []
@@ -135,7 +135,7 @@ def collect(kinds, req, orphans: float) -> Collected:
     manifest = bundle.Manifest(
         digest, fp.to_json(), producer, time.time(), tuple(entries), recorded_workloads(digest)
     )
-    return Collected(fp=fp, manifest=manifest, partitions=partitions, skipped=skipped)
+    return BundleContents(fp=fp, manifest=manifest, partitions=partitions, skipped=skipped)
 
 
 def kinds(args) -> tuple[str, ...]:

@@ -80,7 +80,7 @@ def fingerprint_or_none(args=None):
     try:
         from jitwarden.env import fingerprint
 
-        return fingerprint.collect()
+        return fingerprint.of_host()
     except Exception as exc:
         print(f"jitwarden: warning: fingerprint unavailable: {exc}", file=sys.stderr)
         return None

@@ -61,7 +61,7 @@ def run(args) -> int:
 
     if args.cache and args.source:
         raise UsageError("coverage takes --cache PATH or a BUNDLE|REF, not both")
-    fp = fingerprint.collect()
+    fp = fingerprint.of_host()
     w = workload.find(args.name, fp.digest)
     if args.source:
         holdings, listed, source = _from_source(args, fp)

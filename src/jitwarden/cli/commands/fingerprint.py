@@ -45,7 +45,7 @@ def run(args) -> int:
     from jitwarden.env import fingerprint
 
     other = load(args.diff) if args.diff else None  # a bad file is a usage error before any work
-    fp = fingerprint.collect(use_memo=not args.no_memo)
+    fp = fingerprint.of_host(use_memo=not args.no_memo)
     # Indented even when piped: a fingerprint is saved to be read, diffed and compared (--diff) later.
     fmt = out.output_format(args, indent=True)
     if other is not None:

@@ -51,7 +51,7 @@ def run(args) -> int:
     from jitwarden.ops import bundle, keys
 
     trusted = keys.load_trusted()  # keys.KeyError_: a usage error, by the error table
-    fp = fingerprint.collect()
+    fp = fingerprint.of_host()
     refused, opened, tar = None, None, None
     try:
         tar, opened = bundle.open_bundle(args.bundle, trusted, args.allow_unsigned)

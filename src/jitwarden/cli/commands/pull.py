@@ -62,7 +62,7 @@ def run(args) -> int:
         trusted = keys.load_trusted()
     except keys.KeyError_ as exc:
         raise UsageError(str(exc)) from None
-    fp = _common.load_fingerprint(args.fingerprint) if args.fingerprint else fingerprint.collect()
+    fp = _common.load_fingerprint(args.fingerprint) if args.fingerprint else fingerprint.of_host()
     reg = _bundles.registry_for(ref, args.insecure)
 
     def differ(theirs: dict, digest: str) -> str:

@@ -171,7 +171,7 @@ def test_target_sm_121_explains_the_dgx_spark_case_as_a_live_gb10_would(env, tmp
     # the same torch, on a machine with a live GB10 and no --target (a child process: it sees that torch)
     code = (
         "import json, dataclasses; from jitwarden.env import fingerprint; from jitwarden.runtime import startup_checks as sc; "
-        "from jitwarden.env.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
+        "from jitwarden.env.nvml import Gpu; fp = fingerprint.of_host(use_memo=False); "
         "fp = dataclasses.replace(fp, gpus=(Gpu(0, 'NVIDIA GB10', (12, 1), None, None),)); "
         "print(json.dumps(sc.torch_arch(fp)))"
     )
