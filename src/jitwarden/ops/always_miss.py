@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.asjson import fields_json
 from jitwarden.ops.workload import Workload
 from jitwarden.store import reads
 
@@ -111,18 +112,7 @@ class AlwaysMiss:
         return f"{head}; fix: {self.fix}" if self.fix else head
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "compiles": self.compiles,
-            "starts": self.starts,
-            "keys": self.keys,
-            "cause": self.cause,
-            "why": self.why,
-            "fix": self.fix,
-            "differs": {f: list(v) for f, v in self.differs},
-            "line": self.line(),
-        }
+        return fields_json(self, differs={f: list(v) for f, v in self.differs}, line=self.line())
 
 
 # ---------------------------------------------------------------- from the record (pure)

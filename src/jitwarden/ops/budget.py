@@ -32,6 +32,7 @@ from jitwarden.adapters import base
 from jitwarden.env import locations
 from jitwarden.formats.fxkernels import kernel_keys
 from jitwarden.model import kinds
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.entries import CacheRoot
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE
 from jitwarden.model.text import human_size
@@ -146,7 +147,7 @@ class KindTotals:
         )
 
     def to_json(self) -> dict:
-        return {"bytes": self.bytes, "inodes": self.inodes, "entries": self.entries}
+        return fields_json(self)
 
 
 def totals(items: Iterable[Item]) -> dict[str, KindTotals]:

@@ -33,6 +33,7 @@ from jitwarden import adapters
 from jitwarden.env import locations
 from jitwarden.formats import jsonlimits, tarball
 from jitwarden.model import kinds
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import Severity
 from jitwarden.model.layout import PARTITIONS_DIR, is_reserved
@@ -77,7 +78,7 @@ class BundleEntry:
         return sum(r["size"] for r in self.files.values())
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "path": self.path, "files": self.files, "sealed": self.sealed}
+        return fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,7 @@ class Manifest:
             **extra,
             "schema": SCHEMA,
             "format": FORMAT,
-            "digest": self.digest,
-            "fingerprint": self.fingerprint,
-            "producer": self.producer,
-            "created": self.created,
-            "entries": [e.to_json() for e in self.entries],
+            **fields_json(self, omit=("workloads",), entries=[e.to_json() for e in self.entries]),
         }
 
 
@@ -341,14 +338,7 @@ class Outcome:
     bytes: int = 0
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "action": self.action,
-            "why": self.why,
-            "dest": self.dest,
-            "bytes": self.bytes,
-        }
+        return fields_json(self)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.layout import (
     ENTRY_LOCK_FILE,
     ROOT_LOCK_FILE,
@@ -44,14 +45,7 @@ class Outcome:
     bytes: int = 0
 
     def to_json(self) -> dict:
-        return {
-            "path": self.path,
-            "id": self.id,
-            "status": self.status,
-            "why": self.why,
-            "quarantine_id": self.quarantine_id,
-            "bytes": self.bytes,
-        }
+        return fields_json(self)
 
 
 def escapes(root: str, path: str) -> str | None:
@@ -313,14 +307,7 @@ class PartitionFacts:
     newest: float = 0.0  # newest mtime inside: a write in progress shows here
 
     def to_json(self) -> dict:
-        return {
-            "base": self.base,
-            "path": self.path,
-            "digest": self.digest,
-            "last_used": self.last_used,
-            "bytes": self.bytes,
-            "current": self.current,
-        }
+        return fields_json(self, omit=("newest",))
 
 
 def partition_facts(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import CODES, NEVER_CLEANED, Severity
 from jitwarden.model.settings import ORPHAN_AGE
@@ -117,18 +118,7 @@ class Action:
     )
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "root": self.root,
-            "id": self.id,
-            "path": self.path,
-            "type": self.type,
-            "bytes": self.bytes,
-            "mtime": self.mtime,
-            "reasons": list(self.reasons),
-            "details": list(self.details),
-            "scope": self.scope,
-        }
+        return fields_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +254,7 @@ class RelocateAction:
     details: tuple[str, ...]  # the ``moved`` findings' messages
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "root": self.root, "id": self.id, "path": self.path}
+        return fields_json(self, omit=("bytes", "details"))
 
 
 @dataclass(frozen=True, slots=True)

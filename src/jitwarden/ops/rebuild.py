@@ -55,6 +55,7 @@ from jitwarden.adapters import triton as tri
 from jitwarden.env import ptxas
 from jitwarden.formats import cubin_compare
 from jitwarden.formats.ptx import parse_header
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.findings import Finding
 from jitwarden.ops.ptxas_candidates import (  # noqa: F401 - OptionError, recipe_disagreements: the engine's API
     Candidate,
@@ -104,12 +105,7 @@ class RebuildResult:
     findings: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict:
-        return {
-            "verdict": self.verdict,
-            "ptxas": self.ptxas,
-            "message": self.message,
-            "findings": [f.to_json() for f in self.findings],
-        }
+        return fields_json(self, findings=[f.to_json() for f in self.findings])
 
 
 def _validate_keep(keep_dir: str | None) -> None:

@@ -20,6 +20,7 @@ from jitwarden import adapters
 from jitwarden.adapters import triton as tri
 from jitwarden.adapters.base import DENIED_ERRNOS, expand_partitions, listed, listing_once
 from jitwarden.env import interpreter
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.entries import VERDICTS, CacheRoot, Entry, Judge, verdict_of
 from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import Finding, Severity
@@ -208,7 +209,7 @@ class Target:
     source: str  # cli, gpu, none
 
     def to_json(self) -> dict:
-        return {"arch": self.arch, "source": self.source}
+        return fields_json(self)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
 from jitwarden.store.paths import inside, open_beneath, open_dir, reserved_dir
@@ -83,25 +84,7 @@ class Record:
         return os.path.join(self.path, self.payload) if self.payload else self.path
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "id": self.id,
-            "path": self.path,
-            "entry_id": self.entry_id,
-            "original_path": self.original_path,
-            "root": self.root,
-            "reason": self.reason,
-            "details": list(self.details),
-            "quarantined_at": self.quarantined_at,
-            "by": self.by,
-            "fingerprint": self.fingerprint,
-            "pid": self.pid,
-            "bytes": self.bytes,
-            "payload": self.payload,
-            "kind": self.kind,
-            "present": self.present,
-            "batch": self.batch,
-        }
+        return {"schema": SCHEMA, **fields_json(self, omit=("extra",))}
 
 
 def quarantine_dir(root: str) -> str:

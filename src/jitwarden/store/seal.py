@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import JitwardenError
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store import sealkey, trust
@@ -56,13 +57,7 @@ class Seal:
     sealed_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "files": self.files,
-            "fingerprint": self.fingerprint,
-            "producer": self.producer,
-            "sealed_at": self.sealed_at,
-        }
+        return {"schema": SCHEMA, **fields_json(self)}
 
 
 def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> tuple[str, int]:

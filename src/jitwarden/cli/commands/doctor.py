@@ -18,6 +18,7 @@ from jitwarden.cli import options
 from jitwarden.cli import render as out
 from jitwarden.cli.commands import _common
 from jitwarden.model import settings
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import EXIT_OK
 from jitwarden.model.findings import CATALOG, CODES, Severity
 from jitwarden.model.text import display, human_age, human_size, plural
@@ -34,13 +35,7 @@ class Problem:
     fix: str | None = None
 
     def to_json(self) -> dict:
-        return {
-            "code": self.code,
-            "severity": str(self.severity),
-            "count": self.count,
-            "message": self.message,
-            "fix": self.fix,
-        }
+        return fields_json(self, severity=str(self.severity))
 
 
 def register(sub) -> None:
