@@ -944,7 +944,7 @@ class ImportReport:
     digest_here: str
     signed_by: str | None
     signature_note: str
-    differences: tuple = ()  # fingerprint.Change of bundle -> here
+    differences: tuple = ()  # fingerprint_diff.Change of bundle -> here
     outcomes: tuple = ()
     refused: str | None = None
     dry_run: bool = False

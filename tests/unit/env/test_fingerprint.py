@@ -15,6 +15,7 @@ import pytest
 
 from jitwarden.env import fingerprint as fpm
 from jitwarden.env import nvml, ptxas
+from jitwarden.env.fingerprint_diff import diff
 from jitwarden.env.nvml import Gpu
 from tests.helpers.cli import jw as run_cli
 from tests.helpers.otherkinds import elf_with_section
@@ -132,7 +133,7 @@ def test_wrapper_with_same_version_changes_digest(tmp_path):
     assert ia.sha256 != ib.sha256
     assert a.digest == a2.digest
     assert a.digest != b.digest
-    comps = {c.component: c for c in fpm.diff(a, b)}
+    comps = {c.component: c for c in diff(a, b)}
     assert "ptxas[triton].sha256" in comps
     assert "same version" in comps["ptxas[triton].sha256"].why
 
@@ -279,7 +280,7 @@ def test_no_nvml_falls_back_to_proc_then_none(tmp_path):
     fp2 = fpm.of_host(env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=root)
     assert fp2.gpu_source == "proc" and fp2.driver_version == "580.65.06"
     assert "NVIDIA H200" in fp2.headline() and "driver 580.65.06" in fp2.headline()
-    assert any(c.component == "driver" for c in fpm.diff(fp, fp2))
+    assert any(c.component == "driver" for c in diff(fp, fp2))
     assert not json.load(open(tmp_path / "m.json")).get("gpu")  # only NVML answers are memoised
 
 
@@ -347,7 +348,7 @@ def test_json_round_trip_and_garbage():
 def test_digest_ignores_volatile_facts_and_diff_explains():
     a = _fp()
     same = _fp(gpus=(Gpu(3, "NVIDIA H200", (9, 0), "GPU-other", "0000:9a:00.0"),) * 2)
-    assert same.digest == a.digest and fpm.diff(a, same) == []
+    assert same.digest == a.digest and diff(a, same) == []
     moved = _fp(
         ptxas=(
             (
@@ -363,7 +364,7 @@ def test_digest_ignores_volatile_facts_and_diff_explains():
         python=tuple((k, "cpython-312" if k == "cache_tag" else v) for k, v in a.python),
     )
     assert b.digest != a.digest
-    changes = {c.component: c for c in fpm.diff(a, b)}
+    changes = {c.component: c for c in diff(a, b)}
     assert "exact compute capability" in changes["gpu.capability"].why
     assert changes["gpu.capability"].new == "sm_121"
     assert changes["env:TRITON_DISABLE_LINE_INFO"].old == "(none)"
@@ -381,7 +382,7 @@ def test_digest_ignores_volatile_facts_and_diff_explains():
             ),
         )
     )
-    changes = {x.component: x for x in fpm.diff(a, c)}
+    changes = {x.component: x for x in diff(a, c)}
     assert "lacks the GPU's sm_90" in changes["package:torch.arch_list"].why
     assert "package:triton" in changes
     assert any("sm_90" in w for w in c.warnings())

@@ -178,10 +178,11 @@ def theirs_headline(fingerprint_json: dict, digest: str) -> str:
 
 def differences(fingerprint_json: dict, fp) -> tuple:
     """What differs from a bundle's fingerprint to this node's (``fingerprint --diff``'s changes)."""
-    from jitwarden.env import fingerprint
+    from jitwarden.env.fingerprint import Fingerprint
+    from jitwarden.env.fingerprint_diff import diff
 
     try:
-        return tuple(fingerprint.diff(fingerprint.Fingerprint.from_json(fingerprint_json), fp))
+        return tuple(diff(Fingerprint.from_json(fingerprint_json), fp))
     except ValueError:
         return ()
 

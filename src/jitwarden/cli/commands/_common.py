@@ -19,6 +19,7 @@ from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import CODES
 from jitwarden.model.text import display, human_size, parse_age, plural
 from jitwarden.ops import scan as scanner
+from jitwarden.ops.roots import default_roots, roots_from_paths
 
 if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebuilds
     from jitwarden.ops.rebuild import RebuildOptions
@@ -144,9 +145,9 @@ def _run_scan(args, fp, emit, sink):
     kinds = kinds_of(args)
     holders = tuple(HELD[k][0] for k in kinds or () if k in HELD and HELD[k][0] not in kinds)
     roots = (
-        scanner.roots_from_paths(args.paths)
+        roots_from_paths(args.paths)
         if args.paths
-        else scanner.default_roots(kinds=(*kinds, *holders) if kinds else None)
+        else default_roots(kinds=(*kinds, *holders) if kinds else None)
     )
     if args.paths:
         _note_searched(args.paths, roots)
@@ -373,9 +374,7 @@ def _stamp(e) -> tuple:
 def _discovered_roots(env) -> list:
     """The cache roots found the way ``ls`` finds them (Triton's alone when that fails)."""
     try:
-        from jitwarden.ops import scan
-
-        return [r for r, _ in scan.default_roots(env)]
+        return [r for r, _ in default_roots(env)]
     except Exception:
         from jitwarden.adapters import triton as tri
 

@@ -55,7 +55,7 @@ def run(args) -> int:
 
 
 def _run_diff(fmt, old, new) -> int:
-    from jitwarden.env.fingerprint import diff
+    from jitwarden.env.fingerprint_diff import diff
 
     changes = diff(old, new)
     fmt.result(

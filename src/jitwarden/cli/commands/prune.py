@@ -102,10 +102,10 @@ def bases(paths) -> list[str]:
             s = partition.split(os.path.abspath(p))
             out_.append(s[0] if s else os.path.abspath(p))
         return out_
-    from jitwarden.ops import scan
+    from jitwarden.ops.roots import default_roots
 
     cands = []
-    for r, _ in scan.default_roots():
+    for r, _ in default_roots():
         cands += [partition.base_of(r.path)] + ([r.base] if r.base else [])
     seen, out_ = set(), []
     for c in cands:
