@@ -214,10 +214,10 @@ def install(source: str, tar, opened, fp, dry_run: bool, all_or_nothing: bool = 
     """Install an opened bundle (signature judged) into this node's partitions: (ImportReport, exit code).
 
     Another fingerprint: nothing installed, exit 4, what differs. Every digest checked, each entry
-    judged as ``verify`` judges it, staged, moved in by rename and sealed (``ops.bundle.install``;
+    judged as ``verify`` judges it, staged, moved in by rename and sealed (``ops.bundle_install.install``;
     ``all_or_nothing``: one refused entry keeps every other out too).
     """
-    from jitwarden.ops import bundle
+    from jitwarden.ops import bundle, bundle_install
 
     digest = fp.digest
     m = opened.manifest
@@ -231,21 +231,21 @@ def install(source: str, tar, opened, fp, dry_run: bool, all_or_nothing: bool = 
             "signature_note": opened.signature_note,
             "dry_run": dry_run,
         }
-        return bundle.ImportReport(**{**base, **kw}), code
+        return bundle_install.ImportReport(**{**base, **kw}), code
 
     if m.digest != digest:
         diffs = differences(m.fingerprint, fp)
         why = mismatch_line(theirs_headline(m.fingerprint, m.digest), brief(fp), diffs)
         skipped = tuple(
-            bundle.Outcome(e.kind, e.path, "skipped", why, None, e.bytes) for e in m.entries
+            bundle_install.Outcome(e.kind, e.path, "skipped", why, None, e.bytes) for e in m.entries
         )
         return report(EXIT_OTHER_ENV, differences=diffs, outcomes=skipped)
-    dests = bundle.destinations(m, digest, os.environ)
+    dests = bundle_install.destinations(m, digest, os.environ)
     try:
-        outcomes = bundle.plan(m, dests)
+        outcomes = bundle_install.plan(m, dests)
         if not dry_run:
             note = {"bundle_key": opened.signed_by, "bundle_created": m.created, **m.producer}
-            outcomes = bundle.install(
+            outcomes = bundle_install.install(
                 tar, m, outcomes, dests, digest, note, judge(fp), all_or_nothing
             )
     except bundle.BundleRefused as exc:

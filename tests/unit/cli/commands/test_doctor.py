@@ -242,7 +242,7 @@ def test_doctor_lists_the_gpus_it_sees_and_warns_when_they_mix_compute_capabilit
     """Issue 26: on a multi-GPU host doctor lists every GPU and says when the visible set mixes kinds."""
     from types import SimpleNamespace
 
-    from jitwarden.cli.commands.doctor import mixed_gpus
+    from jitwarden.cli.commands._diagnosis import mixed_gpus
     from jitwarden.env.nvml import Gpu
 
     doc = json.loads(cli("doctor", "--format", "json", env=env).stdout)
