@@ -130,15 +130,7 @@ def suspects(w: Workload) -> list[Suspect]:
         if len(keys) < 2:
             continue
         starts = tuple(dict.fromkeys(e.start for e in events))
-        across, within = False, False
-        seen: set[str] = set()
-        for s in starts:
-            mine = [e for e in events if e.start == s]
-            new = {e.key for e in mine if e.event == "compile"} - seen
-            if seen and new and not any(e.event == "hit" for e in mine):
-                across = True
-            within = within or len({e.key for e in mine if e.event == "compile"}) > 1
-            seen |= {e.key for e in mine}
+        across, within = _recompiled(events, starts)
         if across or within:
             compiles = sum(e.event == "compile" for e in events)
             out.append(
@@ -152,6 +144,21 @@ def suspects(w: Workload) -> list[Suspect]:
                 )
             )
     return out
+
+
+def _recompiled(events: list, starts: tuple) -> tuple[bool, bool]:
+    """(a start compiled a key no earlier start had and was served nothing from the cache; a start compiled
+    more than one key) over one name's ``events`` in the order of ``starts`` (pure)."""
+    across, within = False, False
+    seen: set[str] = set()
+    for s in starts:
+        mine = [e for e in events if e.start == s]
+        compiled = {e.key for e in mine if e.event == "compile"}
+        if seen and compiled - seen and not any(e.event == "hit" for e in mine):
+            across = True
+        within = within or len(compiled) > 1
+        seen |= {e.key for e in mine}
+    return across, within
 
 
 def _shown(v) -> str:
@@ -261,18 +268,29 @@ def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
     }
     got = [inputs[k] for k in s.keys if inputs.get(k) is not None]
     if s.kind != "triton" or len(got) < 2:
-        if not s.across:
-            return None
-        what = (
-            "its entries are gone"
-            if s.kind == "triton"
-            else f"{s.kind} keeps no key inputs with its entries"
-        )
-        return AlwaysMiss(
-            **base,
-            cause="unknown",
-            why=f"a new key in every start, none served from the cache ({what} to tell which input changed)",
-        )
+        return _unexplained(s, base)
+    return _by_key_inputs(s, base, got)
+
+
+def _unexplained(s: Suspect, base: dict) -> AlwaysMiss | None:
+    """A name whose key inputs are not kept (gone, or a kind that keeps none): a miss only across starts."""
+    if not s.across:
+        return None
+    what = (
+        "its entries are gone"
+        if s.kind == "triton"
+        else f"{s.kind} keeps no key inputs with its entries"
+    )
+    return AlwaysMiss(
+        **base,
+        cause="unknown",
+        why=f"a new key in every start, none served from the cache ({what} to tell which input changed)",
+    )
+
+
+def _by_key_inputs(s: Suspect, base: dict, got: list) -> AlwaysMiss | None:
+    """What differs between the key inputs ``got`` of ``s``: the environment, an option, the target or
+    version, else the source (pure)."""
     env = _differing([g.env for g in got])
     explained = {o for n, _v in env for o in ENV_OPTIONS.get(n, ())}
     opts = [d for d in _differing([g.options for g in got]) if d[0] not in explained]
@@ -300,7 +318,11 @@ def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
         d = _differing([{field: getattr(g, field)} for g in got])
         if d:
             return _found(s, base, field, d, "", within_ok=False)
-    codes = {g.code for g in got}
+    return _by_source(s, base, {g.code for g in got})
+
+
+def _by_source(s: Suspect, base: dict, codes: set) -> AlwaysMiss | None:
+    """Only the source differs: its text alone (``codes``, the code digests, all one) or its code too."""
     if None not in codes and len(codes) == 1:
         return AlwaysMiss(
             **base,

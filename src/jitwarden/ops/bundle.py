@@ -125,42 +125,10 @@ def parse_manifest(raw: bytes) -> Manifest:
         if doc.get("format") != FORMAT or doc.get("schema") != SCHEMA:
             raise BundleRefused(f"not a {FORMAT} of schema {SCHEMA}")
         entries = []
-        seen = set()
+        seen: set[tuple[str, str]] = set()
         for i, e in enumerate(doc["entries"]):
-            kind, path, files = e["kind"], e["path"], e["files"]
-            if kind not in kinds.NAMES or not kinds.get(kind).bundled:
-                raise BundleRefused(f"entry {i}: unknown cache kind {kind!r}")
-            why = safe_relpath(path)
-            if why:
-                raise BundleRefused(f"entry {i}: {why}")
-            if (kind, path) in seen:
-                raise BundleRefused(f"entry {i}: {kind} {path} is listed twice")
-            seen.add((kind, path))
-            if not isinstance(files, dict) or not files:
-                raise BundleRefused(f"entry {i}: no files")
-            for name, rec in files.items():
-                if name != "" and not safe_name(name):
-                    raise BundleRefused(f"entry {i}: unsafe file name {name!r}")
-                if not (
-                    isinstance(rec.get("sha256"), str)
-                    and len(rec["sha256"]) == 64
-                    and isinstance(rec.get("size"), int)
-                    and rec["size"] >= 0
-                ):
-                    raise BundleRefused(f"entry {i}: file {name!r} has no valid sha256 and size")
-            if "" in files and len(files) != 1:
-                raise BundleRefused(f"entry {i}: a single-file entry with other files")
-            entries.append(
-                BundleEntry(
-                    kind, path, {k: dict(v) for k, v in files.items()}, bool(e.get("sealed"))
-                )
-            )
-        nested = seen & {
-            (k, "/".join(p.split("/")[:n])) for k, p in seen for n in range(1, p.count("/") + 1)
-        }
-        if nested:
-            k, p = min(nested)
-            raise BundleRefused(f"{k} {p} is an entry and holds another entry of the bundle")
+            entries.append(_manifest_entry(i, e, seen))
+        _refuse_nested(seen)
         return Manifest(
             str(doc["digest"]),
             dict(doc["fingerprint"]),
@@ -173,6 +141,50 @@ def parse_manifest(raw: bytes) -> Manifest:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BundleRefused(f"the manifest is not valid ({type(exc).__name__}: {exc})") from None
+
+
+def _manifest_entry(i: int, e, seen: set[tuple[str, str]]) -> BundleEntry:
+    """Entry ``i`` of a manifest, checked (a known bundled kind, a safe path listed once, files with safe
+    names, each a sha256 and a size); added to ``seen``. BundleRefused saying what is wrong."""
+    kind, path, files = e["kind"], e["path"], e["files"]
+    if kind not in kinds.NAMES or not kinds.get(kind).bundled:
+        raise BundleRefused(f"entry {i}: unknown cache kind {kind!r}")
+    why = safe_relpath(path)
+    if why:
+        raise BundleRefused(f"entry {i}: {why}")
+    if (kind, path) in seen:
+        raise BundleRefused(f"entry {i}: {kind} {path} is listed twice")
+    seen.add((kind, path))
+    if not isinstance(files, dict) or not files:
+        raise BundleRefused(f"entry {i}: no files")
+    for name, rec in files.items():
+        if name != "" and not safe_name(name):
+            raise BundleRefused(f"entry {i}: unsafe file name {name!r}")
+        if not _valid_file_record(rec):
+            raise BundleRefused(f"entry {i}: file {name!r} has no valid sha256 and size")
+    if "" in files and len(files) != 1:
+        raise BundleRefused(f"entry {i}: a single-file entry with other files")
+    return BundleEntry(kind, path, {k: dict(v) for k, v in files.items()}, bool(e.get("sealed")))
+
+
+def _valid_file_record(rec) -> bool:
+    """A manifest's record of one file: a 64-character sha256 and a size of at least 0."""
+    return (
+        isinstance(rec.get("sha256"), str)
+        and len(rec["sha256"]) == 64
+        and isinstance(rec.get("size"), int)
+        and rec["size"] >= 0
+    )
+
+
+def _refuse_nested(seen: set[tuple[str, str]]) -> None:
+    """BundleRefused when one entry of the bundle lies inside another of the same kind."""
+    nested = seen & {
+        (k, "/".join(p.split("/")[:n])) for k, p in seen for n in range(1, p.count("/") + 1)
+    }
+    if nested:
+        k, p = min(nested)
+        raise BundleRefused(f"{k} {p} is an entry and holds another entry of the bundle")
 
 
 def layer_bound(manifest: Manifest, manifest_bytes: int) -> int:

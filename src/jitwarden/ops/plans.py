@@ -201,24 +201,10 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
         for f in c.findings:
             notes.append(f"{c.root.path}: {f.code}: {f.message}; clean does not change cache roots")
         for e in c.entries:
-            if sel.kinds and e.kind not in sel.kinds:
+            why = _selected(e, sel)
+            if why is None:
                 continue
-            if sel.older_than is not None and not (e.mtime and sel.now - e.mtime > sel.older_than):
-                continue
-            fs = e.findings
-            if sel.codes:
-                hits = [f for f in fs if f.code in sel.codes]
-                if not hits:
-                    continue
-                reasons = tuple(dict.fromkeys(f.code for f in hits))
-                details = tuple(f.message for f in hits)
-            elif sel.older_than is None:  # clean --all
-                reasons, details = ("all",), ()
-            else:
-                reasons, details = (
-                    ("older-than",),
-                    (f"newest file {human_duration(sel.now - e.mtime)} old",),
-                )
+            reasons, details = why
             scope = "entry"
             if reasons == ("orphan",) and e.type not in ("partial", "empty", "other"):
                 scope = "leftovers"
@@ -237,6 +223,23 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
                 )
             )
     return CleanPlan(tuple(actions), sel, tuple(notes))
+
+
+def _selected(e, sel: Selection) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(reasons, details) when ``sel`` takes entry ``e``: its selected findings' codes and messages,
+    ``all`` (``clean --all``) or its age; None when it does not (pure)."""
+    if sel.kinds and e.kind not in sel.kinds:
+        return None
+    if sel.older_than is not None and not (e.mtime and sel.now - e.mtime > sel.older_than):
+        return None
+    if sel.codes:
+        hits = [f for f in e.findings if f.code in sel.codes]
+        if not hits:
+            return None
+        return tuple(dict.fromkeys(f.code for f in hits)), tuple(f.message for f in hits)
+    if sel.older_than is None:  # clean --all
+        return ("all",), ()
+    return ("older-than",), (f"newest file {human_duration(sel.now - e.mtime)} old",)
 
 
 # ---------------------------------------------------------------- relocate
@@ -383,25 +386,49 @@ def plan_prune(
         ps = sorted(
             bases[base], key=lambda p: (not p.current, -p.last_used, p.digest)
         )  # current first, then MRU
-        drop: dict[str, str] = {}
-        for i, p in enumerate(ps):
-            if p.current or (busy_age and now - p.newest < busy_age):
-                continue
-            if keep is not None and i >= keep:
-                drop[p.path] = f"not among the {keep} most recently used"
-            elif older_than is not None and now - p.last_used > older_than:
-                drop[p.path] = f"unused for {human_duration(now - p.last_used)}"
+
+        def busy(p: PartitionFacts) -> bool:
+            return bool(busy_age and now - p.newest < busy_age)
+
+        drop = _beyond_keep_or_age(ps, keep, older_than, now, busy)
         if max_size is not None:
-            total = sum(p.bytes for p in ps if p.path not in drop)
-            for p in reversed(ps):  # least recently used first
-                if total <= max_size:
-                    break
-                if p.current or p.path in drop or (busy_age and now - p.newest < busy_age):
-                    continue
-                drop[p.path] = f"partitions of {base} exceed {human_size(max_size)}"
-                total -= p.bytes
+            drop.update(_beyond_size(ps, drop, max_size, busy, base))
         out += [PruneAction(p, drop[p.path]) for p in reversed(ps) if p.path in drop]
     return PrunePlan(tuple(out), current)
+
+
+def _beyond_keep_or_age(
+    ps: list[PartitionFacts], keep: int | None, older_than: float | None, now: float, busy
+) -> dict[str, str]:
+    """path -> why, of the partitions of one base (most recently used first, the current one first) past
+    the ``keep`` most recently used or unused for more than ``older_than`` seconds; never the current one
+    nor a ``busy`` one (pure)."""
+    drop: dict[str, str] = {}
+    for i, p in enumerate(ps):
+        if p.current or busy(p):
+            continue
+        if keep is not None and i >= keep:
+            drop[p.path] = f"not among the {keep} most recently used"
+        elif older_than is not None and now - p.last_used > older_than:
+            drop[p.path] = f"unused for {human_duration(now - p.last_used)}"
+    return drop
+
+
+def _beyond_size(
+    ps: list[PartitionFacts], drop: dict[str, str], max_size: int, busy, base: str
+) -> dict[str, str]:
+    """path -> why, of the least recently used partitions of one base not already in ``drop`` whose removal
+    makes the rest fit in ``max_size`` bytes; never the current one nor a ``busy`` one (pure)."""
+    more: dict[str, str] = {}
+    total = sum(p.bytes for p in ps if p.path not in drop)
+    for p in reversed(ps):  # least recently used first
+        if total <= max_size:
+            break
+        if p.current or p.path in drop or busy(p):
+            continue
+        more[p.path] = f"partitions of {base} exceed {human_size(max_size)}"
+        total -= p.bytes
+    return more
 
 
 # ---------------------------------------------------------------- quarantine restore / empty

@@ -201,27 +201,11 @@ class _Engine:
         matched = self._assemble_all(w, inp, tries)
         if matched is not None:
             return matched
-        if not tries.tried and not tries.skipped:
-            return _unverifiable(
-                f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)"
-            )
         assembled = [(c, a) for c, a in tries.tried if a.ok]
-        if not assembled:
-            why = "; ".join(
-                [f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped
-            )
-            return _unverifiable(
-                f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}"
-            )
         same = [(c, a) for c, a in assembled if inp.same_release(c)]
-        if not same:
-            rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
-            wanted = "/".join(sorted(inp.expected))
-            return _unverifiable(
-                f"built by a CUDA {wanted} ptxas ({inp.producer}); none is here, and a rebuild by "
-                f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
-                f"{wanted} ptxas"
-            )
+        unassembled = _nothing_to_compare(inp, tries, assembled, same)
+        if unassembled is not None:
+            return unassembled
         if _stamp(w.path, inp.ptx_file, inp.cubin_file) != inp.stamp:
             # Triton writes a group file by file: a writer still at work can pair one compile's
             # PTX with another's cubin. Judge only what stood still while we read it.
@@ -370,40 +354,7 @@ class _Engine:
         ref_cubin = outputs[ref_c.path][ref_j.nearest or 0]
         cmp = cubin_compare.compare(cached, ref_cubin)
         kept = self._keep(w, cached, ref_cubin)
-        if (
-            ref_c.info.release == inp.cub_rel
-            or inp.cub_rel is None
-            and ref_c.info.release in inp.expected
-        ):
-            version_note = f"same release as the entry's producer ({producer})"
-        else:
-            version_note = (
-                f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
-            )
-        where = f"first difference in {cmp.first_section}" + (
-            f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else ""
-        )
-        others = [c.path for c, _ in assembled if c is not ref_c]
-        runs = (
-            f"; {ref_j.reason}"
-            if ref_j.verdict == "varies-differs"
-            else f"; {ref_c.path} gave {ref_j.reason}"
-            if ref_j.attempts > 1
-            else ""
-        )
-        detail = (
-            f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
-            + runs
-            + (f"; also differs from {', '.join(others)}" if others else "")
-            + _diff_hint(kept)
-        )
-        same_release = version_note.startswith("same release")
-        msg = (
-            f"no ptxas reproduces the cubin: {where} (rebuilt by ptxas {ref_c.info.release}, "
-            f"{'its producer' if same_release else 'not its producer'}"
-            f"{f', and {len(others)} more' if others else ''})"
-            + (f"; both cubins kept in {os.path.dirname(kept[0])}" if kept else "")
-        )
+        detail, msg = _differs_words(inp, ref_c, ref_j, cmp, assembled, kept)
         return RebuildResult(
             "not-reproducible", None, detail, (Finding("not-reproducible", msg, detail),)
         )
@@ -443,6 +394,73 @@ class _Engine:
             write_bytes_atomic(p, data)
         w.kept = (a, b)
         return a, b
+
+
+def _nothing_to_compare(inp: _Inputs, tries: _Tries, assembled, same) -> RebuildResult | None:
+    """The ``unverifiable`` verdict when no run gives a cubin to judge by: no ptxas found, none could
+    assemble the PTX, or none of the entry's own release did (``same``: those that did); else None."""
+    if not tries.tried and not tries.skipped:
+        return _unverifiable(
+            f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)"
+        )
+    if not assembled:
+        why = "; ".join(
+            [f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped
+        )
+        return _unverifiable(
+            f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}"
+        )
+    if not same:
+        rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
+        wanted = "/".join(sorted(inp.expected))
+        return _unverifiable(
+            f"built by a CUDA {wanted} ptxas ({inp.producer}); none is here, and a rebuild by "
+            f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
+            f"{wanted} ptxas"
+        )
+    return None
+
+
+def _differs_words(inp: _Inputs, ref_c: Candidate, ref_j, cmp, assembled, kept) -> tuple[str, str]:
+    """(the detail, the one-line message) of a ``not-reproducible`` verdict: where the rebuild by ``ref_c``
+    differs, whether that ptxas is the cubin's producer's release, how its runs varied, which others
+    differ too, and where both cubins were kept."""
+    producer = inp.producer
+    if (
+        ref_c.info.release == inp.cub_rel
+        or inp.cub_rel is None
+        and ref_c.info.release in inp.expected
+    ):
+        version_note = f"same release as the entry's producer ({producer})"
+    else:
+        version_note = (
+            f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
+        )
+    where = f"first difference in {cmp.first_section}" + (
+        f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else ""
+    )
+    others = [c.path for c, _ in assembled if c is not ref_c]
+    runs = (
+        f"; {ref_j.reason}"
+        if ref_j.verdict == "varies-differs"
+        else f"; {ref_c.path} gave {ref_j.reason}"
+        if ref_j.attempts > 1
+        else ""
+    )
+    detail = (
+        f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
+        + runs
+        + (f"; also differs from {', '.join(others)}" if others else "")
+        + _diff_hint(kept)
+    )
+    same_release = version_note.startswith("same release")
+    msg = (
+        f"no ptxas reproduces the cubin: {where} (rebuilt by ptxas {ref_c.info.release}, "
+        f"{'its producer' if same_release else 'not its producer'}"
+        f"{f', and {len(others)} more' if others else ''})"
+        + (f"; both cubins kept in {os.path.dirname(kept[0])}" if kept else "")
+    )
+    return detail, msg
 
 
 def _stamp(path: str, *names: str) -> tuple:
@@ -542,10 +560,34 @@ def verify_entries(
     pool = CandidatePool(env, list(options.extra_ptxas), machine_ptxas)
     tmp = private_dir("jitwarden-rebuild-")  # mode 0700
     engine = _Engine(tmp, pool, options.keep_dir)
-    ex = cf.ThreadPoolExecutor(max_workers=min(jobs, total), thread_name_prefix="jw-rebuild")
+    try:
+        _run_all(engine, work, sizes, min(jobs, total), on_result, progress)
+    finally:
+        _remove_work(tmp)
+    if stats is not None:
+        stats.update(
+            ptxas_runs=engine.ptxas.runs,
+            ptxas_retries=engine.ptxas.retry_runs,
+            ptxas_seconds=engine.ptxas.ptxas_seconds,
+            entries=total,
+            jobs=jobs,
+        )
+    for w in work:
+        assert w.result is not None  # every work was done above (or the call raised)
+        results[w.path] = w.result
+    return results
+
+
+def _run_all(
+    engine: _Engine, work: list[_Work], sizes: dict, workers: int, on_result, progress
+) -> None:
+    """Every entry of ``work`` verified by ``workers`` threads, largest PTX first (the long ptxas runs
+    start early and the tail stays short), each result set on its work and reported as it ends; on any
+    exception (an interrupt), the running ptxas killed and the rest cancelled before it propagates."""
+    total = len(work)
+    ex = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jw-rebuild")
     futs: dict[cf.Future, _Work] = {}
     try:
-        # Largest PTX first: the long ptxas runs start early and the tail stays short.
         for w in sorted(work, key=lambda w: -sizes.get(w.path, 0)):
             futs[ex.submit(engine.verify, w)] = w
         for done, fut in enumerate(cf.as_completed(futs), start=1):
@@ -560,22 +602,8 @@ def verify_entries(
         for f in futs:
             f.cancel()
         ex.shutdown(wait=True, cancel_futures=True)
-        _remove_work(tmp)
         raise
     ex.shutdown(wait=True)
-    _remove_work(tmp)
-    if stats is not None:
-        stats.update(
-            ptxas_runs=engine.ptxas.runs,
-            ptxas_retries=engine.ptxas.retry_runs,
-            ptxas_seconds=engine.ptxas.ptxas_seconds,
-            entries=total,
-            jobs=jobs,
-        )
-    for w in work:
-        assert w.result is not None  # every work was done above (or the call raised)
-        results[w.path] = w.result
-    return results
 
 
 #: Entries whose files are already known broken are not rebuilt: the finding says enough.

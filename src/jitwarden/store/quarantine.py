@@ -411,67 +411,89 @@ def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
     try:
         try:
             d = read_json(RECORD, dir_fd=slot_fd, max_bytes=1 << 20)
-            if not isinstance(d, dict):
-                raise ValueError("not an object")
-            payload = d.get("payload") or None
-            if payload is not None and (
-                not isinstance(payload, str) or os.sep in payload or payload in (".", "..")
-            ):
-                raise ValueError("bad payload")
-            entry_id = d.get("entry_id") or guess
-            if not _safe_rel(entry_id):
-                raise ValueError("entry id outside the root")
-            original = d.get("original_path")
-            if not isinstance(original, str) or not _safe_rel(inside(root, original) or ""):
-                original = os.path.join(
-                    root, entry_id
-                )  # a record never sends an entry outside its root
-            where = payload or None
-            present = _lexists(where, slot_fd) if where else True
-            return Record(
-                name,
-                qpath,
-                entry_id,
-                os.path.normpath(original),
-                root,
-                str(d.get("reason") or "unknown"),
-                tuple(str(x) for x in d.get("details") or ()),
-                float(d.get("quarantined_at") or 0),
-                str(d.get("by") or ""),
-                _str_or_none(d.get("fingerprint")),
-                int(d.get("pid") or 0),
-                size_of(where, slot_fd)
-                if where and present
-                else (size_of(name, qfd) if not where else 0),
-                payload=payload,
-                kind=_str_or_none(d.get("kind")),
-                present=present,
-                batch=_str_or_none(d.get("batch")),
-            )
+            return _recorded(d, qfd, slot_fd, qpath, name, root, guess)
         except (OSError, ValueError, TypeError, AttributeError, OverflowError):
-            try:
-                mtime = os.fstat(slot_fd).st_mtime
-                held = [
-                    n
-                    for n in os.listdir(slot_fd)
-                    if n != RECORD and not n.startswith(".jitwarden-q.")
-                ]
-            except OSError:
-                mtime, held = 0.0, []
-            return Record(
-                name,
-                qpath,
-                guess,
-                os.path.join(root, guess),
-                root,
-                "unknown",
-                (),
-                mtime,
-                bytes=size_of(name, qfd),
-                present=bool(held),
-            )
+            return _unrecorded(qfd, slot_fd, qpath, name, root, guess)
     finally:
         os.close(slot_fd)
+
+
+def _recorded(
+    d: object, qfd: int, slot_fd: int, qpath: str, name: str, root: str, guess: str
+) -> Record:
+    """The :class:`Record` a slot's record ``d`` says; ValueError (or another of :func:`_read`'s) when it
+    is none a slot could hold: a payload that is no plain name, an entry id outside the root."""
+    if not isinstance(d, dict):
+        raise ValueError("not an object")
+    payload = _payload(d)
+    entry_id = d.get("entry_id") or guess
+    if not _safe_rel(entry_id):
+        raise ValueError("entry id outside the root")
+    original = _original(d, root, entry_id)
+    present = _lexists(payload, slot_fd) if payload else True
+    if payload:
+        size = size_of(payload, slot_fd) if present else 0
+    else:
+        size = size_of(name, qfd)
+    return Record(
+        name,
+        qpath,
+        entry_id,
+        os.path.normpath(original),
+        root,
+        str(d.get("reason") or "unknown"),
+        tuple(str(x) for x in d.get("details") or ()),
+        float(d.get("quarantined_at") or 0),
+        str(d.get("by") or ""),
+        _str_or_none(d.get("fingerprint")),
+        int(d.get("pid") or 0),
+        size,
+        payload=payload,
+        kind=_str_or_none(d.get("kind")),
+        present=present,
+        batch=_str_or_none(d.get("batch")),
+    )
+
+
+def _payload(d: dict[str, Any]) -> str | None:
+    """A record's ``payload`` (the entry's name inside its slot), None for none; ValueError when it is no
+    plain name."""
+    payload = d.get("payload") or None
+    if payload is not None and (
+        not isinstance(payload, str) or os.sep in payload or payload in (".", "..")
+    ):
+        raise ValueError("bad payload")
+    return payload
+
+
+def _original(d: dict[str, Any], root: str, entry_id: str) -> str:
+    """Where a record says its entry came from, inside ``root``: a record never sends an entry outside
+    its root (then the entry id's place in it)."""
+    original = d.get("original_path")
+    if not isinstance(original, str) or not _safe_rel(inside(root, original) or ""):
+        return os.path.join(root, entry_id)
+    return original
+
+
+def _unrecorded(qfd: int, slot_fd: int, qpath: str, name: str, root: str, guess: str) -> Record:
+    """A slot whose record is missing or unreadable: what its name and contents tell (reason unknown)."""
+    try:
+        mtime = os.fstat(slot_fd).st_mtime
+        held = [n for n in os.listdir(slot_fd) if n != RECORD and not n.startswith(".jitwarden-q.")]
+    except OSError:
+        mtime, held = 0.0, []
+    return Record(
+        name,
+        qpath,
+        guess,
+        os.path.join(root, guess),
+        root,
+        "unknown",
+        (),
+        mtime,
+        bytes=size_of(name, qfd),
+        present=bool(held),
+    )
 
 
 def _str_or_none(x: object) -> str | None:

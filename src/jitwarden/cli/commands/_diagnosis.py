@@ -311,14 +311,7 @@ def another_environments(report, probs: list[Problem], suffix: str) -> list[Prob
         )
     entries = [e for r in theirs for e in stale[r]]
     total = sum(judged[r] for r in theirs)
-    writer = recorded_writer(report, entries)
-    fix = (
-        f"jitwarden doctor --python {shlex.quote(display(writer))}{suffix}  (the Python that wrote "
-        "these partitions, as they record it)"
-        if writer
-        else f"jitwarden doctor --python PATH{suffix}  (PATH: the Python of the environment that writes "
-        f"this cache, or set {settings.PYTHON.name})"
-    )
+    fix = _python_fix(recorded_writer(report, entries), suffix)
     out_.append(
         Problem(
             "other-environment",
@@ -333,6 +326,20 @@ def another_environments(report, probs: list[Problem], suffix: str) -> list[Prob
         )
     )
     return out_
+
+
+def _python_fix(writer: str | None, suffix: str) -> str:
+    """The ``doctor --python`` that judges another environment's entries: the Python its partitions
+    record as their writer, else PATH for the user to name."""
+    if writer:
+        return (
+            f"jitwarden doctor --python {shlex.quote(display(writer))}{suffix}  (the Python that wrote "
+            "these partitions, as they record it)"
+        )
+    return (
+        f"jitwarden doctor --python PATH{suffix}  (PATH: the Python of the environment that writes "
+        f"this cache, or set {settings.PYTHON.name})"
+    )
 
 
 def mixed_gpus(fp) -> list[Problem]:
@@ -374,27 +381,11 @@ def partition_problems(report, current: str | None, now: float | None = None) ->
     Ages are read as ``prune`` reads them (``ops.maintenance.partition_facts``), so the fix clears the line."""
     import time
 
-    from jitwarden.ops import maintenance
-    from jitwarden.store import partition
-
     others = [c for c in report.caches if c.root.partition and c.root.partition != current]
     if not others:
         return []
     now = time.time() if now is None else now
-    infos: dict[str, dict] = {}
-    ages: dict[str, float] = {}
-    for c in others:
-        base = c.root.base or partition.base_of(c.root.path)
-        if base not in infos:
-            infos[base] = dict(partition.list_partitions(base))
-        f = maintenance.partition_facts(
-            base,
-            c.root.path,
-            c.root.partition,
-            getattr(infos[base].get(c.root.path), "last_used", None),
-            current,
-        )
-        ages[c.root.partition] = min(ages.get(c.root.partition, now), now - f.last_used)
+    ages = _partition_ages(others, current, now)
     old = {d for d, a in ages.items() if a > PRUNE_AGE}
     young = set(ages) - old
     out_ = []
@@ -424,6 +415,29 @@ def partition_problems(report, current: str | None, now: float | None = None) ->
             )
         )
     return out_
+
+
+def _partition_ages(others, current: str | None, now: float) -> dict[str, float]:
+    """digest -> seconds since the partitions of that digest among ``others`` (scanned roots) were last
+    used, the youngest of them, read as ``prune`` reads it."""
+    from jitwarden.ops import maintenance
+    from jitwarden.store import partition
+
+    infos: dict[str, dict] = {}
+    ages: dict[str, float] = {}
+    for c in others:
+        base = c.root.base or partition.base_of(c.root.path)
+        if base not in infos:
+            infos[base] = dict(partition.list_partitions(base))
+        f = maintenance.partition_facts(
+            base,
+            c.root.path,
+            c.root.partition,
+            getattr(infos[base].get(c.root.path), "last_used", None),
+            current,
+        )
+        ages[c.root.partition] = min(ages.get(c.root.partition, now), now - f.last_used)
+    return ages
 
 
 def _archs(fp, report) -> tuple[int, ...]:
