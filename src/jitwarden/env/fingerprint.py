@@ -626,6 +626,16 @@ def dependencies(
 _PROCESS_MEMO: dict[tuple[Any, ...], Fingerprint] = {}
 
 
+def _ptxas_infos(env: Mapping[str, str], pmemo: _Section) -> tuple[tuple[str, PtxasInfo], ...]:
+    """(role, facts) of each ptxas this environment's compilers select, memoised in ``pmemo``."""
+    infos = []
+    for role, path in ptxas.selected(env, pmemo):
+        info = ptxas.inspect(path, pmemo)
+        if info is not None:
+            infos.append((role, info))
+    return tuple(infos)
+
+
 def of_host(
     *,
     use_memo: bool = True,
@@ -654,18 +664,13 @@ def of_host(
     before = json.dumps(raw, sort_keys=True)
 
     probe = _gpu(memo, env, proc_root)
-    pmemo = memo.setdefault("ptxas", _Section())
-    infos = []
-    for role, path in ptxas.selected(env, pmemo):
-        info = ptxas.inspect(path, pmemo)
-        if info is not None:
-            infos.append((role, info))
+    infos = _ptxas_infos(env, memo.setdefault("ptxas", _Section()))
     fp = Fingerprint(
         gpu_source=probe.source,
         gpus=probe.gpus,
         driver_version=probe.driver_version,
         cuda_driver_version=probe.cuda_driver_version,
-        ptxas=tuple(infos),
+        ptxas=infos,
         packages=_packages(memo),
         python=_python(),
         platform=_platform(),

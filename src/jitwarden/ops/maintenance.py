@@ -241,22 +241,13 @@ def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -
 
 
 def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Outcome:
-    from jitwarden.store import atomic, reads
+    from jitwarden.store import atomic
 
     names = os.listdir(entry_fd)
     present = {n for n in names if _regular(n, entry_fd)}
-    groups = {}
-    for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
-        try:
-            doc = reads.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
-        except (OSError, ValueError) as exc:
-            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
-        try:
-            new = relocated_group(doc, a.path, present)
-        except ValueError as exc:  # adapters.triton.ChildMismatch: nothing of the entry is written
-            return Outcome(a.path, a.id, "skipped", f"{name}: {exc}")
-        if new is not None:
-            groups[name] = new
+    groups = _relocated_groups(a, entry_fd, present, relocated_group)
+    if isinstance(groups, Outcome):
+        return groups
     if not groups:
         return Outcome(a.path, a.id, "skipped", "its group files point at its own files already")
     # A seal covers the group files as they were: it goes aside first, so the entry is unsealed (never sealed
@@ -282,6 +273,26 @@ def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Out
         qid = qid or rec.id
         moved += rec.bytes
     return Outcome(a.path, a.id, "relocated", "", qid, moved)
+
+
+def _relocated_groups(a, entry_fd: int, present: set[str], relocated_group) -> dict | Outcome:
+    """{group file: its new content} of each group file of the entry that points elsewhere; the ``skipped``
+    outcome, saying why, when one cannot be read or does not fit the entry (nothing of it is written)."""
+    from jitwarden.store import reads
+
+    groups = {}
+    for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
+        try:
+            doc = reads.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
+        except (OSError, ValueError) as exc:
+            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
+        try:
+            new = relocated_group(doc, a.path, present)
+        except ValueError as exc:  # adapters.triton.ChildMismatch: nothing of the entry is written
+            return Outcome(a.path, a.id, "skipped", f"{name}: {exc}")
+        if new is not None:
+            groups[name] = new
+    return groups
 
 
 def _regular(name: str, dir_fd: int) -> bool:

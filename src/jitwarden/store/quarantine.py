@@ -178,6 +178,29 @@ def size_of(path: str, dir_fd: int | None = None) -> int:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
+def _one_level(fd: int, skip: frozenset[str], todo: list[str]) -> tuple[int, float]:
+    """(bytes of the regular files, newest mtime) directly in the directory ``fd``, its subdirectories'
+    names appended to ``todo``; names in ``skip`` and what cannot be read left out."""
+    total, newest = 0, 0.0
+    try:
+        with os.scandir(fd) as it:
+            for e in it:
+                if e.name in skip:
+                    continue
+                try:
+                    s = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                newest = max(newest, s.st_mtime)
+                if stat.S_ISDIR(s.st_mode):
+                    todo.append(e.name)
+                elif stat.S_ISREG(s.st_mode):
+                    total += s.st_size
+    except OSError:
+        pass
+    return total, newest
+
+
 def tree_stats(
     path: str, skip: frozenset[str] = frozenset(), dir_fd: int | None = None
 ) -> tuple[int, float]:
@@ -203,22 +226,8 @@ def tree_stats(
         fd, todo = stack[-1]
         if first:
             first = False
-            try:
-                with os.scandir(fd) as it:
-                    for e in it:
-                        if e.name in skip:
-                            continue
-                        try:
-                            s = e.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        newest = max(newest, s.st_mtime)
-                        if stat.S_ISDIR(s.st_mode):
-                            todo.append(e.name)
-                        elif stat.S_ISREG(s.st_mode):
-                            total += s.st_size
-            except OSError:
-                pass
+            size, latest = _one_level(fd, skip, todo)
+            total, newest = total + size, max(newest, latest)
         if not todo:
             os.close(fd)
             stack.pop()
@@ -592,7 +601,7 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
                     f"{rec.id} holds no entry (an interrupted move); "
                     "`jitwarden quarantine empty` removes it"
                 )
-            parent, name = os.path.split(rel)
+            parent = os.path.dirname(rel)
             try:
                 parent_fd = open_beneath(r.fd, parent, create=True)
             except OSError:
@@ -601,41 +610,59 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
                     "or not a directory; not followed"
                 ) from None
             try:
-                displaced = None
-                if _lexists(name, parent_fd):
-                    if not replace:
-                        raise QuarantineError(
-                            f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out"
-                        )
-                    displaced = move(
-                        os.path.join(rec.root, rel),
-                        "replaced",
-                        [f"displaced by restoring {rec.id}"],
-                        root=rec.root,
-                        entry_id=rec.entry_id,
-                        kind=rec.kind,
-                        by="restore",
-                        now=now,
-                    )
-                if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
-                    try:
-                        os.unlink(RECORD, dir_fd=slot_fd)
-                    except OSError:
-                        pass
-                try:
-                    rename_noreplace(src, name, src_dir_fd=src_fd, dst_dir_fd=parent_fd)
-                except FileExistsError:
-                    raise QuarantineError(
-                        f"{rec.original_path} was taken while restoring {rec.id}; nothing changed"
-                    ) from None
-                except OSError as exc:
-                    raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
+                displaced = _put_back(rec, rel, (src_fd, src), slot_fd, parent_fd, replace, now)
             finally:
                 os.close(parent_fd)
         finally:
             os.close(slot_fd)
         if rec.payload is not None:
             _drop_slot(r.qfd, rec.id)
+    return displaced
+
+
+def _put_back(
+    rec: Record,
+    rel: str,
+    source: tuple[int, str],
+    slot_fd: int,
+    parent_fd: int,
+    replace: bool,
+    now: float | None,
+) -> Record | None:
+    """Rename the quarantined entry (``source``: its directory fd and name) to its name in ``parent_fd``
+    without replacing anything: what is there now quarantined first when ``replace`` (its record
+    returned), else refused."""
+    src_fd, src = source
+    name = os.path.basename(rel)
+    displaced = None
+    if _lexists(name, parent_fd):
+        if not replace:
+            raise QuarantineError(
+                f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out"
+            )
+        displaced = move(
+            os.path.join(rec.root, rel),
+            "replaced",
+            [f"displaced by restoring {rec.id}"],
+            root=rec.root,
+            entry_id=rec.entry_id,
+            kind=rec.kind,
+            by="restore",
+            now=now,
+        )
+    if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
+        try:
+            os.unlink(RECORD, dir_fd=slot_fd)
+        except OSError:
+            pass
+    try:
+        rename_noreplace(src, name, src_dir_fd=src_fd, dst_dir_fd=parent_fd)
+    except FileExistsError:
+        raise QuarantineError(
+            f"{rec.original_path} was taken while restoring {rec.id}; nothing changed"
+        ) from None
+    except OSError as exc:
+        raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
     return displaced
 
 

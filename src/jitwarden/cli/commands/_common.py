@@ -343,10 +343,26 @@ def rebuilt(
     candidates = [e for e in rebuild.candidates(report.entries) if select is None or select(e)]
     memo = {} if memo is None else memo
     todo = [e for e in candidates if _stamp(e) not in memo]
+    fresh = _rebuild_with_bar(todo, req)
+    memo.update({_stamp(e): fresh[e.path] for e in todo if e.path in fresh})
+    got = {e.path: memo[_stamp(e)] for e in candidates if _stamp(e) in memo}
+    if results is not None:
+        results.update(got)
+    # proven: a ptxas reproduced its code from its own PTX (``stale``: one this environment does not use)
+    proven = frozenset(p for p, r in got.items() if r.verdict in ("verified", "stale"))
+    rebuilt = report.with_findings({path: r.findings for path, r in got.items()}, proven)
+    return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
+
+
+def _rebuild_with_bar(todo: list, req: RebuildRequest) -> dict:
+    """{entry path: RebuildResult} of ``todo``, with a labelled progress bar; a ``--keep-cubins`` dir this
+    run made is removed again when nothing was kept in it."""
+    from jitwarden.ops import rebuild
+
     try:
         label = f"rebuilding {plural(len(todo), 'kernel')}"
         with _worded(), out.progress_bar(len(todo), label) as progress:
-            fresh = rebuild.verify_entries(todo, req.options, progress=progress)
+            return rebuild.verify_entries(todo, req.options, progress=progress)
     finally:
         if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
             from jitwarden.store.removal import remove_empty_dir
@@ -356,14 +372,6 @@ def rebuilt(
             remove_empty_dir(
                 req.options.keep_dir
             )  # kept when not empty (cubins kept) or not ours to remove
-    memo.update({_stamp(e): fresh[e.path] for e in todo if e.path in fresh})
-    got = {e.path: memo[_stamp(e)] for e in candidates if _stamp(e) in memo}
-    if results is not None:
-        results.update(got)
-    # proven: a ptxas reproduced its code from its own PTX (``stale``: one this environment does not use)
-    proven = frozenset(p for p, r in got.items() if r.verdict in ("verified", "stale"))
-    rebuilt = report.with_findings({path: r.findings for path, r in got.items()}, proven)
-    return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
 
 
 def _stamp(e) -> tuple:
