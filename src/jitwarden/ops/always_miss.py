@@ -193,13 +193,7 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
     """Why graph ``s`` (an FX graph or an AOTAutograd graph) compiled again, from the inputs of its keys
     (``inputs``: key -> ``{"h": {input: hash}, "v": {input: short value}}`` or None) (pure). Names in a graph
     record are orders in a start, so one name has one key a start: a new key is a new start's."""
-    base: dict[str, Any] = {
-        "kind": s.kind,
-        "name": s.name,
-        "compiles": s.compiles,
-        "starts": s.starts,
-        "keys": len(s.keys),
-    }
+    base = _counts(s)
     got = [inputs[k] for k in s.keys if inputs.get(k)]
     if not s.across:
         return None
@@ -222,6 +216,12 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
             why="a new key in every start, yet every input of it recorded is the same"
             + (" (torch listed more inputs than the record keeps)" if cut else ""),
         )
+    return _changed_graph_input(base, changed, got)
+
+
+def _changed_graph_input(base: dict, changed: list[str], got: list) -> AlwaysMiss:
+    """The cause when the inputs ``changed`` differ between the keys ``got``: the graph itself (a shape or
+    a constant traced into it), a value new in every start, or a setting that differs (pure)."""
     rows = [{n: g["v"].get(n, f"#{g['h'].get(n, '')[:10]}") for n in changed} for g in got]
     diffs = [(n, tuple(dict.fromkeys(r[n] for r in rows))) for n in changed]
     every = all(len(v) == len(got) for _n, v in diffs)
@@ -255,17 +255,22 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
     )
 
 
-def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
-    """Why ``s`` compiled again, from the :class:`KeyInputs` of its keys (``inputs``: key -> KeyInputs or None)
-    (pure). None for a name that compiled several keys within one start for a reason that is a
-    specialization (another option, other code): that is a workload using several variants, not a miss."""
-    base: dict[str, Any] = {
+def _counts(s: Suspect) -> dict[str, Any]:
+    """What every :class:`AlwaysMiss` of ``s`` says of it: its kind, name, compiles, starts and keys."""
+    return {
         "kind": s.kind,
         "name": s.name,
         "compiles": s.compiles,
         "starts": s.starts,
         "keys": len(s.keys),
     }
+
+
+def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
+    """Why ``s`` compiled again, from the :class:`KeyInputs` of its keys (``inputs``: key -> KeyInputs or None)
+    (pure). None for a name that compiled several keys within one start for a reason that is a
+    specialization (another option, other code): that is a workload using several variants, not a miss."""
+    base = _counts(s)
     got = [inputs[k] for k in s.keys if inputs.get(k) is not None]
     if s.kind != "triton" or len(got) < 2:
         return _unexplained(s, base)

@@ -28,6 +28,7 @@ from jitwarden.model.layout import (
 )
 from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.store import quarantine as q
+from jitwarden.store import treesize
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
 # an action is read by its fields (path, root, id, kind, reasons, details, scope), a prune by its partition.
@@ -325,7 +326,7 @@ def partition_facts(
     base: str, path: str, digest: str, last_used: float | None, current: str | None
 ) -> PartitionFacts:
     """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
-    total, newest = q.tree_stats(
+    total, newest = treesize.tree_stats(
         path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE})
     )  # our own locks are no use
     if not last_used:

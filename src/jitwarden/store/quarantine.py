@@ -38,9 +38,10 @@ from typing import Any
 from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
-from jitwarden.store.paths import inside, open_beneath, open_dir, reserved_dir
+from jitwarden.store.paths import O_DIR_NOFOLLOW, inside, open_beneath, open_dir, reserved_dir
 from jitwarden.store.reads import read_json
 from jitwarden.store.removal import rmtree_trash
+from jitwarden.store.treesize import size_of
 
 RECORD = ".jitwarden-quarantine.json"
 SCHEMA = 2
@@ -170,81 +171,6 @@ def rename_noreplace(
 # ---------------------------------------------------------------- moving aside
 
 
-def size_of(path: str, dir_fd: int | None = None) -> int:
-    """Bytes of regular files under ``path`` (or of ``path`` itself), never following a symlink."""
-    return tree_stats(path, dir_fd=dir_fd)[0]
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-
-
-def _one_level(fd: int, skip: frozenset[str], todo: list[str]) -> tuple[int, float]:
-    """(bytes of the regular files, newest mtime) directly in the directory ``fd``, its subdirectories'
-    names appended to ``todo``; names in ``skip`` and what cannot be read left out."""
-    total, newest = 0, 0.0
-    try:
-        with os.scandir(fd) as it:
-            for e in it:
-                if e.name in skip:
-                    continue
-                try:
-                    s = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                newest = max(newest, s.st_mtime)
-                if stat.S_ISDIR(s.st_mode):
-                    todo.append(e.name)
-                elif stat.S_ISREG(s.st_mode):
-                    total += s.st_size
-    except OSError:
-        pass
-    return total, newest
-
-
-def tree_stats(
-    path: str, skip: frozenset[str] = frozenset(), dir_fd: int | None = None
-) -> tuple[int, float]:
-    """(bytes of regular files, newest mtime) under ``path``, without recursion or following links.
-
-    Walks by directory fds, so a 10,000-deep chain (paths far beyond PATH_MAX) costs no
-    stack and one fd per level still holding unvisited siblings. Unreadable parts are skipped.
-    """
-    try:
-        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return 0, 0.0
-    if not stat.S_ISDIR(st.st_mode):
-        return (st.st_size if stat.S_ISREG(st.st_mode) else 0), st.st_mtime
-    total, newest = 0, 0.0
-    try:
-        fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return 0, st.st_mtime
-    stack: list[tuple[int, list[str]]] = [(fd, [])]
-    first = True
-    while stack:
-        fd, todo = stack[-1]
-        if first:
-            first = False
-            size, latest = _one_level(fd, skip, todo)
-            total, newest = total + size, max(newest, latest)
-        if not todo:
-            os.close(fd)
-            stack.pop()
-            continue
-        name = todo.pop()
-        try:
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            continue
-        if not todo:  # the last child: this level is done, its fd need not stay open
-            os.close(fd)
-            stack.pop()
-        stack.append((child, []))
-        first = True
-    return total, newest
-
-
 def move(
     entry_path: str,
     reason: str,
@@ -318,7 +244,7 @@ def move(
             batch=batch,
         )
         try:
-            slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+            slot_fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=qfd)
             fds.append(slot_fd)
             _write_record(slot_fd, rec)
             rename_noreplace(payload, payload, src_dir_fd=parent_fd, dst_dir_fd=slot_fd)
@@ -351,7 +277,7 @@ def _safe_rel(rel: str) -> bool:
 def _drop_slot(qfd: int, name: str) -> None:
     """Remove a slot that holds only its record (an undone or interrupted move)."""
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+        fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=qfd)
     except OSError:
         return
     try:
@@ -398,7 +324,7 @@ def read(qpath: str, qfd: int | None = None) -> Record:
     guess = guess.split("-", 1)[0]
     own_fd = qfd is None
     try:
-        fd = os.open(qdir, _DIR_FLAGS) if qfd is None else qfd
+        fd = os.open(qdir, O_DIR_NOFOLLOW) if qfd is None else qfd
     except OSError:
         return Record(
             name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
@@ -412,7 +338,7 @@ def read(qpath: str, qfd: int | None = None) -> Record:
 
 def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
     try:
-        slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+        slot_fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=qfd)
     except OSError:
         return Record(
             name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
@@ -589,7 +515,7 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
         )
     with _Root(rec.root) as r:
         try:
-            slot_fd = os.open(rec.id, _DIR_FLAGS, dir_fd=r.qfd)
+            slot_fd = os.open(rec.id, O_DIR_NOFOLLOW, dir_fd=r.qfd)
         except OSError as exc:
             raise QuarantineError(
                 f"{rec.id} is not a quarantine slot here ({(exc.strerror or '').lower()})"
