@@ -204,10 +204,7 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
             why="a new key in every start, none served from the cache (the inputs of its keys were not "
             "recorded to tell which changed)",
         )
-    names = sorted({n for g in got for n in g["h"]})
-    changed = [n for n in names if len({g["h"].get(n) for g in got}) > 1]
-    told = {n.split("[", 1)[0] for n in changed if "[" in n}
-    changed = [n for n in changed if n not in told]  # its items that changed say it, by name
+    changed = _changed_inputs(got)
     if not changed:
         cut = any(g.get("more") for g in got)
         return AlwaysMiss(
@@ -217,6 +214,15 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
             + (" (torch listed more inputs than the record keeps)" if cut else ""),
         )
     return _changed_graph_input(base, changed, got)
+
+
+def _changed_inputs(got: list) -> list[str]:
+    """The inputs whose hash differs between the keys ``got``, sorted; an input whose items changed is
+    left to them, which say it by name (pure)."""
+    names = sorted({n for g in got for n in g["h"]})
+    changed = [n for n in names if len({g["h"].get(n) for g in got}) > 1]
+    told = {n.split("[", 1)[0] for n in changed if "[" in n}
+    return [n for n in changed if n not in told]
 
 
 def _changed_graph_input(base: dict, changed: list[str], got: list) -> AlwaysMiss:
