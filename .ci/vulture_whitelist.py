@@ -23,6 +23,7 @@ graphs  # VllmFacts
 artifact_layouts  # VllmFacts
 key_has_gpu  # VllmFacts
 flashinfer_tune  # VllmFacts
+sealed_at  # store/seal.Seal: written into its JSON by model/asjson.fields_json
 mangled_names  # formats/cupyentry: a parsed record's field
 executable_bytes  # formats/jaxexec: a parsed record's field
 differing_bytes  # formats/cubin_compare.AttemptsJudgement: read by rebuild's report and its tests

@@ -149,7 +149,7 @@ class World:
         )
         os.environ.clear()
         os.environ.update(self.env)
-        self.digest = fingerprint.collect().digest
+        self.digest = fingerprint.of_host().digest
         self.tri, self.ind, self.jax = (
             partition.path_for(self.env[v], self.digest)
             for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")

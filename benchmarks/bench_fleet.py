@@ -333,7 +333,7 @@ def main(argv=None) -> int:
             "JITWARDEN_SIGNING_KEY": os.path.join(tmp, "k"),
             "JITWARDEN_TRUSTED_KEYS": os.path.join(tmp, "k.pub"),
         }
-        digest = fingerprint.collect().digest
+        digest = fingerprint.of_host().digest
         kdir = os.path.join(tmp, "kernels")
         os.makedirs(kdir)
         with open(os.path.join(kdir, "jw_test_kernels.py"), "w") as f:

@@ -37,7 +37,7 @@ def _h100_fingerprint(env: dict) -> dict:
     from jitwarden.env import fingerprint
 
     with environ(env):
-        d = fingerprint.collect().to_json()
+        d = fingerprint.of_host().to_json()
     d["gpu"] = {
         "source": "nvml",
         "note": "",

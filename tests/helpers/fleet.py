@@ -41,7 +41,7 @@ def digest_of(env: dict) -> str:
     from jitwarden.env import fingerprint
 
     with environ(env):
-        return fingerprint.collect().digest
+        return fingerprint.of_host().digest
 
 
 def triton_partition(env: dict) -> str:

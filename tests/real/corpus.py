@@ -20,6 +20,7 @@ import time
 from jitwarden.adapters import triton as tri
 from jitwarden.model.entries import Judge
 from jitwarden.ops import scan
+from jitwarden.ops.roots import roots_from_paths
 from tests.helpers.paths import DATA as _DATA
 
 DATA = os.path.join(_DATA, "real")
@@ -88,7 +89,7 @@ def facts_judge(target_arch: int | None = 90) -> Judge:
 
 def scan_tree(tree: str, judge: Judge) -> scan.ScanReport:
     target = scan.Target(judge.target_arch, "cli")
-    return scan.scan(scan.roots_from_paths(roots(tree)), judge, target, jobs=1)
+    return scan.scan(roots_from_paths(roots(tree)), judge, target, jobs=1)
 
 
 def driver_stand_in(dest: str, stamp: bytes = b"Apr 29 2026") -> str:

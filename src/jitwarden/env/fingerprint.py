@@ -1,9 +1,10 @@
 """The fingerprint: a frozen record of every input that decides compiled GPU code.
 
 Grouped as in ARCHITECTURE.md ("Layers", env/): gpu, driver, toolchain, packages, python, platform, env.
-It has a short stable ``digest`` (the cache partition name), a human :func:`diff`
-that says what changed and why it matters, and a persistent memo keyed by cheap stat
-facts so a warm :func:`collect` runs no subprocess, hashes nothing and skips NVML.
+It has a short stable ``digest`` (the cache partition name), a human diff
+(:func:`jitwarden.env.fingerprint_diff.diff`) that says what changed and why it matters, and a
+persistent memo keyed by cheap stat facts so a warm :func:`of_host` runs no subprocess, hashes
+nothing and skips NVML.
 
 Standard library only, never imports torch or triton, never initialises CUDA: this
 module is on the activation path.
@@ -23,7 +24,7 @@ from jitwarden.env import interpreter, jaxcupy, nvml, ptxas, torchinfo
 from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
 from jitwarden.formats import jsonlimits
-from jitwarden.model.arch import torch_arch_warning, torch_compiled_for
+from jitwarden.model.arch import torch_arch_warning
 from jitwarden.store.atomic import write_json_atomic
 from jitwarden.store.paths import make_dirs, memo_dir
 from jitwarden.store.reads import read_bytes, read_private
@@ -355,227 +356,6 @@ def _package_json(p: Package) -> dict[str, Any]:
     return d
 
 
-# --- diff ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Change:
-    component: str
-    old: str
-    new: str
-    why: str
-
-
-def _s(v: object) -> str:
-    return "(none)" if v is None or v == "" else str(v)
-
-
-def _ptxas_label(info: PtxasInfo | None) -> str:
-    if info is None:
-        return "(none)"
-    lines = info.version_text.splitlines()
-    return info.build or info.release or (lines[-1] if lines else "(no version)")
-
-
-def diff(a: Fingerprint, b: Fingerprint) -> list[Change]:
-    """What differs from ``a`` (old) to ``b`` (new), and why each difference matters."""
-    return [
-        *_device_changes(a, b),
-        *_ptxas_changes(a, b),
-        *_package_changes(a, b),
-        *_host_changes(a, b),
-    ]
-
-
-def _gpuset(fp: Fingerprint) -> list[str]:
-    return sorted(
-        {
-            f"{g.name} ({'sm_{}{}'.format(*g.capability) if g.capability else 'capability unknown'})"
-            for g in fp.gpus
-        }
-    )
-
-
-def _device_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
-    """The GPUs and the driver: what runs the kernels."""
-    out: list[Change] = []
-    if a.device_archs() != b.device_archs() and (a.device_archs() or b.device_archs()):
-        out.append(
-            Change(
-                "gpu.capability",
-                _s(", ".join(f"sm_{x}" for x in a.device_archs())),
-                _s(", ".join(f"sm_{x}" for x in b.device_archs())),
-                "kernels are assembled for one exact compute capability (Triton emits sm_90a, which "
-                "runs only on 9.0): cached cubins of the old GPU cannot run on the new one",
-            )
-        )
-    elif _gpuset(a) != _gpuset(b):
-        out.append(
-            Change(
-                "gpu",
-                _s(", ".join(_gpuset(a))),
-                _s(", ".join(_gpuset(b))),
-                "another GPU model: autotuned configs and vLLM's compile cache (keyed by GPU name) "
-                "were chosen for the old one",
-            )
-        )
-    if a.driver_version != b.driver_version:
-        out.append(
-            Change(
-                "driver",
-                _s(a.driver_version),
-                _s(b.driver_version),
-                "the driver JIT-compiles PTX (torch's fallback kernels, the CUDA compute cache) and "
-                "decides which PTX versions load at all",
-            )
-        )
-
-    return out
-
-
-def _ptxas_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
-    """Each ptxas role: the binary that assembles the kernels."""
-    out: list[Change] = []
-    pa, pb = dict(a.ptxas), dict(b.ptxas)
-    for role in sorted(set(pa) | set(pb)):
-        x, y = pa.get(role), pb.get(role)
-        comp = f"ptxas[{role}]"
-        if x is None or y is None:
-            out.append(
-                Change(
-                    comp,
-                    _ptxas_label(x),
-                    _ptxas_label(y),
-                    "a ptxas appeared or disappeared: kernels are assembled by a different binary",
-                )
-            )
-        elif x.version_text != y.version_text:
-            out.append(
-                Change(
-                    comp,
-                    _ptxas_label(x),
-                    _ptxas_label(y),
-                    "another ptxas release assembles PTX into different machine code; Triton keys "
-                    "kernels by this version text, so its old entries become dead weight",
-                )
-            )
-        elif x.sha256 != y.sha256:
-            out.append(
-                Change(
-                    comp + ".sha256",
-                    x.sha256[:12],
-                    y.sha256[:12],
-                    "the ptxas binary differs although it prints the same version: Triton's cache key "
-                    "would not notice (a wrapper or a TRITON_PTXAS_PATH swap)",
-                )
-            )
-
-    return out
-
-
-def _package_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
-    """The packages that generate or launch kernels: versions, files, CUDA, torch's arch list."""
-    out: list[Change] = []
-    ka, kb = {p.name: p for p in a.packages}, {p.name: p for p in b.packages}
-    for name in sorted(set(ka) | set(kb)):
-        x, y = ka.get(name), kb.get(name)
-        if x is None or y is None:
-            out.append(
-                Change(
-                    f"package:{name}",
-                    _s(x and x.version),
-                    _s(y and y.version),
-                    f"{name} was {'installed' if x is None else 'removed'}: it generates or launches "
-                    "compiled kernels",
-                )
-            )
-            continue
-        if x.version != y.version:
-            out.append(
-                Change(
-                    f"package:{name}",
-                    x.version,
-                    y.version,
-                    f"another {name} generates different code and keys its caches differently",
-                )
-            )
-        elif x.identity != y.identity:
-            out.append(
-                Change(
-                    f"package:{name}.files",
-                    _s(x.identity and x.identity[:12]),
-                    _s(y.identity and y.identity[:12]),
-                    f"the installed files of {name} changed under the same version (a rebuild, a "
-                    "reinstall from another index or a local edit)",
-                )
-            )
-        if x.cuda != y.cuda:
-            out.append(
-                Change(
-                    f"package:{name}.cuda",
-                    _s(x.cuda),
-                    _s(y.cuda),
-                    f"{name} was built against another CUDA: its bundled kernels and ptxas differ",
-                )
-            )
-        if x.arch_list != y.arch_list:
-            why = "the GPU archs torch's own kernels were compiled for changed"
-            for arch in b.device_archs():
-                if y.arch_list is not None and not torch_compiled_for(y.arch_list, arch):
-                    why += f"; the new list lacks the GPU's sm_{arch}, so torch's kernels go through driver PTX JIT or fail"
-            out.append(
-                Change(
-                    f"package:{name}.arch_list",
-                    _s(x.arch_list and " ".join(x.arch_list)),
-                    _s(y.arch_list and " ".join(y.arch_list)),
-                    why,
-                )
-            )
-
-    return out
-
-
-def _host_changes(a: Fingerprint, b: Fingerprint) -> list[Change]:
-    """The Python ABI, the platform and the compiler-relevant environment variables."""
-    out: list[Change] = []
-    ya, yb = dict(a.python), dict(b.python)
-    for k in ("implementation", "cache_tag", "soabi", "abiflags", "minor"):
-        if ya.get(k) != yb.get(k):
-            out.append(
-                Change(
-                    f"python.{k}",
-                    _s(ya.get(k)),
-                    _s(yb.get(k)),
-                    "another Python ABI: compiled launcher modules (.so) and Inductor's C++ wrappers "
-                    "built for the old one cannot be loaded",
-                )
-            )
-    fa, fb = dict(a.platform), dict(b.platform)
-    for k in sorted(set(fa) | set(fb)):
-        if fa.get(k) != fb.get(k):
-            out.append(
-                Change(
-                    f"platform.{k}",
-                    _s(fa.get(k)),
-                    _s(fb.get(k)),
-                    "compiled host modules depend on the machine, OS and C library",
-                )
-            )
-    ea, eb = dict(a.env), dict(b.env)
-    for k in sorted(set(ea) | set(eb)):
-        if ea.get(k) != eb.get(k):
-            state = "set" if k not in ea else "unset" if k not in eb else "changed"
-            out.append(
-                Change(
-                    f"env:{k}",
-                    _s(ea.get(k)),
-                    _s(eb.get(k)),
-                    f"{k} was {state}; it changes the code compilers generate",
-                )
-            )
-    return out
-
-
 # --- memo ----------------------------------------------------------------------------
 
 
@@ -619,7 +399,7 @@ class _Section(dict[str, Any]):
         return value
 
 
-# --- collection ----------------------------------------------------------------------
+# --- the fingerprint of this host ----------------------------------------------------
 
 
 def _find_dists(prefixes: set[str]) -> dict[str, tuple[str, str]]:
@@ -793,7 +573,7 @@ def _gpu(memo: dict[str, Any], env: Mapping[str, str], proc_root: str) -> nvml.P
 def dependencies(
     *, env: Mapping[str, str] | None = None, memo_path: str | None = None, proc_root: str = "/proc"
 ) -> dict[str, Any]:
-    """What :func:`collect` reads, as names to watch, for activation's warm memo (``activation_memo``).
+    """What :func:`of_host` reads, as names to watch, for activation's warm memo (``activation_memo``).
 
     Whatever changes the digest changes one of these: ``env`` (the code-changing variables
     and ``CUDA_VISIBLE_DEVICES``); ``files``, identified by stat (this layer's own modules,
@@ -846,7 +626,17 @@ def dependencies(
 _PROCESS_MEMO: dict[tuple[Any, ...], Fingerprint] = {}
 
 
-def collect(
+def _ptxas_infos(env: Mapping[str, str], pmemo: _Section) -> tuple[tuple[str, PtxasInfo], ...]:
+    """(role, facts) of each ptxas this environment's compilers select, memoised in ``pmemo``."""
+    infos = []
+    for role, path in ptxas.selected(env, pmemo):
+        info = ptxas.inspect(path, pmemo)
+        if info is not None:
+            infos.append((role, info))
+    return tuple(infos)
+
+
+def of_host(
     *,
     use_memo: bool = True,
     env: Mapping[str, str] | None = None,
@@ -874,18 +664,13 @@ def collect(
     before = json.dumps(raw, sort_keys=True)
 
     probe = _gpu(memo, env, proc_root)
-    pmemo = memo.setdefault("ptxas", _Section())
-    infos = []
-    for role, path in ptxas.selected(env, pmemo):
-        info = ptxas.inspect(path, pmemo)
-        if info is not None:
-            infos.append((role, info))
+    infos = _ptxas_infos(env, memo.setdefault("ptxas", _Section()))
     fp = Fingerprint(
         gpu_source=probe.source,
         gpus=probe.gpus,
         driver_version=probe.driver_version,
         cuda_driver_version=probe.cuda_driver_version,
-        ptxas=tuple(infos),
+        ptxas=infos,
         packages=_packages(memo),
         python=_python(),
         platform=_platform(),

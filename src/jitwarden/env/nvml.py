@@ -79,6 +79,19 @@ def probe(
 # --- CUDA_VISIBLE_DEVICES ---------------------------------------------------------
 
 
+def _named(gpus: tuple[Gpu, ...], item: str) -> Gpu | None:
+    """The GPU one ``CUDA_VISIBLE_DEVICES`` entry names: by NVML index, or by the one UUID it is a prefix of
+    (``GPU-`` optional); None when it names none, or more than one."""
+    if re.fullmatch(r"\d+", item):
+        i = int(item)
+        return next((g for g in gpus if g.index == i), None)
+    if not item:
+        return None
+    want = item if item.upper().startswith("GPU-") else f"GPU-{item}"
+    hits = [g for g in gpus if g.uuid and g.uuid.lower().startswith(want.lower())]
+    return hits[0] if len(hits) == 1 else None
+
+
 def filter_visible(gpus: tuple[Gpu, ...], cvd: str | None) -> tuple[Gpu, ...]:
     """Keep the GPUs ``CUDA_VISIBLE_DEVICES`` lists, in its order.
 
@@ -95,14 +108,7 @@ def filter_visible(gpus: tuple[Gpu, ...], cvd: str | None) -> tuple[Gpu, ...]:
         return tuple(gpus)
     out: list[Gpu] = []
     for item in items:
-        match = None
-        if re.fullmatch(r"\d+", item):
-            i = int(item)
-            match = next((g for g in gpus if g.index == i), None)
-        elif item:
-            want = item if item.upper().startswith("GPU-") else f"GPU-{item}"
-            hits = [g for g in gpus if g.uuid and g.uuid.lower().startswith(want.lower())]
-            match = hits[0] if len(hits) == 1 else None
+        match = _named(gpus, item)
         if match is None or match in out:
             break
         out.append(match)

@@ -134,23 +134,37 @@ def arch_list(
     """
     lib = libtorch_python_path(directory)
     if lib:
-        try:
-            st = os.stat(lib)
-            key = f"flags|{os.path.realpath(lib)}|{st.st_size}|{st.st_mtime_ns}"
-        except OSError:
-            key = None
-        if key and memo is not None and isinstance(memo.get(key), list):
-            return tuple(memo[key])
-        unreadable = bool(key and memo is not None and memo.get(key) == "unreadable")
-        found = None if unreadable else arch_flags(lib)
+        found = _library_arch_list(lib, memo)
         if found is not None:
-            result = normalize_arches(found)
-            if key and memo is not None:
-                memo[key] = list(result)
-            return result
-        if key and memo is not None:
-            memo[key] = "unreadable"  # do not read the library again at every start
-    # this process's torch, never when judging another environment's (``--python``)
+            return found
+    return _imported_arch_list()
+
+
+def _library_arch_list(lib: str, memo: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The arch list ``lib`` (libtorch_python.so) holds, memoised by its stat in ``memo`` (a library that
+    holds none is remembered as such, so it is not read again at every start); None when it holds none."""
+    try:
+        st = os.stat(lib)
+        key = f"flags|{os.path.realpath(lib)}|{st.st_size}|{st.st_mtime_ns}"
+    except OSError:
+        key = None
+    if memo is None or key is None:
+        found = arch_flags(lib)
+        return normalize_arches(found) if found is not None else None
+    if isinstance(memo.get(key), list):
+        return tuple(memo[key])
+    found = None if memo.get(key) == "unreadable" else arch_flags(lib)
+    if found is None:
+        memo[key] = "unreadable"  # do not read the library again at every start
+        return None
+    result = normalize_arches(found)
+    memo[key] = list(result)
+    return result
+
+
+def _imported_arch_list() -> tuple[str, ...] | None:
+    """The arch list of this process's torch, when imported (never when judging another environment's,
+    ``--python``): asked without initialising CUDA."""
     torch = sys.modules.get("torch") if interpreter.current() is None else None
     if torch is not None:
         try:

@@ -8,11 +8,12 @@ see the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from itertools import repeat
 from typing import Any, ClassVar
 
+from jitwarden.model.asjson import class_of, field_names
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.settings import ORPHAN_AGE
 
@@ -69,26 +70,15 @@ _NO_TOP = dict.fromkeys(TOP_FACTS)
 
 
 @cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
-
-
-def _class_of(obj: object) -> Any:
-    """``type(obj)`` as the cached functions' key: a class is hashable, though mypy reads the
-    ``__hash__`` a frozen dataclass gives its instances as the class's own."""
-    return type(obj)
-
-
-@cache
 def _extra_fields(cls: Any) -> tuple[str, ...]:
     """The fields of a :class:`KindFacts` class that its JSON shows in ``extra``, in declared order."""
-    return tuple(f for f in _field_names(cls) if f not in cls.TOP)
+    return tuple(f for f in field_names(cls) if f not in cls.TOP)
 
 
 def _reduce(self: Any) -> tuple[type, tuple[Any, ...]]:
     """Pickled as the call of its class with its field values: the scan's workers send one per entry, and
     the slotted dataclass's own state (a list, set back field by field) costs twice the time."""
-    return type(self), tuple(map(getattr, repeat(self), _field_names(_class_of(self))))
+    return type(self), tuple(map(getattr, repeat(self), field_names(class_of(self))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +91,7 @@ class FactGroup:
 
     def to_json(self) -> dict[str, Any]:
         out = {}
-        for name in _field_names(_class_of(self)):
+        for name in field_names(class_of(self)):
             v = getattr(self, name)
             if v is not None:
                 out[name] = list(v) if type(v) is tuple else v
@@ -126,7 +116,7 @@ class KindFacts:
     def to_json(self) -> dict[str, Any]:
         """The entry's ``extra`` object."""
         out = {}
-        for name in _extra_fields(_class_of(self)):
+        for name in _extra_fields(class_of(self)):
             v = getattr(self, name)
             if isinstance(v, FactGroup):
                 out.update(v.to_json())

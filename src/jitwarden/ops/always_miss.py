@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.asjson import fields_json
 from jitwarden.ops.workload import Workload
 from jitwarden.store import reads
 
@@ -111,18 +112,7 @@ class AlwaysMiss:
         return f"{head}; fix: {self.fix}" if self.fix else head
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "compiles": self.compiles,
-            "starts": self.starts,
-            "keys": self.keys,
-            "cause": self.cause,
-            "why": self.why,
-            "fix": self.fix,
-            "differs": {f: list(v) for f, v in self.differs},
-            "line": self.line(),
-        }
+        return fields_json(self, differs={f: list(v) for f, v in self.differs}, line=self.line())
 
 
 # ---------------------------------------------------------------- from the record (pure)
@@ -140,15 +130,7 @@ def suspects(w: Workload) -> list[Suspect]:
         if len(keys) < 2:
             continue
         starts = tuple(dict.fromkeys(e.start for e in events))
-        across, within = False, False
-        seen: set[str] = set()
-        for s in starts:
-            mine = [e for e in events if e.start == s]
-            new = {e.key for e in mine if e.event == "compile"} - seen
-            if seen and new and not any(e.event == "hit" for e in mine):
-                across = True
-            within = within or len({e.key for e in mine if e.event == "compile"}) > 1
-            seen |= {e.key for e in mine}
+        across, within = _recompiled(events, starts)
         if across or within:
             compiles = sum(e.event == "compile" for e in events)
             out.append(
@@ -162,6 +144,21 @@ def suspects(w: Workload) -> list[Suspect]:
                 )
             )
     return out
+
+
+def _recompiled(events: list, starts: tuple) -> tuple[bool, bool]:
+    """(a start compiled a key no earlier start had and was served nothing from the cache; a start compiled
+    more than one key) over one name's ``events`` in the order of ``starts`` (pure)."""
+    across, within = False, False
+    seen: set[str] = set()
+    for s in starts:
+        mine = [e for e in events if e.start == s]
+        compiled = {e.key for e in mine if e.event == "compile"}
+        if seen and compiled - seen and not any(e.event == "hit" for e in mine):
+            across = True
+        within = within or len(compiled) > 1
+        seen |= {e.key for e in mine}
+    return across, within
 
 
 def _shown(v) -> str:
@@ -196,13 +193,7 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
     """Why graph ``s`` (an FX graph or an AOTAutograd graph) compiled again, from the inputs of its keys
     (``inputs``: key -> ``{"h": {input: hash}, "v": {input: short value}}`` or None) (pure). Names in a graph
     record are orders in a start, so one name has one key a start: a new key is a new start's."""
-    base: dict[str, Any] = {
-        "kind": s.kind,
-        "name": s.name,
-        "compiles": s.compiles,
-        "starts": s.starts,
-        "keys": len(s.keys),
-    }
+    base = _counts(s)
     got = [inputs[k] for k in s.keys if inputs.get(k)]
     if not s.across:
         return None
@@ -213,10 +204,7 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
             why="a new key in every start, none served from the cache (the inputs of its keys were not "
             "recorded to tell which changed)",
         )
-    names = sorted({n for g in got for n in g["h"]})
-    changed = [n for n in names if len({g["h"].get(n) for g in got}) > 1]
-    told = {n.split("[", 1)[0] for n in changed if "[" in n}
-    changed = [n for n in changed if n not in told]  # its items that changed say it, by name
+    changed = _changed_inputs(got)
     if not changed:
         cut = any(g.get("more") for g in got)
         return AlwaysMiss(
@@ -225,6 +213,21 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
             why="a new key in every start, yet every input of it recorded is the same"
             + (" (torch listed more inputs than the record keeps)" if cut else ""),
         )
+    return _changed_graph_input(base, changed, got)
+
+
+def _changed_inputs(got: list) -> list[str]:
+    """The inputs whose hash differs between the keys ``got``, sorted; an input whose items changed is
+    left to them, which say it by name (pure)."""
+    names = sorted({n for g in got for n in g["h"]})
+    changed = [n for n in names if len({g["h"].get(n) for g in got}) > 1]
+    told = {n.split("[", 1)[0] for n in changed if "[" in n}
+    return [n for n in changed if n not in told]
+
+
+def _changed_graph_input(base: dict, changed: list[str], got: list) -> AlwaysMiss:
+    """The cause when the inputs ``changed`` differ between the keys ``got``: the graph itself (a shape or
+    a constant traced into it), a value new in every start, or a setting that differs (pure)."""
     rows = [{n: g["v"].get(n, f"#{g['h'].get(n, '')[:10]}") for n in changed} for g in got]
     diffs = [(n, tuple(dict.fromkeys(r[n] for r in rows))) for n in changed]
     every = all(len(v) == len(got) for _n, v in diffs)
@@ -258,31 +261,47 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
     )
 
 
-def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
-    """Why ``s`` compiled again, from the :class:`KeyInputs` of its keys (``inputs``: key -> KeyInputs or None)
-    (pure). None for a name that compiled several keys within one start for a reason that is a
-    specialization (another option, other code): that is a workload using several variants, not a miss."""
-    base: dict[str, Any] = {
+def _counts(s: Suspect) -> dict[str, Any]:
+    """What every :class:`AlwaysMiss` of ``s`` says of it: its kind, name, compiles, starts and keys."""
+    return {
         "kind": s.kind,
         "name": s.name,
         "compiles": s.compiles,
         "starts": s.starts,
         "keys": len(s.keys),
     }
+
+
+def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
+    """Why ``s`` compiled again, from the :class:`KeyInputs` of its keys (``inputs``: key -> KeyInputs or None)
+    (pure). None for a name that compiled several keys within one start for a reason that is a
+    specialization (another option, other code): that is a workload using several variants, not a miss."""
+    base = _counts(s)
     got = [inputs[k] for k in s.keys if inputs.get(k) is not None]
     if s.kind != "triton" or len(got) < 2:
-        if not s.across:
-            return None
-        what = (
-            "its entries are gone"
-            if s.kind == "triton"
-            else f"{s.kind} keeps no key inputs with its entries"
-        )
-        return AlwaysMiss(
-            **base,
-            cause="unknown",
-            why=f"a new key in every start, none served from the cache ({what} to tell which input changed)",
-        )
+        return _unexplained(s, base)
+    return _by_key_inputs(s, base, got)
+
+
+def _unexplained(s: Suspect, base: dict) -> AlwaysMiss | None:
+    """A name whose key inputs are not kept (gone, or a kind that keeps none): a miss only across starts."""
+    if not s.across:
+        return None
+    what = (
+        "its entries are gone"
+        if s.kind == "triton"
+        else f"{s.kind} keeps no key inputs with its entries"
+    )
+    return AlwaysMiss(
+        **base,
+        cause="unknown",
+        why=f"a new key in every start, none served from the cache ({what} to tell which input changed)",
+    )
+
+
+def _by_key_inputs(s: Suspect, base: dict, got: list) -> AlwaysMiss | None:
+    """What differs between the key inputs ``got`` of ``s``: the environment, an option, the target or
+    version, else the source (pure)."""
     env = _differing([g.env for g in got])
     explained = {o for n, _v in env for o in ENV_OPTIONS.get(n, ())}
     opts = [d for d in _differing([g.options for g in got]) if d[0] not in explained]
@@ -310,7 +329,11 @@ def diagnose(s: Suspect, inputs: dict) -> AlwaysMiss | None:
         d = _differing([{field: getattr(g, field)} for g in got])
         if d:
             return _found(s, base, field, d, "", within_ok=False)
-    codes = {g.code for g in got}
+    return _by_source(s, base, {g.code for g in got})
+
+
+def _by_source(s: Suspect, base: dict, codes: set) -> AlwaysMiss | None:
+    """Only the source differs: its text alone (``codes``, the code digests, all one) or its code too."""
     if None not in codes and len(codes) == 1:
         return AlwaysMiss(
             **base,

@@ -32,6 +32,7 @@ from jitwarden.adapters import base
 from jitwarden.env import locations
 from jitwarden.formats.fxkernels import kernel_keys
 from jitwarden.model import kinds
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.entries import CacheRoot
 from jitwarden.model.layout import ENTRY_LOCK_FILE, ENTRY_WRITERS_FILE
 from jitwarden.model.text import human_size
@@ -146,7 +147,7 @@ class KindTotals:
         )
 
     def to_json(self) -> dict:
-        return {"bytes": self.bytes, "inodes": self.inodes, "entries": self.entries}
+        return fields_json(self)
 
 
 def totals(items: Iterable[Item]) -> dict[str, KindTotals]:
@@ -397,6 +398,20 @@ class BudgetPlan:
         ]
 
 
+def _evictions(cen: Census, budget: Budget) -> tuple[list[Unit], int, int]:
+    """(the units to evict, least recently used first, until the rest fits ``budget``; the bytes and inodes
+    that stay): never a pinned or an unreadable unit (pure)."""
+    size, inodes = cen.bytes, cen.inodes
+    evict: list[Unit] = []
+    for u in sorted((u for u in cen.units if not u.live and not u.unreadable), key=Unit.order):
+        if not budget.over(size, inodes):
+            break
+        evict.append(u)
+        size -= u.bytes
+        inodes -= u.inodes
+    return evict, size, inodes
+
+
 def plan_budget(cen: Census, budget: Budget) -> BudgetPlan:
     """The least recently used units to evict until the rest fits ``budget`` (pure).
 
@@ -405,16 +420,9 @@ def plan_budget(cen: Census, budget: Budget) -> BudgetPlan:
     """
     all_items = [i for u in cen.units for i in u.items]
     before = totals(all_items)
-    size, inodes = cen.bytes, cen.inodes
     pinned = tuple(u for u in cen.units if u.live)
     unknown = tuple(u for u in cen.units if u.unreadable and not u.live)
-    evict: list[Unit] = []
-    for u in sorted((u for u in cen.units if not u.live and not u.unreadable), key=Unit.order):
-        if not budget.over(size, inodes):
-            break
-        evict.append(u)
-        size -= u.bytes
-        inodes -= u.inodes
+    evict, size, inodes = _evictions(cen, budget)
     gone = {id(i) for u in evict for i in u.items}
     after = totals(i for i in all_items if id(i) not in gone)
     return BudgetPlan(

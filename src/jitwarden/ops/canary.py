@@ -27,6 +27,7 @@ import sys
 import time
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import JitwardenError
 
 MARKER = "JW-CANARY-RESULT "
@@ -41,7 +42,7 @@ class Tolerance:
     rtol: float
 
     def to_json(self) -> dict:
-        return {"atol": self.atol, "rtol": self.rtol}
+        return fields_json(self)
 
 
 # Per output dtype. fp32 results of exact or nearly exact operations are held tight; fp16/bf16
@@ -142,12 +143,12 @@ class Comparison:
     def to_json(self) -> dict:
         return {
             "ok": self.ok,
-            "max_abs": _finite(self.max_abs),
-            "max_rel": _finite(self.max_rel),
-            "mismatched": self.mismatched,
-            "total": self.total,
-            "tolerance": self.tolerance.to_json(),
-            "detail": self.detail,
+            **fields_json(
+                self,
+                max_abs=_finite(self.max_abs),
+                max_rel=_finite(self.max_rel),
+                tolerance=self.tolerance.to_json(),
+            ),
         }
 
     @classmethod
@@ -197,13 +198,11 @@ class KernelRun:
         return {True: "cache", False: "compiled", None: "?"}[self.cache_hit]
 
     def to_json(self) -> dict:
+        comparison = self.comparison.to_json() if self.comparison else None
         return {
             "name": self.name,
             "ok": self.ok,
-            "cache_hit": self.cache_hit,
-            "comparison": self.comparison.to_json() if self.comparison else None,
-            "error": self.error,
-            "skipped": self.skipped,
+            **fields_json(self, omit=("name",), comparison=comparison),
         }
 
     @classmethod

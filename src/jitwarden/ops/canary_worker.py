@@ -150,6 +150,34 @@ def launch(case: Case, inputs: dict, kernels):
 
 def _worker(seed: int = 0) -> dict:
     """Run the battery once in this process; returns the JSON document the parent reads."""
+    torch, triton = _gpu_stack()
+    cc = torch.cuda.get_device_capability()
+    events: list[tuple[str, bool]] = []
+    listener_ok = _listen(events)
+    from jitwarden.ops import _canary_kernels as kernels
+
+    runs = []
+    for case in BATTERY:
+        skipped = _skipped(case, cc, torch)
+        if skipped:
+            runs.append(KernelRun(case.name, skipped=skipped))
+        else:
+            runs.append(_run_case(case, seed, kernels, events, listener_ok, torch))
+    return {
+        "device": {
+            "name": torch.cuda.get_device_name(),
+            "capability": list(cc),
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "triton": triton.__version__,
+        },
+        "listener": listener_ok,
+        "runs": [r.to_json() for r in runs],
+    }
+
+
+def _gpu_stack():
+    """(torch, triton), imported; :class:`NoGPU` saying why when either is missing or no CUDA GPU is seen."""
     try:
         import torch
     except ImportError as exc:
@@ -165,9 +193,11 @@ def _worker(seed: int = 0) -> dict:
             else "torch sees no CUDA device"
         )
         raise NoGPU(f"no CUDA GPU: {why} (torch {torch.__version__})")
-    cc = torch.cuda.get_device_capability()
-    events: list[tuple[str, bool]] = []
-    listener_ok = False
+    return torch, triton
+
+
+def _listen(events: list[tuple[str, bool]]) -> bool:
+    """Record each compilation Triton reports (kernel name, cache hit) into ``events``; whether it could."""
     try:
         from triton import knobs
 
@@ -175,56 +205,44 @@ def _worker(seed: int = 0) -> dict:
             events.append((str(metadata.get("name", "")), bool(cache_hit)))
 
         knobs.compilation.listener = listener
-        listener_ok = True
+        return True
     except Exception:
-        pass
-    from jitwarden.ops import _canary_kernels as kernels
+        return False
 
-    runs = []
-    for case in BATTERY:
-        if cc < case.min_capability:
-            runs.append(
-                KernelRun(
-                    case.name,
-                    skipped=f"needs compute capability {case.min_capability[0]}."
-                    f"{case.min_capability[1]}+, this GPU is {cc[0]}.{cc[1]}",
-                )
-            )
-            continue
-        if case.name == "fp8-e4m3" and not hasattr(torch, "float8_e4m3fn"):
-            runs.append(KernelRun(case.name, skipped="torch has no float8_e4m3fn"))
-            continue
-        start = len(events)
-        try:
-            inputs = make_inputs(case, "cuda", seed)
-            out = launch(case, inputs, kernels)
-            torch.cuda.synchronize()
-            cmp = compare(out, reference(case, inputs), case.tolerance)
-            mine = [hit for name, hit in events[start:] if name == case.kernel]
-            hit = all(mine) if mine else None
-            runs.append(KernelRun(case.name, hit if listener_ok else None, cmp))
-        except Exception as exc:
-            mine = [hit for name, hit in events[start:] if name == case.kernel]
-            runs.append(
-                KernelRun(
-                    case.name,
-                    (all(mine) if mine else None) if listener_ok else None,
-                    error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
-                        :300
-                    ],
-                )
-            )
-    return {
-        "device": {
-            "name": torch.cuda.get_device_name(),
-            "capability": list(cc),
-            "torch": torch.__version__,
-            "torch_cuda": torch.version.cuda,
-            "triton": triton.__version__,
-        },
-        "listener": listener_ok,
-        "runs": [r.to_json() for r in runs],
-    }
+
+def _skipped(case, cc: tuple[int, int], torch) -> str | None:
+    """Why ``case`` cannot run on this GPU or torch, None when it can."""
+    if cc < case.min_capability:
+        return (
+            f"needs compute capability {case.min_capability[0]}."
+            f"{case.min_capability[1]}+, this GPU is {cc[0]}.{cc[1]}"
+        )
+    if case.name == "fp8-e4m3" and not hasattr(torch, "float8_e4m3fn"):
+        return "torch has no float8_e4m3fn"
+    return None
+
+
+def _run_case(case, seed: int, kernels, events: list, listener_ok: bool, torch) -> KernelRun:
+    """One case of the battery: launched, compared with its reference, and whether its kernel came from
+    the cache (the listener's events since it began; None when there is no listener or no event)."""
+    start = len(events)
+
+    def cache_hit() -> bool | None:
+        mine = [hit for name, hit in events[start:] if name == case.kernel]
+        return (all(mine) if mine else None) if listener_ok else None
+
+    try:
+        inputs = make_inputs(case, "cuda", seed)
+        out = launch(case, inputs, kernels)
+        torch.cuda.synchronize()
+        cmp = compare(out, reference(case, inputs), case.tolerance)
+        return KernelRun(case.name, cache_hit(), cmp)
+    except Exception as exc:
+        return KernelRun(
+            case.name,
+            cache_hit(),
+            error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300],
+        )
 
 
 def worker_main(argv=None) -> int:

@@ -18,6 +18,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.layout import (
     ENTRY_LOCK_FILE,
     ROOT_LOCK_FILE,
@@ -27,6 +28,7 @@ from jitwarden.model.layout import (
 )
 from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.store import quarantine as q
+from jitwarden.store import treesize
 
 # Plans (jitwarden.ops.plans) import this module to carry themselves out; nothing here imports them:
 # an action is read by its fields (path, root, id, kind, reasons, details, scope), a prune by its partition.
@@ -44,14 +46,7 @@ class Outcome:
     bytes: int = 0
 
     def to_json(self) -> dict:
-        return {
-            "path": self.path,
-            "id": self.id,
-            "status": self.status,
-            "why": self.why,
-            "quarantine_id": self.quarantine_id,
-            "bytes": self.bytes,
-        }
+        return fields_json(self)
 
 
 def escapes(root: str, path: str) -> str | None:
@@ -247,22 +242,13 @@ def relocate(actions, *, batch: str | None = None, orphan_age: float = 3600.0) -
 
 
 def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Outcome:
-    from jitwarden.store import atomic, reads
+    from jitwarden.store import atomic
 
     names = os.listdir(entry_fd)
     present = {n for n in names if _regular(n, entry_fd)}
-    groups = {}
-    for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
-        try:
-            doc = reads.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
-        except (OSError, ValueError) as exc:
-            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
-        try:
-            new = relocated_group(doc, a.path, present)
-        except ValueError as exc:  # adapters.triton.ChildMismatch: nothing of the entry is written
-            return Outcome(a.path, a.id, "skipped", f"{name}: {exc}")
-        if new is not None:
-            groups[name] = new
+    groups = _relocated_groups(a, entry_fd, present, relocated_group)
+    if isinstance(groups, Outcome):
+        return groups
     if not groups:
         return Outcome(a.path, a.id, "skipped", "its group files point at its own files already")
     # A seal covers the group files as they were: it goes aside first, so the entry is unsealed (never sealed
@@ -290,6 +276,26 @@ def _relocate_entry(a, entry_fd: int, relocated_group, batch: str | None) -> Out
     return Outcome(a.path, a.id, "relocated", "", qid, moved)
 
 
+def _relocated_groups(a, entry_fd: int, present: set[str], relocated_group) -> dict | Outcome:
+    """{group file: its new content} of each group file of the entry that points elsewhere; the ``skipped``
+    outcome, saying why, when one cannot be read or does not fit the entry (nothing of it is written)."""
+    from jitwarden.store import reads
+
+    groups = {}
+    for name in sorted(n for n in present if n.startswith("__grp__") and n.endswith(".json")):
+        try:
+            doc = reads.read_json(name, dir_fd=entry_fd, max_bytes=_GROUP_MAX)
+        except (OSError, ValueError) as exc:
+            return Outcome(a.path, a.id, "skipped", f"{name}: {_why(exc)}")
+        try:
+            new = relocated_group(doc, a.path, present)
+        except ValueError as exc:  # adapters.triton.ChildMismatch: nothing of the entry is written
+            return Outcome(a.path, a.id, "skipped", f"{name}: {exc}")
+        if new is not None:
+            groups[name] = new
+    return groups
+
+
 def _regular(name: str, dir_fd: int) -> bool:
     try:
         return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -313,21 +319,14 @@ class PartitionFacts:
     newest: float = 0.0  # newest mtime inside: a write in progress shows here
 
     def to_json(self) -> dict:
-        return {
-            "base": self.base,
-            "path": self.path,
-            "digest": self.digest,
-            "last_used": self.last_used,
-            "bytes": self.bytes,
-            "current": self.current,
-        }
+        return fields_json(self, omit=("newest",))
 
 
 def partition_facts(
     base: str, path: str, digest: str, last_used: float | None, current: str | None
 ) -> PartitionFacts:
     """Facts of one partition dir for :func:`jitwarden.ops.plans.plan_prune` (walks it, never following links)."""
-    total, newest = q.tree_stats(
+    total, newest = treesize.tree_stats(
         path, skip=frozenset({ROOT_LOCK_FILE, ENTRY_LOCK_FILE})
     )  # our own locks are no use
     if not last_used:

@@ -301,13 +301,27 @@ def _tree(path: str) -> tuple[int, int]:
     return size, entries
 
 
-def collect(env=None, current: str | None = None, problems: list | None = None) -> list[Sample]:
+def node_samples(
+    env=None, current: str | None = None, problems: list | None = None
+) -> list[Sample]:
     """Every sample; what could not be read is left out, with a line in ``problems`` (the CLI prints them)."""
     env = os.environ if env is None else env
     problems = [] if problems is None else problems
+    out = _remote_samples(remote_counters(env, problems))
+    for row in partitioned(DIR):
+        out += _partition_samples(row.name, locations.partition_base(row.name, env), current)
+    out += _budget_samples(env, problems)
+    lv = last_verify(env, problems)
+    if lv is not None:
+        out.append(Sample("jitwarden_last_verify_timestamp_seconds", (), lv[0]))
+        out.append(Sample("jitwarden_last_verify_errors", (), lv[1]))
+    return out
+
+
+def _remote_samples(counters: dict) -> list[Sample]:
+    """The remote cache's and the local lookups' counters, by name."""
     out: list[Sample] = []
-    c = remote_counters(env, problems)
-    for k, v in sorted(c.items()):
+    for k, v in sorted(counters.items()):
         if k in ("hit", "miss", "unavailable"):
             out.append(Sample("jitwarden_remote_requests_total", (("result", k),), v))
         elif k.startswith("reject:"):
@@ -316,51 +330,46 @@ def collect(env=None, current: str | None = None, problems: list | None = None) 
             out.append(Sample("jitwarden_remote_puts_total", (), v))
         elif k in ("local-hit", "local-miss"):
             out.append(Sample("jitwarden_local_lookups_total", (("result", k[6:]),), v))
-    for row in partitioned(DIR):
-        kind = row.name
-        base = locations.partition_base(kind, env)
+    return out
+
+
+def _slots(quarantine: str) -> int:
+    """How many slots a quarantine directory holds; OSError when it cannot be listed."""
+    return sum(1 for e in os.scandir(quarantine) if e.is_dir(follow_symlinks=False))
+
+
+def _partition_samples(kind: str, base: str, current: str | None) -> list[Sample]:
+    """One partitioned kind's samples: its quarantined entries (the base's and every partition's; none
+    when not even the base's quarantine could be listed and no partition's was), each partition's size,
+    entries and last use."""
+    out: list[Sample] = []
+    try:
+        q: int | None = _slots(os.path.join(base, QUARANTINE_DIR))
+    except OSError:
+        q = None
+    parts = partition.list_partitions(base)
+    for pdir, _info in parts:
         try:
-            q = sum(
-                1
-                for e in os.scandir(os.path.join(base, QUARANTINE_DIR))
-                if e.is_dir(follow_symlinks=False)
-            )
+            q = (q or 0) + _slots(os.path.join(pdir, QUARANTINE_DIR))
         except OSError:
-            q = None
-        parts = partition.list_partitions(base)
-        for pdir, _info in parts:
-            try:
-                q = (q or 0) + sum(
-                    1
-                    for e in os.scandir(os.path.join(pdir, QUARANTINE_DIR))
-                    if e.is_dir(follow_symlinks=False)
-                )
-            except OSError:
-                pass
-        if q is not None:
-            out.append(Sample("jitwarden_quarantined_entries", (("kind", kind), ("root", base)), q))
-        for pdir, info in parts:
-            digest = os.path.basename(pdir)
-            size, n = _tree(pdir)
-            labels = (
-                ("kind", kind),
-                ("root", base),
-                ("partition", digest),
-                ("current", "1" if digest == current else "0"),
+            pass
+    if q is not None:
+        out.append(Sample("jitwarden_quarantined_entries", (("kind", kind), ("root", base)), q))
+    for pdir, info in parts:
+        digest = os.path.basename(pdir)
+        size, n = _tree(pdir)
+        labels = (
+            ("kind", kind),
+            ("root", base),
+            ("partition", digest),
+            ("current", "1" if digest == current else "0"),
+        )
+        out.append(Sample("jitwarden_partition_bytes", labels, size))
+        out.append(Sample("jitwarden_partition_entries", labels, n))
+        if info is not None and info.last_used:
+            out.append(
+                Sample("jitwarden_partition_last_used_timestamp_seconds", labels, info.last_used)
             )
-            out.append(Sample("jitwarden_partition_bytes", labels, size))
-            out.append(Sample("jitwarden_partition_entries", labels, n))
-            if info is not None and info.last_used:
-                out.append(
-                    Sample(
-                        "jitwarden_partition_last_used_timestamp_seconds", labels, info.last_used
-                    )
-                )
-    out += _budget_samples(env, problems)
-    lv = last_verify(env, problems)
-    if lv is not None:
-        out.append(Sample("jitwarden_last_verify_timestamp_seconds", (), lv[0]))
-        out.append(Sample("jitwarden_last_verify_errors", (), lv[1]))
     return out
 
 

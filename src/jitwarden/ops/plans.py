@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.findings import CODES, NEVER_CLEANED, Severity
 from jitwarden.model.settings import ORPHAN_AGE
@@ -25,6 +26,29 @@ from jitwarden.store import quarantine as q
 from jitwarden.store.paths import UnsafeName
 
 ERROR_CODES = frozenset(c for c, s in CODES.items() if s == Severity.ERROR) - NEVER_CLEANED
+
+
+def _under_locks(
+    plan,
+    locked,
+    lock_timeout: float | None,
+    replan,
+    *,
+    act,
+    why: str,
+    path_of=lambda a: a.path,
+    name_of=lambda path: "",
+) -> list[Outcome]:
+    """What every plan's ``execute()`` does: hold the locks of ``locked``, judge again there (``replan``, no
+    arguments, a fresh plan; none: ``plan`` itself), ``act`` on the actions ``plan`` showed that are still
+    chosen, and report each shown one no longer chosen as skipped, ``why``."""
+    shown = {path_of(a) for a in plan.actions}
+    with locks.hold(locked, lock_timeout):
+        again = replan() if replan is not None else plan
+        chosen = [a for a in again.actions if path_of(a) in shown]
+        outcomes = act(chosen)
+    left = shown - {path_of(a) for a in chosen}
+    return outcomes + [Outcome(p, name_of(p), "skipped", why) for p in sorted(left)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +118,7 @@ class Action:
     )
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "root": self.root,
-            "id": self.id,
-            "path": self.path,
-            "type": self.type,
-            "bytes": self.bytes,
-            "mtime": self.mtime,
-            "reasons": list(self.reasons),
-            "details": list(self.details),
-            "scope": self.scope,
-        }
+        return fields_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,18 +176,16 @@ class CleanPlan:
         ``replan`` (no arguments, returns a fresh plan) judges again under the lock: only what
         this plan showed and is still selected is moved; the rest is reported as skipped.
         """
-        shown = {a.path for a in self.actions}
-        with locks.hold(self.roots, lock_timeout):
-            again = replan() if replan is not None else self
-            actions = [a for a in again.actions if a.path in shown]
-            outcomes = maintenance.clean(
+        return _under_locks(
+            self,
+            self.roots,
+            lock_timeout,
+            replan,
+            act=lambda actions: maintenance.clean(
                 actions, purge=purge, orphan_age=orphan_age, fingerprint=fingerprint, batch=batch
-            )
-        gone = shown - {a.path for a in actions}
-        return outcomes + [
-            Outcome(p, "", "skipped", "no longer selected (changed since the plan)")
-            for p in sorted(gone)
-        ]
+            ),
+            why="no longer selected (changed since the plan)",
+        )
 
 
 def plan_clean(report, sel: Selection) -> CleanPlan:
@@ -190,24 +201,10 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
         for f in c.findings:
             notes.append(f"{c.root.path}: {f.code}: {f.message}; clean does not change cache roots")
         for e in c.entries:
-            if sel.kinds and e.kind not in sel.kinds:
+            why = _selected(e, sel)
+            if why is None:
                 continue
-            if sel.older_than is not None and not (e.mtime and sel.now - e.mtime > sel.older_than):
-                continue
-            fs = e.findings
-            if sel.codes:
-                hits = [f for f in fs if f.code in sel.codes]
-                if not hits:
-                    continue
-                reasons = tuple(dict.fromkeys(f.code for f in hits))
-                details = tuple(f.message for f in hits)
-            elif sel.older_than is None:  # clean --all
-                reasons, details = ("all",), ()
-            else:
-                reasons, details = (
-                    ("older-than",),
-                    (f"newest file {human_duration(sel.now - e.mtime)} old",),
-                )
+            reasons, details = why
             scope = "entry"
             if reasons == ("orphan",) and e.type not in ("partial", "empty", "other"):
                 scope = "leftovers"
@@ -228,6 +225,23 @@ def plan_clean(report, sel: Selection) -> CleanPlan:
     return CleanPlan(tuple(actions), sel, tuple(notes))
 
 
+def _selected(e, sel: Selection) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(reasons, details) when ``sel`` takes entry ``e``: its selected findings' codes and messages,
+    ``all`` (``clean --all``) or its age; None when it does not (pure)."""
+    if sel.kinds and e.kind not in sel.kinds:
+        return None
+    if sel.older_than is not None and not (e.mtime and sel.now - e.mtime > sel.older_than):
+        return None
+    if sel.codes:
+        hits = [f for f in e.findings if f.code in sel.codes]
+        if not hits:
+            return None
+        return tuple(dict.fromkeys(f.code for f in hits)), tuple(f.message for f in hits)
+    if sel.older_than is None:  # clean --all
+        return ("all",), ()
+    return ("older-than",), (f"newest file {human_duration(sel.now - e.mtime)} old",)
+
+
 # ---------------------------------------------------------------- relocate
 
 
@@ -243,7 +257,7 @@ class RelocateAction:
     details: tuple[str, ...]  # the ``moved`` findings' messages
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "root": self.root, "id": self.id, "path": self.path}
+        return fields_json(self, omit=("bytes", "details"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,16 +283,14 @@ class RelocatePlan:
         """Rewrite under every root's lock; ``replan`` judges again there (only what was shown and still
         qualifies is changed). Each old group file goes into quarantine with ``batch`` before its new one is
         written."""
-        shown = {a.path for a in self.actions}
-        with locks.hold(self.roots, lock_timeout):
-            again = replan() if replan is not None else self
-            actions = [a for a in again.actions if a.path in shown]
-            outcomes = maintenance.relocate(actions, batch=batch, orphan_age=orphan_age)
-        gone = shown - {a.path for a in actions}
-        return outcomes + [
-            Outcome(p, "", "skipped", "no longer moved and proven (changed since the plan)")
-            for p in sorted(gone)
-        ]
+        return _under_locks(
+            self,
+            self.roots,
+            lock_timeout,
+            replan,
+            act=lambda actions: maintenance.relocate(actions, batch=batch, orphan_age=orphan_age),
+            why="no longer moved and proven (changed since the plan)",
+        )
 
 
 def plan_relocate(report, verdicts: dict[str, str]) -> RelocatePlan:
@@ -335,23 +347,19 @@ class PrunePlan:
         batch: str | None = None,
     ) -> list[Outcome]:
         """Remove the partitions under the locks of their bases and themselves; ``replan`` decides again there."""
-        shown = {a.partition.path for a in self.actions}
-        with locks.hold({a.partition.base for a in self.actions} | shown, lock_timeout):
-            again = replan() if replan is not None else self
-            chosen = [a for a in again.actions if a.partition.path in shown]
-            outcomes = maintenance.prune(
+        paths = {a.partition.path for a in self.actions}
+        return _under_locks(
+            self,
+            {a.partition.base for a in self.actions} | paths,
+            lock_timeout,
+            replan,
+            act=lambda chosen: maintenance.prune(
                 chosen, current=self.current, keep_quarantined=keep_quarantined, batch=batch
-            )
-        left = shown - {a.partition.path for a in chosen}
-        return outcomes + [
-            Outcome(
-                p,
-                os.path.basename(p),
-                "skipped",
-                "no longer chosen (used or changed since the plan)",
-            )
-            for p in sorted(left)
-        ]
+            ),
+            why="no longer chosen (used or changed since the plan)",
+            path_of=lambda a: a.partition.path,
+            name_of=os.path.basename,
+        )
 
 
 def plan_prune(
@@ -378,25 +386,49 @@ def plan_prune(
         ps = sorted(
             bases[base], key=lambda p: (not p.current, -p.last_used, p.digest)
         )  # current first, then MRU
-        drop: dict[str, str] = {}
-        for i, p in enumerate(ps):
-            if p.current or (busy_age and now - p.newest < busy_age):
-                continue
-            if keep is not None and i >= keep:
-                drop[p.path] = f"not among the {keep} most recently used"
-            elif older_than is not None and now - p.last_used > older_than:
-                drop[p.path] = f"unused for {human_duration(now - p.last_used)}"
+
+        def busy(p: PartitionFacts) -> bool:
+            return bool(busy_age and now - p.newest < busy_age)
+
+        drop = _beyond_keep_or_age(ps, keep, older_than, now, busy)
         if max_size is not None:
-            total = sum(p.bytes for p in ps if p.path not in drop)
-            for p in reversed(ps):  # least recently used first
-                if total <= max_size:
-                    break
-                if p.current or p.path in drop or (busy_age and now - p.newest < busy_age):
-                    continue
-                drop[p.path] = f"partitions of {base} exceed {human_size(max_size)}"
-                total -= p.bytes
+            drop.update(_beyond_size(ps, drop, max_size, busy, base))
         out += [PruneAction(p, drop[p.path]) for p in reversed(ps) if p.path in drop]
     return PrunePlan(tuple(out), current)
+
+
+def _beyond_keep_or_age(
+    ps: list[PartitionFacts], keep: int | None, older_than: float | None, now: float, busy
+) -> dict[str, str]:
+    """path -> why, of the partitions of one base (most recently used first, the current one first) past
+    the ``keep`` most recently used or unused for more than ``older_than`` seconds; never the current one
+    nor a ``busy`` one (pure)."""
+    drop: dict[str, str] = {}
+    for i, p in enumerate(ps):
+        if p.current or busy(p):
+            continue
+        if keep is not None and i >= keep:
+            drop[p.path] = f"not among the {keep} most recently used"
+        elif older_than is not None and now - p.last_used > older_than:
+            drop[p.path] = f"unused for {human_duration(now - p.last_used)}"
+    return drop
+
+
+def _beyond_size(
+    ps: list[PartitionFacts], drop: dict[str, str], max_size: int, busy, base: str
+) -> dict[str, str]:
+    """path -> why, of the least recently used partitions of one base not already in ``drop`` whose removal
+    makes the rest fit in ``max_size`` bytes; never the current one nor a ``busy`` one (pure)."""
+    more: dict[str, str] = {}
+    total = sum(p.bytes for p in ps if p.path not in drop)
+    for p in reversed(ps):  # least recently used first
+        if total <= max_size:
+            break
+        if p.current or p.path in drop or busy(p):
+            continue
+        more[p.path] = f"partitions of {base} exceed {human_size(max_size)}"
+        total -= p.bytes
+    return more
 
 
 # ---------------------------------------------------------------- quarantine restore / empty

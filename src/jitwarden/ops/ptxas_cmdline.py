@@ -147,23 +147,32 @@ def ptxas_flags(md: dict, recipe: ptxas.TritonRecipe | None = None) -> tuple[int
         tv = md.get("triton_version")
         recipe = ptxas.recipe_for(tv if isinstance(tv, str) else None)
     no_opt = _env_true(md, "DISABLE_PTXAS_OPT")
-    if _env_true(md, "TRITON_DISABLE_LINE_INFO"):
-        debug = ["-lineinfo", "-suppress-debug-info"]
-    elif no_opt and recipe.debug_g:
-        debug = ["-g"]
-    else:
-        debug = ["-lineinfo"]
+    debug = _debug_flags(md, no_opt, recipe)
     fmad = [] if md.get("enable_fp_fusion", True) else ["--fmad=false"]
     disable_opt = ["--opt-level", "0"] if no_opt else []
     reg_alloc = ["--regAllocOptLevel=2"] if recipe.reg_alloc else []
-    opts = md.get("ptx_options")
-    if opts is not None and not isinstance(opts, str):
-        raise RefusedOption(f"ptx_options is a {type(opts).__name__}, not a string; it was not run")
-    extra = allowed_ptx_options(opts) if opts else []
+    extra = _extra_options(md.get("ptx_options"))
     if not no_opt and _sanitizer_opt(md, recipe.sanitizer_opt):
         extra += ["--opt-level", "1"]
     gpu = f"--gpu-name=sm_{arch}{'a' if arch >= 90 else ''}"
     return arch, [*debug, *fmad, "-v", *disable_opt, *reg_alloc, *extra, gpu]
+
+
+def _debug_flags(md: dict, no_opt: bool, recipe: ptxas.TritonRecipe) -> list[str]:
+    """The line-info or debug flags ``make_cubin`` passes: ``-suppress-debug-info`` with line info off,
+    ``-g`` with optimisation off where the release does so, else ``-lineinfo``."""
+    if _env_true(md, "TRITON_DISABLE_LINE_INFO"):
+        return ["-lineinfo", "-suppress-debug-info"]
+    if no_opt and recipe.debug_g:
+        return ["-g"]
+    return ["-lineinfo"]
+
+
+def _extra_options(opts: object) -> list[str]:
+    """The metadata's ``ptx_options`` as flags, only through the allow-list (:class:`RefusedOption` else)."""
+    if opts is not None and not isinstance(opts, str):
+        raise RefusedOption(f"ptx_options is a {type(opts).__name__}, not a string; it was not run")
+    return allowed_ptx_options(opts) if opts else []
 
 
 def releases_for_ptx(version: str | None) -> frozenset[str]:

@@ -29,9 +29,10 @@ Verdicts (one :class:`RebuildResult` per kernel entry):
   ``ptx_options`` outside the allow-list (never passed to ptxas), or a Triton release
   whose command line jitwarden does not know and whose rebuild differs.
 
-Three modules: :mod:`~jitwarden.ops.ptxas_cmdline` rebuilds the ptxas command line and names a
-cubin's producer, :mod:`~jitwarden.ops.ptxas_candidates` chooses which ptxas to try; this one is the
-engine (``_Engine``: one ptxas run per PTX and flags, the verdict of each entry) and its API.
+Four modules: :mod:`~jitwarden.ops.ptxas_cmdline` rebuilds the ptxas command line and names a
+cubin's producer, :mod:`~jitwarden.ops.ptxas_candidates` chooses which ptxas to try,
+:mod:`~jitwarden.ops.ptxas_runs` runs it (once per PTX and flags); this one is the engine (``_Engine``:
+the verdict of each entry) and its API.
 
 The engine is stdlib only and knows nothing of the command line: it takes a
 :class:`RebuildOptions`, reports progress through a plain callback (the CLI draws the bar),
@@ -45,9 +46,6 @@ import concurrent.futures as cf
 import errno
 import hashlib
 import os
-import secrets
-import subprocess
-import threading
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
@@ -55,6 +53,7 @@ from jitwarden.adapters import triton as tri
 from jitwarden.env import ptxas
 from jitwarden.formats import cubin_compare
 from jitwarden.formats.ptx import parse_header
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.findings import Finding
 from jitwarden.ops.ptxas_candidates import (  # noqa: F401 - OptionError, recipe_disagreements: the engine's API
     Candidate,
@@ -71,14 +70,14 @@ from jitwarden.ops.ptxas_cmdline import (  # noqa: F401 - the command line's nam
     ptxas_flags,
     releases_for_ptx,
 )
-from jitwarden.store.atomic import write_bytes_atomic, write_new_file
+from jitwarden.ops.ptxas_runs import REBUILD_MAX, Cancelled, PtxasRuns
+from jitwarden.store.atomic import write_bytes_atomic
 from jitwarden.store.paths import make_dirs
 from jitwarden.store.reads import read_bytes
-from jitwarden.store.removal import remove_file, remove_tree
+from jitwarden.store.removal import remove_tree
 from jitwarden.store.tempdirs import private_dir
 
 VERDICTS = ("verified", "stale", "not-reproducible", "unverifiable")
-PTXAS_TIMEOUT_S = 900.0
 #: Extra assemblies of the same PTX by the same ptxas when its first output differs from the
 #: cached cubin: ptxas is not deterministic for every kernel (see cubin_compare.judge_attempts).
 #: A clean, deterministic entry never pays for them.
@@ -104,12 +103,7 @@ class RebuildResult:
     findings: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict:
-        return {
-            "verdict": self.verdict,
-            "ptxas": self.ptxas,
-            "message": self.message,
-            "findings": [f.to_json() for f in self.findings],
-        }
+        return fields_json(self, findings=[f.to_json() for f in self.findings])
 
 
 def _validate_keep(keep_dir: str | None) -> None:
@@ -124,18 +118,6 @@ def _validate_keep(keep_dir: str | None) -> None:
 
 
 # ---------------------------------------------------------------- the engine
-
-
-class _Cancelled(Exception):
-    pass
-
-
-@dataclass
-class _Attempt:
-    ok: bool
-    cubin: bytes | None
-    error: str | None
-    seconds: float = 0.0
 
 
 @dataclass
@@ -190,132 +172,20 @@ class _Tries:
     outputs: dict = dataclass_field(default_factory=dict)
 
 
-def _first_error_line(text: str) -> str:
-    for line in text.splitlines():
-        if "fatal" in line or "error" in line.lower():
-            return line.strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
-
-
 class _Engine:
+    """One rebuild's verdicts, entry by entry, over the ptxas runs they share (:class:`PtxasRuns`)."""
+
     def __init__(self, tmp: str, pool: CandidatePool, keep_dir: str | None):
-        self.tmp = tmp
         self.pool = pool
         self.keep_dir = keep_dir
-        self.lock = threading.Lock()
-        # (ptxas sha256, PTX digest, flags) -> futures of its 1st, 2nd, ... assembly: the set of
-        # outputs one ptxas gave for one PTX, shared by every entry with that PTX.
-        self.attempts: dict[tuple, list[cf.Future]] = {}
-        self.ptx_files: dict[str, str] = {}
-        self.procs: set[subprocess.Popen] = set()
-        self.cancelled = threading.Event()
-        self.runs = 0
-        self.retry_runs = 0
-        self.ptxas_seconds = 0.0
-        self._counter = 0
-
-    # -- ptxas runs, one per (ptxas binary, PTX, flags) however many entries share them
-
-    def _ptx_file(self, digest: str, data: bytes) -> str:
-        with self.lock:
-            p = self.ptx_files.get(digest)
-            if p is not None:
-                return p
-            # Same shape of name as Triton's NamedTemporaryFile ("tmpXXXXXXXX.ptx").
-            p = os.path.join(self.tmp, f"tmp{secrets.token_hex(4)}.ptx")
-            write_new_file(p, data)
-            self.ptx_files[digest] = p
-            return p
-
-    def assemble(
-        self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], index: int = 0
-    ) -> _Attempt:
-        """The ``index``-th assembly (0: the first) of this PTX by ``cand`` with ``flags``, run at most once."""
-        key = (cand.info.sha256, digest, tuple(flags))
-        for i in range(index + 1):
-            with self.lock:
-                futs = self.attempts.setdefault(key, [])
-                owner = i == len(futs)
-                if owner:
-                    futs.append(cf.Future())
-                fut = futs[i]
-            if owner:
-                try:
-                    fut.set_result(self._run(cand, digest, ptx, flags, retry=i > 0))
-                except BaseException as exc:
-                    fut.set_exception(exc)
-                    raise
-        return fut.result()
-
-    def _run(
-        self, cand: Candidate, digest: str, ptx: bytes, flags: list[str], retry: bool = False
-    ) -> _Attempt:
-        import time
-
-        src = self._ptx_file(digest, ptx)
-        with self.lock:
-            self._counter += 1
-            out = f"{src}.{self._counter}.o"
-        cmd = [cand.path, *flags, src, "-o", out]
-        t0 = time.perf_counter()
-        with self.lock:
-            if self.cancelled.is_set():
-                raise _Cancelled()
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=self.tmp,
-                close_fds=True,
-            )
-            self.procs.add(proc)
-        try:
-            try:
-                text, _ = proc.communicate(timeout=PTXAS_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                return _Attempt(False, None, f"timed out after {PTXAS_TIMEOUT_S:.0f} s")
-        finally:
-            with self.lock:
-                self.procs.discard(proc)
-        dt = time.perf_counter() - t0
-        with self.lock:
-            self.runs += 1
-            self.retry_runs += retry
-            self.ptxas_seconds += dt
-        if self.cancelled.is_set():
-            raise _Cancelled()
-        msg = text.decode("utf-8", "replace")
-        if proc.returncode != 0:
-            remove_file(out)
-            return _Attempt(False, None, f"exit {proc.returncode}: {_first_error_line(msg)}", dt)
-        try:
-            data = read_bytes(out, max_bytes=REBUILD_MAX)
-        except OSError as exc:
-            return _Attempt(False, None, f"wrote no cubin ({exc.strerror})", dt)
-        finally:
-            remove_file(out)
-        return _Attempt(True, data, None, dt)
-
-    def cancel(self) -> None:
-        with self.lock:
-            self.cancelled.set()
-            procs = list(self.procs)
-        for p in procs:
-            try:
-                p.kill()
-            except OSError:
-                pass
+        self.ptxas = PtxasRuns(tmp)
 
     # -- one entry
 
     def verify(self, w: _Work) -> RebuildResult:
         try:
             return self._verify(w)
-        except _Cancelled:
+        except Cancelled:
             raise
         except OSError as exc:
             return _unverifiable(f"cannot rebuild: {exc}")
@@ -331,27 +201,11 @@ class _Engine:
         matched = self._assemble_all(w, inp, tries)
         if matched is not None:
             return matched
-        if not tries.tried and not tries.skipped:
-            return _unverifiable(
-                f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)"
-            )
         assembled = [(c, a) for c, a in tries.tried if a.ok]
-        if not assembled:
-            why = "; ".join(
-                [f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped
-            )
-            return _unverifiable(
-                f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}"
-            )
         same = [(c, a) for c, a in assembled if inp.same_release(c)]
-        if not same:
-            rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
-            wanted = "/".join(sorted(inp.expected))
-            return _unverifiable(
-                f"built by a CUDA {wanted} ptxas ({inp.producer}); none is here, and a rebuild by "
-                f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
-                f"{wanted} ptxas"
-            )
+        unassembled = _nothing_to_compare(inp, tries, assembled, same)
+        if unassembled is not None:
+            return unassembled
         if _stamp(w.path, inp.ptx_file, inp.cubin_file) != inp.stamp:
             # Triton writes a group file by file: a writer still at work can pair one compile's
             # PTX with another's cubin. Judge only what stood still while we read it.
@@ -439,7 +293,7 @@ class _Engine:
                 if ptxas.can_target(c.info, arch) is False:
                     tries.skipped.append(f"{c.path} ({c.info.release}) cannot target sm_{arch}")
                     continue
-                att = self.assemble(c, inp.digest, ptx, inp.flags)
+                att = self.ptxas.assemble(c, inp.digest, ptx, inp.flags)
                 tries.tried.append((c, att))
                 if not att.ok:
                     continue
@@ -456,7 +310,7 @@ class _Engine:
                 if not inp.same_release(c):
                     continue
                 for k in range(1, 1 + PTXAS_RETRIES):
-                    att = self.assemble(c, inp.digest, ptx, inp.flags, k)
+                    att = self.ptxas.assemble(c, inp.digest, ptx, inp.flags, k)
                     if not att.ok:
                         continue
                     assert att.cubin is not None  # as above
@@ -500,40 +354,7 @@ class _Engine:
         ref_cubin = outputs[ref_c.path][ref_j.nearest or 0]
         cmp = cubin_compare.compare(cached, ref_cubin)
         kept = self._keep(w, cached, ref_cubin)
-        if (
-            ref_c.info.release == inp.cub_rel
-            or inp.cub_rel is None
-            and ref_c.info.release in inp.expected
-        ):
-            version_note = f"same release as the entry's producer ({producer})"
-        else:
-            version_note = (
-                f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
-            )
-        where = f"first difference in {cmp.first_section}" + (
-            f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else ""
-        )
-        others = [c.path for c, _ in assembled if c is not ref_c]
-        runs = (
-            f"; {ref_j.reason}"
-            if ref_j.verdict == "varies-differs"
-            else f"; {ref_c.path} gave {ref_j.reason}"
-            if ref_j.attempts > 1
-            else ""
-        )
-        detail = (
-            f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
-            + runs
-            + (f"; also differs from {', '.join(others)}" if others else "")
-            + _diff_hint(kept)
-        )
-        same_release = version_note.startswith("same release")
-        msg = (
-            f"no ptxas reproduces the cubin: {where} (rebuilt by ptxas {ref_c.info.release}, "
-            f"{'its producer' if same_release else 'not its producer'}"
-            f"{f', and {len(others)} more' if others else ''})"
-            + (f"; both cubins kept in {os.path.dirname(kept[0])}" if kept else "")
-        )
+        detail, msg = _differs_words(inp, ref_c, ref_j, cmp, assembled, kept)
         return RebuildResult(
             "not-reproducible", None, detail, (Finding("not-reproducible", msg, detail),)
         )
@@ -575,6 +396,73 @@ class _Engine:
         return a, b
 
 
+def _nothing_to_compare(inp: _Inputs, tries: _Tries, assembled, same) -> RebuildResult | None:
+    """The ``unverifiable`` verdict when no run gives a cubin to judge by: no ptxas found, none could
+    assemble the PTX, or none of the entry's own release did (``same``: those that did); else None."""
+    if not tries.tried and not tries.skipped:
+        return _unverifiable(
+            f"no ptxas found for sm_{inp.arch} (none in the environment or on this machine)"
+        )
+    if not assembled:
+        why = "; ".join(
+            [f"{c.path} ({c.info.release}): {a.error}" for c, a in tries.tried] + tries.skipped
+        )
+        return _unverifiable(
+            f"no ptxas here can assemble this PTX (.version {inp.ptx_version}, sm_{inp.arch}): {why}"
+        )
+    if not same:
+        rels = ", ".join(sorted({c.info.release or "?" for c, _ in assembled}))
+        wanted = "/".join(sorted(inp.expected))
+        return _unverifiable(
+            f"built by a CUDA {wanted} ptxas ({inp.producer}); none is here, and a rebuild by "
+            f"another release ({rels}) differs by design, so it proves nothing; pass --ptxas PATH to a "
+            f"{wanted} ptxas"
+        )
+    return None
+
+
+def _differs_words(inp: _Inputs, ref_c: Candidate, ref_j, cmp, assembled, kept) -> tuple[str, str]:
+    """(the detail, the one-line message) of a ``not-reproducible`` verdict: where the rebuild by ``ref_c``
+    differs, whether that ptxas is the cubin's producer's release, how its runs varied, which others
+    differ too, and where both cubins were kept."""
+    producer = inp.producer
+    if (
+        ref_c.info.release == inp.cub_rel
+        or inp.cub_rel is None
+        and ref_c.info.release in inp.expected
+    ):
+        version_note = f"same release as the entry's producer ({producer})"
+    else:
+        version_note = (
+            f"ptxas release {ref_c.info.release} differs from the cubin's producer ({producer})"
+        )
+    where = f"first difference in {cmp.first_section}" + (
+        f" at file offset {cmp.first_offset:#x}" if cmp.first_offset is not None else ""
+    )
+    others = [c.path for c, _ in assembled if c is not ref_c]
+    runs = (
+        f"; {ref_j.reason}"
+        if ref_j.verdict == "varies-differs"
+        else f"; {ref_c.path} gave {ref_j.reason}"
+        if ref_j.attempts > 1
+        else ""
+    )
+    detail = (
+        f"no ptxas reproduces the cubin: rebuilt with {ref_c.label}: {where}; {cmp.summary()}; {version_note}"
+        + runs
+        + (f"; also differs from {', '.join(others)}" if others else "")
+        + _diff_hint(kept)
+    )
+    same_release = version_note.startswith("same release")
+    msg = (
+        f"no ptxas reproduces the cubin: {where} (rebuilt by ptxas {ref_c.info.release}, "
+        f"{'its producer' if same_release else 'not its producer'}"
+        f"{f', and {len(others)} more' if others else ''})"
+        + (f"; both cubins kept in {os.path.dirname(kept[0])}" if kept else "")
+    )
+    return detail, msg
+
+
 def _stamp(path: str, *names: str) -> tuple:
     out: list[tuple[int, int, int] | None] = []
     for n in names:
@@ -608,10 +496,6 @@ def _diff_hint(kept: tuple[str, str] | None) -> str:
         f"; kept {a} and {b}: diff <({nvd} -c -g {a}) <({nvd} -c -g {b}) "
         f"(or {os.path.join(bindir, 'cuobjdump') if bindir else 'cuobjdump'} -sass -elf)"
     )
-
-
-REBUILD_MAX = 256 << 20
-"""The most of a PTX file, a cubin or ptxas's output a rebuild reads: past it, unverifiable (Triton writes MiBs)."""
 
 
 def _why(exc: OSError) -> str:
@@ -676,10 +560,34 @@ def verify_entries(
     pool = CandidatePool(env, list(options.extra_ptxas), machine_ptxas)
     tmp = private_dir("jitwarden-rebuild-")  # mode 0700
     engine = _Engine(tmp, pool, options.keep_dir)
-    ex = cf.ThreadPoolExecutor(max_workers=min(jobs, total), thread_name_prefix="jw-rebuild")
+    try:
+        _run_all(engine, work, sizes, min(jobs, total), on_result, progress)
+    finally:
+        _remove_work(tmp)
+    if stats is not None:
+        stats.update(
+            ptxas_runs=engine.ptxas.runs,
+            ptxas_retries=engine.ptxas.retry_runs,
+            ptxas_seconds=engine.ptxas.ptxas_seconds,
+            entries=total,
+            jobs=jobs,
+        )
+    for w in work:
+        assert w.result is not None  # every work was done above (or the call raised)
+        results[w.path] = w.result
+    return results
+
+
+def _run_all(
+    engine: _Engine, work: list[_Work], sizes: dict, workers: int, on_result, progress
+) -> None:
+    """Every entry of ``work`` verified by ``workers`` threads, largest PTX first (the long ptxas runs
+    start early and the tail stays short), each result set on its work and reported as it ends; on any
+    exception (an interrupt), the running ptxas killed and the rest cancelled before it propagates."""
+    total = len(work)
+    ex = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jw-rebuild")
     futs: dict[cf.Future, _Work] = {}
     try:
-        # Largest PTX first: the long ptxas runs start early and the tail stays short.
         for w in sorted(work, key=lambda w: -sizes.get(w.path, 0)):
             futs[ex.submit(engine.verify, w)] = w
         for done, fut in enumerate(cf.as_completed(futs), start=1):
@@ -690,26 +598,12 @@ def verify_entries(
             if progress is not None:
                 progress(done, total)
     except BaseException:
-        engine.cancel()
+        engine.ptxas.cancel()
         for f in futs:
             f.cancel()
         ex.shutdown(wait=True, cancel_futures=True)
-        _remove_work(tmp)
         raise
     ex.shutdown(wait=True)
-    _remove_work(tmp)
-    if stats is not None:
-        stats.update(
-            ptxas_runs=engine.runs,
-            ptxas_retries=engine.retry_runs,
-            ptxas_seconds=engine.ptxas_seconds,
-            entries=total,
-            jobs=jobs,
-        )
-    for w in work:
-        assert w.result is not None  # every work was done above (or the call raised)
-        results[w.path] = w.result
-    return results
 
 
 #: Entries whose files are already known broken are not rebuilt: the finding says enough.

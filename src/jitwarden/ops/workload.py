@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from jitwarden.formats import jsonlimits
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.layout import RECORD_SUFFIX, RECORDS_DIR, record_file, record_relpath
 from jitwarden.model.settings import home_dir
 from jitwarden.store import appendlog, reads
@@ -50,14 +51,7 @@ class Kernel:
     compiles: int
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "key": self.key,
-            "name": self.name,
-            "seconds": round(self.seconds, 4),
-            "hits": self.hits,
-            "compiles": self.compiles,
-        }
+        return fields_json(self, seconds=round(self.seconds, 4))
 
 
 @dataclass(frozen=True, kw_only=True)

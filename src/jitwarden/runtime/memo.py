@@ -3,7 +3,7 @@
 A warm :func:`jitwarden.activate` must cost milliseconds, and importing the fingerprint
 layer alone (dataclasses, hashlib, ctypes for NVML, ...) costs more than that. So
 when the slow path computes a fingerprint it also records, in
-``memo_dir()/activation-memo.json``, the *dependencies* :func:`fingerprint.collect`
+``memo_dir()/activation-memo.json``, the *dependencies* :func:`fingerprint.of_host`
 read (:func:`jitwarden.env.fingerprint.dependencies`), each as a cheap fact:
 
 - in-process facts: ``sys.executable``, ``sys.version``, ``sys.path``, uid, platform
@@ -455,7 +455,7 @@ def compute(env=None, *, store: bool = True, proc_root: str = "/proc") -> Activa
     for p in _path_dirs():
         st = _stat(p)
         entry["dirs"].append([p, None if _racy(st, t0) else st, _names(p, names)])
-    fp = fingerprint.collect(use_memo=True, env=env, proc_root=proc_root)
+    fp = fingerprint.of_host(use_memo=True, env=env, proc_root=proc_root)
     facts = ActivationFacts(
         fp.digest,
         fp.headline(),
@@ -474,7 +474,7 @@ def compute(env=None, *, store: bool = True, proc_root: str = "/proc") -> Activa
     if racy:
         last = f"not stored: {racy[0]} changed just now"
         return facts
-    # The fingerprint memo is read and maybe rewritten by collect itself: its state after.
+    # The fingerprint memo is read and maybe rewritten by fingerprint.of_host itself: its state after.
     entry["files"].append([deps["memo"], _stat(deps["memo"])])
     entry["fp"] = facts.to_json()
     _store(os.path.join(mdir, FILE), entry)

@@ -75,6 +75,35 @@ def vet(root: str, root_fd: int | None = None) -> None:
         )
 
 
+def _wait_for(fd: int, root: str, path: str, timeout: float | None, stream: TextIO) -> None:
+    """Take the exclusive lock on ``fd``, saying once on ``stream`` that another pid holds it and again
+    when it is got; :class:`LockError` after ``timeout`` seconds of waiting."""
+    from jitwarden.model.text import display
+
+    start = time.monotonic()
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if not told:
+                print(
+                    f"jitwarden: waiting for the lock on {display(root)} held by pid {holder(path)}...",
+                    file=stream,
+                    flush=True,
+                )
+                told = True
+            if timeout is not None and time.monotonic() - start >= timeout:
+                raise LockError(
+                    f"gave up waiting for the lock on {display(root)} after {timeout:g}s "
+                    f"(held by pid {holder(path)}); nothing changed"
+                ) from None
+            time.sleep(POLL_S)
+    if told:
+        print(f"jitwarden: got the lock on {display(root)}", file=stream, flush=True)
+
+
 def acquire(root: str, timeout: float | None = None, stream: TextIO | None = None) -> int:
     """An fd holding the exclusive lock of ``root``; waits (visibly) for another holder, up to ``timeout`` s.
 
@@ -116,28 +145,7 @@ def acquire(root: str, timeout: float | None = None, stream: TextIO | None = Non
                 f"refusing to act on {display(root)}: {ROOT_LOCK_FILE} changed while it was opened "
                 "(not a regular file of ours with one link); nothing changed"
             )
-        start = time.monotonic()
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not told:
-                    print(
-                        f"jitwarden: waiting for the lock on {display(root)} held by pid {holder(path)}...",
-                        file=stream,
-                        flush=True,
-                    )
-                    told = True
-                if timeout is not None and time.monotonic() - start >= timeout:
-                    raise LockError(
-                        f"gave up waiting for the lock on {display(root)} after {timeout:g}s "
-                        f"(held by pid {holder(path)}); nothing changed"
-                    ) from None
-                time.sleep(POLL_S)
-        if told:
-            print(f"jitwarden: got the lock on {display(root)}", file=stream, flush=True)
+        _wait_for(fd, root, path, timeout, stream)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

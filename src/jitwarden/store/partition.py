@@ -152,6 +152,38 @@ def unusable(path: str, uid: int | None = None) -> str | None:
     return None
 
 
+def _make(partition: str) -> None:
+    """Make the partition dir and its parent where missing, the partition by the parent's fd (never through
+    a symlink: ELOOP)."""
+    parent, name = os.path.split(partition)
+    try:
+        os.mkdir(parent, 0o755)
+    except FileExistsError:
+        pass
+    pfd = os.open(
+        parent, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
+    )  # ELOOP: a symlink
+    try:
+        os.mkdir(name, 0o755, dir_fd=pfd)
+    except FileExistsError:
+        pass
+    finally:
+        os.close(pfd)
+
+
+def _recorded_lately(
+    old: PartitionInfo, digest: str, kind: str, python: str | None, now: float
+) -> bool:
+    """Whether the record already says this use (digest, kind, Python) and was touched within the last
+    :data:`TOUCH_EVERY_S`: then it is not written again."""
+    return (
+        old.digest == digest
+        and kind in old.kinds
+        and old.python == python
+        and now - old.last_used < TOUCH_EVERY_S
+    )
+
+
 def ensure(
     partition: str,
     digest: str,
@@ -170,32 +202,13 @@ def ensure(
     import errno
 
     now = time.time() if now is None else now
-    parent, name = os.path.split(partition)
-    try:
-        os.mkdir(parent, 0o755)
-    except FileExistsError:
-        pass
-    pfd = os.open(
-        parent, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
-    )  # ELOOP: a symlink
-    try:
-        os.mkdir(name, 0o755, dir_fd=pfd)
-    except FileExistsError:
-        pass
-    finally:
-        os.close(pfd)
+    _make(partition)
     why = unusable(partition)
     if why is not None:
         raise OSError(errno.EPERM, why, partition)
     python = python or sys.executable or None
     old = read_info(partition)
-    if (
-        old
-        and old.digest == digest
-        and kind in old.kinds
-        and old.python == python
-        and now - old.last_used < TOUCH_EVERY_S
-    ):
+    if old and _recorded_lately(old, digest, kind, python, now):
         return old
     kinds = tuple(sorted(set(old.kinds if old else ()) | {kind}))
     info = PartitionInfo(

@@ -35,11 +35,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.layout import QUARANTINE_DIR, TRASH_DIR
-from jitwarden.store.paths import inside, open_beneath, open_dir, reserved_dir
+from jitwarden.store.paths import O_DIR_NOFOLLOW, inside, open_beneath, open_dir, reserved_dir
 from jitwarden.store.reads import read_json
 from jitwarden.store.removal import rmtree_trash
+from jitwarden.store.treesize import size_of
 
 RECORD = ".jitwarden-quarantine.json"
 SCHEMA = 2
@@ -83,25 +85,7 @@ class Record:
         return os.path.join(self.path, self.payload) if self.payload else self.path
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "id": self.id,
-            "path": self.path,
-            "entry_id": self.entry_id,
-            "original_path": self.original_path,
-            "root": self.root,
-            "reason": self.reason,
-            "details": list(self.details),
-            "quarantined_at": self.quarantined_at,
-            "by": self.by,
-            "fingerprint": self.fingerprint,
-            "pid": self.pid,
-            "bytes": self.bytes,
-            "payload": self.payload,
-            "kind": self.kind,
-            "present": self.present,
-            "batch": self.batch,
-        }
+        return {"schema": SCHEMA, **fields_json(self, omit=("extra",))}
 
 
 def quarantine_dir(root: str) -> str:
@@ -187,72 +171,6 @@ def rename_noreplace(
 # ---------------------------------------------------------------- moving aside
 
 
-def size_of(path: str, dir_fd: int | None = None) -> int:
-    """Bytes of regular files under ``path`` (or of ``path`` itself), never following a symlink."""
-    return tree_stats(path, dir_fd=dir_fd)[0]
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-
-
-def tree_stats(
-    path: str, skip: frozenset[str] = frozenset(), dir_fd: int | None = None
-) -> tuple[int, float]:
-    """(bytes of regular files, newest mtime) under ``path``, without recursion or following links.
-
-    Walks by directory fds, so a 10,000-deep chain (paths far beyond PATH_MAX) costs no
-    stack and one fd per level still holding unvisited siblings. Unreadable parts are skipped.
-    """
-    try:
-        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return 0, 0.0
-    if not stat.S_ISDIR(st.st_mode):
-        return (st.st_size if stat.S_ISREG(st.st_mode) else 0), st.st_mtime
-    total, newest = 0, 0.0
-    try:
-        fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return 0, st.st_mtime
-    stack: list[tuple[int, list[str]]] = [(fd, [])]
-    first = True
-    while stack:
-        fd, todo = stack[-1]
-        if first:
-            first = False
-            try:
-                with os.scandir(fd) as it:
-                    for e in it:
-                        if e.name in skip:
-                            continue
-                        try:
-                            s = e.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        newest = max(newest, s.st_mtime)
-                        if stat.S_ISDIR(s.st_mode):
-                            todo.append(e.name)
-                        elif stat.S_ISREG(s.st_mode):
-                            total += s.st_size
-            except OSError:
-                pass
-        if not todo:
-            os.close(fd)
-            stack.pop()
-            continue
-        name = todo.pop()
-        try:
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            continue
-        if not todo:  # the last child: this level is done, its fd need not stay open
-            os.close(fd)
-            stack.pop()
-        stack.append((child, []))
-        first = True
-    return total, newest
-
-
 def move(
     entry_path: str,
     reason: str,
@@ -326,7 +244,7 @@ def move(
             batch=batch,
         )
         try:
-            slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+            slot_fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=qfd)
             fds.append(slot_fd)
             _write_record(slot_fd, rec)
             rename_noreplace(payload, payload, src_dir_fd=parent_fd, dst_dir_fd=slot_fd)
@@ -359,7 +277,7 @@ def _safe_rel(rel: str) -> bool:
 def _drop_slot(qfd: int, name: str) -> None:
     """Remove a slot that holds only its record (an undone or interrupted move)."""
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+        fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=qfd)
     except OSError:
         return
     try:
@@ -406,7 +324,7 @@ def read(qpath: str, qfd: int | None = None) -> Record:
     guess = guess.split("-", 1)[0]
     own_fd = qfd is None
     try:
-        fd = os.open(qdir, _DIR_FLAGS) if qfd is None else qfd
+        fd = os.open(qdir, O_DIR_NOFOLLOW) if qfd is None else qfd
     except OSError:
         return Record(
             name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
@@ -420,7 +338,7 @@ def read(qpath: str, qfd: int | None = None) -> Record:
 
 def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
     try:
-        slot_fd = os.open(name, _DIR_FLAGS, dir_fd=qfd)
+        slot_fd = os.open(name, O_DIR_NOFOLLOW, dir_fd=qfd)
     except OSError:
         return Record(
             name, qpath, guess, os.path.join(root, guess), root, "unknown", (), 0.0, present=False
@@ -428,67 +346,89 @@ def _read(qfd: int, qpath: str, name: str, root: str, guess: str) -> Record:
     try:
         try:
             d = read_json(RECORD, dir_fd=slot_fd, max_bytes=1 << 20)
-            if not isinstance(d, dict):
-                raise ValueError("not an object")
-            payload = d.get("payload") or None
-            if payload is not None and (
-                not isinstance(payload, str) or os.sep in payload or payload in (".", "..")
-            ):
-                raise ValueError("bad payload")
-            entry_id = d.get("entry_id") or guess
-            if not _safe_rel(entry_id):
-                raise ValueError("entry id outside the root")
-            original = d.get("original_path")
-            if not isinstance(original, str) or not _safe_rel(inside(root, original) or ""):
-                original = os.path.join(
-                    root, entry_id
-                )  # a record never sends an entry outside its root
-            where = payload or None
-            present = _lexists(where, slot_fd) if where else True
-            return Record(
-                name,
-                qpath,
-                entry_id,
-                os.path.normpath(original),
-                root,
-                str(d.get("reason") or "unknown"),
-                tuple(str(x) for x in d.get("details") or ()),
-                float(d.get("quarantined_at") or 0),
-                str(d.get("by") or ""),
-                _str_or_none(d.get("fingerprint")),
-                int(d.get("pid") or 0),
-                size_of(where, slot_fd)
-                if where and present
-                else (size_of(name, qfd) if not where else 0),
-                payload=payload,
-                kind=_str_or_none(d.get("kind")),
-                present=present,
-                batch=_str_or_none(d.get("batch")),
-            )
+            return _recorded(d, qfd, slot_fd, qpath, name, root, guess)
         except (OSError, ValueError, TypeError, AttributeError, OverflowError):
-            try:
-                mtime = os.fstat(slot_fd).st_mtime
-                held = [
-                    n
-                    for n in os.listdir(slot_fd)
-                    if n != RECORD and not n.startswith(".jitwarden-q.")
-                ]
-            except OSError:
-                mtime, held = 0.0, []
-            return Record(
-                name,
-                qpath,
-                guess,
-                os.path.join(root, guess),
-                root,
-                "unknown",
-                (),
-                mtime,
-                bytes=size_of(name, qfd),
-                present=bool(held),
-            )
+            return _unrecorded(qfd, slot_fd, qpath, name, root, guess)
     finally:
         os.close(slot_fd)
+
+
+def _recorded(
+    d: object, qfd: int, slot_fd: int, qpath: str, name: str, root: str, guess: str
+) -> Record:
+    """The :class:`Record` a slot's record ``d`` says; ValueError (or another of :func:`_read`'s) when it
+    is none a slot could hold: a payload that is no plain name, an entry id outside the root."""
+    if not isinstance(d, dict):
+        raise ValueError("not an object")
+    payload = _payload(d)
+    entry_id = d.get("entry_id") or guess
+    if not _safe_rel(entry_id):
+        raise ValueError("entry id outside the root")
+    original = _original(d, root, entry_id)
+    present = _lexists(payload, slot_fd) if payload else True
+    if payload:
+        size = size_of(payload, slot_fd) if present else 0
+    else:
+        size = size_of(name, qfd)
+    return Record(
+        name,
+        qpath,
+        entry_id,
+        os.path.normpath(original),
+        root,
+        str(d.get("reason") or "unknown"),
+        tuple(str(x) for x in d.get("details") or ()),
+        float(d.get("quarantined_at") or 0),
+        str(d.get("by") or ""),
+        _str_or_none(d.get("fingerprint")),
+        int(d.get("pid") or 0),
+        size,
+        payload=payload,
+        kind=_str_or_none(d.get("kind")),
+        present=present,
+        batch=_str_or_none(d.get("batch")),
+    )
+
+
+def _payload(d: dict[str, Any]) -> str | None:
+    """A record's ``payload`` (the entry's name inside its slot), None for none; ValueError when it is no
+    plain name."""
+    payload = d.get("payload") or None
+    if payload is not None and (
+        not isinstance(payload, str) or os.sep in payload or payload in (".", "..")
+    ):
+        raise ValueError("bad payload")
+    return payload
+
+
+def _original(d: dict[str, Any], root: str, entry_id: str) -> str:
+    """Where a record says its entry came from, inside ``root``: a record never sends an entry outside
+    its root (then the entry id's place in it)."""
+    original = d.get("original_path")
+    if not isinstance(original, str) or not _safe_rel(inside(root, original) or ""):
+        return os.path.join(root, entry_id)
+    return original
+
+
+def _unrecorded(qfd: int, slot_fd: int, qpath: str, name: str, root: str, guess: str) -> Record:
+    """A slot whose record is missing or unreadable: what its name and contents tell (reason unknown)."""
+    try:
+        mtime = os.fstat(slot_fd).st_mtime
+        held = [n for n in os.listdir(slot_fd) if n != RECORD and not n.startswith(".jitwarden-q.")]
+    except OSError:
+        mtime, held = 0.0, []
+    return Record(
+        name,
+        qpath,
+        guess,
+        os.path.join(root, guess),
+        root,
+        "unknown",
+        (),
+        mtime,
+        bytes=size_of(name, qfd),
+        present=bool(held),
+    )
 
 
 def _str_or_none(x: object) -> str | None:
@@ -575,7 +515,7 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
         )
     with _Root(rec.root) as r:
         try:
-            slot_fd = os.open(rec.id, _DIR_FLAGS, dir_fd=r.qfd)
+            slot_fd = os.open(rec.id, O_DIR_NOFOLLOW, dir_fd=r.qfd)
         except OSError as exc:
             raise QuarantineError(
                 f"{rec.id} is not a quarantine slot here ({(exc.strerror or '').lower()})"
@@ -587,7 +527,7 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
                     f"{rec.id} holds no entry (an interrupted move); "
                     "`jitwarden quarantine empty` removes it"
                 )
-            parent, name = os.path.split(rel)
+            parent = os.path.dirname(rel)
             try:
                 parent_fd = open_beneath(r.fd, parent, create=True)
             except OSError:
@@ -596,41 +536,59 @@ def restore(rec: Record, *, replace: bool = False, now: float | None = None) -> 
                     "or not a directory; not followed"
                 ) from None
             try:
-                displaced = None
-                if _lexists(name, parent_fd):
-                    if not replace:
-                        raise QuarantineError(
-                            f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out"
-                        )
-                    displaced = move(
-                        os.path.join(rec.root, rel),
-                        "replaced",
-                        [f"displaced by restoring {rec.id}"],
-                        root=rec.root,
-                        entry_id=rec.entry_id,
-                        kind=rec.kind,
-                        by="restore",
-                        now=now,
-                    )
-                if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
-                    try:
-                        os.unlink(RECORD, dir_fd=slot_fd)
-                    except OSError:
-                        pass
-                try:
-                    rename_noreplace(src, name, src_dir_fd=src_fd, dst_dir_fd=parent_fd)
-                except FileExistsError:
-                    raise QuarantineError(
-                        f"{rec.original_path} was taken while restoring {rec.id}; nothing changed"
-                    ) from None
-                except OSError as exc:
-                    raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
+                displaced = _put_back(rec, rel, (src_fd, src), slot_fd, parent_fd, replace, now)
             finally:
                 os.close(parent_fd)
         finally:
             os.close(slot_fd)
         if rec.payload is not None:
             _drop_slot(r.qfd, rec.id)
+    return displaced
+
+
+def _put_back(
+    rec: Record,
+    rel: str,
+    source: tuple[int, str],
+    slot_fd: int,
+    parent_fd: int,
+    replace: bool,
+    now: float | None,
+) -> Record | None:
+    """Rename the quarantined entry (``source``: its directory fd and name) to its name in ``parent_fd``
+    without replacing anything: what is there now quarantined first when ``replace`` (its record
+    returned), else refused."""
+    src_fd, src = source
+    name = os.path.basename(rel)
+    displaced = None
+    if _lexists(name, parent_fd):
+        if not replace:
+            raise QuarantineError(
+                f"{rec.original_path} exists (rebuilt since); pass --replace to swap it out"
+            )
+        displaced = move(
+            os.path.join(rec.root, rel),
+            "replaced",
+            [f"displaced by restoring {rec.id}"],
+            root=rec.root,
+            entry_id=rec.entry_id,
+            kind=rec.kind,
+            by="restore",
+            now=now,
+        )
+    if rec.payload is None:  # schema 1: the slot is the entry, with the record inside
+        try:
+            os.unlink(RECORD, dir_fd=slot_fd)
+        except OSError:
+            pass
+    try:
+        rename_noreplace(src, name, src_dir_fd=src_fd, dst_dir_fd=parent_fd)
+    except FileExistsError:
+        raise QuarantineError(
+            f"{rec.original_path} was taken while restoring {rec.id}; nothing changed"
+        ) from None
+    except OSError as exc:
+        raise QuarantineError(f"cannot restore {rec.id}: {exc.strerror}") from None
     return displaced
 
 

@@ -19,10 +19,11 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jitwarden.model.asjson import fields_json
 from jitwarden.model.errors import JitwardenError
 from jitwarden.model.layout import SEAL_FILE, is_reserved
 from jitwarden.store import sealkey, trust
@@ -56,13 +57,7 @@ class Seal:
     sealed_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "files": self.files,
-            "fingerprint": self.fingerprint,
-            "producer": self.producer,
-            "sealed_at": self.sealed_at,
-        }
+        return {"schema": SCHEMA, **fields_json(self)}
 
 
 def file_digest(path: str, size_hint: int = 0, *, dir_fd: int | None = None) -> tuple[str, int]:
@@ -309,41 +304,10 @@ def judge(
                 )
             )
     for name in seal.files if names is None else names:
-        rec = seal.files[name]
         data = held.get(name) if held is not None else None
-        if data is not None:
-            if len(data) != rec["size"]:
-                problems.append(
-                    Problem((name,), SIZE, f"{name} is {len(data)} bytes, sealed as {rec['size']}")
-                )
-            elif hashlib.sha256(data).hexdigest() != rec["sha256"]:
-                problems.append(
-                    Problem((name,), DIGEST, f"{name} does not match its sealed sha256")
-                )
-            continue
-        try:
-            digest, size = (
-                file_digest(os.path.join(entry_dir, name), rec["size"])
-                if dir_fd is None
-                else file_digest(name, rec["size"], dir_fd=dir_fd)
-            )
-        except FileNotFoundError:
-            problems.append(Problem((name,), MISSING, f"{name} is sealed but missing"))
-            continue
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                problems.append(
-                    Problem((name,), LINK, f"{name} is a symlink, the seal covers a file")
-                )
-            else:
-                problems.append(Problem((name,), UNREADABLE, f"{name} unreadable: {exc.strerror}"))
-            continue
-        if size != rec["size"]:
-            problems.append(
-                Problem((name,), SIZE, f"{name} is {size} bytes, sealed as {rec['size']}")
-            )
-        elif digest != rec["sha256"]:
-            problems.append(Problem((name,), DIGEST, f"{name} does not match its sealed sha256"))
+        problem = _file_problem(entry_dir, name, seal.files[name], data, dir_fd)
+        if problem is not None:
+            problems.append(problem)
     if present is not None:
         # jitwarden's own files (seal, lock files, records) are never covered by a seal.
         extra = sorted(n for n in set(present) - set(seal.files) if not is_reserved(n))
@@ -352,6 +316,39 @@ def judge(
                 Problem(tuple(extra), NOT_COVERED, f"not covered by the seal: {', '.join(extra)}")
             )
     return SealCheck(tuple(problems))
+
+
+def _file_problem(
+    entry_dir: str, name: str, rec: Mapping[str, Any], data: bytes | None, dir_fd: int | None
+) -> Problem | None:
+    """What is wrong with sealed file ``name`` against its record ``rec``: its bytes ``data`` when the caller
+    holds them, else read (by ``dir_fd`` when given); None when it matches."""
+    if data is not None:
+        return _mismatch(name, len(data), lambda: hashlib.sha256(data).hexdigest(), rec)
+    try:
+        digest, size = (
+            file_digest(os.path.join(entry_dir, name), rec["size"])
+            if dir_fd is None
+            else file_digest(name, rec["size"], dir_fd=dir_fd)
+        )
+    except FileNotFoundError:
+        return Problem((name,), MISSING, f"{name} is sealed but missing")
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Problem((name,), LINK, f"{name} is a symlink, the seal covers a file")
+        return Problem((name,), UNREADABLE, f"{name} unreadable: {exc.strerror}")
+    return _mismatch(name, size, lambda: digest, rec)
+
+
+def _mismatch(
+    name: str, size: int, digest_of: Callable[[], str], rec: Mapping[str, Any]
+) -> Problem | None:
+    """A size that differs from the sealed one, else a sha256 (``digest_of()``, asked only then) that does."""
+    if size != rec["size"]:
+        return Problem((name,), SIZE, f"{name} is {size} bytes, sealed as {rec['size']}")
+    if digest_of() != rec["sha256"]:
+        return Problem((name,), DIGEST, f"{name} does not match its sealed sha256")
+    return None
 
 
 def check(

@@ -156,7 +156,7 @@ def test_status_marks_this_environments_partition(isolated_env, built_cache, cap
     from jitwarden.env import fingerprint
 
     src, manifest = built_cache
-    mine = fingerprint.collect().digest
+    mine = fingerprint.of_host().digest
     for digest in (mine, "bbbbbbbbbbbbbbbb"):
         kernels.copy_cache(src, str(isolated_env / ".triton" / "cache" / "jitwarden-v1" / digest))
     assert main(["status", "--format", "json", "--target", "90"]) == 0
@@ -188,7 +188,7 @@ def test_status_counts_quarantined_entries(isolated_env, built_cache, capsys):
 def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path, monkeypatch):
     """``verify PATH`` asks every kind whether PATH is its root; a Triton root of 10,000s of entry dirs is listed
     once for all of them (each listing of such a root costs ~8 ms), and the answer is still Triton's."""
-    from jitwarden.ops import scan
+    from jitwarden.ops.roots import roots_from_paths
 
     root = tmp_path / "cache"
     for i in range(300):
@@ -202,7 +202,7 @@ def test_a_root_named_on_the_command_line_is_listed_once_for_every_kind(tmp_path
             return real(p)
 
         monkeypatch.setattr(os, name, counted)
-    ((r, only),) = scan.roots_from_paths([str(root)])
+    ((r, only),) = roots_from_paths([str(root)])
     assert (r.kind, r.path, only) == ("triton", str(root), None)
     assert listed.count(str(root)) == 1, listed
 

@@ -15,7 +15,7 @@ def _planted(*_a, **_k):
 @pytest.mark.parametrize("word", ["0", "off", "no", "false"])
 def test_debug_off_words_keep_the_one_line_error(word, monkeypatch, isolated_env, capsys):
     monkeypatch.setattr(
-        fingerprint, "collect", _planted
+        fingerprint, "of_host", _planted
     )  # a bug inside a command: the handler's job
     monkeypatch.setenv("JITWARDEN_DEBUG", word)
     assert cli.main(["fingerprint"]) == 3
@@ -24,7 +24,7 @@ def test_debug_off_words_keep_the_one_line_error(word, monkeypatch, isolated_env
 
 
 def test_debug_on_shows_the_traceback(monkeypatch, isolated_env):
-    monkeypatch.setattr(fingerprint, "collect", _planted)
+    monkeypatch.setattr(fingerprint, "of_host", _planted)
     monkeypatch.setenv("JITWARDEN_DEBUG", "1")
     with pytest.raises(RuntimeError, match="planted bug"):
         cli.main(["fingerprint"])

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from jitwarden.ops import rebuild
+from jitwarden.ops.ptxas_runs import PtxasRuns
 from tests.helpers import kernels
 from tests.helpers.cli import jw
 from tests.helpers.maint import file_of
@@ -39,13 +40,13 @@ def suspect(tmp_path, evil_cubin):
 def ptxas_runs(monkeypatch):
     """Every ptxas process the rebuild engine starts, by the PTX file it assembled."""
     runs: list[str] = []
-    real = rebuild._Engine._run
+    real = PtxasRuns._run
 
     def counted(self, cand, digest, ptx, flags, retry=False):
         runs.append(digest)
         return real(self, cand, digest, ptx, flags, retry=retry)
 
-    monkeypatch.setattr(rebuild._Engine, "_run", counted)
+    monkeypatch.setattr(PtxasRuns, "_run", counted)
     return runs
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from jitwarden.env import fingerprint as fpm
 from jitwarden.env import nvml, ptxas
+from jitwarden.env.fingerprint_diff import diff
 from jitwarden.env.nvml import Gpu
 from tests.helpers.cli import jw as run_cli
 from tests.helpers.otherkinds import elf_with_section
@@ -124,15 +125,15 @@ def test_wrapper_with_same_version_changes_digest(tmp_path):
     memo = str(tmp_path / "memo.json")
     w = _wrapper(tmp_path)
     base_env = _env(tmp_path)
-    a = fpm.collect(env=base_env, memo_path=memo)
-    a2 = fpm.collect(env=base_env, memo_path=memo, use_memo=False)
-    b = fpm.collect(env={**base_env, "TRITON_PTXAS_PATH": w}, memo_path=memo)
+    a = fpm.of_host(env=base_env, memo_path=memo)
+    a2 = fpm.of_host(env=base_env, memo_path=memo, use_memo=False)
+    b = fpm.of_host(env={**base_env, "TRITON_PTXAS_PATH": w}, memo_path=memo)
     ia, ib = a.ptxas_for("triton"), b.ptxas_for("triton")
     assert ia.version_text == ib.version_text  # what Triton's cache key sees: identical
     assert ia.sha256 != ib.sha256
     assert a.digest == a2.digest
     assert a.digest != b.digest
-    comps = {c.component: c for c in fpm.diff(a, b)}
+    comps = {c.component: c for c in diff(a, b)}
     assert "ptxas[triton].sha256" in comps
     assert "same version" in comps["ptxas[triton].sha256"].why
 
@@ -140,8 +141,8 @@ def test_wrapper_with_same_version_changes_digest(tmp_path):
 # --- memo ---------------------------------------------------------------------------
 
 
-def _collect_in_subprocess(
-    tmp_path, memo_path, code="print(json.dumps(f.collect(memo_path=m).to_json()))"
+def _of_host_in_subprocess(
+    tmp_path, memo_path, code="print(json.dumps(f.of_host(memo_path=m).to_json()))"
 ):
     prog = f"import json, jitwarden.env.fingerprint as f; m={memo_path!r}; {code}"
     r = subprocess.run(
@@ -156,16 +157,16 @@ def _collect_in_subprocess(
 
 
 @needs_ptxas
-def test_warm_collect_is_served_from_memo(tmp_path):
+def test_warm_of_host_is_served_from_memo(tmp_path):
     memo_path = str(tmp_path / "m" / "fingerprint-memo.json")
-    cold = json.loads(_collect_in_subprocess(tmp_path, memo_path))
+    cold = json.loads(_of_host_in_subprocess(tmp_path, memo_path))
     data = json.load(open(memo_path))
     assert data["schema"] == 1 and data["ptxas"]
     # Mark the memoised ptxas facts: a warm start that re-ran `ptxas --version` would not see the mark.
     for v in data["ptxas"].values():
         v["version_text"] = "served-from-memo"
     json.dump(data, open(memo_path, "w"))
-    warm = json.loads(_collect_in_subprocess(tmp_path, memo_path))
+    warm = json.loads(_of_host_in_subprocess(tmp_path, memo_path))
     assert {p["version_text"] for p in warm["toolchain"]["ptxas"]} == {"served-from-memo"}
     assert cold["packages"] == warm["packages"]
 
@@ -183,7 +184,7 @@ def test_warm_collect_is_served_from_memo(tmp_path):
 def test_garbage_memo_is_ignored_and_rewritten(tmp_path, garbage):
     memo_path = tmp_path / "fingerprint-memo.json"
     memo_path.write_text(garbage)
-    fp = fpm.collect(env=_env(tmp_path), memo_path=str(memo_path))
+    fp = fpm.of_host(env=_env(tmp_path), memo_path=str(memo_path))
     assert fp.ptxas_for("triton") is not None
     data = json.loads(memo_path.read_text())
     assert data["schema"] == 1 and any(
@@ -194,7 +195,7 @@ def test_garbage_memo_is_ignored_and_rewritten(tmp_path, garbage):
 def test_unwritable_memo_never_raises(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    fp = fpm.collect(env=_env(tmp_path), memo_path=str(blocker / "sub" / "memo.json"))
+    fp = fpm.of_host(env=_env(tmp_path), memo_path=str(blocker / "sub" / "memo.json"))
     assert fp.digest
 
 
@@ -271,15 +272,15 @@ def test_no_nvml_falls_back_to_proc_then_none(tmp_path):
     assert source == "proc" and driver == "580.65.06" and cuda is None
     assert [g.uuid for g in gpus] == ["GPU-bbbb-2"]
     assert nvml.query(proc_root=str(tmp_path / "none"), env={}) == ("none", (), None, None)
-    fp = fpm.collect(
+    fp = fpm.of_host(
         env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=str(tmp_path / "none")
     )
     assert fp.gpu_source == "none" and fp.gpus == () and fp.device_archs() == ()
     assert fp.headline().startswith("no GPU visible (nvml:")
-    fp2 = fpm.collect(env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=root)
+    fp2 = fpm.of_host(env=_env(tmp_path), memo_path=str(tmp_path / "m.json"), proc_root=root)
     assert fp2.gpu_source == "proc" and fp2.driver_version == "580.65.06"
     assert "NVIDIA H200" in fp2.headline() and "driver 580.65.06" in fp2.headline()
-    assert any(c.component == "driver" for c in fpm.diff(fp, fp2))
+    assert any(c.component == "driver" for c in diff(fp, fp2))
     assert not json.load(open(tmp_path / "m.json")).get("gpu")  # only NVML answers are memoised
 
 
@@ -347,7 +348,7 @@ def test_json_round_trip_and_garbage():
 def test_digest_ignores_volatile_facts_and_diff_explains():
     a = _fp()
     same = _fp(gpus=(Gpu(3, "NVIDIA H200", (9, 0), "GPU-other", "0000:9a:00.0"),) * 2)
-    assert same.digest == a.digest and fpm.diff(a, same) == []
+    assert same.digest == a.digest and diff(a, same) == []
     moved = _fp(
         ptxas=(
             (
@@ -363,7 +364,7 @@ def test_digest_ignores_volatile_facts_and_diff_explains():
         python=tuple((k, "cpython-312" if k == "cache_tag" else v) for k, v in a.python),
     )
     assert b.digest != a.digest
-    changes = {c.component: c for c in fpm.diff(a, b)}
+    changes = {c.component: c for c in diff(a, b)}
     assert "exact compute capability" in changes["gpu.capability"].why
     assert changes["gpu.capability"].new == "sm_121"
     assert changes["env:TRITON_DISABLE_LINE_INFO"].old == "(none)"
@@ -381,7 +382,7 @@ def test_digest_ignores_volatile_facts_and_diff_explains():
             ),
         )
     )
-    changes = {x.component: x for x in fpm.diff(a, c)}
+    changes = {x.component: x for x in diff(a, c)}
     assert "lacks the GPU's sm_90" in changes["package:torch.arch_list"].why
     assert "package:triton" in changes
     assert any("sm_90" in w for w in c.warnings())
@@ -491,7 +492,7 @@ def test_cli_diff_bad_file_is_usage_error(tmp_path, content):
 
 def test_activation_path_stays_stdlib_only(tmp_path):
     prog = (
-        "import sys, jitwarden.env.fingerprint as f; fp = f.collect(); fp.headline(); fp.to_json(); "
+        "import sys, jitwarden.env.fingerprint as f; fp = f.of_host(); fp.headline(); fp.to_json(); "
         "bad = [m for m in ('torch', 'triton', 'rich', 'numpy') if m in sys.modules]; "
         "assert not bad, bad; print('ok')"
     )
@@ -533,7 +534,7 @@ def _fake_torch_site(tmp_path) -> str:
 def test_fake_torch_is_read_without_import(tmp_path):
     site = _fake_torch_site(tmp_path)
     prog = (
-        "import json, sys, jitwarden.env.fingerprint as f; fp = f.collect(); "
+        "import json, sys, jitwarden.env.fingerprint as f; fp = f.of_host(); "
         "assert 'torch' not in sys.modules; print(json.dumps(fp.to_json()))"
     )
     env = _env(tmp_path)

@@ -31,7 +31,7 @@ OUTSIDE = {
     "UnsafeName": "store/paths: as NotRegularFile (commands word it themselves, naming the root)",
     "NotPrivate": "store/reads: as NotRegularFile",
     "_UnsafeLock": "runtime/guards/triton: private control flow inside one method, never leaves the module",
-    "_Cancelled": "ops/rebuild: private control flow of the engine's workers",
+    "Cancelled": "ops/ptxas_runs: control flow of the rebuild engine's workers, caught by ops/rebuild",
     "Rejected": "runtime/remote: private, a remote blob refused; the runtime never raises to a user",
     "LockTimeout": "store/entrylock: an OSError (ETIMEDOUT) of the disk layer; the runtime turns it into a miss",
     "UntrustedDir": "store/tempdirs: an OSError (EPERM) of the disk layer; callers pass over to the next place",

@@ -739,7 +739,8 @@ def test_an_entry_that_loads_a_refused_one_stays_out_with_it_and_not_the_reverse
 
 
 def test_install_moves_what_an_entry_loads_in_before_it():
-    from jitwarden.ops.bundle import Manifest, _loaded_first
+    from jitwarden.ops.bundle import Manifest
+    from jitwarden.ops.bundle_install import _loaded_first
 
     es = (_e("inductor", "aotautograd/acw"), _e("triton", "K"), _e("inductor", "fxgraph/jh/fjh"))
     m = Manifest("d", {}, {}, 0.0, es)

@@ -263,7 +263,7 @@ def test_doctor_takes_the_ptxas_variable_from_the_record_not_from_the_sentence()
     """A ptxas whose path happens to contain the other variable's name: the fix still names the right one."""
     from types import SimpleNamespace
 
-    from jitwarden.cli.commands import doctor
+    from jitwarden.cli.commands import _diagnosis
 
     path = "/opt/TRITON_PTXAS_BLACKWELL_PATH/bin/ptxas"
     info = ptxas.PtxasInfo(
@@ -287,7 +287,7 @@ def test_doctor_takes_the_ptxas_variable_from_the_record_not_from_the_sentence()
         env=(),
     )
     report = SimpleNamespace(target=SimpleNamespace(arch=None, source="live"), caches=())
-    fixes = [fix for kind, _w, fix in doctor.startup_warnings(fp, report) if kind == "ptxas"]
+    fixes = [fix for kind, _w, fix in _diagnosis.startup_warnings(fp, report) if kind == "ptxas"]
     assert fixes == [
         "export TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas  (a CUDA release that supports the GPU)"
     ]
@@ -382,7 +382,7 @@ def test_warm_path_gives_the_slow_paths_record_and_imports_nothing_heavy(tmp_pat
     # The memoised digest is the one the fingerprint computes right now.
     from jitwarden.env import fingerprint
 
-    assert fingerprint.collect(use_memo=False, env=env).digest == warm["rec"]["digest"]
+    assert fingerprint.of_host(use_memo=False, env=env).digest == warm["rec"]["digest"]
 
 
 def test_ptxas_replaced_behind_the_same_path_changes_the_digest(tmp_path):

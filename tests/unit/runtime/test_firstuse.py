@@ -249,7 +249,7 @@ def test_ptxas_identities_come_from_the_fingerprint_memo(tmp_path):
     from jitwarden.env import fingerprint, ptxas
 
     env = dict(os.environ, JITWARDEN_HOME=str(tmp_path / "home"))
-    fingerprint.collect(env=env)  # the persistent memo, as activation's slow path writes it
+    fingerprint.of_host(env=env)  # the persistent memo, as activation's slow path writes it
     selected = [p for _role, p in ptxas.selected(env)]
     if not selected:
         pytest.skip("no ptxas here")

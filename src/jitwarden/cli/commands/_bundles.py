@@ -72,7 +72,7 @@ def load_signer(key: str | None, unsigned: bool):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Collected:
+class BundleContents:
     """What a bundle of this node would carry: the manifest, the partitions its paths are relative to,
     the entries left home and why, and this node's fingerprint."""
 
@@ -82,7 +82,7 @@ class Collected:
     skipped: list
 
 
-def collect(kinds, req, orphans: float) -> Collected:
+def bundle_contents(kinds, req, orphans: float) -> BundleContents:
     """This fingerprint's entries that pass verify (``req``: rebuilt first) and whose seal holds."""
     from jitwarden.env import fingerprint, locations
     from jitwarden.model import kinds as rows
@@ -91,7 +91,7 @@ def collect(kinds, req, orphans: float) -> Collected:
     from jitwarden.ops import scan as scanner
     from jitwarden.store import partition
 
-    fp = fingerprint.collect()
+    fp = fingerprint.of_host()
     digest = fp.digest
     env = os.environ
     roots: list[tuple[CacheRoot, list[str] | None]] = []
@@ -135,7 +135,7 @@ def collect(kinds, req, orphans: float) -> Collected:
     manifest = bundle.Manifest(
         digest, fp.to_json(), producer, time.time(), tuple(entries), recorded_workloads(digest)
     )
-    return Collected(fp=fp, manifest=manifest, partitions=partitions, skipped=skipped)
+    return BundleContents(fp=fp, manifest=manifest, partitions=partitions, skipped=skipped)
 
 
 def kinds(args) -> tuple[str, ...]:
@@ -178,10 +178,11 @@ def theirs_headline(fingerprint_json: dict, digest: str) -> str:
 
 def differences(fingerprint_json: dict, fp) -> tuple:
     """What differs from a bundle's fingerprint to this node's (``fingerprint --diff``'s changes)."""
-    from jitwarden.env import fingerprint
+    from jitwarden.env.fingerprint import Fingerprint
+    from jitwarden.env.fingerprint_diff import diff
 
     try:
-        return tuple(fingerprint.diff(fingerprint.Fingerprint.from_json(fingerprint_json), fp))
+        return tuple(diff(Fingerprint.from_json(fingerprint_json), fp))
     except ValueError:
         return ()
 
@@ -213,10 +214,10 @@ def install(source: str, tar, opened, fp, dry_run: bool, all_or_nothing: bool = 
     """Install an opened bundle (signature judged) into this node's partitions: (ImportReport, exit code).
 
     Another fingerprint: nothing installed, exit 4, what differs. Every digest checked, each entry
-    judged as ``verify`` judges it, staged, moved in by rename and sealed (``ops.bundle.install``;
+    judged as ``verify`` judges it, staged, moved in by rename and sealed (``ops.bundle_install.install``;
     ``all_or_nothing``: one refused entry keeps every other out too).
     """
-    from jitwarden.ops import bundle
+    from jitwarden.ops import bundle, bundle_install
 
     digest = fp.digest
     m = opened.manifest
@@ -230,21 +231,21 @@ def install(source: str, tar, opened, fp, dry_run: bool, all_or_nothing: bool = 
             "signature_note": opened.signature_note,
             "dry_run": dry_run,
         }
-        return bundle.ImportReport(**{**base, **kw}), code
+        return bundle_install.ImportReport(**{**base, **kw}), code
 
     if m.digest != digest:
         diffs = differences(m.fingerprint, fp)
         why = mismatch_line(theirs_headline(m.fingerprint, m.digest), brief(fp), diffs)
         skipped = tuple(
-            bundle.Outcome(e.kind, e.path, "skipped", why, None, e.bytes) for e in m.entries
+            bundle_install.Outcome(e.kind, e.path, "skipped", why, None, e.bytes) for e in m.entries
         )
         return report(EXIT_OTHER_ENV, differences=diffs, outcomes=skipped)
-    dests = bundle.destinations(m, digest, os.environ)
+    dests = bundle_install.destinations(m, digest, os.environ)
     try:
-        outcomes = bundle.plan(m, dests)
+        outcomes = bundle_install.plan(m, dests)
         if not dry_run:
             note = {"bundle_key": opened.signed_by, "bundle_created": m.created, **m.producer}
-            outcomes = bundle.install(
+            outcomes = bundle_install.install(
                 tar, m, outcomes, dests, digest, note, judge(fp), all_or_nothing
             )
     except bundle.BundleRefused as exc:

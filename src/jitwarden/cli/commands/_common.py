@@ -19,6 +19,7 @@ from jitwarden.model.errors import UsageError
 from jitwarden.model.findings import CODES
 from jitwarden.model.text import display, human_size, parse_age, plural
 from jitwarden.ops import scan as scanner
+from jitwarden.ops.roots import default_roots, roots_from_paths
 
 if TYPE_CHECKING:  # the rebuild machinery is imported only when a command rebuilds
     from jitwarden.ops.rebuild import RebuildOptions
@@ -80,7 +81,7 @@ def fingerprint_or_none(args=None):
     try:
         from jitwarden.env import fingerprint
 
-        return fingerprint.collect()
+        return fingerprint.of_host()
     except Exception as exc:
         print(f"jitwarden: warning: fingerprint unavailable: {exc}", file=sys.stderr)
         return None
@@ -144,9 +145,9 @@ def _run_scan(args, fp, emit, sink):
     kinds = kinds_of(args)
     holders = tuple(HELD[k][0] for k in kinds or () if k in HELD and HELD[k][0] not in kinds)
     roots = (
-        scanner.roots_from_paths(args.paths)
+        roots_from_paths(args.paths)
         if args.paths
-        else scanner.default_roots(kinds=(*kinds, *holders) if kinds else None)
+        else default_roots(kinds=(*kinds, *holders) if kinds else None)
     )
     if args.paths:
         _note_searched(args.paths, roots)
@@ -342,19 +343,7 @@ def rebuilt(
     candidates = [e for e in rebuild.candidates(report.entries) if select is None or select(e)]
     memo = {} if memo is None else memo
     todo = [e for e in candidates if _stamp(e) not in memo]
-    try:
-        label = f"rebuilding {plural(len(todo), 'kernel')}"
-        with _worded(), out.progress_bar(len(todo), label) as progress:
-            fresh = rebuild.verify_entries(todo, req.options, progress=progress)
-    finally:
-        if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
-            from jitwarden.store.removal import remove_empty_dir
-
-            assert req.options.keep_dir is not None  # keep_is_new: it was given
-
-            remove_empty_dir(
-                req.options.keep_dir
-            )  # kept when not empty (cubins kept) or not ours to remove
+    fresh = _rebuild_with_bar(todo, req)
     memo.update({_stamp(e): fresh[e.path] for e in todo if e.path in fresh})
     got = {e.path: memo[_stamp(e)] for e in candidates if _stamp(e) in memo}
     if results is not None:
@@ -365,6 +354,26 @@ def rebuilt(
     return dataclasses.replace(rebuilt, elapsed=report.elapsed + time.perf_counter() - start)
 
 
+def _rebuild_with_bar(todo: list, req: RebuildRequest) -> dict:
+    """{entry path: RebuildResult} of ``todo``, with a labelled progress bar; a ``--keep-cubins`` dir this
+    run made is removed again when nothing was kept in it."""
+    from jitwarden.ops import rebuild
+
+    try:
+        label = f"rebuilding {plural(len(todo), 'kernel')}"
+        with _worded(), out.progress_bar(len(todo), label) as progress:
+            return rebuild.verify_entries(todo, req.options, progress=progress)
+    finally:
+        if req.keep_is_new:  # created by this run and left empty (nothing differed): removed again
+            from jitwarden.store.removal import remove_empty_dir
+
+            assert req.options.keep_dir is not None  # keep_is_new: it was given
+
+            remove_empty_dir(
+                req.options.keep_dir
+            )  # kept when not empty (cubins kept) or not ours to remove
+
+
 def _stamp(e) -> tuple:
     """What a rebuild result is kept by: the entry's path, size and newest mtime (a changed file changes it)."""
     return (e.path, e.bytes, e.mtime)
@@ -373,9 +382,7 @@ def _stamp(e) -> tuple:
 def _discovered_roots(env) -> list:
     """The cache roots found the way ``ls`` finds them (Triton's alone when that fails)."""
     try:
-        from jitwarden.ops import scan
-
-        return [r for r, _ in scan.default_roots(env)]
+        return [r for r, _ in default_roots(env)]
     except Exception:
         from jitwarden.adapters import triton as tri
 

@@ -61,7 +61,7 @@ def run(args) -> int:
 
     if args.cache and args.source:
         raise UsageError("coverage takes --cache PATH or a BUNDLE|REF, not both")
-    fp = fingerprint.collect()
+    fp = fingerprint.of_host()
     w = workload.find(args.name, fp.digest)
     if args.source:
         holdings, listed, source = _from_source(args, fp)
@@ -109,10 +109,11 @@ def _from_caches(paths, digest: str):
     from jitwarden.model.entries import CacheRoot
     from jitwarden.ops import coverage
     from jitwarden.ops import scan as scanner
+    from jitwarden.ops.roots import roots_from_paths
 
     if paths:
         nonempty = [p for p in paths if not _empty_dir(p)]
-        roots = scanner.roots_from_paths(nonempty) if nonempty else []
+        roots = roots_from_paths(nonempty) if nonempty else []
         source = ", ".join(paths)
     else:
         roots = [

@@ -46,10 +46,8 @@ def register(sub) -> None:
 
 def locations_of(env, digest: str | None, kinds) -> list[dict]:
     """One record per cache dir: kind, path, source, exists, partition (this environment's, or None)."""
-    from jitwarden import adapters
-    from jitwarden.env import locations
     from jitwarden.model import kinds as kind_rows
-    from jitwarden.store import partition, qregistry
+    from jitwarden.store import qregistry
 
     partitioned = {k.name: k.var for k in kind_rows.partitioned(kind_rows.DIR)}
     rows = []
@@ -60,31 +58,35 @@ def locations_of(env, digest: str | None, kinds) -> list[dict]:
                 _row(kind, path, settings.HOME.name if settings.HOME.raw(env) else "default", None)
             )
             continue
-        found = []
-        if kind in partitioned:
-            var = partitioned[kind]
-            base = partition.base_of(locations.default_base(kind, env))
-            found.append((base, var if env.get(var) else "default"))
-        for r in adapters.get(kind).discover_roots(env):
-            if r.partition or r.source == "partition":
-                continue
-            found.append((r.base or partition.base_of(r.path), r.source))
-        seen = set()
-        for n, (path, source) in enumerate(found):
-            key = os.path.realpath(path)
-            if key in seen:
-                continue
-            seen.add(key)
-            # Activation partitions the dir the kind's own variable names (the first), not trees nested in others.
-            part = (
-                partition.path_for(path, digest)
-                if kind in partitioned and digest and n == 0
-                else None
-            )
-            rows.append(_row(kind, path, source, part))
-        if not seen:
-            rows.append(_row(kind, None, "none found", None))
+        rows += _kind_rows(env, digest, kind, partitioned.get(kind))
     return rows
+
+
+def _kind_rows(env, digest: str | None, kind: str, var: str | None) -> list[dict]:
+    """The records of one kind: its own variable's dir first (``var``: the variable that names it, None for
+    a kind not partitioned), then each root its adapter finds, each dir once."""
+    from jitwarden import adapters
+    from jitwarden.env import locations
+    from jitwarden.store import partition
+
+    found = []
+    if var is not None:
+        base = partition.base_of(locations.default_base(kind, env))
+        found.append((base, var if env.get(var) else "default"))
+    for r in adapters.get(kind).discover_roots(env):
+        if r.partition or r.source == "partition":
+            continue
+        found.append((r.base or partition.base_of(r.path), r.source))
+    rows, seen = [], set()
+    for n, (path, source) in enumerate(found):
+        key = os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        # Activation partitions the dir the kind's own variable names (the first), not trees nested in others.
+        part = partition.path_for(path, digest) if var is not None and digest and n == 0 else None
+        rows.append(_row(kind, path, source, part))
+    return rows or [_row(kind, None, "none found", None)]
 
 
 def _row(kind, path, source, part) -> dict:

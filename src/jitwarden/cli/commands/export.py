@@ -49,7 +49,7 @@ def run(args) -> int:
     req = _common.rebuild_request(args)
     signer = _bundles.load_signer(args.key, args.unsigned)
     _check_output(args.output)
-    got = _bundles.collect(
+    got = _bundles.bundle_contents(
         kinds, req, _common.orphan_age(args)
     )  # JITWARDEN_ORPHAN_AGE: no --orphan-age here
     entries, skipped = got.manifest.entries, got.skipped

@@ -45,7 +45,7 @@ def run(args) -> int:
     from jitwarden.env import fingerprint
 
     other = load(args.diff) if args.diff else None  # a bad file is a usage error before any work
-    fp = fingerprint.collect(use_memo=not args.no_memo)
+    fp = fingerprint.of_host(use_memo=not args.no_memo)
     # Indented even when piped: a fingerprint is saved to be read, diffed and compared (--diff) later.
     fmt = out.output_format(args, indent=True)
     if other is not None:
@@ -55,7 +55,7 @@ def run(args) -> int:
 
 
 def _run_diff(fmt, old, new) -> int:
-    from jitwarden.env.fingerprint import diff
+    from jitwarden.env.fingerprint_diff import diff
 
     changes = diff(old, new)
     fmt.result(
@@ -99,43 +99,61 @@ def _print_table(fp) -> None:
     con = out.console()
     con.print(out.text((fp.headline(), "bold")))
     t = out.Grid([out.Column("COMPONENT"), out.Column("VALUE", wrap=True, min=20)])
+    for component, value in _rows(fp):
+        t.add(component, value)
+    con.print(t)
+    for w in fp.warnings():
+        print(f"jitwarden: warning: {w}", file=sys.stderr)
 
-    if fp.gpus:
-        for g in fp.gpus:
-            cap = f"sm_{g.capability[0]}{g.capability[1]}" if g.capability else "capability unknown"
-            t.add(f"gpu {g.index}", f"{g.name} ({cap}) via {fp.gpu_source}")
-    else:
-        t.add("gpu", fp.gpu_str())
-    t.add(
-        "driver",
-        f"{fp.driver_version or '(unknown)'}"
-        + (f" (CUDA {fp.cuda_driver_version})" if fp.cuda_driver_version else ""),
+
+def _rows(fp) -> list[tuple[str, str]]:
+    """(component, value) of each line of the fingerprint's table, in the record's order."""
+    rows = _device_rows(fp) + _toolchain_rows(fp)
+    py = dict(fp.python)
+    rows.append(("python", f"{py.get('implementation')} {py.get('version')} {py.get('soabi')}"))
+    pl = dict(fp.platform)
+    rows.append(("platform", f"{pl.get('system')} {pl.get('machine')} {pl.get('libc')}"))
+    rows += [(f"env {k}", v) for k, v in fp.env] or [("env", "(no code-changing variables set)")]
+    rows.append(("digest", fp.digest))
+    return rows
+
+
+def _device_rows(fp) -> list[tuple[str, str]]:
+    """The GPUs (each by index, with its compute capability and where it was read) and the driver."""
+    rows = []
+    for g in fp.gpus:
+        cap = f"sm_{g.capability[0]}{g.capability[1]}" if g.capability else "capability unknown"
+        rows.append((f"gpu {g.index}", f"{g.name} ({cap}) via {fp.gpu_source}"))
+    if not fp.gpus:
+        rows.append(("gpu", fp.gpu_str()))
+    rows.append(
+        (
+            "driver",
+            f"{fp.driver_version or '(unknown)'}"
+            + (f" (CUDA {fp.cuda_driver_version})" if fp.cuda_driver_version else ""),
+        )
     )
-    for role, info in fp.ptxas:
-        t.add(
+    return rows
+
+
+def _toolchain_rows(fp) -> list[tuple[str, str]]:
+    """Each ptxas by role, then each package (torch with its CUDA and arch list)."""
+    rows = [
+        (
             f"ptxas[{role}]",
             f"{info.build or info.release or '?'} sha256 {info.sha256[:12]} {info.path}",
         )
-    if not fp.ptxas:
-        t.add("ptxas", "(none found)")
+        for role, info in fp.ptxas
+    ] or [("ptxas", "(none found)")]
     for p in fp.packages:
         extra = ""
         if p.name == "torch":
             archs = " ".join(p.arch_list) if p.arch_list is not None else "unknown"
             extra = f" cuda {p.cuda or '-'} archs {archs}"
-        t.add(
-            f"package {p.name}",
-            f"{p.version} files {p.identity[:12] if p.identity else '?'}{extra}",
+        rows.append(
+            (
+                f"package {p.name}",
+                f"{p.version} files {p.identity[:12] if p.identity else '?'}{extra}",
+            )
         )
-    py = dict(fp.python)
-    t.add("python", f"{py.get('implementation')} {py.get('version')} {py.get('soabi')}")
-    pl = dict(fp.platform)
-    t.add("platform", f"{pl.get('system')} {pl.get('machine')} {pl.get('libc')}")
-    for k, v in fp.env:
-        t.add(f"env {k}", v)
-    if not fp.env:
-        t.add("env", "(no code-changing variables set)")
-    t.add("digest", fp.digest)
-    con.print(t)
-    for w in fp.warnings():
-        print(f"jitwarden: warning: {w}", file=sys.stderr)
+    return rows

@@ -48,10 +48,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from jitwarden.env import fingerprint
-    from jitwarden.ops import bundle, keys
+    from jitwarden.ops import bundle, bundle_install, keys
 
     trusted = keys.load_trusted()  # keys.KeyError_: a usage error, by the error table
-    fp = fingerprint.collect()
+    fp = fingerprint.of_host()
     refused, opened, tar = None, None, None
     try:
         tar, opened = bundle.open_bundle(args.bundle, trusted, args.allow_unsigned)
@@ -64,7 +64,7 @@ def run(args) -> int:
     except OSError as exc:
         raise UsageError(_not_a_bundle_file(args.bundle, exc)) from None
     if refused is not None:
-        rep = bundle.ImportReport(
+        rep = bundle_install.ImportReport(
             args.bundle, "", fp.digest, None, "", refused=refused, dry_run=args.dry_run
         )
         return _bundles.finish(rep, args, EXIT_FINDINGS)

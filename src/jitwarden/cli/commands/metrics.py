@@ -39,11 +39,11 @@ def run(args) -> int:
     try:
         from jitwarden.env import fingerprint
 
-        current = fingerprint.collect().digest
+        current = fingerprint.of_host().digest
     except Exception:
         current = None
     problems: list = []
-    text = metrics.render(metrics.collect(os.environ, current, problems))
+    text = metrics.render(metrics.node_samples(os.environ, current, problems))
     for line in problems:
         print(f"jitwarden: warning: {line}", file=sys.stderr)
     path = os.path.join(args.textfile_dir, metrics.TEXTFILE) if args.textfile_dir else args.output

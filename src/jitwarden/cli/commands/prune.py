@@ -102,10 +102,10 @@ def bases(paths) -> list[str]:
             s = partition.split(os.path.abspath(p))
             out_.append(s[0] if s else os.path.abspath(p))
         return out_
-    from jitwarden.ops import scan
+    from jitwarden.ops.roots import default_roots
 
     cands = []
-    for r, _ in scan.default_roots():
+    for r, _ in default_roots():
         cands += [partition.base_of(r.path)] + ([r.base] if r.base else [])
     seen, out_ = set(), []
     for c in cands:
@@ -128,18 +128,28 @@ def facts(base_list, current) -> list[cleanplan.PartitionFacts]:
     return out_
 
 
-def run(args) -> int:
+def _check(args) -> None:
+    """Refuse (:class:`UsageError`) a prune that names no rule, or keeps fewer than one partition."""
     if args.keep_last is None and args.max_size is None and args.older_than is None:
         raise UsageError("prune needs --keep-last N, --max-size SIZE or --older-than AGE")
     if args.keep_last is not None and args.keep_last < 1:
         raise UsageError("--keep-last must be at least 1 (the current partition always stays)")
-    busy = _common.orphan_age(args)
-    fp = _common.fingerprint_or_none()
-    current = getattr(fp, "digest", None)
+
+
+def _current_digest() -> str:
+    """This environment's digest, whose partition is never pruned; :class:`UsageError` when unknown."""
+    current = getattr(_common.fingerprint_or_none(), "digest", None)
     if current is None:
         raise UsageError(
             "the current fingerprint is unavailable, so its partition cannot be told apart; nothing pruned"
         )
+    return current
+
+
+def run(args) -> int:
+    _check(args)
+    busy = _common.orphan_age(args)
+    current = _current_digest()
     base_list = bases(args.paths)
     for b in (
         base_list

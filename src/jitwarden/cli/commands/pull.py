@@ -54,7 +54,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from jitwarden.env import fingerprint
-    from jitwarden.ops import bundle, keys
+    from jitwarden.ops import bundle, bundle_install, keys
     from jitwarden.ops import oci as registry
 
     ref = _bundles.registry_ref(args.ref)
@@ -62,7 +62,7 @@ def run(args) -> int:
         trusted = keys.load_trusted()
     except keys.KeyError_ as exc:
         raise UsageError(str(exc)) from None
-    fp = _common.load_fingerprint(args.fingerprint) if args.fingerprint else fingerprint.collect()
+    fp = _common.load_fingerprint(args.fingerprint) if args.fingerprint else fingerprint.of_host()
     reg = _bundles.registry_for(ref, args.insecure)
 
     def differ(theirs: dict, digest: str) -> str:
@@ -72,7 +72,7 @@ def run(args) -> int:
         )
 
     def refused(why: str, code: int = EXIT_FINDINGS, extra=None) -> int:
-        rep = bundle.ImportReport(
+        rep = bundle_install.ImportReport(
             str(ref), "", fp.digest, None, "", refused=why, dry_run=args.dry_run
         )
         return _bundles.finish(rep, args, code, "pull", extra)
@@ -104,12 +104,12 @@ def _install(args, ref, chosen, layer, trusted, fp) -> int:
     the choice was made on."""
     import hashlib
 
-    from jitwarden.ops import bundle
+    from jitwarden.ops import bundle, bundle_install
 
     source = f"{ref.registry}/{ref.repo}@{chosen.manifest}"
 
     def refused(why: str) -> int:
-        rep = bundle.ImportReport(
+        rep = bundle_install.ImportReport(
             source, "", fp.digest, None, "", refused=why, dry_run=args.dry_run
         )
         return _bundles.finish(rep, args, EXIT_FINDINGS, "pull")

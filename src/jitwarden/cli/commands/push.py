@@ -49,7 +49,7 @@ def run(args) -> int:
     reg = _bundles.registry_for(ref, args.insecure)
     with _bundles.registry_errors(ref):
         reg.check()  # a registry that cannot be used costs its deadline, not a scan first
-    got = _bundles.collect(kinds, req, _common.orphan_age(args))
+    got = _bundles.bundle_contents(kinds, req, _common.orphan_age(args))
     if not got.manifest.entries:
         _bundles.print_skipped(got.skipped)
         print(f"jitwarden: nothing to push for fingerprint {got.manifest.digest}", file=sys.stderr)

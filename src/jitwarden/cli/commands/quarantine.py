@@ -198,33 +198,42 @@ def pick(recs: list[q.Record], ids: list[str], roots=()) -> list[q.Record]:
         if len(cands) > 1 and exact:
             cands = [r for r in cands if os.path.realpath(r.root) in exact] or cands
         if not cands:
-            where = (
-                f"{plural(len(recs), 'quarantined entry', 'quarantined entries')} in {_roots_phrase(recs)}"
-                if recs
-                else "nothing is quarantined in any root jitwarden knows"
-            )
-            raise UsageError(
-                f"no quarantined entry {display(i)!r} ({where}; see `jitwarden quarantine ls`, "
-                "or add --root PATH for a root jitwarden never quarantined into)"
-            )
+            raise UsageError(_none_named(recs, i))
         if len(cands) > 1:
-            names = short_ids(recs)
-            listed = ", ".join(
-                f"{display(names[(r.root, r.id)])} in {display(out.short_path(r.root))}"
-                for r in cands[:5]
-            )
-            roots_ = list(dict.fromkeys(r.root for r in cands))
-            hint = (
-                f"name a longer id, or add --root {shlex.quote(display(roots_[0]))} to take it from that root"
-                if len(roots_) > 1
-                else "name a longer id (see `jitwarden quarantine ls`)"
-            )
-            raise UsageError(
-                f"{display(i)!r} names {len(cands)} quarantined entries: {listed}"
-                f"{', …' if len(cands) > 5 else ''}; {hint}"
-            )
+            raise UsageError(_several_named(recs, i, cands))
         chosen.append(cands[0])
     return chosen
+
+
+def _none_named(recs, i: str) -> str:
+    """Why id ``i`` names no record: what is quarantined where, and how to see it or name another root."""
+    where = (
+        f"{plural(len(recs), 'quarantined entry', 'quarantined entries')} in {_roots_phrase(recs)}"
+        if recs
+        else "nothing is quarantined in any root jitwarden knows"
+    )
+    return (
+        f"no quarantined entry {display(i)!r} ({where}; see `jitwarden quarantine ls`, "
+        "or add --root PATH for a root jitwarden never quarantined into)"
+    )
+
+
+def _several_named(recs, i: str, cands) -> str:
+    """Why id ``i`` is ambiguous: the first records it names, and a longer id or ``--root`` to choose."""
+    names = short_ids(recs)
+    listed = ", ".join(
+        f"{display(names[(r.root, r.id)])} in {display(out.short_path(r.root))}" for r in cands[:5]
+    )
+    roots_ = list(dict.fromkeys(r.root for r in cands))
+    hint = (
+        f"name a longer id, or add --root {shlex.quote(display(roots_[0]))} to take it from that root"
+        if len(roots_) > 1
+        else "name a longer id (see `jitwarden quarantine ls`)"
+    )
+    return (
+        f"{display(i)!r} names {len(cands)} quarantined entries: {listed}"
+        f"{', …' if len(cands) > 5 else ''}; {hint}"
+    )
 
 
 def _roots_phrase(recs) -> str:

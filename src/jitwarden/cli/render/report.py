@@ -140,7 +140,28 @@ def entries_table(
     entries = list(entries)
     kinds = len({e.kind for e in entries}) > 1
     roots = len({e.root for e in entries}) > 1
-    cols = (
+    g = Grid(_entry_columns(kinds, roots, long))
+    now = time.time()
+    for e in entries:
+        row = [e.kind] if kinds else []
+        row += [root_label(e.root, current_digest)] if roots else []
+        row += [
+            e.id if long else short_id(e),
+            e.name or "-",
+            e.type,
+            f"sm_{e.arch}" if e.arch else "-",
+            human_size(e.bytes),
+            human_age(e.mtime, now),
+            status_cell(e.findings, e.verdict),
+        ]
+        row += [e.path] if long else []
+        g.add(*row, details=_finding_lines(e.findings, long) if details else [])
+    return g
+
+
+def _entry_columns(kinds: bool, roots: bool, long: bool) -> list[Column]:
+    """The entries table's columns: KIND and ROOT when several, PATH with ``--long``."""
+    return (
         ([Column("KIND", hide=7)] if kinds else [])
         + ([Column("ROOT", flex=True, min=24, cut="middle", hide=8)] if roots else [])
         + [
@@ -154,34 +175,17 @@ def entries_table(
         ]
         + ([Column("PATH", hide=1)] if long else [])
     )
-    g = Grid(cols)
-    now = time.time()
-    for e in entries:
-        fs = e.findings
-        row = [e.kind] if kinds else []
-        row += [root_label(e.root, current_digest)] if roots else []
-        row += [
-            e.id if long else short_id(e),
-            e.name or "-",
-            e.type,
-            f"sm_{e.arch}" if e.arch else "-",
-            human_size(e.bytes),
-            human_age(e.mtime, now),
-            status_cell(fs, e.verdict),
-        ]
-        row += [e.path] if long else []
-        shown: list[str] = []
-        if details:
-            worth = [f for f in fs if f.severity > Severity.INFO] or list(fs)
-            # --long: a finding's whole evidence (a rebuild's every ptxas) below its one-line message
-            shown = [
-                line
-                for f in worth
-                for line in [f"{f.code}: {f.message}"]
-                + ([f"  {f.detail}"] if long and f.detail else [])
-            ]
-        g.add(*row, details=shown)
-    return g
+
+
+def _finding_lines(fs, long: bool) -> list[str]:
+    """The lines below an entry's row: each finding worth saying (above info, else all), and with
+    ``--long`` a finding's whole evidence (a rebuild's every ptxas) below its one-line message."""
+    worth = [f for f in fs if f.severity > Severity.INFO] or list(fs)
+    return [
+        line
+        for f in worth
+        for line in [f"{f.code}: {f.message}"] + ([f"  {f.detail}"] if long and f.detail else [])
+    ]
 
 
 def short_id(e) -> str:

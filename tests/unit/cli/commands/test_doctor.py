@@ -171,7 +171,7 @@ def test_target_sm_121_explains_the_dgx_spark_case_as_a_live_gb10_would(env, tmp
     # the same torch, on a machine with a live GB10 and no --target (a child process: it sees that torch)
     code = (
         "import json, dataclasses; from jitwarden.env import fingerprint; from jitwarden.runtime import startup_checks as sc; "
-        "from jitwarden.env.nvml import Gpu; fp = fingerprint.collect(use_memo=False); "
+        "from jitwarden.env.nvml import Gpu; fp = fingerprint.of_host(use_memo=False); "
         "fp = dataclasses.replace(fp, gpus=(Gpu(0, 'NVIDIA GB10', (12, 1), None, None),)); "
         "print(json.dumps(sc.torch_arch(fp)))"
     )
@@ -242,7 +242,7 @@ def test_doctor_lists_the_gpus_it_sees_and_warns_when_they_mix_compute_capabilit
     """Issue 26: on a multi-GPU host doctor lists every GPU and says when the visible set mixes kinds."""
     from types import SimpleNamespace
 
-    from jitwarden.cli.commands.doctor import mixed_gpus
+    from jitwarden.cli.commands._diagnosis import mixed_gpus
     from jitwarden.env.nvml import Gpu
 
     doc = json.loads(cli("doctor", "--format", "json", env=env).stdout)
