@@ -149,7 +149,7 @@ def step_removed(env, res) -> None:
     }
 
 
-def step_nonce(work, res) -> None:
+def step_nonce(work, res, save) -> None:
     """Always-miss of an FX graph whose key holds a random value, and none for the same stable workload."""
     gp = _gp()
     sys.path.insert(0, os.path.dirname(HERE))
@@ -159,6 +159,7 @@ def step_nonce(work, res) -> None:
     with open(script, "w") as f:
         f.write(WORKLOAD)
     out: dict = {}
+    res["nonce"] = out  # written after every start: a part killed at its limit keeps what it ran
     for name, extra, starts in (("nonce", {"JW_NONCE": "1"}, 3), ("stable", {}, 2)):
         env = dict(gp.isolated_env(os.path.join(work, f"node-{name}")), JW_DEVICE="cuda", **extra)
         env.pop("TRITON_CACHE_DIR")
@@ -167,6 +168,8 @@ def step_nonce(work, res) -> None:
         for _ in range(starts):
             r = gp.sh([*gp.jw(), "run", "--record", name, "--", sys.executable, script], env)
             runs.append({"rc": r["rc"], "wall_s": r["wall_s"], "ok": "RESULT ok" in r["stdout"]})
+            out[name] = {"runs": runs}
+            save()
         d = gp.sh([*gp.jw(), "doctor", "--format", "json"], env)
         try:
             problems = json.loads(d["stdout"])["problems"]
@@ -184,7 +187,6 @@ def step_nonce(work, res) -> None:
         )
         and not out["stable"]["always_miss"]
     )
-    res["nonce"] = out
 
 
 def main(argv=None) -> int:
@@ -236,7 +238,7 @@ def _steps(args, work, res, save, spent) -> int:
         ("empty", lambda: res.__setitem__("empty", coverage(env, "--cache", _empty(work)))),
         ("bundle", lambda: step_bundle(args, work, env, res)),
         ("removed", lambda: step_removed(env, res)),
-        ("nonce", lambda: step_nonce(work, res)),
+        ("nonce", lambda: step_nonce(work, res, save)),
     ]
     for name, step in steps:
         if spent():
