@@ -220,3 +220,45 @@ def test_coverage_of_a_registry_reference_reads_its_signed_config_before_any_pul
         assert not os.path.exists(os.path.join(node["HOME"], ".triton")), "nothing installed"
     finally:
         reg.stop()
+
+
+def test_coverage_for_another_node_by_its_fingerprint(tmp_path):
+    """``--target FINGERPRINT.json`` (issue 44, item 4): what a bundle would warm on another node, judged here
+    from that node's saved fingerprint: its own fingerprint gives this node's answer, another GPU's none."""
+    env = guarded.clean_env(tmp_path)
+    _start(env, "svc", JOBS5)
+    bundle = tmp_path / "b.tar"
+    assert (
+        jw("export", "-o", str(bundle), "--unsigned", "--kind", "triton", env=env).returncode == 0
+    )
+    r = jw("fingerprint", "--format", "json", env=env)
+    assert r.returncode == 0, r.stderr
+    mine = json.loads(r.stdout)
+    (tmp_path / "same.json").write_text(r.stdout)
+    other = dict(mine, driver=dict(mine["driver"], version="999.99"))
+    (tmp_path / "other.json").write_text(json.dumps(other))
+
+    rc, doc = _coverage(env, "svc", str(bundle), "--target", str(tmp_path / "same.json"))
+    assert (rc, doc["percent"], doc["unproven"]) == (6, 100, 5), doc  # as this node: held, unsealed
+
+    r = jw(
+        "coverage",
+        "svc",
+        str(bundle),
+        "--target",
+        str(tmp_path / "other.json"),
+        "--format",
+        "json",
+        env=env,
+    )
+    doc = json.loads(r.stdout)
+    assert (r.returncode, doc["percent"], doc["missing"]) == (5, 0, 5), doc
+    assert "the target node" in r.stderr and "would install none of it" in r.stderr, r.stderr
+
+    rc, doc = _coverage(env, "svc", "--target", str(tmp_path / "other.json"))
+    assert (rc, doc["percent"]) == (5, 0), doc  # no partition here for that fingerprint
+    assert "this machine's partitions for the target node" in doc["source"], doc
+
+    (tmp_path / "bad.json").write_text("{")
+    r = jw("coverage", "svc", "--target", str(tmp_path / "bad.json"), env=env)
+    assert r.returncode == 2 and "bad.json" in r.stderr and "Traceback" not in r.stderr

@@ -41,6 +41,14 @@ def register(sub) -> None:
         help="judge this cache dir instead of this node's partitions (repeatable; an empty dir is 0%%)",
     )
     p.add_argument(
+        "--target",
+        metavar="FINGERPRINT.json",
+        help="judge for another node: its saved `jitwarden fingerprint --format json` (which GPU, driver and "
+        "toolchain the kernels must be built for); a bundle or registry bundle built for another "
+        "fingerprint then warms none of it, and without one this machine's partitions for that "
+        "fingerprint are judged",
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         help="talk plain HTTP to the registry (a local test registry)",
@@ -51,6 +59,7 @@ def register(sub) -> None:
         "jitwarden coverage llama                            what this node's cache holds of it",
         "jitwarden coverage llama kernels.tar                what a bundle holds, before import",
         "jitwarden coverage llama registry:5000/kernels:v1   what a registry's bundle holds, before pull",
+        "jitwarden coverage llama kernels.tar --target h200.json   what it would warm on that node",
     )
     p.set_defaults(func=run)
 
@@ -61,14 +70,17 @@ def run(args) -> int:
 
     if args.cache and args.source:
         raise UsageError("coverage takes --cache PATH or a BUNDLE|REF, not both")
-    fp = fingerprint.of_host()
+    from jitwarden.cli.commands import _common
+
+    fp = _common.load_fingerprint(args.target) if args.target else fingerprint.of_host()
+    args.node = f"the target node ({args.target})" if args.target else "this node"
     w = workload.find(args.name, fp.digest)
     if args.source:
         holdings, listed, source = _from_source(args, fp)
         if w is None and listed is not None:
             w = listed
     else:
-        holdings, source = _from_caches(args.cache, fp.digest)
+        holdings, source = _from_caches(args.cache, fp.digest, args.node)
     if w is None:
         raise UsageError(
             f"no record of workload {args.name!r} here (record one with `jitwarden run --record "
@@ -104,8 +116,9 @@ def _partitions(digest: str) -> list[tuple[str, str]]:
     return found
 
 
-def _from_caches(paths, digest: str):
-    """(holdings, what was judged) of the cache dirs ``paths``, else of this node's partitions for ``digest``."""
+def _from_caches(paths, digest: str, node: str = "this node"):
+    """(holdings, what was judged) of the cache dirs ``paths``, else of this machine's partitions for
+    ``digest`` (the fingerprint of ``node``: this one, or the target's)."""
     from jitwarden.model.entries import CacheRoot
     from jitwarden.ops import coverage
     from jitwarden.ops import scan as scanner
@@ -120,7 +133,11 @@ def _from_caches(paths, digest: str):
             (CacheRoot(kind=k, path=p, source="partition", partition=digest), None)
             for k, p in _partitions(digest)
         ]
-        source = f"this node's cache (fingerprint {digest})"
+        source = (
+            f"this node's cache (fingerprint {digest})"
+            if node == "this node"
+            else f"this machine's partitions for {node}, fingerprint {digest}"
+        )
     if not roots:
         return {}, source
     judge = scanner.make_judge(None)
@@ -157,8 +174,8 @@ def _from_source(args, fp):
         signed = True  # resolve() refuses a config whose signature does not verify
     if m.digest != fp.digest:
         print(
-            f"jitwarden: warning: {args.source} was built for fingerprint {m.digest}, this node is "
-            f"{fp.digest}: import would install none of it",
+            f"jitwarden: warning: {args.source} was built for fingerprint {m.digest}, {args.node} is "
+            f"{fp.digest}: import there would install none of it",
             file=sys.stderr,
         )
     rows = m.workloads.get(args.name)
