@@ -41,6 +41,7 @@ class Kind:
         "triton_trees",
         "reader",
         "guard",
+        "hooks",
     )
     name: str
     """``--kind``'s value and every entry's ``kind``."""
@@ -72,6 +73,10 @@ class Kind:
     """The modules of :mod:`jitwarden.runtime` that check its entries as the tool loads them and seal what it
     writes, its guard (``guards.<kind>``, :class:`jitwarden.runtime.guards.Guard`) first where it has one (none:
     jitwarden checks it by ``verify`` only)."""
+    hooks: tuple[tuple[str, str], ...]
+    """(a module of its tool, the function of its guard that wraps it) for each module the guard wraps once it is
+    imported, in the order they are installed (JAX's compiler before its cache): where activation learns what
+    to wait for, without importing the guard."""
 
     def __init__(
         self,
@@ -88,6 +93,7 @@ class Kind:
         triton_trees: str | None = None,
         reader: str,
         guard: tuple[str, ...] = (),
+        hooks: tuple[tuple[str, str], ...] = (),
     ) -> None:
         put = object.__setattr__
         for field, value in (
@@ -103,6 +109,7 @@ class Kind:
             ("triton_trees", triton_trees),
             ("reader", reader),
             ("guard", guard),
+            ("hooks", hooks),
         ):
             put(self, field, value)
 
@@ -141,6 +148,11 @@ ROWS: tuple[Kind, ...] = (
         triton_trees="inductor_triton_trees",
         reader="fxkernels",
         guard=("guards.inductor", "sweep"),
+        hooks=(
+            ("torch._inductor.triton_bundler", "patch_bundler"),
+            ("torch._inductor.codecache", "patch_codecache"),
+            ("torch._functorch._aot_autograd.autograd_cache", "patch_aotcache"),
+        ),
     ),
     Kind(
         "vllm",
@@ -215,6 +227,10 @@ ROWS: tuple[Kind, ...] = (
         default="none: JAX has no persistent cache unless told",
         reader="jaxexec",
         guard=("guards.jax", "flatseal"),
+        hooks=(
+            ("jax._src.compiler", "patch_compiler"),
+            ("jax._src.compilation_cache", "patch_cache"),
+        ),
     ),
     Kind(
         "cupy",
@@ -227,6 +243,7 @@ ROWS: tuple[Kind, ...] = (
         root="~/.cupy/kernel_cache",
         reader="cupyentry",
         guard=("guards.cupy", "flatseal"),
+        hooks=(("cupy.cuda.compiler", "patch"),),
     ),
     Kind(
         "numba",
@@ -240,6 +257,7 @@ ROWS: tuple[Kind, ...] = (
         default="none in one place: `__pycache__` beside each source file",
         reader="numbacache",
         guard=("guards.numba",),
+        hooks=(("numba.cuda.core.caching", "patch"),),
     ),
 )
 """Every kind, in the order roots are discovered and reported."""

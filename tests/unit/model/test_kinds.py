@@ -159,7 +159,7 @@ def madeup(tmp_path, monkeypatch):
 def test_a_made_up_kind_needs_its_row_and_its_adapter_only(madeup, tmp_path):
     """Files a new kind touches: model/kinds.py (its row) and adapters/<kind>.py (its adapter). The scanner,
     ``--kind``, the root of a path, the default root and activation's partition follow from them. (A guard
-    at load, runtime/, is issue 46's item 2.)"""
+    at load is its row's ``guard`` and ``hooks`` and runtime/guards/<kind>.py: tests/unit/runtime/test_guards.py.)"""
     from jitwarden.cli import main as cli
     from jitwarden.cli.commands import _common
     from jitwarden.ops import scan

@@ -71,3 +71,59 @@ def test_installing_imports_no_guard_until_its_tool_is_imported():
     states, imported = json.loads(out.stdout)
     assert imported == []
     assert set(states) == set(guards.HOOKS)
+
+
+def test_the_constants_the_guards_name_are_the_rows_hooks():
+    named = {
+        guards.BUNDLER,
+        guards.CODECACHE,
+        guards.AOTCACHE,
+        guards.JAX_COMPILER,
+        guards.JAX_CACHE,
+        guards.CUPY_COMPILER,
+        guards.NUMBA_CACHING,
+    }
+    assert named == set(guards.HOOKS)
+    assert list(guards.HOOKS)[3:5] == [guards.JAX_COMPILER, guards.JAX_CACHE]  # the compiler first
+
+
+GUARD = '''"""The made-up kind's guard: what it wraps once its tool is imported."""
+KIND = "madeup"
+
+
+def patch(mod):
+    mod.GUARDED = True
+
+
+def refused(module, exc):
+    return f"not guarded: {exc}"
+'''
+
+
+def test_a_made_up_kind_is_guarded_at_load_from_its_row_and_its_guard_alone(tmp_path):
+    """Issue 46: a new JIT tool's guard at load is its row (``guard``, ``hooks``) and ``runtime/guards/<kind>.py``;
+    with its adapter and reader (tests/unit/model/test_kinds.py), four files. Activation's hooks follow from the
+    row: nothing else names the kind or its tool's module, and the guard is imported only with the tool."""
+    (tmp_path / "guards").mkdir()
+    (tmp_path / "guards" / "madeup.py").write_text(GUARD)
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "jw_madeup_tool.py").write_text("GUARDED = False\n")
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(tmp_path / "tool")!r})
+from jitwarden.model import kinds
+row = kinds.Kind("madeup", adapter="madeup", tool="MadeUp", var=None, partition=kinds.NOT, bundled=False,
+                 needs=None, root="~/.madeup", reader="elf", guard=("guards.madeup",),
+                 hooks=(("jw_madeup_tool", "patch"),))
+kinds.ROWS = (*kinds.ROWS, row)  # as model/kinds.py would hold it
+from jitwarden.runtime import guards
+guards.__path__.append({str(tmp_path / "guards")!r})  # as runtime/guards/madeup.py would be
+before = guards.install_load_hooks({{}})["jw_madeup_tool"]
+imported = "jitwarden.runtime.guards.madeup" in sys.modules
+import jw_madeup_tool
+print(json.dumps([before, imported, jw_madeup_tool.GUARDED]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    before, imported, guarded = json.loads(out.stdout)
+    assert (imported, guarded) == (False, True), (before, imported, guarded)

@@ -48,13 +48,21 @@ class Prover(Guard, Protocol):
     def prove(self) -> Callable[..., object]: ...
 
 
-MODULES = {
-    row.name: f"jitwarden.runtime.{row.guard[0]}"
-    for row in kinds.ROWS
-    if row.guard[:1] == (f"guards.{row.name}",)
-}
-"""kind -> its guard module, ``guards.<kind>``, as its row names it first. A kind without one is guarded by
-others' (vLLM's kernels are Triton's and Inductor's) or checked by ``verify`` only (CUDA's, FlashInfer's, ...)."""
+def table(rows) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """(kind -> its guard module, a tool's module -> (the kind whose guard wraps it, that guard's function)) of
+    the kinds' ``rows`` (pure). A kind's guard is ``guards.<kind>`` where its row names it first (a kind without
+    one is guarded by others', as vLLM's kernels are Triton's and Inductor's, or checked by ``verify`` only);
+    what it wraps once imported is its row's ``hooks``, in order."""
+    mods = {
+        r.name: f"jitwarden.runtime.{r.guard[0]}"
+        for r in rows
+        if r.guard[:1] == (f"guards.{r.name}",)
+    }
+    hooks = {m: (r.name, fn) for r in rows if r.name in mods for m, fn in r.hooks}
+    return mods, hooks
+
+
+MODULES, HOOKS = table(kinds.ROWS)
 
 BUNDLER = "torch._inductor.triton_bundler"
 CODECACHE = "torch._inductor.codecache"
@@ -63,18 +71,7 @@ JAX_COMPILER = "jax._src.compiler"
 JAX_CACHE = "jax._src.compilation_cache"
 CUPY_COMPILER = "cupy.cuda.compiler"
 NUMBA_CACHING = "numba.cuda.core.caching"
-
-HOOKS: dict[str, tuple[str, str]] = {
-    BUNDLER: ("inductor", "patch_bundler"),
-    CODECACHE: ("inductor", "patch_codecache"),
-    AOTCACHE: ("inductor", "patch_aotcache"),
-    # JAX's compiler before its cache: a cache that proves through _cache_write must never be guarded without it
-    JAX_COMPILER: ("jax", "patch_compiler"),
-    JAX_CACHE: ("jax", "patch_cache"),
-    CUPY_COMPILER: ("cupy", "patch"),
-    NUMBA_CACHING: ("numba", "patch"),
-}
-"""A tool's module -> (the kind whose guard wraps it once it is imported, that guard's function that does)."""
+"""The tool modules the guards name in their own code: each is one of the rows' ``hooks`` (a test checks)."""
 
 TORCH_MODULES = tuple(m for m, (kind, _f) in HOOKS.items() if kind == "inductor")
 LOAD_MODULES = tuple(m for m, (kind, _f) in HOOKS.items() if kind != "inductor")
