@@ -57,7 +57,6 @@ def register(sub) -> None:
     options.examples(
         p,
         "jitwarden coverage llama                            what this node's cache holds of it",
-        "jitwarden coverage llama kernels.tar                what a bundle holds, before import",
         "jitwarden coverage llama registry:5000/kernels:v1   what a registry's bundle holds, before pull",
         "jitwarden coverage llama kernels.tar --target h200.json   what it would warm on that node",
     )
