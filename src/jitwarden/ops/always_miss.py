@@ -193,10 +193,10 @@ def diagnose_graph(s: Suspect, inputs: dict) -> AlwaysMiss | None:
     """Why graph ``s`` (an FX graph or an AOTAutograd graph) compiled again, from the inputs of its keys
     (``inputs``: key -> ``{"h": {input: hash}, "v": {input: short value}}`` or None) (pure). Names in a graph
     record are orders in a start, so one name has one key a start: a new key is a new start's."""
-    base = _counts(s)
-    got = [inputs[k] for k in s.keys if inputs.get(k)]
     if not s.across:
         return None
+    base = _counts(s)
+    got = [inputs[k] for k in s.keys if inputs.get(k)]
     if len(got) < 2:
         return AlwaysMiss(
             **base,
@@ -418,21 +418,20 @@ def read_triton(roots, key: str, name: str) -> KeyInputs | None:
 
 def check(w: Workload, triton_roots) -> list[AlwaysMiss]:
     """Every always-miss of ``w``, its cause read from ``triton_roots`` (the dirs its Triton entries lie in)."""
-    out = []
     graphs = {(e.kind, e.key): e.inputs for e in w.events if e.inputs and e.kind in GRAPH_KINDS}
-    named = {s.name for s in suspects(w) if s.kind == "inductor"}
-    for s in suspects(w):
+    found = suspects(w)
+    named = {s.name for s in found if s.kind == "inductor"}
+    out = []
+    for s in found:
         if s.kind == "aot" and s.name in named:
             continue  # AOTAutograd's key holds its FX graph's inputs: the inductor line says why
         if s.kind in GRAPH_KINDS:
-            found = diagnose_graph(s, {k: graphs.get((s.kind, k)) for k in s.keys})
-            if found is not None:
-                out.append(found)
-            continue
-        inputs = (
-            {k: read_triton(triton_roots, k, s.name) for k in s.keys} if s.kind == "triton" else {}
-        )
-        found = diagnose(s, inputs)
-        if found is not None:
-            out.append(found)
+            miss = diagnose_graph(s, {k: graphs.get((s.kind, k)) for k in s.keys})
+        else:
+            triton = s.kind == "triton"
+            miss = diagnose(
+                s, {k: read_triton(triton_roots, k, s.name) for k in s.keys} if triton else {}
+            )
+        if miss is not None:
+            out.append(miss)
     return out

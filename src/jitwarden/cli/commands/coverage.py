@@ -72,14 +72,13 @@ def run(args) -> int:
     from jitwarden.cli.commands import _common
 
     fp = _common.load_fingerprint(args.target) if args.target else fingerprint.of_host()
-    args.node = f"the target node ({args.target})" if args.target else "this node"
     w = workload.find(args.name, fp.digest)
     if args.source:
-        holdings, listed, source = _from_source(args, fp)
+        holdings, listed, source = _from_source(args, fp, _node(args.target))
         if w is None and listed is not None:
             w = listed
     else:
-        holdings, source = _from_caches(args.cache, fp.digest, args.node)
+        holdings, source = _from_caches(args.cache, fp.digest, args.target)
     if w is None:
         raise UsageError(
             f"no record of workload {args.name!r} here (record one with `jitwarden run --record "
@@ -115,9 +114,14 @@ def _partitions(digest: str) -> list[tuple[str, str]]:
     return found
 
 
-def _from_caches(paths, digest: str, node: str = "this node"):
+def _node(target: str | None) -> str:
+    """The node a coverage is for, in words: this one, or the one whose fingerprint ``--target`` names."""
+    return f"the target node ({target})" if target else "this node"
+
+
+def _from_caches(paths, digest: str, target: str | None = None):
     """(holdings, what was judged) of the cache dirs ``paths``, else of this machine's partitions for
-    ``digest`` (the fingerprint of ``node``: this one, or the target's)."""
+    ``digest`` (this node's fingerprint, or the one ``target``, ``--target``'s file, names)."""
     from jitwarden.model.entries import CacheRoot
     from jitwarden.ops import coverage
     from jitwarden.ops import scan as scanner
@@ -134,8 +138,8 @@ def _from_caches(paths, digest: str, node: str = "this node"):
         ]
         source = (
             f"this node's cache (fingerprint {digest})"
-            if node == "this node"
-            else f"this machine's partitions for {node}, fingerprint {digest}"
+            if target is None
+            else f"this machine's partitions for {_node(target)}, fingerprint {digest}"
         )
     if not roots:
         return {}, source
@@ -151,8 +155,9 @@ def _empty_dir(path: str) -> bool:
         return False
 
 
-def _from_source(args, fp):
-    """(holdings, the workload the source lists or None, what was judged) of a bundle file or an OCI reference."""
+def _from_source(args, fp, node: str):
+    """(holdings, the workload the source lists or None, what was judged) of a bundle file or an OCI reference,
+    for ``node`` (in words: this one, or the target)."""
     from jitwarden.ops import bundle, coverage, keys, workload
 
     try:
@@ -173,7 +178,7 @@ def _from_source(args, fp):
         signed = True  # resolve() refuses a config whose signature does not verify
     if m.digest != fp.digest:
         print(
-            f"jitwarden: warning: {args.source} was built for fingerprint {m.digest}, {args.node} is "
+            f"jitwarden: warning: {args.source} was built for fingerprint {m.digest}, {node} is "
             f"{fp.digest}: import there would install none of it",
             file=sys.stderr,
         )
