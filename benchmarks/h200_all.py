@@ -41,9 +41,9 @@ PARTS = (
     ("hooks", 300, 40, ["h200_jax_cupy_hooks.py", "{work}"], "jax_cupy_hooks.json"),
     (
         "hookcost",
-        120,
+        170,
         40,
-        ["h200_jax_cupy_hooks.py", "{work}", "--steps=cost", "--pairs=10"],
+        ["h200_jax_cupy_hooks.py", "{work}", "--steps=cost,phases", "--pairs=10"],
         "hook_cost.json",
     ),
     ("warm", 330, 90, ["h200_fixed_costs.py", "--only", "warm", "--work", "{work}"], "warm.json"),

@@ -274,6 +274,55 @@ def cost(tool: str) -> dict:
     }
 
 
+CUPY_PHASES = """
+    import time
+    before = set(sys.modules)
+    t0 = time.perf_counter()
+    a = cp.full(256, 6.0, cp.float32); cp.cuda.Device().synchronize()
+    t1 = time.perf_counter()
+    src = "template<typename T> __global__ void scale(T* a, T s, int n) " \\
+          "{ int i = blockIdx.x*blockDim.x+threadIdx.x; if (i<n) a[i] = a[i] * s; }"
+    m = cp.RawModule(code=src, options=("-std=c++17",), name_expressions=("scale<float>",))
+    f = m.get_function("scale<float>")
+    t2 = time.perf_counter()
+    f((1,), (256,), (a, cp.float32(2.0), cp.int32(256))); v = float(a[0])
+    t3 = time.perf_counter()
+    new = sorted(set(sys.modules) - before)
+    out(init=t1 - t0, load=t2 - t1, launch=t3 - t2, s=t3 - t0, value=v, imported=len(new),
+        jitwarden=[n for n in new if n.startswith("jitwarden")], other=new[:40])
+"""
+
+
+def phases(tool: str) -> dict:
+    """CuPy's warm start cut into phases (CUDA init, the module's cache load, launch and sync) and the modules
+    imported inside the timed window, stock vs guarded, interleaved: where a warm-hit difference comes from."""
+    if tool != "cupy":
+        return {}
+    code = CUPY_PRELUDE + textwrap.dedent(CUPY_PHASES)
+    _d, senv, genv = dirs(tool, "phases")
+    run(
+        code, senv
+    )  # cold fills: stock's dir, then the guarded partition (proved and sealed by the next run)
+    run(code, genv, guarded=True)
+    run(code, genv, guarded=True)
+    rows: dict[str, list] = {"stock": [], "guarded": []}
+    for i in range(PAIRS):
+        for side in ("stock", "guarded")[:: 1 if i % 2 == 0 else -1]:
+            r = run(code, senv if side == "stock" else genv, guarded=side == "guarded")
+            rows[side].append(r["out"][-1] if r["out"] else {"error": r["err_tail"][-300:]})
+    med = statistics.median
+    summary = {
+        side: {k: med(x[k] for x in rs if k in x) for k in ("init", "load", "launch", "s")}
+        for side, rs in rows.items()
+        if all("s" in x for x in rs)
+    }
+    if len(summary) == 2:
+        summary["ratio"] = {
+            k: summary["guarded"][k] / summary["stock"][k] for k in summary["stock"]
+        }
+    return {"rows": rows, "median": summary}
+
+
 def verify_real() -> dict:
     import tarfile
 
@@ -303,7 +352,7 @@ def verify_real() -> dict:
     return out
 
 
-NEED = {"swaps": 90, "false_alarms": 90, "cost": 45, "verify_real": 20}
+NEED = {"swaps": 90, "false_alarms": 90, "cost": 45, "phases": 40, "verify_real": 20}
 """Rough seconds per step and tool on a GPU host, to skip rather than be killed mid-step (``--budget``)."""
 
 
@@ -319,11 +368,12 @@ def main() -> None:
         "swaps": lambda tool: {s: swap_case(tool, s) for s in ("unsealed", "sealed", "window")},
         "false_alarms": false_alarms,
         "cost": cost,
+        "phases": phases,
     }
     for tool in ONLY:
         RESULTS[tool] = {}
         for step, fn in steps.items():
-            if STEPS and step not in STEPS[0]:
+            if (step not in STEPS[0]) if STEPS else step == "phases":  # phases only when named
                 continue
             if not b.fits(f"{tool} {step}", NEED[step]):
                 continue
@@ -360,6 +410,10 @@ def main() -> None:
         print(
             f"{tool:4} first use {c['first_use_vs_cold']:.2f}x cold; warm {c['warm_ratio']:.3f}x stock over {PAIRS} pairs"
         )
+    for tool in ONLY:
+        ph = RESULTS[tool].get("phases", {}).get("median", {})
+        if ph:
+            print(f"{tool:4} phases (median s): {json.dumps(ph)}")
     print("verify real captures:", RESULTS.get("verify_real", "skipped"))
 
 
