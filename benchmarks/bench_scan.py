@@ -136,6 +136,9 @@ class Figures:
     walk: tuple[float, float, float] | None = None
     base: tuple[float, float, float] | None = None  # the same CLI run by the code in ``against``
     same_json: bool | None = None  # whether ``against`` printed the same JSON (elapsed_s aside)
+    cold: tuple[float, float, float] | None = (
+        None  # this code with the scan's memo off: a first scan
+    )
 
 
 def measure(
@@ -165,6 +168,8 @@ def measure(
     )  # verify's stats and memos, never the real HOME's
     private = dict(os.environ, HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
     cmds["jw"] = (jw, dict(private, PYTHONPATH=here))
+    # The same code with the scan's memo off (ops/scanmemo.py): every file read, as a first scan reads them.
+    cmds["cold"] = (jw, dict(private, PYTHONPATH=here, JITWARDEN_SCAN_MEMO="0"))
     byte_compile(here)
     if against:
         cmds["base"] = (jw, dict(private, PYTHONPATH=os.path.abspath(against)))
@@ -195,7 +200,12 @@ def measure(
             f"JSON of this code and of {against}: {'identical byte for byte' if same else 'DIFFERENT'} "
             "(elapsed_s aside)"
         )
-    return Figures(med["du"], med["jw"], json.loads(text), med.get("walk"), med.get("base"), same)
+    cold = subprocess.run(jw, capture_output=True, text=True, env=cmds["cold"][1]).stdout
+    if _without_times(cold) != _without_times(text):
+        print("JSON with the memo off: DIFFERENT from the memo's")
+    return Figures(
+        med["du"], med["jw"], json.loads(text), med.get("walk"), med.get("base"), same, med["cold"]
+    )
 
 
 def _without_times(text: str) -> str:
@@ -222,8 +232,15 @@ def report(n: int, fig: Figures, repeat: int, goal: float = 20_000) -> None:
         line("bare Python walk (1 process)", fig.walk)
     if fig.base:
         line("verify --quick, the code compared", fig.base)
+    if fig.cold:
+        line("verify --quick, memo off (1st scan)", fig.cold)
     line("jitwarden verify --quick", fig.jw)
     print(f"ratio verify / du:   {fig.jw[0] / fig.du[0]:.2f}x wall")
+    if fig.cold:
+        print(
+            f"ratio verify / memo off: {fig.jw[0] / fig.cold[0]:.2f}x wall; memo off / du: "
+            f"{fig.cold[0] / fig.du[0]:.2f}x wall, {n / fig.cold[0]:.0f} entries/s"
+        )
     if fig.walk:
         print(
             f"ratio verify / walk: {fig.jw[0] / fig.walk[0]:.2f}x wall, {fig.jw[1] / fig.walk[1]:.2f}x cpu"

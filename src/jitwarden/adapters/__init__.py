@@ -59,6 +59,25 @@ class CacheAdapter(Protocol):
         """Read one entry without following a symlink or running anything (never unpickle), then judge it."""
 
 
+class EntryMemo(Protocol):
+    """What an adapter that can judge an entry again by stat alone provides as its module's ``MEMO``
+    (:mod:`jitwarden.ops.scanmemo`: ``verify --quick`` over an unchanged cache reads no file of it)."""
+
+    def judge_stamped(
+        self, root: str, name: str, judge: Judge, root_uid: int | None = None
+    ) -> tuple[Entry, list | None, int]:
+        """(the entry, as ``inspect_entry`` judges it; the record :meth:`recall` rebuilds it from, JSON, or None
+        where it cannot be memoised; the newest ctime (ns) the record vouches for)."""
+
+    def recall(self, root: str, name: str, record: object) -> Entry | None:
+        """The entry ``record`` describes while what it stamped is unchanged, else None (judge it again)."""
+
+
+def memo_of(kind: str) -> EntryMemo | None:
+    """The kind's :class:`EntryMemo`, None where it has none (its entries are read at every scan)."""
+    return getattr(get(kind), "MEMO", None)
+
+
 ASKED_LAST = "triton"
 """The adapter asked last whose directory a path is: Triton's evidence (entry dirs named by kernel keys) is the
 weakest, as its caches have no marker file of their own."""

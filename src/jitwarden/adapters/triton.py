@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 
+from jitwarden.adapters import triton_quick
 from jitwarden.adapters.base import (
     distinct,
     holds,
@@ -31,7 +32,7 @@ from jitwarden.adapters.triton_judge import (
 )
 from jitwarden.adapters.triton_judge import metadata_arch as metadata_arch
 from jitwarden.adapters.triton_judge import metadata_target as metadata_target
-from jitwarden.adapters.triton_quick import quick_entry
+from jitwarden.adapters.triton_quick import quick_entry, quick_entry_stamped
 from jitwarden.adapters.triton_read import read_entry
 from jitwarden.env import locations
 from jitwarden.model.entries import CacheRoot, Entry, Judge
@@ -155,6 +156,29 @@ def inspect_entry(root: str, name: str, judge: Judge, root_uid: int | None = Non
     if got is not None:
         return got
     return judge_facts(root, read_entry(root, name, check_seal=judge.check_seals), judge, root_uid)
+
+
+class _Memo:
+    """The scan's memo of Triton entries (:class:`~jitwarden.adapters.EntryMemo`): an entry the quick path
+    judged is judged again only once the stat of its dir or of a file in it moved."""
+
+    @staticmethod
+    def judge_stamped(
+        root: str, name: str, judge: Judge, root_uid: int | None = None
+    ) -> tuple[Entry, list | None, int]:
+        try:
+            got = quick_entry_stamped(root, name, judge, root_uid)
+        except Exception:  # as inspect_entry: the general path judges it, and it is not memoised
+            got = None
+        if got is None:
+            return inspect_entry(root, name, judge, root_uid), None, 0
+        record, newest = triton_quick.memo_record(*got)
+        return got[0], record, newest
+
+    recall = staticmethod(triton_quick.recall)
+
+
+MEMO = _Memo()
 
 
 # ---------------------------------------------------------------- the quick path

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from itertools import chain
+from operator import attrgetter
 from stat import S_IWOTH
-from typing import Any
+from typing import Any, cast
 
 from jitwarden.adapters.triton_groups import group_findings
 from jitwarden.adapters.triton_judge import (
@@ -23,7 +25,7 @@ from jitwarden.adapters.triton_judge import (
 from jitwarden.adapters.triton_read import READ_SUFFIXES, READING, read_while_listing, seal_facts
 from jitwarden.formats import elf, jsonlimits
 from jitwarden.model.entries import Entry, Judge
-from jitwarden.model.findings import Finding
+from jitwarden.model.findings import CODES, Finding
 from jitwarden.model.layout import (
     SEAL_FILE,
     TMP_FILE_INFIX,
@@ -37,6 +39,14 @@ _IFMT, _IFREG = 0o170000, 0o100000
 
 
 def quick_entry(root: str, name: str, judge: Judge, root_uid: int | None = None) -> Entry | None:
+    """:func:`quick_entry_stamped`'s entry."""
+    got = quick_entry_stamped(root, name, judge, root_uid)
+    return got[0] if got is not None else None
+
+
+def quick_entry_stamped(
+    root: str, name: str, judge: Judge, root_uid: int | None = None
+) -> tuple[Entry, Stamp] | None:
     """:func:`~jitwarden.adapters.triton_judge.judge_facts` of :func:`~jitwarden.adapters.triton_read.read_entry`,
     for an entry exactly as Triton writes it: a directory of regular files only, none another user could change,
     holding one group file ``__grp__<k>.json``, its metadata ``<k>.json``, ``<k>.cubin`` and ``<k>.ptx`` (and any other file but a launcher, an autotune record,
@@ -58,10 +68,25 @@ def quick_entry(root: str, name: str, judge: Judge, root_uid: int | None = None)
         os.close(fd)
 
 
+Stamp = tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]]
+"""What an entry judged by the quick path was, by stat alone: (its dir's (dev, ino, mtime_ns, ctime_ns, mode,
+uid), each file's (name, ino, size, mtime_ns, ctime_ns, mode, uid), by name). A file's ctime moves on any change
+to it and cannot be set back; the dir's on any name added, removed or renamed in it: the same stamp is the same
+entry."""
+
+
+def _dir_stamp(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
+def _file_stamp(name: str, st: os.stat_result) -> tuple[Any, ...]:
+    return (name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+
+
 def _quick_listing(
     fd: int, root_uid: int | None
-) -> tuple[dict[str, int], dict[str, bytes], int, float] | None:
-    """(size by name, the bytes read by name, total size, newest mtime) of the entry listed by ``fd``, the
+) -> tuple[dict[str, int], dict[str, bytes], int, float, Stamp] | None:
+    """(size by name, the bytes read by name, total size, newest mtime, its :data:`Stamp`) of the entry listed by ``fd``, the
     files :func:`read_while_listing` names read as listed (:func:`~jitwarden.store.reads.stat_and_read`: one
     open gives the stat and the bytes), the others stat'ed by the fd; None when an item is no regular file,
     is a temporary or jitwarden's (its seal aside), cannot be read whole, or the ownership rule would name it."""
@@ -69,6 +94,7 @@ def _quick_listing(
     modes, owners = st.st_mode, {st.st_uid}
     sizes: dict[str, int] = {}
     read: dict[str, bytes] = {}
+    stamps = []
     total, newest = 0, 0.0
     with os.scandir(fd) as it:
         for e in it:
@@ -76,6 +102,7 @@ def _quick_listing(
             fst = _quick_item(e, fd, read)
             if fst is None:
                 return None
+            stamps.append(_file_stamp(fname, fst))
             sizes[fname] = size = fst.st_size
             total += size
             modes |= fst.st_mode
@@ -84,7 +111,7 @@ def _quick_listing(
                 newest = fst.st_mtime
     if modes & S_IWOTH or (root_uid is not None and not owners <= {root_uid, 0, -1}):
         return None  # the ownership rule has something to name: the general path names it
-    return sizes, read, total, newest
+    return sizes, read, total, newest, (_dir_stamp(st), tuple(sorted(stamps)))
 
 
 def _quick_item(e: os.DirEntry, fd: int, read: dict[str, bytes]) -> os.stat_result | None:
@@ -126,12 +153,12 @@ def _quick_layout(read: Mapping[str, bytes]) -> str | None:
 
 def _quick_at(
     root: str, name: str, path: str, fd: int, judge: Judge, root_uid: int | None
-) -> Entry | None:
-    """:func:`quick_entry` of the entry opened as ``fd``."""
+) -> tuple[Entry, Stamp] | None:
+    """:func:`quick_entry_stamped` of the entry opened as ``fd``."""
     listing = _quick_listing(fd, root_uid)
     if listing is None:
         return None
-    sizes, read, total, newest = listing
+    sizes, read, total, newest, stamp = listing
     stem = _quick_layout(read)
     if stem is None:
         return None
@@ -159,7 +186,7 @@ def _quick_at(
             path, sizes.keys(), judge.check_seals, None, lambda: held, fd
         )
         seal_findings(problems, unbelieved, foreign, add)
-    return Entry(
+    entry = Entry(
         KIND,
         root,
         name,
@@ -173,6 +200,7 @@ def _quick_at(
         tuple(dict.fromkeys(out)),
         TritonFacts(tv, cubin_sm, ptx_version, ptx_target, producer),
     )
+    return entry, stamp
 
 
 def _quick_json(data: bytes) -> dict[str, Any] | None:
@@ -182,3 +210,89 @@ def _quick_json(data: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+# ---------------------------------------------------------------- the scan's memo of quick entries
+
+
+def memo_record(entry: Entry, stamp: Stamp) -> tuple[list, int]:
+    """(the record :func:`recall` rebuilds ``entry`` from while ``stamp`` holds, as JSON: the entry's file names,
+    the stamp's digest and what was judged; the newest ctime (ns) in the stamp): what ``ops/scanmemo`` keeps of
+    an entry the quick path judged."""
+    dir_st, files = stamp
+    facts = cast(TritonFacts, entry.facts)  # the quick path's entries hold Triton's facts
+    judged = [
+        entry.type,
+        entry.name,
+        entry.arch,
+        entry.bytes,
+        entry.mtime,
+        entry.sealed,
+        [[f.code, f.message, f.detail] for f in entry.findings],
+        [facts.triton_version, facts.cubin_sm, facts.ptx_version, facts.ptx_target, facts.producer],
+    ]
+    newest = max([dir_st[3], *(f[4] for f in files)])
+    return [[f[0] for f in files], _digest(stamp), judged], newest
+
+
+def _digest(stamp: Stamp) -> str:
+    """The stamp's numbers (its names are the record's own, in its order), hashed: 16 bytes, not ~1 KB."""
+    dir_st, files = stamp
+    return _digest_of([*dir_st, *(x for f in files for x in f[1:])])
+
+
+def _digest_of(numbers: list[int]) -> str:
+    from array import array
+    from hashlib import blake2b
+
+    return blake2b(array("q", numbers).tobytes(), digest_size=16).hexdigest()
+
+
+_STAMPED = attrgetter("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns", "st_mode", "st_uid")
+"""A file's numbers in its :data:`Stamp` (as :func:`_file_stamp` takes them, less the name)."""
+
+
+def recall(root: str, name: str, record: Any) -> Entry | None:
+    """The entry ``record`` (:func:`memo_record`) describes when its dir and every file in it have the stat it
+    stamped (by the entry's fd, never through a link); None when anything moved, or the record is not one."""
+    try:
+        names, digest, (typ, kname, arch, total, mtime, sealed, found, facts) = record
+        path = os.path.join(root, name)
+        fd = open_dir_at(path)
+        try:
+            st = os.fstat(fd)
+            stats = [os.stat(n, dir_fd=fd, follow_symlinks=False) for n in names]
+        finally:
+            os.close(fd)
+        numbers = [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid]
+        numbers.extend(chain.from_iterable(map(_STAMPED, stats)))
+        if _digest_of(numbers) != digest:
+            return None
+        return Entry(
+            KIND,
+            root,
+            name,
+            path,
+            typ,
+            kname,
+            arch,
+            total,
+            mtime,
+            sealed,
+            tuple(_finding(*f) for f in found) if found else (),
+            TritonFacts(*facts),
+        )
+    except (
+        OSError,
+        TypeError,
+        ValueError,
+        KeyError,
+        OverflowError,
+    ):  # moved, gone, or not ours: judged again
+        return None
+
+
+def _finding(code: str, message: str, detail: str) -> Finding:
+    if code not in CODES or not (type(message) is str and type(detail) is str):
+        raise ValueError("not a finding")
+    return Finding(code, message, detail)

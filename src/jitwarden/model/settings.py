@@ -172,6 +172,13 @@ GUARD_HASH_ALL = Setting(
     "the guard hashes every file of an entry on each "
     "hit, not only the group, metadata and binaries",
 )
+SCAN_MEMO = Setting(
+    "JITWARDEN_SCAN_MEMO",
+    "flag",
+    True,
+    "verify --quick and every scan judge again only the Triton entries whose dir or files changed since the "
+    "last scan (by stat: ctime cannot be set back); off reads every file at every scan",
+)
 DEBUG = Setting(
     "JITWARDEN_DEBUG", "flag", False, "the CLI shows a traceback for an internal error (exit 3)"
 )
@@ -313,6 +320,7 @@ SETTINGS = (
     TORCH_HOOKS,
     LOAD_HOOKS,
     GUARD_HASH_ALL,
+    SCAN_MEMO,
     DEBUG,
     PROGRESS,
     REMOTE,

@@ -25,6 +25,7 @@ from jitwarden.model.entries import VERDICTS, CacheRoot, Entry, Judge, verdict_o
 from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
 from jitwarden.model.settings import ORPHAN_AGE
+from jitwarden.ops import scanmemo
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 250
@@ -331,19 +332,45 @@ def _count_quarantined(root: str) -> int:
         return 0
 
 
-def _judge_chunk(args) -> list[Entry]:
-    kind, root, names, judge, root_uid = args
+Fresh = dict[str, "tuple[Any, int] | None"]
+"""What a chunk judged from its bytes, for the memo: name -> (record, newest ctime), None where not memoisable."""
+
+
+def _judge_chunk(args) -> tuple[list[Entry], Fresh | None]:
+    """(the entries of one chunk, judged; what it judged anew, for the memo, or None without one). A task is
+    ``(kind, root, names, judge, root_uid, memo_index)``, ``memo_index`` the root's memo's in
+    :data:`_RECALLED` (None: no memo): an entry whose record still holds is rebuilt from it, the others are judged
+    from their bytes."""
+    kind, root, names, judge, root_uid, index = args[:6]
+    memo = adapters.memo_of(kind) if index is not None else None
+    recalled = _RECALLED.get(index, {})
     inspect = adapters.get(kind).inspect_entry
+    fresh: Fresh | None = None if memo is None else {}
     out = []
     for n in names:
-        e = _inspected(inspect, kind, root, n, judge, root_uid)
+        if memo is None or fresh is None:
+            e = _inspected(inspect, kind, root, n, judge, root_uid)
+        else:
+            rec = recalled.get(n)
+            e = memo.recall(root, n, scanmemo.decode(rec)) if rec is not None else None
+            if e is None:
+                e, fresh[n] = _stamped(memo, kind, root, n, judge, root_uid)
         if e.findings and not os.path.lexists(e.path):
             continue  # gone since the listing (a clean, an eviction, the tool's own rename): not damage
         out.append(e)
-    return out
+    return out, fresh
 
 
-def _inspected(inspect, kind: str, root: str, name: str, judge: Judge, root_uid) -> Entry:
+def _stamped(memo, kind: str, root: str, name: str, judge: Judge, root_uid):
+    """(the entry judged by the memo's adapter, (its record, newest ctime) or None)."""
+    got = _inspected(memo.judge_stamped, kind, root, name, judge, root_uid)
+    if isinstance(got, Entry):  # an error of jitwarden's own: said, and not memoised
+        return got, None
+    e, record, newest = got
+    return e, ((record, newest) if record is not None else None)
+
+
+def _inspected(inspect, kind: str, root: str, name: str, judge: Judge, root_uid):
     """One entry judged. An error of jitwarden's own while judging it (a reader meeting bytes it was not written
     for) is that entry's ``unrecognised`` finding, saying so: never damage, and never the end of the scan of the
     others (docs/threat-model.md, promise 5)."""
@@ -375,28 +402,30 @@ def _inspected(inspect, kind: str, root: str, name: str, judge: Judge, root_uid)
 _ENTRY_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(Entry)))
 
 
-def _judge_chunk_flat(args) -> list[tuple]:
+def _judge_chunk_flat(args) -> tuple[list[tuple], Fresh | None]:
     """:func:`_judge_chunk` in a worker: each entry as the tuple of its fields, which pickles in a third
     of the time a frozen dataclass takes (the parent rebuilds ``Entry(*fields)``: the same entry)."""
-    return [_ENTRY_FIELDS(e) for e in _judge_chunk(args)]
+    entries, fresh = _judge_chunk(args)
+    return [_ENTRY_FIELDS(e) for e in entries], fresh
 
 
-def _judge_chunk_emitted(args) -> tuple[Tally, object]:
+def _judge_chunk_emitted(args) -> tuple[Tally, object, Fresh | None]:
     """:func:`_judge_chunk`, then the chunk's :class:`Tally` and ``emit(entries)`` (for :func:`scan_streamed`):
     what travels back from a worker is counts and the emitted bytes, never the entries."""
     *task, emit = args
-    entries = _judge_chunk(tuple(task))
-    return tally(entries), emit(entries)
+    entries, fresh = _judge_chunk(tuple(task))
+    return tally(entries), emit(entries), fresh
 
 
-def _pool(jobs: int):
+def _pool(jobs: int, records: dict[int, dict[str, str]]):
+    """``jobs`` worker processes, each given the memos' ``records`` (forked: inherited, not pickled)."""
     try:
         import multiprocessing
 
         ctx: Any = multiprocessing.get_context("fork")
     except ValueError:
         ctx = multiprocessing.get_context()
-    return ctx.Pool(jobs)
+    return ctx.Pool(jobs, initializer=_recall, initargs=(records,))
 
 
 @dataclass(frozen=True)
@@ -474,25 +503,63 @@ def _plan(roots: list[tuple[CacheRoot, list[str] | None]], expand: bool) -> list
     return plan
 
 
-def _judged(plan: list[_Planned], judge: Judge, jobs: int, work, extra: tuple = (), here=None):
+_RECALLED: dict[int, dict[str, str]] = {}
+"""The records of each root's memo, by its index in the plan: set where the chunks are judged (:func:`_recall`,
+a pool's initializer: a forked worker inherits them, never pickled per chunk)."""
+
+
+def _recall(records: dict[int, dict[str, str]]) -> None:
+    _RECALLED.clear()
+    _RECALLED.update(records)
+
+
+def _memos(plan: list[_Planned], judge: Judge) -> list[scanmemo.RootMemo | None]:
+    """Each root's memo (:mod:`jitwarden.ops.scanmemo`), None where it has none."""
+    return [
+        None if p.error else scanmemo.open_memo(p.root.kind, p.root.path, judge, p.root_uid)
+        for p in plan
+    ]
+
+
+def _judged(
+    plan: list[_Planned],
+    judge: Judge,
+    jobs: int,
+    work,
+    extra: tuple = (),
+    here=None,
+    memos: list[scanmemo.RootMemo | None] | None = None,
+):
     """(index in ``plan``, ``work(task)``) for every chunk of ``CHUNK`` entries of every root, in the order of
     the plan and of the names: in a pool of ``jobs`` worker processes when there are enough entries to pay
     for them (``PARALLEL_THRESHOLD``), else here, by ``here`` (default ``work``). A task is
-    ``(kind, root, names, judge, root_uid, *extra)``."""
+    ``(kind, root, names, judge, root_uid, memo_index, *extra)`` (:func:`_judge_chunk`)."""
+    records = {i: m.records for i, m in enumerate(memos or ()) if m is not None}
     tasks, owners = [], []
     for i, p in enumerate(plan):
+        index = i if i in records else None
         for k in range(0, len(p.names), CHUNK):
             tasks.append(
-                (p.root.kind, p.root.path, p.names[k : k + CHUNK], judge, p.root_uid, *extra)
+                (p.root.kind, p.root.path, p.names[k : k + CHUNK], judge, p.root_uid, index, *extra)
             )
             owners.append(i)
     if len(tasks) < 2 or jobs < 2 or sum(len(p.names) for p in plan) < PARALLEL_THRESHOLD:
         here = here or work
-        for i, t in zip(owners, tasks):
-            yield i, here(t)
+        _recall(records)
+        try:
+            for i, t in zip(owners, tasks):
+                yield i, here(t)
+        finally:
+            _recall({})
         return
-    # The last ``jobs`` chunks go in quarters: a worker that finds the queue empty waits for the others' last
-    # chunk, so the smaller that chunk, the shorter the wait (the order of the entries is the same).
+    _split_tail(tasks, owners, jobs)
+    with _pool(jobs, records) as pool:
+        yield from zip(owners, pool.imap(work, tasks))
+
+
+def _split_tail(tasks: list[tuple], owners: list[int], jobs: int) -> None:
+    """The last ``jobs`` chunks in quarters, in place: a worker that finds the queue empty waits for the others'
+    last chunk, so the smaller that chunk, the shorter the wait (the order of the entries is the same)."""
     cut, tail = len(tasks) - jobs, max(1, CHUNK // 4)
     split = [
         (i, (*t[:2], t[2][q : q + tail], *t[3:]))
@@ -501,8 +568,14 @@ def _judged(plan: list[_Planned], judge: Judge, jobs: int, work, extra: tuple = 
     ]
     owners[cut:] = [i for i, _ in split]
     tasks[cut:] = [t for _, t in split]
-    with _pool(jobs) as pool:
-        yield from zip(owners, pool.imap(work, tasks))
+
+
+def _save_memos(
+    plan: list[_Planned], memos: list[scanmemo.RootMemo | None], fresh: dict[int, Fresh]
+) -> None:
+    for i, (p, memo) in enumerate(zip(plan, memos)):
+        if memo is not None:
+            memo.save(p.names, fresh.get(i, {}), p.whole)
 
 
 def scan(
@@ -516,12 +589,18 @@ def scan(
     start = time.perf_counter()
     plan = _plan(roots, expand)
     jobs = jobs or os.cpu_count() or 1
+    memos = _memos(plan, judge)
     results: dict[int, list[Entry]] = {}
-    for i, chunk in _judged(plan, judge, jobs, _judge_chunk_flat, here=_judge_chunk):
+    fresh: dict[int, Fresh] = {}
+    for i, (chunk, new) in _judged(
+        plan, judge, jobs, _judge_chunk_flat, here=_judge_chunk, memos=memos
+    ):
         got = results.setdefault(i, [])
         if chunk and type(chunk[0]) is tuple:  # from a worker: fields (_judge_chunk_flat)
             chunk = [Entry(*fields) for fields in chunk]
         got.extend(chunk)
+        fresh.setdefault(i, {}).update(new or {})
+    _save_memos(plan, memos, fresh)
     caches = tuple(
         CacheScan(p.root, tuple(results.get(i, ())), p.findings, p.error, p.quarantined())
         for i, p in enumerate(plan)
@@ -546,9 +625,13 @@ def scan_streamed(
     plan = _plan(roots, expand)
     jobs = jobs or os.cpu_count() or 1
     totals = [tally((), p.findings) for p in plan]
-    for i, (t, out) in _judged(plan, judge, jobs, _judge_chunk_emitted, (emit,)):
+    memos = _memos(plan, judge)
+    fresh: dict[int, Fresh] = {}
+    for i, (t, out, new) in _judged(plan, judge, jobs, _judge_chunk_emitted, (emit,), memos=memos):
         totals[i] = totals[i].plus(t)
         sink(out)
+        fresh.setdefault(i, {}).update(new or {})
+    _save_memos(plan, memos, fresh)
     everything = Tally()
     for t in totals:
         everything = everything.plus(t)

@@ -205,3 +205,27 @@ def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
         write_new(fd, name, data, mode)
     finally:
         os.close(fd)
+
+
+def write_private(path: str, data: bytes, prefix: str, *, keep: int = 0) -> bool:
+    """``data`` into ``path`` atomically (mode 0600) in a dir made 0700 that is this user's alone; False, nothing
+    written, when that dir could be written by someone else. ``keep``: then only the newest ``keep`` files of
+    the dir that end as ``path`` does stay (a dir of memos, one per key)."""
+    from jitwarden.store.reads import why_not_private
+
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    if why_not_private(os.stat(d)):
+        return False
+    _write_by_path(path, data, prefix, 0o600)
+    if keep:
+        ext = os.path.splitext(path)[1]
+        with os.scandir(d) as it:
+            memos = [e for e in it if e.name.endswith(ext) and e.is_file(follow_symlinks=False)]
+        memos.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
+        for e in memos[keep:]:
+            try:
+                os.unlink(e.path)
+            except OSError:
+                pass
+    return True

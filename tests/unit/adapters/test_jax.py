@@ -308,5 +308,5 @@ def test_an_entry_gone_since_the_listing_is_no_finding(tmp_path, monkeypatch):
 
     monkeypatch.setattr(adapters.get("jax"), "inspect_entry", racing)
     judge = scan.make_judge(None)
-    got = scan._judge_chunk(("jax", str(d), names, judge, None))
+    got, _fresh = scan._judge_chunk(("jax", str(d), names, judge, None, None))
     assert [e.id for e in got] == [names[1]]
