@@ -124,8 +124,9 @@ def part_warm(b: Budget, args, work: str) -> None:
         )
         if any(c["rc"] for c in cold.values()):
             continue
-        for k, fx in enumerate(fx for m, fx in modes if m == mode):
-            if args.profile and n == 0 and k == 1 and b.fits("warm profile", 80):
+        fxs = [fx for m, fx in modes if m == mode]
+        for k, fx in enumerate(fxs):
+            if args.profile and n == 0 and k == min(1, len(fxs) - 1) and b.fits("warm profile", 80):
                 warm_profile(b, script, mode, roots, work)
             runs: dict[str, list] = {s: [] for s in SIDES}
             key = f"warm/{mode}/fx-{fx}"
