@@ -74,14 +74,18 @@ def test_an_error_of_jitwarden_while_judging_one_entry_is_that_entrys_finding(
     src, manifest = built_cache
     root = kernels.copy_cache(src, str(tmp_path / "cache"))
     victim = manifest[0]["id"]
-    real = triton.inspect_entry
+    real, stamped = triton.inspect_entry, triton.MEMO.judge_stamped
 
-    def inspect(r, name, *a, **kw):
-        if name == victim:
-            raise ValueError("a reader met bytes it was not written for")
-        return real(r, name, *a, **kw)
+    def raising(judge):
+        def inspect(r, name, *a, **kw):
+            if name == victim:
+                raise ValueError("a reader met bytes it was not written for")
+            return judge(r, name, *a, **kw)
 
-    monkeypatch.setattr(triton, "inspect_entry", inspect)
+        return inspect
+
+    monkeypatch.setattr(triton, "inspect_entry", raising(real))  # the adapter's judge
+    monkeypatch.setattr(triton.MEMO, "judge_stamped", raising(stamped))  # and the scan memo's
     rc = main(["verify", "--quick", "--format", "json", "--target", "90", root])
     doc = json.loads(capsys.readouterr().out)
     assert rc in (0, 1)
