@@ -15,7 +15,6 @@ nothing of theirs is imported into jitwarden's process (ARCHITECTURE.md, "env/")
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Mapping
 
@@ -230,7 +229,16 @@ def python_tag() -> str:
 MIN_VERSION = (3, 10)
 """The oldest Python that can import jitwarden (pyproject's ``requires-python``)."""
 
-_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?$")
+
+def _python_name(name: str) -> bool:
+    """Whether ``name`` is an interpreter's (``python``, ``python3``, ``python3.12``); no ``re`` at activation."""
+    if not name.startswith("python"):
+        return False
+    rest = name[len("python") :]
+    major, dot, minor = rest.partition(".")
+    return not rest or (
+        major.isdigit() and major.isascii() and (not dot or (minor.isdigit() and minor.isascii()))
+    )
 
 
 def python_of_command(cmd: list[str], env: Mapping[str, str]) -> str | None:
@@ -244,7 +252,7 @@ def python_of_command(cmd: list[str], env: Mapping[str, str]) -> str | None:
     exe = shutil.which(cmd[0], path=env.get("PATH")) if cmd else None
     if exe is None:
         return None
-    if _PYTHON_NAME.match(os.path.basename(exe)):
+    if _python_name(os.path.basename(exe)):
         return os.path.abspath(exe)
     try:
         head = read_head(exe, 256)
@@ -257,7 +265,7 @@ def python_of_command(cmd: list[str], env: Mapping[str, str]) -> str | None:
         words = [w for w in words[1:] if not w.startswith("-")]
         found = shutil.which(words[0], path=env.get("PATH")) if words else None
         words = [found] if found else []
-    if words and _PYTHON_NAME.match(os.path.basename(words[0])):
+    if words and _python_name(os.path.basename(words[0])):
         return os.path.abspath(words[0])
     return None
 

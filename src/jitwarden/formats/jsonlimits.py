@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from typing import Any
 
 from jitwarden.model.errors import JitwardenError
+
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 MAX_DEPTH = 64
 """Deeper than anything jitwarden or the caches it reads write (Triton metadata: 3; vLLM factors: ~8)."""

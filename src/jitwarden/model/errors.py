@@ -7,9 +7,12 @@ section is generated from :class:`ExitStatus` (docs/gen_commands.py)."""
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, NamedTuple
 
 from jitwarden.model.settings import DEBUG
+
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class ExitStatus(enum.IntEnum):
@@ -74,13 +77,33 @@ class UsageError(JitwardenError):
     exit_code = ExitStatus.USAGE
 
 
-class Exit(NamedTuple):
-    """What the CLI does with an exception that reaches its handler: exit with ``status``, print
-    ``line`` (after ``jitwarden: ``) unless it is empty; ``internal``: a bug (``JITWARDEN_DEBUG=1`` re-raises)."""
+if TYPE_CHECKING:
+    _Exit = tuple[ExitStatus, str, bool]
+else:
+    _Exit = tuple
 
-    status: ExitStatus
-    line: str
-    internal: bool = False
+
+class Exit(_Exit):
+    """What the CLI does with an exception that reaches its handler: exit with ``status``, print
+    ``line`` (after ``jitwarden: ``) unless it is empty; ``internal``: a bug (``JITWARDEN_DEBUG=1`` re-raises).
+    (A tuple, as a NamedTuple would be, without importing typing on the activation path.)"""
+
+    __slots__ = ()
+
+    def __new__(cls, status: ExitStatus, line: str, internal: bool = False) -> Exit:
+        return tuple.__new__(cls, (status, line, internal))
+
+    @property
+    def status(self) -> ExitStatus:
+        return self[0]
+
+    @property
+    def line(self) -> str:
+        return self[1]
+
+    @property
+    def internal(self) -> bool:
+        return self[2]
 
 
 ERRORS: tuple[tuple[type[BaseException], ExitStatus | None, str], ...] = (

@@ -15,9 +15,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from operator import itemgetter
-from typing import Any
 
 from jitwarden.model.flags import parse_flag
+
+TYPE_CHECKING = False  # mypy takes it as true; typing costs ~5 ms of every activation
+if TYPE_CHECKING:
+    from typing import Any
+
+    _Row = tuple[Any, ...]
+else:
+    _Row = tuple
 
 GUARD_MANAGER = "jitwarden.guard:GuardedCacheManager"
 """``TRITON_CACHE_MANAGER`` of the guard (a stable public path, ARCHITECTURE.md)."""
@@ -40,7 +47,7 @@ def is_guarded(manager: str | None) -> bool:
     return manager in GUARDED_MANAGERS
 
 
-class Setting(tuple[Any, ...]):
+class Setting(_Row):
     """One row: ``name``, ``kind`` (flag, number, age, text, path), ``default`` (its value when unset),
     ``what`` (what it does), ``costs`` (what setting it to ``weak`` costs; '' when it lowers no protection),
     ``weak`` (the flag value that lowers protection, or None)."""

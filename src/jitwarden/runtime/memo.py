@@ -45,12 +45,15 @@ from __future__ import annotations
 import os
 import sys
 from operator import itemgetter
-from typing import Any
 
 from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
 from jitwarden.store.paths import make_dirs, memo_dir
 from jitwarden.store.reads import NotPrivate, read_head, read_private, why_not_private
+
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = 1
 KIND = "jitwarden-activation-memo"

@@ -10,8 +10,11 @@ gives ``on_error``). One finder serves every hook that waits for a module (torch
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _patches: dict[str, Callable[[Any], None]] = {}
 _on_error: dict[str, Callable[[str, Exception], str]] = {}

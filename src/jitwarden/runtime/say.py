@@ -10,7 +10,10 @@ Standard library only, like all of the runtime.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
+if TYPE_CHECKING:
+    from typing import Any
+
 
 LOGGER = "jitwarden"
 _said: set[str] = set()

@@ -14,18 +14,25 @@ import os
 import sys
 import time
 from operator import itemgetter
-from typing import Any
 
 from jitwarden.model.layout import PARTITION_INFO, PARTITIONS_DIR
 from jitwarden.store.atomic import write_json_atomic
 from jitwarden.store.reads import read_json
+
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
+if TYPE_CHECKING:
+    from typing import Any
+
+    _Row = tuple[Any, ...]
+else:
+    _Row = tuple
 
 SCHEMA = 1
 TOUCH_EVERY_S = 60.0
 """Last use is rewritten at most once a minute: activation stays a read on the warm path."""
 
 
-class PartitionInfo(tuple[Any, ...]):
+class PartitionInfo(_Row):
     """(digest, headline, created, last_used, kinds, python), immutable. ``python``: the interpreter of the
     environment that last wrote it (None in a record made before it was kept), for ``doctor --python``.
 

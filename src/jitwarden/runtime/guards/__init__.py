@@ -12,40 +12,44 @@ torch or touches CUDA.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any, Protocol
 
 from jitwarden.model import kinds
 from jitwarden.model.settings import LOAD_HOOKS, TORCH_HOOKS
 from jitwarden.runtime import postimport
 
-
-class Guard(Protocol):
-    """One cache dir of one tool, guarded: the tool's own read and write of an entry call these two.
-
-    ``check_read(name)``: before the tool reads the entry ``name``, what it may use of it (the checked bytes, or
-    private copies of them), else None, a miss: absent, changed since sealed (set aside, with a line), unproven,
-    or anything jitwarden could not check (an error of its own is a miss, never raised into the tool).
-    ``seal_write(name, data)``: once the tool wrote ``name`` (``data``: what it wrote), seal it when what is on
-    disk is that; an error leaves it unsealed, to be proven at its next read, never raised into the tool."""
-
-    KIND: str
-    """Its row in ``model/kinds.py``."""
-
-    def check_read(self, name: str) -> object: ...
-
-    def seal_write(self, name: str, data: Any) -> object: ...
+TYPE_CHECKING = False  # mypy takes it as true
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Protocol
 
 
-class Prover(Guard, Protocol):
-    """A guard that proves an unsealed entry before it is used or sealed: ``prove(name, ...)`` judges it against
-    what the tool (or a rebuild) makes of its source, seals it when they agree and sets it aside when they
-    do not. Triton's and the Inductor bundle's proofs rebuild the PTX (:mod:`~jitwarden.runtime.proof`); JAX's
-    and CuPy's compare the compile their miss made; numba-cuda's guard has nothing to prove from (an unsealed
-    entry is compiled again)."""
+if TYPE_CHECKING:  # the protocols mypy holds each guard to; typing stays off the activation path
 
-    @property
-    def prove(self) -> Callable[..., object]: ...
+    class Guard(Protocol):
+        """One cache dir of one tool, guarded: the tool's own read and write of an entry call these two.
+
+        ``check_read(name)``: before the tool reads the entry ``name``, what it may use of it (the checked bytes, or
+        private copies of them), else None, a miss: absent, changed since sealed (set aside, with a line), unproven,
+        or anything jitwarden could not check (an error of its own is a miss, never raised into the tool).
+        ``seal_write(name, data)``: once the tool wrote ``name`` (``data``: what it wrote), seal it when what is on
+        disk is that; an error leaves it unsealed, to be proven at its next read, never raised into the tool."""
+
+        KIND: str
+        """Its row in ``model/kinds.py``."""
+
+        def check_read(self, name: str) -> object: ...
+
+        def seal_write(self, name: str, data: Any) -> object: ...
+
+    class Prover(Guard, Protocol):
+        """A guard that proves an unsealed entry before it is used or sealed: ``prove(name, ...)`` judges it against
+        what the tool (or a rebuild) makes of its source, seals it when they agree and sets it aside when they
+        do not. Triton's and the Inductor bundle's proofs rebuild the PTX (:mod:`~jitwarden.runtime.proof`); JAX's
+        and CuPy's compare the compile their miss made; numba-cuda's guard has nothing to prove from (an unsealed
+        entry is compiled again)."""
+
+        @property
+        def prove(self) -> Callable[..., object]: ...
 
 
 def table(rows) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
