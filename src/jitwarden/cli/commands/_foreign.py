@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # mypy takes it as true; typing stays off `run`'s start
 
 if TYPE_CHECKING:
     from jitwarden.env.interpreter import Interpreter
