@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from stat import S_IWOTH
 from typing import Any, cast
 
@@ -68,19 +68,13 @@ def quick_entry_stamped(
         os.close(fd)
 
 
-Stamp = tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]]
-"""What an entry judged by the quick path was, by stat alone: (its dir's (dev, ino, mtime_ns, ctime_ns, mode,
-uid), each file's (name, ino, size, mtime_ns, ctime_ns, mode, uid), by name). A file's ctime moves on any change
-to it and cannot be set back; the dir's on any name added, removed or renamed in it: the same stamp is the same
-entry."""
+Stamp = tuple[os.stat_result, list[tuple[str, os.stat_result]]]
+"""What an entry judged by the quick path was, by stat alone: its dir's stat and each file's (name, stat), as
+listed. A file's ctime moves on any change to it and cannot be set back; the dir's on any name added, removed or
+renamed in it: the same numbers (:data:`_DIR_NUMBERS`, :data:`_FILE_NUMBERS`) are the same entry."""
 
-
-def _dir_stamp(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
-
-
-def _file_stamp(name: str, st: os.stat_result) -> tuple[Any, ...]:
-    return (name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid)
+_DIR_NUMBERS = attrgetter("st_dev", "st_ino", "st_mtime_ns", "st_ctime_ns", "st_mode", "st_uid")
+_FILE_NUMBERS = attrgetter("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns", "st_mode", "st_uid")
 
 
 def _quick_listing(
@@ -102,7 +96,7 @@ def _quick_listing(
             fst = _quick_item(e, fd, read)
             if fst is None:
                 return None
-            stamps.append(_file_stamp(fname, fst))
+            stamps.append((fname, fst))
             sizes[fname] = size = fst.st_size
             total += size
             modes |= fst.st_mode
@@ -111,7 +105,7 @@ def _quick_listing(
                 newest = fst.st_mtime
     if modes & S_IWOTH or (root_uid is not None and not owners <= {root_uid, 0, -1}):
         return None  # the ownership rule has something to name: the general path names it
-    return sizes, read, total, newest, (_dir_stamp(st), tuple(sorted(stamps)))
+    return sizes, read, total, newest, (st, stamps)
 
 
 def _quick_item(e: os.DirEntry, fd: int, read: dict[str, bytes]) -> os.stat_result | None:
@@ -217,9 +211,11 @@ def _quick_json(data: bytes) -> dict[str, Any] | None:
 
 def memo_record(entry: Entry, stamp: Stamp) -> tuple[list, int]:
     """(the record :func:`recall` rebuilds ``entry`` from while ``stamp`` holds, as JSON: the entry's file names,
-    the stamp's digest and what was judged; the newest ctime (ns) in the stamp): what ``ops/scanmemo`` keeps of
-    an entry the quick path judged."""
+    the digest of its stat numbers and what was judged; the newest ctime (ns) in the stamp): what
+    ``ops/scanmemo`` keeps of an entry the quick path judged."""
     dir_st, files = stamp
+    files = sorted(files, key=itemgetter(0))
+    stats = [st for _, st in files]
     facts = cast(TritonFacts, entry.facts)  # the quick path's entries hold Triton's facts
     judged = [
         entry.type,
@@ -231,25 +227,18 @@ def memo_record(entry: Entry, stamp: Stamp) -> tuple[list, int]:
         [[f.code, f.message, f.detail] for f in entry.findings],
         [facts.triton_version, facts.cubin_sm, facts.ptx_version, facts.ptx_target, facts.producer],
     ]
-    newest = max([dir_st[3], *(f[4] for f in files)])
-    return [[f[0] for f in files], _digest(stamp), judged], newest
+    newest = max([dir_st.st_ctime_ns, *(st.st_ctime_ns for st in stats)])
+    return [[name for name, _ in files], _digest(dir_st, stats), judged], newest
 
 
-def _digest(stamp: Stamp) -> str:
-    """The stamp's numbers (its names are the record's own, in its order), hashed: 16 bytes, not ~1 KB."""
-    dir_st, files = stamp
-    return _digest_of([*dir_st, *(x for f in files for x in f[1:])])
-
-
-def _digest_of(numbers: list[int]) -> str:
+def _digest(dir_st: os.stat_result, stats: list[os.stat_result]) -> str:
+    """The stat numbers of an entry's dir and of its files, in the record's order, hashed: 16 bytes, not ~1 KB."""
     from array import array
     from hashlib import blake2b
 
+    numbers = list(_DIR_NUMBERS(dir_st))
+    numbers.extend(chain.from_iterable(map(_FILE_NUMBERS, stats)))
     return blake2b(array("q", numbers).tobytes(), digest_size=16).hexdigest()
-
-
-_STAMPED = attrgetter("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns", "st_mode", "st_uid")
-"""A file's numbers in its :data:`Stamp` (as :func:`_file_stamp` takes them, less the name)."""
 
 
 def recall(root: str, name: str, record: Any) -> Entry | None:
@@ -260,13 +249,11 @@ def recall(root: str, name: str, record: Any) -> Entry | None:
         path = os.path.join(root, name)
         fd = open_dir_at(path)
         try:
-            st = os.fstat(fd)
+            dir_st = os.fstat(fd)
             stats = [os.stat(n, dir_fd=fd, follow_symlinks=False) for n in names]
         finally:
             os.close(fd)
-        numbers = [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid]
-        numbers.extend(chain.from_iterable(map(_STAMPED, stats)))
-        if _digest_of(numbers) != digest:
+        if _digest(dir_st, stats) != digest:
             return None
         return Entry(
             KIND,

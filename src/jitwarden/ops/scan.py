@@ -345,10 +345,10 @@ def _judge_chunk(args) -> tuple[list[Entry], Fresh | None]:
     memo = adapters.memo_of(kind) if index is not None else None
     recalled = _RECALLED.get(index, {})
     inspect = adapters.get(kind).inspect_entry
-    fresh: Fresh | None = None if memo is None else {}
+    fresh: Fresh = {}
     out = []
     for n in names:
-        if memo is None or fresh is None:
+        if memo is None:
             e = _inspected(inspect, kind, root, n, judge, root_uid)
         else:
             rec = recalled.get(n)
@@ -358,7 +358,7 @@ def _judge_chunk(args) -> tuple[list[Entry], Fresh | None]:
         if e.findings and not os.path.lexists(e.path):
             continue  # gone since the listing (a clean, an eviction, the tool's own rename): not damage
         out.append(e)
-    return out, fresh
+    return out, (fresh if memo is not None else None)
 
 
 def _stamped(memo, kind: str, root: str, name: str, judge: Judge, root_uid):
