@@ -241,28 +241,11 @@ def _python_name(name: str) -> bool:
     )
 
 
-def which(name: str, path: str | None) -> str | None:
-    """``shutil.which(name, path=path)`` on POSIX (an executable regular file, a name with a ``/`` as it is, else
-    the first on ``path``, this process's PATH when None), without importing shutil (bz2, lzma) on ``run``'s start."""
-
-    def runnable(p: str) -> bool:
-        return os.path.isfile(p) and os.access(p, os.X_OK)
-
-    if os.path.dirname(name):
-        return name if runnable(name) else None
-    if path is None:
-        path = os.environ.get("PATH", os.defpath)
-    for d in path.split(os.pathsep):
-        candidate = os.path.join(d, name)
-        if runnable(candidate):
-            return candidate
-    return None
-
-
 def python_of_command(cmd: list[str], env: Mapping[str, str]) -> str | None:
     """The Python interpreter ``cmd`` starts, when it is one: ``cmd[0]`` itself (``/venv/bin/python``,
     ``python3`` on ``env``'s PATH), or the one a script's ``#!`` line names (a console script such as
     ``vllm`` or ``torchrun`` of another venv); None when it starts no Python jitwarden can tell."""
+    from jitwarden.store.paths import which
     from jitwarden.store.reads import read_head
 
     exe = which(cmd[0], env.get("PATH")) if cmd else None

@@ -337,3 +337,21 @@ def _descend(fd: int, parts: list[str], step: Callable[[int, int, str], int]) ->
     except BaseException:
         os.close(fd)
         raise
+
+
+def which(name: str, path: str | None) -> str | None:
+    """``shutil.which(name, path=path)`` on POSIX (an executable regular file, a name with a ``/`` as it is, else
+    the first on ``path``, this process's PATH when None), without importing shutil (bz2, lzma) on ``run``'s start; stats only."""
+
+    def runnable(p: str) -> bool:
+        return os.path.isfile(p) and os.access(p, os.X_OK)
+
+    if os.path.dirname(name):
+        return name if runnable(name) else None
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    for d in path.split(os.pathsep):
+        candidate = os.path.join(d, name)
+        if runnable(candidate):
+            return candidate
+    return None

@@ -112,26 +112,3 @@ def test_the_python_a_command_starts(tmp_path):
     assert interpreter.python_of_command(["nowhere"], env) is None
     assert interpreter.python_of_command([], env) is None
     assert not interpreter.is_own("/usr/bin/python3") or sys.prefix == "/usr"
-
-
-def test_which_finds_what_shutil_which_finds(tmp_path, monkeypatch):
-    """``run``'s own ``which`` (no shutil on its start) answers as ``shutil.which`` does, for every shape of hit
-    and miss: not executable, a directory of that name, the first of two on PATH, a name with a slash."""
-    import shutil
-
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    (a / "plain").write_text("")  # not executable
-    (a / "tool").mkdir()  # a directory of the name
-    for d in (a, b):
-        exe = d / "both"
-        exe.write_text("#!/bin/sh\n")
-        exe.chmod(0o755)
-    (b / "tool").write_text("#!/bin/sh\n")
-    (b / "tool").chmod(0o755)
-    path = f"{a}{os.pathsep}{b}"
-    monkeypatch.setenv("PATH", path)
-    for name in ("plain", "tool", "both", "missing", str(b / "tool"), str(a / "plain"), "sub/x"):
-        for p in (path, None, ""):
-            assert interpreter.which(name, p) == shutil.which(name, path=p), (name, p)
