@@ -11,7 +11,7 @@ What it cannot see: bytes changed under an unchanged ctime (a disk's own corrupt
 which ``JITWARDEN_SCAN_MEMO=0`` reads for again; ``--rebuild`` proves from the bytes either way. A stamp taken
 within :data:`RACY_NS` of the scan's start is not kept (a change in the same clock tick keeps a ctime). The memo
 is keyed by everything its verdicts depend on (the root's path and identity, the judge but its clock, the root
-owner the ownership rule judges for, the seal keys, and the stat of the judging code's files), read only
+owner the ownership rule judges for, the stat of every seal key file (none is made), and the stat of the judging code's files), read only
 when this user alone could have written it (``store/reads.read_private``), and any doubt is a miss.
 """
 
@@ -29,6 +29,7 @@ from jitwarden import adapters
 from jitwarden.formats import jsonlimits
 from jitwarden.model.entries import Judge
 from jitwarden.model.settings import SCAN_MEMO
+from jitwarden.store import sealkey
 from jitwarden.store.paths import memo_dir
 from jitwarden.store.reads import NotPrivate, read_private
 
@@ -126,16 +127,10 @@ def _key(kind: str, root: str, judge: Judge, root_uid: int | None) -> str:
         st.st_ino,
         repr(sorted(judged.items())),
         root_uid,
-        _keys_digest() if judge.check_seals else None,
+        sealkey.key_stamps() if judge.check_seals else None,
         _code_stamp(kind),
     ]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:24]
-
-
-def _keys_digest() -> str:
-    from jitwarden.store import sealkey
-
-    return hashlib.sha256(b"".join(sealkey.keys())).hexdigest()
 
 
 def _code_stamp(kind: str) -> list:

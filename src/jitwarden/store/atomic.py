@@ -209,11 +209,18 @@ def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
 
 def write_private(path: str, data: bytes, prefix: str, *, keep: int = 0) -> bool:
     """``data`` into ``path`` atomically (mode 0600) in a dir made 0700 that is this user's alone; False, nothing
-    written, when that dir could be written by someone else. ``keep``: then only the newest ``keep`` files of
+    written or made, when that dir, or the nearest one there is above it, could be written by someone else. ``keep``: then only the newest ``keep`` files of
     the dir that end as ``path`` does stay (a dir of memos, one per key)."""
     from jitwarden.store.reads import why_not_private
 
     d = os.path.dirname(path) or "."
+    made = d
+    while not os.path.lexists(
+        made
+    ):  # the nearest dir there is: nothing is made inside another user's
+        made = os.path.dirname(made) or "."
+    if why_not_private(os.stat(made)):
+        return False  # root with a user's HOME: no root-owned dir left there for the user's runs to refuse
     os.makedirs(d, mode=0o700, exist_ok=True)
     if why_not_private(os.stat(d)):
         return False

@@ -176,6 +176,32 @@ def _key_of_passwd_home(env: Mapping[str, str], base: str) -> bytes | None:
     return _own_key_at(fallback) if home and fallback != base else None
 
 
+def key_stamps(env: Mapping[str, str] | None = None) -> list[tuple[str, tuple[int, ...] | None]]:
+    """The stat of every file :func:`keys` may take a key from ((path, (dev, ino, size, mtime_ns, ctime_ns)) or
+    (path, None)), making none: what a memo of judged seals is keyed by (a key made, rotated or named is another)."""
+    import pwd
+
+    env = os.environ if env is None else env
+    paths = [os.path.join(base, KEY_DIR, KEY_FILE) for base in (config_dir(env), memo_dir(env))]
+    try:
+        paths.append(
+            os.path.join(
+                pwd.getpwuid(os.geteuid()).pw_dir, ".config", "jitwarden", KEY_DIR, KEY_FILE
+            )
+        )
+    except KeyError:
+        pass
+    team = SEAL_KEY.raw(env)
+    out: list[tuple[str, tuple[int, ...] | None]] = []
+    for p in [*paths, *([team] if team else [])]:
+        try:
+            st = os.stat(p)
+            out.append((p, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
+        except OSError:
+            out.append((p, None))
+    return out
+
+
 def team_key(env: Mapping[str, str] | None = None) -> bytes | None:
     """The team key ``JITWARDEN_SEAL_KEY`` names; None when unset; SealKeyError when it cannot be used."""
     path = SEAL_KEY.raw(os.environ if env is None else env)

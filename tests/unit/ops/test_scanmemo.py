@@ -185,3 +185,18 @@ def test_stamps_taken_in_the_racy_window_are_not_kept(cache, reads, monkeypatch)
     reads[0] = 0
     _scan(root)
     assert reads[0] > 0
+
+
+def test_the_memo_makes_no_seal_key_and_a_key_made_later_is_another_memo(cache, reads):
+    """Keyed by the stat of the seal key files, never by keys it would make: a scan of an unsealed cache writes
+    no key (a root under ``sudo -E`` would have written one into its own real home)."""
+    from jitwarden.store import sealkey
+
+    shutil.rmtree(os.path.join(sealkey.config_dir(), sealkey.KEY_DIR), ignore_errors=True)
+    sealkey.forget()
+    root, _ = cache
+    first = _scan(root)
+    assert not os.path.exists(os.path.join(sealkey.config_dir(), sealkey.KEY_DIR))
+    reads[0] = 0
+    sealkey.own_key()  # a key made: the seals it would judge are judged again
+    assert _scan(root) == first and reads[0] > 0
