@@ -75,6 +75,23 @@ def row_of(runs: dict[str, list], key_fields=STAGES) -> dict:
     return row
 
 
+def parse_variants(text: str) -> dict[str, dict[str, str]]:
+    """``NAME:K=V+K=V;NAME:...`` -> {NAME: {K: V}}: guarded starts with settings of their own, per round."""
+    out: dict[str, dict[str, str]] = {}
+    for part in filter(None, (text or "").split(";")):
+        name, _, kvs = part.partition(":")
+        out[name] = dict(kv.split("=", 1) for kv in kvs.split("+") if "=" in kv)
+    return out
+
+
+def variant_row(rs: list) -> dict:
+    """Medians of a variant's runs, by stage, with every run's figure."""
+    return {
+        k: {"median": med(r.get(k) for r in rs), "all": [r.get(k) for r in rs]}
+        for k in ("wall_s", "t_first", "t_before", "t_exit")
+    }
+
+
 def part_fixed(b: Budget, args) -> None:
     import subprocess
 
@@ -109,6 +126,9 @@ def part_warm(b: Budget, args, work: str) -> None:
     with open(script, "w") as f:
         f.write(MODEL)
     modes = tuple(tuple(m.split(":")) for m in args.warm_modes.split(","))
+    variants = parse_variants(args.variants)
+    if args.pycache:  # both sides: bytecode compiled once, not in every start (a read-only site-packages)
+        os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
     cold_seen = 0.0
     for n, mode in enumerate(dict.fromkeys(m for m, _fx in modes)):
         roots = {s: os.path.join(work, f"warm-{mode}-{s}") for s in SIDES}
@@ -129,15 +149,30 @@ def part_warm(b: Budget, args, work: str) -> None:
             if args.profile and n == 0 and k == min(1, len(fxs) - 1) and b.fits("warm profile", 80):
                 warm_profile(b, script, mode, roots, work)
             runs: dict[str, list] = {s: [] for s in SIDES}
+            extra: dict[str, list] = {v: [] for v in variants}
             key = f"warm/{mode}/fx-{fx}"
             for i in range(args.pairs):
                 seen = [r["wall_s"] for rs in runs.values() for r in rs]
-                need = 2.2 * max(seen) if seen else cold_seen
+                need = (2 + len(variants)) * 1.1 * max(seen) if seen else cold_seen
                 if not b.fits(f"{key} pair {i + 1} of {args.pairs}", need):
                     break
                 for s in SIDES if i % 2 == 0 else SIDES[::-1]:
-                    runs[s].append(one(script, mode, roots[s], s == "guarded", fx))
-                b.put(key, {"mode": mode, "fx": fx, **row_of(runs)})
+                    runs[s].append(
+                        one(script, mode, roots[s], s == "guarded", fx, watch=args.watch)
+                    )
+                for v, venv in variants.items():  # a guarded start with settings of its own
+                    extra[v].append(
+                        one(script, mode, roots["guarded"], True, fx, extra_env=venv, watch=args.watch)
+                    )
+                row = {"mode": mode, "fx": fx, **row_of(runs)}
+                if variants:
+                    row["variants"] = {v: variant_row(rs) for v, rs in extra.items()}
+                if args.watch:
+                    row["triton_changed"] = {
+                        s: [r.get("triton_changed") for r in rs]
+                        for s, rs in {**runs, **extra}.items()
+                    }
+                b.put(key, row)
 
 
 def warm_profile(b: Budget, script: str, mode: str, roots: dict, work: str) -> None:
@@ -224,6 +259,20 @@ def main(argv=None) -> int:
         "--warm-modes",
         default=",".join(f"{m}:{fx}" for m, fx in MODES),
         help="MODE:FX pairs of the warm part, in order (default: every one, the headline first)",
+    )
+    ap.add_argument(
+        "--variants",
+        default="",
+        help="NAME:K=V+K=V;...: extra guarded starts per warm round, each with these settings",
+    )
+    ap.add_argument(
+        "--watch", action="store_true", help="diff each warm start's Triton tree: what it changed"
+    )
+    ap.add_argument(
+        "--pycache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="PYTHONPYCACHEPREFIX under the work dir for every start (default on)",
     )
     ap.add_argument(
         "--skip-model", action="store_true", help="the fixed costs only (= --only fixed)"

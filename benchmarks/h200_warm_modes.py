@@ -15,6 +15,7 @@ its extra time in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pstats
@@ -89,15 +90,49 @@ def env_for(root: str, fx: str) -> dict:
     return env
 
 
+def tree_stamps(root: str) -> dict[str, tuple[int, int]]:
+    """(ctime ns, size) of every file under ``root``: what a warm start changed in a cache tree, by diff."""
+    out = {}
+    for d, _s, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with contextlib.suppress(OSError):
+                st = os.lstat(p)
+                out[p] = (st.st_ctime_ns, st.st_size)
+    return out
+
+
+def tree_changes(before: dict, after: dict, root: str) -> dict:
+    """The entries (dirs) whose files a run changed, made or removed, and the first few file names."""
+    moved = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    dirs = sorted({os.path.dirname(p) for p in moved})
+    return {
+        "files": len(moved),
+        "entries": len(dirs),
+        "names": [os.path.relpath(p, root) for p in moved[:12]],
+    }
+
+
 def one(
-    script: str, mode: str, root: str, guarded: bool, fx: str, profile: str | None = None
+    script: str,
+    mode: str,
+    root: str,
+    guarded: bool,
+    fx: str,
+    profile: str | None = None,
+    extra_env: dict | None = None,
+    watch: bool = False,
 ) -> dict:
+    """One warm (or cold) start; ``extra_env`` on top of the side's; ``watch``: diff the Triton tree around it."""
     py = [sys.executable] + (["-m", "cProfile", "-o", profile] if profile else [])
     cmd = (
         ([sys.executable, "-m", "jitwarden", "run", "--"] if guarded else []) + py + [script, mode]
     )
+    env = {**env_for(root, fx), **(extra_env or {})}
+    tri = os.path.join(root, "triton")
+    before = tree_stamps(tri) if watch else {}
     t, e = time.perf_counter(), time.time()
-    p = subprocess.run(cmd, env=env_for(root, fx), capture_output=True, text=True, timeout=580)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=580)
     wall, e_done = time.perf_counter() - t, time.time()
     res = next((json.loads(x[7:]) for x in p.stdout.splitlines() if x.startswith("RESULT ")), {})
     exited = next((float(x[7:]) for x in p.stdout.splitlines() if x.startswith("EXITED ")), None)
@@ -108,6 +143,8 @@ def one(
         end = res.pop("e_end")
         res["t_exit"] = round((exited or e_done) - end, 3)
         res["t_after"] = round(e_done - exited, 3) if exited else None
+    if watch:
+        res["triton_changed"] = tree_changes(before, tree_stamps(tri), tri)
     return {
         "rc": p.returncode,
         "wall_s": round(wall, 3),
