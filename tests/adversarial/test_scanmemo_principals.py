@@ -155,3 +155,42 @@ def test_a_file_another_uid_rewrites_in_place_is_judged_again(place, built_cache
     assert after == _verify(team, home, VICTIM, (TEAM,), JITWARDEN_SCAN_MEMO="0")
     spoiled = next(e for e in json.loads(after)["entries"] if e["path"] == entry)
     assert spoiled["findings"]  # what the bytes say now, not what the memo said
+
+
+def _run(home: str, *argv: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "jitwarden", *argv],
+        env=_env(home, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
+
+
+def test_root_with_a_users_home_leaves_nothing_of_its_own_there(place, built_cache):
+    """Every state file jitwarden keeps under its home and config dir (the fingerprint memo, the activation memo,
+    verify's and budget's stats, the quarantine registry, the scan memo) is written only into a dir of the
+    writer's alone: root with a user's HOME (``sudo -E``) leaves no root-owned dir or file there, whether the
+    user's jitwarden dirs exist yet or not, and the commands still succeed."""
+    for made in (True, False):
+        home = str(place / f"victim-{made}")
+        os.makedirs(
+            os.path.join(home, ".cache", "jitwarden") if made else home
+        )  # the user ran jitwarden before, or never
+        os.makedirs(os.path.join(home, ".config"))
+        for d, _dirs, _files in os.walk(home):
+            os.chown(d, VICTIM, VICTIM)
+        roots_cache = _cache(place, built_cache, f"roots-cache-{made}")
+        assert _verify(roots_cache, home)  # fingerprint memo, scan memo, stats/last-verify.json
+        p = _run(home, "run", "--", sys.executable, "-c", "pass")  # the activation memo
+        assert p.returncode == 0, p.stderr[-2000:]
+        p = _run(home, "budget", "1G", "--dry-run")  # stats/last-budget.json where not dry
+        assert p.returncode in (0, 1), p.stderr[-2000:]
+        victim = next(iter(os.listdir(roots_cache)))
+        p = _run(
+            home, "clean", "--yes", os.path.join(roots_cache, victim)
+        )  # the quarantine registry
+        assert p.returncode in (0, 1), p.stderr[-2000:]
+        left = [os.path.relpath(p, home) for p in _owned_by(home, 0)]
+        assert left == [], f"root-owned in the user's home (made={made}): {left}"

@@ -69,8 +69,11 @@ class EntryMemo(Protocol):
         """(the entry, as ``inspect_entry`` judges it; the record :meth:`recall` rebuilds it from, JSON, or None
         where it cannot be memoised; the newest ctime (ns) the record vouches for)."""
 
-    def recall(self, root: str, name: str, record: object) -> Entry | None:
-        """The entry ``record`` describes while what it stamped is unchanged, else None (judge it again)."""
+    def recall(
+        self, root: str, name: str, record: object, root_fd: int | None = None
+    ) -> Entry | None:
+        """The entry ``record`` describes while what it stamped is unchanged, else None (judge it again);
+        ``root_fd``: an fd of ``root`` to open the entry in."""
 
 
 def memo_of(kind: str) -> EntryMemo | None:

@@ -241,13 +241,14 @@ def _digest(dir_st: os.stat_result, stats: list[os.stat_result]) -> str:
     return blake2b(array("q", numbers).tobytes(), digest_size=16).hexdigest()
 
 
-def recall(root: str, name: str, record: Any) -> Entry | None:
+def recall(root: str, name: str, record: Any, root_fd: int | None = None) -> Entry | None:
     """The entry ``record`` (:func:`memo_record`) describes when its dir and every file in it have the stat it
-    stamped (by the entry's fd, never through a link); None when anything moved, or the record is not one."""
+    stamped (by the entry's fd, never through a link); None when anything moved, or the record is not one.
+    ``root_fd``: the root's, the entry opened in it (else by its path)."""
     try:
         names, digest, (typ, kname, arch, total, mtime, sealed, found, facts) = record
         path = os.path.join(root, name)
-        fd = open_dir_at(path)
+        fd = open_dir_at(path) if root_fd is None else open_dir_at(name, dir_fd=root_fd)
         try:
             dir_st = os.fstat(fd)
             stats = [os.stat(n, dir_fd=fd, follow_symlinks=False) for n in names]

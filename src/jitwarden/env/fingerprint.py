@@ -25,8 +25,8 @@ from jitwarden.env.nvml import Gpu
 from jitwarden.env.ptxas import PtxasInfo
 from jitwarden.formats import jsonlimits
 from jitwarden.model.arch import torch_arch_warning
-from jitwarden.store.atomic import write_json_atomic
-from jitwarden.store.paths import make_dirs, memo_dir
+from jitwarden.store.atomic import write_private_json
+from jitwarden.store.paths import memo_dir
 from jitwarden.store.reads import read_bytes, read_private
 
 SCHEMA = 1
@@ -383,9 +383,8 @@ def _save_memo(path: str, memo: dict[str, Any]) -> None:
         if isinstance(v, dict):
             items = list(v.items())[-_MEMO_CAP:]
             data[k] = dict(items)
-    try:
-        make_dirs(os.path.dirname(path) or ".", 0o700)
-        write_json_atomic(path, data, ".fingerprint-memo.", mode=0o600)
+    try:  # never into a dir another user could write (root with a user's HOME), nor one made there
+        write_private_json(path, data, ".fingerprint-memo.")
     except (OSError, TypeError, ValueError):
         pass
 

@@ -44,6 +44,10 @@ PULLED_FILE = "pulled.json"
 """``<config dir>/pulled.json``: per registry tag and fingerprint, the signed ``created`` time and manifest digest of
 the newest bundle ``pull`` installed on this node (``store/pulled``), so a tag moved back is noticed."""
 
+STATS_DIR = "stats"
+"""``<jitwarden home>/stats/``: what ``verify`` and ``budget`` last found, and each remote-guarded process's counters
+(``remote-<pid>.json``), read by ``metrics``."""
+
 RECORDS_DIR = "records"
 """``<jitwarden home>/records/<fingerprint digest>/<workload>.jsonl``: one line per kernel hit or compile of a
 recorded workload (``run --record``), one more per kernel a bundle listed (see :mod:`jitwarden.runtime.record`)."""

@@ -17,14 +17,13 @@ from typing import TypeGuard
 from jitwarden.env import locations
 from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.kinds import DIR, partitioned
-from jitwarden.model.layout import QUARANTINE_DIR, is_reserved
+from jitwarden.model.layout import QUARANTINE_DIR, STATS_DIR, is_reserved
 from jitwarden.store import atomic, partition, paths, reads
-from jitwarden.store.atomic import write_json_atomic
+from jitwarden.store.atomic import write_private_json
 from jitwarden.store.paths import memo_dir
 
 LAST_VERIFY = "last-verify.json"
 LAST_BUDGET = "budget.json"
-STATS_DIR = "stats"
 TEXTFILE = "jitwarden.prom"
 MAX_STATS = 1 << 20
 """Larger than any stats file jitwarden writes (a few hundred bytes)."""
@@ -90,27 +89,23 @@ _HELP = {
 
 def record_verify(summary: dict, env=None) -> None:
     """Remember when verify ran and what it found (never fails the command)."""
+    doc = {
+        "schema": 1,
+        "time": time.time(),
+        "errors": summary.get("errors", 0),
+        "entries": summary.get("entries", 0),
+    }
+    _write_stats(LAST_VERIFY, doc, ".last-verify.", env)
+
+
+def _write_stats(name: str, doc: dict, prefix: str, env=None) -> None:
+    """``doc`` as ``<jitwarden home>/stats/name`` (:func:`~jitwarden.store.atomic.write_private`: a stats dir
+    swapped for a link is never written through, nothing is written where another user could write); never
+    fails the command."""
+    home = memo_dir(env)
     try:
-        top = paths.open_dir_path(memo_dir(env), create=True)
-        try:
-            sfd = paths.open_beneath(top, STATS_DIR, create=True)
-        finally:
-            os.close(top)
-        try:
-            write_json_atomic(
-                LAST_VERIFY,
-                {
-                    "schema": 1,
-                    "time": time.time(),
-                    "errors": summary.get("errors", 0),
-                    "entries": summary.get("entries", 0),
-                },
-                ".last-verify.",
-                dir_fd=sfd,
-            )
-        finally:
-            os.close(sfd)
-    except OSError:
+        write_private_json(os.path.join(home, STATS_DIR, name), doc, prefix, under=home)
+    except (OSError, ValueError, TypeError):
         pass
 
 
@@ -130,23 +125,7 @@ def record_budget(after, evicted: dict, env=None) -> None:
             "evictions": int(was.get("evictions", 0)) + n,
             "evicted_bytes": int(was.get("evicted_bytes", 0)) + b,
         }
-    try:
-        top = paths.open_dir_path(memo_dir(env), create=True)
-        try:
-            sfd = paths.open_beneath(top, STATS_DIR, create=True)
-        finally:
-            os.close(top)
-        try:
-            write_json_atomic(
-                LAST_BUDGET,
-                {"schema": 1, "time": time.time(), "kinds": kinds},
-                ".budget.",
-                dir_fd=sfd,
-            )
-        finally:
-            os.close(sfd)
-    except OSError:
-        pass
+    _write_stats(LAST_BUDGET, {"schema": 1, "time": time.time(), "kinds": kinds}, ".budget.", env)
 
 
 def last_budget(env=None, problems: list | None = None) -> dict | None:

@@ -26,6 +26,7 @@ from jitwarden.model.findings import Finding, Severity
 from jitwarden.model.layout import QUARANTINE_DIR
 from jitwarden.model.settings import ORPHAN_AGE
 from jitwarden.ops import scanmemo
+from jitwarden.store.paths import open_dir_at
 
 PARALLEL_THRESHOLD = 1500
 CHUNK = 250
@@ -347,18 +348,32 @@ def _judge_chunk(args) -> tuple[list[Entry], Fresh | None]:
     inspect = adapters.get(kind).inspect_entry
     fresh: Fresh = {}
     out = []
-    for n in names:
-        if memo is None:
-            e = _inspected(inspect, kind, root, n, judge, root_uid)
-        else:
-            rec = recalled.get(n)
-            e = memo.recall(root, n, scanmemo.decode(rec)) if rec is not None else None
-            if e is None:
-                e, fresh[n] = _stamped(memo, kind, root, n, judge, root_uid)
-        if e.findings and not os.path.lexists(e.path):
-            continue  # gone since the listing (a clean, an eviction, the tool's own rename): not damage
-        out.append(e)
+    root_fd = _root_fd(root) if memo is not None and recalled else None
+    try:
+        for n in names:
+            if memo is None:
+                e = _inspected(inspect, kind, root, n, judge, root_uid)
+            else:
+                rec = recalled.get(n)
+                e = memo.recall(root, n, scanmemo.decode(rec), root_fd) if rec is not None else None
+                if e is None:
+                    e, fresh[n] = _stamped(memo, kind, root, n, judge, root_uid)
+            if e.findings and not os.path.lexists(e.path):
+                continue  # gone since the listing (a clean, an eviction, the tool's own rename): not damage
+            out.append(e)
+    finally:
+        if root_fd is not None:
+            os.close(root_fd)
     return out, (fresh if memo is not None else None)
+
+
+def _root_fd(root: str) -> int | None:
+    """An fd of ``root`` its entries are recalled by (one lookup of the root per chunk, not one per entry); None
+    when it cannot be opened so (a link in its place: each entry is then opened by its path, as it is judged)."""
+    try:
+        return open_dir_at(root)
+    except OSError:
+        return None
 
 
 def _stamped(memo, kind: str, root: str, name: str, judge: Judge, root_uid):
@@ -417,7 +432,7 @@ def _judge_chunk_emitted(args) -> tuple[Tally, object, Fresh | None]:
     return tally(entries), emit(entries), fresh
 
 
-def _pool(jobs: int, records: dict[int, dict[str, str]]):
+def _pool(jobs: int, records: dict[int, dict[str, bytes]]):
     """``jobs`` worker processes, each given the memos' ``records`` (forked: inherited, not pickled)."""
     try:
         import multiprocessing
@@ -503,12 +518,12 @@ def _plan(roots: list[tuple[CacheRoot, list[str] | None]], expand: bool) -> list
     return plan
 
 
-_RECALLED: dict[int, dict[str, str]] = {}
+_RECALLED: dict[int, dict[str, bytes]] = {}
 """The records of each root's memo, by its index in the plan: set where the chunks are judged (:func:`_recall`,
 a pool's initializer: a forked worker inherits them, never pickled per chunk)."""
 
 
-def _recall(records: dict[int, dict[str, str]]) -> None:
+def _recall(records: dict[int, dict[str, bytes]]) -> None:
     _RECALLED.clear()
     _RECALLED.update(records)
 

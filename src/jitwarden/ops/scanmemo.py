@@ -47,10 +47,10 @@ KEEP = 32
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RootMemo:
-    """The records of one root for one judge (``path``: its file; each record its JSON text, by entry name)."""
+    """The records of one root for one judge (``path``: its file; each record its JSON bytes, by entry name)."""
 
     path: str
-    records: dict[str, str]
+    records: dict[str, bytes]
     cut_ns: int  # stamps newer than this are not kept
 
     def save(self, names: list[str], fresh: dict[str, tuple[Any, int] | None], whole: bool) -> None:
@@ -61,24 +61,27 @@ class RootMemo:
         kept = {n: old[n] for n in names if n in old and n not in fresh}
         for n, got in fresh.items():
             if got is not None and got[1] < self.cut_ns and "\t" not in n and "\n" not in n:
-                kept[n] = json.dumps(got[0], separators=(",", ":"))
+                kept[n] = json.dumps(got[0], separators=(",", ":")).encode()
         if not whole:
             kept = {**old, **kept}
         if kept == old:
             return
-        data = HEADER + "".join(f"{n}\t{r}\n" for n, r in kept.items()).encode()
+        data = HEADER + b"".join(b"%s\t%s\n" % (n.encode(), r) for n, r in kept.items())
         try:
             from jitwarden.store.atomic import write_private
 
-            write_private(self.path, data, ".scan-memo.", keep=KEEP)
+            home = os.path.dirname(
+                os.path.dirname(self.path)
+            )  # memo_dir(): the user's own link followed
+            write_private(self.path, data, ".scan-memo.", under=home, keep=KEEP)
         except (OSError, ValueError):
             pass  # the next scan reads the bytes again: never an error of the scan's
 
 
-def decode(text: str) -> Any:
+def decode(raw: bytes) -> Any:
     """A record as its adapter's ``recall`` takes it; None when it is not JSON."""
     try:
-        return jsonlimits.loads(text.encode())
+        return jsonlimits.loads(raw)
     except (ValueError, UnicodeError):
         return None
 
@@ -99,20 +102,19 @@ def open_memo(kind: str, root: str, judge: Judge, root_uid: int | None) -> RootM
     return RootMemo(path=path, records=_parse(raw), cut_ns=cut)
 
 
-def _parse(raw: bytes) -> dict[str, str]:
-    """The records of a memo file; none when it is not one (another schema, not UTF-8)."""
+def _parse(raw: bytes) -> dict[str, bytes]:
+    """The records of a memo file; none when it is not one (another schema, a name not UTF-8)."""
     if not raw.startswith(HEADER):
         return {}
-    try:
-        text = raw[len(HEADER) :].decode()
+    try:  # split as bytes: only the names are decoded (a record is decoded when recalled)
+        return {
+            name.decode(): record
+            for name, record in (
+                line.split(b"\t", 1) for line in raw[len(HEADER) :].split(b"\n") if b"\t" in line
+            )
+        }
     except UnicodeDecodeError:
         return {}
-    out = {}
-    for line in text.split("\n"):
-        name, tab, record = line.partition("\t")
-        if tab:
-            out[name] = record
-    return out
 
 
 def _key(kind: str, root: str, judge: Judge, root_uid: int | None) -> str:

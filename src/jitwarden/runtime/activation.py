@@ -139,9 +139,20 @@ def _usable_base(base: str) -> tuple[str, bool] | None:
     ``unsafe``: others could write or own it (a sharing problem, fixed by owner and mode), as opposed
     to a place we cannot create or write (fixed by pointing the cache elsewhere).
     """
-    from jitwarden.store.paths import make_dirs
+    from jitwarden.store.paths import make_dirs, nearest_existing
 
     try:
+        top, missing = nearest_existing(base)
+        if missing and (owner := os.stat(top).st_uid) not in (os.geteuid(), 0):
+            from jitwarden.store import trust
+
+            if not trust.in_trusted_root(
+                base
+            ):  # root with a user's HOME: nothing of root's left there
+                return (
+                    f"missing, and {top} belongs to uid {owner}: no cache dir is made in another's",
+                    True,
+                )
         make_dirs(base)
         why = next(iter(locations.root_problems(base)), None)
     except OSError as exc:

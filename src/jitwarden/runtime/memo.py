@@ -48,8 +48,8 @@ from operator import itemgetter
 
 from jitwarden.env import interpreter
 from jitwarden.formats import jsonlimits
-from jitwarden.store.paths import make_dirs, memo_dir
-from jitwarden.store.reads import NotPrivate, read_head, read_private, why_not_private
+from jitwarden.store.paths import memo_dir
+from jitwarden.store.reads import NotPrivate, read_head, read_private
 
 TYPE_CHECKING = False  # mypy takes it as true; typing stays off the activation path
 if TYPE_CHECKING:
@@ -503,15 +503,11 @@ def _store(path: str, entry: dict) -> None:
     ]
     data = {"schema": SCHEMA, "kind": KIND, "entries": [entry, *old][:MAX_ENTRIES]}
     try:
-        make_dirs(os.path.dirname(path) or ".", 0o700)
-        if why_not_private(os.stat(os.path.dirname(path) or ".")):
-            last = "not stored: the memo dir is writable by others"
-            return
-        from jitwarden.store.atomic import write_json_atomic
+        from jitwarden.store.atomic import write_private_json
 
-        write_json_atomic(
-            path, data, ".activation-memo.", mode=0o600
-        )  # readable and writable by us alone
+        if not write_private_json(path, data, ".activation-memo."):
+            last = "not stored: the memo dir, or the nearest one there is, is not this user's alone"
+            return
         last = "stored"
     except (OSError, ValueError, TypeError) as exc:
         last = f"not stored: {type(exc).__name__}: {exc}"

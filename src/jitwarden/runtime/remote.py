@@ -251,31 +251,25 @@ class _State:
         self.flushed = time.monotonic()
         if not self.counters:
             return
-        try:
+        try:  # as metrics' stats: never through a stats dir swapped for a link, nor where another user writes
+            from jitwarden.model.layout import STATS_DIR
             from jitwarden.store import atomic, paths
 
-            top = paths.open_dir_path(paths.memo_dir(self.env), create=True)
-            try:  # by fds, as metrics.record_verify: a stats dir swapped for a link is never written through
-                sfd = paths.open_beneath(top, "stats", create=True)
-            finally:
-                os.close(top)
-            try:
-                atomic.write_json_atomic(
-                    f"remote-{self.pid}.json",
-                    {
-                        "schema": 1,
-                        "pid": self.pid,
-                        "url": self.addr.display() if self.addr else None,
-                        "role": self.role,
-                        "counters": self.counters,
-                        "written": time.time(),
-                    },
-                    ".remote-stats.",
-                    dir_fd=sfd,
-                )
-            finally:
-                os.close(sfd)
-        except OSError:
+            home = paths.memo_dir(self.env)
+            atomic.write_private_json(
+                os.path.join(home, STATS_DIR, f"remote-{self.pid}.json"),
+                {
+                    "schema": 1,
+                    "pid": self.pid,
+                    "url": self.addr.display() if self.addr else None,
+                    "role": self.role,
+                    "counters": self.counters,
+                    "written": time.time(),
+                },
+                ".remote-stats.",
+                under=home,
+            )
+        except (OSError, ValueError, TypeError):
             pass
 
 

@@ -207,32 +207,82 @@ def write_new_file(path: str, data: bytes, mode: int = 0o600) -> None:
         os.close(fd)
 
 
-def write_private(path: str, data: bytes, prefix: str, *, keep: int = 0) -> bool:
-    """``data`` into ``path`` atomically (mode 0600) in a dir made 0700 that is this user's alone; False, nothing
-    written or made, when that dir, or the nearest one there is above it, could be written by someone else. ``keep``: then only the newest ``keep`` files of
-    the dir that end as ``path`` does stay (a dir of memos, one per key)."""
+def private_dir(path: str, under: str | None = None) -> int | None:
+    """An fd of the directory ``path`` when it is this user's alone (root's too), made (0700, with its missing
+    parents) only inside a directory that is; None, nothing made, when one of them could be written by someone
+    else: root with a user's HOME leaves no root-owned dir or file there for the user's runs to refuse.
+
+    ``under``: jitwarden's home or config dir that ``path`` lies in, which may be the user's own link (followed,
+    its target judged); every component of ``path`` below it is opened without following a link (default: the
+    dir itself). A link in ``under``'s place that another user made is refused. OSError for any other failure."""
     from jitwarden.store.reads import why_not_private
 
-    d = os.path.dirname(path) or "."
-    made = d
-    while not os.path.lexists(
-        made
-    ):  # the nearest dir there is: nothing is made inside another user's
-        made = os.path.dirname(made) or "."
-    if why_not_private(os.stat(made)):
-        return False  # root with a user's HOME: no root-owned dir left there for the user's runs to refuse
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    if why_not_private(os.stat(d)):
-        return False
-    _write_by_path(path, data, prefix, 0o600)
-    if keep:
-        ext = os.path.splitext(path)[1]
-        with os.scandir(d) as it:
-            memos = [e for e in it if e.name.endswith(ext) and e.is_file(follow_symlinks=False)]
-        memos.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
-        for e in memos[keep:]:
+    base = path if under is None else under
+    rel = os.path.relpath(path, base)
+    below = [] if rel == os.curdir else rel.split(os.sep)
+    if os.pardir in below:
+        raise ValueError(f"{path} is not inside {base}")
+    from jitwarden.store.paths import nearest_existing
+
+    top, missing = nearest_existing(
+        base
+    )  # the nearest dir there is: nothing made in another user's
+    lst = os.lstat(top)
+    if stat.S_ISLNK(lst.st_mode) and lst.st_uid != os.getuid():
+        return None
+    fd = os.open(top, _O_DIR_FOLLOW)
+    try:
+        if why_not_private(os.fstat(fd)):
+            os.close(fd)
+            return None
+        for part in [*missing, *below]:
             try:
-                os.unlink(e.path)
-            except OSError:
+                os.mkdir(part, 0o700, dir_fd=fd)
+            except FileExistsError:
                 pass
+            sub = os.open(part, _O_DIR_FOLLOW | _O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+            if why_not_private(os.fstat(fd)):
+                os.close(fd)
+                return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(
+    path: str, data: bytes, prefix: str, *, under: str | None = None, keep: int = 0
+) -> bool:
+    """``data`` into ``path`` atomically (mode 0600) in a dir of this user's alone (:func:`private_dir`, with
+    ``under``); False, nothing written or made, where that dir could be written by someone else. ``keep``: then
+    only the newest ``keep`` files of the dir that end as ``path`` does stay (a dir of memos, one per key)."""
+    where, name = os.path.split(path)
+    fd = private_dir(where or os.curdir, under)
+    if fd is None:
+        return False
+    try:
+        write_atomic(fd, name, data, prefix, mode=0o600)
+        if keep:
+            _keep_newest(fd, os.path.splitext(name)[1], keep)
+    finally:
+        os.close(fd)
     return True
+
+
+def write_private_json(path: str, doc: Any, prefix: str, *, under: str | None = None) -> bool:
+    """``doc`` as JSON (sorted keys) by :func:`write_private`."""
+    return write_private(path, json.dumps(doc, sort_keys=True).encode(), prefix, under=under)
+
+
+def _keep_newest(dir_fd: int, ext: str, keep: int) -> None:
+    """Only the newest ``keep`` regular files of ``dir_fd`` whose names end in ``ext`` stay."""
+    with os.scandir(dir_fd) as it:
+        files = [e for e in it if e.name.endswith(ext) and e.is_file(follow_symlinks=False)]
+    files.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
+    for e in files[keep:]:
+        try:
+            os.unlink(e.name, dir_fd=dir_fd)
+        except OSError:
+            pass

@@ -284,6 +284,16 @@ def make_dir_at(dir_fd: int, name: str, mode: int = 0o755) -> int:
     return os.open(name, _O_DIR, dir_fd=dir_fd)
 
 
+def nearest_existing(path: str) -> tuple[str, list[str]]:
+    """(``path`` or its nearest ancestor there is, a link counting; the names below it still to be made, top down)."""
+    top, missing = os.path.normpath(path), []
+    while not os.path.lexists(top):
+        top, part = os.path.split(top)
+        missing.append(part)
+        top = top or os.curdir
+    return top, missing[::-1]
+
+
 def make_dirs(path: str, mode: int = 0o777) -> None:
     """``path`` and its missing parents as directories (``mode`` less the umask for new ones; an existing
     one is fine); OSError otherwise."""

@@ -7,6 +7,7 @@ fingerprint (``--allow-older`` takes it). One small JSON file, written atomicall
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 from jitwarden.model import settings
 from jitwarden.model.layout import PULLED_FILE
-from jitwarden.store import atomic, paths, reads
+from jitwarden.store import atomic, reads
 
 MAX_BYTES = 4 << 20
 
@@ -65,6 +66,10 @@ def record(env: Mapping[str, str], tag: str, digest: str, got: Installed) -> Non
     if not isinstance(doc.get(tag), dict):
         doc[tag] = {}
     doc[tag][digest] = {"created": got.created, "manifest": got.manifest}
-    path = where(env)
-    paths.make_dirs(os.path.dirname(path), mode=0o700)
-    atomic.write_json_atomic(path, doc, mode=0o600)
+    if not atomic.write_private_json(where(env), doc, ".pulled."):
+        raise PermissionError(
+            errno.EPERM,
+            "the config dir, or the nearest one there is, could be written by another user; "
+            "nothing was written there",
+            os.path.dirname(where(env)),
+        )

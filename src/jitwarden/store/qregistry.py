@@ -81,30 +81,37 @@ def remember(root: str, env: Mapping[str, str] | None = None) -> bool:
         if root in known:
             _seen.add((reg, root))
             return False
-        os.makedirs(os.path.dirname(reg), mode=0o700, exist_ok=True)
+        from jitwarden.store.atomic import private_dir, write_atomic
+
+        dfd = private_dir(
+            os.path.dirname(reg)
+        )  # none made or written where another user could write
+        if dfd is None:
+            return False
+        name = os.path.basename(reg)
         try:
-            size = os.lstat(reg).st_size
-        except OSError:
-            size = 0
-        if size > _COMPACT_AT:
-            _rewrite(reg, [r for r in known if _live(r)] + [root])
-        else:
-            fd = os.open(
-                reg, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-            )
             try:
-                os.write(fd, (json.dumps(root) + "\n").encode())
-            finally:
-                os.close(fd)
+                size = os.lstat(name, dir_fd=dfd).st_size
+            except OSError:
+                size = 0
+            if size > _COMPACT_AT:  # the live roots alone, by the one atomic writer
+                keep = [r for r in known if _live(r)] + [root]
+                data = "".join(json.dumps(r) + "\n" for r in keep).encode()
+                write_atomic(dfd, name, data, None, mode=0o600)
+            else:
+                fd = os.open(
+                    name,
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=dfd,
+                )
+                try:
+                    os.write(fd, (json.dumps(root) + "\n").encode())
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(dfd)
         _seen.add((reg, root))
         return True
     except Exception:
         return False
-
-
-def _rewrite(reg: str, keep: list[str]) -> None:
-    """The registry holding ``keep`` alone, replaced by the one atomic writer (an unpredictable ``O_EXCL``
-    temporary beside it, renamed by its directory's fd)."""
-    from jitwarden.store.atomic import write_bytes_atomic
-
-    write_bytes_atomic(reg, "".join(json.dumps(r) + "\n" for r in keep).encode(), mode=0o600)

@@ -59,3 +59,68 @@ def test_write_atomic_replaces_a_link_and_leaves_nothing_on_failure(tmp_path):
     finally:
         os.close(fd)
     assert sorted(os.listdir(tmp_path)) == ["dir", "out", "victim"]
+
+
+def _mode(p) -> int:
+    return os.lstat(p).st_mode & 0o777
+
+
+def test_write_private_makes_the_missing_dirs_0700_and_the_file_0600(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    target = home / "jw" / "stats" / "last.json"
+    assert atomic.write_private_json(str(target), {"a": 1}, ".t.", under=str(home / "jw"))
+    assert target.read_text() == '{"a": 1}'
+    assert (_mode(home / "jw"), _mode(home / "jw" / "stats"), _mode(target)) == (
+        0o700,
+        0o700,
+        0o600,
+    )
+
+
+def test_write_private_never_writes_through_a_link_below_its_home(tmp_path):
+    """A ``stats`` dir swapped for a link (to anywhere, even a dir of the same user's) is refused, not followed."""
+    jw, elsewhere = tmp_path / "jw", tmp_path / "elsewhere"
+    jw.mkdir(mode=0o700)
+    elsewhere.mkdir(mode=0o700)
+    (jw / "stats").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        atomic.write_private(str(jw / "stats" / "x.json"), b"{}", ".t.", under=str(jw))
+    assert os.listdir(elsewhere) == []
+
+
+def test_the_users_own_link_at_the_home_is_followed(tmp_path):
+    """``JITWARDEN_HOME`` (or ``~/.cache``) a link the user made: its target is judged, and written."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "jw").symlink_to(real)
+    assert atomic.write_private(str(tmp_path / "jw" / "m.json"), b"{}", ".t.")
+    assert (real / "m.json").read_bytes() == b"{}"
+
+
+def test_a_dir_others_may_write_gets_nothing_and_nothing_is_made_below_it(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    assert not atomic.write_private(
+        str(shared / "jw" / "m.json"), b"{}", ".t.", under=str(shared / "jw")
+    )
+    assert os.listdir(shared) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand a dir and a link to another uid")
+def test_root_makes_nothing_in_a_users_dir_and_refuses_a_users_link(tmp_path):
+    """Root with a user's HOME: the user's dir gets no root-owned subdir, and a link the user planted at the
+    home (to a dir of root's) is refused, never followed into root's place."""
+    user_home = tmp_path / "user"
+    user_home.mkdir()
+    os.chown(user_home, 4000, 4000)
+    assert not atomic.write_private(str(user_home / ".cache" / "jw" / "m.json"), b"{}", ".t.")
+    assert os.listdir(user_home) == []
+    roots = tmp_path / "roots"
+    roots.mkdir(mode=0o700)
+    link = user_home / "jw"
+    link.symlink_to(roots)
+    os.lchown(link, 4000, 4000)
+    assert not atomic.write_private(str(link / "m.json"), b"{}", ".t.")
+    assert os.listdir(roots) == []
