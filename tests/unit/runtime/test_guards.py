@@ -85,6 +85,12 @@ def test_the_constants_the_guards_name_are_the_rows_hooks():
     }
     assert named == set(guards.HOOKS)
     assert list(guards.HOOKS)[3:5] == [guards.JAX_COMPILER, guards.JAX_CACHE]  # the compiler first
+    for module, (kind, fn) in guards.HOOKS.items():
+        assert guards.module_of(fn, kind) == module
+    with pytest.raises(KeyError):
+        guards.module_of(
+            "patch", "triton"
+        )  # Triton's guard is its cache manager: it wraps no module
 
 
 GUARD = '''"""The made-up kind's guard: what it wraps once its tool is imported."""

@@ -68,14 +68,24 @@ def table(rows) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
 
 MODULES, HOOKS = table(kinds.ROWS)
 
-BUNDLER = "torch._inductor.triton_bundler"
-CODECACHE = "torch._inductor.codecache"
-AOTCACHE = "torch._functorch._aot_autograd.autograd_cache"
-JAX_COMPILER = "jax._src.compiler"
-JAX_CACHE = "jax._src.compilation_cache"
-CUPY_COMPILER = "cupy.cuda.compiler"
-NUMBA_CACHING = "numba.cuda.core.caching"
-"""The tool modules the guards name in their own code: each is one of the rows' ``hooks`` (a test checks)."""
+
+def module_of(fn: str, kind: str) -> str:
+    """The tool module that kind ``kind``'s guard wraps with its function ``fn``: named once, in its row's
+    ``hooks``; KeyError for a pair no row declares."""
+    for m, pair in HOOKS.items():
+        if pair == (kind, fn):
+            return m
+    raise KeyError((kind, fn))
+
+
+BUNDLER = module_of("patch_bundler", "inductor")
+CODECACHE = module_of("patch_codecache", "inductor")
+AOTCACHE = module_of("patch_aotcache", "inductor")
+JAX_COMPILER = module_of("patch_compiler", "jax")
+JAX_CACHE = module_of("patch_cache", "jax")
+CUPY_COMPILER = module_of("patch", "cupy")
+NUMBA_CACHING = module_of("patch", "numba")
+"""The tool modules the guards name in their own code, read from the rows' ``hooks`` (never typed twice)."""
 
 TORCH_MODULES = tuple(m for m, (kind, _f) in HOOKS.items() if kind == "inductor")
 LOAD_MODULES = tuple(m for m, (kind, _f) in HOOKS.items() if kind != "inductor")

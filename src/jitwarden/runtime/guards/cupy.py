@@ -25,9 +25,11 @@ from jitwarden.runtime.flathooks import (
     shape_why,
 )
 from jitwarden.runtime.guards import CUPY_COMPILER
+from jitwarden.runtime.hookshapes import (
+    CUPY_CACHE as BACKEND_MODULE,  # imported by the patch anyway
+)
 
 KIND = "cupy"
-BACKEND_MODULE = "cupy.cuda._compiler_cache"
 
 
 class GuardedCupyBackend:
