@@ -127,7 +127,7 @@ def part_warm(b: Budget, args, work: str) -> None:
         f.write(MODEL)
     modes = tuple(tuple(m.split(":")) for m in args.warm_modes.split(","))
     variants = parse_variants(args.variants)
-    if args.pycache:  # both sides: bytecode compiled once, not in every start (a read-only site-packages)
+    if args.pycache:  # both sides: bytecode compiled once, not at every start
         os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
     cold_seen = 0.0
     for n, mode in enumerate(dict.fromkeys(m for m, _fx in modes)):
@@ -162,7 +162,15 @@ def part_warm(b: Budget, args, work: str) -> None:
                     )
                 for v, venv in variants.items():  # a guarded start with settings of its own
                     extra[v].append(
-                        one(script, mode, roots["guarded"], True, fx, extra_env=venv, watch=args.watch)
+                        one(
+                            script,
+                            mode,
+                            roots["guarded"],
+                            True,
+                            fx,
+                            extra_env=venv,
+                            watch=args.watch,
+                        )
                     )
                 row = {"mode": mode, "fx": fx, **row_of(runs)}
                 if variants:
