@@ -145,6 +145,16 @@ def part_warm(b: Budget, args, work: str) -> None:
         if any(c["rc"] for c in cold.values()):
             continue
         fxs = [fx for m, fx in modes if m == mode]
+        for i in range(
+            args.settle
+        ):  # not timed, but kept: what the first start after a fill still does
+            if not b.fits(f"warm {mode}: settle {i + 1}", cold_seen):
+                break
+            settle = {
+                s: one(script, mode, roots[s], s == "guarded", fxs[0], watch=args.watch)
+                for s in SIDES
+            }
+            b.put(f"warm/{mode}/settle-{i + 1}", settle, show=False)
         for k, fx in enumerate(fxs):
             if args.profile and n == 0 and k == min(1, len(fxs) - 1) and b.fits("warm profile", 80):
                 warm_profile(b, script, mode, roots, work)
@@ -274,13 +284,21 @@ def main(argv=None) -> int:
         help="NAME:K=V+K=V;...: extra guarded starts per warm round, each with these settings",
     )
     ap.add_argument(
+        "--settle",
+        type=int,
+        default=1,
+        help="untimed starts per side after the cold fill (kept in the results): on the H100 the first one "
+        "still compiled 3 kernels on both sides and resealed the fill's 17 racy seals on the guarded one",
+    )
+    ap.add_argument(
         "--watch", action="store_true", help="diff each warm start's Triton tree: what it changed"
     )
     ap.add_argument(
         "--pycache",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="PYTHONPYCACHEPREFIX under the work dir for every start (default on)",
+        default=False,
+        help="PYTHONPYCACHEPREFIX under the work dir for every start (off: on the H100 it made the imports "
+        "slower, 23-26 s a start against 11-16 s without)",
     )
     ap.add_argument(
         "--skip-model", action="store_true", help="the fixed costs only (= --only fixed)"
