@@ -19,7 +19,7 @@ from jitwarden.model.errors import ExitStatus, JitwardenError
 from jitwarden.model.kinds import DIR, partitioned
 from jitwarden.model.layout import QUARANTINE_DIR, STATS_DIR, is_reserved
 from jitwarden.store import atomic, partition, paths, reads
-from jitwarden.store.atomic import write_private_json
+from jitwarden.store.atomic import write_stats
 from jitwarden.store.paths import memo_dir
 
 LAST_VERIFY = "last-verify.json"
@@ -99,12 +99,9 @@ def record_verify(summary: dict, env=None) -> None:
 
 
 def _write_stats(name: str, doc: dict, prefix: str, env=None) -> None:
-    """``doc`` as ``<jitwarden home>/stats/name`` (:func:`~jitwarden.store.atomic.write_private`: a stats dir
-    swapped for a link is never written through, nothing is written where another user could write); never
-    fails the command."""
-    home = memo_dir(env)
+    """:func:`~jitwarden.store.atomic.write_stats`, never failing the command."""
     try:
-        write_private_json(os.path.join(home, STATS_DIR, name), doc, prefix, under=home)
+        write_stats(name, doc, prefix, env)
     except (OSError, ValueError, TypeError):
         pass
 

@@ -70,10 +70,7 @@ class RootMemo:
         try:
             from jitwarden.store.atomic import write_private
 
-            home = os.path.dirname(
-                os.path.dirname(self.path)
-            )  # memo_dir(): the user's own link followed
-            write_private(self.path, data, ".scan-memo.", under=home, keep=KEEP)
+            write_private(self.path, data, ".scan-memo.", under=memo_dir(), keep=KEEP)
         except (OSError, ValueError):
             pass  # the next scan reads the bytes again: never an error of the scan's
 

@@ -251,13 +251,11 @@ class _State:
         self.flushed = time.monotonic()
         if not self.counters:
             return
-        try:  # as metrics' stats: never through a stats dir swapped for a link, nor where another user writes
-            from jitwarden.model.layout import STATS_DIR
-            from jitwarden.store import atomic, paths
+        try:
+            from jitwarden.store import atomic
 
-            home = paths.memo_dir(self.env)
-            atomic.write_private_json(
-                os.path.join(home, STATS_DIR, f"remote-{self.pid}.json"),
+            atomic.write_stats(
+                f"remote-{self.pid}.json",
                 {
                     "schema": 1,
                     "pid": self.pid,
@@ -267,7 +265,7 @@ class _State:
                     "written": time.time(),
                 },
                 ".remote-stats.",
-                under=home,
+                self.env,
             )
         except (OSError, ValueError, TypeError):
             pass

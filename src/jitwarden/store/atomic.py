@@ -20,6 +20,7 @@ from types import TracebackType
 
 TYPE_CHECKING = False  # mypy takes it as true; importing typing costs 2 ms of every activation
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -215,6 +216,7 @@ def private_dir(path: str, under: str | None = None) -> int | None:
     ``under``: jitwarden's home or config dir that ``path`` lies in, which may be the user's own link (followed,
     its target judged); every component of ``path`` below it is opened without following a link (default: the
     dir itself). A link in ``under``'s place that another user made is refused. OSError for any other failure."""
+    from jitwarden.store.paths import nearest_existing, open_dir_at
     from jitwarden.store.reads import why_not_private
 
     base = path if under is None else under
@@ -222,15 +224,20 @@ def private_dir(path: str, under: str | None = None) -> int | None:
     below = [] if rel == os.curdir else rel.split(os.sep)
     if os.pardir in below:
         raise ValueError(f"{path} is not inside {base}")
-    from jitwarden.store.paths import nearest_existing
-
     top, missing = nearest_existing(
         base
     )  # the nearest dir there is: nothing made in another user's
-    lst = os.lstat(top)
-    if stat.S_ISLNK(lst.st_mode) and lst.st_uid != os.getuid():
-        return None
-    fd = os.open(top, _O_DIR_FOLLOW)
+    try:
+        fd = open_dir_at(
+            top
+        )  # a dir in its place opened as it was judged, never swapped for a link meanwhile
+    except OSError as exc:
+        lst = os.lstat(top)
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not stat.S_ISLNK(lst.st_mode):
+            raise  # O_DIRECTORY | O_NOFOLLOW on a link: ENOTDIR (ELOOP on some systems)
+        if lst.st_uid != os.getuid():
+            return None  # a link another user planted at jitwarden's home
+        fd = os.open(top, _O_DIR_FOLLOW)  # the user's own link: its target judged below
     try:
         if why_not_private(os.fstat(fd)):
             os.close(fd)
@@ -240,7 +247,7 @@ def private_dir(path: str, under: str | None = None) -> int | None:
                 os.mkdir(part, 0o700, dir_fd=fd)
             except FileExistsError:
                 pass
-            sub = os.open(part, _O_DIR_FOLLOW | _O_NOFOLLOW, dir_fd=fd)
+            sub = open_dir_at(part, dir_fd=fd)
             os.close(fd)
             fd = sub
             if why_not_private(os.fstat(fd)):
@@ -274,6 +281,17 @@ def write_private(
 def write_private_json(path: str, doc: Any, prefix: str, *, under: str | None = None) -> bool:
     """``doc`` as JSON (sorted keys) by :func:`write_private`."""
     return write_private(path, json.dumps(doc, sort_keys=True).encode(), prefix, under=under)
+
+
+def write_stats(name: str, doc: Any, prefix: str, env: Mapping[str, str] | None = None) -> bool:
+    """``doc`` as ``<jitwarden home>/stats/<name>`` (:func:`write_private_json`: a ``stats`` dir swapped for a link
+    is never written through, nothing is written where another user could write): verify's and budget's last
+    results, a remote-guarded process's counters."""
+    from jitwarden.model.layout import STATS_DIR
+    from jitwarden.store.paths import memo_dir
+
+    home = memo_dir(env)
+    return write_private_json(os.path.join(home, STATS_DIR, name), doc, prefix, under=home)
 
 
 def _keep_newest(dir_fd: int, ext: str, keep: int) -> None:

@@ -66,10 +66,11 @@ def record(env: Mapping[str, str], tag: str, digest: str, got: Installed) -> Non
     if not isinstance(doc.get(tag), dict):
         doc[tag] = {}
     doc[tag][digest] = {"created": got.created, "manifest": got.manifest}
-    if not atomic.write_private_json(where(env), doc, ".pulled."):
+    path = where(env)
+    if not atomic.write_private_json(path, doc, ".pulled."):
         raise PermissionError(
             errno.EPERM,
             "the config dir, or the nearest one there is, could be written by another user; "
             "nothing was written there",
-            os.path.dirname(where(env)),
+            os.path.dirname(path),
         )
